@@ -1,0 +1,551 @@
+// Package broker is tinybroker's engine: topic routing, fanout subscriptions and balanced
+// consumer groups with acks, redelivery and dead-lettering. It knows nothing of gRPC; the
+// server package adapts it to the wire protocol.
+package broker
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+// SlowConsumerPolicy is what happens to a fanout subscriber whose buffer is full.
+type SlowConsumerPolicy int
+
+const (
+	// SlowConsumerDisconnect ends the subscription with ErrSlowConsumer.
+	SlowConsumerDisconnect SlowConsumerPolicy = iota
+	// SlowConsumerDrop drops the message for that subscriber and counts it.
+	SlowConsumerDrop
+)
+
+// Options configure a Broker. Zero values take the defaults shown.
+type Options struct {
+	MaxMessageBytes int // largest payload accepted (1 MiB)
+	MaxHeaderBytes  int // largest sum of header keys and values (64 KiB)
+
+	GroupMaxQueued int      // messages a consumer group holds for its members (100,000)
+	GroupOverflow  Overflow // what a full group does with a publish (OverflowReject)
+
+	FanoutBufferMessages int                // messages buffered per fanout subscriber (65,536)
+	FanoutBufferBytes    int                // payload bytes buffered per fanout subscriber (64 MiB)
+	SlowConsumer         SlowConsumerPolicy // what a full fanout buffer does (SlowConsumerDisconnect)
+
+	AckDeadline    time.Duration // default ack deadline of balanced subscriptions (30s)
+	MaxInFlightCap int           // largest max_in_flight a member may ask for (65,536)
+
+	Logger hclog.Logger // hclog.NewNullLogger() if nil
+}
+
+func (o *Options) setDefaults() {
+	def := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&o.MaxMessageBytes, 1<<20)
+	def(&o.MaxHeaderBytes, 64<<10)
+	def(&o.GroupMaxQueued, 100_000)
+	def(&o.FanoutBufferMessages, 65_536)
+	def(&o.FanoutBufferBytes, 64<<20)
+	def(&o.MaxInFlightCap, 65_536)
+	if o.AckDeadline <= 0 {
+		o.AckDeadline = 30 * time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = hclog.NewNullLogger()
+	}
+}
+
+// Broker routes published messages to subscriptions. Its methods are safe for concurrent use.
+//
+// Lock order (see RATIONALE.md): b.mu → group.mu → outbox.mu; index.mu and scheduler.mu are
+// leaves. The publish path takes no broker-wide lock: it reads the index (its cache is
+// lock-free), then locks each matching target on its own.
+type Broker struct {
+	opts  Options
+	log   hclog.Logger
+	ids   idCodec
+	seq   atomic.Uint64 // last message sequence number; also the published count
+	epoch time.Time     // origin of now(), a monotonic clock
+	index *index
+	sched *scheduler
+
+	unrouted     atomic.Uint64
+	dlqFailed    atomic.Uint64
+	closing      atomic.Bool
+	shutdownOnce sync.Once
+	stop         chan struct{}
+	wg           sync.WaitGroup
+
+	mu         sync.RWMutex
+	fanouts    map[string]*Subscription // fanout subscriptions by id
+	groups     map[string]*group        // consumer groups by subscription id
+	groupNames map[string]string        // consumer group name → subscription id
+	autoID     uint64
+	gone       fanoutTotals // counters of closed fanout subscriptions
+}
+
+type fanoutTotals struct{ delivered uint64 }
+
+// New starts a broker.
+func New(opts Options) *Broker {
+	opts.setDefaults()
+	b := &Broker{
+		opts:       opts,
+		log:        opts.Logger,
+		ids:        newIDCodec(),
+		epoch:      time.Now(),
+		index:      newIndex(),
+		sched:      newScheduler(),
+		stop:       make(chan struct{}),
+		fanouts:    make(map[string]*Subscription),
+		groups:     make(map[string]*group),
+		groupNames: make(map[string]string),
+	}
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		b.sched.run(b.stop, b.now)
+	}()
+	return b
+}
+
+// now is the broker's monotonic clock, in nanoseconds since New.
+func (b *Broker) now() int64 { return int64(time.Since(b.epoch)) }
+
+// FormatID returns the system_id of message sequence number seq.
+func (b *Broker) FormatID(seq uint64) string { return b.ids.format(seq) }
+
+// ParseID returns the sequence number of a system_id of this broker process.
+func (b *Broker) ParseID(id string) (uint64, error) { return b.ids.parse(id) }
+
+func (b *Broker) parseIDs(ids []string, bad *int) []uint64 {
+	seqs := make([]uint64, 0, len(ids))
+	for _, id := range ids {
+		if seq, err := b.ids.parse(id); err == nil {
+			seqs = append(seqs, seq)
+		} else {
+			*bad++
+		}
+	}
+	return seqs
+}
+
+// PublishResult says what became of a published message.
+type PublishResult struct {
+	Seq    uint64 // see FormatID
+	Routed int    // fanout subscriptions and consumer groups it went to
+}
+
+// Publish validates and routes one message. The broker keeps payload and headers: the caller
+// must not modify them afterwards.
+func (b *Broker) Publish(topic string, payload []byte, headers map[string]string) (PublishResult, error) {
+	if b.closing.Load() {
+		return PublishResult{}, fmt.Errorf("%w: not accepting publishes; retry against the restarted broker", ErrShuttingDown)
+	}
+	if err := ValidateTopic(topic); err != nil {
+		return PublishResult{}, err
+	}
+	if len(payload) > b.opts.MaxMessageBytes {
+		return PublishResult{}, fmt.Errorf("%w: payload is %d bytes, the limit is %d (max_message_bytes); split the message or raise the limit", ErrInvalidMessage, len(payload), b.opts.MaxMessageBytes)
+	}
+	if n := headerBytes(headers); n > b.opts.MaxHeaderBytes {
+		return PublishResult{}, fmt.Errorf("%w: headers take %d bytes, the limit is %d (max_header_bytes)", ErrInvalidMessage, n, b.opts.MaxHeaderBytes)
+	}
+	return b.route(topic, payload, headers)
+}
+
+func headerBytes(h map[string]string) int {
+	n := 0
+	for k, v := range h {
+		n += len(k) + len(v)
+	}
+	return n
+}
+
+// route delivers a valid message to every matching target, or to none when a consumer group
+// refuses it: a publish is never half-delivered.
+func (b *Broker) route(topic string, payload []byte, headers map[string]string) (PublishResult, error) {
+	targets := b.index.match(topic)
+	for i, t := range targets {
+		if !t.admit() {
+			for _, u := range targets[:i] {
+				u.unadmit()
+			}
+			g := t.(*group)
+			return PublishResult{}, fmt.Errorf("%w: consumer group %q (subscription %q) already holds %d undelivered messages; add members, ack faster, or raise group_max_queued / use overflow \"drop_oldest\"",
+				ErrGroupFull, g.name, g.id, b.opts.GroupMaxQueued)
+		}
+	}
+	m := &Message{ID: b.seq.Add(1), Topic: topic, Payload: payload, Headers: headers, PublishedAt: time.Now().UnixNano()}
+	for _, t := range targets {
+		t.deliver(m)
+	}
+	if len(targets) == 0 {
+		b.unrouted.Add(1)
+	}
+	return PublishResult{Seq: m.ID, Routed: len(targets)}, nil
+}
+
+// publishDeadLetters publishes dead letters as ordinary messages. No lock may be held.
+func (b *Broker) publishDeadLetters(dead []deadLetter) {
+	for _, d := range dead {
+		if _, err := b.route(d.topic, d.payload, d.headers); err != nil {
+			b.dlqFailed.Add(1)
+			b.log.Warn("dead letter refused; it is lost", "topic", d.topic, "error", err)
+		}
+	}
+}
+
+// Subscribe opens a subscription.
+func (b *Broker) Subscribe(o SubscribeOptions) (*Subscription, error) {
+	if b.closing.Load() {
+		return nil, fmt.Errorf("%w: not accepting subscriptions", ErrShuttingDown)
+	}
+	patterns, err := b.checkSubscribe(&o)
+	if err != nil {
+		return nil, err
+	}
+	s := &Subscription{b: b, mode: o.Mode, patterns: patterns, out: newOutbox(), done: make(chan struct{})}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if o.Mode == Fanout {
+		if o.ID == "" {
+			b.autoID++
+			o.ID = "fanout-" + strconv.FormatUint(b.autoID, 10)
+		}
+		if _, ok := b.fanouts[o.ID]; ok {
+			return nil, fmt.Errorf("%w: a fanout subscription %q is open; choose another subscription_id or leave it empty", ErrSubscriptionExists, o.ID)
+		}
+		if _, ok := b.groups[o.ID]; ok {
+			return nil, fmt.Errorf("%w: subscription_id %q belongs to a balanced consumer group; choose another id for a fanout subscription", ErrGroupMismatch, o.ID)
+		}
+		s.settings = Settings{ID: o.ID, MemberID: o.ID}
+		b.fanouts[o.ID] = s
+		for _, p := range patterns {
+			b.index.add(p, s)
+		}
+		return s, nil
+	}
+	g, err := b.groupFor(&o, patterns)
+	if err != nil {
+		return nil, err
+	}
+	s.g = g
+	s.settings = Settings{ID: o.ID, MaxInFlight: o.MaxInFlight, AckDeadline: o.AckDeadline,
+		MaxDeliveries: g.maxDeliveries, DeadLetterTopic: g.dlq}
+	s.m = g.join(s, o.MaxInFlight, o.AckDeadline)
+	return s, nil
+}
+
+// checkSubscribe validates o, fills in defaults and returns its patterns sorted and deduplicated.
+func (b *Broker) checkSubscribe(o *SubscribeOptions) ([]string, error) {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrInvalidSubscription, fmt.Sprintf(format, args...))
+	}
+	if o.Mode != Fanout && o.Mode != Balanced {
+		return nil, bad("mode must be DELIVERY_MODE_FANOUT or DELIVERY_MODE_BALANCED")
+	}
+	if o.Mode == Balanced && o.ID == "" {
+		o.ID = o.Group
+	}
+	if err := checkName("subscription_id", o.ID, o.Mode == Fanout); err != nil {
+		return nil, err
+	}
+	if len(o.Patterns) == 0 {
+		return nil, bad("topic_patterns is empty; give at least one, e.g. \"jobs.>\"")
+	}
+	patterns := slices.Clone(o.Patterns)
+	for _, p := range patterns {
+		if err := ValidatePattern(p); err != nil {
+			return nil, err
+		}
+	}
+	slices.Sort(patterns)
+	patterns = slices.Compact(patterns)
+	if o.Mode == Fanout {
+		if o.Group != "" {
+			return nil, bad("consumer_group %q is only for DELIVERY_MODE_BALANCED; drop it for fanout or switch the mode", o.Group)
+		}
+		return patterns, nil
+	}
+	if o.Group == "" {
+		return nil, bad("DELIVERY_MODE_BALANCED needs a consumer_group: members that share it share the messages")
+	}
+	if err := checkName("consumer_group", o.Group, false); err != nil {
+		return nil, err
+	}
+	switch {
+	case o.MaxInFlight < 0 || o.MaxInFlight > b.opts.MaxInFlightCap:
+		return nil, bad("max_in_flight %d is out of range 1..%d", o.MaxInFlight, b.opts.MaxInFlightCap)
+	case o.MaxInFlight == 0:
+		o.MaxInFlight = 1
+	}
+	switch {
+	case o.AckDeadline < 0:
+		return nil, bad("ack_deadline %v is negative", o.AckDeadline)
+	case o.AckDeadline == 0:
+		o.AckDeadline = b.opts.AckDeadline
+	case o.AckDeadline < time.Millisecond:
+		return nil, bad("ack_deadline %v is under the 1ms minimum", o.AckDeadline)
+	}
+	if o.MaxDeliveries < 0 {
+		return nil, bad("max_deliveries %d is negative; 0 means unlimited", o.MaxDeliveries)
+	}
+	if o.DeadLetterTopic != "" {
+		if err := ValidateTopic(o.DeadLetterTopic); err != nil {
+			return nil, bad("dead_letter_topic: %v", err)
+		}
+	}
+	return patterns, nil
+}
+
+// checkName validates a subscription_id or consumer_group: letters, digits, '-', '_', '.'.
+func checkName(field, v string, optional bool) error {
+	if v == "" {
+		if optional {
+			return nil
+		}
+		return fmt.Errorf("%w: %s is empty", ErrInvalidSubscription, field)
+	}
+	if len(v) > 128 {
+		return fmt.Errorf("%w: %s is %d bytes long; the limit is 128", ErrInvalidSubscription, field, len(v))
+	}
+	for _, c := range []byte(v) {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return fmt.Errorf("%w: %s %q has %q; use letters, digits, '-', '_' and '.'", ErrInvalidSubscription, field, v, c)
+		}
+	}
+	if v[0] == '.' || v[len(v)-1] == '.' {
+		return fmt.Errorf("%w: %s %q may not start or end with '.'", ErrInvalidSubscription, field, v)
+	}
+	return nil
+}
+
+// groupFor returns the consumer group o joins, creating it for its first member. b.mu must
+// be held.
+func (b *Broker) groupFor(o *SubscribeOptions, patterns []string) (*group, error) {
+	if _, ok := b.fanouts[o.ID]; ok {
+		return nil, fmt.Errorf("%w: subscription_id %q is an open fanout subscription; choose another id for the consumer group", ErrGroupMismatch, o.ID)
+	}
+	g := b.groups[o.ID]
+	if g == nil {
+		if other, ok := b.groupNames[o.Group]; ok {
+			return nil, fmt.Errorf("%w: consumer_group %q belongs to subscription_id %q; members must share both", ErrGroupMismatch, o.Group, other)
+		}
+		dlq := o.DeadLetterTopic
+		if dlq == "" {
+			dlq = "dlq." + o.ID
+		}
+		g = &group{b: b, id: o.ID, name: o.Group, patterns: patterns, maxDeliveries: o.MaxDeliveries, dlq: dlq}
+		b.groups[o.ID] = g
+		b.groupNames[o.Group] = o.ID
+		for _, p := range patterns {
+			b.index.add(p, g)
+		}
+		return g, nil
+	}
+	switch {
+	case g.name != o.Group:
+		return nil, fmt.Errorf("%w: subscription_id %q is consumer group %q, not %q; members must share both", ErrGroupMismatch, o.ID, g.name, o.Group)
+	case !slices.Equal(g.patterns, patterns):
+		return nil, fmt.Errorf("%w: consumer group %q subscribes to %q, this member asked for %q; every member must use the same topic_patterns", ErrGroupMismatch, g.name, g.patterns, patterns)
+	case o.MaxDeliveries != 0 && o.MaxDeliveries != g.maxDeliveries:
+		return nil, fmt.Errorf("%w: consumer group %q has max_deliveries %d, this member asked for %d; leave it 0 to take the group's", ErrGroupMismatch, g.name, g.maxDeliveries, o.MaxDeliveries)
+	case o.DeadLetterTopic != "" && o.DeadLetterTopic != g.dlq:
+		return nil, fmt.Errorf("%w: consumer group %q dead-letters to %q, this member asked for %q; leave it empty to take the group's", ErrGroupMismatch, g.name, g.dlq, o.DeadLetterTopic)
+	}
+	return g, nil
+}
+
+// detach removes a subscription from routing; a group member leaves its group.
+func (b *Broker) detach(s *Subscription) {
+	if s.g != nil {
+		s.g.leave(s.m)
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.fanouts[s.settings.ID] != s {
+		return
+	}
+	delete(b.fanouts, s.settings.ID)
+	for _, p := range s.patterns {
+		b.index.remove(p, s)
+	}
+	s.out.mu.Lock()
+	b.gone.delivered += s.delivered
+	s.out.mu.Unlock()
+}
+
+// lookupGroup finds the consumer group of subscription id for the unary Ack and Nack.
+func (b *Broker) lookupGroup(id string) (*group, error) {
+	b.mu.RLock()
+	g, isFanout := b.groups[id], b.fanouts[id] != nil
+	b.mu.RUnlock()
+	switch {
+	case g != nil:
+		return g, nil
+	case isFanout:
+		return nil, fmt.Errorf("%w: subscription %q is fanout; fanout deliveries are not acked", ErrGroupMismatch, id)
+	}
+	return nil, fmt.Errorf("%w %q: no consumer group has this subscription_id", ErrUnknownSubscription, id)
+}
+
+// Ack acknowledges one delivered message of a balanced subscription.
+func (b *Broker) Ack(subscriptionID, systemID string) error {
+	g, err := b.lookupGroup(subscriptionID)
+	if err != nil {
+		return err
+	}
+	seq, err := b.ids.parse(systemID)
+	if err != nil {
+		return err
+	}
+	if g.ack(nil, []uint64{seq}) > 0 {
+		return fmt.Errorf("%w %q: subscription %q does not hold it (never delivered, already acked or dead-lettered)", ErrUnknownMessage, systemID, subscriptionID)
+	}
+	return nil
+}
+
+// Nack gives one delivered message back to its group, to be redelivered after delay.
+func (b *Broker) Nack(subscriptionID, systemID string, delay time.Duration, reason string) error {
+	g, err := b.lookupGroup(subscriptionID)
+	if err != nil {
+		return err
+	}
+	seq, err := b.ids.parse(systemID)
+	if err != nil {
+		return err
+	}
+	if g.nack([]uint64{seq}, delay, reason) > 0 {
+		return fmt.Errorf("%w %q: subscription %q has no such message in flight", ErrUnknownMessage, systemID, subscriptionID)
+	}
+	return nil
+}
+
+// Stats is a snapshot of the broker's counters.
+type Stats struct {
+	Published, Delivered, Acked, Redelivered, DeadLettered, Unrouted uint64
+	Subscriptions                                                    []SubscriptionStats
+	Groups                                                           []GroupStats
+}
+
+// SubscriptionStats describes one fanout subscription.
+type SubscriptionStats struct {
+	ID                 string
+	Patterns           []string
+	Delivered, Dropped uint64
+	Buffered           int
+}
+
+// Stats returns a snapshot of the broker's counters, subscriptions sorted by id.
+func (b *Broker) Stats() Stats {
+	st := Stats{Published: b.seq.Load(), Unrouted: b.unrouted.Load()}
+	b.mu.RLock()
+	st.Delivered = b.gone.delivered
+	for _, s := range b.fanouts {
+		s.out.mu.Lock()
+		ss := SubscriptionStats{ID: s.settings.ID, Patterns: s.patterns, Delivered: s.delivered, Dropped: s.dropped, Buffered: s.out.lenLocked()}
+		s.out.mu.Unlock()
+		st.Delivered += ss.Delivered
+		st.Subscriptions = append(st.Subscriptions, ss)
+	}
+	groups := make([]*group, 0, len(b.groups))
+	for _, g := range b.groups {
+		groups = append(groups, g)
+	}
+	b.mu.RUnlock()
+	for _, g := range groups {
+		gs := g.stats()
+		st.Delivered += gs.Delivered
+		st.Acked += gs.Acked
+		st.Redelivered += gs.Redelivered
+		st.DeadLettered += gs.DeadLettered
+		st.Groups = append(st.Groups, gs)
+	}
+	slices.SortFunc(st.Subscriptions, func(a, b SubscriptionStats) int { return cmpString(a.ID, b.ID) })
+	slices.SortFunc(st.Groups, func(a, b GroupStats) int { return cmpString(a.ID, b.ID) })
+	return st
+}
+
+func cmpString(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// Shutdown stops the broker: it refuses new publishes and subscriptions at once, delivers
+// nothing new to consumer groups, and waits until every in-flight message is acked and every
+// fanout buffer is sent, or ctx is done. Then it ends every subscription with
+// ErrShuttingDown and stops its goroutines. It returns ctx.Err() if the grace ran out with
+// messages still in flight. Shutdown is idempotent; later calls return at once.
+func (b *Broker) Shutdown(ctx context.Context) error {
+	var err error
+	b.shutdownOnce.Do(func() {
+		b.closing.Store(true)
+		err = b.drain(ctx)
+		b.mu.RLock()
+		var subs []*Subscription
+		for _, s := range b.fanouts {
+			subs = append(subs, s)
+		}
+		groups := make([]*group, 0, len(b.groups))
+		for _, g := range b.groups {
+			groups = append(groups, g)
+		}
+		b.mu.RUnlock()
+		for _, g := range groups {
+			g.mu.Lock()
+			for _, m := range g.members {
+				subs = append(subs, m.s)
+			}
+			g.mu.Unlock()
+		}
+		for _, s := range subs {
+			s.end(fmt.Errorf("%w: the broker is stopping; reconnect to its replacement", ErrShuttingDown))
+		}
+		close(b.stop)
+		b.wg.Wait()
+	})
+	return err
+}
+
+// drain waits until nothing is in flight or buffered, or ctx is done.
+func (b *Broker) drain(ctx context.Context) error {
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		busy := 0
+		b.mu.RLock()
+		for _, g := range b.groups {
+			busy += g.drain()
+		}
+		for _, s := range b.fanouts {
+			s.out.mu.Lock()
+			busy += s.out.lenLocked()
+			s.out.mu.Unlock()
+		}
+		b.mu.RUnlock()
+		if busy == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			b.log.Warn("shutdown grace period over with messages unacked or unsent", "messages", busy)
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+}

@@ -1,0 +1,40 @@
+package broker
+
+import "errors"
+
+// Errors returned by the broker. Each is wrapped with %w and a message that says what was
+// wrong and how to fix it; compare with errors.Is. The gRPC server maps each to one status code
+// (see server/status.go).
+var (
+	// ErrInvalidTopic: a topic to publish to is empty, too long, has an empty token,
+	// whitespace or a wildcard. (INVALID_ARGUMENT)
+	ErrInvalidTopic = errors.New("invalid topic")
+	// ErrInvalidPattern: a subscription pattern is malformed. (INVALID_ARGUMENT)
+	ErrInvalidPattern = errors.New("invalid topic pattern")
+	// ErrInvalidSubscription: an OpenSubscription is incomplete or inconsistent, e.g. balanced
+	// without a consumer group. (INVALID_ARGUMENT)
+	ErrInvalidSubscription = errors.New("invalid subscription")
+	// ErrInvalidMessage: a payload or headers exceed the limits. (INVALID_ARGUMENT)
+	ErrInvalidMessage = errors.New("invalid message")
+	// ErrGroupFull: a consumer group's queue is at its bound and its overflow policy is
+	// "reject". (RESOURCE_EXHAUSTED)
+	ErrGroupFull = errors.New("consumer group queue full")
+	// ErrSlowConsumer: a fanout subscriber fell too far behind and was disconnected.
+	// (RESOURCE_EXHAUSTED)
+	ErrSlowConsumer = errors.New("slow consumer")
+	// ErrShuttingDown: the broker no longer accepts work. (UNAVAILABLE)
+	ErrShuttingDown = errors.New("broker shutting down")
+	// ErrUnknownSubscription: no open subscription or consumer group has this id. (NOT_FOUND)
+	ErrUnknownSubscription = errors.New("unknown subscription")
+	// ErrUnknownMessage: the system_id is not held by the subscription: never delivered,
+	// already acked, dead-lettered, or from an earlier broker process. (NOT_FOUND)
+	ErrUnknownMessage = errors.New("unknown message")
+	// ErrSubscriptionExists: a fanout subscription with this id is already open.
+	// (ALREADY_EXISTS)
+	ErrSubscriptionExists = errors.New("subscription already exists")
+	// ErrGroupMismatch: a member's settings differ from its consumer group's, or the id is
+	// in use by a subscription of the other mode. (FAILED_PRECONDITION)
+	ErrGroupMismatch = errors.New("subscription does not match its consumer group")
+	// ErrSubscriptionClosed: the subscription was closed by its owner.
+	ErrSubscriptionClosed = errors.New("subscription closed")
+)

@@ -1,0 +1,481 @@
+package broker
+
+import (
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Overflow is what a consumer group does with a publish when its queue is at its bound.
+type Overflow int
+
+const (
+	// OverflowReject refuses the publish with ErrGroupFull.
+	OverflowReject Overflow = iota
+	// OverflowDropOldest accepts it and drops the group's oldest queued message (counted).
+	OverflowDropOldest
+)
+
+// group is a consumer group: the members of one balanced subscription_id. Messages wait in
+// queue until a member has room (len(owned) < maxInFlight), then go to members round-robin
+// and stay in the member's owned set until acked. A message that is nacked, times out or is
+// left behind by a member goes back to the head of the queue (or to delayed, for a nack with
+// a delay), or to the dead-letter topic after maxDeliveries attempts.
+//
+// Lock order: b.mu → group.mu → outbox.mu, scheduler.mu. Dead letters are published after
+// group.mu is released, since their topic may route back to this group.
+type group struct {
+	b             *Broker
+	id, name      string
+	patterns      []string
+	maxDeliveries int
+	dlq           string
+
+	// pending counts queued messages plus publishes admitted but not yet queued, so that
+	// admit can enforce the bound without taking mu.
+	pending atomic.Int64
+
+	mu                                                   sync.Mutex
+	queue                                                ring
+	members                                              []*member
+	rr                                                   int      // index of the member to try first
+	delayed                                              []*entry // nacked with a delay; deadline is when they are requeued
+	wake                                                 int64    // earliest time registered with the scheduler; 0 if none
+	draining                                             bool     // shutting down: deliver nothing new
+	memberSeq                                            uint64
+	delivered, acked, redelivered, deadLettered, dropped uint64
+}
+
+type member struct {
+	s           *Subscription
+	maxInFlight int
+	ackDeadline time.Duration
+	owned       map[uint64]*entry // delivered, not yet acked
+}
+
+type entry struct {
+	msg      *Message
+	attempt  uint32
+	deadline int64 // in flight: ack deadline; delayed: when to requeue (Broker.now clock)
+	settled  bool  // acked while queued: skip when it reaches the head
+}
+
+type deadLetter struct {
+	topic   string
+	payload []byte
+	headers map[string]string
+}
+
+func (g *group) admit() bool {
+	if g.b.opts.GroupOverflow == OverflowDropOldest {
+		g.pending.Add(1)
+		return true
+	}
+	limit := int64(g.b.opts.GroupMaxQueued)
+	for {
+		n := g.pending.Load()
+		if n >= limit {
+			return false
+		}
+		if g.pending.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
+func (g *group) unadmit() { g.pending.Add(-1) }
+
+func (g *group) deliver(m *Message) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.queue.pushBack(&entry{msg: m})
+	if g.b.opts.GroupOverflow == OverflowDropOldest {
+		for g.queue.len() > g.b.opts.GroupMaxQueued {
+			if e := g.queue.popFront(); !e.settled {
+				g.dropped++
+			}
+			g.pending.Add(-1)
+		}
+	}
+	g.dispatchLocked(g.b.now())
+}
+
+// dispatchLocked hands queued messages to members with room, round-robin. g.mu must be held.
+func (g *group) dispatchLocked(now int64) {
+	if g.draining {
+		return
+	}
+	for g.queue.len() > 0 {
+		m := g.nextMemberLocked()
+		if m == nil {
+			return
+		}
+		e := g.queue.popFront()
+		g.pending.Add(-1)
+		if e.settled {
+			continue
+		}
+		g.assignLocked(m, e, now)
+	}
+}
+
+// nextMemberLocked returns the next member in round-robin order that has room, or nil.
+func (g *group) nextMemberLocked() *member {
+	n := len(g.members)
+	for i := range n {
+		idx := (g.rr + i) % n
+		if m := g.members[idx]; len(m.owned) < m.maxInFlight {
+			g.rr = (idx + 1) % n
+			return m
+		}
+	}
+	return nil
+}
+
+func (g *group) assignLocked(m *member, e *entry, now int64) {
+	e.attempt++
+	e.deadline = now + int64(m.ackDeadline)
+	m.owned[e.msg.ID] = e
+	g.delivered++
+	if e.attempt > 1 {
+		g.redelivered++
+	}
+	o := &m.s.out
+	o.mu.Lock()
+	o.pushLocked(Delivery{Msg: e.msg, Attempt: e.attempt})
+	o.mu.Unlock()
+	g.scheduleLocked(e.deadline)
+}
+
+func (g *group) scheduleLocked(at int64) {
+	if g.wake == 0 || at < g.wake {
+		g.wake = at
+		g.b.sched.add(at, g)
+	}
+}
+
+// findOwnedLocked returns the in-flight entry seq and its member, looking first at pref.
+func (g *group) findOwnedLocked(pref *member, seq uint64) (*entry, *member) {
+	if pref != nil {
+		if e := pref.owned[seq]; e != nil {
+			return e, pref
+		}
+	}
+	for _, m := range g.members {
+		if e := m.owned[seq]; e != nil {
+			return e, m
+		}
+	}
+	return nil, nil
+}
+
+// settleWaitingLocked acks seq if it is delayed or queued (e.g. its member left before its
+// ack arrived by the unary Ack).
+func (g *group) settleWaitingLocked(seq uint64) bool {
+	for i, e := range g.delayed {
+		if e.msg.ID == seq {
+			g.delayed = slices.Delete(g.delayed, i, i+1)
+			return true
+		}
+	}
+	for i := range g.queue.len() {
+		if e := g.queue.at(i); e.msg.ID == seq && !e.settled {
+			e.settled = true
+			return true
+		}
+	}
+	return false
+}
+
+// ack settles seqs, looking first among pref's deliveries, and returns how many were unknown.
+func (g *group) ack(pref *member, seqs []uint64) (unknown int) {
+	if len(seqs) == 0 {
+		return 0
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, seq := range seqs {
+		if e, m := g.findOwnedLocked(pref, seq); e != nil {
+			delete(m.owned, seq)
+			g.acked++
+		} else if g.settleWaitingLocked(seq) {
+			g.acked++
+		} else {
+			unknown++
+		}
+	}
+	g.dispatchLocked(g.b.now())
+	return unknown
+}
+
+// nack gives in-flight seqs back for redelivery after delay and returns how many were unknown.
+func (g *group) nack(seqs []uint64, delay time.Duration, reason string) (unknown int) {
+	if len(seqs) == 0 {
+		return 0
+	}
+	if reason == "" {
+		reason = ReasonNack
+	}
+	var dead []deadLetter
+	g.mu.Lock()
+	now := g.b.now()
+	var requeue []*entry
+	for _, seq := range seqs {
+		e, m := g.findOwnedLocked(nil, seq)
+		if e == nil {
+			unknown++
+			continue
+		}
+		delete(m.owned, seq)
+		g.giveBackLocked(e, reason, delay, now, &requeue, &dead)
+	}
+	g.requeueLocked(requeue)
+	g.dispatchLocked(now)
+	g.mu.Unlock()
+	g.b.publishDeadLetters(dead)
+	return unknown
+}
+
+// touch extends the deadline of in-flight seqs and returns how many were unknown.
+func (g *group) touch(seqs []uint64) (unknown int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	now := g.b.now()
+	for _, seq := range seqs {
+		if e, m := g.findOwnedLocked(nil, seq); e != nil {
+			e.deadline = now + int64(m.ackDeadline)
+		} else {
+			unknown++
+		}
+	}
+	return unknown
+}
+
+// giveBackLocked takes back e, no longer owned by any member, for another attempt: at once
+// (appended to *requeue), after delay (to g.delayed), or, past maxDeliveries, to the
+// dead-letter topic (appended to *dead, to be published once g.mu is released).
+func (g *group) giveBackLocked(e *entry, reason string, delay time.Duration, now int64, requeue *[]*entry, dead *[]deadLetter) {
+	if g.maxDeliveries > 0 && int(e.attempt) >= g.maxDeliveries {
+		g.deadLettered++
+		*dead = append(*dead, g.deadLetter(e, reason))
+		return
+	}
+	if delay > 0 {
+		e.deadline = now + int64(delay)
+		g.delayed = append(g.delayed, e)
+		g.scheduleLocked(e.deadline)
+		return
+	}
+	*requeue = append(*requeue, e)
+}
+
+// requeueLocked puts es back at the head of the queue, oldest first: they were published
+// before anything still queued.
+func (g *group) requeueLocked(es []*entry) {
+	slices.SortFunc(es, func(a, b *entry) int { return -cmpU64(a.msg.ID, b.msg.ID) })
+	for _, e := range es {
+		g.queue.pushFront(e)
+	}
+	g.pending.Add(int64(len(es)))
+}
+
+func cmpU64(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func (g *group) deadLetter(e *entry, reason string) deadLetter {
+	h := make(map[string]string, len(e.msg.Headers)+6)
+	for k, v := range e.msg.Headers {
+		h[k] = v
+	}
+	h[HeaderDeadLetterReason] = reason
+	h[HeaderDeadLetterTopic] = e.msg.Topic
+	h[HeaderDeadLetterSystemID] = g.b.ids.format(e.msg.ID)
+	h[HeaderDeadLetterSubscription] = g.id
+	h[HeaderDeadLetterGroup] = g.name
+	h[HeaderDeadLetterAttempts] = strconv.FormatUint(uint64(e.attempt), 10)
+	return deadLetter{topic: g.dlq, payload: e.msg.Payload, headers: h}
+}
+
+// join adds s as a member and gives it work at once.
+func (g *group) join(s *Subscription, maxInFlight int, ackDeadline time.Duration) *member {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.memberSeq++
+	m := &member{s: s, maxInFlight: maxInFlight, ackDeadline: ackDeadline, owned: make(map[uint64]*entry)}
+	s.settings.MemberID = g.name + "-" + strconv.FormatUint(g.memberSeq, 10)
+	g.members = append(g.members, m)
+	g.dispatchLocked(g.b.now())
+	return m
+}
+
+// leave removes m and hands its unacked messages at once to the other members (or, with none
+// left, keeps them at the head of the queue for the next member).
+func (g *group) leave(m *member) {
+	var dead []deadLetter
+	g.mu.Lock()
+	i := slices.Index(g.members, m)
+	if i < 0 {
+		g.mu.Unlock()
+		return
+	}
+	g.members = slices.Delete(g.members, i, i+1)
+	if g.rr > i {
+		g.rr--
+	}
+	if g.rr >= len(g.members) {
+		g.rr = 0
+	}
+	// Deliveries still in the outbox never reached the member: they do not count as attempts.
+	m.s.out.mu.Lock()
+	for _, d := range m.s.out.drainLocked() {
+		if e := m.owned[d.Msg.ID]; e != nil {
+			e.attempt--
+		}
+	}
+	m.s.out.mu.Unlock()
+	now := g.b.now()
+	var requeue []*entry
+	for seq, e := range m.owned {
+		delete(m.owned, seq)
+		g.giveBackLocked(e, ReasonMemberLeft, 0, now, &requeue, &dead)
+	}
+	g.requeueLocked(requeue)
+	g.dispatchLocked(now)
+	g.mu.Unlock()
+	g.b.publishDeadLetters(dead)
+}
+
+// onTimer redelivers what passed its ack deadline and requeues delayed messages whose delay
+// is over, then registers the next wake-up.
+func (g *group) onTimer() {
+	var dead []deadLetter
+	g.mu.Lock()
+	now := g.b.now()
+	g.wake = 0
+	next := int64(0)
+	later := func(t int64) {
+		if next == 0 || t < next {
+			next = t
+		}
+	}
+	var requeue []*entry
+	for _, m := range g.members {
+		for seq, e := range m.owned {
+			if e.deadline > now {
+				later(e.deadline)
+				continue
+			}
+			delete(m.owned, seq)
+			g.giveBackLocked(e, ReasonAckDeadline, 0, now, &requeue, &dead)
+		}
+	}
+	kept := g.delayed[:0]
+	for _, e := range g.delayed {
+		if e.deadline > now {
+			later(e.deadline)
+			kept = append(kept, e)
+		} else {
+			requeue = append(requeue, e)
+		}
+	}
+	clear(g.delayed[len(kept):])
+	g.delayed = kept
+	g.requeueLocked(requeue)
+	if next != 0 {
+		g.scheduleLocked(next)
+	}
+	g.dispatchLocked(now)
+	g.mu.Unlock()
+	g.b.publishDeadLetters(dead)
+}
+
+// drain stops new deliveries and returns how many messages are in flight.
+func (g *group) drain() (inFlight int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.draining = true
+	for _, m := range g.members {
+		inFlight += len(m.owned)
+	}
+	return inFlight
+}
+
+// GroupStats describes one consumer group.
+type GroupStats struct {
+	ID, Group                                            string
+	Patterns                                             []string
+	Members, Queued, InFlight, Delayed                   int
+	Delivered, Acked, Redelivered, DeadLettered, Dropped uint64
+}
+
+func (g *group) stats() GroupStats {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	st := GroupStats{ID: g.id, Group: g.name, Patterns: g.patterns, Members: len(g.members),
+		Delayed: len(g.delayed), Delivered: g.delivered, Acked: g.acked, Redelivered: g.redelivered,
+		DeadLettered: g.deadLettered, Dropped: g.dropped}
+	for i := range g.queue.len() {
+		if !g.queue.at(i).settled {
+			st.Queued++
+		}
+	}
+	for _, m := range g.members {
+		st.InFlight += len(m.owned)
+	}
+	return st
+}
+
+// ring is a growable double-ended queue of entries.
+type ring struct {
+	buf        []*entry
+	head, size int
+}
+
+func (r *ring) len() int { return r.size }
+
+func (r *ring) at(i int) *entry { return r.buf[(r.head+i)&(len(r.buf)-1)] }
+
+func (r *ring) grow() {
+	if r.size < len(r.buf) {
+		return
+	}
+	n := max(16, 2*len(r.buf))
+	buf := make([]*entry, n)
+	for i := range r.size {
+		buf[i] = r.at(i)
+	}
+	r.buf, r.head = buf, 0
+}
+
+func (r *ring) pushBack(e *entry) {
+	r.grow()
+	r.buf[(r.head+r.size)&(len(r.buf)-1)] = e
+	r.size++
+}
+
+func (r *ring) pushFront(e *entry) {
+	r.grow()
+	r.head = (r.head - 1) & (len(r.buf) - 1)
+	r.buf[r.head] = e
+	r.size++
+}
+
+func (r *ring) popFront() *entry {
+	e := r.buf[r.head]
+	r.buf[r.head] = nil
+	r.head = (r.head + 1) & (len(r.buf) - 1)
+	r.size--
+	if r.size == 0 && len(r.buf) > 4096 { // give a burst's memory back
+		r.buf, r.head = nil, 0
+	}
+	return e
+}

@@ -1,0 +1,86 @@
+package broker
+
+import (
+	"container/heap"
+	"sync"
+	"time"
+)
+
+// scheduler wakes groups at the times they registered (ack deadlines, nack delays). One
+// goroutine serves the whole broker: no timer or goroutine per message.
+//
+// Lock order: scheduler.mu is a leaf; groups are called with it released.
+type scheduler struct {
+	mu    sync.Mutex
+	items wakeHeap
+	kick  chan struct{}
+}
+
+type wake struct {
+	at int64
+	g  *group
+}
+
+type wakeHeap []wake
+
+func (h wakeHeap) Len() int           { return len(h) }
+func (h wakeHeap) Less(i, j int) bool { return h[i].at < h[j].at }
+func (h wakeHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *wakeHeap) Push(x any)        { *h = append(*h, x.(wake)) }
+func (h *wakeHeap) Pop() any {
+	old := *h
+	w := old[len(old)-1]
+	old[len(old)-1] = wake{}
+	*h = old[:len(old)-1]
+	return w
+}
+
+func newScheduler() *scheduler { return &scheduler{kick: make(chan struct{}, 1)} }
+
+// add asks for g.onTimer to be called at (or soon after) at.
+func (s *scheduler) add(at int64, g *group) {
+	s.mu.Lock()
+	heap.Push(&s.items, wake{at: at, g: g})
+	first := s.items[0].at == at
+	s.mu.Unlock()
+	if first {
+		select {
+		case s.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// run serves wake-ups until stop is closed.
+func (s *scheduler) run(stop <-chan struct{}, now func() int64) {
+	t := time.NewTimer(time.Hour)
+	defer t.Stop()
+	var due []*group
+	for {
+		s.mu.Lock()
+		n := now()
+		due = due[:0]
+		for len(s.items) > 0 && s.items[0].at <= n {
+			due = append(due, heap.Pop(&s.items).(wake).g)
+		}
+		wait := time.Hour
+		if len(s.items) > 0 {
+			wait = time.Duration(s.items[0].at - n)
+		}
+		s.mu.Unlock()
+		for _, g := range due {
+			g.onTimer()
+		}
+		clear(due)
+		if len(due) > 0 {
+			continue
+		}
+		t.Reset(wait)
+		select {
+		case <-t.C:
+		case <-s.kick:
+		case <-stop:
+			return
+		}
+	}
+}

@@ -1,0 +1,91 @@
+package broker
+
+import (
+	"fmt"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// MaxTopicBytes is the longest topic or pattern accepted, in bytes.
+const MaxTopicBytes = 255
+
+// ValidateTopic reports whether topic can be published to: one or more non-empty tokens
+// separated by '.', no whitespace or control characters, no wildcard tokens, valid UTF-8,
+// at most MaxTopicBytes long.
+func ValidateTopic(topic string) error {
+	if msg := checkSubject(topic); msg != "" {
+		return fmt.Errorf("%w %q: %s", ErrInvalidTopic, topic, msg)
+	}
+	for tok := range strings.SplitSeq(topic, ".") {
+		if tok == "*" || tok == ">" {
+			return fmt.Errorf("%w %q: wildcard token %q is only allowed in subscription patterns; publish to a concrete topic such as \"jobs.thumb.1\"", ErrInvalidTopic, topic, tok)
+		}
+	}
+	return nil
+}
+
+// ValidatePattern reports whether pattern is a valid subscription pattern: tokens as in a
+// topic, where a token "*" matches exactly one token and a last token ">" matches one or more
+// trailing tokens.
+func ValidatePattern(pattern string) error {
+	if msg := checkSubject(pattern); msg != "" {
+		return fmt.Errorf("%w %q: %s", ErrInvalidPattern, pattern, msg)
+	}
+	rest := pattern
+	for {
+		tok, tail, more := strings.Cut(rest, ".")
+		if tok == ">" && more {
+			return fmt.Errorf("%w %q: '>' matches the rest of a topic and must be the last token (e.g. \"jobs.>\")", ErrInvalidPattern, pattern)
+		}
+		if len(tok) > 1 && strings.ContainsAny(tok, "*>") {
+			return fmt.Errorf("%w %q: token %q mixes a wildcard with other characters; a wildcard must be a whole token (\"jobs.*\", not \"jobs.th*\")", ErrInvalidPattern, pattern, tok)
+		}
+		if !more {
+			return nil
+		}
+		rest = tail
+	}
+}
+
+// checkSubject applies the rules topics and patterns share and says what is wrong.
+func checkSubject(s string) string {
+	switch {
+	case s == "":
+		return "empty; use dot-separated tokens such as \"jobs.thumb.1\""
+	case len(s) > MaxTopicBytes:
+		return fmt.Sprintf("%d bytes long; the limit is %d", len(s), MaxTopicBytes)
+	case !utf8.ValidString(s):
+		return "not valid UTF-8"
+	case s[0] == '.' || s[len(s)-1] == '.' || strings.Contains(s, ".."):
+		return "empty token; tokens are separated by single dots and may not be empty"
+	}
+	for _, r := range s {
+		if unicode.IsSpace(r) || unicode.IsControl(r) {
+			return fmt.Sprintf("contains whitespace or control character %q", r)
+		}
+	}
+	return ""
+}
+
+// MatchPattern reports whether topic matches pattern. Both are assumed valid. It is the
+// reference the index is tested against; routing uses the index.
+func MatchPattern(pattern, topic string) bool {
+	for {
+		ptok, prest, pmore := strings.Cut(pattern, ".")
+		if ptok == ">" {
+			return topic != ""
+		}
+		if topic == "" {
+			return false
+		}
+		ttok, trest, tmore := strings.Cut(topic, ".")
+		if ptok != "*" && ptok != ttok {
+			return false
+		}
+		if !pmore || !tmore {
+			return !pmore && !tmore
+		}
+		pattern, topic = prest, trest
+	}
+}
