@@ -180,7 +180,7 @@ func (b *Broker) route(topic string, payload []byte, headers map[string]string) 
 				u.unadmit()
 			}
 			g := t.(*group)
-			return PublishResult{}, fmt.Errorf("%w: consumer group %q (subscription %q) already holds %d undelivered messages; add members, ack faster, or raise group_max_queued / use overflow \"drop_oldest\"",
+			return PublishResult{}, fmt.Errorf("%w: consumer group %q (subscription %q) already holds %d undelivered messages; add members, ack faster, or raise groups { max_queued } / use overflow \"drop_oldest\"",
 				ErrGroupFull, g.name, g.id, b.opts.GroupMaxQueued)
 		}
 	}

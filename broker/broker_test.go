@@ -1,0 +1,140 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func newTestBroker(t testing.TB, opts Options) *Broker {
+	b := New(opts)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel() // benchmarks leave messages unsent: no grace
+		_ = b.Shutdown(ctx)
+	})
+	return b
+}
+
+// drainOne waits for one delivery on s.
+func drainOne(t testing.TB, s *Subscription) Delivery {
+	t.Helper()
+	deadline := time.After(5 * time.Second)
+	for {
+		if ds := s.Next(nil, 1, 1<<20); len(ds) == 1 {
+			return ds[0]
+		}
+		select {
+		case <-s.Ready():
+		case <-deadline:
+			t.Fatal("no delivery")
+		}
+	}
+}
+
+// Shutdown is idempotent, ends subscriptions with ErrShuttingDown and refuses new work.
+func TestShutdown(t *testing.T) {
+	b := New(Options{})
+	s, err := b.Subscribe(SubscribeOptions{Patterns: []string{"a"}, Mode: Fanout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	<-s.Done()
+	if !errors.Is(s.Err(), ErrShuttingDown) {
+		t.Fatalf("Err = %v", s.Err())
+	}
+	s.Close()
+	if _, err := b.Publish("a", nil, nil); !errors.Is(err, ErrShuttingDown) {
+		t.Fatalf("Publish after Shutdown = %v", err)
+	}
+	if _, err := b.Subscribe(SubscribeOptions{Patterns: []string{"a"}, Mode: Fanout}); !errors.Is(err, ErrShuttingDown) {
+		t.Fatalf("Subscribe after Shutdown = %v", err)
+	}
+}
+
+// A message routed to several targets is the same immutable *Message for each.
+func TestSystemIDs(t *testing.T) {
+	b := newTestBroker(t, Options{})
+	s, _ := b.Subscribe(SubscribeOptions{Patterns: []string{">"}, Mode: Fanout})
+	defer s.Close()
+	r, err := b.Publish("x", []byte("p"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := drainOne(t, s)
+	id := b.FormatID(d.Msg.ID)
+	if seq, err := b.ParseID(id); err != nil || seq != r.Seq {
+		t.Fatalf("ParseID(%q) = %d, %v; want %d", id, seq, err, r.Seq)
+	}
+	other := New(Options{})
+	defer other.Shutdown(context.Background())
+	if _, err := other.ParseID(id); !errors.Is(err, ErrUnknownMessage) {
+		t.Fatalf("another broker process accepted id %q: %v", id, err)
+	}
+}
+
+func BenchmarkPublishFanout4(b *testing.B) {
+	br := newTestBroker(b, Options{FanoutBufferMessages: 1 << 30, FanoutBufferBytes: 1 << 40})
+	var subs []*Subscription
+	for range 4 {
+		s, _ := br.Subscribe(SubscribeOptions{Patterns: []string{"bench.w1"}, Mode: Fanout})
+		subs = append(subs, s)
+	}
+	payload := make([]byte, 256)
+	buf := make([]Delivery, 0, 256)
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		if _, err := br.Publish("bench.w1", payload, nil); err != nil {
+			b.Fatal(err)
+		}
+		if i++; i%256 == 0 {
+			for _, s := range subs {
+				buf = s.Next(buf[:0], 256, 1<<20)
+			}
+		}
+	}
+}
+
+func BenchmarkGroupDispatchAck(b *testing.B) {
+	br := newTestBroker(b, Options{})
+	var members []*Subscription
+	for range 4 {
+		s, err := br.Subscribe(SubscribeOptions{ID: "w2", Group: "w2", Patterns: []string{"bench.w2"}, Mode: Balanced, MaxInFlight: 256})
+		if err != nil {
+			b.Fatal(err)
+		}
+		members = append(members, s)
+	}
+	payload := make([]byte, 256)
+	buf := make([]Delivery, 0, 256)
+	ids := make([]string, 0, 256)
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		if _, err := br.Publish("bench.w2", payload, nil); err != nil {
+			b.Fatal(err)
+		}
+		if i++; i%128 == 0 {
+			for _, s := range members {
+				buf = s.Next(buf[:0], 256, 1<<20)
+				ids = ids[:0]
+				for _, d := range buf {
+					ids = append(ids, br.FormatID(d.Msg.ID))
+				}
+				s.Ack(ids)
+			}
+		}
+	}
+}

@@ -1,0 +1,202 @@
+package broker
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestValidateTopic(t *testing.T) {
+	for _, ok := range []string{"a", "jobs.thumb.1", "a-b_c.$sys.ü", strings.Repeat("a", MaxTopicBytes)} {
+		if err := ValidateTopic(ok); err != nil {
+			t.Errorf("ValidateTopic(%q) = %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"", ".", "a.", ".a", "a..b", "a.*", ">", "a.>", "a b", "a\tb", "a\n", "\xff", strings.Repeat("a", MaxTopicBytes+1)} {
+		if err := ValidateTopic(bad); !errors.Is(err, ErrInvalidTopic) {
+			t.Errorf("ValidateTopic(%q) = %v, want ErrInvalidTopic", bad, err)
+		}
+	}
+}
+
+func TestValidatePattern(t *testing.T) {
+	for _, ok := range []string{"a", ">", "*", "a.*.c", "a.>", "*.*.>", "jobs.thumb.*"} {
+		if err := ValidatePattern(ok); err != nil {
+			t.Errorf("ValidatePattern(%q) = %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"", "a..b", ">.a", "a.>.b", "a*", "a.b*", "*a", "a.>>", "a b", "a."} {
+		if err := ValidatePattern(bad); !errors.Is(err, ErrInvalidPattern) {
+			t.Errorf("ValidatePattern(%q) = %v, want ErrInvalidPattern", bad, err)
+		}
+	}
+}
+
+func TestMatchPattern(t *testing.T) {
+	cases := []struct {
+		pattern, topic string
+		want           bool
+	}{
+		{"a", "a", true}, {"a", "b", false}, {"a", "a.b", false},
+		{"*", "a", true}, {"*", "a.b", false},
+		{">", "a", true}, {">", "a.b.c", true},
+		{"jobs.>", "jobs", false}, {"jobs.>", "jobs.a", true}, {"jobs.>", "jobs.a.b", true},
+		{"jobs.*", "jobs", false}, {"jobs.*", "jobs.a", true}, {"jobs.*", "jobs.a.b", false},
+		{"a.*.c", "a.b.c", true}, {"a.*.c", "a.b.d", false}, {"*.b.>", "a.b.c.d", true},
+		{"a.b", "a", false}, {"a.b", "a.bc", false},
+	}
+	for _, c := range cases {
+		if got := MatchPattern(c.pattern, c.topic); got != c.want {
+			t.Errorf("MatchPattern(%q, %q) = %v, want %v", c.pattern, c.topic, got, c.want)
+		}
+	}
+}
+
+// probe is a target that records nothing; the index only compares identities.
+type probe struct{ name string }
+
+func (*probe) admit() bool      { return true }
+func (*probe) unadmit()         {}
+func (*probe) deliver(*Message) {}
+func (p *probe) String() string { return p.name }
+
+// checkIndex compares the index with MatchPattern for one topic.
+func checkIndex(t testing.TB, ix *index, subs map[*probe][]string, topic string) {
+	t.Helper()
+	var want []string
+	for p, patterns := range subs {
+		for _, pat := range patterns {
+			if MatchPattern(pat, topic) {
+				want = append(want, p.name)
+				break
+			}
+		}
+	}
+	var got []string
+	for _, tg := range ix.match(topic) {
+		got = append(got, tg.(*probe).name)
+	}
+	slices.Sort(want)
+	slices.Sort(got)
+	if !slices.Equal(got, want) {
+		t.Fatalf("topic %q: index matched %v, want %v (subs %v)", topic, got, want, subs)
+	}
+}
+
+// The index agrees with MatchPattern through random adds and removes.
+func TestIndexAgreesWithMatchPattern(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	tokens := []string{"a", "b", "c"}
+	randSubject := func(wild bool) string {
+		n := 1 + rng.IntN(4)
+		parts := make([]string, n)
+		for i := range parts {
+			parts[i] = tokens[rng.IntN(len(tokens))]
+			if wild && rng.IntN(4) == 0 {
+				parts[i] = "*"
+			}
+		}
+		if wild && rng.IntN(4) == 0 {
+			parts[n-1] = ">"
+		}
+		return strings.Join(parts, ".")
+	}
+	ix := newIndex()
+	subs := map[*probe][]string{}
+	var all []*probe
+	for step := range 3000 {
+		switch {
+		case rng.IntN(3) > 0 || len(all) == 0:
+			p := &probe{name: fmt.Sprint("s", step)}
+			n := 1 + rng.IntN(3)
+			var pats []string
+			for range n {
+				pats = append(pats, randSubject(true))
+			}
+			slices.Sort(pats)
+			pats = slices.Compact(pats)
+			for _, pat := range pats {
+				ix.add(pat, p)
+			}
+			subs[p] = pats
+			all = append(all, p)
+		default:
+			i := rng.IntN(len(all))
+			p := all[i]
+			for _, pat := range subs[p] {
+				ix.remove(pat, p)
+			}
+			delete(subs, p)
+			all = slices.Delete(all, i, i+1)
+		}
+		checkIndex(t, ix, subs, randSubject(false))
+	}
+	for _, p := range all {
+		for _, pat := range subs[p] {
+			ix.remove(pat, p)
+		}
+	}
+	if len(ix.root.children) != 0 || ix.root.star != nil || len(ix.root.full) != 0 {
+		t.Fatalf("index not empty after removing everything: %+v", ix.root)
+	}
+}
+
+// FuzzTopicMatch: validation never panics, wildcards never pass as topics, and for every
+// valid pattern and topic the index agrees with MatchPattern.
+func FuzzTopicMatch(f *testing.F) {
+	for _, s := range [][2]string{{"jobs.*", "jobs.a"}, {"jobs.>", "jobs"}, {">", "a.b"}, {"a.*.c", "a.b.c"}, {"a..b", "a.b"}, {"*", "\xff"}} {
+		f.Add(s[0], s[1])
+	}
+	f.Fuzz(func(t *testing.T, pattern, topic string) {
+		perr, terr := ValidatePattern(pattern), ValidateTopic(topic)
+		if terr == nil && ValidatePattern(topic) != nil {
+			t.Fatalf("topic %q valid but not as a pattern", topic)
+		}
+		if terr == nil && (strings.Contains("."+topic+".", ".*.") || strings.Contains("."+topic+".", ".>.")) {
+			t.Fatalf("topic %q with a wildcard token accepted", topic)
+		}
+		if perr != nil || terr != nil {
+			return
+		}
+		ix := newIndex()
+		p := &probe{name: "p"}
+		ix.add(pattern, p)
+		checkIndex(t, ix, map[*probe][]string{p: {pattern}}, topic)
+		ix.remove(pattern, p)
+		if got := ix.match(topic); len(got) != 0 {
+			t.Fatalf("still matched after remove: %v", got)
+		}
+	})
+}
+
+func BenchmarkMatch(b *testing.B) {
+	for _, n := range []int{1_000, 100_000} {
+		ix := newIndex()
+		for i := range n {
+			ix.add(fmt.Sprintf([...]string{"s.%d.x", "s.*.y%d", "t.%d.>"}[i%3], i), &probe{})
+		}
+		for _, pat := range []string{"bench.w5.match", "bench.*.match", "bench.>", "bench.w5.>"} {
+			ix.add(pat, &probe{})
+		}
+		b.Run(fmt.Sprint("subs=", n, "/cached"), func(b *testing.B) {
+			for b.Loop() {
+				if len(ix.match("bench.w5.match")) != 4 {
+					b.Fatal("want 4")
+				}
+			}
+		})
+		b.Run(fmt.Sprint("subs=", n, "/uncached"), func(b *testing.B) {
+			for b.Loop() {
+				ix.mu.RLock()
+				ts := collect(ix.root, "bench.w5.match", nil)
+				ix.mu.RUnlock()
+				if len(dedupe(ts)) != 4 {
+					b.Fatal("want 4")
+				}
+			}
+		})
+	}
+}

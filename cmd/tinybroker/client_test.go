@@ -1,0 +1,215 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"net"
+	"os"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/server"
+)
+
+const waitFor = 20 * time.Second
+
+// startBroker serves a new broker on a free port for the rest of the test and checks, at the
+// very end, that the test left no goroutine behind.
+func startBroker(t *testing.T) (string, *broker.Broker) {
+	t.Helper()
+	t.Cleanup(func() { goleak.VerifyNone(t, goleak.IgnoreCurrent()) }) // registered first, runs last
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := broker.New(broker.Options{})
+	srv := server.New(b, 1<<20, server.Options{})
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(lis) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(ctx); err != nil {
+			t.Errorf("Shutdown: %v", err)
+		}
+		if err := <-served; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	return lis.Addr().String(), b
+}
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(waitFor)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", waitFor, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe to write from one goroutine and read from another.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// startSub runs runSub in the background until the broker has its subscription.
+func startSub(t *testing.T, ctx context.Context, args ...string) (stdout *syncBuffer, result <-chan error) {
+	t.Helper()
+	stdout = &syncBuffer{}
+	var stderr syncBuffer
+	res := make(chan error, 1)
+	go func() { res <- runSub(ctx, args, stdout, &stderr) }()
+	eventually(t, "the subscription", func() bool { return strings.HasPrefix(stderr.String(), "subscribed to ") })
+	return stdout, res
+}
+
+func wait(t *testing.T, result <-chan error) error {
+	t.Helper()
+	select {
+	case err := <-result:
+		return err
+	case <-time.After(waitFor):
+		t.Fatal("sub did not return")
+		return nil
+	}
+}
+
+var publishedLine = regexp.MustCompile(`^published (\S+) to (\S+) \(routed to (\d+)\)\n$`)
+
+// pub runs runPub and returns the system_id it printed.
+func pub(t *testing.T, args ...string) string {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	if err := runPub(args, &stdout, &stderr); err != nil {
+		t.Fatalf("pub %q: %v (stderr %q)", args, err, stderr.String())
+	}
+	m := publishedLine.FindStringSubmatch(stdout.String())
+	if m == nil || m[2] != args[len(args)-2] || m[3] != "1" {
+		t.Fatalf("pub printed %q, want \"published <id> to %s (routed to 1)\"", stdout.String(), args[len(args)-2])
+	}
+	return m[1]
+}
+
+func TestPubSub(t *testing.T) {
+	addr, _ := startBroker(t)
+	out, result := startSub(t, context.Background(), "--addr", addr, "--count", "3", "orders.>")
+
+	id1 := pub(t, "--addr", addr, "-H", "k=v", "-H", "trace id=x y", "orders.created", "hello world")
+	stdin = bytes.NewReader([]byte{0xff, 0xfe, 0x00})
+	t.Cleanup(func() { stdin = os.Stdin })
+	id2 := pub(t, "--addr", addr, "orders.paid", "-")
+	id3 := pub(t, "--addr", addr, "orders.shipped", "line 1\nline 2")
+
+	if err := wait(t, result); err != nil {
+		t.Fatalf("sub: %v", err)
+	}
+	want := "[orders.created] " + id1 + ` attempt=1 hello world {k=v, "trace id"="x y"}` + "\n" +
+		"[orders.paid] " + id2 + " attempt=1 len=3 bytes\n" +
+		"[orders.shipped] " + id3 + ` attempt=1 line 1\nline 2` + "\n"
+	if got := out.String(); got != want {
+		t.Fatalf("sub printed\n%s\nwant\n%s", got, want)
+	}
+}
+
+func TestSubGroupAcksAndStopsAtCount(t *testing.T) {
+	addr, b := startBroker(t)
+	out, result := startSub(t, context.Background(), "--addr", addr, "--group", "workers", "--max-in-flight", "2", "--count", "1", "jobs.*")
+	id := pub(t, "--addr", addr, "jobs.a", "one")
+	pub(t, "--addr", addr, "jobs.b", "two")
+	if err := wait(t, result); err != nil {
+		t.Fatalf("sub: %v", err)
+	}
+	if got, want := out.String(), "[jobs.a] "+id+" attempt=1 one\n"; got != want {
+		t.Fatalf("sub printed %q, want %q", got, want)
+	}
+	eventually(t, "the broker to see the member leave", func() bool { return b.Stats().Groups[0].Members == 0 })
+	g := b.Stats().Groups[0]
+	if g.ID != "workers" || g.Acked != 1 || g.Queued != 1 || g.InFlight != 0 {
+		t.Fatalf("after sub --count 1: group %+v, want jobs.a acked and jobs.b queued for the next member", g)
+	}
+}
+
+func TestSubStopsOnCancel(t *testing.T) {
+	addr, b := startBroker(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	_, result := startSub(t, ctx, "--addr", addr, "--id", "watch", "x.>")
+	if s := b.Stats().Subscriptions; len(s) != 1 || s[0].ID != "watch" {
+		t.Fatalf("subscriptions %+v, want one named watch", s)
+	}
+	cancel()
+	if err := wait(t, result); err != nil {
+		t.Fatalf("sub after cancel: %v, want nil", err)
+	}
+}
+
+func TestPubSubUsageErrors(t *testing.T) {
+	addr, _ := startBroker(t)
+	for _, tc := range []struct {
+		name string
+		run  func(stderr *bytes.Buffer) error
+		want string
+	}{
+		{"pub without data", func(e *bytes.Buffer) error { return runPub([]string{"--addr", addr, "a.b"}, e, e) }, "needs TOPIC and DATA"},
+		{"pub bad header", func(e *bytes.Buffer) error { return runPub([]string{"-H", "novalue", "a.b", "x"}, e, e) }, "key=value"},
+		{"pub bad topic", func(e *bytes.Buffer) error { return runPub([]string{"--addr", addr, "a..b", "x"}, e, e) }, "InvalidArgument"},
+		{"sub without pattern", func(e *bytes.Buffer) error { return runSub(context.Background(), []string{"--addr", addr}, e, e) }, "at least one PATTERN"},
+		{"sub bad pattern", func(e *bytes.Buffer) error {
+			return runSub(context.Background(), []string{"--addr", addr, "a.>.b"}, e, e)
+		}, "InvalidArgument"},
+		{"sub max-in-flight without group", func(e *bytes.Buffer) error {
+			return runSub(context.Background(), []string{"--max-in-flight", "3", "a.>"}, e, e)
+		}, "--group"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stderr bytes.Buffer
+			err := tc.run(&stderr)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
+	var stderr bytes.Buffer
+	if err := runPub([]string{"-h"}, &stderr, &stderr); !errors.Is(err, flag.ErrHelp) || !strings.Contains(stderr.String(), "Usage: tinybroker pub") {
+		t.Fatalf("pub -h: %v, usage %q", err, stderr.String())
+	}
+}
+
+func TestPayloadText(t *testing.T) {
+	for in, want := range map[string]string{
+		"plain":      "plain",
+		"tab\there":  `tab\there`,
+		"caf\u00e9":  "caf\u00e9",
+		"\x00\x01":   "len=2 bytes",
+		"\xff":       "len=1 bytes",
+		"bell\a":     "len=5 bytes",
+		"{\"a\": 1}": `{"a": 1}`,
+	} {
+		if got := payloadText([]byte(in)); got != want {
+			t.Errorf("payloadText(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -1,0 +1,158 @@
+// Command tinybroker is the broker server and its command-line client.
+//
+//	tinybroker serve [--listen ADDR] [--config FILE] [--log-format text|json] [--log-level LEVEL]
+//	tinybroker pub   [--addr ADDR] [-H key=value]... TOPIC DATA
+//	tinybroker sub   [--addr ADDR] [--group G] [--count N] PATTERN...
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/internal/config"
+	"github.com/tinybroker/tinybroker/server"
+)
+
+const usage = `tinybroker: a single-node, in-memory message broker spoken to over gRPC.
+
+Usage:
+  tinybroker serve [--listen ADDR] [--config FILE] [--log-format text|json] [--log-level LEVEL]
+  tinybroker pub   [--addr ADDR] [-H key=value]... TOPIC DATA
+  tinybroker sub   [--addr ADDR] [--group G] [--id ID] [--count N] PATTERN...
+
+Run "tinybroker COMMAND -h" for a command's flags.
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "tinybroker:", err)
+		}
+		os.Exit(2)
+	}
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return errors.New("no command given")
+	}
+	switch args[0] {
+	case "serve":
+		return serve(ctx, args[1:], stderr, nil)
+	case "pub":
+		return runPub(args[1:], stdout, stderr)
+	case "sub":
+		return runSub(ctx, args[1:], stdout, stderr)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
+	fmt.Fprint(stderr, usage)
+	return fmt.Errorf("unknown command %q", args[0])
+}
+
+// serve runs the broker until ctx is done, then shuts it down within the grace period.
+// listening, if not nil, receives the bound address (tests listen on port 0).
+func serve(ctx context.Context, args []string, stderr io.Writer, listening chan<- net.Addr) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	listen := fs.String("listen", "", "address to listen on (default 127.0.0.1:7878, or the config file's listen)")
+	configPath := fs.String("config", "", "HCL configuration file (default: built-in in-memory defaults)")
+	logFormat := fs.String("log-format", "", "log format: text or json")
+	logJSON := fs.Bool("log-json", false, "log as JSON (same as --log-format json)")
+	logLevel := fs.String("log-level", "", "log level: trace, debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("serve takes no arguments, got %q", fs.Args())
+	}
+	cfg := config.Default()
+	if *configPath != "" {
+		var err error
+		if cfg, err = config.Load(*configPath); err != nil {
+			return err
+		}
+	}
+	if *listen != "" {
+		cfg.Listen = *listen
+	}
+	if *logJSON {
+		cfg.LogFormat = "json"
+	}
+	if *logFormat != "" {
+		if *logFormat != "text" && *logFormat != "json" {
+			return fmt.Errorf("--log-format %q: use text or json", *logFormat)
+		}
+		cfg.LogFormat = *logFormat
+	}
+	if *logLevel != "" {
+		if hclog.LevelFromString(*logLevel) == hclog.NoLevel {
+			return fmt.Errorf("--log-level %q: use trace, debug, info, warn or error", *logLevel)
+		}
+		cfg.LogLevel = *logLevel
+	}
+	log := hclog.New(&hclog.LoggerOptions{
+		Name:       "tinybroker",
+		Level:      hclog.LevelFromString(cfg.LogLevel),
+		JSONFormat: cfg.LogFormat == "json",
+		Output:     stderr,
+	})
+
+	lis, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w (pass --listen HOST:PORT to choose another address)", cfg.Listen, err)
+	}
+	cfg.Broker.Logger = log.Named("broker")
+	b := broker.New(cfg.Broker)
+	srv := server.New(b, cfg.Broker.MaxMessageBytes, server.Options{
+		KeepaliveTime:    cfg.KeepaliveTime,
+		KeepaliveTimeout: cfg.KeepaliveTimeout,
+		Logger:           log.Named("server"),
+	})
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(lis) }()
+	log.Info("listening", "addr", lis.Addr().String(), "config", cfgName(*configPath))
+	if listening != nil {
+		listening <- lis.Addr()
+	}
+
+	select {
+	case err := <-served:
+		_ = srv.Shutdown(context.Background())
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	log.Info("shutting down", "grace", cfg.ShutdownGrace)
+	grace, cancel := context.WithTimeout(context.Background(), cfg.ShutdownGrace)
+	defer cancel()
+	if err := srv.Shutdown(grace); err != nil {
+		log.Warn("grace period ended with messages unacked", "error", err)
+	}
+	if err := <-served; err != nil {
+		return err
+	}
+	log.Info("stopped")
+	return nil
+}
+
+func cfgName(path string) string {
+	if path == "" {
+		return "built-in defaults"
+	}
+	return path
+}

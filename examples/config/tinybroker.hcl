@@ -1,0 +1,55 @@
+# tinybroker configuration. Every setting is optional and shown here at its default;
+# delete what you don't change. Durations are Go duration strings ("500ms", "10s", "1m30s").
+# Run: tinybroker serve --config tinybroker.hcl
+
+# Address the gRPC server listens on, host:port. ":7878" listens on every interface.
+listen = "127.0.0.1:7878"
+
+# Log verbosity: trace, debug, info, warn or error.
+log_level = "info"
+
+# Log format: "text" for people, "json" for log collectors.
+log_format = "text"
+
+# On SIGINT/SIGTERM, how long to wait for clients to finish before closing them.
+shutdown_grace = "10s"
+
+# The server pings a client that has been idle this long...
+keepalive_time = "30s"
+# ...and drops it if the ping is not answered within this long.
+keepalive_timeout = "10s"
+
+# Largest message payload accepted, in bytes (1 MiB).
+max_message_bytes = 1048576
+
+# Largest total size of a message's header keys and values, in bytes (64 KiB).
+max_header_bytes = 65536
+
+# Balanced consumer groups.
+groups {
+  # Messages a group holds for its members before overflow applies.
+  max_queued = 100000
+
+  # What a full group does with a publish: "reject" refuses it (the publisher gets an
+  # error), "drop_oldest" accepts it and drops the group's oldest queued message.
+  overflow = "reject"
+
+  # Default ack deadline: an unacked message is redelivered after this long.
+  ack_deadline = "30s"
+
+  # Largest max_in_flight a group member may ask for.
+  max_in_flight_cap = 65536
+}
+
+# Fanout subscriptions: every subscriber gets every message.
+fanout {
+  # Messages buffered per subscriber.
+  buffer_messages = 65536
+
+  # Payload bytes buffered per subscriber (64 MiB); at least max_message_bytes.
+  buffer_bytes = 67108864
+
+  # What happens to a subscriber whose buffer is full: "disconnect" ends its subscription,
+  # "drop" skips the message for that subscriber.
+  slow_consumer = "disconnect"
+}

@@ -1,0 +1,106 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/server"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// startBroker serves a new broker on a free port for the rest of the test.
+func startBroker(t *testing.T) (string, *broker.Broker) {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := broker.New(broker.Options{})
+	srv := server.New(b, 1<<20, server.Options{})
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(lis) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(ctx); err != nil {
+			t.Errorf("Shutdown: %v", err)
+		}
+		if err := <-served; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	return lis.Addr().String(), b
+}
+
+var resized = regexp.MustCompile(`(?m)^worker ([ABC]) resized (jobs\.thumb\.\d+)$`)
+
+func TestRunResizesEveryJobOnce(t *testing.T) {
+	addr, b := startBroker(t)
+	for round := 1; round <= 2; round++ { // the second run finds the group the first one left
+		var out bytes.Buffer
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err := run(ctx, addr, &out)
+		cancel()
+		if err != nil {
+			t.Fatalf("run %d: %v\noutput:\n%s", round, err, out.String())
+		}
+		jobsDone := map[string]int{}
+		workersSeen := map[string]bool{}
+		for _, m := range resized.FindAllStringSubmatch(out.String(), -1) {
+			workersSeen[m[1]] = true
+			jobsDone[m[2]]++
+		}
+		if len(jobsDone) != jobs {
+			t.Errorf("run %d: %d distinct jobs resized, want %d", round, len(jobsDone), jobs)
+		}
+		for job, n := range jobsDone {
+			if n != 1 {
+				t.Errorf("run %d: %s resized %d times", round, job, n)
+			}
+		}
+		if len(workersSeen) < 2 {
+			t.Errorf("run %d: only workers %v took part, want the group to share the jobs", round, workersSeen)
+		}
+		if !strings.Contains(out.String(), "all 50 jobs resized exactly once") {
+			t.Errorf("run %d: no summary line in\n%s", round, out.String())
+		}
+	}
+	groupStats := func() broker.GroupStats {
+		for _, g := range b.Stats().Groups {
+			if g.ID == subscriptionID {
+				return g
+			}
+		}
+		return broker.GroupStats{}
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for groupStats().Members != 0 && time.Now().Before(deadline) { // the broker sees the streams end
+		time.Sleep(5 * time.Millisecond)
+	}
+	if g := groupStats(); g.Group != group || g.Acked != 2*jobs || g.Redelivered != 0 || g.Queued != 0 || g.InFlight != 0 || g.Members != 0 {
+		t.Errorf("group after two runs: %+v, want %d acked, no members and nothing left", g, 2*jobs)
+	}
+}
+
+func TestRunFailsWithoutBroker(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	lis.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := run(ctx, addr, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "Unavailable") {
+		t.Fatalf("run against nothing: %v, want an Unavailable error", err)
+	}
+}

@@ -1,0 +1,104 @@
+// Package config reads tinybroker's configuration file.
+//
+// The file is HCL. Every setting is optional; anything left out takes the default shown by
+// Default, and an attribute or block the package does not know is an error:
+//
+//	listen            = "127.0.0.1:7878"
+//	log_level         = "info"   # trace | debug | info | warn | error
+//	log_format        = "text"   # text | json
+//	shutdown_grace    = "10s"    # Go duration strings
+//	keepalive_time    = "30s"
+//	keepalive_timeout = "10s"
+//	max_message_bytes = 1048576
+//	max_header_bytes  = 65536
+//
+//	groups {                      # at most one
+//	  max_queued        = 100000
+//	  overflow          = "reject"  # reject | drop_oldest
+//	  ack_deadline      = "30s"
+//	  max_in_flight_cap = 65536
+//	}
+//
+//	fanout {                      # at most one
+//	  buffer_messages = 65536
+//	  buffer_bytes    = 67108864
+//	  slow_consumer   = "disconnect" # disconnect | drop
+//	}
+//
+// Errors name the file, line and column of the offending text.
+package config
+
+import (
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/hclsyntax"
+
+	"github.com/tinybroker/tinybroker/broker"
+)
+
+// Config is the server's configuration after defaults.
+type Config struct {
+	Listen           string        // address the gRPC server listens on, host:port ("127.0.0.1:7878")
+	LogLevel         string        // trace, debug, info, warn or error ("info")
+	LogFormat        string        // text or json ("text")
+	ShutdownGrace    time.Duration // how long a graceful shutdown may take (10s)
+	KeepaliveTime    time.Duration // the server pings a client idle this long (30s)
+	KeepaliveTimeout time.Duration // and drops it if the ping is not answered in this long (10s)
+	Broker           broker.Options
+}
+
+// Default returns the configuration of an empty file: every field, the broker options
+// included, set to its default. Broker.Logger is left nil.
+func Default() Config {
+	return Config{
+		Listen:           "127.0.0.1:7878",
+		LogLevel:         "info",
+		LogFormat:        "text",
+		ShutdownGrace:    10 * time.Second,
+		KeepaliveTime:    30 * time.Second,
+		KeepaliveTimeout: 10 * time.Second,
+		Broker: broker.Options{
+			MaxMessageBytes:      1 << 20,
+			MaxHeaderBytes:       64 << 10,
+			GroupMaxQueued:       100_000,
+			GroupOverflow:        broker.OverflowReject,
+			FanoutBufferMessages: 65_536,
+			FanoutBufferBytes:    64 << 20,
+			SlowConsumer:         broker.SlowConsumerDisconnect,
+			AckDeadline:          30 * time.Second,
+			MaxInFlightCap:       65_536,
+		},
+	}
+}
+
+// Load reads the configuration file at path and parses it with Parse.
+func Load(path string) (Config, error) {
+	src, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("reading configuration: %w", err)
+	}
+	return Parse(src, path)
+}
+
+// Parse parses a configuration file's contents; filename is used only in error messages.
+// Settings the file leaves out take their defaults.
+//
+// On error the Config is the zero value and the error lists every problem found, one per
+// line, each as "FILE:LINE,COL-COL: Summary; Detail". errors.As with an hcl.Diagnostics
+// target recovers the diagnostics themselves, e.g. for hcl.NewDiagnosticTextWriter.
+func Parse(src []byte, filename string) (Config, error) {
+	file, diags := hclsyntax.ParseConfig(src, filename, hcl.InitialPos)
+	if diags.HasErrors() {
+		return Config{}, newError(diags, filename)
+	}
+	d := decoder{cfg: Default(), ranges: make(map[string]hcl.Range)}
+	diags = append(diags, d.section(file.Body, rootSection, "")...)
+	diags = append(diags, d.check()...)
+	if diags.HasErrors() {
+		return Config{}, newError(diags, filename)
+	}
+	return d.cfg, nil
+}

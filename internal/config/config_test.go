@@ -1,0 +1,415 @@
+package config
+
+import (
+	"errors"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/hcl/v2"
+
+	"github.com/tinybroker/tinybroker/broker"
+)
+
+func TestDefault(t *testing.T) {
+	c := Default()
+	want := Config{
+		Listen:           "127.0.0.1:7878",
+		LogLevel:         "info",
+		LogFormat:        "text",
+		ShutdownGrace:    10 * time.Second,
+		KeepaliveTime:    30 * time.Second,
+		KeepaliveTimeout: 10 * time.Second,
+		Broker: broker.Options{
+			MaxMessageBytes:      1 << 20,
+			MaxHeaderBytes:       64 << 10,
+			GroupMaxQueued:       100000,
+			GroupOverflow:        broker.OverflowReject,
+			FanoutBufferMessages: 65536,
+			FanoutBufferBytes:    64 << 20,
+			SlowConsumer:         broker.SlowConsumerDisconnect,
+			AckDeadline:          30 * time.Second,
+			MaxInFlightCap:       65536,
+		},
+	}
+	if c != want {
+		t.Errorf("Default() = %+v\nwant %+v", c, want)
+	}
+	if c.Broker.Logger != nil {
+		t.Errorf("Default().Broker.Logger = %v, want nil", c.Broker.Logger)
+	}
+}
+
+func TestParseEmpty(t *testing.T) {
+	for _, src := range []string{"", "\n", "# just a comment\n", "groups {}\nfanout {\n}\n"} {
+		c, err := Parse([]byte(src), "t.hcl")
+		if err != nil {
+			t.Fatalf("Parse(%q): %v", src, err)
+		}
+		if c != Default() {
+			t.Errorf("Parse(%q) = %+v, want Default()", src, c)
+		}
+	}
+}
+
+const fullFile = `
+listen            = "[::1]:9000"
+log_level         = "debug"
+log_format        = "json"
+shutdown_grace    = "1m30s"
+keepalive_time    = "45s"
+keepalive_timeout = "5s"
+max_message_bytes = 2048
+max_header_bytes  = 512
+
+groups {
+  max_queued        = 10
+  overflow          = "drop_oldest"
+  ack_deadline      = "250ms"
+  max_in_flight_cap = 32
+}
+
+fanout {
+  buffer_messages = 7
+  buffer_bytes    = 4096
+  slow_consumer   = "drop"
+}
+`
+
+func TestParseFull(t *testing.T) {
+	c, err := Parse([]byte(fullFile), "full.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checks := []struct {
+		name      string
+		got, want any
+	}{
+		{"Listen", c.Listen, "[::1]:9000"},
+		{"LogLevel", c.LogLevel, "debug"},
+		{"LogFormat", c.LogFormat, "json"},
+		{"ShutdownGrace", c.ShutdownGrace, 90 * time.Second},
+		{"KeepaliveTime", c.KeepaliveTime, 45 * time.Second},
+		{"KeepaliveTimeout", c.KeepaliveTimeout, 5 * time.Second},
+		{"MaxMessageBytes", c.Broker.MaxMessageBytes, 2048},
+		{"MaxHeaderBytes", c.Broker.MaxHeaderBytes, 512},
+		{"GroupMaxQueued", c.Broker.GroupMaxQueued, 10},
+		{"GroupOverflow", c.Broker.GroupOverflow, broker.OverflowDropOldest},
+		{"AckDeadline", c.Broker.AckDeadline, 250 * time.Millisecond},
+		{"MaxInFlightCap", c.Broker.MaxInFlightCap, 32},
+		{"FanoutBufferMessages", c.Broker.FanoutBufferMessages, 7},
+		{"FanoutBufferBytes", c.Broker.FanoutBufferBytes, 4096},
+		{"SlowConsumer", c.Broker.SlowConsumer, broker.SlowConsumerDrop},
+		{"Logger", c.Broker.Logger, nil},
+	}
+	for _, ch := range checks {
+		if ch.got != ch.want {
+			t.Errorf("%s = %v, want %v", ch.name, ch.got, ch.want)
+		}
+	}
+}
+
+// TestParsePartial checks that settings left out keep their defaults, inside blocks too.
+func TestParsePartial(t *testing.T) {
+	c, err := Parse([]byte("log_level = \"warn\"\ngroups {\n  overflow = \"drop_oldest\"\n}\n"), "t.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Default()
+	want.LogLevel = "warn"
+	want.Broker.GroupOverflow = broker.OverflowDropOldest
+	if c != want {
+		t.Errorf("got %+v\nwant %+v", c, want)
+	}
+}
+
+// TestParseExpressions covers the forms of constant HCL allows beyond plain literals.
+func TestParseExpressions(t *testing.T) {
+	src := `
+listen = ":7878"
+max_message_bytes = (512 + 512) * 1024
+groups {
+  max_queued        = 1e3
+  max_in_flight_cap = 9223372036854775807
+}
+fanout {
+  buffer_bytes = 64 * 1024 * 1024
+}
+`
+	c, err := Parse([]byte(src), "t.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Listen != ":7878" || c.Broker.MaxMessageBytes != 1<<20 || c.Broker.GroupMaxQueued != 1000 ||
+		c.Broker.MaxInFlightCap != math.MaxInt64 || c.Broker.FanoutBufferBytes != 64<<20 {
+		t.Errorf("got %+v", c)
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		src  string
+		want []string // substrings of the error, after "t.hcl:"
+	}{
+		{"syntax", "listen = \"a:1\"\nlog_level = = \"info\"\n",
+			[]string{"t.hcl:2,13", "Invalid expression"}},
+		{"unclosed block", "groups {\n  max_queued = 5\n",
+			[]string{"t.hcl:1,8", "Unclosed configuration block"}},
+		{"unterminated string", "listen = \"127.0.0.1:7878\n",
+			[]string{"t.hcl:1,"}},
+		{"multi-paragraph detail", "listen = \"${0A\"\n",
+			[]string{"t.hcl:1,", "escape it by starting with"}},
+		{"unknown attribute", "log_level = \"info\"\nlistn = \"b:2\"\n",
+			[]string{"t.hcl:2,1-6", "Unsupported argument", `Did you mean "listen"?`}},
+		{"unknown attribute in block", "fanout {\n  buffer = 5\n}\n",
+			[]string{"t.hcl:2,3-9", "Unsupported argument", `"buffer"`}},
+		{"unknown block", "group {\n}\n",
+			[]string{"t.hcl:1,1-6", "Unsupported block type", `Did you mean "groups"?`}},
+		{"block label", "groups \"a\" {\n}\n",
+			[]string{"t.hcl:1,8-11", "Extraneous label"}},
+		{"attribute as block", "listen {\n}\n",
+			[]string{"t.hcl:1,1-7", "Unsupported block type"}},
+		{"block as attribute", "groups = 5\n",
+			[]string{"t.hcl:1,1-7", "Unsupported argument"}},
+		{"redefined attribute", "listen = \"a:1\"\nlisten = \"b:2\"\n",
+			[]string{"t.hcl:2,1-7", "Attribute redefined"}},
+		{"bad duration", "listen = \"a:1\"\nshutdown_grace = \"10 seconds\"\n",
+			[]string{"t.hcl:2,18-30", "Invalid duration", `"10 seconds" is not a Go duration`, `"10s"`}},
+		{"duration without unit", "groups {\n  ack_deadline = 30\n}\n",
+			[]string{"t.hcl:2,18-20", `ack_deadline must be a duration string such as "30s", in quotes; got a number`}},
+		{"zero duration", "keepalive_time = \"0s\"\n",
+			[]string{"t.hcl:1,18-22", "keepalive_time must be greater than zero"}},
+		{"negative duration", "keepalive_timeout = \"-5s\"\n",
+			[]string{"t.hcl:1,21-26", "keepalive_timeout must be greater than zero"}},
+		{"bad enum", "groups {\n  overflow = \"drop\"\n}\n",
+			[]string{"t.hcl:2,14-20", "Invalid overflow", `"drop" is not a valid overflow`, `use "reject" or "drop_oldest"`}},
+		{"bad log level", "log_level = \"verbose\"\n",
+			[]string{"t.hcl:1,13-22", `use "trace", "debug", "info", "warn" or "error"`}},
+		{"bad log format", "log_format = \"JSON\"\n",
+			[]string{"t.hcl:1,14-20", `use "text" or "json"`}},
+		{"bad slow consumer", "fanout {\n  slow_consumer = \"block\"\n}\n",
+			[]string{"t.hcl:2,19-26", `use "disconnect" or "drop"`}},
+		{"negative number", "max_header_bytes = -5\n",
+			[]string{"t.hcl:1,20-22", "max_header_bytes must be greater than zero; got -5"}},
+		{"zero number", "fanout {\n  buffer_messages = 0\n}\n",
+			[]string{"t.hcl:2,21-22", "buffer_messages must be greater than zero"}},
+		{"fraction", "max_message_bytes = 1.5\n",
+			[]string{"t.hcl:1,21-24", "Invalid max_message_bytes", "must be a whole number; got 1.5"}},
+		{"huge number", "max_message_bytes = 1e40\n",
+			[]string{"t.hcl:1,21-25", "Number out of range", "less than 2^64"}},
+		{"just too large", "groups {\n  max_in_flight_cap = 9223372036854775808\n}\n",
+			[]string{"t.hcl:2,23-42", "max_in_flight_cap is too large", "the most is 9223372036854775807"}},
+		{"wrong type", "groups {\n  max_queued = \"many\"\n}\n",
+			[]string{"t.hcl:2,16-22", "Wrong type for max_queued", "must be a whole number greater than zero, written without quotes; got a string"}},
+		{"quoted number", "max_header_bytes = \"100\"\n",
+			[]string{"t.hcl:1,20-25", "without quotes"}},
+		{"number for string", "listen = 7878\n",
+			[]string{"t.hcl:1,10-14", "Wrong type for listen", "in quotes; got a number"}},
+		{"bool for string", "log_format = true\n",
+			[]string{"t.hcl:1,14-18", "in quotes; got a bool"}},
+		{"bool for number", "max_header_bytes = true\n",
+			[]string{"t.hcl:1,20-24", "got a bool"}},
+		{"list for string", "listen = [\"a:1\"]\n",
+			[]string{"t.hcl:1,10-17", "Not a constant"}},
+		{"null for number", "max_header_bytes = null\n",
+			[]string{"t.hcl:1,20-24", "Wrong type for max_header_bytes", "got null"}},
+		{"heredoc keeps its newline", "listen = <<EOT\n:7878\nEOT\n",
+			[]string{"t.hcl:1,10-3,4", `port "7878\n"`}},
+		{"unquoted string", "log_level = debug\n",
+			[]string{"t.hcl:1,13-18", "Unquoted string", `write "debug" rather than debug`}},
+		{"interpolation", "listen = \"${\"a\"}:1\"\n",
+			[]string{"t.hcl:1,13-16", "Interpolation not allowed", "Write $${ or %%{"}},
+		{"template directive", "listen = \"%{if true}a:1%{endif}\"\n",
+			[]string{"t.hcl:1,11", "Interpolation not allowed"}},
+		{"number in interpolation", "listen = \"${1e999999999}\"\n",
+			[]string{"t.hcl:1,13-24", "Interpolation not allowed"}},
+		{"for expression", "listen = [for x in [1]: x]\n",
+			[]string{"t.hcl:1,10-27", "Not a constant"}},
+		{"conditional", "max_header_bytes = true ? 1 : 2\n",
+			[]string{"t.hcl:1,20-32", "Not a constant"}},
+		{"bad arithmetic", "max_header_bytes = 1 + \"x\"\n",
+			[]string{"t.hcl:1,"}},
+		{"modulo", "max_header_bytes = 1e300000000 % 1e-300000000\n",
+			[]string{"t.hcl:1,20-46", "Not a constant"}},
+		{"logical not", "max_header_bytes = !true\n",
+			[]string{"t.hcl:1,20-25", "Not a constant"}},
+		{"comparison", "max_header_bytes = 1 == 1\n",
+			[]string{"t.hcl:1,20-26", "Not a constant"}},
+		{"infinity", "max_header_bytes = 1e19 / 0\n",
+			[]string{"t.hcl:1,20-28", "max_header_bytes is too large; the most is 9223372036854775807"}},
+		{"slow arithmetic", "max_header_bytes = 1e300000000 + 1e-300000000\n",
+			[]string{"t.hcl:1,20-31", "Number out of range"}},
+		{"division by zero", "max_header_bytes = 1 / 0\n",
+			[]string{"t.hcl:1,"}},
+		{"huge exponent", "max_message_bytes = 1e999999999\n",
+			[]string{"t.hcl:1,21-32", "Number out of range"}},
+		{"very large", "max_message_bytes = " + strings.Repeat("1e19 * ", 17) + "1\n",
+			[]string{"t.hcl:1,21-141", "max_message_bytes is too large; got a number with more than 300 digits"}},
+		{"tiny fraction", "max_message_bytes = 1e-999999999\n",
+			[]string{"t.hcl:1,21-33", "must be greater than zero; got 0."}},
+		{"very small", "max_message_bytes = " + strings.Repeat("1e-19 * ", 17) + "1\n",
+			[]string{"t.hcl:1,21-158", "must be a whole number; got a number too close to zero to show"}},
+		{"huge exponent for a duration", "shutdown_grace = 1e999999999\n",
+			[]string{"t.hcl:1,18-29", "Number out of range"}},
+		{"null", "log_level = null\n",
+			[]string{"t.hcl:1,13-17", "Wrong type for log_level", "got null"}},
+		{"variable", "listen = var.addr\n",
+			[]string{"t.hcl:1,10-18", "Not a constant"}},
+		{"function call", "listen = upper(\"a:1\")\n",
+			[]string{"t.hcl:1,10-22", "Not a constant"}},
+		{"bad listen address", "listen = \"localhost\"\n",
+			[]string{"t.hcl:1,10-21", "Invalid listen address", `"localhost" is not host:port`, "missing port"}},
+		{"bad listen port", "listen = \"localhost:http\"\n",
+			[]string{"t.hcl:1,10-26", "Invalid listen address", `port "http"`, "0 to 65535"}},
+		{"listen port out of range", "listen = \":70000\"\n",
+			[]string{"t.hcl:1,10-18", "0 to 65535"}},
+		{"two groups blocks", "groups {\n  max_queued = 1\n}\ngroups {\n  max_queued = 2\n}\n",
+			[]string{"t.hcl:4,1-7", "Duplicate groups block", "first one, at t.hcl:1,1-7"}},
+		{"two fanout blocks", "fanout {}\nfanout {}\n",
+			[]string{"t.hcl:2,1-7", "Duplicate fanout block"}},
+		{"fanout buffer smaller than a message", "max_message_bytes = 4096\nfanout {\n  buffer_bytes = 1024\n}\n",
+			[]string{"t.hcl:3,18-22", "buffer_bytes (1024) is less than max_message_bytes (4096)"}},
+		{"message larger than default buffer", "max_message_bytes = 100000000\n",
+			[]string{"t.hcl:1,21-30", "less than max_message_bytes (100000000)"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := Parse([]byte(tt.src), "t.hcl")
+			if err == nil {
+				t.Fatalf("Parse succeeded: %+v", c)
+			}
+			if c != (Config{}) {
+				t.Errorf("Parse returned a non-zero Config with its error: %+v", c)
+			}
+			msg := err.Error()
+			for _, w := range tt.want {
+				if !strings.Contains(msg, w) {
+					t.Errorf("error %q\ndoes not contain %q", msg, w)
+				}
+			}
+			checkEveryLineHasPosition(t, msg, "t.hcl")
+		})
+	}
+}
+
+func checkEveryLineHasPosition(t *testing.T, msg, filename string) {
+	t.Helper()
+	for _, line := range strings.Split(msg, "\n") {
+		if !strings.HasPrefix(line, filename+":") {
+			t.Errorf("error line %q does not start with %s:LINE,COL", line, filename)
+		}
+	}
+}
+
+// TestParseManyErrors checks that every problem is reported, in file order, one per line.
+func TestParseManyErrors(t *testing.T) {
+	src := "log_level = \"loud\"\nlistn = \"x\"\ngroups {\n  max_queued = -1\n  overflow = \"nope\"\n}\n"
+	_, err := Parse([]byte(src), "t.hcl")
+	if err == nil {
+		t.Fatal("Parse succeeded")
+	}
+	lines := strings.Split(err.Error(), "\n")
+	want := []string{"t.hcl:1,13", "t.hcl:2,1", "t.hcl:4,16", "t.hcl:5,14"}
+	if len(lines) != len(want) {
+		t.Fatalf("got %d lines, want %d:\n%s", len(lines), len(want), err)
+	}
+	for i, w := range want {
+		if !strings.HasPrefix(lines[i], w) {
+			t.Errorf("line %d = %q, want prefix %q", i+1, lines[i], w)
+		}
+	}
+	var diags hcl.Diagnostics
+	if !errors.As(err, &diags) || len(diags) != len(want) {
+		t.Errorf("errors.As(err, *hcl.Diagnostics) = %v", diags)
+	}
+}
+
+func TestLoad(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tb.hcl")
+	if err := os.WriteFile(path, []byte(fullFile), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Listen != "[::1]:9000" {
+		t.Errorf("Listen = %q", c.Listen)
+	}
+
+	if err := os.WriteFile(path, []byte("listen = \"nope\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(path); err == nil || !strings.Contains(err.Error(), path+":1,10-16") {
+		t.Errorf("Load of a bad file: error %v does not name %s:1,10-16", err, path)
+	}
+}
+
+func TestLoadMissing(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "missing.hcl")
+	c, err := Load(path)
+	if err == nil {
+		t.Fatalf("Load of a missing file succeeded: %+v", c)
+	}
+	if !strings.Contains(err.Error(), path) {
+		t.Errorf("error %q does not name %s", err, path)
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("error %v is not os.ErrNotExist", err)
+	}
+}
+
+// TestExampleFile checks that the example configuration parses and shows the defaults.
+func TestExampleFile(t *testing.T) {
+	c, err := Load("../../examples/config/tinybroker.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c != Default() {
+		t.Errorf("example file = %+v\nDefault()  = %+v", c, Default())
+	}
+}
+
+func FuzzConfig(f *testing.F) {
+	f.Add([]byte(fullFile))
+	if src, err := os.ReadFile("../../examples/config/tinybroker.hcl"); err == nil {
+		f.Add(src)
+	}
+	for _, s := range []string{
+		"",
+		"listen = \"localhost\"\n",
+		"log_level = = \"info\"\n",
+		"shutdown_grace = \"10 seconds\"\n",
+		"groups {\n  max_queued = \"many\"\n  overflow = \"drop\"\n}\ngroups {}\n",
+		"fanout \"x\" {\n  buffer_bytes = -1\n}\n",
+		"max_message_bytes = 1e40\nlisten = upper(x)\n",
+		"listen = [for v in [1, 2]: v]\n",
+		"listen = \"${1e999}\"\nmax_header_bytes = 1e999 % 7\n",
+		"groups {\n  max_queued = 5\n",
+		"x = \"${\"\n",
+		"A=\"0\"\nA=\"0${0A",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, src []byte) {
+		c, err := Parse(src, "fuzz.hcl")
+		if err != nil {
+			msg := err.Error()
+			if msg == "" {
+				t.Fatal("empty error message")
+			}
+			checkEveryLineHasPosition(t, msg, "fuzz.hcl")
+			return
+		}
+		if c.Listen == "" || c.ShutdownGrace <= 0 || c.KeepaliveTime <= 0 || c.KeepaliveTimeout <= 0 ||
+			c.Broker.MaxMessageBytes <= 0 || c.Broker.MaxHeaderBytes <= 0 || c.Broker.GroupMaxQueued <= 0 ||
+			c.Broker.AckDeadline <= 0 || c.Broker.MaxInFlightCap <= 0 || c.Broker.FanoutBufferMessages <= 0 ||
+			c.Broker.FanoutBufferBytes < c.Broker.MaxMessageBytes {
+			t.Fatalf("Parse accepted an invalid configuration: %+v", c)
+		}
+	})
+}

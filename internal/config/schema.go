@@ -1,0 +1,69 @@
+package config
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/hcl/v2"
+
+	"github.com/tinybroker/tinybroker/broker"
+)
+
+// The file's structure. To add a setting, add a line to its section; to add a block type,
+// add a blockType to the section it may appear in (see sectionBlock for the simple case of
+// a block holding more settings).
+
+var rootSection = section{
+	attrs: []attribute{
+		listenAttr("listen", func(c *Config) *string { return &c.Listen }),
+		enumAttr("log_level", names("trace", "debug", "info", "warn", "error"), func(c *Config) *string { return &c.LogLevel }),
+		enumAttr("log_format", names("text", "json"), func(c *Config) *string { return &c.LogFormat }),
+		durationAttr("shutdown_grace", func(c *Config) *time.Duration { return &c.ShutdownGrace }),
+		durationAttr("keepalive_time", func(c *Config) *time.Duration { return &c.KeepaliveTime }),
+		durationAttr("keepalive_timeout", func(c *Config) *time.Duration { return &c.KeepaliveTimeout }),
+		positiveIntAttr("max_message_bytes", func(c *Config) *int { return &c.Broker.MaxMessageBytes }),
+		positiveIntAttr("max_header_bytes", func(c *Config) *int { return &c.Broker.MaxHeaderBytes }),
+	},
+	blocks: []blockType{
+		{name: "groups", decode: sectionBlock(groupsSection)},
+		{name: "fanout", decode: sectionBlock(fanoutSection)},
+	},
+}
+
+var groupsSection = section{
+	attrs: []attribute{
+		positiveIntAttr("max_queued", func(c *Config) *int { return &c.Broker.GroupMaxQueued }),
+		enumAttr("overflow", []choice[broker.Overflow]{
+			{"reject", broker.OverflowReject},
+			{"drop_oldest", broker.OverflowDropOldest},
+		}, func(c *Config) *broker.Overflow { return &c.Broker.GroupOverflow }),
+		durationAttr("ack_deadline", func(c *Config) *time.Duration { return &c.Broker.AckDeadline }),
+		positiveIntAttr("max_in_flight_cap", func(c *Config) *int { return &c.Broker.MaxInFlightCap }),
+	},
+}
+
+var fanoutSection = section{
+	attrs: []attribute{
+		positiveIntAttr("buffer_messages", func(c *Config) *int { return &c.Broker.FanoutBufferMessages }),
+		positiveIntAttr("buffer_bytes", func(c *Config) *int { return &c.Broker.FanoutBufferBytes }),
+		enumAttr("slow_consumer", []choice[broker.SlowConsumerPolicy]{
+			{"disconnect", broker.SlowConsumerDisconnect},
+			{"drop", broker.SlowConsumerDrop},
+		}, func(c *Config) *broker.SlowConsumerPolicy { return &c.Broker.SlowConsumer }),
+	},
+}
+
+// check reports problems that involve more than one setting, once every setting is decoded.
+func (d *decoder) check() hcl.Diagnostics {
+	var diags hcl.Diagnostics
+	if o := d.cfg.Broker; o.FanoutBufferBytes < o.MaxMessageBytes {
+		diags = append(diags, &hcl.Diagnostic{
+			Severity: hcl.DiagError,
+			Summary:  "Fanout buffer smaller than a message",
+			Detail: fmt.Sprintf("fanout buffer_bytes (%d) is less than max_message_bytes (%d), so a subscriber would be cut off by any message larger than its buffer; raise buffer_bytes or lower max_message_bytes.",
+				o.FanoutBufferBytes, o.MaxMessageBytes),
+			Subject: d.rangeOf("fanout.buffer_bytes", "max_message_bytes"),
+		})
+	}
+	return diags
+}

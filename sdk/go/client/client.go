@@ -1,0 +1,189 @@
+// Package client is the Go client library for tinybroker.
+//
+// Dial a broker, then publish with [Client.Publish] (one unary call per message) or with a
+// [Publisher] (pipelined: many messages in flight on one stream), and consume with
+// [Client.Subscribe], which runs a [Handler] on worker goroutines, acks what it handled and
+// reconnects when the broker restarts.
+//
+//	c, err := client.Dial("127.0.0.1:7878")
+//	...
+//	defer c.Close()
+//	sub, err := c.Subscribe(ctx, client.SubscribeOptions{
+//		ID: "thumbnails", Patterns: []string{"jobs.thumb.*"},
+//		Mode: client.Balanced, Group: "thumbnailers", Concurrency: 4,
+//	}, func(ctx context.Context, m *client.Message) error {
+//		return resize(ctx, m.Payload) // nil acks, an error nacks (redelivered later)
+//	})
+//
+// Delivery is at least once for balanced subscriptions: a message whose ack does not reach
+// the broker (the member crashed, the connection broke) is delivered again, with
+// [Message.Redelivered] set. Fanout subscriptions get each message at most once.
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
+)
+
+// DefaultAddr is where `tinybroker serve` (and `make run`) listens by default.
+const DefaultAddr = "127.0.0.1:7878"
+
+// ErrClosed is returned by operations on a Client, Publisher or Subscription that was closed.
+var ErrClosed = errors.New("tinybroker: closed")
+
+// Option configures Dial.
+type Option func(*config)
+
+type config struct {
+	dialOpts         []grpc.DialOption
+	keepaliveTime    time.Duration
+	keepaliveTimeout time.Duration
+	backoffMin       time.Duration
+	backoffMax       time.Duration
+}
+
+// WithDialOptions adds gRPC dial options, applied after the defaults (so they win), e.g.
+// transport credentials for a broker behind TLS.
+func WithDialOptions(opts ...grpc.DialOption) Option {
+	return func(c *config) { c.dialOpts = append(c.dialOpts, opts...) }
+}
+
+// WithKeepalive sets how long a connection may be idle before the client pings the broker
+// (default 20s; gRPC's minimum is 10s, and the broker refuses pings more often than every 5s)
+// and how long it waits for the answer before it declares the connection dead (default 10s).
+func WithKeepalive(interval, timeout time.Duration) Option {
+	return func(c *config) { c.keepaliveTime, c.keepaliveTimeout = interval, timeout }
+}
+
+// WithReconnectBackoff sets how long a subscription waits before it re-opens a broken
+// stream: first min, doubling after each failed attempt up to max (defaults 50ms and 5s).
+// It also caps gRPC's own reconnection backoff at max.
+func WithReconnectBackoff(min, max time.Duration) Option {
+	return func(c *config) { c.backoffMin, c.backoffMax = min, max }
+}
+
+// Client is a connection to one broker. It is safe for concurrent use. Close it when done.
+type Client struct {
+	addr string
+	cfg  config
+	conn *grpc.ClientConn
+	api  pb.BrokerClient
+
+	mu      sync.Mutex
+	closed  bool
+	closers map[closer]struct{} // open publishers and subscriptions
+}
+
+type closer interface{ Close() error }
+
+// Dial returns a Client for the broker at addr ("host:port"), without TLS. It does not wait
+// for the connection: the first call connects, and fails with codes.Unavailable if no broker
+// listens there.
+func Dial(addr string, opts ...Option) (*Client, error) {
+	cfg := config{keepaliveTime: 20 * time.Second, keepaliveTimeout: 10 * time.Second,
+		backoffMin: 50 * time.Millisecond, backoffMax: 5 * time.Second}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if cfg.backoffMin <= 0 || cfg.backoffMax < cfg.backoffMin {
+		return nil, fmt.Errorf("tinybroker: WithReconnectBackoff(%v, %v): need 0 < min <= max", cfg.backoffMin, cfg.backoffMax)
+	}
+	bo := backoff.DefaultConfig
+	bo.MaxDelay = cfg.backoffMax
+	bo.BaseDelay = min(bo.BaseDelay, cfg.backoffMax)
+	dialOpts := append([]grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: cfg.keepaliveTime, Timeout: cfg.keepaliveTimeout}),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64 << 20)),
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: bo, MinConnectTimeout: 5 * time.Second}),
+	}, cfg.dialOpts...)
+	conn, err := grpc.NewClient(addr, dialOpts...)
+	if err != nil {
+		return nil, fmt.Errorf("tinybroker: dial %q: %w", addr, err)
+	}
+	return &Client{addr: addr, cfg: cfg, conn: conn, api: pb.NewBrokerClient(conn), closers: make(map[closer]struct{})}, nil
+}
+
+// Addr returns the address the client was dialed with.
+func (c *Client) Addr() string { return c.addr }
+
+// Close closes every Publisher and Subscription opened on c (see their Close), then the
+// connection. Idempotent.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	open := make([]closer, 0, len(c.closers))
+	for cl := range c.closers {
+		open = append(open, cl)
+	}
+	c.closers = nil
+	c.mu.Unlock()
+	for _, cl := range open {
+		_ = cl.Close() // their errors belong to their owners, who may still ask
+	}
+	return c.conn.Close()
+}
+
+// track registers cl to be closed by Close; it fails if c is closed.
+func (c *Client) track(cl closer) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return ErrClosed
+	}
+	c.closers[cl] = struct{}{}
+	return nil
+}
+
+func (c *Client) untrack(cl closer) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.closers, cl)
+}
+
+// PublishResult says what became of a published message.
+type PublishResult struct {
+	// SystemID identifies the message in this broker process.
+	SystemID string
+	// Routed is the number of fanout subscriptions and consumer groups the message went to;
+	// 0 means no subscription matched and the message was dropped.
+	Routed int
+}
+
+// Publish publishes one message and waits for the broker to accept it. headers may be nil.
+// Errors carry a gRPC status: codes.InvalidArgument for a bad topic or an oversize message,
+// codes.ResourceExhausted when a consumer group is full, codes.Unavailable when the broker
+// cannot be reached or is shutting down. For many messages, a [Publisher] is much faster.
+func (c *Client) Publish(ctx context.Context, topic string, payload []byte, headers map[string]string) (PublishResult, error) {
+	resp, err := c.api.Publish(ctx, &pb.PublishRequest{Topic: topic, Payload: payload, Headers: headers})
+	if err != nil {
+		return PublishResult{}, c.wrap(fmt.Sprintf("publish to %q", topic), err)
+	}
+	return PublishResult{SystemID: resp.GetSystemId(), Routed: int(resp.GetRouted())}, nil
+}
+
+// wrap prefixes err with what was being done, keeping its gRPC status (status.Code still
+// works on the result), and hints at the usual cause of codes.Unavailable.
+func (c *Client) wrap(what string, err error) error {
+	if st, _ := status.FromError(err); st.Code() == codes.Unavailable && !strings.Contains(st.Message(), "shutting down") {
+		return fmt.Errorf("tinybroker: %s: %w (is a broker running at %s? `tinybroker serve` or `make run` starts one)", what, err, c.addr)
+	}
+	return fmt.Errorf("tinybroker: %s: %w", what, err)
+}

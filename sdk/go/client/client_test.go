@@ -1,0 +1,552 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/sdk/go/client"
+)
+
+func TestPublishUnary(t *testing.T) {
+	ts := startServer(t, "127.0.0.1:0")
+	c := dial(t, ts.addr)
+	ctx := context.Background()
+
+	res, err := c.Publish(ctx, "orders.created", []byte("nobody listens"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.SystemID == "" || res.Routed != 0 {
+		t.Fatalf("Publish with no subscription = %+v, want a system id and Routed 0", res)
+	}
+
+	var got recorder[*client.Message]
+	subscribe(t, c, client.SubscribeOptions{Patterns: []string{"orders.>"}}, func(_ context.Context, m *client.Message) error {
+		got.add(m)
+		return nil
+	})
+	before := time.Now()
+	res, err = c.Publish(ctx, "orders.created", []byte("hello"), map[string]string{"k": "v"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Routed != 1 {
+		t.Fatalf("Routed = %d, want 1", res.Routed)
+	}
+	eventually(t, "the message", func() bool { return got.len() == 1 })
+	m := got.all()[0]
+	if m.SystemID != res.SystemID || m.Topic != "orders.created" || string(m.Payload) != "hello" ||
+		m.Headers["k"] != "v" || m.Attempt != 1 || m.Redelivered {
+		t.Fatalf("got %+v, want the published message (system id %s)", m, res.SystemID)
+	}
+	if m.PublishedAt.Before(before.Add(-time.Minute)) || m.PublishedAt.After(time.Now().Add(time.Minute)) {
+		t.Errorf("PublishedAt = %v, want about %v", m.PublishedAt, before)
+	}
+
+	_, err = c.Publish(ctx, "bad topic", nil, nil)
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "bad topic") {
+		t.Fatalf("Publish to an invalid topic: %v, want InvalidArgument naming the topic", err)
+	}
+}
+
+func TestPublishUnreachable(t *testing.T) {
+	ts := startServer(t, "127.0.0.1:0")
+	addr := ts.addr
+	ts.stop(t)
+	c := dial(t, addr)
+	_, err := c.Publish(context.Background(), "a.b", nil, nil)
+	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), addr) {
+		t.Fatalf("Publish to a stopped broker: %v, want Unavailable mentioning %s", err, addr)
+	}
+	_, err = c.Subscribe(context.Background(), client.SubscribeOptions{Patterns: []string{"a.>"}}, func(context.Context, *client.Message) error { return nil })
+	if status.Code(err) != codes.Unavailable {
+		t.Fatalf("Subscribe to a stopped broker: %v, want Unavailable", err)
+	}
+}
+
+func TestPublisherInOrder(t *testing.T) {
+	const n = 10_000
+	ts := startServer(t, "127.0.0.1:0")
+	c := dial(t, ts.addr)
+	var got recorder[string]
+	subscribe(t, c, client.SubscribeOptions{Patterns: []string{"seq.*"}}, func(_ context.Context, m *client.Message) error {
+		got.add(string(m.Payload))
+		return nil
+	})
+
+	var confirmed, routed atomic.Int64
+	var lastID atomic.Value
+	p, err := c.NewPublisher(context.Background(), client.PublisherOptions{MaxPending: 256, MaxBatch: 64,
+		OnResult: func(topic string, res client.PublishResult, err error) {
+			if err == nil {
+				confirmed.Add(1)
+				routed.Add(int64(res.Routed))
+				lastID.Store(res.SystemID)
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		if err := p.Publish(context.Background(), "seq."+strconv.Itoa(i%7), []byte(strconv.Itoa(i)), nil); err != nil {
+			t.Fatalf("Publish %d: %v", i, err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	if err := p.Flush(ctx); err != nil {
+		t.Fatalf("Flush: %v", err)
+	}
+	if confirmed.Load() != n || routed.Load() != n {
+		t.Fatalf("after Flush: %d confirmed, %d routed; want %d each", confirmed.Load(), routed.Load(), n)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := p.Publish(context.Background(), "seq.1", nil, nil); !errors.Is(err, client.ErrClosed) {
+		t.Fatalf("Publish after Close: %v, want ErrClosed", err)
+	}
+
+	eventually(t, fmt.Sprintf("%d messages", n), func() bool { return got.len() >= n })
+	for i, v := range got.all() {
+		if v != strconv.Itoa(i) {
+			t.Fatalf("message %d has payload %q, want %d: out of order or lost (got %d messages)", i, v, i, got.len())
+		}
+	}
+	if got.len() != n {
+		t.Fatalf("got %d messages, want %d", got.len(), n)
+	}
+}
+
+func TestPublisherReportsFailures(t *testing.T) {
+	ts := startServer(t, "127.0.0.1:0")
+	c := dial(t, ts.addr)
+	var results recorder[string]
+	p, err := c.NewPublisher(context.Background(), client.PublisherOptions{
+		OnResult: func(topic string, res client.PublishResult, err error) {
+			results.add(fmt.Sprintf("%s %v", topic, status.Code(err)))
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	ctx := context.Background()
+	for _, topic := range []string{"ok.1", "bad topic", "ok.2", "ok.>"} {
+		if err := p.Publish(ctx, topic, []byte("x"), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err = p.Flush(ctx)
+	var pe *client.PublishError
+	if !errors.As(err, &pe) || pe.Failed != 2 || pe.Topic != "bad topic" || status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("Flush = %v, want a PublishError with 2 failures, the first to \"bad topic\", InvalidArgument", err)
+	}
+	want := "ok.1 OK,bad topic InvalidArgument,ok.2 OK,ok.> InvalidArgument"
+	if got := strings.Join(results.all(), ","); got != want {
+		t.Fatalf("results %q, want %q", got, want)
+	}
+	if err := p.Publish(ctx, "ok.3", nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Flush(ctx); err != nil {
+		t.Fatalf("second Flush = %v, want nil: failures are reported once", err)
+	}
+}
+
+func TestPublisherStreamBreaks(t *testing.T) {
+	ts := startServer(t, "127.0.0.1:0")
+	c := dial(t, ts.addr)
+	p, err := c.NewPublisher(context.Background(), client.PublisherOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if err := p.Publish(context.Background(), "a.b", nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ts.stop(t)
+	eventually(t, "Publish to fail after the broker stopped", func() bool {
+		return p.Publish(context.Background(), "a.b", nil, nil) != nil
+	})
+	if err := p.Flush(context.Background()); err == nil {
+		t.Fatal("Flush after the stream broke = nil, want an error")
+	}
+}
+
+func TestBalancedExactlyOnce(t *testing.T) {
+	const n, members = 300, 3
+	ts := startServer(t, "127.0.0.1:0")
+	c := dial(t, ts.addr)
+
+	var mu sync.Mutex
+	seen := map[string]int{} // payload → times handled
+	byMember := map[int]int{}
+	for i := range members {
+		subscribe(t, c, client.SubscribeOptions{ID: "thumbs", Group: "resizers", Mode: client.Balanced,
+			Patterns: []string{"jobs.thumb.*"}, Concurrency: 4},
+			func(_ context.Context, m *client.Message) error {
+				mu.Lock()
+				seen[string(m.Payload)]++
+				byMember[i]++
+				mu.Unlock()
+				return nil
+			})
+	}
+	if g := ts.group("thumbs"); g.Members != members {
+		t.Fatalf("group has %d members, want %d", g.Members, members)
+	}
+	p, err := c.NewPublisher(context.Background(), client.PublisherOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		if err := p.Publish(context.Background(), fmt.Sprintf("jobs.thumb.%d", i), []byte(strconv.Itoa(i)), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "every message acked", func() bool {
+		g := ts.group("thumbs")
+		return g.Acked == n && g.InFlight == 0 && g.Queued == 0
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	for i := range n {
+		if k := seen[strconv.Itoa(i)]; k != 1 {
+			t.Errorf("message %d handled %d times, want exactly once", i, k)
+		}
+	}
+	if len(seen) != n {
+		t.Errorf("%d distinct messages handled, want %d", len(seen), n)
+	}
+	if len(byMember) < 2 {
+		t.Errorf("messages by member %v: want the group's members to share the work", byMember)
+	}
+	if g := ts.group("thumbs"); g.Redelivered != 0 {
+		t.Errorf("%d redeliveries, want none", g.Redelivered)
+	}
+}
+
+func TestConcurrencyRunsHandlersInParallel(t *testing.T) {
+	const workers = 4
+	ts := startServer(t, "127.0.0.1:0")
+	c := dial(t, ts.addr)
+	var running atomic.Int32
+	all := make(chan struct{})
+	var handled recorder[string]
+	subscribe(t, c, client.SubscribeOptions{Group: "par", Mode: client.Balanced, Patterns: []string{"par.*"}, Concurrency: workers},
+		func(ctx context.Context, m *client.Message) error {
+			if running.Add(1) == workers {
+				close(all)
+			}
+			select { // only a subscription with 4 handlers running at once gets past this
+			case <-all:
+			case <-time.After(waitFor):
+				return errors.New("the other handlers never ran concurrently")
+			}
+			handled.add(m.Topic)
+			return nil
+		})
+	for i := range workers {
+		if _, err := c.Publish(context.Background(), fmt.Sprintf("par.%d", i), nil, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, "4 messages handled together", func() bool { return handled.len() == workers })
+	eventually(t, "acks", func() bool { return ts.group("par").Acked == workers })
+}
+
+func TestHandlerErrorRedelivers(t *testing.T) {
+	const nackDelay = 50 * time.Millisecond
+	ts := startServer(t, "127.0.0.1:0")
+	c := dial(t, ts.addr)
+	type seen struct {
+		attempt     int
+		redelivered bool
+		at          time.Time
+	}
+	var got recorder[seen]
+	subscribe(t, c, client.SubscribeOptions{Group: "flaky", Mode: client.Balanced, Patterns: []string{"work.*"}, NackDelay: nackDelay},
+		func(_ context.Context, m *client.Message) error {
+			got.add(seen{m.Attempt, m.Redelivered, time.Now()})
+			if m.Attempt == 1 {
+				return errors.New("transient failure")
+			}
+			return nil
+		})
+	if _, err := c.Publish(context.Background(), "work.1", []byte("x"), nil); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the redelivery to be acked", func() bool { return ts.group("flaky").Acked == 1 })
+	s := got.all()
+	if len(s) != 2 || s[0].attempt != 1 || s[0].redelivered || s[1].attempt != 2 || !s[1].redelivered {
+		t.Fatalf("deliveries %+v, want attempt 1 then attempt 2 (redelivered)", s)
+	}
+	if gap := s[1].at.Sub(s[0].at); gap < nackDelay {
+		t.Errorf("redelivered %v after the failure, want at least the NackDelay %v", gap, nackDelay)
+	}
+	if g := ts.group("flaky"); g.Redelivered != 1 || g.InFlight != 0 {
+		t.Errorf("group stats %+v, want 1 redelivery and nothing in flight", g)
+	}
+}
+
+func TestManualAck(t *testing.T) {
+	ts := startServer(t, "127.0.0.1:0")
+	c := dial(t, ts.addr)
+	msgs := make(chan *client.Message, 10)
+	subscribe(t, c, client.SubscribeOptions{ID: "manual", Group: "manual", Mode: client.Balanced, Patterns: []string{"m.*"},
+		ManualAck: true, MaxInFlight: 1},
+		func(_ context.Context, m *client.Message) error {
+			msgs <- m
+			return errors.New("ignored with ManualAck")
+		})
+	next := func() *client.Message {
+		t.Helper()
+		select {
+		case m := <-msgs:
+			return m
+		case <-time.After(waitFor):
+			t.Fatal("no message")
+			return nil
+		}
+	}
+	for _, topic := range []string{"m.1", "m.2"} {
+		if _, err := c.Publish(context.Background(), topic, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m1 := next()
+	if m1.Topic != "m.1" {
+		t.Fatalf("first message %s, want m.1", m1.Topic)
+	}
+	eventually(t, "m.1 in flight and m.2 queued", func() bool {
+		g := ts.group("manual")
+		return g.InFlight == 1 && g.Queued == 1
+	})
+	if len(msgs) != 0 {
+		t.Fatal("a second message arrived before the first was acked, with MaxInFlight 1")
+	}
+	if err := m1.Ack(); err != nil {
+		t.Fatal(err)
+	}
+	if err := m1.Ack(); !errors.Is(err, client.ErrAlreadySettled) {
+		t.Fatalf("second Ack = %v, want ErrAlreadySettled", err)
+	}
+	m2 := next()
+	if m2.Topic != "m.2" || m2.Attempt != 1 {
+		t.Fatalf("got %s attempt %d, want m.2 attempt 1", m2.Topic, m2.Attempt)
+	}
+	if err := m2.Nack(0); err != nil {
+		t.Fatal(err)
+	}
+	again := next()
+	if again.SystemID != m2.SystemID || again.Attempt != 2 || !again.Redelivered {
+		t.Fatalf("after Nack got %s attempt %d, want %s attempt 2", again.SystemID, again.Attempt, m2.SystemID)
+	}
+	if err := again.Ack(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "both acked", func() bool {
+		g := ts.group("manual")
+		return g.Acked == 2 && g.InFlight == 0 && g.Queued == 0
+	})
+}
+
+func TestCloseSendsLastAcks(t *testing.T) {
+	ts := startServer(t, "127.0.0.1:0")
+	c := dial(t, ts.addr)
+	handled := make(chan struct{})
+	s, err := c.Subscribe(context.Background(), client.SubscribeOptions{Group: "closer", Mode: client.Balanced, Patterns: []string{"c.*"}},
+		func(context.Context, *client.Message) error {
+			close(handled)
+			return nil
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Publish(context.Background(), "c.1", nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	<-handled
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if g := ts.group("closer"); g.Acked != 1 || g.InFlight != 0 || g.Queued != 0 {
+		t.Fatalf("after Close: group %+v, want the message acked", g)
+	}
+	select {
+	case <-s.Done():
+	default:
+		t.Fatal("Done not closed after Close")
+	}
+}
+
+func TestCloseHandsBackInFlight(t *testing.T) {
+	ts := startServer(t, "127.0.0.1:0")
+	c := dial(t, ts.addr)
+	opts := client.SubscribeOptions{ID: "handoff", Group: "handoff", Mode: client.Balanced, Patterns: []string{"h.*"}}
+	started := make(chan struct{})
+	a, err := c.Subscribe(context.Background(), opts, func(ctx context.Context, m *client.Message) error {
+		close(started)
+		<-ctx.Done() // a long job, interrupted by Close
+		return ctx.Err()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Publish(context.Background(), "h.1", nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	var got recorder[int]
+	subscribe(t, c, opts, func(_ context.Context, m *client.Message) error {
+		got.add(m.Attempt)
+		return nil
+	})
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the other member to get the message", func() bool { return got.len() == 1 })
+	if at := got.all()[0]; at != 2 {
+		t.Errorf("attempt %d, want 2", at)
+	}
+}
+
+func TestReconnect(t *testing.T) {
+	ts := startServer(t, "127.0.0.1:0")
+	c := dial(t, ts.addr)
+	var fan, bal recorder[string]
+	fs := subscribe(t, c, client.SubscribeOptions{ID: "watcher", Patterns: []string{"r.*"}}, func(_ context.Context, m *client.Message) error {
+		fan.add(string(m.Payload))
+		return nil
+	})
+	bs := subscribe(t, c, client.SubscribeOptions{Group: "rg", Mode: client.Balanced, Patterns: []string{"r.*"}}, func(_ context.Context, m *client.Message) error {
+		bal.add(string(m.Payload))
+		return nil
+	})
+	if _, err := c.Publish(context.Background(), "r.1", []byte("before"), nil); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the first message", func() bool { return fan.len() == 1 && bal.len() == 1 })
+	eventually(t, "the first ack", func() bool { return ts.group("rg").Acked == 1 })
+
+	ts.stop(t)
+	ts2 := startServer(t, ts.addr)
+	eventually(t, "both subscriptions back", func() bool {
+		res, err := c.Publish(context.Background(), "r.2", []byte("after"), nil)
+		return err == nil && res.Routed == 2
+	})
+	eventually(t, "the message published after the restart", func() bool {
+		f, b := fan.all(), bal.all()
+		return f[len(f)-1] == "after" && b[len(b)-1] == "after"
+	})
+	eventually(t, "its ack, on the new stream", func() bool {
+		g := ts2.group("rg")
+		return g.Acked >= 1 && g.InFlight == 0 && g.Queued == 0
+	})
+	if fs.Err() != nil || bs.Err() != nil {
+		t.Fatalf("Err() = %v, %v after a reconnect, want nil", fs.Err(), bs.Err())
+	}
+	if id := fs.Settings().ID; id != "watcher" {
+		t.Errorf("fanout id after reconnect %q, want watcher", id)
+	}
+}
+
+func TestSubscribeErrors(t *testing.T) {
+	ts := startServer(t, "127.0.0.1:0")
+	c := dial(t, ts.addr)
+	h := func(context.Context, *client.Message) error { return nil }
+
+	_, err := c.Subscribe(context.Background(), client.SubscribeOptions{Patterns: []string{"jobs.>.thumb"}}, h)
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "jobs.>.thumb") {
+		t.Fatalf("bad pattern: %v, want InvalidArgument naming the pattern", err)
+	}
+	_, err = c.Subscribe(context.Background(), client.SubscribeOptions{Group: "g", Patterns: []string{"a.*"}}, h)
+	if status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("fanout with a group: %v, want InvalidArgument", err)
+	}
+	subscribe(t, c, client.SubscribeOptions{Group: "g", Mode: client.Balanced, Patterns: []string{"a.*"}}, h)
+	_, err = c.Subscribe(context.Background(), client.SubscribeOptions{Group: "g", Mode: client.Balanced, Patterns: []string{"b.*"}}, h)
+	if status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("member with other patterns: %v, want FailedPrecondition", err)
+	}
+	_, err = c.Subscribe(context.Background(), client.SubscribeOptions{Patterns: []string{"a.*"}, MaxInFlight: 3}, h)
+	if err == nil || !strings.Contains(err.Error(), "Balanced") {
+		t.Fatalf("fanout with MaxInFlight: %v, want an error pointing at Balanced", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := c.Subscribe(ctx, client.SubscribeOptions{Patterns: []string{"a.*"}}, h); err == nil {
+		t.Fatal("Subscribe with a cancelled context succeeded")
+	}
+}
+
+func TestContextEndsSubscription(t *testing.T) {
+	ts := startServer(t, "127.0.0.1:0")
+	c := dial(t, ts.addr)
+	ctx, cancel := context.WithCancel(context.Background())
+	s, err := c.Subscribe(ctx, client.SubscribeOptions{Patterns: []string{"a.*"}}, func(context.Context, *client.Message) error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	select {
+	case <-s.Done():
+	case <-time.After(waitFor):
+		t.Fatal("subscription still running after its context was cancelled")
+	}
+	if err := s.Err(); err != nil {
+		t.Fatalf("Err() = %v after cancel, want nil", err)
+	}
+	eventually(t, "the broker to drop the subscription", func() bool { return len(ts.b.Stats().Subscriptions) == 0 })
+}
+
+func TestSlowFanoutConsumerEnds(t *testing.T) {
+	ts := startServerWith(t, "127.0.0.1:0", broker.Options{FanoutBufferMessages: 8})
+	c := dial(t, ts.addr)
+	release := make(chan struct{})
+	s, err := c.Subscribe(context.Background(), client.SubscribeOptions{Patterns: []string{"firehose"}}, func(context.Context, *client.Message) error {
+		<-release // a consumer that cannot keep up
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	payload := make([]byte, 16<<10)
+	for range 200 { // far more than the buffer and gRPC's flow-control windows hold
+		if _, err := c.Publish(context.Background(), "firehose", payload, nil); err != nil {
+			t.Fatal(err)
+		}
+		if len(ts.b.Stats().Subscriptions) == 0 {
+			break
+		}
+	}
+	close(release)
+	select {
+	case <-s.Done():
+	case <-time.After(waitFor):
+		t.Fatal("the slow subscription did not end")
+	}
+	if err := s.Err(); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("Err() = %v, want ResourceExhausted (no reconnect for a slow consumer)", err)
+	}
+	if err := s.Close(); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("Close() = %v, want Err()", err)
+	}
+}

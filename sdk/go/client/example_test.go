@@ -1,0 +1,67 @@
+package client_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+
+	"github.com/tinybroker/tinybroker/sdk/go/client"
+)
+
+// A worker of a consumer group and a publisher, against a broker started with `make run`.
+func Example() {
+	ctx := context.Background()
+	c, err := client.Dial(client.DefaultAddr)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+
+	// Members of the group "resizers" share the jobs; each job goes to one of them.
+	sub, err := c.Subscribe(ctx, client.SubscribeOptions{
+		ID:          "thumbnails",
+		Group:       "resizers",
+		Mode:        client.Balanced,
+		Patterns:    []string{"jobs.thumb.*"},
+		Concurrency: 4,
+	}, func(ctx context.Context, m *client.Message) error {
+		fmt.Printf("resizing %s (attempt %d)\n", m.Topic, m.Attempt)
+		return nil // acks; an error would nack, and the job would be redelivered
+	})
+	if err != nil {
+		log.Fatal(err) // e.g. codes.InvalidArgument for a bad pattern
+	}
+	defer sub.Close()
+
+	res, err := c.Publish(ctx, "jobs.thumb.1", []byte("cat.jpg"), map[string]string{"size": "128"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("published", res.SystemID, "to", res.Routed, "subscriptions")
+}
+
+// Pipelined publishing: Publish queues, Flush waits for the broker's confirmations.
+func ExamplePublisher() {
+	ctx := context.Background()
+	c, err := client.Dial(client.DefaultAddr)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+
+	p, err := c.NewPublisher(ctx, client.PublisherOptions{MaxPending: 1024})
+	if err != nil {
+		log.Fatal(err)
+	}
+	for i := range 10_000 {
+		if err := p.Publish(ctx, fmt.Sprintf("orders.created.%d", i), []byte("{}"), nil); err != nil {
+			log.Fatal(err) // the publisher is closed or its stream broke
+		}
+	}
+	if err := p.Flush(ctx); err != nil {
+		log.Fatal(err) // a *client.PublishError says how many failed, and why the first did
+	}
+	if err := p.Close(); err != nil {
+		log.Fatal(err)
+	}
+}

@@ -1,0 +1,76 @@
+package client
+
+import (
+	"errors"
+	"sync/atomic"
+	"time"
+
+	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
+)
+
+// ErrAlreadySettled is returned by Message.Ack and Message.Nack for a message that was
+// already acked or nacked.
+var ErrAlreadySettled = errors.New("tinybroker: message already acked or nacked")
+
+// Message is a message delivered to a subscription. Its fields must not be modified.
+type Message struct {
+	SystemID    string // unique in this broker process; acks and nacks name it
+	Topic       string
+	Payload     []byte
+	Headers     map[string]string
+	PublishedAt time.Time // when the broker accepted it
+	// Attempt is 1 on the first delivery and grows with each redelivery (nack, ack deadline
+	// passed, or the member holding it left). Redelivered is Attempt > 1.
+	Attempt     int
+	Redelivered bool
+	// SubscriptionID is the subscription the delivery belongs to.
+	SubscriptionID string
+
+	sub     *Subscription
+	gen     uint64 // generation of the stream it came on
+	settled atomic.Bool
+}
+
+func newMessage(s *Subscription, gen uint64, m *pb.Message) *Message {
+	return &Message{
+		SystemID:       m.GetSystemId(),
+		Topic:          m.GetTopic(),
+		Payload:        m.GetPayload(),
+		Headers:        m.GetHeaders(),
+		PublishedAt:    time.Unix(0, m.GetPublishTimeUnixNano()),
+		Attempt:        int(m.GetAttempt()),
+		Redelivered:    m.GetRedelivered(),
+		SubscriptionID: m.GetSubscriptionId(),
+		sub:            s,
+		gen:            gen,
+	}
+}
+
+// Ack acknowledges the message: the broker forgets it. Acks are sent asynchronously, batched
+// with others. Only balanced subscriptions take acks; for a fanout delivery Ack does nothing.
+// It returns ErrAlreadySettled after an earlier Ack or Nack, and ErrClosed once the
+// subscription is closed (the message will be redelivered to another member).
+//
+// With SubscribeOptions.ManualAck the handler (or any goroutine it hands the message to)
+// must call Ack or Nack; otherwise the subscription does it when the handler returns, unless
+// the handler already did.
+func (m *Message) Ack() error {
+	return m.settle(settlement{id: m.SystemID})
+}
+
+// Nack gives the message back to its consumer group, to be redelivered (to any member) after
+// delay, or at once if delay is 0. For a fanout delivery it does nothing. Errors are as for
+// Ack.
+func (m *Message) Nack(delay time.Duration) error {
+	return m.settle(settlement{id: m.SystemID, gen: m.gen, nack: true, delay: max(delay, 0)})
+}
+
+func (m *Message) settle(x settlement) error {
+	if !m.settled.CompareAndSwap(false, true) {
+		return ErrAlreadySettled
+	}
+	if m.sub == nil || !m.sub.balanced {
+		return nil
+	}
+	return m.sub.settle.add(x)
+}

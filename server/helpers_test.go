@@ -1,0 +1,246 @@
+package server_test
+
+import (
+	"context"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/tinybroker/tinybroker/broker"
+	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
+	"github.com/tinybroker/tinybroker/server"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// testBroker is a real server on a loopback port and a client connected to it.
+type testBroker struct {
+	srv  *server.Server
+	addr string
+	conn *grpc.ClientConn
+	c    pb.BrokerClient
+	done chan struct{} // closed when Serve returns
+}
+
+func start(t *testing.T, opts broker.Options) *testBroker {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := broker.New(opts)
+	tb := &testBroker{srv: server.New(b, opts.MaxMessageBytes, server.Options{}), addr: lis.Addr().String(), done: make(chan struct{})}
+	go func() {
+		defer close(tb.done)
+		if err := tb.srv.Serve(lis); err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	}()
+	tb.conn = dial(t, tb.addr)
+	tb.c = pb.NewBrokerClient(tb.conn)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = tb.srv.Shutdown(ctx)
+		<-tb.done
+	})
+	return tb
+}
+
+func dial(t *testing.T, addr string) *grpc.ClientConn {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// eventually polls cond until it holds or 10s pass.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func (tb *testBroker) stats(t *testing.T) *pb.StatsResponse {
+	t.Helper()
+	st, err := tb.c.Stats(context.Background(), &pb.StatsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+func (tb *testBroker) group(t *testing.T, id string) *pb.GroupStats {
+	t.Helper()
+	for _, g := range tb.stats(t).GetGroups() {
+		if g.GetSubscriptionId() == id {
+			return g
+		}
+	}
+	return &pb.GroupStats{}
+}
+
+func (tb *testBroker) publish(t *testing.T, topic, payload string) string {
+	t.Helper()
+	return tb.publishH(t, topic, payload, nil)
+}
+
+func (tb *testBroker) publishH(t *testing.T, topic, payload string, headers map[string]string) string {
+	t.Helper()
+	resp, err := tb.c.Publish(context.Background(), &pb.PublishRequest{Topic: topic, Payload: []byte(payload), Headers: headers})
+	if err != nil {
+		t.Fatalf("publish %s: %v", topic, err)
+	}
+	return resp.GetSystemId()
+}
+
+// sub is an open Subscribe stream whose messages a goroutine collects.
+type sub struct {
+	t          *testing.T
+	stream     pb.Broker_SubscribeClient
+	cancel     context.CancelFunc
+	subscribed *pb.Subscribed
+	msgs       chan *pb.Message
+	done       chan struct{}
+	err        error // the stream's final error, once done is closed
+}
+
+func fanout(id string, patterns ...string) *pb.OpenSubscription {
+	return &pb.OpenSubscription{SubscriptionId: id, TopicPatterns: patterns, Mode: pb.DeliveryMode_DELIVERY_MODE_FANOUT}
+}
+
+func balanced(id, group string, maxInFlight uint32, patterns ...string) *pb.OpenSubscription {
+	return &pb.OpenSubscription{SubscriptionId: id, ConsumerGroup: group, TopicPatterns: patterns,
+		Mode: pb.DeliveryMode_DELIVERY_MODE_BALANCED, MaxInFlight: maxInFlight}
+}
+
+func (tb *testBroker) open(t *testing.T, o *pb.OpenSubscription) *sub {
+	t.Helper()
+	s, err := openOn(t, tb.c, o)
+	if err != nil {
+		t.Fatalf("subscribe %v: %v", o, err)
+	}
+	return s
+}
+
+func openOn(t *testing.T, c pb.BrokerClient, o *pb.OpenSubscription) (*sub, error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	stream, err := c.Subscribe(ctx)
+	if err == nil {
+		err = stream.Send(&pb.SubscribeRequest{Frame: &pb.SubscribeRequest_Open{Open: o}})
+	}
+	var first *pb.SubscribeResponse
+	if err == nil {
+		first, err = stream.Recv()
+	}
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	s := &sub{t: t, stream: stream, cancel: cancel, subscribed: first.GetSubscribed(), msgs: make(chan *pb.Message, 100_000), done: make(chan struct{})}
+	if s.subscribed == nil {
+		cancel()
+		t.Fatalf("first server frame is %v, want subscribed", first)
+	}
+	go func() {
+		defer close(s.done)
+		for {
+			resp, err := stream.Recv()
+			if err != nil {
+				s.err = err
+				return
+			}
+			for _, m := range resp.GetMessages().GetMessages() {
+				s.msgs <- m
+			}
+		}
+	}()
+	t.Cleanup(s.close)
+	return s, nil
+}
+
+// close cancels the stream and waits for its reader.
+func (s *sub) close() {
+	s.cancel()
+	<-s.done
+}
+
+// next returns the next message, failing the test after 10s.
+func (s *sub) next() *pb.Message {
+	s.t.Helper()
+	select {
+	case m := <-s.msgs:
+		return m
+	case <-time.After(10 * time.Second):
+		s.t.Fatalf("subscription %s: no message within 10s", s.subscribed.GetSubscriptionId())
+		return nil
+	}
+}
+
+// none asserts that no message arrives for d.
+func (s *sub) none(d time.Duration) {
+	s.t.Helper()
+	select {
+	case m := <-s.msgs:
+		s.t.Fatalf("subscription %s: unexpected message %s %q (attempt %d)", s.subscribed.GetSubscriptionId(), m.GetTopic(), m.GetPayload(), m.GetAttempt())
+	case <-time.After(d):
+	}
+}
+
+func (s *sub) ack(ids ...string) {
+	s.t.Helper()
+	if err := s.stream.Send(&pb.SubscribeRequest{Frame: &pb.SubscribeRequest_Ack{Ack: &pb.AckBatch{SystemIds: ids}}}); err != nil {
+		s.t.Fatalf("send ack: %v", err)
+	}
+}
+
+func (s *sub) send(f *pb.SubscribeRequest) {
+	s.t.Helper()
+	if err := s.stream.Send(f); err != nil {
+		s.t.Fatalf("send: %v", err)
+	}
+}
+
+// ended waits for the stream to end and returns its status.
+func (s *sub) ended() *status.Status {
+	s.t.Helper()
+	select {
+	case <-s.done:
+	case <-time.After(10 * time.Second):
+		s.t.Fatal("stream did not end within 10s")
+	}
+	return status.Convert(s.err)
+}
+
+func wantCode(t *testing.T, err error, code codes.Code, fragment string) {
+	t.Helper()
+	st := status.Convert(err)
+	if st.Code() != code {
+		t.Fatalf("got %v (%q), want %v", st.Code(), st.Message(), code)
+	}
+	if fragment != "" && !contains(st.Message(), fragment) {
+		t.Fatalf("message %q does not mention %q", st.Message(), fragment)
+	}
+}
+
+func contains(s, sub string) bool {
+	return strings.Contains(s, sub)
+}
+
+const codesResourceExhausted = codes.ResourceExhausted

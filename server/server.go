@@ -1,0 +1,330 @@
+// Package server adapts a broker.Broker to the tinybroker.v1 gRPC protocol. It also registers
+// the gRPC health service and server reflection, so grpcurl and health probes work.
+package server
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/tinybroker/tinybroker/broker"
+	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
+)
+
+// Options configure a Server. Zero values take the defaults shown.
+type Options struct {
+	// KeepaliveTime: ping a client whose connection has been idle this long (30s).
+	KeepaliveTime time.Duration
+	// KeepaliveTimeout: close the connection if a ping is not answered in this long (10s);
+	// a group member lost this way leaves its group and its messages are redelivered.
+	KeepaliveTimeout time.Duration
+	// MaxBatchMessages and MaxBatchBytes bound one server frame of messages (256, 1 MiB).
+	MaxBatchMessages int
+	MaxBatchBytes    int
+	// MaxRecvBytes is the largest client frame accepted (16 MiB, and at least the broker's
+	// MaxMessageBytes plus 1 MiB).
+	MaxRecvBytes int
+	Logger       hclog.Logger
+}
+
+// Server serves the tinybroker.v1.Broker service over gRPC.
+type Server struct {
+	pb.UnimplementedBrokerServer
+	b      *broker.Broker
+	opts   Options
+	log    hclog.Logger
+	grpc   *grpc.Server
+	health *health.Server
+	wg     sync.WaitGroup // goroutines started by handlers
+	once   sync.Once
+}
+
+// New returns a Server for b. maxMessageBytes is the broker's payload limit, used to size
+// the gRPC receive limit.
+func New(b *broker.Broker, maxMessageBytes int, opts Options) *Server {
+	if opts.KeepaliveTime <= 0 {
+		opts.KeepaliveTime = 30 * time.Second
+	}
+	if opts.KeepaliveTimeout <= 0 {
+		opts.KeepaliveTimeout = 10 * time.Second
+	}
+	if opts.MaxBatchMessages <= 0 {
+		opts.MaxBatchMessages = 256
+	}
+	if opts.MaxBatchBytes <= 0 {
+		opts.MaxBatchBytes = 1 << 20
+	}
+	opts.MaxRecvBytes = max(opts.MaxRecvBytes, 16<<20, maxMessageBytes+1<<20)
+	if opts.Logger == nil {
+		opts.Logger = hclog.NewNullLogger()
+	}
+	s := &Server{b: b, opts: opts, log: opts.Logger, health: health.NewServer()}
+	s.grpc = grpc.NewServer(
+		grpc.MaxRecvMsgSize(opts.MaxRecvBytes),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: opts.KeepaliveTime, Timeout: opts.KeepaliveTimeout}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+	)
+	pb.RegisterBrokerServer(s.grpc, s)
+	healthpb.RegisterHealthServer(s.grpc, s.health)
+	reflection.Register(s.grpc)
+	s.health.SetServingStatus(pb.Broker_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	return s
+}
+
+// Serve accepts connections on lis until Shutdown. It returns nil after a Shutdown.
+func (s *Server) Serve(lis net.Listener) error {
+	err := s.grpc.Serve(lis)
+	if errors.Is(err, grpc.ErrServerStopped) {
+		return nil
+	}
+	return err
+}
+
+// Shutdown marks the server NOT_SERVING, shuts the broker down (refusing new work, waiting
+// until ctx is done for in-flight acks, then ending every subscription with UNAVAILABLE), and
+// stops the gRPC server, closing streams that are still open. It waits for every goroutine
+// the server started. Idempotent.
+func (s *Server) Shutdown(ctx context.Context) error {
+	var err error
+	s.once.Do(func() {
+		s.health.Shutdown()
+		err = s.b.Shutdown(ctx)
+		stopped := make(chan struct{})
+		go func() {
+			s.grpc.GracefulStop()
+			close(stopped)
+		}()
+		t := time.NewTimer(time.Second) // idle publish streams would hold GracefulStop forever
+		select {
+		case <-stopped:
+		case <-t.C:
+			s.grpc.Stop()
+			<-stopped
+		}
+		t.Stop()
+		s.wg.Wait()
+	})
+	return err
+}
+
+// Publish implements the unary publish.
+func (s *Server) Publish(_ context.Context, req *pb.PublishRequest) (*pb.PublishResponse, error) {
+	res, err := s.b.Publish(req.GetTopic(), req.GetPayload(), req.GetHeaders())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &pb.PublishResponse{SystemId: s.b.FormatID(res.Seq), Routed: uint32(res.Routed)}, nil
+}
+
+// PublishStream publishes every frame's messages in order and confirms each frame.
+func (s *Server) PublishStream(stream grpc.BidiStreamingServer[pb.PublishStreamRequest, pb.PublishStreamResponse]) error {
+	for {
+		req, err := stream.Recv()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		resp := &pb.PublishStreamResponse{Sequence: req.GetSequence(), Results: make([]*pb.PublishResult, len(req.GetMessages()))}
+		for i, m := range req.GetMessages() {
+			r := &pb.PublishResult{}
+			res, err := s.b.Publish(m.GetTopic(), m.GetPayload(), m.GetHeaders())
+			if err != nil {
+				r.Code, r.Error = int32(codeOf(err)), err.Error()
+			} else {
+				r.SystemId, r.Routed = s.b.FormatID(res.Seq), uint32(res.Routed)
+			}
+			resp.Results[i] = r
+		}
+		if err := stream.Send(resp); err != nil {
+			return err
+		}
+	}
+}
+
+// Subscribe opens a subscription from the first frame, then sends batches of messages while
+// a second goroutine reads acks, nacks and touches.
+func (s *Server) Subscribe(stream grpc.BidiStreamingServer[pb.SubscribeRequest, pb.SubscribeResponse]) error {
+	first, err := stream.Recv()
+	if err != nil {
+		if err == io.EOF {
+			return status.Error(codes.InvalidArgument, "Subscribe stream closed before its first frame; send an OpenSubscription first")
+		}
+		return err
+	}
+	open := first.GetOpen()
+	if open == nil {
+		return status.Error(codes.InvalidArgument, "the first frame of a Subscribe stream must carry open (an OpenSubscription); acks come after it")
+	}
+	sub, err := s.b.Subscribe(subscribeOptions(open))
+	if err != nil {
+		return toStatus(err)
+	}
+	defer sub.Close()
+	set := sub.Settings()
+	s.log.Debug("subscription opened", "subscription", set.ID, "member", set.MemberID, "mode", sub.Mode(), "patterns", open.GetTopicPatterns())
+	defer s.log.Debug("subscription closed", "subscription", set.ID, "member", set.MemberID)
+	subscribed := &pb.Subscribed{SubscriptionId: set.ID, MemberId: set.MemberID}
+	if sub.Mode() == broker.Balanced {
+		subscribed.MaxInFlight = uint32(set.MaxInFlight)
+		subscribed.AckDeadline = durationpb.New(set.AckDeadline)
+		subscribed.MaxDeliveries = uint32(set.MaxDeliveries)
+		subscribed.DeadLetterTopic = set.DeadLetterTopic
+	}
+	if err := stream.Send(&pb.SubscribeResponse{Frame: &pb.SubscribeResponse_Subscribed{Subscribed: subscribed}}); err != nil {
+		return err
+	}
+
+	recvErr := make(chan error, 1)
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		recvErr <- s.receive(stream, sub)
+	}()
+
+	ctx := stream.Context()
+	batch := make([]broker.Delivery, 0, s.opts.MaxBatchMessages)
+	for {
+		batch = sub.Next(batch[:0], s.opts.MaxBatchMessages, s.opts.MaxBatchBytes)
+		if len(batch) == 0 {
+			select {
+			case <-sub.Ready():
+				continue
+			case <-sub.Done():
+				return toStatus(sub.Err())
+			case err := <-recvErr:
+				if err != nil {
+					return err
+				}
+				recvErr = nil // the client closed its side: it sends no more acks, but still receives
+				continue
+			case <-ctx.Done():
+				return status.FromContextError(ctx.Err()).Err()
+			}
+		}
+		msgs := make([]*pb.Message, len(batch))
+		for i, d := range batch {
+			msgs[i] = &pb.Message{
+				SystemId:            s.b.FormatID(d.Msg.ID),
+				Topic:               d.Msg.Topic,
+				Payload:             d.Msg.Payload,
+				Headers:             d.Msg.Headers,
+				PublishTimeUnixNano: d.Msg.PublishedAt,
+				Attempt:             d.Attempt,
+				Redelivered:         d.Attempt > 1,
+				SubscriptionId:      set.ID,
+			}
+		}
+		clear(batch)
+		if err := stream.Send(&pb.SubscribeResponse{Frame: &pb.SubscribeResponse_Messages{Messages: &pb.MessageBatch{Messages: msgs}}}); err != nil {
+			return err
+		}
+	}
+}
+
+// receive applies the client's acks, nacks and touches until the stream ends. Unknown ids
+// are skipped (see broker.Subscription.Ack); a malformed frame ends the stream.
+func (s *Server) receive(stream grpc.BidiStreamingServer[pb.SubscribeRequest, pb.SubscribeResponse], sub *broker.Subscription) error {
+	for {
+		req, err := stream.Recv()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		var skipped int
+		switch f := req.GetFrame().(type) {
+		case *pb.SubscribeRequest_Ack:
+			skipped = sub.Ack(f.Ack.GetSystemIds())
+		case *pb.SubscribeRequest_Nack:
+			skipped = sub.Nack(f.Nack.GetSystemIds(), f.Nack.GetDelay().AsDuration(), f.Nack.GetReason())
+		case *pb.SubscribeRequest_Touch:
+			skipped = sub.Touch(f.Touch.GetSystemIds())
+		case *pb.SubscribeRequest_Open:
+			return status.Error(codes.FailedPrecondition, "this stream already has a subscription; open another stream for another subscription")
+		default:
+			return status.Error(codes.InvalidArgument, "empty SubscribeRequest frame; set one of ack, nack or touch")
+		}
+		if skipped > 0 {
+			s.log.Trace("skipped unknown ids", "subscription", sub.Settings().ID, "count", skipped)
+		}
+	}
+}
+
+func subscribeOptions(o *pb.OpenSubscription) broker.SubscribeOptions {
+	var mode broker.Mode
+	switch o.GetMode() {
+	case pb.DeliveryMode_DELIVERY_MODE_FANOUT:
+		mode = broker.Fanout
+	case pb.DeliveryMode_DELIVERY_MODE_BALANCED:
+		mode = broker.Balanced
+	}
+	return broker.SubscribeOptions{
+		ID:              o.GetSubscriptionId(),
+		Patterns:        o.GetTopicPatterns(),
+		Mode:            mode,
+		Group:           o.GetConsumerGroup(),
+		MaxInFlight:     int(o.GetMaxInFlight()),
+		AckDeadline:     o.GetAckDeadline().AsDuration(),
+		MaxDeliveries:   int(o.GetMaxDeliveries()),
+		DeadLetterTopic: o.GetDeadLetterTopic(),
+	}
+}
+
+// Ack implements the seed's unary Ack.
+func (s *Server) Ack(_ context.Context, req *pb.Ack) (*pb.AckResponse, error) {
+	if req.GetSubscriptionId() == "" || req.GetSystemId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "Ack needs subscription_id and system_id (from the delivered Message)")
+	}
+	if err := s.b.Ack(req.GetSubscriptionId(), req.GetSystemId()); err != nil {
+		return nil, toStatus(err)
+	}
+	return &pb.AckResponse{}, nil
+}
+
+// Nack implements the unary Nack.
+func (s *Server) Nack(_ context.Context, req *pb.Nack) (*pb.NackResponse, error) {
+	if req.GetSubscriptionId() == "" || req.GetSystemId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "Nack needs subscription_id and system_id (from the delivered Message)")
+	}
+	if d := req.GetDelay(); d != nil && (d.CheckValid() != nil || d.AsDuration() < 0) {
+		return nil, status.Error(codes.InvalidArgument, "Nack delay must be a valid, non-negative duration")
+	}
+	if err := s.b.Nack(req.GetSubscriptionId(), req.GetSystemId(), req.GetDelay().AsDuration(), req.GetReason()); err != nil {
+		return nil, toStatus(err)
+	}
+	return &pb.NackResponse{}, nil
+}
+
+// Stats reports the broker's counters.
+func (s *Server) Stats(context.Context, *pb.StatsRequest) (*pb.StatsResponse, error) {
+	st := s.b.Stats()
+	resp := &pb.StatsResponse{Published: st.Published, Delivered: st.Delivered, Acked: st.Acked,
+		Redelivered: st.Redelivered, DeadLettered: st.DeadLettered, Unrouted: st.Unrouted}
+	for _, ss := range st.Subscriptions {
+		resp.Subscriptions = append(resp.Subscriptions, &pb.SubscriptionStats{SubscriptionId: ss.ID,
+			TopicPatterns: ss.Patterns, Delivered: ss.Delivered, Dropped: ss.Dropped, Buffered: uint32(ss.Buffered)})
+	}
+	for _, g := range st.Groups {
+		resp.Groups = append(resp.Groups, &pb.GroupStats{SubscriptionId: g.ID, ConsumerGroup: g.Group,
+			TopicPatterns: g.Patterns, Members: uint32(g.Members), Queued: uint32(g.Queued),
+			InFlight: uint32(g.InFlight), Delayed: uint32(g.Delayed), Delivered: g.Delivered, Acked: g.Acked,
+			Redelivered: g.Redelivered, DeadLettered: g.DeadLettered, Dropped: g.Dropped})
+	}
+	return resp, nil
+}

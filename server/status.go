@@ -1,0 +1,46 @@
+package server
+
+import (
+	"context"
+	"errors"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/tinybroker/tinybroker/broker"
+)
+
+// codeOf maps each broker error to its one gRPC status code.
+func codeOf(err error) codes.Code {
+	switch {
+	case errors.Is(err, broker.ErrInvalidTopic), errors.Is(err, broker.ErrInvalidPattern),
+		errors.Is(err, broker.ErrInvalidSubscription), errors.Is(err, broker.ErrInvalidMessage):
+		return codes.InvalidArgument
+	case errors.Is(err, broker.ErrGroupFull), errors.Is(err, broker.ErrSlowConsumer):
+		return codes.ResourceExhausted
+	case errors.Is(err, broker.ErrShuttingDown):
+		return codes.Unavailable
+	case errors.Is(err, broker.ErrUnknownSubscription), errors.Is(err, broker.ErrUnknownMessage):
+		return codes.NotFound
+	case errors.Is(err, broker.ErrSubscriptionExists):
+		return codes.AlreadyExists
+	case errors.Is(err, broker.ErrGroupMismatch):
+		return codes.FailedPrecondition
+	case errors.Is(err, broker.ErrSubscriptionClosed), errors.Is(err, context.Canceled):
+		return codes.Canceled
+	case errors.Is(err, context.DeadlineExceeded):
+		return codes.DeadlineExceeded
+	}
+	return codes.Internal
+}
+
+// toStatus turns a broker error into a gRPC status error; nil stays nil.
+func toStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	return status.Error(codeOf(err), err.Error())
+}
