@@ -274,6 +274,9 @@ func (b *Broker) checkSubscribe(o *SubscribeOptions) ([]string, error) {
 		if o.Group != "" {
 			return nil, bad("consumer_group %q is only for DELIVERY_MODE_BALANCED; drop it for fanout or switch the mode", o.Group)
 		}
+		if o.MaxInFlight != 0 || o.AckDeadline != 0 || o.MaxDeliveries != 0 || o.DeadLetterTopic != "" {
+			return nil, bad("max_in_flight, ack_deadline, max_deliveries and dead_letter_topic are for DELIVERY_MODE_BALANCED; fanout deliveries are not acked")
+		}
 		return patterns, nil
 	}
 	if o.Group == "" {
@@ -425,7 +428,7 @@ func (b *Broker) Nack(subscriptionID, systemID string, delay time.Duration, reas
 	if err != nil {
 		return err
 	}
-	if g.nack([]uint64{seq}, delay, reason) > 0 {
+	if g.nack(nil, []uint64{seq}, delay, reason) > 0 {
 		return fmt.Errorf("%w %q: subscription %q has no such message in flight", ErrUnknownMessage, systemID, subscriptionID)
 	}
 	return nil

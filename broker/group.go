@@ -156,12 +156,16 @@ func (g *group) scheduleLocked(at int64) {
 	}
 }
 
-// findOwnedLocked returns the in-flight entry seq and its member, looking first at pref.
-func (g *group) findOwnedLocked(pref *member, seq uint64) (*entry, *member) {
+// findOwnedLocked returns the in-flight entry seq and its member. With only set it looks at
+// pref alone; otherwise at pref first, then at every member.
+func (g *group) findOwnedLocked(pref *member, only bool, seq uint64) (*entry, *member) {
 	if pref != nil {
 		if e := pref.owned[seq]; e != nil {
 			return e, pref
 		}
+	}
+	if only {
+		return nil, nil
 	}
 	for _, m := range g.members {
 		if e := m.owned[seq]; e != nil {
@@ -197,7 +201,7 @@ func (g *group) ack(pref *member, seqs []uint64) (unknown int) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for _, seq := range seqs {
-		if e, m := g.findOwnedLocked(pref, seq); e != nil {
+		if e, m := g.findOwnedLocked(pref, false, seq); e != nil {
 			delete(m.owned, seq)
 			g.acked++
 		} else if g.settleWaitingLocked(seq) {
@@ -211,7 +215,9 @@ func (g *group) ack(pref *member, seqs []uint64) (unknown int) {
 }
 
 // nack gives in-flight seqs back for redelivery after delay and returns how many were unknown.
-func (g *group) nack(seqs []uint64, delay time.Duration, reason string) (unknown int) {
+// With owner set, only that member's deliveries can be nacked: a late nack from a member
+// must not take back a message that was redelivered to another.
+func (g *group) nack(owner *member, seqs []uint64, delay time.Duration, reason string) (unknown int) {
 	if len(seqs) == 0 {
 		return 0
 	}
@@ -223,7 +229,7 @@ func (g *group) nack(seqs []uint64, delay time.Duration, reason string) (unknown
 	now := g.b.now()
 	var requeue []*entry
 	for _, seq := range seqs {
-		e, m := g.findOwnedLocked(nil, seq)
+		e, m := g.findOwnedLocked(owner, owner != nil, seq)
 		if e == nil {
 			unknown++
 			continue
@@ -238,13 +244,13 @@ func (g *group) nack(seqs []uint64, delay time.Duration, reason string) (unknown
 	return unknown
 }
 
-// touch extends the deadline of in-flight seqs and returns how many were unknown.
-func (g *group) touch(seqs []uint64) (unknown int) {
+// touch extends the deadline of owner's in-flight seqs and returns how many were unknown.
+func (g *group) touch(owner *member, seqs []uint64) (unknown int) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	now := g.b.now()
 	for _, seq := range seqs {
-		if e, m := g.findOwnedLocked(nil, seq); e != nil {
+		if e, m := g.findOwnedLocked(owner, true, seq); e != nil {
 			e.deadline = now + int64(m.ackDeadline)
 		} else {
 			unknown++

@@ -107,21 +107,22 @@ func (s *Subscription) Ack(ids []string) (skipped int) {
 	return s.g.ack(s.m, s.b.parseIDs(ids, &skipped)) + skipped
 }
 
-// Nack gives deliveries back to the group, to be redelivered after delay (at once if zero).
-// It returns how many ids were skipped as unknown.
+// Nack gives this member's deliveries back to the group, to be redelivered after delay (at
+// once if zero). It returns how many ids were skipped as unknown or not this member's.
 func (s *Subscription) Nack(ids []string, delay time.Duration, reason string) (skipped int) {
 	if s.g == nil {
 		return 0
 	}
-	return s.g.nack(s.b.parseIDs(ids, &skipped), delay, reason) + skipped
+	return s.g.nack(s.m, s.b.parseIDs(ids, &skipped), delay, reason) + skipped
 }
 
-// Touch extends the ack deadline of in-flight deliveries by a full AckDeadline from now.
+// Touch extends the ack deadline of this member's in-flight deliveries by a full
+// AckDeadline from now. It returns how many ids were skipped.
 func (s *Subscription) Touch(ids []string) (skipped int) {
 	if s.g == nil {
 		return 0
 	}
-	return s.g.touch(s.b.parseIDs(ids, &skipped)) + skipped
+	return s.g.touch(s.m, s.b.parseIDs(ids, &skipped)) + skipped
 }
 
 // Close ends the subscription. A group member's unacked messages go at once to the other

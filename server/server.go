@@ -49,6 +49,7 @@ type Server struct {
 	grpc   *grpc.Server
 	health *health.Server
 	wg     sync.WaitGroup // goroutines started by handlers
+	quit   chan struct{}  // closed when Shutdown starts
 	once   sync.Once
 }
 
@@ -71,7 +72,7 @@ func New(b *broker.Broker, maxMessageBytes int, opts Options) *Server {
 	if opts.Logger == nil {
 		opts.Logger = hclog.NewNullLogger()
 	}
-	s := &Server{b: b, opts: opts, log: opts.Logger, health: health.NewServer()}
+	s := &Server{b: b, opts: opts, log: opts.Logger, health: health.NewServer(), quit: make(chan struct{})}
 	s.grpc = grpc.NewServer(
 		grpc.MaxRecvMsgSize(opts.MaxRecvBytes),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: opts.KeepaliveTime, Timeout: opts.KeepaliveTimeout}),
@@ -100,6 +101,7 @@ func (s *Server) Serve(lis net.Listener) error {
 func (s *Server) Shutdown(ctx context.Context) error {
 	var err error
 	s.once.Do(func() {
+		close(s.quit)
 		s.health.Shutdown()
 		err = s.b.Shutdown(ctx)
 		stopped := make(chan struct{})
@@ -129,15 +131,46 @@ func (s *Server) Publish(_ context.Context, req *pb.PublishRequest) (*pb.Publish
 	return &pb.PublishResponse{SystemId: s.b.FormatID(res.Seq), Routed: uint32(res.Routed)}, nil
 }
 
-// PublishStream publishes every frame's messages in order and confirms each frame.
+// PublishStream publishes every frame's messages in order and confirms each frame. When the
+// server shuts down the stream ends with UNAVAILABLE.
 func (s *Server) PublishStream(stream grpc.BidiStreamingServer[pb.PublishStreamRequest, pb.PublishStreamResponse]) error {
-	for {
-		req, err := stream.Recv()
-		if err == io.EOF {
-			return nil
+	// Recv cannot be interrupted, so a second goroutine reads while this one publishes and
+	// watches for shutdown; it ends when the stream does.
+	reqs := make(chan *pb.PublishStreamRequest, 16)
+	var recvErr error // set before reqs is closed
+	ctx := stream.Context()
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		for {
+			req, err := stream.Recv()
+			if err != nil {
+				recvErr = err
+				close(reqs)
+				return
+			}
+			select {
+			case reqs <- req:
+			case <-ctx.Done():
+				return
+			}
 		}
-		if err != nil {
-			return err
+	}()
+	for {
+		var req *pb.PublishStreamRequest
+		var ok bool
+		select {
+		case req, ok = <-reqs:
+			if !ok {
+				if recvErr == io.EOF {
+					return nil
+				}
+				return recvErr
+			}
+		case <-s.quit:
+			return status.Error(codes.Unavailable, "broker shutting down: publish to its replacement")
+		case <-ctx.Done():
+			return status.FromContextError(ctx.Err()).Err()
 		}
 		resp := &pb.PublishStreamResponse{Sequence: req.GetSequence(), Results: make([]*pb.PublishResult, len(req.GetMessages()))}
 		for i, m := range req.GetMessages() {
@@ -157,7 +190,10 @@ func (s *Server) PublishStream(stream grpc.BidiStreamingServer[pb.PublishStreamR
 }
 
 // Subscribe opens a subscription from the first frame, then sends batches of messages while
-// a second goroutine reads acks, nacks and touches.
+// a second goroutine reads acks, nacks and touches. A balanced member that closes its send
+// side leaves its group once the frames it sent are applied: that is the clean way to leave
+// (cancelling the stream may lose acks still in the client's buffers). The stream then ends
+// with OK.
 func (s *Server) Subscribe(stream grpc.BidiStreamingServer[pb.SubscribeRequest, pb.SubscribeResponse]) error {
 	first, err := stream.Recv()
 	if err != nil {
@@ -210,7 +246,12 @@ func (s *Server) Subscribe(stream grpc.BidiStreamingServer[pb.SubscribeRequest, 
 				if err != nil {
 					return err
 				}
-				recvErr = nil // the client closed its side: it sends no more acks, but still receives
+				if sub.Mode() == broker.Balanced {
+					// The client closed its side after its last acks: the member leaves now,
+					// and what it still holds goes to the other members.
+					return nil
+				}
+				recvErr = nil // a fanout client needs to send nothing: keep delivering
 				continue
 			case <-ctx.Done():
 				return status.FromContextError(ctx.Err()).Err()

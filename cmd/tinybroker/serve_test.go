@@ -1,0 +1,117 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
+)
+
+// serve runs with no configuration, answers, and on cancellation (the signal path) shuts
+// down and returns with every goroutine ended.
+func TestServeInProcess(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	ctx, cancel := context.WithCancel(context.Background())
+	listening := make(chan net.Addr, 1)
+	var logs syncBuffer
+	done := make(chan error, 1)
+	go func() { done <- serve(ctx, []string{"--listen", "127.0.0.1:0", "--log-json"}, &logs, listening) }()
+	var addr net.Addr
+	select {
+	case addr = <-listening:
+	case err := <-done:
+		t.Fatalf("serve: %v", err)
+	}
+	conn, err := grpc.NewClient(addr.String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := pb.NewBrokerClient(conn).Publish(context.Background(), &pb.PublishRequest{Topic: "hello"})
+	conn.Close()
+	if err != nil || resp.GetSystemId() == "" {
+		t.Fatalf("publish: %v %v", resp, err)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("serve returned %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("serve did not return after cancel")
+	}
+	if !strings.Contains(logs.String(), `"@message":"stopped"`) {
+		t.Fatalf("logs are not JSON or lack the stop line:\n%s", logs.String())
+	}
+}
+
+// A bad config file is refused with its file, line and column.
+func TestServeBadConfig(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "bad.hcl")
+	if err := os.WriteFile(path, []byte("listen = \"127.0.0.1:0\"\n\ngroups {\n  overflow = \"sometimes\"\n}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var logs syncBuffer
+	err := serve(context.Background(), []string{"--config", path}, &logs, nil)
+	if err == nil || !regexp.MustCompile(regexp.QuoteMeta(path)+`:4,\d+`).MatchString(err.Error()) || !strings.Contains(err.Error(), "drop_oldest") {
+		t.Fatalf("serve with a bad config: %v; want file:4,col and the allowed values", err)
+	}
+	if err := serve(context.Background(), []string{"--config", filepath.Join(t.TempDir(), "missing.hcl")}, &logs, nil); err == nil || !strings.Contains(err.Error(), "missing.hcl") {
+		t.Fatalf("missing config: %v", err)
+	}
+	if err := serve(context.Background(), []string{"--log-level", "loud"}, &logs, nil); err == nil || !strings.Contains(err.Error(), "--log-level") {
+		t.Fatalf("bad flag value: %v", err)
+	}
+}
+
+// The real binary stops on SIGTERM with exit status 0 after logging its shutdown.
+func TestServeBinarySIGTERM(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	bin := filepath.Join(t.TempDir(), "tinybroker")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	cmd := exec.Command(bin, "serve", "--listen", "127.0.0.1:0")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := bufio.NewScanner(stderr)
+	var log []string
+	for lines.Scan() {
+		log = append(log, lines.Text())
+		if strings.Contains(lines.Text(), "listening") {
+			break
+		}
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	for lines.Scan() {
+		log = append(log, lines.Text())
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("exit: %v\n%s", err, strings.Join(log, "\n"))
+	}
+	if all := strings.Join(log, "\n"); !strings.Contains(all, "shutting down") || !strings.Contains(all, "stopped") {
+		t.Fatalf("log:\n%s", all)
+	}
+}
