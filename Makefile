@@ -9,7 +9,7 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 PROTO_INCLUDE ?= /usr/include
 TESTFLAGS ?=
 
-.PHONY: run build test test-short fuzz generate tools check bench
+.PHONY: run build test test-short fuzz generate tools check bench wasm-fixtures
 
 run: ## start the broker on its embedded in-memory default (127.0.0.1:7878)
 	$(GO) run ./cmd/tinybroker serve
@@ -41,3 +41,6 @@ check: generate ## build, vet, gofmt, go mod tidy, regenerate; fails on any diff
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: run gofmt -w on the files above"; exit 1; }
 	$(GO) mod tidy
 	@git diff --exit-code -- . ':!*.log' || { echo "make check: the tree changed (stale generated code, go.mod/go.sum or formatting); commit the result"; exit 1; }
+
+wasm-fixtures: ## rebuild the hand-written WAT plugin fixtures (needs wat2wasm, Debian: wabt)
+	for f in plugins/testdata/*.wat; do wat2wasm "$$f" -o "$${f%.wat}.wasm"; done

@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/hashicorp/go-hclog v1.6.3
 	github.com/hashicorp/hcl/v2 v2.25.0
+	github.com/tetratelabs/wazero v1.12.0
 	github.com/zclconf/go-cty v1.19.0
 	go.uber.org/goleak v1.3.0
 	google.golang.org/grpc v1.85.0

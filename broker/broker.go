@@ -77,7 +77,9 @@ type Broker struct {
 	index *index
 	sched *scheduler
 
+	hooks        atomic.Pointer[Hooks]
 	unrouted     atomic.Uint64
+	hookDropped  atomic.Uint64 // messages dropped by an OnPublish verdict
 	dlqFailed    atomic.Uint64
 	closing      atomic.Bool
 	shutdownOnce sync.Once
@@ -159,7 +161,24 @@ func (b *Broker) Publish(topic string, payload []byte, headers map[string]string
 	if n := headerBytes(headers); n > b.opts.MaxHeaderBytes {
 		return PublishResult{}, fmt.Errorf("%w: headers take %d bytes, the limit is %d (max_header_bytes)", ErrInvalidMessage, n, b.opts.MaxHeaderBytes)
 	}
-	return b.route(topic, payload, headers)
+	h := b.currentHooks()
+	if h == nil {
+		return b.route(topic, payload, headers)
+	}
+	d := Draft{Topic: topic, Payload: payload, Headers: headers}
+	v, err := h.OnPublish(&d)
+	if err != nil {
+		return PublishResult{}, err
+	}
+	var res PublishResult
+	if v.Drop {
+		b.hookDropped.Add(1)
+		res.Seq = b.seq.Add(1)
+	} else {
+		res, err = b.route(d.Topic, d.Payload, d.Headers)
+	}
+	b.publishEmits(v.Emit)
+	return res, err
 }
 
 func headerBytes(h map[string]string) int {
@@ -437,6 +456,7 @@ func (b *Broker) Nack(subscriptionID, systemID string, delay time.Duration, reas
 // Stats is a snapshot of the broker's counters.
 type Stats struct {
 	Published, Delivered, Acked, Redelivered, DeadLettered, Unrouted uint64
+	Dropped                                                          uint64 // by a plugin's verdict
 	Subscriptions                                                    []SubscriptionStats
 	Groups                                                           []GroupStats
 }
@@ -451,7 +471,7 @@ type SubscriptionStats struct {
 
 // Stats returns a snapshot of the broker's counters, subscriptions sorted by id.
 func (b *Broker) Stats() Stats {
-	st := Stats{Published: b.seq.Load(), Unrouted: b.unrouted.Load()}
+	st := Stats{Published: b.seq.Load(), Unrouted: b.unrouted.Load(), Dropped: b.hookDropped.Load()}
 	b.mu.RLock()
 	st.Delivered = b.gone.delivered
 	for _, s := range b.fanouts {

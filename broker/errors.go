@@ -35,6 +35,9 @@ var (
 	// ErrGroupMismatch: a member's settings differ from its consumer group's, or the id is
 	// in use by a subscription of the other mode. (FAILED_PRECONDITION)
 	ErrGroupMismatch = errors.New("subscription does not match its consumer group")
+	// ErrHookFailed: a plugin failed on this message and its failure policy is fail_closed.
+	// (UNAVAILABLE: a retry may succeed once the plugin recovers)
+	ErrHookFailed = errors.New("plugin failed")
 	// ErrSubscriptionClosed: the subscription was closed by its owner.
 	ErrSubscriptionClosed = errors.New("subscription closed")
 )

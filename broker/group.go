@@ -59,7 +59,33 @@ type entry struct {
 	msg      *Message
 	attempt  uint32
 	deadline int64 // in flight: ack deadline; delayed: when to requeue (Broker.now clock)
+	sentAt   int64 // when the current attempt was handed to a member (Broker.now clock)
 	settled  bool  // acked while queued: skip when it reaches the head
+}
+
+// takeBack collects what a group operation took back from its members, to be finished by
+// finish once group.mu is released: dead letters to publish, and messages waiting for the
+// OnRedeliver hook, which never runs under the lock.
+type takeBack struct {
+	hooks   Hooks // nil unless the group's redeliveries are hooked
+	requeue []*entry
+	dead    []deadLetter
+	hooked  []hookedEntry
+	emits   []Draft
+}
+
+type hookedEntry struct {
+	e      *entry
+	reason string
+	delay  time.Duration
+}
+
+func (g *group) newTakeBack() *takeBack {
+	tb := &takeBack{}
+	if h := g.b.currentHooks(); h != nil && h.WantsRedeliver(g.name) {
+		tb.hooks = h
+	}
+	return tb
 }
 
 type deadLetter struct {
@@ -136,6 +162,7 @@ func (g *group) nextMemberLocked() *member {
 
 func (g *group) assignLocked(m *member, e *entry, now int64) {
 	e.attempt++
+	e.sentAt = now
 	e.deadline = now + int64(m.ackDeadline)
 	m.owned[e.msg.ID] = e
 	g.delivered++
@@ -176,42 +203,63 @@ func (g *group) findOwnedLocked(pref *member, only bool, seq uint64) (*entry, *m
 }
 
 // settleWaitingLocked acks seq if it is delayed or queued (e.g. its member left before its
-// ack arrived by the unary Ack).
-func (g *group) settleWaitingLocked(seq uint64) bool {
+// ack arrived by the unary Ack) and returns its entry, or nil.
+func (g *group) settleWaitingLocked(seq uint64) *entry {
 	for i, e := range g.delayed {
 		if e.msg.ID == seq {
 			g.delayed = slices.Delete(g.delayed, i, i+1)
-			return true
+			return e
 		}
 	}
 	for i := range g.queue.len() {
 		if e := g.queue.at(i); e.msg.ID == seq && !e.settled {
 			e.settled = true
-			return true
+			return e
 		}
 	}
-	return false
+	return nil
 }
 
 // ack settles seqs, looking first among pref's deliveries, and returns how many were unknown.
+// Hooked acks are reported to OnAck once g.mu is released.
 func (g *group) ack(pref *member, seqs []uint64) (unknown int) {
 	if len(seqs) == 0 {
 		return 0
 	}
+	h := g.b.currentHooks()
+	if h != nil && !h.WantsAck(g.name) {
+		h = nil
+	}
+	var events []AckEvent
 	g.mu.Lock()
-	defer g.mu.Unlock()
+	now := g.b.now()
 	for _, seq := range seqs {
 		if e, m := g.findOwnedLocked(pref, false, seq); e != nil {
 			delete(m.owned, seq)
 			g.acked++
-		} else if g.settleWaitingLocked(seq) {
+			if h != nil {
+				events = append(events, g.ackEvent(e, time.Duration(now-e.sentAt)))
+			}
+		} else if e := g.settleWaitingLocked(seq); e != nil {
 			g.acked++
+			if h != nil {
+				events = append(events, g.ackEvent(e, 0))
+			}
 		} else {
 			unknown++
 		}
 	}
-	g.dispatchLocked(g.b.now())
+	g.dispatchLocked(now)
+	g.mu.Unlock()
+	for i := range events {
+		events[i].SystemID = g.b.ids.format(events[i].Msg.ID)
+		g.b.publishEmits(h.OnAck(&events[i]))
+	}
 	return unknown
+}
+
+func (g *group) ackEvent(e *entry, inFlight time.Duration) AckEvent {
+	return AckEvent{Msg: e.msg, SubscriptionID: g.id, Group: g.name, Attempt: e.attempt, InFlight: inFlight}
 }
 
 // nack gives in-flight seqs back for redelivery after delay and returns how many were unknown.
@@ -224,10 +272,9 @@ func (g *group) nack(owner *member, seqs []uint64, delay time.Duration, reason s
 	if reason == "" {
 		reason = ReasonNack
 	}
-	var dead []deadLetter
+	tb := g.newTakeBack()
 	g.mu.Lock()
 	now := g.b.now()
-	var requeue []*entry
 	for _, seq := range seqs {
 		e, m := g.findOwnedLocked(owner, owner != nil, seq)
 		if e == nil {
@@ -235,12 +282,12 @@ func (g *group) nack(owner *member, seqs []uint64, delay time.Duration, reason s
 			continue
 		}
 		delete(m.owned, seq)
-		g.giveBackLocked(e, reason, delay, now, &requeue, &dead)
+		g.giveBackLocked(e, reason, delay, now, tb)
 	}
-	g.requeueLocked(requeue)
+	g.requeueLocked(tb)
 	g.dispatchLocked(now)
 	g.mu.Unlock()
-	g.b.publishDeadLetters(dead)
+	g.finish(tb)
 	return unknown
 }
 
@@ -259,32 +306,92 @@ func (g *group) touch(owner *member, seqs []uint64) (unknown int) {
 	return unknown
 }
 
-// giveBackLocked takes back e, no longer owned by any member, for another attempt: at once
-// (appended to *requeue), after delay (to g.delayed), or, past maxDeliveries, to the
-// dead-letter topic (appended to *dead, to be published once g.mu is released).
-func (g *group) giveBackLocked(e *entry, reason string, delay time.Duration, now int64, requeue *[]*entry, dead *[]deadLetter) {
-	if g.maxDeliveries > 0 && int(e.attempt) >= g.maxDeliveries {
-		g.deadLettered++
-		*dead = append(*dead, g.deadLetter(e, reason))
+// giveBackLocked takes back e, no longer owned by any member, for another attempt. With
+// hooks it waits in tb.hooked for OnRedeliver; otherwise the default applies at once.
+func (g *group) giveBackLocked(e *entry, reason string, delay time.Duration, now int64, tb *takeBack) {
+	if tb.hooks != nil {
+		tb.hooked = append(tb.hooked, hookedEntry{e: e, reason: reason, delay: delay})
 		return
 	}
+	g.defaultGiveBackLocked(e, reason, delay, now, tb)
+}
+
+// defaultGiveBackLocked redelivers e at once (appended to tb.requeue), after delay (to
+// g.delayed) or, past maxDeliveries, dead-letters it (to tb.dead, published by finish).
+func (g *group) defaultGiveBackLocked(e *entry, reason string, delay time.Duration, now int64, tb *takeBack) {
+	if g.maxDeliveries > 0 && int(e.attempt) >= g.maxDeliveries {
+		g.deadLetterLocked(e, reason, tb)
+		return
+	}
+	g.delayLocked(e, delay, now, tb)
+}
+
+func (g *group) delayLocked(e *entry, delay time.Duration, now int64, tb *takeBack) {
 	if delay > 0 {
 		e.deadline = now + int64(delay)
 		g.delayed = append(g.delayed, e)
 		g.scheduleLocked(e.deadline)
 		return
 	}
-	*requeue = append(*requeue, e)
+	tb.requeue = append(tb.requeue, e)
 }
 
-// requeueLocked puts es back at the head of the queue, oldest first: they were published
-// before anything still queued.
-func (g *group) requeueLocked(es []*entry) {
+func (g *group) deadLetterLocked(e *entry, reason string, tb *takeBack) {
+	g.deadLettered++
+	tb.dead = append(tb.dead, g.deadLetter(e, reason))
+}
+
+// requeueLocked puts tb.requeue back at the head of the queue, oldest first: they were
+// published before anything still queued.
+func (g *group) requeueLocked(tb *takeBack) {
+	es := tb.requeue
 	slices.SortFunc(es, func(a, b *entry) int { return -cmpU64(a.msg.ID, b.msg.ID) })
 	for _, e := range es {
 		g.queue.pushFront(e)
 	}
 	g.pending.Add(int64(len(es)))
+	tb.requeue = es[:0]
+}
+
+// finish completes an operation once g.mu is released: it asks OnRedeliver about hooked
+// messages and applies its verdicts, then publishes dead letters and emitted messages.
+func (g *group) finish(tb *takeBack) {
+	if len(tb.hooked) > 0 {
+		hooked := tb.hooked
+		verdicts := make([]RedeliverVerdict, len(hooked))
+		for i, h := range hooked {
+			verdicts[i] = tb.hooks.OnRedeliver(&RedeliverEvent{Msg: h.e.msg, SystemID: g.b.ids.format(h.e.msg.ID),
+				SubscriptionID: g.id, Group: g.name, Attempt: h.e.attempt, Reason: h.reason})
+			tb.emits = append(tb.emits, verdicts[i].Emit...)
+		}
+		g.mu.Lock()
+		now := g.b.now()
+		for i, h := range hooked {
+			v, e := &verdicts[i], h.e
+			if len(v.SetHeaders) > 0 || len(v.DelHeaders) > 0 {
+				e.msg = e.msg.withHeaders(v.SetHeaders, v.DelHeaders)
+			}
+			switch v.Action {
+			case RedeliverDelay:
+				g.delayLocked(e, v.Delay, now, tb)
+			case RedeliverDeadLetter:
+				reason := v.Reason
+				if reason == "" {
+					reason = h.reason
+				}
+				g.deadLetterLocked(e, reason, tb)
+			case RedeliverDrop:
+				g.dropped++
+			default:
+				g.defaultGiveBackLocked(e, h.reason, h.delay, now, tb)
+			}
+		}
+		g.requeueLocked(tb)
+		g.dispatchLocked(now)
+		g.mu.Unlock()
+	}
+	g.b.publishDeadLetters(tb.dead)
+	g.b.publishEmits(tb.emits)
 }
 
 func cmpU64(a, b uint64) int {
@@ -326,7 +433,7 @@ func (g *group) join(s *Subscription, maxInFlight int, ackDeadline time.Duration
 // leave removes m and hands its unacked messages at once to the other members (or, with none
 // left, keeps them at the head of the queue for the next member).
 func (g *group) leave(m *member) {
-	var dead []deadLetter
+	tb := g.newTakeBack()
 	g.mu.Lock()
 	i := slices.Index(g.members, m)
 	if i < 0 {
@@ -349,21 +456,20 @@ func (g *group) leave(m *member) {
 	}
 	m.s.out.mu.Unlock()
 	now := g.b.now()
-	var requeue []*entry
 	for seq, e := range m.owned {
 		delete(m.owned, seq)
-		g.giveBackLocked(e, ReasonMemberLeft, 0, now, &requeue, &dead)
+		g.giveBackLocked(e, ReasonMemberLeft, 0, now, tb)
 	}
-	g.requeueLocked(requeue)
+	g.requeueLocked(tb)
 	g.dispatchLocked(now)
 	g.mu.Unlock()
-	g.b.publishDeadLetters(dead)
+	g.finish(tb)
 }
 
 // onTimer redelivers what passed its ack deadline and requeues delayed messages whose delay
 // is over, then registers the next wake-up.
 func (g *group) onTimer() {
-	var dead []deadLetter
+	tb := g.newTakeBack()
 	g.mu.Lock()
 	now := g.b.now()
 	g.wake = 0
@@ -373,7 +479,6 @@ func (g *group) onTimer() {
 			next = t
 		}
 	}
-	var requeue []*entry
 	for _, m := range g.members {
 		for seq, e := range m.owned {
 			if e.deadline > now {
@@ -381,7 +486,7 @@ func (g *group) onTimer() {
 				continue
 			}
 			delete(m.owned, seq)
-			g.giveBackLocked(e, ReasonAckDeadline, 0, now, &requeue, &dead)
+			g.giveBackLocked(e, ReasonAckDeadline, 0, now, tb)
 		}
 	}
 	kept := g.delayed[:0]
@@ -390,18 +495,18 @@ func (g *group) onTimer() {
 			later(e.deadline)
 			kept = append(kept, e)
 		} else {
-			requeue = append(requeue, e)
+			tb.requeue = append(tb.requeue, e)
 		}
 	}
 	clear(g.delayed[len(kept):])
 	g.delayed = kept
-	g.requeueLocked(requeue)
+	g.requeueLocked(tb)
 	if next != 0 {
 		g.scheduleLocked(next)
 	}
 	g.dispatchLocked(now)
 	g.mu.Unlock()
-	g.b.publishDeadLetters(dead)
+	g.finish(tb)
 }
 
 // drain stops new deliveries and returns how many messages are in flight.

@@ -19,6 +19,24 @@ type Message struct {
 	PublishedAt int64
 }
 
+// withHeaders returns a copy of m with headers set and deleted; m itself is shared and
+// never changes.
+func (m *Message) withHeaders(set map[string]string, del []string) *Message {
+	h := make(map[string]string, len(m.Headers)+len(set))
+	for k, v := range m.Headers {
+		h[k] = v
+	}
+	for _, k := range del {
+		delete(h, k)
+	}
+	for k, v := range set {
+		h[k] = v
+	}
+	c := *m
+	c.Headers = h
+	return &c
+}
+
 // Delivery is a message handed to one subscription.
 type Delivery struct {
 	Msg     *Message

@@ -12,13 +12,19 @@ import (
 
 // codeOf maps each broker error to its one gRPC status code.
 func codeOf(err error) codes.Code {
+	var reject *broker.RejectError
 	switch {
+	case errors.As(err, &reject):
+		if reject.Code > 0 && reject.Code <= 16 {
+			return codes.Code(reject.Code)
+		}
+		return codes.InvalidArgument
 	case errors.Is(err, broker.ErrInvalidTopic), errors.Is(err, broker.ErrInvalidPattern),
 		errors.Is(err, broker.ErrInvalidSubscription), errors.Is(err, broker.ErrInvalidMessage):
 		return codes.InvalidArgument
 	case errors.Is(err, broker.ErrGroupFull), errors.Is(err, broker.ErrSlowConsumer):
 		return codes.ResourceExhausted
-	case errors.Is(err, broker.ErrShuttingDown):
+	case errors.Is(err, broker.ErrShuttingDown), errors.Is(err, broker.ErrHookFailed):
 		return codes.Unavailable
 	case errors.Is(err, broker.ErrUnknownSubscription), errors.Is(err, broker.ErrUnknownMessage):
 		return codes.NotFound

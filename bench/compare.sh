@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Runs tinybroker's benchmark (run.sh) and then the NATS peer's (shared/bench/peers/nats/run.sh),
+# one after the other on this machine, and prints their median figures side by side.
+#   ./compare.sh                       # W1 W2 W3 W5
+#   ./compare.sh W1 W2 W3              # a selection
+#   W5_SUBS="1000 10000" ./compare.sh W5
+#   RUN_FLAGS="-n 100000 -reps 5" ./compare.sh W1    # passed to both sides
+#   TB_CONFIG=fanout-buffer.hcl ./compare.sh W1       # tinybroker's server config (see run.sh)
+# The NATS peer is looked up beside the repository, in ../shared/bench/peers/nats; set
+# NATS_RUN=/path/to/run.sh to use another. Both sides' progress goes to stderr.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+top=$(git -C "$here" rev-parse --show-toplevel 2>/dev/null || (cd "$here/.." && pwd))
+nats_run=${NATS_RUN:-$top/../shared/bench/peers/nats/run.sh}
+if [ ! -f "$nats_run" ]; then
+  echo "compare.sh: the NATS peer is missing: no $nats_run" >&2
+  echo "  It lives in shared/bench/peers/nats, in a checkout of shared/ beside the repository;" >&2
+  echo "  clone it there, or set NATS_RUN=/path/to/peers/nats/run.sh." >&2
+  exit 1
+fi
+workloads=("$@")
+[ ${#workloads[@]} -gt 0 ] || workloads=(W1 W2 W3 W5)
+nats_workloads=()
+for w in "${workloads[@]}"; do
+  case "$w" in
+    W1 | W3 | W5) nats_workloads+=("$w") ;;
+    W2) nats_workloads+=(W2js W2core) ;;
+    *) echo "compare.sh: $w has no NATS counterpart; use W1, W2, W3 or W5" >&2; exit 1 ;;
+  esac
+done
+
+tb_out=$(mktemp)
+nats_out=$(mktemp)
+trap 'rm -f "$tb_out" "$nats_out"' EXIT
+started=$(date -u '+%Y-%m-%d %H:%M:%S UTC')
+echo "== tinybroker: bench/run.sh ${workloads[*]}" >&2
+"$here/run.sh" "${workloads[@]}" >"$tb_out" || echo "== run.sh failed (exit $?)" >>"$tb_out"
+echo "== NATS: $nats_run ${nats_workloads[*]}" >&2
+"$nats_run" "${nats_workloads[@]}" >"$nats_out" || echo "== NATS run.sh failed (exit $?)" >>"$nats_out"
+
+# fig FILE PREFIX NAME prints figure NAME of the median line of PREFIX, or nothing.
+fig() {
+  grep -E "^$2 reps=[0-9]+ median " "$1" | head -n 1 | tr ' ' '\n' | sed -n "s/^$3=//p"
+}
+ratio() {
+  if [ -n "$1" ] && [ -n "$2" ]; then awk -v a="$1" -v b="$2" 'BEGIN { if (b == 0) print "-"; else printf "%.2f", a / b }'; else echo "-"; fi
+}
+# row LABEL FIGURE TB_PREFIX NATS_PREFIX NATS_FIGURE BETTER
+row() {
+  local t n
+  t=$(fig "$tb_out" "$3" "$2")
+  n=$(fig "$nats_out" "$4" "$5")
+  [ -n "$t" ] || { grep -q "^$3 FAILED" "$tb_out" && t=FAILED || t=-; }
+  [ -n "$n" ] || n=-
+  printf '%-12s %-22s %14s %-22s %14s %8s  %s\n' "$1" "$2" "$t" "${4#* }" "$n" "$(ratio "${t/FAILED/}" "${n/-/}")" "$6"
+}
+
+rev=$(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo unknown)
+[ -z "$(git -C "$here" status --porcelain 2>/dev/null)" ] || rev="$rev (uncommitted changes)"
+echo
+echo "== raw result lines"
+cat "$tb_out" "$nats_out"
+echo
+echo "== tinybroker vs NATS, medians; ratio = tinybroker / NATS"
+echo "started $started; nproc $(nproc); $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'); $(go version | cut -d' ' -f3)"
+echo "tinybroker $rev; server config ${TB_CONFIG:-defaults}; RUN_FLAGS '${RUN_FLAGS:-}'"
+printf '%-12s %-22s %14s %-22s %14s %8s  %s\n' workload figure tinybroker peer NATS ratio better
+for w in "${workloads[@]}"; do
+  case "$w" in
+    W1) row W1 delivered_msgs_per_s "W1 tinybroker" "W1 nats-core" delivered_msgs_per_s higher ;;
+    W2)
+      row W2 acked_msgs_per_s "W2 tinybroker" "W2 nats-js" acked_msgs_per_s higher
+      row W2 redelivered "W2 tinybroker" "W2 nats-js" redelivered "0 (sum)"
+      row W2 acked_msgs_per_s "W2 tinybroker" "W2 nats-core" delivered_msgs_per_s "higher (NATS: no acks)"
+      ;;
+    W3)
+      for f in p50_us p99_us p999_us; do row W3 "$f" "W3 tinybroker" "W3 nats-core" "$f" lower; done
+      ;;
+    W5)
+      for k in ${W5_SUBS:-1000 10000 100000}; do
+        row "W5 $k" msgs_per_s "W5 tinybroker subs=$k" "W5 nats-core subs=$k" msgs_per_s higher
+        row "W5 $k" rss_per_sub_b "W5 tinybroker subs=$k" "W5 nats-core subs=$k" rss_per_sub_b lower
+        row "W5 $k" sub_setup_ms "W5 tinybroker subs=$k" "W5 nats-core subs=$k" sub_setup_ms lower
+      done
+      ;;
+  esac
+done

@@ -1,0 +1,123 @@
+package broker
+
+import (
+	"fmt"
+	"time"
+)
+
+// Hooks let code outside the engine — the WebAssembly plugin chain — see and change messages
+// before they are routed, and react to acks and redeliveries. It is an interface so that the
+// engine knows nothing of Wasm; see the plugins package. Install with Broker.SetHooks.
+//
+// Every method is called with no broker lock held, and may block for as long as the hook's
+// own time limit.
+type Hooks interface {
+	// OnPublish runs before routing and may change d. An error refuses the publish and is
+	// returned to the publisher (use *RejectError for a chosen status).
+	OnPublish(d *Draft) (PublishVerdict, error)
+	// WantsAck and WantsRedeliver say whether a consumer group's acks and redeliveries are
+	// hooked, so the engine can skip building events nobody reads.
+	WantsAck(group string) bool
+	WantsRedeliver(group string) bool
+	// OnAck runs after an ack was applied; it returns messages to publish.
+	OnAck(e *AckEvent) []Draft
+	// OnRedeliver runs before a message that was taken back from a member is redelivered.
+	OnRedeliver(e *RedeliverEvent) RedeliverVerdict
+}
+
+// Draft is a message being published, or emitted by a hook.
+type Draft struct {
+	Topic   string
+	Payload []byte
+	Headers map[string]string
+}
+
+// PublishVerdict is what OnPublish decided for a message it did not refuse.
+type PublishVerdict struct {
+	Drop   bool   // drop the message (counted); the publisher sees success, routed to 0
+	Reason string // why it was dropped
+	Emit   []Draft
+}
+
+// RejectError refuses a publish with a status code chosen by a hook.
+type RejectError struct {
+	Code   int // a gRPC status code, 1–16
+	Plugin string
+	Reason string
+}
+
+func (e *RejectError) Error() string {
+	return fmt.Sprintf("refused by plugin %q: %s", e.Plugin, e.Reason)
+}
+
+// AckEvent describes an applied ack.
+type AckEvent struct {
+	Msg            *Message
+	SystemID       string
+	SubscriptionID string
+	Group          string
+	Attempt        uint32
+	InFlight       time.Duration // from the acked delivery to its ack
+}
+
+// RedeliverEvent describes a message taken back from a member.
+type RedeliverEvent struct {
+	Msg            *Message
+	SystemID       string
+	SubscriptionID string
+	Group          string
+	Attempt        uint32 // the attempt that failed
+	Reason         string // ReasonNack (or the nack's reason), ReasonAckDeadline, ReasonMemberLeft
+}
+
+// RedeliverAction is what becomes of a message taken back from a member.
+type RedeliverAction int
+
+const (
+	// RedeliverDefault: what the broker would do without hooks (a nack's delay, then
+	// max_deliveries).
+	RedeliverDefault RedeliverAction = iota
+	// RedeliverDelay: redeliver after RedeliverVerdict.Delay.
+	RedeliverDelay
+	// RedeliverDeadLetter: send to the group's dead-letter topic now.
+	RedeliverDeadLetter
+	// RedeliverDrop: forget the message (counted).
+	RedeliverDrop
+)
+
+// RedeliverVerdict is OnRedeliver's decision.
+type RedeliverVerdict struct {
+	Action     RedeliverAction
+	Delay      time.Duration
+	Reason     string            // for a dead letter
+	SetHeaders map[string]string // header changes kept on the message
+	DelHeaders []string
+	Emit       []Draft
+}
+
+// SetHooks installs h (nil removes the hooks). Every publish, ack and redelivery reads the
+// hooks once, so a swap never runs a message through two chains, or one chain twice.
+func (b *Broker) SetHooks(h Hooks) {
+	if h == nil {
+		b.hooks.Store(nil)
+		return
+	}
+	b.hooks.Store(&h)
+}
+
+func (b *Broker) currentHooks() Hooks {
+	if p := b.hooks.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// publishEmits routes messages emitted by hooks. They do not pass through OnPublish, so a
+// plugin cannot loop. No lock may be held.
+func (b *Broker) publishEmits(ds []Draft) {
+	for _, d := range ds {
+		if _, err := b.route(d.Topic, d.Payload, d.Headers); err != nil {
+			b.log.Warn("message emitted by a plugin refused", "topic", d.Topic, "error", err)
+		}
+	}
+}

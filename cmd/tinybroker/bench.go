@@ -1,0 +1,66 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tinybroker/tinybroker/internal/bench"
+)
+
+// runBench implements `tinybroker bench`: the benchmark workloads of shared/bench/WORKLOADS.md.
+func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), `Usage: tinybroker bench [flags]
+
+Runs benchmark workloads against a broker and prints one line per repetition and a line of
+medians for each on stdout (warm-ups and progress go to stderr):
+  W1  1 publisher, 4 fanout subscribers            delivered_msgs_per_s
+  W2  1 publisher, a consumer group of 4 with acks acked_msgs_per_s, redelivered
+  W3  paced publisher, 1 subscriber                p50_us p99_us p999_us
+  W5  1k/10k/100k subscriptions, 4 of them match   msgs_per_s, rss_per_sub_b
+W4 and W6 are not implemented yet and print a "skipped" line. bench/run.sh runs every
+workload against a fresh `+"`tinybroker serve`"+` process.
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
+	var cfg bench.Config
+	fs.StringVar(&cfg.Addr, "addr", "", "broker address (`host:port`); empty starts a broker inside this process, sharing its CPU and runtime with the clients (for trying it out, not for figures)")
+	workloads := fs.String("w", "W1,W2,W3,W5", "workloads to run, comma-separated")
+	fs.IntVar(&cfg.N, "n", 0, "messages per repetition (default: W1/W2 500000, W3 5 s at -rate, W5 200000)")
+	fs.IntVar(&cfg.Size, "size", 256, "payload bytes (at least 8)")
+	fs.IntVar(&cfg.Reps, "reps", 3, "measured repetitions, after one warm-up")
+	fs.IntVar(&cfg.Rate, "rate", 20000, "W3: publish rate, msgs/s")
+	subs := fs.String("subs", "1000,10000,100000", "W5: subscription counts, comma-separated")
+	fs.IntVar(&cfg.ServerPID, "server-pid", 0, "W5: the broker's process id, to read its RSS from /proc")
+	fs.DurationVar(&cfg.Timeout, "timeout", 3*time.Minute, "give up on a repetition (or W5's subscribing) after this long")
+	fs.IntVar(&cfg.Batch, "batch", 128, "most messages per PublishStream frame")
+	fs.IntVar(&cfg.Window, "window", 16, "most PublishStream frames sent and not yet confirmed")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("bench takes no arguments, got %q (select workloads with -w W1,W2)", fs.Args())
+	}
+	for _, w := range strings.Split(*workloads, ",") {
+		if w = strings.ToUpper(strings.TrimSpace(w)); w != "" {
+			cfg.Workloads = append(cfg.Workloads, w)
+		}
+	}
+	for _, s := range strings.Split(*subs, ",") {
+		k, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil {
+			return fmt.Errorf("-subs %q: want comma-separated integers, e.g. 1000,10000", *subs)
+		}
+		cfg.SubCounts = append(cfg.SubCounts, k)
+	}
+	return bench.Run(ctx, cfg, stdout, stderr)
+}

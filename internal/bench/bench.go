@@ -1,0 +1,349 @@
+// Package bench runs the broker benchmark workloads of shared/bench/WORKLOADS.md against a
+// tinybroker over gRPC, with the same shapes, warm-up, repetitions, medians and output lines as
+// the NATS peer (shared/bench/peers/nats), so that bench/compare.sh can set the figures side by
+// side. `tinybroker bench` is its command line; bench/run.sh runs it against a fresh
+// `tinybroker serve` process per workload.
+//
+// It speaks the generated gRPC client directly rather than sdk/go/client, to control the
+// batching: publishers pipeline PublishStream frames of several messages under a bounded window
+// of unconfirmed frames, and W2 members ack each received batch with one AckBatch frame.
+package bench
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/server"
+)
+
+// Config selects the workloads and their sizes. Zero values take the defaults shown.
+type Config struct {
+	// Addr is the broker's host:port. Empty starts a fresh broker inside this process for each
+	// workload; client and broker then share one Go runtime, so use it for tests, not figures.
+	Addr string
+	// Workloads to run, in order: W1, W2, W3, W5. W4 and W6 print a "skipped" line.
+	// Default W1, W2, W3, W5.
+	Workloads []string
+	// N is the number of messages per repetition. Default: W1 and W2 500,000; W3 five seconds
+	// at Rate; W5 200,000.
+	N int
+	// Size is the payload size in bytes, at least 8 (256).
+	Size int
+	// Reps is the number of measured repetitions, after one warm-up (3).
+	Reps int
+	// Rate is W3's publish rate in messages per second (20,000).
+	Rate int
+	// SubCounts are W5's subscription counts, each at least 4 (1,000, 10,000, 100,000).
+	SubCounts []int
+	// ServerPID is the broker's process id, to read its RSS from /proc for W5; 0 reports no
+	// RSS figures.
+	ServerPID int
+	// Timeout bounds one repetition (and W5's subscription setup) (3m).
+	Timeout time.Duration
+	// Batch is the most messages per PublishStream frame (128); Window the most frames sent
+	// and not yet confirmed (16).
+	Batch, Window int
+	// Progress is how often long steps report progress on stderr (5s); negative: never.
+	Progress time.Duration
+}
+
+var defaultN = map[string]int{"W1": 500_000, "W2": 500_000, "W5": 200_000} // W3: 5 s at Rate
+
+// skipped are the workloads not implemented yet and why.
+var skipped = map[string]string{
+	"W4": "needs plugins (a publish-time filter and transform)",
+	"W6": "not implemented yet (10,000 concurrent streams at 1 msg/s each)",
+}
+
+func (c *Config) setDefaults() error {
+	if len(c.Workloads) == 0 {
+		c.Workloads = []string{"W1", "W2", "W3", "W5"}
+	}
+	for _, w := range c.Workloads {
+		if _, ok := skipped[w]; !ok && w != "W3" && defaultN[w] == 0 {
+			return fmt.Errorf("unknown workload %q: use W1, W2, W3 or W5 (W4 and W6 are skipped)", w)
+		}
+	}
+	def := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&c.Size, 256)
+	def(&c.Reps, 3)
+	def(&c.Rate, 20_000)
+	def(&c.Batch, 128)
+	def(&c.Window, 16)
+	if c.Timeout == 0 {
+		c.Timeout = 3 * time.Minute
+	}
+	if c.Progress == 0 {
+		c.Progress = 5 * time.Second
+	}
+	if len(c.SubCounts) == 0 {
+		c.SubCounts = []int{1_000, 10_000, 100_000}
+	}
+	switch {
+	case c.Size < 8:
+		return fmt.Errorf("size %d: payloads need at least 8 bytes (W3 carries a timestamp)", c.Size)
+	case c.Reps < 1:
+		return fmt.Errorf("reps %d: need at least 1", c.Reps)
+	case c.N < 0 || c.Rate < 1 || c.Batch < 1 || c.Window < 1 || c.Timeout < 0:
+		return fmt.Errorf("n %d, rate %d, batch %d, window %d, timeout %v: need n >= 0 and the others positive", c.N, c.Rate, c.Batch, c.Window, c.Timeout)
+	}
+	for _, k := range c.SubCounts {
+		if k < 4 {
+			return fmt.Errorf("subscription count %d: W5 needs at least its 4 matching subscriptions", k)
+		}
+	}
+	return nil
+}
+
+// Run runs cfg's workloads, printing one line per repetition and a line of medians for each on
+// stdout, and warm-ups and progress on stderr.
+func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
+	if err := cfg.setDefaults(); err != nil {
+		return err
+	}
+	payload := make([]byte, cfg.Size)
+	_, _ = rand.Read(payload)
+	stdout, stderr = &lockedWriter{w: stdout}, &lockedWriter{w: stderr}
+	if cfg.Addr == "" && cfg.ServerPID == 0 && slices.Contains(cfg.Workloads, "W5") {
+		fmt.Fprintln(stderr, "# in-process broker: W5 reports no RSS figures (run against `tinybroker serve` with -server-pid)")
+	}
+	for _, w := range cfg.Workloads {
+		if why, ok := skipped[w]; ok {
+			fmt.Fprintf(stdout, "%s skipped: %s\n", w, why)
+			continue
+		}
+		r := &runner{ctx: ctx, cfg: cfg, addr: cfg.Addr, stdout: stdout, stderr: stderr, payload: payload, n: cfg.N}
+		if r.n == 0 {
+			r.n = defaultN[w]
+			if w == "W3" {
+				r.n = 5 * cfg.Rate
+			}
+		}
+		stop := func() error { return nil }
+		if r.addr == "" {
+			var err error
+			if r.addr, stop, err = startBroker(); err != nil {
+				return err
+			}
+		}
+		var err error
+		switch w {
+		case "W1":
+			err = r.repeat("W1 tinybroker", r.w1)
+		case "W2":
+			err = r.repeat("W2 tinybroker", r.w2)
+		case "W3":
+			err = r.repeat("W3 tinybroker", r.w3)
+		case "W5":
+			err = r.w5()
+		}
+		if serr := stop(); err == nil && serr != nil {
+			err = fmt.Errorf("stop the in-process broker: %w", serr)
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", w, err)
+		}
+	}
+	return nil
+}
+
+// runner runs one workload.
+type runner struct {
+	cfg            Config
+	addr           string
+	stdout, stderr io.Writer
+	payload        []byte
+	n              int             // messages per repetition
+	ctx            context.Context // the whole run's
+}
+
+// metric is one named figure of a repetition; sum metrics are added up over the repetitions
+// instead of taking their median (used for error counts).
+type metric struct {
+	name string
+	v    float64
+	sum  bool
+}
+
+// repeat runs f once as a warm-up (reported on stderr) and then Reps times, printing one
+// line per repetition and a final line of medians. Each run of f gets a context that ends
+// after Timeout.
+func (r *runner) repeat(prefix string, f func(context.Context) ([]metric, error)) error {
+	run := func(what string) ([]metric, error) {
+		ctx, cancel := context.WithTimeout(r.ctx, r.cfg.Timeout)
+		defer cancel()
+		m, err := f(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
+		}
+		return m, nil
+	}
+	m, err := run("warm-up")
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(r.stderr, "# %s warmup %s\n", prefix, format(m))
+	var all [][]metric
+	for i := 1; i <= r.cfg.Reps; i++ {
+		m, err := run(fmt.Sprintf("repetition %d", i))
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(r.stdout, "%s rep=%d %s\n", prefix, i, format(m))
+		all = append(all, m)
+	}
+	med := slices.Clone(all[0])
+	for j := range med {
+		vals := make([]float64, len(all))
+		for i := range all {
+			vals[i] = all[i][j].v
+		}
+		if med[j].sum {
+			med[j].v = 0
+			for _, v := range vals {
+				med[j].v += v
+			}
+			continue
+		}
+		slices.Sort(vals)
+		med[j].v = vals[len(vals)/2]
+		if len(vals)%2 == 0 {
+			med[j].v = (vals[len(vals)/2-1] + vals[len(vals)/2]) / 2
+		}
+	}
+	fmt.Fprintf(r.stdout, "%s reps=%d median %s\n", prefix, r.cfg.Reps, format(med))
+	return nil
+}
+
+func format(ms []metric) string {
+	parts := make([]string, len(ms))
+	for i, m := range ms {
+		if strings.HasSuffix(m.name, "_us") {
+			parts[i] = fmt.Sprintf("%s=%.1f", m.name, m.v)
+		} else {
+			parts[i] = fmt.Sprintf("%s=%.0f", m.name, m.v)
+		}
+	}
+	return strings.Join(parts, " ")
+}
+
+// watch prints "# what: status()" on stderr every Progress until the returned stop is called.
+func (r *runner) watch(what string, status func() string) (stop func()) {
+	if r.cfg.Progress < 0 {
+		return func() {}
+	}
+	quit, exited := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(exited)
+		t := time.NewTicker(r.cfg.Progress)
+		defer t.Stop()
+		start := time.Now()
+		for {
+			select {
+			case <-quit:
+				return
+			case <-t.C:
+				fmt.Fprintf(r.stderr, "# %s: %s (%.0fs)\n", what, status(), time.Since(start).Seconds())
+			}
+		}
+	}()
+	return func() {
+		close(quit)
+		<-exited
+	}
+}
+
+// dial opens a connection of its own to the broker and waits until it is ready.
+func (r *runner) dial(ctx context.Context) (*grpc.ClientConn, error) {
+	conn, err := grpc.NewClient(r.addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))
+	if err != nil {
+		return nil, fmt.Errorf("dial %s: %w", r.addr, err)
+	}
+	conn.Connect()
+	for {
+		s := conn.GetState()
+		if s == connectivity.Ready {
+			return conn, nil
+		}
+		if s == connectivity.TransientFailure || !conn.WaitForStateChange(ctx, s) {
+			conn.Close()
+			return nil, fmt.Errorf("connect to %s: %s (is a broker listening there?)", r.addr, s)
+		}
+	}
+}
+
+func closeAll(conns []*grpc.ClientConn) {
+	for _, c := range conns {
+		c.Close()
+	}
+}
+
+// inProcessOptions configure the in-process broker: the defaults; tests change them.
+var inProcessOptions = broker.Options{MaxMessageBytes: 1 << 20}
+
+// startBroker starts a broker with default options and its gRPC server on a free loopback
+// port, and returns its address and a function that shuts both down.
+func startBroker() (addr string, stop func() error, err error) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, fmt.Errorf("in-process broker: %w", err)
+	}
+	b := broker.New(inProcessOptions)
+	srv := server.New(b, inProcessOptions.MaxMessageBytes, server.Options{})
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(lis) }()
+	return lis.Addr().String(), func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		err := srv.Shutdown(ctx)
+		return errors.Join(err, <-served)
+	}, nil
+}
+
+// rssKB returns the resident set size of process pid in KiB, from /proc.
+func rssKB(pid int) (float64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, fmt.Errorf("server RSS: %w", err)
+	}
+	for line := range strings.Lines(string(b)) {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+			return strconv.ParseFloat(f[1], 64)
+		}
+	}
+	return 0, fmt.Errorf("server RSS: no VmRSS in /proc/%d/status", pid)
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// lockedWriter serializes writes: progress lines come from their own goroutines.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}

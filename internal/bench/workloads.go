@@ -1,0 +1,442 @@
+package bench
+
+import (
+	"cmp"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+
+	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
+)
+
+// W1: one publisher, 4 fanout subscribers on connections of their own.
+func (r *runner) w1(ctx context.Context) ([]metric, error) {
+	var conns []*grpc.ClientConn
+	defer func() { closeAll(conns) }()
+	var sinks []*sink
+	defer func() { closeSinks(sinks) }()
+	for i := range 4 {
+		conn, err := r.dial(ctx)
+		if err != nil {
+			return nil, err
+		}
+		conns = append(conns, conn)
+		s, err := newSink(ctx, conn, fmt.Sprintf("w1 subscriber %d", i), "bench.w1", nil)
+		if err != nil {
+			return nil, err
+		}
+		sinks = append(sinks, s)
+	}
+	pub, err := r.dial(ctx)
+	if err != nil {
+		return nil, err
+	}
+	conns = append(conns, pub)
+	el, err := r.blastAndWait(ctx, pub, "bench.w1", sinks)
+	if err != nil {
+		return nil, err
+	}
+	return []metric{{name: "delivered_msgs_per_s", v: 4 * float64(r.n) / el.Seconds()}, {name: "elapsed_ms", v: ms(el)}}, nil
+}
+
+// w2Group is W2's consumer group, used as its subscription_id too. The broker never deletes a
+// consumer group, and a group without members still takes (and queues) every message on its
+// topic, so a fresh group per repetition would leave the earlier ones filling up on bench.w2
+// until they refuse every publish. All repetitions therefore share this group, and each starts
+// only once the group is idle: no members, nothing queued or in flight.
+const w2Group = "w2"
+
+// W2: one publisher, a consumer group of 4 members (max_in_flight 256 each) that ack every
+// message by system_id, one AckBatch frame per received batch.
+func (r *runner) w2(ctx context.Context) ([]metric, error) {
+	pub, err := r.dial(ctx)
+	if err != nil {
+		return nil, err
+	}
+	conns := []*grpc.ClientConn{pub}
+	defer func() { closeAll(conns) }()
+	api := pb.NewBrokerClient(pub)
+	if err := waitGroup(ctx, api, "no members, nothing queued or in flight", func(g *pb.GroupStats) bool {
+		return g == nil || g.Members == 0 && g.Queued == 0 && g.InFlight == 0 && g.Delayed == 0
+	}); err != nil {
+		return nil, err
+	}
+
+	var acked atomic.Int64
+	var end time.Time
+	done := make(chan struct{})
+	finish := func(t time.Time) { end = t; close(done) } // called once, by the member that acks the n-th message
+	exited := make(chan *member, 4)
+	var members []*member
+	defer func() {
+		for _, m := range members {
+			m.cancel()
+			<-m.exited
+		}
+	}()
+	for i := range 4 {
+		conn, err := r.dial(ctx)
+		if err != nil {
+			return nil, err
+		}
+		conns = append(conns, conn)
+		stream, cancel, subd, err := subscribe(ctx, conn, &pb.OpenSubscription{
+			SubscriptionId: w2Group, TopicPatterns: []string{"bench.w2"}, Mode: pb.DeliveryMode_DELIVERY_MODE_BALANCED,
+			ConsumerGroup: w2Group, MaxInFlight: 256})
+		if err != nil {
+			return nil, err
+		}
+		m := &member{name: fmt.Sprintf("w2 member %d", i), stream: stream, cancel: cancel, exited: make(chan struct{})}
+		members = append(members, m)
+		if subd.GetMaxInFlight() != 256 {
+			return nil, fmt.Errorf("%s: the broker granted max_in_flight %d, not 256", m.name, subd.GetMaxInFlight())
+		}
+		go func() {
+			m.run(int64(r.n), &acked, finish)
+			exited <- m
+		}()
+	}
+
+	var pp pubProgress
+	stop := r.watch("bench.w2", func() string {
+		return fmt.Sprintf("%d of %d confirmed (%d refused: group full), %d acked", pp.confirmed.Load(), r.n, pp.refused.Load(), acked.Load())
+	})
+	start, err := r.blast(ctx, pub, "bench.w2", r.n, &pp)
+	stop()
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case <-done:
+	case m := <-exited:
+		return nil, fmt.Errorf("%s: stream ended with %d of %d acked: %w", m.name, acked.Load(), r.n, m.err)
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%w with %d of %d acked", ctx.Err(), acked.Load(), r.n)
+	}
+	el := end.Sub(start)
+
+	// The members keep acking whatever else comes (redeliveries) until the broker has
+	// applied every ack; only then may they leave, or it would redeliver their last messages.
+	if err := waitGroup(ctx, api, "nothing queued or in flight", func(g *pb.GroupStats) bool {
+		return g != nil && g.Queued == 0 && g.InFlight == 0 && g.Delayed == 0
+	}); err != nil {
+		return nil, err
+	}
+	var all []delivery
+	for _, m := range members {
+		m.cancel()
+		<-m.exited
+		all = append(all, m.seen...)
+	}
+	members = nil
+	if err := waitGroup(ctx, api, "no members", func(g *pb.GroupStats) bool { return g.GetMembers() == 0 }); err != nil {
+		return nil, err
+	}
+	// A delivery is a redelivery if its attempt is over 1 or its system_id came before.
+	slices.SortFunc(all, func(a, b delivery) int { return cmp.Compare(a.id, b.id) })
+	redelivered, distinct := 0, 0
+	for i, d := range all {
+		dup := i > 0 && all[i-1].id == d.id
+		if !dup {
+			distinct++
+		}
+		if dup || d.attempt > 1 {
+			redelivered++
+		}
+	}
+	if distinct != r.n {
+		return nil, fmt.Errorf("%d distinct messages delivered, want %d", distinct, r.n)
+	}
+	return []metric{{name: "acked_msgs_per_s", v: float64(r.n) / el.Seconds()}, {name: "elapsed_ms", v: ms(el)},
+		{name: "redelivered", v: float64(redelivered), sum: true},
+		{name: "publish_retries", v: float64(pp.refused.Load()), sum: true}}, nil
+}
+
+type delivery struct {
+	id      string
+	attempt uint32
+}
+
+// member is one member of W2's consumer group on a stream (and connection) of its own.
+type member struct {
+	name   string
+	stream grpc.BidiStreamingClient[pb.SubscribeRequest, pb.SubscribeResponse]
+	cancel context.CancelFunc
+	seen   []delivery    // every delivery; read once exited is closed
+	exited chan struct{} // err says why run returned
+	err    error
+}
+
+// run acks every received batch with one AckBatch frame and calls finish when acked reaches n.
+func (m *member) run(n int64, acked *atomic.Int64, finish func(time.Time)) {
+	defer close(m.exited)
+	var ids []string
+	for {
+		resp, err := m.stream.Recv()
+		if err != nil {
+			m.err = err
+			return
+		}
+		msgs := resp.GetMessages().GetMessages()
+		if len(msgs) == 0 {
+			continue
+		}
+		ids = ids[:0]
+		for _, msg := range msgs {
+			ids = append(ids, msg.GetSystemId())
+			m.seen = append(m.seen, delivery{msg.GetSystemId(), msg.GetAttempt()})
+		}
+		// Send encodes the frame before it returns, so ids can be reused.
+		if err := m.stream.Send(&pb.SubscribeRequest{Frame: &pb.SubscribeRequest_Ack{Ack: &pb.AckBatch{SystemIds: ids}}}); err != nil {
+			m.err = fmt.Errorf("send acks: %w", err)
+			return
+		}
+		now := time.Now()
+		if a := acked.Add(int64(len(ids))); a >= n && a-int64(len(ids)) < n {
+			finish(now)
+		}
+	}
+}
+
+// waitGroup polls the broker's stats until cond holds for W2's consumer group (nil if the
+// broker has none yet).
+func waitGroup(ctx context.Context, api pb.BrokerClient, what string, cond func(*pb.GroupStats) bool) error {
+	for {
+		st, err := api.Stats(ctx, &pb.StatsRequest{})
+		if err != nil {
+			return fmt.Errorf("waiting for consumer group %q (%s): stats: %w", w2Group, what, err)
+		}
+		var g *pb.GroupStats
+		for _, x := range st.GetGroups() {
+			if x.GetSubscriptionId() == w2Group {
+				g = x
+			}
+		}
+		if cond(g) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for consumer group %q (%s): %w; it has %d members, %d queued, %d in flight, %d delayed",
+				w2Group, what, ctx.Err(), g.GetMembers(), g.GetQueued(), g.GetInFlight(), g.GetDelayed())
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+}
+
+// W3: a publisher paced at Rate, one fanout subscriber; latency from the send time in payload
+// bytes 0-7 to receipt. The publisher sends each message as soon as it is stamped, in a
+// PublishStream frame of its own (what the SDK's Publisher does when its stream is idle), so
+// no batching delay is added.
+func (r *runner) w3(ctx context.Context) ([]metric, error) {
+	subConn, err := r.dial(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer subConn.Close()
+	pubConn, err := r.dial(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer pubConn.Close()
+
+	lat := make([]int64, 0, r.n)
+	short := 0
+	s, err := newSink(ctx, subConn, "w3 subscriber", "bench.w3", func(msgs []*pb.Message, now time.Time) {
+		for _, m := range msgs {
+			if len(m.GetPayload()) < 8 {
+				short++
+				continue
+			}
+			lat = append(lat, now.UnixNano()-int64(binary.LittleEndian.Uint64(m.GetPayload())))
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer s.close()
+	s.arm(r.n)
+
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := pb.NewBrokerClient(pubConn).PublishStream(sctx)
+	if err != nil {
+		return nil, fmt.Errorf("open publish stream: %w", err)
+	}
+	confirmed := make(chan error, 1)
+	go func() {
+		for i := 0; i < r.n; {
+			resp, err := stream.Recv()
+			if err != nil {
+				confirmed <- fmt.Errorf("publish stream: %w (%d of %d confirmed)", err, i, r.n)
+				return
+			}
+			for _, res := range resp.GetResults() {
+				if c := codes.Code(res.GetCode()); c != codes.OK {
+					confirmed <- fmt.Errorf("publish to bench.w3 refused: %s: %s", c, res.GetError())
+					return
+				}
+				i++
+			}
+		}
+		confirmed <- nil
+	}()
+
+	buf := slices.Clone(r.payload)
+	frame := &pb.PublishStreamRequest{Messages: []*pb.PublishRequest{{Topic: "bench.w3", Payload: buf}}}
+	interval := time.Second / time.Duration(r.cfg.Rate)
+	start := time.Now()
+	for i := range r.n {
+		due := start.Add(time.Duration(i) * interval)
+		if d := time.Until(due); d > 0 { // Go sleeps >= ~1 ms here, so sends come in bursts
+			time.Sleep(d)
+		}
+		binary.LittleEndian.PutUint64(buf, uint64(time.Now().UnixNano()))
+		frame.Sequence = uint64(i + 1)
+		if err := stream.Send(frame); err != nil {
+			cancel()
+			break
+		}
+	}
+	sent := time.Since(start)
+	if err := <-confirmed; err != nil {
+		return nil, err
+	}
+	if err := stream.CloseSend(); err == nil {
+		if _, err := stream.Recv(); err != io.EOF {
+			return nil, fmt.Errorf("publish stream did not end cleanly: %v", err)
+		}
+	}
+	if _, err := s.wait(ctx); err != nil {
+		return nil, err
+	}
+	if short > 0 {
+		return nil, fmt.Errorf("%d messages arrived with payloads under 8 bytes", short)
+	}
+	slices.Sort(lat)
+	pct := func(q float64) float64 { return float64(lat[int(math.Ceil(q*float64(len(lat))))-1]) / 1e3 }
+	return []metric{{name: "p50_us", v: pct(0.50)}, {name: "p99_us", v: pct(0.99)}, {name: "p999_us", v: pct(0.999)},
+		{name: "sent_msgs_per_s", v: float64(r.n) / sent.Seconds()}}, nil
+}
+
+// w5Matching are the W5 patterns that match bench.w5.match; every other subscription matches
+// nothing published.
+var w5Matching = []string{"bench.w5.match", "bench.*.match", "bench.>", "bench.w5.>"}
+
+// W5: for each subscription count, subscriptions with mixed patterns over 8 connections, of
+// which the 4 in w5Matching match; publish -> delivery throughput and the broker's RSS.
+func (r *runner) w5() error {
+	for _, k := range r.cfg.SubCounts {
+		if err := r.w5subs(k); err != nil {
+			return fmt.Errorf("subs=%d: %w", k, err)
+		}
+	}
+	return nil
+}
+
+func (r *runner) w5subs(k int) error {
+	ctx, cancel := context.WithCancel(r.ctx) // the subscriptions' lifetime
+	defer cancel()
+	var conns []*grpc.ClientConn
+	defer func() { closeAll(conns) }()
+	for range 9 {
+		conn, err := r.dial(ctx)
+		if err != nil {
+			return err
+		}
+		conns = append(conns, conn)
+	}
+	subConns, pub := conns[:8], conns[8]
+	var rss0, rss1 float64
+	var err error
+	if r.cfg.ServerPID != 0 {
+		if rss0, err = rssKB(r.cfg.ServerPID); err != nil { // connections open: the growth is the subscriptions'
+			return err
+		}
+	}
+
+	timedOut := time.AfterFunc(r.cfg.Timeout, cancel)
+	t0 := time.Now()
+	idle := make([]context.CancelFunc, k-len(w5Matching))
+	defer func() {
+		for _, c := range idle {
+			if c != nil {
+				c()
+			}
+		}
+	}()
+	var next, opened atomic.Int64
+	stop := r.watch(fmt.Sprintf("W5 subs=%d setup", k), func() string {
+		return fmt.Sprintf("%d of %d subscribed", opened.Load(), k)
+	})
+	var wg sync.WaitGroup
+	errs := make([]error, 64)
+	for w := range errs {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(idle) || ctx.Err() != nil {
+					return
+				}
+				pattern := fmt.Sprintf([...]string{"s.%d.x", "s.*.y%d", "t.%d.>"}[i%3], i)
+				_, c, _, err := subscribe(ctx, subConns[i%8], &pb.OpenSubscription{
+					TopicPatterns: []string{pattern}, Mode: pb.DeliveryMode_DELIVERY_MODE_FANOUT})
+				if err != nil {
+					errs[w] = err
+					cancel()
+					return
+				}
+				idle[i] = c
+				opened.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	var sinks []*sink
+	defer func() { closeSinks(sinks) }()
+	if err := errors.Join(errs...); err == nil {
+		for j, pattern := range w5Matching {
+			s, err := newSink(ctx, subConns[j], "w5 subscriber "+pattern, pattern, nil)
+			if err != nil {
+				errs[0] = err
+				break
+			}
+			sinks = append(sinks, s)
+			opened.Add(1)
+		}
+	}
+	setup := time.Since(t0)
+	stop()
+	if !timedOut.Stop() {
+		return fmt.Errorf("subscribing took over %v: %d of %d subscribed", r.cfg.Timeout, opened.Load(), k)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	if r.cfg.ServerPID != 0 {
+		if rss1, err = rssKB(r.cfg.ServerPID); err != nil {
+			return err
+		}
+	}
+	return r.repeat(fmt.Sprintf("W5 tinybroker subs=%d", k), func(ctx context.Context) ([]metric, error) {
+		el, err := r.blastAndWait(ctx, pub, "bench.w5.match", sinks)
+		if err != nil {
+			return nil, err
+		}
+		m := []metric{{name: "msgs_per_s", v: float64(r.n) / el.Seconds()}, {name: "sub_setup_ms", v: ms(setup)}}
+		if r.cfg.ServerPID != 0 {
+			m = append(m, metric{name: "server_rss_kb", v: rss1}, metric{name: "rss_per_sub_b", v: (rss1 - rss0) * 1024 / float64(k)})
+		}
+		return m, nil
+	})
+}

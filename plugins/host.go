@@ -1,0 +1,441 @@
+package plugins
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
+)
+
+// HostOptions configure a Host.
+type HostOptions struct {
+	// CacheDir keeps compiled plugins on disk, so that a restart does not compile them again.
+	// Empty: compile in memory only.
+	CacheDir        string
+	Logger          hclog.Logger
+	MaxMessageBytes int // the broker's limits, which plugin output must respect
+	MaxHeaderBytes  int
+}
+
+// Host loads plugins. One Host serves every reload: they share its compilation cache.
+type Host struct {
+	opts  HostOptions
+	log   hclog.Logger
+	cache wazero.CompilationCache
+}
+
+// NewHost returns a Host. Close it when done.
+func NewHost(opts HostOptions) (*Host, error) {
+	if opts.Logger == nil {
+		opts.Logger = hclog.NewNullLogger()
+	}
+	if opts.MaxMessageBytes <= 0 {
+		opts.MaxMessageBytes = 1 << 20
+	}
+	if opts.MaxHeaderBytes <= 0 {
+		opts.MaxHeaderBytes = 64 << 10
+	}
+	h := &Host{opts: opts, log: opts.Logger}
+	if opts.CacheDir != "" {
+		c, err := wazero.NewCompilationCacheWithDir(opts.CacheDir)
+		if err != nil {
+			return nil, fmt.Errorf("plugin compilation cache %s: %w", opts.CacheDir, err)
+		}
+		h.cache = c
+	} else {
+		h.cache = wazero.NewCompilationCache()
+	}
+	return h, nil
+}
+
+// Close releases the compilation cache. Chains loaded by h must be closed first.
+func (h *Host) Close(ctx context.Context) error { return h.cache.Close(ctx) }
+
+// Load compiles, checks and warms up every plugin of specs (one instance each, its tb_init
+// run), and returns them as a chain in the order given. On any error nothing is kept.
+func (h *Host) Load(ctx context.Context, specs []Spec) (*Chain, error) {
+	c := &Chain{}
+	names := map[string]bool{}
+	for i := range specs {
+		s := specs[i]
+		if names[s.Name] {
+			return nil, errors.Join(fmt.Errorf("plugin %q is declared twice", s.Name), c.Close(ctx))
+		}
+		names[s.Name] = true
+		p, err := h.load(ctx, s)
+		if err != nil {
+			return nil, errors.Join(err, c.Close(ctx))
+		}
+		c.add(p)
+	}
+	return c, nil
+}
+
+// plugin is one loaded plugin: its own runtime (for its memory limit), the compiled module,
+// a pool of instances, its circuit breaker and counters.
+type plugin struct {
+	spec       Spec
+	host       *Host
+	log        hclog.Logger
+	rt         wazero.Runtime
+	compiled   wazero.CompiledModule
+	has        [numHooks]bool
+	configText string
+	pool       pool
+
+	consecutive atomic.Int32
+	openUntil   atomic.Int64 // circuit breaker open until (Unix ns); 0: closed
+	calls       atomic.Uint64
+	failures    atomic.Uint64
+	skipped     atomic.Uint64 // calls not made because the breaker was open
+}
+
+func (h *Host) load(ctx context.Context, s Spec) (*plugin, error) {
+	s.setDefaults()
+	if err := s.validate(); err != nil {
+		return nil, err
+	}
+	bin := s.Wasm
+	if bin == nil {
+		var err error
+		if bin, err = os.ReadFile(s.Path); err != nil {
+			return nil, fmt.Errorf("plugin %q: %w", s.Name, err)
+		}
+	}
+	cfg := wazero.NewRuntimeConfig().
+		WithCompilationCache(h.cache).
+		WithMemoryLimitPages(uint32(s.MemoryLimitBytes / 65536)).
+		WithCloseOnContextDone(s.CallTimeout > 0)
+	p := &plugin{spec: s, host: h, log: h.log.Named(s.Name), rt: wazero.NewRuntimeWithConfig(ctx, cfg), configText: configText(s.Config)}
+	fail := func(err error) (*plugin, error) {
+		_ = p.rt.Close(ctx)
+		return nil, fmt.Errorf("plugin %q refused: %w", s.Name, err)
+	}
+	var err error
+	if p.compiled, err = p.rt.CompileModule(ctx, bin); err != nil {
+		return fail(fmt.Errorf("not a valid WebAssembly module: %w", err))
+	}
+	if err := p.check(); err != nil {
+		return fail(err)
+	}
+	if _, err := wasi_snapshot_preview1.Instantiate(ctx, p.rt); err != nil {
+		return fail(err)
+	}
+	if err := instantiateHostModule(ctx, p.rt, p); err != nil {
+		return fail(err)
+	}
+	p.pool.init(s.PoolSize)
+	p.pool.tokens <- struct{}{} // warm up one instance now: a bad tb_init refuses the load
+	inst, err := p.newInstance(ctx)
+	if err != nil {
+		return fail(err)
+	}
+	p.pool.put(inst)
+	hooks := []string{}
+	for k := hookPublish; k < numHooks; k++ {
+		if p.has[k] {
+			hooks = append(hooks, hookNames[k])
+		}
+	}
+	p.log.Info("plugin loaded", "hooks", hooks, "pool_size", s.PoolSize, "memory_limit", s.MemoryLimitBytes, "call_timeout", s.CallTimeout)
+	return p, nil
+}
+
+// check verifies the module against ABI v1: marker, memory, hook signatures, imports.
+func (p *plugin) check() error {
+	exports := p.compiled.ExportedFunctions()
+	if _, ok := exports[abiMarker]; !ok {
+		for name := range exports {
+			if v, ok := strings.CutPrefix(name, markerPrefix); ok {
+				return fmt.Errorf("plugin built for ABI v%s; this broker speaks v1 (rebuild it with an SDK for ABI v1)", v)
+			}
+		}
+		return fmt.Errorf("not a tinybroker plugin: it does not export %s (see docs/ABI.md)", abiMarker)
+	}
+	if _, ok := p.compiled.ExportedMemories()["memory"]; !ok {
+		return fmt.Errorf("it does not export its memory as \"memory\"")
+	}
+	for k := hookInit; k < numHooks; k++ {
+		def, ok := exports[hookExports[k]]
+		if !ok {
+			continue
+		}
+		want := api.ValueTypeI64
+		if k == hookInit {
+			want = api.ValueTypeI32
+		}
+		if len(def.ParamTypes()) != 0 || !slices.Equal(def.ResultTypes(), []api.ValueType{want}) {
+			return fmt.Errorf("export %s has signature %v -> %v; ABI v1 wants () -> %s", hookExports[k], def.ParamTypes(), def.ResultTypes(), api.ValueTypeName(want))
+		}
+		p.has[k] = true
+	}
+	enabled := p.spec.Hooks
+	if len(enabled) > 0 {
+		for k := hookPublish; k < numHooks; k++ {
+			if p.has[k] && !slices.Contains(enabled, hookNames[k]) {
+				p.has[k] = false
+			} else if !p.has[k] && slices.Contains(enabled, hookNames[k]) {
+				return fmt.Errorf("hooks lists %s but the module does not export %s", hookNames[k], hookExports[k])
+			}
+		}
+	}
+	if !p.has[hookPublish] && !p.has[hookAck] && !p.has[hookRedeliver] {
+		return fmt.Errorf("it exports no hook: export at least one of tb_on_publish, tb_on_ack, tb_on_redeliver")
+	}
+	for _, def := range p.compiled.ImportedFunctions() {
+		mod, name, _ := def.Import()
+		switch mod {
+		case "wasi_snapshot_preview1":
+		case hostModule:
+			f := hostFuncIndex[name]
+			if f == nil {
+				return fmt.Errorf("it imports %s.%s, which ABI v1 does not have", mod, name)
+			}
+			if !slices.Equal(def.ParamTypes(), f.params) || !slices.Equal(def.ResultTypes(), f.results) {
+				return fmt.Errorf("it imports %s.%s as %v -> %v; ABI v1 defines %v -> %v", mod, name, def.ParamTypes(), def.ResultTypes(), f.params, f.results)
+			}
+		default:
+			return fmt.Errorf("it imports %s.%s; plugins may import only %q and wasi_snapshot_preview1", mod, name, hostModule)
+		}
+	}
+	return nil
+}
+
+// instance is one instantiation of a plugin's module; it serves one call at a time.
+type instance struct {
+	p     *plugin
+	mod   api.Module
+	fns   [numHooks]api.Function
+	ctx   context.Context // carries the instance to host functions
+	stack []uint64
+	cur   *callState
+}
+
+func (p *plugin) newInstance(ctx context.Context) (*instance, error) {
+	inst := &instance{p: p, stack: make([]uint64, 1)}
+	inst.ctx = context.WithValue(context.Background(), instKey{}, inst)
+	inst.cur = &callState{hook: hookInit}
+	mcfg := wazero.NewModuleConfig().WithName("").WithStartFunctions("_initialize").
+		WithSysWalltime().WithSysNanotime().WithRandSource(rand.Reader)
+	ictx := inst.ctx
+	if p.spec.CallTimeout > 0 {
+		var cancel context.CancelFunc
+		ictx, cancel = context.WithTimeout(ictx, max(p.spec.CallTimeout, 5*time.Second))
+		defer cancel()
+	}
+	mod, err := p.rt.InstantiateModule(ictx, p.compiled, mcfg)
+	if err != nil {
+		return nil, fmt.Errorf("instantiate: %w", err)
+	}
+	inst.mod = mod
+	for k := hookInit; k < numHooks; k++ {
+		if p.has[k] || k == hookInit {
+			inst.fns[k] = mod.ExportedFunction(hookExports[k])
+		}
+	}
+	if f := inst.fns[hookInit]; f != nil {
+		if err := f.CallWithStack(ictx, inst.stack); err != nil {
+			_ = mod.Close(context.Background())
+			return nil, fmt.Errorf("tb_init failed: %w", err)
+		}
+		if rc := int32(uint32(inst.stack[0])); rc != 0 {
+			_ = mod.Close(context.Background())
+			why := inst.cur.why
+			if why == "" {
+				why = "no reason given (call v1_set_reason before returning)"
+			}
+			return nil, fmt.Errorf("tb_init returned %d: %s", rc, why)
+		}
+	}
+	inst.cur = nil
+	return inst, nil
+}
+
+// invoke runs hook k on an instance from the pool with st as its call state and returns the
+// raw verdict. A failed call discards its instance.
+func (p *plugin) invoke(k hookKind, st *callState) (uint64, error) {
+	inst, err := p.pool.get(p)
+	if err != nil {
+		return 0, err
+	}
+	p.calls.Add(1)
+	inst.cur = st
+	ctx := inst.ctx
+	if p.spec.CallTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, p.spec.CallTimeout)
+		defer cancel()
+	}
+	inst.stack[0] = 0
+	err = inst.fns[k].CallWithStack(ctx, inst.stack)
+	inst.cur = nil
+	if err != nil {
+		p.pool.discard(inst)
+		return 0, err
+	}
+	v := inst.stack[0]
+	p.pool.put(inst)
+	return v, nil
+}
+
+// breakerOpen reports whether calls are suspended; past the cool-down it lets calls through
+// again (a failure reopens it at once, since the count of failures in a row is kept).
+func (p *plugin) breakerOpen() bool {
+	until := p.openUntil.Load()
+	if until == 0 {
+		return false
+	}
+	if nowNanos() < until {
+		p.skipped.Add(1)
+		return true
+	}
+	p.openUntil.CompareAndSwap(until, 0)
+	return false
+}
+
+func (p *plugin) failed(k hookKind, err error) {
+	p.failures.Add(1)
+	n := p.consecutive.Add(1)
+	p.log.Warn("plugin call failed; instance discarded", "hook", hookNames[k], "policy", p.spec.FailurePolicy.String(), "error", err)
+	if int(n) >= p.spec.BreakerFailures && p.openUntil.Load() == 0 {
+		p.openUntil.Store(nowNanos() + int64(p.spec.BreakerCooldown))
+		p.log.Error("CIRCUIT BREAKER OPEN: plugin failed too often; applying its failure policy without calling it",
+			"failures_in_a_row", n, "cooldown", p.spec.BreakerCooldown, "policy", p.spec.FailurePolicy.String())
+	}
+}
+
+func (p *plugin) succeeded() {
+	if p.consecutive.Load() != 0 {
+		p.consecutive.Store(0)
+	}
+}
+
+func (p *plugin) close(ctx context.Context) error {
+	p.pool.close(ctx)
+	return p.rt.Close(ctx)
+}
+
+func (f FailurePolicy) String() string {
+	switch f {
+	case FailClosed:
+		return "fail_closed"
+	case FailDeadLetter:
+		return "dead_letter"
+	}
+	return "fail_open"
+}
+
+// pool holds at most size instances; get creates one when none is idle and the limit allows.
+type pool struct {
+	idle   chan *instance
+	tokens chan struct{} // one per instance alive
+	mu     sync.Mutex
+	closed bool
+}
+
+func (pl *pool) init(size int) {
+	pl.idle = make(chan *instance, size)
+	pl.tokens = make(chan struct{}, size)
+}
+
+var errPoolClosed = errors.New("plugin unloaded")
+
+func (pl *pool) get(p *plugin) (*instance, error) {
+	select {
+	case inst := <-pl.idle:
+		return inst, nil
+	default:
+	}
+	select {
+	case inst := <-pl.idle:
+		return inst, nil
+	case pl.tokens <- struct{}{}:
+		pl.mu.Lock()
+		closed := pl.closed
+		pl.mu.Unlock()
+		if closed {
+			<-pl.tokens
+			return nil, errPoolClosed
+		}
+		inst, err := p.newInstance(context.Background())
+		if err != nil {
+			<-pl.tokens
+			return nil, err
+		}
+		return inst, nil
+	}
+}
+
+// put returns a healthy instance to the pool.
+func (pl *pool) put(inst *instance) {
+	pl.mu.Lock()
+	closed := pl.closed
+	pl.mu.Unlock()
+	if closed {
+		pl.discard(inst)
+		return
+	}
+	pl.idle <- inst
+}
+
+func (pl *pool) discard(inst *instance) {
+	_ = inst.mod.Close(context.Background())
+	<-pl.tokens
+}
+
+// close discards idle instances and waits (until ctx is done) for busy ones to come back.
+func (pl *pool) close(ctx context.Context) {
+	pl.mu.Lock()
+	pl.closed = true
+	pl.mu.Unlock()
+	for {
+		select {
+		case inst := <-pl.idle:
+			pl.discard(inst)
+			continue
+		default:
+		}
+		if len(pl.tokens) == 0 {
+			return
+		}
+		select {
+		case inst := <-pl.idle:
+			pl.discard(inst)
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
+// configText renders a config map as the ABI's "key=value\n" lines, sorted by key.
+func configText(cfg map[string]string) string {
+	keys := make([]string, 0, len(cfg))
+	for k := range cfg {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	esc := strings.NewReplacer(`\`, `\\`, "\n", `\n`, "\r", `\r`)
+	var b strings.Builder
+	for _, k := range keys {
+		b.WriteString(esc.Replace(k))
+		b.WriteByte('=')
+		b.WriteString(esc.Replace(cfg[k]))
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+func nowNanos() int64 { return time.Now().UnixNano() }

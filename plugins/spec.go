@@ -1,0 +1,100 @@
+// Package plugins is tinybroker's WebAssembly plugin host: it loads plugins with wazero,
+// checks them against ABI v1 (docs/ABI.md), and runs them as a broker.Hooks chain. The
+// broker knows nothing of Wasm; it calls the chain through broker.Hooks.
+package plugins
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/tinybroker/tinybroker/broker"
+)
+
+// FailurePolicy says what becomes of a message when a plugin fails on it.
+type FailurePolicy int
+
+const (
+	// FailOpen: the message continues as if the plugin were not there.
+	FailOpen FailurePolicy = iota
+	// FailClosed: the publish is refused (UNAVAILABLE); a redelivery is treated as a nack.
+	FailClosed
+	// FailDeadLetter: the message goes to the dead-letter topic (dlq.plugin.<name> for a
+	// publish, the group's for a redelivery).
+	FailDeadLetter
+)
+
+// Hook names, as in the config file.
+const (
+	HookPublish   = "on_publish"
+	HookAck       = "on_ack"
+	HookRedeliver = "on_redeliver"
+)
+
+// Spec declares one plugin, as the config file's plugin block does. Zero values take the
+// defaults shown.
+type Spec struct {
+	Name   string // letters, digits, '-', '_'; names the logger and the dead-letter topic
+	Path   string // the .wasm file
+	Wasm   []byte // the module itself, instead of Path
+	Hooks  []string
+	Topics []string // patterns whose messages on_publish sees (">": every message)
+	Groups []string // consumer groups whose acks and redeliveries it sees (all)
+	Config map[string]string
+
+	MemoryLimitBytes int           // largest linear memory of one instance (64 MiB)
+	CallTimeout      time.Duration // time limit per call (1s); negative: none
+	PoolSize         int           // instances, i.e. concurrent calls (4)
+	FailurePolicy    FailurePolicy // FailOpen
+	MaxEmits         int           // messages one call may emit (16)
+	BreakerFailures  int           // failures in a row that open the circuit breaker (5)
+	BreakerCooldown  time.Duration // how long it stays open (30s)
+}
+
+func (s *Spec) setDefaults() {
+	def := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&s.MemoryLimitBytes, 64<<20)
+	def(&s.PoolSize, 4)
+	def(&s.MaxEmits, 16)
+	def(&s.BreakerFailures, 5)
+	if s.CallTimeout == 0 {
+		s.CallTimeout = time.Second
+	}
+	if s.BreakerCooldown <= 0 {
+		s.BreakerCooldown = 30 * time.Second
+	}
+	if len(s.Topics) == 0 {
+		s.Topics = []string{">"}
+	}
+}
+
+func (s *Spec) validate() error {
+	if s.Name == "" {
+		return fmt.Errorf("a plugin needs a name")
+	}
+	for _, c := range []byte(s.Name) {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return fmt.Errorf("plugin name %q: use letters, digits, '-' and '_'", s.Name)
+		}
+	}
+	if s.Path == "" && s.Wasm == nil {
+		return fmt.Errorf("plugin %q: path to the .wasm file is missing", s.Name)
+	}
+	for _, h := range s.Hooks {
+		if h != HookPublish && h != HookAck && h != HookRedeliver {
+			return fmt.Errorf("plugin %q: unknown hook %q; use %s, %s or %s", s.Name, h, HookPublish, HookAck, HookRedeliver)
+		}
+	}
+	for _, t := range s.Topics {
+		if err := broker.ValidatePattern(t); err != nil {
+			return fmt.Errorf("plugin %q: topics: %w", s.Name, err)
+		}
+	}
+	if s.MemoryLimitBytes < 64<<10 {
+		return fmt.Errorf("plugin %q: memory limit %d is under one 64 KiB page", s.Name, s.MemoryLimitBytes)
+	}
+	return nil
+}

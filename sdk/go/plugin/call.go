@@ -1,0 +1,233 @@
+package plugin
+
+import (
+	"runtime"
+	"strconv"
+	"unsafe"
+
+	"github.com/tinybroker/tinybroker/sdk/go/plugin/internal/bridge"
+)
+
+// hookKind is what the broker is calling, if anything.
+type hookKind uint8
+
+const (
+	hookNone hookKind = iota // between calls
+	hookInit
+	hookPublish
+	hookAck
+	hookRedeliver
+)
+
+var hookNames = [...]string{"", "Init", "on_publish", "on_ack", "on_redeliver"}
+
+// call is the current call from the broker. gen numbers the calls, so that a Message or an
+// Event kept past its call is caught rather than silently reading another call's message.
+var call struct {
+	hook hookKind
+	gen  uint32
+}
+
+// begin starts a call of hook h and returns its generation.
+func begin(h hookKind) uint32 {
+	call.gen++
+	if call.gen == 0 { // never 0: the zero Message and Event are never current
+		call.gen = 1
+	}
+	call.hook = h
+	return call.gen
+}
+
+func end() { call.hook = hookNone }
+
+// inCall panics if no call is in progress: the broker answers host calls only then.
+func inCall(what string) {
+	if call.hook == hookNone {
+		panic("plugin: " + what + " called outside a hook or Init: register the plugin's functions in func init(), and use the SDK only while they run")
+	}
+}
+
+func init() {
+	bridge.Run[bridge.Publish] = func(fn any) int64 {
+		f, _ := fn.(func(*Message) Verdict)
+		return runPublish(f)
+	}
+	bridge.Run[bridge.Ack] = func(fn any) int64 {
+		f, _ := fn.(func(*Message, Event))
+		return runAck(f)
+	}
+	bridge.Run[bridge.Redeliver] = func(fn any) int64 {
+		f, _ := fn.(func(*Message, Event) RedeliverVerdict)
+		return runRedeliver(f)
+	}
+}
+
+func runPublish(f func(*Message) Verdict) int64 {
+	m := &Message{gen: begin(hookPublish)}
+	defer end()
+	defer recoverPanic()
+	if f == nil {
+		return 0
+	}
+	return f(m).encode()
+}
+
+func runAck(f func(*Message, Event)) int64 {
+	gen := begin(hookAck)
+	defer end()
+	defer recoverPanic()
+	if f != nil {
+		f(&Message{gen: gen}, Event{gen: gen})
+	}
+	return 0
+}
+
+func runRedeliver(f func(*Message, Event) RedeliverVerdict) int64 {
+	gen := begin(hookRedeliver)
+	defer end()
+	defer recoverPanic()
+	if f == nil {
+		return 0
+	}
+	return f(&Message{gen: gen}, Event{gen: gen}).encode()
+}
+
+// initFn is the function registered with Init.
+var initFn func(cfg map[string]string) error
+
+// Init registers f to check and take in the plugin's configuration (the config block of its
+// plugin declaration in the broker's configuration file). The broker calls it once per
+// instance, before the instance serves any hook; if it returns an error, the broker refuses
+// to load the plugin and reports the error's text. Call Init at most once, in func init().
+//
+// A plugin with no configuration to check need not call Init; it can still read its
+// configuration in its hooks with Config and ConfigValue.
+func Init(f func(cfg map[string]string) error) {
+	if f == nil {
+		panic("plugin.Init: nil function")
+	}
+	if initFn != nil {
+		panic("plugin.Init called twice")
+	}
+	initFn = f
+}
+
+// runInit implements tb_init.
+func runInit() int32 {
+	begin(hookInit)
+	defer end()
+	defer recoverPanic()
+	for h := range bridge.NumHooks {
+		if bridge.Linked[h] && !bridge.Handled[h] {
+			pkg := bridge.Packages[h]
+			hostSetReason("the plugin imports sdk/go/plugin/" + pkg + ", so it exports " + bridge.Exports[h] +
+				", but never calls " + pkg + ".Handle: call it in func init() (a plugin's main function is never run)")
+			return 1
+		}
+	}
+	if initFn == nil {
+		return 0
+	}
+	if err := initFn(Config()); err != nil {
+		msg := err.Error()
+		if msg == "" {
+			msg = "the plugin's Init function failed"
+		}
+		hostSetReason(msg)
+		return 1
+	}
+	return 0
+}
+
+// recoverPanic, deferred by every call, logs a panic of the plugin at error level with its
+// stack — the broker discards the plugin's stderr, where the Go runtime would print it — and
+// panics again, so that the call traps and the broker applies the plugin's failure policy.
+func recoverPanic() {
+	r := recover()
+	if r == nil {
+		return
+	}
+	stack := make([]byte, 16<<10)
+	stack = stack[:runtime.Stack(stack, false)]
+	hostLog(int32(LevelError), "panic in "+hookNames[call.hook]+": "+panicText(r)+"\n\n"+string(stack))
+	panic(r)
+}
+
+func panicText(r any) string {
+	switch v := r.(type) {
+	case error:
+		return v.Error()
+	case string:
+		return v
+	case interface{ String() string }:
+		return v.String()
+	case int:
+		return strconv.Itoa(v)
+	default:
+		return "(a value that is not an error or a string)"
+	}
+}
+
+// Reading values from the broker. A reader fills buf with at most capacity bytes of the
+// value and returns its full length, or a negative number if the value is absent.
+type reader func(buf unsafe.Pointer, capacity uint32) int32
+
+const (
+	scratchMin = 1 << 10  // the scratch buffer's initial size
+	scratchMax = 64 << 10 // values larger than this are read into a buffer of their own
+)
+
+// scratch is the buffer every value is first read into; it grows on demand up to
+// scratchMax, and is reused by every read.
+var scratch = make([]byte, scratchMin)
+
+// read fetches a value: the broker copies it once if the scratch buffer is big enough,
+// otherwise it reports the length and read calls again with a buffer big enough (the
+// scratch, grown, or one of the value's own). own says whether b is a buffer of its own,
+// which the caller may keep, rather than the scratch buffer, which the next read overwrites.
+func read(r reader) (b []byte, own, ok bool) {
+	buf := scratch
+	for {
+		n := r(unsafe.Pointer(unsafe.SliceData(buf)), uint32(len(buf)))
+		if n < 0 {
+			return nil, false, false
+		}
+		if int(n) <= len(buf) {
+			return buf[:n], own, true
+		}
+		if n <= scratchMax {
+			size := len(scratch)
+			for size < int(n) {
+				size *= 2
+			}
+			scratch = make([]byte, size)
+			buf, own = scratch, false
+		} else {
+			buf, own = make([]byte, n), true
+		}
+	}
+}
+
+// readString reads a value as a string; ok is false if it is absent.
+func readString(r reader) (s string, ok bool) {
+	b, own, ok := read(r)
+	if own {
+		return unsafe.String(unsafe.SliceData(b), len(b)), ok
+	}
+	return string(b), ok
+}
+
+// readBytes reads a value into a slice of its own; ok is false if it is absent.
+func readBytes(r reader) (p []byte, ok bool) {
+	b, own, ok := read(r)
+	if len(b) == 0 {
+		return nil, ok
+	}
+	if own {
+		return b, ok
+	}
+	return append([]byte(nil), b...), ok
+}
+
+// bytesPtr returns the address of p's first byte, as the host functions take it.
+func bytesPtr(p []byte) unsafe.Pointer { return unsafe.Pointer(unsafe.SliceData(p)) }

@@ -1,0 +1,313 @@
+package plugin
+
+import (
+	"errors"
+	"strconv"
+	"time"
+	"unsafe"
+)
+
+// A Message is the message a hook is called for. It is valid only during that call: using
+// it after the hook has returned panics.
+//
+// Values are read from the broker when first asked for and then kept, so calling Topic or
+// Payload again costs nothing. The setters change the message the broker will route (or
+// redeliver) when the hook returns successfully — the broker throws the changes away if the
+// call fails — and the Message reflects them at once: after SetTopic("a.b"), Topic returns
+// "a.b".
+type Message struct {
+	gen     uint32
+	have    uint8 // which of the fields below have been read (have* bits)
+	topic   string
+	payload []byte
+	id      string
+	headers map[string]string       // every header as the message entered the call
+	changes map[string]headerChange // the headers set or deleted in this call
+}
+
+const (
+	haveTopic uint8 = 1 << iota
+	havePayload
+	haveID
+	haveHeaders
+)
+
+type headerChange struct {
+	value   string
+	deleted bool
+}
+
+func (m *Message) check() {
+	if call.hook == hookNone || m.gen != call.gen {
+		panic("plugin: a Message was used after the hook it was passed to had returned")
+	}
+}
+
+// Topic returns the message's topic.
+func (m *Message) Topic() string {
+	m.check()
+	if m.have&haveTopic == 0 {
+		m.topic, _ = readString(hostMsgTopic)
+		m.have |= haveTopic
+	}
+	return m.topic
+}
+
+// Payload returns the message's payload. The slice is the Message's own: do not modify it
+// (use SetPayload); it stays valid after the hook returns.
+func (m *Message) Payload() []byte {
+	m.check()
+	if m.have&havePayload == 0 {
+		m.payload, _ = readBytes(hostMsgPayload)
+		m.have |= havePayload
+	}
+	return m.payload
+}
+
+// ID returns the message's system_id, the broker's identifier for it. A message being
+// published has none yet: in on_publish ID returns "".
+func (m *Message) ID() string {
+	m.check()
+	if m.have&haveID == 0 {
+		m.id, _ = readString(hostMsgID)
+		m.have |= haveID
+	}
+	return m.id
+}
+
+// Header returns the value of the header key, and whether the message has it.
+func (m *Message) Header(key string) (value string, ok bool) {
+	m.check()
+	if c, changed := m.changes[key]; changed {
+		return c.value, !c.deleted
+	}
+	if m.have&haveHeaders != 0 {
+		value, ok = m.headers[key]
+		return value, ok
+	}
+	return readString(func(buf unsafe.Pointer, capacity uint32) int32 {
+		return hostMsgHeader(key, buf, capacity)
+	})
+}
+
+// Headers returns every header of the message, in a map of the caller's own. It costs two
+// calls to the broker per header the first time; to look up a few headers, Header is cheaper.
+func (m *Message) Headers() map[string]string {
+	m.check()
+	if m.have&haveHeaders == 0 {
+		n := hostMsgHeaderCount()
+		m.headers = make(map[string]string, max(n, 0))
+		for i := int32(0); i < n; i++ {
+			name, ok := readString(func(buf unsafe.Pointer, capacity uint32) int32 {
+				return hostMsgHeaderName(i, buf, capacity)
+			})
+			if !ok {
+				break
+			}
+			m.headers[name], _ = readString(func(buf unsafe.Pointer, capacity uint32) int32 {
+				return hostMsgHeader(name, buf, capacity)
+			})
+		}
+		m.have |= haveHeaders
+	}
+	out := make(map[string]string, len(m.headers)+len(m.changes))
+	for k, v := range m.headers {
+		out[k] = v
+	}
+	for k, c := range m.changes {
+		if c.deleted {
+			delete(out, k)
+		} else {
+			out[k] = c.value
+		}
+	}
+	return out
+}
+
+// SetTopic routes the message to topic instead. Only on_publish may change the topic (in
+// other hooks SetTopic returns ErrNotAllowed); a topic that is not valid is ErrInvalid.
+func (m *Message) SetTopic(topic string) error {
+	m.check()
+	if st := hostMsgSetTopic(topic); st != statusOK {
+		return &StatusError{Op: "SetTopic " + strconv.Quote(topic), Status: st}
+	}
+	m.topic = topic
+	m.have |= haveTopic
+	return nil
+}
+
+// SetPayload replaces the payload. Only on_publish may change the payload (in other hooks
+// SetPayload returns ErrNotAllowed); a payload over the broker's max_message_bytes is
+// ErrTooLarge. The broker copies p: the plugin may reuse it once the hook has returned, but
+// Payload returns p itself until then.
+func (m *Message) SetPayload(p []byte) error {
+	m.check()
+	if st := hostMsgSetPayload(bytesPtr(p), uint32(len(p))); st != statusOK {
+		return &StatusError{Op: "SetPayload (" + strconv.Itoa(len(p)) + " bytes)", Status: st}
+	}
+	m.payload = p
+	m.have |= havePayload
+	return nil
+}
+
+// SetHeader adds or replaces the header key. on_publish and on_redeliver may change headers
+// (on_ack may not: ErrNotAllowed); an empty key is ErrInvalid, a header over the broker's
+// max_header_bytes ErrTooLarge.
+func (m *Message) SetHeader(key, value string) error {
+	m.check()
+	if st := hostMsgSetHeader(key, value); st != statusOK {
+		return &StatusError{Op: "SetHeader " + strconv.Quote(key), Status: st}
+	}
+	m.change(key, headerChange{value: value})
+	return nil
+}
+
+// DelHeader removes the header key; removing a header the message does not have is not an
+// error. on_publish and on_redeliver may change headers (on_ack may not: ErrNotAllowed).
+func (m *Message) DelHeader(key string) error {
+	m.check()
+	if st := hostMsgDelHeader(key); st != statusOK {
+		return &StatusError{Op: "DelHeader " + strconv.Quote(key), Status: st}
+	}
+	m.change(key, headerChange{deleted: true})
+	return nil
+}
+
+func (m *Message) change(key string, c headerChange) {
+	if m.changes == nil {
+		m.changes = make(map[string]headerChange)
+	}
+	m.changes[key] = c
+}
+
+// An Event describes the delivery an on_ack or on_redeliver hook is called for. Like the
+// Message, it is valid only during that call. Each method asks the broker, so a hook pays
+// only for what it reads.
+type Event struct {
+	gen uint32
+}
+
+func (e Event) check() {
+	if call.hook == hookNone || e.gen != call.gen {
+		panic("plugin: an Event was used after the hook it was passed to had returned")
+	}
+}
+
+// Subscription returns the subscription_id of the consumer group.
+func (e Event) Subscription() string {
+	e.check()
+	s, _ := readString(hostEventSubscription)
+	return s
+}
+
+// Group returns the consumer group's name.
+func (e Event) Group() string {
+	e.check()
+	s, _ := readString(hostEventGroup)
+	return s
+}
+
+// Attempt returns the delivery attempt that was acked (on_ack) or that failed
+// (on_redeliver), counting from 1.
+func (e Event) Attempt() int {
+	e.check()
+	return int(hostEventAttempt())
+}
+
+// InFlight returns, in on_ack, how long the acked delivery was in flight: from its delivery
+// to its ack.
+func (e Event) InFlight() time.Duration {
+	e.check()
+	return time.Duration(hostEventInFlightNs())
+}
+
+// Reason returns, in on_redeliver, why the message is redelivered: "nack" (or the nack's own
+// reason), "ack deadline exceeded" or "member left".
+func (e Event) Reason() string {
+	e.check()
+	s, _ := readString(hostEventReason)
+	return s
+}
+
+// Emit publishes a new message when the hook returns successfully, whatever its verdict,
+// after the message the hook was called for. Emitted messages are routed directly: they do
+// not pass through on_publish plugins. A call may emit at most the plugin's max_emits
+// messages (then Emit returns ErrLimit); Init may not emit (ErrNotAllowed).
+//
+// Emit is not atomic: the broker accepts the message before its headers, one by one, so if a
+// header is refused (ErrTooLarge) the message is still emitted, without that header and the
+// ones after it. Emit refuses an empty header name before emitting anything.
+func Emit(topic string, payload []byte, headers map[string]string) error {
+	inCall("Emit")
+	op := "Emit " + strconv.Quote(topic)
+	if _, empty := headers[""]; empty {
+		return &StatusError{Op: op + ": header \"\"", Status: statusInvalid}
+	}
+	h := hostEmit(topic, bytesPtr(payload), uint32(len(payload)))
+	if h < 0 {
+		return &StatusError{Op: op, Status: h}
+	}
+	for k, v := range headers {
+		if st := hostEmitHeader(h, k, v); st != statusOK {
+			return &StatusError{Op: op + ": header " + strconv.Quote(k), Status: st}
+		}
+	}
+	return nil
+}
+
+// Now returns the broker's wall-clock time. Use it rather than time.Now, which in a plugin
+// reads the WebAssembly runtime's clock, which the broker need not set to the real time.
+func Now() time.Time {
+	inCall("Now")
+	return time.Unix(0, hostNow())
+}
+
+// Status codes of the host functions that write.
+const (
+	statusOK         = 0
+	statusInvalid    = -1
+	statusTooLarge   = -2
+	statusNotAllowed = -3
+	statusLimit      = -4
+)
+
+// The errors a write can fail with, by status (docs/ABI.md): test for them with errors.Is.
+var (
+	// ErrInvalid: the value is malformed, e.g. a topic that is not valid or an empty header name.
+	ErrInvalid = errors.New("invalid value")
+	// ErrTooLarge: over a broker limit (max_message_bytes, max_header_bytes).
+	ErrTooLarge = errors.New("over a broker limit")
+	// ErrNotAllowed: not available in this hook, e.g. changing the payload in on_redeliver.
+	ErrNotAllowed = errors.New("not allowed in this hook")
+	// ErrLimit: the plugin's max_emits for this call is used up.
+	ErrLimit = errors.New("max_emits for this call used up")
+)
+
+// A StatusError is a write the broker refused. It wraps ErrInvalid, ErrTooLarge,
+// ErrNotAllowed or ErrLimit, according to its Status.
+type StatusError struct {
+	Op     string // what was refused, e.g. `SetTopic "orders..x"`
+	Status int32  // the broker's status code, e.g. -1 for ErrInvalid
+}
+
+func (e *StatusError) Error() string {
+	if err := e.Unwrap(); err != nil {
+		return "tinybroker: " + e.Op + ": " + err.Error()
+	}
+	return "tinybroker: " + e.Op + ": status " + strconv.Itoa(int(e.Status))
+}
+
+// Unwrap returns the error for e.Status, or nil if the status is not one of ABI v1's.
+func (e *StatusError) Unwrap() error {
+	switch e.Status {
+	case statusInvalid:
+		return ErrInvalid
+	case statusTooLarge:
+		return ErrTooLarge
+	case statusNotAllowed:
+		return ErrNotAllowed
+	case statusLimit:
+		return ErrLimit
+	}
+	return nil
+}

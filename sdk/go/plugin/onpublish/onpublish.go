@@ -1,0 +1,38 @@
+// Package onpublish registers a plugin's on_publish hook: a function the broker calls for
+// every published message whose topic matches the plugin's topics, before routing, to pass,
+// change, re-route, drop or reject it.
+//
+// Importing this package is what makes the plugin export tb_on_publish: import it only in a
+// plugin that implements the hook, and call Handle in func init().
+package onpublish
+
+import (
+	"github.com/tinybroker/tinybroker/sdk/go/plugin"
+	"github.com/tinybroker/tinybroker/sdk/go/plugin/internal/bridge"
+)
+
+var handler func(*plugin.Message) plugin.Verdict
+
+func init() { bridge.Linked[bridge.Publish] = true }
+
+// Handle registers f as the plugin's on_publish hook. Call it once, in func init(): a
+// plugin's main function is never run.
+//
+// f returns plugin.Pass() to let the message continue, with the changes f made to it
+// (Message.SetTopic, SetPayload, SetHeader, DelHeader), plugin.Drop to drop it, or
+// plugin.Reject to refuse the publish. Messages f emits (plugin.Emit) are published whatever
+// the verdict. If f panics, the panic is logged and the broker applies the plugin's
+// failure_policy.
+func Handle(f func(m *plugin.Message) plugin.Verdict) {
+	if f == nil {
+		panic("onpublish.Handle: nil function")
+	}
+	if handler != nil {
+		panic("onpublish.Handle called twice")
+	}
+	handler = f
+	bridge.Handled[bridge.Publish] = true
+}
+
+//go:wasmexport tb_on_publish
+func tbOnPublish() int64 { return bridge.Run[bridge.Publish](handler) }

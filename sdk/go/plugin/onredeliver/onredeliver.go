@@ -1,0 +1,38 @@
+// Package onredeliver registers a plugin's on_redeliver hook: a function the broker calls
+// when a message of a matching consumer group is about to be redelivered — after a nack, an
+// ack deadline, or when its member left — to implement a retry policy.
+//
+// Importing this package is what makes the plugin export tb_on_redeliver: import it only in
+// a plugin that implements the hook, and call Handle in func init().
+package onredeliver
+
+import (
+	"github.com/tinybroker/tinybroker/sdk/go/plugin"
+	"github.com/tinybroker/tinybroker/sdk/go/plugin/internal/bridge"
+)
+
+var handler func(*plugin.Message, plugin.Event) plugin.RedeliverVerdict
+
+func init() { bridge.Linked[bridge.Redeliver] = true }
+
+// Handle registers f as the plugin's on_redeliver hook. Call it once, in func init(): a
+// plugin's main function is never run.
+//
+// f runs before the group's max_deliveries is checked. It returns plugin.Redeliver() for the
+// broker's default, plugin.Delay to redeliver after a delay of its choosing,
+// plugin.DeadLetter or plugin.DropMessage. It may change the message's headers
+// (Message.SetHeader, DelHeader): the changes are kept on the redelivered or dead-lettered
+// message.
+func Handle(f func(m *plugin.Message, ev plugin.Event) plugin.RedeliverVerdict) {
+	if f == nil {
+		panic("onredeliver.Handle: nil function")
+	}
+	if handler != nil {
+		panic("onredeliver.Handle called twice")
+	}
+	handler = f
+	bridge.Handled[bridge.Redeliver] = true
+}
+
+//go:wasmexport tb_on_redeliver
+func tbOnRedeliver() int64 { return bridge.Run[bridge.Redeliver](handler) }
