@@ -21,6 +21,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/plugins"
 	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
 )
 
@@ -38,6 +39,10 @@ type Options struct {
 	// MaxMessageBytes plus 1 MiB).
 	MaxRecvBytes int
 	Logger       hclog.Logger
+	// Reload backs the Reload RPC (nil: UNIMPLEMENTED); it returns the plugins now loaded.
+	Reload func(ctx context.Context) ([]string, error)
+	// Plugins reports the plugins' counters for Stats (nil: none).
+	Plugins func() []plugins.PluginStats
 }
 
 // Server serves the tinybroker.v1.Broker service over gRPC.
@@ -356,7 +361,13 @@ func (s *Server) Nack(_ context.Context, req *pb.Nack) (*pb.NackResponse, error)
 func (s *Server) Stats(context.Context, *pb.StatsRequest) (*pb.StatsResponse, error) {
 	st := s.b.Stats()
 	resp := &pb.StatsResponse{Published: st.Published, Delivered: st.Delivered, Acked: st.Acked,
-		Redelivered: st.Redelivered, DeadLettered: st.DeadLettered, Unrouted: st.Unrouted}
+		Redelivered: st.Redelivered, DeadLettered: st.DeadLettered, Unrouted: st.Unrouted, Dropped: st.Dropped}
+	if s.opts.Plugins != nil {
+		for _, p := range s.opts.Plugins() {
+			resp.Plugins = append(resp.Plugins, &pb.PluginStats{Name: p.Name, Calls: p.Calls, Failures: p.Failures,
+				Skipped: p.Skipped, BreakerOpen: p.BreakerOpen})
+		}
+	}
 	for _, ss := range st.Subscriptions {
 		resp.Subscriptions = append(resp.Subscriptions, &pb.SubscriptionStats{SubscriptionId: ss.ID,
 			TopicPatterns: ss.Patterns, Delivered: ss.Delivered, Dropped: ss.Dropped, Buffered: uint32(ss.Buffered)})
@@ -368,4 +379,16 @@ func (s *Server) Stats(context.Context, *pb.StatsRequest) (*pb.StatsResponse, er
 			Redelivered: g.Redelivered, DeadLettered: g.DeadLettered, Dropped: g.Dropped})
 	}
 	return resp, nil
+}
+
+// Reload re-reads the configuration's plugins, as SIGHUP does.
+func (s *Server) Reload(ctx context.Context, _ *pb.ReloadRequest) (*pb.ReloadResponse, error) {
+	if s.opts.Reload == nil {
+		return nil, status.Error(codes.Unimplemented, "this broker has no configuration file to reload; start it with --config FILE")
+	}
+	names, err := s.opts.Reload(ctx)
+	if err != nil {
+		return nil, status.Errorf(codes.FailedPrecondition, "reload refused, the running plugins stay: %v", err)
+	}
+	return &pb.ReloadResponse{Plugins: names}, nil
 }

@@ -119,11 +119,26 @@ func serve(ctx context.Context, args []string, stderr io.Writer, listening chan<
 	}
 	cfg.Broker.Logger = log.Named("broker")
 	b := broker.New(cfg.Broker)
-	srv := server.New(b, cfg.Broker.MaxMessageBytes, server.Options{
+	pm, err := newPluginManager(cfg, *configPath, b, log.Named("plugin"))
+	if err != nil {
+		lis.Close()
+		_ = b.Shutdown(context.Background())
+		return err
+	}
+	defer pm.close(context.Background())
+	srvOpts := server.Options{
 		KeepaliveTime:    cfg.KeepaliveTime,
 		KeepaliveTimeout: cfg.KeepaliveTimeout,
 		Logger:           log.Named("server"),
-	})
+		Plugins:          pm.stats,
+	}
+	if *configPath != "" {
+		srvOpts.Reload = pm.reload
+	}
+	srv := server.New(b, cfg.Broker.MaxMessageBytes, srvOpts)
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(lis) }()
 	log.Info("listening", "addr", lis.Addr().String(), "config", cfgName(*configPath))
@@ -131,11 +146,18 @@ func serve(ctx context.Context, args []string, stderr io.Writer, listening chan<
 		listening <- lis.Addr()
 	}
 
-	select {
-	case err := <-served:
-		_ = srv.Shutdown(context.Background())
-		return fmt.Errorf("serve: %w", err)
-	case <-ctx.Done():
+	for running := true; running; {
+		select {
+		case err := <-served:
+			_ = srv.Shutdown(context.Background())
+			return fmt.Errorf("serve: %w", err)
+		case <-hup:
+			if _, err := pm.reload(ctx); err != nil {
+				log.Error("reload refused; the running plugins stay", "error", err)
+			}
+		case <-ctx.Done():
+			running = false
+		}
 	}
 	log.Info("shutting down", "grace", cfg.ShutdownGrace)
 	grace, cancel := context.WithTimeout(context.Background(), cfg.ShutdownGrace)

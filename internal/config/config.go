@@ -25,18 +25,37 @@
 //	  slow_consumer   = "disconnect" # disconnect | drop
 //	}
 //
+//	plugin_cache_dir = "/var/cache/tinybroker"  # compiled plugins, kept across restarts
+//
+//	plugin "tenant-filter" {      # any number, in chain order
+//	  path           = "plugins/tenant-filter.wasm"   # relative to this file
+//	  hooks          = ["on_publish"]   # default: every hook the module exports
+//	  topics         = ["orders.>"]     # on_publish sees these (default [">"])
+//	  groups         = ["billing"]      # on_ack/on_redeliver see these groups (default all)
+//	  config         = { allow = "acme,globex" }
+//	  memory_limit_mb = 64
+//	  call_timeout   = "1s"             # or "none"
+//	  pool_size      = 4
+//	  failure_policy = "fail_open"      # fail_open | fail_closed | dead_letter
+//	  max_emits      = 16
+//	  breaker_failures = 5
+//	  breaker_cooldown = "30s"
+//	}
+//
 // Errors name the file, line and column of the offending text.
 package config
 
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
 
 	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/plugins"
 )
 
 // Config is the server's configuration after defaults.
@@ -48,6 +67,10 @@ type Config struct {
 	KeepaliveTime    time.Duration // the server pings a client idle this long (30s)
 	KeepaliveTimeout time.Duration // and drops it if the ping is not answered in this long (10s)
 	Broker           broker.Options
+	Plugins          []plugins.Spec // in chain order; paths made relative to the file's folder
+	// PluginCacheDir keeps compiled plugins across restarts ("" : the user cache folder,
+	// e.g. ~/.cache/tinybroker/wazero).
+	PluginCacheDir string
 }
 
 // Default returns the configuration of an empty file: every field, the broker options
@@ -94,7 +117,7 @@ func Parse(src []byte, filename string) (Config, error) {
 	if diags.HasErrors() {
 		return Config{}, newError(diags, filename)
 	}
-	d := decoder{cfg: Default(), ranges: make(map[string]hcl.Range)}
+	d := decoder{cfg: Default(), ranges: make(map[string]hcl.Range), dir: filepath.Dir(filename)}
 	diags = append(diags, d.section(file.Body, rootSection, "")...)
 	diags = append(diags, d.check()...)
 	if diags.HasErrors() {

@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -35,7 +36,7 @@ func TestDefault(t *testing.T) {
 			MaxInFlightCap:       65536,
 		},
 	}
-	if c != want {
+	if !reflect.DeepEqual(c, want) {
 		t.Errorf("Default() = %+v\nwant %+v", c, want)
 	}
 	if c.Broker.Logger != nil {
@@ -49,7 +50,7 @@ func TestParseEmpty(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Parse(%q): %v", src, err)
 		}
-		if c != Default() {
+		if !reflect.DeepEqual(c, Default()) {
 			t.Errorf("Parse(%q) = %+v, want Default()", src, c)
 		}
 	}
@@ -121,7 +122,7 @@ func TestParsePartial(t *testing.T) {
 	want := Default()
 	want.LogLevel = "warn"
 	want.Broker.GroupOverflow = broker.OverflowDropOldest
-	if c != want {
+	if !reflect.DeepEqual(c, want) {
 		t.Errorf("got %+v\nwant %+v", c, want)
 	}
 }
@@ -282,7 +283,7 @@ func TestParseErrors(t *testing.T) {
 			if err == nil {
 				t.Fatalf("Parse succeeded: %+v", c)
 			}
-			if c != (Config{}) {
+			if !reflect.DeepEqual(c, Config{}) {
 				t.Errorf("Parse returned a non-zero Config with its error: %+v", c)
 			}
 			msg := err.Error()
@@ -369,7 +370,7 @@ func TestExampleFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c != Default() {
+	if !reflect.DeepEqual(c, Default()) {
 		t.Errorf("example file = %+v\nDefault()  = %+v", c, Default())
 	}
 }

@@ -45,6 +45,7 @@ func sectionBlock(s section) func(d *decoder, b *hcl.Block, path string) hcl.Dia
 // decoder decodes a file into cfg, remembering where each setting was written.
 type decoder struct {
 	cfg    Config
+	dir    string               // the file's folder: plugin paths are relative to it
 	ranges map[string]hcl.Range // expression ranges by dotted path, e.g. "fanout.buffer_bytes"
 }
 

@@ -23,10 +23,12 @@ var rootSection = section{
 		durationAttr("keepalive_timeout", func(c *Config) *time.Duration { return &c.KeepaliveTimeout }),
 		positiveIntAttr("max_message_bytes", func(c *Config) *int { return &c.Broker.MaxMessageBytes }),
 		positiveIntAttr("max_header_bytes", func(c *Config) *int { return &c.Broker.MaxHeaderBytes }),
+		pathAttr("plugin_cache_dir", func(c *Config) *string { return &c.PluginCacheDir }),
 	},
 	blocks: []blockType{
 		{name: "groups", decode: sectionBlock(groupsSection)},
 		{name: "fanout", decode: sectionBlock(fanoutSection)},
+		{name: "plugin", labels: []string{"name"}, multiple: true, decode: decodePlugin},
 	},
 }
 

@@ -1300,6 +1300,9 @@ type StatsResponse struct {
 	Unrouted      uint64               `protobuf:"varint,6,opt,name=unrouted,proto3" json:"unrouted,omitempty"`
 	Subscriptions []*SubscriptionStats `protobuf:"bytes,7,rep,name=subscriptions,proto3" json:"subscriptions,omitempty"`
 	Groups        []*GroupStats        `protobuf:"bytes,8,rep,name=groups,proto3" json:"groups,omitempty"`
+	// Messages dropped by a plugin's verdict.
+	Dropped       uint64         `protobuf:"varint,9,opt,name=dropped,proto3" json:"dropped,omitempty"`
+	Plugins       []*PluginStats `protobuf:"bytes,10,rep,name=plugins,proto3" json:"plugins,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1390,6 +1393,179 @@ func (x *StatsResponse) GetGroups() []*GroupStats {
 	return nil
 }
 
+func (x *StatsResponse) GetDropped() uint64 {
+	if x != nil {
+		return x.Dropped
+	}
+	return 0
+}
+
+func (x *StatsResponse) GetPlugins() []*PluginStats {
+	if x != nil {
+		return x.Plugins
+	}
+	return nil
+}
+
+type PluginStats struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Calls uint64                 `protobuf:"varint,2,opt,name=calls,proto3" json:"calls,omitempty"`
+	// Calls that trapped, timed out, hit the memory limit or answered nonsense.
+	Failures uint64 `protobuf:"varint,3,opt,name=failures,proto3" json:"failures,omitempty"`
+	// Calls not made because the circuit breaker was open.
+	Skipped       uint64 `protobuf:"varint,4,opt,name=skipped,proto3" json:"skipped,omitempty"`
+	BreakerOpen   bool   `protobuf:"varint,5,opt,name=breaker_open,json=breakerOpen,proto3" json:"breaker_open,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PluginStats) Reset() {
+	*x = PluginStats{}
+	mi := &file_tinybroker_v1_broker_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PluginStats) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PluginStats) ProtoMessage() {}
+
+func (x *PluginStats) ProtoReflect() protoreflect.Message {
+	mi := &file_tinybroker_v1_broker_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PluginStats.ProtoReflect.Descriptor instead.
+func (*PluginStats) Descriptor() ([]byte, []int) {
+	return file_tinybroker_v1_broker_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *PluginStats) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *PluginStats) GetCalls() uint64 {
+	if x != nil {
+		return x.Calls
+	}
+	return 0
+}
+
+func (x *PluginStats) GetFailures() uint64 {
+	if x != nil {
+		return x.Failures
+	}
+	return 0
+}
+
+func (x *PluginStats) GetSkipped() uint64 {
+	if x != nil {
+		return x.Skipped
+	}
+	return 0
+}
+
+func (x *PluginStats) GetBreakerOpen() bool {
+	if x != nil {
+		return x.BreakerOpen
+	}
+	return false
+}
+
+type ReloadRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReloadRequest) Reset() {
+	*x = ReloadRequest{}
+	mi := &file_tinybroker_v1_broker_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReloadRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReloadRequest) ProtoMessage() {}
+
+func (x *ReloadRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tinybroker_v1_broker_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReloadRequest.ProtoReflect.Descriptor instead.
+func (*ReloadRequest) Descriptor() ([]byte, []int) {
+	return file_tinybroker_v1_broker_proto_rawDescGZIP(), []int{21}
+}
+
+type ReloadResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The plugins now loaded, in chain order.
+	Plugins       []string `protobuf:"bytes,1,rep,name=plugins,proto3" json:"plugins,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReloadResponse) Reset() {
+	*x = ReloadResponse{}
+	mi := &file_tinybroker_v1_broker_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReloadResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReloadResponse) ProtoMessage() {}
+
+func (x *ReloadResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tinybroker_v1_broker_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReloadResponse.ProtoReflect.Descriptor instead.
+func (*ReloadResponse) Descriptor() ([]byte, []int) {
+	return file_tinybroker_v1_broker_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *ReloadResponse) GetPlugins() []string {
+	if x != nil {
+		return x.Plugins
+	}
+	return nil
+}
+
 type SubscriptionStats struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	SubscriptionId string                 `protobuf:"bytes,1,opt,name=subscription_id,json=subscriptionId,proto3" json:"subscription_id,omitempty"`
@@ -1405,7 +1581,7 @@ type SubscriptionStats struct {
 
 func (x *SubscriptionStats) Reset() {
 	*x = SubscriptionStats{}
-	mi := &file_tinybroker_v1_broker_proto_msgTypes[20]
+	mi := &file_tinybroker_v1_broker_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1417,7 +1593,7 @@ func (x *SubscriptionStats) String() string {
 func (*SubscriptionStats) ProtoMessage() {}
 
 func (x *SubscriptionStats) ProtoReflect() protoreflect.Message {
-	mi := &file_tinybroker_v1_broker_proto_msgTypes[20]
+	mi := &file_tinybroker_v1_broker_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1430,7 +1606,7 @@ func (x *SubscriptionStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscriptionStats.ProtoReflect.Descriptor instead.
 func (*SubscriptionStats) Descriptor() ([]byte, []int) {
-	return file_tinybroker_v1_broker_proto_rawDescGZIP(), []int{20}
+	return file_tinybroker_v1_broker_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *SubscriptionStats) GetSubscriptionId() string {
@@ -1492,7 +1668,7 @@ type GroupStats struct {
 
 func (x *GroupStats) Reset() {
 	*x = GroupStats{}
-	mi := &file_tinybroker_v1_broker_proto_msgTypes[21]
+	mi := &file_tinybroker_v1_broker_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1504,7 +1680,7 @@ func (x *GroupStats) String() string {
 func (*GroupStats) ProtoMessage() {}
 
 func (x *GroupStats) ProtoReflect() protoreflect.Message {
-	mi := &file_tinybroker_v1_broker_proto_msgTypes[21]
+	mi := &file_tinybroker_v1_broker_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1517,7 +1693,7 @@ func (x *GroupStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupStats.ProtoReflect.Descriptor instead.
 func (*GroupStats) Descriptor() ([]byte, []int) {
-	return file_tinybroker_v1_broker_proto_rawDescGZIP(), []int{21}
+	return file_tinybroker_v1_broker_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GroupStats) GetSubscriptionId() string {
@@ -1695,7 +1871,7 @@ const file_tinybroker_v1_broker_proto_rawDesc = "" +
 	"\x05delay\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x05delay\x12\x16\n" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\"\x0e\n" +
 	"\fNackResponse\"\x0e\n" +
-	"\fStatsRequest\"\xbf\x02\n" +
+	"\fStatsRequest\"\x8f\x03\n" +
 	"\rStatsResponse\x12\x1c\n" +
 	"\tpublished\x18\x01 \x01(\x04R\tpublished\x12\x1c\n" +
 	"\tdelivered\x18\x02 \x01(\x04R\tdelivered\x12\x14\n" +
@@ -1704,7 +1880,19 @@ const file_tinybroker_v1_broker_proto_rawDesc = "" +
 	"\rdead_lettered\x18\x05 \x01(\x04R\fdeadLettered\x12\x1a\n" +
 	"\bunrouted\x18\x06 \x01(\x04R\bunrouted\x12F\n" +
 	"\rsubscriptions\x18\a \x03(\v2 .tinybroker.v1.SubscriptionStatsR\rsubscriptions\x121\n" +
-	"\x06groups\x18\b \x03(\v2\x19.tinybroker.v1.GroupStatsR\x06groups\"\xb7\x01\n" +
+	"\x06groups\x18\b \x03(\v2\x19.tinybroker.v1.GroupStatsR\x06groups\x12\x18\n" +
+	"\adropped\x18\t \x01(\x04R\adropped\x124\n" +
+	"\aplugins\x18\n" +
+	" \x03(\v2\x1a.tinybroker.v1.PluginStatsR\aplugins\"\x90\x01\n" +
+	"\vPluginStats\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05calls\x18\x02 \x01(\x04R\x05calls\x12\x1a\n" +
+	"\bfailures\x18\x03 \x01(\x04R\bfailures\x12\x18\n" +
+	"\askipped\x18\x04 \x01(\x04R\askipped\x12!\n" +
+	"\fbreaker_open\x18\x05 \x01(\bR\vbreakerOpen\"\x0f\n" +
+	"\rReloadRequest\"*\n" +
+	"\x0eReloadResponse\x12\x18\n" +
+	"\aplugins\x18\x01 \x03(\tR\aplugins\"\xb7\x01\n" +
 	"\x11SubscriptionStats\x12'\n" +
 	"\x0fsubscription_id\x18\x01 \x01(\tR\x0esubscriptionId\x12%\n" +
 	"\x0etopic_patterns\x18\x02 \x03(\tR\rtopicPatterns\x12\x1c\n" +
@@ -1729,14 +1917,15 @@ const file_tinybroker_v1_broker_proto_rawDesc = "" +
 	"\fDeliveryMode\x12\x1d\n" +
 	"\x19DELIVERY_MODE_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14DELIVERY_MODE_FANOUT\x10\x01\x12\x1a\n" +
-	"\x16DELIVERY_MODE_BALANCED\x10\x022\xbb\x03\n" +
+	"\x16DELIVERY_MODE_BALANCED\x10\x022\x82\x04\n" +
 	"\x06Broker\x12H\n" +
 	"\aPublish\x12\x1d.tinybroker.v1.PublishRequest\x1a\x1e.tinybroker.v1.PublishResponse\x12^\n" +
 	"\rPublishStream\x12#.tinybroker.v1.PublishStreamRequest\x1a$.tinybroker.v1.PublishStreamResponse(\x010\x01\x12R\n" +
 	"\tSubscribe\x12\x1f.tinybroker.v1.SubscribeRequest\x1a .tinybroker.v1.SubscribeResponse(\x010\x01\x125\n" +
 	"\x03Ack\x12\x12.tinybroker.v1.Ack\x1a\x1a.tinybroker.v1.AckResponse\x128\n" +
 	"\x04Nack\x12\x13.tinybroker.v1.Nack\x1a\x1b.tinybroker.v1.NackResponse\x12B\n" +
-	"\x05Stats\x12\x1b.tinybroker.v1.StatsRequest\x1a\x1c.tinybroker.v1.StatsResponseBCZAgithub.com/tinybroker/tinybroker/proto/tinybroker/v1;tinybrokerv1b\x06proto3"
+	"\x05Stats\x12\x1b.tinybroker.v1.StatsRequest\x1a\x1c.tinybroker.v1.StatsResponse\x12E\n" +
+	"\x06Reload\x12\x1c.tinybroker.v1.ReloadRequest\x1a\x1d.tinybroker.v1.ReloadResponseBCZAgithub.com/tinybroker/tinybroker/proto/tinybroker/v1;tinybrokerv1b\x06proto3"
 
 var (
 	file_tinybroker_v1_broker_proto_rawDescOnce sync.Once
@@ -1751,7 +1940,7 @@ func file_tinybroker_v1_broker_proto_rawDescGZIP() []byte {
 }
 
 var file_tinybroker_v1_broker_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_tinybroker_v1_broker_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_tinybroker_v1_broker_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_tinybroker_v1_broker_proto_goTypes = []any{
 	(DeliveryMode)(0),             // 0: tinybroker.v1.DeliveryMode
 	(*Message)(nil),               // 1: tinybroker.v1.Message
@@ -1774,21 +1963,24 @@ var file_tinybroker_v1_broker_proto_goTypes = []any{
 	(*NackResponse)(nil),          // 18: tinybroker.v1.NackResponse
 	(*StatsRequest)(nil),          // 19: tinybroker.v1.StatsRequest
 	(*StatsResponse)(nil),         // 20: tinybroker.v1.StatsResponse
-	(*SubscriptionStats)(nil),     // 21: tinybroker.v1.SubscriptionStats
-	(*GroupStats)(nil),            // 22: tinybroker.v1.GroupStats
-	nil,                           // 23: tinybroker.v1.Message.HeadersEntry
-	nil,                           // 24: tinybroker.v1.PublishRequest.HeadersEntry
-	(*durationpb.Duration)(nil),   // 25: google.protobuf.Duration
+	(*PluginStats)(nil),           // 21: tinybroker.v1.PluginStats
+	(*ReloadRequest)(nil),         // 22: tinybroker.v1.ReloadRequest
+	(*ReloadResponse)(nil),        // 23: tinybroker.v1.ReloadResponse
+	(*SubscriptionStats)(nil),     // 24: tinybroker.v1.SubscriptionStats
+	(*GroupStats)(nil),            // 25: tinybroker.v1.GroupStats
+	nil,                           // 26: tinybroker.v1.Message.HeadersEntry
+	nil,                           // 27: tinybroker.v1.PublishRequest.HeadersEntry
+	(*durationpb.Duration)(nil),   // 28: google.protobuf.Duration
 }
 var file_tinybroker_v1_broker_proto_depIdxs = []int32{
-	23, // 0: tinybroker.v1.Message.headers:type_name -> tinybroker.v1.Message.HeadersEntry
-	24, // 1: tinybroker.v1.PublishRequest.headers:type_name -> tinybroker.v1.PublishRequest.HeadersEntry
+	26, // 0: tinybroker.v1.Message.headers:type_name -> tinybroker.v1.Message.HeadersEntry
+	27, // 1: tinybroker.v1.PublishRequest.headers:type_name -> tinybroker.v1.PublishRequest.HeadersEntry
 	2,  // 2: tinybroker.v1.PublishStreamRequest.messages:type_name -> tinybroker.v1.PublishRequest
 	6,  // 3: tinybroker.v1.PublishStreamResponse.results:type_name -> tinybroker.v1.PublishResult
 	0,  // 4: tinybroker.v1.OpenSubscription.mode:type_name -> tinybroker.v1.DeliveryMode
-	25, // 5: tinybroker.v1.OpenSubscription.ack_deadline:type_name -> google.protobuf.Duration
-	25, // 6: tinybroker.v1.Subscribed.ack_deadline:type_name -> google.protobuf.Duration
-	25, // 7: tinybroker.v1.NackBatch.delay:type_name -> google.protobuf.Duration
+	28, // 5: tinybroker.v1.OpenSubscription.ack_deadline:type_name -> google.protobuf.Duration
+	28, // 6: tinybroker.v1.Subscribed.ack_deadline:type_name -> google.protobuf.Duration
+	28, // 7: tinybroker.v1.NackBatch.delay:type_name -> google.protobuf.Duration
 	7,  // 8: tinybroker.v1.SubscribeRequest.open:type_name -> tinybroker.v1.OpenSubscription
 	9,  // 9: tinybroker.v1.SubscribeRequest.ack:type_name -> tinybroker.v1.AckBatch
 	10, // 10: tinybroker.v1.SubscribeRequest.nack:type_name -> tinybroker.v1.NackBatch
@@ -1796,26 +1988,29 @@ var file_tinybroker_v1_broker_proto_depIdxs = []int32{
 	1,  // 12: tinybroker.v1.MessageBatch.messages:type_name -> tinybroker.v1.Message
 	8,  // 13: tinybroker.v1.SubscribeResponse.subscribed:type_name -> tinybroker.v1.Subscribed
 	13, // 14: tinybroker.v1.SubscribeResponse.messages:type_name -> tinybroker.v1.MessageBatch
-	25, // 15: tinybroker.v1.Nack.delay:type_name -> google.protobuf.Duration
-	21, // 16: tinybroker.v1.StatsResponse.subscriptions:type_name -> tinybroker.v1.SubscriptionStats
-	22, // 17: tinybroker.v1.StatsResponse.groups:type_name -> tinybroker.v1.GroupStats
-	2,  // 18: tinybroker.v1.Broker.Publish:input_type -> tinybroker.v1.PublishRequest
-	4,  // 19: tinybroker.v1.Broker.PublishStream:input_type -> tinybroker.v1.PublishStreamRequest
-	12, // 20: tinybroker.v1.Broker.Subscribe:input_type -> tinybroker.v1.SubscribeRequest
-	15, // 21: tinybroker.v1.Broker.Ack:input_type -> tinybroker.v1.Ack
-	17, // 22: tinybroker.v1.Broker.Nack:input_type -> tinybroker.v1.Nack
-	19, // 23: tinybroker.v1.Broker.Stats:input_type -> tinybroker.v1.StatsRequest
-	3,  // 24: tinybroker.v1.Broker.Publish:output_type -> tinybroker.v1.PublishResponse
-	5,  // 25: tinybroker.v1.Broker.PublishStream:output_type -> tinybroker.v1.PublishStreamResponse
-	14, // 26: tinybroker.v1.Broker.Subscribe:output_type -> tinybroker.v1.SubscribeResponse
-	16, // 27: tinybroker.v1.Broker.Ack:output_type -> tinybroker.v1.AckResponse
-	18, // 28: tinybroker.v1.Broker.Nack:output_type -> tinybroker.v1.NackResponse
-	20, // 29: tinybroker.v1.Broker.Stats:output_type -> tinybroker.v1.StatsResponse
-	24, // [24:30] is the sub-list for method output_type
-	18, // [18:24] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	28, // 15: tinybroker.v1.Nack.delay:type_name -> google.protobuf.Duration
+	24, // 16: tinybroker.v1.StatsResponse.subscriptions:type_name -> tinybroker.v1.SubscriptionStats
+	25, // 17: tinybroker.v1.StatsResponse.groups:type_name -> tinybroker.v1.GroupStats
+	21, // 18: tinybroker.v1.StatsResponse.plugins:type_name -> tinybroker.v1.PluginStats
+	2,  // 19: tinybroker.v1.Broker.Publish:input_type -> tinybroker.v1.PublishRequest
+	4,  // 20: tinybroker.v1.Broker.PublishStream:input_type -> tinybroker.v1.PublishStreamRequest
+	12, // 21: tinybroker.v1.Broker.Subscribe:input_type -> tinybroker.v1.SubscribeRequest
+	15, // 22: tinybroker.v1.Broker.Ack:input_type -> tinybroker.v1.Ack
+	17, // 23: tinybroker.v1.Broker.Nack:input_type -> tinybroker.v1.Nack
+	19, // 24: tinybroker.v1.Broker.Stats:input_type -> tinybroker.v1.StatsRequest
+	22, // 25: tinybroker.v1.Broker.Reload:input_type -> tinybroker.v1.ReloadRequest
+	3,  // 26: tinybroker.v1.Broker.Publish:output_type -> tinybroker.v1.PublishResponse
+	5,  // 27: tinybroker.v1.Broker.PublishStream:output_type -> tinybroker.v1.PublishStreamResponse
+	14, // 28: tinybroker.v1.Broker.Subscribe:output_type -> tinybroker.v1.SubscribeResponse
+	16, // 29: tinybroker.v1.Broker.Ack:output_type -> tinybroker.v1.AckResponse
+	18, // 30: tinybroker.v1.Broker.Nack:output_type -> tinybroker.v1.NackResponse
+	20, // 31: tinybroker.v1.Broker.Stats:output_type -> tinybroker.v1.StatsResponse
+	23, // 32: tinybroker.v1.Broker.Reload:output_type -> tinybroker.v1.ReloadResponse
+	26, // [26:33] is the sub-list for method output_type
+	19, // [19:26] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_tinybroker_v1_broker_proto_init() }
@@ -1839,7 +2034,7 @@ func file_tinybroker_v1_broker_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tinybroker_v1_broker_proto_rawDesc), len(file_tinybroker_v1_broker_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   24,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -30,6 +30,7 @@ const (
 	Broker_Ack_FullMethodName           = "/tinybroker.v1.Broker/Ack"
 	Broker_Nack_FullMethodName          = "/tinybroker.v1.Broker/Nack"
 	Broker_Stats_FullMethodName         = "/tinybroker.v1.Broker/Stats"
+	Broker_Reload_FullMethodName        = "/tinybroker.v1.Broker/Reload"
 )
 
 // BrokerClient is the client API for Broker service.
@@ -55,8 +56,12 @@ type BrokerClient interface {
 	Ack(ctx context.Context, in *Ack, opts ...grpc.CallOption) (*AckResponse, error)
 	// Nack gives one delivered message back to its consumer group, now or after a delay.
 	Nack(ctx context.Context, in *Nack, opts ...grpc.CallOption) (*NackResponse, error)
-	// Stats reports counters of the broker, its subscriptions and consumer groups.
+	// Stats reports counters of the broker, its subscriptions, consumer groups and plugins.
 	Stats(ctx context.Context, in *StatsRequest, opts ...grpc.CallOption) (*StatsResponse, error)
+	// Reload re-reads the configuration file and swaps in its plugins, as SIGHUP does. The new
+	// plugins are compiled and warmed up first; if any fails, the running ones stay and the
+	// call returns FAILED_PRECONDITION with the reason.
+	Reload(ctx context.Context, in *ReloadRequest, opts ...grpc.CallOption) (*ReloadResponse, error)
 }
 
 type brokerClient struct {
@@ -133,6 +138,16 @@ func (c *brokerClient) Stats(ctx context.Context, in *StatsRequest, opts ...grpc
 	return out, nil
 }
 
+func (c *brokerClient) Reload(ctx context.Context, in *ReloadRequest, opts ...grpc.CallOption) (*ReloadResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReloadResponse)
+	err := c.cc.Invoke(ctx, Broker_Reload_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // BrokerServer is the server API for Broker service.
 // All implementations must embed UnimplementedBrokerServer
 // for forward compatibility.
@@ -156,8 +171,12 @@ type BrokerServer interface {
 	Ack(context.Context, *Ack) (*AckResponse, error)
 	// Nack gives one delivered message back to its consumer group, now or after a delay.
 	Nack(context.Context, *Nack) (*NackResponse, error)
-	// Stats reports counters of the broker, its subscriptions and consumer groups.
+	// Stats reports counters of the broker, its subscriptions, consumer groups and plugins.
 	Stats(context.Context, *StatsRequest) (*StatsResponse, error)
+	// Reload re-reads the configuration file and swaps in its plugins, as SIGHUP does. The new
+	// plugins are compiled and warmed up first; if any fails, the running ones stay and the
+	// call returns FAILED_PRECONDITION with the reason.
+	Reload(context.Context, *ReloadRequest) (*ReloadResponse, error)
 	mustEmbedUnimplementedBrokerServer()
 }
 
@@ -185,6 +204,9 @@ func (UnimplementedBrokerServer) Nack(context.Context, *Nack) (*NackResponse, er
 }
 func (UnimplementedBrokerServer) Stats(context.Context, *StatsRequest) (*StatsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Stats not implemented")
+}
+func (UnimplementedBrokerServer) Reload(context.Context, *ReloadRequest) (*ReloadResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Reload not implemented")
 }
 func (UnimplementedBrokerServer) mustEmbedUnimplementedBrokerServer() {}
 func (UnimplementedBrokerServer) testEmbeddedByValue()                {}
@@ -293,6 +315,24 @@ func _Broker_Stats_Handler(srv interface{}, ctx context.Context, dec func(interf
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Broker_Reload_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReloadRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BrokerServer).Reload(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Broker_Reload_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BrokerServer).Reload(ctx, req.(*ReloadRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Broker_ServiceDesc is the grpc.ServiceDesc for Broker service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -315,6 +355,10 @@ var Broker_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Stats",
 			Handler:    _Broker_Stats_Handler,
+		},
+		{
+			MethodName: "Reload",
+			Handler:    _Broker_Reload_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

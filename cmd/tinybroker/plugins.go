@@ -1,0 +1,123 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/internal/config"
+	"github.com/tinybroker/tinybroker/plugins"
+)
+
+// pluginManager owns the plugin host and the chain installed in the broker, and swaps the
+// chain on reload. The old chain is closed in the background once calls in progress on it
+// have finished.
+type pluginManager struct {
+	host       *plugins.Host
+	b          *broker.Broker
+	log        hclog.Logger
+	configPath string
+
+	mu    sync.Mutex // serialises reloads
+	chain *plugins.Chain
+	wg    sync.WaitGroup // closing old chains
+}
+
+func newPluginManager(cfg config.Config, configPath string, b *broker.Broker, log hclog.Logger) (*pluginManager, error) {
+	dir := cfg.PluginCacheDir
+	if dir == "" {
+		if base, err := os.UserCacheDir(); err == nil {
+			dir = filepath.Join(base, "tinybroker", "wazero")
+		}
+	}
+	host, err := plugins.NewHost(plugins.HostOptions{CacheDir: dir, Logger: log,
+		MaxMessageBytes: cfg.Broker.MaxMessageBytes, MaxHeaderBytes: cfg.Broker.MaxHeaderBytes})
+	if err != nil {
+		return nil, err
+	}
+	pm := &pluginManager{host: host, b: b, log: log, configPath: configPath}
+	if len(cfg.Plugins) > 0 {
+		if _, err := pm.swap(context.Background(), cfg.Plugins); err != nil {
+			_ = host.Close(context.Background())
+			return nil, err
+		}
+	}
+	return pm, nil
+}
+
+// swap loads specs, warms them up and installs them; on error the running chain stays.
+func (pm *pluginManager) swap(ctx context.Context, specs []plugins.Spec) ([]string, error) {
+	pm.mu.Lock()
+	defer pm.mu.Unlock()
+	var next *plugins.Chain
+	if len(specs) > 0 {
+		var err error
+		if next, err = pm.host.Load(ctx, specs); err != nil {
+			return nil, err
+		}
+		pm.b.SetHooks(next)
+	} else {
+		pm.b.SetHooks(nil)
+	}
+	old := pm.chain
+	pm.chain = next
+	if old != nil {
+		pm.wg.Add(1)
+		go func() {
+			defer pm.wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			_ = old.Close(ctx)
+		}()
+	}
+	if next == nil {
+		return nil, nil
+	}
+	return next.Names(), nil
+}
+
+// reload re-reads the configuration file's plugins. Settings other than plugins need a restart.
+func (pm *pluginManager) reload(ctx context.Context) ([]string, error) {
+	if pm.configPath == "" {
+		return nil, errors.New("the broker was started without --config: there is no file to reload")
+	}
+	cfg, err := config.Load(pm.configPath)
+	if err != nil {
+		return nil, err
+	}
+	names, err := pm.swap(ctx, cfg.Plugins)
+	if err != nil {
+		return nil, err
+	}
+	pm.log.Info("plugins reloaded", "plugins", names)
+	return names, nil
+}
+
+func (pm *pluginManager) stats() []plugins.PluginStats {
+	pm.mu.Lock()
+	c := pm.chain
+	pm.mu.Unlock()
+	if c == nil {
+		return nil
+	}
+	return c.Stats()
+}
+
+// close unloads everything; the broker must be shut down first.
+func (pm *pluginManager) close(ctx context.Context) {
+	pm.mu.Lock()
+	c := pm.chain
+	pm.chain = nil
+	pm.mu.Unlock()
+	if c != nil {
+		_ = c.Close(ctx)
+	}
+	pm.wg.Wait()
+	_ = pm.host.Close(ctx)
+}

@@ -1,0 +1,183 @@
+package config
+
+import (
+	"fmt"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/hclsyntax"
+	"github.com/zclconf/go-cty/cty"
+
+	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/plugins"
+)
+
+// The plugin block: `plugin "name" { path = "x.wasm" ... }`, any number of them, in chain
+// order. Its settings write into the last plugin of Config.Plugins, which decodePlugin has
+// just appended.
+
+func lastPlugin(c *Config) *plugins.Spec { return &c.Plugins[len(c.Plugins)-1] }
+
+var pluginSection = section{
+	attrs: []attribute{
+		pathAttr("path", func(c *Config) *string { return &lastPlugin(c).Path }),
+		stringListAttr("hooks", func(s string) string {
+			if s == plugins.HookPublish || s == plugins.HookAck || s == plugins.HookRedeliver {
+				return ""
+			}
+			return fmt.Sprintf("%q is not a hook; use %q, %q or %q", s, plugins.HookPublish, plugins.HookAck, plugins.HookRedeliver)
+		}, func(c *Config) *[]string { return &lastPlugin(c).Hooks }),
+		stringListAttr("topics", func(s string) string {
+			if err := broker.ValidatePattern(s); err != nil {
+				return err.Error()
+			}
+			return ""
+		}, func(c *Config) *[]string { return &lastPlugin(c).Topics }),
+		stringListAttr("groups", func(string) string { return "" }, func(c *Config) *[]string { return &lastPlugin(c).Groups }),
+		stringMapAttr("config", func(c *Config) *map[string]string { return &lastPlugin(c).Config }),
+		positiveIntAttr("memory_limit_mb", func(c *Config) *int { return &lastPlugin(c).MemoryLimitBytes }),
+		timeoutAttr("call_timeout", func(c *Config) *time.Duration { return &lastPlugin(c).CallTimeout }),
+		positiveIntAttr("pool_size", func(c *Config) *int { return &lastPlugin(c).PoolSize }),
+		enumAttr("failure_policy", []choice[plugins.FailurePolicy]{
+			{"fail_open", plugins.FailOpen},
+			{"fail_closed", plugins.FailClosed},
+			{"dead_letter", plugins.FailDeadLetter},
+		}, func(c *Config) *plugins.FailurePolicy { return &lastPlugin(c).FailurePolicy }),
+		positiveIntAttr("max_emits", func(c *Config) *int { return &lastPlugin(c).MaxEmits }),
+		positiveIntAttr("breaker_failures", func(c *Config) *int { return &lastPlugin(c).BreakerFailures }),
+		durationAttr("breaker_cooldown", func(c *Config) *time.Duration { return &lastPlugin(c).BreakerCooldown }),
+	},
+}
+
+func decodePlugin(d *decoder, b *hcl.Block, path string) hcl.Diagnostics {
+	name := b.Labels[0]
+	labelRange := b.LabelRanges[0].Ptr()
+	for _, c := range []byte(name) {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return hcl.Diagnostics{{Severity: hcl.DiagError, Summary: "Invalid plugin name",
+				Detail: fmt.Sprintf("%q: use letters, digits, '-' and '_'.", name), Subject: labelRange}}
+		}
+	}
+	if slices.ContainsFunc(d.cfg.Plugins, func(s plugins.Spec) bool { return s.Name == name }) {
+		return hcl.Diagnostics{{Severity: hcl.DiagError, Summary: "Duplicate plugin",
+			Detail: fmt.Sprintf("A plugin named %q is already declared; plugin names must be unique.", name), Subject: labelRange}}
+	}
+	d.cfg.Plugins = append(d.cfg.Plugins, plugins.Spec{Name: name})
+	diags := d.section(b.Body, pluginSection, path+"."+name)
+	p := lastPlugin(&d.cfg)
+	if p.Path == "" && !diags.HasErrors() {
+		diags = append(diags, &hcl.Diagnostic{Severity: hcl.DiagError, Summary: "Missing plugin path",
+			Detail: fmt.Sprintf("plugin %q needs path = \"file.wasm\" (relative to this file's folder).", name), Subject: b.DefRange.Ptr()})
+	}
+	if p.Path != "" && !filepath.IsAbs(p.Path) {
+		p.Path = filepath.Join(d.dir, p.Path)
+	}
+	p.MemoryLimitBytes *= 1 << 20
+	return diags
+}
+
+// pathAttr is a non-empty string.
+func pathAttr(name string, field func(*Config) *string) attribute {
+	return attribute{name: name, decode: func(c *Config, name string, expr hcl.Expression) hcl.Diagnostics {
+		var s string
+		if diags := decodeString(name, "a file path in quotes", expr, &s); diags.HasErrors() {
+			return diags
+		}
+		if s == "" {
+			return invalid(expr, "Empty "+name, "%s may not be empty.", name)
+		}
+		*field(c) = s
+		return nil
+	}}
+}
+
+// timeoutAttr is a duration string, or "none" for no limit.
+func timeoutAttr(name string, field func(*Config) *time.Duration) attribute {
+	return attribute{name: name, decode: func(c *Config, name string, expr hcl.Expression) hcl.Diagnostics {
+		var s string
+		if diags := decodeString(name, `a duration string such as "100ms", or "none"`, expr, &s); diags.HasErrors() {
+			return diags
+		}
+		if s == "none" {
+			*field(c) = -1
+			return nil
+		}
+		v, err := time.ParseDuration(s)
+		if err != nil || v <= 0 {
+			return invalid(expr, "Invalid "+name, `%q is not a positive Go duration; write e.g. "100ms", or "none" for no limit.`, s)
+		}
+		*field(c) = v
+		return nil
+	}}
+}
+
+// stringListAttr is a list of quoted strings, each checked by check ("" if fine).
+func stringListAttr(name string, check func(string) string, field func(*Config) *[]string) attribute {
+	return attribute{name: name, decode: func(c *Config, name string, expr hcl.Expression) hcl.Diagnostics {
+		tuple, ok := expr.(*hclsyntax.TupleConsExpr)
+		if !ok {
+			return invalid(expr, "Wrong type for "+name, `%s must be a list of strings, e.g. ["a", "b"].`, name)
+		}
+		var out []string
+		for _, e := range tuple.Exprs {
+			var s string
+			if diags := decodeString(name, "a quoted string", e, &s); diags.HasErrors() {
+				return diags
+			}
+			if msg := check(s); msg != "" {
+				return invalid(e, "Invalid "+name, "%s.", msg)
+			}
+			out = append(out, s)
+		}
+		*field(c) = out
+		return nil
+	}}
+}
+
+// stringMapAttr is an object of string values, e.g. { allow = "acme" }.
+func stringMapAttr(name string, field func(*Config) *map[string]string) attribute {
+	return attribute{name: name, decode: func(c *Config, name string, expr hcl.Expression) hcl.Diagnostics {
+		obj, ok := expr.(*hclsyntax.ObjectConsExpr)
+		if !ok {
+			return invalid(expr, "Wrong type for "+name, `%s must be an object of strings, e.g. { allow = "acme,globex" }.`, name)
+		}
+		out := make(map[string]string, len(obj.Items))
+		for _, item := range obj.Items {
+			var key string
+			keyExpr := item.KeyExpr
+			if k, ok := keyExpr.(*hclsyntax.ObjectConsKeyExpr); ok {
+				keyExpr = k.Wrapped
+			}
+			if kw := hcl.ExprAsKeyword(keyExpr); kw != "" {
+				key = kw
+			} else if diags := decodeString(name+" key", "a name or a quoted string", keyExpr, &key); diags.HasErrors() {
+				return diags
+			}
+			var v string
+			if diags := constant(item.ValueExpr); diags.HasErrors() {
+				return diags
+			}
+			val, diags := item.ValueExpr.Value(nil)
+			if diags.HasErrors() {
+				return diags
+			}
+			switch {
+			case val.IsNull() || !val.IsWhollyKnown():
+				return invalid(item.ValueExpr, "Wrong type for "+name, "%s.%s must be a string.", name, key)
+			case val.Type() == cty.String:
+				v = val.AsString()
+			case val.Type() == cty.Number:
+				v = val.AsBigFloat().Text('g', -1)
+			case val.Type() == cty.Bool:
+				v = fmt.Sprint(val.True())
+			default:
+				return invalid(item.ValueExpr, "Wrong type for "+name, "%s.%s must be a string.", name, key)
+			}
+			out[key] = v
+		}
+		*field(c) = out
+		return nil
+	}}
+}

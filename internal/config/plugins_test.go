@@ -1,0 +1,80 @@
+package config
+
+import (
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tinybroker/tinybroker/plugins"
+)
+
+func TestPluginBlocks(t *testing.T) {
+	src := `
+plugin_cache_dir = "/tmp/tb-cache"
+
+plugin "tenant-filter" {
+  path           = "plugins/tenant.wasm"
+  hooks          = ["on_publish"]
+  topics         = ["orders.>", "billing.*"]
+  config         = { allow = "acme,globex", "max-size" = 10, strict = true }
+  memory_limit_mb = 16
+  call_timeout   = "50ms"
+  pool_size      = 2
+  failure_policy = "dead_letter"
+  max_emits      = 3
+  breaker_failures = 7
+  breaker_cooldown = "1m"
+}
+
+plugin "audit" {
+  path         = "/abs/audit.wasm"
+  groups       = ["billing"]
+  call_timeout = "none"
+}
+`
+	c, err := Parse([]byte(src), "/etc/tinybroker/tb.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []plugins.Spec{{
+		Name: "tenant-filter", Path: filepath.Join("/etc/tinybroker", "plugins/tenant.wasm"),
+		Hooks: []string{"on_publish"}, Topics: []string{"orders.>", "billing.*"},
+		Config:           map[string]string{"allow": "acme,globex", "max-size": "10", "strict": "true"},
+		MemoryLimitBytes: 16 << 20, CallTimeout: 50 * time.Millisecond, PoolSize: 2,
+		FailurePolicy: plugins.FailDeadLetter, MaxEmits: 3, BreakerFailures: 7, BreakerCooldown: time.Minute,
+	}, {
+		Name: "audit", Path: "/abs/audit.wasm", Groups: []string{"billing"}, CallTimeout: -1,
+	}}
+	if !reflect.DeepEqual(c.Plugins, want) {
+		t.Fatalf("plugins\n got %+v\nwant %+v", c.Plugins, want)
+	}
+	if c.PluginCacheDir != "/tmp/tb-cache" {
+		t.Fatalf("plugin_cache_dir %q", c.PluginCacheDir)
+	}
+}
+
+func TestPluginBlockErrors(t *testing.T) {
+	cases := []struct{ name, src, want string }{
+		{"missing path", "plugin \"p\" {\n  pool_size = 2\n}\n", "t.hcl:1,1-11: Missing plugin path"},
+		{"bad hook", "plugin \"p\" {\n  path = \"x.wasm\"\n  hooks = [\"on_connect\"]\n}\n", "t.hcl:3,12-24: Invalid hooks"},
+		{"bad topic", "plugin \"p\" {\n  path = \"x.wasm\"\n  topics = [\"a.>.b\"]\n}\n", "t.hcl:3,13-20: Invalid topics"},
+		{"not a list", "plugin \"p\" {\n  path = \"x.wasm\"\n  topics = \"a\"\n}\n", "t.hcl:3,12-15: Wrong type for topics"},
+		{"bad policy", "plugin \"p\" {\n  path = \"x.wasm\"\n  failure_policy = \"retry\"\n}\n", "fail_open"},
+		{"bad timeout", "plugin \"p\" {\n  path = \"x.wasm\"\n  call_timeout = \"0s\"\n}\n", "t.hcl:3,18-22: Invalid call_timeout"},
+		{"config not object", "plugin \"p\" {\n  path = \"x.wasm\"\n  config = \"allow=acme\"\n}\n", "t.hcl:3,12-24: Wrong type for config"},
+		{"duplicate", "plugin \"p\" {\n  path = \"x.wasm\"\n}\nplugin \"p\" {\n  path = \"y.wasm\"\n}\n", "t.hcl:4,8-11: Duplicate plugin"},
+		{"bad name", "plugin \"a b\" {\n  path = \"x.wasm\"\n}\n", "Invalid plugin name"},
+		{"unknown setting", "plugin \"p\" {\n  path = \"x.wasm\"\n  color = \"red\"\n}\n", "t.hcl:3,3-8: Unsupported argument"},
+		{"no label", "plugin {\n  path = \"x.wasm\"\n}\n", "t.hcl:1,8-9: Missing name for plugin"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := Parse([]byte(c.src), "t.hcl")
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("Parse = %v\nwant it to contain %q", err, c.want)
+			}
+		})
+	}
+}
