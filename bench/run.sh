@@ -66,12 +66,12 @@ for job in "${jobs[@]}"; do
   echo "== $job against $addr (server pid $srv_pid)" >&2
   label="$w tinybroker"
   [ "$w" != W5 ] || label="W5 tinybroker subs=${job##* }"
-  ok=true
+  # Result lines go to $results, progress and errors to $errlog; both also to stderr.
   # shellcheck disable=SC2086  # $job and RUN_FLAGS are split on purpose
-  bin/tinybroker bench --addr "$addr" --server-pid "$srv_pid" -w $job ${RUN_FLAGS:-} \
-    2> >(tee "$errlog" >&2) | tee -a "$results" >&2 || ok=false
-  wait $! 2>/dev/null || true # the stderr tee
-  $ok || echo "$label FAILED: $(grep '^tinybroker:' "$errlog" | tail -n 1)" >>"$results"
+  if ! { bin/tinybroker bench --addr "$addr" --server-pid "$srv_pid" -w $job ${RUN_FLAGS:-} 2>&1 >&3 3>&- |
+    tee "$errlog" >&2 3>&-; } 3>&1 | tee -a "$results" >&2; then
+    echo "$label FAILED: $(grep '^tinybroker:' "$errlog" | tail -n 1)" >>"$results"
+  fi
   stop_server
   # Warnings of the server (e.g. a slow consumer disconnected) belong with the results.
   grep -v -e '\[INFO\]' "$srvlog" >&2 || true

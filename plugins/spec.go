@@ -42,7 +42,7 @@ type Spec struct {
 	Config map[string]string
 
 	MemoryLimitBytes int           // largest linear memory of one instance (64 MiB)
-	CallTimeout      time.Duration // time limit per call (1s); negative: none
+	CallTimeout      time.Duration // time limit per call; zero or negative: none (see RATIONALE.md)
 	PoolSize         int           // instances, i.e. concurrent calls (4)
 	FailurePolicy    FailurePolicy // FailOpen
 	MaxEmits         int           // messages one call may emit (16)
@@ -60,9 +60,6 @@ func (s *Spec) setDefaults() {
 	def(&s.PoolSize, 4)
 	def(&s.MaxEmits, 16)
 	def(&s.BreakerFailures, 5)
-	if s.CallTimeout == 0 {
-		s.CallTimeout = time.Second
-	}
 	if s.BreakerCooldown <= 0 {
 		s.BreakerCooldown = 30 * time.Second
 	}

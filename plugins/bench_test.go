@@ -1,0 +1,139 @@
+package plugins
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tinybroker/tinybroker/broker"
+)
+
+var (
+	goGuestOnce sync.Once
+	goGuestDir  string
+	goGuestErr  error
+)
+
+// goGuest builds the example plugin name (a Go guest) once per test binary.
+func goGuest(b *testing.B, name string) []byte {
+	b.Helper()
+	goGuestOnce.Do(func() {
+		goGuestDir, goGuestErr = os.MkdirTemp("", "tb-go-guests-")
+	})
+	if goGuestErr != nil {
+		b.Fatal(goGuestErr)
+	}
+	out := filepath.Join(goGuestDir, name+".wasm")
+	if _, err := os.Stat(out); err != nil {
+		cmd := exec.Command("go", "build", "-buildmode=c-shared", "-trimpath", "-o", out, "../examples/plugins/"+name)
+		cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
+		if msg, err := cmd.CombinedOutput(); err != nil {
+			b.Skipf("cannot build the Go guest %s: %v\n%s", name, err, msg)
+		}
+	}
+	bin, err := os.ReadFile(out)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return bin
+}
+
+func benchmarkOnPublish(b *testing.B, spec Spec) {
+	h, err := NewHost(HostOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer h.Close(context.Background())
+	c, err := h.Load(context.Background(), []Spec{spec})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	headers := map[string]string{"tenant": "acme"}
+	payload := make([]byte, 256)
+	b.ReportAllocs()
+	for b.Loop() {
+		d := broker.Draft{Topic: "orders.1", Payload: payload, Headers: headers}
+		v, err := c.OnPublish(&d)
+		if err != nil || v.Drop {
+			b.Fatalf("verdict %+v %v", v, err)
+		}
+	}
+	if st := c.Stats()[0]; st.Failures != 0 {
+		b.Fatalf("failures: %+v", st)
+	}
+}
+
+// One on_publish call of a WAT guest that reads a header, sets a header and emits: the
+// host's own overhead.
+func BenchmarkOnPublishWAT(b *testing.B) {
+	benchmarkOnPublish(b, Spec{Name: "good", Wasm: fixture(b, "good")})
+}
+
+// One on_publish call of the Go tenant filter (reads one header, passes).
+func BenchmarkOnPublishGoFilter(b *testing.B) {
+	benchmarkOnPublish(b, Spec{Name: "tenant-filter", Wasm: goGuest(b, "tenant-filter"), Config: map[string]string{"allow": "acme"}})
+}
+
+// The same with a time limit: a context per call, cancellation checks in compiled code, and a
+// goroutine wazero starts per call to watch the context.
+func BenchmarkOnPublishGoFilterTimeout(b *testing.B) {
+	benchmarkOnPublish(b, Spec{Name: "tenant-filter", Wasm: goGuest(b, "tenant-filter"), Config: map[string]string{"allow": "acme"}, CallTimeout: 100 * time.Millisecond})
+}
+
+// Compiling a Go guest from scratch (no cache), and again with a warm on-disk cache (what a
+// restart pays).
+func BenchmarkCompileGoGuest(b *testing.B) {
+	bin := goGuest(b, "tenant-filter")
+	spec := Spec{Name: "tenant-filter", Wasm: bin, Config: map[string]string{"allow": "acme"}}
+	b.Run("cold", func(b *testing.B) {
+		for b.Loop() {
+			h, _ := NewHost(HostOptions{})
+			c, err := h.Load(context.Background(), []Spec{spec})
+			if err != nil {
+				b.Fatal(err)
+			}
+			c.Close(context.Background())
+			h.Close(context.Background())
+		}
+	})
+	b.Run("disk-cache", func(b *testing.B) {
+		dir := b.TempDir()
+		h, _ := NewHost(HostOptions{CacheDir: dir})
+		c, _ := h.Load(context.Background(), []Spec{spec}) // fill the cache
+		c.Close(context.Background())
+		h.Close(context.Background())
+		for b.Loop() {
+			h, _ := NewHost(HostOptions{CacheDir: dir})
+			c, err := h.Load(context.Background(), []Spec{spec})
+			if err != nil {
+				b.Fatal(err)
+			}
+			c.Close(context.Background())
+			h.Close(context.Background())
+		}
+	})
+}
+
+// Creating one more instance of a compiled Go guest (_initialize and tb_init included).
+func BenchmarkInstantiateGoGuest(b *testing.B) {
+	h, _ := NewHost(HostOptions{})
+	defer h.Close(context.Background())
+	c, err := h.Load(context.Background(), []Spec{{Name: "tenant-filter", Wasm: goGuest(b, "tenant-filter"), Config: map[string]string{"allow": "acme"}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	p := c.all[0]
+	for b.Loop() {
+		inst, err := p.newInstance(context.Background())
+		if err != nil {
+			b.Fatal(err)
+		}
+		inst.mod.Close(context.Background())
+	}
+}

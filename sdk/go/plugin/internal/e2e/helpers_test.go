@@ -1,0 +1,226 @@
+package e2e_test
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"go.uber.org/goleak"
+
+	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/plugins"
+	"github.com/tinybroker/tinybroker/sdk/go/plugin/internal/wasmbuild"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if modules.dir != "" {
+		os.RemoveAll(modules.dir)
+	}
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			os.Stderr.WriteString("goleak: " + err.Error() + "\n")
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// pluginPkgs are the plugins these tests run, by name.
+var pluginPkgs = map[string]string{
+	"sdkcheck":       "./sdk/go/plugin/internal/e2e/sdkcheck",
+	"nohandle":       "./sdk/go/plugin/internal/e2e/nohandle",
+	"tenant-filter":  "./examples/plugins/tenant-filter",
+	"content-router": "./examples/plugins/content-router",
+	"redact":         "./examples/plugins/redact",
+	"retry-backoff":  "./examples/plugins/retry-backoff",
+	"audit":          "./examples/plugins/audit",
+}
+
+var modules struct {
+	once sync.Once
+	dir  string
+	wasm map[string][]byte
+	err  error
+}
+
+// wasm returns the module of the plugin name, building every plugin the first time. It
+// skips the test under -short.
+func wasm(t *testing.T, name string) []byte {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds Go plugins with GOOS=wasip1 GOARCH=wasm (several seconds); skipped under -short")
+	}
+	modules.once.Do(func() {
+		root, err := wasmbuild.RepoRoot()
+		if err != nil {
+			modules.err = err
+			return
+		}
+		if modules.dir, modules.err = os.MkdirTemp("", "tinybroker-e2e-"); modules.err != nil {
+			return
+		}
+		t0 := time.Now()
+		if modules.wasm, modules.err = wasmbuild.BuildAll(root, modules.dir, pluginPkgs); modules.err == nil {
+			t1 := time.Now()
+			precompile()
+			println("TIMING build", t1.Sub(t0).String(), "precompile", time.Since(t1).String())
+		}
+	})
+	if modules.err != nil {
+		t.Fatal(modules.err)
+	}
+	return modules.wasm[name]
+}
+
+// precompile compiles every module into the compilation cache directory the tests' hosts
+// share, all at once rather than one by one as the tests first load them: compiling a Go
+// plugin takes wazero half a second, and ten times as long under the race detector.
+func precompile() {
+	var wg sync.WaitGroup
+	for name, bin := range modules.wasm {
+		wg.Go(func() {
+			h, err := plugins.NewHost(plugins.HostOptions{CacheDir: cacheDir()})
+			if err != nil {
+				return
+			}
+			defer h.Close(context.Background())
+			// Compiling comes first: the load may fail after it (tb_init wants its configuration).
+			if c, err := h.Load(context.Background(), []plugins.Spec{{Name: name, Wasm: bin}}); err == nil {
+				c.Close(context.Background())
+			}
+		})
+	}
+	wg.Wait()
+}
+
+func cacheDir() string { return filepath.Join(modules.dir, "wazero-cache") }
+
+// logBuffer collects log output from several goroutines.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// waitFor waits until the log has s in it.
+func (l *logBuffer) waitFor(t *testing.T, s string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(l.String(), s) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the log does not say %q:\n%s", s, l.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// env is a broker with a plugin chain, for one test.
+type env struct {
+	b     *broker.Broker
+	chain *plugins.Chain
+	log   *logBuffer
+}
+
+// load loads specs in a new Host, with the broker's default limits. The host's logs go to
+// env.log.
+func load(t *testing.T, specs ...plugins.Spec) (*plugins.Chain, *logBuffer, error) {
+	t.Helper()
+	logs := &logBuffer{}
+	logger := hclog.New(&hclog.LoggerOptions{Output: logs, Level: hclog.Trace})
+	// The modules are compiled once, into the cache directory, and reused by later tests.
+	h, err := plugins.NewHost(plugins.HostOptions{Logger: logger, CacheDir: cacheDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close(context.Background()) })
+	c, err := h.Load(context.Background(), specs)
+	if err != nil {
+		return nil, logs, err
+	}
+	t.Cleanup(func() { c.Close(context.Background()) })
+	return c, logs, nil
+}
+
+// start loads specs and starts a broker with them installed.
+func start(t *testing.T, specs ...plugins.Spec) *env {
+	t.Helper()
+	c, logs, err := load(t, specs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := broker.New(broker.Options{})
+	b.SetHooks(c)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		b.Shutdown(ctx)
+	})
+	return &env{b: b, chain: c, log: logs}
+}
+
+func (e *env) subscribe(t *testing.T, o broker.SubscribeOptions) *broker.Subscription {
+	t.Helper()
+	s, err := e.b.Subscribe(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+// fanout subscribes to patterns.
+func (e *env) fanout(t *testing.T, patterns ...string) *broker.Subscription {
+	return e.subscribe(t, broker.SubscribeOptions{Patterns: patterns, Mode: broker.Fanout})
+}
+
+func (e *env) publish(t *testing.T, topic, payload string, headers map[string]string) broker.PublishResult {
+	t.Helper()
+	res, err := e.b.Publish(topic, []byte(payload), headers)
+	if err != nil {
+		t.Fatalf("Publish %s: %v", topic, err)
+	}
+	return res
+}
+
+// next returns the subscription's next delivery, waiting up to 10s.
+func next(t *testing.T, s *broker.Subscription) broker.Delivery {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		if ds := s.Next(nil, 1, 1<<30); len(ds) == 1 {
+			return ds[0]
+		}
+		select {
+		case <-s.Ready():
+		case <-deadline:
+			t.Fatal("no delivery within 10s")
+		}
+	}
+}
+
+// none checks that s gets nothing within d.
+func none(t *testing.T, s *broker.Subscription, d time.Duration) {
+	t.Helper()
+	time.Sleep(d)
+	if ds := s.Next(nil, 1, 1<<30); len(ds) > 0 {
+		t.Fatalf("unexpected delivery %s %q", ds[0].Msg.Topic, ds[0].Msg.Payload)
+	}
+}
