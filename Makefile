@@ -9,10 +9,13 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 PROTO_INCLUDE ?= /usr/include
 TESTFLAGS ?=
 
-.PHONY: run build test test-short fuzz generate tools check bench wasm-fixtures
+.PHONY: run run-plugins build test test-short fuzz generate tools check bench wasm-fixtures
 
 run: ## start the broker on its embedded in-memory default (127.0.0.1:7878)
 	$(GO) run ./cmd/tinybroker serve
+
+run-plugins: plugins ## start the broker with the example plugins (examples/config/plugins.hcl)
+	$(GO) run ./cmd/tinybroker serve --config examples/config/plugins.hcl
 
 build:
 	$(GO) build ./...
@@ -44,3 +47,5 @@ check: generate ## build, vet, gofmt, go mod tidy, regenerate; fails on any diff
 
 wasm-fixtures: ## rebuild the hand-written WAT plugin fixtures (needs wat2wasm, Debian: wabt)
 	for f in plugins/testdata/*.wat; do wat2wasm "$$f" -o "$${f%.wat}.wasm"; done
+
+include examples/plugins/plugins.mk

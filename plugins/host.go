@@ -149,7 +149,11 @@ func (h *Host) load(ctx context.Context, s Spec) (*plugin, error) {
 			hooks = append(hooks, hookNames[k])
 		}
 	}
-	p.log.Info("plugin loaded", "hooks", hooks, "pool_size", s.PoolSize, "memory_limit", s.MemoryLimitBytes, "call_timeout", s.CallTimeout)
+	limit := "none"
+	if s.CallTimeout > 0 {
+		limit = s.CallTimeout.String()
+	}
+	p.log.Info("plugin loaded", "hooks", hooks, "pool_size", s.PoolSize, "memory_limit", s.MemoryLimitBytes, "call_timeout", limit)
 	return p, nil
 }
 

@@ -78,3 +78,21 @@ func TestPluginBlockErrors(t *testing.T) {
 		})
 	}
 }
+
+// The example configuration with plugins parses, and names every example plugin.
+func TestExamplePluginsConfig(t *testing.T) {
+	c, err := Load("../../examples/config/plugins.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, p := range c.Plugins {
+		names = append(names, p.Name)
+		if !strings.HasSuffix(p.Path, "examples/plugins/bin/"+p.Name+".wasm") {
+			t.Errorf("plugin %s path %s", p.Name, p.Path)
+		}
+	}
+	if strings.Join(names, ",") != "tenant-filter,content-router,redact,retry-backoff,audit" {
+		t.Fatalf("plugins %v", names)
+	}
+}
