@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Runs tinybroker's benchmark (run.sh) and then the NATS peer's (shared/bench/peers/nats/run.sh),
-# one after the other on this machine, and prints their median figures side by side.
+# Runs tinybroker's benchmark (run.sh) and the NATS peer's (shared/bench/peers/nats/run.sh) on
+# this machine, alternating workload by workload, and prints their median figures side by side.
 #   ./compare.sh                       # W1 W2 W3 W5
 #   ./compare.sh W1 W2 W3              # a selection
 #   W5_SUBS="1000 10000" ./compare.sh W5
@@ -20,11 +20,9 @@ if [ ! -f "$nats_run" ]; then
 fi
 workloads=("$@")
 [ ${#workloads[@]} -gt 0 ] || workloads=(W1 W2 W3 W5)
-nats_workloads=()
 for w in "${workloads[@]}"; do
   case "$w" in
-    W1 | W3 | W5) nats_workloads+=("$w") ;;
-    W2) nats_workloads+=(W2js W2core) ;;
+    W1 | W2 | W3 | W5) ;;
     *) echo "compare.sh: $w has no NATS counterpart; use W1, W2, W3 or W5" >&2; exit 1 ;;
   esac
 done
@@ -33,26 +31,48 @@ tb_out=$(mktemp)
 nats_out=$(mktemp)
 trap 'rm -f "$tb_out" "$nats_out"' EXIT
 started=$(date -u '+%Y-%m-%d %H:%M:%S UTC')
-echo "== tinybroker: bench/run.sh ${workloads[*]}" >&2
-"$here/run.sh" "${workloads[@]}" >"$tb_out" || echo "== run.sh failed (exit $?)" >>"$tb_out"
-echo "== NATS: $nats_run ${nats_workloads[*]}" >&2
-"$nats_run" "${nats_workloads[@]}" >"$nats_out" || echo "== NATS run.sh failed (exit $?)" >>"$nats_out"
+load0=$(cut -d' ' -f1-3 /proc/loadavg)
+# One workload (one W5 size) at a time, tinybroker then NATS, so that whatever else the
+# machine does at the time weighs on both sides alike.
+steps=()
+for w in "${workloads[@]}"; do
+  if [ "$w" = W5 ]; then
+    for k in ${W5_SUBS:-1000 10000 100000}; do steps+=("W5 $k"); done
+  else
+    steps+=("$w")
+  fi
+done
+for step in "${steps[@]}"; do
+  w=${step%% *}
+  subs=${step#"$w"}
+  nats_w=$w
+  [ "$w" != W2 ] || nats_w="W2js W2core"
+  echo "== $step: tinybroker (bench/run.sh)" >&2
+  W5_SUBS=$subs "$here/run.sh" "$w" >>"$tb_out" || echo "== run.sh $step failed (exit $?)" >>"$tb_out"
+  echo "== $step: NATS ($nats_run)" >&2
+  # shellcheck disable=SC2086  # nats_w is split on purpose
+  W5_SUBS=$subs "$nats_run" $nats_w >>"$nats_out" || echo "== NATS run.sh $step failed (exit $?)" >>"$nats_out"
+done
 
 # fig FILE PREFIX NAME prints figure NAME of the median line of PREFIX, or nothing.
 fig() {
-  grep -E "^$2 reps=[0-9]+ median " "$1" | head -n 1 | tr ' ' '\n' | sed -n "s/^$3=//p"
+  awk -v p="$2 reps=" -v f="$3=" 'index($0, p) == 1 && / median / {
+    for (i = 1; i <= NF; i++) if (index($i, f) == 1) { print substr($i, length(f) + 1); exit }
+  }' "$1"
 }
-ratio() {
-  if [ -n "$1" ] && [ -n "$2" ]; then awk -v a="$1" -v b="$2" 'BEGIN { if (b == 0) print "-"; else printf "%.2f", a / b }'; else echo "-"; fi
+ratio() { # figures that are missing or FAILED give "-"
+  if [[ $1 =~ ^[0-9.]+$ && $2 =~ ^[0-9.]+$ ]]; then awk -v a="$1" -v b="$2" 'BEGIN { if (b == 0) print "-"; else printf "%.2f", a / b }'; else echo "-"; fi
 }
 # row LABEL FIGURE TB_PREFIX NATS_PREFIX NATS_FIGURE BETTER
 row() {
   local t n
   t=$(fig "$tb_out" "$3" "$2")
   n=$(fig "$nats_out" "$4" "$5")
-  [ -n "$t" ] || { grep -q "^$3 FAILED" "$tb_out" && t=FAILED || t=-; }
+  if [ -z "$t" ]; then
+    if grep -q "^$3 FAILED" "$tb_out"; then t=FAILED; else t=-; fi
+  fi
   [ -n "$n" ] || n=-
-  printf '%-12s %-22s %14s %-22s %14s %8s  %s\n' "$1" "$2" "$t" "${4#* }" "$n" "$(ratio "${t/FAILED/}" "${n/-/}")" "$6"
+  printf '%-12s %-22s %14s %-22s %14s %8s  %s\n' "$1" "$2" "$t" "${4#* }" "$n" "$(ratio "$t" "$n")" "$6"
 }
 
 rev=$(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo unknown)
@@ -63,6 +83,7 @@ cat "$tb_out" "$nats_out"
 echo
 echo "== tinybroker vs NATS, medians; ratio = tinybroker / NATS"
 echo "started $started; nproc $(nproc); $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'); $(go version | cut -d' ' -f3)"
+echo "load average (1/5/15 min) at start $load0, at end $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "tinybroker $rev; server config ${TB_CONFIG:-defaults}; RUN_FLAGS '${RUN_FLAGS:-}'"
 printf '%-12s %-22s %14s %-22s %14s %8s  %s\n' workload figure tinybroker peer NATS ratio better
 for w in "${workloads[@]}"; do

@@ -232,7 +232,8 @@ func (p *plugin) newInstance(ctx context.Context) (*instance, error) {
 	inst.ctx = context.WithValue(context.Background(), instKey{}, inst)
 	inst.cur = &callState{hook: hookInit}
 	mcfg := wazero.NewModuleConfig().WithName("").WithStartFunctions("_initialize").
-		WithSysWalltime().WithSysNanotime().WithRandSource(rand.Reader)
+		WithSysWalltime().WithSysNanotime().WithRandSource(rand.Reader).
+		WithStderr(stderrLog{p.log}) // a Go guest's fatal errors ("out of memory") land here
 	ictx := inst.ctx
 	if p.spec.CallTimeout > 0 {
 		var cancel context.CancelFunc
@@ -443,3 +444,13 @@ func configText(cfg map[string]string) string {
 }
 
 func nowNanos() int64 { return time.Now().UnixNano() }
+
+// stderrLog logs what a plugin writes to stderr, one entry per write.
+type stderrLog struct{ log hclog.Logger }
+
+func (w stderrLog) Write(b []byte) (int, error) {
+	if msg := strings.TrimSpace(string(b)); msg != "" {
+		w.log.Warn("plugin stderr", "output", msg)
+	}
+	return len(b), nil
+}

@@ -33,7 +33,7 @@ Flags:
 		fs.PrintDefaults()
 	}
 	var cfg bench.Config
-	fs.StringVar(&cfg.Addr, "addr", "", "broker address (`host:port`); empty starts a broker inside this process, sharing its CPU and runtime with the clients (for trying it out, not for figures)")
+	fs.StringVar(&cfg.Addr, "addr", "", "the broker's `host:port`; empty starts a broker inside this process, sharing its CPU and runtime with the clients (for trying it out, not for figures)")
 	workloads := fs.String("w", "W1,W2,W3,W5", "workloads to run, comma-separated")
 	fs.IntVar(&cfg.N, "n", 0, "messages per repetition (default: W1/W2 500000, W3 5 s at -rate, W5 200000)")
 	fs.IntVar(&cfg.Size, "size", 256, "payload bytes (at least 8)")
@@ -44,6 +44,7 @@ Flags:
 	fs.DurationVar(&cfg.Timeout, "timeout", 3*time.Minute, "give up on a repetition (or W5's subscribing) after this long")
 	fs.IntVar(&cfg.Batch, "batch", 128, "most messages per PublishStream frame")
 	fs.IntVar(&cfg.Window, "window", 16, "most PublishStream frames sent and not yet confirmed")
+	fs.StringVar(&cfg.W3Publish, "w3-publish", "frame", "W3: how to publish: frame (a PublishStream frame per message), unary (Publish, one at a time) or sdk (the Go SDK's Publisher, batching what queues up)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

@@ -60,6 +60,11 @@ type Config struct {
 	Batch, Window int
 	// Progress is how often long steps report progress on stderr (5s); negative: never.
 	Progress time.Duration
+	// W3Publish is how W3 publishes: "frame" sends each message in a PublishStream frame of
+	// its own as soon as it is stamped; "unary" calls Publish for each and waits for the
+	// answer; "sdk" uses sdk/go/client's Publisher, which sends a message at once when its
+	// stream is idle and batches the messages that queue up meanwhile (default "frame").
+	W3Publish string
 }
 
 var defaultN = map[string]int{"W1": 500_000, "W2": 500_000, "W5": 200_000} // W3: 5 s at Rate
@@ -94,6 +99,12 @@ func (c *Config) setDefaults() error {
 	}
 	if c.Progress == 0 {
 		c.Progress = 5 * time.Second
+	}
+	if c.W3Publish == "" {
+		c.W3Publish = "frame"
+	}
+	if c.W3Publish != "frame" && c.W3Publish != "unary" && c.W3Publish != "sdk" {
+		return fmt.Errorf("W3 publish mode %q: use frame, unary or sdk", c.W3Publish)
 	}
 	if len(c.SubCounts) == 0 {
 		c.SubCounts = []int{1_000, 10_000, 100_000}

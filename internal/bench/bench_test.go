@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"io"
 	"regexp"
 	"strconv"
 	"strings"
@@ -100,6 +101,15 @@ func TestW3(t *testing.T) {
 	}
 }
 
+func TestW3PublishModes(t *testing.T) {
+	for _, mode := range []string{"unary", "sdk"} {
+		t.Run(mode, func(t *testing.T) {
+			fs := figures(t, quick(t, "W3", func(c *Config) { c.W3Publish = mode; c.N = 1000 }), "W3 tinybroker")
+			positive(t, fs, "p50_us", "p99_us", "p999_us", "sent_msgs_per_s")
+		})
+	}
+}
+
 func TestW5(t *testing.T) {
 	out := quick(t, "W5", func(c *Config) { c.SubCounts = []int{40, 100} })
 	for _, k := range []string{"40", "100"} {
@@ -125,9 +135,39 @@ func TestConfigErrors(t *testing.T) {
 		{Workloads: []string{"W7"}},
 		{Size: 4},
 		{SubCounts: []int{3}},
+		{W3Publish: "carrier-pigeon"},
 	} {
 		if err := Run(context.Background(), cfg, &bytes.Buffer{}, &bytes.Buffer{}); err == nil {
 			t.Errorf("Run(%+v) = nil, want an error", cfg)
 		}
+	}
+}
+
+// BenchmarkWorkloads runs each workload against an in-process broker (fanout buffers raised
+// so that W1 cannot lose a subscriber), for CPU profiles of broker, server and client at once:
+//
+//	go test ./internal/bench -run '^$' -bench 'Workloads/W1' -benchtime 1x -cpuprofile cpu.out
+//	go tool pprof -top -focus 'tinybroker/(server|broker)\.' cpu.out
+//
+// The figures it prints are not comparable with bench/run.sh: client and broker share one
+// process and its scheduler.
+func BenchmarkWorkloads(b *testing.B) {
+	defer func(o broker.Options) { inProcessOptions = o }(inProcessOptions)
+	inProcessOptions.FanoutBufferMessages = 1 << 20
+	inProcessOptions.FanoutBufferBytes = 1 << 30
+	for _, w := range []string{"W1", "W2", "W3", "W5"} {
+		b.Run(w, func(b *testing.B) {
+			cfg := Config{Workloads: []string{w}, N: 200_000, Reps: 1, SubCounts: []int{1000}, Progress: -1}
+			if w == "W3" {
+				cfg.N = 0 // 5 s at 20,000 msgs/s
+			}
+			for b.Loop() {
+				var out bytes.Buffer
+				if err := Run(context.Background(), cfg, &out, io.Discard); err != nil {
+					b.Fatal(err)
+				}
+				b.Log(strings.TrimSpace(out.String()))
+			}
+		})
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
+	"github.com/tinybroker/tinybroker/sdk/go/client"
 )
 
 // W1: one publisher, 4 fanout subscribers on connections of their own.
@@ -235,22 +236,18 @@ func waitGroup(ctx context.Context, api pb.BrokerClient, what string, cond func(
 }
 
 // W3: a publisher paced at Rate, one fanout subscriber; latency from the send time in payload
-// bytes 0-7 to receipt. The publisher sends each message as soon as it is stamped, in a
-// PublishStream frame of its own (what the SDK's Publisher does when its stream is idle), so
-// no batching delay is added.
+// bytes 0-7 to receipt. How the publisher sends is W3Publish (see Config); by default each
+// message goes out in a PublishStream frame of its own as soon as it is stamped.
 func (r *runner) w3(ctx context.Context) ([]metric, error) {
 	subConn, err := r.dial(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer subConn.Close()
-	pubConn, err := r.dial(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer pubConn.Close()
 
-	lat := make([]int64, 0, r.n)
+	// lat is send -> receipt; in and out split it at the broker's publish_time_unix_nano
+	// (send -> accepted by the broker, accepted -> receipt): client and broker share a clock.
+	lat, in, out := make([]int64, 0, r.n), make([]int64, 0, r.n), make([]int64, 0, r.n)
 	short := 0
 	s, err := newSink(ctx, subConn, "w3 subscriber", "bench.w3", func(msgs []*pb.Message, now time.Time) {
 		for _, m := range msgs {
@@ -258,7 +255,10 @@ func (r *runner) w3(ctx context.Context) ([]metric, error) {
 				short++
 				continue
 			}
-			lat = append(lat, now.UnixNano()-int64(binary.LittleEndian.Uint64(m.GetPayload())))
+			sent, accepted := int64(binary.LittleEndian.Uint64(m.GetPayload())), m.GetPublishTimeUnixNano()
+			lat = append(lat, now.UnixNano()-sent)
+			in = append(in, accepted-sent)
+			out = append(out, now.UnixNano()-accepted)
 		}
 	})
 	if err != nil {
@@ -267,10 +267,97 @@ func (r *runner) w3(ctx context.Context) ([]metric, error) {
 	defer s.close()
 	s.arm(r.n)
 
-	sctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stream, err := pb.NewBrokerClient(pubConn).PublishStream(sctx)
+	pub, err := r.w3Publisher(ctx)
 	if err != nil {
+		return nil, err
+	}
+	defer pub.close()
+	interval := time.Second / time.Duration(r.cfg.Rate)
+	start := time.Now()
+	for i := range r.n {
+		due := start.Add(time.Duration(i) * interval)
+		if d := time.Until(due); d > 0 { // Go sleeps >= ~1 ms here, so sends come in bursts
+			time.Sleep(d)
+		}
+		buf := pub.buffer()
+		binary.LittleEndian.PutUint64(buf, uint64(time.Now().UnixNano()))
+		if err := pub.publish(buf); err != nil {
+			return nil, err
+		}
+	}
+	sent := time.Since(start)
+	if err := pub.finish(); err != nil {
+		return nil, err
+	}
+	if _, err := s.wait(ctx); err != nil {
+		return nil, err
+	}
+	if short > 0 {
+		return nil, fmt.Errorf("%d messages arrived with payloads under 8 bytes", short)
+	}
+	for _, l := range [][]int64{lat, in, out} {
+		slices.Sort(l)
+	}
+	pct := func(l []int64, q float64) float64 { return float64(l[int(math.Ceil(q*float64(len(l))))-1]) / 1e3 }
+	return []metric{{name: "p50_us", v: pct(lat, 0.50)}, {name: "p99_us", v: pct(lat, 0.99)}, {name: "p999_us", v: pct(lat, 0.999)},
+		{name: "sent_msgs_per_s", v: float64(r.n) / sent.Seconds()},
+		{name: "p99_to_broker_us", v: pct(in, 0.99)}, {name: "p99_from_broker_us", v: pct(out, 0.99)}}, nil
+}
+
+// w3Pub is W3's publisher: buffer returns a payload to stamp, publish sends it, finish waits
+// until everything published is confirmed, close releases what is left.
+type w3Pub struct {
+	buffer  func() []byte
+	publish func([]byte) error
+	finish  func() error
+	close   func()
+}
+
+func (r *runner) w3Publisher(ctx context.Context) (*w3Pub, error) {
+	const topic = "bench.w3"
+	if r.cfg.W3Publish == "sdk" {
+		c, err := client.Dial(r.addr)
+		if err != nil {
+			return nil, err
+		}
+		p, err := c.NewPublisher(ctx, client.PublisherOptions{})
+		if err != nil {
+			c.Close()
+			return nil, err
+		}
+		return &w3Pub{
+			buffer:  func() []byte { return slices.Clone(r.payload) }, // the Publisher keeps it until confirmed
+			publish: func(b []byte) error { return p.Publish(ctx, topic, b, nil) },
+			finish:  func() error { return p.Flush(ctx) },
+			close:   func() { p.Close(); c.Close() },
+		}, nil
+	}
+	conn, err := r.dial(ctx)
+	if err != nil {
+		return nil, err
+	}
+	api := pb.NewBrokerClient(conn)
+	buf := slices.Clone(r.payload)
+	if r.cfg.W3Publish == "unary" {
+		req := &pb.PublishRequest{Topic: topic, Payload: buf}
+		return &w3Pub{
+			buffer: func() []byte { return buf },
+			publish: func([]byte) error {
+				if _, err := api.Publish(ctx, req); err != nil {
+					return fmt.Errorf("publish to %s: %w", topic, err)
+				}
+				return nil
+			},
+			finish: func() error { return nil },
+			close:  func() { conn.Close() },
+		}, nil
+	}
+
+	sctx, cancel := context.WithCancel(ctx)
+	stream, err := api.PublishStream(sctx)
+	if err != nil {
+		cancel()
+		conn.Close()
 		return nil, fmt.Errorf("open publish stream: %w", err)
 	}
 	confirmed := make(chan error, 1)
@@ -283,7 +370,7 @@ func (r *runner) w3(ctx context.Context) ([]metric, error) {
 			}
 			for _, res := range resp.GetResults() {
 				if c := codes.Code(res.GetCode()); c != codes.OK {
-					confirmed <- fmt.Errorf("publish to bench.w3 refused: %s: %s", c, res.GetError())
+					confirmed <- fmt.Errorf("publish to %s refused: %s: %s", topic, c, res.GetError())
 					return
 				}
 				i++
@@ -291,42 +378,35 @@ func (r *runner) w3(ctx context.Context) ([]metric, error) {
 		}
 		confirmed <- nil
 	}()
-
-	buf := slices.Clone(r.payload)
-	frame := &pb.PublishStreamRequest{Messages: []*pb.PublishRequest{{Topic: "bench.w3", Payload: buf}}}
-	interval := time.Second / time.Duration(r.cfg.Rate)
-	start := time.Now()
-	for i := range r.n {
-		due := start.Add(time.Duration(i) * interval)
-		if d := time.Until(due); d > 0 { // Go sleeps >= ~1 ms here, so sends come in bursts
-			time.Sleep(d)
-		}
-		binary.LittleEndian.PutUint64(buf, uint64(time.Now().UnixNano()))
-		frame.Sequence = uint64(i + 1)
-		if err := stream.Send(frame); err != nil {
+	result := sync.OnceValue(func() error { return <-confirmed })
+	frame := &pb.PublishStreamRequest{Messages: []*pb.PublishRequest{{Topic: topic, Payload: buf}}}
+	return &w3Pub{
+		buffer: func() []byte { return buf }, // Send encodes the frame before it returns
+		publish: func([]byte) error {
+			frame.Sequence++
+			if err := stream.Send(frame); err != nil {
+				cancel()
+				return result() // Recv has the stream's status
+			}
+			return nil
+		},
+		finish: func() error {
+			if err := result(); err != nil {
+				return err
+			}
+			if err := stream.CloseSend(); err == nil {
+				if _, err := stream.Recv(); err != io.EOF {
+					return fmt.Errorf("publish stream did not end cleanly: %v", err)
+				}
+			}
+			return nil
+		},
+		close: func() {
 			cancel()
-			break
-		}
-	}
-	sent := time.Since(start)
-	if err := <-confirmed; err != nil {
-		return nil, err
-	}
-	if err := stream.CloseSend(); err == nil {
-		if _, err := stream.Recv(); err != io.EOF {
-			return nil, fmt.Errorf("publish stream did not end cleanly: %v", err)
-		}
-	}
-	if _, err := s.wait(ctx); err != nil {
-		return nil, err
-	}
-	if short > 0 {
-		return nil, fmt.Errorf("%d messages arrived with payloads under 8 bytes", short)
-	}
-	slices.Sort(lat)
-	pct := func(q float64) float64 { return float64(lat[int(math.Ceil(q*float64(len(lat))))-1]) / 1e3 }
-	return []metric{{name: "p50_us", v: pct(0.50)}, {name: "p99_us", v: pct(0.99)}, {name: "p999_us", v: pct(0.999)},
-		{name: "sent_msgs_per_s", v: float64(r.n) / sent.Seconds()}}, nil
+			_ = result()
+			conn.Close()
+		},
+	}, nil
 }
 
 // w5Matching are the W5 patterns that match bench.w5.match; every other subscription matches

@@ -10,7 +10,6 @@ import (
 // Config returns the plugin's configuration: the config block of its plugin declaration in
 // the broker's configuration file, as a map of the caller's own.
 func Config() map[string]string {
-	inCall("Config")
 	text, _ := readString(hostConfig)
 	cfg, err := ParseConfig(text)
 	if err != nil {
@@ -22,7 +21,6 @@ func Config() map[string]string {
 // ConfigValue returns the configuration value of key, and whether it is set. It asks the
 // broker for that one value, which is cheaper than Config for a lookup or two.
 func ConfigValue(key string) (value string, ok bool) {
-	inCall("ConfigValue")
 	return readString(func(buf unsafe.Pointer, capacity uint32) int32 {
 		return hostConfigGet(key, buf, capacity)
 	})

@@ -18,12 +18,10 @@ const (
 // line appears depends on the broker's log_level. A plugin's stdout and stderr are
 // discarded: Log is the only way to be heard.
 func Log(level Level, msg string) {
-	inCall("Log")
 	hostLog(int32(level), msg)
 }
 
 // Logf is Log with fmt.Sprintf formatting.
 func Logf(level Level, format string, args ...any) {
-	inCall("Logf")
 	hostLog(int32(level), fmt.Sprintf(format, args...))
 }

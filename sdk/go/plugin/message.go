@@ -7,8 +7,10 @@ import (
 	"unsafe"
 )
 
-// A Message is the message a hook is called for. It is valid only during that call: using
-// it after the hook has returned panics.
+// A Message is the message a hook is called for. It is valid only during that call: do not
+// keep it, nor use it from another goroutine. The SDK reuses it for the next call of the same
+// hook (allocating one per call would cost more than the rest of a simple hook call); using
+// it between calls, or in a call of another hook, panics.
 //
 // Values are read from the broker when first asked for and then kept, so calling Topic or
 // Payload again costs nothing. The setters change the message the broker will route (or
@@ -21,7 +23,7 @@ type Message struct {
 	topic   string
 	payload []byte
 	id      string
-	headers map[string]string       // every header as the message entered the call
+	headers map[string]string       // every header as the message entered the call, once read (haveHeaders)
 	changes map[string]headerChange // the headers set or deleted in this call
 }
 
@@ -39,7 +41,7 @@ type headerChange struct {
 
 func (m *Message) check() {
 	if call.hook == hookNone || m.gen != call.gen {
-		panic("plugin: a Message was used after the hook it was passed to had returned")
+		panic("plugin: a Message was used after the hook it was passed to had returned (a Message is valid only during its call)")
 	}
 }
 
@@ -96,7 +98,9 @@ func (m *Message) Headers() map[string]string {
 	m.check()
 	if m.have&haveHeaders == 0 {
 		n := hostMsgHeaderCount()
-		m.headers = make(map[string]string, max(n, 0))
+		if m.headers == nil {
+			m.headers = make(map[string]string, max(n, 0))
+		}
 		for i := int32(0); i < n; i++ {
 			name, ok := readString(func(buf unsafe.Pointer, capacity uint32) int32 {
 				return hostMsgHeaderName(i, buf, capacity)
@@ -238,18 +242,17 @@ func (e Event) Reason() string {
 // header is refused (ErrTooLarge) the message is still emitted, without that header and the
 // ones after it. Emit refuses an empty header name before emitting anything.
 func Emit(topic string, payload []byte, headers map[string]string) error {
-	inCall("Emit")
-	op := "Emit " + strconv.Quote(topic)
+	op := func() string { return "Emit " + strconv.Quote(topic) }
 	if _, empty := headers[""]; empty {
-		return &StatusError{Op: op + ": header \"\"", Status: statusInvalid}
+		return &StatusError{Op: op() + `: header ""`, Status: statusInvalid}
 	}
 	h := hostEmit(topic, bytesPtr(payload), uint32(len(payload)))
 	if h < 0 {
-		return &StatusError{Op: op, Status: h}
+		return &StatusError{Op: op(), Status: h}
 	}
 	for k, v := range headers {
 		if st := hostEmitHeader(h, k, v); st != statusOK {
-			return &StatusError{Op: op + ": header " + strconv.Quote(k), Status: st}
+			return &StatusError{Op: op() + ": header " + strconv.Quote(k), Status: st}
 		}
 	}
 	return nil
@@ -258,7 +261,6 @@ func Emit(topic string, payload []byte, headers map[string]string) error {
 // Now returns the broker's wall-clock time. Use it rather than time.Now, which in a plugin
 // reads the WebAssembly runtime's clock, which the broker need not set to the real time.
 func Now() time.Time {
-	inCall("Now")
 	return time.Unix(0, hostNow())
 }
 

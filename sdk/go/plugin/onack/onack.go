@@ -15,21 +15,17 @@ var handler func(*plugin.Message, plugin.Event)
 
 func init() { bridge.Linked[bridge.Ack] = true }
 
-// Handle registers f as the plugin's on_ack hook. Call it once, in func init(): a plugin's
-// main function is never run.
+// Handle registers f as the plugin's on_ack hook. Call it once, in func init(): a
+// plugin's main function is never run. If f is nil or Handle is called twice, the broker
+// refuses to load the plugin, and says why.
 //
 // The ack has been applied when f runs: f cannot undo it, nor change the message. It can
 // read the message and the event (its group, attempt and time in flight) and emit messages
 // with plugin.Emit.
 func Handle(f func(m *plugin.Message, ev plugin.Event)) {
-	if f == nil {
-		panic("onack.Handle: nil function")
+	if bridge.Register(bridge.Ack, f == nil) {
+		handler = f
 	}
-	if handler != nil {
-		panic("onack.Handle called twice")
-	}
-	handler = f
-	bridge.Handled[bridge.Ack] = true
 }
 
 //go:wasmexport tb_on_ack

@@ -16,7 +16,8 @@ var handler func(*plugin.Message) plugin.Verdict
 func init() { bridge.Linked[bridge.Publish] = true }
 
 // Handle registers f as the plugin's on_publish hook. Call it once, in func init(): a
-// plugin's main function is never run.
+// plugin's main function is never run. If f is nil or Handle is called twice, the broker
+// refuses to load the plugin, and says why.
 //
 // f returns plugin.Pass() to let the message continue, with the changes f made to it
 // (Message.SetTopic, SetPayload, SetHeader, DelHeader), plugin.Drop to drop it, or
@@ -24,14 +25,9 @@ func init() { bridge.Linked[bridge.Publish] = true }
 // the verdict. If f panics, the panic is logged and the broker applies the plugin's
 // failure_policy.
 func Handle(f func(m *plugin.Message) plugin.Verdict) {
-	if f == nil {
-		panic("onpublish.Handle: nil function")
+	if bridge.Register(bridge.Publish, f == nil) {
+		handler = f
 	}
-	if handler != nil {
-		panic("onpublish.Handle called twice")
-	}
-	handler = f
-	bridge.Handled[bridge.Publish] = true
 }
 
 //go:wasmexport tb_on_publish

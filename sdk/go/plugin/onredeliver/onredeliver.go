@@ -16,7 +16,8 @@ var handler func(*plugin.Message, plugin.Event) plugin.RedeliverVerdict
 func init() { bridge.Linked[bridge.Redeliver] = true }
 
 // Handle registers f as the plugin's on_redeliver hook. Call it once, in func init(): a
-// plugin's main function is never run.
+// plugin's main function is never run. If f is nil or Handle is called twice, the broker
+// refuses to load the plugin, and says why.
 //
 // f runs before the group's max_deliveries is checked. It returns plugin.Redeliver() for the
 // broker's default, plugin.Delay to redeliver after a delay of its choosing,
@@ -24,14 +25,9 @@ func init() { bridge.Linked[bridge.Redeliver] = true }
 // (Message.SetHeader, DelHeader): the changes are kept on the redelivered or dead-lettered
 // message.
 func Handle(f func(m *plugin.Message, ev plugin.Event) plugin.RedeliverVerdict) {
-	if f == nil {
-		panic("onredeliver.Handle: nil function")
+	if bridge.Register(bridge.Redeliver, f == nil) {
+		handler = f
 	}
-	if handler != nil {
-		panic("onredeliver.Handle called twice")
-	}
-	handler = f
-	bridge.Handled[bridge.Redeliver] = true
 }
 
 //go:wasmexport tb_on_redeliver

@@ -26,6 +26,35 @@ var (
 	Handled [NumHooks]bool
 )
 
+// Misuse is the first mistake made registering the plugin's functions (a nil function, a
+// hook registered twice). Those happen in package init functions, where a panic would only
+// reach the plugin's stderr, which the broker discards; tb_init reports it instead, refusing
+// the load.
+var Misuse string
+
+// Register records the registration of hook h's function, or a mistake in it.
+func Register(h int, isNil bool) (ok bool) {
+	switch {
+	case isNil:
+		misuse(Packages[h] + ".Handle was called with a nil function")
+	case Handled[h]:
+		misuse(Packages[h] + ".Handle was called twice")
+	default:
+		Handled[h] = true
+		return true
+	}
+	return false
+}
+
+func misuse(s string) {
+	if Misuse == "" {
+		Misuse = s
+	}
+}
+
+// MisuseInit records a mistake in registering the Init function.
+func MisuseInit(s string) { misuse(s) }
+
 // Run[h] runs the user's function for hook h, passed as an any holding the hook package's
 // function type (nil if none was registered), and returns the encoded verdict. Package
 // plugin sets it in its init, which runs before the hook packages' (they import plugin).

@@ -52,7 +52,7 @@ var modules struct {
 
 // wasm returns the module of the plugin name, building every plugin the first time. It
 // skips the test under -short.
-func wasm(t *testing.T, name string) []byte {
+func wasm(t testing.TB, name string) []byte {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("builds Go plugins with GOOS=wasip1 GOARCH=wasm (several seconds); skipped under -short")
@@ -66,11 +66,8 @@ func wasm(t *testing.T, name string) []byte {
 		if modules.dir, modules.err = os.MkdirTemp("", "tinybroker-e2e-"); modules.err != nil {
 			return
 		}
-		t0 := time.Now()
 		if modules.wasm, modules.err = wasmbuild.BuildAll(root, modules.dir, pluginPkgs); modules.err == nil {
-			t1 := time.Now()
 			precompile()
-			println("TIMING build", t1.Sub(t0).String(), "precompile", time.Since(t1).String())
 		}
 	})
 	if modules.err != nil {
@@ -121,7 +118,7 @@ func (l *logBuffer) String() string {
 }
 
 // waitFor waits until the log has s in it.
-func (l *logBuffer) waitFor(t *testing.T, s string) {
+func (l *logBuffer) waitFor(t testing.TB, s string) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for !strings.Contains(l.String(), s) {
@@ -141,7 +138,7 @@ type env struct {
 
 // load loads specs in a new Host, with the broker's default limits. The host's logs go to
 // env.log.
-func load(t *testing.T, specs ...plugins.Spec) (*plugins.Chain, *logBuffer, error) {
+func load(t testing.TB, specs ...plugins.Spec) (*plugins.Chain, *logBuffer, error) {
 	t.Helper()
 	logs := &logBuffer{}
 	logger := hclog.New(&hclog.LoggerOptions{Output: logs, Level: hclog.Trace})
@@ -160,23 +157,29 @@ func load(t *testing.T, specs ...plugins.Spec) (*plugins.Chain, *logBuffer, erro
 }
 
 // start loads specs and starts a broker with them installed.
-func start(t *testing.T, specs ...plugins.Spec) *env {
+func start(t testing.TB, specs ...plugins.Spec) *env {
 	t.Helper()
 	c, logs, err := load(t, specs...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := broker.New(broker.Options{})
+	b := newBroker(t)
 	b.SetHooks(c)
+	return &env{b: b, chain: c, log: logs}
+}
+
+// newBroker starts a broker, with no plugins, for the rest of the test.
+func newBroker(t testing.TB) *broker.Broker {
+	b := broker.New(broker.Options{})
 	t.Cleanup(func() {
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
 		b.Shutdown(ctx)
 	})
-	return &env{b: b, chain: c, log: logs}
+	return b
 }
 
-func (e *env) subscribe(t *testing.T, o broker.SubscribeOptions) *broker.Subscription {
+func (e *env) subscribe(t testing.TB, o broker.SubscribeOptions) *broker.Subscription {
 	t.Helper()
 	s, err := e.b.Subscribe(o)
 	if err != nil {
@@ -187,11 +190,11 @@ func (e *env) subscribe(t *testing.T, o broker.SubscribeOptions) *broker.Subscri
 }
 
 // fanout subscribes to patterns.
-func (e *env) fanout(t *testing.T, patterns ...string) *broker.Subscription {
+func (e *env) fanout(t testing.TB, patterns ...string) *broker.Subscription {
 	return e.subscribe(t, broker.SubscribeOptions{Patterns: patterns, Mode: broker.Fanout})
 }
 
-func (e *env) publish(t *testing.T, topic, payload string, headers map[string]string) broker.PublishResult {
+func (e *env) publish(t testing.TB, topic, payload string, headers map[string]string) broker.PublishResult {
 	t.Helper()
 	res, err := e.b.Publish(topic, []byte(payload), headers)
 	if err != nil {
@@ -201,7 +204,7 @@ func (e *env) publish(t *testing.T, topic, payload string, headers map[string]st
 }
 
 // next returns the subscription's next delivery, waiting up to 10s.
-func next(t *testing.T, s *broker.Subscription) broker.Delivery {
+func next(t testing.TB, s *broker.Subscription) broker.Delivery {
 	t.Helper()
 	deadline := time.After(10 * time.Second)
 	for {
@@ -217,7 +220,7 @@ func next(t *testing.T, s *broker.Subscription) broker.Delivery {
 }
 
 // none checks that s gets nothing within d.
-func none(t *testing.T, s *broker.Subscription, d time.Duration) {
+func none(t testing.TB, s *broker.Subscription, d time.Duration) {
 	t.Helper()
 	time.Sleep(d)
 	if ds := s.Next(nil, 1, 1<<30); len(ds) > 0 {

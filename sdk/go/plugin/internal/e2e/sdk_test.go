@@ -63,6 +63,12 @@ func TestSDKMessageView(t *testing.T) {
 	if _, ok := h["a"]; ok || h["b"] != "2" || h["c"] != "3" || h["big"] != big || len(h) != 4 {
 		t.Errorf("headers %v", h)
 	}
+
+	// The SDK reuses the Message: nothing of the previous call's must show.
+	e.publish(t, "sdk.view", "", map[string]string{"a": "x", "z": "26"})
+	r := report(t, next(t, s))
+	wantReport(t, r[:4], "before=a=x,z=26", "set=nil", "del=nil", "after=c=3,z=26")
+	wantReport(t, r[6:7], "big=0/false")
 }
 
 // Payloads below and above the size read through the scratch buffer (64 KiB) round-trip.
@@ -154,7 +160,8 @@ func TestSDKVerdictsClockAndLog(t *testing.T) {
 }
 
 // A panic is logged with its stack — the runtime's own report goes to the discarded stderr —
-// and fails the call; a Message used after its call panics with a clear message.
+// and fails the call; a Message kept from one hook and used in another panics with a clear
+// message.
 func TestSDKPanics(t *testing.T) {
 	e := sdkcheck(t, nil)
 	s := e.fanout(t, ">")
@@ -168,11 +175,14 @@ func TestSDKPanics(t *testing.T) {
 		t.Errorf("stats %+v: want 1 failure", st)
 	}
 
+	// An on_publish Message used in on_ack.
 	e.publish(t, "sdk.keep", "", nil)
 	next(t, s)
-	e.publish(t, "sdk.stale", "", nil)
-	next(t, s)
-	e.log.waitFor(t, "a Message was used after the hook it was passed to had returned")
+	m := e.subscribe(t, broker.SubscribeOptions{ID: "jobs", Group: "g", Patterns: []string{"jobs.*"}, Mode: broker.Balanced})
+	res := e.publish(t, "jobs.1", "", nil)
+	next(t, m)
+	m.Ack([]string{e.b.FormatID(res.Seq)})
+	e.log.waitFor(t, "panic in on_ack: plugin: a Message was used after the hook it was passed to had returned")
 }
 
 // on_ack sees the event and the message, may emit but not change the message; on_redeliver

@@ -29,7 +29,8 @@ func init() {
 	onredeliver.Handle(redeliver)
 }
 
-// kept is a Message kept past its call, which the SDK must refuse to use.
+// kept is an on_publish Message kept past its call, which the SDK must refuse to use in
+// another hook.
 var kept *plugin.Message
 
 // render writes headers as "k=v,..." sorted, values longer than 16 bytes as k#len.
@@ -118,8 +119,6 @@ func publish(m *plugin.Message) plugin.Verdict {
 		panic("sdkcheck panics on purpose")
 	case "sdk.keep":
 		kept = m
-	case "sdk.stale":
-		_ = kept.Topic()
 	default:
 		return plugin.Pass()
 	}
@@ -132,6 +131,10 @@ func publish(m *plugin.Message) plugin.Verdict {
 }
 
 func ack(m *plugin.Message, ev plugin.Event) {
+	if k := kept; k != nil {
+		kept = nil
+		_ = k.Topic() // panics
+	}
 	r := []string{
 		"group=" + ev.Group(),
 		"sub=" + ev.Subscription(),
