@@ -33,9 +33,14 @@ type Options struct {
 	GroupMaxQueued int      // messages a consumer group holds for its members (100,000)
 	GroupOverflow  Overflow // what a full group does with a publish (OverflowReject)
 
-	FanoutBufferMessages int                // messages buffered per fanout subscriber (65,536)
+	FanoutBufferMessages int                // messages buffered per fanout subscriber (262,144)
 	FanoutBufferBytes    int                // payload bytes buffered per fanout subscriber (64 MiB)
 	SlowConsumer         SlowConsumerPolicy // what a full fanout buffer does (SlowConsumerDisconnect)
+
+	// PublisherWait: how long a publish may wait for a fanout subscriber that is more than
+	// half full to drain to a quarter (1s; negative: never wait). A subscriber that does not
+	// drain in time is not waited for again until it has; its hard limits then apply.
+	PublisherWait time.Duration
 
 	AckDeadline    time.Duration // default ack deadline of balanced subscriptions (30s)
 	MaxInFlightCap int           // largest max_in_flight a member may ask for (65,536)
@@ -52,11 +57,14 @@ func (o *Options) setDefaults() {
 	def(&o.MaxMessageBytes, 1<<20)
 	def(&o.MaxHeaderBytes, 64<<10)
 	def(&o.GroupMaxQueued, 100_000)
-	def(&o.FanoutBufferMessages, 65_536)
+	def(&o.FanoutBufferMessages, 262_144)
 	def(&o.FanoutBufferBytes, 64<<20)
 	def(&o.MaxInFlightCap, 65_536)
 	if o.AckDeadline <= 0 {
 		o.AckDeadline = 30 * time.Second
+	}
+	if o.PublisherWait == 0 {
+		o.PublisherWait = time.Second
 	}
 	if o.Logger == nil {
 		o.Logger = hclog.NewNullLogger()
@@ -122,7 +130,8 @@ func New(opts Options) *Broker {
 // now is the broker's monotonic clock, in nanoseconds since New.
 func (b *Broker) now() int64 { return int64(time.Since(b.epoch)) }
 
-// FormatID returns the system_id of message sequence number seq.
+// FormatID returns the system_id of message sequence number seq (a Message has it as
+// SystemID).
 func (b *Broker) FormatID(seq uint64) string { return b.ids.format(seq) }
 
 // ParseID returns the sequence number of a system_id of this broker process.
@@ -203,14 +212,45 @@ func (b *Broker) route(topic string, payload []byte, headers map[string]string) 
 				ErrGroupFull, g.name, g.id, b.opts.GroupMaxQueued)
 		}
 	}
-	m := &Message{ID: b.seq.Add(1), Topic: topic, Payload: payload, Headers: headers, PublishedAt: time.Now().UnixNano()}
+	seq := b.seq.Add(1)
+	m := &Message{ID: seq, SystemID: b.ids.format(seq), Topic: topic, Payload: payload, Headers: headers, PublishedAt: time.Now().UnixNano()}
+	var wait []target
+	var rooms []<-chan struct{}
 	for _, t := range targets {
-		t.deliver(m)
+		if room := t.deliver(m); room != nil {
+			wait, rooms = append(wait, t), append(rooms, room)
+		}
 	}
 	if len(targets) == 0 {
 		b.unrouted.Add(1)
 	}
+	if len(rooms) > 0 {
+		b.waitForRoom(wait, rooms)
+	}
 	return PublishResult{Seq: m.ID, Routed: len(targets)}, nil
+}
+
+// waitForRoom paces a publisher to fanout subscribers that fell behind: it waits, at most
+// PublisherWait in all, for each to drain; one that does not is marked stalled and is not
+// waited for again until it drains. The message is already delivered: waiting only slows the
+// next publish of this publisher.
+func (b *Broker) waitForRoom(ts []target, rooms []<-chan struct{}) {
+	t := time.NewTimer(b.opts.PublisherWait)
+	defer t.Stop()
+	for i, room := range rooms {
+		select {
+		case <-room:
+		case <-b.stop:
+			return
+		case <-t.C:
+			for _, tg := range ts[i:] {
+				if s, ok := tg.(*Subscription); ok {
+					s.stall()
+				}
+			}
+			return
+		}
+	}
 }
 
 // publishDeadLetters publishes dead letters as ordinary messages. No lock may be held.

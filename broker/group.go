@@ -113,7 +113,7 @@ func (g *group) admit() bool {
 
 func (g *group) unadmit() { g.pending.Add(-1) }
 
-func (g *group) deliver(m *Message) {
+func (g *group) deliver(m *Message) <-chan struct{} {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.queue.pushBack(&entry{msg: m})
@@ -126,6 +126,7 @@ func (g *group) deliver(m *Message) {
 		}
 	}
 	g.dispatchLocked(g.b.now())
+	return nil
 }
 
 // dispatchLocked hands queued messages to members with room, round-robin. g.mu must be held.
@@ -252,7 +253,7 @@ func (g *group) ack(pref *member, seqs []uint64) (unknown int) {
 	g.dispatchLocked(now)
 	g.mu.Unlock()
 	for i := range events {
-		events[i].SystemID = g.b.ids.format(events[i].Msg.ID)
+		events[i].SystemID = events[i].Msg.SystemID
 		g.b.publishEmits(h.OnAck(&events[i]))
 	}
 	return unknown
@@ -360,7 +361,7 @@ func (g *group) finish(tb *takeBack) {
 		hooked := tb.hooked
 		verdicts := make([]RedeliverVerdict, len(hooked))
 		for i, h := range hooked {
-			verdicts[i] = tb.hooks.OnRedeliver(&RedeliverEvent{Msg: h.e.msg, SystemID: g.b.ids.format(h.e.msg.ID),
+			verdicts[i] = tb.hooks.OnRedeliver(&RedeliverEvent{Msg: h.e.msg, SystemID: h.e.msg.SystemID,
 				SubscriptionID: g.id, Group: g.name, Attempt: h.e.attempt, Reason: h.reason})
 			tb.emits = append(tb.emits, verdicts[i].Emit...)
 		}
@@ -411,7 +412,7 @@ func (g *group) deadLetter(e *entry, reason string) deadLetter {
 	}
 	h[HeaderDeadLetterReason] = reason
 	h[HeaderDeadLetterTopic] = e.msg.Topic
-	h[HeaderDeadLetterSystemID] = g.b.ids.format(e.msg.ID)
+	h[HeaderDeadLetterSystemID] = e.msg.SystemID
 	h[HeaderDeadLetterSubscription] = g.id
 	h[HeaderDeadLetterGroup] = g.name
 	h[HeaderDeadLetterAttempts] = strconv.FormatUint(uint64(e.attempt), 10)

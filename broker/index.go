@@ -12,8 +12,9 @@ type target interface {
 	admit() bool
 	// unadmit releases a reservation made by admit when the publish is refused elsewhere.
 	unadmit()
-	// deliver hands over an admitted message.
-	deliver(m *Message)
+	// deliver hands over an admitted message. A non-nil channel asks the publisher to wait,
+	// bounded, until it is closed (backpressure).
+	deliver(m *Message) (room <-chan struct{})
 }
 
 // index maps topics to the targets whose patterns match them: a trie of pattern tokens, so

@@ -11,10 +11,11 @@ import (
 // Message is a published message. It is immutable once published: the same *Message is
 // shared by every subscription and group it is routed to.
 type Message struct {
-	ID      uint64 // sequence number in this broker process; see Broker.FormatID
-	Topic   string
-	Payload []byte
-	Headers map[string]string
+	ID       uint64 // sequence number in this broker process
+	SystemID string // ID as the protocol's system_id, formatted once
+	Topic    string
+	Payload  []byte
+	Headers  map[string]string
 	// PublishedAt is when the broker accepted the message, in Unix nanoseconds.
 	PublishedAt int64
 }

@@ -14,6 +14,14 @@ type outbox struct {
 	head  int
 	bytes int // payload bytes buffered
 	ready chan struct{}
+
+	// Backpressure (fanout): room is made when a publisher finds the outbox above its high
+	// water mark, and closed by take once it is back under the low water mark. stalled marks
+	// a subscriber that did not drain within the publisher's wait: publishers stop waiting for
+	// it until it drains.
+	room     chan struct{}
+	lowWater int
+	stalled  bool
 }
 
 func newOutbox() outbox { return outbox{ready: make(chan struct{}, 1)} }
@@ -32,7 +40,12 @@ func (o *outbox) pushLocked(d Delivery) {
 
 func (o *outbox) lenLocked() int { return len(o.buf) - o.head }
 
-// take moves up to maxN deliveries (and at least one, if any, even past maxBytes) into dst.
+// deliveryOverhead estimates the bytes a delivery adds to a frame besides payload and topic
+// (system_id, timestamps, field tags), so that take can keep frames under a size.
+const deliveryOverhead = 48
+
+// take moves up to maxN deliveries, of at most maxBytes encoded (and at least one, if any),
+// into dst.
 func (o *outbox) take(dst []Delivery, maxN, maxBytes int) []Delivery {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -40,15 +53,23 @@ func (o *outbox) take(dst []Delivery, maxN, maxBytes int) []Delivery {
 	for o.head < len(o.buf) && maxN > 0 {
 		d := o.buf[o.head]
 		n := len(d.Msg.Payload)
-		if size > 0 && size+n > maxBytes {
+		sz := n + len(d.Msg.Topic) + len(d.Msg.SystemID) + deliveryOverhead
+		for k, v := range d.Msg.Headers {
+			sz += len(k) + len(v) + 4
+		}
+		if size > 0 && size+sz > maxBytes {
 			break
 		}
 		dst = append(dst, d)
 		o.buf[o.head] = Delivery{}
 		o.head++
 		o.bytes -= n
-		size += n
+		size += sz
 		maxN--
+	}
+	if o.room != nil && o.lenLocked() <= o.lowWater {
+		close(o.room)
+		o.room, o.stalled = nil, false
 	}
 	if o.head == len(o.buf) {
 		o.buf, o.head = o.buf[:0], 0

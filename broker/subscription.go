@@ -155,32 +155,52 @@ func (s *Subscription) detach() {
 }
 
 // admit implements target: fanout subscriptions never refuse a publish.
+//
+// Lock order note: deliver takes only out.mu.
 func (s *Subscription) admit() bool { return true }
 func (s *Subscription) unadmit()    {}
 
 // deliver implements target for a fanout subscription. A subscriber over its buffer limits
-// loses the message (SlowConsumerDrop) or is disconnected (SlowConsumerDisconnect).
-func (s *Subscription) deliver(m *Message) {
+// loses the message (SlowConsumerDrop) or is disconnected (SlowConsumerDisconnect). Above half
+// its limits it returns a channel closed once it has drained to a quarter: the publisher may
+// wait on it (see Broker.route), which paces publishers to subscribers that are slow but alive.
+func (s *Subscription) deliver(m *Message) (room <-chan struct{}) {
 	s.out.mu.Lock()
 	if s.closed {
 		s.out.mu.Unlock()
-		return
+		return nil
 	}
 	o := &s.b.opts
 	if s.out.lenLocked() >= o.FanoutBufferMessages || s.out.bytes+len(m.Payload) > o.FanoutBufferBytes {
 		s.dropped++
 		if o.SlowConsumer == SlowConsumerDrop {
 			s.out.mu.Unlock()
-			return
+			return nil
 		}
+		n, bytes := s.out.lenLocked(), s.out.bytes
 		s.endLocked(ErrSlowConsumer)
 		s.out.mu.Unlock()
 		s.b.log.Warn("disconnecting slow consumer", "subscription", s.settings.ID,
-			"buffered_messages", o.FanoutBufferMessages, "buffered_bytes", o.FanoutBufferBytes)
+			"buffered_messages", n, "buffered_bytes", bytes, "limit_messages", o.FanoutBufferMessages, "limit_bytes", o.FanoutBufferBytes)
 		s.detach()
-		return
+		return nil
 	}
 	s.delivered++
 	s.out.pushLocked(Delivery{Msg: m, Attempt: 1})
+	if !s.out.stalled && o.PublisherWait > 0 && (s.out.lenLocked() >= o.FanoutBufferMessages/2 || s.out.bytes >= o.FanoutBufferBytes/2) {
+		if s.out.room == nil {
+			s.out.room = make(chan struct{})
+			s.out.lowWater = o.FanoutBufferMessages / 4
+		}
+		room = s.out.room
+	}
+	s.out.mu.Unlock()
+	return room
+}
+
+// stall marks the subscriber as not draining: publishers stop waiting for it.
+func (s *Subscription) stall() {
+	s.out.mu.Lock()
+	s.out.stalled = true
 	s.out.mu.Unlock()
 }

@@ -44,10 +44,16 @@ groups {
 # Fanout subscriptions: every subscriber gets every message.
 fanout {
   # Messages buffered per subscriber.
-  buffer_messages = 65536
+  buffer_messages = 262144
 
   # Payload bytes buffered per subscriber (64 MiB); at least max_message_bytes.
   buffer_bytes = 67108864
+
+  # A publish that finds a subscriber's buffer over half full waits up to this long for it to
+  # drain to a quarter, so publishers go at the pace of subscribers that are slow but alive.
+  # A subscriber that does not drain in time is not waited for again until it has. "none":
+  # never wait (the buffer limits and slow_consumer apply at once).
+  publisher_wait = "1s"
 
   # What happens to a subscriber whose buffer is full: "disconnect" ends its subscription,
   # "drop" skips the message for that subscriber.

@@ -4,9 +4,10 @@
 // side. `tinybroker bench` is its command line; bench/run.sh runs it against a fresh
 // `tinybroker serve` process per workload.
 //
-// It speaks the generated gRPC client directly rather than sdk/go/client, to control the
-// batching: publishers pipeline PublishStream frames of several messages under a bounded window
-// of unconfirmed frames, and W2 members ack each received batch with one AckBatch frame.
+// It speaks the generated gRPC client directly rather than sdk/go/client (which W3 can use,
+// see Config.W3Publish), to control the batching: publishers pipeline PublishStream frames of
+// several messages under a bounded window of unconfirmed frames, and W2 members ack each
+// received batch with one AckBatch frame.
 package bench
 
 import (
@@ -26,6 +27,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/experimental"
 
 	"github.com/tinybroker/tinybroker/broker"
 	"github.com/tinybroker/tinybroker/server"
@@ -286,7 +288,7 @@ func (r *runner) watch(what string, status func() string) (stop func()) {
 // dial opens a connection of its own to the broker and waits until it is ready.
 func (r *runner) dial(ctx context.Context) (*grpc.ClientConn, error) {
 	conn, err := grpc.NewClient(r.addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)), experimental.WithBufferPool(server.BufferPool))
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", r.addr, err)
 	}

@@ -20,7 +20,8 @@
 //	}
 //
 //	fanout {                      # at most one
-//	  buffer_messages = 65536
+//	  buffer_messages = 262144
+//	  publisher_wait  = "1s"       # pace publishers to a subscriber over half full
 //	  buffer_bytes    = 67108864
 //	  slow_consumer   = "disconnect" # disconnect | drop
 //	}
@@ -88,7 +89,8 @@ func Default() Config {
 			MaxHeaderBytes:       64 << 10,
 			GroupMaxQueued:       100_000,
 			GroupOverflow:        broker.OverflowReject,
-			FanoutBufferMessages: 65_536,
+			FanoutBufferMessages: 262_144,
+			PublisherWait:        time.Second,
 			FanoutBufferBytes:    64 << 20,
 			SlowConsumer:         broker.SlowConsumerDisconnect,
 			AckDeadline:          30 * time.Second,

@@ -48,6 +48,7 @@ var fanoutSection = section{
 	attrs: []attribute{
 		positiveIntAttr("buffer_messages", func(c *Config) *int { return &c.Broker.FanoutBufferMessages }),
 		positiveIntAttr("buffer_bytes", func(c *Config) *int { return &c.Broker.FanoutBufferBytes }),
+		timeoutAttr("publisher_wait", func(c *Config) *time.Duration { return &c.Broker.PublisherWait }),
 		enumAttr("slow_consumer", []choice[broker.SlowConsumerPolicy]{
 			{"disconnect", broker.SlowConsumerDisconnect},
 			{"drop", broker.SlowConsumerDrop},

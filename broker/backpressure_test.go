@@ -1,0 +1,57 @@
+package broker
+
+import (
+	"errors"
+	"sync"
+	"testing"
+	"time"
+)
+
+// A fanout subscriber that is slow but reads paces its publisher instead of overflowing: with
+// a 16-message buffer, 2,000 messages all arrive. Without the wait the same run disconnects it.
+func TestBackpressurePacesPublisher(t *testing.T) {
+	for _, wait := range []time.Duration{time.Second, -1} {
+		b := newTestBroker(t, Options{FanoutBufferMessages: 16, PublisherWait: wait})
+		s, err := b.Subscribe(SubscribeOptions{Patterns: []string{"p"}, Mode: Fanout})
+		if err != nil {
+			t.Fatal(err)
+		}
+		const n = 2000
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range n {
+				if _, err := b.Publish("p", []byte("x"), nil); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+		got := 0
+		var buf []Delivery
+	read:
+		for got < n {
+			buf = s.Next(buf[:0], 4, 1<<20)
+			got += len(buf)
+			if len(buf) == 0 {
+				select {
+				case <-s.Ready():
+				case <-s.Done():
+					break read
+				case <-time.After(10 * time.Second):
+					t.Fatalf("stuck after %d messages", got)
+				}
+			}
+			time.Sleep(10 * time.Microsecond) // a slow reader
+		}
+		wg.Wait()
+		if wait > 0 && (got != n || s.Err() != nil) {
+			t.Fatalf("with publisher_wait: got %d of %d, err %v", got, n, s.Err())
+		}
+		if wait < 0 && !errors.Is(s.Err(), ErrSlowConsumer) {
+			t.Fatalf("without publisher_wait: got %d of %d, err %v; want a slow-consumer disconnect", got, n, s.Err())
+		}
+		s.Close()
+	}
+}
