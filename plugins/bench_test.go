@@ -21,6 +21,13 @@ var (
 // goGuest builds the example plugin name (a Go guest) once per test binary.
 func goGuest(b *testing.B, name string) []byte {
 	b.Helper()
+	return goGuestAt(b, "../examples/plugins/"+name)
+}
+
+// goGuestAt builds the Go guest in dir once per test binary.
+func goGuestAt(b *testing.B, dir string) []byte {
+	b.Helper()
+	name := filepath.Base(dir)
 	goGuestOnce.Do(func() {
 		goGuestDir, goGuestErr = os.MkdirTemp("", "tb-go-guests-")
 	})
@@ -29,7 +36,7 @@ func goGuest(b *testing.B, name string) []byte {
 	}
 	out := filepath.Join(goGuestDir, name+".wasm")
 	if _, err := os.Stat(out); err != nil {
-		cmd := exec.Command("go", "build", "-buildmode=c-shared", "-trimpath", "-o", out, "../examples/plugins/"+name)
+		cmd := exec.Command("go", "build", "-buildmode=c-shared", "-trimpath", "-o", out, dir)
 		cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
 		if msg, err := cmd.CombinedOutput(); err != nil {
 			b.Skipf("cannot build the Go guest %s: %v\n%s", name, err, msg)
@@ -135,5 +142,27 @@ func BenchmarkInstantiateGoGuest(b *testing.B) {
 			b.Fatal(err)
 		}
 		inst.mod.Close(context.Background())
+	}
+}
+
+// W4's chain: the Go filter (reads a header, passes) and the Go transform (adds a header).
+func BenchmarkOnPublishW4Chain(b *testing.B) {
+	h, _ := NewHost(HostOptions{})
+	defer h.Close(context.Background())
+	c, err := h.Load(context.Background(), []Spec{
+		{Name: "w4-filter", Wasm: goGuestAt(b, "../bench/plugins/w4-filter")},
+		{Name: "w4-transform", Wasm: goGuestAt(b, "../bench/plugins/w4-transform")},
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	payload := make([]byte, 256)
+	b.ReportAllocs()
+	for b.Loop() {
+		d := broker.Draft{Topic: "bench.w1", Payload: payload}
+		if _, err := c.OnPublish(&d); err != nil || d.Headers["x-w4"] != "1" {
+			b.Fatalf("%v %v", d.Headers, err)
+		}
 	}
 }
