@@ -27,6 +27,7 @@ test: ## the whole suite, under the race detector
 fuzz: ## a short run of every fuzz target
 	$(GO) test ./broker -run '^$$' -fuzz FuzzTopicMatch -fuzztime 30s
 	$(GO) test ./internal/config -run '^$$' -fuzz FuzzConfig -fuzztime 30s
+	$(GO) test ./plugins -run '^$$' -fuzz FuzzABI -fuzztime 30s
 
 tools:
 	GOBIN=$(BIN) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
