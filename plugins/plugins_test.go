@@ -369,7 +369,7 @@ func TestCircuitBreaker(t *testing.T) {
 // A trapping on_redeliver plugin: fail_open redelivers as usual, dead_letter dead-letters.
 func TestRedeliverFailurePolicies(t *testing.T) {
 	h := newHost(t)
-	for _, policy := range []FailurePolicy{FailOpen, FailDeadLetter} {
+	for _, policy := range []FailurePolicy{FailOpen, FailClosed, FailDeadLetter} {
 		t.Run(policy.String(), func(t *testing.T) {
 			chain := load(t, h, Spec{Name: "trap", Wasm: fixture(t, "trap"), Topics: []string{"none"}, FailurePolicy: policy})
 			b := withBroker(t, chain)
@@ -378,7 +378,7 @@ func TestRedeliverFailurePolicies(t *testing.T) {
 			res, _ := b.Publish("j", nil, nil)
 			next(t, m)
 			m.Nack([]string{b.FormatID(res.Seq)}, 0, "")
-			if policy == FailOpen {
+			if policy != FailDeadLetter { // fail_closed: treated as a nack, i.e. redelivered
 				if d := next(t, m); d.Attempt != 2 {
 					t.Fatalf("attempt %d", d.Attempt)
 				}
@@ -426,5 +426,21 @@ func TestSwapChainsUnderLoad(t *testing.T) {
 	}
 	if calls := chains[0].Stats()[0].Calls + chains[1].Stats()[0].Calls; calls != n {
 		t.Fatalf("%d plugin calls for %d messages", calls, n)
+	}
+}
+
+// The DROP verdict of on_redeliver forgets the message: no redelivery, no dead letter.
+func TestRedeliverDrop(t *testing.T) {
+	chain := load(t, newHost(t), Spec{Name: "forget", Wasm: fixture(t, "forget")})
+	b := withBroker(t, chain)
+	watch := subscribe(t, b, broker.SubscribeOptions{Patterns: []string{"dlq.>"}, Mode: broker.Fanout})
+	m := subscribe(t, b, broker.SubscribeOptions{ID: "g", Group: "g", Patterns: []string{"j"}, Mode: broker.Balanced})
+	res, _ := b.Publish("j", nil, nil)
+	next(t, m)
+	m.Nack([]string{b.FormatID(res.Seq)}, 0, "")
+	none(t, m, 50*time.Millisecond)
+	none(t, watch, 0)
+	if g := b.Stats().Groups[0]; g.Dropped != 1 || g.InFlight != 0 || g.Queued != 0 {
+		t.Fatalf("group stats %+v", g)
 	}
 }
