@@ -5,6 +5,7 @@ package broker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -177,7 +178,15 @@ func (b *Broker) Publish(topic string, payload []byte, headers map[string]string
 	d := Draft{Topic: topic, Payload: payload, Headers: headers}
 	v, err := h.OnPublish(&d)
 	if err != nil {
+		var rej *RejectError
+		if errors.As(err, &rej) {
+			b.publishEmits(v.Emit) // a verdict: what the plugins emitted still goes out
+		}
 		return PublishResult{}, err
+	}
+	if n := headerBytes(d.Headers); n > b.opts.MaxHeaderBytes || len(d.Payload) > b.opts.MaxMessageBytes {
+		return PublishResult{}, fmt.Errorf("%w: after the plugins ran, the message has %d payload bytes and %d header bytes; the limits are %d and %d",
+			ErrInvalidMessage, len(d.Payload), n, b.opts.MaxMessageBytes, b.opts.MaxHeaderBytes)
 	}
 	var res PublishResult
 	if v.Drop {

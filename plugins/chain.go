@@ -155,7 +155,11 @@ func (c *Chain) OnPublish(d *broker.Draft) (broker.PublishVerdict, error) {
 			if why == "" {
 				why = "no reason given"
 			}
-			return out, &broker.RejectError{Code: int(v >> 32), Plugin: p.spec.Name, Reason: why}
+			code := int(v >> 32)
+			if code == 0 {
+				code = 3 // INVALID_ARGUMENT
+			}
+			return out, &broker.RejectError{Code: code, Plugin: p.spec.Name, Reason: why}
 		}
 		if st.newTopic != nil {
 			d.Topic = *st.newTopic

@@ -342,7 +342,7 @@ func TestHugeOutputsRefused(t *testing.T) {
 // After BreakerFailures failures in a row the plugin is not called until the cool-down has
 // passed; the policy applies meanwhile.
 func TestCircuitBreaker(t *testing.T) {
-	chain := load(t, newHost(t), Spec{Name: "trap", Wasm: fixture(t, "trap"), BreakerFailures: 3, BreakerCooldown: 300 * time.Millisecond})
+	chain := load(t, newHost(t), Spec{Name: "trap", Wasm: fixture(t, "trap"), BreakerFailures: 3, BreakerCooldown: 2 * time.Second})
 	b := withBroker(t, chain)
 	for range 10 {
 		if _, err := b.Publish("a", nil, nil); err != nil {

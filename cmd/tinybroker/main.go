@@ -3,6 +3,8 @@
 //	tinybroker serve [--listen ADDR] [--config FILE] [--log-format text|json] [--log-level LEVEL]
 //	tinybroker pub   [--addr ADDR] [-H key=value]... TOPIC DATA
 //	tinybroker sub   [--addr ADDR] [--group G] [--count N] PATTERN...
+//	tinybroker bench [--addr ADDR] [-w W1,W2,W3,W5] ...
+//	tinybroker plugin test [--config key=value]... [--hook HOOK] PLUGIN.wasm < messages
 package main
 
 import (
@@ -29,6 +31,8 @@ Usage:
   tinybroker serve [--listen ADDR] [--config FILE] [--log-format text|json] [--log-level LEVEL]
   tinybroker pub   [--addr ADDR] [-H key=value]... TOPIC DATA
   tinybroker sub   [--addr ADDR] [--group G] [--id ID] [--count N] PATTERN...
+  tinybroker bench [--addr ADDR] [-w W1,W2,W3,W5] [-n N] [-reps R]
+  tinybroker plugin test [--config key=value]... [--hook HOOK] PLUGIN.wasm < MESSAGES
 
 Run "tinybroker COMMAND -h" for a command's flags.
 `
@@ -59,6 +63,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runSub(ctx, args[1:], stdout, stderr)
 	case "bench":
 		return runBench(ctx, args[1:], stdout, stderr)
+	case "plugin":
+		if len(args) < 2 || args[1] != "test" {
+			fmt.Fprint(stderr, usage)
+			return errors.New(`plugin: the only subcommand is "plugin test"`)
+		}
+		return runPluginTest(args[2:], stdin, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil

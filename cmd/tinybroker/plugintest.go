@@ -1,0 +1,274 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/tinybroker/tinybroker/plugins"
+	"github.com/tinybroker/tinybroker/sdk/go/plugin/plugintest"
+)
+
+// configFlag collects repeated --config key=value flags.
+type configFlag map[string]string
+
+func (c configFlag) String() string {
+	keys := slices.Sorted(maps.Keys(c))
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = k + "=" + c[k]
+	}
+	return strings.Join(parts, ",")
+}
+
+func (c configFlag) Set(v string) error {
+	k, val, ok := strings.Cut(v, "=")
+	if !ok || k == "" {
+		return fmt.Errorf("config %q: want key=value, e.g. --config allow=acme,globex", v)
+	}
+	c[k] = val
+	return nil
+}
+
+// pluginTestInput is one line of `plugin test`'s input: a message, and for on_ack and
+// on_redeliver the delivery it is about.
+type pluginTestInput struct {
+	Topic         string            `json:"topic"`
+	Payload       *string           `json:"payload"`
+	PayloadBase64 []byte            `json:"payload_base64"`
+	Headers       map[string]string `json:"headers"`
+
+	ID           string `json:"id"`
+	Group        string `json:"group"`
+	Subscription string `json:"subscription"`
+	Attempt      int    `json:"attempt"`
+	Reason       string `json:"reason"`       // on_redeliver
+	InFlightMS   int64  `json:"in_flight_ms"` // on_ack
+}
+
+// pluginTestMessage is a message in `plugin test`'s output: its payload as a string if it
+// is valid UTF-8, else base64 under payload_base64.
+type pluginTestMessage struct {
+	Topic         string            `json:"topic"`
+	Payload       *string           `json:"payload,omitempty"`
+	PayloadBase64 []byte            `json:"payload_base64,omitempty"`
+	Headers       map[string]string `json:"headers,omitempty"`
+}
+
+func outputMessage(m plugintest.Message) pluginTestMessage {
+	out := pluginTestMessage{Topic: m.Topic, Headers: m.Headers}
+	out.setPayload(m.Payload)
+	return out
+}
+
+func (m *pluginTestMessage) setPayload(p []byte) {
+	if utf8.Valid(p) {
+		s := string(p)
+		m.Payload = &s
+	} else {
+		m.PayloadBase64 = p
+	}
+}
+
+// pluginTestOutput is one line of `plugin test`'s output: what the hook decided about the
+// input line, and the message after it.
+type pluginTestOutput struct {
+	Verdict string `json:"verdict,omitempty"` // on_publish: pass, drop, reject or failed
+	Action  string `json:"action,omitempty"`  // on_redeliver: redeliver, delay, dead_letter or drop
+	Code    int    `json:"code,omitempty"`    // reject, failed: the gRPC status code
+	Status  string `json:"status,omitempty"`  // its name
+	DelayMS int64  `json:"delay_ms,omitempty"`
+	Reason  string `json:"reason,omitempty"`
+	// The message as routed (on_publish pass) or redelivered (on_redeliver: headers only).
+	Topic         string              `json:"topic,omitempty"`
+	Payload       *string             `json:"payload,omitempty"`
+	PayloadBase64 []byte              `json:"payload_base64,omitempty"`
+	Headers       map[string]string   `json:"headers,omitempty"`
+	Emitted       []pluginTestMessage `json:"emitted"`
+	Error         string              `json:"error,omitempty"`
+}
+
+const pluginTestUsage = `Usage: tinybroker plugin test [flags] PLUGIN.wasm < MESSAGES
+
+Loads the plugin PLUGIN.wasm into the broker's plugin host, as "tinybroker serve" would, and
+runs one of its hooks on each message read from standard input: one JSON object a line,
+
+  {"topic":"orders.1","payload":"text","headers":{"tenant":"acme"}}
+
+("payload_base64" instead of "payload" for binary data; for --hook on_ack and on_redeliver
+also "id", "group", "subscription", "attempt", "reason" and "in_flight_ms"). Blank lines
+and lines starting with # are skipped. For each message it writes one JSON line: the
+verdict (on_publish: pass, drop, reject, failed; on_redeliver: the action), the message as
+the plugin left it, the messages it emitted, and "error" if the plugin failed on it. A
+payload that is not valid UTF-8 is written base64-encoded, as "payload_base64".
+
+The plugin's log goes to standard error. A plugin failure is not hidden by a failure
+policy: the publish is refused (verdict "failed"), and the command exits with status 2
+after the last message.
+
+Flags go before PLUGIN.wasm:
+`
+
+// runPluginTest implements `tinybroker plugin test [--config key=value]... [--hook HOOK]
+// PLUGIN.wasm < MESSAGES`, on top of package plugintest.
+func runPluginTest(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("plugin test", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), pluginTestUsage)
+		fs.PrintDefaults()
+	}
+	config := configFlag{}
+	fs.Var(config, "config", "a value of the plugin's configuration, `key=value`; repeat for more")
+	hook := fs.String("hook", plugins.HookPublish, "the hook to run: on_publish, on_ack or on_redeliver")
+	name := fs.String("name", "", "the plugin's name (default: the file's name without .wasm)")
+	callTimeout := fs.Duration("call-timeout", 10*time.Second, "time limit per call (0: none)")
+	memoryMB := fs.Int("memory-limit-mb", 64, "the plugin's largest memory, in MiB")
+	logLevel := fs.String("log-level", "info", "the plugin's log lines shown on standard error: trace, debug, info, warn, error or off")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		fs.Usage()
+		return fmt.Errorf("plugin test needs one PLUGIN.wasm, got %d arguments %q (flags go before it)", fs.NArg(), fs.Args())
+	}
+	switch *hook {
+	case plugins.HookPublish, plugins.HookAck, plugins.HookRedeliver:
+	default:
+		return fmt.Errorf("--hook %q: use on_publish, on_ack or on_redeliver", *hook)
+	}
+	if *memoryMB < 1 {
+		return fmt.Errorf("--memory-limit-mb %d: want 1 or more", *memoryMB)
+	}
+	timeout := *callTimeout
+	if timeout <= 0 {
+		timeout = -1 // no limit
+	}
+	path := fs.Arg(0)
+	p, err := plugintest.New(path, config, plugintest.Options{
+		Name:             *name,
+		CallTimeout:      timeout,
+		MemoryLimitBytes: *memoryMB << 20,
+		LogLevel:         *logLevel,
+		LogOutput:        func(line string) { fmt.Fprintln(stderr, line) },
+	})
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+
+	out := json.NewEncoder(stdout)
+	out.SetEscapeHTML(false)
+	in := bufio.NewScanner(stdin)
+	in.Buffer(make([]byte, 64<<10), 64<<20)
+	lineNo, messages, failed := 0, 0, 0
+	for in.Scan() {
+		lineNo++
+		line := bytes.TrimSpace(in.Bytes())
+		if len(line) == 0 || line[0] == '#' {
+			continue
+		}
+		msg, err := parsePluginTestInput(line)
+		if err != nil {
+			return fmt.Errorf("standard input, line %d: %w", lineNo, err)
+		}
+		res := runHook(p, *hook, msg)
+		if errors.Is(res.err, plugintest.ErrNoHook) {
+			return fmt.Errorf("%w: choose another --hook", res.err)
+		}
+		messages++
+		if res.err != nil {
+			failed++
+		}
+		if err := out.Encode(res.out); err != nil {
+			return err
+		}
+	}
+	if err := in.Err(); err != nil {
+		return fmt.Errorf("standard input, after line %d: %w", lineNo, err)
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d of %d messages failed (see their \"error\")", failed, messages)
+	}
+	return nil
+}
+
+func parsePluginTestInput(line []byte) (pluginTestInput, error) {
+	var msg pluginTestInput
+	dec := json.NewDecoder(bytes.NewReader(line))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&msg); err != nil {
+		return msg, fmt.Errorf("want one JSON object such as {\"topic\":\"orders.1\",\"payload\":\"text\",\"headers\":{\"tenant\":\"acme\"}}: %w", err)
+	}
+	if dec.More() {
+		return msg, errors.New("more than one JSON value on the line")
+	}
+	if msg.Payload != nil && msg.PayloadBase64 != nil {
+		return msg, errors.New(`give "payload" or "payload_base64", not both`)
+	}
+	return msg, nil
+}
+
+type hookResult struct {
+	out pluginTestOutput
+	err error
+}
+
+// runHook runs hook on msg and describes the result as a line of output.
+func runHook(p *plugintest.Plugin, hook string, in pluginTestInput) hookResult {
+	m := plugintest.Message{Topic: in.Topic, Payload: in.PayloadBase64, Headers: in.Headers}
+	if in.Payload != nil {
+		m.Payload = []byte(*in.Payload)
+	}
+	ev := plugintest.Event{ID: in.ID, Group: in.Group, Subscription: in.Subscription, Attempt: in.Attempt}
+	var (
+		out     pluginTestOutput
+		err     error
+		emitted []plugintest.Message
+	)
+	switch hook {
+	case plugins.HookPublish:
+		r := p.Publish(m)
+		err, emitted = r.Err, r.Emitted
+		out.Verdict, out.Reason = string(r.Verdict), r.Reason
+		switch r.Verdict {
+		case plugintest.Pass:
+			out.Topic, out.Headers = r.Topic, r.Headers
+			var pm pluginTestMessage
+			pm.setPayload(r.Payload)
+			out.Payload, out.PayloadBase64 = pm.Payload, pm.PayloadBase64
+		case plugintest.Reject, plugintest.Failed:
+			out.Code, out.Status = r.Code, codes.Code(r.Code).String()
+			if r.Verdict == plugintest.Failed {
+				out.Reason = "" // the same as the error
+			}
+		}
+	case plugins.HookAck:
+		r := p.Ack(plugintest.AckEvent{Message: m, Event: ev, InFlight: time.Duration(in.InFlightMS) * time.Millisecond})
+		err, emitted = r.Err, r.Emitted
+	case plugins.HookRedeliver:
+		r := p.Redeliver(plugintest.RedeliverEvent{Message: m, Event: ev, Reason: in.Reason})
+		err, emitted = r.Err, r.Emitted
+		out.Action, out.Reason, out.Headers = string(r.Action), r.Reason, r.Headers
+		out.DelayMS = r.Delay.Milliseconds()
+	}
+	out.Emitted = make([]pluginTestMessage, len(emitted))
+	for i, e := range emitted {
+		out.Emitted[i] = outputMessage(e)
+	}
+	if err != nil {
+		out.Error = err.Error()
+	}
+	return hookResult{out: out, err: err}
+}
