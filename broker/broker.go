@@ -33,6 +33,10 @@ type Options struct {
 
 	GroupMaxQueued int      // messages a consumer group holds for its members (100,000)
 	GroupOverflow  Overflow // what a full group does with a publish (OverflowReject)
+	// GroupExpireAfter removes a consumer group that has had no member this long, with the
+	// messages it holds (0: groups live as long as the broker). A group abandoned for good
+	// otherwise fills up, and with OverflowReject then refuses every publish to its topics.
+	GroupExpireAfter time.Duration
 
 	FanoutBufferMessages int                // messages buffered per fanout subscriber (262,144)
 	FanoutBufferBytes    int                // payload bytes buffered per fanout subscriber (64 MiB)
@@ -454,6 +458,34 @@ func (b *Broker) detach(s *Subscription) {
 	s.out.mu.Lock()
 	b.gone.delivered += s.delivered
 	s.out.mu.Unlock()
+}
+
+// expireGroup removes g if it still has no member and its time is up (a member may have
+// joined since the timer fired).
+func (b *Broker) expireGroup(g *group) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	g.mu.Lock()
+	if len(g.members) > 0 || g.emptySince == 0 || g.removed || b.now()-g.emptySince < int64(b.opts.GroupExpireAfter) || b.groups[g.id] != g {
+		g.mu.Unlock()
+		return
+	}
+	g.removed = true
+	dropped := 0
+	for i := range g.queue.len() {
+		if !g.queue.at(i).settled {
+			dropped++
+		}
+	}
+	dropped += len(g.delayed)
+	g.mu.Unlock()
+	delete(b.groups, g.id)
+	delete(b.groupNames, g.name)
+	for _, p := range g.patterns {
+		b.index.remove(p, g)
+	}
+	b.log.Info("consumer group expired: no member for group_expire_after", "subscription", g.id, "group", g.name,
+		"expire_after", b.opts.GroupExpireAfter, "messages_dropped", dropped)
 }
 
 // lookupGroup finds the consumer group of subscription id for the unary Ack and Nack.

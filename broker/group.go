@@ -44,6 +44,8 @@ type group struct {
 	delayed                                              []*entry // nacked with a delay; deadline is when they are requeued
 	wake                                                 int64    // earliest time registered with the scheduler; 0 if none
 	draining                                             bool     // shutting down: deliver nothing new
+	emptySince                                           int64    // when the last member left (Broker.now clock); 0 while it has members
+	removed                                              bool     // expired: no longer routed to
 	memberSeq                                            uint64
 	delivered, acked, redelivered, deadLettered, dropped uint64
 }
@@ -116,6 +118,10 @@ func (g *group) unadmit() { g.pending.Add(-1) }
 func (g *group) deliver(m *Message) <-chan struct{} {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if g.removed { // expired after this publish matched it: nobody can join it any more
+		g.pending.Add(-1)
+		return nil
+	}
 	g.queue.pushBack(&entry{msg: m})
 	if g.b.opts.GroupOverflow == OverflowDropOldest {
 		for g.queue.len() > g.b.opts.GroupMaxQueued {
@@ -427,6 +433,7 @@ func (g *group) join(s *Subscription, maxInFlight int, ackDeadline time.Duration
 	m := &member{s: s, maxInFlight: maxInFlight, ackDeadline: ackDeadline, owned: make(map[uint64]*entry)}
 	s.settings.MemberID = g.name + "-" + strconv.FormatUint(g.memberSeq, 10)
 	g.members = append(g.members, m)
+	g.emptySince = 0
 	g.dispatchLocked(g.b.now())
 	return m
 }
@@ -442,6 +449,10 @@ func (g *group) leave(m *member) {
 		return
 	}
 	g.members = slices.Delete(g.members, i, i+1)
+	if len(g.members) == 0 && g.b.opts.GroupExpireAfter > 0 {
+		g.emptySince = g.b.now()
+		g.scheduleLocked(g.emptySince + int64(g.b.opts.GroupExpireAfter))
+	}
 	if g.rr > i {
 		g.rr--
 	}
@@ -502,12 +513,23 @@ func (g *group) onTimer() {
 	clear(g.delayed[len(kept):])
 	g.delayed = kept
 	g.requeueLocked(tb)
+	expired := false
+	if g.emptySince != 0 {
+		if at := g.emptySince + int64(g.b.opts.GroupExpireAfter); at <= now {
+			expired = true
+		} else {
+			later(at)
+		}
+	}
 	if next != 0 {
 		g.scheduleLocked(next)
 	}
 	g.dispatchLocked(now)
 	g.mu.Unlock()
 	g.finish(tb)
+	if expired {
+		g.b.expireGroup(g)
+	}
 }
 
 // drain stops new deliveries and returns how many messages are in flight.

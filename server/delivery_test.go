@@ -419,3 +419,29 @@ func TestOverflowDropOldest(t *testing.T) {
 		}
 	}
 }
+
+// With groups.expire_after, a group without members is removed with what it holds, and no
+// longer blocks publishes to its topics; without it, the group waits for its next member.
+func TestGroupExpiry(t *testing.T) {
+	tb := start(t, broker.Options{GroupExpireAfter: 100 * time.Millisecond, GroupMaxQueued: 1})
+	m := tb.open(t, balanced("gone", "gone", 1, "e"))
+	m.close()
+	tb.publish(t, "e", "held") // queued for the next member, up to the bound
+	_, err := tb.c.Publish(context.Background(), &pb.PublishRequest{Topic: "e"})
+	wantCode(t, err, codesResourceExhausted, "full")
+	eventually(t, "group expired", func() bool { return len(tb.stats(t).GetGroups()) == 0 })
+	if resp, err := tb.c.Publish(context.Background(), &pb.PublishRequest{Topic: "e"}); err != nil || resp.GetRouted() != 0 {
+		t.Fatalf("after expiry: %v %v", resp, err)
+	}
+	// The name is free again, for other patterns too.
+	n := tb.open(t, balanced("gone", "gone", 1, "other"))
+	tb.publish(t, "other", "fresh")
+	if got := n.next(); string(got.GetPayload()) != "fresh" {
+		t.Fatalf("got %q", got.GetPayload())
+	}
+	// A group with a member does not expire.
+	n.none(300 * time.Millisecond)
+	if len(tb.stats(t).GetGroups()) != 1 {
+		t.Fatal("a group with a member expired")
+	}
+}

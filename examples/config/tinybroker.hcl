@@ -39,6 +39,11 @@ groups {
 
   # Largest max_in_flight a group member may ask for.
   max_in_flight_cap = 65536
+
+  # Remove a group that has had no member this long, with the messages it holds. "none": a
+  # group lives as long as the broker (then an abandoned group fills up to max_queued and, with
+  # overflow = "reject", refuses every publish to its topics).
+  expire_after = "none"
 }
 
 # Fanout subscriptions: every subscriber gets every message.

@@ -17,6 +17,7 @@
 //	  overflow          = "reject"  # reject | drop_oldest
 //	  ack_deadline      = "30s"
 //	  max_in_flight_cap = 65536
+//	  expire_after      = "none"    # remove a group without members this long ("1h")
 //	}
 //
 //	fanout {                      # at most one

@@ -38,7 +38,7 @@ var pluginSection = section{
 		stringListAttr("groups", func(string) string { return "" }, func(c *Config) *[]string { return &lastPlugin(c).Groups }),
 		stringMapAttr("config", func(c *Config) *map[string]string { return &lastPlugin(c).Config }),
 		positiveIntAttr("memory_limit_mb", func(c *Config) *int { return &lastPlugin(c).MemoryLimitBytes }),
-		timeoutAttr("call_timeout", func(c *Config) *time.Duration { return &lastPlugin(c).CallTimeout }),
+		timeoutAttr("call_timeout", 0, func(c *Config) *time.Duration { return &lastPlugin(c).CallTimeout }),
 		positiveIntAttr("pool_size", func(c *Config) *int { return &lastPlugin(c).PoolSize }),
 		enumAttr("failure_policy", []choice[plugins.FailurePolicy]{
 			{"fail_open", plugins.FailOpen},
@@ -93,15 +93,15 @@ func pathAttr(name string, field func(*Config) *string) attribute {
 	}}
 }
 
-// timeoutAttr is a duration string, or "none" for no limit.
-func timeoutAttr(name string, field func(*Config) *time.Duration) attribute {
+// timeoutAttr is a duration string, or "none" (stored as none) for no limit.
+func timeoutAttr(name string, none time.Duration, field func(*Config) *time.Duration) attribute {
 	return attribute{name: name, decode: func(c *Config, name string, expr hcl.Expression) hcl.Diagnostics {
 		var s string
 		if diags := decodeString(name, `a duration string such as "100ms", or "none"`, expr, &s); diags.HasErrors() {
 			return diags
 		}
 		if s == "none" {
-			*field(c) = -1
+			*field(c) = none
 			return nil
 		}
 		v, err := time.ParseDuration(s)

@@ -41,6 +41,7 @@ var groupsSection = section{
 		}, func(c *Config) *broker.Overflow { return &c.Broker.GroupOverflow }),
 		durationAttr("ack_deadline", func(c *Config) *time.Duration { return &c.Broker.AckDeadline }),
 		positiveIntAttr("max_in_flight_cap", func(c *Config) *int { return &c.Broker.MaxInFlightCap }),
+		timeoutAttr("expire_after", 0, func(c *Config) *time.Duration { return &c.Broker.GroupExpireAfter }),
 	},
 }
 
@@ -48,7 +49,7 @@ var fanoutSection = section{
 	attrs: []attribute{
 		positiveIntAttr("buffer_messages", func(c *Config) *int { return &c.Broker.FanoutBufferMessages }),
 		positiveIntAttr("buffer_bytes", func(c *Config) *int { return &c.Broker.FanoutBufferBytes }),
-		timeoutAttr("publisher_wait", func(c *Config) *time.Duration { return &c.Broker.PublisherWait }),
+		timeoutAttr("publisher_wait", -1, func(c *Config) *time.Duration { return &c.Broker.PublisherWait }),
 		enumAttr("slow_consumer", []choice[broker.SlowConsumerPolicy]{
 			{"disconnect", broker.SlowConsumerDisconnect},
 			{"drop", broker.SlowConsumerDrop},
