@@ -31,12 +31,17 @@ type testBroker struct {
 
 func start(t *testing.T, opts broker.Options) *testBroker {
 	t.Helper()
+	return startWith(t, opts, server.Options{})
+}
+
+func startWith(t *testing.T, opts broker.Options, sopts server.Options) *testBroker {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	b := broker.New(opts)
-	tb := &testBroker{srv: server.New(b, opts.MaxMessageBytes, server.Options{}), addr: lis.Addr().String(), done: make(chan struct{})}
+	tb := &testBroker{srv: server.New(b, opts.MaxMessageBytes, sopts), addr: lis.Addr().String(), done: make(chan struct{})}
 	go func() {
 		defer close(tb.done)
 		if err := tb.srv.Serve(lis); err != nil {
