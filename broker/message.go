@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 )
 
 // Message is a published message. It is immutable once published: the same *Message is
@@ -18,6 +19,9 @@ type Message struct {
 	Headers  map[string]string
 	// PublishedAt is when the broker accepted the message, in Unix nanoseconds.
 	PublishedAt int64
+	// Wire is for the transport: the server caches the message's encoding here, to share it
+	// between the subscriptions the message goes to. The broker never reads it.
+	Wire atomic.Pointer[[]byte]
 }
 
 // withHeaders returns a copy of m with headers set and deleted; m itself is shared and
@@ -33,9 +37,7 @@ func (m *Message) withHeaders(set map[string]string, del []string) *Message {
 	for k, v := range set {
 		h[k] = v
 	}
-	c := *m
-	c.Headers = h
-	return &c
+	return &Message{ID: m.ID, SystemID: m.SystemID, Topic: m.Topic, Payload: m.Payload, Headers: h, PublishedAt: m.PublishedAt}
 }
 
 // Delivery is a message handed to one subscription.

@@ -92,6 +92,7 @@ func New(b *broker.Broker, maxMessageBytes int, opts Options) *Server {
 	}
 	s := &Server{b: b, opts: opts, log: opts.Logger, health: health.NewServer(), quit: make(chan struct{})}
 	s.grpc = grpc.NewServer(
+		grpc.ForceServerCodecV2(newCodec()),
 		experimental.BufferPool(BufferPool),
 		grpc.MaxRecvMsgSize(opts.MaxRecvBytes),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: opts.KeepaliveTime, Timeout: opts.KeepaliveTimeout}),
@@ -276,21 +277,9 @@ func (s *Server) Subscribe(stream grpc.BidiStreamingServer[pb.SubscribeRequest, 
 				return status.FromContextError(ctx.Err()).Err()
 			}
 		}
-		msgs := make([]*pb.Message, len(batch))
-		for i, d := range batch {
-			msgs[i] = &pb.Message{
-				SystemId:            d.Msg.SystemID,
-				Topic:               d.Msg.Topic,
-				Payload:             d.Msg.Payload,
-				Headers:             d.Msg.Headers,
-				PublishTimeUnixNano: d.Msg.PublishedAt,
-				Attempt:             d.Attempt,
-				Redelivered:         d.Attempt > 1,
-				SubscriptionId:      set.ID,
-			}
-		}
+		frame := encodeBatch(batch, set.ID)
 		clear(batch)
-		if err := stream.Send(&pb.SubscribeResponse{Frame: &pb.SubscribeResponse_Messages{Messages: &pb.MessageBatch{Messages: msgs}}}); err != nil {
+		if err := stream.SendMsg(frame); err != nil {
 			return err
 		}
 	}
