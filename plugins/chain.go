@@ -97,6 +97,36 @@ const (
 	actForget     = 3
 )
 
+var errBreakerOpen = errors.New("circuit breaker open")
+
+// call runs hook k with st unless the circuit breaker is open, checks the verdict with valid,
+// and counts the outcome. It returns the verdict, or why there is none.
+func (p *plugin) call(k hookKind, st *callState, valid func(action, arg uint32) bool) (uint64, error) {
+	if p.breakerOpen() {
+		return 0, errBreakerOpen
+	}
+	v, err := p.invoke(k, st)
+	if err == nil && !valid(uint32(v), uint32(v>>32)) {
+		err = malformedError{v}
+	}
+	if err != nil {
+		p.failed(k, err)
+		return 0, err
+	}
+	p.succeeded()
+	return v, nil
+}
+
+func validPublish(action, arg uint32) bool {
+	return action == actReject && arg <= 16 || action < actReject && arg == 0
+}
+
+func validAck(action, arg uint32) bool { return action == 0 && arg == 0 }
+
+func validRedeliver(action, arg uint32) bool {
+	return action == actDelay && arg > 0 && arg <= 1<<31-1 || action != actDelay && action <= actForget && arg == 0
+}
+
 type malformedError struct{ verdict uint64 }
 
 func (e malformedError) Error() string {
@@ -111,22 +141,8 @@ func (c *Chain) OnPublish(d *broker.Draft) (broker.PublishVerdict, error) {
 		if !p.matchesTopic(d.Topic) {
 			continue
 		}
-		var err error
-		var st *callState
-		var v uint64
-		if p.breakerOpen() {
-			err = errors.New("circuit breaker open")
-		} else {
-			st = &callState{hook: hookPublish, topic: d.Topic, payload: d.Payload, headers: d.Headers}
-			if v, err = p.invoke(hookPublish, st); err == nil {
-				if action, arg := uint32(v), uint32(v>>32); action > actReject || action != actReject && arg != 0 || action == actReject && arg > 16 {
-					err = malformedError{v}
-				}
-			}
-			if err != nil {
-				p.failed(hookPublish, err)
-			}
-		}
+		st := &callState{hook: hookPublish, topic: d.Topic, payload: d.Payload, headers: d.Headers}
+		v, err := p.call(hookPublish, st, validPublish)
 		if err != nil {
 			switch p.spec.FailurePolicy {
 			case FailClosed:
@@ -143,7 +159,6 @@ func (c *Chain) OnPublish(d *broker.Draft) (broker.PublishVerdict, error) {
 			}
 			continue // fail open: unchanged
 		}
-		p.succeeded()
 		out.Emit = append(out.Emit, st.emits...)
 		switch uint32(v) {
 		case actDrop:
@@ -208,20 +223,14 @@ func (c *Chain) WantsRedeliver(group string) bool {
 func (c *Chain) OnAck(e *broker.AckEvent) []broker.Draft {
 	var emits []broker.Draft
 	for _, p := range c.ack {
-		if !p.matchesGroup(e.Group) || p.breakerOpen() {
+		if !p.matchesGroup(e.Group) {
 			continue
 		}
 		st := &callState{hook: hookAck, topic: e.Msg.Topic, payload: e.Msg.Payload, headers: e.Msg.Headers, id: e.SystemID,
 			sub: e.SubscriptionID, group: e.Group, attempt: e.Attempt, inFlight: int64(e.InFlight)}
-		v, err := p.invoke(hookAck, st)
-		if err == nil && v != 0 {
-			err = malformedError{v}
+		if _, err := p.call(hookAck, st, validAck); err != nil {
+			continue // nothing to undo: the ack was applied
 		}
-		if err != nil {
-			p.failed(hookAck, err)
-			continue
-		}
-		p.succeeded()
 		emits = append(emits, st.emits...)
 	}
 	return emits
@@ -236,24 +245,9 @@ func (c *Chain) OnRedeliver(e *broker.RedeliverEvent) broker.RedeliverVerdict {
 		if !p.matchesGroup(e.Group) {
 			continue
 		}
-		var err error
-		var st *callState
-		var v uint64
-		if p.breakerOpen() {
-			err = errors.New("circuit breaker open")
-		} else {
-			st = &callState{hook: hookRedeliver, topic: e.Msg.Topic, payload: e.Msg.Payload, headers: headers, id: e.SystemID,
-				sub: e.SubscriptionID, group: e.Group, attempt: e.Attempt, reason: e.Reason}
-			if v, err = p.invoke(hookRedeliver, st); err == nil {
-				action, arg := uint32(v), uint32(v>>32)
-				if action > actForget || action == actDelay && (arg == 0 || arg > 1<<31-1) || action != actDelay && arg != 0 {
-					err = malformedError{v}
-				}
-			}
-			if err != nil {
-				p.failed(hookRedeliver, err)
-			}
-		}
+		st := &callState{hook: hookRedeliver, topic: e.Msg.Topic, payload: e.Msg.Payload, headers: headers, id: e.SystemID,
+			sub: e.SubscriptionID, group: e.Group, attempt: e.Attempt, reason: e.Reason}
+		v, err := p.call(hookRedeliver, st, validRedeliver)
 		if err != nil {
 			switch p.spec.FailurePolicy {
 			case FailClosed:
@@ -264,7 +258,6 @@ func (c *Chain) OnRedeliver(e *broker.RedeliverEvent) broker.RedeliverVerdict {
 			}
 			continue
 		}
-		p.succeeded()
 		out.Emit = append(out.Emit, st.emits...)
 		if len(st.setH) > 0 || len(st.delH) > 0 {
 			headers = applyHeaders(headers, st.setH, st.delH)
