@@ -156,8 +156,9 @@ func (b *Broker) parseIDs(ids []string, bad *int) []uint64 {
 
 // PublishResult says what became of a published message.
 type PublishResult struct {
-	Seq    uint64 // see FormatID
-	Routed int    // fanout subscriptions and consumer groups it went to
+	Seq      uint64
+	SystemID string // Seq as the protocol's system_id
+	Routed   int    // fanout subscriptions and consumer groups it went to
 }
 
 // Publish validates and routes one message. The broker keeps payload and headers: the caller
@@ -196,6 +197,7 @@ func (b *Broker) Publish(topic string, payload []byte, headers map[string]string
 	if v.Drop {
 		b.hookDropped.Add(1)
 		res.Seq = b.seq.Add(1)
+		res.SystemID = b.ids.format(res.Seq)
 	} else {
 		res, err = b.route(d.Topic, d.Payload, d.Headers)
 	}
@@ -240,7 +242,7 @@ func (b *Broker) route(topic string, payload []byte, headers map[string]string) 
 	if len(rooms) > 0 {
 		b.waitForRoom(wait, rooms)
 	}
-	return PublishResult{Seq: m.ID, Routed: len(targets)}, nil
+	return PublishResult{Seq: m.ID, SystemID: m.SystemID, Routed: len(targets)}, nil
 }
 
 // waitForRoom paces a publisher to fanout subscribers that fell behind: it waits, at most

@@ -155,8 +155,6 @@ func (s *Subscription) detach() {
 }
 
 // admit implements target: fanout subscriptions never refuse a publish.
-//
-// Lock order note: deliver takes only out.mu.
 func (s *Subscription) admit() bool { return true }
 func (s *Subscription) unadmit()    {}
 

@@ -68,14 +68,23 @@ func (s *Spec) setDefaults() {
 	}
 }
 
+// CheckName reports whether name can name a plugin: letters, digits, '-' and '_' (it names
+// the plugin's logger and its dead-letter topic).
+func CheckName(name string) error {
+	for _, c := range []byte(name) {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return fmt.Errorf("plugin name %q: use letters, digits, '-' and '_'", name)
+		}
+	}
+	return nil
+}
+
 func (s *Spec) validate() error {
 	if s.Name == "" {
 		return fmt.Errorf("a plugin needs a name")
 	}
-	for _, c := range []byte(s.Name) {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
-			return fmt.Errorf("plugin name %q: use letters, digits, '-' and '_'", s.Name)
-		}
+	if err := CheckName(s.Name); err != nil {
+		return err
 	}
 	if s.Path == "" && s.Wasm == nil {
 		return fmt.Errorf("plugin %q: path to the .wasm file is missing", s.Name)

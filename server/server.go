@@ -17,26 +17,15 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
-	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/internal/grpcbuf"
 	"github.com/tinybroker/tinybroker/plugins"
 	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
 )
-
-// BufferPool is the gRPC buffer pool the server uses, and clients may share: grpc's default
-// jumps from 32 KiB buffers to 1 MiB ones and zeroes a whole 1 MiB buffer for every frame in
-// between, which was 13% of a fanout run's CPU (BENCHMARKS.md).
-var BufferPool = func() mem.BufferPool {
-	p, err := mem.NewBinaryTieredBufferPool(8, 12, 14, 15, 16, 17, 18, 19, 20, 22, 24)
-	if err != nil {
-		panic(err)
-	}
-	return p
-}()
 
 // Options configure a Server. Zero values take the defaults shown.
 type Options struct {
@@ -93,7 +82,7 @@ func New(b *broker.Broker, maxMessageBytes int, opts Options) *Server {
 	s := &Server{b: b, opts: opts, log: opts.Logger, health: health.NewServer(), quit: make(chan struct{})}
 	s.grpc = grpc.NewServer(
 		grpc.ForceServerCodecV2(newCodec()),
-		experimental.BufferPool(BufferPool),
+		experimental.BufferPool(grpcbuf.Pool),
 		grpc.MaxRecvMsgSize(opts.MaxRecvBytes),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: opts.KeepaliveTime, Timeout: opts.KeepaliveTimeout}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
@@ -148,7 +137,7 @@ func (s *Server) Publish(_ context.Context, req *pb.PublishRequest) (*pb.Publish
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return &pb.PublishResponse{SystemId: s.b.FormatID(res.Seq), Routed: uint32(res.Routed)}, nil
+	return &pb.PublishResponse{SystemId: res.SystemID, Routed: uint32(res.Routed)}, nil
 }
 
 // PublishStream publishes every frame's messages in order and confirms each frame. When the
@@ -199,7 +188,7 @@ func (s *Server) PublishStream(stream grpc.BidiStreamingServer[pb.PublishStreamR
 			if err != nil {
 				r.Code, r.Error = int32(codeOf(err)), err.Error()
 			} else {
-				r.SystemId, r.Routed = s.b.FormatID(res.Seq), uint32(res.Routed)
+				r.SystemId, r.Routed = res.SystemID, uint32(res.Routed)
 			}
 			resp.Results[i] = r
 		}

@@ -30,6 +30,7 @@ import (
 	"google.golang.org/grpc/experimental"
 
 	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/internal/grpcbuf"
 	"github.com/tinybroker/tinybroker/server"
 )
 
@@ -288,7 +289,7 @@ func (r *runner) watch(what string, status func() string) (stop func()) {
 // dial opens a connection of its own to the broker and waits until it is ready.
 func (r *runner) dial(ctx context.Context) (*grpc.ClientConn, error) {
 	conn, err := grpc.NewClient(r.addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)), experimental.WithBufferPool(server.BufferPool))
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)), experimental.WithBufferPool(grpcbuf.Pool))
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", r.addr, err)
 	}

@@ -54,11 +54,9 @@ var pluginSection = section{
 func decodePlugin(d *decoder, b *hcl.Block, path string) hcl.Diagnostics {
 	name := b.Labels[0]
 	labelRange := b.LabelRanges[0].Ptr()
-	for _, c := range []byte(name) {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
-			return hcl.Diagnostics{{Severity: hcl.DiagError, Summary: "Invalid plugin name",
-				Detail: fmt.Sprintf("%q: use letters, digits, '-' and '_'.", name), Subject: labelRange}}
-		}
+	if err := plugins.CheckName(name); err != nil {
+		return hcl.Diagnostics{{Severity: hcl.DiagError, Summary: "Invalid plugin name",
+			Detail: err.Error() + ".", Subject: labelRange}}
 	}
 	if slices.ContainsFunc(d.cfg.Plugins, func(s plugins.Spec) bool { return s.Name == name }) {
 		return hcl.Diagnostics{{Severity: hcl.DiagError, Summary: "Duplicate plugin",

@@ -34,9 +34,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/keepalive"
-	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
 
+	"github.com/tinybroker/tinybroker/internal/grpcbuf"
 	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
 )
 
@@ -110,7 +110,7 @@ func Dial(addr string, opts ...Option) (*Client, error) {
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: cfg.keepaliveTime, Timeout: cfg.keepaliveTimeout}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64 << 20)),
-		experimental.WithBufferPool(bufferPool),
+		experimental.WithBufferPool(grpcbuf.Pool),
 		grpc.WithConnectParams(grpc.ConnectParams{Backoff: bo, MinConnectTimeout: 5 * time.Second}),
 	}, cfg.dialOpts...)
 	conn, err := grpc.NewClient(addr, dialOpts...)
@@ -190,13 +190,3 @@ func (c *Client) wrap(what string, err error) error {
 	}
 	return fmt.Errorf("tinybroker: %s: %w", what, err)
 }
-
-// bufferPool has finer tiers than grpc's default, which zeroes a whole 1 MiB buffer for every
-// frame between 32 KiB and 1 MiB: batches of messages are mostly that size.
-var bufferPool = func() mem.BufferPool {
-	p, err := mem.NewBinaryTieredBufferPool(8, 12, 14, 15, 16, 17, 18, 19, 20, 22, 24)
-	if err != nil {
-		panic(err)
-	}
-	return p
-}()
