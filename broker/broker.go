@@ -278,8 +278,19 @@ func (b *Broker) publishDeadLetters(dead []deadLetter) {
 	}
 }
 
-// Subscribe opens a subscription.
+// Subscribe opens a subscription on a stream of its own: drain it with the Subscription's
+// Next, Ready, Done and Err. Use NewStream to carry many subscriptions on one stream.
 func (b *Broker) Subscribe(o SubscribeOptions) (*Subscription, error) {
+	s, err := b.subscribe(o, b.newStream())
+	if err != nil {
+		return nil, err
+	}
+	s.own = true
+	return s, nil
+}
+
+// subscribe opens a subscription on st.
+func (b *Broker) subscribe(o SubscribeOptions, st *Stream) (*Subscription, error) {
 	if b.closing.Load() {
 		return nil, fmt.Errorf("%w: not accepting subscriptions", ErrShuttingDown)
 	}
@@ -287,7 +298,9 @@ func (b *Broker) Subscribe(o SubscribeOptions) (*Subscription, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Subscription{b: b, mode: o.Mode, patterns: patterns, out: newOutbox(), done: make(chan struct{})}
+	s := &Subscription{b: b, st: st, mode: o.Mode, patterns: patterns}
+	// b.mu is held from registering s with its stream to routing to it, so that a stream
+	// ending meanwhile (which detaches its subscriptions under b.mu) finds s complete.
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if o.Mode == Fanout {
@@ -301,7 +314,10 @@ func (b *Broker) Subscribe(o SubscribeOptions) (*Subscription, error) {
 		if _, ok := b.groups[o.ID]; ok {
 			return nil, fmt.Errorf("%w: subscription_id %q belongs to a balanced consumer group; choose another id for a fanout subscription", ErrGroupMismatch, o.ID)
 		}
-		s.settings = Settings{ID: o.ID, MemberID: o.ID}
+		s.id = o.ID
+		if err := st.register(s); err != nil {
+			return nil, err
+		}
 		b.fanouts[o.ID] = s
 		for _, p := range patterns {
 			b.index.add(p, s)
@@ -313,8 +329,12 @@ func (b *Broker) Subscribe(o SubscribeOptions) (*Subscription, error) {
 		return nil, err
 	}
 	s.g = g
-	s.settings = Settings{ID: o.ID, MaxInFlight: o.MaxInFlight, AckDeadline: o.AckDeadline,
+	s.id = o.ID
+	s.bal = &Settings{ID: o.ID, MemberID: g.nextMemberID(), MaxInFlight: o.MaxInFlight, AckDeadline: o.AckDeadline,
 		MaxDeliveries: g.maxDeliveries, DeadLetterTopic: g.dlq}
+	if err := st.register(s); err != nil {
+		return nil, err
+	}
 	s.m = g.join(s, o.MaxInFlight, o.AckDeadline)
 	return s, nil
 }
@@ -444,22 +464,24 @@ func (b *Broker) groupFor(o *SubscribeOptions, patterns []string) (*group, error
 
 // detach removes a subscription from routing; a group member leaves its group.
 func (b *Broker) detach(s *Subscription) {
-	if s.g != nil {
-		s.g.leave(s.m)
-		return
-	}
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.fanouts[s.settings.ID] != s {
+	if s.g != nil {
+		g, m := s.g, s.m // set under b.mu by subscribe
+		b.mu.Unlock()
+		g.leave(m)
 		return
 	}
-	delete(b.fanouts, s.settings.ID)
+	defer b.mu.Unlock()
+	if b.fanouts[s.id] != s {
+		return
+	}
+	delete(b.fanouts, s.id)
 	for _, p := range s.patterns {
 		b.index.remove(p, s)
 	}
-	s.out.mu.Lock()
+	s.st.out.mu.Lock()
 	b.gone.delivered += s.delivered
-	s.out.mu.Unlock()
+	s.st.out.mu.Unlock()
 }
 
 // expireGroup removes g if it still has no member and its time is up (a member may have
@@ -558,9 +580,9 @@ func (b *Broker) Stats() Stats {
 	b.mu.RLock()
 	st.Delivered = b.gone.delivered
 	for _, s := range b.fanouts {
-		s.out.mu.Lock()
-		ss := SubscriptionStats{ID: s.settings.ID, Patterns: s.patterns, Delivered: s.delivered, Dropped: s.dropped, Buffered: s.out.lenLocked()}
-		s.out.mu.Unlock()
+		s.st.out.mu.Lock()
+		ss := SubscriptionStats{ID: s.id, Patterns: s.patterns, Delivered: s.delivered, Dropped: s.dropped, Buffered: s.st.out.lenLocked()}
+		s.st.out.mu.Unlock()
 		st.Delivered += ss.Delivered
 		st.Subscriptions = append(st.Subscriptions, ss)
 	}
@@ -639,9 +661,9 @@ func (b *Broker) drain(ctx context.Context) error {
 			busy += g.drain()
 		}
 		for _, s := range b.fanouts {
-			s.out.mu.Lock()
-			busy += s.out.lenLocked()
-			s.out.mu.Unlock()
+			s.st.out.mu.Lock()
+			busy += s.st.out.lenLocked()
+			s.st.out.mu.Unlock()
 		}
 		b.mu.RUnlock()
 		if busy == 0 {

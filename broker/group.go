@@ -176,9 +176,9 @@ func (g *group) assignLocked(m *member, e *entry, now int64) {
 	if e.attempt > 1 {
 		g.redelivered++
 	}
-	o := &m.s.out
+	o := &m.s.st.out
 	o.mu.Lock()
-	o.pushLocked(Delivery{Msg: e.msg, Attempt: e.attempt})
+	o.pushLocked(Delivery{Msg: e.msg, Sub: m.s, Attempt: e.attempt})
 	o.mu.Unlock()
 	g.scheduleLocked(e.deadline)
 }
@@ -425,13 +425,19 @@ func (g *group) deadLetter(e *entry, reason string) deadLetter {
 	return deadLetter{topic: g.dlq, payload: e.msg.Payload, headers: h}
 }
 
+// nextMemberID names a new member.
+func (g *group) nextMemberID() string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.memberSeq++
+	return g.name + "-" + strconv.FormatUint(g.memberSeq, 10)
+}
+
 // join adds s as a member and gives it work at once.
 func (g *group) join(s *Subscription, maxInFlight int, ackDeadline time.Duration) *member {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.memberSeq++
 	m := &member{s: s, maxInFlight: maxInFlight, ackDeadline: ackDeadline, owned: make(map[uint64]*entry)}
-	s.settings.MemberID = g.name + "-" + strconv.FormatUint(g.memberSeq, 10)
 	g.members = append(g.members, m)
 	g.emptySince = 0
 	g.dispatchLocked(g.b.now())
@@ -460,13 +466,14 @@ func (g *group) leave(m *member) {
 		g.rr = 0
 	}
 	// Deliveries still in the outbox never reached the member: they do not count as attempts.
-	m.s.out.mu.Lock()
-	for _, d := range m.s.out.drainLocked() {
+	o := &m.s.st.out
+	o.mu.Lock()
+	o.removeLocked(m.s, func(d Delivery) {
 		if e := m.owned[d.Msg.ID]; e != nil {
 			e.attempt--
 		}
-	}
-	m.s.out.mu.Unlock()
+	})
+	o.mu.Unlock()
 	now := g.b.now()
 	for seq, e := range m.owned {
 		delete(m.owned, seq)

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -39,11 +40,74 @@ type cached struct {
 	targets []target
 }
 
+// node is one token position of the trie. It is kept small, since a subscription with a
+// pattern of its own adds a node or two (W5 holds 100,000 of them): children live in a short
+// slice until there are many, and the targets ending here share one slice.
 type node struct {
-	children map[string]*node
-	star     *node    // the "*" child
-	full     []target // patterns that end with ">" right after this node
-	exact    []target // patterns that end at this node
+	kids []kid            // children by token, while there are at most maxKids
+	many map[string]*node // children by token, once there are more
+	star *node            // the "*" child
+	ends []end            // patterns that end here (or with ">" right after here)
+}
+
+type kid struct {
+	tok string
+	n   *node
+}
+
+type end struct {
+	t    target
+	full bool // the pattern ends with ">" after this node: it matches one or more tokens more
+}
+
+// maxKids is how many children a node keeps in its slice before it moves them to a map.
+const maxKids = 8
+
+func (n *node) child(tok string) *node {
+	if n.many != nil {
+		return n.many[tok]
+	}
+	for _, k := range n.kids {
+		if k.tok == tok {
+			return k.n
+		}
+	}
+	return nil
+}
+
+func (n *node) setChild(tok string, c *node) {
+	if n.many == nil && len(n.kids) < maxKids {
+		n.kids = append(n.kids, kid{tok, c})
+		return
+	}
+	if n.many == nil {
+		n.many = make(map[string]*node, 2*maxKids)
+		for _, k := range n.kids {
+			n.many[k.tok] = k.n
+		}
+		n.kids = nil
+	}
+	n.many[tok] = c
+}
+
+func (n *node) deleteChild(tok string) {
+	if n.many != nil {
+		delete(n.many, tok)
+		return
+	}
+	for i, k := range n.kids {
+		if k.tok == tok {
+			n.kids = slices.Delete(n.kids, i, i+1)
+			if len(n.kids) == 0 {
+				n.kids = nil
+			}
+			return
+		}
+	}
+}
+
+func (n *node) empty() bool {
+	return len(n.kids) == 0 && len(n.many) == 0 && n.star == nil && len(n.ends) == 0
 }
 
 func newIndex() *index { return &index{root: &node{}} }
@@ -56,7 +120,7 @@ func (ix *index) add(pattern string, t target) {
 	for tok := range strings.SplitSeq(pattern, ".") {
 		switch tok {
 		case ">":
-			n.full = append(n.full, t)
+			n.ends = append(n.ends, end{t, true})
 			ix.changedLocked()
 			return
 		case "*":
@@ -65,18 +129,15 @@ func (ix *index) add(pattern string, t target) {
 			}
 			n = n.star
 		default:
-			if n.children == nil {
-				n.children = make(map[string]*node)
-			}
-			c := n.children[tok]
+			c := n.child(tok)
 			if c == nil {
 				c = &node{}
-				n.children[tok] = c
+				n.setChild(tok, c)
 			}
 			n = c
 		}
 	}
-	n.exact = append(n.exact, t)
+	n.ends = append(n.ends, end{t, false})
 	ix.changedLocked()
 }
 
@@ -93,37 +154,40 @@ func (ix *index) removeFrom(n *node, pattern string, t target) bool {
 	tok, rest, more := strings.Cut(pattern, ".")
 	switch {
 	case tok == ">":
-		n.full = without(n.full, t)
+		n.ends = without(n.ends, end{t, true})
 	case tok == "*":
 		if n.star != nil && ix.removeNext(n.star, rest, more, t) {
 			n.star = nil
 		}
 	default:
-		if c := n.children[tok]; c != nil && ix.removeNext(c, rest, more, t) {
-			delete(n.children, tok)
+		if c := n.child(tok); c != nil && ix.removeNext(c, rest, more, t) {
+			n.deleteChild(tok)
 		}
 	}
-	return len(n.children) == 0 && n.star == nil && len(n.full) == 0 && len(n.exact) == 0
+	return n.empty()
 }
 
 func (ix *index) removeNext(n *node, rest string, more bool, t target) bool {
 	if !more {
-		n.exact = without(n.exact, t)
-		return len(n.children) == 0 && n.star == nil && len(n.full) == 0 && len(n.exact) == 0
+		n.ends = without(n.ends, end{t, false})
+		return n.empty()
 	}
 	return ix.removeFrom(n, rest, t)
 }
 
-func without(ts []target, t target) []target {
-	for i, x := range ts {
-		if x == t {
-			last := len(ts) - 1
-			ts[i] = ts[last]
-			ts[last] = nil
-			return ts[:last]
+func without(es []end, e end) []end {
+	for i, x := range es {
+		if x == e {
+			last := len(es) - 1
+			es[i] = es[last]
+			es[last] = end{}
+			if last == 0 {
+				return nil
+			}
+			return es[:last]
 		}
 	}
-	return ts
+	return es
 }
 
 // changedLocked invalidates the match cache. ix.mu must be held for writing.
@@ -157,20 +221,28 @@ func (ix *index) match(topic string) []target {
 
 // collect appends the targets of the patterns under n that match the rest of a topic.
 func collect(n *node, rest string, ts []target) []target {
-	ts = append(ts, n.full...) // rest is never empty here: ">" needs at least one token
-	tok, tail, more := strings.Cut(rest, ".")
-	if c := n.children[tok]; c != nil {
-		if more {
-			ts = collect(c, tail, ts)
-		} else {
-			ts = append(ts, c.exact...)
+	for _, e := range n.ends { // rest is never empty here: ">" needs at least one token
+		if e.full {
+			ts = append(ts, e.t)
 		}
 	}
+	tok, tail, more := strings.Cut(rest, ".")
+	if c := n.child(tok); c != nil {
+		ts = collectNext(c, tail, more, ts)
+	}
 	if c := n.star; c != nil {
-		if more {
-			ts = collect(c, tail, ts)
-		} else {
-			ts = append(ts, c.exact...)
+		ts = collectNext(c, tail, more, ts)
+	}
+	return ts
+}
+
+func collectNext(c *node, tail string, more bool, ts []target) []target {
+	if more {
+		return collect(c, tail, ts)
+	}
+	for _, e := range c.ends {
+		if !e.full {
+			ts = append(ts, e.t)
 		}
 	}
 	return ts

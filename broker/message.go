@@ -40,9 +40,11 @@ func (m *Message) withHeaders(set map[string]string, del []string) *Message {
 	return &Message{ID: m.ID, SystemID: m.SystemID, Topic: m.Topic, Payload: m.Payload, Headers: h, PublishedAt: m.PublishedAt}
 }
 
-// Delivery is a message handed to one subscription.
+// Delivery is a message handed to one subscription of a stream, or, with Msg nil, an event
+// of the stream: Sub opened, or was refused (see Stream).
 type Delivery struct {
 	Msg     *Message
+	Sub     *Subscription
 	Attempt uint32 // 1 on the first delivery
 }
 

@@ -29,7 +29,9 @@ func newOutbox() outbox { return outbox{ready: make(chan struct{}, 1)} }
 // pushLocked appends d. o.mu must be held.
 func (o *outbox) pushLocked(d Delivery) {
 	o.buf = append(o.buf, d)
-	o.bytes += len(d.Msg.Payload)
+	if d.Msg != nil {
+		o.bytes += len(d.Msg.Payload)
+	}
 	if len(o.buf)-o.head == 1 {
 		select {
 		case o.ready <- struct{}{}:
@@ -52,10 +54,13 @@ func (o *outbox) take(dst []Delivery, maxN, maxBytes int) []Delivery {
 	size := 0
 	for o.head < len(o.buf) && maxN > 0 {
 		d := o.buf[o.head]
-		n := len(d.Msg.Payload)
-		sz := n + len(d.Msg.Topic) + len(d.Msg.SystemID) + deliveryOverhead
-		for k, v := range d.Msg.Headers {
-			sz += len(k) + len(v) + 4
+		n, sz := 0, deliveryOverhead
+		if d.Msg != nil {
+			n = len(d.Msg.Payload)
+			sz += n + len(d.Msg.Topic) + len(d.Msg.SystemID)
+			for k, v := range d.Msg.Headers {
+				sz += len(k) + len(v) + 4
+			}
 		}
 		if size > 0 && size+sz > maxBytes {
 			break
@@ -84,9 +89,20 @@ func (o *outbox) take(dst []Delivery, maxN, maxBytes int) []Delivery {
 	return dst
 }
 
-// drainLocked removes and returns everything still buffered. o.mu must be held.
-func (o *outbox) drainLocked() []Delivery {
-	ds := o.buf[o.head:]
-	o.buf, o.head, o.bytes = nil, 0, 0
-	return ds
+// removeLocked removes what is buffered for s, calling f (if not nil) on each removed
+// message. o.mu must be held.
+func (o *outbox) removeLocked(s *Subscription, f func(Delivery)) {
+	kept := o.buf[:o.head]
+	for _, d := range o.buf[o.head:] {
+		if d.Sub != s || d.Msg == nil {
+			kept = append(kept, d)
+			continue
+		}
+		o.bytes -= len(d.Msg.Payload)
+		if f != nil {
+			f(d)
+		}
+	}
+	clear(o.buf[len(kept):])
+	o.buf = kept
 }

@@ -1,12 +1,11 @@
 package broker
 
 import (
-	"sync"
 	"time"
 )
 
 // Mode is how a subscription shares messages.
-type Mode int
+type Mode uint8
 
 const (
 	// Fanout: every matching subscription gets every message, at most once, without acks.
@@ -50,51 +49,61 @@ type Settings struct {
 	DeadLetterTopic string
 }
 
-// Subscription is one open subscription stream: a fanout subscription, or one member of a
-// consumer group. The owner drains it with Next after Ready fires, settles balanced
-// deliveries with Ack, Nack and Touch, and must Close it when the stream ends. Done is closed
-// when the broker ends the subscription itself (slow consumer, shutdown); Err says why.
+// Subscription is one open subscription: a fanout subscription, or one member of a consumer
+// group, carried by a Stream. Broker.Subscribe gives it a stream of its own, drained through
+// the Subscription's Next, Ready, Done and Err; Stream.Subscribe shares the caller's stream.
+// Balanced deliveries are settled with Ack, Nack and Touch. Close ends the subscription (and
+// a stream of its own).
+//
+// A broker holding 100,000 subscriptions holds 100,000 of these, so it is kept small: a
+// fanout subscription's settings are its id; a member's live in bal.
 type Subscription struct {
 	b        *Broker
-	mode     Mode
+	st       *Stream
+	id       string
 	patterns []string
-	settings Settings
-	g        *group  // Balanced
-	m        *member // Balanced
+	g        *group    // Balanced
+	m        *member   // Balanced
+	bal      *Settings // Balanced
+	refused  error     // an event for an open that failed: the subscription never existed
 
-	out       outbox
-	closed    bool   // under out.mu
-	err       error  // under out.mu; set before done is closed
-	delivered uint64 // under out.mu (fanout)
-	dropped   uint64 // under out.mu (fanout)
-	done      chan struct{}
-	closeOnce sync.Once
+	delivered uint64 // under st.out.mu (fanout)
+	dropped   uint64 // under st.out.mu (fanout)
+	mode      Mode
+	own       bool // st was made for this subscription alone
+	closed    bool // under st.out.mu: unsubscribed
 }
 
 // Settings returns the options in force.
-func (s *Subscription) Settings() Settings { return s.settings }
+func (s *Subscription) Settings() Settings {
+	if s.bal != nil {
+		return *s.bal
+	}
+	return Settings{ID: s.id, MemberID: s.id}
+}
 
 // Mode returns the subscription's mode.
 func (s *Subscription) Mode() Mode { return s.mode }
 
-// Ready is signalled when deliveries may be waiting; call Next until it returns none.
-func (s *Subscription) Ready() <-chan struct{} { return s.out.ready }
+// Refused is non-nil for the subscription of a refused-open event (see Stream): why it was
+// refused.
+func (s *Subscription) Refused() error { return s.refused }
 
-// Done is closed when the subscription has ended.
-func (s *Subscription) Done() <-chan struct{} { return s.done }
+// Ready is signalled when deliveries may be waiting on the subscription's stream; call Next
+// until it returns none.
+func (s *Subscription) Ready() <-chan struct{} { return s.st.Ready() }
 
-// Err says why the subscription ended: ErrSlowConsumer, ErrShuttingDown or
+// Done is closed when the subscription's stream has ended.
+func (s *Subscription) Done() <-chan struct{} { return s.st.Done() }
+
+// Err says why the subscription's stream ended: ErrSlowConsumer, ErrShuttingDown or
 // ErrSubscriptionClosed; nil while it is open.
-func (s *Subscription) Err() error {
-	s.out.mu.Lock()
-	defer s.out.mu.Unlock()
-	return s.err
-}
+func (s *Subscription) Err() error { return s.st.Err() }
 
-// Next appends to dst up to maxN waiting deliveries holding at most maxBytes of payload
-// (but always at least one, if any wait).
+// Next appends to dst up to maxN deliveries waiting on the subscription's stream, holding at
+// most maxBytes of payload (but always at least one, if any wait).
 func (s *Subscription) Next(dst []Delivery, maxN, maxBytes int) []Delivery {
-	return s.out.take(dst, maxN, maxBytes)
+	return s.st.Next(dst, maxN, maxBytes)
 }
 
 // Ack settles deliveries of a balanced subscription by system_id. Ids that are unknown,
@@ -125,34 +134,39 @@ func (s *Subscription) Touch(ids []string) (skipped int) {
 	return s.g.touch(s.m, s.b.parseIDs(ids, &skipped)) + skipped
 }
 
-// Close ends the subscription. A group member's unacked messages go at once to the other
+// Close ends the subscription: nothing more is delivered for it, and what its stream still
+// buffers for it is dropped. A group member's unacked messages go at once to the other
 // members. Close is idempotent.
 func (s *Subscription) Close() {
-	s.end(ErrSubscriptionClosed)
+	if s.refused != nil {
+		return
+	}
+	if s.own {
+		s.st.Close()
+		return
+	}
+	st := s.st
+	st.mu.Lock()
+	if st.subs[s.id] == s {
+		delete(st.subs, s.id)
+	}
+	st.mu.Unlock()
+	st.out.mu.Lock()
+	s.closed = true
+	if s.g == nil { // a leaving member's deliveries are taken back by group.leave
+		st.out.removeLocked(s, nil)
+	}
+	st.out.mu.Unlock()
 	s.detach()
 }
 
-// end marks the subscription ended with err unless it already was, and reports whether this
-// call ended it. It takes out.mu.
-func (s *Subscription) end(err error) bool {
-	s.out.mu.Lock()
-	defer s.out.mu.Unlock()
-	return s.endLocked(err)
-}
+// end ends the subscription's stream with err unless it already ended, and reports whether
+// this call ended it.
+func (s *Subscription) end(err error) bool { return s.st.end(err) }
 
-func (s *Subscription) endLocked(err error) bool {
-	if s.closed {
-		return false
-	}
-	s.closed, s.err = true, err
-	close(s.done)
-	return true
-}
-
-// detach removes the subscription from the broker, once. No lock may be held.
-func (s *Subscription) detach() {
-	s.closeOnce.Do(func() { s.b.detach(s) })
-}
+// detach removes the subscription from the broker; later calls do nothing. No lock may be
+// held.
+func (s *Subscription) detach() { s.b.detach(s) }
 
 // admit implements target: fanout subscriptions never refuse a publish.
 func (s *Subscription) admit() bool { return true }
@@ -163,42 +177,43 @@ func (s *Subscription) unadmit()    {}
 // its limits it returns a channel closed once it has drained to a quarter: the publisher may
 // wait on it (see Broker.route), which paces publishers to subscribers that are slow but alive.
 func (s *Subscription) deliver(m *Message) (room <-chan struct{}) {
-	s.out.mu.Lock()
-	if s.closed {
-		s.out.mu.Unlock()
+	st := s.st
+	st.out.mu.Lock()
+	if st.closed || s.closed {
+		st.out.mu.Unlock()
 		return nil
 	}
 	o := &s.b.opts
-	if s.out.lenLocked() >= o.FanoutBufferMessages || s.out.bytes+len(m.Payload) > o.FanoutBufferBytes {
+	if st.out.lenLocked() >= o.FanoutBufferMessages || st.out.bytes+len(m.Payload) > o.FanoutBufferBytes {
 		s.dropped++
 		if o.SlowConsumer == SlowConsumerDrop {
-			s.out.mu.Unlock()
+			st.out.mu.Unlock()
 			return nil
 		}
-		n, bytes := s.out.lenLocked(), s.out.bytes
-		s.endLocked(ErrSlowConsumer)
-		s.out.mu.Unlock()
-		s.b.log.Warn("disconnecting slow consumer", "subscription", s.settings.ID,
+		n, bytes := st.out.lenLocked(), st.out.bytes
+		st.endLocked(ErrSlowConsumer)
+		st.out.mu.Unlock()
+		s.b.log.Warn("disconnecting slow consumer", "subscription", s.id,
 			"buffered_messages", n, "buffered_bytes", bytes, "limit_messages", o.FanoutBufferMessages, "limit_bytes", o.FanoutBufferBytes)
-		s.detach()
+		st.detachAll()
 		return nil
 	}
 	s.delivered++
-	s.out.pushLocked(Delivery{Msg: m, Attempt: 1})
-	if !s.out.stalled && o.PublisherWait > 0 && (s.out.lenLocked() >= o.FanoutBufferMessages/2 || s.out.bytes >= o.FanoutBufferBytes/2) {
-		if s.out.room == nil {
-			s.out.room = make(chan struct{})
-			s.out.lowWater = o.FanoutBufferMessages / 4
+	st.out.pushLocked(Delivery{Msg: m, Sub: s, Attempt: 1})
+	if !st.out.stalled && o.PublisherWait > 0 && (st.out.lenLocked() >= o.FanoutBufferMessages/2 || st.out.bytes >= o.FanoutBufferBytes/2) {
+		if st.out.room == nil {
+			st.out.room = make(chan struct{})
+			st.out.lowWater = o.FanoutBufferMessages / 4
 		}
-		room = s.out.room
+		room = st.out.room
 	}
-	s.out.mu.Unlock()
+	st.out.mu.Unlock()
 	return room
 }
 
 // stall marks the subscriber as not draining: publishers stop waiting for it.
 func (s *Subscription) stall() {
-	s.out.mu.Lock()
-	s.out.stalled = true
-	s.out.mu.Unlock()
+	s.st.out.mu.Lock()
+	s.st.out.stalled = true
+	s.st.out.mu.Unlock()
 }

@@ -121,6 +121,7 @@ type sub struct {
 	cancel     context.CancelFunc
 	subscribed *pb.Subscribed
 	msgs       chan *pb.Message
+	events     chan *pb.SubscribeResponse // subscribed and refused frames after the first
 	done       chan struct{}
 	err        error // the stream's final error, once done is closed
 }
@@ -158,7 +159,8 @@ func openOn(t *testing.T, c pb.BrokerClient, o *pb.OpenSubscription) (*sub, erro
 		cancel()
 		return nil, err
 	}
-	s := &sub{t: t, stream: stream, cancel: cancel, subscribed: first.GetSubscribed(), msgs: make(chan *pb.Message, 100_000), done: make(chan struct{})}
+	s := &sub{t: t, stream: stream, cancel: cancel, subscribed: first.GetSubscribed(), msgs: make(chan *pb.Message, 100_000),
+		events: make(chan *pb.SubscribeResponse, 1000), done: make(chan struct{})}
 	if s.subscribed == nil {
 		cancel()
 		t.Fatalf("first server frame is %v, want subscribed", first)
@@ -170,6 +172,9 @@ func openOn(t *testing.T, c pb.BrokerClient, o *pb.OpenSubscription) (*sub, erro
 			if err != nil {
 				s.err = err
 				return
+			}
+			if resp.GetMessages() == nil {
+				s.events <- resp
 			}
 			for _, m := range resp.GetMessages().GetMessages() {
 				s.msgs <- m

@@ -199,10 +199,11 @@ func (s *Server) PublishStream(stream grpc.BidiStreamingServer[pb.PublishStreamR
 }
 
 // Subscribe opens a subscription from the first frame, then sends batches of messages while
-// a second goroutine reads acks, nacks and touches. A balanced member that closes its send
-// side leaves its group once the frames it sent are applied: that is the clean way to leave
-// (cancelling the stream may lose acks still in the client's buffers). The stream then ends
-// with OK.
+// a second goroutine reads acks, nacks, touches, and opens and closes of further
+// subscriptions on the same stream. Closing the send side leaves every consumer group the
+// stream is a member of, once the frames sent before are applied: that is the clean way to
+// leave (cancelling the stream may lose acks still in the client's buffers). A stream left
+// with no subscription then ends with OK; fanout subscriptions keep receiving.
 func (s *Server) Subscribe(stream grpc.BidiStreamingServer[pb.SubscribeRequest, pb.SubscribeResponse]) error {
 	first, err := stream.Recv()
 	if err != nil {
@@ -215,14 +216,87 @@ func (s *Server) Subscribe(stream grpc.BidiStreamingServer[pb.SubscribeRequest, 
 	if open == nil {
 		return status.Error(codes.InvalidArgument, "the first frame of a Subscribe stream must carry open (an OpenSubscription); acks come after it")
 	}
-	sub, err := s.b.Subscribe(subscribeOptions(open))
-	if err != nil {
+	st := s.b.NewStream()
+	defer st.Close()
+	if _, err := st.Subscribe(subscribeOptions(open)); err != nil {
 		return toStatus(err)
 	}
-	defer sub.Close()
+
+	recvErr := make(chan error, 1)
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		recvErr <- s.receive(stream, st)
+	}()
+
+	ctx := stream.Context()
+	batch := make([]broker.Delivery, 0, s.opts.MaxBatchMessages)
+	for {
+		batch = st.Next(batch[:0], s.opts.MaxBatchMessages, s.opts.MaxBatchBytes)
+		if len(batch) == 0 {
+			select {
+			case <-st.Ready():
+				continue
+			case <-st.Done():
+				return toStatus(st.Err())
+			case err := <-recvErr:
+				if err != nil {
+					return err
+				}
+				// The client closed its side after its last acks: members leave their groups
+				// now, and what they still hold goes to the other members.
+				for _, sub := range st.Subscriptions() {
+					if sub.Mode() == broker.Balanced {
+						sub.Close()
+					}
+				}
+				if _, n := st.Lookup(""); n == 0 {
+					return nil
+				}
+				recvErr = nil // fanout needs nothing from the client: keep delivering
+				continue
+			case <-ctx.Done():
+				return status.FromContextError(ctx.Err()).Err()
+			}
+		}
+		if err := s.send(stream, batch); err != nil {
+			return err
+		}
+		clear(batch)
+	}
+}
+
+// send writes batch to stream: runs of messages as one frame each, events as their own frames.
+func (s *Server) send(stream grpc.BidiStreamingServer[pb.SubscribeRequest, pb.SubscribeResponse], batch []broker.Delivery) error {
+	for len(batch) > 0 {
+		n := 0
+		for n < len(batch) && batch[n].Msg != nil {
+			n++
+		}
+		if n > 0 {
+			if err := stream.SendMsg(encodeBatch(batch[:n])); err != nil {
+				return err
+			}
+			batch = batch[n:]
+			continue
+		}
+		if err := stream.Send(s.event(batch[0].Sub)); err != nil {
+			return err
+		}
+		batch = batch[1:]
+	}
+	return nil
+}
+
+// event is the frame answering an open: subscribed or refused.
+func (s *Server) event(sub *broker.Subscription) *pb.SubscribeResponse {
 	set := sub.Settings()
-	s.log.Debug("subscription opened", "subscription", set.ID, "member", set.MemberID, "mode", sub.Mode(), "patterns", open.GetTopicPatterns())
-	defer s.log.Debug("subscription closed", "subscription", set.ID, "member", set.MemberID)
+	if err := sub.Refused(); err != nil {
+		s.log.Debug("subscription refused", "subscription", set.ID, "error", err)
+		return &pb.SubscribeResponse{Frame: &pb.SubscribeResponse_Refused{Refused: &pb.Refused{
+			SubscriptionId: set.ID, Code: int32(codeOf(err)), Error: err.Error()}}}
+	}
+	s.log.Debug("subscription opened", "subscription", set.ID, "member", set.MemberID, "mode", sub.Mode())
 	subscribed := &pb.Subscribed{SubscriptionId: set.ID, MemberId: set.MemberID}
 	if sub.Mode() == broker.Balanced {
 		subscribed.MaxInFlight = uint32(set.MaxInFlight)
@@ -230,53 +304,12 @@ func (s *Server) Subscribe(stream grpc.BidiStreamingServer[pb.SubscribeRequest, 
 		subscribed.MaxDeliveries = uint32(set.MaxDeliveries)
 		subscribed.DeadLetterTopic = set.DeadLetterTopic
 	}
-	if err := stream.Send(&pb.SubscribeResponse{Frame: &pb.SubscribeResponse_Subscribed{Subscribed: subscribed}}); err != nil {
-		return err
-	}
-
-	recvErr := make(chan error, 1)
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		recvErr <- s.receive(stream, sub)
-	}()
-
-	ctx := stream.Context()
-	batch := make([]broker.Delivery, 0, s.opts.MaxBatchMessages)
-	for {
-		batch = sub.Next(batch[:0], s.opts.MaxBatchMessages, s.opts.MaxBatchBytes)
-		if len(batch) == 0 {
-			select {
-			case <-sub.Ready():
-				continue
-			case <-sub.Done():
-				return toStatus(sub.Err())
-			case err := <-recvErr:
-				if err != nil {
-					return err
-				}
-				if sub.Mode() == broker.Balanced {
-					// The client closed its side after its last acks: the member leaves now,
-					// and what it still holds goes to the other members.
-					return nil
-				}
-				recvErr = nil // a fanout client needs to send nothing: keep delivering
-				continue
-			case <-ctx.Done():
-				return status.FromContextError(ctx.Err()).Err()
-			}
-		}
-		frame := encodeBatch(batch, set.ID)
-		clear(batch)
-		if err := stream.SendMsg(frame); err != nil {
-			return err
-		}
-	}
+	return &pb.SubscribeResponse{Frame: &pb.SubscribeResponse_Subscribed{Subscribed: subscribed}}
 }
 
-// receive applies the client's acks, nacks and touches until the stream ends. Unknown ids
-// are skipped (see broker.Subscription.Ack); a malformed frame ends the stream.
-func (s *Server) receive(stream grpc.BidiStreamingServer[pb.SubscribeRequest, pb.SubscribeResponse], sub *broker.Subscription) error {
+// receive applies the client's frames until the stream ends. Unknown ids are skipped (see
+// broker.Subscription.Ack); a malformed frame ends the stream.
+func (s *Server) receive(stream grpc.BidiStreamingServer[pb.SubscribeRequest, pb.SubscribeResponse], st *broker.Stream) error {
 	for {
 		req, err := stream.Recv()
 		if err == io.EOF {
@@ -288,20 +321,56 @@ func (s *Server) receive(stream grpc.BidiStreamingServer[pb.SubscribeRequest, pb
 		var skipped int
 		switch f := req.GetFrame().(type) {
 		case *pb.SubscribeRequest_Ack:
-			skipped = sub.Ack(f.Ack.GetSystemIds())
+			sub, err := settling(st, "ack", f.Ack.GetSubscriptionId())
+			if err != nil {
+				return err
+			}
+			if sub != nil {
+				skipped = sub.Ack(f.Ack.GetSystemIds())
+			}
 		case *pb.SubscribeRequest_Nack:
-			skipped = sub.Nack(f.Nack.GetSystemIds(), f.Nack.GetDelay().AsDuration(), f.Nack.GetReason())
+			if d := f.Nack.GetDelay(); d != nil && (d.CheckValid() != nil || d.AsDuration() < 0) {
+				return status.Error(codes.InvalidArgument, "nack delay must be a valid, non-negative duration")
+			}
+			sub, err := settling(st, "nack", f.Nack.GetSubscriptionId())
+			if err != nil {
+				return err
+			}
+			if sub != nil {
+				skipped = sub.Nack(f.Nack.GetSystemIds(), f.Nack.GetDelay().AsDuration(), f.Nack.GetReason())
+			}
 		case *pb.SubscribeRequest_Touch:
-			skipped = sub.Touch(f.Touch.GetSystemIds())
+			sub, err := settling(st, "touch", f.Touch.GetSubscriptionId())
+			if err != nil {
+				return err
+			}
+			if sub != nil {
+				skipped = sub.Touch(f.Touch.GetSystemIds())
+			}
 		case *pb.SubscribeRequest_Open:
-			return status.Error(codes.FailedPrecondition, "this stream already has a subscription; open another stream for another subscription")
+			_, _ = st.Subscribe(subscribeOptions(f.Open)) // the stream answers it: subscribed or refused
+		case *pb.SubscribeRequest_Close:
+			if sub, _ := st.Lookup(f.Close.GetSubscriptionId()); sub != nil && f.Close.GetSubscriptionId() != "" {
+				sub.Close()
+				s.log.Debug("subscription closed by the client", "subscription", f.Close.GetSubscriptionId())
+			}
 		default:
-			return status.Error(codes.InvalidArgument, "empty SubscribeRequest frame; set one of ack, nack or touch")
+			return status.Error(codes.InvalidArgument, "empty SubscribeRequest frame; set one of open, ack, nack, touch or close")
 		}
 		if skipped > 0 {
-			s.log.Trace("skipped unknown ids", "subscription", sub.Settings().ID, "count", skipped)
+			s.log.Trace("skipped unknown ids", "count", skipped)
 		}
 	}
+}
+
+// settling finds the subscription an ack, nack or touch frame is for: the one named, or the
+// stream's only one. It is nil (the ids are skipped) when the subscription is gone.
+func settling(st *broker.Stream, what, id string) (*broker.Subscription, error) {
+	sub, n := st.Lookup(id)
+	if sub == nil && id == "" && n > 1 {
+		return nil, status.Errorf(codes.InvalidArgument, "this stream carries %d subscriptions: set subscription_id on %s frames", n, what)
+	}
+	return sub, nil
 }
 
 func subscribeOptions(o *pb.OpenSubscription) broker.SubscribeOptions {

@@ -59,11 +59,11 @@ func shared(m *broker.Message) []byte {
 	return b
 }
 
-// encodeBatch returns the SubscribeResponse frame carrying batch for subscription subID.
-func encodeBatch(batch []broker.Delivery, subID string) *rawFrame {
+// encodeBatch returns the SubscribeResponse frame carrying batch, messages only.
+func encodeBatch(batch []broker.Delivery) *rawFrame {
 	size := func(d broker.Delivery) int {
 		n := len(shared(d.Msg)) + protowire.SizeTag(fieldMessageAttempt) + protowire.SizeVarint(uint64(d.Attempt)) +
-			protowire.SizeTag(fieldMessageSubscriber) + protowire.SizeBytes(len(subID))
+			protowire.SizeTag(fieldMessageSubscriber) + protowire.SizeBytes(len(d.Sub.Settings().ID))
 		if d.Attempt > 1 {
 			n += protowire.SizeTag(fieldMessageRedeliver) + 1
 		}
@@ -87,7 +87,7 @@ func encodeBatch(batch []broker.Delivery, subID string) *rawFrame {
 			b = protowire.AppendVarint(b, 1)
 		}
 		b = protowire.AppendTag(b, fieldMessageSubscriber, protowire.BytesType)
-		b = protowire.AppendString(b, subID)
+		b = protowire.AppendString(b, d.Sub.Settings().ID)
 	}
 	return &rawFrame{b: b}
 }

@@ -13,10 +13,16 @@ import (
 func TestEncodeBatch(t *testing.T) {
 	m1 := &broker.Message{ID: 1, SystemID: "e-1", Topic: "a.b", Payload: []byte("one"), Headers: map[string]string{"k": "v", "x": ""}, PublishedAt: 42}
 	m2 := &broker.Message{ID: 2, SystemID: "e-2", Topic: "a.c", PublishedAt: 43}
-	batch := []broker.Delivery{{Msg: m1, Attempt: 1}, {Msg: m2, Attempt: 3}, {Msg: m1, Attempt: 1}}
+	b := broker.New(broker.Options{})
+	defer b.Shutdown(t.Context())
 	for _, sub := range []string{"first", "second"} { // the second reuses the cached encodings
+		s, err := b.Subscribe(broker.SubscribeOptions{ID: sub, Patterns: []string{"x"}, Mode: broker.Fanout})
+		if err != nil {
+			t.Fatal(err)
+		}
+		batch := []broker.Delivery{{Msg: m1, Sub: s, Attempt: 1}, {Msg: m2, Sub: s, Attempt: 3}, {Msg: m1, Sub: s, Attempt: 1}}
 		var got pb.SubscribeResponse
-		if err := proto.Unmarshal(encodeBatch(batch, sub).b, &got); err != nil {
+		if err := proto.Unmarshal(encodeBatch(batch).b, &got); err != nil {
 			t.Fatal(err)
 		}
 		want := &pb.SubscribeResponse{Frame: &pb.SubscribeResponse_Messages{Messages: &pb.MessageBatch{Messages: []*pb.Message{
@@ -34,14 +40,28 @@ func TestEncodeBatch(t *testing.T) {
 }
 
 func BenchmarkEncodeBatchFanout4(b *testing.B) {
-	batch := make([]broker.Delivery, 100)
-	for i := range batch {
-		batch[i] = broker.Delivery{Msg: &broker.Message{ID: uint64(i), SystemID: "deadbeef-123456", Topic: "bench.w1", Payload: make([]byte, 256), PublishedAt: 1}, Attempt: 1}
+	br := broker.New(broker.Options{})
+	defer br.Shutdown(b.Context())
+	msgs := make([]*broker.Message, 100)
+	for i := range msgs {
+		msgs[i] = &broker.Message{ID: uint64(i), SystemID: "deadbeef-123456", Topic: "bench.w1", Payload: make([]byte, 256), PublishedAt: 1}
+	}
+	var batches [][]broker.Delivery
+	for _, id := range []string{"s1", "s2", "s3", "s4"} {
+		s, err := br.Subscribe(broker.SubscribeOptions{ID: id, Patterns: []string{"x"}, Mode: broker.Fanout})
+		if err != nil {
+			b.Fatal(err)
+		}
+		batch := make([]broker.Delivery, len(msgs))
+		for i, m := range msgs {
+			batch[i] = broker.Delivery{Msg: m, Sub: s, Attempt: 1}
+		}
+		batches = append(batches, batch)
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		for _, sub := range []string{"s1", "s2", "s3", "s4"} {
-			encodeBatch(batch, sub)
+		for _, batch := range batches {
+			encodeBatch(batch)
 		}
 	}
 }

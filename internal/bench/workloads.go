@@ -424,6 +424,39 @@ func (r *runner) w5() error {
 	return nil
 }
 
+// w5OpenIdle opens subscriptions j, j+stride, ... below n on one stream of conn and waits for
+// every answer. The stream stays open until ctx is done.
+func w5OpenIdle(ctx context.Context, conn *grpc.ClientConn, j, stride, n int, opened *atomic.Int64) error {
+	stream, err := pb.NewBrokerClient(conn).Subscribe(ctx)
+	if err != nil {
+		return err
+	}
+	want := 0
+	for i := j; i < n; i += stride {
+		pattern := fmt.Sprintf([...]string{"s.%d.x", "s.*.y%d", "t.%d.>"}[i%3], i)
+		err := stream.Send(&pb.SubscribeRequest{Frame: &pb.SubscribeRequest_Open{Open: &pb.OpenSubscription{
+			TopicPatterns: []string{pattern}, Mode: pb.DeliveryMode_DELIVERY_MODE_FANOUT}}})
+		if err != nil {
+			break // Recv has the status
+		}
+		want++
+	}
+	for range want {
+		resp, err := stream.Recv()
+		if err != nil {
+			return fmt.Errorf("W5 subscribing: %w", err)
+		}
+		if r := resp.GetRefused(); r != nil {
+			return fmt.Errorf("W5 subscription %q refused: %s", r.GetSubscriptionId(), r.GetError())
+		}
+		if resp.GetSubscribed() == nil {
+			return fmt.Errorf("W5 subscribing: got %v, want subscribed", resp)
+		}
+		opened.Add(1)
+	}
+	return nil
+}
+
 func (r *runner) w5subs(k int) error {
 	ctx, cancel := context.WithCancel(r.ctx) // the subscriptions' lifetime
 	defer cancel()
@@ -447,38 +480,18 @@ func (r *runner) w5subs(k int) error {
 
 	timedOut := time.AfterFunc(r.cfg.Timeout, cancel)
 	t0 := time.Now()
-	idle := make([]context.CancelFunc, k-len(w5Matching))
-	defer func() {
-		for _, c := range idle {
-			if c != nil {
-				c()
-			}
-		}
-	}()
-	var next, opened atomic.Int64
+	var opened atomic.Int64
 	stop := r.watch(fmt.Sprintf("W5 subs=%d setup", k), func() string {
 		return fmt.Sprintf("%d of %d subscribed", opened.Load(), k)
 	})
+	// The subscriptions that match nothing share 8 streams, as the NATS peer's share 8
+	// connections: each stream pipelines its opens and counts the answers.
+	idle := k - len(w5Matching)
 	var wg sync.WaitGroup
-	errs := make([]error, 64)
-	for w := range errs {
+	errs := make([]error, len(subConns))
+	for j, conn := range subConns {
 		wg.Go(func() {
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= len(idle) || ctx.Err() != nil {
-					return
-				}
-				pattern := fmt.Sprintf([...]string{"s.%d.x", "s.*.y%d", "t.%d.>"}[i%3], i)
-				_, c, _, err := subscribe(ctx, subConns[i%8], &pb.OpenSubscription{
-					TopicPatterns: []string{pattern}, Mode: pb.DeliveryMode_DELIVERY_MODE_FANOUT})
-				if err != nil {
-					errs[w] = err
-					cancel()
-					return
-				}
-				idle[i] = c
-				opened.Add(1)
-			}
+			errs[j] = w5OpenIdle(ctx, conn, j, len(subConns), idle, &opened)
 		})
 	}
 	wg.Wait()

@@ -671,10 +671,13 @@ func (x *Subscribed) GetDeadLetterTopic() string {
 }
 
 type AckBatch struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SystemIds     []string               `protobuf:"bytes,1,rep,name=system_ids,json=systemIds,proto3" json:"system_ids,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SystemIds []string               `protobuf:"bytes,1,rep,name=system_ids,json=systemIds,proto3" json:"system_ids,omitempty"`
+	// Which subscription of the stream the ids belong to; may be empty when the stream carries
+	// one subscription.
+	SubscriptionId string `protobuf:"bytes,2,opt,name=subscription_id,json=subscriptionId,proto3" json:"subscription_id,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *AckBatch) Reset() {
@@ -714,15 +717,24 @@ func (x *AckBatch) GetSystemIds() []string {
 	return nil
 }
 
+func (x *AckBatch) GetSubscriptionId() string {
+	if x != nil {
+		return x.SubscriptionId
+	}
+	return ""
+}
+
 type NackBatch struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	SystemIds []string               `protobuf:"bytes,1,rep,name=system_ids,json=systemIds,proto3" json:"system_ids,omitempty"`
 	// Redeliver after this long; zero or unset redelivers at once.
 	Delay *durationpb.Duration `protobuf:"bytes,2,opt,name=delay,proto3" json:"delay,omitempty"`
 	// Recorded in the dead-letter headers if this was the last attempt.
-	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// As in AckBatch.
+	SubscriptionId string `protobuf:"bytes,4,opt,name=subscription_id,json=subscriptionId,proto3" json:"subscription_id,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *NackBatch) Reset() {
@@ -776,12 +788,21 @@ func (x *NackBatch) GetReason() string {
 	return ""
 }
 
+func (x *NackBatch) GetSubscriptionId() string {
+	if x != nil {
+		return x.SubscriptionId
+	}
+	return ""
+}
+
 type TouchBatch struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Extends the ack deadline of these in-flight messages by a full ack_deadline from now.
-	SystemIds     []string `protobuf:"bytes,1,rep,name=system_ids,json=systemIds,proto3" json:"system_ids,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	SystemIds []string `protobuf:"bytes,1,rep,name=system_ids,json=systemIds,proto3" json:"system_ids,omitempty"`
+	// As in AckBatch.
+	SubscriptionId string `protobuf:"bytes,2,opt,name=subscription_id,json=subscriptionId,proto3" json:"subscription_id,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *TouchBatch) Reset() {
@@ -821,6 +842,124 @@ func (x *TouchBatch) GetSystemIds() []string {
 	return nil
 }
 
+func (x *TouchBatch) GetSubscriptionId() string {
+	if x != nil {
+		return x.SubscriptionId
+	}
+	return ""
+}
+
+// CloseSubscription ends one subscription of the stream (NATS's UNSUB): nothing more arrives
+// for it, and a group member's unacked messages go at once to the other members. Unknown ids
+// are ignored. Closing the stream's last subscription leaves the stream open for more.
+type CloseSubscription struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	SubscriptionId string                 `protobuf:"bytes,1,opt,name=subscription_id,json=subscriptionId,proto3" json:"subscription_id,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *CloseSubscription) Reset() {
+	*x = CloseSubscription{}
+	mi := &file_tinybroker_v1_broker_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CloseSubscription) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CloseSubscription) ProtoMessage() {}
+
+func (x *CloseSubscription) ProtoReflect() protoreflect.Message {
+	mi := &file_tinybroker_v1_broker_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CloseSubscription.ProtoReflect.Descriptor instead.
+func (*CloseSubscription) Descriptor() ([]byte, []int) {
+	return file_tinybroker_v1_broker_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *CloseSubscription) GetSubscriptionId() string {
+	if x != nil {
+		return x.SubscriptionId
+	}
+	return ""
+}
+
+// Refused answers an `open` after the first that could not be honoured; the stream and its
+// other subscriptions go on.
+type Refused struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The subscription_id the open asked for (for balanced, defaulted to consumer_group).
+	SubscriptionId string `protobuf:"bytes,1,opt,name=subscription_id,json=subscriptionId,proto3" json:"subscription_id,omitempty"`
+	// A google.golang.org/grpc/codes value, as the stream would have ended with.
+	Code          int32  `protobuf:"varint,2,opt,name=code,proto3" json:"code,omitempty"`
+	Error         string `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Refused) Reset() {
+	*x = Refused{}
+	mi := &file_tinybroker_v1_broker_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Refused) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Refused) ProtoMessage() {}
+
+func (x *Refused) ProtoReflect() protoreflect.Message {
+	mi := &file_tinybroker_v1_broker_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Refused.ProtoReflect.Descriptor instead.
+func (*Refused) Descriptor() ([]byte, []int) {
+	return file_tinybroker_v1_broker_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *Refused) GetSubscriptionId() string {
+	if x != nil {
+		return x.SubscriptionId
+	}
+	return ""
+}
+
+func (x *Refused) GetCode() int32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *Refused) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
 type SubscribeRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Frame:
@@ -829,6 +968,7 @@ type SubscribeRequest struct {
 	//	*SubscribeRequest_Ack
 	//	*SubscribeRequest_Nack
 	//	*SubscribeRequest_Touch
+	//	*SubscribeRequest_Close
 	Frame         isSubscribeRequest_Frame `protobuf_oneof:"frame"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -836,7 +976,7 @@ type SubscribeRequest struct {
 
 func (x *SubscribeRequest) Reset() {
 	*x = SubscribeRequest{}
-	mi := &file_tinybroker_v1_broker_proto_msgTypes[11]
+	mi := &file_tinybroker_v1_broker_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -848,7 +988,7 @@ func (x *SubscribeRequest) String() string {
 func (*SubscribeRequest) ProtoMessage() {}
 
 func (x *SubscribeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tinybroker_v1_broker_proto_msgTypes[11]
+	mi := &file_tinybroker_v1_broker_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -861,7 +1001,7 @@ func (x *SubscribeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscribeRequest.ProtoReflect.Descriptor instead.
 func (*SubscribeRequest) Descriptor() ([]byte, []int) {
-	return file_tinybroker_v1_broker_proto_rawDescGZIP(), []int{11}
+	return file_tinybroker_v1_broker_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SubscribeRequest) GetFrame() isSubscribeRequest_Frame {
@@ -907,6 +1047,15 @@ func (x *SubscribeRequest) GetTouch() *TouchBatch {
 	return nil
 }
 
+func (x *SubscribeRequest) GetClose() *CloseSubscription {
+	if x != nil {
+		if x, ok := x.Frame.(*SubscribeRequest_Close); ok {
+			return x.Close
+		}
+	}
+	return nil
+}
+
 type isSubscribeRequest_Frame interface {
 	isSubscribeRequest_Frame()
 }
@@ -927,6 +1076,10 @@ type SubscribeRequest_Touch struct {
 	Touch *TouchBatch `protobuf:"bytes,4,opt,name=touch,proto3,oneof"`
 }
 
+type SubscribeRequest_Close struct {
+	Close *CloseSubscription `protobuf:"bytes,5,opt,name=close,proto3,oneof"`
+}
+
 func (*SubscribeRequest_Open) isSubscribeRequest_Frame() {}
 
 func (*SubscribeRequest_Ack) isSubscribeRequest_Frame() {}
@@ -934,6 +1087,8 @@ func (*SubscribeRequest_Ack) isSubscribeRequest_Frame() {}
 func (*SubscribeRequest_Nack) isSubscribeRequest_Frame() {}
 
 func (*SubscribeRequest_Touch) isSubscribeRequest_Frame() {}
+
+func (*SubscribeRequest_Close) isSubscribeRequest_Frame() {}
 
 type MessageBatch struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -944,7 +1099,7 @@ type MessageBatch struct {
 
 func (x *MessageBatch) Reset() {
 	*x = MessageBatch{}
-	mi := &file_tinybroker_v1_broker_proto_msgTypes[12]
+	mi := &file_tinybroker_v1_broker_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -956,7 +1111,7 @@ func (x *MessageBatch) String() string {
 func (*MessageBatch) ProtoMessage() {}
 
 func (x *MessageBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_tinybroker_v1_broker_proto_msgTypes[12]
+	mi := &file_tinybroker_v1_broker_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -969,7 +1124,7 @@ func (x *MessageBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageBatch.ProtoReflect.Descriptor instead.
 func (*MessageBatch) Descriptor() ([]byte, []int) {
-	return file_tinybroker_v1_broker_proto_rawDescGZIP(), []int{12}
+	return file_tinybroker_v1_broker_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *MessageBatch) GetMessages() []*Message {
@@ -985,6 +1140,7 @@ type SubscribeResponse struct {
 	//
 	//	*SubscribeResponse_Subscribed
 	//	*SubscribeResponse_Messages
+	//	*SubscribeResponse_Refused
 	Frame         isSubscribeResponse_Frame `protobuf_oneof:"frame"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -992,7 +1148,7 @@ type SubscribeResponse struct {
 
 func (x *SubscribeResponse) Reset() {
 	*x = SubscribeResponse{}
-	mi := &file_tinybroker_v1_broker_proto_msgTypes[13]
+	mi := &file_tinybroker_v1_broker_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1004,7 +1160,7 @@ func (x *SubscribeResponse) String() string {
 func (*SubscribeResponse) ProtoMessage() {}
 
 func (x *SubscribeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tinybroker_v1_broker_proto_msgTypes[13]
+	mi := &file_tinybroker_v1_broker_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1017,7 +1173,7 @@ func (x *SubscribeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscribeResponse.ProtoReflect.Descriptor instead.
 func (*SubscribeResponse) Descriptor() ([]byte, []int) {
-	return file_tinybroker_v1_broker_proto_rawDescGZIP(), []int{13}
+	return file_tinybroker_v1_broker_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *SubscribeResponse) GetFrame() isSubscribeResponse_Frame {
@@ -1045,6 +1201,15 @@ func (x *SubscribeResponse) GetMessages() *MessageBatch {
 	return nil
 }
 
+func (x *SubscribeResponse) GetRefused() *Refused {
+	if x != nil {
+		if x, ok := x.Frame.(*SubscribeResponse_Refused); ok {
+			return x.Refused
+		}
+	}
+	return nil
+}
+
 type isSubscribeResponse_Frame interface {
 	isSubscribeResponse_Frame()
 }
@@ -1057,9 +1222,15 @@ type SubscribeResponse_Messages struct {
 	Messages *MessageBatch `protobuf:"bytes,2,opt,name=messages,proto3,oneof"`
 }
 
+type SubscribeResponse_Refused struct {
+	Refused *Refused `protobuf:"bytes,3,opt,name=refused,proto3,oneof"`
+}
+
 func (*SubscribeResponse_Subscribed) isSubscribeResponse_Frame() {}
 
 func (*SubscribeResponse_Messages) isSubscribeResponse_Frame() {}
+
+func (*SubscribeResponse_Refused) isSubscribeResponse_Frame() {}
 
 type Ack struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
@@ -1071,7 +1242,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_tinybroker_v1_broker_proto_msgTypes[14]
+	mi := &file_tinybroker_v1_broker_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1083,7 +1254,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_tinybroker_v1_broker_proto_msgTypes[14]
+	mi := &file_tinybroker_v1_broker_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1096,7 +1267,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_tinybroker_v1_broker_proto_rawDescGZIP(), []int{14}
+	return file_tinybroker_v1_broker_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Ack) GetSubscriptionId() string {
@@ -1121,7 +1292,7 @@ type AckResponse struct {
 
 func (x *AckResponse) Reset() {
 	*x = AckResponse{}
-	mi := &file_tinybroker_v1_broker_proto_msgTypes[15]
+	mi := &file_tinybroker_v1_broker_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1133,7 +1304,7 @@ func (x *AckResponse) String() string {
 func (*AckResponse) ProtoMessage() {}
 
 func (x *AckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tinybroker_v1_broker_proto_msgTypes[15]
+	mi := &file_tinybroker_v1_broker_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1146,7 +1317,7 @@ func (x *AckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckResponse.ProtoReflect.Descriptor instead.
 func (*AckResponse) Descriptor() ([]byte, []int) {
-	return file_tinybroker_v1_broker_proto_rawDescGZIP(), []int{15}
+	return file_tinybroker_v1_broker_proto_rawDescGZIP(), []int{17}
 }
 
 type Nack struct {
@@ -1161,7 +1332,7 @@ type Nack struct {
 
 func (x *Nack) Reset() {
 	*x = Nack{}
-	mi := &file_tinybroker_v1_broker_proto_msgTypes[16]
+	mi := &file_tinybroker_v1_broker_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1173,7 +1344,7 @@ func (x *Nack) String() string {
 func (*Nack) ProtoMessage() {}
 
 func (x *Nack) ProtoReflect() protoreflect.Message {
-	mi := &file_tinybroker_v1_broker_proto_msgTypes[16]
+	mi := &file_tinybroker_v1_broker_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1186,7 +1357,7 @@ func (x *Nack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Nack.ProtoReflect.Descriptor instead.
 func (*Nack) Descriptor() ([]byte, []int) {
-	return file_tinybroker_v1_broker_proto_rawDescGZIP(), []int{16}
+	return file_tinybroker_v1_broker_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Nack) GetSubscriptionId() string {
@@ -1225,7 +1396,7 @@ type NackResponse struct {
 
 func (x *NackResponse) Reset() {
 	*x = NackResponse{}
-	mi := &file_tinybroker_v1_broker_proto_msgTypes[17]
+	mi := &file_tinybroker_v1_broker_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1237,7 +1408,7 @@ func (x *NackResponse) String() string {
 func (*NackResponse) ProtoMessage() {}
 
 func (x *NackResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tinybroker_v1_broker_proto_msgTypes[17]
+	mi := &file_tinybroker_v1_broker_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1250,7 +1421,7 @@ func (x *NackResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NackResponse.ProtoReflect.Descriptor instead.
 func (*NackResponse) Descriptor() ([]byte, []int) {
-	return file_tinybroker_v1_broker_proto_rawDescGZIP(), []int{17}
+	return file_tinybroker_v1_broker_proto_rawDescGZIP(), []int{19}
 }
 
 type StatsRequest struct {
@@ -1261,7 +1432,7 @@ type StatsRequest struct {
 
 func (x *StatsRequest) Reset() {
 	*x = StatsRequest{}
-	mi := &file_tinybroker_v1_broker_proto_msgTypes[18]
+	mi := &file_tinybroker_v1_broker_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1273,7 +1444,7 @@ func (x *StatsRequest) String() string {
 func (*StatsRequest) ProtoMessage() {}
 
 func (x *StatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tinybroker_v1_broker_proto_msgTypes[18]
+	mi := &file_tinybroker_v1_broker_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1286,7 +1457,7 @@ func (x *StatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsRequest.ProtoReflect.Descriptor instead.
 func (*StatsRequest) Descriptor() ([]byte, []int) {
-	return file_tinybroker_v1_broker_proto_rawDescGZIP(), []int{18}
+	return file_tinybroker_v1_broker_proto_rawDescGZIP(), []int{20}
 }
 
 type StatsResponse struct {
@@ -1309,7 +1480,7 @@ type StatsResponse struct {
 
 func (x *StatsResponse) Reset() {
 	*x = StatsResponse{}
-	mi := &file_tinybroker_v1_broker_proto_msgTypes[19]
+	mi := &file_tinybroker_v1_broker_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1321,7 +1492,7 @@ func (x *StatsResponse) String() string {
 func (*StatsResponse) ProtoMessage() {}
 
 func (x *StatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tinybroker_v1_broker_proto_msgTypes[19]
+	mi := &file_tinybroker_v1_broker_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1334,7 +1505,7 @@ func (x *StatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsResponse.ProtoReflect.Descriptor instead.
 func (*StatsResponse) Descriptor() ([]byte, []int) {
-	return file_tinybroker_v1_broker_proto_rawDescGZIP(), []int{19}
+	return file_tinybroker_v1_broker_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *StatsResponse) GetPublished() uint64 {
@@ -1422,7 +1593,7 @@ type PluginStats struct {
 
 func (x *PluginStats) Reset() {
 	*x = PluginStats{}
-	mi := &file_tinybroker_v1_broker_proto_msgTypes[20]
+	mi := &file_tinybroker_v1_broker_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1434,7 +1605,7 @@ func (x *PluginStats) String() string {
 func (*PluginStats) ProtoMessage() {}
 
 func (x *PluginStats) ProtoReflect() protoreflect.Message {
-	mi := &file_tinybroker_v1_broker_proto_msgTypes[20]
+	mi := &file_tinybroker_v1_broker_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1447,7 +1618,7 @@ func (x *PluginStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PluginStats.ProtoReflect.Descriptor instead.
 func (*PluginStats) Descriptor() ([]byte, []int) {
-	return file_tinybroker_v1_broker_proto_rawDescGZIP(), []int{20}
+	return file_tinybroker_v1_broker_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *PluginStats) GetName() string {
@@ -1493,7 +1664,7 @@ type ReloadRequest struct {
 
 func (x *ReloadRequest) Reset() {
 	*x = ReloadRequest{}
-	mi := &file_tinybroker_v1_broker_proto_msgTypes[21]
+	mi := &file_tinybroker_v1_broker_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1505,7 +1676,7 @@ func (x *ReloadRequest) String() string {
 func (*ReloadRequest) ProtoMessage() {}
 
 func (x *ReloadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tinybroker_v1_broker_proto_msgTypes[21]
+	mi := &file_tinybroker_v1_broker_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1518,7 +1689,7 @@ func (x *ReloadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReloadRequest.ProtoReflect.Descriptor instead.
 func (*ReloadRequest) Descriptor() ([]byte, []int) {
-	return file_tinybroker_v1_broker_proto_rawDescGZIP(), []int{21}
+	return file_tinybroker_v1_broker_proto_rawDescGZIP(), []int{23}
 }
 
 type ReloadResponse struct {
@@ -1531,7 +1702,7 @@ type ReloadResponse struct {
 
 func (x *ReloadResponse) Reset() {
 	*x = ReloadResponse{}
-	mi := &file_tinybroker_v1_broker_proto_msgTypes[22]
+	mi := &file_tinybroker_v1_broker_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1543,7 +1714,7 @@ func (x *ReloadResponse) String() string {
 func (*ReloadResponse) ProtoMessage() {}
 
 func (x *ReloadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tinybroker_v1_broker_proto_msgTypes[22]
+	mi := &file_tinybroker_v1_broker_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1556,7 +1727,7 @@ func (x *ReloadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReloadResponse.ProtoReflect.Descriptor instead.
 func (*ReloadResponse) Descriptor() ([]byte, []int) {
-	return file_tinybroker_v1_broker_proto_rawDescGZIP(), []int{22}
+	return file_tinybroker_v1_broker_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ReloadResponse) GetPlugins() []string {
@@ -1581,7 +1752,7 @@ type SubscriptionStats struct {
 
 func (x *SubscriptionStats) Reset() {
 	*x = SubscriptionStats{}
-	mi := &file_tinybroker_v1_broker_proto_msgTypes[23]
+	mi := &file_tinybroker_v1_broker_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1593,7 +1764,7 @@ func (x *SubscriptionStats) String() string {
 func (*SubscriptionStats) ProtoMessage() {}
 
 func (x *SubscriptionStats) ProtoReflect() protoreflect.Message {
-	mi := &file_tinybroker_v1_broker_proto_msgTypes[23]
+	mi := &file_tinybroker_v1_broker_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1606,7 +1777,7 @@ func (x *SubscriptionStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscriptionStats.ProtoReflect.Descriptor instead.
 func (*SubscriptionStats) Descriptor() ([]byte, []int) {
-	return file_tinybroker_v1_broker_proto_rawDescGZIP(), []int{23}
+	return file_tinybroker_v1_broker_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SubscriptionStats) GetSubscriptionId() string {
@@ -1668,7 +1839,7 @@ type GroupStats struct {
 
 func (x *GroupStats) Reset() {
 	*x = GroupStats{}
-	mi := &file_tinybroker_v1_broker_proto_msgTypes[24]
+	mi := &file_tinybroker_v1_broker_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1680,7 +1851,7 @@ func (x *GroupStats) String() string {
 func (*GroupStats) ProtoMessage() {}
 
 func (x *GroupStats) ProtoReflect() protoreflect.Message {
-	mi := &file_tinybroker_v1_broker_proto_msgTypes[24]
+	mi := &file_tinybroker_v1_broker_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1693,7 +1864,7 @@ func (x *GroupStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupStats.ProtoReflect.Descriptor instead.
 func (*GroupStats) Descriptor() ([]byte, []int) {
-	return file_tinybroker_v1_broker_proto_rawDescGZIP(), []int{24}
+	return file_tinybroker_v1_broker_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GroupStats) GetSubscriptionId() string {
@@ -1834,32 +2005,43 @@ const file_tinybroker_v1_broker_proto_rawDesc = "" +
 	"\rmax_in_flight\x18\x03 \x01(\rR\vmaxInFlight\x12<\n" +
 	"\fack_deadline\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\vackDeadline\x12%\n" +
 	"\x0emax_deliveries\x18\x05 \x01(\rR\rmaxDeliveries\x12*\n" +
-	"\x11dead_letter_topic\x18\x06 \x01(\tR\x0fdeadLetterTopic\")\n" +
+	"\x11dead_letter_topic\x18\x06 \x01(\tR\x0fdeadLetterTopic\"R\n" +
 	"\bAckBatch\x12\x1d\n" +
 	"\n" +
-	"system_ids\x18\x01 \x03(\tR\tsystemIds\"s\n" +
+	"system_ids\x18\x01 \x03(\tR\tsystemIds\x12'\n" +
+	"\x0fsubscription_id\x18\x02 \x01(\tR\x0esubscriptionId\"\x9c\x01\n" +
 	"\tNackBatch\x12\x1d\n" +
 	"\n" +
 	"system_ids\x18\x01 \x03(\tR\tsystemIds\x12/\n" +
 	"\x05delay\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x05delay\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason\"+\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12'\n" +
+	"\x0fsubscription_id\x18\x04 \x01(\tR\x0esubscriptionId\"T\n" +
 	"\n" +
 	"TouchBatch\x12\x1d\n" +
 	"\n" +
-	"system_ids\x18\x01 \x03(\tR\tsystemIds\"\xe2\x01\n" +
+	"system_ids\x18\x01 \x03(\tR\tsystemIds\x12'\n" +
+	"\x0fsubscription_id\x18\x02 \x01(\tR\x0esubscriptionId\"<\n" +
+	"\x11CloseSubscription\x12'\n" +
+	"\x0fsubscription_id\x18\x01 \x01(\tR\x0esubscriptionId\"\\\n" +
+	"\aRefused\x12'\n" +
+	"\x0fsubscription_id\x18\x01 \x01(\tR\x0esubscriptionId\x12\x12\n" +
+	"\x04code\x18\x02 \x01(\x05R\x04code\x12\x14\n" +
+	"\x05error\x18\x03 \x01(\tR\x05error\"\x9c\x02\n" +
 	"\x10SubscribeRequest\x125\n" +
 	"\x04open\x18\x01 \x01(\v2\x1f.tinybroker.v1.OpenSubscriptionH\x00R\x04open\x12+\n" +
 	"\x03ack\x18\x02 \x01(\v2\x17.tinybroker.v1.AckBatchH\x00R\x03ack\x12.\n" +
 	"\x04nack\x18\x03 \x01(\v2\x18.tinybroker.v1.NackBatchH\x00R\x04nack\x121\n" +
-	"\x05touch\x18\x04 \x01(\v2\x19.tinybroker.v1.TouchBatchH\x00R\x05touchB\a\n" +
+	"\x05touch\x18\x04 \x01(\v2\x19.tinybroker.v1.TouchBatchH\x00R\x05touch\x128\n" +
+	"\x05close\x18\x05 \x01(\v2 .tinybroker.v1.CloseSubscriptionH\x00R\x05closeB\a\n" +
 	"\x05frame\"B\n" +
 	"\fMessageBatch\x122\n" +
-	"\bmessages\x18\x01 \x03(\v2\x16.tinybroker.v1.MessageR\bmessages\"\x94\x01\n" +
+	"\bmessages\x18\x01 \x03(\v2\x16.tinybroker.v1.MessageR\bmessages\"\xc8\x01\n" +
 	"\x11SubscribeResponse\x12;\n" +
 	"\n" +
 	"subscribed\x18\x01 \x01(\v2\x19.tinybroker.v1.SubscribedH\x00R\n" +
 	"subscribed\x129\n" +
-	"\bmessages\x18\x02 \x01(\v2\x1b.tinybroker.v1.MessageBatchH\x00R\bmessagesB\a\n" +
+	"\bmessages\x18\x02 \x01(\v2\x1b.tinybroker.v1.MessageBatchH\x00R\bmessages\x122\n" +
+	"\arefused\x18\x03 \x01(\v2\x16.tinybroker.v1.RefusedH\x00R\arefusedB\a\n" +
 	"\x05frame\"K\n" +
 	"\x03Ack\x12'\n" +
 	"\x0fsubscription_id\x18\x01 \x01(\tR\x0esubscriptionId\x12\x1b\n" +
@@ -1940,7 +2122,7 @@ func file_tinybroker_v1_broker_proto_rawDescGZIP() []byte {
 }
 
 var file_tinybroker_v1_broker_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_tinybroker_v1_broker_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_tinybroker_v1_broker_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_tinybroker_v1_broker_proto_goTypes = []any{
 	(DeliveryMode)(0),             // 0: tinybroker.v1.DeliveryMode
 	(*Message)(nil),               // 1: tinybroker.v1.Message
@@ -1954,63 +2136,67 @@ var file_tinybroker_v1_broker_proto_goTypes = []any{
 	(*AckBatch)(nil),              // 9: tinybroker.v1.AckBatch
 	(*NackBatch)(nil),             // 10: tinybroker.v1.NackBatch
 	(*TouchBatch)(nil),            // 11: tinybroker.v1.TouchBatch
-	(*SubscribeRequest)(nil),      // 12: tinybroker.v1.SubscribeRequest
-	(*MessageBatch)(nil),          // 13: tinybroker.v1.MessageBatch
-	(*SubscribeResponse)(nil),     // 14: tinybroker.v1.SubscribeResponse
-	(*Ack)(nil),                   // 15: tinybroker.v1.Ack
-	(*AckResponse)(nil),           // 16: tinybroker.v1.AckResponse
-	(*Nack)(nil),                  // 17: tinybroker.v1.Nack
-	(*NackResponse)(nil),          // 18: tinybroker.v1.NackResponse
-	(*StatsRequest)(nil),          // 19: tinybroker.v1.StatsRequest
-	(*StatsResponse)(nil),         // 20: tinybroker.v1.StatsResponse
-	(*PluginStats)(nil),           // 21: tinybroker.v1.PluginStats
-	(*ReloadRequest)(nil),         // 22: tinybroker.v1.ReloadRequest
-	(*ReloadResponse)(nil),        // 23: tinybroker.v1.ReloadResponse
-	(*SubscriptionStats)(nil),     // 24: tinybroker.v1.SubscriptionStats
-	(*GroupStats)(nil),            // 25: tinybroker.v1.GroupStats
-	nil,                           // 26: tinybroker.v1.Message.HeadersEntry
-	nil,                           // 27: tinybroker.v1.PublishRequest.HeadersEntry
-	(*durationpb.Duration)(nil),   // 28: google.protobuf.Duration
+	(*CloseSubscription)(nil),     // 12: tinybroker.v1.CloseSubscription
+	(*Refused)(nil),               // 13: tinybroker.v1.Refused
+	(*SubscribeRequest)(nil),      // 14: tinybroker.v1.SubscribeRequest
+	(*MessageBatch)(nil),          // 15: tinybroker.v1.MessageBatch
+	(*SubscribeResponse)(nil),     // 16: tinybroker.v1.SubscribeResponse
+	(*Ack)(nil),                   // 17: tinybroker.v1.Ack
+	(*AckResponse)(nil),           // 18: tinybroker.v1.AckResponse
+	(*Nack)(nil),                  // 19: tinybroker.v1.Nack
+	(*NackResponse)(nil),          // 20: tinybroker.v1.NackResponse
+	(*StatsRequest)(nil),          // 21: tinybroker.v1.StatsRequest
+	(*StatsResponse)(nil),         // 22: tinybroker.v1.StatsResponse
+	(*PluginStats)(nil),           // 23: tinybroker.v1.PluginStats
+	(*ReloadRequest)(nil),         // 24: tinybroker.v1.ReloadRequest
+	(*ReloadResponse)(nil),        // 25: tinybroker.v1.ReloadResponse
+	(*SubscriptionStats)(nil),     // 26: tinybroker.v1.SubscriptionStats
+	(*GroupStats)(nil),            // 27: tinybroker.v1.GroupStats
+	nil,                           // 28: tinybroker.v1.Message.HeadersEntry
+	nil,                           // 29: tinybroker.v1.PublishRequest.HeadersEntry
+	(*durationpb.Duration)(nil),   // 30: google.protobuf.Duration
 }
 var file_tinybroker_v1_broker_proto_depIdxs = []int32{
-	26, // 0: tinybroker.v1.Message.headers:type_name -> tinybroker.v1.Message.HeadersEntry
-	27, // 1: tinybroker.v1.PublishRequest.headers:type_name -> tinybroker.v1.PublishRequest.HeadersEntry
+	28, // 0: tinybroker.v1.Message.headers:type_name -> tinybroker.v1.Message.HeadersEntry
+	29, // 1: tinybroker.v1.PublishRequest.headers:type_name -> tinybroker.v1.PublishRequest.HeadersEntry
 	2,  // 2: tinybroker.v1.PublishStreamRequest.messages:type_name -> tinybroker.v1.PublishRequest
 	6,  // 3: tinybroker.v1.PublishStreamResponse.results:type_name -> tinybroker.v1.PublishResult
 	0,  // 4: tinybroker.v1.OpenSubscription.mode:type_name -> tinybroker.v1.DeliveryMode
-	28, // 5: tinybroker.v1.OpenSubscription.ack_deadline:type_name -> google.protobuf.Duration
-	28, // 6: tinybroker.v1.Subscribed.ack_deadline:type_name -> google.protobuf.Duration
-	28, // 7: tinybroker.v1.NackBatch.delay:type_name -> google.protobuf.Duration
+	30, // 5: tinybroker.v1.OpenSubscription.ack_deadline:type_name -> google.protobuf.Duration
+	30, // 6: tinybroker.v1.Subscribed.ack_deadline:type_name -> google.protobuf.Duration
+	30, // 7: tinybroker.v1.NackBatch.delay:type_name -> google.protobuf.Duration
 	7,  // 8: tinybroker.v1.SubscribeRequest.open:type_name -> tinybroker.v1.OpenSubscription
 	9,  // 9: tinybroker.v1.SubscribeRequest.ack:type_name -> tinybroker.v1.AckBatch
 	10, // 10: tinybroker.v1.SubscribeRequest.nack:type_name -> tinybroker.v1.NackBatch
 	11, // 11: tinybroker.v1.SubscribeRequest.touch:type_name -> tinybroker.v1.TouchBatch
-	1,  // 12: tinybroker.v1.MessageBatch.messages:type_name -> tinybroker.v1.Message
-	8,  // 13: tinybroker.v1.SubscribeResponse.subscribed:type_name -> tinybroker.v1.Subscribed
-	13, // 14: tinybroker.v1.SubscribeResponse.messages:type_name -> tinybroker.v1.MessageBatch
-	28, // 15: tinybroker.v1.Nack.delay:type_name -> google.protobuf.Duration
-	24, // 16: tinybroker.v1.StatsResponse.subscriptions:type_name -> tinybroker.v1.SubscriptionStats
-	25, // 17: tinybroker.v1.StatsResponse.groups:type_name -> tinybroker.v1.GroupStats
-	21, // 18: tinybroker.v1.StatsResponse.plugins:type_name -> tinybroker.v1.PluginStats
-	2,  // 19: tinybroker.v1.Broker.Publish:input_type -> tinybroker.v1.PublishRequest
-	4,  // 20: tinybroker.v1.Broker.PublishStream:input_type -> tinybroker.v1.PublishStreamRequest
-	12, // 21: tinybroker.v1.Broker.Subscribe:input_type -> tinybroker.v1.SubscribeRequest
-	15, // 22: tinybroker.v1.Broker.Ack:input_type -> tinybroker.v1.Ack
-	17, // 23: tinybroker.v1.Broker.Nack:input_type -> tinybroker.v1.Nack
-	19, // 24: tinybroker.v1.Broker.Stats:input_type -> tinybroker.v1.StatsRequest
-	22, // 25: tinybroker.v1.Broker.Reload:input_type -> tinybroker.v1.ReloadRequest
-	3,  // 26: tinybroker.v1.Broker.Publish:output_type -> tinybroker.v1.PublishResponse
-	5,  // 27: tinybroker.v1.Broker.PublishStream:output_type -> tinybroker.v1.PublishStreamResponse
-	14, // 28: tinybroker.v1.Broker.Subscribe:output_type -> tinybroker.v1.SubscribeResponse
-	16, // 29: tinybroker.v1.Broker.Ack:output_type -> tinybroker.v1.AckResponse
-	18, // 30: tinybroker.v1.Broker.Nack:output_type -> tinybroker.v1.NackResponse
-	20, // 31: tinybroker.v1.Broker.Stats:output_type -> tinybroker.v1.StatsResponse
-	23, // 32: tinybroker.v1.Broker.Reload:output_type -> tinybroker.v1.ReloadResponse
-	26, // [26:33] is the sub-list for method output_type
-	19, // [19:26] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	12, // 12: tinybroker.v1.SubscribeRequest.close:type_name -> tinybroker.v1.CloseSubscription
+	1,  // 13: tinybroker.v1.MessageBatch.messages:type_name -> tinybroker.v1.Message
+	8,  // 14: tinybroker.v1.SubscribeResponse.subscribed:type_name -> tinybroker.v1.Subscribed
+	15, // 15: tinybroker.v1.SubscribeResponse.messages:type_name -> tinybroker.v1.MessageBatch
+	13, // 16: tinybroker.v1.SubscribeResponse.refused:type_name -> tinybroker.v1.Refused
+	30, // 17: tinybroker.v1.Nack.delay:type_name -> google.protobuf.Duration
+	26, // 18: tinybroker.v1.StatsResponse.subscriptions:type_name -> tinybroker.v1.SubscriptionStats
+	27, // 19: tinybroker.v1.StatsResponse.groups:type_name -> tinybroker.v1.GroupStats
+	23, // 20: tinybroker.v1.StatsResponse.plugins:type_name -> tinybroker.v1.PluginStats
+	2,  // 21: tinybroker.v1.Broker.Publish:input_type -> tinybroker.v1.PublishRequest
+	4,  // 22: tinybroker.v1.Broker.PublishStream:input_type -> tinybroker.v1.PublishStreamRequest
+	14, // 23: tinybroker.v1.Broker.Subscribe:input_type -> tinybroker.v1.SubscribeRequest
+	17, // 24: tinybroker.v1.Broker.Ack:input_type -> tinybroker.v1.Ack
+	19, // 25: tinybroker.v1.Broker.Nack:input_type -> tinybroker.v1.Nack
+	21, // 26: tinybroker.v1.Broker.Stats:input_type -> tinybroker.v1.StatsRequest
+	24, // 27: tinybroker.v1.Broker.Reload:input_type -> tinybroker.v1.ReloadRequest
+	3,  // 28: tinybroker.v1.Broker.Publish:output_type -> tinybroker.v1.PublishResponse
+	5,  // 29: tinybroker.v1.Broker.PublishStream:output_type -> tinybroker.v1.PublishStreamResponse
+	16, // 30: tinybroker.v1.Broker.Subscribe:output_type -> tinybroker.v1.SubscribeResponse
+	18, // 31: tinybroker.v1.Broker.Ack:output_type -> tinybroker.v1.AckResponse
+	20, // 32: tinybroker.v1.Broker.Nack:output_type -> tinybroker.v1.NackResponse
+	22, // 33: tinybroker.v1.Broker.Stats:output_type -> tinybroker.v1.StatsResponse
+	25, // 34: tinybroker.v1.Broker.Reload:output_type -> tinybroker.v1.ReloadResponse
+	28, // [28:35] is the sub-list for method output_type
+	21, // [21:28] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_tinybroker_v1_broker_proto_init() }
@@ -2018,15 +2204,17 @@ func file_tinybroker_v1_broker_proto_init() {
 	if File_tinybroker_v1_broker_proto != nil {
 		return
 	}
-	file_tinybroker_v1_broker_proto_msgTypes[11].OneofWrappers = []any{
+	file_tinybroker_v1_broker_proto_msgTypes[13].OneofWrappers = []any{
 		(*SubscribeRequest_Open)(nil),
 		(*SubscribeRequest_Ack)(nil),
 		(*SubscribeRequest_Nack)(nil),
 		(*SubscribeRequest_Touch)(nil),
+		(*SubscribeRequest_Close)(nil),
 	}
-	file_tinybroker_v1_broker_proto_msgTypes[13].OneofWrappers = []any{
+	file_tinybroker_v1_broker_proto_msgTypes[15].OneofWrappers = []any{
 		(*SubscribeResponse_Subscribed)(nil),
 		(*SubscribeResponse_Messages)(nil),
+		(*SubscribeResponse_Refused)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2034,7 +2222,7 @@ func file_tinybroker_v1_broker_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tinybroker_v1_broker_proto_rawDesc), len(file_tinybroker_v1_broker_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   27,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -47,9 +47,12 @@ type BrokerClient interface {
 	// response frame with the same sequence and a result per message, in order. A message that
 	// fails does not end the stream; its result carries the status code and message.
 	PublishStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[PublishStreamRequest, PublishStreamResponse], error)
-	// Subscribe opens a subscription. The first client frame must carry `open`; the server
-	// answers with `subscribed`, then with batches of messages. Later client frames carry acks,
-	// nacks and touches for balanced subscriptions.
+	// Subscribe opens a subscription stream. The first client frame must carry `open`; the
+	// server answers with `subscribed`, then with batches of messages. Later client frames carry
+	// acks, nacks and touches for balanced subscriptions, and may open more subscriptions on the
+	// same stream (each `open` is answered, in order, by `subscribed` or `refused`, before any
+	// message of that subscription) or close one (`close`). The subscriptions of a stream share
+	// its order and its buffer limits. If the first `open` fails, the stream ends with its status.
 	Subscribe(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[SubscribeRequest, SubscribeResponse], error)
 	// Ack acknowledges one delivered message of a balanced subscription. NOT_FOUND when the
 	// subscription or the message is unknown (or was already acked).
@@ -162,9 +165,12 @@ type BrokerServer interface {
 	// response frame with the same sequence and a result per message, in order. A message that
 	// fails does not end the stream; its result carries the status code and message.
 	PublishStream(grpc.BidiStreamingServer[PublishStreamRequest, PublishStreamResponse]) error
-	// Subscribe opens a subscription. The first client frame must carry `open`; the server
-	// answers with `subscribed`, then with batches of messages. Later client frames carry acks,
-	// nacks and touches for balanced subscriptions.
+	// Subscribe opens a subscription stream. The first client frame must carry `open`; the
+	// server answers with `subscribed`, then with batches of messages. Later client frames carry
+	// acks, nacks and touches for balanced subscriptions, and may open more subscriptions on the
+	// same stream (each `open` is answered, in order, by `subscribed` or `refused`, before any
+	// message of that subscription) or close one (`close`). The subscriptions of a stream share
+	// its order and its buffer limits. If the first `open` fails, the stream ends with its status.
 	Subscribe(grpc.BidiStreamingServer[SubscribeRequest, SubscribeResponse]) error
 	// Ack acknowledges one delivered message of a balanced subscription. NOT_FOUND when the
 	// subscription or the message is unknown (or was already acked).

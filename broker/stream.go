@@ -1,0 +1,166 @@
+package broker
+
+import (
+	"fmt"
+	"sync"
+)
+
+// Stream is one subscriber connection (a Subscribe stream of the protocol) carrying any
+// number of subscriptions, as a NATS connection carries many SUBs. Their deliveries share the
+// stream's buffer, its order and its limits: a stream that falls past its fanout buffer
+// limits is a slow consumer as a whole. The owner drains it with Next after Ready fires and
+// must Close it when the connection ends; Done is closed when the broker ends the stream
+// itself (slow consumer, shutdown) and Err says why.
+//
+// Besides messages, Next returns one event per Subscribe call, in the stream's order and
+// before any message of the new subscription: a Delivery with Msg nil whose Sub opened, or
+// was refused (Sub.Refused() says why).
+type Stream struct {
+	b      *Broker
+	events bool // Subscribe calls are reported in Next
+
+	out       outbox
+	closed    bool  // under out.mu
+	err       error // under out.mu; set before done is closed
+	done      chan struct{}
+	closeOnce sync.Once
+
+	mu   sync.Mutex               // guards subs; never held while calling into the broker
+	subs map[string]*Subscription // open subscriptions by id
+}
+
+// NewStream opens a stream to carry subscriptions.
+func (b *Broker) NewStream() *Stream {
+	st := b.newStream()
+	st.events = true
+	return st
+}
+
+func (b *Broker) newStream() *Stream {
+	return &Stream{b: b, out: newOutbox(), done: make(chan struct{}), subs: make(map[string]*Subscription, 1)}
+}
+
+// Subscribe opens a subscription on the stream. A stream may carry a consumer group once:
+// a second member of the same group on one stream is refused.
+func (st *Stream) Subscribe(o SubscribeOptions) (*Subscription, error) {
+	s, err := st.b.subscribe(o, st)
+	if err != nil && st.events {
+		ref := &Subscription{b: st.b, st: st, mode: o.Mode, refused: err}
+		ref.id = o.ID
+		if o.ID == "" && o.Mode == Balanced {
+			ref.id = o.Group
+		}
+		st.out.mu.Lock()
+		if !st.closed {
+			st.out.pushLocked(Delivery{Sub: ref})
+		}
+		st.out.mu.Unlock()
+	}
+	return s, err
+}
+
+// register adds s to the stream and queues its opening event; it fails if the stream has
+// ended or already carries s's id. It is called before s is routed to.
+func (st *Stream) register(s *Subscription) error {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if _, ok := st.subs[s.id]; ok {
+		return fmt.Errorf("%w: this stream already carries subscription %q; a stream can be one member of a group at most", ErrSubscriptionExists, s.id)
+	}
+	st.out.mu.Lock()
+	defer st.out.mu.Unlock()
+	if st.closed {
+		return fmt.Errorf("%w: the stream has ended", ErrSubscriptionClosed)
+	}
+	st.subs[s.id] = s
+	if st.events {
+		st.out.pushLocked(Delivery{Sub: s})
+	}
+	return nil
+}
+
+// Lookup returns the stream's open subscription with this id. With id empty it returns the
+// stream's only subscription, if it has exactly one; n is how many it has.
+func (st *Stream) Lookup(id string) (s *Subscription, n int) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	n = len(st.subs)
+	if id != "" {
+		return st.subs[id], n
+	}
+	if n == 1 {
+		for _, s := range st.subs {
+			return s, n
+		}
+	}
+	return nil, n
+}
+
+// Subscriptions returns the stream's open subscriptions, in no order.
+func (st *Stream) Subscriptions() []*Subscription {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	subs := make([]*Subscription, 0, len(st.subs))
+	for _, s := range st.subs {
+		subs = append(subs, s)
+	}
+	return subs
+}
+
+// Ready is signalled when deliveries may be waiting; call Next until it returns none.
+func (st *Stream) Ready() <-chan struct{} { return st.out.ready }
+
+// Done is closed when the stream has ended.
+func (st *Stream) Done() <-chan struct{} { return st.done }
+
+// Err says why the stream ended: ErrSlowConsumer, ErrShuttingDown or ErrSubscriptionClosed;
+// nil while it is open.
+func (st *Stream) Err() error {
+	st.out.mu.Lock()
+	defer st.out.mu.Unlock()
+	return st.err
+}
+
+// Next appends to dst up to maxN waiting deliveries and events holding at most maxBytes of
+// payload (but always at least one, if any wait).
+func (st *Stream) Next(dst []Delivery, maxN, maxBytes int) []Delivery {
+	return st.out.take(dst, maxN, maxBytes)
+}
+
+// Close ends the stream and every subscription on it: group members' unacked messages go at
+// once to the other members. Close is idempotent.
+func (st *Stream) Close() {
+	st.end(ErrSubscriptionClosed)
+	st.detachAll()
+}
+
+// end marks the stream ended with err unless it already was, and reports whether this call
+// ended it.
+func (st *Stream) end(err error) bool {
+	st.out.mu.Lock()
+	defer st.out.mu.Unlock()
+	return st.endLocked(err)
+}
+
+func (st *Stream) endLocked(err error) bool {
+	if st.closed {
+		return false
+	}
+	st.closed, st.err = true, err
+	close(st.done)
+	return true
+}
+
+// detachAll removes every subscription of an ended stream from routing, once. No lock may be
+// held.
+func (st *Stream) detachAll() {
+	st.closeOnce.Do(func() {
+		st.mu.Lock()
+		subs := st.subs
+		st.subs = nil
+		st.mu.Unlock()
+		for _, s := range subs {
+			s.detach()
+		}
+	})
+}

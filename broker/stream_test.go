@@ -1,0 +1,153 @@
+package broker
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"testing"
+)
+
+func mustSubscribe(t *testing.T, st *Stream, o SubscribeOptions) *Subscription {
+	t.Helper()
+	s, err := st.Subscribe(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// A stream reports each Subscribe in order, before the new subscription's messages; closing
+// one subscription drops what the stream still buffers for it and nothing else.
+func TestStreamEventsAndClose(t *testing.T) {
+	b := newTestBroker(t, Options{})
+	st := b.NewStream()
+	defer st.Close()
+	a := mustSubscribe(t, st, SubscribeOptions{ID: "a", Patterns: []string{"t.>"}, Mode: Fanout})
+	if _, err := st.Subscribe(SubscribeOptions{ID: "a", Patterns: []string{"t"}, Mode: Fanout}); !errors.Is(err, ErrSubscriptionExists) {
+		t.Fatalf("second a: %v, want ErrSubscriptionExists", err)
+	}
+	for i := range 3 {
+		if _, err := b.Publish("t.x", []byte{byte(i)}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := mustSubscribe(t, st, SubscribeOptions{ID: "c", Patterns: []string{"t.>"}, Mode: Fanout})
+	if _, err := b.Publish("t.y", []byte{9}, nil); err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+	a.Close() // idempotent
+	ds := st.Next(nil, 100, 1<<20)
+	var kinds []string
+	for _, d := range ds {
+		switch {
+		case d.Msg == nil && d.Sub.Refused() != nil:
+			kinds = append(kinds, "refused:"+d.Sub.Settings().ID)
+		case d.Msg == nil:
+			kinds = append(kinds, "opened:"+d.Sub.Settings().ID)
+		default:
+			kinds = append(kinds, d.Sub.Settings().ID+":"+string('0'+d.Msg.Payload[0]))
+		}
+	}
+	want := []string{"opened:a", "refused:a", "opened:c", "c:9"}
+	if len(kinds) != len(want) {
+		t.Fatalf("stream gave %v, want %v", kinds, want)
+	}
+	for i := range want {
+		if kinds[i] != want[i] {
+			t.Fatalf("stream gave %v, want %v", kinds, want)
+		}
+	}
+	if s, n := st.Lookup(""); s != c || n != 1 {
+		t.Fatalf("Lookup(\"\") = %v, %d; want c, 1", s, n)
+	}
+	if st.out.bytes != 0 {
+		t.Fatalf("outbox counts %d payload bytes after draining, want 0", st.out.bytes)
+	}
+}
+
+// A member that leaves a shared stream takes back only its own deliveries still buffered, and
+// they do not count as attempts.
+func TestStreamMemberLeaves(t *testing.T) {
+	b := newTestBroker(t, Options{})
+	st := b.NewStream()
+	defer st.Close()
+	f := mustSubscribe(t, st, SubscribeOptions{ID: "f", Patterns: []string{"j"}, Mode: Fanout})
+	m := mustSubscribe(t, st, SubscribeOptions{Group: "g", Patterns: []string{"j"}, Mode: Balanced, MaxInFlight: 10})
+	for range 3 {
+		if _, err := b.Publish("j", []byte("x"), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m.Close()
+	other, err := b.Subscribe(SubscribeOptions{Group: "g", Patterns: []string{"j"}, Mode: Balanced, MaxInFlight: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	for range 3 {
+		if d := drainOne(t, other); d.Attempt != 1 {
+			t.Fatalf("attempt %d after a member left before sending, want 1", d.Attempt)
+		}
+	}
+	n := 0
+	for _, d := range st.Next(nil, 100, 1<<20) {
+		if d.Msg != nil {
+			if d.Sub != f {
+				t.Fatalf("a delivery for %s stayed on the stream", d.Sub.Settings().ID)
+			}
+			n++
+		}
+	}
+	if n != 3 {
+		t.Fatalf("fanout subscription kept %d messages, want 3", n)
+	}
+}
+
+// A slow consumer loses the whole stream: every subscription on it is detached.
+func TestStreamSlowConsumer(t *testing.T) {
+	b := newTestBroker(t, Options{FanoutBufferMessages: 2, PublisherWait: -1})
+	st := b.NewStream()
+	defer st.Close()
+	mustSubscribe(t, st, SubscribeOptions{ID: "a", Patterns: []string{"t"}, Mode: Fanout})
+	mustSubscribe(t, st, SubscribeOptions{ID: "b", Patterns: []string{"u"}, Mode: Fanout})
+	for range 4 {
+		if _, err := b.Publish("t", []byte("x"), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	<-st.Done()
+	if !errors.Is(st.Err(), ErrSlowConsumer) {
+		t.Fatalf("stream ended with %v, want ErrSlowConsumer", st.Err())
+	}
+	if n := len(b.Stats().Subscriptions); n != 0 {
+		t.Fatalf("%d subscriptions left after the stream was disconnected, want 0", n)
+	}
+}
+
+// BenchmarkSubscribeMemory reports the heap one fanout subscription holds, with W5's mix of
+// patterns on one stream (BENCHMARKS.md: W5 asks for at most 1 KB of broker memory each).
+func BenchmarkSubscribeMemory(b *testing.B) {
+	br := newTestBroker(b, Options{})
+	const k = 20000
+	var heap float64
+	for b.Loop() {
+		st := br.NewStream()
+		runtime.GC()
+		var m0, m1 runtime.MemStats
+		runtime.ReadMemStats(&m0)
+		for i := range k {
+			p := fmt.Sprintf([...]string{"s.%d.x", "s.*.y%d", "t.%d.>"}[i%3], i)
+			if _, err := st.Subscribe(SubscribeOptions{Patterns: []string{p}, Mode: Fanout}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		st.Next(nil, 2*k, 1<<30) // the open events
+		runtime.GC()
+		runtime.ReadMemStats(&m1)
+		heap = float64(m1.HeapAlloc-m0.HeapAlloc) / k
+		st.Close()
+	}
+	b.ReportMetric(heap, "heap-B/sub")
+	b.ReportMetric(0, "ns/op")
+}
