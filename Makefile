@@ -9,7 +9,7 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 PROTO_INCLUDE ?= /usr/include
 TESTFLAGS ?=
 
-.PHONY: run run-plugins build test test-short fuzz generate tools check bench bench-peers bench-w4 wasm-fixtures
+.PHONY: run run-plugins build test test-short fuzz generate tools check bench bench-peers bench-w4 bench-w6 wasm-fixtures
 
 run: ## start the broker on its embedded in-memory default (127.0.0.1:7878)
 	$(GO) run ./cmd/tinybroker serve
@@ -46,14 +46,17 @@ check: generate ## build, vet, gofmt, go mod tidy, regenerate; fails on any diff
 	$(GO) mod tidy
 	@git diff --exit-code -- . ':!*.log' || { echo "make check: the tree changed (stale generated code, go.mod/go.sum or formatting); commit the result"; exit 1; }
 
-bench: ## tinybroker's side of the benchmark workloads (bench/README.md)
+bench: ## tinybroker's side of the benchmark workloads W1-W6 (bench/README.md)
 	bash bench/run.sh
 
-bench-peers: ## tinybroker and the NATS peer, workload by workload, with ratios
+bench-peers: ## tinybroker and the NATS peer, workload by workload, with ratios and targets
 	bash bench/compare.sh
 
-bench-w4: ## plugin cost: W1 and W2 with and without two Go plugins
-	bash bench/w4.sh
+bench-w4: ## plugin cost: W1 and W2 plain and with the plugins of each bench/w4-<lang>.hcl
+	bash bench/run.sh W4
+
+bench-w6: ## 10,000 fanout streams at 1 msg/s each: latency, broker RSS and CPU
+	bash bench/run.sh W6
 
 wasm-fixtures: ## rebuild the hand-written WAT plugin fixtures (needs wat2wasm, Debian: wabt)
 	for f in plugins/testdata/*.wat; do wat2wasm "$$f" -o "$${f%.wat}.wasm"; done

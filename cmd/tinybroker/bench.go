@@ -24,9 +24,14 @@ medians for each on stdout (warm-ups and progress go to stderr):
   W1  1 publisher, 4 fanout subscribers            delivered_msgs_per_s
   W2  1 publisher, a consumer group of 4 with acks acked_msgs_per_s, redelivered
   W3  paced publisher, 1 subscriber                p50_us p99_us p999_us
+  W4  W1 and W2 plain and with plugins             plain, plugins (msgs/s), ratio (target 0.80)
   W5  1k/10k/100k subscriptions, 4 of them match   msgs_per_s, rss_per_sub_b
-W4 and W6 are not implemented yet and print a "skipped" line. bench/run.sh runs every
-workload against a fresh `+"`tinybroker serve`"+` process.
+  W6  10k fanout streams, a topic each, 1 msg/s    p99_us (target 5 ms), rss_per_stream_b,
+                                                   server_cpu_pct, lost
+W4 compares two brokers and runs only when asked for: with -addr, -w4-addr is a second one
+started with the plugins (tinybroker serve --config bench/w4-go.hcl); without -addr,
+-w4-config FILE loads that file's plugins into a second in-process broker. bench/run.sh runs
+every workload against fresh `+"`tinybroker serve`"+` processes.
 
 Flags:
 `)
@@ -34,17 +39,24 @@ Flags:
 	}
 	var cfg bench.Config
 	fs.StringVar(&cfg.Addr, "addr", "", "the broker's `host:port`; empty starts a broker inside this process, sharing its CPU and runtime with the clients (for trying it out, not for figures)")
-	workloads := fs.String("w", "W1,W2,W3,W5", "workloads to run, comma-separated")
-	fs.IntVar(&cfg.N, "n", 0, "messages per repetition (default: W1/W2 500000, W3 5 s at -rate, W5 200000)")
+	workloads := fs.String("w", "W1,W2,W3,W5,W6", "workloads to run, comma-separated (W4 too when given -w4-addr or -w4-config)")
+	fs.IntVar(&cfg.N, "n", 0, "messages per repetition (default: W1/W2/W4 500000, W3 5 s at -rate, W5 200000; W6: see -duration)")
 	fs.IntVar(&cfg.Size, "size", 256, "payload bytes (at least 8)")
 	fs.IntVar(&cfg.Reps, "reps", 3, "measured repetitions, after one warm-up")
 	fs.IntVar(&cfg.Rate, "rate", 20000, "W3: publish rate, msgs/s")
 	subs := fs.String("subs", "1000,10000,100000", "W5: subscription counts, comma-separated")
-	fs.IntVar(&cfg.ServerPID, "server-pid", 0, "W5: the broker's process id, to read its RSS from /proc")
+	fs.IntVar(&cfg.ServerPID, "server-pid", 0, "W5, W6: the broker's process id, to read its RSS (and W6 its CPU use) from /proc")
 	fs.DurationVar(&cfg.Timeout, "timeout", 3*time.Minute, "give up on a repetition (or W5's subscribing) after this long")
 	fs.IntVar(&cfg.Batch, "batch", 128, "most messages per PublishStream frame")
 	fs.IntVar(&cfg.Window, "window", 16, "most PublishStream frames sent and not yet confirmed")
 	fs.StringVar(&cfg.W3Publish, "w3-publish", "frame", "W3: how to publish: frame (a PublishStream frame per message), unary (Publish, one at a time) or sdk (the Go SDK's Publisher, batching what queues up)")
+	fs.StringVar(&cfg.W4Addr, "w4-addr", "", "W4 with -addr: a second broker's `host:port`, running with the W4 plugins")
+	fs.StringVar(&cfg.W4Config, "w4-config", "", "W4 without -addr: a config `file` whose plugins a second in-process broker loads (e.g. bench/w4-go.hcl)")
+	fs.StringVar(&cfg.W4Lang, "w4-lang", "", "W4: the plugins' language, for the output lines (default: <lang> of a -w4-config named w4-<lang>.hcl, else go)")
+	w4base := fs.String("w4-workloads", "W1,W2", "W4: the workloads to run plain and with plugins")
+	fs.IntVar(&cfg.Streams, "streams", 10000, "W6: fanout subscriber streams, each on a topic of its own")
+	fs.DurationVar(&cfg.Duration, "duration", 10*time.Second, "W6: measured time per repetition; every topic gets a message a second")
+	fs.IntVar(&cfg.W6Conns, "w6-conns", 8, "W6: connections the streams are spread over")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -54,6 +66,11 @@ Flags:
 	for _, w := range strings.Split(*workloads, ",") {
 		if w = strings.ToUpper(strings.TrimSpace(w)); w != "" {
 			cfg.Workloads = append(cfg.Workloads, w)
+		}
+	}
+	for _, w := range strings.Split(*w4base, ",") {
+		if w = strings.ToUpper(strings.TrimSpace(w)); w != "" {
+			cfg.W4Base = append(cfg.W4Base, w)
 		}
 	}
 	for _, s := range strings.Split(*subs, ",") {

@@ -39,8 +39,8 @@ type Config struct {
 	// Addr is the broker's host:port. Empty starts a fresh broker inside this process for each
 	// workload; client and broker then share one Go runtime, so use it for tests, not figures.
 	Addr string
-	// Workloads to run, in order: W1, W2, W3, W5. W4 and W6 print a "skipped" line.
-	// Default W1, W2, W3, W5.
+	// Workloads to run, in order: W1 to W6. Default W1, W2, W3, W5, W6; W4 needs a second
+	// broker (W4Addr or W4Config) and runs only when asked for.
 	Workloads []string
 	// N is the number of messages per repetition. Default: W1 and W2 500,000; W3 five seconds
 	// at Rate; W5 200,000.
@@ -68,23 +68,38 @@ type Config struct {
 	// answer; "sdk" uses sdk/go/client's Publisher, which sends a message at once when its
 	// stream is idle and batches the messages that queue up meanwhile (default "frame").
 	W3Publish string
+
+	// W4Addr is a second broker, already running with W4's plugins loaded, compared with the
+	// plain broker at Addr. Needed for W4 when Addr is set.
+	W4Addr string
+	// W4Config is a config file (e.g. bench/w4-go.hcl) whose plugin blocks are loaded into a
+	// second in-process broker, compared with a plain in-process one. Needed for W4 when Addr
+	// is empty; only its plugins are used.
+	W4Config string
+	// W4Lang labels W4's lines with the plugins' language (default: the <lang> of a W4Config
+	// named w4-<lang>.hcl, else "go").
+	W4Lang string
+	// W4Base are the workloads W4 runs plain and with plugins (W1, W2).
+	W4Base []string
+
+	// Streams is W6's number of fanout subscriber streams, each on a topic of its own (10,000).
+	Streams int
+	// Duration is W6's measured phase per repetition, every topic getting a message a second
+	// (10s).
+	Duration time.Duration
+	// W6Conns is the number of connections W6's streams are spread over (8).
+	W6Conns int
 }
 
 var defaultN = map[string]int{"W1": 500_000, "W2": 500_000, "W5": 200_000} // W3: 5 s at Rate
 
-// skipped are the workloads not implemented yet and why.
-var skipped = map[string]string{
-	"W4": "needs plugins (a publish-time filter and transform)",
-	"W6": "not implemented yet (10,000 concurrent streams at 1 msg/s each)",
-}
-
 func (c *Config) setDefaults() error {
 	if len(c.Workloads) == 0 {
-		c.Workloads = []string{"W1", "W2", "W3", "W5"}
+		c.Workloads = []string{"W1", "W2", "W3", "W5", "W6"}
 	}
 	for _, w := range c.Workloads {
-		if _, ok := skipped[w]; !ok && w != "W3" && defaultN[w] == 0 {
-			return fmt.Errorf("unknown workload %q: use W1, W2, W3 or W5 (W4 and W6 are skipped)", w)
+		if w != "W3" && w != "W4" && w != "W6" && defaultN[w] == 0 {
+			return fmt.Errorf("unknown workload %q: use W1, W2, W3, W4, W5 or W6", w)
 		}
 	}
 	def := func(v *int, d int) {
@@ -125,7 +140,10 @@ func (c *Config) setDefaults() error {
 			return fmt.Errorf("subscription count %d: W5 needs at least its 4 matching subscriptions", k)
 		}
 	}
-	return nil
+	if err := c.w4Defaults(); err != nil {
+		return err
+	}
+	return c.w6Defaults()
 }
 
 // Run runs cfg's workloads, printing one line per repetition and a line of medians for each on
@@ -140,11 +158,10 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 	if cfg.Addr == "" && cfg.ServerPID == 0 && slices.Contains(cfg.Workloads, "W5") {
 		fmt.Fprintln(stderr, "# in-process broker: W5 reports no RSS figures (run against `tinybroker serve` with -server-pid)")
 	}
+	if cfg.Addr == "" && cfg.ServerPID == 0 && slices.Contains(cfg.Workloads, "W6") {
+		fmt.Fprintln(stderr, "# in-process broker: W6 reports no server RSS or CPU figures (run against `tinybroker serve` with -server-pid)")
+	}
 	for _, w := range cfg.Workloads {
-		if why, ok := skipped[w]; ok {
-			fmt.Fprintf(stdout, "%s skipped: %s\n", w, why)
-			continue
-		}
 		r := &runner{ctx: ctx, cfg: cfg, addr: cfg.Addr, stdout: stdout, stderr: stderr, payload: payload, n: cfg.N}
 		if r.n == 0 {
 			r.n = defaultN[w]
@@ -167,8 +184,12 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 			err = r.repeat("W2 tinybroker", r.w2)
 		case "W3":
 			err = r.repeat("W3 tinybroker", r.w3)
+		case "W4":
+			err = r.w4()
 		case "W5":
 			err = r.w5()
+		case "W6":
+			err = r.w6()
 		}
 		if serr := stop(); err == nil && serr != nil {
 			err = fmt.Errorf("stop the in-process broker: %w", serr)
@@ -251,8 +272,10 @@ func (r *runner) repeat(prefix string, f func(context.Context) ([]metric, error)
 func format(ms []metric) string {
 	parts := make([]string, len(ms))
 	for i, m := range ms {
-		if strings.HasSuffix(m.name, "_us") {
+		if strings.HasSuffix(m.name, "_us") || strings.HasSuffix(m.name, "_pct") {
 			parts[i] = fmt.Sprintf("%s=%.1f", m.name, m.v)
+		} else if m.name == "ratio" || m.name == "target" || strings.HasSuffix(m.name, "_per_msg") {
+			parts[i] = fmt.Sprintf("%s=%.2f", m.name, m.v)
 		} else {
 			parts[i] = fmt.Sprintf("%s=%.0f", m.name, m.v)
 		}
@@ -289,7 +312,7 @@ func (r *runner) watch(what string, status func() string) (stop func()) {
 // dial opens a connection of its own to the broker and waits until it is ready.
 func (r *runner) dial(ctx context.Context) (*grpc.ClientConn, error) {
 	conn, err := grpc.NewClient(r.addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)), experimental.WithBufferPool(grpcbuf.Pool))
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.ForceCodecV2(grpcbuf.Codec{})), experimental.WithBufferPool(grpcbuf.Pool))
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", r.addr, err)
 	}

@@ -3,16 +3,25 @@ package bench
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
 	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/internal/config"
+	"github.com/tinybroker/tinybroker/plugins"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -118,14 +127,137 @@ func TestW5(t *testing.T) {
 	}
 }
 
-func TestSkipped(t *testing.T) {
-	var out bytes.Buffer
-	if err := Run(context.Background(), Config{Workloads: []string{"W4", "W6"}}, &out, &out); err != nil {
+func TestW6(t *testing.T) {
+	// The broker runs in this process: its "server" figures are this process's.
+	out := quick(t, "W6", func(c *Config) {
+		c.Streams = 50
+		c.Duration = 2 * time.Second
+		c.W6Conns = 3
+		c.ServerPID = os.Getpid()
+	})
+	fs := figures(t, out, "W6 tinybroker streams=50")
+	positive(t, fs, "p50_us", "p99_us", "p999_us", "target_p99_us", "sent_msgs_per_s", "stream_setup_ms",
+		"server_rss_kb", "server_cpu_pct", "client_cpu_pct")
+	for _, f := range []string{"lost", "duplicated", "rss_per_stream_b"} {
+		if _, ok := fs[f]; !ok {
+			t.Errorf("no %s figure", f)
+		}
+	}
+	if fs["lost"] != 0 || fs["duplicated"] != 0 {
+		t.Errorf("lost = %v, duplicated = %v, want 0", fs["lost"], fs["duplicated"])
+	}
+	if fs["p50_us"] > fs["p99_us"] || fs["p99_us"] > fs["p999_us"] {
+		t.Errorf("percentiles out of order: %v", fs)
+	}
+	if r := fs["sent_msgs_per_s"]; r < 25 || r > 75 { // 50 topics, a message a second each
+		t.Errorf("sent_msgs_per_s = %v, want about 50", r)
+	}
+}
+
+// w4Plugins builds the W4 plugins (Go guests) into dir/bin and copies bench/w4-go.hcl into
+// dir, and returns the copy's path.
+func w4Plugins(t *testing.T) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: W4 builds two Go plugins for wasip1 and compiles them with wazero")
+	}
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+	}
+	dir := t.TempDir()
+	for _, p := range []string{"w4-filter", "w4-transform"} {
+		cmd := exec.Command(goBin, "build", "-buildmode=c-shared", "-trimpath", "-o", filepath.Join(dir, "bin", p+".wasm"), "../../bench/plugins/"+p)
+		cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("build %s: %v\n%s", p, err, out)
+		}
+	}
+	src, err := os.ReadFile("../../bench/w4-go.hcl")
+	if err != nil {
 		t.Fatal(err)
 	}
-	for _, w := range []string{"W4 skipped: needs plugins", "W6 skipped: "} {
-		if !strings.Contains(out.String(), w) {
-			t.Errorf("no %q in:\n%s", w, out.String())
+	// A compilation cache that outlives the test (wazero keys it by module and version), out
+	// of the user's home.
+	src = fmt.Appendf(src, "\nplugin_cache_dir = %q\n", filepath.Join(os.TempDir(), "tinybroker-bench-test-wazero"))
+	cfg := filepath.Join(dir, "w4-go.hcl")
+	if err := os.WriteFile(cfg, src, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Compile both into the on-disk cache the in-process broker will use, at once rather than
+	// one after the other: under the race detector wazero takes ~10 s per Go guest.
+	c, err := config.Load(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for _, spec := range c.Plugins {
+		wg.Go(func() {
+			h, err := pluginHost(c)
+			if err != nil {
+				return
+			}
+			defer h.Close(context.Background())
+			if ch, err := h.Load(context.Background(), []plugins.Spec{spec}); err == nil {
+				ch.Close(context.Background())
+			}
+		})
+	}
+	wg.Wait()
+	return cfg
+}
+
+func TestW4(t *testing.T) {
+	cfg := w4Plugins(t)
+	out := quick(t, "W4", func(c *Config) { c.W4Config = cfg; c.N = 1000 })
+	for _, w := range []string{"W1", "W2"} {
+		fs := figures(t, out, "W4 tinybroker lang=go workload="+w)
+		positive(t, fs, "plain", "plugins", "ratio", "target")
+		if fs["plugin_calls_per_msg"] < 2 { // two plugins; W2's redeliveries would add calls
+			t.Errorf("%s: plugin_calls_per_msg = %v, want at least 2 (a filter and a transform)", w, fs["plugin_calls_per_msg"])
+		}
+		if fs["plugin_failures"] != 0 {
+			t.Errorf("%s: plugin_failures = %v, want 0", w, fs["plugin_failures"])
+		}
+		if r := fs["plugins"] / fs["plain"]; math.Abs(r-fs["ratio"]) > 0.011 {
+			t.Errorf("%s: ratio %v, but plugins/plain = %v", w, fs["ratio"], r)
+		}
+	}
+}
+
+func TestW4NeedsPlugins(t *testing.T) {
+	for _, cfg := range []Config{
+		{Workloads: []string{"W4"}},                                            // no plugins anywhere
+		{Workloads: []string{"W4"}, Addr: "127.0.0.1:1"},                       // no -w4-addr
+		{Workloads: []string{"W4"}, W4Addr: "127.0.0.1:1"},                     // no plain broker
+		{Workloads: []string{"W4"}, Addr: "127.0.0.1:1", W4Config: "x"},        // in-process plugins vs a remote broker
+		{Workloads: []string{"W4"}, W4Config: "x.hcl", W4Base: []string{"W3"}}, // W4 runs W1 and W2
+	} {
+		err := Run(context.Background(), cfg, &bytes.Buffer{}, &bytes.Buffer{})
+		if err == nil || !strings.Contains(err.Error(), "W4") {
+			t.Errorf("Run(%+v) = %v, want an error about W4", cfg, err)
+		}
+	}
+	// A broker without plugins at -w4-addr is refused before anything runs.
+	addr, stop, err := startBroker()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = stop() }()
+	err = Run(context.Background(), Config{Workloads: []string{"W4"}, Addr: addr, W4Addr: addr}, &bytes.Buffer{}, &bytes.Buffer{})
+	if err == nil || !strings.Contains(err.Error(), "no plugins loaded") {
+		t.Errorf("W4 against a plain broker as the plugin one: %v, want \"no plugins loaded\"", err)
+	}
+}
+
+func TestW4Lang(t *testing.T) {
+	for file, want := range map[string]string{"bench/w4-c.hcl": "c", "/x/w4-rust.hcl": "rust", "plugins.hcl": "go", "": "go"} {
+		c := Config{W4Config: file}
+		if err := c.setDefaults(); err != nil {
+			t.Fatal(err)
+		}
+		if c.W4Lang != want {
+			t.Errorf("W4Config %q: lang %q, want %q", file, c.W4Lang, want)
 		}
 	}
 }
@@ -136,6 +268,9 @@ func TestConfigErrors(t *testing.T) {
 		{Size: 4},
 		{SubCounts: []int{3}},
 		{W3Publish: "carrier-pigeon"},
+		{Workloads: []string{"W6"}, Size: 8},
+		{Streams: -1},
+		{Duration: time.Millisecond},
 	} {
 		if err := Run(context.Background(), cfg, &bytes.Buffer{}, &bytes.Buffer{}); err == nil {
 			t.Errorf("Run(%+v) = nil, want an error", cfg)
