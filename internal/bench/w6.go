@@ -211,7 +211,9 @@ func w6Receive(ctx context.Context, i int, stream grpc.BidiStreamingClient[pb.Su
 }
 
 // w6rep is one repetition: Duration × Streams messages, message j to topic j mod Streams,
-// evenly spread over Duration, each in a PublishStream frame of its own.
+// due evenly spread over Duration. The publisher sleeps until the next message is due, then
+// sends every message due by then in one PublishStream frame (at most Batch; -batch 1: a frame
+// per message), stamped with the time it sends them.
 func (r *runner) w6rep(ctx context.Context, conn *grpc.ClientConn, topics []string, rec *w6Recorder, tag uint64) ([]metric, error) {
 	k := len(topics)
 	n := int(r.cfg.Duration.Seconds() * float64(k))
@@ -260,28 +262,38 @@ func (r *runner) w6rep(ctx context.Context, conn *grpc.ClientConn, topics []stri
 	})
 	defer stop()
 
-	buf := slices.Clone(r.payload)
+	buf := slices.Clone(r.payload) // every message of a frame carries the same send time
 	binary.LittleEndian.PutUint64(buf[8:], tag)
-	msg := &pb.PublishRequest{Payload: buf}
-	frame := &pb.PublishStreamRequest{Messages: []*pb.PublishRequest{msg}}
+	reqs := make([]*pb.PublishRequest, r.cfg.Batch)
+	for i := range reqs {
+		reqs[i] = &pb.PublishRequest{Payload: buf}
+	}
+	frame := &pb.PublishStreamRequest{}
 	cpu0, err := r.w6CPU()
 	if err != nil {
 		return nil, err
 	}
 	start := time.Now()
-	for j := range n {
-		due := start.Add(time.Duration(int64(r.cfg.Duration) * int64(j) / int64(n)))
-		if d := time.Until(due); d > 0 { // Go sleeps >= ~1 ms here, so sends come in bursts
+	due := func(j int) time.Time { return start.Add(time.Duration(int64(r.cfg.Duration) * int64(j) / int64(n))) }
+	for j := 0; j < n; {
+		if d := time.Until(due(j)); d > 0 { // Go sleeps >= ~1 ms here, so messages fall due in bursts
 			time.Sleep(d)
 		}
-		msg.Topic = topics[j%k]
-		binary.LittleEndian.PutUint64(buf, uint64(time.Now().UnixNano()))
+		// Everything due by now goes out in one frame (up to Batch messages), stamped now.
+		now := time.Now()
+		binary.LittleEndian.PutUint64(buf, uint64(now.UnixNano()))
+		k0 := j
+		for j < n && j-k0 < len(reqs) && !due(j).After(now) {
+			reqs[j-k0].Topic = topics[j%k]
+			j++
+		}
 		frame.Sequence++
+		frame.Messages = reqs[:j-k0]
 		if err := stream.Send(frame); err != nil { // Send encodes the frame before it returns
 			cancel()
 			return nil, <-confirmed // Recv has the stream's status
 		}
-		published.Add(1)
+		published.Store(int64(j))
 	}
 	sent := time.Since(start)
 	if err := <-confirmed; err != nil {
