@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
@@ -144,32 +145,35 @@ func (s *Server) Publish(_ context.Context, req *pb.PublishRequest) (*pb.Publish
 // server shuts down the stream ends with UNAVAILABLE.
 func (s *Server) PublishStream(stream grpc.BidiStreamingServer[pb.PublishStreamRequest, pb.PublishStreamResponse]) error {
 	// Recv cannot be interrupted, so a second goroutine reads while this one publishes and
-	// watches for shutdown; it ends when the stream does.
-	reqs := make(chan *pb.PublishStreamRequest, 16)
-	var recvErr error // set before reqs is closed
+	// watches for shutdown; it ends when the stream does. Frames are decoded by hand
+	// (publish.go); the reader owns the topic intern table they share.
+	frames := make(chan *publishFrame, 16)
+	var recvErr error // set before frames is closed
 	ctx := stream.Context()
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
+		topics := make(map[string]string)
 		for {
-			req, err := stream.Recv()
-			if err != nil {
+			f := &publishFrame{topics: topics}
+			if err := stream.RecvMsg(f); err != nil {
 				recvErr = err
-				close(reqs)
+				close(frames)
 				return
 			}
 			select {
-			case reqs <- req:
+			case frames <- f:
 			case <-ctx.Done():
 				return
 			}
 		}
 	}()
+	var results []publishResult
 	for {
-		var req *pb.PublishStreamRequest
+		var f *publishFrame
 		var ok bool
 		select {
-		case req, ok = <-reqs:
+		case f, ok = <-frames:
 			if !ok {
 				if recvErr == io.EOF {
 					return nil
@@ -181,18 +185,18 @@ func (s *Server) PublishStream(stream grpc.BidiStreamingServer[pb.PublishStreamR
 		case <-ctx.Done():
 			return status.FromContextError(ctx.Err()).Err()
 		}
-		resp := &pb.PublishStreamResponse{Sequence: req.GetSequence(), Results: make([]*pb.PublishResult, len(req.GetMessages()))}
-		for i, m := range req.GetMessages() {
-			r := &pb.PublishResult{}
-			res, err := s.b.Publish(m.GetTopic(), m.GetPayload(), m.GetHeaders())
+		results = slices.Grow(results[:0], len(f.msgs))[:len(f.msgs)]
+		for i, m := range f.msgs {
+			res, err := s.b.Publish(m.topic, m.payload, m.headers)
 			if err != nil {
-				r.Code, r.Error = int32(codeOf(err)), err.Error()
+				results[i] = publishResult{code: uint32(codeOf(err)), err: err.Error()}
 			} else {
-				r.SystemId, r.Routed = res.SystemID, uint32(res.Routed)
+				results[i] = publishResult{systemID: res.SystemID, routed: uint32(res.Routed)}
 			}
-			resp.Results[i] = r
 		}
-		if err := stream.Send(resp); err != nil {
+		frame := encodePublishResponse(f.seq, results)
+		clear(results)
+		if err := stream.SendMsg(frame); err != nil {
 			return err
 		}
 	}

@@ -1,13 +1,12 @@
 package server
 
 import (
-	"google.golang.org/grpc/encoding"
-	_ "google.golang.org/grpc/encoding/proto" // registers the "proto" codec wrapped below
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/internal/grpcbuf"
 	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
 )
 
@@ -16,23 +15,36 @@ import (
 // a message shares once, caches the bytes on the message, and builds each subscription's
 // frame by copying them and appending the fields that differ (attempt, redelivered,
 // subscription_id): protobuf allows fields in any order. rawFrame carries such a frame past
-// the codec, which passes every other message to the standard protobuf codec.
+// the codec, which passes every other message to the protobuf codec (grpcbuf.Codec).
 
-// rawFrame is an already encoded SubscribeResponse.
-type rawFrame struct{ b []byte }
+// rawFrame is an already encoded SubscribeResponse. b comes from grpcbuf.Pool when pooled is
+// set, and goes back to it once gRPC has written it.
+type rawFrame struct {
+	b      []byte
+	pooled *[]byte
+}
 
-type codec struct{ proto encoding.CodecV2 }
+type codec struct{ proto grpcbuf.Codec }
 
-func newCodec() codec { return codec{proto: encoding.GetCodecV2("proto")} }
+func newCodec() codec { return codec{} }
 
 func (c codec) Marshal(v any) (mem.BufferSlice, error) {
 	if f, ok := v.(*rawFrame); ok {
+		if f.pooled != nil {
+			*f.pooled = f.b
+			return mem.BufferSlice{mem.NewBuffer(f.pooled, grpcbuf.Pool)}, nil
+		}
 		return mem.BufferSlice{mem.SliceBuffer(f.b)}, nil
 	}
 	return c.proto.Marshal(v)
 }
 
-func (c codec) Unmarshal(data mem.BufferSlice, v any) error { return c.proto.Unmarshal(data, v) }
+func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
+	if f, ok := v.(*publishFrame); ok {
+		return f.unmarshal(data)
+	}
+	return c.proto.Unmarshal(data, v)
+}
 
 func (codec) Name() string { return "proto" }
 
@@ -73,7 +85,8 @@ func encodeBatch(batch []broker.Delivery) *rawFrame {
 	for _, d := range batch {
 		inner += protowire.SizeTag(fieldBatchMessages) + protowire.SizeBytes(size(d))
 	}
-	b := make([]byte, 0, protowire.SizeTag(fieldResponseMessages)+protowire.SizeBytes(inner))
+	buf := grpcbuf.Pool.Get(protowire.SizeTag(fieldResponseMessages) + protowire.SizeBytes(inner))
+	b := (*buf)[:0]
 	b = protowire.AppendTag(b, fieldResponseMessages, protowire.BytesType)
 	b = protowire.AppendVarint(b, uint64(inner))
 	for _, d := range batch {
@@ -89,5 +102,5 @@ func encodeBatch(batch []broker.Delivery) *rawFrame {
 		b = protowire.AppendTag(b, fieldMessageSubscriber, protowire.BytesType)
 		b = protowire.AppendString(b, d.Sub.Settings().ID)
 	}
-	return &rawFrame{b: b}
+	return &rawFrame{b: b, pooled: buf}
 }

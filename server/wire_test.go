@@ -6,6 +6,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/internal/grpcbuf"
 	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
 )
 
@@ -61,7 +62,8 @@ func BenchmarkEncodeBatchFanout4(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		for _, batch := range batches {
-			encodeBatch(batch)
+			f := encodeBatch(batch)
+			grpcbuf.Pool.Put(f.pooled) // as gRPC does once it has written the frame
 		}
 	}
 }

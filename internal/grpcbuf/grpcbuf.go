@@ -1,15 +1,110 @@
-// Package grpcbuf holds the gRPC buffer pool the server and the clients share.
+// Package grpcbuf holds the gRPC buffer pool and protobuf codec the server and the clients
+// share.
 package grpcbuf
 
-import "google.golang.org/grpc/mem"
+import (
+	"fmt"
+	"math/bits"
+	"sync"
 
-// Pool has finer tiers than grpc's default, which jumps from 32 KiB buffers to 1 MiB ones and
-// zeroes a whole 1 MiB buffer for every frame in between; batches of messages are mostly that
-// size (13% of a fanout run's server CPU, BENCHMARKS.md).
-var Pool = func() mem.BufferPool {
-	p, err := mem.NewBinaryTieredBufferPool(8, 12, 14, 15, 16, 17, 18, 19, 20, 22, 24)
-	if err != nil {
-		panic(err)
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/proto"
+)
+
+// Pool is a mem.BufferPool with a tier for every power of two from 256 B to 16 MiB that
+// hands out buffers without zeroing them. grpc's own pools clear a buffer's whole capacity on
+// every Get, and its default tiers jump from 32 KiB to 1 MiB: for a fanout run that was 13%
+// of the server's CPU before the tiers, and 8% after (BENCHMARKS.md). Every user of a pooled
+// buffer here writes it before reading it: gRPC reads frames into it, the codec marshals or
+// copies into it.
+var Pool mem.BufferPool = newPool()
+
+const (
+	minShift = 8  // 256 B
+	maxShift = 24 // 16 MiB
+)
+
+type pool struct {
+	tiers [maxShift - minShift + 1]sync.Pool
+}
+
+func newPool() *pool { return &pool{} }
+
+// tier returns the index of the smallest tier holding n bytes, or -1 past the largest.
+func tier(n int) int {
+	if n <= 1<<minShift {
+		return 0
 	}
-	return p
-}()
+	s := bits.Len(uint(n - 1)) // 1<<s >= n
+	if s > maxShift {
+		return -1
+	}
+	return s - minShift
+}
+
+func (p *pool) Get(n int) *[]byte {
+	t := tier(n)
+	if t < 0 {
+		b := make([]byte, n)
+		return &b
+	}
+	if b, ok := p.tiers[t].Get().(*[]byte); ok {
+		*b = (*b)[:n]
+		return b
+	}
+	b := make([]byte, n, 1<<(t+minShift))
+	return &b
+}
+
+func (p *pool) Put(b *[]byte) {
+	c := cap(*b)
+	if t := tier(c); t >= 0 && c == 1<<(t+minShift) {
+		p.tiers[t].Put(b)
+	}
+}
+
+// Codec is the protobuf codec with Pool in place of grpc's default pool. Use it on both sides:
+// grpc.ForceServerCodecV2 on a server (wrapped by the server's own codec), and
+// grpc.ForceCodecV2 as a default call option on a client.
+type Codec struct{}
+
+// Name is "proto": on the wire this is the standard protobuf codec.
+func (Codec) Name() string { return "proto" }
+
+// Marshal encodes v into a pooled buffer (small messages into a plain slice).
+func (Codec) Marshal(v any) (mem.BufferSlice, error) {
+	m, ok := v.(proto.Message)
+	if !ok {
+		return nil, fmt.Errorf("grpcbuf: cannot marshal %T: not a proto.Message", v)
+	}
+	size := proto.Size(m)
+	opts := proto.MarshalOptions{UseCachedSize: true} // safe: Size just ran
+	if mem.IsBelowBufferPoolingThreshold(size) {
+		b, err := opts.Marshal(m)
+		if err != nil {
+			return nil, err
+		}
+		return mem.BufferSlice{mem.SliceBuffer(b)}, nil
+	}
+	buf := Pool.Get(size)
+	if _, err := opts.MarshalAppend((*buf)[:0], m); err != nil {
+		Pool.Put(buf)
+		return nil, err
+	}
+	return mem.BufferSlice{mem.NewBuffer(buf, Pool)}, nil
+}
+
+// Unmarshal decodes data into v. A message that arrived in one buffer is decoded in place;
+// one in several is first copied into a pooled buffer. Protobuf copies what it keeps.
+func (Codec) Unmarshal(data mem.BufferSlice, v any) error {
+	m, ok := v.(proto.Message)
+	if !ok {
+		return fmt.Errorf("grpcbuf: cannot unmarshal into %T: not a proto.Message", v)
+	}
+	if len(data) == 1 {
+		return proto.Unmarshal(data[0].ReadOnlyData(), m)
+	}
+	buf := data.MaterializeToBuffer(Pool)
+	defer buf.Free()
+	return proto.Unmarshal(buf.ReadOnlyData(), m)
+}

@@ -109,7 +109,7 @@ func Dial(addr string, opts ...Option) (*Client, error) {
 	dialOpts := append([]grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: cfg.keepaliveTime, Timeout: cfg.keepaliveTimeout}),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64 << 20)),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.ForceCodecV2(grpcbuf.Codec{})),
 		experimental.WithBufferPool(grpcbuf.Pool),
 		grpc.WithConnectParams(grpc.ConnectParams{Backoff: bo, MinConnectTimeout: 5 * time.Second}),
 	}, cfg.dialOpts...)

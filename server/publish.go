@@ -1,0 +1,260 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"unicode/utf8"
+
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/tinybroker/tinybroker/internal/grpcbuf"
+)
+
+// PublishStream frames are decoded and their answers encoded by hand rather than through
+// generated messages: decoding a frame of 128 messages made 128 PublishRequest structs, a
+// string per topic and a result struct per answer, and walked them by reflection, which was
+// most of the publish path's CPU and a large share of the allocations the GC then had to
+// chase. publishFrame reads the wire format straight into what Broker.Publish takes, with
+// the same checks the protobuf decoder makes (valid UTF-8 in string fields, well-formed
+// lengths); FuzzPublishFrame holds it to proto.Unmarshal.
+
+// Field numbers of the messages decoded and encoded here.
+const (
+	fieldFrameSequence   = 1 // PublishStreamRequest.sequence, PublishStreamResponse.sequence
+	fieldFrameMessages   = 2 // PublishStreamRequest.messages
+	fieldFrameResults    = 2 // PublishStreamResponse.results
+	fieldPublishTopic    = 1 // PublishRequest.topic
+	fieldPublishPayload  = 2
+	fieldPublishHeaders  = 3
+	fieldMapKey          = 1
+	fieldMapValue        = 2
+	fieldResultSystemID  = 1 // PublishResult
+	fieldResultRouted    = 2
+	fieldResultCode      = 3
+	fieldResultError     = 4
+	maxInternedTopics    = 256
+	maxInternedTopicSize = 128
+)
+
+// publishFrame is a decoded PublishStreamRequest. It is reused from frame to frame of one
+// stream: msgs keeps its capacity, topics interns the stream's topics (publishers use few).
+type publishFrame struct {
+	seq    uint64
+	msgs   []publishMsg
+	topics map[string]string
+}
+
+type publishMsg struct {
+	topic   string
+	payload []byte
+	headers map[string]string
+}
+
+var errFrame = errors.New("malformed PublishStreamRequest")
+
+// decode parses b into f. Payloads are copied: b is gRPC's buffer.
+func (f *publishFrame) decode(b []byte) error {
+	clear(f.msgs)
+	f.seq, f.msgs = 0, f.msgs[:0]
+	for len(b) > 0 {
+		num, typ, n := consumeTag(b)
+		if n < 0 {
+			return fmt.Errorf("%w: %v", errFrame, protowire.ParseError(n))
+		}
+		b = b[n:]
+		switch {
+		case num == fieldFrameSequence && typ == protowire.VarintType:
+			f.seq, n = protowire.ConsumeVarint(b)
+		case num == fieldFrameMessages && typ == protowire.BytesType:
+			var v []byte
+			if v, n = protowire.ConsumeBytes(b); n >= 0 {
+				m, err := f.decodeMessage(v)
+				if err != nil {
+					return err
+				}
+				f.msgs = append(f.msgs, m)
+			}
+		default:
+			n = protowire.ConsumeFieldValue(num, typ, b)
+		}
+		if n < 0 {
+			return fmt.Errorf("%w: %v", errFrame, protowire.ParseError(n))
+		}
+		b = b[n:]
+	}
+	return nil
+}
+
+func (f *publishFrame) decodeMessage(b []byte) (publishMsg, error) {
+	var m publishMsg
+	for len(b) > 0 {
+		num, typ, n := consumeTag(b)
+		if n < 0 {
+			return m, fmt.Errorf("%w: %v", errFrame, protowire.ParseError(n))
+		}
+		b = b[n:]
+		var v []byte
+		switch {
+		case num == fieldPublishTopic && typ == protowire.BytesType:
+			if v, n = protowire.ConsumeBytes(b); n >= 0 {
+				if !utf8.Valid(v) {
+					return m, fmt.Errorf("%w: topic is not valid UTF-8", errFrame)
+				}
+				m.topic = f.intern(v)
+			}
+		case num == fieldPublishPayload && typ == protowire.BytesType:
+			if v, n = protowire.ConsumeBytes(b); n >= 0 {
+				m.payload = append(m.payload[:0], v...) // the last occurrence wins, as in protobuf
+			}
+		case num == fieldPublishHeaders && typ == protowire.BytesType:
+			if v, n = protowire.ConsumeBytes(b); n >= 0 {
+				k, val, err := decodeMapEntry(v)
+				if err != nil {
+					return m, err
+				}
+				if m.headers == nil {
+					m.headers = make(map[string]string)
+				}
+				m.headers[k] = val
+			}
+		default:
+			n = protowire.ConsumeFieldValue(num, typ, b)
+		}
+		if n < 0 {
+			return m, fmt.Errorf("%w: %v", errFrame, protowire.ParseError(n))
+		}
+		b = b[n:]
+	}
+	return m, nil
+}
+
+func decodeMapEntry(b []byte) (key, value string, err error) {
+	for len(b) > 0 {
+		num, typ, n := consumeTag(b)
+		if n < 0 {
+			return "", "", fmt.Errorf("%w: %v", errFrame, protowire.ParseError(n))
+		}
+		b = b[n:]
+		var v []byte
+		switch {
+		case (num == fieldMapKey || num == fieldMapValue) && typ == protowire.BytesType:
+			if v, n = protowire.ConsumeBytes(b); n >= 0 {
+				if !utf8.Valid(v) {
+					return "", "", fmt.Errorf("%w: a header is not valid UTF-8", errFrame)
+				}
+				if num == fieldMapKey {
+					key = string(v)
+				} else {
+					value = string(v)
+				}
+			}
+		default:
+			n = protowire.ConsumeFieldValue(num, typ, b)
+		}
+		if n < 0 {
+			return "", "", fmt.Errorf("%w: %v", errFrame, protowire.ParseError(n))
+		}
+		b = b[n:]
+	}
+	return key, value, nil
+}
+
+// consumeTag is protowire.ConsumeTag, refusing field numbers past the largest valid one as
+// proto.Unmarshal does.
+func consumeTag(b []byte) (protowire.Number, protowire.Type, int) {
+	num, typ, n := protowire.ConsumeTag(b)
+	if n >= 0 && num > protowire.MaxValidNumber {
+		return 0, 0, -1
+	}
+	return num, typ, n
+}
+
+// intern returns v as a string, shared with earlier frames of the stream when it is a topic
+// seen before.
+func (f *publishFrame) intern(v []byte) string {
+	if t, ok := f.topics[string(v)]; ok { // no allocation: the compiler knows this lookup
+		return t
+	}
+	t := string(v)
+	if len(t) <= maxInternedTopicSize && len(f.topics) < maxInternedTopics {
+		if f.topics == nil {
+			f.topics = make(map[string]string)
+		}
+		f.topics[t] = t
+	}
+	return t
+}
+
+// unmarshal decodes a frame as it arrived from gRPC, in one buffer or several.
+func (f *publishFrame) unmarshal(data mem.BufferSlice) error {
+	if len(data) == 1 {
+		return f.decode(data[0].ReadOnlyData())
+	}
+	buf := data.MaterializeToBuffer(grpcbuf.Pool)
+	defer buf.Free()
+	return f.decode(buf.ReadOnlyData())
+}
+
+// publishResult is the answer to one message of a frame.
+type publishResult struct {
+	systemID string
+	routed   uint32
+	code     uint32
+	err      string
+}
+
+// encodePublishResponse encodes a PublishStreamResponse into a pooled frame.
+func encodePublishResponse(seq uint64, results []publishResult) *rawFrame {
+	size := func(r *publishResult) int {
+		n := 0
+		if r.systemID != "" {
+			n += protowire.SizeTag(fieldResultSystemID) + protowire.SizeBytes(len(r.systemID))
+		}
+		if r.routed != 0 {
+			n += protowire.SizeTag(fieldResultRouted) + protowire.SizeVarint(uint64(r.routed))
+		}
+		if r.code != 0 {
+			n += protowire.SizeTag(fieldResultCode) + protowire.SizeVarint(uint64(r.code))
+		}
+		if r.err != "" {
+			n += protowire.SizeTag(fieldResultError) + protowire.SizeBytes(len(r.err))
+		}
+		return n
+	}
+	total := 0
+	if seq != 0 {
+		total += protowire.SizeTag(fieldFrameSequence) + protowire.SizeVarint(seq)
+	}
+	for i := range results {
+		total += protowire.SizeTag(fieldFrameResults) + protowire.SizeBytes(size(&results[i]))
+	}
+	buf := grpcbuf.Pool.Get(total)
+	b := (*buf)[:0]
+	if seq != 0 {
+		b = protowire.AppendTag(b, fieldFrameSequence, protowire.VarintType)
+		b = protowire.AppendVarint(b, seq)
+	}
+	for i := range results {
+		r := &results[i]
+		b = protowire.AppendTag(b, fieldFrameResults, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(size(r)))
+		if r.systemID != "" {
+			b = protowire.AppendTag(b, fieldResultSystemID, protowire.BytesType)
+			b = protowire.AppendString(b, r.systemID)
+		}
+		if r.routed != 0 {
+			b = protowire.AppendTag(b, fieldResultRouted, protowire.VarintType)
+			b = protowire.AppendVarint(b, uint64(r.routed))
+		}
+		if r.code != 0 {
+			b = protowire.AppendTag(b, fieldResultCode, protowire.VarintType)
+			b = protowire.AppendVarint(b, uint64(r.code))
+		}
+		if r.err != "" {
+			b = protowire.AppendTag(b, fieldResultError, protowire.BytesType)
+			b = protowire.AppendString(b, r.err)
+		}
+	}
+	return &rawFrame{b: b, pooled: buf}
+}

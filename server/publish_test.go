@@ -1,0 +1,69 @@
+package server
+
+import (
+	"bytes"
+	"maps"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
+)
+
+// FuzzPublishFrame holds the hand-written PublishStreamRequest decoder to proto.Unmarshal: the
+// same inputs are accepted, and decode to the same messages. The response encoder's output
+// decodes to what it was given.
+func FuzzPublishFrame(f *testing.F) {
+	seed := func(m *pb.PublishStreamRequest) {
+		b, err := proto.Marshal(m)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	seed(&pb.PublishStreamRequest{Sequence: 7, Messages: []*pb.PublishRequest{
+		{Topic: "a.b", Payload: []byte("x"), Headers: map[string]string{"k": "v", "": ""}},
+		{Topic: "a.b"}, {Payload: []byte{0, 1, 2}}, {Topic: "ü.c", Headers: map[string]string{"ä": "ö"}},
+	}})
+	seed(&pb.PublishStreamRequest{})
+	f.Add([]byte{0x12, 0x03, 0x0a, 0x01, 0xff})             // topic not UTF-8
+	f.Add([]byte{0x12, 0x05, 0x1a, 0x03, 0x0a, 0x01, 0x80}) // header key not UTF-8
+	f.Add([]byte{0x08, 0x80})                               // truncated varint
+	f.Add([]byte{0x12, 0x02, 0x08, 0x01, 0x18, 0x05})       // unknown fields
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var want pb.PublishStreamRequest
+		wantErr := proto.Unmarshal(b, &want)
+		var got publishFrame
+		gotErr := got.decode(b)
+		if (wantErr == nil) != (gotErr == nil) {
+			t.Fatalf("proto.Unmarshal: %v; decode: %v", wantErr, gotErr)
+		}
+		if wantErr != nil {
+			return
+		}
+		if got.seq != want.GetSequence() || len(got.msgs) != len(want.GetMessages()) {
+			t.Fatalf("decoded seq %d with %d messages, want %d with %d", got.seq, len(got.msgs), want.GetSequence(), len(want.GetMessages()))
+		}
+		results := make([]publishResult, len(got.msgs))
+		for i, m := range got.msgs {
+			w := want.GetMessages()[i]
+			if m.topic != w.GetTopic() || !bytes.Equal(m.payload, w.GetPayload()) || !maps.Equal(m.headers, w.GetHeaders()) {
+				t.Fatalf("message %d: decoded %q %q %v, want %q %q %v", i, m.topic, m.payload, m.headers, w.GetTopic(), w.GetPayload(), w.GetHeaders())
+			}
+			results[i] = publishResult{systemID: m.topic, routed: uint32(len(m.payload)), code: uint32(i % 3), err: m.topic}
+		}
+		var resp pb.PublishStreamResponse
+		if err := proto.Unmarshal(encodePublishResponse(got.seq, results).b, &resp); err != nil {
+			t.Fatalf("encoded response does not decode: %v", err)
+		}
+		if resp.GetSequence() != got.seq || len(resp.GetResults()) != len(results) {
+			t.Fatalf("response seq %d with %d results, want %d with %d", resp.GetSequence(), len(resp.GetResults()), got.seq, len(results))
+		}
+		for i, r := range resp.GetResults() {
+			w := results[i]
+			if r.GetSystemId() != w.systemID || r.GetRouted() != w.routed || r.GetCode() != int32(w.code) || r.GetError() != w.err {
+				t.Fatalf("result %d decodes to %v, want %+v", i, r, w)
+			}
+		}
+	})
+}
