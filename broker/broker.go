@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/hashicorp/go-hclog"
 )
@@ -216,6 +217,11 @@ func headerBytes(h map[string]string) int {
 // route delivers a valid message to every matching target, or to none when a consumer group
 // refuses it: a publish is never half-delivered.
 func (b *Broker) route(topic string, payload []byte, headers map[string]string) (PublishResult, error) {
+	for k, v := range headers { // they may come from a plugin; subscribers decode them as strings
+		if !utf8.ValidString(k) || !utf8.ValidString(v) {
+			return PublishResult{}, fmt.Errorf("%w: header %q is not valid UTF-8", ErrInvalidMessage, k)
+		}
+	}
 	targets := b.index.match(topic)
 	for i, t := range targets {
 		if !t.admit() {

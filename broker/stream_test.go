@@ -151,3 +151,15 @@ func BenchmarkSubscribeMemory(b *testing.B) {
 	b.ReportMetric(heap, "heap-B/sub")
 	b.ReportMetric(0, "ns/op")
 }
+
+// Headers reach subscribers as protobuf strings, so a header that is not UTF-8 (a plugin can
+// set one) is refused rather than sent.
+func TestHeadersMustBeUTF8(t *testing.T) {
+	b := newTestBroker(t, Options{})
+	if _, err := b.Publish("t", nil, map[string]string{"k": "\xff"}); !errors.Is(err, ErrInvalidMessage) {
+		t.Fatalf("publish with a non-UTF-8 header: %v, want ErrInvalidMessage", err)
+	}
+	if _, err := b.Publish("t", nil, map[string]string{"k": "ü"}); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 
+	"github.com/tinybroker/tinybroker/internal/wire"
 	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
 )
 
@@ -129,7 +130,7 @@ type sink struct {
 	name    string
 	stream  grpc.BidiStreamingClient[pb.SubscribeRequest, pb.SubscribeResponse]
 	cancel  context.CancelFunc
-	onBatch func(msgs []*pb.Message, now time.Time) // if set, called with every batch
+	onBatch func(msgs []wire.Delivery, now time.Time) // if set, called with every batch
 	got     atomic.Int64
 	exited  chan struct{} // closed when the receiving goroutine ends; err says why
 	err     error
@@ -163,7 +164,7 @@ func subscribe(ctx context.Context, conn *grpc.ClientConn, open *pb.OpenSubscrip
 }
 
 // newSink opens a fanout subscription to pattern and starts receiving.
-func newSink(ctx context.Context, conn *grpc.ClientConn, name, pattern string, onBatch func([]*pb.Message, time.Time)) (*sink, error) {
+func newSink(ctx context.Context, conn *grpc.ClientConn, name, pattern string, onBatch func([]wire.Delivery, time.Time)) (*sink, error) {
 	stream, cancel, _, err := subscribe(ctx, conn, &pb.OpenSubscription{
 		TopicPatterns: []string{pattern}, Mode: pb.DeliveryMode_DELIVERY_MODE_FANOUT})
 	if err != nil {
@@ -174,15 +175,23 @@ func newSink(ctx context.Context, conn *grpc.ClientConn, name, pattern string, o
 	return s, nil
 }
 
+// receive decodes frames as the Go client does (internal/wire): every message's fields,
+// payload copied, as a subscriber would have them.
 func (s *sink) receive() {
 	defer close(s.exited)
+	var f wire.Frame
+	var dec wire.Decoder
+	var msgs []wire.Delivery
 	for {
-		resp, err := s.stream.Recv()
-		if err != nil {
+		if err := s.stream.RecvMsg(&f); err != nil {
 			s.err = err
 			return
 		}
-		msgs := resp.GetMessages().GetMessages()
+		var err error
+		if msgs, _, err = dec.Messages(f.B, msgs[:0]); err != nil {
+			s.err = err
+			return
+		}
 		now := time.Now()
 		if s.onBatch != nil {
 			s.onBatch(msgs, now)

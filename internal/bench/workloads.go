@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 
+	"github.com/tinybroker/tinybroker/internal/wire"
 	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
 	"github.com/tinybroker/tinybroker/sdk/go/client"
 )
@@ -249,13 +250,13 @@ func (r *runner) w3(ctx context.Context) ([]metric, error) {
 	// (send -> accepted by the broker, accepted -> receipt): client and broker share a clock.
 	lat, in, out := make([]int64, 0, r.n), make([]int64, 0, r.n), make([]int64, 0, r.n)
 	short := 0
-	s, err := newSink(ctx, subConn, "w3 subscriber", "bench.w3", func(msgs []*pb.Message, now time.Time) {
+	s, err := newSink(ctx, subConn, "w3 subscriber", "bench.w3", func(msgs []wire.Delivery, now time.Time) {
 		for _, m := range msgs {
-			if len(m.GetPayload()) < 8 {
+			if len(m.Payload) < 8 {
 				short++
 				continue
 			}
-			sent, accepted := int64(binary.LittleEndian.Uint64(m.GetPayload())), m.GetPublishTimeUnixNano()
+			sent, accepted := int64(binary.LittleEndian.Uint64(m.Payload)), m.PublishTimeUnixNano
 			lat = append(lat, now.UnixNano()-sent)
 			in = append(in, accepted-sent)
 			out = append(out, now.UnixNano()-accepted)

@@ -96,7 +96,14 @@ func (Codec) Marshal(v any) (mem.BufferSlice, error) {
 
 // Unmarshal decodes data into v. A message that arrived in one buffer is decoded in place;
 // one in several is first copied into a pooled buffer. Protobuf copies what it keeps.
+//
+// A v with a SetBuffers method (wire.Frame) takes the bytes as they are, for a decoder of its
+// own.
 func (Codec) Unmarshal(data mem.BufferSlice, v any) error {
+	if r, ok := v.(interface{ SetBuffers(mem.BufferSlice) }); ok {
+		r.SetBuffers(data)
+		return nil
+	}
 	m, ok := v.(proto.Message)
 	if !ok {
 		return fmt.Errorf("grpcbuf: cannot unmarshal into %T: not a proto.Message", v)

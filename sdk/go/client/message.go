@@ -5,7 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
+	"github.com/tinybroker/tinybroker/internal/wire"
 )
 
 // ErrAlreadySettled is returned by Message.Ack and Message.Nack for a message that was
@@ -31,16 +31,16 @@ type Message struct {
 	settled atomic.Bool
 }
 
-func newMessage(s *Subscription, gen uint64, m *pb.Message) *Message {
+func newMessage(s *Subscription, gen uint64, m *wire.Delivery) *Message {
 	return &Message{
-		SystemID:       m.GetSystemId(),
-		Topic:          m.GetTopic(),
-		Payload:        m.GetPayload(),
-		Headers:        m.GetHeaders(),
-		PublishedAt:    time.Unix(0, m.GetPublishTimeUnixNano()),
-		Attempt:        int(m.GetAttempt()),
-		Redelivered:    m.GetRedelivered(),
-		SubscriptionID: m.GetSubscriptionId(),
+		SystemID:       m.SystemID,
+		Topic:          m.Topic,
+		Payload:        m.Payload,
+		Headers:        m.Headers,
+		PublishedAt:    time.Unix(0, m.PublishTimeUnixNano),
+		Attempt:        int(m.Attempt),
+		Redelivered:    m.Redelivered,
+		SubscriptionID: m.SubscriptionID,
 		sub:            s,
 		gen:            gen,
 	}

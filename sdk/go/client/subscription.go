@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/tinybroker/tinybroker/internal/wire"
 	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
 )
 
@@ -431,15 +432,21 @@ func (s *Subscription) flushUnary(acks []string, left []settlement) {
 func (s *Subscription) receive(st *stream) {
 	defer s.wg.Done()
 	defer close(st.receiverDone)
+	var f wire.Frame
+	var dec wire.Decoder
+	var batch []wire.Delivery
 	for {
-		resp, err := st.rpc.Recv()
+		err := st.rpc.RecvMsg(&f)
+		if err == nil {
+			batch, _, err = dec.Messages(f.B, batch[:0])
+		}
 		if err != nil {
 			st.recvErr <- err
 			return
 		}
-		for _, pm := range resp.GetMessages().GetMessages() {
+		for i := range batch {
 			select {
-			case s.work <- newMessage(s, st.gen, pm):
+			case s.work <- newMessage(s, st.gen, &batch[i]):
 			case <-s.ctx.Done():
 				st.recvErr <- s.ctx.Err()
 				return

@@ -1,0 +1,247 @@
+// Package wire decodes the broker's message frames (SubscribeResponse.messages) without
+// protobuf reflection, for the Go client and the benchmark client. Decoding a batch through
+// the generated types built a pb.Message per message and walked it by reflection; on a fanout
+// benchmark, where client and broker share two cores, the client's decoding was as costly as
+// the whole broker. A Decoder reads the same wire format straight into Delivery values, with
+// the checks the protobuf decoder makes (valid UTF-8 in string fields, well-formed lengths);
+// FuzzDecode holds it to proto.Unmarshal.
+package wire
+
+import (
+	"errors"
+	"fmt"
+	"unicode/utf8"
+
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
+)
+
+// Delivery is one tinybroker.v1.Message.
+type Delivery struct {
+	SystemID            string
+	Topic               string
+	Payload             []byte
+	Headers             map[string]string
+	PublishTimeUnixNano int64
+	Attempt             uint32
+	Redelivered         bool
+	SubscriptionID      string
+}
+
+// Field numbers.
+const (
+	fieldResponseMessages = 2 // SubscribeResponse.messages
+	fieldBatchMessages    = 1 // MessageBatch.messages
+	fieldSystemID         = 1 // Message
+	fieldTopic            = 2
+	fieldPayload          = 3
+	fieldHeaders          = 4
+	fieldPublishTime      = 5
+	fieldAttempt          = 6
+	fieldRedelivered      = 7
+	fieldSubscriptionID   = 8
+	fieldMapKey           = 1
+	fieldMapValue         = 2
+)
+
+// ErrMalformed wraps every decoding error.
+var ErrMalformed = errors.New("malformed tinybroker.v1 frame")
+
+// Decoder decodes frames of one stream. It interns topics and subscription ids, which
+// repeat. It is not safe for concurrent use.
+type Decoder struct {
+	strs map[string]string
+}
+
+const (
+	maxInterned     = 1024
+	maxInternedSize = 128
+)
+
+// Frame is a SubscribeResponse as it arrived, kept for a Decoder. Pass a *Frame to a gRPC
+// stream's RecvMsg with the grpcbuf codec: its buffer is reused from frame to frame.
+type Frame struct{ B []byte }
+
+// SetBuffers copies a received message into f, reusing f's buffer.
+func (f *Frame) SetBuffers(data mem.BufferSlice) {
+	n := data.Len()
+	if cap(f.B) < n {
+		f.B = make([]byte, n)
+	}
+	f.B = f.B[:n]
+	data.CopyTo(f.B)
+}
+
+// Messages appends the deliveries of a SubscribeResponse frame to dst. ok is false when the
+// frame is not a batch of messages (subscribed or refused): decode it with proto.Unmarshal.
+func (d *Decoder) Messages(b []byte, dst []Delivery) (_ []Delivery, ok bool, err error) {
+	for len(b) > 0 {
+		num, typ, n := consumeTag(b)
+		if n < 0 {
+			return dst, false, parseErr(n)
+		}
+		b = b[n:]
+		if num != fieldResponseMessages || typ != protowire.BytesType {
+			if num == 1 || num == 3 { // subscribed, refused
+				return dst, false, nil
+			}
+			if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
+				return dst, false, parseErr(n)
+			}
+			b = b[n:]
+			continue
+		}
+		v, n := protowire.ConsumeBytes(b)
+		if n < 0 {
+			return dst, false, parseErr(n)
+		}
+		b = b[n:]
+		ok = true
+		if dst, err = d.batch(v, dst); err != nil {
+			return dst, false, err
+		}
+	}
+	return dst, ok, nil
+}
+
+func (d *Decoder) batch(b []byte, dst []Delivery) ([]Delivery, error) {
+	for len(b) > 0 {
+		num, typ, n := consumeTag(b)
+		if n < 0 {
+			return dst, parseErr(n)
+		}
+		b = b[n:]
+		if num == fieldBatchMessages && typ == protowire.BytesType {
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return dst, parseErr(n)
+			}
+			b = b[n:]
+			dst = append(dst, Delivery{})
+			if err := d.message(v, &dst[len(dst)-1]); err != nil {
+				return dst[:len(dst)-1], err
+			}
+			continue
+		}
+		if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
+			return dst, parseErr(n)
+		}
+		b = b[n:]
+	}
+	return dst, nil
+}
+
+func (d *Decoder) message(b []byte, m *Delivery) error {
+	for len(b) > 0 {
+		num, typ, n := consumeTag(b)
+		if n < 0 {
+			return parseErr(n)
+		}
+		b = b[n:]
+		var v []byte
+		var x uint64
+		switch {
+		case typ == protowire.BytesType && num >= fieldSystemID && num <= fieldHeaders || typ == protowire.BytesType && num == fieldSubscriptionID:
+			if v, n = protowire.ConsumeBytes(b); n < 0 {
+				return parseErr(n)
+			}
+			if num != fieldPayload && num != fieldHeaders && !utf8.Valid(v) {
+				return fmt.Errorf("%w: field %d of a Message is not valid UTF-8", ErrMalformed, num)
+			}
+			switch num {
+			case fieldSystemID:
+				m.SystemID = string(v)
+			case fieldTopic:
+				m.Topic = d.intern(v)
+			case fieldPayload:
+				m.Payload = append(m.Payload[:0], v...)
+			case fieldHeaders:
+				k, val, err := mapEntry(v)
+				if err != nil {
+					return err
+				}
+				if m.Headers == nil {
+					m.Headers = make(map[string]string)
+				}
+				m.Headers[k] = val
+			case fieldSubscriptionID:
+				m.SubscriptionID = d.intern(v)
+			}
+		case typ == protowire.VarintType && (num == fieldPublishTime || num == fieldAttempt || num == fieldRedelivered):
+			if x, n = protowire.ConsumeVarint(b); n < 0 {
+				return parseErr(n)
+			}
+			switch num {
+			case fieldPublishTime:
+				m.PublishTimeUnixNano = int64(x)
+			case fieldAttempt:
+				m.Attempt = uint32(x)
+			case fieldRedelivered:
+				m.Redelivered = x != 0
+			}
+		default:
+			if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
+				return parseErr(n)
+			}
+		}
+		b = b[n:]
+	}
+	return nil
+}
+
+func mapEntry(b []byte) (key, value string, err error) {
+	for len(b) > 0 {
+		num, typ, n := consumeTag(b)
+		if n < 0 {
+			return "", "", parseErr(n)
+		}
+		b = b[n:]
+		if (num == fieldMapKey || num == fieldMapValue) && typ == protowire.BytesType {
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return "", "", parseErr(n)
+			}
+			if !utf8.Valid(v) {
+				return "", "", fmt.Errorf("%w: a header is not valid UTF-8", ErrMalformed)
+			}
+			if num == fieldMapKey {
+				key = string(v)
+			} else {
+				value = string(v)
+			}
+			b = b[n:]
+			continue
+		}
+		if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
+			return "", "", parseErr(n)
+		}
+		b = b[n:]
+	}
+	return key, value, nil
+}
+
+// consumeTag is protowire.ConsumeTag, refusing field numbers past the largest valid one as
+// proto.Unmarshal does.
+func consumeTag(b []byte) (protowire.Number, protowire.Type, int) {
+	num, typ, n := protowire.ConsumeTag(b)
+	if n >= 0 && num > protowire.MaxValidNumber {
+		return 0, 0, -1
+	}
+	return num, typ, n
+}
+
+func parseErr(n int) error { return fmt.Errorf("%w: %v", ErrMalformed, protowire.ParseError(n)) }
+
+func (d *Decoder) intern(v []byte) string {
+	if s, ok := d.strs[string(v)]; ok {
+		return s
+	}
+	s := string(v)
+	if len(s) <= maxInternedSize && len(d.strs) < maxInterned {
+		if d.strs == nil {
+			d.strs = make(map[string]string)
+		}
+		d.strs[s] = s
+	}
+	return s
+}

@@ -1,0 +1,61 @@
+package wire
+
+import (
+	"bytes"
+	"maps"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
+)
+
+// FuzzDecode holds the Decoder to proto.Unmarshal: a frame of messages it accepts decodes the
+// same, and what proto refuses it refuses.
+func FuzzDecode(f *testing.F) {
+	seed := func(m *pb.SubscribeResponse) {
+		b, err := proto.Marshal(m)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	seed(&pb.SubscribeResponse{Frame: &pb.SubscribeResponse_Messages{Messages: &pb.MessageBatch{Messages: []*pb.Message{
+		{SystemId: "e-1", Topic: "a.b", Payload: []byte("x"), Headers: map[string]string{"k": "v", "": ""}, PublishTimeUnixNano: 42, Attempt: 1, SubscriptionId: "s"},
+		{SystemId: "e-2", Topic: "a.b", Attempt: 3, Redelivered: true, SubscriptionId: "s"},
+		{},
+	}}}})
+	seed(&pb.SubscribeResponse{Frame: &pb.SubscribeResponse_Subscribed{Subscribed: &pb.Subscribed{SubscriptionId: "s"}}})
+	seed(&pb.SubscribeResponse{Frame: &pb.SubscribeResponse_Refused{Refused: &pb.Refused{SubscriptionId: "s", Code: 3}}})
+	f.Add([]byte{0x12, 0x05, 0x0a, 0x03, 0x12, 0x01, 0xff}) // topic not UTF-8
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var want pb.SubscribeResponse
+		wantErr := proto.Unmarshal(b, &want)
+		var d Decoder
+		got, ok, err := d.Messages(b, nil)
+		if err != nil {
+			if wantErr == nil {
+				t.Fatalf("Messages: %v; proto.Unmarshal accepts it", err)
+			}
+			return
+		}
+		if !ok { // the caller decodes it with proto
+			return
+		}
+		if wantErr != nil {
+			t.Fatalf("Messages accepted a frame proto.Unmarshal refuses: %v", wantErr)
+		}
+		wm := want.GetMessages().GetMessages()
+		if want.GetMessages() == nil || len(got) != len(wm) {
+			t.Fatalf("decoded %d messages, proto has %v", len(got), &want)
+		}
+		for i, g := range got {
+			w := wm[i]
+			if g.SystemID != w.GetSystemId() || g.Topic != w.GetTopic() || !bytes.Equal(g.Payload, w.GetPayload()) ||
+				!maps.Equal(g.Headers, w.GetHeaders()) || g.PublishTimeUnixNano != w.GetPublishTimeUnixNano() ||
+				g.Attempt != w.GetAttempt() || g.Redelivered != w.GetRedelivered() || g.SubscriptionID != w.GetSubscriptionId() {
+				t.Fatalf("message %d: decoded %+v, proto has %v", i, g, w)
+			}
+		}
+	})
+}
