@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"runtime/metrics"
 	"slices"
 	"strconv"
 	"strings"
@@ -353,14 +354,49 @@ func (r *runner) w6rep(ctx context.Context, conn *grpc.ClientConn, topics []stri
 		{name: "sent_msgs_per_s", v: float64(n) / sent.Seconds()},
 		{name: "p99_to_broker_us", v: pct(in, 0.99)}, {name: "p99_from_broker_us", v: pct(out, 0.99)},
 		{name: "client_cpu_pct", v: 100 * (cpu1.client - cpu0.client).Seconds() / el.Seconds()}}
+	if cpu0.sched != nil && cpu1.sched != nil {
+		m = append(m, metric{name: "client_sched_p99_us", v: schedP99(cpu0.sched, cpu1.sched)})
+	}
 	if r.cfg.ServerPID != 0 {
 		m = append(m, metric{name: "server_cpu_pct", v: 100 * (cpu1.server - cpu0.server).Seconds() / el.Seconds()})
 	}
 	return m, nil
 }
 
-// cpuTimes are CPU time used (user + system) by this process and by the broker's.
-type cpuTimes struct{ client, server time.Duration }
+// cpuTimes are CPU time used (user + system) by this process and by the broker's, and this
+// process's scheduling latencies so far (how long goroutines waited to run once runnable).
+type cpuTimes struct {
+	client, server time.Duration
+	sched          *metrics.Float64Histogram
+}
+
+const schedLatencies = "/sched/latencies:seconds"
+
+// schedP99 returns the 99th percentile of the scheduling latencies between a and b, in µs
+// (the upper bound of its histogram bucket).
+func schedP99(a, b *metrics.Float64Histogram) float64 {
+	var total uint64
+	d := make([]uint64, len(b.Counts))
+	for i := range d {
+		d[i] = b.Counts[i] - a.Counts[i]
+		total += d[i]
+	}
+	if total == 0 {
+		return 0
+	}
+	want := uint64(math.Ceil(0.99 * float64(total)))
+	var seen uint64
+	for i, c := range d {
+		if seen += c; seen >= want {
+			hi := b.Buckets[i+1]
+			if math.IsInf(hi, 1) {
+				hi = b.Buckets[i]
+			}
+			return hi * 1e6
+		}
+	}
+	return 0
+}
 
 func (r *runner) w6CPU() (cpuTimes, error) {
 	var c cpuTimes
@@ -369,6 +405,11 @@ func (r *runner) w6CPU() (cpuTimes, error) {
 		return c, fmt.Errorf("getrusage: %w", err)
 	}
 	c.client = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	sample := []metrics.Sample{{Name: schedLatencies}}
+	metrics.Read(sample)
+	if sample[0].Value.Kind() == metrics.KindFloat64Histogram {
+		c.sched = sample[0].Value.Float64Histogram()
+	}
 	if r.cfg.ServerPID != 0 {
 		var err error
 		if c.server, err = procCPU(r.cfg.ServerPID); err != nil {
