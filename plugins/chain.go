@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/tinybroker/tinybroker/broker"
@@ -72,10 +73,57 @@ func (c *Chain) Stats() []PluginStats {
 	return st
 }
 
+// A topicPattern is one of a plugin's topics, classified at load so that the common shapes
+// (">", "orders.>", "orders.created") are matched without splitting the topic into tokens.
+type topicPattern struct {
+	kind    uint8
+	pattern string // kindPrefix: the pattern without its final ">" (ends with ".")
+}
+
+const (
+	kindAny     uint8 = iota // ">"
+	kindExact                // no wildcard
+	kindPrefix               // "a.b.>": a topic that starts with "a.b." (the rest is a valid topic's: not empty)
+	kindGeneral              // "*" somewhere: broker.MatchPattern
+)
+
+func compilePatterns(patterns []string) []topicPattern {
+	out := make([]topicPattern, 0, len(patterns))
+	for _, pat := range patterns {
+		tp := topicPattern{kind: kindGeneral, pattern: pat}
+		head, hasTail := strings.CutSuffix(pat, ">")
+		switch {
+		case pat == ">":
+			tp.kind = kindAny
+		case strings.ContainsAny(head, "*>"):
+		case !hasTail:
+			tp.kind = kindExact
+		case strings.HasSuffix(head, "."):
+			tp.kind, tp.pattern = kindPrefix, head
+		}
+		out = append(out, tp)
+	}
+	return out
+}
+
+// matchesTopic reports whether the valid topic matches one of p's topics.
 func (p *plugin) matchesTopic(topic string) bool {
-	for _, pat := range p.spec.Topics {
-		if broker.MatchPattern(pat, topic) {
+	for _, tp := range p.topics {
+		switch tp.kind {
+		case kindAny:
 			return true
+		case kindExact:
+			if topic == tp.pattern {
+				return true
+			}
+		case kindPrefix:
+			if len(topic) > len(tp.pattern) && strings.HasPrefix(topic, tp.pattern) {
+				return true
+			}
+		default:
+			if broker.MatchPattern(tp.pattern, topic) {
+				return true
+			}
 		}
 	}
 	return false
@@ -99,14 +147,29 @@ const (
 
 var errBreakerOpen = errors.New("circuit breaker open")
 
-// call runs hook k with st unless the circuit breaker is open, checks the verdict with valid,
-// and counts the outcome. It returns the verdict, or why there is none.
-func (p *plugin) call(k hookKind, st *callState, valid func(action, arg uint32) bool) (uint64, error) {
+// take returns an instance for a call of hook k, with its call state ready for the caller to
+// fill in, unless the circuit breaker is open or no instance can be had (counted as a
+// failure). Give it to run, then, if run succeeded, to done.
+func (p *plugin) take(k hookKind) (*instance, error) {
 	if p.breakerOpen() {
-		return 0, errBreakerOpen
+		return nil, errBreakerOpen
 	}
-	v, err := p.invoke(k, st)
+	inst, err := p.pool.get(p)
+	if err != nil {
+		p.failed(k, err)
+		return nil, err
+	}
+	inst.st.hook = k
+	return inst, nil
+}
+
+// run calls hook k on inst, checks the verdict with valid, and counts the outcome. It returns
+// the verdict, or why there is none; after a failure inst is gone (discarded, or back in the
+// pool after a malformed verdict) and must not be used.
+func (p *plugin) run(inst *instance, k hookKind, valid func(action, arg uint32) bool) (uint64, error) {
+	v, err := p.invoke(inst, k)
 	if err == nil && !valid(uint32(v), uint32(v>>32)) {
+		p.done(inst) // the call itself went well: the instance stays
 		err = malformedError{v}
 	}
 	if err != nil {
@@ -115,6 +178,13 @@ func (p *plugin) call(k hookKind, st *callState, valid func(action, arg uint32) 
 	}
 	p.succeeded()
 	return v, nil
+}
+
+// done resets the call state of inst, whose outcome the caller has taken, and returns it to
+// the pool.
+func (p *plugin) done(inst *instance) {
+	inst.st.reset()
+	p.pool.put(inst)
 }
 
 func validPublish(action, arg uint32) bool {
@@ -137,12 +207,17 @@ func (e malformedError) Error() string {
 // output. Implements broker.Hooks.
 func (c *Chain) OnPublish(d *broker.Draft) (broker.PublishVerdict, error) {
 	var out broker.PublishVerdict
+	owned := false // d.Headers is a map made by this call, which later plugins may change in place
 	for _, p := range c.publish {
 		if !p.matchesTopic(d.Topic) {
 			continue
 		}
-		st := &callState{hook: hookPublish, topic: d.Topic, payload: d.Payload, headers: d.Headers}
-		v, err := p.call(hookPublish, st, validPublish)
+		var v uint64
+		inst, err := p.take(hookPublish)
+		if err == nil {
+			inst.st.topic, inst.st.payload, inst.st.headers = d.Topic, d.Payload, d.Headers
+			v, err = p.run(inst, hookPublish, validPublish)
+		}
 		if err != nil {
 			switch p.spec.FailurePolicy {
 			case FailClosed:
@@ -159,14 +234,21 @@ func (c *Chain) OnPublish(d *broker.Draft) (broker.PublishVerdict, error) {
 			}
 			continue // fail open: unchanged
 		}
-		out.Emit = append(out.Emit, st.emits...)
+		st := &inst.st
+		if len(st.emits) > 0 {
+			out.Emit = append(out.Emit, st.emits...)
+		}
 		switch uint32(v) {
 		case actDrop:
 			out.Drop, out.Reason = true, st.why
-			p.log.Trace("dropped", "topic", d.Topic, "reason", st.why)
+			p.done(inst)
+			if p.log.IsTrace() {
+				p.log.Trace("dropped", "topic", d.Topic, "reason", out.Reason)
+			}
 			return out, nil
 		case actReject:
 			why := st.why
+			p.done(inst)
 			if why == "" {
 				why = "no reason given"
 			}
@@ -176,27 +258,43 @@ func (c *Chain) OnPublish(d *broker.Draft) (broker.PublishVerdict, error) {
 			}
 			return out, &broker.RejectError{Code: code, Plugin: p.spec.Name, Reason: why}
 		}
-		if st.newTopic != nil {
-			d.Topic = *st.newTopic
+		if st.topicSet {
+			d.Topic = st.newTopic
 		}
 		if st.payloadSet {
 			d.Payload = st.newPayload
 		}
-		if len(st.setH) > 0 || len(st.delH) > 0 {
-			d.Headers = applyHeaders(d.Headers, st.setH, st.delH)
+		if len(st.changes) > 0 {
+			if owned {
+				changeHeaders(d.Headers, st.changes)
+			} else {
+				d.Headers, owned = applyHeaders(d.Headers, st.changes), true
+			}
 		}
+		p.done(inst)
 	}
 	return out, nil
 }
 
-func applyHeaders(h, set map[string]string, del []string) map[string]string {
-	out := make(map[string]string, len(h)+len(set))
-	maps.Copy(out, h)
-	for _, k := range del {
-		delete(out, k)
+// applyHeaders returns a copy of h with the changes of a call: the message's map may be shared
+// (with the publisher, with a message already delivered), so it is never changed in place.
+func applyHeaders(h map[string]string, changes []headerChange) map[string]string {
+	out := make(map[string]string, len(h)+len(changes))
+	for k, v := range h {
+		out[k] = v
 	}
-	maps.Copy(out, set)
+	changeHeaders(out, changes)
 	return out
+}
+
+func changeHeaders(h map[string]string, changes []headerChange) {
+	for _, c := range changes {
+		if c.deleted {
+			delete(h, c.key)
+		} else {
+			h[c.key] = c.value
+		}
+	}
 }
 
 // WantsAck implements broker.Hooks.
@@ -226,12 +324,18 @@ func (c *Chain) OnAck(e *broker.AckEvent) []broker.Draft {
 		if !p.matchesGroup(e.Group) {
 			continue
 		}
-		st := &callState{hook: hookAck, topic: e.Msg.Topic, payload: e.Msg.Payload, headers: e.Msg.Headers, id: e.SystemID,
-			sub: e.SubscriptionID, group: e.Group, attempt: e.Attempt, inFlight: int64(e.InFlight)}
-		if _, err := p.call(hookAck, st, validAck); err != nil {
+		inst, err := p.take(hookAck)
+		if err != nil {
 			continue // nothing to undo: the ack was applied
 		}
+		st := &inst.st
+		st.topic, st.payload, st.headers, st.id = e.Msg.Topic, e.Msg.Payload, e.Msg.Headers, e.SystemID
+		st.sub, st.group, st.attempt, st.inFlight = e.SubscriptionID, e.Group, e.Attempt, int64(e.InFlight)
+		if _, err := p.run(inst, hookAck, validAck); err != nil {
+			continue
+		}
 		emits = append(emits, st.emits...)
+		p.done(inst)
 	}
 	return emits
 }
@@ -245,9 +349,14 @@ func (c *Chain) OnRedeliver(e *broker.RedeliverEvent) broker.RedeliverVerdict {
 		if !p.matchesGroup(e.Group) {
 			continue
 		}
-		st := &callState{hook: hookRedeliver, topic: e.Msg.Topic, payload: e.Msg.Payload, headers: headers, id: e.SystemID,
-			sub: e.SubscriptionID, group: e.Group, attempt: e.Attempt, reason: e.Reason}
-		v, err := p.call(hookRedeliver, st, validRedeliver)
+		var v uint64
+		inst, err := p.take(hookRedeliver)
+		if err == nil {
+			st := &inst.st
+			st.topic, st.payload, st.headers, st.id = e.Msg.Topic, e.Msg.Payload, headers, e.SystemID
+			st.sub, st.group, st.attempt, st.reason = e.SubscriptionID, e.Group, e.Attempt, e.Reason
+			v, err = p.run(inst, hookRedeliver, validRedeliver)
+		}
 		if err != nil {
 			switch p.spec.FailurePolicy {
 			case FailClosed:
@@ -258,30 +367,38 @@ func (c *Chain) OnRedeliver(e *broker.RedeliverEvent) broker.RedeliverVerdict {
 			}
 			continue
 		}
-		out.Emit = append(out.Emit, st.emits...)
-		if len(st.setH) > 0 || len(st.delH) > 0 {
-			headers = applyHeaders(headers, st.setH, st.delH)
+		st := &inst.st
+		why := st.why
+		if len(st.emits) > 0 {
+			out.Emit = append(out.Emit, st.emits...)
+		}
+		if len(st.changes) > 0 {
+			headers = applyHeaders(headers, st.changes)
 			if out.SetHeaders == nil {
 				out.SetHeaders = map[string]string{}
 			}
-			for _, k := range st.delH {
-				delete(out.SetHeaders, k)
-				out.DelHeaders = append(out.DelHeaders, k)
+			for _, c := range st.changes {
+				if c.deleted {
+					delete(out.SetHeaders, c.key)
+					out.DelHeaders = append(out.DelHeaders, c.key)
+				} else {
+					out.SetHeaders[c.key] = c.value
+				}
 			}
-			maps.Copy(out.SetHeaders, st.setH)
 		}
+		p.done(inst)
 		switch uint32(v) {
 		case actDelay:
 			out.Action, out.Delay = broker.RedeliverDelay, time.Duration(v>>32)*time.Millisecond
 			return out
 		case actDeadLetter:
-			out.Action, out.Reason = broker.RedeliverDeadLetter, st.why
+			out.Action, out.Reason = broker.RedeliverDeadLetter, why
 			if out.Reason == "" {
 				out.Reason = "dead-lettered by plugin " + p.spec.Name + " after attempt " + strconv.Itoa(int(e.Attempt))
 			}
 			return out
 		case actForget:
-			out.Action, out.Reason = broker.RedeliverDrop, st.why
+			out.Action, out.Reason = broker.RedeliverDrop, why
 			return out
 		}
 	}

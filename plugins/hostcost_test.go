@@ -1,0 +1,154 @@
+package plugins
+
+import (
+	"maps"
+	"math/rand/v2"
+	"strconv"
+	"testing"
+
+	"github.com/tinybroker/tinybroker/broker"
+)
+
+// A plugin that reads a header and passes costs the host no allocation; one that adds a
+// header costs the new header map only (see callState).
+func TestOnPublishAllocs(t *testing.T) {
+	h := newHost(t)
+	pass := load(t, h, Spec{Name: "pass", Wasm: fixture(t, "pass")})
+	chain := load(t, h, Spec{Name: "pass", Wasm: fixture(t, "pass")},
+		Spec{Name: "tag", Wasm: fixture(t, "tag"), Config: map[string]string{"tag": "x"}})
+	headers := map[string]string{"tenant": "acme"}
+	payload := make([]byte, 256)
+	for _, tc := range []struct {
+		name string
+		c    *Chain
+		max  float64
+	}{
+		{"filter", pass, 0},
+		{"filter+transform", chain, 2}, // the message's new header map
+	} {
+		allocs := testing.AllocsPerRun(200, func() {
+			d := broker.Draft{Topic: "orders.1", Payload: payload, Headers: headers}
+			if v, err := tc.c.OnPublish(&d); err != nil || v.Drop {
+				t.Fatalf("verdict %+v %v", v, err)
+			}
+		})
+		t.Logf("%s: %.2f allocations per message", tc.name, allocs)
+		if allocs > tc.max {
+			t.Errorf("%s: %.1f allocations per message, want at most %.0f", tc.name, allocs, tc.max)
+		}
+	}
+}
+
+// Plugins never change the caller's header map (it may be shared): the first change of a
+// publish copies it, and later plugins of the chain change that copy.
+func TestOnPublishCopiesHeadersOnce(t *testing.T) {
+	h := newHost(t)
+	tag := fixture(t, "tag")
+	c := load(t, h, Spec{Name: "first", Wasm: tag, Config: map[string]string{"tag": "first"}},
+		Spec{Name: "second", Wasm: tag, Config: map[string]string{"tag": "second", "require": "chain"}})
+	in := map[string]string{"tenant": "acme"}
+	want := maps.Clone(in)
+	for range 3 {
+		d := broker.Draft{Topic: "a", Headers: in}
+		if v, err := c.OnPublish(&d); err != nil || v.Drop {
+			t.Fatalf("verdict %+v %v", v, err)
+		}
+		if d.Headers["chain"] != "second" || d.Headers["tenant"] != "acme" || len(d.Headers) != 2 {
+			t.Fatalf("headers after the chain: %v", d.Headers)
+		}
+		if !maps.Equal(in, want) {
+			t.Fatalf("the caller's headers were changed: %v", in)
+		}
+	}
+}
+
+// A pooled call state carries nothing from one call to the next: after calls that set
+// headers, re-route and emit, a plugin that only reads leaves the message as it was.
+func TestCallStateReuse(t *testing.T) {
+	h := newHost(t)
+	good := load(t, h, Spec{Name: "good", Wasm: fixture(t, "good"), Config: map[string]string{"to": "rerouted.here"}})
+	pass := load(t, h, Spec{Name: "pass", Wasm: fixture(t, "pass")})
+	for i := range 50 {
+		d := broker.Draft{Topic: "reroute.me"}
+		v, err := good.OnPublish(&d)
+		if err != nil || v.Drop || d.Topic != "rerouted.here" {
+			t.Fatalf("call %d of good: %+v %v %+v", i, v, err, d)
+		}
+		d = broker.Draft{Topic: "orders.1", Headers: map[string]string{"tenant": "acme"}}
+		v, err = good.OnPublish(&d)
+		if err != nil || v.Drop || len(v.Emit) != 1 || d.Headers["filtered"] != "yes" {
+			t.Fatalf("call %d of good: %+v %v %+v", i, v, err, d)
+		}
+		if _, err := good.OnPublish(&broker.Draft{Topic: "orders.1", Headers: map[string]string{"tenant": "other"}}); err != nil {
+			t.Fatal(err) // dropped, with a reason
+		}
+		d = broker.Draft{Topic: "orders.1"}
+		v, err = pass.OnPublish(&d)
+		if err != nil || v.Drop || v.Reason != "" || len(v.Emit) != 0 || d.Headers != nil || d.Topic != "orders.1" || d.Payload != nil {
+			t.Fatalf("call %d of pass after good: %+v %v %+v", i, v, err, d)
+		}
+	}
+}
+
+// One on_publish call of a WAT guest that reads a header and passes: the host's own cost.
+func BenchmarkOnPublishWATPass(b *testing.B) {
+	benchmarkOnPublish(b, Spec{Name: "pass", Wasm: fixture(b, "pass")})
+}
+
+// Compiled topic patterns match exactly what broker.MatchPattern matches.
+func TestCompiledPatterns(t *testing.T) {
+	patterns := []string{">", "a", "a.b", "a.>", "a.b.>", "*", "*.b", "a.*", "a.*.>", "*.>", "ab.>", "a.b.c"}
+	topics := []string{"a", "b", "ab", "a.b", "a.c", "ab.c", "a.b.c", "a.b.c.d", "b.b", "abc.d", "a.bc", "x.y.z"}
+	for _, pat := range patterns {
+		if err := broker.ValidatePattern(pat); err != nil {
+			t.Fatalf("%s: %v", pat, err)
+		}
+		p := &plugin{topics: compilePatterns([]string{pat})}
+		for _, topic := range topics {
+			if got, want := p.matchesTopic(topic), broker.MatchPattern(pat, topic); got != want {
+				t.Errorf("pattern %q, topic %q: matched %v, want %v", pat, topic, got, want)
+			}
+		}
+	}
+}
+
+// A call's header changes, kept in a slice (and an index past maxLinear names), end as the
+// last change of each name, applied on a copy of the message's headers.
+func TestHeaderChanges(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for round := range 200 {
+		st := &callState{hook: hookPublish}
+		in := map[string]string{"a": "0", "b": "0"}
+		want := maps.Clone(in)
+		names := 1 + rng.IntN(3*maxLinear)
+		for range rng.IntN(60) {
+			k := strconv.Itoa(rng.IntN(names))
+			if rng.IntN(3) == 0 {
+				st.changeHeader(headerChange{key: k, deleted: true})
+				delete(want, k)
+			} else {
+				v := strconv.Itoa(rng.IntN(1000))
+				st.changeHeader(headerChange{key: k, value: v})
+				want[k] = v
+			}
+		}
+		seen := map[string]bool{}
+		for _, c := range st.changes {
+			if seen[c.key] {
+				t.Fatalf("round %d: %q changed twice in %v", round, c.key, st.changes)
+			}
+			seen[c.key] = true
+		}
+		got := applyHeaders(in, st.changes)
+		if !maps.Equal(got, want) {
+			t.Fatalf("round %d: headers %v, want %v", round, got, want)
+		}
+		if in["a"] != "0" || in["b"] != "0" || len(in) != 2 {
+			t.Fatalf("round %d: the message's headers changed: %v", round, in)
+		}
+		st.reset()
+		if len(st.changes) != 0 || len(st.changeIdx) != 0 {
+			t.Fatalf("round %d: reset kept %v %v", round, st.changes, st.changeIdx)
+		}
+	}
+}
