@@ -61,44 +61,71 @@ func init() {
 // its own, so that a Message kept from one hook and used in another is caught.
 var messages [3]Message
 
-// message resets the Message of hook h for the call gen, keeping its maps' storage.
+// message resets the Message of hook h for the call gen, keeping its storage. A map is
+// cleared only if it was used: clearing even an empty map costs a Go plugin a random reseed.
 func message(h hookKind, gen uint32) *Message {
 	m := &messages[h-hookPublish]
-	headers, changes := m.headers, m.changes
-	clear(headers)
-	clear(changes)
-	*m = Message{gen: gen, headers: headers, changes: changes}
+	headers, changes, changed := m.headers, m.changes[:0], m.changed
+	if len(headers) > 0 {
+		clear(headers)
+	}
+	clear(m.changes)
+	if len(changed) > 0 {
+		clear(changed)
+	}
+	*m = Message{gen: gen, headers: headers, changes: changes, changed: changed}
 	return m
 }
 
-func runPublish(f func(*Message) Verdict) int64 {
+// The hooks' functions run between begin and end. A deferred function ends the call and, only
+// if the hook panicked, logs the panic: calling recover on every call would cost every call.
+
+func runPublish(f func(*Message) Verdict) (v int64) {
 	gen := begin(hookPublish)
-	defer end()
-	defer recoverPanic()
-	if f == nil {
-		return 0
+	returned := false
+	defer func() {
+		if !returned {
+			repanic(recover())
+		}
+		end()
+	}()
+	if f != nil {
+		v = f(message(hookPublish, gen)).encode()
 	}
-	return f(message(hookPublish, gen)).encode()
+	returned = true
+	return v
 }
 
 func runAck(f func(*Message, Event)) int64 {
 	gen := begin(hookAck)
-	defer end()
-	defer recoverPanic()
+	returned := false
+	defer func() {
+		if !returned {
+			repanic(recover())
+		}
+		end()
+	}()
 	if f != nil {
 		f(message(hookAck, gen), Event{gen: gen})
 	}
+	returned = true
 	return 0
 }
 
-func runRedeliver(f func(*Message, Event) RedeliverVerdict) int64 {
+func runRedeliver(f func(*Message, Event) RedeliverVerdict) (v int64) {
 	gen := begin(hookRedeliver)
-	defer end()
-	defer recoverPanic()
-	if f == nil {
-		return 0
+	returned := false
+	defer func() {
+		if !returned {
+			repanic(recover())
+		}
+		end()
+	}()
+	if f != nil {
+		v = f(message(hookRedeliver, gen), Event{gen: gen}).encode()
 	}
-	return f(message(hookRedeliver, gen), Event{gen: gen}).encode()
+	returned = true
+	return v
 }
 
 // initFn is the function registered with Init.
@@ -124,10 +151,21 @@ func Init(f func(cfg map[string]string) error) {
 }
 
 // runInit implements tb_init.
-func runInit() int32 {
+func runInit() (rc int32) {
 	begin(hookInit)
-	defer end()
-	defer recoverPanic()
+	returned := false
+	defer func() {
+		if !returned {
+			repanic(recover())
+		}
+		end()
+	}()
+	rc = initCall()
+	returned = true
+	return rc
+}
+
+func initCall() int32 {
 	if bridge.Misuse != "" {
 		hostSetReason(bridge.Misuse)
 		return 1
@@ -154,17 +192,18 @@ func runInit() int32 {
 	return 0
 }
 
-// recoverPanic, deferred by every call, logs a panic of the plugin at error level with its
-// stack — the broker discards the plugin's stderr, where the Go runtime would print it — and
-// panics again, so that the call traps and the broker applies the plugin's failure policy.
-func recoverPanic() {
-	r := recover()
-	if r == nil {
+// repanic is called, with what recover returned, when a call did not return normally. It
+// logs a panic of the plugin at error level with its stack — the broker discards the
+// plugin's stderr, where the Go runtime would print it — ends the call and panics again, so
+// that the call traps and the broker applies the plugin's failure policy.
+func repanic(r any) {
+	if r == nil { // runtime.Goexit: nothing to log
 		return
 	}
 	stack := make([]byte, 16<<10)
 	stack = stack[:runtime.Stack(stack, false)]
 	hostLog(int32(LevelError), "panic in "+hookNames[call.hook]+": "+panicText(r)+"\n\n"+string(stack))
+	end()
 	panic(r)
 }
 

@@ -23,8 +23,9 @@ type Message struct {
 	topic   string
 	payload []byte
 	id      string
-	headers map[string]string       // every header as the message entered the call, once read (haveHeaders)
-	changes map[string]headerChange // the headers set or deleted in this call
+	headers map[string]string // every header as the message entered the call, once read (haveHeaders)
+	changes []headerChange    // the headers set or deleted in this call, one entry per name
+	changed map[string]int    // the index in changes of each name, once there are more than maxLinear
 }
 
 const (
@@ -35,8 +36,30 @@ const (
 )
 
 type headerChange struct {
+	key     string
 	value   string
 	deleted bool
+}
+
+// maxLinear is how many header changes are searched one by one. A plugin changes a header or
+// two: a slice is cheaper than a map (a Go plugin hashes strings without the CPU's help), but
+// not for a plugin that changes hundreds.
+const maxLinear = 8
+
+// findChange returns the index in m.changes of the change of the header key, or -1.
+func (m *Message) findChange(key string) int {
+	if len(m.changes) > maxLinear {
+		if i, ok := m.changed[key]; ok {
+			return i
+		}
+		return -1
+	}
+	for i := range m.changes {
+		if m.changes[i].key == key {
+			return i
+		}
+	}
+	return -1
 }
 
 func (m *Message) check() {
@@ -80,8 +103,8 @@ func (m *Message) ID() string {
 // Header returns the value of the header key, and whether the message has it.
 func (m *Message) Header(key string) (value string, ok bool) {
 	m.check()
-	if c, changed := m.changes[key]; changed {
-		return c.value, !c.deleted
+	if i := m.findChange(key); i >= 0 {
+		return m.changes[i].value, !m.changes[i].deleted
 	}
 	if m.have&haveHeaders != 0 {
 		value, ok = m.headers[key]
@@ -118,11 +141,11 @@ func (m *Message) Headers() map[string]string {
 	for k, v := range m.headers {
 		out[k] = v
 	}
-	for k, c := range m.changes {
+	for _, c := range m.changes {
 		if c.deleted {
-			delete(out, k)
+			delete(out, c.key)
 		} else {
-			out[k] = c.value
+			out[c.key] = c.value
 		}
 	}
 	return out
@@ -162,7 +185,7 @@ func (m *Message) SetHeader(key, value string) error {
 	if st := hostMsgSetHeader(key, value); st != statusOK {
 		return &StatusError{Op: "SetHeader " + strconv.Quote(key), Status: st}
 	}
-	m.change(key, headerChange{value: value})
+	m.change(headerChange{key: key, value: value})
 	return nil
 }
 
@@ -173,15 +196,27 @@ func (m *Message) DelHeader(key string) error {
 	if st := hostMsgDelHeader(key); st != statusOK {
 		return &StatusError{Op: "DelHeader " + strconv.Quote(key), Status: st}
 	}
-	m.change(key, headerChange{deleted: true})
+	m.change(headerChange{key: key, deleted: true})
 	return nil
 }
 
-func (m *Message) change(key string, c headerChange) {
-	if m.changes == nil {
-		m.changes = make(map[string]headerChange)
+func (m *Message) change(c headerChange) {
+	if i := m.findChange(c.key); i >= 0 {
+		m.changes[i] = c
+		return
 	}
-	m.changes[key] = c
+	m.changes = append(m.changes, c)
+	switch n := len(m.changes); {
+	case n == maxLinear+1:
+		if m.changed == nil {
+			m.changed = make(map[string]int, 2*n)
+		}
+		for i := range m.changes {
+			m.changed[m.changes[i].key] = i
+		}
+	case n > maxLinear+1:
+		m.changed[c.key] = n - 1
+	}
 }
 
 // An Event describes the delivery an on_ack or on_redeliver hook is called for. Like the
