@@ -234,7 +234,7 @@ func (b *Broker) route(topic string, payload []byte, headers map[string]string) 
 		}
 	}
 	seq := b.seq.Add(1)
-	m := &Message{ID: seq, SystemID: b.ids.format(seq), Topic: topic, Payload: payload, Headers: headers, PublishedAt: time.Now().UnixNano()}
+	m := &Message{ID: seq, SystemID: b.ids.format(seq), Topic: topic, Payload: payload, Headers: headers, PublishedAt: time.Now().UnixNano(), Targets: len(targets)}
 	var wait []target
 	var rooms []<-chan struct{}
 	for _, t := range targets {

@@ -19,6 +19,8 @@ type Message struct {
 	Headers  map[string]string
 	// PublishedAt is when the broker accepted the message, in Unix nanoseconds.
 	PublishedAt int64
+	// Targets is how many fanout subscriptions and groups the message was routed to.
+	Targets int
 	// Wire is for the transport: the server caches the message's encoding here, to share it
 	// between the subscriptions the message goes to. The broker never reads it.
 	Wire atomic.Pointer[[]byte]

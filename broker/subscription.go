@@ -82,6 +82,9 @@ func (s *Subscription) Settings() Settings {
 	return Settings{ID: s.id, MemberID: s.id}
 }
 
+// ID returns the subscription's id (Settings().ID, without copying the settings).
+func (s *Subscription) ID() string { return s.id }
+
 // Mode returns the subscription's mode.
 func (s *Subscription) Mode() Mode { return s.mode }
 

@@ -66,17 +66,18 @@ const (
 	fieldMapEntryValue      = 2
 )
 
-// shared returns the encoding of the fields of m that every delivery shares, written with
-// protowire (marshalling a pb.Message by reflection was 14% of a fanout's server CPU). The
-// broker has validated every string field as UTF-8.
+// shared returns the encoding of the fields of m that every delivery shares, cached on m.
 func shared(m *broker.Message) []byte {
 	if b := m.Wire.Load(); b != nil {
 		return *b
 	}
-	entry := func(k, v string) int {
-		return protowire.SizeTag(fieldMapEntryKey) + protowire.SizeBytes(len(k)) +
-			protowire.SizeTag(fieldMapEntryValue) + protowire.SizeBytes(len(v))
-	}
+	b := appendShared(make([]byte, 0, sharedSize(m)), m)
+	m.Wire.CompareAndSwap(nil, &b)
+	return b
+}
+
+// sharedSize is the length of m's shared encoding.
+func sharedSize(m *broker.Message) int {
 	n := 0
 	if m.SystemID != "" {
 		n += protowire.SizeTag(fieldMessageSystemID) + protowire.SizeBytes(len(m.SystemID))
@@ -88,12 +89,23 @@ func shared(m *broker.Message) []byte {
 		n += protowire.SizeTag(fieldMessagePayload) + protowire.SizeBytes(len(m.Payload))
 	}
 	for k, v := range m.Headers {
-		n += protowire.SizeTag(fieldMessageHeaders) + protowire.SizeBytes(entry(k, v))
+		n += protowire.SizeTag(fieldMessageHeaders) + protowire.SizeBytes(mapEntrySize(k, v))
 	}
 	if m.PublishedAt != 0 {
 		n += protowire.SizeTag(fieldMessagePublishTime) + protowire.SizeVarint(uint64(m.PublishedAt))
 	}
-	b := make([]byte, 0, n)
+	return n
+}
+
+func mapEntrySize(k, v string) int {
+	return protowire.SizeTag(fieldMapEntryKey) + protowire.SizeBytes(len(k)) +
+		protowire.SizeTag(fieldMapEntryValue) + protowire.SizeBytes(len(v))
+}
+
+// appendShared appends m's shared encoding to b, written with protowire (marshalling a
+// pb.Message by reflection was 14% of a fanout's server CPU). The broker has validated every
+// string field as UTF-8.
+func appendShared(b []byte, m *broker.Message) []byte {
 	if m.SystemID != "" {
 		b = protowire.AppendTag(b, fieldMessageSystemID, protowire.BytesType)
 		b = protowire.AppendString(b, m.SystemID)
@@ -108,7 +120,7 @@ func shared(m *broker.Message) []byte {
 	}
 	for k, v := range m.Headers {
 		b = protowire.AppendTag(b, fieldMessageHeaders, protowire.BytesType)
-		b = protowire.AppendVarint(b, uint64(entry(k, v)))
+		b = protowire.AppendVarint(b, uint64(mapEntrySize(k, v)))
 		b = protowire.AppendTag(b, fieldMapEntryKey, protowire.BytesType)
 		b = protowire.AppendString(b, k)
 		b = protowire.AppendTag(b, fieldMapEntryValue, protowire.BytesType)
@@ -118,15 +130,25 @@ func shared(m *broker.Message) []byte {
 		b = protowire.AppendTag(b, fieldMessagePublishTime, protowire.VarintType)
 		b = protowire.AppendVarint(b, uint64(m.PublishedAt))
 	}
-	m.Wire.CompareAndSwap(nil, &b)
 	return b
 }
 
 // encodeBatch returns the SubscribeResponse frame carrying batch, messages only.
 func encodeBatch(batch []broker.Delivery) *rawFrame {
+	// A message routed to one target (a group, or a single subscription) is written straight
+	// into the frame; one that goes to several is encoded once and the bytes cached on it.
+	sharedLen := func(m *broker.Message) int {
+		if w := m.Wire.Load(); w != nil {
+			return len(*w)
+		}
+		if m.Targets > 1 {
+			return len(shared(m))
+		}
+		return sharedSize(m)
+	}
 	size := func(d broker.Delivery) int {
-		n := len(shared(d.Msg)) + protowire.SizeTag(fieldMessageAttempt) + protowire.SizeVarint(uint64(d.Attempt)) +
-			protowire.SizeTag(fieldMessageSubscriber) + protowire.SizeBytes(len(d.Sub.Settings().ID))
+		n := sharedLen(d.Msg) + protowire.SizeTag(fieldMessageAttempt) + protowire.SizeVarint(uint64(d.Attempt)) +
+			protowire.SizeTag(fieldMessageSubscriber) + protowire.SizeBytes(len(d.Sub.ID()))
 		if d.Attempt > 1 {
 			n += protowire.SizeTag(fieldMessageRedeliver) + 1
 		}
@@ -143,7 +165,13 @@ func encodeBatch(batch []broker.Delivery) *rawFrame {
 	for _, d := range batch {
 		b = protowire.AppendTag(b, fieldBatchMessages, protowire.BytesType)
 		b = protowire.AppendVarint(b, uint64(size(d)))
-		b = append(b, shared(d.Msg)...)
+		if w := d.Msg.Wire.Load(); w != nil {
+			b = append(b, *w...)
+		} else if d.Msg.Targets > 1 {
+			b = append(b, shared(d.Msg)...)
+		} else {
+			b = appendShared(b, d.Msg)
+		}
 		b = protowire.AppendTag(b, fieldMessageAttempt, protowire.VarintType)
 		b = protowire.AppendVarint(b, uint64(d.Attempt))
 		if d.Attempt > 1 {
@@ -151,7 +179,7 @@ func encodeBatch(batch []broker.Delivery) *rawFrame {
 			b = protowire.AppendVarint(b, 1)
 		}
 		b = protowire.AppendTag(b, fieldMessageSubscriber, protowire.BytesType)
-		b = protowire.AppendString(b, d.Sub.Settings().ID)
+		b = protowire.AppendString(b, d.Sub.ID())
 	}
 	return &rawFrame{b: b, pooled: buf}
 }
