@@ -91,6 +91,8 @@ func New(b *broker.Broker, maxMessageBytes int, opts Options) *Server {
 		grpc.ForceServerCodecV2(newCodec()),
 		experimental.BufferPool(grpcbuf.Pool),
 		grpc.MaxRecvMsgSize(opts.MaxRecvBytes),
+		grpc.InitialWindowSize(grpcbuf.StreamWindow),
+		grpc.InitialConnWindowSize(grpcbuf.ConnWindow),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: opts.KeepaliveTime, Timeout: opts.KeepaliveTimeout}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 	)

@@ -312,7 +312,8 @@ func (r *runner) watch(what string, status func() string) (stop func()) {
 // dial opens a connection of its own to the broker and waits until it is ready.
 func (r *runner) dial(ctx context.Context) (*grpc.ClientConn, error) {
 	conn, err := grpc.NewClient(r.addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.ForceCodecV2(grpcbuf.Codec{})), experimental.WithBufferPool(grpcbuf.Pool))
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.ForceCodecV2(grpcbuf.Codec{})), experimental.WithBufferPool(grpcbuf.Pool),
+		grpc.WithInitialWindowSize(grpcbuf.StreamWindow), grpc.WithInitialConnWindowSize(grpcbuf.ConnWindow))
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", r.addr, err)
 	}

@@ -19,6 +19,15 @@ import (
 // copies into it.
 var Pool mem.BufferPool = newPool()
 
+// HTTP/2 flow-control windows for the server and the Go clients. Setting them turns off
+// gRPC's bandwidth-delay estimator, which otherwise answers data with PING frames to size the
+// windows: on loopback that is a frame, a syscall and a wake-up per burst for nothing. The
+// stream window holds several full message frames (the server's are at most 64 KiB).
+const (
+	StreamWindow = 1 << 20
+	ConnWindow   = 8 << 20
+)
+
 const (
 	minShift = 8  // 256 B
 	maxShift = 24 // 16 MiB

@@ -111,6 +111,7 @@ func Dial(addr string, opts ...Option) (*Client, error) {
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: cfg.keepaliveTime, Timeout: cfg.keepaliveTimeout}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.ForceCodecV2(grpcbuf.Codec{})),
 		experimental.WithBufferPool(grpcbuf.Pool),
+		grpc.WithInitialWindowSize(grpcbuf.StreamWindow), grpc.WithInitialConnWindowSize(grpcbuf.ConnWindow),
 		grpc.WithConnectParams(grpc.ConnectParams{Backoff: bo, MinConnectTimeout: 5 * time.Second}),
 	}, cfg.dialOpts...)
 	conn, err := grpc.NewClient(addr, dialOpts...)
