@@ -170,6 +170,46 @@ func TestPublishStream(t *testing.T) {
 	}
 }
 
+// An errors_only frame is answered only when one of its messages fails; a later plain frame
+// confirms the ones before it.
+func TestPublishStreamErrorsOnly(t *testing.T) {
+	tb := start(t, broker.Options{})
+	s := tb.open(t, fanout("eo", "eo.>"))
+	stream, err := tb.c.PublishStream(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := func(seq uint64, errorsOnly bool, topics ...string) {
+		req := &pb.PublishStreamRequest{Sequence: seq, ErrorsOnly: errorsOnly}
+		for _, tp := range topics {
+			req.Messages = append(req.Messages, &pb.PublishRequest{Topic: tp, Payload: []byte(tp)})
+		}
+		if err := stream.Send(req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send(1, true, "eo.a", "eo.b")   // no answer
+	send(2, true, "eo.c", "eo.*.x") // answered: the second fails
+	send(3, true, "eo.d")           // no answer
+	send(4, false)                  // answered: the flush
+	resp, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.GetSequence() != 2 || len(resp.GetResults()) != 2 || resp.GetResults()[0].GetCode() != 0 ||
+		codes.Code(resp.GetResults()[1].GetCode()) != codes.InvalidArgument {
+		t.Fatalf("first answer %v, want frame 2 with its second message refused", resp)
+	}
+	if resp, err = stream.Recv(); err != nil || resp.GetSequence() != 4 || len(resp.GetResults()) != 0 {
+		t.Fatalf("second answer %v (%v), want the empty frame 4", resp, err)
+	}
+	for _, want := range []string{"eo.a", "eo.b", "eo.c", "eo.d"} {
+		if got := string(s.next().GetPayload()); got != want {
+			t.Fatalf("got %q, want %q", got, want)
+		}
+	}
+}
+
 // A fanout subscriber that cannot keep up is disconnected with RESOURCE_EXHAUSTED, or, with
 // the drop policy, loses messages that are counted; the publisher is never blocked.
 func TestSlowConsumer(t *testing.T) {

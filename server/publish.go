@@ -23,6 +23,7 @@ import (
 const (
 	fieldFrameSequence   = 1 // PublishStreamRequest.sequence, PublishStreamResponse.sequence
 	fieldFrameMessages   = 2 // PublishStreamRequest.messages
+	fieldFrameErrorsOnly = 3 // PublishStreamRequest.errors_only
 	fieldFrameResults    = 2 // PublishStreamResponse.results
 	fieldPublishTopic    = 1 // PublishRequest.topic
 	fieldPublishPayload  = 2
@@ -40,7 +41,8 @@ const (
 // publishFrame is a decoded PublishStreamRequest. It is reused from frame to frame of one
 // stream: msgs keeps its capacity, topics interns the stream's topics (publishers use few).
 type publishFrame struct {
-	seq    uint64
+	seq        uint64
+	errorsOnly bool
 	msgs   []publishMsg
 	topics map[string]string
 }
@@ -56,7 +58,7 @@ var errFrame = errors.New("malformed PublishStreamRequest")
 // decode parses b into f. Payloads are copied: b is gRPC's buffer.
 func (f *publishFrame) decode(b []byte) error {
 	clear(f.msgs)
-	f.seq, f.msgs = 0, f.msgs[:0]
+	f.seq, f.errorsOnly, f.msgs = 0, false, f.msgs[:0]
 	for len(b) > 0 {
 		num, typ, n := consumeTag(b)
 		if n < 0 {
@@ -66,6 +68,10 @@ func (f *publishFrame) decode(b []byte) error {
 		switch {
 		case num == fieldFrameSequence && typ == protowire.VarintType:
 			f.seq, n = protowire.ConsumeVarint(b)
+		case num == fieldFrameErrorsOnly && typ == protowire.VarintType:
+			var v uint64
+			v, n = protowire.ConsumeVarint(b)
+			f.errorsOnly = v != 0
 		case num == fieldFrameMessages && typ == protowire.BytesType:
 			var v []byte
 			if v, n = protowire.ConsumeBytes(b); n >= 0 {

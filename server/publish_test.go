@@ -26,6 +26,7 @@ func FuzzPublishFrame(f *testing.F) {
 		{Topic: "a.b"}, {Payload: []byte{0, 1, 2}}, {Topic: "ü.c", Headers: map[string]string{"ä": "ö"}},
 	}})
 	seed(&pb.PublishStreamRequest{})
+	seed(&pb.PublishStreamRequest{Sequence: 1, ErrorsOnly: true, Messages: []*pb.PublishRequest{{Topic: "a"}}})
 	f.Add([]byte{0x12, 0x03, 0x0a, 0x01, 0xff})             // topic not UTF-8
 	f.Add([]byte{0x12, 0x05, 0x1a, 0x03, 0x0a, 0x01, 0x80}) // header key not UTF-8
 	f.Add([]byte{0x08, 0x80})                               // truncated varint
@@ -41,7 +42,7 @@ func FuzzPublishFrame(f *testing.F) {
 		if wantErr != nil {
 			return
 		}
-		if got.seq != want.GetSequence() || len(got.msgs) != len(want.GetMessages()) {
+		if got.seq != want.GetSequence() || got.errorsOnly != want.GetErrorsOnly() || len(got.msgs) != len(want.GetMessages()) {
 			t.Fatalf("decoded seq %d with %d messages, want %d with %d", got.seq, len(got.msgs), want.GetSequence(), len(want.GetMessages()))
 		}
 		results := make([]publishResult, len(got.msgs))

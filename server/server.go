@@ -187,13 +187,19 @@ func (s *Server) servePublish(stream grpc.BidiStreamingServer[pb.PublishStreamRe
 			return err
 		}
 		results = slices.Grow(results[:0], len(f.msgs))[:len(f.msgs)]
+		failed := false
 		for i, m := range f.msgs {
 			res, err := s.b.Publish(m.topic, m.payload, m.headers)
 			if err != nil {
 				results[i] = publishResult{code: uint32(codeOf(err)), err: err.Error()}
+				failed = true
 			} else {
 				results[i] = publishResult{systemID: res.SystemID, routed: uint32(res.Routed)}
 			}
+		}
+		if f.errorsOnly && !failed {
+			clear(results)
+			continue
 		}
 		frame := encodePublishResponse(f.seq, results)
 		clear(results)

@@ -49,7 +49,7 @@ Flags:
 	fs.DurationVar(&cfg.Timeout, "timeout", 3*time.Minute, "give up on a repetition (or W5's subscribing) after this long")
 	fs.IntVar(&cfg.Batch, "batch", 128, "most messages per PublishStream frame")
 	fs.IntVar(&cfg.Window, "window", 16, "most PublishStream frames sent and not yet confirmed")
-	fs.StringVar(&cfg.W3Publish, "w3-publish", "frame", "W3: how to publish: frame (a PublishStream frame per message), unary (Publish, one at a time) or sdk (the Go SDK's Publisher, batching what queues up)")
+	fs.StringVar(&cfg.W3Publish, "w3-publish", "frame", "W3: how to publish: frame (a PublishStream frame per message, answered only on failure, as NATS core publishes), frame-ack (the same, every frame answered), unary (Publish, one at a time) or sdk (the Go SDK's Publisher, batching what queues up)")
 	fs.StringVar(&cfg.W4Addr, "w4-addr", "", "W4 with -addr: a second broker's `host:port`, running with the W4 plugins")
 	fs.StringVar(&cfg.W4Config, "w4-config", "", "W4 without -addr: a config `file` whose plugins a second in-process broker loads (e.g. bench/w4-go.hcl)")
 	fs.StringVar(&cfg.W4Lang, "w4-lang", "", "W4: the plugins' language, for the output lines (default: <lang> of a -w4-config named w4-<lang>.hcl, else go)")

@@ -64,7 +64,9 @@ type Config struct {
 	// Progress is how often long steps report progress on stderr (5s); negative: never.
 	Progress time.Duration
 	// W3Publish is how W3 publishes: "frame" sends each message in a PublishStream frame of
-	// its own as soon as it is stamped; "unary" calls Publish for each and waits for the
+	// its own as soon as it is stamped, errors_only (answered only on failure, as NATS core
+	// publishes unconfirmed; a last plain frame confirms them all); "frame-ack" the same with
+	// every frame answered; "unary" calls Publish for each and waits for the
 	// answer; "sdk" uses sdk/go/client's Publisher, which sends a message at once when its
 	// stream is idle and batches the messages that queue up meanwhile (default "frame").
 	W3Publish string
@@ -121,8 +123,8 @@ func (c *Config) setDefaults() error {
 	if c.W3Publish == "" {
 		c.W3Publish = "frame"
 	}
-	if c.W3Publish != "frame" && c.W3Publish != "unary" && c.W3Publish != "sdk" {
-		return fmt.Errorf("W3 publish mode %q: use frame, unary or sdk", c.W3Publish)
+	if c.W3Publish != "frame" && c.W3Publish != "frame-ack" && c.W3Publish != "unary" && c.W3Publish != "sdk" {
+		return fmt.Errorf("W3 publish mode %q: use frame, frame-ack, unary or sdk", c.W3Publish)
 	}
 	if len(c.SubCounts) == 0 {
 		c.SubCounts = []int{1_000, 10_000, 100_000}

@@ -111,7 +111,7 @@ func TestW3(t *testing.T) {
 }
 
 func TestW3PublishModes(t *testing.T) {
-	for _, mode := range []string{"unary", "sdk"} {
+	for _, mode := range []string{"frame-ack", "unary", "sdk"} { // "frame" is the default, run by TestWorkloads
 		t.Run(mode, func(t *testing.T) {
 			fs := figures(t, quick(t, "W3", func(c *Config) { c.W3Publish = mode; c.N = 1000 }), "W3 tinybroker")
 			positive(t, fs, "p50_us", "p99_us", "p999_us", "sent_msgs_per_s")

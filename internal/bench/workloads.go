@@ -361,9 +361,14 @@ func (r *runner) w3Publisher(ctx context.Context) (*w3Pub, error) {
 		conn.Close()
 		return nil, fmt.Errorf("open publish stream: %w", err)
 	}
+	// By default frames are errors_only, answered only if a message fails, as NATS core
+	// publishes without confirmations; finish sends a plain empty frame, whose answer confirms
+	// the rest. "frame-ack" has every frame answered.
+	errorsOnly := r.cfg.W3Publish != "frame-ack"
+	var flushSeq atomic.Uint64 // the sequence of the flush frame, once sent
 	confirmed := make(chan error, 1)
 	go func() {
-		for i := 0; i < r.n; {
+		for i := 0; errorsOnly || i < r.n; {
 			resp, err := stream.Recv()
 			if err != nil {
 				confirmed <- fmt.Errorf("publish stream: %w (%d of %d confirmed)", err, i, r.n)
@@ -376,11 +381,14 @@ func (r *runner) w3Publisher(ctx context.Context) (*w3Pub, error) {
 				}
 				i++
 			}
+			if errorsOnly && resp.GetSequence() != 0 && resp.GetSequence() == flushSeq.Load() {
+				break
+			}
 		}
 		confirmed <- nil
 	}()
 	result := sync.OnceValue(func() error { return <-confirmed })
-	frame := &pb.PublishStreamRequest{Messages: []*pb.PublishRequest{{Topic: topic, Payload: buf}}}
+	frame := &pb.PublishStreamRequest{Messages: []*pb.PublishRequest{{Topic: topic, Payload: buf}}, ErrorsOnly: errorsOnly}
 	return &w3Pub{
 		buffer: func() []byte { return buf }, // Send encodes the frame before it returns
 		publish: func([]byte) error {
@@ -392,6 +400,13 @@ func (r *runner) w3Publisher(ctx context.Context) (*w3Pub, error) {
 			return nil
 		},
 		finish: func() error {
+			if errorsOnly {
+				flushSeq.Store(frame.Sequence + 1)
+				if err := stream.Send(&pb.PublishStreamRequest{Sequence: frame.Sequence + 1}); err != nil {
+					cancel()
+					return result()
+				}
+			}
 			if err := result(); err != nil {
 				return err
 			}

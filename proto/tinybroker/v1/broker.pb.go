@@ -301,8 +301,13 @@ func (x *PublishResponse) GetRouted() uint32 {
 type PublishStreamRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Chosen by the client, echoed in the response frame.
-	Sequence      uint64            `protobuf:"varint,1,opt,name=sequence,proto3" json:"sequence,omitempty"`
-	Messages      []*PublishRequest `protobuf:"bytes,2,rep,name=messages,proto3" json:"messages,omitempty"`
+	Sequence uint64            `protobuf:"varint,1,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	Messages []*PublishRequest `protobuf:"bytes,2,rep,name=messages,proto3" json:"messages,omitempty"`
+	// Answer this frame only if one of its messages fails (then with every result, as usual):
+	// fire-and-forget publishing, like NATS core's, for publishers that care about latency more
+	// than confirmations. Frames are handled in order, so the answer to a later frame without
+	// errors_only confirms every earlier one that got no answer.
+	ErrorsOnly    bool `protobuf:"varint,3,opt,name=errors_only,json=errorsOnly,proto3" json:"errors_only,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -349,6 +354,13 @@ func (x *PublishStreamRequest) GetMessages() []*PublishRequest {
 		return x.Messages
 	}
 	return nil
+}
+
+func (x *PublishStreamRequest) GetErrorsOnly() bool {
+	if x != nil {
+		return x.ErrorsOnly
+	}
+	return false
 }
 
 type PublishStreamResponse struct {
@@ -1977,10 +1989,12 @@ const file_tinybroker_v1_broker_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"F\n" +
 	"\x0fPublishResponse\x12\x1b\n" +
 	"\tsystem_id\x18\x01 \x01(\tR\bsystemId\x12\x16\n" +
-	"\x06routed\x18\x02 \x01(\rR\x06routed\"m\n" +
+	"\x06routed\x18\x02 \x01(\rR\x06routed\"\x8e\x01\n" +
 	"\x14PublishStreamRequest\x12\x1a\n" +
 	"\bsequence\x18\x01 \x01(\x04R\bsequence\x129\n" +
-	"\bmessages\x18\x02 \x03(\v2\x1d.tinybroker.v1.PublishRequestR\bmessages\"k\n" +
+	"\bmessages\x18\x02 \x03(\v2\x1d.tinybroker.v1.PublishRequestR\bmessages\x12\x1f\n" +
+	"\verrors_only\x18\x03 \x01(\bR\n" +
+	"errorsOnly\"k\n" +
 	"\x15PublishStreamResponse\x12\x1a\n" +
 	"\bsequence\x18\x01 \x01(\x04R\bsequence\x126\n" +
 	"\aresults\x18\x02 \x03(\v2\x1c.tinybroker.v1.PublishResultR\aresults\"n\n" +
