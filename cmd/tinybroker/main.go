@@ -22,6 +22,7 @@ import (
 
 	"github.com/tinybroker/tinybroker/broker"
 	"github.com/tinybroker/tinybroker/internal/config"
+	"github.com/tinybroker/tinybroker/internal/gctuner"
 	"github.com/tinybroker/tinybroker/server"
 )
 
@@ -77,6 +78,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return fmt.Errorf("unknown command %q", args[0])
 }
 
+// gcHeapFloor is the heap size under which the garbage collector does not start a cycle.
+const gcHeapFloor = 32 << 20
+
 // serve runs the broker until ctx is done, then shuts it down within the grace period.
 // listening, if not nil, receives the bound address (tests listen on port 0).
 func serve(ctx context.Context, args []string, stderr io.Writer, listening chan<- net.Addr) error {
@@ -129,6 +133,9 @@ func serve(ctx context.Context, args []string, stderr io.Writer, listening chan<
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w (pass --listen HOST:PORT to choose another address)", cfg.Listen, err)
 	}
+	// A heap floor for the garbage collector (internal/gctuner); GOGC in the environment
+	// turns it off.
+	defer gctuner.Start(gcHeapFloor)()
 	cfg.Broker.Logger = log.Named("broker")
 	b := broker.New(cfg.Broker)
 	pm, err := newPluginManager(cfg, *configPath, b, log.Named("plugin"))
