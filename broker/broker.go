@@ -190,9 +190,9 @@ func (b *Broker) Publish(topic string, payload []byte, headers map[string]string
 		}
 		return PublishResult{}, err
 	}
-	if n := headerBytes(d.Headers); n > b.opts.MaxHeaderBytes || len(d.Payload) > b.opts.MaxMessageBytes {
-		return PublishResult{}, fmt.Errorf("%w: after the plugins ran, the message has %d payload bytes and %d header bytes; the limits are %d and %d",
-			ErrInvalidMessage, len(d.Payload), n, b.opts.MaxMessageBytes, b.opts.MaxHeaderBytes)
+	if len(d.Payload) > b.opts.MaxMessageBytes { // route checks the headers
+		return PublishResult{}, fmt.Errorf("%w: after the plugins ran, the payload has %d bytes; the limit is %d",
+			ErrInvalidMessage, len(d.Payload), b.opts.MaxMessageBytes)
 	}
 	var res PublishResult
 	if v.Drop {
@@ -217,10 +217,15 @@ func headerBytes(h map[string]string) int {
 // route delivers a valid message to every matching target, or to none when a consumer group
 // refuses it: a publish is never half-delivered.
 func (b *Broker) route(topic string, payload []byte, headers map[string]string) (PublishResult, error) {
-	for k, v := range headers { // they may come from a plugin; subscribers decode them as strings
+	hb := 0 // one pass over the headers: they may come from a plugin, and subscribers decode them as strings
+	for k, v := range headers {
 		if !utf8.ValidString(k) || !utf8.ValidString(v) {
 			return PublishResult{}, fmt.Errorf("%w: header %q is not valid UTF-8", ErrInvalidMessage, k)
 		}
+		hb += len(k) + len(v)
+	}
+	if hb > b.opts.MaxHeaderBytes {
+		return PublishResult{}, fmt.Errorf("%w: headers take %d bytes, the limit is %d (max_header_bytes)", ErrInvalidMessage, hb, b.opts.MaxHeaderBytes)
 	}
 	targets := b.index.match(topic)
 	for i, t := range targets {
@@ -234,7 +239,7 @@ func (b *Broker) route(topic string, payload []byte, headers map[string]string) 
 		}
 	}
 	seq := b.seq.Add(1)
-	m := &Message{ID: seq, SystemID: b.ids.format(seq), Topic: topic, Payload: payload, Headers: headers, PublishedAt: time.Now().UnixNano(), Targets: len(targets)}
+	m := &Message{ID: seq, SystemID: b.ids.format(seq), Topic: topic, Payload: payload, Headers: headers, PublishedAt: time.Now().UnixNano(), Targets: len(targets), HeaderBytes: hb}
 	var wait []target
 	var rooms []<-chan struct{}
 	for _, t := range targets {

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"unicode/utf8"
 )
 
 // Message is a published message. It is immutable once published: the same *Message is
@@ -21,13 +22,15 @@ type Message struct {
 	PublishedAt int64
 	// Targets is how many fanout subscriptions and groups the message was routed to.
 	Targets int
+	// HeaderBytes is the sum of the lengths of the header keys and values.
+	HeaderBytes int
 	// Wire is for the transport: the server caches the message's encoding here, to share it
 	// between the subscriptions the message goes to. The broker never reads it.
 	Wire atomic.Pointer[[]byte]
 }
 
 // withHeaders returns a copy of m with headers set and deleted; m itself is shared and
-// never changes.
+// never changes. Headers that are not UTF-8 are not set (subscribers decode them as strings).
 func (m *Message) withHeaders(set map[string]string, del []string) *Message {
 	h := make(map[string]string, len(m.Headers)+len(set))
 	for k, v := range m.Headers {
@@ -37,9 +40,15 @@ func (m *Message) withHeaders(set map[string]string, del []string) *Message {
 		delete(h, k)
 	}
 	for k, v := range set {
-		h[k] = v
+		if utf8.ValidString(k) && utf8.ValidString(v) {
+			h[k] = v
+		}
 	}
-	return &Message{ID: m.ID, SystemID: m.SystemID, Topic: m.Topic, Payload: m.Payload, Headers: h, PublishedAt: m.PublishedAt}
+	hb := 0
+	for k, v := range h {
+		hb += len(k) + len(v)
+	}
+	return &Message{ID: m.ID, SystemID: m.SystemID, Topic: m.Topic, Payload: m.Payload, Headers: h, PublishedAt: m.PublishedAt, HeaderBytes: hb}
 }
 
 // Delivery is a message handed to one subscription of a stream, or, with Msg nil, an event

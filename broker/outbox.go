@@ -57,10 +57,7 @@ func (o *outbox) take(dst []Delivery, maxN, maxBytes int) []Delivery {
 		n, sz := 0, deliveryOverhead
 		if d.Msg != nil {
 			n = len(d.Msg.Payload)
-			sz += n + len(d.Msg.Topic) + len(d.Msg.SystemID)
-			for k, v := range d.Msg.Headers {
-				sz += len(k) + len(v) + 4
-			}
+			sz += n + len(d.Msg.Topic) + len(d.Msg.SystemID) + d.Msg.HeaderBytes + 4*len(d.Msg.Headers)
 		}
 		if size > 0 && size+sz > maxBytes {
 			break
