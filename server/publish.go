@@ -43,8 +43,8 @@ const (
 type publishFrame struct {
 	seq        uint64
 	errorsOnly bool
-	msgs   []publishMsg
-	topics map[string]string
+	msgs       []publishMsg
+	topics     map[string]string
 }
 
 type publishMsg struct {
