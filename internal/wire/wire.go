@@ -156,12 +156,12 @@ func (d *Decoder) message(b []byte, m *Delivery) error {
 			case fieldPayload:
 				m.Payload = append(m.Payload[:0], v...)
 			case fieldHeaders:
-				k, val, err := mapEntry(v)
+				k, val, err := d.mapEntry(v)
 				if err != nil {
 					return err
 				}
 				if m.Headers == nil {
-					m.Headers = make(map[string]string)
+					m.Headers = make(map[string]string, 1)
 				}
 				m.Headers[k] = val
 			case fieldSubscriptionID:
@@ -189,7 +189,8 @@ func (d *Decoder) message(b []byte, m *Delivery) error {
 	return nil
 }
 
-func mapEntry(b []byte) (key, value string, err error) {
+// mapEntry decodes a header. Keys and short values are interned: headers repeat.
+func (d *Decoder) mapEntry(b []byte) (key, value string, err error) {
 	for len(b) > 0 {
 		num, typ, n := consumeTag(b)
 		if n < 0 {
@@ -205,9 +206,9 @@ func mapEntry(b []byte) (key, value string, err error) {
 				return "", "", fmt.Errorf("%w: a header is not valid UTF-8", ErrMalformed)
 			}
 			if num == fieldMapKey {
-				key = string(v)
+				key = d.intern(v)
 			} else {
-				value = string(v)
+				value = d.intern(v)
 			}
 			b = b[n:]
 			continue
