@@ -199,15 +199,15 @@ func formatMessage(m *client.Message) string {
 		b.WriteByte(' ')
 		b.WriteString(payloadText(m.Payload))
 	}
-	if len(m.Headers) > 0 {
+	if h := m.Headers.Map(); len(h) > 0 {
 		b.WriteString(" {")
-		for i, k := range slices.Sorted(maps.Keys(m.Headers)) {
+		for i, k := range slices.Sorted(maps.Keys(h)) {
 			if i > 0 {
 				b.WriteString(", ")
 			}
 			b.WriteString(quoteIfNeeded(k))
 			b.WriteByte('=')
-			b.WriteString(quoteIfNeeded(m.Headers[k]))
+			b.WriteString(quoteIfNeeded(h[k]))
 		}
 		b.WriteByte('}')
 	}

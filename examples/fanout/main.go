@@ -70,7 +70,7 @@ func run(ctx context.Context, addr string, out io.Writer) error {
 			ID:       "fanout-example-" + name,
 			Patterns: []string{pattern},
 		}, func(_ context.Context, m *client.Message) error {
-			if m.Headers[runHeader] != runID {
+			if m.Headers.Get(runHeader) != runID {
 				return nil // someone else's order
 			}
 			mu.Lock()

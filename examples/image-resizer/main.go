@@ -78,7 +78,7 @@ func run(ctx context.Context, addr string, out io.Writer) error {
 		}, func(_ context.Context, m *client.Message) error {
 			mu.Lock()
 			defer mu.Unlock()
-			if m.Headers[runHeader] != runID {
+			if m.Headers.Get(runHeader) != runID {
 				fmt.Fprintf(out, "worker %s dropped %s, left over from an earlier run\n", w, m.Topic)
 				return nil // ack it, so that it does not come back
 			}

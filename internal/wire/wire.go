@@ -18,10 +18,13 @@ import (
 
 // Delivery is one tinybroker.v1.Message.
 type Delivery struct {
-	SystemID            string
-	Topic               string
-	Payload             []byte
-	Headers             map[string]string
+	SystemID string
+	Topic    string
+	Payload  []byte
+	// Headers holds the message's header entries as they were encoded (checked to be
+	// well-formed UTF-8), decoded on use by HeaderValue and HeaderMap: a subscriber that never
+	// reads a header never builds a map.
+	Headers             string
 	PublishTimeUnixNano int64
 	Attempt             uint32
 	Redelivered         bool
@@ -51,6 +54,7 @@ var ErrMalformed = errors.New("malformed tinybroker.v1 frame")
 // repeat. It is not safe for concurrent use.
 type Decoder struct {
 	strs map[string]string
+	hdr  []byte // scratch: a message's header fields
 }
 
 const (
@@ -132,6 +136,7 @@ func (d *Decoder) batch(b []byte, dst []Delivery) ([]Delivery, error) {
 }
 
 func (d *Decoder) message(b []byte, m *Delivery) error {
+	hdr := d.hdr[:0]
 	for len(b) > 0 {
 		num, typ, n := consumeTag(b)
 		if n < 0 {
@@ -156,14 +161,11 @@ func (d *Decoder) message(b []byte, m *Delivery) error {
 			case fieldPayload:
 				m.Payload = append(m.Payload[:0], v...)
 			case fieldHeaders:
-				k, val, err := d.mapEntry(v)
-				if err != nil {
+				if _, _, err := entry(v); err != nil {
 					return err
 				}
-				if m.Headers == nil {
-					m.Headers = make(map[string]string, 1)
-				}
-				m.Headers[k] = val
+				hdr = protowire.AppendTag(hdr, fieldHeaders, protowire.BytesType)
+				hdr = append(hdr, b[:n]...) // length prefix and entry
 			case fieldSubscriptionID:
 				m.SubscriptionID = d.intern(v)
 			}
@@ -186,35 +188,77 @@ func (d *Decoder) message(b []byte, m *Delivery) error {
 		}
 		b = b[n:]
 	}
+	if len(hdr) > 0 {
+		m.Headers = d.intern(hdr) // a publisher's messages tend to carry the same headers
+	}
+	d.hdr = hdr
 	return nil
 }
 
-// mapEntry decodes a header. Keys and short values are interned: headers repeat.
-func (d *Decoder) mapEntry(b []byte) (key, value string, err error) {
+// HeaderValue returns the value of key in headers (a Delivery's Headers), and whether it is
+// there. As in protobuf, a key that occurs twice takes its last value.
+func HeaderValue(headers, key string) (value string, ok bool) {
+	b := []byte(headers) // does not escape: no copy
+	for len(b) > 0 {
+		_, _, n := protowire.ConsumeTag(b)
+		v, m := protowire.ConsumeBytes(b[n:])
+		b = b[n+m:]
+		if k, val, _ := entry(v); string(k) == key {
+			value, ok = string(val), true
+		}
+	}
+	return value, ok
+}
+
+// HeaderMap decodes headers (a Delivery's Headers) into a new map; nil if there are none.
+func HeaderMap(headers string) map[string]string {
+	if headers == "" {
+		return nil
+	}
+	h := make(map[string]string)
+	b := []byte(headers)
+	for len(b) > 0 {
+		_, _, n := protowire.ConsumeTag(b)
+		v, m := protowire.ConsumeBytes(b[n:])
+		b = b[n+m:]
+		k, val := mapEntry(v)
+		h[k] = val
+	}
+	return h
+}
+
+// mapEntry decodes a header entry.
+func mapEntry(b []byte) (key, value string) {
+	k, v, _ := entry(b)
+	return string(k), string(v)
+}
+
+// entry returns a header entry's key and value, checking them as protobuf would.
+func entry(b []byte) (key, value []byte, err error) {
 	for len(b) > 0 {
 		num, typ, n := consumeTag(b)
 		if n < 0 {
-			return "", "", parseErr(n)
+			return nil, nil, parseErr(n)
 		}
 		b = b[n:]
 		if (num == fieldMapKey || num == fieldMapValue) && typ == protowire.BytesType {
 			v, n := protowire.ConsumeBytes(b)
 			if n < 0 {
-				return "", "", parseErr(n)
+				return nil, nil, parseErr(n)
 			}
 			if !utf8.Valid(v) {
-				return "", "", fmt.Errorf("%w: a header is not valid UTF-8", ErrMalformed)
+				return nil, nil, fmt.Errorf("%w: a header is not valid UTF-8", ErrMalformed)
 			}
 			if num == fieldMapKey {
-				key = d.intern(v)
+				key = v
 			} else {
-				value = d.intern(v)
+				value = v
 			}
 			b = b[n:]
 			continue
 		}
 		if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
-			return "", "", parseErr(n)
+			return nil, nil, parseErr(n)
 		}
 		b = b[n:]
 	}
@@ -233,6 +277,7 @@ func consumeTag(b []byte) (protowire.Number, protowire.Type, int) {
 
 func parseErr(n int) error { return fmt.Errorf("%w: %v", ErrMalformed, protowire.ParseError(n)) }
 
+// intern returns v as a string, shared with earlier ones of the same bytes (up to a bound).
 func (d *Decoder) intern(v []byte) string {
 	if s, ok := d.strs[string(v)]; ok {
 		return s

@@ -10,6 +10,8 @@ import (
 	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
 )
 
+func hasKey(m map[string]string, k string) bool { _, ok := m[k]; return ok }
+
 // FuzzDecode holds the Decoder to proto.Unmarshal: a frame of messages it accepts decodes the
 // same, and what proto refuses it refuses.
 func FuzzDecode(f *testing.F) {
@@ -52,9 +54,17 @@ func FuzzDecode(f *testing.F) {
 		for i, g := range got {
 			w := wm[i]
 			if g.SystemID != w.GetSystemId() || g.Topic != w.GetTopic() || !bytes.Equal(g.Payload, w.GetPayload()) ||
-				!maps.Equal(g.Headers, w.GetHeaders()) || g.PublishTimeUnixNano != w.GetPublishTimeUnixNano() ||
+				!maps.Equal(HeaderMap(g.Headers), w.GetHeaders()) || g.PublishTimeUnixNano != w.GetPublishTimeUnixNano() ||
 				g.Attempt != w.GetAttempt() || g.Redelivered != w.GetRedelivered() || g.SubscriptionID != w.GetSubscriptionId() {
 				t.Fatalf("message %d: decoded %+v, proto has %v", i, g, w)
+			}
+			for k, v := range w.GetHeaders() {
+				if got, ok := HeaderValue(g.Headers, k); !ok || got != v {
+					t.Fatalf("message %d: HeaderValue(%q) = %q, %v; want %q", i, k, got, ok, v)
+				}
+			}
+			if _, ok := HeaderValue(g.Headers, "\x00absent"); ok != hasKey(w.GetHeaders(), "\x00absent") {
+				t.Fatalf("message %d: HeaderValue of an absent key", i)
 			}
 		}
 	})

@@ -47,7 +47,7 @@ func TestPublishUnary(t *testing.T) {
 	eventually(t, "the message", func() bool { return got.len() == 1 })
 	m := got.all()[0]
 	if m.SystemID != res.SystemID || m.Topic != "orders.created" || string(m.Payload) != "hello" ||
-		m.Headers["k"] != "v" || m.Attempt != 1 || m.Redelivered {
+		m.Headers.Get("k") != "v" || m.Attempt != 1 || m.Redelivered {
 		t.Fatalf("got %+v, want the published message (system id %s)", m, res.SystemID)
 	}
 	if m.PublishedAt.Before(before.Add(-time.Minute)) || m.PublishedAt.After(time.Now().Add(time.Minute)) {

@@ -17,7 +17,7 @@ type Message struct {
 	SystemID    string // unique in this broker process; acks and nacks name it
 	Topic       string
 	Payload     []byte
-	Headers     map[string]string
+	Headers     Headers
 	PublishedAt time.Time // when the broker accepted it
 	// Attempt is 1 on the first delivery and grows with each redelivery (nack, ack deadline
 	// passed, or the member holding it left). Redelivered is Attempt > 1.
@@ -36,7 +36,7 @@ func newMessage(s *Subscription, gen uint64, m *wire.Delivery) *Message {
 		SystemID:       m.SystemID,
 		Topic:          m.Topic,
 		Payload:        m.Payload,
-		Headers:        m.Headers,
+		Headers:        Headers{raw: m.Headers},
 		PublishedAt:    time.Unix(0, m.PublishTimeUnixNano),
 		Attempt:        int(m.Attempt),
 		Redelivered:    m.Redelivered,
@@ -45,6 +45,22 @@ func newMessage(s *Subscription, gen uint64, m *wire.Delivery) *Message {
 		gen:            gen,
 	}
 }
+
+// Headers are a message's headers, decoded when read: a handler that reads none pays nothing
+// for them. The zero value has none.
+type Headers struct{ raw string }
+
+// Get returns the value of the header key, or "" if the message has none.
+func (h Headers) Get(key string) string {
+	v, _ := wire.HeaderValue(h.raw, key)
+	return v
+}
+
+// Lookup returns the value of the header key and whether the message has it.
+func (h Headers) Lookup(key string) (string, bool) { return wire.HeaderValue(h.raw, key) }
+
+// Map returns the headers in a new map, nil if there are none.
+func (h Headers) Map() map[string]string { return wire.HeaderMap(h.raw) }
 
 // Ack acknowledges the message: the broker forgets it. Acks are sent asynchronously, batched
 // with others. Only balanced subscriptions take acks; for a fanout delivery Ack does nothing.

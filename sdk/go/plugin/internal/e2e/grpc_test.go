@@ -134,9 +134,9 @@ func TestGRPCWithExamplePlugins(t *testing.T) {
 	audited := func(id, attempt string) {
 		t.Helper()
 		rec, _ := fan.waitFor(t, "audit record of "+id+" attempt "+attempt, func(m *client.Message) bool {
-			return m.Topic == "audit.acks" && m.Headers["audit-id"] == id && m.Headers["audit-attempt"] == attempt
+			return m.Topic == "audit.acks" && m.Headers.Get("audit-id") == id && m.Headers.Get("audit-attempt") == attempt
 		})
-		if h := rec.Headers; h["audit-group"] != "fulfilment" || h["audit-subscription"] != "priority" || h["audit-topic"] == "" {
+		if h := rec.Headers.Map(); h["audit-group"] != "fulfilment" || h["audit-subscription"] != "priority" || h["audit-topic"] == "" {
 			t.Errorf("audit record headers %v", h)
 		}
 	}
@@ -156,7 +156,7 @@ func TestGRPCWithExamplePlugins(t *testing.T) {
 		t.Errorf("fanout subscriber's first message: %s %q, want order 7 on orders.priority.7", first.Topic, first.Payload)
 	}
 	m, _ := group.waitFor(t, "order 7 at the group member", func(m *client.Message) bool { return m.SystemID == order.SystemID })
-	if m.Topic != "orders.priority.7" || m.Attempt != 1 || m.Headers["tenant"] != "acme" {
+	if m.Topic != "orders.priority.7" || m.Attempt != 1 || m.Headers.Get("tenant") != "acme" {
 		t.Errorf("group member got %s attempt %d headers %v", m.Topic, m.Attempt, m.Headers)
 	}
 	audited(order.SystemID, "1")
