@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/tinybroker/tinybroker/internal/grpcbuf"
+	"github.com/tinybroker/tinybroker/internal/wire"
 )
 
 // PublishStream frames are decoded and their answers encoded by hand rather than through
@@ -28,14 +29,10 @@ const (
 	fieldPublishTopic    = 1 // PublishRequest.topic
 	fieldPublishPayload  = 2
 	fieldPublishHeaders  = 3
-	fieldMapKey          = 1
-	fieldMapValue        = 2
 	fieldResultSystemID  = 1 // PublishResult
 	fieldResultRouted    = 2
 	fieldResultCode      = 3
 	fieldResultError     = 4
-	maxInternedTopics    = 256
-	maxInternedTopicSize = 128
 )
 
 // publishFrame is a decoded PublishStreamRequest. It is reused from frame to frame of one
@@ -44,7 +41,7 @@ type publishFrame struct {
 	seq        uint64
 	errorsOnly bool
 	msgs       []publishMsg
-	topics     map[string]string
+	topics     wire.Interner
 }
 
 type publishMsg struct {
@@ -60,7 +57,7 @@ func (f *publishFrame) decode(b []byte) error {
 	clear(f.msgs)
 	f.seq, f.errorsOnly, f.msgs = 0, false, f.msgs[:0]
 	for len(b) > 0 {
-		num, typ, n := consumeTag(b)
+		num, typ, n := wire.ConsumeTag(b)
 		if n < 0 {
 			return fmt.Errorf("%w: %v", errFrame, protowire.ParseError(n))
 		}
@@ -95,7 +92,7 @@ func (f *publishFrame) decode(b []byte) error {
 func (f *publishFrame) decodeMessage(b []byte) (publishMsg, error) {
 	var m publishMsg
 	for len(b) > 0 {
-		num, typ, n := consumeTag(b)
+		num, typ, n := wire.ConsumeTag(b)
 		if n < 0 {
 			return m, fmt.Errorf("%w: %v", errFrame, protowire.ParseError(n))
 		}
@@ -107,7 +104,7 @@ func (f *publishFrame) decodeMessage(b []byte) (publishMsg, error) {
 				if !utf8.Valid(v) {
 					return m, fmt.Errorf("%w: topic is not valid UTF-8", errFrame)
 				}
-				m.topic = f.intern(v)
+				m.topic = f.topics.String(v)
 			}
 		case num == fieldPublishPayload && typ == protowire.BytesType:
 			if v, n = protowire.ConsumeBytes(b); n >= 0 {
@@ -115,14 +112,14 @@ func (f *publishFrame) decodeMessage(b []byte) (publishMsg, error) {
 			}
 		case num == fieldPublishHeaders && typ == protowire.BytesType:
 			if v, n = protowire.ConsumeBytes(b); n >= 0 {
-				k, val, err := decodeMapEntry(v)
+				k, val, err := wire.MapEntry(v)
 				if err != nil {
-					return m, err
+					return m, fmt.Errorf("%w: %v", errFrame, err)
 				}
 				if m.headers == nil {
 					m.headers = make(map[string]string)
 				}
-				m.headers[k] = val
+				m.headers[string(k)] = string(val)
 			}
 		default:
 			n = protowire.ConsumeFieldValue(num, typ, b)
@@ -133,63 +130,6 @@ func (f *publishFrame) decodeMessage(b []byte) (publishMsg, error) {
 		b = b[n:]
 	}
 	return m, nil
-}
-
-func decodeMapEntry(b []byte) (key, value string, err error) {
-	for len(b) > 0 {
-		num, typ, n := consumeTag(b)
-		if n < 0 {
-			return "", "", fmt.Errorf("%w: %v", errFrame, protowire.ParseError(n))
-		}
-		b = b[n:]
-		var v []byte
-		switch {
-		case (num == fieldMapKey || num == fieldMapValue) && typ == protowire.BytesType:
-			if v, n = protowire.ConsumeBytes(b); n >= 0 {
-				if !utf8.Valid(v) {
-					return "", "", fmt.Errorf("%w: a header is not valid UTF-8", errFrame)
-				}
-				if num == fieldMapKey {
-					key = string(v)
-				} else {
-					value = string(v)
-				}
-			}
-		default:
-			n = protowire.ConsumeFieldValue(num, typ, b)
-		}
-		if n < 0 {
-			return "", "", fmt.Errorf("%w: %v", errFrame, protowire.ParseError(n))
-		}
-		b = b[n:]
-	}
-	return key, value, nil
-}
-
-// consumeTag is protowire.ConsumeTag, refusing field numbers past the largest valid one as
-// proto.Unmarshal does.
-func consumeTag(b []byte) (protowire.Number, protowire.Type, int) {
-	num, typ, n := protowire.ConsumeTag(b)
-	if n >= 0 && num > protowire.MaxValidNumber {
-		return 0, 0, -1
-	}
-	return num, typ, n
-}
-
-// intern returns v as a string, shared with earlier frames of the stream when it is a topic
-// seen before.
-func (f *publishFrame) intern(v []byte) string {
-	if t, ok := f.topics[string(v)]; ok { // no allocation: the compiler knows this lookup
-		return t
-	}
-	t := string(v)
-	if len(t) <= maxInternedTopicSize && len(f.topics) < maxInternedTopics {
-		if f.topics == nil {
-			f.topics = make(map[string]string)
-		}
-		f.topics[t] = t
-	}
-	return t
 }
 
 // unmarshal decodes a frame as it arrived from gRPC, in one buffer or several.

@@ -53,7 +53,7 @@ var ErrMalformed = errors.New("malformed tinybroker.v1 frame")
 // Decoder decodes frames of one stream. It interns topics and subscription ids, which
 // repeat. It is not safe for concurrent use.
 type Decoder struct {
-	strs map[string]string
+	strs Interner
 	hdr  []byte // scratch: a message's header fields
 }
 
@@ -80,7 +80,7 @@ func (f *Frame) SetBuffers(data mem.BufferSlice) {
 // frame is not a batch of messages (subscribed or refused): decode it with proto.Unmarshal.
 func (d *Decoder) Messages(b []byte, dst []Delivery) (_ []Delivery, ok bool, err error) {
 	for len(b) > 0 {
-		num, typ, n := consumeTag(b)
+		num, typ, n := ConsumeTag(b)
 		if n < 0 {
 			return dst, false, parseErr(n)
 		}
@@ -110,7 +110,7 @@ func (d *Decoder) Messages(b []byte, dst []Delivery) (_ []Delivery, ok bool, err
 
 func (d *Decoder) batch(b []byte, dst []Delivery) ([]Delivery, error) {
 	for len(b) > 0 {
-		num, typ, n := consumeTag(b)
+		num, typ, n := ConsumeTag(b)
 		if n < 0 {
 			return dst, parseErr(n)
 		}
@@ -138,7 +138,7 @@ func (d *Decoder) batch(b []byte, dst []Delivery) ([]Delivery, error) {
 func (d *Decoder) message(b []byte, m *Delivery) error {
 	hdr := d.hdr[:0]
 	for len(b) > 0 {
-		num, typ, n := consumeTag(b)
+		num, typ, n := ConsumeTag(b)
 		if n < 0 {
 			return parseErr(n)
 		}
@@ -157,17 +157,17 @@ func (d *Decoder) message(b []byte, m *Delivery) error {
 			case fieldSystemID:
 				m.SystemID = string(v)
 			case fieldTopic:
-				m.Topic = d.intern(v)
+				m.Topic = d.strs.String(v)
 			case fieldPayload:
 				m.Payload = append(m.Payload[:0], v...)
 			case fieldHeaders:
-				if _, _, err := entry(v); err != nil {
+				if _, _, err := MapEntry(v); err != nil {
 					return err
 				}
 				hdr = protowire.AppendTag(hdr, fieldHeaders, protowire.BytesType)
 				hdr = append(hdr, b[:n]...) // length prefix and entry
 			case fieldSubscriptionID:
-				m.SubscriptionID = d.intern(v)
+				m.SubscriptionID = d.strs.String(v)
 			}
 		case typ == protowire.VarintType && (num == fieldPublishTime || num == fieldAttempt || num == fieldRedelivered):
 			if x, n = protowire.ConsumeVarint(b); n < 0 {
@@ -189,7 +189,7 @@ func (d *Decoder) message(b []byte, m *Delivery) error {
 		b = b[n:]
 	}
 	if len(hdr) > 0 {
-		m.Headers = d.intern(hdr) // a publisher's messages tend to carry the same headers
+		m.Headers = d.strs.String(hdr) // a publisher's messages tend to carry the same headers
 	}
 	d.hdr = hdr
 	return nil
@@ -203,7 +203,7 @@ func HeaderValue(headers, key string) (value string, ok bool) {
 		_, _, n := protowire.ConsumeTag(b)
 		v, m := protowire.ConsumeBytes(b[n:])
 		b = b[n+m:]
-		if k, val, _ := entry(v); string(k) == key {
+		if k, val, _ := MapEntry(v); string(k) == key {
 			value, ok = string(val), true
 		}
 	}
@@ -229,14 +229,15 @@ func HeaderMap(headers string) map[string]string {
 
 // mapEntry decodes a header entry.
 func mapEntry(b []byte) (key, value string) {
-	k, v, _ := entry(b)
+	k, v, _ := MapEntry(b)
 	return string(k), string(v)
 }
 
-// entry returns a header entry's key and value, checking them as protobuf would.
-func entry(b []byte) (key, value []byte, err error) {
+// MapEntry returns the key and value of an encoded map<string, string> entry, checking them
+// as protobuf would (well-formed, UTF-8).
+func MapEntry(b []byte) (key, value []byte, err error) {
 	for len(b) > 0 {
-		num, typ, n := consumeTag(b)
+		num, typ, n := ConsumeTag(b)
 		if n < 0 {
 			return nil, nil, parseErr(n)
 		}
@@ -265,9 +266,9 @@ func entry(b []byte) (key, value []byte, err error) {
 	return key, value, nil
 }
 
-// consumeTag is protowire.ConsumeTag, refusing field numbers past the largest valid one as
+// ConsumeTag is protowire.ConsumeTag, refusing field numbers past the largest valid one as
 // proto.Unmarshal does.
-func consumeTag(b []byte) (protowire.Number, protowire.Type, int) {
+func ConsumeTag(b []byte) (protowire.Number, protowire.Type, int) {
 	num, typ, n := protowire.ConsumeTag(b)
 	if n >= 0 && num > protowire.MaxValidNumber {
 		return 0, 0, -1
@@ -277,17 +278,23 @@ func consumeTag(b []byte) (protowire.Number, protowire.Type, int) {
 
 func parseErr(n int) error { return fmt.Errorf("%w: %v", ErrMalformed, protowire.ParseError(n)) }
 
-// intern returns v as a string, shared with earlier ones of the same bytes (up to a bound).
-func (d *Decoder) intern(v []byte) string {
-	if s, ok := d.strs[string(v)]; ok {
+// Interner turns bytes into strings, sharing one string between equal byte strings, for the
+// topics, ids and headers a stream repeats. It keeps at most 1,024 strings of at most 128
+// bytes; past that it allocates as string() would. The zero value is ready to use; it is not
+// safe for concurrent use.
+type Interner struct{ strs map[string]string }
+
+// String returns v as a string.
+func (in *Interner) String(v []byte) string {
+	if s, ok := in.strs[string(v)]; ok { // no allocation: the compiler knows this lookup
 		return s
 	}
 	s := string(v)
-	if len(s) <= maxInternedSize && len(d.strs) < maxInterned {
-		if d.strs == nil {
-			d.strs = make(map[string]string)
+	if len(s) <= maxInternedSize && len(in.strs) < maxInterned {
+		if in.strs == nil {
+			in.strs = make(map[string]string)
 		}
-		d.strs[s] = s
+		in.strs[s] = s
 	}
 	return s
 }
