@@ -50,6 +50,18 @@ func TestPublishUnary(t *testing.T) {
 		m.Headers.Get("k") != "v" || m.Attempt != 1 || m.Redelivered {
 		t.Fatalf("got %+v, want the published message (system id %s)", m, res.SystemID)
 	}
+	if v, ok := m.Headers.Lookup("k"); !ok || v != "v" {
+		t.Errorf("Headers.Lookup(k) = %q, %v", v, ok)
+	}
+	if _, ok := m.Headers.Lookup("absent"); ok {
+		t.Error("Headers.Lookup found a header that was not sent")
+	}
+	if h := m.Headers.Map(); len(h) != 1 || h["k"] != "v" {
+		t.Errorf("Headers.Map() = %v, want map[k:v]", h)
+	}
+	if h := (client.Headers{}).Map(); h != nil {
+		t.Errorf("zero Headers.Map() = %v, want nil", h)
+	}
 	if m.PublishedAt.Before(before.Add(-time.Minute)) || m.PublishedAt.After(time.Now().Add(time.Minute)) {
 		t.Errorf("PublishedAt = %v, want about %v", m.PublishedAt, before)
 	}
