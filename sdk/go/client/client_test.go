@@ -176,6 +176,72 @@ func TestPublisherReportsFailures(t *testing.T) {
 	}
 }
 
+// With ErrorsOnly the broker answers only frames with a failure: failures are still reported,
+// in order, and the rest are confirmed in bulk, by the frame the Publisher sends every
+// MaxPending/2 messages (a small window must not stall), by Flush and by Close.
+func TestPublisherErrorsOnly(t *testing.T) {
+	ts := startServer(t, "127.0.0.1:0")
+	c := dial(t, ts.addr)
+	var got recorder[string]
+	subscribe(t, c, client.SubscribeOptions{Patterns: []string{"eo.*"}}, func(_ context.Context, m *client.Message) error {
+		got.add(string(m.Payload))
+		return nil
+	})
+	var results recorder[string]
+	p, err := c.NewPublisher(context.Background(), client.PublisherOptions{ErrorsOnly: true, MaxPending: 8, MaxBatch: 2,
+		OnResult: func(topic string, res client.PublishResult, err error) {
+			results.add(fmt.Sprintf("%s %v", topic, status.Code(err)))
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	const n = 500 // far more than MaxPending: Publish blocks unless quiet frames get confirmed
+	for i := range n {
+		topic := "eo.ok"
+		if i == 100 {
+			topic = "eo.*" // refused
+		}
+		if err := p.Publish(ctx, topic, []byte(strconv.Itoa(i)), nil); err != nil {
+			t.Fatalf("Publish %d: %v", i, err)
+		}
+	}
+	err = p.Flush(ctx)
+	var pe *client.PublishError
+	if !errors.As(err, &pe) || pe.Failed != 1 || pe.Topic != "eo.*" {
+		t.Fatalf("Flush = %v, want one failure, to eo.*", err)
+	}
+	rs := results.all()
+	if len(rs) != n || rs[100] != "eo.* InvalidArgument" || rs[99] != "eo.ok OK" || rs[n-1] != "eo.ok OK" {
+		t.Fatalf("%d results (want %d), [99..100] %q, last %q", len(rs), n, rs[99:101], rs[len(rs)-1])
+	}
+	// A message already sent in a quiet frame: Flush confirms it with an empty frame.
+	if err := p.Publish(ctx, "eo.ok", []byte("sent"), nil); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the sent message", func() bool { return got.len() >= n })
+	if err := p.Flush(ctx); err != nil {
+		t.Fatalf("Flush after a quiet frame = %v", err)
+	}
+	if rs := results.all(); len(rs) != n+1 {
+		t.Fatalf("after the second Flush: %d results, want %d", len(rs), n+1)
+	}
+	if err := p.Publish(ctx, "eo.ok", []byte("last"), nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Close(); err != nil { // confirms the last quiet frame by the stream's clean end
+		t.Fatalf("Close = %v", err)
+	}
+	if rs := results.all(); len(rs) != n+2 || rs[n+1] != "eo.ok OK" {
+		t.Fatalf("after Close: %d results, last %q; want %d, eo.ok OK", len(rs), rs[len(rs)-1], n+2)
+	}
+	eventually(t, "every published message", func() bool { return got.len() >= n+1 })
+	if got.len() != n+1 { // n-1 published, "sent" and "last"
+		t.Fatalf("subscriber got %d messages, want %d", got.len(), n+1)
+	}
+}
+
 func TestPublisherStreamBreaks(t *testing.T) {
 	ts := startServer(t, "127.0.0.1:0")
 	c := dial(t, ts.addr)

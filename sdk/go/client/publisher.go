@@ -31,6 +31,13 @@ type PublisherOptions struct {
 	// result or its error (status.Code(err) gives the gRPC code), from the publisher's
 	// receiving goroutine. Keep it short; it must not call Flush or Close.
 	OnResult func(topic string, res PublishResult, err error)
+	// ErrorsOnly asks the broker to answer a frame only if one of its messages fails, as NATS
+	// core publishes without confirmations: less work and less traffic per message, for
+	// publishers that want latency more than a system_id per message. Messages are confirmed
+	// in bulk by a frame the broker answers, which the Publisher sends every MaxPending/2
+	// messages, on Flush and on Close. OnResult then gets a zero PublishResult for a message
+	// that was published.
+	ErrorsOnly bool
 }
 
 // Publisher publishes messages over one PublishStream: Publish queues a message and returns,
@@ -64,12 +71,15 @@ type Publisher struct {
 	settled  uint64 // messages confirmed or failed
 	failed   int    // failures since the last Flush
 	first    *PublishError
+	quiet    int           // ErrorsOnly: messages sent in unanswered frames since the last answered one
+	flushReq bool          // ErrorsOnly: Flush wants the quiet frames confirmed
 	progress chan struct{} // closed and replaced whenever settled grows
 }
 
 type sentFrame struct {
-	seq  uint64
-	msgs []*pb.PublishRequest
+	seq   uint64
+	msgs  []*pb.PublishRequest
+	quiet bool // errors_only: answered only on failure
 }
 
 // PublishError reports the messages that failed since the last Flush (or Close).
@@ -167,6 +177,13 @@ func (p *Publisher) stoppedErr() error {
 func (p *Publisher) Flush(ctx context.Context) error {
 	p.mu.Lock()
 	target := p.enqueued
+	if p.opts.ErrorsOnly && p.settled < target {
+		p.flushReq = true
+		select {
+		case p.wake <- struct{}{}:
+		default:
+		}
+	}
 	for p.settled < target {
 		ch := p.progress
 		p.mu.Unlock()
@@ -239,7 +256,20 @@ func (p *Publisher) send() {
 				p.mu.Unlock()
 				return
 			}
+			if len(p.queue) == 0 && p.flushReq && p.quiet > 0 {
+				// Flush waits for quiet frames: an empty frame the broker answers confirms them.
+				p.flushReq, p.quiet = false, 0
+				p.seq++
+				seq := p.seq
+				p.sent = append(p.sent, sentFrame{seq: seq})
+				p.mu.Unlock()
+				if err := p.stream.Send(&pb.PublishStreamRequest{Sequence: seq}); err != nil {
+					return
+				}
+				continue
+			}
 			if len(p.queue) == 0 {
+				p.flushReq = false
 				closing := p.closing
 				p.mu.Unlock()
 				if closing {
@@ -259,14 +289,26 @@ func (p *Publisher) send() {
 			}
 			msgs := p.queue[:n:n]
 			p.queue = p.queue[n:]
-			if len(p.queue) == 0 {
+			last := len(p.queue) == 0
+			if last {
 				p.queue = nil
 			}
 			p.seq++
 			seq := p.seq
-			p.sent = append(p.sent, sentFrame{seq: seq, msgs: msgs})
+			// ErrorsOnly: a frame goes unanswered unless MaxPending/2 messages are waiting for a
+			// confirmation, or Flush waits and this frame empties the queue.
+			quiet := p.opts.ErrorsOnly && !(p.flushReq && last) && p.quiet+n < p.opts.MaxPending/2
+			if quiet {
+				p.quiet += n
+			} else {
+				p.quiet = 0 // this frame's answer confirms the quiet ones before it
+				if last {
+					p.flushReq = false
+				}
+			}
+			p.sent = append(p.sent, sentFrame{seq: seq, msgs: msgs, quiet: quiet})
 			p.mu.Unlock()
-			if err := p.stream.Send(&pb.PublishStreamRequest{Sequence: seq, Messages: msgs}); err != nil {
+			if err := p.stream.Send(&pb.PublishStreamRequest{Sequence: seq, Messages: msgs, ErrorsOnly: quiet}); err != nil {
 				return // the stream is over; receive learns why and fails what is outstanding
 			}
 		}
@@ -285,6 +327,13 @@ func (p *Publisher) receive() {
 			return
 		}
 		p.mu.Lock()
+		// Quiet frames sent before the answered one were published: frames are handled in order.
+		var published []sentFrame
+		for len(p.sent) > 0 && p.sent[0].quiet && p.sent[0].seq != resp.GetSequence() {
+			published = append(published, p.sent[0])
+			p.sent[0] = sentFrame{}
+			p.sent = p.sent[1:]
+		}
 		if len(p.sent) == 0 || p.sent[0].seq != resp.GetSequence() || len(p.sent[0].msgs) != len(resp.GetResults()) {
 			p.mu.Unlock()
 			p.cancel()
@@ -296,6 +345,7 @@ func (p *Publisher) receive() {
 		p.sent[0] = sentFrame{}
 		p.sent = p.sent[1:]
 		p.mu.Unlock()
+		p.settlePublished(published)
 
 		var firstFail *PublishError
 		failed := 0
@@ -316,6 +366,22 @@ func (p *Publisher) receive() {
 			}
 		}
 		p.settle(len(f.msgs), failed, firstFail)
+	}
+}
+
+// settlePublished settles the messages of quiet frames that needed no answer.
+func (p *Publisher) settlePublished(frames []sentFrame) {
+	n := 0
+	for _, f := range frames {
+		n += len(f.msgs)
+		if p.opts.OnResult != nil {
+			for _, m := range f.msgs {
+				p.opts.OnResult(m.GetTopic(), PublishResult{}, nil)
+			}
+		}
+	}
+	if n > 0 {
+		p.settle(n, 0, nil)
 	}
 }
 
@@ -340,7 +406,12 @@ func (p *Publisher) settle(n, failed int, first *PublishError) {
 func (p *Publisher) fail(err error) {
 	p.mu.Lock()
 	var lost []*pb.PublishRequest
+	var published []sentFrame
 	for _, f := range p.sent {
+		if f.quiet && errors.Is(err, io.EOF) { // a clean end: the broker handled every frame
+			published = append(published, f)
+			continue
+		}
 		lost = append(lost, f.msgs...)
 	}
 	lost = append(lost, p.queue...)
@@ -352,6 +423,7 @@ func (p *Publisher) fail(err error) {
 		p.err = p.c.wrap("publish stream broke (open a new Publisher to go on)", err)
 	}
 	p.mu.Unlock()
+	p.settlePublished(published)
 
 	var first *PublishError
 	if len(lost) > 0 {
