@@ -321,7 +321,7 @@ func (r *runner) w3Publisher(ctx context.Context) (*w3Pub, error) {
 		if err != nil {
 			return nil, err
 		}
-		p, err := c.NewPublisher(ctx, client.PublisherOptions{})
+		p, err := c.NewPublisher(ctx, client.PublisherOptions{ErrorsOnly: true}) // as NATS core publishes: no confirmations
 		if err != nil {
 			c.Close()
 			return nil, err
