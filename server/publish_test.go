@@ -68,3 +68,23 @@ func FuzzPublishFrame(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkDecodePublishFrame decodes a W1-sized PublishStream frame: 128 messages of 256 B.
+func BenchmarkDecodePublishFrame(b *testing.B) {
+	req := &pb.PublishStreamRequest{Sequence: 1}
+	for range 128 {
+		req.Messages = append(req.Messages, &pb.PublishRequest{Topic: "bench.w1", Payload: make([]byte, 256)})
+	}
+	frame, err := proto.Marshal(req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var f publishFrame
+	b.SetBytes(int64(len(frame)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := f.decode(frame); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
