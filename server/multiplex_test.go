@@ -161,3 +161,22 @@ func TestHalfCloseMixedStream(t *testing.T) {
 	}
 	s.none(50 * time.Millisecond)
 }
+
+// A stream can be one member of a group at most: a second open for the same group on the same
+// stream is refused, and the first member keeps working.
+func TestStreamOneMemberPerGroup(t *testing.T) {
+	tb := start(t, broker.Options{})
+	s := tb.open(t, balanced("", "g1", 1, "w.>"))
+	s.send(openFrame(balanced("", "g1", 1, "w.>")))
+	r := s.event().GetRefused()
+	if r.GetSubscriptionId() != "g1" || codes.Code(r.GetCode()) != codes.AlreadyExists || !contains(r.GetError(), "one member") {
+		t.Fatalf("second member on one stream: %v, want refused ALREADY_EXISTS", r)
+	}
+	if n := tb.group(t, "g1").GetMembers(); n != 1 {
+		t.Fatalf("group has %d members, want 1", n)
+	}
+	tb.publish(t, "w.1", "x")
+	if m := s.next(); m.GetSubscriptionId() != "g1" || string(m.GetPayload()) != "x" {
+		t.Fatalf("got %v, want x for g1", m)
+	}
+}
