@@ -159,6 +159,19 @@ for w in "${workloads[@]}"; do
         row "W5 $k" rss_per_sub_b "W5 tinybroker subs=$k" "W5 nats-core subs=$k" rss_per_sub_b lower
         row "W5 $k" sub_setup_ms "W5 tinybroker subs=$k" "W5 nats-core subs=$k" sub_setup_ms lower
       done
+      # The targets: the largest size's rate against the smallest's, and memory per
+      # subscription at the largest size.
+      read -r -a sizes <<<"${W5_SUBS:-1000 10000 100000}"
+      lo=${sizes[0]} hi=${sizes[${#sizes[@]}-1]}
+      if [ "$lo" != "$hi" ]; then
+        st=$(ratio "$(fig "$tb_out" "W5 tinybroker subs=$hi" msgs_per_s)" "$(fig "$tb_out" "W5 tinybroker subs=$lo" msgs_per_s)")
+        sn=$(ratio "$(fig "$nats_out" "W5 nats-core subs=$hi" msgs_per_s)" "$(fig "$nats_out" "W5 nats-core subs=$lo" msgs_per_s)")
+        printf '%-12s %-22s %14s %-22s %14s %8s  %s\n' "W5 scale" "msgs/s $hi / $lo" "$st" "nats-core" "$sn" - \
+          "higher; target >= 0.80: $(met "$st" ge 0.8)"
+      fi
+      m=$(fig "$tb_out" "W5 tinybroker subs=$hi" rss_per_sub_b)
+      printf '%-12s %-22s %14s %-22s %14s %8s  %s\n' "W5 $hi" "rss_per_sub_b" "${m:--}" "(target)" 1024 - \
+        "lower; target <= 1 KB: $(met "$m" lt 1025)"
       ;;
     W4) w4rows ;;
     W6) w6rows ;;
