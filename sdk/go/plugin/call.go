@@ -79,9 +79,8 @@ func message(h hookKind, gen uint32) *Message {
 
 // The hooks' functions run between begin and end. A deferred function ends the call and, only
 // if the hook panicked, logs the panic: calling recover on every call would cost every call.
-
-func runPublish(f func(*Message) Verdict) (v int64) {
-	gen := begin(hookPublish)
+func run(h hookKind, body func(gen uint32) int64) (v int64) {
+	gen := begin(h)
 	returned := false
 	defer func() {
 		if !returned {
@@ -89,43 +88,36 @@ func runPublish(f func(*Message) Verdict) (v int64) {
 		}
 		end()
 	}()
-	if f != nil {
-		v = f(message(hookPublish, gen)).encode()
-	}
+	v = body(gen)
 	returned = true
 	return v
+}
+
+func runPublish(f func(*Message) Verdict) int64 {
+	return run(hookPublish, func(gen uint32) int64 {
+		if f == nil {
+			return 0
+		}
+		return f(message(hookPublish, gen)).encode()
+	})
 }
 
 func runAck(f func(*Message, Event)) int64 {
-	gen := begin(hookAck)
-	returned := false
-	defer func() {
-		if !returned {
-			repanic(recover())
+	return run(hookAck, func(gen uint32) int64 {
+		if f != nil {
+			f(message(hookAck, gen), Event{gen: gen})
 		}
-		end()
-	}()
-	if f != nil {
-		f(message(hookAck, gen), Event{gen: gen})
-	}
-	returned = true
-	return 0
+		return 0
+	})
 }
 
-func runRedeliver(f func(*Message, Event) RedeliverVerdict) (v int64) {
-	gen := begin(hookRedeliver)
-	returned := false
-	defer func() {
-		if !returned {
-			repanic(recover())
+func runRedeliver(f func(*Message, Event) RedeliverVerdict) int64 {
+	return run(hookRedeliver, func(gen uint32) int64 {
+		if f == nil {
+			return 0
 		}
-		end()
-	}()
-	if f != nil {
-		v = f(message(hookRedeliver, gen), Event{gen: gen}).encode()
-	}
-	returned = true
-	return v
+		return f(message(hookRedeliver, gen), Event{gen: gen}).encode()
+	})
 }
 
 // initFn is the function registered with Init.
