@@ -174,12 +174,12 @@ func (b *Broker) Publish(topic string, payload []byte, headers map[string]string
 	if len(payload) > b.opts.MaxMessageBytes {
 		return PublishResult{}, fmt.Errorf("%w: payload is %d bytes, the limit is %d (max_message_bytes); split the message or raise the limit", ErrInvalidMessage, len(payload), b.opts.MaxMessageBytes)
 	}
-	if n := headerBytes(headers); n > b.opts.MaxHeaderBytes {
-		return PublishResult{}, fmt.Errorf("%w: headers take %d bytes, the limit is %d (max_header_bytes)", ErrInvalidMessage, n, b.opts.MaxHeaderBytes)
-	}
 	h := b.currentHooks()
 	if h == nil {
-		return b.route(topic, payload, headers)
+		return b.route(topic, payload, headers) // route checks the headers
+	}
+	if n := headerBytes(headers); n > b.opts.MaxHeaderBytes { // before the plugins see them
+		return PublishResult{}, fmt.Errorf("%w: headers take %d bytes, the limit is %d (max_header_bytes)", ErrInvalidMessage, n, b.opts.MaxHeaderBytes)
 	}
 	d := Draft{Topic: topic, Payload: payload, Headers: headers}
 	v, err := h.OnPublish(&d)
