@@ -31,6 +31,7 @@ import (
 
 	"github.com/tinybroker/tinybroker/broker"
 	"github.com/tinybroker/tinybroker/internal/grpcbuf"
+	"github.com/tinybroker/tinybroker/plugins"
 	"github.com/tinybroker/tinybroker/server"
 )
 
@@ -343,13 +344,22 @@ var inProcessOptions = broker.Options{MaxMessageBytes: 1 << 20}
 
 // startBroker starts a broker with default options and its gRPC server on a free loopback
 // port, and returns its address and a function that shuts both down.
-func startBroker() (addr string, stop func() error, err error) {
+func startBroker() (addr string, stop func() error, err error) { return startBrokerWith(nil) }
+
+// startBrokerWith is startBroker with plugins: chain, if not nil, hooks the broker, and its
+// counters are served by Stats.
+func startBrokerWith(chain *plugins.Chain) (addr string, stop func() error, err error) {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", nil, fmt.Errorf("in-process broker: %w", err)
 	}
 	b := broker.New(inProcessOptions)
-	srv := server.New(b, inProcessOptions.MaxMessageBytes, server.Options{})
+	var sopts server.Options
+	if chain != nil {
+		b.SetHooks(chain)
+		sopts.Plugins = chain.Stats
+	}
+	srv := server.New(b, inProcessOptions.MaxMessageBytes, sopts)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(lis) }()
 	return lis.Addr().String(), func() error {

@@ -4,18 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"time"
 
-	"github.com/tinybroker/tinybroker/broker"
 	"github.com/tinybroker/tinybroker/internal/config"
 	"github.com/tinybroker/tinybroker/plugins"
 	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
-	"github.com/tinybroker/tinybroker/server"
 )
 
 // w4Target is the W4 ratio to reach: plugins cost at most a fifth of the throughput.
@@ -175,21 +172,11 @@ func startPluginBroker(ctx context.Context, path string) (addr string, stop func
 		defer cancel()
 		return errors.Join(chain.Close(ctx), host.Close(ctx))
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, stopBroker, err := startBrokerWith(chain)
 	if err != nil {
-		return "", nil, errors.Join(fmt.Errorf("in-process plugin broker: %w", err), unload())
+		return "", nil, errors.Join(err, unload())
 	}
-	b := broker.New(inProcessOptions)
-	b.SetHooks(chain)
-	srv := server.New(b, inProcessOptions.MaxMessageBytes, server.Options{Plugins: chain.Stats})
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(lis) }()
-	return lis.Addr().String(), func() error {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		err := srv.Shutdown(ctx)
-		return errors.Join(err, <-served, unload())
-	}, nil
+	return addr, func() error { return errors.Join(stopBroker(), unload()) }, nil
 }
 
 // pluginHost returns a plugin host that caches compiled plugins on disk where `tinybroker
