@@ -115,12 +115,9 @@ func (r *runner) w6() error {
 		conns = append(conns, conn)
 	}
 	subConns, pubConn := conns[:r.cfg.W6Conns], conns[r.cfg.W6Conns]
-	var rss0, rss1 float64
-	var err error
-	if r.cfg.ServerPID != 0 {
-		if rss0, err = rssKB(r.cfg.ServerPID); err != nil { // connections open: the growth is the streams'
-			return err
-		}
+	rss0, err := r.serverRSS() // connections open: the growth is the streams'
+	if err != nil {
+		return err
 	}
 
 	rec := &w6Recorder{counts: make([]int32, k)}
@@ -158,17 +155,12 @@ func (r *runner) w6() error {
 	}
 	wg.Wait()
 	setup := time.Since(t0)
-	stop()
-	if !timedOut.Stop() {
-		return fmt.Errorf("subscribing took over %v: %d of %d subscribed", r.cfg.Timeout, opened.Load(), k)
-	}
-	if err := errors.Join(errs...); err != nil {
+	if err := r.endSetup(stop, timedOut, opened.Load(), k, errs); err != nil {
 		return err
 	}
-	if r.cfg.ServerPID != 0 {
-		if rss1, err = rssKB(r.cfg.ServerPID); err != nil {
-			return err
-		}
+	rss1, err := r.serverRSS()
+	if err != nil {
+		return err
 	}
 	fmt.Fprintf(r.stderr, "# W6: %d streams subscribed in %.0f ms\n", k, ms(setup))
 

@@ -486,12 +486,9 @@ func (r *runner) w5subs(k int) error {
 		conns = append(conns, conn)
 	}
 	subConns, pub := conns[:8], conns[8]
-	var rss0, rss1 float64
-	var err error
-	if r.cfg.ServerPID != 0 {
-		if rss0, err = rssKB(r.cfg.ServerPID); err != nil { // connections open: the growth is the subscriptions'
-			return err
-		}
+	rss0, err := r.serverRSS() // connections open: the growth is the subscriptions'
+	if err != nil {
+		return err
 	}
 
 	timedOut := time.AfterFunc(r.cfg.Timeout, cancel)
@@ -525,17 +522,12 @@ func (r *runner) w5subs(k int) error {
 		}
 	}
 	setup := time.Since(t0)
-	stop()
-	if !timedOut.Stop() {
-		return fmt.Errorf("subscribing took over %v: %d of %d subscribed", r.cfg.Timeout, opened.Load(), k)
-	}
-	if err := errors.Join(errs...); err != nil {
+	if err := r.endSetup(stop, timedOut, opened.Load(), k, errs); err != nil {
 		return err
 	}
-	if r.cfg.ServerPID != 0 {
-		if rss1, err = rssKB(r.cfg.ServerPID); err != nil {
-			return err
-		}
+	rss1, err := r.serverRSS()
+	if err != nil {
+		return err
 	}
 	return r.repeat(fmt.Sprintf("W5 tinybroker subs=%d", k), func(ctx context.Context) ([]metric, error) {
 		el, err := r.blastAndWait(ctx, pub, "bench.w5.match", sinks)
