@@ -9,6 +9,7 @@ import (
 	"github.com/tetratelabs/wazero/api"
 
 	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/internal/abi"
 )
 
 // The ABI v1 names (docs/ABI.md).
@@ -16,15 +17,6 @@ const (
 	hostModule   = "tinybroker"
 	abiMarker    = "tinybroker_abi_v1"
 	markerPrefix = "tinybroker_abi_v"
-)
-
-// Status codes returned by writing host functions.
-const (
-	statusOK         = 0
-	statusInvalid    = -1
-	statusTooLarge   = -2
-	statusNotAllowed = -3
-	statusLimit      = -4
 )
 
 type hookKind int
@@ -292,25 +284,25 @@ var hostFuncs = []hostFunc{
 		topic := inst.intern(m, u32(s[0]), u32(s[1]))
 		switch {
 		case st.hook != hookPublish:
-			putI32(s, statusNotAllowed)
+			putI32(s, abi.StatusNotAllowed)
 		case broker.ValidateTopic(topic) != nil:
-			putI32(s, statusInvalid)
+			putI32(s, abi.StatusInvalid)
 		default:
 			st.newTopic, st.topicSet = topic, true
-			putI32(s, statusOK)
+			putI32(s, abi.StatusOK)
 		}
 	}},
 	{"v1_msg_set_payload", params(2), params(1), func(p *plugin, ctx context.Context, m api.Module, s []uint64) {
 		st := stateOf(ctx)
 		switch n := u32(s[1]); {
 		case st.hook != hookPublish:
-			putI32(s, statusNotAllowed)
+			putI32(s, abi.StatusNotAllowed)
 		case int(n) > p.host.opts.MaxMessageBytes:
-			putI32(s, statusTooLarge)
+			putI32(s, abi.StatusTooLarge)
 		default:
 			st.newPayload = append([]byte(nil), read(m, u32(s[0]), n)...)
 			st.payloadSet = true
-			putI32(s, statusOK)
+			putI32(s, abi.StatusOK)
 		}
 	}},
 	{"v1_msg_set_header", params(4), params(1), func(p *plugin, ctx context.Context, m api.Module, s []uint64) {
@@ -319,14 +311,14 @@ var hostFuncs = []hostFunc{
 		k, v := inst.intern(m, u32(s[0]), u32(s[1])), inst.intern(m, u32(s[2]), u32(s[3]))
 		switch {
 		case st.hook != hookPublish && st.hook != hookRedeliver:
-			putI32(s, statusNotAllowed)
+			putI32(s, abi.StatusNotAllowed)
 		case k == "":
-			putI32(s, statusInvalid)
+			putI32(s, abi.StatusInvalid)
 		case len(k)+len(v) > p.host.opts.MaxHeaderBytes:
-			putI32(s, statusTooLarge)
+			putI32(s, abi.StatusTooLarge)
 		default:
 			st.changeHeader(headerChange{key: k, value: v})
-			putI32(s, statusOK)
+			putI32(s, abi.StatusOK)
 		}
 	}},
 	{"v1_msg_del_header", params(2), params(1), func(p *plugin, ctx context.Context, m api.Module, s []uint64) {
@@ -334,11 +326,11 @@ var hostFuncs = []hostFunc{
 		st := &inst.st
 		k := inst.intern(m, u32(s[0]), u32(s[1]))
 		if st.hook != hookPublish && st.hook != hookRedeliver {
-			putI32(s, statusNotAllowed)
+			putI32(s, abi.StatusNotAllowed)
 			return
 		}
 		st.changeHeader(headerChange{key: k, deleted: true})
-		putI32(s, statusOK)
+		putI32(s, abi.StatusOK)
 	}},
 	{"v1_event_subscription", params(2), params(1), func(p *plugin, ctx context.Context, m api.Module, s []uint64) {
 		putI32(s, giveString(m, stateOf(ctx).sub, u32(s[0]), u32(s[1])))
@@ -362,13 +354,13 @@ var hostFuncs = []hostFunc{
 		n := u32(s[3])
 		switch {
 		case st.hook == hookInit:
-			putI32(s, statusNotAllowed)
+			putI32(s, abi.StatusNotAllowed)
 		case len(st.emits) >= p.spec.MaxEmits:
-			putI32(s, statusLimit)
+			putI32(s, abi.StatusLimit)
 		case broker.ValidateTopic(topic) != nil:
-			putI32(s, statusInvalid)
+			putI32(s, abi.StatusInvalid)
 		case int(n) > p.host.opts.MaxMessageBytes:
-			putI32(s, statusTooLarge)
+			putI32(s, abi.StatusTooLarge)
 		default:
 			payload := append([]byte(nil), read(m, u32(s[2]), n)...)
 			st.emits = append(st.emits, broker.Draft{Topic: topic, Payload: payload})
@@ -382,18 +374,18 @@ var hostFuncs = []hostFunc{
 		k, v := inst.intern(m, u32(s[1]), u32(s[2])), inst.intern(m, u32(s[3]), u32(s[4]))
 		switch {
 		case h < 0 || int(h) >= len(st.emits):
-			putI32(s, statusInvalid)
+			putI32(s, abi.StatusInvalid)
 		case k == "":
-			putI32(s, statusInvalid)
+			putI32(s, abi.StatusInvalid)
 		case len(k)+len(v) > p.host.opts.MaxHeaderBytes:
-			putI32(s, statusTooLarge)
+			putI32(s, abi.StatusTooLarge)
 		default:
 			d := &st.emits[h]
 			if d.Headers == nil {
 				d.Headers = make(map[string]string)
 			}
 			d.Headers[k] = v
-			putI32(s, statusOK)
+			putI32(s, abi.StatusOK)
 		}
 	}},
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/internal/abi"
 )
 
 // Chain is a loaded set of plugins, run in their configured order. It implements
@@ -133,18 +134,6 @@ func (p *plugin) matchesGroup(group string) bool {
 	return len(p.spec.Groups) == 0 || slices.Contains(p.spec.Groups, group)
 }
 
-// Verdict actions (docs/ABI.md).
-const (
-	actPass   = 0
-	actDrop   = 1
-	actReject = 2
-
-	actRedeliver  = 0
-	actDelay      = 1
-	actDeadLetter = 2
-	actForget     = 3
-)
-
 var errBreakerOpen = errors.New("circuit breaker open")
 
 // take returns an instance for a call of hook k, with its call state ready for the caller to
@@ -188,13 +177,13 @@ func (p *plugin) done(inst *instance) {
 }
 
 func validPublish(action, arg uint32) bool {
-	return action == actReject && arg <= 16 || action < actReject && arg == 0
+	return action == abi.ActReject && arg <= 16 || action < abi.ActReject && arg == 0
 }
 
 func validAck(action, arg uint32) bool { return action == 0 && arg == 0 }
 
 func validRedeliver(action, arg uint32) bool {
-	return action == actDelay && arg > 0 && arg <= 1<<31-1 || action != actDelay && action <= actForget && arg == 0
+	return action == abi.ActDelay && arg > 0 && arg <= 1<<31-1 || action != abi.ActDelay && action <= abi.ActForget && arg == 0
 }
 
 type malformedError struct{ verdict uint64 }
@@ -239,14 +228,14 @@ func (c *Chain) OnPublish(d *broker.Draft) (broker.PublishVerdict, error) {
 			out.Emit = append(out.Emit, st.emits...)
 		}
 		switch uint32(v) {
-		case actDrop:
+		case abi.ActDrop:
 			out.Drop, out.Reason = true, st.why
 			p.done(inst)
 			if p.log.IsTrace() {
 				p.log.Trace("dropped", "topic", d.Topic, "reason", out.Reason)
 			}
 			return out, nil
-		case actReject:
+		case abi.ActReject:
 			why := st.why
 			p.done(inst)
 			if why == "" {
@@ -388,16 +377,16 @@ func (c *Chain) OnRedeliver(e *broker.RedeliverEvent) broker.RedeliverVerdict {
 		}
 		p.done(inst)
 		switch uint32(v) {
-		case actDelay:
+		case abi.ActDelay:
 			out.Action, out.Delay = broker.RedeliverDelay, time.Duration(v>>32)*time.Millisecond
 			return out
-		case actDeadLetter:
+		case abi.ActDeadLetter:
 			out.Action, out.Reason = broker.RedeliverDeadLetter, why
 			if out.Reason == "" {
 				out.Reason = "dead-lettered by plugin " + p.spec.Name + " after attempt " + strconv.Itoa(int(e.Attempt))
 			}
 			return out
-		case actForget:
+		case abi.ActForget:
 			out.Action, out.Reason = broker.RedeliverDrop, why
 			return out
 		}

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/tinybroker/tinybroker/internal/abi"
 )
 
 // encodeConfig is the reference encoder of ABI v1's configuration text: what the broker's
@@ -121,7 +123,7 @@ func TestVerdictEncoding(t *testing.T) {
 }
 
 func TestStatusError(t *testing.T) {
-	err := &StatusError{Op: `SetTopic "a..b"`, Status: statusInvalid}
+	err := &StatusError{Op: `SetTopic "a..b"`, Status: abi.StatusInvalid}
 	if got, want := err.Error(), `tinybroker: SetTopic "a..b": invalid value`; got != want {
 		t.Errorf("Error() = %q, want %q", got, want)
 	}

@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"time"
 	"unsafe"
+
+	"github.com/tinybroker/tinybroker/internal/abi"
 )
 
 // A Message is the message a hook is called for. It is valid only during that call: do not
@@ -155,7 +157,7 @@ func (m *Message) Headers() map[string]string {
 // other hooks SetTopic returns ErrNotAllowed); a topic that is not valid is ErrInvalid.
 func (m *Message) SetTopic(topic string) error {
 	m.check()
-	if st := hostMsgSetTopic(topic); st != statusOK {
+	if st := hostMsgSetTopic(topic); st != abi.StatusOK {
 		return &StatusError{Op: "SetTopic " + strconv.Quote(topic), Status: st}
 	}
 	m.topic = topic
@@ -169,7 +171,7 @@ func (m *Message) SetTopic(topic string) error {
 // Payload returns p itself until then.
 func (m *Message) SetPayload(p []byte) error {
 	m.check()
-	if st := hostMsgSetPayload(bytesPtr(p), uint32(len(p))); st != statusOK {
+	if st := hostMsgSetPayload(bytesPtr(p), uint32(len(p))); st != abi.StatusOK {
 		return &StatusError{Op: "SetPayload (" + strconv.Itoa(len(p)) + " bytes)", Status: st}
 	}
 	m.payload = p
@@ -182,7 +184,7 @@ func (m *Message) SetPayload(p []byte) error {
 // max_header_bytes ErrTooLarge.
 func (m *Message) SetHeader(key, value string) error {
 	m.check()
-	if st := hostMsgSetHeader(key, value); st != statusOK {
+	if st := hostMsgSetHeader(key, value); st != abi.StatusOK {
 		return &StatusError{Op: "SetHeader " + strconv.Quote(key), Status: st}
 	}
 	m.change(headerChange{key: key, value: value})
@@ -193,7 +195,7 @@ func (m *Message) SetHeader(key, value string) error {
 // error. on_publish and on_redeliver may change headers (on_ack may not: ErrNotAllowed).
 func (m *Message) DelHeader(key string) error {
 	m.check()
-	if st := hostMsgDelHeader(key); st != statusOK {
+	if st := hostMsgDelHeader(key); st != abi.StatusOK {
 		return &StatusError{Op: "DelHeader " + strconv.Quote(key), Status: st}
 	}
 	m.change(headerChange{key: key, deleted: true})
@@ -279,14 +281,14 @@ func (e Event) Reason() string {
 func Emit(topic string, payload []byte, headers map[string]string) error {
 	op := func() string { return "Emit " + strconv.Quote(topic) }
 	if _, empty := headers[""]; empty {
-		return &StatusError{Op: op() + `: header ""`, Status: statusInvalid}
+		return &StatusError{Op: op() + `: header ""`, Status: abi.StatusInvalid}
 	}
 	h := hostEmit(topic, bytesPtr(payload), uint32(len(payload)))
 	if h < 0 {
 		return &StatusError{Op: op(), Status: h}
 	}
 	for k, v := range headers {
-		if st := hostEmitHeader(h, k, v); st != statusOK {
+		if st := hostEmitHeader(h, k, v); st != abi.StatusOK {
 			return &StatusError{Op: op() + ": header " + strconv.Quote(k), Status: st}
 		}
 	}
@@ -298,15 +300,6 @@ func Emit(topic string, payload []byte, headers map[string]string) error {
 func Now() time.Time {
 	return time.Unix(0, hostNow())
 }
-
-// Status codes of the host functions that write.
-const (
-	statusOK         = 0
-	statusInvalid    = -1
-	statusTooLarge   = -2
-	statusNotAllowed = -3
-	statusLimit      = -4
-)
 
 // The errors a write can fail with, by status (docs/ABI.md): test for them with errors.Is.
 var (
@@ -337,13 +330,13 @@ func (e *StatusError) Error() string {
 // Unwrap returns the error for e.Status, or nil if the status is not one of ABI v1's.
 func (e *StatusError) Unwrap() error {
 	switch e.Status {
-	case statusInvalid:
+	case abi.StatusInvalid:
 		return ErrInvalid
-	case statusTooLarge:
+	case abi.StatusTooLarge:
 		return ErrTooLarge
-	case statusNotAllowed:
+	case abi.StatusNotAllowed:
 		return ErrNotAllowed
-	case statusLimit:
+	case abi.StatusLimit:
 		return ErrLimit
 	}
 	return nil

@@ -3,6 +3,8 @@ package plugin
 import (
 	"strconv"
 	"time"
+
+	"github.com/tinybroker/tinybroker/internal/abi"
 )
 
 // A Verdict is what an on_publish hook decides about its message: Pass, Drop or Reject. The
@@ -13,20 +15,13 @@ type Verdict struct {
 	reason string
 }
 
-// On_publish actions (docs/ABI.md).
-const (
-	actionPass   = 0
-	actionDrop   = 1
-	actionReject = 2
-)
-
 // Pass lets the message continue, with the changes the hook made to it, to the next plugin
 // and then to routing.
 func Pass() Verdict { return Verdict{} }
 
 // Drop drops the message silently: the broker counts it, logs reason, and tells the
 // publisher it was accepted and routed to no one.
-func Drop(reason string) Verdict { return Verdict{action: actionDrop, reason: reason} }
+func Drop(reason string) Verdict { return Verdict{action: abi.ActDrop, reason: reason} }
 
 // Reject refuses the publish: the publisher gets the gRPC status code with reason as its
 // message. Code 0 stands for InvalidArgument; a code over 16 panics.
@@ -34,7 +29,7 @@ func Reject(code Code, reason string) Verdict {
 	if code > Unauthenticated {
 		panic("plugin.Reject: gRPC code " + strconv.Itoa(int(code)) + " is not between 1 and 16")
 	}
-	return Verdict{action: actionReject, arg: uint32(code), reason: reason}
+	return Verdict{action: abi.ActReject, arg: uint32(code), reason: reason}
 }
 
 func (v Verdict) encode() int64 { return encode(v.action, v.arg, v.reason) }
@@ -47,14 +42,6 @@ type RedeliverVerdict struct {
 	arg    uint32
 	reason string
 }
-
-// On_redeliver actions (docs/ABI.md).
-const (
-	actionRedeliver  = 0
-	actionDelay      = 1
-	actionDeadLetter = 2
-	actionDropMsg    = 3
-)
 
 // Redeliver leaves the message to the broker's default: redeliver it (after the nack's delay,
 // if it had one), or dead-letter it once the group's max_deliveries attempts are used up.
@@ -71,17 +58,17 @@ func Delay(d time.Duration) RedeliverVerdict {
 		ms++
 	}
 	ms = min(max(ms, 1), maxDelayMillis)
-	return RedeliverVerdict{action: actionDelay, arg: uint32(ms)}
+	return RedeliverVerdict{action: abi.ActDelay, arg: uint32(ms)}
 }
 
 // DeadLetter sends the message to its consumer group's dead-letter topic now, with reason.
 func DeadLetter(reason string) RedeliverVerdict {
-	return RedeliverVerdict{action: actionDeadLetter, reason: reason}
+	return RedeliverVerdict{action: abi.ActDeadLetter, reason: reason}
 }
 
 // DropMessage forgets the message: the broker counts it and logs reason.
 func DropMessage(reason string) RedeliverVerdict {
-	return RedeliverVerdict{action: actionDropMsg, reason: reason}
+	return RedeliverVerdict{action: abi.ActForget, reason: reason}
 }
 
 func (v RedeliverVerdict) encode() int64 { return encode(v.action, v.arg, v.reason) }
