@@ -32,8 +32,17 @@ type Options struct {
 	MaxMessageBytes int // largest payload accepted (1 MiB)
 	MaxHeaderBytes  int // largest sum of header keys and values (64 KiB)
 
-	GroupMaxQueued int      // messages a consumer group holds for its members (100,000)
-	GroupOverflow  Overflow // what a full group does with a publish (OverflowReject)
+	// MaxMemoryBytes is the budget, in bytes, for everything the broker holds for later:
+	// messages queued, in flight or delayed in consumer groups and buffered for fanout
+	// subscribers, counted as what they really cost (see memory.go). Consumer groups together
+	// may use 3/4 of it. Default: DefaultMemoryLimit() (half of GOMEMLIMIT).
+	MaxMemoryBytes int64
+
+	GroupMaxQueued int // messages a consumer group holds for its members (100,000)
+	// GroupMaxQueuedBytes bounds the bytes one consumer group holds (queued, in flight and
+	// delayed; default: 1/8 of MaxMemoryBytes).
+	GroupMaxQueuedBytes int64
+	GroupOverflow       Overflow // what a full group does with a publish (OverflowReject)
 	// GroupExpireAfter removes a consumer group that has had no member this long, with the
 	// messages it holds (0: groups live as long as the broker). A group abandoned for good
 	// otherwise fills up, and with OverflowReject then refuses every publish to its topics.
@@ -60,12 +69,21 @@ func (o *Options) setDefaults() {
 			*v = d
 		}
 	}
+	if o.MaxMemoryBytes <= 0 {
+		o.MaxMemoryBytes = DefaultMemoryLimit()
+	}
+	if o.GroupMaxQueuedBytes <= 0 {
+		o.GroupMaxQueuedBytes = o.MaxMemoryBytes / 8
+	}
 	def(&o.MaxMessageBytes, 1<<20)
 	def(&o.MaxHeaderBytes, 64<<10)
 	def(&o.GroupMaxQueued, 100_000)
 	def(&o.FanoutBufferMessages, 262_144)
 	def(&o.FanoutBufferBytes, 64<<20)
 	def(&o.MaxInFlightCap, 65_536)
+	if o.GroupOverflow == OverflowDefault {
+		o.GroupOverflow = OverflowReject
+	}
 	if o.AckDeadline <= 0 {
 		o.AckDeadline = 30 * time.Second
 	}
@@ -86,14 +104,16 @@ type Broker struct {
 	opts  Options
 	log   hclog.Logger
 	ids   idCodec
-	seq   atomic.Uint64 // last message sequence number; also the published count
-	epoch time.Time     // origin of now(), a monotonic clock
+	seq   atomic.Uint64 // last message sequence number
+	mem   *memBudget
+	epoch time.Time // origin of now(), a monotonic clock
 	index *index
 	sched *scheduler
 
 	hooks        atomic.Pointer[Hooks]
 	unrouted     atomic.Uint64
 	hookDropped  atomic.Uint64 // messages dropped by an OnPublish verdict
+	refused      atomic.Uint64 // publishes refused by every consumer group they matched
 	dlqFailed    atomic.Uint64
 	closing      atomic.Bool
 	shutdownOnce sync.Once
@@ -117,6 +137,7 @@ func New(opts Options) *Broker {
 		opts:       opts,
 		log:        opts.Logger,
 		ids:        newIDCodec(),
+		mem:        newMemBudget(opts.MaxMemoryBytes),
 		epoch:      time.Now(),
 		index:      newIndex(),
 		sched:      newScheduler(),
@@ -228,32 +249,43 @@ func (b *Broker) route(topic string, payload []byte, headers map[string]string) 
 		return PublishResult{}, fmt.Errorf("%w: headers take %d bytes, the limit is %d (max_header_bytes)", ErrInvalidMessage, hb, b.opts.MaxHeaderBytes)
 	}
 	targets := b.index.match(topic)
-	for i, t := range targets {
-		if !t.admit() {
-			for _, u := range targets[:i] {
-				u.unadmit()
-			}
-			g := t.(*group)
-			return PublishResult{}, fmt.Errorf("%w: consumer group %q (subscription %q) already holds %d undelivered messages; add members, ack faster, or raise groups { max_queued } / use overflow \"drop_oldest\"",
-				ErrGroupFull, g.name, g.id, b.opts.GroupMaxQueued)
-		}
-	}
 	seq := b.seq.Add(1)
 	m := &Message{ID: seq, SystemID: b.ids.format(seq), Topic: topic, Payload: payload, Headers: headers, PublishedAt: time.Now().UnixNano(), Targets: len(targets), HeaderBytes: hb}
+	m.cost = messageCost(topic, m.SystemID, payload, headers, hb, len(targets))
+	b.charge(m)
 	var wait []target
 	var rooms []<-chan struct{}
+	var full error
+	routed := 0
 	for _, t := range targets {
-		if room := t.deliver(m); room != nil {
+		room, err := t.deliver(m)
+		switch {
+		case err == nil:
+			routed++
+		case errors.Is(err, ErrGroupFull):
+			if full == nil {
+				full = err
+			}
+			continue
+		default: // a group that expired meanwhile
+			continue
+		}
+		if room != nil {
 			wait, rooms = append(wait, t), append(rooms, room)
 		}
 	}
-	if len(targets) == 0 {
+	b.release(m, 0)
+	if routed == 0 {
+		if full != nil { // refused by every target: tell the publisher
+			b.refused.Add(1)
+			return PublishResult{}, full
+		}
 		b.unrouted.Add(1)
 	}
 	if len(rooms) > 0 {
 		b.waitForRoom(wait, rooms)
 	}
-	return PublishResult{Seq: m.ID, SystemID: m.SystemID, Routed: len(targets)}, nil
+	return PublishResult{Seq: m.ID, SystemID: m.SystemID, Routed: routed}, nil
 }
 
 // waitForRoom paces a publisher to fanout subscribers that fell behind: it waits, at most
@@ -444,21 +476,14 @@ func (b *Broker) groupFor(o *SubscribeOptions, patterns []string) (*group, error
 		return nil, fmt.Errorf("%w: subscription_id %q is an open fanout subscription; choose another id for the consumer group", ErrGroupMismatch, o.ID)
 	}
 	g := b.groups[o.ID]
+	if g != nil && !g.declared && g.rebindable(o, patterns) {
+		b.rebindLocked(g, o, patterns)
+	}
 	if g == nil {
 		if other, ok := b.groupNames[o.Group]; ok {
 			return nil, fmt.Errorf("%w: consumer_group %q belongs to subscription_id %q; members must share both", ErrGroupMismatch, o.Group, other)
 		}
-		dlq := o.DeadLetterTopic
-		if dlq == "" {
-			dlq = "dlq." + o.ID
-		}
-		g = &group{b: b, id: o.ID, name: o.Group, patterns: patterns, maxDeliveries: o.MaxDeliveries, dlq: dlq}
-		b.groups[o.ID] = g
-		b.groupNames[o.Group] = o.ID
-		for _, p := range patterns {
-			b.index.add(p, g)
-		}
-		return g, nil
+		return b.newGroupLocked(GroupConfig{ID: o.ID, Name: o.Group, Patterns: patterns, MaxDeliveries: o.MaxDeliveries, DeadLetterTopic: o.DeadLetterTopic}), nil
 	}
 	switch {
 	case g.name != o.Group:
@@ -506,13 +531,7 @@ func (b *Broker) expireGroup(g *group) {
 		return
 	}
 	g.removed = true
-	dropped := 0
-	for i := range g.queue.len() {
-		if !g.queue.at(i).settled {
-			dropped++
-		}
-	}
-	dropped += len(g.delayed)
+	dropped := g.dropAllLocked()
 	g.mu.Unlock()
 	delete(b.groups, g.id)
 	delete(b.groupNames, g.name)
@@ -587,7 +606,7 @@ type SubscriptionStats struct {
 
 // Stats returns a snapshot of the broker's counters, subscriptions sorted by id.
 func (b *Broker) Stats() Stats {
-	st := Stats{Published: b.seq.Load(), Unrouted: b.unrouted.Load(), Dropped: b.hookDropped.Load()}
+	st := Stats{Published: b.seq.Load() - b.refused.Load(), Unrouted: b.unrouted.Load(), Dropped: b.hookDropped.Load()}
 	b.mu.RLock()
 	st.Delivered = b.gone.delivered
 	for _, s := range b.fanouts {

@@ -1,10 +1,11 @@
 package broker
 
 import (
+	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -12,8 +13,11 @@ import (
 type Overflow int
 
 const (
+	// OverflowDefault takes the broker's default (Options.GroupOverflow, itself
+	// OverflowReject by default).
+	OverflowDefault Overflow = iota
 	// OverflowReject refuses the publish with ErrGroupFull.
-	OverflowReject Overflow = iota
+	OverflowReject
 	// OverflowDropOldest accepts it and drops the group's oldest queued message (counted).
 	OverflowDropOldest
 )
@@ -32,13 +36,20 @@ type group struct {
 	patterns      []string
 	maxDeliveries int
 	dlq           string
+	limits        GroupLimits // after defaults
+	declared      bool        // declared in the configuration: never expires, never rebound
 
-	// pending counts queued messages plus publishes admitted but not yet queued, so that
-	// admit can enforce the bound without taking mu.
-	pending atomic.Int64
-
-	mu                                                   sync.Mutex
-	queue                                                ring
+	mu    sync.Mutex
+	queue ring
+	// queued counts the unsettled entries of queue; bytes is what the group holds (queued,
+	// in flight, delayed, waiting for a hook): Message.cost + groupEntryOverhead each.
+	queued int
+	bytes  int64
+	// waiting finds the entries that were delivered before and wait again (requeued or
+	// delayed), so that a late ack settles them without a scan.
+	waiting                                              map[uint64]*entry
+	full                                                 bool // refused or dropped since it last drained
+	fullSince                                            uint64
 	members                                              []*member
 	rr                                                   int      // index of the member to try first
 	delayed                                              []*entry // nacked with a delay; deadline is when they are requeued
@@ -48,6 +59,27 @@ type group struct {
 	removed                                              bool     // expired: no longer routed to
 	memberSeq                                            uint64
 	delivered, acked, redelivered, deadLettered, dropped uint64
+	rejected                                             uint64 // publishes refused while full (OverflowReject)
+}
+
+// GroupLimits bound what one consumer group holds. Zero values take the broker's defaults.
+type GroupLimits struct {
+	MaxQueued      int      // messages waiting for a member (Options.GroupMaxQueued)
+	MaxQueuedBytes int64    // bytes the group holds: queued, in flight and delayed (Options.GroupMaxQueuedBytes)
+	Overflow       Overflow // what a full group does with a publish (Options.GroupOverflow)
+}
+
+func (b *Broker) groupLimits(l GroupLimits) GroupLimits {
+	if l.MaxQueued <= 0 {
+		l.MaxQueued = b.opts.GroupMaxQueued
+	}
+	if l.MaxQueuedBytes <= 0 {
+		l.MaxQueuedBytes = b.opts.GroupMaxQueuedBytes
+	}
+	if l.Overflow == OverflowDefault {
+		l.Overflow = b.opts.GroupOverflow
+	}
+	return l
 }
 
 type member struct {
@@ -62,7 +94,8 @@ type entry struct {
 	attempt  uint32
 	deadline int64 // in flight: ack deadline; delayed: when to requeue (Broker.now clock)
 	sentAt   int64 // when the current attempt was handed to a member (Broker.now clock)
-	settled  bool  // acked while queued: skip when it reaches the head
+	settled  bool  // acked while queued or delayed: skip it when it comes up
+	delayed  bool  // in group.delayed
 }
 
 // takeBack collects what a group operation took back from its members, to be finished by
@@ -96,43 +129,118 @@ type deadLetter struct {
 	headers map[string]string
 }
 
-func (g *group) admit() bool {
-	if g.b.opts.GroupOverflow == OverflowDropOldest {
-		g.pending.Add(1)
-		return true
-	}
-	limit := int64(g.b.opts.GroupMaxQueued)
-	for {
-		n := g.pending.Load()
-		if n >= limit {
-			return false
-		}
-		if g.pending.CompareAndSwap(n, n+1) {
-			return true
-		}
-	}
-}
+// errGroupRemoved refuses a message for a group that expired after the publish matched it.
+var errGroupRemoved = errors.New("consumer group removed")
 
-func (g *group) unadmit() { g.pending.Add(-1) }
-
-func (g *group) deliver(m *Message) <-chan struct{} {
+// deliver queues m for the members, unless the group is at one of its bounds: then a
+// "drop_oldest" group makes room by dropping its oldest queued messages, and a "reject" group
+// (or one with nothing queued to drop) refuses m with ErrGroupFull. The publish still reaches
+// every other target (see RATIONALE.md, "Why does a full group not refuse the whole publish?").
+func (g *group) deliver(m *Message) (<-chan struct{}, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.removed { // expired after this publish matched it: nobody can join it any more
-		g.pending.Add(-1)
-		return nil
+		return nil, errGroupRemoved
 	}
-	g.queue.pushBack(&entry{msg: m})
-	if g.b.opts.GroupOverflow == OverflowDropOldest {
-		for g.queue.len() > g.b.opts.GroupMaxQueued {
-			if e := g.queue.popFront(); !e.settled {
-				g.dropped++
-			}
-			g.pending.Add(-1)
+	cost := m.cost + groupEntryOverhead
+	for {
+		over := g.overLocked(cost)
+		if over == "" {
+			break
 		}
+		if g.limits.Overflow != OverflowDropOldest || g.queued == 0 {
+			g.rejected++
+			g.noteFullLocked(over)
+			return nil, fmt.Errorf("%w: consumer group %q (subscription %q) is at %s; add members or ack faster, raise the limit, or use overflow \"drop_oldest\"",
+				ErrGroupFull, g.name, g.id, over)
+		}
+		g.dropOldestLocked()
+		g.noteFullLocked(over)
 	}
+	e := &entry{msg: m}
+	g.holdLocked(e)
+	g.queue.pushBack(e)
+	g.queued++
 	g.dispatchLocked(g.b.now())
-	return nil
+	return nil, nil
+}
+
+// overLocked says which bound taking one more message of cost bytes would pass, or "".
+func (g *group) overLocked(cost int64) string {
+	switch {
+	case g.queued >= g.limits.MaxQueued:
+		return fmt.Sprintf("its limit of %d queued messages (groups { max_queued })", g.limits.MaxQueued)
+	case g.bytes+cost > g.limits.MaxQueuedBytes:
+		return fmt.Sprintf("its limit of %d bytes held (groups { max_queued_bytes }; it holds %d)", g.limits.MaxQueuedBytes, g.bytes)
+	case g.b.mem.used.Load()+groupEntryOverhead > g.b.mem.groupsLimit:
+		return fmt.Sprintf("the broker's memory budget for consumer groups (%d bytes, 3/4 of memory { max_bytes })", g.b.mem.groupsLimit)
+	}
+	return ""
+}
+
+// dropOldestLocked drops the oldest queued message to make room (OverflowDropOldest).
+func (g *group) dropOldestLocked() {
+	for g.queue.len() > 0 {
+		e := g.queue.popFront()
+		if e.settled {
+			continue
+		}
+		g.queued--
+		g.dropped++
+		g.forgetLocked(e)
+		return
+	}
+}
+
+// noteFullLocked logs, once per episode, that the group refuses or drops publishes.
+func (g *group) noteFullLocked(why string) {
+	if g.full {
+		return
+	}
+	g.full = true
+	g.fullSince = g.rejected + g.dropped
+	policy := "reject"
+	if g.limits.Overflow == OverflowDropOldest {
+		policy = "drop_oldest"
+	}
+	g.b.log.Warn("consumer group full: publishes to it are refused or drop its oldest messages until it drains",
+		"subscription", g.id, "group", g.name, "at", why, "overflow", policy, "members", len(g.members), "queued", g.queued, "bytes", g.bytes)
+}
+
+// noteDrainedLocked logs the end of a full episode once the group is back under half its
+// bounds.
+func (g *group) noteDrainedLocked() {
+	if !g.full || g.queued > g.limits.MaxQueued/2 || g.bytes > g.limits.MaxQueuedBytes/2 {
+		return
+	}
+	g.full = false
+	g.b.log.Warn("consumer group drained: it accepts publishes again", "subscription", g.id, "group", g.name,
+		"refused_or_dropped_while_full", g.rejected+g.dropped-g.fullSince, "queued", g.queued, "bytes", g.bytes)
+}
+
+// holdLocked charges e's message to the group and the broker's budget.
+func (g *group) holdLocked(e *entry) {
+	g.bytes += e.msg.cost + groupEntryOverhead
+	g.b.hold(e.msg, groupEntryOverhead)
+}
+
+// forgetLocked lets go of e for good: acked, dropped, dead-lettered or expired.
+func (g *group) forgetLocked(e *entry) {
+	g.bytes -= e.msg.cost + groupEntryOverhead
+	g.b.release(e.msg, groupEntryOverhead)
+	if e.attempt > 0 {
+		delete(g.waiting, e.msg.ID)
+	}
+	g.noteDrainedLocked()
+}
+
+// replaceMsgLocked gives e the message m (a copy of e.msg with other headers).
+func (g *group) replaceMsgLocked(e *entry, m *Message) {
+	g.forgetLocked(e)
+	g.b.charge(m)
+	e.msg = m
+	g.holdLocked(e)
+	g.b.release(m, 0)
 }
 
 // dispatchLocked hands queued messages to members with room, round-robin. g.mu must be held.
@@ -146,9 +254,12 @@ func (g *group) dispatchLocked(now int64) {
 			return
 		}
 		e := g.queue.popFront()
-		g.pending.Add(-1)
 		if e.settled {
 			continue
+		}
+		g.queued--
+		if e.attempt > 0 {
+			delete(g.waiting, e.msg.ID)
 		}
 		g.assignLocked(m, e, now)
 	}
@@ -209,22 +320,20 @@ func (g *group) findOwnedLocked(pref *member, only bool, seq uint64) (*entry, *m
 	return nil, nil
 }
 
-// settleWaitingLocked acks seq if it is delayed or queued (e.g. its member left before its
-// ack arrived by the unary Ack) and returns its entry, or nil.
+// settleWaitingLocked acks seq if it was delivered before and now waits again, delayed or
+// queued (e.g. its member left before its ack arrived by the unary Ack), and returns its
+// entry, or nil. A message never delivered cannot be acked: nobody was given it.
 func (g *group) settleWaitingLocked(seq uint64) *entry {
-	for i, e := range g.delayed {
-		if e.msg.ID == seq {
-			g.delayed = slices.Delete(g.delayed, i, i+1)
-			return e
-		}
+	e := g.waiting[seq]
+	if e == nil {
+		return nil
 	}
-	for i := range g.queue.len() {
-		if e := g.queue.at(i); e.msg.ID == seq && !e.settled {
-			e.settled = true
-			return e
-		}
+	if !e.delayed {
+		g.queued--
 	}
-	return nil
+	e.settled = true // skipped when it reaches the head of the queue or its delay ends
+	g.forgetLocked(e)
+	return e
 }
 
 // ack settles seqs, looking first among pref's deliveries, and returns how many were unknown.
@@ -244,6 +353,7 @@ func (g *group) ack(pref *member, seqs []uint64) (unknown int) {
 		if e, m := g.findOwnedLocked(pref, false, seq); e != nil {
 			delete(m.owned, seq)
 			g.acked++
+			g.forgetLocked(e)
 			if h != nil {
 				events = append(events, g.ackEvent(e, time.Duration(now-e.sentAt)))
 			}
@@ -336,7 +446,9 @@ func (g *group) defaultGiveBackLocked(e *entry, reason string, delay time.Durati
 func (g *group) delayLocked(e *entry, delay time.Duration, now int64, tb *takeBack) {
 	if delay > 0 {
 		e.deadline = now + int64(delay)
+		e.delayed = true
 		g.delayed = append(g.delayed, e)
+		g.waiting[e.msg.ID] = e
 		g.scheduleLocked(e.deadline)
 		return
 	}
@@ -346,6 +458,7 @@ func (g *group) delayLocked(e *entry, delay time.Duration, now int64, tb *takeBa
 func (g *group) deadLetterLocked(e *entry, reason string, tb *takeBack) {
 	g.deadLettered++
 	tb.dead = append(tb.dead, g.deadLetter(e, reason))
+	g.forgetLocked(e)
 }
 
 // requeueLocked puts tb.requeue back at the head of the queue, oldest first: they were
@@ -354,9 +467,11 @@ func (g *group) requeueLocked(tb *takeBack) {
 	es := tb.requeue
 	slices.SortFunc(es, func(a, b *entry) int { return -cmpU64(a.msg.ID, b.msg.ID) })
 	for _, e := range es {
+		e.delayed = false
 		g.queue.pushFront(e)
+		g.waiting[e.msg.ID] = e
 	}
-	g.pending.Add(int64(len(es)))
+	g.queued += len(es)
 	tb.requeue = es[:0]
 }
 
@@ -376,7 +491,7 @@ func (g *group) finish(tb *takeBack) {
 		for i, h := range hooked {
 			v, e := &verdicts[i], h.e
 			if len(v.SetHeaders) > 0 || len(v.DelHeaders) > 0 {
-				e.msg = e.msg.withHeaders(v.SetHeaders, v.DelHeaders)
+				g.replaceMsgLocked(e, e.msg.withHeaders(v.SetHeaders, v.DelHeaders))
 			}
 			switch v.Action {
 			case RedeliverDelay:
@@ -389,6 +504,7 @@ func (g *group) finish(tb *takeBack) {
 				g.deadLetterLocked(e, reason, tb)
 			case RedeliverDrop:
 				g.dropped++
+				g.forgetLocked(e)
 			default:
 				g.defaultGiveBackLocked(e, h.reason, h.delay, now, tb)
 			}
@@ -455,7 +571,7 @@ func (g *group) leave(m *member) {
 		return
 	}
 	g.members = slices.Delete(g.members, i, i+1)
-	if len(g.members) == 0 && g.b.opts.GroupExpireAfter > 0 {
+	if len(g.members) == 0 && g.b.opts.GroupExpireAfter > 0 && !g.declared {
 		g.emptySince = g.b.now()
 		g.scheduleLocked(g.emptySince + int64(g.b.opts.GroupExpireAfter))
 	}
@@ -510,6 +626,9 @@ func (g *group) onTimer() {
 	}
 	kept := g.delayed[:0]
 	for _, e := range g.delayed {
+		if e.settled {
+			continue
+		}
 		if e.deadline > now {
 			later(e.deadline)
 			kept = append(kept, e)
@@ -555,18 +674,21 @@ type GroupStats struct {
 	ID, Group                                            string
 	Patterns                                             []string
 	Members, Queued, InFlight, Delayed                   int
+	Bytes                                                int64 // what the group holds, counted against its max_queued_bytes
 	Delivered, Acked, Redelivered, DeadLettered, Dropped uint64
+	Rejected                                             uint64 // publishes refused while the group was full
+	Declared                                             bool   // declared in the configuration
 }
 
 func (g *group) stats() GroupStats {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	st := GroupStats{ID: g.id, Group: g.name, Patterns: g.patterns, Members: len(g.members),
-		Delayed: len(g.delayed), Delivered: g.delivered, Acked: g.acked, Redelivered: g.redelivered,
-		DeadLettered: g.deadLettered, Dropped: g.dropped}
-	for i := range g.queue.len() {
-		if !g.queue.at(i).settled {
-			st.Queued++
+		Queued: g.queued, Bytes: g.bytes, Delivered: g.delivered, Acked: g.acked, Redelivered: g.redelivered,
+		DeadLettered: g.deadLettered, Dropped: g.dropped, Rejected: g.rejected, Declared: g.declared}
+	for _, e := range g.delayed {
+		if !e.settled {
+			st.Delayed++
 		}
 	}
 	for _, m := range g.members {

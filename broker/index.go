@@ -9,13 +9,10 @@ import (
 
 // target is what the index routes to: a fanout subscription or a consumer group.
 type target interface {
-	// admit reserves room for one message; false means the publish must be refused.
-	admit() bool
-	// unadmit releases a reservation made by admit when the publish is refused elsewhere.
-	unadmit()
-	// deliver hands over an admitted message. A non-nil channel asks the publisher to wait,
-	// bounded, until it is closed (backpressure).
-	deliver(m *Message) (room <-chan struct{})
+	// deliver hands over a message, or refuses it with an error that says why (a consumer
+	// group at its bounds); a refusal by one target does not affect the others. A non-nil
+	// channel asks the publisher to wait, bounded, until it is closed (backpressure).
+	deliver(m *Message) (room <-chan struct{}, err error)
 }
 
 // index maps topics to the targets whose patterns match them: a trie of pattern tokens, so

@@ -1,11 +1,12 @@
 package broker
 
 import (
+	"crypto/aes"
+	"crypto/cipher"
 	"crypto/rand"
-	"encoding/hex"
+	"encoding/base64"
+	"encoding/binary"
 	"fmt"
-	"strconv"
-	"strings"
 	"sync/atomic"
 	"unicode/utf8"
 )
@@ -24,6 +25,10 @@ type Message struct {
 	Targets int
 	// HeaderBytes is the sum of the lengths of the header keys and values.
 	HeaderBytes int
+	// cost is what holding the message costs (messageCost), charged to the broker's memory
+	// budget from its publish until its last holder lets go of it; holders counts them.
+	cost    int64
+	holders atomic.Int32
 	// Wire is for the transport: the server caches the message's encoding here, to share it
 	// between the subscriptions the message goes to. The broker never reads it.
 	Wire atomic.Pointer[[]byte]
@@ -48,7 +53,9 @@ func (m *Message) withHeaders(set map[string]string, del []string) *Message {
 	for k, v := range h {
 		hb += len(k) + len(v)
 	}
-	return &Message{ID: m.ID, SystemID: m.SystemID, Topic: m.Topic, Payload: m.Payload, Headers: h, PublishedAt: m.PublishedAt, HeaderBytes: hb}
+	n := &Message{ID: m.ID, SystemID: m.SystemID, Topic: m.Topic, Payload: m.Payload, Headers: h, PublishedAt: m.PublishedAt, HeaderBytes: hb}
+	n.cost = messageCost(n.Topic, n.SystemID, n.Payload, n.Headers, hb, 1)
+	return n
 }
 
 // Delivery is a message handed to one subscription of a stream, or, with Msg nil, an event
@@ -76,31 +83,62 @@ const (
 	ReasonMemberLeft  = "member left"
 )
 
-// idCodec turns message sequence numbers into system_ids and back. A system_id is
-// "<epoch>-<seq>": the epoch is random per broker process, so an id from an earlier process
-// is refused instead of acking an unrelated message that reused its number.
-type idCodec struct{ prefix string }
+// idCodec turns message sequence numbers into system_ids and back. A system_id is the
+// sequence number and a secret of this broker process, encrypted together as one AES block
+// under a key of this process, in URL-safe base64 (22 characters). It is unguessable: only
+// whoever received it (or published the message) can know it, so an ack, nack or touch
+// needs the id as a capability; forging one means guessing 128 bits. An id from an earlier
+// process fails to decrypt to this process's secret and is refused instead of acking an
+// unrelated message that reused its number. See RATIONALE.md, "Why unguessable system_ids?".
+type idCodec struct {
+	block  cipher.Block
+	secret uint64
+}
+
+const idLen = 22 // base64 of one 16-byte block, without padding
 
 func newIDCodec() idCodec {
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	return idCodec{prefix: hex.EncodeToString(b[:]) + "-"}
+	var key [16]byte
+	var secret [8]byte
+	_, _ = rand.Read(key[:])
+	_, _ = rand.Read(secret[:])
+	block, err := aes.NewCipher(key[:])
+	if err != nil {
+		panic(err) // a 16-byte key is always valid
+	}
+	return idCodec{block: block, secret: binary.LittleEndian.Uint64(secret[:])}
 }
 
 func (c idCodec) format(seq uint64) string {
-	buf := make([]byte, 0, len(c.prefix)+20)
-	buf = append(buf, c.prefix...)
-	return string(strconv.AppendUint(buf, seq, 10))
+	var plain, enc [16]byte
+	binary.LittleEndian.PutUint64(plain[:8], seq)
+	binary.LittleEndian.PutUint64(plain[8:], c.secret)
+	c.block.Encrypt(enc[:], plain[:])
+	var out [idLen]byte
+	base64.RawURLEncoding.Encode(out[:], enc[:])
+	return string(out[:])
 }
 
 func (c idCodec) parse(id string) (uint64, error) {
-	rest, ok := strings.CutPrefix(id, c.prefix)
-	if !ok {
-		return 0, fmt.Errorf("%w %q: not a system_id of this broker process (ids look like %q; the broker may have restarted)", ErrUnknownMessage, id, c.prefix+"42")
+	var enc, plain [16]byte
+	if len(id) != idLen {
+		return 0, fmt.Errorf("%w %q: not a system_id of this broker process (a system_id is the %d characters the broker sent with the message; the broker may have restarted)", ErrUnknownMessage, truncate(id, 64), idLen)
 	}
-	seq, err := strconv.ParseUint(rest, 10, 64)
-	if err != nil || seq == 0 {
+	if n, err := base64.RawURLEncoding.Decode(enc[:], []byte(id)); err != nil || n != 16 {
 		return 0, fmt.Errorf("%w %q: malformed system_id", ErrUnknownMessage, id)
 	}
+	c.block.Decrypt(plain[:], enc[:])
+	seq := binary.LittleEndian.Uint64(plain[:8])
+	if binary.LittleEndian.Uint64(plain[8:]) != c.secret || seq == 0 {
+		return 0, fmt.Errorf("%w %q: not a system_id of this broker process (the broker may have restarted)", ErrUnknownMessage, id)
+	}
 	return seq, nil
+}
+
+// truncate shortens s for an error message.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
 }

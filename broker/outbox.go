@@ -12,7 +12,7 @@ type outbox struct {
 	mu    sync.Mutex
 	buf   []Delivery
 	head  int
-	bytes int // payload bytes buffered
+	bytes int // what the buffered messages cost (Message.cost)
 	ready chan struct{}
 
 	// Backpressure (fanout): room is made when a publisher finds the outbox above its high
@@ -30,7 +30,7 @@ func newOutbox() outbox { return outbox{ready: make(chan struct{}, 1)} }
 func (o *outbox) pushLocked(d Delivery) {
 	o.buf = append(o.buf, d)
 	if d.Msg != nil {
-		o.bytes += len(d.Msg.Payload)
+		o.bytes += int(d.Msg.cost)
 	}
 	if len(o.buf)-o.head == 1 {
 		select {
@@ -54,10 +54,9 @@ func (o *outbox) take(dst []Delivery, maxN, maxBytes int) []Delivery {
 	size := 0
 	for o.head < len(o.buf) && maxN > 0 {
 		d := o.buf[o.head]
-		n, sz := 0, deliveryOverhead
+		sz := deliveryOverhead
 		if d.Msg != nil {
-			n = len(d.Msg.Payload)
-			sz += n + len(d.Msg.Topic) + len(d.Msg.SystemID) + d.Msg.HeaderBytes + 4*len(d.Msg.Headers)
+			sz += len(d.Msg.Payload) + len(d.Msg.Topic) + len(d.Msg.SystemID) + d.Msg.HeaderBytes + 4*len(d.Msg.Headers)
 		}
 		if size > 0 && size+sz > maxBytes {
 			break
@@ -65,7 +64,10 @@ func (o *outbox) take(dst []Delivery, maxN, maxBytes int) []Delivery {
 		dst = append(dst, d)
 		o.buf[o.head] = Delivery{}
 		o.head++
-		o.bytes -= n
+		if d.Msg != nil {
+			o.bytes -= int(d.Msg.cost)
+			releaseFanout(d)
+		}
 		size += sz
 		maxN--
 	}
@@ -95,11 +97,30 @@ func (o *outbox) removeLocked(s *Subscription, f func(Delivery)) {
 			kept = append(kept, d)
 			continue
 		}
-		o.bytes -= len(d.Msg.Payload)
+		o.bytes -= int(d.Msg.cost)
+		releaseFanout(d)
 		if f != nil {
 			f(d)
 		}
 	}
 	clear(o.buf[len(kept):])
 	o.buf = kept
+}
+
+// releaseFanout gives back what a fanout delivery held once it leaves the buffer; a group
+// member's deliveries are held by the group until settled.
+func releaseFanout(d Delivery) {
+	if d.Msg != nil && d.Sub.g == nil {
+		d.Sub.b.release(d.Msg, fanoutEntryOverhead)
+	}
+}
+
+// clearLocked drops everything buffered, once the stream has ended and its subscriptions
+// are detached. o.mu must be held.
+func (o *outbox) clearLocked() {
+	for _, d := range o.buf[o.head:] {
+		releaseFanout(d)
+	}
+	clear(o.buf)
+	o.buf, o.head, o.bytes = nil, 0, 0
 }

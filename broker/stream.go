@@ -162,5 +162,10 @@ func (st *Stream) detachAll() {
 		for _, s := range subs {
 			s.detach()
 		}
+		// Group members took their deliveries back as they left; what is left is fanout
+		// deliveries nobody will send.
+		st.out.mu.Lock()
+		st.out.clearLocked()
+		st.out.mu.Unlock()
 	})
 }

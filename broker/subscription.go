@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"fmt"
 	"time"
 )
 
@@ -171,37 +172,37 @@ func (s *Subscription) end(err error) bool { return s.st.end(err) }
 // held.
 func (s *Subscription) detach() { s.b.detach(s) }
 
-// admit implements target: fanout subscriptions never refuse a publish.
-func (s *Subscription) admit() bool { return true }
-func (s *Subscription) unadmit()    {}
-
 // deliver implements target for a fanout subscription. A subscriber over its buffer limits
-// loses the message (SlowConsumerDrop) or is disconnected (SlowConsumerDisconnect). Above half
+// loses the message (SlowConsumerDrop) or is disconnected (SlowConsumerDisconnect); so does
+// one that already has messages buffered when the broker's memory budget is used up (one
+// that keeps up still gets the message: see RATIONALE.md). Above half
 // its limits it returns a channel closed once it has drained to a quarter: the publisher may
 // wait on it (see Broker.route), which paces publishers to subscribers that are slow but alive.
-func (s *Subscription) deliver(m *Message) (room <-chan struct{}) {
+func (s *Subscription) deliver(m *Message) (room <-chan struct{}, _ error) {
 	st := s.st
 	st.out.mu.Lock()
 	if st.closed || s.closed {
 		st.out.mu.Unlock()
-		return nil
+		return nil, nil
 	}
 	o := &s.b.opts
-	if st.out.lenLocked() >= o.FanoutBufferMessages || st.out.bytes+len(m.Payload) > o.FanoutBufferBytes {
+	overBudget := st.out.lenLocked() > 0 && s.b.mem.used.Load() > s.b.mem.limit
+	if st.out.lenLocked() >= o.FanoutBufferMessages || st.out.bytes+int(m.cost) > o.FanoutBufferBytes || overBudget {
 		s.dropped++
 		if o.SlowConsumer == SlowConsumerDrop {
 			st.out.mu.Unlock()
-			return nil
+			return nil, nil
 		}
 		n, bytes := st.out.lenLocked(), st.out.bytes
-		st.endLocked(ErrSlowConsumer)
+		st.endLocked(fmt.Errorf("%w: %s", ErrSlowConsumer, slowReason(overBudget)))
 		st.out.mu.Unlock()
-		s.b.log.Warn("disconnecting slow consumer", "subscription", s.id,
+		s.b.log.Warn("disconnecting slow consumer", "subscription", s.id, "broker_memory_budget_used_up", overBudget,
 			"buffered_messages", n, "buffered_bytes", bytes, "limit_messages", o.FanoutBufferMessages, "limit_bytes", o.FanoutBufferBytes)
 		st.detachAll()
-		return nil
+		return nil, nil
 	}
 	s.delivered++
+	s.b.hold(m, fanoutEntryOverhead)
 	st.out.pushLocked(Delivery{Msg: m, Sub: s, Attempt: 1})
 	if !st.out.stalled && o.PublisherWait > 0 && (st.out.lenLocked() >= o.FanoutBufferMessages/2 || st.out.bytes >= o.FanoutBufferBytes/2) {
 		if st.out.room == nil {
@@ -211,7 +212,14 @@ func (s *Subscription) deliver(m *Message) (room <-chan struct{}) {
 		room = st.out.room
 	}
 	st.out.mu.Unlock()
-	return room
+	return room, nil
+}
+
+func slowReason(overBudget bool) string {
+	if overBudget {
+		return "the broker's memory budget (memory { max_bytes }) is used up and this subscriber has messages waiting; it must read faster, or the broker needs more memory"
+	}
+	return "the subscriber fell behind by more than its buffer (fanout { buffer_messages, buffer_bytes }); read faster, or raise the limits"
 }
 
 // stall marks the subscriber as not draining: publishers stop waiting for it.

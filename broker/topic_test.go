@@ -58,10 +58,8 @@ func TestMatchPattern(t *testing.T) {
 // probe is a target that records nothing; the index only compares identities.
 type probe struct{ name string }
 
-func (*probe) admit() bool                      { return true }
-func (*probe) unadmit()                         {}
-func (*probe) deliver(*Message) <-chan struct{} { return nil }
-func (p *probe) String() string                 { return p.name }
+func (*probe) deliver(*Message) (<-chan struct{}, error) { return nil, nil }
+func (p *probe) String() string                          { return p.name }
 
 // checkIndex compares the index with MatchPattern for one topic.
 func checkIndex(t testing.TB, ix *index, subs map[*probe][]string, topic string) {

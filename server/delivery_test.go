@@ -372,32 +372,43 @@ func TestDeadLetterOnAckDeadline(t *testing.T) {
 	}
 }
 
-// A group without members accumulates up to its bound; "reject" refuses the publish with
-// RESOURCE_EXHAUSTED and delivers it nowhere, not even to other matching subscriptions.
+// A group without members accumulates up to its bound; "reject" then refuses what is
+// published to it, but only for itself: the publish still reaches every other matching
+// subscription (isolation). A publish that every matching target refused gets
+// RESOURCE_EXHAUSTED naming the group and the limit.
 func TestOverflowReject(t *testing.T) {
 	tb := start(t, broker.Options{GroupMaxQueued: 3})
-	watcher := tb.open(t, fanout("w", "o"))
-	m := tb.open(t, balanced("full", "full", 1, "o"))
+	watcher := tb.open(t, fanout("w", "o.*"))
+	m := tb.open(t, balanced("full", "full", 1, "o.*"))
 	m.close()
 	eventually(t, "member gone", func() bool { return tb.group(t, "full").GetMembers() == 0 })
 	for i := range 3 {
-		tb.publish(t, "o", strconv.Itoa(i))
+		tb.publish(t, "o.a", strconv.Itoa(i))
 	}
-	_, err := tb.c.Publish(context.Background(), &pb.PublishRequest{Topic: "o", Payload: []byte("3")})
-	wantCode(t, err, codesResourceExhausted, "full")
-	for i := range 3 {
+	r, err := tb.c.Publish(context.Background(), &pb.PublishRequest{Topic: "o.a", Payload: []byte("3")})
+	if err != nil || r.GetRouted() != 1 {
+		t.Fatalf("publish to a full group and a fanout subscription: routed %d, %v; want 1 (the fanout), OK", r.GetRouted(), err)
+	}
+	for i := range 4 {
 		if got := string(watcher.next().GetPayload()); got != strconv.Itoa(i) {
 			t.Fatalf("watcher got %q", got)
 		}
 	}
-	watcher.none(30 * time.Millisecond)
-	b := tb.open(t, balanced("full", "full", 10, "o"))
+	watcher.close()
+	eventually(t, "watcher gone", func() bool { return len(tb.stats(t).GetSubscriptions()) == 0 })
+	_, err = tb.c.Publish(context.Background(), &pb.PublishRequest{Topic: "o.b", Payload: []byte("4")})
+	wantCode(t, err, codesResourceExhausted, `consumer group "full"`)
+	wantCode(t, err, codesResourceExhausted, "max_queued")
+	if g := tb.group(t, "full"); g.GetQueued() != 3 {
+		t.Fatalf("queued %d, want 3", g.GetQueued())
+	}
+	b := tb.open(t, balanced("full", "full", 10, "o.*"))
 	for i := range 3 {
 		if got := string(b.next().GetPayload()); got != strconv.Itoa(i) {
 			t.Fatalf("member got %q, want %d", got, i)
 		}
 	}
-	tb.publish(t, "o", "room again")
+	tb.publish(t, "o.a", "room again")
 }
 
 // "drop_oldest" keeps the newest messages and counts what it dropped.

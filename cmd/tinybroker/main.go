@@ -136,8 +136,19 @@ func serve(ctx context.Context, args []string, stderr io.Writer, listening chan<
 	// A heap floor for the garbage collector (internal/gctuner); GOGC in the environment
 	// turns it off.
 	defer gctuner.Start(gcHeapFloor)()
+	// A soft memory limit for the Go runtime (3/4 of the machine's or cgroup's memory unless
+	// GOMEMLIMIT is set), and the broker's budget for what it holds, half of that by default.
+	memLimit := broker.SetMemoryLimit()
 	cfg.Broker.Logger = log.Named("broker")
 	b := broker.New(cfg.Broker)
+	for _, g := range cfg.Groups {
+		if err := b.Declare(g); err != nil {
+			lis.Close()
+			_ = b.Shutdown(context.Background())
+			return fmt.Errorf("%s: group %q: %w", cfgName(*configPath), g.Name, err)
+		}
+	}
+	log.Info("memory", "gomemlimit", memLimit, "budget_bytes", b.MemoryBudget(), "declared_groups", len(cfg.Groups))
 	pm, err := newPluginManager(cfg, *configPath, b, log.Named("plugin"))
 	if err != nil {
 		lis.Close()

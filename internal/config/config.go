@@ -12,8 +12,13 @@
 //	max_message_bytes = 1048576
 //	max_header_bytes  = 65536
 //
+//	memory {                      # at most one
+//	  max_bytes = "4GiB"          # what the broker holds for later, in bytes (default: half of GOMEMLIMIT)
+//	}
+//
 //	groups {                      # at most one
 //	  max_queued        = 100000
+//	  max_queued_bytes  = "512MiB"  # per group (default: 1/8 of memory.max_bytes)
 //	  overflow          = "reject"  # reject | drop_oldest
 //	  ack_deadline      = "30s"
 //	  max_in_flight_cap = 65536
@@ -25,6 +30,16 @@
 //	  publisher_wait  = "1s"       # pace publishers to a subscriber over half full
 //	  buffer_bytes    = 67108864
 //	  slow_consumer   = "disconnect" # disconnect | drop
+//	}
+//
+//	group "resizers" {            # any number: consumer groups that exist from start-up
+//	  topics            = ["jobs.thumb.*"]   # required
+//	  subscription_id   = "resizers"         # default: the group's name
+//	  max_deliveries    = 5
+//	  dead_letter_topic = "dlq.resizers"
+//	  max_queued        = 100000             # these three default to the groups block's
+//	  max_queued_bytes  = "512MiB"
+//	  overflow          = "reject"
 //	}
 //
 //	plugin_cache_dir = "/var/cache/tinybroker"  # compiled plugins, kept across restarts
@@ -69,7 +84,8 @@ type Config struct {
 	KeepaliveTime    time.Duration // the server pings a client idle this long (30s)
 	KeepaliveTimeout time.Duration // and drops it if the ping is not answered in this long (10s)
 	Broker           broker.Options
-	Plugins          []plugins.Spec // in chain order; paths made relative to the file's folder
+	Plugins          []plugins.Spec       // in chain order; paths made relative to the file's folder
+	Groups           []broker.GroupConfig // consumer groups declared with group blocks
 	// PluginCacheDir keeps compiled plugins across restarts ("" : the user cache folder,
 	// e.g. ~/.cache/tinybroker/wazero).
 	PluginCacheDir string

@@ -169,8 +169,20 @@ func TestParseErrors(t *testing.T) {
 			[]string{"t.hcl:2,1-6", "Unsupported argument", `Did you mean "listen"?`}},
 		{"unknown attribute in block", "fanout {\n  buffer = 5\n}\n",
 			[]string{"t.hcl:2,3-9", "Unsupported argument", `"buffer"`}},
-		{"unknown block", "group {\n}\n",
+		{"unknown block", "grops {\n}\n",
 			[]string{"t.hcl:1,1-6", "Unsupported block type", `Did you mean "groups"?`}},
+		{"group without a name", "group {\n}\n",
+			[]string{"t.hcl:1,", "Missing name for group"}},
+		{"group without topics", "group \"g\" {\n}\n",
+			[]string{"t.hcl:1,1-10", "Missing group topics"}},
+		{"group with a bad pattern", "group \"g\" {\n  topics = [\"a..b\"]\n}\n",
+			[]string{"t.hcl:2,", "topics"}},
+		{"group with a bad size", "group \"g\" {\n  topics = [\"a\"]\n  max_queued_bytes = \"12 parsecs\"\n}\n",
+			[]string{"t.hcl:3,22-34", "is not a size"}},
+		{"duplicate group", "group \"g\" {\n  topics = [\"a\"]\n}\ngroup \"g\" {\n  topics = [\"b\"]\n}\n",
+			[]string{"t.hcl:4,7-10", "Duplicate group"}},
+		{"memory size zero", "memory {\n  max_bytes = 0\n}\n",
+			[]string{"t.hcl:2,15-16", "greater than zero"}},
 		{"block label", "groups \"a\" {\n}\n",
 			[]string{"t.hcl:1,8-11", "Extraneous label"}},
 		{"attribute as block", "listen {\n}\n",
@@ -414,4 +426,54 @@ func FuzzConfig(f *testing.F) {
 			t.Fatalf("Parse accepted an invalid configuration: %+v", c)
 		}
 	})
+}
+
+func TestGroupsAndMemory(t *testing.T) {
+	src := `
+memory {
+  max_bytes = "2GiB"
+}
+groups {
+  max_queued_bytes = 1048576
+}
+group "resizers" {
+  topics            = ["jobs.thumb.*", "jobs.resize.>"]
+  max_deliveries    = 5
+  max_queued_bytes  = "64MiB"
+  overflow          = "drop_oldest"
+}
+group "billing" {
+  subscription_id   = "billing-v2"
+  topics            = ["pay.>"]
+  dead_letter_topic = "dlq.pay"
+}
+`
+	c, err := Parse([]byte(src), "t.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Broker.MaxMemoryBytes != 2<<30 || c.Broker.GroupMaxQueuedBytes != 1<<20 {
+		t.Fatalf("memory %d, group bytes %d", c.Broker.MaxMemoryBytes, c.Broker.GroupMaxQueuedBytes)
+	}
+	want := []broker.GroupConfig{
+		{ID: "resizers", Name: "resizers", Patterns: []string{"jobs.thumb.*", "jobs.resize.>"}, MaxDeliveries: 5,
+			Limits: broker.GroupLimits{MaxQueuedBytes: 64 << 20, Overflow: broker.OverflowDropOldest}},
+		{ID: "billing-v2", Name: "billing", Patterns: []string{"pay.>"}, DeadLetterTopic: "dlq.pay"},
+	}
+	if !reflect.DeepEqual(c.Groups, want) {
+		t.Fatalf("groups\n%+v\nwant\n%+v", c.Groups, want)
+	}
+}
+
+func TestParseSize(t *testing.T) {
+	for in, want := range map[string]int64{"1": 1, "512MiB": 512 << 20, "2 GiB": 2 << 30, "64MB": 64e6, "10KiB": 10 << 10, "7B": 7} {
+		if got, err := ParseSize(in); err != nil || got != want {
+			t.Errorf("ParseSize(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "0", "-1MiB", "1.5GiB", "MiB", "1 parsec", "99999999999TiB"} {
+		if _, err := ParseSize(in); err == nil {
+			t.Errorf("ParseSize(%q) succeeded", in)
+		}
+	}
 }

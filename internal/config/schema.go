@@ -26,7 +26,9 @@ var rootSection = section{
 		pathAttr("plugin_cache_dir", func(c *Config) *string { return &c.PluginCacheDir }),
 	},
 	blocks: []blockType{
+		{name: "memory", decode: sectionBlock(memorySection)},
 		{name: "groups", decode: sectionBlock(groupsSection)},
+		{name: "group", labels: []string{"name"}, multiple: true, decode: decodeGroup},
 		{name: "fanout", decode: sectionBlock(fanoutSection)},
 		{name: "plugin", labels: []string{"name"}, multiple: true, decode: decodePlugin},
 	},
@@ -35,13 +37,17 @@ var rootSection = section{
 var groupsSection = section{
 	attrs: []attribute{
 		positiveIntAttr("max_queued", func(c *Config) *int { return &c.Broker.GroupMaxQueued }),
-		enumAttr("overflow", []choice[broker.Overflow]{
-			{"reject", broker.OverflowReject},
-			{"drop_oldest", broker.OverflowDropOldest},
-		}, func(c *Config) *broker.Overflow { return &c.Broker.GroupOverflow }),
+		sizeAttr("max_queued_bytes", func(c *Config) *int64 { return &c.Broker.GroupMaxQueuedBytes }),
+		enumAttr("overflow", overflowChoices, func(c *Config) *broker.Overflow { return &c.Broker.GroupOverflow }),
 		durationAttr("ack_deadline", func(c *Config) *time.Duration { return &c.Broker.AckDeadline }),
 		positiveIntAttr("max_in_flight_cap", func(c *Config) *int { return &c.Broker.MaxInFlightCap }),
 		timeoutAttr("expire_after", 0, func(c *Config) *time.Duration { return &c.Broker.GroupExpireAfter }),
+	},
+}
+
+var memorySection = section{
+	attrs: []attribute{
+		sizeAttr("max_bytes", func(c *Config) *int64 { return &c.Broker.MaxMemoryBytes }),
 	},
 }
 

@@ -1,0 +1,186 @@
+package broker
+
+import (
+	"fmt"
+	"slices"
+)
+
+// GroupConfig declares a consumer group, as the configuration file's group blocks do, or
+// as its first member does implicitly. A declared group exists from the start: it queues
+// what is published to its patterns before any member joins (as a durable queue does after
+// a restart elsewhere), never expires, and members must match it.
+type GroupConfig struct {
+	ID              string   // subscription_id; default Name
+	Name            string   // consumer_group
+	Patterns        []string // topic_patterns
+	MaxDeliveries   int      // 0: unlimited
+	DeadLetterTopic string   // default "dlq.<ID>"
+	Limits          GroupLimits
+}
+
+// Declare creates the consumer group gc describes, or checks that an existing group of that
+// id matches it. A declared group is never rebound by a member with other settings and never
+// expires.
+func (b *Broker) Declare(gc GroupConfig) error {
+	if gc.ID == "" {
+		gc.ID = gc.Name
+	}
+	o := SubscribeOptions{ID: gc.ID, Group: gc.Name, Patterns: gc.Patterns, Mode: Balanced,
+		MaxDeliveries: gc.MaxDeliveries, DeadLetterTopic: gc.DeadLetterTopic}
+	patterns, err := b.checkSubscribe(&o)
+	if err != nil {
+		return err
+	}
+	gc.Patterns = patterns
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if _, ok := b.fanouts[gc.ID]; ok {
+		return fmt.Errorf("%w: subscription_id %q is an open fanout subscription", ErrGroupMismatch, gc.ID)
+	}
+	if g := b.groups[gc.ID]; g != nil {
+		if g.name != gc.Name || !slices.Equal(g.patterns, patterns) || g.maxDeliveries != gc.MaxDeliveries {
+			if len(g.memberList()) > 0 {
+				return fmt.Errorf("%w: consumer group %q exists with other settings and has members; remove them or change the declaration", ErrGroupMismatch, gc.Name)
+			}
+			b.rebindLocked(g, &o, patterns)
+		}
+		g.mu.Lock()
+		g.declared = true
+		g.limits = b.groupLimits(gc.Limits)
+		g.emptySince = 0
+		g.mu.Unlock()
+		return nil
+	}
+	if other, ok := b.groupNames[gc.Name]; ok {
+		return fmt.Errorf("%w: consumer_group %q belongs to subscription_id %q", ErrGroupMismatch, gc.Name, other)
+	}
+	g := b.newGroupLocked(gc)
+	g.declared = true
+	return nil
+}
+
+// newGroupLocked creates and routes to a group. b.mu must be held.
+func (b *Broker) newGroupLocked(gc GroupConfig) *group {
+	dlq := gc.DeadLetterTopic
+	if dlq == "" {
+		dlq = "dlq." + gc.ID
+	}
+	g := &group{b: b, id: gc.ID, name: gc.Name, patterns: gc.Patterns, maxDeliveries: gc.MaxDeliveries, dlq: dlq,
+		limits: b.groupLimits(gc.Limits), waiting: make(map[uint64]*entry)}
+	b.groups[gc.ID] = g
+	b.groupNames[gc.Name] = gc.ID
+	for _, p := range gc.Patterns {
+		b.index.add(p, g)
+	}
+	return g
+}
+
+// rebindable reports whether a member asking for o may redefine g: g has no member (so
+// nobody holds the name) and o asks for other settings. b.mu must be held.
+func (g *group) rebindable(o *SubscribeOptions, patterns []string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(g.members) > 0 {
+		return false
+	}
+	return g.name != o.Group || !slices.Equal(g.patterns, patterns) ||
+		(o.MaxDeliveries != 0 && o.MaxDeliveries != g.maxDeliveries) ||
+		(o.DeadLetterTopic != "" && o.DeadLetterTopic != g.dlq)
+}
+
+// rebindLocked redefines a group that has no members after the settings of o: a name is
+// bound to its first definition only while the group has members (or is declared), so that
+// nobody can squat a group name. Queued messages that the new patterns do not match are
+// dropped and counted. b.mu must be held.
+func (b *Broker) rebindLocked(g *group, o *SubscribeOptions, patterns []string) {
+	for _, p := range g.patterns {
+		b.index.remove(p, g)
+	}
+	delete(b.groupNames, g.name)
+	g.mu.Lock()
+	old := g.patterns
+	g.name, g.patterns, g.maxDeliveries = o.Group, patterns, o.MaxDeliveries
+	g.dlq = o.DeadLetterTopic
+	if g.dlq == "" {
+		g.dlq = "dlq." + g.id
+	}
+	dropped := g.dropUnmatchedLocked()
+	g.mu.Unlock()
+	b.groupNames[g.name] = g.id
+	for _, p := range patterns {
+		b.index.add(p, g)
+	}
+	b.log.Warn("consumer group redefined by a member with other settings while it had no members",
+		"subscription", g.id, "group", g.name, "old_patterns", old, "patterns", patterns, "queued_messages_dropped", dropped)
+}
+
+// dropUnmatchedLocked drops what g holds that its patterns no longer match.
+func (g *group) dropUnmatchedLocked() int {
+	matches := func(topic string) bool {
+		for _, p := range g.patterns {
+			if MatchPattern(p, topic) {
+				return true
+			}
+		}
+		return false
+	}
+	n := 0
+	for i := range g.queue.len() {
+		if e := g.queue.at(i); !e.settled && !matches(e.msg.Topic) {
+			e.settled = true
+			g.queued--
+			g.dropped++
+			g.forgetLocked(e)
+			n++
+		}
+	}
+	for _, e := range g.delayed {
+		if !e.settled && !matches(e.msg.Topic) {
+			e.settled = true
+			g.dropped++
+			g.forgetLocked(e)
+			n++
+		}
+	}
+	return n
+}
+
+// dropAllLocked lets go of everything queued or delayed and returns how many messages that
+// was (the group is being removed).
+func (g *group) dropAllLocked() int {
+	n := 0
+	for g.queue.len() > 0 {
+		if e := g.queue.popFront(); !e.settled {
+			g.forgetLocked(e)
+			n++
+		}
+	}
+	g.queued = 0
+	for _, e := range g.delayed {
+		if !e.settled {
+			g.forgetLocked(e)
+			n++
+		}
+	}
+	g.delayed = nil
+	return n
+}
+
+func (g *group) memberList() []*member {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return slices.Clone(g.members)
+}
+
+// CheckGroupConfig validates a group declaration without creating it.
+func CheckGroupConfig(gc GroupConfig) error {
+	if gc.ID == "" {
+		gc.ID = gc.Name
+	}
+	o := SubscribeOptions{ID: gc.ID, Group: gc.Name, Patterns: gc.Patterns, Mode: Balanced,
+		MaxDeliveries: gc.MaxDeliveries, DeadLetterTopic: gc.DeadLetterTopic}
+	var b Broker
+	b.opts.setDefaults()
+	_, err := b.checkSubscribe(&o)
+	return err
+}

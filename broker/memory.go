@@ -1,0 +1,144 @@
+package broker
+
+import (
+	"math"
+	"os"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"sync/atomic"
+)
+
+// What the broker holds for later — messages queued, in flight or delayed in consumer groups,
+// and messages buffered for fanout subscribers — is charged to one budget in bytes, counted
+// as the memory a message really costs: payload, topic, id and headers, each header's own
+// bookkeeping, the shared encoding the server caches for a message with several targets, and
+// a fixed overhead per message and per holder. A message shared by many targets is charged
+// once, plus the small overhead of each holder (see Message.cost and holders).
+//
+// Consumer groups may fill groupsShare of the budget; the rest is kept for fanout buffers
+// and in-flight work, so that an abandoned group cannot starve live subscribers. See
+// RATIONALE.md, "Why a memory budget in bytes?".
+
+const (
+	// messageOverhead is what a Message costs besides its bytes: the struct, its header map's
+	// fixed part and the allocator's rounding.
+	messageOverhead = 256
+	// headerOverhead is what one header costs besides its key and value bytes: the map slot
+	// and two string allocations. Measured by TestMessageCostCoversHeap.
+	headerOverhead = 96
+	// groupEntryOverhead is what a consumer group spends to hold one message: the entry, its
+	// slot in the queue ring and in the member's in-flight map.
+	groupEntryOverhead = 128
+	// fanoutEntryOverhead is one Delivery in a stream's buffer.
+	fanoutEntryOverhead = 48
+)
+
+// groupsShare is the part of the memory budget that consumer groups together may hold.
+const groupsShare = 0.75
+
+// memBudget counts the bytes the broker holds for later against a limit.
+type memBudget struct {
+	limit       int64
+	groupsLimit int64
+	used        atomic.Int64
+}
+
+func newMemBudget(limit int64) *memBudget {
+	return &memBudget{limit: limit, groupsLimit: int64(float64(limit) * groupsShare)}
+}
+
+func (m *memBudget) add(n int64) { m.used.Add(n) }
+
+// messageCost is what holding a message costs while any target holds it.
+func messageCost(topic, systemID string, payload []byte, headers map[string]string, headerBytes, targets int) int64 {
+	body := int64(len(payload) + headerBytes + len(topic) + len(systemID))
+	n := int64(messageOverhead) + body + int64(headerOverhead*len(headers))
+	if targets > 1 { // the server caches its encoding to share it between deliveries
+		n += body + int64(8*len(headers))
+	}
+	return n
+}
+
+// DefaultMemoryLimit is the budget a broker gets when Options.MaxMemoryBytes is 0: half of
+// the Go runtime's memory limit (GOMEMLIMIT, see SetMemoryLimit) if one is set, otherwise
+// a third of the machine's (or the cgroup's) memory, and never less than 64 MiB.
+func DefaultMemoryLimit() int64 {
+	var n int64
+	if lim := debug.SetMemoryLimit(-1); lim > 0 && lim < math.MaxInt64 {
+		n = lim / 2
+	} else if phys := SystemMemory(); phys > 0 {
+		n = phys / 3
+	} else {
+		n = 1 << 30
+	}
+	return max(n, 64<<20)
+}
+
+// SetMemoryLimit gives the Go runtime a soft memory limit of three quarters of the machine's
+// (or the cgroup's) memory, unless GOMEMLIMIT is set in the environment, and returns the
+// limit in force. The garbage collector then works harder as the heap nears the limit
+// instead of letting the process be killed.
+func SetMemoryLimit() int64 {
+	if os.Getenv("GOMEMLIMIT") != "" {
+		return debug.SetMemoryLimit(-1)
+	}
+	if phys := SystemMemory(); phys > 0 {
+		debug.SetMemoryLimit(phys / 4 * 3)
+	}
+	return debug.SetMemoryLimit(-1)
+}
+
+// SystemMemory returns the memory this process may use: the cgroup's limit if one is set,
+// else the machine's physical memory; 0 if neither can be read.
+func SystemMemory() int64 {
+	phys := int64(0)
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if rest, ok := strings.CutPrefix(line, "MemTotal:"); ok {
+				f := strings.Fields(rest)
+				if len(f) >= 1 {
+					if kb, err := strconv.ParseInt(f[0], 10, 64); err == nil {
+						phys = kb << 10
+					}
+				}
+			}
+		}
+	}
+	for _, p := range []string{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"} {
+		if b, err := os.ReadFile(p); err == nil {
+			if lim, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err == nil && lim > 0 && (phys == 0 || lim < phys) {
+				phys = lim
+			}
+		}
+	}
+	return phys
+}
+
+// hold adds a holder of m (already charged by its publish) at a cost of overhead bytes.
+func (b *Broker) hold(m *Message, overhead int64) {
+	m.holders.Add(1)
+	b.mem.add(overhead)
+}
+
+// release lets go of one hold on m; the last holder gives m's cost back to the budget.
+func (b *Broker) release(m *Message, overhead int64) {
+	b.mem.add(-overhead)
+	if m.holders.Add(-1) == 0 {
+		b.mem.add(-m.cost)
+	}
+}
+
+// charge starts the life of a new message in the budget, held by its creator until it
+// calls release(m, 0).
+func (b *Broker) charge(m *Message) {
+	m.holders.Store(1)
+	b.mem.add(m.cost)
+}
+
+// MemoryBudget returns the budget in bytes (Options.MaxMemoryBytes after defaults).
+func (b *Broker) MemoryBudget() int64 { return b.mem.limit }
+
+// MemoryUsed returns what the broker holds for later now, in bytes, as charged to its
+// budget.
+func (b *Broker) MemoryUsed() int64 { return b.mem.used.Load() }

@@ -1,0 +1,148 @@
+package config
+
+import (
+	"fmt"
+	"math"
+	"math/big"
+	"slices"
+	"strings"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/zclconf/go-cty/cty"
+
+	"github.com/tinybroker/tinybroker/broker"
+)
+
+// The group block: `group "name" { topics = [...] ... }` declares a consumer group that
+// exists from start-up (broker.GroupConfig). Its settings write into the last group of
+// Config.Groups, which decodeGroup has just appended.
+
+func lastGroup(c *Config) *broker.GroupConfig { return &c.Groups[len(c.Groups)-1] }
+
+var groupSection = section{
+	attrs: []attribute{
+		stringAttr("subscription_id", func(c *Config) *string { return &lastGroup(c).ID }),
+		stringListAttr("topics", func(s string) string {
+			if err := broker.ValidatePattern(s); err != nil {
+				return err.Error()
+			}
+			return ""
+		}, func(c *Config) *[]string { return &lastGroup(c).Patterns }),
+		positiveIntAttr("max_deliveries", func(c *Config) *int { return &lastGroup(c).MaxDeliveries }),
+		stringAttr("dead_letter_topic", func(c *Config) *string { return &lastGroup(c).DeadLetterTopic }),
+		positiveIntAttr("max_queued", func(c *Config) *int { return &lastGroup(c).Limits.MaxQueued }),
+		sizeAttr("max_queued_bytes", func(c *Config) *int64 { return &lastGroup(c).Limits.MaxQueuedBytes }),
+		enumAttr("overflow", overflowChoices, func(c *Config) *broker.Overflow { return &lastGroup(c).Limits.Overflow }),
+	},
+}
+
+var overflowChoices = []choice[broker.Overflow]{
+	{"reject", broker.OverflowReject},
+	{"drop_oldest", broker.OverflowDropOldest},
+}
+
+func decodeGroup(d *decoder, b *hcl.Block, path string) hcl.Diagnostics {
+	name := b.Labels[0]
+	labelRange := b.LabelRanges[0].Ptr()
+	if slices.ContainsFunc(d.cfg.Groups, func(g broker.GroupConfig) bool { return g.Name == name }) {
+		return hcl.Diagnostics{{Severity: hcl.DiagError, Summary: "Duplicate group",
+			Detail: fmt.Sprintf("A consumer group named %q is already declared; group names must be unique.", name), Subject: labelRange}}
+	}
+	d.cfg.Groups = append(d.cfg.Groups, broker.GroupConfig{Name: name})
+	diags := d.section(b.Body, groupSection, path+"."+name)
+	g := lastGroup(&d.cfg)
+	if g.ID == "" {
+		g.ID = name
+	}
+	if diags.HasErrors() {
+		return diags
+	}
+	if len(g.Patterns) == 0 {
+		return append(diags, &hcl.Diagnostic{Severity: hcl.DiagError, Summary: "Missing group topics",
+			Detail: fmt.Sprintf("group %q needs topics = [\"pattern\", ...]: the topic patterns its members subscribe to.", name), Subject: b.DefRange.Ptr()})
+	}
+	if err := broker.CheckGroupConfig(*g); err != nil {
+		return append(diags, &hcl.Diagnostic{Severity: hcl.DiagError, Summary: "Invalid group",
+			Detail: err.Error() + ".", Subject: b.DefRange.Ptr()})
+	}
+	for _, other := range d.cfg.Groups[:len(d.cfg.Groups)-1] {
+		if other.ID == g.ID {
+			return append(diags, &hcl.Diagnostic{Severity: hcl.DiagError, Summary: "Duplicate subscription_id",
+				Detail: fmt.Sprintf("groups %q and %q both use subscription_id %q; each group needs its own.", other.Name, name, g.ID), Subject: b.DefRange.Ptr()})
+		}
+	}
+	return diags
+}
+
+// stringAttr is a non-empty string.
+func stringAttr(name string, field func(*Config) *string) attribute {
+	return attribute{name: name, decode: func(c *Config, name string, expr hcl.Expression) hcl.Diagnostics {
+		var s string
+		if diags := decodeString(name, "a string", expr, &s); diags.HasErrors() {
+			return diags
+		}
+		if s == "" {
+			return invalid(expr, "Invalid "+name, "%s may not be empty; leave it out to take the default.", name)
+		}
+		*field(c) = s
+		return nil
+	}}
+}
+
+// sizeAttr is a size in bytes greater than zero: a whole number, or a string with a unit
+// such as "512MiB", "2GiB", "64MB" or "1024KiB".
+func sizeAttr(name string, field func(*Config) *int64) attribute {
+	return attribute{name: name, decode: func(c *Config, name string, expr hcl.Expression) hcl.Diagnostics {
+		if diags := constant(expr); diags.HasErrors() {
+			return diags
+		}
+		v, diags := expr.Value(nil)
+		if diags.HasErrors() {
+			return diags
+		}
+		if v.Type() == cty.Number && v.IsKnown() && !v.IsNull() {
+			f := v.AsBigFloat()
+			if !f.IsInt() || f.Sign() <= 0 || f.Cmp(big.NewFloat(math.MaxInt64)) >= 0 {
+				return invalid(expr, "Invalid "+name, "%s must be a whole number of bytes greater than zero, or a string such as \"512MiB\"; got %s.", name, show(f))
+			}
+			n, _ := f.Int64()
+			*field(c) = n
+			return nil
+		}
+		var s string
+		if diags := decodeString(name, `a size such as "512MiB" or a number of bytes`, expr, &s); diags.HasErrors() {
+			return diags
+		}
+		n, err := ParseSize(s)
+		if err != nil {
+			return invalid(expr, "Invalid "+name, "%s: %v.", name, err)
+		}
+		*field(c) = n
+		return nil
+	}}
+}
+
+// ParseSize parses a size in bytes: a whole number with an optional unit B, KB, MB, GB, TB
+// (powers of 1000) or KiB, MiB, GiB, TiB (powers of 1024).
+func ParseSize(s string) (int64, error) {
+	units := []struct {
+		suffix string
+		mult   int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40},
+		{"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}, {"B", 1}}
+	num, mult := strings.TrimSpace(s), int64(1)
+	for _, u := range units {
+		if rest, ok := strings.CutSuffix(num, u.suffix); ok {
+			num, mult = strings.TrimSpace(rest), u.mult
+			break
+		}
+	}
+	var n int64
+	if _, err := fmt.Sscanf(num, "%d", &n); err != nil || fmt.Sprint(n) != num || n <= 0 {
+		return 0, fmt.Errorf("%q is not a size; write a whole number greater than zero with an optional unit, e.g. \"512MiB\" or \"2GiB\"", s)
+	}
+	if n > math.MaxInt64/mult {
+		return 0, fmt.Errorf("%q is too large", s)
+	}
+	return n * mult, nil
+}
