@@ -26,7 +26,7 @@ const (
 	messageOverhead = 256
 	// headerOverhead is what one header costs besides its key and value bytes: the map slot
 	// and two string allocations. Measured by TestMessageCostCoversHeap.
-	headerOverhead = 96
+	headerOverhead = 112
 	// groupEntryOverhead is what a consumer group spends to hold one message: the entry, its
 	// slot in the queue ring and in the member's in-flight map.
 	groupEntryOverhead = 128

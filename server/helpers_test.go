@@ -22,6 +22,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // testBroker is a real server on a loopback port and a client connected to it.
 type testBroker struct {
+	b    *broker.Broker
 	srv  *server.Server
 	addr string
 	conn *grpc.ClientConn
@@ -41,7 +42,7 @@ func startWith(t *testing.T, opts broker.Options, sopts server.Options) *testBro
 		t.Fatal(err)
 	}
 	b := broker.New(opts)
-	tb := &testBroker{srv: server.New(b, opts.MaxMessageBytes, sopts), addr: lis.Addr().String(), done: make(chan struct{})}
+	tb := &testBroker{b: b, srv: server.New(b, opts.MaxMessageBytes, sopts), addr: lis.Addr().String(), done: make(chan struct{})}
 	go func() {
 		defer close(tb.done)
 		if err := tb.srv.Serve(lis); err != nil {

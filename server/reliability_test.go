@@ -1,0 +1,181 @@
+package server_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"strconv"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/tinybroker/tinybroker/broker"
+	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
+)
+
+// canary is a fanout subscriber and a publisher on a topic of their own, to show that other
+// clients keep being served while one misbehaves.
+type canary struct {
+	tb  *testBroker
+	sub *sub
+	n   int
+}
+
+func newCanary(t *testing.T, tb *testBroker) *canary {
+	return &canary{tb: tb, sub: tb.open(t, fanout("canary", "canary.>"))}
+}
+
+// check publishes one message on the canary's topic and waits for it.
+func (c *canary) check(t *testing.T) {
+	t.Helper()
+	c.n++
+	want := strconv.Itoa(c.n)
+	c.tb.publish(t, "canary.ping", want)
+	if got := string(c.sub.next().GetPayload()); got != want {
+		t.Fatalf("canary got %q, want %q", got, want)
+	}
+}
+
+// Finding 1: a group with no members receiving large payloads fills its byte bound and is
+// refused with RESOURCE_EXHAUSTED naming the group and the setting, long before memory is
+// in danger; the canary keeps working.
+func TestMemberlessGroupByteBound(t *testing.T) {
+	tb := start(t, broker.Options{GroupMaxQueuedBytes: 2 << 20})
+	c := newCanary(t, tb)
+	tb.open(t, balanced("bulk", "bulk", 1, "bulk.>")).close()
+	eventually(t, "member gone", func() bool { return tb.group(t, "bulk").GetMembers() == 0 })
+	payload := make([]byte, 256<<10)
+	var err error
+	n := 0
+	for ; n < 100; n++ {
+		if _, err = tb.c.Publish(context.Background(), &pb.PublishRequest{Topic: "bulk.x", Payload: payload}); err != nil {
+			break
+		}
+		c.check(t)
+	}
+	wantCode(t, err, codes.ResourceExhausted, `consumer group "bulk"`)
+	wantCode(t, err, codes.ResourceExhausted, "max_queued_bytes")
+	if n < 6 || n > 8 {
+		t.Fatalf("%d messages of 256 KiB accepted under a 2 MiB bound", n)
+	}
+	if used := tb.b.MemoryUsed(); used > 2<<20+64<<10 {
+		t.Fatalf("broker holds %d bytes", used)
+	}
+	c.check(t)
+}
+
+// Finding 2: a group abandoned on ">" that fills up refuses only for itself: every other
+// subscription and group keeps getting what is published, even on topics it matches.
+func TestAbandonedGroupDoesNotBlockOthers(t *testing.T) {
+	tb := start(t, broker.Options{GroupMaxQueued: 50})
+	c := newCanary(t, tb)
+	tb.open(t, balanced("abandoned", "abandoned", 1, ">")).close()
+	eventually(t, "member gone", func() bool { return tb.group(t, "abandoned").GetMembers() == 0 })
+	for i := range 50 {
+		tb.publish(t, "x.y", strconv.Itoa(i))
+	}
+	_, err := tb.c.Publish(context.Background(), &pb.PublishRequest{Topic: "x.y", Payload: []byte("refused")})
+	wantCode(t, err, codes.ResourceExhausted, `consumer group "abandoned"`)
+	work := tb.open(t, balanced("work", "work", 10, "work.*"))
+	for i := range 20 {
+		r, err := tb.c.Publish(context.Background(), &pb.PublishRequest{Topic: "work.a", Payload: []byte(strconv.Itoa(i))})
+		if err != nil || r.GetRouted() != 1 {
+			t.Fatalf("publish to a live group beside the full one: routed %d, %v", r.GetRouted(), err)
+		}
+		m := work.next()
+		work.ack(m.GetSystemId())
+		c.check(t)
+	}
+	if g := tb.group(t, "abandoned"); g.GetQueued() != 50 {
+		t.Fatalf("abandoned group queued %d, want 50", g.GetQueued())
+	}
+}
+
+// Finding 4: a system_id is a capability. A client that is not a member cannot settle
+// another group's messages by guessing ids, and nobody can ack a message that was never
+// delivered.
+func TestSystemIDsAreCapabilities(t *testing.T) {
+	tb := start(t, broker.Options{})
+	member := tb.open(t, balanced("g", "g", 1, "j"))
+	first := tb.publish(t, "j", "1")
+	queued := tb.publish(t, "j", "2") // waits: max_in_flight is 1
+	if len(first) != 22 || first == queued {
+		t.Fatalf("system_ids %q, %q: want 22 distinct characters", first, queued)
+	}
+	got := member.next()
+	if got.GetSystemId() != first {
+		t.Fatalf("delivered %q, published %q", got.GetSystemId(), first)
+	}
+	guesses := []string{"00000000-1", "00000000-2", first[:21] + "A", strings.ToUpper(first)}
+	for range 200 {
+		var raw [16]byte
+		_, _ = rand.Read(raw[:])
+		guesses = append(guesses, base64.RawURLEncoding.EncodeToString(raw[:]))
+	}
+	for _, id := range guesses {
+		if _, err := tb.c.Ack(context.Background(), &pb.Ack{SubscriptionId: "g", SystemId: id}); codeOf(err) != codes.NotFound {
+			t.Fatalf("ack of guessed id %q: %v, want NOT_FOUND", id, err)
+		}
+		if _, err := tb.c.Nack(context.Background(), &pb.Nack{SubscriptionId: "g", SystemId: id}); codeOf(err) != codes.NotFound {
+			t.Fatalf("nack of guessed id %q: %v, want NOT_FOUND", id, err)
+		}
+	}
+	_, err := tb.c.Ack(context.Background(), &pb.Ack{SubscriptionId: "g", SystemId: queued})
+	wantCode(t, err, codes.NotFound, "does not hold it")
+	if g := tb.group(t, "g"); g.GetInFlight() != 1 || g.GetQueued() != 1 || g.GetAcked() != 0 {
+		t.Fatalf("after the guesses: %v", g)
+	}
+	member.ack(first)
+	if second := member.next(); second.GetSystemId() != queued {
+		t.Fatalf("second delivery %q, want %q", second.GetSystemId(), queued)
+	}
+}
+
+// Finding 4: a client that opened a group name first, with other patterns, and left does
+// not lock the real members out: a group without members is redefined by its next member.
+// While it has members, it is theirs.
+func TestGroupNameNotSquatted(t *testing.T) {
+	tb := start(t, broker.Options{})
+	squatter := tb.open(t, balanced("jobs", "jobs", 1, "nothing.>"))
+	s, err := openOn(t, tb.c, balanced("jobs", "jobs", 1, "jobs.>"))
+	if err == nil {
+		s.close()
+		t.Fatal("a member with other patterns joined a group with members")
+	}
+	wantCode(t, err, codes.FailedPrecondition, "same topic_patterns")
+	squatter.close()
+	eventually(t, "squatter gone", func() bool { return tb.group(t, "jobs").GetMembers() == 0 })
+	real := tb.open(t, balanced("jobs", "jobs", 1, "jobs.>"))
+	tb.publish(t, "jobs.1", "work")
+	if m := real.next(); string(m.GetPayload()) != "work" {
+		t.Fatalf("got %q", m.GetPayload())
+	}
+}
+
+// Finding 7: a group declared up front (a group block in the config file) exists from
+// start-up, so what is published before its first member connects — after a restart, say —
+// is queued for it, not lost with routed = 0. Its definition cannot be changed by a member.
+func TestDeclaredGroupQueuesBeforeFirstMember(t *testing.T) {
+	tb := start(t, broker.Options{})
+	if err := tb.b.Declare(broker.GroupConfig{Name: "resizers", Patterns: []string{"jobs.thumb.*"}, MaxDeliveries: 3}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		r, err := tb.c.Publish(context.Background(), &pb.PublishRequest{Topic: "jobs.thumb." + strconv.Itoa(i), Payload: []byte(strconv.Itoa(i))})
+		if err != nil || r.GetRouted() != 1 {
+			t.Fatalf("publish before any member: routed %d, %v; want 1", r.GetRouted(), err)
+		}
+	}
+	_, err := openOn(t, tb.c, balanced("resizers", "resizers", 1, "other.>"))
+	wantCode(t, err, codes.FailedPrecondition, "same topic_patterns")
+	m := tb.open(t, balanced("resizers", "resizers", 3, "jobs.thumb.*"))
+	for i := range 3 {
+		if got := string(m.next().GetPayload()); got != strconv.Itoa(i) {
+			t.Fatalf("got %q, want %d", got, i)
+		}
+	}
+}
+
+func codeOf(err error) codes.Code { return status.Code(err) }
