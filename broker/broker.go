@@ -235,8 +235,8 @@ func headerBytes(h map[string]string) int {
 	return n
 }
 
-// route delivers a valid message to every matching target, or to none when a consumer group
-// refuses it: a publish is never half-delivered.
+// route delivers a valid message to every matching target that takes it; a consumer group at
+// its bounds refuses it for itself only (see group.deliver).
 func (b *Broker) route(topic string, payload []byte, headers map[string]string) (PublishResult, error) {
 	hb := 0 // one pass over the headers: they may come from a plugin, and subscribers decode them as strings
 	for k, v := range headers {

@@ -115,3 +115,69 @@ func TestServeBinarySIGTERM(t *testing.T) {
 		t.Fatalf("log:\n%s", all)
 	}
 }
+
+// A group declared in the config file exists from start-up: a publish before any member
+// connects is queued for it (routed 1), and the first member gets it. The memory budget
+// given in the file is logged.
+func TestServeDeclaredGroup(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "tb.hcl")
+	if err := os.WriteFile(cfg, []byte("memory {\n  max_bytes = \"256MiB\"\n}\ngroup \"resizers\" {\n  topics = [\"jobs.>\"]\n}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	listening := make(chan net.Addr, 1)
+	var logs syncBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- serve(ctx, []string{"--listen", "127.0.0.1:0", "--config", cfg, "--log-json"}, &logs, listening)
+	}()
+	var addr net.Addr
+	select {
+	case addr = <-listening:
+	case err := <-done:
+		t.Fatalf("serve: %v", err)
+	}
+	conn, err := grpc.NewClient(addr.String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c := pb.NewBrokerClient(conn)
+	resp, err := c.Publish(context.Background(), &pb.PublishRequest{Topic: "jobs.1", Payload: []byte("before")})
+	if err != nil || resp.GetRouted() != 1 {
+		t.Fatalf("publish before any member: %v %v; want routed 1", resp, err)
+	}
+	sctx, scancel := context.WithCancel(context.Background())
+	defer scancel()
+	st, err := c.Subscribe(sctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Send(&pb.SubscribeRequest{Frame: &pb.SubscribeRequest_Open{Open: &pb.OpenSubscription{SubscriptionId: "resizers", ConsumerGroup: "resizers",
+		TopicPatterns: []string{"jobs.>"}, Mode: pb.DeliveryMode_DELIVERY_MODE_BALANCED}}}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		r, err := st.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ms := r.GetMessages().GetMessages(); len(ms) > 0 {
+			if string(ms[0].GetPayload()) != "before" {
+				t.Fatalf("got %q", ms[0].GetPayload())
+			}
+			break
+		}
+	}
+	scancel()
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(logs.String(), `"budget_bytes":268435456`) || !strings.Contains(logs.String(), `"declared_groups":1`) {
+		t.Fatalf("logs lack the memory line:\n%s", logs.String())
+	}
+}

@@ -25,13 +25,27 @@ max_message_bytes = 1048576
 # Largest total size of a message's header keys and values, in bytes (64 KiB).
 max_header_bytes = 65536
 
+# What the broker holds for later (group queues, in-flight and delayed messages, fanout
+# buffers), counted in bytes as the messages really cost, headers included.
+memory {
+  # The budget; consumer groups together may use 3/4 of it. Default: half of the Go memory
+  # limit (GOMEMLIMIT), which serve sets to 3/4 of the machine's memory unless it is set.
+  # A whole number of bytes or a size such as "4GiB".
+  # max_bytes = "4GiB"
+}
+
 # Balanced consumer groups.
 groups {
   # Messages a group holds for its members before overflow applies.
   max_queued = 100000
 
-  # What a full group does with a publish: "reject" refuses it (the publisher gets an
-  # error), "drop_oldest" accepts it and drops the group's oldest queued message.
+  # Bytes one group may hold (queued, in flight and delayed). Default: 1/8 of memory.max_bytes.
+  # max_queued_bytes = "512MiB"
+
+  # What a full group does with a publish: "reject" does not take it, "drop_oldest" takes it
+  # and drops the group's oldest queued message. Either way only this group is affected: the
+  # publish still reaches every other subscription; a publisher whose message every target
+  # refused gets RESOURCE_EXHAUSTED.
   overflow = "reject"
 
   # Default ack deadline: an unacked message is redelivered after this long.
@@ -41,17 +55,31 @@ groups {
   max_in_flight_cap = 65536
 
   # Remove a group that has had no member this long, with the messages it holds. "none": a
-  # group lives as long as the broker (then an abandoned group fills up to max_queued and, with
-  # overflow = "reject", refuses every publish to its topics).
+  # group lives as long as the broker (an abandoned group then fills up to its bounds and
+  # refuses, or drops, for itself). Declared groups never expire.
   expire_after = "none"
 }
+
+# Consumer groups declared up front: they exist from start-up, so what is published before
+# their first member connects (after a restart, say) is queued for them. Members must match
+# the declaration. Any number; read at start.
+# group "resizers" {
+#   topics            = ["jobs.thumb.*"]   # required
+#   subscription_id   = "resizers"         # default: the group's name
+#   max_deliveries    = 5                  # default: unlimited
+#   dead_letter_topic = "dlq.resizers"     # default: dlq.<subscription_id>
+#   max_queued        = 100000             # these three default to the groups block's
+#   max_queued_bytes  = "512MiB"
+#   overflow          = "reject"
+# }
 
 # Fanout subscriptions: every subscriber gets every message.
 fanout {
   # Messages buffered per subscriber.
   buffer_messages = 262144
 
-  # Payload bytes buffered per subscriber (64 MiB); at least max_message_bytes.
+  # Bytes buffered per subscriber (64 MiB), counted as the messages cost (headers and
+  # overheads included); at least max_message_bytes.
   buffer_bytes = 67108864
 
   # A publish that finds a subscriber's buffer over half full waits up to this long for it to
