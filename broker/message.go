@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"unicode/utf8"
 )
@@ -109,22 +110,32 @@ func newIDCodec() idCodec {
 	return idCodec{block: block, secret: binary.LittleEndian.Uint64(secret[:])}
 }
 
+// idScratch holds format's and parse's blocks: passed to cipher.Block's methods, arrays on
+// the stack would escape to the heap, two allocations per id.
+var idScratch = sync.Pool{New: func() any { return new([2][16]byte) }}
+
 func (c idCodec) format(seq uint64) string {
-	var plain, enc [16]byte
+	s := idScratch.Get().(*[2][16]byte)
+	plain, enc := &s[0], &s[1]
 	binary.LittleEndian.PutUint64(plain[:8], seq)
 	binary.LittleEndian.PutUint64(plain[8:], c.secret)
 	c.block.Encrypt(enc[:], plain[:])
 	var out [idLen]byte
 	base64.RawURLEncoding.Encode(out[:], enc[:])
+	idScratch.Put(s)
 	return string(out[:])
 }
 
 func (c idCodec) parse(id string) (uint64, error) {
-	var enc, plain [16]byte
 	if len(id) != idLen {
 		return 0, fmt.Errorf("%w %q: not a system_id of this broker process (a system_id is the %d characters the broker sent with the message; the broker may have restarted)", ErrUnknownMessage, truncate(id, 64), idLen)
 	}
-	if n, err := base64.RawURLEncoding.Decode(enc[:], []byte(id)); err != nil || n != 16 {
+	var raw [idLen]byte
+	copy(raw[:], id)
+	s := idScratch.Get().(*[2][16]byte)
+	defer idScratch.Put(s)
+	enc, plain := &s[0], &s[1]
+	if n, err := base64.RawURLEncoding.Decode(enc[:], raw[:]); err != nil || n != 16 {
 		return 0, fmt.Errorf("%w %q: malformed system_id", ErrUnknownMessage, id)
 	}
 	c.block.Decrypt(plain[:], enc[:])
