@@ -61,6 +61,10 @@ type Options struct {
 	MaxInFlightCap int           // largest max_in_flight a member may ask for (65,536)
 
 	Logger hclog.Logger // hclog.NewNullLogger() if nil
+
+	// clock replaces the monotonic clock in tests (fakeClock): deadlines and delays then
+	// fire only when the test advances it, in the test's goroutine.
+	clock *fakeClock
 }
 
 func (o *Options) setDefaults() {
@@ -146,6 +150,10 @@ func New(opts Options) *Broker {
 		groups:     make(map[string]*group),
 		groupNames: make(map[string]string),
 	}
+	if opts.clock != nil {
+		opts.clock.b = b
+		return b
+	}
 	b.wg.Add(1)
 	go func() {
 		defer b.wg.Done()
@@ -155,7 +163,12 @@ func New(opts Options) *Broker {
 }
 
 // now is the broker's monotonic clock, in nanoseconds since New.
-func (b *Broker) now() int64 { return int64(time.Since(b.epoch)) }
+func (b *Broker) now() int64 {
+	if c := b.opts.clock; c != nil {
+		return c.t.Load()
+	}
+	return int64(time.Since(b.epoch))
+}
 
 // FormatID returns the system_id of message sequence number seq (a Message has it as
 // SystemID).

@@ -3,6 +3,7 @@ package broker
 import (
 	"container/heap"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -82,5 +83,28 @@ func (s *scheduler) run(stop <-chan struct{}, now func() int64) {
 		case <-stop:
 			return
 		}
+	}
+}
+
+// fakeClock is a clock for tests: time stands still until Advance, which fires what fell
+// due in the caller's goroutine (a broker with a fakeClock starts no scheduler goroutine).
+type fakeClock struct {
+	t atomic.Int64
+	b *Broker
+}
+
+// Advance moves the clock d forward and runs every wake-up that is due.
+func (c *fakeClock) Advance(d time.Duration) {
+	n := c.t.Add(int64(d))
+	s := c.b.sched
+	for {
+		s.mu.Lock()
+		if len(s.items) == 0 || s.items[0].at > n {
+			s.mu.Unlock()
+			return
+		}
+		g := heap.Pop(&s.items).(wake).g
+		s.mu.Unlock()
+		g.onTimer()
 	}
 }
