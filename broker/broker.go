@@ -4,6 +4,7 @@
 package broker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -555,27 +556,25 @@ func (b *Broker) expireGroup(g *group) {
 		"expire_after", b.opts.GroupExpireAfter, "messages_dropped", dropped)
 }
 
-// lookupGroup finds the consumer group of subscription id for the unary Ack and Nack.
-func (b *Broker) lookupGroup(id string) (*group, error) {
+// lookupMessage finds the consumer group of subscription id and the sequence number of
+// systemID, for the unary Ack and Nack.
+func (b *Broker) lookupMessage(id, systemID string) (*group, uint64, error) {
 	b.mu.RLock()
 	g, isFanout := b.groups[id], b.fanouts[id] != nil
 	b.mu.RUnlock()
 	switch {
-	case g != nil:
-		return g, nil
 	case isFanout:
-		return nil, fmt.Errorf("%w: subscription %q is fanout; fanout deliveries are not acked", ErrGroupMismatch, id)
+		return nil, 0, fmt.Errorf("%w: subscription %q is fanout; fanout deliveries are not acked", ErrGroupMismatch, id)
+	case g == nil:
+		return nil, 0, fmt.Errorf("%w %q: no consumer group has this subscription_id", ErrUnknownSubscription, id)
 	}
-	return nil, fmt.Errorf("%w %q: no consumer group has this subscription_id", ErrUnknownSubscription, id)
+	seq, err := b.ids.parse(systemID)
+	return g, seq, err
 }
 
 // Ack acknowledges one delivered message of a balanced subscription.
 func (b *Broker) Ack(subscriptionID, systemID string) error {
-	g, err := b.lookupGroup(subscriptionID)
-	if err != nil {
-		return err
-	}
-	seq, err := b.ids.parse(systemID)
+	g, seq, err := b.lookupMessage(subscriptionID, systemID)
 	if err != nil {
 		return err
 	}
@@ -587,11 +586,7 @@ func (b *Broker) Ack(subscriptionID, systemID string) error {
 
 // Nack gives one delivered message back to its group, to be redelivered after delay.
 func (b *Broker) Nack(subscriptionID, systemID string, delay time.Duration, reason string) error {
-	g, err := b.lookupGroup(subscriptionID)
-	if err != nil {
-		return err
-	}
-	seq, err := b.ids.parse(systemID)
+	g, seq, err := b.lookupMessage(subscriptionID, systemID)
 	if err != nil {
 		return err
 	}
@@ -642,19 +637,9 @@ func (b *Broker) Stats() Stats {
 		st.DeadLettered += gs.DeadLettered
 		st.Groups = append(st.Groups, gs)
 	}
-	slices.SortFunc(st.Subscriptions, func(a, b SubscriptionStats) int { return cmpString(a.ID, b.ID) })
-	slices.SortFunc(st.Groups, func(a, b GroupStats) int { return cmpString(a.ID, b.ID) })
+	slices.SortFunc(st.Subscriptions, func(a, b SubscriptionStats) int { return cmp.Compare(a.ID, b.ID) })
+	slices.SortFunc(st.Groups, func(a, b GroupStats) int { return cmp.Compare(a.ID, b.ID) })
 	return st
-}
-
-func cmpString(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // Shutdown stops the broker: it refuses new publishes and subscriptions at once, delivers

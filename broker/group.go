@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
@@ -465,7 +466,7 @@ func (g *group) deadLetterLocked(e *entry, reason string, tb *takeBack) {
 // published before anything still queued.
 func (g *group) requeueLocked(tb *takeBack) {
 	es := tb.requeue
-	slices.SortFunc(es, func(a, b *entry) int { return -cmpU64(a.msg.ID, b.msg.ID) })
+	slices.SortFunc(es, func(a, b *entry) int { return -cmp.Compare(a.msg.ID, b.msg.ID) })
 	for _, e := range es {
 		e.delayed = false
 		g.queue.pushFront(e)
@@ -515,16 +516,6 @@ func (g *group) finish(tb *takeBack) {
 	}
 	g.b.publishDeadLetters(tb.dead)
 	g.b.publishEmits(tb.emits)
-}
-
-func cmpU64(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 func (g *group) deadLetter(e *entry, reason string) deadLetter {

@@ -20,21 +20,30 @@ import (
 	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
 )
 
+// startServe runs serve with args in the background until cancel, and returns the address
+// it listens on, its logs and its result.
+func startServe(t *testing.T, args ...string) (net.Addr, *syncBuffer, <-chan error, context.CancelFunc) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	listening := make(chan net.Addr, 1)
+	logs := new(syncBuffer)
+	done := make(chan error, 1)
+	go func() { done <- serve(ctx, args, logs, listening) }()
+	select {
+	case addr := <-listening:
+		return addr, logs, done, cancel
+	case err := <-done:
+		cancel()
+		t.Fatalf("serve: %v", err)
+	}
+	return nil, nil, nil, nil
+}
+
 // serve runs with no configuration, answers, and on cancellation (the signal path) shuts
 // down and returns with every goroutine ended.
 func TestServeInProcess(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	ctx, cancel := context.WithCancel(context.Background())
-	listening := make(chan net.Addr, 1)
-	var logs syncBuffer
-	done := make(chan error, 1)
-	go func() { done <- serve(ctx, []string{"--listen", "127.0.0.1:0", "--log-json"}, &logs, listening) }()
-	var addr net.Addr
-	select {
-	case addr = <-listening:
-	case err := <-done:
-		t.Fatalf("serve: %v", err)
-	}
+	addr, logs, done, cancel := startServe(t, "--listen", "127.0.0.1:0", "--log-json")
 	conn, err := grpc.NewClient(addr.String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -126,20 +135,8 @@ func TestServeDeclaredGroup(t *testing.T) {
 	if err := os.WriteFile(cfg, []byte("memory {\n  max_bytes = \"256MiB\"\n}\ngroup \"resizers\" {\n  topics = [\"jobs.>\"]\n}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	addr, logs, done, cancel := startServe(t, "--listen", "127.0.0.1:0", "--config", cfg, "--log-json")
 	defer cancel()
-	listening := make(chan net.Addr, 1)
-	var logs syncBuffer
-	done := make(chan error, 1)
-	go func() {
-		done <- serve(ctx, []string{"--listen", "127.0.0.1:0", "--config", cfg, "--log-json"}, &logs, listening)
-	}()
-	var addr net.Addr
-	select {
-	case addr = <-listening:
-	case err := <-done:
-		t.Fatalf("serve: %v", err)
-	}
 	conn, err := grpc.NewClient(addr.String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
