@@ -5,7 +5,7 @@
 //	tinybroker sub   [--addr ADDR] [--group G] [--count N] PATTERN...
 //	tinybroker bench [--addr ADDR] [-w W1,W2,W3,W5] ...
 //	tinybroker plugin test [--config key=value]... [--hook HOOK] PLUGIN.wasm < messages
-//	tinybroker plugin new  --lang go|rust|c|assemblyscript|zig [--dir DIR] NAME
+//	tinybroker plugin new  --lang go|rust|c|assemblyscript|zig [--dir DIR] [--sdk TREE] NAME
 package main
 
 import (
@@ -35,7 +35,7 @@ Usage:
   tinybroker sub   [--addr ADDR] [--group G] [--id ID] [--count N] PATTERN...
   tinybroker bench [--addr ADDR] [-w W1,W2,W3,W5] [-n N] [-reps R]
   tinybroker plugin test [--config key=value]... [--hook HOOK] PLUGIN.wasm < MESSAGES
-  tinybroker plugin new  --lang go|rust|c|assemblyscript|zig [--dir DIR] NAME
+  tinybroker plugin new  --lang go|rust|c|assemblyscript|zig [--dir DIR] [--sdk TREE] NAME
 
 Run "tinybroker COMMAND -h" for a command's flags.
 `

@@ -167,3 +167,70 @@ TB_EXPORT(tb_on_publish) int64_t tb_on_publish(void) {
 		}
 	}
 }
+
+// The C SDK's string helpers, absent and empty values, and the arena across calls.
+func TestCSDKStrings(t *testing.T) {
+	src := filepath.Join(t.TempDir(), "strings.c")
+	if err := os.WriteFile(src, []byte(`#include "tinybroker.h"
+TB_ABI_V1
+static tb_str out;
+static void add(tb_str s) { out = tb_concat(tb_concat(out, s), TB_S(" ")); }
+static void yes(int v) { add(v ? TB_S("1") : TB_S("0")); }
+TB_ON_PUBLISH(check) {
+	out = TB_S("");
+	yes(tb_eq(TB_NONE, TB_NONE));
+	yes(tb_eq(TB_NONE, TB_S("")));
+	yes(tb_eq(tb_header(TB_S("empty")), TB_S("")));
+	yes(TB_ABSENT(tb_header(TB_S("nope"))));
+	yes(TB_ABSENT(tb_header_name_at(tb_msg_header_count())));
+	yes(tb_eq(tb_header_name_at(0), TB_S("empty")));
+	yes(tb_starts_with(tb_topic(), TB_S("orders.")));
+	yes(tb_starts_with(TB_S("ord"), TB_S("orders.")));
+	yes(tb_list_has(TB_S(" a ,b,,c"), ',', TB_S("a")));
+	yes(tb_list_has(TB_S(" a ,b,,c"), ',', TB_S("")));
+	yes(tb_list_has(TB_S("a,b"), ',', TB_S("a,b")));
+	yes(tb_list_has(TB_NONE, ',', TB_S("a")));
+	yes(tb_list_has(TB_S("a"), ',', TB_NONE));
+	add(tb_utoa(0));
+	add(tb_utoa(18446744073709551615ull));
+	add(tb_cstr("c-string"));
+	add(tb_config_value(TB_S("k")));
+	yes(TB_ABSENT(tb_config_value(TB_S("missing"))));
+	tb_alloc(65536); /* without the arena's reset, 2000 calls would pass the memory limit */
+	add(tb_utoa(__builtin_wasm_memory_size(0)));
+	tb_set_payload(out);
+	return TB_PASS;
+}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	wasm, msg, err := cc(t, []string{"-Wextra"}, src, "../../sdk/c/tinybroker.c")
+	if err != nil {
+		t.Fatalf("clang: %v\n%s", err, msg)
+	}
+	c, err := loadChain(t, wasm, map[string]string{"k": "v=1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Many calls on one instance: the arena is emptied when each begins, so memory stays put
+	// (the last number is the memory's size in pages).
+	var first string
+	for i := range 2000 {
+		d := broker.Draft{Topic: "orders.1", Payload: []byte("p"), Headers: map[string]string{"empty": "", "z": "1"}}
+		if _, err := c.OnPublish(&d); err != nil {
+			t.Fatal(err)
+		}
+		const want = "1 0 1 1 1 1 1 0 1 1 0 0 0 0 18446744073709551615 c-string v=1 1 "
+		if i == 0 {
+			first = string(d.Payload)
+			if !strings.HasPrefix(first, want) {
+				t.Fatalf("%q\nwant %q followed by the memory's size", first, want)
+			}
+		} else if string(d.Payload) != first {
+			t.Fatalf("call %d: %q, the first call: %q", i, d.Payload, first)
+		}
+	}
+	if st := c.Stats(); st[0].Failures != 0 {
+		t.Errorf("%+v", st)
+	}
+}
