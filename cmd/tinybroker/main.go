@@ -5,6 +5,7 @@
 //	tinybroker sub   [--addr ADDR] [--group G] [--count N] PATTERN...
 //	tinybroker bench [--addr ADDR] [-w W1,W2,W3,W5] ...
 //	tinybroker plugin test [--config key=value]... [--hook HOOK] PLUGIN.wasm < messages
+//	tinybroker plugin new  --lang go|rust|c|assemblyscript|zig [--dir DIR] [--sdk TREE] NAME
 package main
 
 import (
@@ -34,6 +35,7 @@ Usage:
   tinybroker sub   [--addr ADDR] [--group G] [--id ID] [--count N] PATTERN...
   tinybroker bench [--addr ADDR] [-w W1,W2,W3,W5] [-n N] [-reps R]
   tinybroker plugin test [--config key=value]... [--hook HOOK] PLUGIN.wasm < MESSAGES
+  tinybroker plugin new  --lang go|rust|c|assemblyscript|zig [--dir DIR] [--sdk TREE] NAME
 
 Run "tinybroker COMMAND -h" for a command's flags.
 `
@@ -65,11 +67,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case "bench":
 		return runBench(ctx, args[1:], stdout, stderr)
 	case "plugin":
-		if len(args) < 2 || args[1] != "test" {
-			fmt.Fprint(stderr, usage)
-			return errors.New(`plugin: the only subcommand is "plugin test"`)
+		switch {
+		case len(args) >= 2 && args[1] == "test":
+			return runPluginTest(args[2:], stdin, stdout, stderr)
+		case len(args) >= 2 && args[1] == "new":
+			return runPluginNew(args[2:], stdout, stderr)
 		}
-		return runPluginTest(args[2:], stdin, stdout, stderr)
+		fmt.Fprint(stderr, usage)
+		return errors.New(`plugin: use "plugin test" or "plugin new"`)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil

@@ -1,34 +1,56 @@
 /*
- * tinybroker.h — the tinybroker plugin ABI, version 1, for C (docs/ABI.md is the contract).
+ * tinybroker.h — the C SDK for tinybroker plugins, ABI version 1 (docs/ABI.md is the contract;
+ * docs/plugins/c.md is the guide).
  *
- * A starting point for plugins in C: no libc, no allocator, one header. Build a plugin with
+ * No libc and no malloc: a header and one source file, tinybroker.c. Build a plugin with
  *
- *   clang --target=wasm32 -nostdlib -O2 -I sdk/c \
- *         -Wl,--no-entry -Wl,--export-dynamic -o plugin.wasm plugin.c
+ *   clang --target=wasm32 -nostdlib -O2 -I sdk/c -Wl,--no-entry \
+ *         -o plugin.wasm plugin.c sdk/c/tinybroker.c
  *
- * (clang and wasm-ld: Debian's `clang lld`). Every function a plugin defines with TB_EXPORT is
- * exported under that name; -Wl,--export-dynamic exports them all, and the module's memory is
- * exported as "memory" by default.
+ * (clang and wasm-ld: Debian's `clang lld`). The module exports its memory as "memory" and every
+ * function marked TB_EXPORT (the TB_ON_* macros below do it for you); -Wl,--export-dynamic
+ * would export every other non-static function too, which is harmless but useless. clang may
+ * turn a copy loop into a call to memcpy (or memset, memmove, memcmp): tinybroker.c defines the
+ * four, weakly, so the link works without a libc; -mbulk-memory makes clang use the memory.copy
+ * and memory.fill instructions instead (wazero runs them).
+ *
+ * A plugin:
+ *
+ *   #include "tinybroker.h"
+ *   TB_ABI_V1
+ *
+ *   TB_ON_PUBLISH(filter) {
+ *       tb_str tenant = tb_header(TB_S("tenant"));
+ *       if (!tb_list_has(tb_config_value(TB_S("allow")), ',', tenant))
+ *           return tb_drop(TB_S("tenant not allowed"));
+ *       return TB_PASS;
+ *   }
+ *
+ * Strings are tb_str: bytes and a length, not NUL-terminated. The readers (tb_topic, tb_header,
+ * ...) copy the value into the SDK's arena, the memory above the module's data, grown as
+ * needed; what they return stays valid until the hook returns (the TB_ON_* and TB_INIT macros
+ * empty the arena when a call begins). A value that is absent (a header not set, a config key
+ * not given) is TB_NONE: its ptr is NULL; an empty one has a ptr and length 0.
  *
  * What the plugin exports:
  *
- *   TB_ABI_V1                                      the version marker (required; write it once)
- *   int32_t tb_init(void)                          optional: once per instance; 0 accepts the
- *                                                  configuration, anything else refuses the load
- *                                                  (say why with tb_set_reason)
- *   int64_t tb_on_publish(void)                    before routing: TB_PASS, TB_DROP, TB_REJECT(code)
- *   int64_t tb_on_ack(void)                        after an ack: return 0
- *   int64_t tb_on_redeliver(void)                  before a redelivery: TB_REDELIVER, TB_DELAY(ms),
- *                                                  TB_DEAD_LETTER, TB_FORGET
+ *   TB_ABI_V1             the version marker (required; write it once, at file scope)
+ *   TB_INIT(fn)           optional: int32_t fn(void) runs once per instance; return 0 to accept
+ *                         the configuration, or tb_refuse(reason) to refuse the load
+ *   TB_ON_PUBLISH(fn)     int64_t fn(void): before routing; TB_PASS, tb_drop(reason),
+ *                         tb_reject(code, reason)
+ *   TB_ON_ACK(fn)         void fn(void): after an ack
+ *   TB_ON_REDELIVER(fn)   int64_t fn(void): before a redelivery; TB_REDELIVER, TB_DELAY(ms),
+ *                         tb_dead_letter(reason), tb_drop_message(reason)
  *
  * Export at least one hook; the broker calls only the hooks exported. Each instance serves one
- * call at a time, so static buffers need no locking; globals persist between the calls of an
+ * call at a time, so static variables need no locking; they persist between the calls of an
  * instance (the broker runs several instances: do not count on seeing every message).
  *
- * Reading: a reader copies min(len, cap) bytes into buf and returns the full length len (-1:
- * absent). If it returns more than cap, the value was cut short: call again with a bigger
- * buffer. Writing returns TB_OK or a negative TB_ERR_*. Strings are bytes with a length, not
- * NUL-terminated. Changes to the message take effect when the hook returns.
+ * Below the SDK are the host functions themselves (tb_msg_topic, tb_emit, ...), declared with
+ * their import names, for plugins that manage their own buffers (see "Raw ABI"). A reader
+ * copies min(len, cap) bytes into buf and returns the full length len (-1: absent); a writer
+ * returns TB_OK or a negative TB_ERR_*.
  */
 #ifndef TINYBROKER_H
 #define TINYBROKER_H
@@ -50,16 +72,32 @@
 
 /* Verdicts: action | argument << 32. */
 #define TB_VERDICT(action, arg) ((int64_t)(uint32_t)(action) | ((int64_t)(uint32_t)(arg) << 32))
+/* tb_on_publish */
 #define TB_PASS TB_VERDICT(0, 0)
 #define TB_DROP TB_VERDICT(1, 0)
 #define TB_REJECT(grpc_code) TB_VERDICT(2, grpc_code) /* 1-16; 0 means INVALID_ARGUMENT */
+/* tb_on_redeliver */
 #define TB_REDELIVER TB_VERDICT(0, 0)
 #define TB_DELAY(ms) TB_VERDICT(1, ms) /* 1 to 2^31-1 */
 #define TB_DEAD_LETTER TB_VERDICT(2, 0)
-#define TB_FORGET TB_VERDICT(3, 0)
+#define TB_DROP_MESSAGE TB_VERDICT(3, 0) /* the ABI's DROP of on_redeliver */
+#define TB_FORGET TB_DROP_MESSAGE        /* deprecated: the old name of TB_DROP_MESSAGE */
 
 /* Log levels of tb_log. */
 enum { TB_TRACE, TB_DEBUG, TB_INFO, TB_WARN, TB_ERROR };
+
+/* gRPC status codes for tb_reject. */
+enum {
+	TB_CODE_INVALID_ARGUMENT = 3,
+	TB_CODE_NOT_FOUND = 5,
+	TB_CODE_PERMISSION_DENIED = 7,
+	TB_CODE_RESOURCE_EXHAUSTED = 8,
+	TB_CODE_FAILED_PRECONDITION = 9,
+	TB_CODE_UNAVAILABLE = 14,
+	TB_CODE_UNAUTHENTICATED = 16,
+};
+
+/* ---- Raw ABI: the host functions (module "tinybroker"), one for one. ---- */
 
 /* Everywhere. */
 TB_IMPORT(v1_log) void tb_log(int32_t level, const char *msg, uint32_t len);
@@ -93,5 +131,79 @@ TB_IMPORT(v1_emit_header) int32_t tb_emit_header(int32_t handle, const char *key
 
 /* TB_STR("literal") expands to the literal and its length, for the functions above. */
 #define TB_STR(s) (s), (uint32_t)(sizeof(s) - 1)
+
+/* ---- The SDK (tinybroker.c). ---- */
+
+/* tb_str is a string: bytes and their length. */
+typedef struct {
+	const char *ptr; /* NULL: absent (TB_NONE) */
+	uint32_t len;
+} tb_str;
+
+#define TB_S(literal) ((tb_str){(literal), (uint32_t)(sizeof(literal) - 1)})
+#define TB_NONE ((tb_str){0, 0})
+#define TB_ABSENT(s) ((s).ptr == 0)
+/* TB_ARGS(s) is s as the pointer and length the raw functions take: tb_log(TB_INFO, TB_ARGS(s)). */
+#define TB_ARGS(s) (s).ptr, (s).len
+
+/* Hooks. Each defines the export, which empties the arena and calls fn:
+ *   TB_ON_PUBLISH(route) { ... return TB_PASS; }                                        */
+#define TB_INIT(fn) TB__HOOK(tb_init, int32_t, fn)
+#define TB_ON_PUBLISH(fn) TB__HOOK(tb_on_publish, int64_t, fn)
+#define TB_ON_REDELIVER(fn) TB__HOOK(tb_on_redeliver, int64_t, fn)
+#define TB_ON_ACK(fn)                                                                            \
+	static void fn(void);                                                                    \
+	TB_EXPORT(tb_on_ack) int64_t tb_on_ack(void) { tb_reset(); fn(); return 0; }              \
+	static void fn(void)
+#define TB__HOOK(export, type, fn)                                                               \
+	static type fn(void);                                                                    \
+	TB_EXPORT(export) type export(void) { tb_reset(); return fn(); }                          \
+	static type fn(void)
+
+/* Reading. Each returns the value in the arena, valid until the hook returns. */
+tb_str tb_topic(void);
+tb_str tb_payload(void);
+tb_str tb_header(tb_str name);            /* TB_NONE if absent */
+tb_str tb_header_name_at(int32_t index);  /* 0-based, sorted by name; TB_NONE past the end */
+tb_str tb_id(void);                       /* the system_id (on_ack, on_redeliver) */
+tb_str tb_config_value(tb_str key);       /* TB_NONE if absent */
+tb_str tb_config_text(void);              /* the whole configuration, "key=value\n" lines */
+tb_str tb_subscription(void);             /* on_ack, on_redeliver */
+tb_str tb_group(void);                    /* on_ack, on_redeliver */
+tb_str tb_redeliver_reason(void);         /* on_redeliver: "nack", "ack deadline exceeded", ... */
+/* tb_msg_header_count(), tb_event_attempt(), tb_event_in_flight_ns() and tb_now() need no
+ * buffer: call them directly. */
+
+/* Strings. */
+int tb_eq(tb_str a, tb_str b);                  /* same bytes (TB_NONE equals only TB_NONE) */
+int tb_starts_with(tb_str s, tb_str prefix);
+int tb_list_has(tb_str list, char sep, tb_str item); /* item is one of list's sep-separated
+                                                        entries, spaces around them ignored;
+                                                        never for TB_NONE */
+tb_str tb_cstr(const char *nul_terminated);
+tb_str tb_concat(tb_str a, tb_str b);           /* a new string in the arena */
+tb_str tb_utoa(uint64_t v);                     /* v in decimal, in the arena */
+void *tb_alloc(uint32_t n);                     /* n bytes of the arena, until the hook returns */
+void tb_reset(void);                            /* empty the arena (the hook macros do it) */
+
+/* Changing the message (on_publish; headers also in on_redeliver). TB_OK or TB_ERR_*. */
+static inline int32_t tb_set_topic(tb_str t) { return tb_msg_set_topic(t.ptr, t.len); }
+static inline int32_t tb_set_payload(tb_str p) { return tb_msg_set_payload(p.ptr, p.len); }
+static inline int32_t tb_set_header(tb_str k, tb_str v) { return tb_msg_set_header(k.ptr, k.len, v.ptr, v.len); }
+static inline int32_t tb_del_header(tb_str k) { return tb_msg_del_header(k.ptr, k.len); }
+
+/* Emitting: tb_emit_to returns a handle (>= 0) for tb_emit_set_header, or TB_ERR_*. */
+static inline int32_t tb_emit_to(tb_str topic, tb_str payload) { return tb_emit(topic.ptr, topic.len, payload.ptr, payload.len); }
+static inline int32_t tb_emit_set_header(int32_t handle, tb_str k, tb_str v) { return tb_emit_header(handle, k.ptr, k.len, v.ptr, v.len); }
+
+/* Logging. */
+static inline void tb_log_str(int32_t level, tb_str msg) { tb_log(level, msg.ptr, msg.len); }
+
+/* Verdicts with a reason. */
+static inline int64_t tb_drop(tb_str reason) { tb_set_reason(reason.ptr, reason.len); return TB_DROP; }
+static inline int64_t tb_reject(int32_t grpc_code, tb_str reason) { tb_set_reason(reason.ptr, reason.len); return TB_REJECT(grpc_code); }
+static inline int64_t tb_dead_letter(tb_str reason) { tb_set_reason(reason.ptr, reason.len); return TB_DEAD_LETTER; }
+static inline int64_t tb_drop_message(tb_str reason) { tb_set_reason(reason.ptr, reason.len); return TB_DROP_MESSAGE; }
+static inline int32_t tb_refuse(tb_str reason) { tb_set_reason(reason.ptr, reason.len); return 1; } /* from TB_INIT */
 
 #endif

