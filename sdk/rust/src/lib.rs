@@ -477,6 +477,36 @@ impl Redeliver {
     }
 }
 
+/// What a hook function may return: its verdict, or a `Result` of it, so that a hook can use
+/// `?` on the SDK's writers. An `Err` is logged at error level (`plugin failed: <error>`) and
+/// traps the call, as a panic does: the plugin's `failure_policy` decides the message's fate.
+pub trait HookResult<V> {
+    /// The verdict, or the trap.
+    fn into_verdict(self) -> V;
+}
+
+macro_rules! hook_results {
+    ($($v:ty),*) => {$(
+        impl HookResult<$v> for $v {
+            fn into_verdict(self) -> $v {
+                self
+            }
+        }
+        impl<E: fmt::Display> HookResult<$v> for Result<$v, E> {
+            fn into_verdict(self) -> $v {
+                self.unwrap_or_else(|e| fail(&e))
+            }
+        }
+    )*};
+}
+
+hook_results!(Publish, Redeliver, ());
+
+fn fail(e: &dyn fmt::Display) -> ! {
+    error(&format!("plugin failed: {}", e));
+    std::process::abort()
+}
+
 #[doc(hidden)]
 pub mod __private {
     /// Called first in every hook: makes a panic log its message at error level before the
@@ -506,40 +536,42 @@ pub mod __private {
     }
 }
 
-/// Exports `fn() -> Publish` as the plugin's `tb_on_publish` hook.
+/// Exports `fn() -> Publish` (or `-> Result<Publish, E>`, see [`HookResult`]) as the
+/// plugin's `tb_on_publish` hook.
 #[macro_export]
 macro_rules! on_publish {
     ($f:path) => {
         #[no_mangle]
         pub extern "C" fn tb_on_publish() -> i64 {
             $crate::__private::enter();
-            let v: $crate::Publish = $f();
+            let v: $crate::Publish = $crate::HookResult::into_verdict($f());
             v.to_raw()
         }
     };
 }
 
-/// Exports `fn()` as the plugin's `tb_on_ack` hook.
+/// Exports `fn()` (or `-> Result<(), E>`) as the plugin's `tb_on_ack` hook.
 #[macro_export]
 macro_rules! on_ack {
     ($f:path) => {
         #[no_mangle]
         pub extern "C" fn tb_on_ack() -> i64 {
             $crate::__private::enter();
-            let () = $f();
+            let (): () = $crate::HookResult::into_verdict($f());
             0
         }
     };
 }
 
-/// Exports `fn() -> Redeliver` as the plugin's `tb_on_redeliver` hook.
+/// Exports `fn() -> Redeliver` (or `-> Result<Redeliver, E>`) as the plugin's
+/// `tb_on_redeliver` hook.
 #[macro_export]
 macro_rules! on_redeliver {
     ($f:path) => {
         #[no_mangle]
         pub extern "C" fn tb_on_redeliver() -> i64 {
             $crate::__private::enter();
-            let v: $crate::Redeliver = $f();
+            let v: $crate::Redeliver = $crate::HookResult::into_verdict($f());
             v.to_raw()
         }
     };
