@@ -1,0 +1,77 @@
+// The conformance plugin (plugins/conformance/SPEC.md) written with the AssemblyScript SDK.
+import { config, emit, emitString, event, log, msg, Code, Init, Level, Publish, Redeliver } from "tinybroker";
+export { tinybroker_abi_v1 } from "tinybroker";
+
+export function tb_init(): i32 {
+  const refuse = config.get("refuse");
+  return refuse == null ? Init.ok() : Init.refuse("refused: " + refuse);
+}
+
+export function tb_on_publish(): i64 {
+  const topic = msg.topic();
+  if (topic == "c.drop") return Publish.drop("dropped by conformance");
+  if (topic == "c.reject") {
+    const why = msg.header("why");
+    return Publish.reject(Code.PERMISSION_DENIED, "rejected: " + (why == null ? "" : why));
+  }
+  if (topic == "c.retopic") check(msg.setTopic("c.retopic.done"));
+  else if (topic == "c.headers") {
+    check(msg.setHeader("added", "1"));
+    check(msg.setHeader("changed", "new"));
+    check(msg.delHeader("removed"));
+  } else if (topic == "c.enum") {
+    const parts = new Array<string>();
+    for (let i = 0, n = msg.headerCount(); i < n; i++) {
+      const name = msg.headerName(i)!;
+      const value = msg.header(name);
+      parts.push(name + "=" + (value == null ? "" : value));
+    }
+    check(msg.setPayloadString(parts.join(",")));
+  } else if (topic == "c.payload") {
+    const p = msg.payload();
+    const twice = new Uint8Array(p.length * 2);
+    twice.set(p, 0);
+    twice.set(p, p.length);
+    check(msg.setPayload(twice));
+  } else if (topic == "c.empty") check(msg.setPayload(new Uint8Array(0)));
+  else if (topic == "c.emit") {
+    const to = config.get("emit_topic");
+    const first = emit(to == null ? "" : to, msg.payload());
+    check(first.header("origin", topic));
+    check(emitString("c.emit.second", "2").header("n", "2"));
+  } else if (topic == "c.config") {
+    const tenant = config.get("tenant");
+    check(msg.setPayloadString((tenant == null ? "" : tenant) + "|" + config.text()));
+  } else if (topic == "c.log") log(Level.Warn, "conformance log: " + msg.payloadString());
+  else if (topic == "c.tenant") {
+    const want = config.get("tenant");
+    if (want == null || !msg.headerIs("tenant", want)) return Publish.drop("wrong tenant");
+  } else if (topic == "c.trap") throw new Error("conformance trap");
+  return Publish.pass();
+}
+
+export function tb_on_ack(): i64 {
+  const id = msg.id();
+  const payload = event.subscription() + "|" + event.group() + "|" + event.attempt().toString() + "|" +
+    (id == null ? "" : id);
+  check(emitString("c.acked", payload).header("in_flight", event.inFlightNs() > 0 ? "yes" : "no"));
+  return 0;
+}
+
+export function tb_on_redeliver(): i64 {
+  check(msg.setHeader("reason", event.reason()));
+  const retry = msg.header("retry");
+  if (retry == "delay") {
+    check(msg.setHeader("delayed", "1"));
+    return Redeliver.delay(50);
+  }
+  if (retry == "dead") return Redeliver.deadLetter("conformance dead-letter");
+  if (retry == "drop") return Redeliver.drop();
+  check(msg.setHeader("attempt-seen", event.attempt().toString()));
+  return Redeliver.redeliver();
+}
+
+// A refused write is a bug in this plugin: trap, so that the test sees it.
+function check(status: i32): void {
+  if (status < 0) throw new Error("write refused: " + status.toString());
+}

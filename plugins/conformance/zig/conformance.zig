@@ -1,0 +1,89 @@
+//! The conformance plugin (plugins/conformance/SPEC.md) written with the Zig SDK.
+const std = @import("std");
+const tb = @import("tinybroker");
+
+pub const panic = tb.panic;
+
+comptime {
+    tb.onInit(init);
+    tb.onPublish(onPublish);
+    tb.onAck(onAck);
+    tb.onRedeliver(onRedeliver);
+}
+
+fn init() !?[]const u8 {
+    const why = try tb.config.get("refuse") orelse return null;
+    return try std.fmt.allocPrint(tb.allocator(), "refused: {s}", .{why});
+}
+
+fn is(a: []const u8, b: []const u8) bool {
+    return std.mem.eql(u8, a, b);
+}
+
+fn onPublish() !tb.Publish {
+    const a = tb.allocator();
+    const topic = try tb.msg.topic();
+    if (is(topic, "c.drop")) return tb.Publish.drop("dropped by conformance");
+    if (is(topic, "c.reject")) {
+        const why = try tb.msg.header("why") orelse "";
+        return tb.Publish.reject(tb.code.permission_denied, try std.fmt.allocPrint(a, "rejected: {s}", .{why}));
+    }
+    if (is(topic, "c.retopic")) try tb.msg.setTopic("c.retopic.done");
+    if (is(topic, "c.headers")) {
+        try tb.msg.setHeader("added", "1");
+        try tb.msg.setHeader("changed", "new");
+        try tb.msg.delHeader("removed");
+    }
+    if (is(topic, "c.enum")) {
+        var out = std.ArrayList(u8).init(a);
+        var i: usize = 0;
+        while (try tb.msg.headerName(i)) |name| : (i += 1) {
+            if (i > 0) try out.append(',');
+            try out.writer().print("{s}={s}", .{ name, try tb.msg.header(name) orelse "" });
+        }
+        try tb.msg.setPayload(out.items);
+    }
+    if (is(topic, "c.payload")) {
+        const payload = try tb.msg.payload();
+        try tb.msg.setPayload(try std.mem.concat(a, u8, &.{ payload, payload }));
+    }
+    if (is(topic, "c.empty")) try tb.msg.setPayload("");
+    if (is(topic, "c.emit")) {
+        const to = try tb.config.get("emit_topic") orelse "";
+        try tb.emitWith(to, try tb.msg.payload(), &.{.{ "origin", topic }});
+        try (try tb.emit("c.emit.second", "2")).header("n", "2");
+    }
+    if (is(topic, "c.config")) {
+        const tenant = try tb.config.get("tenant") orelse "";
+        try tb.msg.setPayload(try std.mem.concat(a, u8, &.{ tenant, "|", try tb.config.text() }));
+    }
+    if (is(topic, "c.log")) tb.log.warn("conformance log: {s}", .{try tb.msg.payload()});
+    if (is(topic, "c.tenant")) {
+        const want = try tb.config.get("tenant") orelse "";
+        if (!tb.msg.headerIs("tenant", want)) return tb.Publish.drop("wrong tenant");
+    }
+    if (is(topic, "c.trap")) @panic("conformance trap");
+    return tb.Publish.pass;
+}
+
+fn onAck() !void {
+    const payload = try std.fmt.allocPrint(tb.allocator(), "{s}|{s}|{d}|{s}", .{
+        try tb.event.subscription(), try tb.event.group(), tb.event.attempt(), try tb.msg.id() orelse "",
+    });
+    const in_flight: []const u8 = if (tb.event.inFlightNs() > 0) "yes" else "no";
+    try tb.emitWith("c.acked", payload, &.{.{ "in_flight", in_flight }});
+}
+
+fn onRedeliver() !tb.Redeliver {
+    try tb.msg.setHeader("reason", try tb.event.reason());
+    const retry = try tb.msg.header("retry") orelse "";
+    if (is(retry, "delay")) {
+        try tb.msg.setHeader("delayed", "1");
+        return tb.Redeliver.delay(50);
+    }
+    if (is(retry, "dead")) return tb.Redeliver.deadLetter("conformance dead-letter");
+    if (is(retry, "drop")) return tb.Redeliver.drop;
+    const attempt = try std.fmt.allocPrint(tb.allocator(), "{d}", .{tb.event.attempt()});
+    try tb.msg.setHeader("attempt-seen", attempt);
+    return tb.Redeliver.redeliver;
+}

@@ -1,0 +1,524 @@
+//! tinybroker plugin ABI v1 for Zig 0.11 (docs/ABI.md is the contract).
+//!
+//! A plugin is a freestanding wasm32 library. It writes its hooks as ordinary functions and
+//! exports them with `onPublish`, `onAck`, `onRedeliver` and `onInit` in a comptime block;
+//! this module exports the version marker. A tenant filter:
+//!
+//!     const tb = @import("tinybroker");
+//!     pub const panic = tb.panic;
+//!     comptime { tb.onPublish(filter); }
+//!
+//!     fn filter() !tb.Publish {
+//!         const want = try tb.config.get("tenant") orelse return tb.Publish.drop("no tenant");
+//!         if (tb.msg.headerIs("tenant", want)) return tb.Publish.pass;
+//!         return tb.Publish.drop("wrong tenant");
+//!     }
+//!
+//! Build: zig build-lib -target wasm32-freestanding -dynamic -rdynamic -O ReleaseSmall
+//!        --mod tinybroker::path/to/tinybroker.zig --deps tinybroker plugin.zig
+//!
+//! Readers return slices allocated in a per-call arena (`allocator()`), valid until the hook
+//! returns; the arena is reset after every call, keeping up to 64 KiB for the next one, so
+//! nothing leaks between calls. A hook may return an error: it is logged at error level and
+//! the call traps, and the plugin's failure_policy decides the message's fate.
+
+const std = @import("std");
+
+// ---- host functions (module "tinybroker") ----
+
+const host = struct {
+    extern "tinybroker" fn v1_log(level: i32, ptr: [*]const u8, len: usize) void;
+    extern "tinybroker" fn v1_now() i64;
+    extern "tinybroker" fn v1_config(buf: [*]u8, cap: usize) i32;
+    extern "tinybroker" fn v1_config_get(key: [*]const u8, key_len: usize, buf: [*]u8, cap: usize) i32;
+    extern "tinybroker" fn v1_set_reason(ptr: [*]const u8, len: usize) void;
+    extern "tinybroker" fn v1_msg_topic(buf: [*]u8, cap: usize) i32;
+    extern "tinybroker" fn v1_msg_payload(buf: [*]u8, cap: usize) i32;
+    extern "tinybroker" fn v1_msg_header(key: [*]const u8, key_len: usize, buf: [*]u8, cap: usize) i32;
+    extern "tinybroker" fn v1_msg_header_count() i32;
+    extern "tinybroker" fn v1_msg_header_name(index: i32, buf: [*]u8, cap: usize) i32;
+    extern "tinybroker" fn v1_msg_id(buf: [*]u8, cap: usize) i32;
+    extern "tinybroker" fn v1_msg_set_topic(ptr: [*]const u8, len: usize) i32;
+    extern "tinybroker" fn v1_msg_set_payload(ptr: [*]const u8, len: usize) i32;
+    extern "tinybroker" fn v1_msg_set_header(key: [*]const u8, key_len: usize, val: [*]const u8, val_len: usize) i32;
+    extern "tinybroker" fn v1_msg_del_header(key: [*]const u8, key_len: usize) i32;
+    extern "tinybroker" fn v1_event_subscription(buf: [*]u8, cap: usize) i32;
+    extern "tinybroker" fn v1_event_group(buf: [*]u8, cap: usize) i32;
+    extern "tinybroker" fn v1_event_attempt() i32;
+    extern "tinybroker" fn v1_event_in_flight_ns() i64;
+    extern "tinybroker" fn v1_event_reason(buf: [*]u8, cap: usize) i32;
+    extern "tinybroker" fn v1_emit(topic: [*]const u8, topic_len: usize, payload: [*]const u8, payload_len: usize) i32;
+    extern "tinybroker" fn v1_emit_header(handle: i32, key: [*]const u8, key_len: usize, val: [*]const u8, val_len: usize) i32;
+};
+
+/// The version marker the broker looks for. It is never called.
+export fn tinybroker_abi_v1() void {}
+
+// A slice's pointer as the host should see it: an empty slice's pointer may be anything
+// (Zig may leave it undefined, 0xaaaaaaaa); pass one inside memory rather than rely on the
+// host ignoring it.
+const empty = [1]u8{0};
+fn p(s: []const u8) [*]const u8 {
+    return if (s.len == 0) &empty else s.ptr;
+}
+
+// ---- memory ----
+
+// The page allocator of wasm32 (memory.grow); the native one only for this file's tests.
+const backing = if (@import("builtin").target.isWasm()) std.heap.wasm_allocator else std.heap.page_allocator;
+var arena_state = std.heap.ArenaAllocator.init(backing);
+
+/// The per-call arena: what it allocates lives until the hook returns.
+pub fn allocator() std.mem.Allocator {
+    return arena_state.allocator();
+}
+
+/// What the arena keeps between calls; more is given back to the page allocator.
+pub const arena_retain_bytes = 64 << 10;
+
+/// The size of the static buffer every reader tries first.
+pub const scratch_bytes = 1024;
+var scratch: [scratch_bytes]u8 = undefined;
+
+/// Reads a value with the ABI's convention into the arena: null if absent (-1).
+fn read(comptime f: anytype, args: anytype) error{OutOfMemory}!?[]u8 {
+    const n = @call(.auto, f, args ++ .{ @as([*]u8, &scratch), @as(usize, scratch_bytes) });
+    if (n < 0) return null;
+    const len: usize = @intCast(n);
+    if (len <= scratch_bytes) return try allocator().dupe(u8, scratch[0..len]);
+    const buf = try allocator().alloc(u8, len);
+    const got = @call(.auto, f, args ++ .{ buf.ptr, len });
+    return buf[0..@min(len, @as(usize, @intCast(@max(got, 0))))];
+}
+
+/// Whether the value equals want, without allocating when it fits the scratch buffer.
+fn readEql(comptime f: anytype, args: anytype, want: []const u8) bool {
+    const n = @call(.auto, f, args ++ .{ @as([*]u8, &scratch), @as(usize, scratch_bytes) });
+    if (n < 0 or @as(usize, @intCast(n)) != want.len) return false;
+    if (want.len <= scratch_bytes) return std.mem.eql(u8, scratch[0..want.len], want);
+    const v = (read(f, args) catch return false) orelse return false;
+    return std.mem.eql(u8, v, want);
+}
+
+// ---- statuses ----
+
+/// Why the broker refused a write or an emit: the ABI's statuses -1 to -4.
+pub const Error = error{
+    /// ERR_INVALID: a topic that is not a valid topic, an empty header name.
+    Invalid,
+    /// ERR_TOO_LARGE: over max_message_bytes or max_header_bytes.
+    TooLarge,
+    /// ERR_NOT_ALLOWED: not in this hook.
+    NotAllowed,
+    /// ERR_LIMIT: max_emits for this call used up.
+    Limit,
+    /// A status this version of the SDK does not know.
+    UnknownStatus,
+};
+
+fn check(status: i32) Error!i32 {
+    return switch (status) {
+        -1 => error.Invalid,
+        -2 => error.TooLarge,
+        -3 => error.NotAllowed,
+        -4 => error.Limit,
+        else => if (status < 0) error.UnknownStatus else status,
+    };
+}
+
+// ---- the message ----
+
+/// The message of the hook, as it entered the call.
+pub const msg = struct {
+    /// The topic.
+    pub fn topic() ![]const u8 {
+        return (try read(host.v1_msg_topic, .{})) orelse "";
+    }
+
+    /// Whether the topic is exactly t; allocates nothing.
+    pub fn topicIs(t: []const u8) bool {
+        return readEql(host.v1_msg_topic, .{}, t);
+    }
+
+    /// The payload.
+    pub fn payload() ![]const u8 {
+        return (try read(host.v1_msg_payload, .{})) orelse "";
+    }
+
+    /// One header's value, or null if it is not set.
+    pub fn header(name: []const u8) !?[]const u8 {
+        return read(host.v1_msg_header, .{ p(name), name.len });
+    }
+
+    /// Whether header name is set to exactly value; allocates nothing for values up to
+    /// scratch_bytes.
+    pub fn headerIs(name: []const u8, value: []const u8) bool {
+        return readEql(host.v1_msg_header, .{ p(name), name.len }, value);
+    }
+
+    /// How many headers the message has.
+    pub fn headerCount() usize {
+        return @intCast(@max(host.v1_msg_header_count(), 0));
+    }
+
+    /// The name of header index (0-based, sorted by name), or null past the end.
+    pub fn headerName(index: usize) !?[]const u8 {
+        return read(host.v1_msg_header_name, .{@as(i32, @intCast(index))});
+    }
+
+    /// The message's system_id in on_ack and on_redeliver; null in on_publish.
+    pub fn id() !?[]const u8 {
+        const v = (try read(host.v1_msg_id, .{})) orelse return null;
+        return if (v.len == 0) null else v;
+    }
+
+    /// Routes the message to t instead (on_publish).
+    pub fn setTopic(t: []const u8) Error!void {
+        _ = try check(host.v1_msg_set_topic(p(t), t.len));
+    }
+
+    /// Replaces the payload (on_publish).
+    pub fn setPayload(b: []const u8) Error!void {
+        _ = try check(host.v1_msg_set_payload(p(b), b.len));
+    }
+
+    /// Adds or replaces a header (on_publish, on_redeliver).
+    pub fn setHeader(name: []const u8, value: []const u8) Error!void {
+        _ = try check(host.v1_msg_set_header(p(name), name.len, p(value), value.len));
+    }
+
+    /// Removes a header; fine if it was not set (on_publish, on_redeliver).
+    pub fn delHeader(name: []const u8) Error!void {
+        _ = try check(host.v1_msg_del_header(p(name), name.len));
+    }
+};
+
+// ---- the event of on_ack and on_redeliver ----
+
+/// The delivery that on_ack and on_redeliver are about.
+pub const event = struct {
+    /// The consumer group's subscription_id.
+    pub fn subscription() ![]const u8 {
+        return (try read(host.v1_event_subscription, .{})) orelse "";
+    }
+    /// The consumer group's name.
+    pub fn group() ![]const u8 {
+        return (try read(host.v1_event_group, .{})) orelse "";
+    }
+    /// The delivery attempt that was acked, or that failed (1 = first).
+    pub fn attempt() u32 {
+        return @intCast(@max(host.v1_event_attempt(), 0));
+    }
+    /// Nanoseconds from the acked delivery to its ack (on_ack).
+    pub fn inFlightNs() i64 {
+        return host.v1_event_in_flight_ns();
+    }
+    /// Why the message is redelivered (on_redeliver).
+    pub fn reason() ![]const u8 {
+        return (try read(host.v1_event_reason, .{})) orelse "";
+    }
+};
+
+// ---- configuration ----
+
+/// The plugin's config block.
+pub const config = struct {
+    /// One value by key, or null if it is not set.
+    pub fn get(key: []const u8) !?[]const u8 {
+        return read(host.v1_config_get, .{ p(key), key.len });
+    }
+
+    /// The whole configuration as the ABI gives it: "key=value\n" lines sorted by key, with
+    /// backslash, newline and carriage return escaped. iterate() decodes it.
+    pub fn text() ![]const u8 {
+        return (try read(host.v1_config, .{})) orelse "";
+    }
+
+    /// One decoded entry of the configuration.
+    pub const Entry = struct { key: []const u8, value: []const u8 };
+
+    /// Decodes text() entry by entry: `var it = config.iterate(try config.text());
+    /// while (try it.next()) |e| ...`.
+    pub fn iterate(t: []const u8) Iterator {
+        return .{ .lines = std.mem.splitScalar(u8, t, '\n') };
+    }
+
+    /// See iterate.
+    pub const Iterator = struct {
+        lines: std.mem.SplitIterator(u8, .scalar),
+
+        pub fn next(it: *Iterator) !?Entry {
+            while (it.lines.next()) |line| {
+                if (line.len == 0) continue;
+                const eq = std.mem.indexOfScalar(u8, line, '=') orelse line.len;
+                const value = if (eq < line.len) line[eq + 1 ..] else "";
+                return .{ .key = try unescape(line[0..eq]), .value = try unescape(value) };
+            }
+            return null;
+        }
+    };
+
+    fn unescape(s: []const u8) ![]const u8 {
+        if (std.mem.indexOfScalar(u8, s, '\\') == null) return s;
+        var out = try allocator().alloc(u8, s.len);
+        var i: usize = 0;
+        var n: usize = 0;
+        while (i < s.len) : (i += 1) {
+            var c = s[i];
+            if (c == '\\' and i + 1 < s.len) {
+                i += 1;
+                c = switch (s[i]) {
+                    'n' => '\n',
+                    'r' => '\r',
+                    else => s[i],
+                };
+            }
+            out[n] = c;
+            n += 1;
+        }
+        return out[0..n];
+    }
+};
+
+// ---- logging, time, reasons ----
+
+/// The broker's log levels.
+pub const Level = enum(i32) { trace = 0, debug = 1, info = 2, warn = 3, err = 4 };
+
+/// Logs a line through the broker's logger, tagged with the plugin's name.
+pub fn logLine(level: Level, line: []const u8) void {
+    host.v1_log(@intFromEnum(level), p(line), line.len);
+}
+
+/// Formatted logging: tb.log.warn("tenant {s}", .{t}). A line that cannot be formatted
+/// (out of memory) is logged as its format string.
+pub const log = struct {
+    pub fn trace(comptime fmt: []const u8, args: anytype) void {
+        print(.trace, fmt, args);
+    }
+    pub fn debug(comptime fmt: []const u8, args: anytype) void {
+        print(.debug, fmt, args);
+    }
+    pub fn info(comptime fmt: []const u8, args: anytype) void {
+        print(.info, fmt, args);
+    }
+    pub fn warn(comptime fmt: []const u8, args: anytype) void {
+        print(.warn, fmt, args);
+    }
+    pub fn err(comptime fmt: []const u8, args: anytype) void {
+        print(.err, fmt, args);
+    }
+    fn print(level: Level, comptime fmt: []const u8, args: anytype) void {
+        const line = std.fmt.allocPrint(allocator(), fmt, args) catch fmt;
+        logLine(level, line);
+    }
+};
+
+/// Wall-clock time, nanoseconds since the Unix epoch.
+pub fn nowNs() i64 {
+    return host.v1_now();
+}
+
+/// Sets the reason for this call's verdict; the last call wins.
+pub fn setReason(reason: []const u8) void {
+    host.v1_set_reason(p(reason), reason.len);
+}
+
+// ---- emitting ----
+
+/// A message emitted by emit(), whose headers can still be set.
+pub const Emitted = struct {
+    handle: i32,
+
+    /// Sets a header of the emitted message. If refused, the message still goes out
+    /// without it.
+    pub fn header(e: Emitted, name: []const u8, value: []const u8) Error!void {
+        _ = try check(host.v1_emit_header(e.handle, p(name), name.len, p(value), value.len));
+    }
+};
+
+/// Emits a message, published when the hook returns successfully (whatever its verdict),
+/// after the message itself.
+pub fn emit(topic: []const u8, payload: []const u8) Error!Emitted {
+    return .{ .handle = try check(host.v1_emit(p(topic), topic.len, p(payload), payload.len)) };
+}
+
+/// A header of emitWith: .{ "name", "value" }.
+pub const Header = struct { []const u8, []const u8 };
+
+/// Emits a message with headers; empty header names are refused (error.Invalid) before
+/// anything is emitted.
+pub fn emitWith(topic: []const u8, payload: []const u8, headers: []const Header) Error!void {
+    for (headers) |h| if (h[0].len == 0) return error.Invalid;
+    const e = try emit(topic, payload);
+    for (headers) |h| try e.header(h[0], h[1]);
+}
+
+// ---- verdicts ----
+
+fn verdict(action: u32, arg: u32) i64 {
+    return @bitCast(@as(u64, action) | (@as(u64, arg) << 32));
+}
+
+/// gRPC status codes for Publish.reject.
+pub const code = struct {
+    pub const invalid_argument: u32 = 3;
+    pub const not_found: u32 = 5;
+    pub const permission_denied: u32 = 7;
+    pub const resource_exhausted: u32 = 8;
+    pub const failed_precondition: u32 = 9;
+    pub const unavailable: u32 = 14;
+    pub const unauthenticated: u32 = 16;
+};
+
+/// The verdict of on_publish.
+pub const Publish = struct {
+    raw: i64,
+
+    /// Continue with the message as changed by this call.
+    pub const pass = Publish{ .raw = verdict(0, 0) };
+
+    /// Drop the message, saying why.
+    pub fn drop(reason: []const u8) Publish {
+        setReason(reason);
+        return .{ .raw = verdict(1, 0) };
+    }
+
+    /// Refuse the publish with gRPC status c (see code) and a reason.
+    pub fn reject(c: u32, reason: []const u8) Publish {
+        setReason(reason);
+        return .{ .raw = verdict(2, c) };
+    }
+};
+
+/// The verdict of on_redeliver.
+pub const Redeliver = struct {
+    raw: i64,
+
+    /// The broker's default: redeliver, or dead-letter past max_deliveries.
+    pub const redeliver = Redeliver{ .raw = verdict(0, 0) };
+    /// Forget the message.
+    pub const drop = Redeliver{ .raw = verdict(3, 0) };
+
+    /// Redeliver after ms milliseconds (clamped to 1 .. 2^31-1).
+    pub fn delay(ms: u32) Redeliver {
+        return .{ .raw = verdict(1, std.math.clamp(ms, 1, std.math.maxInt(i32))) };
+    }
+
+    /// Dead-letter now, saying why.
+    pub fn deadLetter(reason: []const u8) Redeliver {
+        setReason(reason);
+        return .{ .raw = verdict(2, 0) };
+    }
+};
+
+// ---- hooks ----
+
+fn unwrap(r: anytype) switch (@typeInfo(@TypeOf(r))) {
+    .ErrorUnion => |eu| eu.payload,
+    else => @TypeOf(r),
+} {
+    return switch (@typeInfo(@TypeOf(r))) {
+        .ErrorUnion => r catch |e| fail(e),
+        else => r,
+    };
+}
+
+fn fail(e: anyerror) noreturn {
+    var buf: [128]u8 = undefined;
+    const line = std.fmt.bufPrint(&buf, "plugin failed: error.{s}", .{@errorName(e)}) catch "plugin failed";
+    logLine(.err, line);
+    @trap();
+}
+
+fn done() void {
+    _ = arena_state.reset(.{ .retain_with_limit = arena_retain_bytes });
+}
+
+/// Exports f, a `fn () Publish` or `fn () !Publish`, as tb_on_publish. Call it in a
+/// comptime block of the plugin's root file.
+pub fn onPublish(comptime f: anytype) void {
+    const S = struct {
+        fn hook() callconv(.C) i64 {
+            defer done();
+            return unwrap(f()).raw;
+        }
+    };
+    @export(S.hook, .{ .name = "tb_on_publish" });
+}
+
+/// Exports f, a `fn () void` or `fn () !void`, as tb_on_ack.
+pub fn onAck(comptime f: anytype) void {
+    const S = struct {
+        fn hook() callconv(.C) i64 {
+            defer done();
+            unwrap(f());
+            return 0;
+        }
+    };
+    @export(S.hook, .{ .name = "tb_on_ack" });
+}
+
+/// Exports f, a `fn () Redeliver` or `fn () !Redeliver`, as tb_on_redeliver.
+pub fn onRedeliver(comptime f: anytype) void {
+    const S = struct {
+        fn hook() callconv(.C) i64 {
+            defer done();
+            return unwrap(f()).raw;
+        }
+    };
+    @export(S.hook, .{ .name = "tb_on_redeliver" });
+}
+
+/// Exports f as tb_init, run once per instance before any hook. f returns null (or void)
+/// to accept the configuration, or the reason to refuse it: `fn () !?[]const u8`.
+pub fn onInit(comptime f: anytype) void {
+    const S = struct {
+        fn hook() callconv(.C) i32 {
+            defer done();
+            const r = unwrap(f());
+            if (@TypeOf(r) == void) return 0;
+            if (r) |reason| {
+                setReason(reason);
+                return 1;
+            }
+            return 0;
+        }
+    };
+    @export(S.hook, .{ .name = "tb_init" });
+}
+
+/// A panic handler that logs the panic's message at error level, then traps: in the
+/// plugin's root file, `pub const panic = tb.panic;`.
+pub fn panic(message: []const u8, _: ?*std.builtin.StackTrace, _: ?usize) noreturn {
+    var buf: [256]u8 = undefined;
+    const line = std.fmt.bufPrint(&buf, "plugin panicked: {s}", .{message}) catch "plugin panicked";
+    logLine(.err, line);
+    @trap();
+}
+
+test "verdicts pack action and argument" {
+    try std.testing.expectEqual(@as(i64, 0), Publish.pass.raw);
+    try std.testing.expectEqual(@as(i64, 2 | 7 << 32), verdict(2, 7));
+    try std.testing.expectEqual(@as(i64, 1 | 1 << 32), Redeliver.delay(0).raw);
+    try std.testing.expectEqual(@as(i64, 1 | 0x7fffffff << 32), Redeliver.delay(std.math.maxInt(u32)).raw);
+    try std.testing.expectEqual(@as(i64, 3), Redeliver.drop.raw);
+}
+
+test "statuses map to errors" {
+    try std.testing.expectEqual(@as(i32, 2), try check(2));
+    try std.testing.expectError(error.Invalid, check(-1));
+    try std.testing.expectError(error.Limit, check(-4));
+    try std.testing.expectError(error.UnknownStatus, check(-9));
+}
+
+test "config text is unescaped" {
+    var it = config.iterate("a=1\nb=x\\ny\\\\z\\r\nempty=\n");
+    const want = [_]config.Entry{ .{ .key = "a", .value = "1" }, .{ .key = "b", .value = "x\ny\\z\r" }, .{ .key = "empty", .value = "" } };
+    for (want) |w| {
+        const e = (try it.next()).?;
+        try std.testing.expectEqualStrings(w.key, e.key);
+        try std.testing.expectEqualStrings(w.value, e.value);
+    }
+    try std.testing.expect((try it.next()) == null);
+}
