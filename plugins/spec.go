@@ -33,9 +33,9 @@ const (
 // Spec declares one plugin, as the config file's plugin block does. Zero values take the
 // defaults shown.
 type Spec struct {
-	Name   string // letters, digits, '-', '_'; names the logger and the dead-letter topic
-	Path   string // the .wasm file
-	Wasm   []byte // the module itself, instead of Path
+	Name string // letters, digits, '-', '_'; names the logger and the dead-letter topic
+	Path string // the .wasm file
+	Wasm []byte // the module itself, instead of Path
 	// Source is where the plugin is declared, "FILE:LINE,COL-COL" of its path in the config
 	// file (set by the config package): errors loading it start with it.
 	Source string
