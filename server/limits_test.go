@@ -10,7 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tinybroker/tinybroker/broker"
@@ -335,4 +337,61 @@ func TestStatsPaging(t *testing.T) {
 	_, err := tb.c.Stats(context.Background(), &pb.StatsRequest{PageToken: "nonsense"})
 	wantCode(t, err, codes.InvalidArgument, "page_token")
 	k.check()
+}
+
+// A client that sends opens without reading their answers is held by flow control: the
+// stream stops reading past MaxUnansweredOpens (each answer is larger than the open that
+// earned it), and goes on once the client reads.
+func TestLimitUnansweredOpens(t *testing.T) {
+	tb := startWith(t, broker.Options{}, server.Options{MaxUnansweredOpens: 16})
+	k := newCanary(t, tb)
+	conn, err := grpc.NewClient(tb.addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithInitialWindowSize(64<<10)) // a fixed window: what the server can send unread is bounded
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stream, err := pb.NewBrokerClient(conn).Subscribe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const opens = 3000
+	id := func(i int) string { return fmt.Sprintf("%0128d", i) } // long ids make long answers
+	for i := range opens {
+		if err := stream.Send(&pb.SubscribeRequest{Frame: &pb.SubscribeRequest_Open{Open: fanout(id(i), "p")}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	total := func() uint32 { return tb.stats(t).GetSubscriptionsTotal() }
+	// The stream takes opens until 16 are unanswered beyond what the client's window holds,
+	// then stops: wait until the count settles, and check it is far from all.
+	prev := total()
+	for {
+		time.Sleep(100 * time.Millisecond)
+		n := total()
+		if n == prev {
+			break
+		}
+		prev = n
+	}
+	t.Logf("%d of %d opens taken while their answers were not read", prev, opens)
+	if prev > 1000 {
+		t.Fatalf("%d of %d opens were taken without their answers being read", prev, opens)
+	}
+	k.check()
+	for answered := 0; answered < opens; {
+		resp, err := stream.Recv()
+		if err != nil {
+			t.Fatalf("after %d answers: %v", answered, err)
+		}
+		if resp.GetSubscribed() == nil {
+			t.Fatalf("answer %d: %v", answered, resp)
+		}
+		answered++
+	}
+	if n := total(); n != opens+1 {
+		t.Fatalf("%d subscriptions, want %d", n, opens+1)
+	}
 }

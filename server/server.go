@@ -54,6 +54,9 @@ type Options struct {
 	// MaxConnections is the most client connections open at once (4,096); further ones are
 	// closed at once, counted and logged.
 	MaxConnections int
+	// MaxUnansweredOpens is how many opens of a Subscribe stream may wait for their answer
+	// (65,536); past it the stream stops reading the client's frames until answers go out.
+	MaxUnansweredOpens int
 	// HandshakeTimeout is how long a new connection has to complete the HTTP/2 handshake
 	// (10s); a connection that sends nothing, or only part of it, is closed.
 	HandshakeTimeout time.Duration
@@ -109,6 +112,9 @@ func New(b *broker.Broker, maxMessageBytes int, opts Options) *Server {
 	}
 	if opts.MaxConnections <= 0 {
 		opts.MaxConnections = 4096
+	}
+	if opts.MaxUnansweredOpens <= 0 {
+		opts.MaxUnansweredOpens = 65_536
 	}
 	if opts.HandshakeTimeout <= 0 {
 		opts.HandshakeTimeout = 10 * time.Second
@@ -288,11 +294,13 @@ func (s *Server) Subscribe(stream grpc.BidiStreamingServer[pb.SubscribeRequest, 
 		return toStatus(err)
 	}
 
+	unanswered := &opens{answered: make(chan struct{}, 1)}
+	unanswered.n.Store(1) // the first
 	recvErr := make(chan error, 1)
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		recvErr <- s.receive(stream, st)
+		recvErr <- s.receive(stream, st, unanswered)
 	}()
 
 	ctx := stream.Context()
@@ -301,7 +309,7 @@ func (s *Server) Subscribe(stream grpc.BidiStreamingServer[pb.SubscribeRequest, 
 		bp := s.batches.Get().(*[]broker.Delivery)
 		batch := st.Next((*bp)[:0], s.opts.MaxBatchMessages, s.opts.MaxBatchBytes)
 		if len(batch) > 0 {
-			err := s.send(stream, batch)
+			err := s.send(stream, batch, unanswered)
 			clear(batch)
 			*bp = batch[:0]
 			s.batches.Put(bp)
@@ -337,7 +345,7 @@ func (s *Server) Subscribe(stream grpc.BidiStreamingServer[pb.SubscribeRequest, 
 }
 
 // send writes batch to stream: runs of messages as one frame each, events as their own frames.
-func (s *Server) send(stream grpc.BidiStreamingServer[pb.SubscribeRequest, pb.SubscribeResponse], batch []broker.Delivery) error {
+func (s *Server) send(stream grpc.BidiStreamingServer[pb.SubscribeRequest, pb.SubscribeResponse], batch []broker.Delivery, unanswered *opens) error {
 	for len(batch) > 0 {
 		n := 0
 		for n < len(batch) && batch[n].Msg != nil {
@@ -353,6 +361,7 @@ func (s *Server) send(stream grpc.BidiStreamingServer[pb.SubscribeRequest, pb.Su
 		if err := stream.Send(s.event(batch[0].Sub)); err != nil {
 			return err
 		}
+		unanswered.answer()
 		batch = batch[1:]
 	}
 	return nil
@@ -379,7 +388,7 @@ func (s *Server) event(sub *broker.Subscription) *pb.SubscribeResponse {
 
 // receive applies the client's frames until the stream ends. Unknown ids are skipped (see
 // broker.Subscription.Ack); a malformed frame ends the stream.
-func (s *Server) receive(stream grpc.BidiStreamingServer[pb.SubscribeRequest, pb.SubscribeResponse], st *broker.Stream) error {
+func (s *Server) receive(stream grpc.BidiStreamingServer[pb.SubscribeRequest, pb.SubscribeResponse], st *broker.Stream, unanswered *opens) error {
 	for {
 		req, err := stream.Recv()
 		if err == io.EOF {
@@ -418,6 +427,13 @@ func (s *Server) receive(stream grpc.BidiStreamingServer[pb.SubscribeRequest, pb
 				skipped = sub.Touch(f.Touch.GetSystemIds())
 			}
 		case *pb.SubscribeRequest_Open:
+			// Each open is answered through the stream's buffer; a client that sent opens
+			// without reading the answers would grow it without bound (a refusal is larger
+			// than the open that earned it). Past MaxUnansweredOpens the stream stops
+			// reading until answers go out: HTTP/2 flow control then holds the client.
+			if err := s.waitToOpen(stream.Context(), st, unanswered); err != nil {
+				return err
+			}
 			_, _ = st.Subscribe(subscribeOptions(f.Open)) // the stream answers it: subscribed or refused
 		case *pb.SubscribeRequest_Close:
 			if sub, _ := st.Lookup(f.Close.GetSubscriptionId()); sub != nil && f.Close.GetSubscriptionId() != "" {
@@ -431,6 +447,37 @@ func (s *Server) receive(stream grpc.BidiStreamingServer[pb.SubscribeRequest, pb
 			s.log.Trace("skipped unknown ids", "count", skipped)
 		}
 	}
+}
+
+// opens counts the opens of a Subscribe stream whose subscribed or refused frame is not yet
+// sent.
+type opens struct {
+	n        atomic.Int64
+	answered chan struct{} // signalled when an answer is sent
+}
+
+func (o *opens) answer() {
+	o.n.Add(-1)
+	select {
+	case o.answered <- struct{}{}:
+	default:
+	}
+}
+
+// waitToOpen counts one more open of the stream, first waiting while MaxUnansweredOpens
+// are waiting for their answer.
+func (s *Server) waitToOpen(ctx context.Context, st *broker.Stream, o *opens) error {
+	for o.n.Load() >= int64(s.opts.MaxUnansweredOpens) {
+		select {
+		case <-o.answered:
+		case <-st.Done():
+			return nil // the stream is over; the open will be refused
+		case <-ctx.Done():
+			return status.FromContextError(ctx.Err()).Err()
+		}
+	}
+	o.n.Add(1)
+	return nil
 }
 
 // settling finds the subscription an ack, nack or touch frame is for: the one named, or the
