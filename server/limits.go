@@ -46,6 +46,7 @@ func (l *connLimiter) Accept() (net.Conn, error) {
 			return nil, err
 		}
 		if l.open.Add(1) <= l.max {
+			setUserTimeout(c, l.s.opts.KeepaliveTimeout)
 			return &limitedConn{Conn: c, l: l}, nil
 		}
 		l.open.Add(-1)
