@@ -61,6 +61,11 @@ type Options struct {
 	AckDeadline    time.Duration // default ack deadline of balanced subscriptions (30s)
 	MaxInFlightCap int           // largest max_in_flight a member may ask for (65,536)
 
+	// Limits on what one client can make the broker hold (see RATIONALE.md, "Limits").
+	MaxSubscriptionsPerStream  int // subscriptions one stream carries at once (65,536)
+	MaxPatternsPerSubscription int // topic_patterns of one subscription (1,024)
+	MaxGroups                  int // consumer groups in all (10,000)
+
 	Logger hclog.Logger // hclog.NewNullLogger() if nil
 
 	// clock replaces the monotonic clock in tests (fakeClock): deadlines and delays then
@@ -89,6 +94,9 @@ func (o *Options) setDefaults() {
 	if o.GroupOverflow == OverflowDefault {
 		o.GroupOverflow = OverflowReject
 	}
+	def(&o.MaxSubscriptionsPerStream, 65_536)
+	def(&o.MaxPatternsPerSubscription, 1_024)
+	def(&o.MaxGroups, 10_000)
 	if o.AckDeadline <= 0 {
 		o.AckDeadline = 30 * time.Second
 	}
@@ -413,6 +421,9 @@ func (b *Broker) checkSubscribe(o *SubscribeOptions) ([]string, error) {
 	if len(o.Patterns) == 0 {
 		return nil, bad("topic_patterns is empty; give at least one, e.g. \"jobs.>\"")
 	}
+	if n := len(o.Patterns); n > b.opts.MaxPatternsPerSubscription {
+		return nil, bad("%d topic_patterns; the limit is %d per subscription (limits { max_patterns_per_subscription }); use wildcards such as \"jobs.*\" or spread them over several subscriptions", n, b.opts.MaxPatternsPerSubscription)
+	}
 	patterns := slices.Clone(o.Patterns)
 	for _, p := range patterns {
 		if err := ValidatePattern(p); err != nil {
@@ -496,6 +507,9 @@ func (b *Broker) groupFor(o *SubscribeOptions, patterns []string) (*group, error
 	if g == nil {
 		if other, ok := b.groupNames[o.Group]; ok {
 			return nil, fmt.Errorf("%w: consumer_group %q belongs to subscription_id %q; members must share both", ErrGroupMismatch, o.Group, other)
+		}
+		if len(b.groups) >= b.opts.MaxGroups {
+			return nil, fmt.Errorf("%w: the broker holds %d consumer groups, its limit (limits { max_groups }); reuse a group, let unused ones expire (groups { expire_after }) or raise the limit", ErrLimit, len(b.groups))
 		}
 		return b.newGroupLocked(GroupConfig{ID: o.ID, Name: o.Group, Patterns: patterns, MaxDeliveries: o.MaxDeliveries, DeadLetterTopic: o.DeadLetterTopic}), nil
 	}

@@ -54,6 +54,9 @@ func (b *Broker) Declare(gc GroupConfig) error {
 	if other, ok := b.groupNames[gc.Name]; ok {
 		return fmt.Errorf("%w: consumer_group %q belongs to subscription_id %q", ErrGroupMismatch, gc.Name, other)
 	}
+	if len(b.groups) >= b.opts.MaxGroups {
+		return fmt.Errorf("%w: the broker holds %d consumer groups, its limit (limits { max_groups })", ErrLimit, len(b.groups))
+	}
 	g := b.newGroupLocked(gc)
 	g.declared = true
 	return nil

@@ -38,6 +38,9 @@ var (
 	// ErrHookFailed: a plugin failed on this message and its failure policy is fail_closed.
 	// (UNAVAILABLE: a retry may succeed once the plugin recovers)
 	ErrHookFailed = errors.New("plugin failed")
+	// ErrLimit: a request would take the broker past one of its limits on what one client
+	// can make it hold: subscriptions per stream, consumer groups. (RESOURCE_EXHAUSTED)
+	ErrLimit = errors.New("limit reached")
 	// ErrSubscriptionClosed: the subscription was closed by its owner.
 	ErrSubscriptionClosed = errors.New("subscription closed")
 )

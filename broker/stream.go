@@ -67,6 +67,9 @@ func (st *Stream) register(s *Subscription) error {
 	if _, ok := st.subs[s.id]; ok {
 		return fmt.Errorf("%w: this stream already carries subscription %q; a stream can be one member of a group at most", ErrSubscriptionExists, s.id)
 	}
+	if n := len(st.subs); n >= st.b.opts.MaxSubscriptionsPerStream {
+		return fmt.Errorf("%w: this stream carries %d subscriptions, its limit (limits { max_subscriptions_per_stream }); close some, open another stream, or raise the limit", ErrLimit, n)
+	}
 	st.out.mu.Lock()
 	defer st.out.mu.Unlock()
 	if st.closed {

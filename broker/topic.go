@@ -11,16 +11,20 @@ import (
 const MaxTopicBytes = 255
 
 // ValidateTopic reports whether topic can be published to: one or more non-empty tokens
-// separated by '.', no whitespace or control characters, no wildcard tokens, valid UTF-8,
-// at most MaxTopicBytes long.
+// separated by '.', no whitespace or control characters, no '*' or '>' anywhere (they are the
+// wildcards of patterns), valid UTF-8, at most MaxTopicBytes long. Every valid topic is also
+// a valid pattern that matches exactly itself (see RATIONALE.md, "one grammar").
 func ValidateTopic(topic string) error {
 	if msg := checkSubject(topic); msg != "" {
 		return fmt.Errorf("%w %q: %s", ErrInvalidTopic, topic, msg)
 	}
-	for tok := range strings.SplitSeq(topic, ".") {
+	if i := strings.IndexAny(topic, "*>"); i >= 0 {
+		tok := topic[strings.LastIndexByte(topic[:i], '.')+1:]
+		tok, _, _ = strings.Cut(tok, ".")
 		if tok == "*" || tok == ">" {
 			return fmt.Errorf("%w %q: wildcard token %q is only allowed in subscription patterns; publish to a concrete topic such as \"jobs.thumb.1\"", ErrInvalidTopic, topic, tok)
 		}
+		return fmt.Errorf("%w %q: token %q contains %q, which is reserved for the wildcards of subscription patterns; use letters, digits and punctuation other than '*' and '>'", ErrInvalidTopic, topic, tok, topic[i])
 	}
 	return nil
 }

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"sort"
 	"strings"
@@ -27,6 +26,8 @@ type HostOptions struct {
 	Logger          hclog.Logger
 	MaxMessageBytes int // the broker's limits, which plugin output must respect
 	MaxHeaderBytes  int
+	// MaxPluginBytes is the largest .wasm file read (DefaultMaxPluginBytes, 64 MiB).
+	MaxPluginBytes int64
 }
 
 // Host loads plugins. One Host serves every reload: they share its compilation cache.
@@ -46,6 +47,9 @@ func NewHost(opts HostOptions) (*Host, error) {
 	}
 	if opts.MaxHeaderBytes <= 0 {
 		opts.MaxHeaderBytes = 64 << 10
+	}
+	if opts.MaxPluginBytes <= 0 {
+		opts.MaxPluginBytes = DefaultMaxPluginBytes
 	}
 	h := &Host{opts: opts, log: opts.Logger}
 	if opts.CacheDir != "" {
@@ -106,13 +110,13 @@ type plugin struct {
 func (h *Host) load(ctx context.Context, s Spec) (*plugin, error) {
 	s.setDefaults()
 	if err := s.validate(); err != nil {
-		return nil, err
+		return nil, s.located(err)
 	}
 	bin := s.Wasm
 	if bin == nil {
 		var err error
-		if bin, err = os.ReadFile(s.Path); err != nil {
-			return nil, fmt.Errorf("plugin %q: %w", s.Name, err)
+		if bin, err = readModule(ctx, s.Path, h.opts.MaxPluginBytes); err != nil {
+			return nil, s.located(fmt.Errorf("plugin %q: %w", s.Name, err))
 		}
 	}
 	cfg := wazero.NewRuntimeConfig().
@@ -123,7 +127,7 @@ func (h *Host) load(ctx context.Context, s Spec) (*plugin, error) {
 		topics: compilePatterns(s.Topics), configText: configText(s.Config)}
 	fail := func(err error) (*plugin, error) {
 		_ = p.rt.Close(ctx)
-		return nil, fmt.Errorf("plugin %q refused: %w", s.Name, err)
+		return nil, s.located(fmt.Errorf("plugin %q refused: %w", s.Name, err))
 	}
 	var err error
 	if p.compiled, err = p.rt.CompileModule(ctx, bin); err != nil {

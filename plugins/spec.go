@@ -33,9 +33,12 @@ const (
 // Spec declares one plugin, as the config file's plugin block does. Zero values take the
 // defaults shown.
 type Spec struct {
-	Name   string // letters, digits, '-', '_'; names the logger and the dead-letter topic
-	Path   string // the .wasm file
-	Wasm   []byte // the module itself, instead of Path
+	Name string // letters, digits, '-', '_'; names the logger and the dead-letter topic
+	Path string // the .wasm file
+	Wasm []byte // the module itself, instead of Path
+	// Source is where the plugin is declared, "FILE:LINE,COL-COL" of its path in the config
+	// file (set by the config package): errors loading it start with it.
+	Source string
 	Hooks  []string
 	Topics []string // patterns whose messages on_publish sees (">": every message)
 	Groups []string // consumer groups whose acks and redeliveries it sees (all)
@@ -103,4 +106,12 @@ func (s *Spec) validate() error {
 		return fmt.Errorf("plugin %q: memory limit %d is under one 64 KiB page", s.Name, s.MemoryLimitBytes)
 	}
 	return nil
+}
+
+// located prefixes err with where the plugin is declared, if known.
+func (s *Spec) located(err error) error {
+	if s.Source == "" {
+		return err
+	}
+	return fmt.Errorf("%s: %w", s.Source, err)
 }

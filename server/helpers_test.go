@@ -42,6 +42,9 @@ func startWith(t *testing.T, opts broker.Options, sopts server.Options) *testBro
 		t.Fatal(err)
 	}
 	b := broker.New(opts)
+	if sopts.MaxHeaderBytes == 0 {
+		sopts.MaxHeaderBytes = opts.MaxHeaderBytes
+	}
 	tb := &testBroker{b: b, srv: server.New(b, opts.MaxMessageBytes, sopts), addr: lis.Addr().String(), done: make(chan struct{})}
 	go func() {
 		defer close(tb.done)

@@ -42,6 +42,10 @@ type publishFrame struct {
 	errorsOnly bool
 	msgs       []publishMsg
 	topics     wire.Interner
+
+	maxMsgs int  // the most messages a frame may carry (0: any number)
+	tooMany bool // the frame carries more than maxMsgs: decoding stopped, the frame is refused
+	size    int  // the frame's encoded size, which bounds the size of its answer
 }
 
 type publishMsg struct {
@@ -55,7 +59,7 @@ var errFrame = errors.New("malformed PublishStreamRequest")
 // decode parses b into f. Payloads are copied: b is gRPC's buffer.
 func (f *publishFrame) decode(b []byte) error {
 	clear(f.msgs)
-	f.seq, f.errorsOnly, f.msgs = 0, false, f.msgs[:0]
+	f.seq, f.errorsOnly, f.msgs, f.tooMany, f.size = 0, false, f.msgs[:0], false, len(b)
 	for len(b) > 0 {
 		num, typ, n := wire.ConsumeTag(b)
 		if n < 0 {
@@ -70,6 +74,11 @@ func (f *publishFrame) decode(b []byte) error {
 			v, n = protowire.ConsumeVarint(b)
 			f.errorsOnly = v != 0
 		case num == fieldFrameMessages && typ == protowire.BytesType:
+			if f.maxMsgs > 0 && len(f.msgs) == f.maxMsgs {
+				clear(f.msgs) // refused whole: decode no further
+				f.msgs, f.tooMany = f.msgs[:0], true
+				return nil
+			}
 			var v []byte
 			if v, n = protowire.ConsumeBytes(b); n >= 0 {
 				m, err := f.decodeMessage(v)
@@ -141,6 +150,16 @@ func (f *publishFrame) unmarshal(data mem.BufferSlice) error {
 	defer buf.Free()
 	return f.decode(buf.ReadOnlyData())
 }
+
+// answerBudget bounds the error text of one PublishStreamResponse: 64 KiB plus twice the
+// frame's size. A frame of small invalid messages would otherwise be answered with a long
+// error per message (a 2-byte empty message earns a 70-byte error); past the budget a failed
+// message gets its code and omittedError. With at most max_publish_batch results of bounded
+// size, an answer is then at most a constant plus a small multiple of its frame.
+func answerBudget(frameSize int) int { return 64<<10 + 2*frameSize }
+
+// omittedError is the error text of a failed message once its answer's budget is spent.
+const omittedError = "error text omitted: see this frame's first errors"
 
 // publishResult is the answer to one message of a frame.
 type publishResult struct {

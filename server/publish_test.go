@@ -88,3 +88,29 @@ func BenchmarkDecodePublishFrame(b *testing.B) {
 		}
 	}
 }
+
+// A frame with more than maxMsgs messages is marked and not decoded further; one at the limit
+// decodes whole.
+func TestPublishFrameTooMany(t *testing.T) {
+	frame := func(n int) []byte {
+		m := &pb.PublishStreamRequest{Sequence: 3}
+		for range n {
+			m.Messages = append(m.Messages, &pb.PublishRequest{Topic: "a"})
+		}
+		b, err := proto.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	f := publishFrame{maxMsgs: 4}
+	if err := f.decode(frame(4)); err != nil || f.tooMany || len(f.msgs) != 4 || f.seq != 3 {
+		t.Fatalf("4 messages, limit 4: err %v, tooMany %v, %d messages", err, f.tooMany, len(f.msgs))
+	}
+	if err := f.decode(frame(5)); err != nil || !f.tooMany || len(f.msgs) != 0 {
+		t.Fatalf("5 messages, limit 4: err %v, tooMany %v, %d messages", err, f.tooMany, len(f.msgs))
+	}
+	if err := f.decode(frame(1)); err != nil || f.tooMany || len(f.msgs) != 1 {
+		t.Fatalf("the next frame: err %v, tooMany %v, %d messages", err, f.tooMany, len(f.msgs))
+	}
+}

@@ -15,29 +15,6 @@ import (
 	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
 )
 
-// canary is a fanout subscriber and a publisher on a topic of their own, to show that other
-// clients keep being served while one misbehaves.
-type canary struct {
-	tb  *testBroker
-	sub *sub
-	n   int
-}
-
-func newCanary(t *testing.T, tb *testBroker) *canary {
-	return &canary{tb: tb, sub: tb.open(t, fanout("canary", "canary.>"))}
-}
-
-// check publishes one message on the canary's topic and waits for it.
-func (c *canary) check(t *testing.T) {
-	t.Helper()
-	c.n++
-	want := strconv.Itoa(c.n)
-	c.tb.publish(t, "canary.ping", want)
-	if got := string(c.sub.next().GetPayload()); got != want {
-		t.Fatalf("canary got %q, want %q", got, want)
-	}
-}
-
 // Finding 1: a group with no members receiving large payloads fills its byte bound and is
 // refused with RESOURCE_EXHAUSTED naming the group and the setting, long before memory is
 // in danger; the canary keeps working.
@@ -53,7 +30,7 @@ func TestMemberlessGroupByteBound(t *testing.T) {
 		if _, err = tb.c.Publish(context.Background(), &pb.PublishRequest{Topic: "bulk.x", Payload: payload}); err != nil {
 			break
 		}
-		c.check(t)
+		c.check()
 	}
 	wantCode(t, err, codes.ResourceExhausted, `consumer group "bulk"`)
 	wantCode(t, err, codes.ResourceExhausted, "max_queued_bytes")
@@ -63,7 +40,7 @@ func TestMemberlessGroupByteBound(t *testing.T) {
 	if used := tb.b.MemoryUsed(); used > 2<<20+64<<10 {
 		t.Fatalf("broker holds %d bytes", used)
 	}
-	c.check(t)
+	c.check()
 }
 
 // Finding 2: a group abandoned on ">" that fills up refuses only for itself: every other
@@ -86,7 +63,7 @@ func TestAbandonedGroupDoesNotBlockOthers(t *testing.T) {
 		}
 		m := work.next()
 		work.ack(m.GetSystemId())
-		c.check(t)
+		c.check()
 	}
 	if g := tb.group(t, "abandoned"); g.GetQueued() != 50 {
 		t.Fatalf("abandoned group queued %d, want 50", g.GetQueued())

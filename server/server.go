@@ -6,9 +6,11 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math"
 	"net"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -38,10 +40,27 @@ type Options struct {
 	// MaxBatchMessages and MaxBatchBytes bound one server frame of messages (256, 64 KiB).
 	MaxBatchMessages int
 	MaxBatchBytes    int
-	// MaxRecvBytes is the largest client frame accepted (16 MiB, and at least the broker's
-	// MaxMessageBytes plus 1 MiB).
+	// MaxRecvBytes is the largest client frame accepted, a unary Publish or a frame of a
+	// stream (default: ReceiveLimit of the broker's message limits, 1.375 MiB by default).
 	MaxRecvBytes int
-	Logger       hclog.Logger
+	// MaxHeaderBytes is the broker's header limit (64 KiB), used to size MaxRecvBytes.
+	MaxHeaderBytes int
+	// MaxPublishBatch is the most messages one PublishStream frame may carry (4,096); a frame
+	// with more ends its stream with RESOURCE_EXHAUSTED.
+	MaxPublishBatch int
+	// MaxStreamsPerConnection is HTTP/2's SETTINGS_MAX_CONCURRENT_STREAMS (4,096): gRPC
+	// clients wait for a stream to end before opening more.
+	MaxStreamsPerConnection int
+	// MaxConnections is the most client connections open at once (4,096); further ones are
+	// closed at once, counted and logged.
+	MaxConnections int
+	// MaxUnansweredOpens is how many opens of a Subscribe stream may wait for their answer
+	// (65,536); past it the stream stops reading the client's frames until answers go out.
+	MaxUnansweredOpens int
+	// HandshakeTimeout is how long a new connection has to complete the HTTP/2 handshake
+	// (10s); a connection that sends nothing, or only part of it, is closed.
+	HandshakeTimeout time.Duration
+	Logger           hclog.Logger
 	// Reload backs the Reload RPC (nil: UNIMPLEMENTED); it returns the plugins now loaded.
 	Reload func(ctx context.Context) ([]string, error)
 	// Plugins reports the plugins' counters for Stats (nil: none).
@@ -61,6 +80,7 @@ type Server struct {
 	once   sync.Once
 
 	batches sync.Pool // *[]broker.Delivery of cap MaxBatchMessages, lent to a stream while it sends
+	conns   atomic.Pointer[connLimiter]
 }
 
 // New returns a Server for b. maxMessageBytes is the broker's payload limit, used to size
@@ -78,7 +98,27 @@ func New(b *broker.Broker, maxMessageBytes int, opts Options) *Server {
 	if opts.MaxBatchBytes <= 0 {
 		opts.MaxBatchBytes = 64 << 10
 	}
-	opts.MaxRecvBytes = max(opts.MaxRecvBytes, 16<<20, maxMessageBytes+1<<20)
+	if opts.MaxHeaderBytes <= 0 {
+		opts.MaxHeaderBytes = 64 << 10
+	}
+	if opts.MaxRecvBytes <= 0 {
+		opts.MaxRecvBytes = ReceiveLimit(maxMessageBytes, opts.MaxHeaderBytes)
+	}
+	if opts.MaxPublishBatch <= 0 {
+		opts.MaxPublishBatch = 4096
+	}
+	if opts.MaxStreamsPerConnection <= 0 {
+		opts.MaxStreamsPerConnection = 4096
+	}
+	if opts.MaxConnections <= 0 {
+		opts.MaxConnections = 4096
+	}
+	if opts.MaxUnansweredOpens <= 0 {
+		opts.MaxUnansweredOpens = 65_536
+	}
+	if opts.HandshakeTimeout <= 0 {
+		opts.HandshakeTimeout = 10 * time.Second
+	}
 	if opts.Logger == nil {
 		opts.Logger = hclog.NewNullLogger()
 	}
@@ -91,6 +131,8 @@ func New(b *broker.Broker, maxMessageBytes int, opts Options) *Server {
 		grpc.ForceServerCodecV2(newCodec()),
 		experimental.BufferPool(grpcbuf.Pool),
 		grpc.MaxRecvMsgSize(opts.MaxRecvBytes),
+		grpc.MaxConcurrentStreams(uint32(min(opts.MaxStreamsPerConnection, math.MaxUint32))),
+		grpc.ConnectionTimeout(opts.HandshakeTimeout),
 		grpc.InitialWindowSize(grpcbuf.StreamWindow),
 		grpc.InitialConnWindowSize(grpcbuf.ConnWindow),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: opts.KeepaliveTime, Timeout: opts.KeepaliveTimeout}),
@@ -103,9 +145,18 @@ func New(b *broker.Broker, maxMessageBytes int, opts Options) *Server {
 	return s
 }
 
-// Serve accepts connections on lis until Shutdown. It returns nil after a Shutdown.
+// ReceiveLimit is the largest client frame the server accepts by default: a message at both
+// limits, with room for its headers' framing (twice their counted size) and its topic, and
+// for the framing of the messages of a PublishStream frame (256 KiB). It bounds what one
+// unary call or stream frame makes the server allocate before the broker sees it.
+func ReceiveLimit(maxMessageBytes, maxHeaderBytes int) int {
+	return maxMessageBytes + 2*maxHeaderBytes + 256<<10
+}
+
+// Serve accepts connections on lis until Shutdown, at most MaxConnections at once. It returns
+// nil after a Shutdown.
 func (s *Server) Serve(lis net.Listener) error {
-	err := s.grpc.Serve(lis)
+	err := s.grpc.Serve(s.limitConns(lis))
 	if errors.Is(err, grpc.ErrServerStopped) {
 		return nil
 	}
@@ -177,7 +228,7 @@ func (s *Server) PublishStream(stream grpc.BidiStreamingServer[pb.PublishStreamR
 
 // servePublish reads, publishes and answers a PublishStream's frames until it ends.
 func (s *Server) servePublish(stream grpc.BidiStreamingServer[pb.PublishStreamRequest, pb.PublishStreamResponse]) error {
-	f := &publishFrame{}
+	f := &publishFrame{maxMsgs: s.opts.MaxPublishBatch}
 	var results []publishResult
 	for {
 		if err := stream.RecvMsg(f); err != nil {
@@ -186,12 +237,22 @@ func (s *Server) servePublish(stream grpc.BidiStreamingServer[pb.PublishStreamRe
 			}
 			return err
 		}
+		if f.tooMany {
+			return status.Errorf(codes.ResourceExhausted, "PublishStream frame %d carries more than %d messages, the limit per frame (limits { max_publish_batch }); none of it was published: send at most %d messages per frame",
+				f.seq, s.opts.MaxPublishBatch, s.opts.MaxPublishBatch)
+		}
 		results = slices.Grow(results[:0], len(f.msgs))[:len(f.msgs)]
 		failed := false
+		budget := answerBudget(f.size)
 		for i, m := range f.msgs {
 			res, err := s.b.Publish(m.topic, m.payload, m.headers)
 			if err != nil {
-				results[i] = publishResult{code: uint32(codeOf(err)), err: err.Error()}
+				msg := omittedError
+				if budget > 0 {
+					msg = err.Error()
+					budget -= len(msg)
+				}
+				results[i] = publishResult{code: uint32(codeOf(err)), err: msg}
 				failed = true
 			} else {
 				results[i] = publishResult{systemID: res.SystemID, routed: uint32(res.Routed)}
@@ -233,11 +294,13 @@ func (s *Server) Subscribe(stream grpc.BidiStreamingServer[pb.SubscribeRequest, 
 		return toStatus(err)
 	}
 
+	unanswered := &opens{answered: make(chan struct{}, 1)}
+	unanswered.n.Store(1) // the first
 	recvErr := make(chan error, 1)
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		recvErr <- s.receive(stream, st)
+		recvErr <- s.receive(stream, st, unanswered)
 	}()
 
 	ctx := stream.Context()
@@ -246,7 +309,7 @@ func (s *Server) Subscribe(stream grpc.BidiStreamingServer[pb.SubscribeRequest, 
 		bp := s.batches.Get().(*[]broker.Delivery)
 		batch := st.Next((*bp)[:0], s.opts.MaxBatchMessages, s.opts.MaxBatchBytes)
 		if len(batch) > 0 {
-			err := s.send(stream, batch)
+			err := s.send(stream, batch, unanswered)
 			clear(batch)
 			*bp = batch[:0]
 			s.batches.Put(bp)
@@ -282,7 +345,7 @@ func (s *Server) Subscribe(stream grpc.BidiStreamingServer[pb.SubscribeRequest, 
 }
 
 // send writes batch to stream: runs of messages as one frame each, events as their own frames.
-func (s *Server) send(stream grpc.BidiStreamingServer[pb.SubscribeRequest, pb.SubscribeResponse], batch []broker.Delivery) error {
+func (s *Server) send(stream grpc.BidiStreamingServer[pb.SubscribeRequest, pb.SubscribeResponse], batch []broker.Delivery, unanswered *opens) error {
 	for len(batch) > 0 {
 		n := 0
 		for n < len(batch) && batch[n].Msg != nil {
@@ -298,6 +361,7 @@ func (s *Server) send(stream grpc.BidiStreamingServer[pb.SubscribeRequest, pb.Su
 		if err := stream.Send(s.event(batch[0].Sub)); err != nil {
 			return err
 		}
+		unanswered.answer()
 		batch = batch[1:]
 	}
 	return nil
@@ -324,7 +388,7 @@ func (s *Server) event(sub *broker.Subscription) *pb.SubscribeResponse {
 
 // receive applies the client's frames until the stream ends. Unknown ids are skipped (see
 // broker.Subscription.Ack); a malformed frame ends the stream.
-func (s *Server) receive(stream grpc.BidiStreamingServer[pb.SubscribeRequest, pb.SubscribeResponse], st *broker.Stream) error {
+func (s *Server) receive(stream grpc.BidiStreamingServer[pb.SubscribeRequest, pb.SubscribeResponse], st *broker.Stream, unanswered *opens) error {
 	for {
 		req, err := stream.Recv()
 		if err == io.EOF {
@@ -363,6 +427,13 @@ func (s *Server) receive(stream grpc.BidiStreamingServer[pb.SubscribeRequest, pb
 				skipped = sub.Touch(f.Touch.GetSystemIds())
 			}
 		case *pb.SubscribeRequest_Open:
+			// Each open is answered through the stream's buffer; a client that sent opens
+			// without reading the answers would grow it without bound (a refusal is larger
+			// than the open that earned it). Past MaxUnansweredOpens the stream stops
+			// reading until answers go out: HTTP/2 flow control then holds the client.
+			if err := s.waitToOpen(stream.Context(), st, unanswered); err != nil {
+				return err
+			}
 			_, _ = st.Subscribe(subscribeOptions(f.Open)) // the stream answers it: subscribed or refused
 		case *pb.SubscribeRequest_Close:
 			if sub, _ := st.Lookup(f.Close.GetSubscriptionId()); sub != nil && f.Close.GetSubscriptionId() != "" {
@@ -376,6 +447,37 @@ func (s *Server) receive(stream grpc.BidiStreamingServer[pb.SubscribeRequest, pb
 			s.log.Trace("skipped unknown ids", "count", skipped)
 		}
 	}
+}
+
+// opens counts the opens of a Subscribe stream whose subscribed or refused frame is not yet
+// sent.
+type opens struct {
+	n        atomic.Int64
+	answered chan struct{} // signalled when an answer is sent
+}
+
+func (o *opens) answer() {
+	o.n.Add(-1)
+	select {
+	case o.answered <- struct{}{}:
+	default:
+	}
+}
+
+// waitToOpen counts one more open of the stream, first waiting while MaxUnansweredOpens
+// are waiting for their answer.
+func (s *Server) waitToOpen(ctx context.Context, st *broker.Stream, o *opens) error {
+	for o.n.Load() >= int64(s.opts.MaxUnansweredOpens) {
+		select {
+		case <-o.answered:
+		case <-st.Done():
+			return nil // the stream is over; the open will be refused
+		case <-ctx.Done():
+			return status.FromContextError(ctx.Err()).Err()
+		}
+	}
+	o.n.Add(1)
+	return nil
 }
 
 // settling finds the subscription an ack, nack or touch frame is for: the one named, or the
@@ -433,27 +535,44 @@ func (s *Server) Nack(_ context.Context, req *pb.Nack) (*pb.NackResponse, error)
 	return &pb.NackResponse{}, nil
 }
 
-// Stats reports the broker's counters.
-func (s *Server) Stats(context.Context, *pb.StatsRequest) (*pb.StatsResponse, error) {
+// Stats reports the broker's counters, and one page of its subscriptions and groups (see
+// stats.go).
+func (s *Server) Stats(_ context.Context, req *pb.StatsRequest) (*pb.StatsResponse, error) {
+	pg, err := newStatsPage(req)
+	if err != nil {
+		return nil, err
+	}
 	st := s.b.Stats()
 	resp := &pb.StatsResponse{Published: st.Published, Delivered: st.Delivered, Acked: st.Acked,
-		Redelivered: st.Redelivered, DeadLettered: st.DeadLettered, Unrouted: st.Unrouted, Dropped: st.Dropped}
+		Redelivered: st.Redelivered, DeadLettered: st.DeadLettered, Unrouted: st.Unrouted, Dropped: st.Dropped,
+		SubscriptionsTotal: uint32(len(st.Subscriptions)), GroupsTotal: uint32(len(st.Groups))}
 	if s.opts.Plugins != nil {
 		for _, p := range s.opts.Plugins() {
 			resp.Plugins = append(resp.Plugins, &pb.PluginStats{Name: p.Name, Calls: p.Calls, Failures: p.Failures,
 				Skipped: p.Skipped, BreakerOpen: p.BreakerOpen})
 		}
 	}
-	for _, ss := range st.Subscriptions {
-		resp.Subscriptions = append(resp.Subscriptions, &pb.SubscriptionStats{SubscriptionId: ss.ID,
-			TopicPatterns: ss.Patterns, Delivered: ss.Delivered, Dropped: ss.Dropped, Buffered: uint32(ss.Buffered)})
+	subs := pg.subscriptions(st.Subscriptions)
+	for _, ss := range subs {
+		e := &pb.SubscriptionStats{SubscriptionId: ss.ID,
+			TopicPatterns: ss.Patterns, Delivered: ss.Delivered, Dropped: ss.Dropped, Buffered: uint32(ss.Buffered)}
+		if !pg.take(ss.ID, e) {
+			break
+		}
+		resp.Subscriptions = append(resp.Subscriptions, e)
 	}
-	for _, g := range st.Groups {
-		resp.Groups = append(resp.Groups, &pb.GroupStats{SubscriptionId: g.ID, ConsumerGroup: g.Group,
+	pg.subsDone(len(resp.Subscriptions) == len(subs))
+	for _, g := range pg.groups(st.Groups) {
+		e := &pb.GroupStats{SubscriptionId: g.ID, ConsumerGroup: g.Group,
 			TopicPatterns: g.Patterns, Members: uint32(g.Members), Queued: uint32(g.Queued),
 			InFlight: uint32(g.InFlight), Delayed: uint32(g.Delayed), Delivered: g.Delivered, Acked: g.Acked,
-			Redelivered: g.Redelivered, DeadLettered: g.DeadLettered, Dropped: g.Dropped})
+			Redelivered: g.Redelivered, DeadLettered: g.DeadLettered, Dropped: g.Dropped}
+		if !pg.take(g.ID, e) {
+			break
+		}
+		resp.Groups = append(resp.Groups, e)
 	}
+	resp.NextPageToken = pg.next(len(resp.Groups) == len(pg.groups(st.Groups)))
 	return resp, nil
 }
 

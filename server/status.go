@@ -22,7 +22,7 @@ func codeOf(err error) codes.Code {
 	case errors.Is(err, broker.ErrInvalidTopic), errors.Is(err, broker.ErrInvalidPattern),
 		errors.Is(err, broker.ErrInvalidSubscription), errors.Is(err, broker.ErrInvalidMessage):
 		return codes.InvalidArgument
-	case errors.Is(err, broker.ErrGroupFull), errors.Is(err, broker.ErrSlowConsumer):
+	case errors.Is(err, broker.ErrGroupFull), errors.Is(err, broker.ErrSlowConsumer), errors.Is(err, broker.ErrLimit):
 		return codes.ResourceExhausted
 	case errors.Is(err, broker.ErrShuttingDown), errors.Is(err, broker.ErrHookFailed):
 		return codes.Unavailable

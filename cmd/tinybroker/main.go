@@ -162,10 +162,15 @@ func serve(ctx context.Context, args []string, stderr io.Writer, listening chan<
 	}
 	defer pm.close(context.Background())
 	srvOpts := server.Options{
-		KeepaliveTime:    cfg.KeepaliveTime,
-		KeepaliveTimeout: cfg.KeepaliveTimeout,
-		Logger:           log.Named("server"),
-		Plugins:          pm.stats,
+		KeepaliveTime:           cfg.KeepaliveTime,
+		KeepaliveTimeout:        cfg.KeepaliveTimeout,
+		MaxHeaderBytes:          cfg.Broker.MaxHeaderBytes,
+		MaxPublishBatch:         cfg.Limits.MaxPublishBatch,
+		MaxStreamsPerConnection: cfg.Limits.MaxStreamsPerConnection,
+		MaxConnections:          cfg.Limits.MaxConnections,
+		HandshakeTimeout:        cfg.Limits.HandshakeTimeout,
+		Logger:                  log.Named("server"),
+		Plugins:                 pm.stats,
 	}
 	if *configPath != "" {
 		srvOpts.Reload = pm.reload

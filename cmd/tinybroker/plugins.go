@@ -37,7 +37,8 @@ func newPluginManager(cfg config.Config, configPath string, b *broker.Broker, lo
 		}
 	}
 	host, err := plugins.NewHost(plugins.HostOptions{CacheDir: dir, Logger: log,
-		MaxMessageBytes: cfg.Broker.MaxMessageBytes, MaxHeaderBytes: cfg.Broker.MaxHeaderBytes})
+		MaxMessageBytes: cfg.Broker.MaxMessageBytes, MaxHeaderBytes: cfg.Broker.MaxHeaderBytes,
+		MaxPluginBytes: int64(cfg.Limits.MaxPluginBytes)})
 	if err != nil {
 		return nil, err
 	}

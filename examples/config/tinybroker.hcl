@@ -92,3 +92,32 @@ fanout {
   # "drop" skips the message for that subscriber.
   slow_consumer = "disconnect"
 }
+
+# Limits on what one client can make the broker hold, each refused with a status that names
+# it (RATIONALE.md, "Limits"). The defaults are far above what a normal deployment uses.
+limits {
+  # Client connections open at once; further ones are answered RESOURCE_EXHAUSTED and closed.
+  max_connections = 4096
+
+  # Streams (calls in progress) on one connection at once; gRPC clients wait for one to end.
+  max_streams_per_connection = 4096
+
+  # A new connection that has not completed its HTTP/2 handshake in this long is closed.
+  handshake_timeout = "10s"
+
+  # Messages in one PublishStream frame. (A frame's bytes are bounded by the receive limit,
+  # max_message_bytes + 2 * max_header_bytes + 256 KiB, as is every client frame.)
+  max_publish_batch = 4096
+
+  # Subscriptions one Subscribe stream carries at once.
+  max_subscriptions_per_stream = 65536
+
+  # topic_patterns of one subscription.
+  max_patterns_per_subscription = 1024
+
+  # Consumer groups in all.
+  max_groups = 10000
+
+  # Largest plugin .wasm file read (64 MiB); only regular files are read.
+  max_plugin_bytes = 67108864
+}

@@ -42,6 +42,17 @@
 //	  overflow          = "reject"
 //	}
 //
+//	limits {                      # at most one; see RATIONALE.md, "Limits"
+//	  max_connections               = 4096
+//	  max_streams_per_connection    = 4096
+//	  handshake_timeout             = "10s"
+//	  max_publish_batch             = 4096     # messages per PublishStream frame
+//	  max_subscriptions_per_stream  = 65536
+//	  max_patterns_per_subscription = 1024
+//	  max_groups                    = 10000
+//	  max_plugin_bytes              = 67108864 # largest plugin .wasm file
+//	}
+//
 //	plugin_cache_dir = "/var/cache/tinybroker"  # compiled plugins, kept across restarts
 //
 //	plugin "tenant-filter" {      # any number, in chain order
@@ -84,11 +95,22 @@ type Config struct {
 	KeepaliveTime    time.Duration // the server pings a client idle this long (30s)
 	KeepaliveTimeout time.Duration // and drops it if the ping is not answered in this long (10s)
 	Broker           broker.Options
+	Limits           Limits               // the server's limits; the broker's are in Broker
 	Plugins          []plugins.Spec       // in chain order; paths made relative to the file's folder
 	Groups           []broker.GroupConfig // consumer groups declared with group blocks
 	// PluginCacheDir keeps compiled plugins across restarts ("" : the user cache folder,
 	// e.g. ~/.cache/tinybroker/wazero).
 	PluginCacheDir string
+}
+
+// Limits are the limits of the limits block that the server and the plugin host apply (the
+// block's other settings are broker.Options). See RATIONALE.md, "Limits".
+type Limits struct {
+	MaxConnections          int           // client connections open at once (4,096)
+	MaxStreamsPerConnection int           // HTTP/2 streams of one connection at once (4,096)
+	HandshakeTimeout        time.Duration // to complete a new connection's HTTP/2 handshake (10s)
+	MaxPublishBatch         int           // messages in one PublishStream frame (4,096)
+	MaxPluginBytes          int           // largest plugin .wasm file (64 MiB)
 }
 
 // Default returns the configuration of an empty file: every field, the broker options
@@ -112,6 +134,17 @@ func Default() Config {
 			SlowConsumer:         broker.SlowConsumerDisconnect,
 			AckDeadline:          30 * time.Second,
 			MaxInFlightCap:       65_536,
+
+			MaxSubscriptionsPerStream:  65_536,
+			MaxPatternsPerSubscription: 1_024,
+			MaxGroups:                  10_000,
+		},
+		Limits: Limits{
+			MaxConnections:          4_096,
+			MaxStreamsPerConnection: 4_096,
+			HandshakeTimeout:        10 * time.Second,
+			MaxPublishBatch:         4_096,
+			MaxPluginBytes:          plugins.DefaultMaxPluginBytes,
 		},
 	}
 }

@@ -35,6 +35,17 @@ func TestDefault(t *testing.T) {
 			SlowConsumer:         broker.SlowConsumerDisconnect,
 			AckDeadline:          30 * time.Second,
 			MaxInFlightCap:       65536,
+
+			MaxSubscriptionsPerStream:  65536,
+			MaxPatternsPerSubscription: 1024,
+			MaxGroups:                  10000,
+		},
+		Limits: Limits{
+			MaxConnections:          4096,
+			MaxStreamsPerConnection: 4096,
+			HandshakeTimeout:        10 * time.Second,
+			MaxPublishBatch:         4096,
+			MaxPluginBytes:          64 << 20,
 		},
 	}
 	if !reflect.DeepEqual(c, want) {
@@ -79,6 +90,17 @@ fanout {
   buffer_bytes    = 4096
   slow_consumer   = "drop"
 }
+
+limits {
+  max_connections               = 11
+  max_streams_per_connection    = 12
+  handshake_timeout             = "13s"
+  max_publish_batch             = 14
+  max_subscriptions_per_stream  = 15
+  max_patterns_per_subscription = 16
+  max_groups                    = 17
+  max_plugin_bytes              = 18
+}
 `
 
 func TestParseFull(t *testing.T) {
@@ -106,6 +128,14 @@ func TestParseFull(t *testing.T) {
 		{"FanoutBufferBytes", c.Broker.FanoutBufferBytes, 4096},
 		{"SlowConsumer", c.Broker.SlowConsumer, broker.SlowConsumerDrop},
 		{"Logger", c.Broker.Logger, nil},
+		{"MaxConnections", c.Limits.MaxConnections, 11},
+		{"MaxStreamsPerConnection", c.Limits.MaxStreamsPerConnection, 12},
+		{"HandshakeTimeout", c.Limits.HandshakeTimeout, 13 * time.Second},
+		{"MaxPublishBatch", c.Limits.MaxPublishBatch, 14},
+		{"MaxSubscriptionsPerStream", c.Broker.MaxSubscriptionsPerStream, 15},
+		{"MaxPatternsPerSubscription", c.Broker.MaxPatternsPerSubscription, 16},
+		{"MaxGroups", c.Broker.MaxGroups, 17},
+		{"MaxPluginBytes", c.Limits.MaxPluginBytes, 18},
 	}
 	for _, ch := range checks {
 		if ch.got != ch.want {

@@ -72,6 +72,9 @@ func decodePlugin(d *decoder, b *hcl.Block, path string) hcl.Diagnostics {
 	if p.Path != "" && !filepath.IsAbs(p.Path) {
 		p.Path = filepath.Join(d.dir, p.Path)
 	}
+	if r := d.rangeOf(path + "." + name + ".path"); r != nil {
+		p.Source = r.String() // errors loading the file name where it is declared
+	}
 	p.MemoryLimitBytes *= 1 << 20
 	return diags
 }

@@ -39,13 +39,13 @@ plugin "audit" {
 		t.Fatal(err)
 	}
 	want := []plugins.Spec{{
-		Name: "tenant-filter", Path: filepath.Join("/etc/tinybroker", "plugins/tenant.wasm"),
+		Name: "tenant-filter", Path: filepath.Join("/etc/tinybroker", "plugins/tenant.wasm"), Source: "/etc/tinybroker/tb.hcl:5,20-41",
 		Hooks: []string{"on_publish"}, Topics: []string{"orders.>", "billing.*"},
 		Config:           map[string]string{"allow": "acme,globex", "max-size": "10", "strict": "true"},
 		MemoryLimitBytes: 16 << 20, CallTimeout: 50 * time.Millisecond, PoolSize: 2,
 		FailurePolicy: plugins.FailDeadLetter, MaxEmits: 3, BreakerFailures: 7, BreakerCooldown: time.Minute,
 	}, {
-		Name: "audit", Path: "/abs/audit.wasm", Groups: []string{"billing"}, CallTimeout: 0,
+		Name: "audit", Path: "/abs/audit.wasm", Source: "/etc/tinybroker/tb.hcl:19,18-35", Groups: []string{"billing"}, CallTimeout: 0,
 	}}
 	if !reflect.DeepEqual(c.Plugins, want) {
 		t.Fatalf("plugins\n got %+v\nwant %+v", c.Plugins, want)

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/hashicorp/hcl/v2"
@@ -30,6 +31,7 @@ var rootSection = section{
 		{name: "groups", decode: sectionBlock(groupsSection)},
 		{name: "group", labels: []string{"name"}, multiple: true, decode: decodeGroup},
 		{name: "fanout", decode: sectionBlock(fanoutSection)},
+		{name: "limits", decode: sectionBlock(limitsSection)},
 		{name: "plugin", labels: []string{"name"}, multiple: true, decode: decodePlugin},
 	},
 }
@@ -63,6 +65,19 @@ var fanoutSection = section{
 	},
 }
 
+var limitsSection = section{
+	attrs: []attribute{
+		positiveIntAttr("max_connections", func(c *Config) *int { return &c.Limits.MaxConnections }),
+		positiveIntAttr("max_streams_per_connection", func(c *Config) *int { return &c.Limits.MaxStreamsPerConnection }),
+		durationAttr("handshake_timeout", func(c *Config) *time.Duration { return &c.Limits.HandshakeTimeout }),
+		positiveIntAttr("max_publish_batch", func(c *Config) *int { return &c.Limits.MaxPublishBatch }),
+		positiveIntAttr("max_subscriptions_per_stream", func(c *Config) *int { return &c.Broker.MaxSubscriptionsPerStream }),
+		positiveIntAttr("max_patterns_per_subscription", func(c *Config) *int { return &c.Broker.MaxPatternsPerSubscription }),
+		positiveIntAttr("max_groups", func(c *Config) *int { return &c.Broker.MaxGroups }),
+		positiveIntAttr("max_plugin_bytes", func(c *Config) *int { return &c.Limits.MaxPluginBytes }),
+	},
+}
+
 // check reports problems that involve more than one setting, once every setting is decoded.
 func (d *decoder) check() hcl.Diagnostics {
 	var diags hcl.Diagnostics
@@ -73,6 +88,14 @@ func (d *decoder) check() hcl.Diagnostics {
 			Detail: fmt.Sprintf("fanout buffer_bytes (%d) is less than max_message_bytes (%d), so a subscriber would be cut off by any message larger than its buffer; raise buffer_bytes or lower max_message_bytes.",
 				o.FanoutBufferBytes, o.MaxMessageBytes),
 			Subject: d.rangeOf("fanout.buffer_bytes", "max_message_bytes"),
+		})
+	}
+	if n := d.cfg.Limits.MaxStreamsPerConnection; n > math.MaxUint32 {
+		diags = append(diags, &hcl.Diagnostic{
+			Severity: hcl.DiagError,
+			Summary:  "Invalid max_streams_per_connection",
+			Detail:   fmt.Sprintf("max_streams_per_connection is %d; HTTP/2 allows at most %d.", n, uint32(math.MaxUint32)),
+			Subject:  d.rangeOf("limits.max_streams_per_connection"),
 		})
 	}
 	return diags

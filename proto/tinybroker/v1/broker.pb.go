@@ -1437,7 +1437,13 @@ func (*NackResponse) Descriptor() ([]byte, []int) {
 }
 
 type StatsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The most subscriptions, and the most groups, one answer lists (default and maximum
+	// 1,000). An answer also stops listing past about 1 MiB, so that it stays far under the
+	// 4 MiB ordinary gRPC clients accept. The counters are always the broker's totals.
+	PageSize uint32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// The next_page_token of the previous answer, to list what follows; empty: from the start.
+	PageToken     string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1472,6 +1478,20 @@ func (*StatsRequest) Descriptor() ([]byte, []int) {
 	return file_tinybroker_v1_broker_proto_rawDescGZIP(), []int{20}
 }
 
+func (x *StatsRequest) GetPageSize() uint32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *StatsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
 type StatsResponse struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
 	Published    uint64                 `protobuf:"varint,1,opt,name=published,proto3" json:"published,omitempty"`
@@ -1484,8 +1504,14 @@ type StatsResponse struct {
 	Subscriptions []*SubscriptionStats `protobuf:"bytes,7,rep,name=subscriptions,proto3" json:"subscriptions,omitempty"`
 	Groups        []*GroupStats        `protobuf:"bytes,8,rep,name=groups,proto3" json:"groups,omitempty"`
 	// Messages dropped by a plugin's verdict.
-	Dropped       uint64         `protobuf:"varint,9,opt,name=dropped,proto3" json:"dropped,omitempty"`
-	Plugins       []*PluginStats `protobuf:"bytes,10,rep,name=plugins,proto3" json:"plugins,omitempty"`
+	Dropped uint64         `protobuf:"varint,9,opt,name=dropped,proto3" json:"dropped,omitempty"`
+	Plugins []*PluginStats `protobuf:"bytes,10,rep,name=plugins,proto3" json:"plugins,omitempty"`
+	// Fanout subscriptions and consumer groups in all: subscriptions and groups list one page
+	// of them, each sorted by subscription_id.
+	SubscriptionsTotal uint32 `protobuf:"varint,20,opt,name=subscriptions_total,json=subscriptionsTotal,proto3" json:"subscriptions_total,omitempty"`
+	GroupsTotal        uint32 `protobuf:"varint,21,opt,name=groups_total,json=groupsTotal,proto3" json:"groups_total,omitempty"`
+	// Ask again with this page_token for the rest of the lists; empty when they are complete.
+	NextPageToken string `protobuf:"bytes,22,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1588,6 +1614,27 @@ func (x *StatsResponse) GetPlugins() []*PluginStats {
 		return x.Plugins
 	}
 	return nil
+}
+
+func (x *StatsResponse) GetSubscriptionsTotal() uint32 {
+	if x != nil {
+		return x.SubscriptionsTotal
+	}
+	return 0
+}
+
+func (x *StatsResponse) GetGroupsTotal() uint32 {
+	if x != nil {
+		return x.GroupsTotal
+	}
+	return 0
+}
+
+func (x *StatsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 type PluginStats struct {
@@ -2066,8 +2113,11 @@ const file_tinybroker_v1_broker_proto_rawDesc = "" +
 	"\tsystem_id\x18\x02 \x01(\tR\bsystemId\x12/\n" +
 	"\x05delay\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x05delay\x12\x16\n" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\"\x0e\n" +
-	"\fNackResponse\"\x0e\n" +
-	"\fStatsRequest\"\x8f\x03\n" +
+	"\fNackResponse\"J\n" +
+	"\fStatsRequest\x12\x1b\n" +
+	"\tpage_size\x18\x01 \x01(\rR\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\"\x8b\x04\n" +
 	"\rStatsResponse\x12\x1c\n" +
 	"\tpublished\x18\x01 \x01(\x04R\tpublished\x12\x1c\n" +
 	"\tdelivered\x18\x02 \x01(\x04R\tdelivered\x12\x14\n" +
@@ -2079,7 +2129,10 @@ const file_tinybroker_v1_broker_proto_rawDesc = "" +
 	"\x06groups\x18\b \x03(\v2\x19.tinybroker.v1.GroupStatsR\x06groups\x12\x18\n" +
 	"\adropped\x18\t \x01(\x04R\adropped\x124\n" +
 	"\aplugins\x18\n" +
-	" \x03(\v2\x1a.tinybroker.v1.PluginStatsR\aplugins\"\x90\x01\n" +
+	" \x03(\v2\x1a.tinybroker.v1.PluginStatsR\aplugins\x12/\n" +
+	"\x13subscriptions_total\x18\x14 \x01(\rR\x12subscriptionsTotal\x12!\n" +
+	"\fgroups_total\x18\x15 \x01(\rR\vgroupsTotal\x12&\n" +
+	"\x0fnext_page_token\x18\x16 \x01(\tR\rnextPageToken\"\x90\x01\n" +
 	"\vPluginStats\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05calls\x18\x02 \x01(\x04R\x05calls\x12\x1a\n" +
