@@ -614,6 +614,8 @@ func (b *Broker) Nack(subscriptionID, systemID string, delay time.Duration, reas
 type Stats struct {
 	Published, Delivered, Acked, Redelivered, DeadLettered, Unrouted uint64
 	Dropped                                                          uint64 // by a plugin's verdict
+	Refused                                                          uint64 // publishes refused by every target they matched
+	MemoryUsed, MemoryBudget                                         int64  // bytes held for later, and the budget
 	Subscriptions                                                    []SubscriptionStats
 	Groups                                                           []GroupStats
 }
@@ -628,7 +630,8 @@ type SubscriptionStats struct {
 
 // Stats returns a snapshot of the broker's counters, subscriptions sorted by id.
 func (b *Broker) Stats() Stats {
-	st := Stats{Published: b.seq.Load() - b.refused.Load(), Unrouted: b.unrouted.Load(), Dropped: b.hookDropped.Load()}
+	st := Stats{Published: b.seq.Load() - b.refused.Load(), Unrouted: b.unrouted.Load(), Dropped: b.hookDropped.Load(),
+		Refused: b.refused.Load(), MemoryUsed: b.mem.used.Load(), MemoryBudget: b.mem.limit}
 	b.mu.RLock()
 	st.Delivered = b.gone.delivered
 	for _, s := range b.fanouts {

@@ -40,6 +40,13 @@ func TestMemberlessGroupByteBound(t *testing.T) {
 	if used := tb.b.MemoryUsed(); used > 2<<20+64<<10 {
 		t.Fatalf("broker holds %d bytes", used)
 	}
+	st := tb.stats(t)
+	if g := tb.group(t, "bulk"); g.GetRejected() != 1 || g.GetBytes() > 2<<20 || g.GetBytes() < 1<<20 || g.GetQueued() != uint32(n) {
+		t.Fatalf("group stats %v", g)
+	}
+	if st.GetRefused() != 1 || st.GetMemoryUsedBytes() < 1<<20 || st.GetMemoryBudgetBytes() == 0 {
+		t.Fatalf("stats: refused %d, memory %d of %d", st.GetRefused(), st.GetMemoryUsedBytes(), st.GetMemoryBudgetBytes())
+	}
 	c.check()
 }
 

@@ -545,7 +545,8 @@ func (s *Server) Stats(_ context.Context, req *pb.StatsRequest) (*pb.StatsRespon
 	st := s.b.Stats()
 	resp := &pb.StatsResponse{Published: st.Published, Delivered: st.Delivered, Acked: st.Acked,
 		Redelivered: st.Redelivered, DeadLettered: st.DeadLettered, Unrouted: st.Unrouted, Dropped: st.Dropped,
-		SubscriptionsTotal: uint32(len(st.Subscriptions)), GroupsTotal: uint32(len(st.Groups))}
+		SubscriptionsTotal: uint32(len(st.Subscriptions)), GroupsTotal: uint32(len(st.Groups)),
+		MemoryUsedBytes: uint64(max(st.MemoryUsed, 0)), MemoryBudgetBytes: uint64(st.MemoryBudget), Refused: st.Refused}
 	if s.opts.Plugins != nil {
 		for _, p := range s.opts.Plugins() {
 			resp.Plugins = append(resp.Plugins, &pb.PluginStats{Name: p.Name, Calls: p.Calls, Failures: p.Failures,
@@ -566,7 +567,8 @@ func (s *Server) Stats(_ context.Context, req *pb.StatsRequest) (*pb.StatsRespon
 		e := &pb.GroupStats{SubscriptionId: g.ID, ConsumerGroup: g.Group,
 			TopicPatterns: g.Patterns, Members: uint32(g.Members), Queued: uint32(g.Queued),
 			InFlight: uint32(g.InFlight), Delayed: uint32(g.Delayed), Delivered: g.Delivered, Acked: g.Acked,
-			Redelivered: g.Redelivered, DeadLettered: g.DeadLettered, Dropped: g.Dropped}
+			Redelivered: g.Redelivered, DeadLettered: g.DeadLettered, Dropped: g.Dropped,
+			Bytes: uint64(max(g.Bytes, 0)), Rejected: g.Rejected, Declared: g.Declared}
 		if !pg.take(g.ID, e) {
 			break
 		}

@@ -1512,6 +1512,11 @@ type StatsResponse struct {
 	GroupsTotal        uint32 `protobuf:"varint,21,opt,name=groups_total,json=groupsTotal,proto3" json:"groups_total,omitempty"`
 	// Ask again with this page_token for the rest of the lists; empty when they are complete.
 	NextPageToken string `protobuf:"bytes,22,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	// What the broker holds for later, in bytes, and its budget (memory { max_bytes }).
+	MemoryUsedBytes   uint64 `protobuf:"varint,23,opt,name=memory_used_bytes,json=memoryUsedBytes,proto3" json:"memory_used_bytes,omitempty"`
+	MemoryBudgetBytes uint64 `protobuf:"varint,24,opt,name=memory_budget_bytes,json=memoryBudgetBytes,proto3" json:"memory_budget_bytes,omitempty"`
+	// Publishes refused by every target they matched (full groups).
+	Refused       uint64 `protobuf:"varint,25,opt,name=refused,proto3" json:"refused,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1635,6 +1640,27 @@ func (x *StatsResponse) GetNextPageToken() string {
 		return x.NextPageToken
 	}
 	return ""
+}
+
+func (x *StatsResponse) GetMemoryUsedBytes() uint64 {
+	if x != nil {
+		return x.MemoryUsedBytes
+	}
+	return 0
+}
+
+func (x *StatsResponse) GetMemoryBudgetBytes() uint64 {
+	if x != nil {
+		return x.MemoryBudgetBytes
+	}
+	return 0
+}
+
+func (x *StatsResponse) GetRefused() uint64 {
+	if x != nil {
+		return x.Refused
+	}
+	return 0
 }
 
 type PluginStats struct {
@@ -1890,8 +1916,15 @@ type GroupStats struct {
 	Acked        uint64 `protobuf:"varint,9,opt,name=acked,proto3" json:"acked,omitempty"`
 	Redelivered  uint64 `protobuf:"varint,10,opt,name=redelivered,proto3" json:"redelivered,omitempty"`
 	DeadLettered uint64 `protobuf:"varint,11,opt,name=dead_lettered,json=deadLettered,proto3" json:"dead_lettered,omitempty"`
-	// Messages dropped by the drop_oldest overflow policy.
-	Dropped       uint64 `protobuf:"varint,12,opt,name=dropped,proto3" json:"dropped,omitempty"`
+	// Messages dropped by the drop_oldest overflow policy (or by a plugin's on_redeliver).
+	Dropped uint64 `protobuf:"varint,12,opt,name=dropped,proto3" json:"dropped,omitempty"`
+	// Bytes the group holds (queued, in flight, delayed), counted against max_queued_bytes.
+	Bytes uint64 `protobuf:"varint,13,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	// Publishes this group refused because it was full (overflow "reject"); the publish
+	// still reached every other target.
+	Rejected uint64 `protobuf:"varint,14,opt,name=rejected,proto3" json:"rejected,omitempty"`
+	// Declared in the configuration file: exists from start-up, never redefined or expired.
+	Declared      bool `protobuf:"varint,15,opt,name=declared,proto3" json:"declared,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2010,6 +2043,27 @@ func (x *GroupStats) GetDropped() uint64 {
 	return 0
 }
 
+func (x *GroupStats) GetBytes() uint64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+func (x *GroupStats) GetRejected() uint64 {
+	if x != nil {
+		return x.Rejected
+	}
+	return 0
+}
+
+func (x *GroupStats) GetDeclared() bool {
+	if x != nil {
+		return x.Declared
+	}
+	return false
+}
+
 var File_tinybroker_v1_broker_proto protoreflect.FileDescriptor
 
 const file_tinybroker_v1_broker_proto_rawDesc = "" +
@@ -2117,7 +2171,7 @@ const file_tinybroker_v1_broker_proto_rawDesc = "" +
 	"\fStatsRequest\x12\x1b\n" +
 	"\tpage_size\x18\x01 \x01(\rR\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x02 \x01(\tR\tpageToken\"\x8b\x04\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\"\x81\x05\n" +
 	"\rStatsResponse\x12\x1c\n" +
 	"\tpublished\x18\x01 \x01(\x04R\tpublished\x12\x1c\n" +
 	"\tdelivered\x18\x02 \x01(\x04R\tdelivered\x12\x14\n" +
@@ -2132,7 +2186,10 @@ const file_tinybroker_v1_broker_proto_rawDesc = "" +
 	" \x03(\v2\x1a.tinybroker.v1.PluginStatsR\aplugins\x12/\n" +
 	"\x13subscriptions_total\x18\x14 \x01(\rR\x12subscriptionsTotal\x12!\n" +
 	"\fgroups_total\x18\x15 \x01(\rR\vgroupsTotal\x12&\n" +
-	"\x0fnext_page_token\x18\x16 \x01(\tR\rnextPageToken\"\x90\x01\n" +
+	"\x0fnext_page_token\x18\x16 \x01(\tR\rnextPageToken\x12*\n" +
+	"\x11memory_used_bytes\x18\x17 \x01(\x04R\x0fmemoryUsedBytes\x12.\n" +
+	"\x13memory_budget_bytes\x18\x18 \x01(\x04R\x11memoryBudgetBytes\x12\x18\n" +
+	"\arefused\x18\x19 \x01(\x04R\arefused\"\x90\x01\n" +
 	"\vPluginStats\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05calls\x18\x02 \x01(\x04R\x05calls\x12\x1a\n" +
@@ -2147,7 +2204,7 @@ const file_tinybroker_v1_broker_proto_rawDesc = "" +
 	"\x0etopic_patterns\x18\x02 \x03(\tR\rtopicPatterns\x12\x1c\n" +
 	"\tdelivered\x18\x03 \x01(\x04R\tdelivered\x12\x18\n" +
 	"\adropped\x18\x04 \x01(\x04R\adropped\x12\x1a\n" +
-	"\bbuffered\x18\x05 \x01(\rR\bbuffered\"\x81\x03\n" +
+	"\bbuffered\x18\x05 \x01(\rR\bbuffered\"\xcf\x03\n" +
 	"\n" +
 	"GroupStats\x12'\n" +
 	"\x0fsubscription_id\x18\x01 \x01(\tR\x0esubscriptionId\x12%\n" +
@@ -2162,7 +2219,10 @@ const file_tinybroker_v1_broker_proto_rawDesc = "" +
 	"\vredelivered\x18\n" +
 	" \x01(\x04R\vredelivered\x12#\n" +
 	"\rdead_lettered\x18\v \x01(\x04R\fdeadLettered\x12\x18\n" +
-	"\adropped\x18\f \x01(\x04R\adropped*c\n" +
+	"\adropped\x18\f \x01(\x04R\adropped\x12\x14\n" +
+	"\x05bytes\x18\r \x01(\x04R\x05bytes\x12\x1a\n" +
+	"\brejected\x18\x0e \x01(\x04R\brejected\x12\x1a\n" +
+	"\bdeclared\x18\x0f \x01(\bR\bdeclared*c\n" +
 	"\fDeliveryMode\x12\x1d\n" +
 	"\x19DELIVERY_MODE_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14DELIVERY_MODE_FANOUT\x10\x01\x12\x1a\n" +
