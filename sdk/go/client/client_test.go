@@ -628,3 +628,40 @@ func TestSlowFanoutConsumerEnds(t *testing.T) {
 		t.Fatalf("Close() = %v, want Err()", err)
 	}
 }
+
+// Frames stay under the broker's receive limit when the messages' weight is in their
+// headers: the publisher counts headers and topics, not payloads alone.
+func TestPublisherHeaderHeavyFrames(t *testing.T) {
+	const n = 300
+	ts := startServer(t, "127.0.0.1:0")
+	c := dial(t, ts.addr)
+	var confirmed, failed atomic.Int64
+	p, err := c.NewPublisher(context.Background(), client.PublisherOptions{
+		OnResult: func(_ string, _ client.PublishResult, err error) {
+			if err != nil {
+				failed.Add(1)
+			} else {
+				confirmed.Add(1)
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := map[string]string{"blob": strings.Repeat("h", 32<<10)}
+	for range n {
+		if err := p.Publish(context.Background(), "heavy", nil, h); err != nil {
+			t.Fatalf("Publish: %v", err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	if err := p.Flush(ctx); err != nil {
+		t.Fatalf("Flush: %v", err)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if confirmed.Load() != n || failed.Load() != 0 {
+		t.Fatalf("%d confirmed, %d failed; want %d confirmed", confirmed.Load(), failed.Load(), n)
+	}
+}

@@ -14,9 +14,20 @@ import (
 	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
 )
 
-// maxFrameBytes bounds the payload bytes of one PublishStream frame (a single larger message
-// still goes out alone); the broker accepts frames of 16 MiB and more.
+// maxFrameBytes bounds the encoded size of one PublishStream frame (a single larger message
+// still goes out alone). The broker refuses a frame over max_message_bytes + 2 ×
+// max_header_bytes + 256 KiB (1.375 MiB with the defaults), which one message within the
+// limits never reaches.
 const maxFrameBytes = 1 << 20
+
+// encodedSize is about what m takes in a frame: payload, topic, headers and field tags.
+func encodedSize(m *pb.PublishRequest) int {
+	n := len(m.GetPayload()) + len(m.GetTopic()) + 16
+	for k, v := range m.GetHeaders() {
+		n += len(k) + len(v) + 8
+	}
+	return n
+}
 
 // PublisherOptions configure a Publisher. Zero values take the defaults shown.
 type PublisherOptions struct {
@@ -280,7 +291,7 @@ func (p *Publisher) send() {
 			}
 			n, size := 0, 0
 			for n < len(p.queue) && n < p.opts.MaxBatch {
-				l := len(p.queue[n].GetPayload())
+				l := encodedSize(p.queue[n])
 				if n > 0 && size+l > maxFrameBytes {
 					break
 				}
