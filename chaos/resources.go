@@ -80,8 +80,7 @@ func manyPatterns(e *env) error {
 	for i := range patterns {
 		patterns[i] = fmt.Sprintf("p.%d", i)
 	}
-	req := fanoutOpen("patterns", patterns...)
-	size := proto.Size(req)
+	size := proto.Size(fanoutOpen("patterns-0-0", patterns...))
 	c := e.client()
 	start := time.Now()
 	var fails []error
@@ -100,7 +99,8 @@ func manyPatterns(e *env) error {
 					return
 				}
 				defer s.cancel()
-				errs[i] = s.open(req)
+				// Each its own id: the server may not have detached the last round's yet.
+				errs[i] = s.open(fanoutOpen(fmt.Sprintf("patterns-%d-%d", rounds, i), patterns...))
 				if errs[i] == nil {
 					errs[i] = fmt.Errorf("%d patterns in one subscription accepted", n)
 				}
