@@ -221,7 +221,8 @@ type result struct {
 	samples map[codes.Code]string
 	figures []string
 	fails   []string
-	load    string // the machine's 1-minute load average before and after
+	load    string        // the machine's 1-minute load average before and after
+	cpu     time.Duration // the server's CPU time (user + system), start-up included
 }
 
 // refused counts a refusal by its status code, keeping the first message of each code.
@@ -375,6 +376,7 @@ func runScenario(o *options, s *scenario) *result {
 	} else if err := healthy(e.addr); err != nil {
 		r.fail("health check: %v", err)
 	}
+	r.cpu = cpuTime(e.srv.pid)
 	stopped := e.srv.terminate(15 * time.Second)
 	if !stopped && e.srv.killedWhy() == "" {
 		r.fail("server did not stop within 15s of SIGTERM")
@@ -404,14 +406,18 @@ func (e *env) startServer(wantExit bool) (*server, error) {
 
 func printTable(w *os.File, results []*result) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "scenario\tfinding\tresult\tpeak RSS\tlimit\tcanary sent\tlost\tp50\tp99\tmax\trefusals")
+	fmt.Fprintln(tw, "scenario\tfinding\tresult\ttime\tserver CPU\tpeak RSS\tlimit\tcanary sent\tlost\tp50\tp99\tmax\trefusals")
 	for _, r := range results {
 		cs := []string{"-", "-", "-", "-", "-"}
 		if c := r.canary; c != nil {
 			cs = []string{fmt.Sprint(c.Sent), fmt.Sprint(c.Lost + c.Errors), ms(c.P50), ms(c.P99), ms(c.Max)}
 		}
-		fmt.Fprintf(tw, "%s\t%s%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.s.name, r.s.finding, limitsMark(r.s), strings.TrimSpace(r.verdict()),
-			mib(r.peak), mib(r.limit), cs[0], cs[1], cs[2], cs[3], cs[4], r.codeSummary())
+		cpu := "-"
+		if r.cpu > 0 {
+			cpu = fmt.Sprintf("%.1fs", r.cpu.Seconds())
+		}
+		fmt.Fprintf(tw, "%s\t%s%s\t%s\t%.1fs\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.s.name, r.s.finding, limitsMark(r.s), strings.TrimSpace(r.verdict()),
+			r.dur.Seconds(), cpu, mib(r.peak), mib(r.limit), cs[0], cs[1], cs[2], cs[3], cs[4], r.codeSummary())
 	}
 	tw.Flush()
 	fmt.Fprintln(w)
