@@ -32,6 +32,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -76,6 +77,7 @@ func main() {
 	minCanary := flag.Duration("min-canary", 3*time.Second, "run the canary at least this long in each scenario")
 	keep := flag.Bool("keep", false, "keep each scenario's folder (config, server log)")
 	list := flag.Bool("list", false, "list the scenarios and exit")
+	procs := flag.Int("procs", 0, "GOMAXPROCS of the harness's attacking clients (0: all cores); the canary and the server are not affected")
 	serverEnv := flag.String("server-env", "", "extra environment for the servers, comma-separated (e.g. GODEBUG=gctrace=1; see -keep)")
 	flag.Parse()
 	if *canaryAddr != "" {
@@ -84,6 +86,9 @@ func main() {
 			os.Exit(1)
 		}
 		return
+	}
+	if *procs > 0 {
+		runtime.GOMAXPROCS(*procs)
 	}
 	if *list {
 		for _, s := range scenarios {
