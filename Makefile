@@ -9,7 +9,7 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 PROTO_INCLUDE ?= /usr/include
 TESTFLAGS ?=
 
-.PHONY: run run-plugins build test test-short fuzz generate tools check bench bench-peers bench-w4 bench-w6 wasm-fixtures
+.PHONY: run run-plugins build test test-short fuzz chaos generate tools check bench bench-peers bench-w4 bench-w6 wasm-fixtures
 
 run: ## start the broker on its embedded in-memory default (127.0.0.1:7878)
 	$(GO) run ./cmd/tinybroker serve
@@ -34,6 +34,15 @@ fuzz: ## every fuzz target in the repository, FUZZTIME (60s) each
 			$(GO) test "./$$(dirname "$$f")" -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME); \
 		done; \
 	done
+
+# The hostile-client scenarios of issue 8 at full size, each against a fresh `tinybroker serve`
+# process (RELIABILITY.md); 3-5 minutes on 2 cores. Not part of `make test`. CHAOSFLAGS
+# passes flags to the harness, e.g. CHAOSFLAGS='-run groups -scale 0.1' (`.bin/chaos -h`).
+CHAOSFLAGS ?=
+chaos: ## hostile clients against a real server: memory budget, canary latency, no crash
+	$(GO) build -o $(BIN)/tinybroker ./cmd/tinybroker
+	$(GO) build -o $(BIN)/chaos ./chaos
+	$(BIN)/chaos -bin $(BIN)/tinybroker $(CHAOSFLAGS)
 
 tools:
 	GOBIN=$(BIN) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
