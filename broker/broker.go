@@ -32,6 +32,10 @@ const (
 type Options struct {
 	MaxMessageBytes int // largest payload accepted (1 MiB)
 	MaxHeaderBytes  int // largest sum of header keys and values (64 KiB)
+	// MaxHeaders bounds how many headers a message has (1,024): every header costs a map
+	// entry to hold and a field to encode for each subscriber, so tens of thousands of tiny
+	// headers within MaxHeaderBytes made one message cost milliseconds of CPU.
+	MaxHeaders int
 
 	// MaxMemoryBytes is the budget, in bytes, for everything the broker holds for later:
 	// messages queued, in flight or delayed in consumer groups and buffered for fanout
@@ -87,6 +91,7 @@ func (o *Options) setDefaults() {
 	}
 	def(&o.MaxMessageBytes, 1<<20)
 	def(&o.MaxHeaderBytes, 64<<10)
+	def(&o.MaxHeaders, 1_024)
 	def(&o.GroupMaxQueued, 100_000)
 	def(&o.FanoutBufferMessages, 262_144)
 	def(&o.FanoutBufferBytes, 64<<20)
@@ -221,7 +226,10 @@ func (b *Broker) Publish(topic string, payload []byte, headers map[string]string
 	if h == nil {
 		return b.route(topic, payload, headers) // route checks the headers
 	}
-	if n := headerBytes(headers); n > b.opts.MaxHeaderBytes { // before the plugins see them
+	if err := b.checkHeaderCount(headers); err != nil { // before the plugins see them
+		return PublishResult{}, err
+	}
+	if n := headerBytes(headers); n > b.opts.MaxHeaderBytes {
 		return PublishResult{}, fmt.Errorf("%w: headers take %d bytes, the limit is %d (max_header_bytes)", ErrInvalidMessage, n, b.opts.MaxHeaderBytes)
 	}
 	d := Draft{Topic: topic, Payload: payload, Headers: headers}
@@ -249,6 +257,13 @@ func (b *Broker) Publish(topic string, payload []byte, headers map[string]string
 	return res, err
 }
 
+func (b *Broker) checkHeaderCount(h map[string]string) error {
+	if len(h) > b.opts.MaxHeaders {
+		return fmt.Errorf("%w: the message has %d headers, the limit is %d (max_headers); put the data in the payload or in fewer headers", ErrInvalidMessage, len(h), b.opts.MaxHeaders)
+	}
+	return nil
+}
+
 func headerBytes(h map[string]string) int {
 	n := 0
 	for k, v := range h {
@@ -260,6 +275,9 @@ func headerBytes(h map[string]string) int {
 // route delivers a valid message to every matching target that takes it; a consumer group at
 // its bounds refuses it for itself only (see group.deliver).
 func (b *Broker) route(topic string, payload []byte, headers map[string]string) (PublishResult, error) {
+	if err := b.checkHeaderCount(headers); err != nil {
+		return PublishResult{}, err
+	}
 	hb := 0 // one pass over the headers: they may come from a plugin, and subscribers decode them as strings
 	for k, v := range headers {
 		if !utf8.ValidString(k) || !utf8.ValidString(v) {

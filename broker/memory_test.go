@@ -204,3 +204,16 @@ func TestBudgetReturnsToZero(t *testing.T) {
 		t.Fatalf("budget used %d after everything was settled, want 0", used)
 	}
 }
+
+// A message may have at most max_headers headers, however small: each costs the broker a
+// map entry and an encoded field per subscriber.
+func TestMaxHeaders(t *testing.T) {
+	b := newTestBroker(t, Options{MaxHeaders: 10})
+	if _, err := b.Publish("t", nil, headersLike(10)); err != nil {
+		t.Fatal(err)
+	}
+	_, err := b.Publish("t", nil, headersLike(11))
+	if !errors.Is(err, ErrInvalidMessage) || !strings.Contains(err.Error(), "max_headers") {
+		t.Fatalf("11 headers: %v; want ErrInvalidMessage naming max_headers", err)
+	}
+}

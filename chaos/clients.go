@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"regexp"
 	"strconv"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -158,9 +159,20 @@ func mustMarshal(m proto.Message) []byte {
 	return b
 }
 
-// headerHeavy returns maxBytes/3 headers of 3-character names and empty values: the most
-// headers max_header_bytes allows, each costing the broker far more than its 3 bytes.
+// headerHeavy returns the heaviest headers the limits allow: max_headers headers whose
+// names and values fill max_header_bytes.
 func headerHeavy(maxBytes int) map[string]string {
+	h := make(map[string]string, maxHeaders)
+	value := strings.Repeat("v", maxBytes/maxHeaders-6)
+	for i := range maxHeaders {
+		h[fmt.Sprintf("h%05d", i)] = value
+	}
+	return h
+}
+
+// tinyHeaders returns maxBytes/3 headers of 3-character names and empty values: within
+// max_header_bytes, far past max_headers (each once cost the broker 28 times its 3 bytes).
+func tinyHeaders(maxBytes int) map[string]string {
 	const alphabet = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 	h := make(map[string]string, maxBytes/3)
 	for i := 0; len(h) < maxBytes/3; i++ {

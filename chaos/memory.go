@@ -116,6 +116,11 @@ func headersGroup(e *env) error {
 	if err := abandonGroups(e.ctx, e.client(), groups, func(n string) []string { return []string{n + ".>"} }); err != nil {
 		return err
 	}
+	tiny := mustMarshal(&pb.PublishRequest{Topic: groups[0] + ".x", Headers: tinyHeaders(maxHeaderBytes)})
+	if err := rawPublish(e.ctx, e.conn(), tiny); status.Code(err) != codes.InvalidArgument {
+		return fmt.Errorf("a message of %d tiny headers: %v, want INVALID_ARGUMENT (max_headers)", maxHeaderBytes/3, err)
+	}
+	e.r.refused(rawPublish(e.ctx, e.conn(), tiny))
 	h := headerHeavy(maxHeaderBytes)
 	cost := int64(maxHeaderBytes + 112*len(h) + 512)
 	e.r.figure("one message: %d headers, %d bytes as max_header_bytes counts them, %s as the budget charges them", len(h), maxHeaderBytes, mib(cost))
@@ -129,7 +134,7 @@ func headersGroup(e *env) error {
 func headersFanout(e *env) error {
 	const subs = 8
 	h := headerHeavy(maxHeaderBytes)
-	per := e.o.n(40, 4)
+	per := e.o.n(450, 45) // 450 × ~180 KB charged: past the 64 MiB buffer
 	type slow struct {
 		s    *sub
 		conn *grpc.ClientConn

@@ -3,15 +3,18 @@ package main
 // The scenarios, in the order of issue 8's findings; each function is in the file of its
 // finding: memory.go (1-3), ids.go (4), resources.go (5), plugins.go (6).
 
-const maxHeaderBytes = 64 << 10 // the default max_header_bytes
+const (
+	maxHeaderBytes = 64 << 10 // the default max_header_bytes
+	maxHeaders     = 1024     // the default max_headers
+)
 
 var scenarios = []*scenario{
 	{name: "memberless-1MiB", finding: "1", run: memberlessLarge,
 		what: "8 consumer groups abandoned by their only member receive 1 MiB payloads from 4 publishers until each refuses, then 50 more each"},
 	{name: "headers-group", finding: "1", run: headersGroup,
-		what: "one publisher sends messages of 21,845 three-byte headers (max_header_bytes) into 8 memberless groups until each refuses, then 20 more each"},
+		what: "one publisher sends a message of 21,845 three-byte headers (refused: max_headers), then messages of max_headers headers filling max_header_bytes into 8 memberless groups until each refuses, then 20 more each"},
 	{name: "headers-fanout", finding: "1", run: headersFanout,
-		what: "8 fanout subscribers that never read, on 8 connections, each sent 40 header-heavy messages (2.5 MB as charged) by its own publisher"},
+		what: "8 fanout subscribers that never read, on 8 connections, each sent 450 messages of max_headers headers filling max_header_bytes (~180 KB as charged) by its own publisher"},
 	{name: "groups-1000", finding: "1", run: thousandGroups,
 		what: "1,000 memberless groups on one topic, 31,000 16-byte publishes in PublishStream frames of 1,000"},
 	{name: "abandoned-gt", finding: "2", run: abandonedAll,

@@ -25,6 +25,10 @@ max_message_bytes = 1048576
 # Largest total size of a message's header keys and values, in bytes (64 KiB).
 max_header_bytes = 65536
 
+# Most headers one message may have (1,024): each costs a map entry to hold and a field to
+# encode per subscriber, so tens of thousands of tiny ones made a message cost milliseconds.
+max_headers = 1024
+
 # What the broker holds for later (group queues, in-flight and delayed messages, fanout
 # buffers), counted in bytes as the messages really cost, headers included.
 memory {

@@ -11,6 +11,7 @@
 //	keepalive_timeout = "10s"
 //	max_message_bytes = 1048576
 //	max_header_bytes  = 65536
+//	max_headers       = 1024
 //
 //	memory {                      # at most one
 //	  max_bytes = "4GiB"          # what the broker holds for later, in bytes (default: half of GOMEMLIMIT)
@@ -126,6 +127,7 @@ func Default() Config {
 		Broker: broker.Options{
 			MaxMessageBytes:      1 << 20,
 			MaxHeaderBytes:       64 << 10,
+			MaxHeaders:           1_024,
 			GroupMaxQueued:       100_000,
 			GroupOverflow:        broker.OverflowReject,
 			FanoutBufferMessages: 262_144,

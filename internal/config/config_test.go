@@ -27,6 +27,7 @@ func TestDefault(t *testing.T) {
 		Broker: broker.Options{
 			MaxMessageBytes:      1 << 20,
 			MaxHeaderBytes:       64 << 10,
+			MaxHeaders:           1024,
 			GroupMaxQueued:       100000,
 			GroupOverflow:        broker.OverflowReject,
 			FanoutBufferMessages: 262144,

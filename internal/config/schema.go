@@ -24,6 +24,7 @@ var rootSection = section{
 		durationAttr("keepalive_timeout", func(c *Config) *time.Duration { return &c.KeepaliveTimeout }),
 		positiveIntAttr("max_message_bytes", func(c *Config) *int { return &c.Broker.MaxMessageBytes }),
 		positiveIntAttr("max_header_bytes", func(c *Config) *int { return &c.Broker.MaxHeaderBytes }),
+		positiveIntAttr("max_headers", func(c *Config) *int { return &c.Broker.MaxHeaders }),
 		pathAttr("plugin_cache_dir", func(c *Config) *string { return &c.PluginCacheDir }),
 	},
 	blocks: []blockType{
