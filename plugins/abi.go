@@ -430,6 +430,7 @@ func instantiateHostModule(ctx context.Context, r wazero.Runtime) error {
 		fn := hostFuncs[i].fn
 		b = b.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(func(ctx context.Context, m api.Module, stack []uint64) {
 			inst := ctx.(*callCtx).inst
+			inst.hostCalls++
 			if inst.mem == nil { // the first host call, perhaps while the module is instantiated
 				inst.mem = m.Memory()
 			}

@@ -28,6 +28,9 @@ type HostOptions struct {
 	Logger          hclog.Logger
 	MaxMessageBytes int // the broker's limits, which plugin output must respect
 	MaxHeaderBytes  int
+	// CountHostCalls counts the host calls plugins make, in PluginStats.HostCalls: for
+	// `tinybroker plugin test --bench` and benchmarks. Off, calls skip one atomic add.
+	CountHostCalls bool
 }
 
 // Host loads plugins. One Host serves every reload: they share its compilation cache.
@@ -100,6 +103,7 @@ type plugin struct {
 	consecutive atomic.Int32
 	openUntil   atomic.Int64 // circuit breaker open until (Unix ns); 0: closed
 	calls       atomic.Uint64
+	hostCalls   atomic.Uint64 // with HostOptions.CountHostCalls
 	failures    atomic.Uint64
 	skipped     atomic.Uint64 // calls not made because the breaker was open
 }
@@ -237,6 +241,8 @@ type instance struct {
 	stack []uint64
 	st    callState // the state of the call in progress, reset after each call
 
+	hostCalls uint64 // made since the last call ended (HostOptions.CountHostCalls)
+
 	strs    [8]string // recently interned strings (instance.intern)
 	nextStr uint8
 }
@@ -295,6 +301,7 @@ func (p *plugin) newInstance(ctx context.Context) (*instance, error) {
 		}
 	}
 	inst.st.reset()
+	inst.hostCalls = 0
 	return inst, nil
 }
 
@@ -311,6 +318,10 @@ func (p *plugin) invoke(inst *instance, k hookKind) (uint64, error) {
 	}
 	inst.stack[0] = 0
 	err := inst.fns[k].CallWithStack(ctx, inst.stack)
+	if p.host.opts.CountHostCalls {
+		p.hostCalls.Add(inst.hostCalls)
+		inst.hostCalls = 0
+	}
 	if inst.gmem.refused != 0 {
 		err = inst.memoryRefused()
 	}
