@@ -310,14 +310,23 @@ func (p *plugin) newInstance(ctx context.Context) (*instance, error) {
 // plugin's limit failed, even if the plugin went on (memory.grow returned -1 to it).
 func (p *plugin) invoke(inst *instance, k hookKind) (uint64, error) {
 	p.calls.Add(1)
-	ctx := &inst.ctx
-	if p.spec.CallTimeout > 0 {
-		tctx, cancel := context.WithTimeout(context.Background(), p.spec.CallTimeout)
-		defer cancel()
-		ctx = &callCtx{Context: tctx, inst: inst}
-	}
 	inst.stack[0] = 0
-	err := inst.fns[k].CallWithStack(ctx, inst.stack)
+	if p.spec.CallTimeout > 0 {
+		return p.invokeTimed(inst, k)
+	}
+	return p.called(inst, inst.fns[k].CallWithStack(&inst.ctx, inst.stack))
+}
+
+// invokeTimed is invoke with a time limit: a context of its own for the call, whose deferred
+// cancel stays off the common path.
+func (p *plugin) invokeTimed(inst *instance, k hookKind) (uint64, error) {
+	tctx, cancel := context.WithTimeout(context.Background(), p.spec.CallTimeout)
+	defer cancel()
+	return p.called(inst, inst.fns[k].CallWithStack(&callCtx{Context: tctx, inst: inst}, inst.stack))
+}
+
+// called completes invoke: err is what CallWithStack returned.
+func (p *plugin) called(inst *instance, err error) (uint64, error) {
 	if p.host.opts.CountHostCalls {
 		p.hostCalls.Add(inst.hostCalls)
 		inst.hostCalls = 0
