@@ -152,15 +152,19 @@ type callCtx struct {
 // read returns a view of guest memory [ptr, ptr+n) (not a copy: use it before the guest
 // runs again), trapping the call if it is out of bounds. An empty range is valid whatever
 // ptr is (docs/ABI.md).
+//
+// Guest memory is accessed through the instance's guardedMemory, whose buffer is the one
+// wazero runs the guest on (it gave it to wazero, and is told of every grow): a slice
+// expression instead of an interface call and wazero's own bounds check.
 func (inst *instance) read(ptr, n uint32) []byte {
 	if n == 0 {
 		return nil
 	}
-	b, ok := inst.mem.Read(ptr, n)
-	if !ok {
-		panic(fmt.Errorf("tinybroker ABI: pointer %d length %d is outside the plugin's memory (%d bytes)", ptr, n, inst.mem.Size()))
+	mem := inst.gmem.buf
+	if uint64(ptr)+uint64(n) > uint64(len(mem)) {
+		panic(fmt.Errorf("tinybroker ABI: pointer %d length %d is outside the plugin's memory (%d bytes)", ptr, n, len(mem)))
 	}
-	return b
+	return mem[ptr : ptr+n : ptr+n]
 }
 
 // internMax is the longest string an instance interns.
@@ -187,19 +191,27 @@ func (inst *instance) intern(ptr, n uint32) string {
 
 // give implements the read convention: copy min(len, cap) bytes to buf and return len.
 func (inst *instance) give(v []byte, buf, capacity uint32) int32 {
-	n := min(uint32(len(v)), capacity)
-	if n > 0 && !inst.mem.Write(buf, v[:n]) {
-		panic(fmt.Errorf("tinybroker ABI: buffer %d length %d is outside the plugin's memory (%d bytes)", buf, n, inst.mem.Size()))
+	if n := min(uint32(len(v)), capacity); n > 0 {
+		copy(inst.writable(buf, n), v)
 	}
 	return int32(len(v))
 }
 
 func (inst *instance) giveString(v string, buf, capacity uint32) int32 {
-	n := min(uint32(len(v)), capacity)
-	if n > 0 && !inst.mem.WriteString(buf, v[:n]) {
-		panic(fmt.Errorf("tinybroker ABI: buffer %d length %d is outside the plugin's memory (%d bytes)", buf, n, inst.mem.Size()))
+	if n := min(uint32(len(v)), capacity); n > 0 {
+		copy(inst.writable(buf, n), v)
 	}
 	return int32(len(v))
+}
+
+// writable returns guest memory [buf, buf+n), n > 0, trapping the call if it is out of
+// bounds.
+func (inst *instance) writable(buf, n uint32) []byte {
+	mem := inst.gmem.buf
+	if uint64(buf)+uint64(n) > uint64(len(mem)) {
+		panic(fmt.Errorf("tinybroker ABI: buffer %d length %d is outside the plugin's memory (%d bytes)", buf, n, len(mem)))
+	}
+	return mem[buf : buf+n]
 }
 
 func u32(v uint64) uint32 { return uint32(v) }
@@ -431,9 +443,6 @@ func instantiateHostModule(ctx context.Context, r wazero.Runtime) error {
 		b = b.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(func(ctx context.Context, m api.Module, stack []uint64) {
 			inst := ctx.(*callCtx).inst
 			inst.hostCalls++
-			if inst.mem == nil { // the first host call, perhaps while the module is instantiated
-				inst.mem = m.Memory()
-			}
 			fn(inst, stack)
 		}), hostFuncs[i].params, hostFuncs[i].results).Export(hostFuncs[i].name)
 	}

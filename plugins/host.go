@@ -234,8 +234,7 @@ func (p *plugin) check() error {
 type instance struct {
 	p     *plugin
 	mod   api.Module
-	mem   api.Memory // mod's memory, set by the first host call
-	gmem  *guardedMemory
+	gmem  *guardedMemory // its memory, which host functions read and write
 	fns   [numHooks]api.Function
 	ctx   callCtx // carries the instance to host functions
 	stack []uint64
@@ -276,7 +275,6 @@ func (p *plugin) newInstance(ctx context.Context) (*instance, error) {
 		return nil, fmt.Errorf("instantiate: %w", err)
 	}
 	inst.mod = mod
-	inst.mem = mod.Memory()
 	for k := hookInit; k < numHooks; k++ {
 		if p.has[k] || k == hookInit {
 			inst.fns[k] = mod.ExportedFunction(hookExports[k])
