@@ -157,14 +157,31 @@ type callCtx struct {
 // wazero runs the guest on (it gave it to wazero, and is told of every grow): a slice
 // expression instead of an interface call and wazero's own bounds check.
 func (inst *instance) read(ptr, n uint32) []byte {
-	if n == 0 {
-		return nil
-	}
 	mem := inst.gmem.buf
-	if uint64(ptr)+uint64(n) > uint64(len(mem)) {
-		panic(fmt.Errorf("tinybroker ABI: pointer %d length %d is outside the plugin's memory (%d bytes)", ptr, n, len(mem)))
+	end := uint64(ptr) + uint64(n)
+	if end > uint64(len(mem)) {
+		if n == 0 {
+			return nil
+		}
+		panic(outsideError{ptr, n, len(mem), false})
 	}
-	return mem[ptr : ptr+n : ptr+n]
+	return mem[ptr:end]
+}
+
+// outsideError traps a call that gave a (pointer, length) pair outside the guest's memory.
+// A value rather than fmt.Errorf's, so that read and writable are inlined.
+type outsideError struct {
+	ptr, n uint32
+	size   int
+	write  bool // a buffer to fill, rather than a value to read
+}
+
+func (e outsideError) Error() string {
+	what := "pointer"
+	if e.write {
+		what = "buffer"
+	}
+	return fmt.Sprintf("tinybroker ABI: %s %d length %d is outside the plugin's memory (%d bytes)", what, e.ptr, e.n, e.size)
 }
 
 // internMax is the longest string an instance interns.
@@ -208,10 +225,11 @@ func (inst *instance) giveString(v string, buf, capacity uint32) int32 {
 // bounds.
 func (inst *instance) writable(buf, n uint32) []byte {
 	mem := inst.gmem.buf
-	if uint64(buf)+uint64(n) > uint64(len(mem)) {
-		panic(fmt.Errorf("tinybroker ABI: buffer %d length %d is outside the plugin's memory (%d bytes)", buf, n, len(mem)))
+	end := uint64(buf) + uint64(n)
+	if end > uint64(len(mem)) {
+		panic(outsideError{buf, n, len(mem), true})
 	}
-	return mem[buf : buf+n]
+	return mem[buf:end]
 }
 
 func u32(v uint64) uint32 { return uint32(v) }

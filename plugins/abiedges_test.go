@@ -66,3 +66,12 @@ func TestMemoryMinOverLimit(t *testing.T) {
 	}
 	load(t, h, Spec{Name: "big", Wasm: fixture(t, "bigmem"), MemoryLimitBytes: 128 << 10})
 }
+
+// A non-empty (ptr, len) pair outside the memory traps the call, and says so.
+func TestOutOfBoundsSaysWhy(t *testing.T) {
+	c := load(t, newHost(t), Spec{Name: "oob", Wasm: fixture(t, "oob"), FailurePolicy: FailClosed})
+	_, err := c.OnPublish(&broker.Draft{Topic: "orders.x"}) // 8 bytes into a buffer 6 from the end
+	if err == nil || !strings.Contains(err.Error(), "buffer 65530 length 8 is outside the plugin's memory (65536 bytes)") {
+		t.Fatalf("publish: %v", err)
+	}
+}

@@ -388,9 +388,13 @@ func (g *guardedMemory) Free() { g.buf = nil }
 // again (a failure reopens it at once, since the count of failures in a row is kept).
 func (p *plugin) breakerOpen() bool {
 	until := p.openUntil.Load()
-	if until == 0 {
+	if until == 0 { // closed: the common case, inlined
 		return false
 	}
+	return p.breakerStillOpen(until)
+}
+
+func (p *plugin) breakerStillOpen(until int64) bool {
 	if nowNanos() < until {
 		p.skipped.Add(1)
 		return true
