@@ -37,19 +37,14 @@ var hookNames = [numHooks]string{"init", HookPublish, HookAck, HookRedeliver}
 //
 // Each instance has one, reset after every call with its storage kept: a publish through a
 // chain of filters allocates nothing on the host, so plugins do not add to the broker's GC
-// work.
+// work. The host functions that write set dirty; a call that only read (a filter that
+// passes) is reset by clearing its inputs, not the whole state.
 type callState struct {
-	hook    hookKind
-	topic   string
-	payload []byte
-	headers map[string]string
-	id      string
+	callInput
+	dirty bool // something below was written in this call: reset clears it all
+
 	names   []string // sorted header names, built on first use (namesOK)
 	namesOK bool
-
-	sub, group, reason string
-	attempt            uint32
-	inFlight           int64
 
 	newTopic   string
 	topicSet   bool
@@ -59,6 +54,19 @@ type callState struct {
 	changeIdx  map[string]int // the index in changes of each name, once there are more than maxLinear
 	emits      []broker.Draft
 	why        string
+}
+
+// callInput is what the caller of a hook gives its call: the message and the event.
+type callInput struct {
+	hook    hookKind
+	topic   string
+	payload []byte
+	headers map[string]string
+	id      string
+
+	sub, group, reason string
+	attempt            uint32
+	inFlight           int64
 }
 
 // headerChange is the last change a call made to one header.
@@ -74,6 +82,7 @@ const maxLinear = 8
 
 // changeHeader records c as the last change of its header.
 func (st *callState) changeHeader(c headerChange) {
+	st.dirty = true
 	if len(st.changes) > maxLinear {
 		if i, ok := st.changeIdx[c.key]; ok {
 			st.changes[i] = c
@@ -107,6 +116,10 @@ const keepStorage = 32
 // reset clears st, keeping the storage of its slices and index map. What a caller took out of
 // it (emits appended elsewhere, newPayload, why) stays valid.
 func (st *callState) reset() {
+	if !st.dirty {
+		st.callInput = callInput{} // no reference to the message is kept past its call
+		return
+	}
 	names, changes, idx, emits := st.names, st.changes, st.changeIdx, st.emits
 	if cap(names) > keepStorage {
 		names = nil
@@ -126,21 +139,49 @@ func (st *callState) reset() {
 	*st = callState{names: names[:0], changes: changes[:0], changeIdx: idx, emits: emits[:0]}
 }
 
-// instKey carries the calling instance in the context wazero passes to host functions.
-type instKey struct{}
-
-func instOf(ctx context.Context) *instance { return ctx.Value(instKey{}).(*instance) }
-
-func stateOf(ctx context.Context) *callState { return &instOf(ctx).st }
+// callCtx is the context of every call into an instance, and of its instantiation: wazero
+// passes it unchanged to the host functions, which find their instance with one type
+// assertion rather than a context.Value lookup, and wazero's own lookups (once per call)
+// fall through to the embedded context. Without a time limit it is made once per instance,
+// so a call allocates nothing.
+type callCtx struct {
+	context.Context // context.Background(), or the call's time limit
+	inst            *instance
+}
 
 // read returns a view of guest memory [ptr, ptr+n) (not a copy: use it before the guest
-// runs again), trapping the call if it is out of bounds.
-func read(m api.Module, ptr, n uint32) []byte {
-	b, ok := m.Memory().Read(ptr, n)
-	if !ok {
-		panic(fmt.Errorf("tinybroker ABI: pointer %d length %d is outside the plugin's memory (%d bytes)", ptr, n, m.Memory().Size()))
+// runs again), trapping the call if it is out of bounds. An empty range is valid whatever
+// ptr is (docs/ABI.md).
+//
+// Guest memory is accessed through the instance's guardedMemory, whose buffer is the one
+// wazero runs the guest on (it gave it to wazero, and is told of every grow): a slice
+// expression instead of an interface call and wazero's own bounds check.
+func (inst *instance) read(ptr, n uint32) []byte {
+	mem := inst.gmem.buf
+	end := uint64(ptr) + uint64(n)
+	if end > uint64(len(mem)) {
+		if n == 0 {
+			return nil
+		}
+		panic(outsideError{ptr, n, len(mem), false})
 	}
-	return b
+	return mem[ptr:end]
+}
+
+// outsideError traps a call that gave a (pointer, length) pair outside the guest's memory.
+// A value rather than fmt.Errorf's, so that read and writable are inlined.
+type outsideError struct {
+	ptr, n uint32
+	size   int
+	write  bool // a buffer to fill, rather than a value to read
+}
+
+func (e outsideError) Error() string {
+	what := "pointer"
+	if e.write {
+		what = "buffer"
+	}
+	return fmt.Sprintf("tinybroker ABI: %s %d length %d is outside the plugin's memory (%d bytes)", what, e.ptr, e.n, e.size)
 }
 
 // internMax is the longest string an instance interns.
@@ -149,8 +190,8 @@ const internMax = 128
 // intern returns guest memory [ptr, ptr+n) as a string, without allocating when it equals
 // one of the last few strings this instance was given: plugins tend to set the same header
 // names and values, topics and reasons on every call.
-func (inst *instance) intern(m api.Module, ptr, n uint32) string {
-	b := read(m, ptr, n)
+func (inst *instance) intern(ptr, n uint32) string {
+	b := inst.read(ptr, n)
 	if len(b) > internMax {
 		return string(b)
 	}
@@ -166,20 +207,29 @@ func (inst *instance) intern(m api.Module, ptr, n uint32) string {
 }
 
 // give implements the read convention: copy min(len, cap) bytes to buf and return len.
-func give(m api.Module, v []byte, buf, capacity uint32) int32 {
-	n := min(uint32(len(v)), capacity)
-	if n > 0 && !m.Memory().Write(buf, v[:n]) {
-		panic(fmt.Errorf("tinybroker ABI: buffer %d length %d is outside the plugin's memory (%d bytes)", buf, n, m.Memory().Size()))
+func (inst *instance) give(v []byte, buf, capacity uint32) int32 {
+	if n := min(uint32(len(v)), capacity); n > 0 {
+		copy(inst.writable(buf, n), v)
 	}
 	return int32(len(v))
 }
 
-func giveString(m api.Module, v string, buf, capacity uint32) int32 {
-	n := min(uint32(len(v)), capacity)
-	if n > 0 && !m.Memory().WriteString(buf, v[:n]) {
-		panic(fmt.Errorf("tinybroker ABI: buffer %d length %d is outside the plugin's memory (%d bytes)", buf, n, m.Memory().Size()))
+func (inst *instance) giveString(v string, buf, capacity uint32) int32 {
+	if n := min(uint32(len(v)), capacity); n > 0 {
+		copy(inst.writable(buf, n), v)
 	}
 	return int32(len(v))
+}
+
+// writable returns guest memory [buf, buf+n), n > 0, trapping the call if it is out of
+// bounds.
+func (inst *instance) writable(buf, n uint32) []byte {
+	mem := inst.gmem.buf
+	end := uint64(buf) + uint64(n)
+	if end > uint64(len(mem)) {
+		panic(outsideError{buf, n, len(mem), true})
+	}
+	return mem[buf:end]
 }
 
 func u32(v uint64) uint32 { return uint32(v) }
@@ -191,7 +241,7 @@ type hostFunc struct {
 	name    string
 	params  []api.ValueType
 	results []api.ValueType
-	fn      func(p *plugin, ctx context.Context, m api.Module, stack []uint64)
+	fn      func(inst *instance, stack []uint64)
 }
 
 var (
@@ -203,65 +253,67 @@ func params(n int) []api.ValueType { return slices.Repeat([]api.ValueType{i32}, 
 
 // hostFuncs lists the ABI v1 host functions; docs/ABI.md is their specification.
 var hostFuncs = []hostFunc{
-	{"v1_log", params(3), nil, func(p *plugin, ctx context.Context, m api.Module, s []uint64) {
-		b := read(m, u32(s[1]), u32(s[2])) // bounds-checked even when the level is off
+	{"v1_log", params(3), nil, func(inst *instance, s []uint64) {
+		b := inst.read(u32(s[1]), u32(s[2])) // bounds-checked even when the level is off
+		log := inst.p.log
 		switch lvl := int32(u32(s[0])); {
 		case lvl == 0:
-			if p.log.IsTrace() {
-				p.log.Trace(string(b))
+			if log.IsTrace() {
+				log.Trace(string(b))
 			}
 		case lvl == 1:
-			if p.log.IsDebug() {
-				p.log.Debug(string(b))
+			if log.IsDebug() {
+				log.Debug(string(b))
 			}
 		case lvl == 2:
-			if p.log.IsInfo() {
-				p.log.Info(string(b))
+			if log.IsInfo() {
+				log.Info(string(b))
 			}
 		case lvl == 3:
-			p.log.Warn(string(b))
+			log.Warn(string(b))
 		default:
-			p.log.Error(string(b))
+			log.Error(string(b))
 		}
 	}},
-	{"v1_now", nil, []api.ValueType{i64}, func(p *plugin, ctx context.Context, m api.Module, s []uint64) {
+	{"v1_now", nil, []api.ValueType{i64}, func(inst *instance, s []uint64) {
 		s[0] = uint64(nowNanos())
 	}},
-	{"v1_config", params(2), params(1), func(p *plugin, ctx context.Context, m api.Module, s []uint64) {
-		putI32(s, giveString(m, p.configText, u32(s[0]), u32(s[1])))
+	{"v1_config", params(2), params(1), func(inst *instance, s []uint64) {
+		putI32(s, inst.giveString(inst.p.configText, u32(s[0]), u32(s[1])))
 	}},
-	{"v1_config_get", params(4), params(1), func(p *plugin, ctx context.Context, m api.Module, s []uint64) {
-		v, ok := p.spec.Config[string(read(m, u32(s[0]), u32(s[1])))] // looked up without a copy
+	{"v1_config_get", params(4), params(1), func(inst *instance, s []uint64) {
+		v, ok := inst.p.spec.Config[string(inst.read(u32(s[0]), u32(s[1])))] // looked up without a copy
 		if !ok {
 			putI32(s, -1)
 			return
 		}
-		putI32(s, giveString(m, v, u32(s[2]), u32(s[3])))
+		putI32(s, inst.giveString(v, u32(s[2]), u32(s[3])))
 	}},
-	{"v1_set_reason", params(2), nil, func(p *plugin, ctx context.Context, m api.Module, s []uint64) {
-		inst := instOf(ctx)
-		inst.st.why = inst.intern(m, u32(s[0]), u32(s[1]))
+	{"v1_set_reason", params(2), nil, func(inst *instance, s []uint64) {
+		inst.st.dirty = true
+		inst.st.why = inst.intern(u32(s[0]), u32(s[1]))
 	}},
-	{"v1_msg_topic", params(2), params(1), func(p *plugin, ctx context.Context, m api.Module, s []uint64) {
-		putI32(s, giveString(m, stateOf(ctx).topic, u32(s[0]), u32(s[1])))
+	{"v1_msg_topic", params(2), params(1), func(inst *instance, s []uint64) {
+		putI32(s, inst.giveString(inst.st.topic, u32(s[0]), u32(s[1])))
 	}},
-	{"v1_msg_payload", params(2), params(1), func(p *plugin, ctx context.Context, m api.Module, s []uint64) {
-		putI32(s, give(m, stateOf(ctx).payload, u32(s[0]), u32(s[1])))
+	{"v1_msg_payload", params(2), params(1), func(inst *instance, s []uint64) {
+		putI32(s, inst.give(inst.st.payload, u32(s[0]), u32(s[1])))
 	}},
-	{"v1_msg_header", params(4), params(1), func(p *plugin, ctx context.Context, m api.Module, s []uint64) {
-		v, ok := stateOf(ctx).headers[string(read(m, u32(s[0]), u32(s[1])))] // looked up without a copy
+	{"v1_msg_header", params(4), params(1), func(inst *instance, s []uint64) {
+		v, ok := inst.st.headers[string(inst.read(u32(s[0]), u32(s[1])))] // looked up without a copy
 		if !ok {
 			putI32(s, -1)
 			return
 		}
-		putI32(s, giveString(m, v, u32(s[2]), u32(s[3])))
+		putI32(s, inst.giveString(v, u32(s[2]), u32(s[3])))
 	}},
-	{"v1_msg_header_count", nil, params(1), func(p *plugin, ctx context.Context, m api.Module, s []uint64) {
-		putI32(s, int32(len(stateOf(ctx).headers)))
+	{"v1_msg_header_count", nil, params(1), func(inst *instance, s []uint64) {
+		putI32(s, int32(len(inst.st.headers)))
 	}},
-	{"v1_msg_header_name", params(3), params(1), func(p *plugin, ctx context.Context, m api.Module, s []uint64) {
-		st := stateOf(ctx)
+	{"v1_msg_header_name", params(3), params(1), func(inst *instance, s []uint64) {
+		st := &inst.st
 		if !st.namesOK {
+			st.dirty = true
 			for k := range st.headers {
 				st.names = append(st.names, k)
 			}
@@ -273,58 +325,61 @@ var hostFuncs = []hostFunc{
 			putI32(s, -1)
 			return
 		}
-		putI32(s, giveString(m, st.names[i], u32(s[1]), u32(s[2])))
+		putI32(s, inst.giveString(st.names[i], u32(s[1]), u32(s[2])))
 	}},
-	{"v1_msg_id", params(2), params(1), func(p *plugin, ctx context.Context, m api.Module, s []uint64) {
-		putI32(s, giveString(m, stateOf(ctx).id, u32(s[0]), u32(s[1])))
+	{"v1_msg_id", params(2), params(1), func(inst *instance, s []uint64) {
+		if inst.st.hook == hookPublish { // absent: a message being published has no id yet
+			putI32(s, -1)
+			return
+		}
+		putI32(s, inst.giveString(inst.st.id, u32(s[0]), u32(s[1])))
 	}},
-	{"v1_msg_set_topic", params(2), params(1), func(p *plugin, ctx context.Context, m api.Module, s []uint64) {
-		inst := instOf(ctx)
+	{"v1_msg_set_topic", params(2), params(1), func(inst *instance, s []uint64) {
 		st := &inst.st
-		topic := inst.intern(m, u32(s[0]), u32(s[1]))
+		topic := inst.intern(u32(s[0]), u32(s[1]))
 		switch {
 		case st.hook != hookPublish:
 			putI32(s, abi.StatusNotAllowed)
 		case broker.ValidateTopic(topic) != nil:
 			putI32(s, abi.StatusInvalid)
 		default:
+			st.dirty = true
 			st.newTopic, st.topicSet = topic, true
 			putI32(s, abi.StatusOK)
 		}
 	}},
-	{"v1_msg_set_payload", params(2), params(1), func(p *plugin, ctx context.Context, m api.Module, s []uint64) {
-		st := stateOf(ctx)
+	{"v1_msg_set_payload", params(2), params(1), func(inst *instance, s []uint64) {
+		st := &inst.st
 		switch n := u32(s[1]); {
 		case st.hook != hookPublish:
 			putI32(s, abi.StatusNotAllowed)
-		case int(n) > p.host.opts.MaxMessageBytes:
+		case int(n) > inst.p.host.opts.MaxMessageBytes:
 			putI32(s, abi.StatusTooLarge)
 		default:
-			st.newPayload = append([]byte(nil), read(m, u32(s[0]), n)...)
+			st.dirty = true
+			st.newPayload = append([]byte(nil), inst.read(u32(s[0]), n)...)
 			st.payloadSet = true
 			putI32(s, abi.StatusOK)
 		}
 	}},
-	{"v1_msg_set_header", params(4), params(1), func(p *plugin, ctx context.Context, m api.Module, s []uint64) {
-		inst := instOf(ctx)
+	{"v1_msg_set_header", params(4), params(1), func(inst *instance, s []uint64) {
 		st := &inst.st
-		k, v := inst.intern(m, u32(s[0]), u32(s[1])), inst.intern(m, u32(s[2]), u32(s[3]))
+		k, v := inst.intern(u32(s[0]), u32(s[1])), inst.intern(u32(s[2]), u32(s[3]))
 		switch {
 		case st.hook != hookPublish && st.hook != hookRedeliver:
 			putI32(s, abi.StatusNotAllowed)
 		case k == "":
 			putI32(s, abi.StatusInvalid)
-		case len(k)+len(v) > p.host.opts.MaxHeaderBytes:
+		case len(k)+len(v) > inst.p.host.opts.MaxHeaderBytes:
 			putI32(s, abi.StatusTooLarge)
 		default:
 			st.changeHeader(headerChange{key: k, value: v})
 			putI32(s, abi.StatusOK)
 		}
 	}},
-	{"v1_msg_del_header", params(2), params(1), func(p *plugin, ctx context.Context, m api.Module, s []uint64) {
-		inst := instOf(ctx)
+	{"v1_msg_del_header", params(2), params(1), func(inst *instance, s []uint64) {
 		st := &inst.st
-		k := inst.intern(m, u32(s[0]), u32(s[1]))
+		k := inst.intern(u32(s[0]), u32(s[1]))
 		if st.hook != hookPublish && st.hook != hookRedeliver {
 			putI32(s, abi.StatusNotAllowed)
 			return
@@ -332,52 +387,51 @@ var hostFuncs = []hostFunc{
 		st.changeHeader(headerChange{key: k, deleted: true})
 		putI32(s, abi.StatusOK)
 	}},
-	{"v1_event_subscription", params(2), params(1), func(p *plugin, ctx context.Context, m api.Module, s []uint64) {
-		putI32(s, giveString(m, stateOf(ctx).sub, u32(s[0]), u32(s[1])))
+	{"v1_event_subscription", params(2), params(1), func(inst *instance, s []uint64) {
+		putI32(s, inst.giveString(inst.st.sub, u32(s[0]), u32(s[1])))
 	}},
-	{"v1_event_group", params(2), params(1), func(p *plugin, ctx context.Context, m api.Module, s []uint64) {
-		putI32(s, giveString(m, stateOf(ctx).group, u32(s[0]), u32(s[1])))
+	{"v1_event_group", params(2), params(1), func(inst *instance, s []uint64) {
+		putI32(s, inst.giveString(inst.st.group, u32(s[0]), u32(s[1])))
 	}},
-	{"v1_event_attempt", nil, params(1), func(p *plugin, ctx context.Context, m api.Module, s []uint64) {
-		putI32(s, int32(stateOf(ctx).attempt))
+	{"v1_event_attempt", nil, params(1), func(inst *instance, s []uint64) {
+		putI32(s, int32(inst.st.attempt))
 	}},
-	{"v1_event_in_flight_ns", nil, []api.ValueType{i64}, func(p *plugin, ctx context.Context, m api.Module, s []uint64) {
-		s[0] = uint64(stateOf(ctx).inFlight)
+	{"v1_event_in_flight_ns", nil, []api.ValueType{i64}, func(inst *instance, s []uint64) {
+		s[0] = uint64(inst.st.inFlight)
 	}},
-	{"v1_event_reason", params(2), params(1), func(p *plugin, ctx context.Context, m api.Module, s []uint64) {
-		putI32(s, giveString(m, stateOf(ctx).reason, u32(s[0]), u32(s[1])))
+	{"v1_event_reason", params(2), params(1), func(inst *instance, s []uint64) {
+		putI32(s, inst.giveString(inst.st.reason, u32(s[0]), u32(s[1])))
 	}},
-	{"v1_emit", params(4), params(1), func(p *plugin, ctx context.Context, m api.Module, s []uint64) {
-		inst := instOf(ctx)
+	{"v1_emit", params(4), params(1), func(inst *instance, s []uint64) {
 		st := &inst.st
-		topic := inst.intern(m, u32(s[0]), u32(s[1]))
+		topic := inst.intern(u32(s[0]), u32(s[1]))
 		n := u32(s[3])
 		switch {
 		case st.hook == hookInit:
 			putI32(s, abi.StatusNotAllowed)
-		case len(st.emits) >= p.spec.MaxEmits:
+		case len(st.emits) >= inst.p.spec.MaxEmits:
 			putI32(s, abi.StatusLimit)
 		case broker.ValidateTopic(topic) != nil:
 			putI32(s, abi.StatusInvalid)
-		case int(n) > p.host.opts.MaxMessageBytes:
+		case int(n) > inst.p.host.opts.MaxMessageBytes:
 			putI32(s, abi.StatusTooLarge)
 		default:
-			payload := append([]byte(nil), read(m, u32(s[2]), n)...)
+			st.dirty = true
+			payload := append([]byte(nil), inst.read(u32(s[2]), n)...)
 			st.emits = append(st.emits, broker.Draft{Topic: topic, Payload: payload})
 			putI32(s, int32(len(st.emits)-1))
 		}
 	}},
-	{"v1_emit_header", params(5), params(1), func(p *plugin, ctx context.Context, m api.Module, s []uint64) {
-		inst := instOf(ctx)
+	{"v1_emit_header", params(5), params(1), func(inst *instance, s []uint64) {
 		st := &inst.st
 		h := int32(u32(s[0]))
-		k, v := inst.intern(m, u32(s[1]), u32(s[2])), inst.intern(m, u32(s[3]), u32(s[4]))
+		k, v := inst.intern(u32(s[1]), u32(s[2])), inst.intern(u32(s[3]), u32(s[4]))
 		switch {
 		case h < 0 || int(h) >= len(st.emits):
 			putI32(s, abi.StatusInvalid)
 		case k == "":
 			putI32(s, abi.StatusInvalid)
-		case len(k)+len(v) > p.host.opts.MaxHeaderBytes:
+		case len(k)+len(v) > inst.p.host.opts.MaxHeaderBytes:
 			putI32(s, abi.StatusTooLarge)
 		default:
 			d := &st.emits[h]
@@ -398,14 +452,17 @@ var hostFuncIndex = func() map[string]*hostFunc {
 	return m
 }()
 
-// instantiateHostModule defines the "tinybroker" module in r, bound to p.
-func instantiateHostModule(ctx context.Context, r wazero.Runtime, p *plugin) error {
+// instantiateHostModule defines the "tinybroker" module in r. Its functions serve every
+// instance of the runtime's plugin: each finds the calling instance in the call's context.
+func instantiateHostModule(ctx context.Context, r wazero.Runtime) error {
 	b := r.NewHostModuleBuilder(hostModule)
 	for i := range hostFuncs {
-		f := &hostFuncs[i]
+		fn := hostFuncs[i].fn
 		b = b.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(func(ctx context.Context, m api.Module, stack []uint64) {
-			f.fn(p, ctx, m, stack)
-		}), f.params, f.results).Export(f.name)
+			inst := ctx.(*callCtx).inst
+			inst.hostCalls++
+			fn(inst, stack)
+		}), hostFuncs[i].params, hostFuncs[i].results).Export(hostFuncs[i].name)
 	}
 	_, err := b.Instantiate(ctx)
 	return err

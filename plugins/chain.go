@@ -61,6 +61,7 @@ func (c *Chain) Names() []string {
 type PluginStats struct {
 	Name                     string
 	Calls, Failures, Skipped uint64 // Skipped: not called because the circuit breaker was open
+	HostCalls                uint64 // host functions called in those calls, if HostOptions.CountHostCalls
 	BreakerOpen              bool
 }
 
@@ -69,7 +70,7 @@ func (c *Chain) Stats() []PluginStats {
 	var st []PluginStats
 	for _, p := range c.all {
 		st = append(st, PluginStats{Name: p.spec.Name, Calls: p.calls.Load(), Failures: p.failures.Load(),
-			Skipped: p.skipped.Load(), BreakerOpen: p.openUntil.Load() != 0})
+			Skipped: p.skipped.Load(), HostCalls: p.hostCalls.Load(), BreakerOpen: p.openUntil.Load() != 0})
 	}
 	return st
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/experimental"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 )
 
@@ -28,6 +29,9 @@ type HostOptions struct {
 	MaxHeaderBytes  int
 	// MaxPluginBytes is the largest .wasm file read (DefaultMaxPluginBytes, 64 MiB).
 	MaxPluginBytes int64
+	// CountHostCalls counts the host calls plugins make, in PluginStats.HostCalls: for
+	// `tinybroker plugin test --bench` and benchmarks. Off, calls skip one atomic add.
+	CountHostCalls bool
 }
 
 // Host loads plugins. One Host serves every reload: they share its compilation cache.
@@ -103,6 +107,7 @@ type plugin struct {
 	consecutive atomic.Int32
 	openUntil   atomic.Int64 // circuit breaker open until (Unix ns); 0: closed
 	calls       atomic.Uint64
+	hostCalls   atomic.Uint64 // with HostOptions.CountHostCalls
 	failures    atomic.Uint64
 	skipped     atomic.Uint64 // calls not made because the breaker was open
 }
@@ -119,9 +124,11 @@ func (h *Host) load(ctx context.Context, s Spec) (*plugin, error) {
 			return nil, s.located(fmt.Errorf("plugin %q: %w", s.Name, err))
 		}
 	}
+	// The memory limit is not the runtime's (WithMemoryLimitPages): wazero would refuse a grow
+	// past it without telling the host. Each instance's memory is a guardedMemory instead,
+	// which refuses it and notes it, so that the call fails with the reason.
 	cfg := wazero.NewRuntimeConfig().
 		WithCompilationCache(h.cache).
-		WithMemoryLimitPages(uint32(s.MemoryLimitBytes / 65536)).
 		WithCloseOnContextDone(s.CallTimeout > 0)
 	p := &plugin{spec: s, host: h, log: h.log.Named(s.Name), rt: wazero.NewRuntimeWithConfig(ctx, cfg),
 		topics: compilePatterns(s.Topics), configText: configText(s.Config)}
@@ -139,7 +146,7 @@ func (h *Host) load(ctx context.Context, s Spec) (*plugin, error) {
 	if _, err := wasi_snapshot_preview1.Instantiate(ctx, p.rt); err != nil {
 		return fail(err)
 	}
-	if err := instantiateHostModule(ctx, p.rt, p); err != nil {
+	if err := instantiateHostModule(ctx, p.rt); err != nil {
 		return fail(err)
 	}
 	p.pool.init(s.PoolSize)
@@ -174,8 +181,12 @@ func (p *plugin) check() error {
 		}
 		return fmt.Errorf("not a tinybroker plugin: it does not export %s (see docs/ABI.md)", abiMarker)
 	}
-	if _, ok := p.compiled.ExportedMemories()["memory"]; !ok {
+	mem, ok := p.compiled.ExportedMemories()["memory"]
+	if !ok {
 		return fmt.Errorf("it does not export its memory as \"memory\"")
+	}
+	if min := uint64(mem.Min()) * 65536; min > uint64(p.spec.MemoryLimitBytes) {
+		return fmt.Errorf("its memory starts at %d bytes, over the plugin's memory limit of %d bytes (raise memory_limit_mb)", min, p.spec.MemoryLimitBytes)
 	}
 	for k := hookInit; k < numHooks; k++ {
 		def, ok := exports[hookExports[k]]
@@ -227,10 +238,13 @@ func (p *plugin) check() error {
 type instance struct {
 	p     *plugin
 	mod   api.Module
+	gmem  *guardedMemory // its memory, which host functions read and write
 	fns   [numHooks]api.Function
-	ctx   context.Context // carries the instance to host functions
+	ctx   callCtx // carries the instance to host functions
 	stack []uint64
 	st    callState // the state of the call in progress, reset after each call
+
+	hostCalls uint64 // made since the last call ended (HostOptions.CountHostCalls)
 
 	strs    [8]string // recently interned strings (instance.intern)
 	nextStr uint8
@@ -238,18 +252,29 @@ type instance struct {
 
 func (p *plugin) newInstance(ctx context.Context) (*instance, error) {
 	inst := &instance{p: p, stack: make([]uint64, 1)}
-	inst.ctx = context.WithValue(context.Background(), instKey{}, inst)
+	inst.ctx = callCtx{Context: context.Background(), inst: inst}
 	inst.st.hook = hookInit
 	mcfg := wazero.NewModuleConfig().WithName("").WithStartFunctions("_initialize").
 		WithSysWalltime().WithSysNanotime().WithRandSource(rand.Reader).
 		WithStderr(stderrLog{p.log}) // a Go guest's fatal errors ("out of memory") land here
-	ictx := inst.ctx
+	limit := uint64(p.spec.MemoryLimitBytes)
+	ictx := experimental.WithMemoryAllocator(context.Background(), experimental.MemoryAllocatorFunc(func(_, _ uint64) experimental.LinearMemory {
+		inst.gmem = &guardedMemory{limit: limit}
+		return inst.gmem
+	}))
 	if p.spec.CallTimeout > 0 {
 		var cancel context.CancelFunc
 		ictx, cancel = context.WithTimeout(ictx, max(p.spec.CallTimeout, 5*time.Second))
 		defer cancel()
 	}
-	mod, err := p.rt.InstantiateModule(ictx, p.compiled, mcfg)
+	cctx := &callCtx{Context: ictx, inst: inst}
+	mod, err := p.rt.InstantiateModule(cctx, p.compiled, mcfg)
+	if err == nil {
+		err = inst.memoryRefused()
+		if err != nil {
+			_ = mod.Close(context.Background())
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("instantiate: %w", err)
 	}
@@ -260,7 +285,11 @@ func (p *plugin) newInstance(ctx context.Context) (*instance, error) {
 		}
 	}
 	if f := inst.fns[hookInit]; f != nil {
-		if err := f.CallWithStack(ictx, inst.stack); err != nil {
+		err := f.CallWithStack(cctx, inst.stack)
+		if merr := inst.memoryRefused(); merr != nil {
+			err = merr
+		}
+		if err != nil {
 			_ = mod.Close(context.Background())
 			return nil, fmt.Errorf("tb_init failed: %w", err)
 		}
@@ -274,34 +303,102 @@ func (p *plugin) newInstance(ctx context.Context) (*instance, error) {
 		}
 	}
 	inst.st.reset()
+	inst.hostCalls = 0
 	return inst, nil
 }
 
 // invoke runs hook k on inst, whose call state the caller has set up, and returns the raw
-// verdict. A failed call discards inst.
+// verdict. A failed call discards inst. A call that tried to grow the memory past the
+// plugin's limit failed, even if the plugin went on (memory.grow returned -1 to it).
 func (p *plugin) invoke(inst *instance, k hookKind) (uint64, error) {
 	p.calls.Add(1)
-	ctx := inst.ctx
-	if p.spec.CallTimeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, p.spec.CallTimeout)
-		defer cancel()
-	}
 	inst.stack[0] = 0
-	if err := inst.fns[k].CallWithStack(ctx, inst.stack); err != nil {
+	if p.spec.CallTimeout > 0 {
+		return p.invokeTimed(inst, k)
+	}
+	return p.called(inst, inst.fns[k].CallWithStack(&inst.ctx, inst.stack))
+}
+
+// invokeTimed is invoke with a time limit: a context of its own for the call, whose deferred
+// cancel stays off the common path.
+func (p *plugin) invokeTimed(inst *instance, k hookKind) (uint64, error) {
+	tctx, cancel := context.WithTimeout(context.Background(), p.spec.CallTimeout)
+	defer cancel()
+	return p.called(inst, inst.fns[k].CallWithStack(&callCtx{Context: tctx, inst: inst}, inst.stack))
+}
+
+// called completes invoke: err is what CallWithStack returned.
+func (p *plugin) called(inst *instance, err error) (uint64, error) {
+	if p.host.opts.CountHostCalls {
+		p.hostCalls.Add(inst.hostCalls)
+		inst.hostCalls = 0
+	}
+	if inst.gmem.refused != 0 {
+		err = inst.memoryRefused()
+	}
+	if err != nil {
 		p.pool.discard(inst)
 		return 0, err
 	}
 	return inst.stack[0], nil
 }
 
+// errMemoryLimit is the failure of a call that tried to grow the memory past its limit.
+var errMemoryLimit = errors.New("memory limit exceeded")
+
+// memoryRefused returns, if the instance tried to grow its memory past its limit, the
+// failure that says so, and clears the note.
+func (inst *instance) memoryRefused() error {
+	g := inst.gmem
+	if g == nil || g.refused == 0 {
+		return nil
+	}
+	want := g.refused
+	g.refused = 0
+	return fmt.Errorf("%w: the plugin tried to grow its memory to %d bytes, over its memory limit of %d bytes (memory_limit_mb)", errMemoryLimit, want, g.limit)
+}
+
+// guardedMemory is an instance's linear memory: wazero asks it to grow, and it refuses past
+// the plugin's memory limit, noting the size that was asked for (memory.grow returns -1 to
+// the plugin). Only the goroutine that calls the instance touches it.
+type guardedMemory struct {
+	buf     []byte
+	limit   uint64
+	refused uint64 // the size last refused, until memoryRefused reports it; 0: none
+}
+
+var _ experimental.LinearMemory = (*guardedMemory)(nil)
+
+// Reallocate implements experimental.LinearMemory.
+func (g *guardedMemory) Reallocate(size uint64) []byte {
+	if size > g.limit {
+		g.refused = size
+		return nil
+	}
+	if size <= uint64(cap(g.buf)) { // bytes past len were never used: still zero
+		g.buf = g.buf[:size]
+		return g.buf
+	}
+	b := make([]byte, size, max(size, min(2*uint64(cap(g.buf)), g.limit)))
+	copy(b, g.buf)
+	g.buf = b
+	return b
+}
+
+// Free implements experimental.LinearMemory.
+func (g *guardedMemory) Free() { g.buf = nil }
+
 // breakerOpen reports whether calls are suspended; past the cool-down it lets calls through
 // again (a failure reopens it at once, since the count of failures in a row is kept).
 func (p *plugin) breakerOpen() bool {
 	until := p.openUntil.Load()
-	if until == 0 {
+	if until == 0 { // closed: the common case, inlined
 		return false
 	}
+	return p.breakerStillOpen(until)
+}
+
+func (p *plugin) breakerStillOpen(until int64) bool {
 	if nowNanos() < until {
 		p.skipped.Add(1)
 		return true
@@ -345,14 +442,18 @@ func (f FailurePolicy) String() string {
 // pool holds at most size instances; get creates one when none is idle and the limit allows,
 // and otherwise waits for one to be put back or discarded. A mutex and a slice rather than
 // channels: an uncontended get and put cost a few atomic operations, against about 100 ns for
-// a channel receive and send, on every plugin call.
+// a channel receive and send, on every plugin call. In front of them, one idle instance
+// waits in hot: taking it is one atomic swap and putting it back one compare-and-swap, half
+// the atomic operations of the mutex, so a stream of calls from one goroutine (a publishing
+// stream) keeps using the same instance, warm in the CPU's caches.
 type pool struct {
+	hot     atomic.Pointer[instance]
 	mu      sync.Mutex
 	freed   sync.Cond // signalled when an instance is put back or discarded
 	idle    []*instance
 	alive   int // instances created and not discarded: idle, busy or being created
 	size    int
-	waiting int
+	waiting atomic.Int32 // callers waiting in get (changed with mu held)
 	closed  bool
 }
 
@@ -372,6 +473,9 @@ func (pl *pool) reserve() {
 }
 
 func (pl *pool) get(p *plugin) (*instance, error) {
+	if inst := pl.hot.Swap(nil); inst != nil { // even when closing, as below
+		return inst, nil
+	}
 	pl.mu.Lock()
 	for {
 		if n := len(pl.idle); n > 0 { // even when closing: a call that started before still runs
@@ -388,9 +492,14 @@ func (pl *pool) get(p *plugin) (*instance, error) {
 		if pl.alive < pl.size {
 			break
 		}
-		pl.waiting++
+		pl.waiting.Add(1)
+		if inst := pl.hot.Swap(nil); inst != nil { // put there before waiting was counted
+			pl.waiting.Add(-1)
+			pl.mu.Unlock()
+			return inst, nil
+		}
 		pl.freed.Wait()
-		pl.waiting--
+		pl.waiting.Add(-1)
 	}
 	pl.alive++
 	pl.mu.Unlock()
@@ -406,14 +515,24 @@ func (pl *pool) get(p *plugin) (*instance, error) {
 func (pl *pool) release() {
 	pl.mu.Lock()
 	pl.alive--
-	if pl.waiting > 0 {
+	if pl.waiting.Load() > 0 {
 		pl.freed.Signal()
 	}
 	pl.mu.Unlock()
 }
 
-// put returns a healthy instance to the pool.
+// put returns a healthy instance to the pool. An instance put in hot after close has taken
+// the idle ones is found by close's next round, which waits for every instance alive.
 func (pl *pool) put(inst *instance) {
+	if pl.waiting.Load() == 0 && pl.hot.CompareAndSwap(nil, inst) {
+		if pl.waiting.Load() == 0 {
+			return
+		}
+		// A caller began to wait after it last looked in hot: wake it through the mutex.
+		if inst = pl.hot.Swap(nil); inst == nil {
+			return // another caller took it
+		}
+	}
 	pl.mu.Lock()
 	if pl.closed {
 		pl.mu.Unlock()
@@ -421,7 +540,7 @@ func (pl *pool) put(inst *instance) {
 		return
 	}
 	pl.idle = append(pl.idle, inst)
-	if pl.waiting > 0 {
+	if pl.waiting.Load() > 0 {
 		pl.freed.Signal()
 	}
 	pl.mu.Unlock()
@@ -443,6 +562,9 @@ func (pl *pool) close(ctx context.Context) {
 		idle := pl.idle
 		pl.idle = nil
 		pl.mu.Unlock()
+		if inst := pl.hot.Swap(nil); inst != nil {
+			idle = append(idle, inst)
+		}
 		for _, inst := range idle {
 			pl.discard(inst)
 		}

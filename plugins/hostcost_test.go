@@ -117,7 +117,7 @@ func TestCompiledPatterns(t *testing.T) {
 func TestHeaderChanges(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for round := range 200 {
-		st := &callState{hook: hookPublish}
+		st := &callState{callInput: callInput{hook: hookPublish}}
 		in := map[string]string{"a": "0", "b": "0"}
 		want := maps.Clone(in)
 		names := 1 + rng.IntN(3*maxLinear)

@@ -97,6 +97,15 @@ type pluginTestOutput struct {
 	Headers       map[string]string   `json:"headers,omitempty"`
 	Emitted       []pluginTestMessage `json:"emitted"`
 	Error         string              `json:"error,omitempty"`
+	Timing        *pluginTestTiming   `json:"timing,omitempty"` // with --bench
+}
+
+// pluginTestTiming is the cost of the hook's call on one input line (--bench).
+type pluginTestTiming struct {
+	Calls            int     `json:"calls"`
+	NsPerCall        float64 `json:"ns_per_call"`
+	HostCallsPerCall float64 `json:"host_calls_per_call"`
+	Failures         int     `json:"failures,omitempty"`
 }
 
 const pluginTestUsage = `Usage: tinybroker plugin test [flags] PLUGIN.wasm < MESSAGES
@@ -117,6 +126,12 @@ The plugin's log goes to standard error. A plugin failure is not hidden by a fai
 policy: the publish is refused (verdict "failed"), and the command exits with status 2
 after the last message.
 
+With --bench, each message is then run again through the hook for --bench-time, and its
+line gets "timing": the calls made, the wall-clock ns per call (the plugin and the host's
+per-call work, as the broker pays it for each message) and the host calls (v1_*) per call;
+a summary per hook goes to standard error. Unless --call-timeout is given, --bench runs
+without a time limit, as the broker does by default (a limit costs a few µs a call).
+
 Flags go before PLUGIN.wasm:
 `
 
@@ -136,9 +151,13 @@ func runPluginTest(args []string, stdin io.Reader, stdout, stderr io.Writer) err
 	callTimeout := fs.Duration("call-timeout", 10*time.Second, "time limit per call (0: none)")
 	memoryMB := fs.Int("memory-limit-mb", 64, "the plugin's largest memory, in MiB")
 	logLevel := fs.String("log-level", "info", "the plugin's log lines shown on standard error: trace, debug, info, warn, error or off")
+	bench := fs.Bool("bench", false, "also time the hook on each message: ns and host calls per call")
+	benchTime := fs.Duration("bench-time", 200*time.Millisecond, "with --bench, how long to time each message")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	timeoutSet := false
+	fs.Visit(func(f *flag.Flag) { timeoutSet = timeoutSet || f.Name == "call-timeout" })
 	if fs.NArg() != 1 {
 		fs.Usage()
 		return fmt.Errorf("plugin test needs one PLUGIN.wasm, got %d arguments %q (flags go before it)", fs.NArg(), fs.Args())
@@ -152,7 +171,7 @@ func runPluginTest(args []string, stdin io.Reader, stdout, stderr io.Writer) err
 		return fmt.Errorf("--memory-limit-mb %d: want 1 or more", *memoryMB)
 	}
 	timeout := *callTimeout
-	if timeout <= 0 {
+	if timeout <= 0 || *bench && !timeoutSet {
 		timeout = -1 // no limit
 	}
 	path := fs.Arg(0)
@@ -173,6 +192,7 @@ func runPluginTest(args []string, stdin io.Reader, stdout, stderr io.Writer) err
 	in := bufio.NewScanner(stdin)
 	in.Buffer(make([]byte, 64<<10), 64<<20)
 	lineNo, messages, failed := 0, 0, 0
+	var total pluginTestTiming // --bench: over every message
 	for in.Scan() {
 		lineNo++
 		line := bytes.TrimSpace(in.Bytes())
@@ -191,12 +211,37 @@ func runPluginTest(args []string, stdin io.Reader, stdout, stderr io.Writer) err
 		if res.err != nil {
 			failed++
 		}
+		if *bench {
+			tm, err := timeHook(p, *hook, msg, *benchTime)
+			if err != nil {
+				return fmt.Errorf("standard input, line %d: --bench: %w", lineNo, err)
+			}
+			res.out.Timing = tm
+			total.Calls += tm.Calls
+			total.NsPerCall += tm.NsPerCall * float64(tm.Calls)
+			total.HostCallsPerCall += tm.HostCallsPerCall * float64(tm.Calls)
+			total.Failures += tm.Failures
+		}
 		if err := out.Encode(res.out); err != nil {
 			return err
 		}
 	}
 	if err := in.Err(); err != nil {
 		return fmt.Errorf("standard input, after line %d: %w", lineNo, err)
+	}
+	if *bench && total.Calls > 0 {
+		n := float64(total.Calls)
+		fmt.Fprintf(stderr, "bench: %s: %d messages, %d calls: %.0f ns per call, %.2f host calls per call",
+			*hook, messages, total.Calls, total.NsPerCall/n, total.HostCallsPerCall/n)
+		if total.Failures > 0 {
+			fmt.Fprintf(stderr, ", %d failed", total.Failures)
+		}
+		if !timeoutSet || timeout < 0 {
+			fmt.Fprint(stderr, " (no time limit)")
+		} else {
+			fmt.Fprintf(stderr, " (with a time limit of %v per call)", timeout)
+		}
+		fmt.Fprintln(stderr)
 	}
 	if failed > 0 {
 		return fmt.Errorf("%d of %d messages failed (see their \"error\")", failed, messages)
@@ -271,4 +316,29 @@ func runHook(p *plugintest.Plugin, hook string, in pluginTestInput) hookResult {
 		out.Error = err.Error()
 	}
 	return hookResult{out: out, err: err}
+}
+
+// timeHook times hook on the message of one input line (--bench).
+func timeHook(p *plugintest.Plugin, hook string, in pluginTestInput, d time.Duration) (*pluginTestTiming, error) {
+	m := plugintest.Message{Topic: in.Topic, Payload: in.PayloadBase64, Headers: in.Headers}
+	if in.Payload != nil {
+		m.Payload = []byte(*in.Payload)
+	}
+	ev := plugintest.Event{ID: in.ID, Group: in.Group, Subscription: in.Subscription, Attempt: in.Attempt}
+	var (
+		t   plugintest.Timing
+		err error
+	)
+	switch hook {
+	case plugins.HookPublish:
+		t, err = p.TimePublish(m, d)
+	case plugins.HookAck:
+		t, err = p.TimeAck(plugintest.AckEvent{Message: m, Event: ev, InFlight: time.Duration(in.InFlightMS) * time.Millisecond}, d)
+	default:
+		t, err = p.TimeRedeliver(plugintest.RedeliverEvent{Message: m, Event: ev, Reason: in.Reason}, d)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &pluginTestTiming{Calls: t.Calls, NsPerCall: float64(t.PerCall.Nanoseconds()), HostCallsPerCall: t.HostCalls, Failures: t.Failures}, nil
 }

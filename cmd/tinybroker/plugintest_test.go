@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"strings"
@@ -131,5 +132,40 @@ func TestPluginDispatch(t *testing.T) {
 	if err := run(context.Background(), []string{"plugin", "test", "-h"}, &stdout, &stderr); !errors.Is(err, flag.ErrHelp) ||
 		!strings.Contains(stderr.String(), "Usage: tinybroker plugin test") || !strings.Contains(stderr.String(), "-hook") {
 		t.Errorf("plugin test -h: %v\n%s", err, stderr.String())
+	}
+}
+
+// --bench adds each message's timing to its line, and a summary to standard error.
+func TestPluginTestBench(t *testing.T) {
+	input := `{"topic":"orders.1","payload":"x","headers":{"tenant":"acme"}}
+{"topic":"orders.1","payload":"x","headers":{"tenant":"evil"}}
+`
+	stdout, stderr, err := pluginTest(t, input, "--bench", "--bench-time", "1ms", "--log-level", "off", "--config", "to=x.y", goodWasm)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	lines := strings.Split(strings.TrimSuffix(stdout, "\n"), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("output:\n%s", stdout)
+	}
+	// good.wat reads the tenant and the config, then: acme sets a header and emits with
+	// one header (4 host calls); evil sets the reason (3).
+	for i, want := range []float64{4, 3} {
+		var out pluginTestOutput
+		if err := json.Unmarshal([]byte(lines[i]), &out); err != nil {
+			t.Fatal(err)
+		}
+		tm := out.Timing
+		if tm == nil || tm.Calls < 10 || tm.NsPerCall <= 0 || tm.HostCallsPerCall != want || tm.Failures != 0 {
+			t.Errorf("line %d: timing %+v, want %v host calls per call", i+1, tm, want)
+		}
+	}
+	if !strings.Contains(stderr, "bench: on_publish: 2 messages, ") || !strings.Contains(stderr, "host calls per call (no time limit)") {
+		t.Errorf("summary on stderr:\n%s", stderr)
+	}
+	// Without --bench, no timing.
+	stdout, _, err = pluginTest(t, input, "--log-level", "off", goodWasm)
+	if err != nil || strings.Contains(stdout, "timing") {
+		t.Errorf("without --bench: %v\n%s", err, stdout)
 	}
 }

@@ -112,6 +112,12 @@ func (m *Message) Header(key string) (value string, ok bool) {
 		value, ok = m.headers[key]
 		return value, ok
 	}
+	// The common case, a value that fits the scratch buffer, without read's calls.
+	if n := hostMsgHeader(key, bytesPtr(scratch), uint32(len(scratch))); n < 0 {
+		return "", false
+	} else if int(n) <= len(scratch) {
+		return intern(scratch[:n]), true
+	}
 	return readString(func(buf unsafe.Pointer, capacity uint32) int32 {
 		return hostMsgHeader(key, buf, capacity)
 	})

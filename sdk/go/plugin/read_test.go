@@ -69,3 +69,26 @@ func TestReadCopies(t *testing.T) {
 		t.Errorf("big readString: %d bytes", len(s))
 	}
 }
+
+// A short value read again is returned without allocating; a different one is not confused
+// with it.
+func TestReadInterns(t *testing.T) {
+	calls := 0
+	acme, other := serve([]byte("acme"), &calls), serve([]byte("acmf"), &calls)
+	if s, _ := readString(acme); s != "acme" {
+		t.Fatalf("read %q", s)
+	}
+	if allocs := testing.AllocsPerRun(100, func() { readString(acme) }); allocs != 0 {
+		t.Errorf("reading the same value again: %.1f allocations", allocs)
+	}
+	if s, _ := readString(other); s != "acmf" {
+		t.Errorf("read %q after acme", s)
+	}
+	if s, _ := readString(serve([]byte{}, &calls)); s != "" {
+		t.Errorf("read %q for an empty value", s)
+	}
+	long := bytes.Repeat([]byte("x"), internMax+1)
+	if s, _ := readString(serve(long, &calls)); s != string(long) {
+		t.Errorf("long value: %q", s)
+	}
+}

@@ -157,7 +157,7 @@ var policies = map[string]plugins.FailurePolicy{
 // newHost returns a Host with opts' limits and cache directory.
 func newHost(opts Options, logger hclog.Logger) (*plugins.Host, error) {
 	ho := plugins.HostOptions{Logger: logger, MaxMessageBytes: opts.MaxMessageBytes, MaxHeaderBytes: opts.MaxHeaderBytes,
-		CacheDir: opts.CacheDir}
+		CacheDir: opts.CacheDir, CountHostCalls: true}
 	if ho.CacheDir != "" {
 		return plugins.NewHost(ho)
 	}

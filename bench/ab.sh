@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# A/B comparison of two commits on the same workloads, in one run: builds tinybroker at each
+# commit, then for each round and workload starts a fresh `tinybroker serve` of A, then of B
+# (alternating, so that the machine's drift hits both), and drives both with the same bench
+# client (B's). Prints every repetition's line and, per workload, the medians and B ÷ A.
+#   bench/ab.sh A_REV B_REV [ROUNDS] [WORKLOAD ...]     # e.g. bench/ab.sh HEAD~3 HEAD 3 W1 W2
+# B_REV may be "." for the working tree. RUN_FLAGS are passed to every `tinybroker bench`.
+set -euo pipefail
+a=${1:?A_REV}; b=${2:?B_REV}; rounds=${3:-3}; shift $(( $# < 3 ? $# : 3 ))
+workloads=("$@"); [ ${#workloads[@]} -gt 0 ] || workloads=(W1 W2)
+root=$(cd "$(dirname "$0")/.." && pwd)
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"; git -C "$root" worktree prune' EXIT
+
+build() { # rev out
+  if [ "$1" = . ]; then (cd "$root" && go build -buildvcs=false -o "$2" ./cmd/tinybroker); return; fi
+  git -C "$root" worktree add -q --detach "$tmp/src-$(basename "$2")" "$1"
+  (cd "$tmp/src-$(basename "$2")" && go build -buildvcs=false -o "$2" ./cmd/tinybroker)
+}
+build "$a" "$tmp/a"; build "$b" "$tmp/b"
+
+run() { # binary workload -> the bench's result lines
+  local log="$tmp/serve.log" pid addr=""
+  "$1" serve --listen 127.0.0.1:0 2>"$log" & pid=$!
+  for _ in $(seq 100); do
+    addr=$(grep -o 'addr=[0-9.:]*' "$log" | head -1 | cut -d= -f2) && [ -n "$addr" ] && break
+    sleep 0.1
+  done
+  "$tmp/b" bench -addr "$addr" -server-pid "$pid" -w "$2" -reps 1 ${RUN_FLAGS:-} 2>/dev/null | grep -v '^#' || true
+  kill "$pid"; wait "$pid" 2>/dev/null || true
+}
+
+for w in "${workloads[@]}"; do
+  for r in $(seq "$rounds"); do
+    for side in a b; do
+      run "$tmp/$side" "$w" | grep -iv median | sed "s/^/$side $w round$r /" | tee -a "$tmp/results"
+    done
+  done
+done
+echo "# medians of each workload's first figure (a field named *_per_s= or *_us=), B / A"
+median() { # side workload
+  awk -v s="$1" -v w="$2" '$1==s && $2==w { for (i = 4; i <= NF; i++) if ($i ~ /(_per_s|_us)=/) { split($i, kv, "="); print kv[2]; break } }' "$tmp/results" |
+    sort -g | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'
+}
+for w in "${workloads[@]}"; do
+  ma=$(median a "$w"); mb=$(median b "$w")
+  echo "$w A $ma B $mb ratio $(awk -v a="$ma" -v b="$mb" 'BEGIN {if (a > 0) printf "%.3f", b/a}')"
+done

@@ -1,0 +1,103 @@
+package plugintest
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/plugins"
+)
+
+// Timing is the cost of a plugin's calls of one hook, as measured by TimePublish, TimeAck and
+// TimeRedeliver.
+type Timing struct {
+	Calls     int           // calls timed
+	PerCall   time.Duration // wall-clock time per call, on the broker's own path
+	HostCalls float64       // host functions (v1_*) the plugin called per call
+	Failures  int           // calls that failed (included in PerCall)
+}
+
+// TimePublish calls on_publish on m over and over for about d (at least 10 calls), the way
+// the broker does for each message published on its topics, and returns the cost of a
+// call: the plugin's own work, its host calls, and the host's per-call work (taking an
+// instance, checking the verdict), but not what the broker does with the result.
+//
+// The time is wall-clock time on this machine, with whatever else runs on it. A time limit
+// per call (Options.CallTimeout, 10s by default here) costs a few µs a call: to see what
+// the broker pays by default, load the plugin with CallTimeout -1 (none).
+func (p *Plugin) TimePublish(m Message, d time.Duration) (Timing, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return Timing{}, errClosed
+	}
+	if err := broker.ValidateTopic(m.Topic); err != nil {
+		return Timing{}, fmt.Errorf("plugintest: the broker would refuse this message: %w", err)
+	}
+	m = m.clone()
+	return p.time(plugins.HookPublish, d, func() {
+		dr := broker.Draft{Topic: m.Topic, Payload: m.Payload, Headers: m.Headers}
+		_, _ = p.chain.OnPublish(&dr)
+	})
+}
+
+// TimeAck is TimePublish for on_ack.
+func (p *Plugin) TimeAck(e AckEvent, d time.Duration) (Timing, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ev, err := p.event(e.Message, e.Event)
+	if err != nil {
+		return Timing{}, err
+	}
+	a := broker.AckEvent{Msg: ev.msg, SystemID: ev.ID, SubscriptionID: ev.Subscription,
+		Group: ev.Group, Attempt: uint32(ev.Attempt), InFlight: e.InFlight}
+	return p.time(plugins.HookAck, d, func() { p.chain.OnAck(&a) })
+}
+
+// TimeRedeliver is TimePublish for on_redeliver.
+func (p *Plugin) TimeRedeliver(e RedeliverEvent, d time.Duration) (Timing, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ev, err := p.event(e.Message, e.Event)
+	if err != nil {
+		return Timing{}, err
+	}
+	if e.Reason == "" {
+		e.Reason = broker.ReasonNack
+	}
+	r := broker.RedeliverEvent{Msg: ev.msg, SystemID: ev.ID, SubscriptionID: ev.Subscription,
+		Group: ev.Group, Attempt: uint32(ev.Attempt), Reason: e.Reason}
+	return p.time(plugins.HookRedeliver, d, func() { p.chain.OnRedeliver(&r) })
+}
+
+// time runs call, one call of hook, in rounds of doubling size until d has passed, and
+// reports the cost per call from the plugin's counters. p.mu is held.
+func (p *Plugin) time(hook string, d time.Duration, call func()) (Timing, error) {
+	before := p.Stats()
+	var (
+		calls   int
+		elapsed time.Duration
+	)
+	for n := 1; calls < 10 || elapsed < d; {
+		start := time.Now()
+		for range n {
+			call()
+		}
+		elapsed += time.Since(start)
+		calls += n
+		if p.Stats().Calls == before.Calls {
+			return Timing{}, fmt.Errorf("plugin %q: %s: %w", p.name, hook, ErrNoHook)
+		}
+		// Next, twice as many calls, or about as many as are left to fill d.
+		left := int64(d-elapsed) * int64(calls) / max(int64(elapsed), 1)
+		n = int(max(min(int64(2*n), left), 1))
+	}
+	after := p.Stats()
+	made := after.Calls - before.Calls
+	return Timing{
+		Calls:     calls,
+		PerCall:   elapsed / time.Duration(calls),
+		HostCalls: float64(after.HostCalls-before.HostCalls) / float64(made),
+		Failures:  int(after.Failures - before.Failures),
+	}, nil
+}
