@@ -163,3 +163,60 @@ func TestDeclaredGroupQueuesBeforeFirstMember(t *testing.T) {
 }
 
 func codeOf(err error) codes.Code { return status.Code(err) }
+
+// Finding 1, header-heavy messages: what a group holds is counted with its headers as they
+// cost in memory, not as their bytes alone; the canary keeps working.
+func TestHeaderHeavyMessagesCounted(t *testing.T) {
+	tb := start(t, broker.Options{GroupMaxQueuedBytes: 1 << 20})
+	c := newCanary(t, tb)
+	tb.open(t, balanced("hdr", "hdr", 1, "hdr.>")).close()
+	eventually(t, "member gone", func() bool { return tb.group(t, "hdr").GetMembers() == 0 })
+	h := map[string]string{}
+	for i := range 1000 {
+		h["h"+strconv.Itoa(i)] = "v" // ~6 KB of header bytes, ~120 KB of memory
+	}
+	n := 0
+	var err error
+	for ; n < 200; n++ {
+		if _, err = tb.c.Publish(context.Background(), &pb.PublishRequest{Topic: "hdr.x", Headers: h}); err != nil {
+			break
+		}
+		c.check()
+	}
+	wantCode(t, err, codes.ResourceExhausted, "max_queued_bytes")
+	if n > 12 { // counted by bytes alone, 1 MiB would hold about 170 of them
+		t.Fatalf("%d header-heavy messages held under a 1 MiB bound", n)
+	}
+	c.check()
+}
+
+// Finding 1, many groups without members: together they stay within 3/4 of the broker's
+// memory budget; the fanout canary, outside the groups' share, keeps working.
+func TestManyMemberlessGroupsBounded(t *testing.T) {
+	tb := start(t, broker.Options{MaxMemoryBytes: 8 << 20, GroupMaxQueuedBytes: 8 << 20})
+	c := newCanary(t, tb)
+	for i := range 100 {
+		id := "m" + strconv.Itoa(i)
+		tb.open(t, balanced(id, id, 1, "many.x")).close()
+	}
+	eventually(t, "members gone", func() bool {
+		for _, g := range tb.stats(t).GetGroups() {
+			if g.GetMembers() != 0 {
+				return false
+			}
+		}
+		return true
+	})
+	var err error
+	for i := 0; i < 10_000 && err == nil; i++ {
+		_, err = tb.c.Publish(context.Background(), &pb.PublishRequest{Topic: "many.x", Payload: make([]byte, 512)})
+		if i%100 == 0 {
+			c.check()
+		}
+	}
+	wantCode(t, err, codes.ResourceExhausted, "memory budget for consumer groups")
+	if st := tb.stats(t); st.GetMemoryUsedBytes() > 6<<20+256<<10 {
+		t.Fatalf("the broker holds %d bytes; groups may use 6 MiB", st.GetMemoryUsedBytes())
+	}
+	c.check()
+}
