@@ -38,7 +38,7 @@ func TestMessageCostCoversHeap(t *testing.T) {
 		headers int
 	}{{"payload", 64 << 10, 0}, {"headers", 16, 2000}, {"small", 16, 2}} {
 		t.Run(tc.name, func(t *testing.T) {
-			b := newTestBroker(t, Options{MaxHeaderBytes: 1 << 20})
+			b := newTestBroker(t, Options{MaxHeaderBytes: 1 << 20, MaxHeaders: 1 << 20})
 			if _, err := b.Subscribe(SubscribeOptions{ID: "g", Group: "g", Patterns: []string{"t"}, Mode: Balanced}); err != nil {
 				t.Fatal(err)
 			}
