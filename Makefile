@@ -25,13 +25,23 @@ test: ## the whole suite, under the race detector
 	$(GO) test -race -count=1 -timeout 15m $(TESTFLAGS) ./...
 
 # Every `func FuzzXxx` of every _test.go file in the repository, FUZZTIME each: a new fuzz
-# target runs without being listed here. CI runs it with FUZZTIME=10s.
+# target runs without being listed here. CI runs it with FUZZTIME=10s. Go 1.26's fuzzing
+# coordinator can fail a run with a bare "context deadline exceeded" as -fuzztime ends
+# (golang/go#75804, fixed in Go 1.27): such a run that wrote no failing input under
+# testdata/fuzz is reported and not counted as a failure; any other failure is.
 FUZZTIME ?= 60s
 fuzz: ## every fuzz target in the repository, FUZZTIME (60s) each
-	@set -e; for f in $$(git ls-files '*_test.go' | xargs grep -l '^func Fuzz' | sort); do \
+	@set -e; out=$$(mktemp); trap 'rm -f "$$out"' EXIT; \
+	for f in $$(git ls-files '*_test.go' | xargs grep -l '^func Fuzz' | sort); do \
+		d=$$(dirname "$$f"); \
 		for t in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' "$$f"); do \
-			echo "fuzz: ./$$(dirname "$$f") $$t for $(FUZZTIME)"; \
-			$(GO) test "./$$(dirname "$$f")" -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME); \
+			echo "fuzz: ./$$d $$t for $(FUZZTIME)"; \
+			before=$$(ls "$$d/testdata/fuzz/$$t" 2>/dev/null | wc -l); \
+			if $(GO) test "./$$d" -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) >"$$out" 2>&1; then tail -1 "$$out"; continue; fi; \
+			after=$$(ls "$$d/testdata/fuzz/$$t" 2>/dev/null | wc -l); \
+			if grep -q 'context deadline exceeded' "$$out" && [ "$$before" = "$$after" ]; then \
+				echo "fuzz: $$t: Go's coordinator ended with 'context deadline exceeded' and no failing input (golang/go#75804): not a finding"; continue; fi; \
+			cat "$$out"; exit 1; \
 		done; \
 	done
 
