@@ -217,3 +217,23 @@ func TestMaxHeaders(t *testing.T) {
 		t.Fatalf("11 headers: %v; want ErrInvalidMessage naming max_headers", err)
 	}
 }
+
+// An id has one spelling: the bits past the block in its last character must be zero.
+func TestSystemIDOneSpelling(t *testing.T) {
+	b := newTestBroker(t, Options{})
+	for seq := uint64(1); seq < 200; seq++ {
+		id := b.FormatID(seq)
+		if got, err := b.ParseID(id); err != nil || got != seq {
+			t.Fatalf("ParseID(%q) = %d, %v", id, got, err)
+		}
+		for _, c := range "AQgw" { // last characters sharing their top 2 bits with another
+			alt := id[:21] + string(c)
+			if alt == id {
+				continue
+			}
+			if got, err := b.ParseID(alt); err == nil {
+				t.Fatalf("ParseID(%q), another spelling of %q, = %d", alt, id, got)
+			}
+		}
+	}
+}

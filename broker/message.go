@@ -98,6 +98,10 @@ type idCodec struct {
 
 const idLen = 22 // base64 of one 16-byte block, without padding
 
+// idEncoding decodes ids strictly: the last of the 22 characters carries 2 bits of the block
+// and 4 bits that must be zero; a lenient decoder would take 16 spellings of every id.
+var idEncoding = base64.RawURLEncoding.Strict()
+
 func newIDCodec() idCodec {
 	var key [16]byte
 	var secret [8]byte
@@ -135,7 +139,7 @@ func (c idCodec) parse(id string) (uint64, error) {
 	s := idScratch.Get().(*[2][16]byte)
 	defer idScratch.Put(s)
 	enc, plain := &s[0], &s[1]
-	if n, err := base64.RawURLEncoding.Decode(enc[:], raw[:]); err != nil || n != 16 {
+	if n, err := idEncoding.Decode(enc[:], raw[:]); err != nil || n != 16 {
 		return 0, fmt.Errorf("%w %q: malformed system_id", ErrUnknownMessage, id)
 	}
 	c.block.Decrypt(plain[:], enc[:])
