@@ -290,9 +290,10 @@ func (b *Broker) route(topic string, payload []byte, headers map[string]string) 
 	}
 	targets := b.index.match(topic)
 	seq := b.seq.Add(1)
-	m := &Message{ID: seq, SystemID: b.ids.format(seq), Topic: topic, Payload: payload, Headers: headers, PublishedAt: time.Now().UnixNano(), Targets: len(targets), HeaderBytes: hb}
+	m := &Message{ID: seq, Topic: topic, Payload: payload, Headers: headers, PublishedAt: time.Now().UnixNano(), Targets: len(targets), HeaderBytes: hb}
+	m.SystemID = b.ids.formatIn(seq, &m.idBlock)
 	m.cost = messageCost(topic, m.SystemID, payload, headers, hb, len(targets))
-	b.charge(m)
+	b.charge(m, len(targets))
 	var wait []target
 	var rooms []<-chan struct{}
 	var full error
@@ -302,12 +303,18 @@ func (b *Broker) route(topic string, payload []byte, headers map[string]string) 
 		switch {
 		case err == nil:
 			routed++
+		case err == errNotTaken: // a fanout subscriber that lost it (slow, closing): still routed
+			routed++
+			b.release(m, holderOverhead)
+			continue
 		case errors.Is(err, ErrGroupFull):
+			b.release(m, holderOverhead)
 			if full == nil {
 				full = err
 			}
 			continue
 		default: // a group that expired meanwhile
+			b.release(m, holderOverhead)
 			continue
 		}
 		if room != nil {

@@ -133,6 +133,10 @@ type deadLetter struct {
 // errGroupRemoved refuses a message for a group that expired after the publish matched it.
 var errGroupRemoved = errors.New("consumer group removed")
 
+// errNotTaken: a fanout subscriber did not take the message (slow consumer, closing); it
+// still counts as routed.
+var errNotTaken = errors.New("not taken")
+
 // deliver queues m for the members, unless the group is at one of its bounds: then a
 // "drop_oldest" group makes room by dropping its oldest queued messages, and a "reject" group
 // (or one with nothing queued to drop) refuses m with ErrGroupFull. The publish still reaches
@@ -221,8 +225,7 @@ func (g *group) noteDrainedLocked() {
 
 // holdLocked charges e's message to the group and the broker's budget.
 func (g *group) holdLocked(e *entry) {
-	g.bytes += e.msg.cost + groupEntryOverhead
-	g.b.hold(e.msg, groupEntryOverhead)
+	g.bytes += e.msg.cost + groupEntryOverhead // the broker's budget was charged by the publish
 }
 
 // forgetLocked lets go of e for good: acked, dropped, dead-lettered or expired.
@@ -238,7 +241,7 @@ func (g *group) forgetLocked(e *entry) {
 // replaceMsgLocked gives e the message m (a copy of e.msg with other headers).
 func (g *group) replaceMsgLocked(e *entry, m *Message) {
 	g.forgetLocked(e)
-	g.b.charge(m)
+	g.b.charge(m, 1)
 	e.msg = m
 	g.holdLocked(e)
 	g.b.release(m, 0)

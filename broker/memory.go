@@ -27,11 +27,11 @@ const (
 	// headerOverhead is what one header costs besides its key and value bytes: the map slot
 	// and two string allocations. Measured by TestMessageCostCoversHeap.
 	headerOverhead = 112
-	// groupEntryOverhead is what a consumer group spends to hold one message: the entry, its
-	// slot in the queue ring and in the member's in-flight map.
-	groupEntryOverhead = 128
-	// fanoutEntryOverhead is one Delivery in a stream's buffer.
-	fanoutEntryOverhead = 48
+	// holderOverhead is what a target spends to hold one message: a consumer group's entry,
+	// its slot in the queue ring and in the member's in-flight map (~128 bytes), or a Delivery
+	// in a stream's buffer (~48: counted as much, to keep one constant and one atomic add).
+	holderOverhead     = 128
+	groupEntryOverhead = holderOverhead
 )
 
 // groupsShare is the part of the memory budget that consumer groups together may hold.
@@ -115,25 +115,27 @@ func SystemMemory() int64 {
 	return phys
 }
 
-// hold adds a holder of m (already charged by its publish) at a cost of overhead bytes.
-func (b *Broker) hold(m *Message, overhead int64) {
-	m.holders.Add(1)
-	b.mem.add(overhead)
+// charge starts the life of a new message in the budget with a hold for its creator and
+// one for each of its n possible targets, so that publishing costs two atomic operations
+// however many targets there are. A target that does not take the message, the creator when
+// it is done, and each target when it lets go call release.
+func (b *Broker) charge(m *Message, n int) {
+	m.holders.Store(int32(1 + n))
+	b.mem.add(m.cost + int64(n)*holderOverhead)
 }
 
-// release lets go of one hold on m; the last holder gives m's cost back to the budget.
+// release lets go of one hold on m (the creator's is free of overhead: overhead 0); the last
+// holder gives m's cost back to the budget.
 func (b *Broker) release(m *Message, overhead int64) {
-	b.mem.add(-overhead)
-	if m.holders.Add(-1) == 0 {
-		b.mem.add(-m.cost)
-	}
+	b.mem.add(-overhead - unheld(m))
 }
 
-// charge starts the life of a new message in the budget, held by its creator until it
-// calls release(m, 0).
-func (b *Broker) charge(m *Message) {
-	m.holders.Store(1)
-	b.mem.add(m.cost)
+// unheld drops one hold on m and returns what the budget gets back if it was the last.
+func unheld(m *Message) int64 {
+	if m.holders.Add(-1) == 0 {
+		return m.cost
+	}
+	return 0
 }
 
 // MemoryBudget returns the budget in bytes (Options.MaxMemoryBytes after defaults).

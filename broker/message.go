@@ -26,6 +26,9 @@ type Message struct {
 	Targets int
 	// HeaderBytes is the sum of the lengths of the header keys and values.
 	HeaderBytes int
+	// idBlock is where the system_id is encrypted (in place: a buffer passed to cipher.Block
+	// escapes, and this one is on the heap already).
+	idBlock [16]byte
 	// cost is what holding the message costs (messageCost), charged to the broker's memory
 	// budget from its publish until its last holder lets go of it; holders counts them.
 	cost    int64
@@ -120,13 +123,18 @@ var idScratch = sync.Pool{New: func() any { return new([2][16]byte) }}
 
 func (c idCodec) format(seq uint64) string {
 	s := idScratch.Get().(*[2][16]byte)
-	plain, enc := &s[0], &s[1]
-	binary.LittleEndian.PutUint64(plain[:8], seq)
-	binary.LittleEndian.PutUint64(plain[8:], c.secret)
-	c.block.Encrypt(enc[:], plain[:])
-	var out [idLen]byte
-	base64.RawURLEncoding.Encode(out[:], enc[:])
+	id := c.formatIn(seq, &s[0])
 	idScratch.Put(s)
+	return id
+}
+
+// formatIn is format encrypting in block, which must not escape to the heap for it.
+func (c idCodec) formatIn(seq uint64, block *[16]byte) string {
+	binary.LittleEndian.PutUint64(block[:8], seq)
+	binary.LittleEndian.PutUint64(block[8:], c.secret)
+	c.block.Encrypt(block[:], block[:])
+	var out [idLen]byte
+	base64.RawURLEncoding.Encode(out[:], block[:])
 	return string(out[:])
 }
 

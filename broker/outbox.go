@@ -13,6 +13,7 @@ type outbox struct {
 	buf   []Delivery
 	head  int
 	bytes int // what the buffered messages cost (Message.cost)
+	mem   *memBudget
 	ready chan struct{}
 
 	// Backpressure (fanout): room is made when a publisher finds the outbox above its high
@@ -24,7 +25,7 @@ type outbox struct {
 	stalled  bool
 }
 
-func newOutbox() outbox { return outbox{ready: make(chan struct{}, 1)} }
+func newOutbox(mem *memBudget) outbox { return outbox{ready: make(chan struct{}, 1), mem: mem} }
 
 // pushLocked appends d. o.mu must be held.
 func (o *outbox) pushLocked(d Delivery) {
@@ -52,6 +53,7 @@ func (o *outbox) take(dst []Delivery, maxN, maxBytes int) []Delivery {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	size := 0
+	var freed int64
 	for o.head < len(o.buf) && maxN > 0 {
 		d := o.buf[o.head]
 		sz := deliveryOverhead
@@ -66,10 +68,13 @@ func (o *outbox) take(dst []Delivery, maxN, maxBytes int) []Delivery {
 		o.head++
 		if d.Msg != nil {
 			o.bytes -= int(d.Msg.cost)
-			releaseFanout(d)
+			freed += fanoutFreed(d)
 		}
 		size += sz
 		maxN--
+	}
+	if freed != 0 { // one atomic add for the batch
+		o.mem.add(-freed)
 	}
 	if o.room != nil && o.lenLocked() <= o.lowWater {
 		close(o.room)
@@ -98,7 +103,7 @@ func (o *outbox) removeLocked(s *Subscription, f func(Delivery)) {
 			continue
 		}
 		o.bytes -= int(d.Msg.cost)
-		releaseFanout(d)
+		o.mem.add(-fanoutFreed(d))
 		if f != nil {
 			f(d)
 		}
@@ -107,20 +112,23 @@ func (o *outbox) removeLocked(s *Subscription, f func(Delivery)) {
 	o.buf = kept
 }
 
-// releaseFanout gives back what a fanout delivery held once it leaves the buffer; a group
-// member's deliveries are held by the group until settled.
-func releaseFanout(d Delivery) {
-	if d.Msg != nil && d.Sub.g == nil {
-		d.Sub.b.release(d.Msg, fanoutEntryOverhead)
+// fanoutFreed lets go of the hold of fanout delivery d, which leaves the buffer, and returns
+// what the budget gets back; a group member's deliveries are held by the group until settled.
+func fanoutFreed(d Delivery) int64 {
+	if d.Msg == nil || d.Sub.g != nil {
+		return 0
 	}
+	return holderOverhead + unheld(d.Msg)
 }
 
 // clearLocked drops everything buffered, once the stream has ended and its subscriptions
 // are detached. o.mu must be held.
 func (o *outbox) clearLocked() {
+	var freed int64
 	for _, d := range o.buf[o.head:] {
-		releaseFanout(d)
+		freed += fanoutFreed(d)
 	}
+	o.mem.add(-freed)
 	clear(o.buf)
 	o.buf, o.head, o.bytes = nil, 0, 0
 }

@@ -37,7 +37,7 @@ func (b *Broker) NewStream() *Stream {
 }
 
 func (b *Broker) newStream() *Stream {
-	return &Stream{b: b, out: newOutbox(), done: make(chan struct{}), subs: make(map[string]*Subscription, 1)}
+	return &Stream{b: b, out: newOutbox(b.mem), done: make(chan struct{}), subs: make(map[string]*Subscription, 1)}
 }
 
 // Subscribe opens a subscription on the stream. A stream may carry a consumer group once:

@@ -183,7 +183,7 @@ func (s *Subscription) deliver(m *Message) (room <-chan struct{}, _ error) {
 	st.out.mu.Lock()
 	if st.closed || s.closed {
 		st.out.mu.Unlock()
-		return nil, nil
+		return nil, errNotTaken
 	}
 	o := &s.b.opts
 	overBudget := st.out.lenLocked() > 0 && s.b.mem.used.Load() > s.b.mem.limit
@@ -191,7 +191,7 @@ func (s *Subscription) deliver(m *Message) (room <-chan struct{}, _ error) {
 		s.dropped++
 		if o.SlowConsumer == SlowConsumerDrop {
 			st.out.mu.Unlock()
-			return nil, nil
+			return nil, errNotTaken
 		}
 		n, bytes := st.out.lenLocked(), st.out.bytes
 		st.endLocked(fmt.Errorf("%w: %s", ErrSlowConsumer, slowReason(overBudget)))
@@ -199,10 +199,9 @@ func (s *Subscription) deliver(m *Message) (room <-chan struct{}, _ error) {
 		s.b.log.Warn("disconnecting slow consumer", "subscription", s.id, "broker_memory_budget_used_up", overBudget,
 			"buffered_messages", n, "buffered_bytes", bytes, "limit_messages", o.FanoutBufferMessages, "limit_bytes", o.FanoutBufferBytes)
 		st.detachAll()
-		return nil, nil
+		return nil, errNotTaken
 	}
-	s.delivered++
-	s.b.hold(m, fanoutEntryOverhead)
+	s.delivered++ // the publish holds m for this subscriber
 	st.out.pushLocked(Delivery{Msg: m, Sub: s, Attempt: 1})
 	if !st.out.stalled && o.PublisherWait > 0 && (st.out.lenLocked() >= o.FanoutBufferMessages/2 || st.out.bytes >= o.FanoutBufferBytes/2) {
 		if st.out.room == nil {
