@@ -82,6 +82,7 @@ func TestAbandonedGroupDoesNotBlockOthers(t *testing.T) {
 // delivered.
 func TestSystemIDsAreCapabilities(t *testing.T) {
 	tb := start(t, broker.Options{})
+	c := newCanary(t, tb)
 	member := tb.open(t, balanced("g", "g", 1, "j"))
 	first := tb.publish(t, "j", "1")
 	queued := tb.publish(t, "j", "2") // waits: max_in_flight is 1
@@ -92,7 +93,14 @@ func TestSystemIDsAreCapabilities(t *testing.T) {
 	if got.GetSystemId() != first {
 		t.Fatalf("delivered %q, published %q", got.GetSystemId(), first)
 	}
-	guesses := []string{"00000000-1", "00000000-2", first[:21] + "A", strings.ToUpper(first)}
+	other := byte('A') // one character of first changed: a different block, not another spelling
+	if first[10] == other {
+		other = 'B'
+	}
+	guesses := []string{"00000000-1", "00000000-2", first[:10] + string(other) + first[11:]}
+	if up := strings.ToUpper(first); up != first {
+		guesses = append(guesses, up)
+	}
 	for range 200 {
 		var raw [16]byte
 		_, _ = rand.Read(raw[:])
@@ -111,6 +119,7 @@ func TestSystemIDsAreCapabilities(t *testing.T) {
 	if g := tb.group(t, "g"); g.GetInFlight() != 1 || g.GetQueued() != 1 || g.GetAcked() != 0 {
 		t.Fatalf("after the guesses: %v", g)
 	}
+	c.check()
 	member.ack(first)
 	if second := member.next(); second.GetSystemId() != queued {
 		t.Fatalf("second delivery %q, want %q", second.GetSystemId(), queued)
@@ -122,6 +131,7 @@ func TestSystemIDsAreCapabilities(t *testing.T) {
 // While it has members, it is theirs.
 func TestGroupNameNotSquatted(t *testing.T) {
 	tb := start(t, broker.Options{})
+	c := newCanary(t, tb)
 	squatter := tb.open(t, balanced("jobs", "jobs", 1, "nothing.>"))
 	s, err := openOn(t, tb.c, balanced("jobs", "jobs", 1, "jobs.>"))
 	if err == nil {
@@ -136,6 +146,7 @@ func TestGroupNameNotSquatted(t *testing.T) {
 	if m := real.next(); string(m.GetPayload()) != "work" {
 		t.Fatalf("got %q", m.GetPayload())
 	}
+	c.check()
 }
 
 // Finding 7: a group declared up front (a group block in the config file) exists from
@@ -143,6 +154,7 @@ func TestGroupNameNotSquatted(t *testing.T) {
 // is queued for it, not lost with routed = 0. Its definition cannot be changed by a member.
 func TestDeclaredGroupQueuesBeforeFirstMember(t *testing.T) {
 	tb := start(t, broker.Options{})
+	c := newCanary(t, tb)
 	if err := tb.b.Declare(broker.GroupConfig{Name: "resizers", Patterns: []string{"jobs.thumb.*"}, MaxDeliveries: 3}); err != nil {
 		t.Fatal(err)
 	}
@@ -154,12 +166,16 @@ func TestDeclaredGroupQueuesBeforeFirstMember(t *testing.T) {
 	}
 	_, err := openOn(t, tb.c, balanced("resizers", "resizers", 1, "other.>"))
 	wantCode(t, err, codes.FailedPrecondition, "same topic_patterns")
+	if g := tb.group(t, "resizers"); !g.GetDeclared() || g.GetQueued() != 3 {
+		t.Fatalf("declared group before its first member: %v", g)
+	}
 	m := tb.open(t, balanced("resizers", "resizers", 3, "jobs.thumb.*"))
 	for i := range 3 {
 		if got := string(m.next().GetPayload()); got != strconv.Itoa(i) {
 			t.Fatalf("got %q, want %d", got, i)
 		}
 	}
+	c.check()
 }
 
 func codeOf(err error) codes.Code { return status.Code(err) }
