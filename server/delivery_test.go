@@ -434,9 +434,12 @@ func TestOverflowDropOldest(t *testing.T) {
 // With groups.expire_after, a group without members is removed with what it holds, and no
 // longer blocks publishes to its topics; without it, the group waits for its next member.
 func TestGroupExpiry(t *testing.T) {
-	tb := start(t, broker.Options{GroupExpireAfter: 100 * time.Millisecond, GroupMaxQueued: 1})
+	tb := start(t, broker.Options{GroupExpireAfter: 500 * time.Millisecond, GroupMaxQueued: 1})
 	m := tb.open(t, balanced("gone", "gone", 1, "e"))
 	m.close()
+	// Until the server has seen the member leave, "held" would go to it, in flight, and the
+	// next publish would be queued instead of refused.
+	eventually(t, "member gone", func() bool { return tb.group(t, "gone").GetMembers() == 0 })
 	tb.publish(t, "e", "held") // queued for the next member, up to the bound
 	_, err := tb.c.Publish(context.Background(), &pb.PublishRequest{Topic: "e"})
 	wantCode(t, err, codesResourceExhausted, "full")
