@@ -78,16 +78,22 @@ type Options struct {
 }
 
 func (o *Options) setDefaults() {
-	def := func(v *int, d int) {
-		if *v <= 0 {
-			*v = d
-		}
-	}
 	if o.MaxMemoryBytes <= 0 {
 		o.MaxMemoryBytes = DefaultMemoryLimit()
 	}
 	if o.GroupMaxQueuedBytes <= 0 {
 		o.GroupMaxQueuedBytes = o.MaxMemoryBytes / 8
+	}
+	o.setLimitDefaults()
+}
+
+// setLimitDefaults sets every default but the memory budget's, which reads the machine's
+// memory.
+func (o *Options) setLimitDefaults() {
+	def := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
 	}
 	def(&o.MaxMessageBytes, 1<<20)
 	def(&o.MaxHeaderBytes, 64<<10)
@@ -300,23 +306,17 @@ func (b *Broker) route(topic string, payload []byte, headers map[string]string) 
 	routed := 0
 	for _, t := range targets {
 		room, err := t.deliver(m)
-		switch {
-		case err == nil:
-			routed++
-		case err == errNotTaken: // a fanout subscriber that lost it (slow, closing): still routed
-			routed++
+		if err != nil { // not taken: give back this target's hold
 			b.release(m, holderOverhead)
-			continue
-		case errors.Is(err, ErrGroupFull):
-			b.release(m, holderOverhead)
-			if full == nil {
+			switch {
+			case err == errNotTaken: // a fanout subscriber that lost it (slow, closing): still routed
+				routed++
+			case full == nil && errors.Is(err, ErrGroupFull):
 				full = err
-			}
-			continue
-		default: // a group that expired meanwhile
-			b.release(m, holderOverhead)
+			} // otherwise a group that expired meanwhile
 			continue
 		}
+		routed++
 		if room != nil {
 			wait, rooms = append(wait, t), append(rooms, room)
 		}

@@ -22,11 +22,8 @@ type GroupConfig struct {
 // id matches it. A declared group is never rebound by a member with other settings and never
 // expires.
 func (b *Broker) Declare(gc GroupConfig) error {
-	if gc.ID == "" {
-		gc.ID = gc.Name
-	}
-	o := SubscribeOptions{ID: gc.ID, Group: gc.Name, Patterns: gc.Patterns, Mode: Balanced,
-		MaxDeliveries: gc.MaxDeliveries, DeadLetterTopic: gc.DeadLetterTopic}
+	o := gc.subscribeOptions()
+	gc.ID = o.ID
 	patterns, err := b.checkSubscribe(&o)
 	if err != nil {
 		return err
@@ -39,7 +36,7 @@ func (b *Broker) Declare(gc GroupConfig) error {
 	}
 	if g := b.groups[gc.ID]; g != nil {
 		if g.name != gc.Name || !slices.Equal(g.patterns, patterns) || g.maxDeliveries != gc.MaxDeliveries {
-			if len(g.memberList()) > 0 {
+			if g.hasMembers() {
 				return fmt.Errorf("%w: consumer group %q exists with other settings and has members; remove them or change the declaration", ErrGroupMismatch, gc.Name)
 			}
 			b.rebindLocked(g, &o, patterns)
@@ -81,9 +78,7 @@ func (b *Broker) newGroupLocked(gc GroupConfig) *group {
 // rebindable reports whether a member asking for o may redefine g: g has no member (so
 // nobody holds the name) and o asks for other settings. b.mu must be held.
 func (g *group) rebindable(o *SubscribeOptions, patterns []string) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if len(g.members) > 0 {
+	if g.hasMembers() {
 		return false
 	}
 	return g.name != o.Group || !slices.Equal(g.patterns, patterns) ||
@@ -117,73 +112,74 @@ func (b *Broker) rebindLocked(g *group, o *SubscribeOptions, patterns []string) 
 		"subscription", g.id, "group", g.name, "old_patterns", old, "patterns", patterns, "queued_messages_dropped", dropped)
 }
 
-// dropUnmatchedLocked drops what g holds that its patterns no longer match.
+// dropUnmatchedLocked drops what g holds that its patterns no longer match, counted as
+// dropped.
 func (g *group) dropUnmatchedLocked() int {
-	matches := func(topic string) bool {
+	n := g.dropWaitingLocked(func(e *entry) bool {
 		for _, p := range g.patterns {
-			if MatchPattern(p, topic) {
-				return true
+			if MatchPattern(p, e.msg.Topic) {
+				return false
 			}
 		}
-		return false
-	}
-	n := 0
-	for i := range g.queue.len() {
-		if e := g.queue.at(i); !e.settled && !matches(e.msg.Topic) {
-			e.settled = true
-			g.queued--
-			g.dropped++
-			g.forgetLocked(e)
-			n++
-		}
-	}
-	for _, e := range g.delayed {
-		if !e.settled && !matches(e.msg.Topic) {
-			e.settled = true
-			g.dropped++
-			g.forgetLocked(e)
-			n++
-		}
-	}
+		return true
+	})
+	g.dropped += uint64(n)
 	return n
 }
 
 // dropAllLocked lets go of everything queued or delayed and returns how many messages that
 // was (the group is being removed).
 func (g *group) dropAllLocked() int {
-	n := 0
-	for g.queue.len() > 0 {
-		if e := g.queue.popFront(); !e.settled {
-			g.forgetLocked(e)
-			n++
-		}
-	}
-	g.queued = 0
-	for _, e := range g.delayed {
-		if !e.settled {
-			g.forgetLocked(e)
-			n++
-		}
-	}
-	g.delayed = nil
+	n := g.dropWaitingLocked(func(*entry) bool { return true })
+	g.queue, g.delayed = ring{}, nil
 	return n
 }
 
-func (g *group) memberList() []*member {
+// dropWaitingLocked lets go of the queued and delayed messages that drop selects (marked
+// settled, to be skipped where they stand) and returns how many.
+func (g *group) dropWaitingLocked(drop func(*entry) bool) int {
+	n := 0
+	forget := func(e *entry, queued bool) {
+		if e.settled || !drop(e) {
+			return
+		}
+		e.settled = true
+		if queued {
+			g.queued--
+		}
+		g.forgetLocked(e)
+		n++
+	}
+	for i := range g.queue.len() {
+		forget(g.queue.at(i), true)
+	}
+	for _, e := range g.delayed {
+		forget(e, false)
+	}
+	return n
+}
+
+func (g *group) hasMembers() bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return slices.Clone(g.members)
+	return len(g.members) > 0
+}
+
+// subscribeOptions is the OpenSubscription a member matching gc would send.
+func (gc GroupConfig) subscribeOptions() SubscribeOptions {
+	id := gc.ID
+	if id == "" {
+		id = gc.Name
+	}
+	return SubscribeOptions{ID: id, Group: gc.Name, Patterns: gc.Patterns, Mode: Balanced,
+		MaxDeliveries: gc.MaxDeliveries, DeadLetterTopic: gc.DeadLetterTopic}
 }
 
 // CheckGroupConfig validates a group declaration without creating it.
 func CheckGroupConfig(gc GroupConfig) error {
-	if gc.ID == "" {
-		gc.ID = gc.Name
-	}
-	o := SubscribeOptions{ID: gc.ID, Group: gc.Name, Patterns: gc.Patterns, Mode: Balanced,
-		MaxDeliveries: gc.MaxDeliveries, DeadLetterTopic: gc.DeadLetterTopic}
+	o := gc.subscribeOptions()
 	var b Broker
-	b.opts.setDefaults()
+	b.opts.setLimitDefaults() // checkSubscribe needs no memory budget
 	_, err := b.checkSubscribe(&o)
 	return err
 }

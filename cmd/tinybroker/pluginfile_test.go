@@ -5,7 +5,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -14,9 +13,7 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
@@ -62,29 +59,8 @@ func TestReloadRefusesBadFileUnderLoad(t *testing.T) {
 	cfg := filepath.Join(dir, "tb.hcl")
 	good := "plugin \"filter\" {\n  path = \"" + fixturePath(t, "good") + "\"\n  topics = [\"orders.>\"]\n  hooks = [\"on_publish\"]\n}\n"
 	writeConfig(t, cfg, good)
-	ctx, cancel := context.WithCancel(context.Background())
-	listening := make(chan net.Addr, 1)
-	done := make(chan error, 1)
-	var logs syncBuffer
-	go func() { done <- serve(ctx, []string{"--config", cfg}, &logs, listening) }()
-	var addr net.Addr
-	select {
-	case addr = <-listening:
-	case err := <-done:
-		t.Fatalf("serve: %v", err)
-	}
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	}()
-	conn, err := grpc.NewClient(addr.String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	c := pb.NewBrokerClient(conn)
+	c, stopServe := serveAndDial(t, "--config", cfg)
+	defer stopServe()
 
 	// A group whose member left: what is published now waits in its queue.
 	open := &pb.OpenSubscription{SubscriptionId: "jobs", ConsumerGroup: "jobs", TopicPatterns: []string{"jobs.>"},

@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,9 +12,7 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
@@ -46,34 +43,13 @@ func TestServeWithPluginsAndReload(t *testing.T) {
   path = "`+fixturePath(t, "good")+`"
 }
 `)
-	ctx, cancel := context.WithCancel(context.Background())
-	listening := make(chan net.Addr, 1)
-	done := make(chan error, 1)
-	var logs syncBuffer
-	go func() { done <- serve(ctx, []string{"--config", cfg}, &logs, listening) }()
-	var addr net.Addr
-	select {
-	case addr = <-listening:
-	case err := <-done:
-		t.Fatalf("serve: %v", err)
-	}
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	}()
-	conn, err := grpc.NewClient(addr.String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	c := pb.NewBrokerClient(conn)
+	c, stopServe := serveAndDial(t, "--config", cfg)
+	defer stopServe()
 	publish := func(headers map[string]string) (*pb.PublishResponse, error) {
 		return c.Publish(context.Background(), &pb.PublishRequest{Topic: "orders.1", Headers: headers})
 	}
 
-	_, err = publish(map[string]string{"tenant": "evil"})
+	_, err := publish(map[string]string{"tenant": "evil"})
 	if status.Code(err) != codes.PermissionDenied || !strings.Contains(status.Convert(err).Message(), "evil tenant") {
 		t.Fatalf("plugin reject: %v", err)
 	}

@@ -39,6 +39,25 @@ func startServe(t *testing.T, args ...string) (net.Addr, *syncBuffer, <-chan err
 	return nil, nil, nil, nil
 }
 
+// serveAndDial runs serve with args and connects a client to it; stop ends both and fails the
+// test if serve did not stop cleanly. (Call stop before a goroutine leak check.)
+func serveAndDial(t *testing.T, args ...string) (c pb.BrokerClient, stop func()) {
+	t.Helper()
+	addr, _, done, cancel := startServe(t, args...)
+	conn, err := grpc.NewClient(addr.String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	return pb.NewBrokerClient(conn), func() {
+		conn.Close()
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	}
+}
+
 // serve runs with no configuration, answers, and on cancellation (the signal path) shuts
 // down and returns with every goroutine ended.
 func TestServeInProcess(t *testing.T) {

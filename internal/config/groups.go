@@ -21,7 +21,7 @@ func lastGroup(c *Config) *broker.GroupConfig { return &c.Groups[len(c.Groups)-1
 
 var groupSection = section{
 	attrs: []attribute{
-		stringAttr("subscription_id", func(c *Config) *string { return &lastGroup(c).ID }),
+		stringAttr("subscription_id", "a string", func(c *Config) *string { return &lastGroup(c).ID }),
 		stringListAttr("topics", func(s string) string {
 			if err := broker.ValidatePattern(s); err != nil {
 				return err.Error()
@@ -29,7 +29,7 @@ var groupSection = section{
 			return ""
 		}, func(c *Config) *[]string { return &lastGroup(c).Patterns }),
 		positiveIntAttr("max_deliveries", func(c *Config) *int { return &lastGroup(c).MaxDeliveries }),
-		stringAttr("dead_letter_topic", func(c *Config) *string { return &lastGroup(c).DeadLetterTopic }),
+		stringAttr("dead_letter_topic", "a topic in quotes", func(c *Config) *string { return &lastGroup(c).DeadLetterTopic }),
 		positiveIntAttr("max_queued", func(c *Config) *int { return &lastGroup(c).Limits.MaxQueued }),
 		sizeAttr("max_queued_bytes", func(c *Config) *int64 { return &lastGroup(c).Limits.MaxQueuedBytes }),
 		enumAttr("overflow", overflowChoices, func(c *Config) *broker.Overflow { return &lastGroup(c).Limits.Overflow }),
@@ -74,15 +74,15 @@ func decodeGroup(d *decoder, b *hcl.Block, path string) hcl.Diagnostics {
 	return diags
 }
 
-// stringAttr is a non-empty string.
-func stringAttr(name string, field func(*Config) *string) attribute {
+// stringAttr is a non-empty string; want says what is expected, for errors.
+func stringAttr(name, want string, field func(*Config) *string) attribute {
 	return attribute{name: name, decode: func(c *Config, name string, expr hcl.Expression) hcl.Diagnostics {
 		var s string
-		if diags := decodeString(name, "a string", expr, &s); diags.HasErrors() {
+		if diags := decodeString(name, want, expr, &s); diags.HasErrors() {
 			return diags
 		}
 		if s == "" {
-			return invalid(expr, "Invalid "+name, "%s may not be empty; leave it out to take the default.", name)
+			return invalid(expr, "Empty "+name, "%s may not be empty.", name)
 		}
 		*field(c) = s
 		return nil

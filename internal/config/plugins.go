@@ -81,17 +81,7 @@ func decodePlugin(d *decoder, b *hcl.Block, path string) hcl.Diagnostics {
 
 // pathAttr is a non-empty string.
 func pathAttr(name string, field func(*Config) *string) attribute {
-	return attribute{name: name, decode: func(c *Config, name string, expr hcl.Expression) hcl.Diagnostics {
-		var s string
-		if diags := decodeString(name, "a file path in quotes", expr, &s); diags.HasErrors() {
-			return diags
-		}
-		if s == "" {
-			return invalid(expr, "Empty "+name, "%s may not be empty.", name)
-		}
-		*field(c) = s
-		return nil
-	}}
+	return stringAttr(name, "a file path in quotes", field)
 }
 
 // timeoutAttr is a duration string, or "none" (stored as none) for no limit.
