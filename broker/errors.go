@@ -2,7 +2,7 @@ package broker
 
 import "errors"
 
-// Errors returned by the broker. Each is wrapped with %w and a message that says what was
+// Errors returned by every engine. Each is wrapped with %w and a message that says what was
 // wrong and how to fix it; compare with errors.Is. The gRPC server maps each to one status code
 // (see server/status.go).
 var (
@@ -43,4 +43,6 @@ var (
 	ErrLimit = errors.New("limit reached")
 	// ErrSubscriptionClosed: the subscription was closed by its owner.
 	ErrSubscriptionClosed = errors.New("subscription closed")
+	// ErrGroupInUse: a consumer group with members cannot be deleted. (FAILED_PRECONDITION)
+	ErrGroupInUse = errors.New("consumer group in use")
 )

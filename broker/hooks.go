@@ -7,9 +7,13 @@ import (
 
 // Hooks let code outside the engine — the WebAssembly plugin chain — see and change messages
 // before they are routed, and react to acks and redeliveries. It is an interface so that the
-// engine knows nothing of Wasm; see the plugins package. Install with Broker.SetHooks.
+// engine knows nothing of Wasm; see the plugins package. Install with Engine.SetHooks.
 //
-// Every method is called with no broker lock held, and may block for as long as the hook's
+// Every engine calls them at the same points: OnPublish in Publish before routing (emitted
+// drafts are routed without it, so a plugin cannot loop), OnAck after an ack was applied,
+// OnRedeliver before a message taken back from a member is redelivered or dead-lettered.
+//
+// Every method is called with no engine lock held, and may block for as long as the hook's
 // own time limit.
 type Hooks interface {
 	// OnPublish runs before routing and may change d. An error refuses the publish and is
@@ -93,31 +97,4 @@ type RedeliverVerdict struct {
 	SetHeaders map[string]string // header changes kept on the message
 	DelHeaders []string
 	Emit       []Draft
-}
-
-// SetHooks installs h (nil removes the hooks). Every publish, ack and redelivery reads the
-// hooks once, so a swap never runs a message through two chains, or one chain twice.
-func (b *Broker) SetHooks(h Hooks) {
-	if h == nil {
-		b.hooks.Store(nil)
-		return
-	}
-	b.hooks.Store(&h)
-}
-
-func (b *Broker) currentHooks() Hooks {
-	if p := b.hooks.Load(); p != nil {
-		return *p
-	}
-	return nil
-}
-
-// publishEmits routes messages emitted by hooks. They do not pass through OnPublish, so a
-// plugin cannot loop. No lock may be held.
-func (b *Broker) publishEmits(ds []Draft) {
-	for _, d := range ds {
-		if _, err := b.route(d.Topic, d.Payload, d.Headers); err != nil {
-			b.log.Warn("message emitted by a plugin refused", "topic", d.Topic, "error", err)
-		}
-	}
 }

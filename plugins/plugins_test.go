@@ -15,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/broker/memory"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -49,9 +50,9 @@ func load(t testing.TB, h *Host, specs ...Spec) *Chain {
 }
 
 // withBroker starts a broker with chain installed.
-func withBroker(t testing.TB, c *Chain) *broker.Broker {
+func withBroker(t testing.TB, c *Chain) *memory.Engine {
 	t.Helper()
-	b := broker.New(broker.Options{})
+	b := memory.New(memory.Options{})
 	if c != nil {
 		b.SetHooks(c)
 	}
@@ -63,7 +64,7 @@ func withBroker(t testing.TB, c *Chain) *broker.Broker {
 	return b
 }
 
-func subscribe(t testing.TB, b *broker.Broker, o broker.SubscribeOptions) *broker.Subscription {
+func subscribe(t testing.TB, b *memory.Engine, o broker.SubscribeOptions) *memory.Subscription {
 	t.Helper()
 	s, err := b.Subscribe(o)
 	if err != nil {
@@ -73,7 +74,7 @@ func subscribe(t testing.TB, b *broker.Broker, o broker.SubscribeOptions) *broke
 	return s
 }
 
-func next(t testing.TB, s *broker.Subscription) broker.Delivery {
+func next(t testing.TB, s *memory.Subscription) broker.Delivery {
 	t.Helper()
 	deadline := time.After(10 * time.Second)
 	for {
@@ -88,7 +89,7 @@ func next(t testing.TB, s *broker.Subscription) broker.Delivery {
 	}
 }
 
-func none(t testing.TB, s *broker.Subscription, d time.Duration) {
+func none(t testing.TB, s *memory.Subscription, d time.Duration) {
 	t.Helper()
 	time.Sleep(d)
 	if ds := s.Next(nil, 1, 1<<20); len(ds) > 0 {

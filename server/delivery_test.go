@@ -11,13 +11,14 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/broker/memory"
 	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
 )
 
 // The seed's scenario: three workers in group "image-resizer", fifty thumbnail jobs, each job
 // goes to exactly one worker, acked with the unary Ack, none processed twice.
 func TestSeedImageResizer(t *testing.T) {
-	tb := start(t, broker.Options{})
+	tb := start(t, memory.Options{})
 	open := balanced("image-resizer-group", "image-resizer", 0, "jobs.thumb.*")
 	var workers []*sub
 	for range 3 {
@@ -87,7 +88,7 @@ func TestSeedImageResizer(t *testing.T) {
 // Round-robin among members with room: with max_in_flight 1 and no acks, each member holds one
 // message and the rest wait in the group's queue; an ack releases the next.
 func TestBalancedRoundRobinAndMaxInFlight(t *testing.T) {
-	tb := start(t, broker.Options{})
+	tb := start(t, memory.Options{})
 	open := balanced("rr", "rr", 1, "q")
 	a, b := tb.open(t, open), tb.open(t, open)
 	for i := range 4 {
@@ -114,7 +115,7 @@ func TestBalancedRoundRobinAndMaxInFlight(t *testing.T) {
 // A fanout subscription gets every matching message once, in publish order, even when
 // several of its patterns match; several subscriptions each get their own copy.
 func TestFanout(t *testing.T) {
-	tb := start(t, broker.Options{})
+	tb := start(t, memory.Options{})
 	all := tb.open(t, fanout("all", ">"))
 	orders := tb.open(t, fanout("orders", "orders.*", "orders.>")) // overlapping patterns
 	eu := tb.open(t, fanout("", "orders.eu.*"))                    // id chosen by the broker
@@ -154,7 +155,7 @@ func TestFanout(t *testing.T) {
 
 // Publish order is kept per publisher under load, for every fanout subscriber.
 func TestFanoutOrderPerPublisher(t *testing.T) {
-	tb := start(t, broker.Options{})
+	tb := start(t, memory.Options{})
 	subs := []*sub{tb.open(t, fanout("a", "load.>")), tb.open(t, fanout("b", "load.*"))}
 	const publishers, n = 4, 300
 	var wg sync.WaitGroup
@@ -189,7 +190,7 @@ func TestFanoutOrderPerPublisher(t *testing.T) {
 // A member that disconnects without acking: its messages go at once to the others, marked
 // redelivered with their attempt count, oldest first.
 func TestRedistributeOnDisconnect(t *testing.T) {
-	tb := start(t, broker.Options{})
+	tb := start(t, memory.Options{})
 	open := balanced("work", "workers", 10, "work.>")
 	a := tb.open(t, open)
 	for i := range 6 {
@@ -216,7 +217,7 @@ func TestRedistributeOnDisconnect(t *testing.T) {
 
 // A broken transport (the client's connection closes) counts as a disconnect too.
 func TestRedistributeOnBrokenConnection(t *testing.T) {
-	tb := start(t, broker.Options{})
+	tb := start(t, memory.Options{})
 	open := balanced("conn", "conn", 1, "c")
 	other := dial(t, tb.addr)
 	a, err := openOn(t, pb.NewBrokerClient(other), open)
@@ -242,7 +243,7 @@ func TestRedistributeOnBrokenConnection(t *testing.T) {
 // With no member left, unacked messages wait at the head of the queue for the next member,
 // before messages published in the meantime.
 func TestLastMemberLeaves(t *testing.T) {
-	tb := start(t, broker.Options{})
+	tb := start(t, memory.Options{})
 	open := balanced("solo", "solo", 2, "s")
 	a := tb.open(t, open)
 	tb.publish(t, "s", "1")
@@ -269,7 +270,7 @@ func TestLastMemberLeaves(t *testing.T) {
 
 // What is not acked within the ack deadline is redelivered; a touch extends the deadline.
 func TestAckDeadlineAndTouch(t *testing.T) {
-	tb := start(t, broker.Options{})
+	tb := start(t, memory.Options{})
 	open := balanced("slow", "slow", 1, "t")
 	open.AckDeadline = durationpb.New(150 * time.Millisecond)
 	a := tb.open(t, open)
@@ -302,7 +303,7 @@ func TestAckDeadlineAndTouch(t *testing.T) {
 
 // Nack with a delay holds the message back that long; without one it comes back at once.
 func TestNack(t *testing.T) {
-	tb := start(t, broker.Options{})
+	tb := start(t, memory.Options{})
 	a := tb.open(t, balanced("n", "n", 1, "n"))
 	id := tb.publish(t, "n", "x")
 	a.next()
@@ -327,7 +328,7 @@ func TestNack(t *testing.T) {
 // After max_deliveries attempts a failing message goes to the dead-letter topic, as an
 // ordinary message whose headers say where it came from, how often it was tried and why.
 func TestDeadLetter(t *testing.T) {
-	tb := start(t, broker.Options{})
+	tb := start(t, memory.Options{})
 	dlq := tb.open(t, fanout("dlq-watch", "dlq.>"))
 	open := balanced("pay", "payments", 1, "pay.*")
 	open.MaxDeliveries = 2
@@ -359,7 +360,7 @@ func TestDeadLetter(t *testing.T) {
 
 // A timed-out message dead-letters too, with the ack-deadline reason.
 func TestDeadLetterOnAckDeadline(t *testing.T) {
-	tb := start(t, broker.Options{})
+	tb := start(t, memory.Options{})
 	dlq := tb.open(t, fanout("", "failed.jobs"))
 	open := balanced("dl2", "dl2", 1, "j")
 	open.MaxDeliveries, open.DeadLetterTopic = 1, "failed.jobs"
@@ -377,7 +378,7 @@ func TestDeadLetterOnAckDeadline(t *testing.T) {
 // subscription (isolation). A publish that every matching target refused gets
 // RESOURCE_EXHAUSTED naming the group and the limit.
 func TestOverflowReject(t *testing.T) {
-	tb := start(t, broker.Options{GroupMaxQueued: 3})
+	tb := start(t, memory.Options{GroupMaxQueued: 3})
 	watcher := tb.open(t, fanout("w", "o.*"))
 	m := tb.open(t, balanced("full", "full", 1, "o.*"))
 	m.close()
@@ -413,7 +414,7 @@ func TestOverflowReject(t *testing.T) {
 
 // "drop_oldest" keeps the newest messages and counts what it dropped.
 func TestOverflowDropOldest(t *testing.T) {
-	tb := start(t, broker.Options{GroupMaxQueued: 3, GroupOverflow: broker.OverflowDropOldest})
+	tb := start(t, memory.Options{GroupMaxQueued: 3, GroupOverflow: broker.OverflowDropOldest})
 	m := tb.open(t, balanced("d", "d", 1, "d"))
 	m.close()
 	eventually(t, "member gone", func() bool { return tb.group(t, "d").GetMembers() == 0 })
@@ -434,7 +435,7 @@ func TestOverflowDropOldest(t *testing.T) {
 // With groups.expire_after, a group without members is removed with what it holds, and no
 // longer blocks publishes to its topics; without it, the group waits for its next member.
 func TestGroupExpiry(t *testing.T) {
-	tb := start(t, broker.Options{GroupExpireAfter: 500 * time.Millisecond, GroupMaxQueued: 1})
+	tb := start(t, memory.Options{GroupExpireAfter: 500 * time.Millisecond, GroupMaxQueued: 1})
 	m := tb.open(t, balanced("gone", "gone", 1, "e"))
 	m.close()
 	// Until the server has seen the member leave, "held" would go to it, in flight, and the

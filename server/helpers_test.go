@@ -13,7 +13,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
-	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/broker/memory"
 	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
 	"github.com/tinybroker/tinybroker/server"
 )
@@ -22,7 +22,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // testBroker is a real server on a loopback port and a client connected to it.
 type testBroker struct {
-	b    *broker.Broker
+	b    *memory.Engine
 	srv  *server.Server
 	addr string
 	conn *grpc.ClientConn
@@ -30,18 +30,18 @@ type testBroker struct {
 	done chan struct{} // closed when Serve returns
 }
 
-func start(t *testing.T, opts broker.Options) *testBroker {
+func start(t *testing.T, opts memory.Options) *testBroker {
 	t.Helper()
 	return startWith(t, opts, server.Options{})
 }
 
-func startWith(t *testing.T, opts broker.Options, sopts server.Options) *testBroker {
+func startWith(t *testing.T, opts memory.Options, sopts server.Options) *testBroker {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := broker.New(opts)
+	b := memory.New(opts)
 	if sopts.MaxHeaderBytes == 0 {
 		sopts.MaxHeaderBytes = opts.MaxHeaderBytes
 	}

@@ -11,13 +11,14 @@ import (
 	reflectpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 
 	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/broker/memory"
 	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
 )
 
 // Every bad input gets the right status and a message that says what was wrong; none of
 // them disturbs messages already accepted.
 func TestBadInput(t *testing.T) {
-	tb := start(t, broker.Options{MaxMessageBytes: 1024})
+	tb := start(t, memory.Options{Limits: broker.Limits{MaxMessageBytes: 1024}})
 	watcher := tb.open(t, fanout("watch", ">"))
 	member := tb.open(t, balanced("grp", "grp", 1, "jobs.*"))
 	tb.publish(t, "jobs.before", "accepted")
@@ -116,7 +117,7 @@ func TestBadInput(t *testing.T) {
 
 // PublishStream confirms every frame in order; a bad message fails alone.
 func TestPublishStream(t *testing.T) {
-	tb := start(t, broker.Options{})
+	tb := start(t, memory.Options{})
 	s := tb.open(t, fanout("ps", "ps.>"))
 	stream, err := tb.c.PublishStream(context.Background())
 	if err != nil {
@@ -173,7 +174,7 @@ func TestPublishStream(t *testing.T) {
 // An errors_only frame is answered only when one of its messages fails; a later plain frame
 // confirms the ones before it.
 func TestPublishStreamErrorsOnly(t *testing.T) {
-	tb := start(t, broker.Options{})
+	tb := start(t, memory.Options{})
 	s := tb.open(t, fanout("eo", "eo.>"))
 	stream, err := tb.c.PublishStream(context.Background())
 	if err != nil {
@@ -213,9 +214,9 @@ func TestPublishStreamErrorsOnly(t *testing.T) {
 // A fanout subscriber that cannot keep up is disconnected with RESOURCE_EXHAUSTED, or, with
 // the drop policy, loses messages that are counted; the publisher is never blocked.
 func TestSlowConsumer(t *testing.T) {
-	for _, policy := range []broker.SlowConsumerPolicy{broker.SlowConsumerDisconnect, broker.SlowConsumerDrop} {
-		t.Run(map[broker.SlowConsumerPolicy]string{0: "disconnect", 1: "drop"}[policy], func(t *testing.T) {
-			tb := start(t, broker.Options{FanoutBufferMessages: 8, SlowConsumer: policy})
+	for _, policy := range []memory.SlowConsumerPolicy{memory.SlowConsumerDisconnect, memory.SlowConsumerDrop} {
+		t.Run(map[memory.SlowConsumerPolicy]string{0: "disconnect", 1: "drop"}[policy], func(t *testing.T) {
+			tb := start(t, memory.Options{FanoutBufferMessages: 8, SlowConsumer: policy})
 			slow, err := tb.c.Subscribe(context.Background())
 			if err != nil {
 				t.Fatal(err)
@@ -232,7 +233,7 @@ func TestSlowConsumer(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if policy == broker.SlowConsumerDrop {
+			if policy == memory.SlowConsumerDrop {
 				eventually(t, "drops counted", func() bool {
 					ss := tb.stats(t).GetSubscriptions()
 					return len(ss) == 1 && ss[0].GetDropped() > 0
@@ -252,7 +253,7 @@ func TestSlowConsumer(t *testing.T) {
 // SIGTERM's path: the broker refuses new work with UNAVAILABLE, waits for in-flight acks,
 // then ends every subscription with UNAVAILABLE "shutting down".
 func TestGracefulShutdown(t *testing.T) {
-	tb := start(t, broker.Options{})
+	tb := start(t, memory.Options{})
 	member := tb.open(t, balanced("sd", "sd", 1, "sd"))
 	watcher := tb.open(t, fanout("sdw", "sd"))
 	tb.publish(t, "sd", "in flight")
@@ -294,7 +295,7 @@ func TestGracefulShutdown(t *testing.T) {
 
 // When the grace period runs out, Shutdown still stops everything and says so.
 func TestShutdownGraceExpires(t *testing.T) {
-	tb := start(t, broker.Options{})
+	tb := start(t, memory.Options{})
 	member := tb.open(t, balanced("sd", "sd", 1, "sd"))
 	tb.publish(t, "sd", "never acked")
 	member.next()
@@ -310,7 +311,7 @@ func TestShutdownGraceExpires(t *testing.T) {
 
 // grpcurl works: health reports SERVING and reflection lists the service.
 func TestHealthAndReflection(t *testing.T) {
-	tb := start(t, broker.Options{})
+	tb := start(t, memory.Options{})
 	h, err := healthpb.NewHealthClient(tb.conn).Check(context.Background(), &healthpb.HealthCheckRequest{Service: "tinybroker.v1.Broker"})
 	if err != nil || h.GetStatus() != healthpb.HealthCheckResponse_SERVING {
 		t.Fatalf("health: %v %v", h, err)

@@ -6,7 +6,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 
-	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/broker/memory"
 	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
 )
 
@@ -34,7 +34,7 @@ func closeFrame(id string) *pb.SubscribeRequest {
 // subscription it is for, and a message matching two subscriptions of the stream comes once
 // for each.
 func TestStreamCarriesManySubscriptions(t *testing.T) {
-	tb := start(t, broker.Options{})
+	tb := start(t, memory.Options{})
 	s := tb.open(t, fanout("orders", "orders.*"))
 	s.send(openFrame(fanout("all", ">")))
 	s.send(openFrame(fanout("bad", "a..b")))    // refused, the stream goes on
@@ -75,7 +75,7 @@ func TestStreamCarriesManySubscriptions(t *testing.T) {
 // Closing one subscription stops its deliveries and no other's; the stream stays open even
 // with no subscription left.
 func TestCloseOneSubscription(t *testing.T) {
-	tb := start(t, broker.Options{})
+	tb := start(t, memory.Options{})
 	s := tb.open(t, fanout("a", "t.>"))
 	s.send(openFrame(fanout("b", "t.>")))
 	s.event()
@@ -103,7 +103,7 @@ func TestCloseOneSubscription(t *testing.T) {
 // ack frame without one is refused; closing the member hands its unacked message to another
 // member at once.
 func TestGroupMemberOnSharedStream(t *testing.T) {
-	tb := start(t, broker.Options{})
+	tb := start(t, memory.Options{})
 	s := tb.open(t, fanout("watch", "jobs.>"))
 	s.send(openFrame(balanced("", "workers", 1, "jobs.>")))
 	if e := s.event().GetSubscribed(); e.GetSubscriptionId() != "workers" || e.GetMemberId() == "" {
@@ -147,7 +147,7 @@ func TestGroupMemberOnSharedStream(t *testing.T) {
 // Closing the send side of a stream with a group member and a fanout subscription: the member
 // leaves, the fanout subscription keeps receiving.
 func TestHalfCloseMixedStream(t *testing.T) {
-	tb := start(t, broker.Options{})
+	tb := start(t, memory.Options{})
 	s := tb.open(t, balanced("", "g", 1, "m.>"))
 	s.send(openFrame(fanout("f", "m.>")))
 	s.event()
@@ -165,7 +165,7 @@ func TestHalfCloseMixedStream(t *testing.T) {
 // A stream can be one member of a group at most: a second open for the same group on the same
 // stream is refused, and the first member keeps working.
 func TestStreamOneMemberPerGroup(t *testing.T) {
-	tb := start(t, broker.Options{})
+	tb := start(t, memory.Options{})
 	s := tb.open(t, balanced("", "g1", 1, "w.>"))
 	s.send(openFrame(balanced("", "g1", 1, "w.>")))
 	r := s.event().GetRefused()

@@ -70,7 +70,7 @@ type Options struct {
 // Server serves the tinybroker.v1.Broker service over gRPC.
 type Server struct {
 	pb.UnimplementedBrokerServer
-	b      *broker.Broker
+	b      broker.Engine
 	opts   Options
 	log    hclog.Logger
 	grpc   *grpc.Server
@@ -83,9 +83,9 @@ type Server struct {
 	conns   atomic.Pointer[connLimiter]
 }
 
-// New returns a Server for b. maxMessageBytes is the broker's payload limit, used to size
-// the gRPC receive limit.
-func New(b *broker.Broker, maxMessageBytes int, opts Options) *Server {
+// New returns a Server for engine b. maxMessageBytes is the engine's payload limit, used to
+// size the gRPC receive limit.
+func New(b broker.Engine, maxMessageBytes int, opts Options) *Server {
 	if opts.KeepaliveTime <= 0 {
 		opts.KeepaliveTime = 30 * time.Second
 	}
@@ -288,7 +288,7 @@ func (s *Server) Subscribe(stream grpc.BidiStreamingServer[pb.SubscribeRequest, 
 	if open == nil {
 		return status.Error(codes.InvalidArgument, "the first frame of a Subscribe stream must carry open (an OpenSubscription); acks come after it")
 	}
-	st := s.b.NewStream()
+	st := s.b.NewStream(deliverySize)
 	defer st.Close()
 	if _, err := st.Subscribe(subscribeOptions(open)); err != nil {
 		return toStatus(err)
@@ -368,7 +368,7 @@ func (s *Server) send(stream grpc.BidiStreamingServer[pb.SubscribeRequest, pb.Su
 }
 
 // event is the frame answering an open: subscribed or refused.
-func (s *Server) event(sub *broker.Subscription) *pb.SubscribeResponse {
+func (s *Server) event(sub broker.Subscription) *pb.SubscribeResponse {
 	set := sub.Settings()
 	if err := sub.Refused(); err != nil {
 		s.log.Debug("subscription refused", "subscription", set.ID, "error", err)
@@ -388,7 +388,7 @@ func (s *Server) event(sub *broker.Subscription) *pb.SubscribeResponse {
 
 // receive applies the client's frames until the stream ends. Unknown ids are skipped (see
 // broker.Subscription.Ack); a malformed frame ends the stream.
-func (s *Server) receive(stream grpc.BidiStreamingServer[pb.SubscribeRequest, pb.SubscribeResponse], st *broker.Stream, unanswered *opens) error {
+func (s *Server) receive(stream grpc.BidiStreamingServer[pb.SubscribeRequest, pb.SubscribeResponse], st broker.Stream, unanswered *opens) error {
 	for {
 		req, err := stream.Recv()
 		if err == io.EOF {
@@ -466,7 +466,7 @@ func (o *opens) answer() {
 
 // waitToOpen counts one more open of the stream, first waiting while MaxUnansweredOpens
 // are waiting for their answer.
-func (s *Server) waitToOpen(ctx context.Context, st *broker.Stream, o *opens) error {
+func (s *Server) waitToOpen(ctx context.Context, st broker.Stream, o *opens) error {
 	for o.n.Load() >= int64(s.opts.MaxUnansweredOpens) {
 		select {
 		case <-o.answered:
@@ -482,7 +482,7 @@ func (s *Server) waitToOpen(ctx context.Context, st *broker.Stream, o *opens) er
 
 // settling finds the subscription an ack, nack or touch frame is for: the one named, or the
 // stream's only one. It is nil (the ids are skipped) when the subscription is gone.
-func settling(st *broker.Stream, what, id string) (*broker.Subscription, error) {
+func settling(st broker.Stream, what, id string) (broker.Subscription, error) {
 	sub, n := st.Lookup(id)
 	if sub == nil && id == "" && n > 1 {
 		return nil, status.Errorf(codes.InvalidArgument, "this stream carries %d subscriptions: set subscription_id on %s frames", n, what)
@@ -588,4 +588,10 @@ func (s *Server) Reload(ctx context.Context, _ *pb.ReloadRequest) (*pb.ReloadRes
 		return nil, status.Errorf(codes.FailedPrecondition, "reload refused, the running plugins stay: %v", err)
 	}
 	return &pb.ReloadResponse{Plugins: names}, nil
+}
+
+// deliverySize bounds what one delivery of m adds to a MessageBatch frame: its fields and
+// their tags (see wire.go), for the engine to fill frames up to MaxBatchBytes.
+func deliverySize(m *broker.Message) int {
+	return 48 + len(m.Payload) + len(m.Topic) + len(m.SystemID) + m.HeaderBytes + 4*len(m.Headers)
 }

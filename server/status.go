@@ -30,7 +30,7 @@ func codeOf(err error) codes.Code {
 		return codes.NotFound
 	case errors.Is(err, broker.ErrSubscriptionExists):
 		return codes.AlreadyExists
-	case errors.Is(err, broker.ErrGroupMismatch):
+	case errors.Is(err, broker.ErrGroupMismatch), errors.Is(err, broker.ErrGroupInUse):
 		return codes.FailedPrecondition
 	case errors.Is(err, broker.ErrSubscriptionClosed), errors.Is(err, context.Canceled):
 		return codes.Canceled

@@ -6,6 +6,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/broker/memory"
 	"github.com/tinybroker/tinybroker/internal/grpcbuf"
 	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
 )
@@ -14,7 +15,7 @@ import (
 func TestEncodeBatch(t *testing.T) {
 	m1 := &broker.Message{ID: 1, SystemID: "e-1", Topic: "a.b", Payload: []byte("one"), Headers: map[string]string{"k": "v", "x": ""}, PublishedAt: 42, Targets: 2}
 	m2 := &broker.Message{ID: 2, SystemID: "e-2", Topic: "a.c", PublishedAt: 43, Targets: 1} // written straight into frames
-	b := broker.New(broker.Options{})
+	b := memory.New(memory.Options{})
 	defer b.Shutdown(t.Context())
 	for _, sub := range []string{"first", "second"} { // the second reuses the cached encodings
 		s, err := b.Subscribe(broker.SubscribeOptions{ID: sub, Patterns: []string{"x"}, Mode: broker.Fanout})
@@ -41,7 +42,7 @@ func TestEncodeBatch(t *testing.T) {
 }
 
 func BenchmarkEncodeBatchFanout4(b *testing.B) {
-	br := broker.New(broker.Options{})
+	br := memory.New(memory.Options{})
 	defer br.Shutdown(b.Context())
 	msgs := make([]*broker.Message, 100)
 	for i := range msgs {

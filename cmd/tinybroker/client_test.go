@@ -15,7 +15,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/broker/memory"
 	"github.com/tinybroker/tinybroker/server"
 )
 
@@ -23,14 +23,14 @@ const waitFor = 20 * time.Second
 
 // startBroker serves a new broker on a free port for the rest of the test and checks, at the
 // very end, that the test left no goroutine behind.
-func startBroker(t *testing.T) (string, *broker.Broker) {
+func startBroker(t *testing.T) (string, *memory.Engine) {
 	t.Helper()
 	t.Cleanup(func() { goleak.VerifyNone(t, goleak.IgnoreCurrent()) }) // registered first, runs last
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := broker.New(broker.Options{})
+	b := memory.New(memory.Options{})
 	srv := server.New(b, 1<<20, server.Options{})
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(lis) }()

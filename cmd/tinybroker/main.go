@@ -21,7 +21,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/broker/memory"
 	"github.com/tinybroker/tinybroker/internal/config"
 	"github.com/tinybroker/tinybroker/internal/gctuner"
 	"github.com/tinybroker/tinybroker/server"
@@ -143,9 +143,9 @@ func serve(ctx context.Context, args []string, stderr io.Writer, listening chan<
 	defer gctuner.Start(gcHeapFloor)()
 	// A soft memory limit for the Go runtime (3/4 of the machine's or cgroup's memory unless
 	// GOMEMLIMIT is set), and the broker's budget for what it holds, half of that by default.
-	memLimit := broker.SetMemoryLimit()
+	memLimit := memory.SetMemoryLimit()
 	cfg.Broker.Logger = log.Named("broker")
-	b := broker.New(cfg.Broker)
+	b := memory.New(cfg.Broker)
 	for _, g := range cfg.Groups {
 		if err := b.Declare(g); err != nil {
 			lis.Close()

@@ -12,19 +12,20 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/broker/memory"
 	"github.com/tinybroker/tinybroker/server"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // startBroker serves a new broker on a free port for the rest of the test.
-func startBroker(t *testing.T) (string, *broker.Broker) {
+func startBroker(t *testing.T) (string, *memory.Engine) {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := broker.New(broker.Options{})
+	b := memory.New(memory.Options{})
 	srv := server.New(b, 1<<20, server.Options{})
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(lis) }()

@@ -30,6 +30,7 @@ import (
 	"google.golang.org/grpc/experimental"
 
 	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/broker/memory"
 	"github.com/tinybroker/tinybroker/internal/grpcbuf"
 	"github.com/tinybroker/tinybroker/plugins"
 	"github.com/tinybroker/tinybroker/server"
@@ -340,7 +341,7 @@ func closeAll(conns []*grpc.ClientConn) {
 }
 
 // inProcessOptions configure the in-process broker: the defaults; tests change them.
-var inProcessOptions = broker.Options{MaxMessageBytes: 1 << 20}
+var inProcessOptions = memory.Options{Limits: broker.Limits{MaxMessageBytes: broker.DefaultMaxMessageBytes}}
 
 // startBroker starts a broker with default options and its gRPC server on a free loopback
 // port, and returns its address and a function that shuts both down.
@@ -353,7 +354,7 @@ func startBrokerWith(chain *plugins.Chain) (addr string, stop func() error, err 
 	if err != nil {
 		return "", nil, fmt.Errorf("in-process broker: %w", err)
 	}
-	b := broker.New(inProcessOptions)
+	b := memory.New(inProcessOptions)
 	var sopts server.Options
 	if chain != nil {
 		b.SetHooks(chain)

@@ -19,7 +19,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/broker/memory"
 	"github.com/tinybroker/tinybroker/internal/config"
 	"github.com/tinybroker/tinybroker/plugins"
 )
@@ -93,7 +93,7 @@ func TestW2(t *testing.T) {
 
 func TestW2GroupFullRetries(t *testing.T) {
 	// A consumer group that holds few messages refuses publishes; they are published again.
-	defer func(o broker.Options) { inProcessOptions = o }(inProcessOptions)
+	defer func(o memory.Options) { inProcessOptions = o }(inProcessOptions)
 	inProcessOptions.GroupMaxQueued = 100
 	fs := figures(t, quick(t, "W2", func(c *Config) { c.N = 20_000 }), "W2 tinybroker")
 	positive(t, fs, "acked_msgs_per_s", "publish_retries")
@@ -287,7 +287,7 @@ func TestConfigErrors(t *testing.T) {
 // The figures it prints are not comparable with bench/run.sh: client and broker share one
 // process and its scheduler.
 func BenchmarkWorkloads(b *testing.B) {
-	defer func(o broker.Options) { inProcessOptions = o }(inProcessOptions)
+	defer func(o memory.Options) { inProcessOptions = o }(inProcessOptions)
 	inProcessOptions.FanoutBufferMessages = 1 << 20
 	inProcessOptions.FanoutBufferBytes = 1 << 30
 	for _, w := range []string{"W1", "W2", "W3", "W5"} {

@@ -84,18 +84,19 @@ import (
 	"github.com/hashicorp/hcl/v2/hclsyntax"
 
 	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/broker/memory"
 	"github.com/tinybroker/tinybroker/plugins"
 )
 
 // Config is the server's configuration after defaults.
 type Config struct {
-	Listen           string        // address the gRPC server listens on, host:port ("127.0.0.1:7878")
-	LogLevel         string        // trace, debug, info, warn or error ("info")
-	LogFormat        string        // text or json ("text")
-	ShutdownGrace    time.Duration // how long a graceful shutdown may take (10s)
-	KeepaliveTime    time.Duration // the server pings a client idle this long (30s)
-	KeepaliveTimeout time.Duration // and drops it if the ping is not answered in this long (10s)
-	Broker           broker.Options
+	Listen           string               // address the gRPC server listens on, host:port ("127.0.0.1:7878")
+	LogLevel         string               // trace, debug, info, warn or error ("info")
+	LogFormat        string               // text or json ("text")
+	ShutdownGrace    time.Duration        // how long a graceful shutdown may take (10s)
+	KeepaliveTime    time.Duration        // the server pings a client idle this long (30s)
+	KeepaliveTimeout time.Duration        // and drops it if the ping is not answered in this long (10s)
+	Broker           memory.Options       // the embedded engine's, its broker.Limits included
 	Limits           Limits               // the server's limits; the broker's are in Broker
 	Plugins          []plugins.Spec       // in chain order; paths made relative to the file's folder
 	Groups           []broker.GroupConfig // consumer groups declared with group blocks
@@ -105,7 +106,7 @@ type Config struct {
 }
 
 // Limits are the limits of the limits block that the server and the plugin host apply (the
-// block's other settings are broker.Options). See RATIONALE.md, "Limits".
+// block's other settings are memory.Options). See RATIONALE.md, "Limits".
 type Limits struct {
 	MaxConnections          int           // client connections open at once (4,096)
 	MaxStreamsPerConnection int           // HTTP/2 streams of one connection at once (4,096)
@@ -124,22 +125,14 @@ func Default() Config {
 		ShutdownGrace:    10 * time.Second,
 		KeepaliveTime:    30 * time.Second,
 		KeepaliveTimeout: 10 * time.Second,
-		Broker: broker.Options{
-			MaxMessageBytes:      1 << 20,
-			MaxHeaderBytes:       64 << 10,
-			MaxHeaders:           1_024,
+		Broker: memory.Options{
+			Limits:               broker.Limits{}.WithDefaults(),
 			GroupMaxQueued:       100_000,
 			GroupOverflow:        broker.OverflowReject,
 			FanoutBufferMessages: 262_144,
 			PublisherWait:        time.Second,
 			FanoutBufferBytes:    64 << 20,
-			SlowConsumer:         broker.SlowConsumerDisconnect,
-			AckDeadline:          30 * time.Second,
-			MaxInFlightCap:       65_536,
-
-			MaxSubscriptionsPerStream:  65_536,
-			MaxPatternsPerSubscription: 1_024,
-			MaxGroups:                  10_000,
+			SlowConsumer:         memory.SlowConsumerDisconnect,
 		},
 		Limits: Limits{
 			MaxConnections:          4_096,

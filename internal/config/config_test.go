@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/hcl/v2"
 
 	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/broker/memory"
 )
 
 func TestDefault(t *testing.T) {
@@ -24,22 +25,23 @@ func TestDefault(t *testing.T) {
 		ShutdownGrace:    10 * time.Second,
 		KeepaliveTime:    30 * time.Second,
 		KeepaliveTimeout: 10 * time.Second,
-		Broker: broker.Options{
-			MaxMessageBytes:      1 << 20,
-			MaxHeaderBytes:       64 << 10,
-			MaxHeaders:           1024,
+		Broker: memory.Options{
+			Limits: broker.Limits{
+				MaxMessageBytes:            1 << 20,
+				MaxHeaderBytes:             64 << 10,
+				MaxHeaders:                 1024,
+				AckDeadline:                30 * time.Second,
+				MaxInFlightCap:             65536,
+				MaxSubscriptionsPerStream:  65536,
+				MaxPatternsPerSubscription: 1024,
+				MaxGroups:                  10000,
+			},
 			GroupMaxQueued:       100000,
 			GroupOverflow:        broker.OverflowReject,
 			FanoutBufferMessages: 262144,
 			PublisherWait:        time.Second,
 			FanoutBufferBytes:    64 << 20,
-			SlowConsumer:         broker.SlowConsumerDisconnect,
-			AckDeadline:          30 * time.Second,
-			MaxInFlightCap:       65536,
-
-			MaxSubscriptionsPerStream:  65536,
-			MaxPatternsPerSubscription: 1024,
-			MaxGroups:                  10000,
+			SlowConsumer:         memory.SlowConsumerDisconnect,
 		},
 		Limits: Limits{
 			MaxConnections:          4096,
@@ -127,7 +129,7 @@ func TestParseFull(t *testing.T) {
 		{"MaxInFlightCap", c.Broker.MaxInFlightCap, 32},
 		{"FanoutBufferMessages", c.Broker.FanoutBufferMessages, 7},
 		{"FanoutBufferBytes", c.Broker.FanoutBufferBytes, 4096},
-		{"SlowConsumer", c.Broker.SlowConsumer, broker.SlowConsumerDrop},
+		{"SlowConsumer", c.Broker.SlowConsumer, memory.SlowConsumerDrop},
 		{"Logger", c.Broker.Logger, nil},
 		{"MaxConnections", c.Limits.MaxConnections, 11},
 		{"MaxStreamsPerConnection", c.Limits.MaxStreamsPerConnection, 12},

@@ -8,6 +8,7 @@ import (
 	"github.com/hashicorp/hcl/v2"
 
 	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/broker/memory"
 )
 
 // The file's structure. To add a setting, add a line to its section; to add a block type,
@@ -59,10 +60,10 @@ var fanoutSection = section{
 		positiveIntAttr("buffer_messages", func(c *Config) *int { return &c.Broker.FanoutBufferMessages }),
 		positiveIntAttr("buffer_bytes", func(c *Config) *int { return &c.Broker.FanoutBufferBytes }),
 		timeoutAttr("publisher_wait", -1, func(c *Config) *time.Duration { return &c.Broker.PublisherWait }),
-		enumAttr("slow_consumer", []choice[broker.SlowConsumerPolicy]{
-			{"disconnect", broker.SlowConsumerDisconnect},
-			{"drop", broker.SlowConsumerDrop},
-		}, func(c *Config) *broker.SlowConsumerPolicy { return &c.Broker.SlowConsumer }),
+		enumAttr("slow_consumer", []choice[memory.SlowConsumerPolicy]{
+			{"disconnect", memory.SlowConsumerDisconnect},
+			{"drop", memory.SlowConsumerDrop},
+		}, func(c *Config) *memory.SlowConsumerPolicy { return &c.Broker.SlowConsumer }),
 	},
 }
 

@@ -19,6 +19,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/broker/memory"
 	"github.com/tinybroker/tinybroker/plugins"
 )
 
@@ -133,11 +134,11 @@ func load(t *testing.T, wasm []byte) *loaded {
 // env is what one row works with: a new broker with the language's plugin chain installed.
 type env struct {
 	*loaded
-	b *broker.Broker
+	b *memory.Engine
 }
 
 func (p *loaded) env(t *testing.T) *env {
-	b := broker.New(broker.Options{})
+	b := memory.New(memory.Options{})
 	t.Cleanup(func() {
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
@@ -147,7 +148,7 @@ func (p *loaded) env(t *testing.T) *env {
 	return &env{loaded: p, b: b}
 }
 
-func (e *env) subscribe(t *testing.T, o broker.SubscribeOptions) *broker.Subscription {
+func (e *env) subscribe(t *testing.T, o broker.SubscribeOptions) *memory.Subscription {
 	t.Helper()
 	s, err := e.b.Subscribe(o)
 	if err != nil {
@@ -157,7 +158,7 @@ func (e *env) subscribe(t *testing.T, o broker.SubscribeOptions) *broker.Subscri
 	return s
 }
 
-func (e *env) fanout(t *testing.T, patterns ...string) *broker.Subscription {
+func (e *env) fanout(t *testing.T, patterns ...string) *memory.Subscription {
 	return e.subscribe(t, broker.SubscribeOptions{Patterns: patterns, Mode: broker.Fanout})
 }
 
@@ -167,7 +168,7 @@ const (
 	group = "conformance-group"
 )
 
-func (e *env) member(t *testing.T) *broker.Subscription {
+func (e *env) member(t *testing.T) *memory.Subscription {
 	return e.subscribe(t, broker.SubscribeOptions{ID: subID, Group: group, Patterns: []string{"jobs.>"}, Mode: broker.Balanced})
 }
 
@@ -204,7 +205,7 @@ func (e *env) failures(t *testing.T) uint64 {
 }
 
 // next returns the subscription's next delivery, waiting up to 10s.
-func next(t *testing.T, s *broker.Subscription) broker.Delivery {
+func next(t *testing.T, s *memory.Subscription) broker.Delivery {
 	t.Helper()
 	deadline := time.After(10 * time.Second)
 	for {
@@ -220,7 +221,7 @@ func next(t *testing.T, s *broker.Subscription) broker.Delivery {
 }
 
 // nothing checks that s holds no delivery now.
-func nothing(t *testing.T, s *broker.Subscription, what string) {
+func nothing(t *testing.T, s *memory.Subscription, what string) {
 	t.Helper()
 	if ds := s.Next(nil, 1, 1<<30); len(ds) > 0 {
 		t.Errorf("%s: unexpected delivery on %s: %q %v", what, ds[0].Msg.Topic, ds[0].Msg.Payload, ds[0].Msg.Headers)
@@ -270,7 +271,7 @@ func publishUnchanged(topic string) func(*testing.T, *env) {
 }
 
 // dropped checks that topic with headers is dropped with reason.
-func dropped(t *testing.T, e *env, s *broker.Subscription, topic string, headers map[string]string, reason string) {
+func dropped(t *testing.T, e *env, s *memory.Subscription, topic string, headers map[string]string, reason string) {
 	t.Helper()
 	before := e.b.Stats().Dropped
 	if res := e.publish(t, topic, "p", headers); res.Routed != 0 {
@@ -288,7 +289,7 @@ func dropped(t *testing.T, e *env, s *broker.Subscription, topic string, headers
 // redelivered publishes jobs.1 with header retry (if not empty) to a member of the group,
 // and nacks its first delivery; it returns the member, the message's system_id and when it
 // was nacked.
-func redelivered(t *testing.T, e *env, retry string) (*broker.Subscription, string, time.Time) {
+func redelivered(t *testing.T, e *env, retry string) (*memory.Subscription, string, time.Time) {
 	t.Helper()
 	m := e.member(t)
 	var h map[string]string

@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/broker/memory"
 	"github.com/tinybroker/tinybroker/sdk/go/client"
 )
 
@@ -596,7 +596,7 @@ func TestContextEndsSubscription(t *testing.T) {
 }
 
 func TestSlowFanoutConsumerEnds(t *testing.T) {
-	ts := startServerWith(t, "127.0.0.1:0", broker.Options{FanoutBufferMessages: 8})
+	ts := startServerWith(t, "127.0.0.1:0", memory.Options{FanoutBufferMessages: 8})
 	c := dial(t, ts.addr)
 	release := make(chan struct{})
 	s, err := c.Subscribe(context.Background(), client.SubscribeOptions{Patterns: []string{"firehose"}}, func(context.Context, *client.Message) error {

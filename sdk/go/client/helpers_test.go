@@ -10,6 +10,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/broker/memory"
 	"github.com/tinybroker/tinybroker/sdk/go/client"
 	"github.com/tinybroker/tinybroker/server"
 )
@@ -34,7 +35,7 @@ func eventually(t testing.TB, what string, cond func() bool) {
 // testServer is a broker served in-process.
 type testServer struct {
 	addr string
-	b    *broker.Broker
+	b    *memory.Engine
 	srv  *server.Server
 	done chan error
 	once sync.Once
@@ -44,11 +45,11 @@ type testServer struct {
 // the end of the test.
 func startServer(t testing.TB, addr string) *testServer {
 	t.Helper()
-	return startServerWith(t, addr, broker.Options{})
+	return startServerWith(t, addr, memory.Options{})
 }
 
 // startServerWith is startServer with broker options.
-func startServerWith(t testing.TB, addr string, opts broker.Options) *testServer {
+func startServerWith(t testing.TB, addr string, opts memory.Options) *testServer {
 	t.Helper()
 	var lis net.Listener
 	eventually(t, "listening on "+addr, func() bool { // the port of a server just stopped may linger
@@ -56,7 +57,7 @@ func startServerWith(t testing.TB, addr string, opts broker.Options) *testServer
 		lis, err = net.Listen("tcp", addr)
 		return err == nil
 	})
-	b := broker.New(opts)
+	b := memory.New(opts)
 	ts := &testServer{addr: lis.Addr().String(), b: b, srv: server.New(b, 1<<20, server.Options{}), done: make(chan error, 1)}
 	go func() { ts.done <- ts.srv.Serve(lis) }()
 	t.Cleanup(func() { ts.stop(t) })

@@ -3,7 +3,7 @@ package e2e_test
 import (
 	"testing"
 
-	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/broker/memory"
 	"github.com/tinybroker/tinybroker/plugins"
 )
 
@@ -26,7 +26,7 @@ func BenchmarkPublish(b *testing.B) {
 	}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {
-			var br *broker.Broker
+			var br *memory.Engine
 			if c.spec == nil {
 				br = newBroker(b)
 			} else {

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/broker/memory"
 	"github.com/tinybroker/tinybroker/internal/config"
 	"github.com/tinybroker/tinybroker/sdk/go/client"
 	"github.com/tinybroker/tinybroker/sdk/go/plugin/internal/wasmbuild"
@@ -83,7 +83,7 @@ func TestGRPCWithExamplePlugins(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := broker.New(broker.Options{})
+	b := memory.New(memory.Options{})
 	b.SetHooks(chain)
 	srv := server.New(b, 1<<20, server.Options{})
 	served := make(chan error, 1)

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/broker/memory"
 	"github.com/tinybroker/tinybroker/plugins"
 	"github.com/tinybroker/tinybroker/sdk/go/plugin/internal/wasmbuild"
 )
@@ -131,7 +132,7 @@ func (l *logBuffer) waitFor(t testing.TB, s string) {
 
 // env is a broker with a plugin chain, for one test.
 type env struct {
-	b     *broker.Broker
+	b     *memory.Engine
 	chain *plugins.Chain
 	log   *logBuffer
 }
@@ -169,8 +170,8 @@ func start(t testing.TB, specs ...plugins.Spec) *env {
 }
 
 // newBroker starts a broker, with no plugins, for the rest of the test.
-func newBroker(t testing.TB) *broker.Broker {
-	b := broker.New(broker.Options{})
+func newBroker(t testing.TB) *memory.Engine {
+	b := memory.New(memory.Options{})
 	t.Cleanup(func() {
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
@@ -179,7 +180,7 @@ func newBroker(t testing.TB) *broker.Broker {
 	return b
 }
 
-func (e *env) subscribe(t testing.TB, o broker.SubscribeOptions) *broker.Subscription {
+func (e *env) subscribe(t testing.TB, o broker.SubscribeOptions) *memory.Subscription {
 	t.Helper()
 	s, err := e.b.Subscribe(o)
 	if err != nil {
@@ -190,7 +191,7 @@ func (e *env) subscribe(t testing.TB, o broker.SubscribeOptions) *broker.Subscri
 }
 
 // fanout subscribes to patterns.
-func (e *env) fanout(t testing.TB, patterns ...string) *broker.Subscription {
+func (e *env) fanout(t testing.TB, patterns ...string) *memory.Subscription {
 	return e.subscribe(t, broker.SubscribeOptions{Patterns: patterns, Mode: broker.Fanout})
 }
 
@@ -204,7 +205,7 @@ func (e *env) publish(t testing.TB, topic, payload string, headers map[string]st
 }
 
 // next returns the subscription's next delivery, waiting up to 10s.
-func next(t testing.TB, s *broker.Subscription) broker.Delivery {
+func next(t testing.TB, s *memory.Subscription) broker.Delivery {
 	t.Helper()
 	deadline := time.After(10 * time.Second)
 	for {
@@ -220,7 +221,7 @@ func next(t testing.TB, s *broker.Subscription) broker.Delivery {
 }
 
 // none checks that s gets nothing within d.
-func none(t testing.TB, s *broker.Subscription, d time.Duration) {
+func none(t testing.TB, s *memory.Subscription, d time.Duration) {
 	t.Helper()
 	time.Sleep(d)
 	if ds := s.Next(nil, 1, 1<<30); len(ds) > 0 {

@@ -1,4 +1,4 @@
-package broker
+package memory
 
 import (
 	"container/heap"
@@ -90,7 +90,7 @@ func (s *scheduler) run(stop <-chan struct{}, now func() int64) {
 // due in the caller's goroutine (a broker with a fakeClock starts no scheduler goroutine).
 type fakeClock struct {
 	t atomic.Int64
-	b *Broker
+	b *Engine
 }
 
 // Advance moves the clock d forward and runs every wake-up that is due.

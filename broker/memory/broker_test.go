@@ -1,4 +1,4 @@
-package broker
+package memory
 
 import (
 	"context"
@@ -7,11 +7,13 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/tinybroker/tinybroker/broker"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-func newTestBroker(t testing.TB, opts Options) *Broker {
+func newTestBroker(t testing.TB, opts Options) *Engine {
 	b := New(opts)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithCancel(context.Background())
@@ -22,7 +24,7 @@ func newTestBroker(t testing.TB, opts Options) *Broker {
 }
 
 // drainOne waits for one delivery on s.
-func drainOne(t testing.TB, s *Subscription) Delivery {
+func drainOne(t testing.TB, s *Subscription) broker.Delivery {
 	t.Helper()
 	deadline := time.After(5 * time.Second)
 	for {
@@ -40,7 +42,7 @@ func drainOne(t testing.TB, s *Subscription) Delivery {
 // Shutdown is idempotent, ends subscriptions with ErrShuttingDown and refuses new work.
 func TestShutdown(t *testing.T) {
 	b := New(Options{})
-	s, err := b.Subscribe(SubscribeOptions{Patterns: []string{"a"}, Mode: Fanout})
+	s, err := b.Subscribe(broker.SubscribeOptions{Patterns: []string{"a"}, Mode: broker.Fanout})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,14 +53,14 @@ func TestShutdown(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-s.Done()
-	if !errors.Is(s.Err(), ErrShuttingDown) {
+	if !errors.Is(s.Err(), broker.ErrShuttingDown) {
 		t.Fatalf("Err = %v", s.Err())
 	}
 	s.Close()
-	if _, err := b.Publish("a", nil, nil); !errors.Is(err, ErrShuttingDown) {
+	if _, err := b.Publish("a", nil, nil); !errors.Is(err, broker.ErrShuttingDown) {
 		t.Fatalf("Publish after Shutdown = %v", err)
 	}
-	if _, err := b.Subscribe(SubscribeOptions{Patterns: []string{"a"}, Mode: Fanout}); !errors.Is(err, ErrShuttingDown) {
+	if _, err := b.Subscribe(broker.SubscribeOptions{Patterns: []string{"a"}, Mode: broker.Fanout}); !errors.Is(err, broker.ErrShuttingDown) {
 		t.Fatalf("Subscribe after Shutdown = %v", err)
 	}
 }
@@ -66,7 +68,7 @@ func TestShutdown(t *testing.T) {
 // A message routed to several targets is the same immutable *Message for each.
 func TestSystemIDs(t *testing.T) {
 	b := newTestBroker(t, Options{})
-	s, _ := b.Subscribe(SubscribeOptions{Patterns: []string{">"}, Mode: Fanout})
+	s, _ := b.Subscribe(broker.SubscribeOptions{Patterns: []string{">"}, Mode: broker.Fanout})
 	defer s.Close()
 	r, err := b.Publish("x", []byte("p"), nil)
 	if err != nil {
@@ -79,7 +81,7 @@ func TestSystemIDs(t *testing.T) {
 	}
 	other := New(Options{})
 	defer other.Shutdown(context.Background())
-	if _, err := other.ParseID(id); !errors.Is(err, ErrUnknownMessage) {
+	if _, err := other.ParseID(id); !errors.Is(err, broker.ErrUnknownMessage) {
 		t.Fatalf("another broker process accepted id %q: %v", id, err)
 	}
 }
@@ -88,11 +90,11 @@ func BenchmarkPublishFanout4(b *testing.B) {
 	br := newTestBroker(b, Options{FanoutBufferMessages: 1 << 30, FanoutBufferBytes: 1 << 40})
 	var subs []*Subscription
 	for range 4 {
-		s, _ := br.Subscribe(SubscribeOptions{Patterns: []string{"bench.w1"}, Mode: Fanout})
+		s, _ := br.Subscribe(broker.SubscribeOptions{Patterns: []string{"bench.w1"}, Mode: broker.Fanout})
 		subs = append(subs, s)
 	}
 	payload := make([]byte, 256)
-	buf := make([]Delivery, 0, 256)
+	buf := make([]broker.Delivery, 0, 256)
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
@@ -111,14 +113,14 @@ func BenchmarkGroupDispatchAck(b *testing.B) {
 	br := newTestBroker(b, Options{})
 	var members []*Subscription
 	for range 4 {
-		s, err := br.Subscribe(SubscribeOptions{ID: "w2", Group: "w2", Patterns: []string{"bench.w2"}, Mode: Balanced, MaxInFlight: 256})
+		s, err := br.Subscribe(broker.SubscribeOptions{ID: "w2", Group: "w2", Patterns: []string{"bench.w2"}, Mode: broker.Balanced, MaxInFlight: 256})
 		if err != nil {
 			b.Fatal(err)
 		}
 		members = append(members, s)
 	}
 	payload := make([]byte, 256)
-	buf := make([]Delivery, 0, 256)
+	buf := make([]broker.Delivery, 0, 256)
 	ids := make([]string, 0, 256)
 	b.ReportAllocs()
 	i := 0

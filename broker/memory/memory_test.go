@@ -1,4 +1,4 @@
-package broker
+package memory
 
 import (
 	"errors"
@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/tinybroker/tinybroker/broker"
 )
 
 // headersLike builds n headers the way the server's decoder does: every key and value its
@@ -38,8 +40,8 @@ func TestMessageCostCoversHeap(t *testing.T) {
 		headers int
 	}{{"payload", 64 << 10, 0}, {"headers", 16, 2000}, {"small", 16, 2}} {
 		t.Run(tc.name, func(t *testing.T) {
-			b := newTestBroker(t, Options{MaxHeaderBytes: 1 << 20, MaxHeaders: 1 << 20})
-			if _, err := b.Subscribe(SubscribeOptions{ID: "g", Group: "g", Patterns: []string{"t"}, Mode: Balanced}); err != nil {
+			b := newTestBroker(t, Options{Limits: broker.Limits{MaxHeaderBytes: 1 << 20, MaxHeaders: 1 << 20}})
+			if _, err := b.Subscribe(broker.SubscribeOptions{ID: "g", Group: "g", Patterns: []string{"t"}, Mode: broker.Balanced}); err != nil {
 				t.Fatal(err)
 			}
 			// Each message is queued in the group (one in flight to the member that never acks).
@@ -77,7 +79,7 @@ func TestMessageCostCoversHeap(t *testing.T) {
 // the refusal names the group and the setting.
 func TestGroupByteBound(t *testing.T) {
 	b := newTestBroker(t, Options{GroupMaxQueuedBytes: 1 << 20})
-	g, err := b.Subscribe(SubscribeOptions{ID: "g", Group: "g", Patterns: []string{"t"}, Mode: Balanced})
+	g, err := b.Subscribe(broker.SubscribeOptions{ID: "g", Group: "g", Patterns: []string{"t"}, Mode: broker.Balanced})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,8 +89,8 @@ func TestGroupByteBound(t *testing.T) {
 	for i := range 100 {
 		_, err := b.Publish("t", []byte(strconv.Itoa(i)), h)
 		if err != nil {
-			if !errors.Is(err, ErrGroupFull) || !strings.Contains(err.Error(), "max_queued_bytes") || !strings.Contains(err.Error(), `"g"`) {
-				t.Fatalf("refusal %v: want ErrGroupFull naming group \"g\" and max_queued_bytes", err)
+			if !errors.Is(err, broker.ErrGroupFull) || !strings.Contains(err.Error(), "max_queued_bytes") || !strings.Contains(err.Error(), `"g"`) {
+				t.Fatalf("refusal %v: want broker.ErrGroupFull naming group \"g\" and max_queued_bytes", err)
 			}
 			break
 		}
@@ -109,13 +111,13 @@ func TestGroupsShareOfBudget(t *testing.T) {
 	b := newTestBroker(t, Options{MaxMemoryBytes: 4 << 20, GroupMaxQueuedBytes: 4 << 20})
 	for i := range 100 {
 		id := "g" + strconv.Itoa(i)
-		s, err := b.Subscribe(SubscribeOptions{ID: id, Group: id, Patterns: []string{"t"}, Mode: Balanced})
+		s, err := b.Subscribe(broker.SubscribeOptions{ID: id, Group: id, Patterns: []string{"t"}, Mode: broker.Balanced})
 		if err != nil {
 			t.Fatal(err)
 		}
 		s.Close()
 	}
-	fan, err := b.Subscribe(SubscribeOptions{Patterns: []string{">"}, Mode: Fanout})
+	fan, err := b.Subscribe(broker.SubscribeOptions{Patterns: []string{">"}, Mode: broker.Fanout})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +150,7 @@ func TestGroupsShareOfBudget(t *testing.T) {
 // A fanout subscriber's buffer counts what its messages cost, headers included.
 func TestFanoutBufferCountsHeaders(t *testing.T) {
 	b := newTestBroker(t, Options{FanoutBufferBytes: 1 << 20, PublisherWait: -1})
-	s, err := b.Subscribe(SubscribeOptions{Patterns: []string{"t"}, Mode: Fanout})
+	s, err := b.Subscribe(broker.SubscribeOptions{Patterns: []string{"t"}, Mode: broker.Fanout})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +167,7 @@ func TestFanoutBufferCountsHeaders(t *testing.T) {
 		}
 		break
 	}
-	if !errors.Is(s.Err(), ErrSlowConsumer) || n > 12 {
+	if !errors.Is(s.Err(), broker.ErrSlowConsumer) || n > 12 {
 		t.Fatalf("after %d header-heavy messages: %v; want a slow consumer after about 9", n, s.Err())
 	}
 	s.Close()
@@ -177,9 +179,9 @@ func TestFanoutBufferCountsHeaders(t *testing.T) {
 // Everything charged is given back: after messages are acked, dropped, dead-lettered,
 // nacked and taken by fanout subscribers, the budget is back to zero.
 func TestBudgetReturnsToZero(t *testing.T) {
-	b := newTestBroker(t, Options{GroupMaxQueued: 5, GroupOverflow: OverflowDropOldest})
-	fan, _ := b.Subscribe(SubscribeOptions{Patterns: []string{">"}, Mode: Fanout})
-	m, err := b.Subscribe(SubscribeOptions{ID: "g", Group: "g", Patterns: []string{"t.>"}, Mode: Balanced, MaxInFlight: 2, MaxDeliveries: 2})
+	b := newTestBroker(t, Options{GroupMaxQueued: 5, GroupOverflow: broker.OverflowDropOldest})
+	fan, _ := b.Subscribe(broker.SubscribeOptions{Patterns: []string{">"}, Mode: broker.Fanout})
+	m, err := b.Subscribe(broker.SubscribeOptions{ID: "g", Group: "g", Patterns: []string{"t.>"}, Mode: broker.Balanced, MaxInFlight: 2, MaxDeliveries: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,13 +210,13 @@ func TestBudgetReturnsToZero(t *testing.T) {
 // A message may have at most max_headers headers, however small: each costs the broker a
 // map entry and an encoded field per subscriber.
 func TestMaxHeaders(t *testing.T) {
-	b := newTestBroker(t, Options{MaxHeaders: 10})
+	b := newTestBroker(t, Options{Limits: broker.Limits{MaxHeaders: 10}})
 	if _, err := b.Publish("t", nil, headersLike(10)); err != nil {
 		t.Fatal(err)
 	}
 	_, err := b.Publish("t", nil, headersLike(11))
-	if !errors.Is(err, ErrInvalidMessage) || !strings.Contains(err.Error(), "max_headers") {
-		t.Fatalf("11 headers: %v; want ErrInvalidMessage naming max_headers", err)
+	if !errors.Is(err, broker.ErrInvalidMessage) || !strings.Contains(err.Error(), "max_headers") {
+		t.Fatalf("11 headers: %v; want broker.ErrInvalidMessage naming max_headers", err)
 	}
 }
 

@@ -1,4 +1,4 @@
-package broker
+package memory
 
 import (
 	"cmp"
@@ -8,19 +8,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
-)
 
-// Overflow is what a consumer group does with a publish when its queue is at its bound.
-type Overflow int
-
-const (
-	// OverflowDefault takes the broker's default (Options.GroupOverflow, itself
-	// OverflowReject by default).
-	OverflowDefault Overflow = iota
-	// OverflowReject refuses the publish with ErrGroupFull.
-	OverflowReject
-	// OverflowDropOldest accepts it and drops the group's oldest queued message (counted).
-	OverflowDropOldest
+	"github.com/tinybroker/tinybroker/broker"
 )
 
 // group is a consumer group: the members of one balanced subscription_id. Messages wait in
@@ -32,13 +21,13 @@ const (
 // Lock order: b.mu → group.mu → outbox.mu, scheduler.mu. Dead letters are published after
 // group.mu is released, since their topic may route back to this group.
 type group struct {
-	b             *Broker
+	b             *Engine
 	id, name      string
 	patterns      []string
 	maxDeliveries int
 	dlq           string
-	limits        GroupLimits // after defaults
-	declared      bool        // declared in the configuration: never expires, never rebound
+	limits        broker.GroupLimits // after defaults
+	declared      bool               // declared in the configuration: never expires, never rebound
 
 	mu    sync.Mutex
 	queue ring
@@ -60,24 +49,17 @@ type group struct {
 	removed                                              bool     // expired: no longer routed to
 	memberSeq                                            uint64
 	delivered, acked, redelivered, deadLettered, dropped uint64
-	rejected                                             uint64 // publishes refused while full (OverflowReject)
+	rejected                                             uint64 // publishes refused while full (broker.OverflowReject)
 }
 
-// GroupLimits bound what one consumer group holds. Zero values take the broker's defaults.
-type GroupLimits struct {
-	MaxQueued      int      // messages waiting for a member (Options.GroupMaxQueued)
-	MaxQueuedBytes int64    // bytes the group holds: queued, in flight and delayed (Options.GroupMaxQueuedBytes)
-	Overflow       Overflow // what a full group does with a publish (Options.GroupOverflow)
-}
-
-func (b *Broker) groupLimits(l GroupLimits) GroupLimits {
+func (b *Engine) groupLimits(l broker.GroupLimits) broker.GroupLimits {
 	if l.MaxQueued <= 0 {
 		l.MaxQueued = b.opts.GroupMaxQueued
 	}
 	if l.MaxQueuedBytes <= 0 {
 		l.MaxQueuedBytes = b.opts.GroupMaxQueuedBytes
 	}
-	if l.Overflow == OverflowDefault {
+	if l.Overflow == broker.OverflowDefault {
 		l.Overflow = b.opts.GroupOverflow
 	}
 	return l
@@ -91,7 +73,7 @@ type member struct {
 }
 
 type entry struct {
-	msg      *Message
+	msg      *message
 	attempt  uint32
 	deadline int64 // in flight: ack deadline; delayed: when to requeue (Broker.now clock)
 	sentAt   int64 // when the current attempt was handed to a member (Broker.now clock)
@@ -103,11 +85,11 @@ type entry struct {
 // finish once group.mu is released: dead letters to publish, and messages waiting for the
 // OnRedeliver hook, which never runs under the lock.
 type takeBack struct {
-	hooks   Hooks // nil unless the group's redeliveries are hooked
+	hooks   broker.Hooks // nil unless the group's redeliveries are hooked
 	requeue []*entry
 	dead    []deadLetter
 	hooked  []hookedEntry
-	emits   []Draft
+	emits   []broker.Draft
 }
 
 type hookedEntry struct {
@@ -141,7 +123,7 @@ var errNotTaken = errors.New("not taken")
 // "drop_oldest" group makes room by dropping its oldest queued messages, and a "reject" group
 // (or one with nothing queued to drop) refuses m with ErrGroupFull. The publish still reaches
 // every other target (see RATIONALE.md, "Why does a full group not refuse the whole publish?").
-func (g *group) deliver(m *Message) (<-chan struct{}, error) {
+func (g *group) deliver(m *message) (<-chan struct{}, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.removed { // expired after this publish matched it: nobody can join it any more
@@ -153,11 +135,11 @@ func (g *group) deliver(m *Message) (<-chan struct{}, error) {
 		if over == "" {
 			break
 		}
-		if g.limits.Overflow != OverflowDropOldest || g.queued == 0 {
+		if g.limits.Overflow != broker.OverflowDropOldest || g.queued == 0 {
 			g.rejected++
 			g.noteFullLocked(over)
 			return nil, fmt.Errorf("%w: consumer group %q (subscription %q) is at %s; add members or ack faster, raise the limit, or use overflow \"drop_oldest\"",
-				ErrGroupFull, g.name, g.id, over)
+				broker.ErrGroupFull, g.name, g.id, over)
 		}
 		g.dropOldestLocked()
 		g.noteFullLocked(over)
@@ -205,7 +187,7 @@ func (g *group) noteFullLocked(why string) {
 	g.full = true
 	g.fullSince = g.rejected + g.dropped
 	policy := "reject"
-	if g.limits.Overflow == OverflowDropOldest {
+	if g.limits.Overflow == broker.OverflowDropOldest {
 		policy = "drop_oldest"
 	}
 	g.b.log.Warn("consumer group full: publishes to it are refused or drop its oldest messages until it drains",
@@ -239,7 +221,7 @@ func (g *group) forgetLocked(e *entry) {
 }
 
 // replaceMsgLocked gives e the message m (a copy of e.msg with other headers).
-func (g *group) replaceMsgLocked(e *entry, m *Message) {
+func (g *group) replaceMsgLocked(e *entry, m *message) {
 	g.forgetLocked(e)
 	g.b.charge(m, 1)
 	e.msg = m
@@ -293,7 +275,7 @@ func (g *group) assignLocked(m *member, e *entry, now int64) {
 	}
 	o := &m.s.st.out
 	o.mu.Lock()
-	o.pushLocked(Delivery{Msg: e.msg, Sub: m.s, Attempt: e.attempt})
+	o.pushLocked(delivery{m: e.msg, sub: m.s, attempt: e.attempt})
 	o.mu.Unlock()
 	g.scheduleLocked(e.deadline)
 }
@@ -350,7 +332,7 @@ func (g *group) ack(pref *member, seqs []uint64) (unknown int) {
 	if h != nil && !h.WantsAck(g.name) {
 		h = nil
 	}
-	var events []AckEvent
+	var events []broker.AckEvent
 	g.mu.Lock()
 	now := g.b.now()
 	for _, seq := range seqs {
@@ -379,8 +361,8 @@ func (g *group) ack(pref *member, seqs []uint64) (unknown int) {
 	return unknown
 }
 
-func (g *group) ackEvent(e *entry, inFlight time.Duration) AckEvent {
-	return AckEvent{Msg: e.msg, SubscriptionID: g.id, Group: g.name, Attempt: e.attempt, InFlight: inFlight}
+func (g *group) ackEvent(e *entry, inFlight time.Duration) broker.AckEvent {
+	return broker.AckEvent{Msg: &e.msg.Message, SubscriptionID: g.id, Group: g.name, Attempt: e.attempt, InFlight: inFlight}
 }
 
 // nack gives in-flight seqs back for redelivery after delay and returns how many were unknown.
@@ -391,7 +373,7 @@ func (g *group) nack(owner *member, seqs []uint64, delay time.Duration, reason s
 		return 0
 	}
 	if reason == "" {
-		reason = ReasonNack
+		reason = broker.ReasonNack
 	}
 	tb := g.newTakeBack()
 	g.mu.Lock()
@@ -484,9 +466,9 @@ func (g *group) requeueLocked(tb *takeBack) {
 func (g *group) finish(tb *takeBack) {
 	if len(tb.hooked) > 0 {
 		hooked := tb.hooked
-		verdicts := make([]RedeliverVerdict, len(hooked))
+		verdicts := make([]broker.RedeliverVerdict, len(hooked))
 		for i, h := range hooked {
-			verdicts[i] = tb.hooks.OnRedeliver(&RedeliverEvent{Msg: h.e.msg, SystemID: h.e.msg.SystemID,
+			verdicts[i] = tb.hooks.OnRedeliver(&broker.RedeliverEvent{Msg: &h.e.msg.Message, SystemID: h.e.msg.SystemID,
 				SubscriptionID: g.id, Group: g.name, Attempt: h.e.attempt, Reason: h.reason})
 			tb.emits = append(tb.emits, verdicts[i].Emit...)
 		}
@@ -498,15 +480,15 @@ func (g *group) finish(tb *takeBack) {
 				g.replaceMsgLocked(e, e.msg.withHeaders(v.SetHeaders, v.DelHeaders))
 			}
 			switch v.Action {
-			case RedeliverDelay:
+			case broker.RedeliverDelay:
 				g.delayLocked(e, v.Delay, now, tb)
-			case RedeliverDeadLetter:
+			case broker.RedeliverDeadLetter:
 				reason := v.Reason
 				if reason == "" {
 					reason = h.reason
 				}
 				g.deadLetterLocked(e, reason, tb)
-			case RedeliverDrop:
+			case broker.RedeliverDrop:
 				g.dropped++
 				g.forgetLocked(e)
 			default:
@@ -526,12 +508,12 @@ func (g *group) deadLetter(e *entry, reason string) deadLetter {
 	for k, v := range e.msg.Headers {
 		h[k] = v
 	}
-	h[HeaderDeadLetterReason] = reason
-	h[HeaderDeadLetterTopic] = e.msg.Topic
-	h[HeaderDeadLetterSystemID] = e.msg.SystemID
-	h[HeaderDeadLetterSubscription] = g.id
-	h[HeaderDeadLetterGroup] = g.name
-	h[HeaderDeadLetterAttempts] = strconv.FormatUint(uint64(e.attempt), 10)
+	h[broker.HeaderDeadLetterReason] = reason
+	h[broker.HeaderDeadLetterTopic] = e.msg.Topic
+	h[broker.HeaderDeadLetterSystemID] = e.msg.SystemID
+	h[broker.HeaderDeadLetterSubscription] = g.id
+	h[broker.HeaderDeadLetterGroup] = g.name
+	h[broker.HeaderDeadLetterAttempts] = strconv.FormatUint(uint64(e.attempt), 10)
 	return deadLetter{topic: g.dlq, payload: e.msg.Payload, headers: h}
 }
 
@@ -578,8 +560,8 @@ func (g *group) leave(m *member) {
 	// Deliveries still in the outbox never reached the member: they do not count as attempts.
 	o := &m.s.st.out
 	o.mu.Lock()
-	o.removeLocked(m.s, func(d Delivery) {
-		if e := m.owned[d.Msg.ID]; e != nil {
+	o.removeLocked(m.s, func(d delivery) {
+		if e := m.owned[d.m.ID]; e != nil {
 			e.attempt--
 		}
 	})
@@ -587,7 +569,7 @@ func (g *group) leave(m *member) {
 	now := g.b.now()
 	for seq, e := range m.owned {
 		delete(m.owned, seq)
-		g.giveBackLocked(e, ReasonMemberLeft, 0, now, tb)
+		g.giveBackLocked(e, broker.ReasonMemberLeft, 0, now, tb)
 	}
 	g.requeueLocked(tb)
 	g.dispatchLocked(now)
@@ -615,7 +597,7 @@ func (g *group) onTimer() {
 				continue
 			}
 			delete(m.owned, seq)
-			g.giveBackLocked(e, ReasonAckDeadline, 0, now, tb)
+			g.giveBackLocked(e, broker.ReasonAckDeadline, 0, now, tb)
 		}
 	}
 	kept := g.delayed[:0]
@@ -663,21 +645,10 @@ func (g *group) drain() (inFlight int) {
 	return inFlight
 }
 
-// GroupStats describes one consumer group.
-type GroupStats struct {
-	ID, Group                                            string
-	Patterns                                             []string
-	Members, Queued, InFlight, Delayed                   int
-	Bytes                                                int64 // what the group holds, counted against its max_queued_bytes
-	Delivered, Acked, Redelivered, DeadLettered, Dropped uint64
-	Rejected                                             uint64 // publishes refused while the group was full
-	Declared                                             bool   // declared in the configuration
-}
-
-func (g *group) stats() GroupStats {
+func (g *group) stats() broker.GroupStats {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	st := GroupStats{ID: g.id, Group: g.name, Patterns: g.patterns, Members: len(g.members),
+	st := broker.GroupStats{ID: g.id, Group: g.name, Patterns: g.patterns, Members: len(g.members),
 		Queued: g.queued, Bytes: g.bytes, Delivered: g.delivered, Acked: g.acked, Redelivered: g.redelivered,
 		DeadLettered: g.deadLettered, Dropped: g.dropped, Rejected: g.rejected, Declared: g.declared}
 	for _, e := range g.delayed {

@@ -1,6 +1,10 @@
-package broker
+package memory
 
-import "sync"
+import (
+	"sync"
+
+	"github.com/tinybroker/tinybroker/broker"
+)
 
 // outbox holds the deliveries waiting to be sent on one subscription's stream. Producers
 // (publishers, the group dispatcher) push; the stream's sender drains in batches. ready is
@@ -10,9 +14,9 @@ import "sync"
 // Lock order: outbox.mu is a leaf, taken under group.mu.
 type outbox struct {
 	mu    sync.Mutex
-	buf   []Delivery
+	buf   []delivery
 	head  int
-	bytes int // what the buffered messages cost (Message.cost)
+	bytes int // what the buffered messages cost (broker.Message.cost)
 	mem   *memBudget
 	ready chan struct{}
 
@@ -28,10 +32,10 @@ type outbox struct {
 func newOutbox(mem *memBudget) outbox { return outbox{ready: make(chan struct{}, 1), mem: mem} }
 
 // pushLocked appends d. o.mu must be held.
-func (o *outbox) pushLocked(d Delivery) {
+func (o *outbox) pushLocked(d delivery) {
 	o.buf = append(o.buf, d)
-	if d.Msg != nil {
-		o.bytes += int(d.Msg.cost)
+	if d.m != nil {
+		o.bytes += int(d.m.cost)
 	}
 	if len(o.buf)-o.head == 1 {
 		select {
@@ -43,34 +47,32 @@ func (o *outbox) pushLocked(d Delivery) {
 
 func (o *outbox) lenLocked() int { return len(o.buf) - o.head }
 
-// deliveryOverhead estimates the bytes a delivery adds to a frame besides payload and topic
-// (system_id, timestamps, field tags), so that take can keep frames under a size.
-const deliveryOverhead = 48
-
-// take moves up to maxN deliveries, of at most maxBytes encoded (and at least one, if any),
-// into dst.
-func (o *outbox) take(dst []Delivery, maxN, maxBytes int) []Delivery {
+// take moves up to maxN deliveries, of at most maxBytes as size measures them (and at least
+// one, if any), into dst. size is the transport's (broker.Engine.NewStream).
+func (o *outbox) take(dst []broker.Delivery, maxN, maxBytes int, size func(*broker.Message) int) []broker.Delivery {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	size := 0
+	total := 0
 	var freed int64
 	for o.head < len(o.buf) && maxN > 0 {
 		d := o.buf[o.head]
-		sz := deliveryOverhead
-		if d.Msg != nil {
-			sz += len(d.Msg.Payload) + len(d.Msg.Topic) + len(d.Msg.SystemID) + d.Msg.HeaderBytes + 4*len(d.Msg.Headers)
+		var sz int
+		var m *broker.Message
+		if d.m != nil {
+			m = &d.m.Message
+			sz = size(m)
 		}
-		if size > 0 && size+sz > maxBytes {
+		if total > 0 && total+sz > maxBytes {
 			break
 		}
-		dst = append(dst, d)
-		o.buf[o.head] = Delivery{}
+		dst = append(dst, broker.Delivery{Msg: m, Sub: d.sub, Attempt: d.attempt})
+		o.buf[o.head] = delivery{}
 		o.head++
-		if d.Msg != nil {
-			o.bytes -= int(d.Msg.cost)
+		if d.m != nil {
+			o.bytes -= int(d.m.cost)
 			freed += fanoutFreed(d)
 		}
-		size += sz
+		total += sz
 		maxN--
 	}
 	if freed != 0 { // one atomic add for the batch
@@ -95,14 +97,14 @@ func (o *outbox) take(dst []Delivery, maxN, maxBytes int) []Delivery {
 
 // removeLocked removes what is buffered for s, calling f (if not nil) on each removed
 // message. o.mu must be held.
-func (o *outbox) removeLocked(s *Subscription, f func(Delivery)) {
+func (o *outbox) removeLocked(s *Subscription, f func(delivery)) {
 	kept := o.buf[:o.head]
 	for _, d := range o.buf[o.head:] {
-		if d.Sub != s || d.Msg == nil {
+		if d.sub != s || d.m == nil {
 			kept = append(kept, d)
 			continue
 		}
-		o.bytes -= int(d.Msg.cost)
+		o.bytes -= int(d.m.cost)
 		o.mem.add(-fanoutFreed(d))
 		if f != nil {
 			f(d)
@@ -114,11 +116,11 @@ func (o *outbox) removeLocked(s *Subscription, f func(Delivery)) {
 
 // fanoutFreed lets go of the hold of fanout delivery d, which leaves the buffer, and returns
 // what the budget gets back; a group member's deliveries are held by the group until settled.
-func fanoutFreed(d Delivery) int64 {
-	if d.Msg == nil || d.Sub.g != nil {
+func fanoutFreed(d delivery) int64 {
+	if d.m == nil || d.sub.g != nil {
 		return 0
 	}
-	return holderOverhead + unheld(d.Msg)
+	return holderOverhead + unheld(d.m)
 }
 
 // clearLocked drops everything buffered, once the stream has ended and its subscriptions

@@ -1,4 +1,4 @@
-package broker
+package memory
 
 import (
 	"math"
@@ -119,19 +119,19 @@ func SystemMemory() int64 {
 // one for each of its n possible targets, so that publishing costs two atomic operations
 // however many targets there are. A target that does not take the message, the creator when
 // it is done, and each target when it lets go call release.
-func (b *Broker) charge(m *Message, n int) {
+func (b *Engine) charge(m *message, n int) {
 	m.holders.Store(int32(1 + n))
 	b.mem.add(m.cost + int64(n)*holderOverhead)
 }
 
 // release lets go of one hold on m (the creator's is free of overhead: overhead 0); the last
 // holder gives m's cost back to the budget.
-func (b *Broker) release(m *Message, overhead int64) {
+func (b *Engine) release(m *message, overhead int64) {
 	b.mem.add(-overhead - unheld(m))
 }
 
 // unheld drops one hold on m and returns what the budget gets back if it was the last.
-func unheld(m *Message) int64 {
+func unheld(m *message) int64 {
 	if m.holders.Add(-1) == 0 {
 		return m.cost
 	}
@@ -139,8 +139,8 @@ func unheld(m *Message) int64 {
 }
 
 // MemoryBudget returns the budget in bytes (Options.MaxMemoryBytes after defaults).
-func (b *Broker) MemoryBudget() int64 { return b.mem.limit }
+func (b *Engine) MemoryBudget() int64 { return b.mem.limit }
 
 // MemoryUsed returns what the broker holds for later now, in bytes, as charged to its
 // budget.
-func (b *Broker) MemoryUsed() int64 { return b.mem.used.Load() }
+func (b *Engine) MemoryUsed() int64 { return b.mem.used.Load() }

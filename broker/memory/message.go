@@ -1,4 +1,4 @@
-package broker
+package memory
 
 import (
 	"crypto/aes"
@@ -10,37 +10,33 @@ import (
 	"sync"
 	"sync/atomic"
 	"unicode/utf8"
+
+	"github.com/tinybroker/tinybroker/broker"
 )
 
-// Message is a published message. It is immutable once published: the same *Message is
-// shared by every subscription and group it is routed to.
-type Message struct {
-	ID       uint64 // sequence number in this broker process
-	SystemID string // ID as the protocol's system_id, formatted once
-	Topic    string
-	Payload  []byte
-	Headers  map[string]string
-	// PublishedAt is when the broker accepted the message, in Unix nanoseconds.
-	PublishedAt int64
-	// Targets is how many fanout subscriptions and groups the message was routed to.
-	Targets int
-	// HeaderBytes is the sum of the lengths of the header keys and values.
-	HeaderBytes int
+// message is a published message with what the engine keeps about it. The engine hands out
+// &m.Message; the rest is its own.
+type message struct {
+	broker.Message
 	// idBlock is where the system_id is encrypted (in place: a buffer passed to cipher.Block
 	// escapes, and this one is on the heap already).
 	idBlock [16]byte
-	// cost is what holding the message costs (messageCost), charged to the broker's memory
+	// cost is what holding the message costs (messageCost), charged to the engine's memory
 	// budget from its publish until its last holder lets go of it; holders counts them.
 	cost    int64
 	holders atomic.Int32
-	// Wire is for the transport: the server caches the message's encoding here, to share it
-	// between the subscriptions the message goes to. The broker never reads it.
-	Wire atomic.Pointer[[]byte]
+}
+
+// delivery is a broker.Delivery as the engine holds it.
+type delivery struct {
+	m       *message
+	sub     *Subscription
+	attempt uint32
 }
 
 // withHeaders returns a copy of m with headers set and deleted; m itself is shared and
 // never changes. Headers that are not UTF-8 are not set (subscribers decode them as strings).
-func (m *Message) withHeaders(set map[string]string, del []string) *Message {
+func (m *message) withHeaders(set map[string]string, del []string) *message {
 	h := make(map[string]string, len(m.Headers)+len(set))
 	for k, v := range m.Headers {
 		h[k] = v
@@ -57,35 +53,10 @@ func (m *Message) withHeaders(set map[string]string, del []string) *Message {
 	for k, v := range h {
 		hb += len(k) + len(v)
 	}
-	n := &Message{ID: m.ID, SystemID: m.SystemID, Topic: m.Topic, Payload: m.Payload, Headers: h, PublishedAt: m.PublishedAt, HeaderBytes: hb}
+	n := &message{Message: broker.Message{ID: m.ID, SystemID: m.SystemID, Topic: m.Topic, Payload: m.Payload, Headers: h, PublishedAt: m.PublishedAt, HeaderBytes: hb}}
 	n.cost = messageCost(n.Topic, n.SystemID, n.Payload, n.Headers, hb, 1)
 	return n
 }
-
-// Delivery is a message handed to one subscription of a stream, or, with Msg nil, an event
-// of the stream: Sub opened, or was refused (see Stream).
-type Delivery struct {
-	Msg     *Message
-	Sub     *Subscription
-	Attempt uint32 // 1 on the first delivery
-}
-
-// Headers the broker sets on a dead letter.
-const (
-	HeaderDeadLetterReason       = "tb-dead-letter-reason"
-	HeaderDeadLetterTopic        = "tb-dead-letter-topic"     // the message's original topic
-	HeaderDeadLetterSystemID     = "tb-dead-letter-system-id" // the message's original system_id
-	HeaderDeadLetterSubscription = "tb-dead-letter-subscription"
-	HeaderDeadLetterGroup        = "tb-dead-letter-group"
-	HeaderDeadLetterAttempts     = "tb-dead-letter-attempts"
-)
-
-// Reasons given for a redelivery or dead letter.
-const (
-	ReasonNack        = "nack"
-	ReasonAckDeadline = "ack deadline exceeded"
-	ReasonMemberLeft  = "member left"
-)
 
 // idCodec turns message sequence numbers into system_ids and back. A system_id is the
 // sequence number and a secret of this broker process, encrypted together as one AES block
@@ -140,7 +111,7 @@ func (c idCodec) formatIn(seq uint64, block *[16]byte) string {
 
 func (c idCodec) parse(id string) (uint64, error) {
 	if len(id) != idLen {
-		return 0, fmt.Errorf("%w %q: not a system_id of this broker process (a system_id is the %d characters the broker sent with the message; the broker may have restarted)", ErrUnknownMessage, truncate(id, 64), idLen)
+		return 0, fmt.Errorf("%w %q: not a system_id of this broker process (a system_id is the %d characters the broker sent with the message; the broker may have restarted)", broker.ErrUnknownMessage, truncate(id, 64), idLen)
 	}
 	var raw [idLen]byte
 	copy(raw[:], id)
@@ -148,12 +119,12 @@ func (c idCodec) parse(id string) (uint64, error) {
 	defer idScratch.Put(s)
 	enc, plain := &s[0], &s[1]
 	if n, err := idEncoding.Decode(enc[:], raw[:]); err != nil || n != 16 {
-		return 0, fmt.Errorf("%w %q: malformed system_id", ErrUnknownMessage, id)
+		return 0, fmt.Errorf("%w %q: malformed system_id", broker.ErrUnknownMessage, id)
 	}
 	c.block.Decrypt(plain[:], enc[:])
 	seq := binary.LittleEndian.Uint64(plain[:8])
 	if binary.LittleEndian.Uint64(plain[8:]) != c.secret || seq == 0 {
-		return 0, fmt.Errorf("%w %q: not a system_id of this broker process (the broker may have restarted)", ErrUnknownMessage, id)
+		return 0, fmt.Errorf("%w %q: not a system_id of this broker process (the broker may have restarted)", broker.ErrUnknownMessage, id)
 	}
 	return seq, nil
 }

@@ -1,30 +1,19 @@
-package broker
+package memory
 
 import (
 	"fmt"
 	"slices"
-)
 
-// GroupConfig declares a consumer group, as the configuration file's group blocks do, or
-// as its first member does implicitly. A declared group exists from the start: it queues
-// what is published to its patterns before any member joins (as a durable queue does after
-// a restart elsewhere), never expires, and members must match it.
-type GroupConfig struct {
-	ID              string   // subscription_id; default Name
-	Name            string   // consumer_group
-	Patterns        []string // topic_patterns
-	MaxDeliveries   int      // 0: unlimited
-	DeadLetterTopic string   // default "dlq.<ID>"
-	Limits          GroupLimits
-}
+	"github.com/tinybroker/tinybroker/broker"
+)
 
 // Declare creates the consumer group gc describes, or checks that an existing group of that
 // id matches it. A declared group is never rebound by a member with other settings and never
 // expires.
-func (b *Broker) Declare(gc GroupConfig) error {
-	o := gc.subscribeOptions()
+func (b *Engine) Declare(gc broker.GroupConfig) error {
+	o := gc.SubscribeOptions()
 	gc.ID = o.ID
-	patterns, err := b.checkSubscribe(&o)
+	patterns, err := b.opts.CheckSubscribe(&o)
 	if err != nil {
 		return err
 	}
@@ -32,12 +21,12 @@ func (b *Broker) Declare(gc GroupConfig) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if _, ok := b.fanouts[gc.ID]; ok {
-		return fmt.Errorf("%w: subscription_id %q is an open fanout subscription", ErrGroupMismatch, gc.ID)
+		return fmt.Errorf("%w: subscription_id %q is an open fanout subscription", broker.ErrGroupMismatch, gc.ID)
 	}
 	if g := b.groups[gc.ID]; g != nil {
 		if g.name != gc.Name || !slices.Equal(g.patterns, patterns) || g.maxDeliveries != gc.MaxDeliveries {
 			if g.hasMembers() {
-				return fmt.Errorf("%w: consumer group %q exists with other settings and has members; remove them or change the declaration", ErrGroupMismatch, gc.Name)
+				return fmt.Errorf("%w: consumer group %q exists with other settings and has members; remove them or change the declaration", broker.ErrGroupMismatch, gc.Name)
 			}
 			b.rebindLocked(g, &o, patterns)
 		}
@@ -49,10 +38,10 @@ func (b *Broker) Declare(gc GroupConfig) error {
 		return nil
 	}
 	if other, ok := b.groupNames[gc.Name]; ok {
-		return fmt.Errorf("%w: consumer_group %q belongs to subscription_id %q", ErrGroupMismatch, gc.Name, other)
+		return fmt.Errorf("%w: consumer_group %q belongs to subscription_id %q", broker.ErrGroupMismatch, gc.Name, other)
 	}
 	if len(b.groups) >= b.opts.MaxGroups {
-		return fmt.Errorf("%w: the broker holds %d consumer groups, its limit (limits { max_groups })", ErrLimit, len(b.groups))
+		return fmt.Errorf("%w: the broker holds %d consumer groups, its limit (limits { max_groups })", broker.ErrLimit, len(b.groups))
 	}
 	g := b.newGroupLocked(gc)
 	g.declared = true
@@ -60,7 +49,7 @@ func (b *Broker) Declare(gc GroupConfig) error {
 }
 
 // newGroupLocked creates and routes to a group. b.mu must be held.
-func (b *Broker) newGroupLocked(gc GroupConfig) *group {
+func (b *Engine) newGroupLocked(gc broker.GroupConfig) *group {
 	dlq := gc.DeadLetterTopic
 	if dlq == "" {
 		dlq = "dlq." + gc.ID
@@ -77,7 +66,7 @@ func (b *Broker) newGroupLocked(gc GroupConfig) *group {
 
 // rebindable reports whether a member asking for o may redefine g: g has no member (so
 // nobody holds the name) and o asks for other settings. b.mu must be held.
-func (g *group) rebindable(o *SubscribeOptions, patterns []string) bool {
+func (g *group) rebindable(o *broker.SubscribeOptions, patterns []string) bool {
 	if g.hasMembers() {
 		return false
 	}
@@ -90,7 +79,7 @@ func (g *group) rebindable(o *SubscribeOptions, patterns []string) bool {
 // bound to its first definition only while the group has members (or is declared), so that
 // nobody can squat a group name. Queued messages that the new patterns do not match are
 // dropped and counted. b.mu must be held.
-func (b *Broker) rebindLocked(g *group, o *SubscribeOptions, patterns []string) {
+func (b *Engine) rebindLocked(g *group, o *broker.SubscribeOptions, patterns []string) {
 	for _, p := range g.patterns {
 		b.index.remove(p, g)
 	}
@@ -117,7 +106,7 @@ func (b *Broker) rebindLocked(g *group, o *SubscribeOptions, patterns []string) 
 func (g *group) dropUnmatchedLocked() int {
 	n := g.dropWaitingLocked(func(e *entry) bool {
 		for _, p := range g.patterns {
-			if MatchPattern(p, e.msg.Topic) {
+			if broker.MatchPattern(p, e.msg.Topic) {
 				return false
 			}
 		}
@@ -129,6 +118,21 @@ func (g *group) dropUnmatchedLocked() int {
 
 // dropAllLocked lets go of everything queued or delayed and returns how many messages that
 // was (the group is being removed).
+// expired reports whether g has had no member for expireAfter at now.
+func (g *group) expired(now, expireAfter int64) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.members) == 0 && g.emptySince != 0 && !g.removed && now-g.emptySince >= expireAfter
+}
+
+// remove marks g removed and drops what it holds; it returns how many messages that was.
+func (g *group) remove() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.removed = true
+	return g.dropAllLocked()
+}
+
 func (g *group) dropAllLocked() int {
 	n := g.dropWaitingLocked(func(*entry) bool { return true })
 	g.queue, g.delayed = ring{}, nil
@@ -163,23 +167,4 @@ func (g *group) hasMembers() bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return len(g.members) > 0
-}
-
-// subscribeOptions is the OpenSubscription a member matching gc would send.
-func (gc GroupConfig) subscribeOptions() SubscribeOptions {
-	id := gc.ID
-	if id == "" {
-		id = gc.Name
-	}
-	return SubscribeOptions{ID: id, Group: gc.Name, Patterns: gc.Patterns, Mode: Balanced,
-		MaxDeliveries: gc.MaxDeliveries, DeadLetterTopic: gc.DeadLetterTopic}
-}
-
-// CheckGroupConfig validates a group declaration without creating it.
-func CheckGroupConfig(gc GroupConfig) error {
-	o := gc.subscribeOptions()
-	var b Broker
-	b.opts.setLimitDefaults() // checkSubscribe needs no memory budget
-	_, err := b.checkSubscribe(&o)
-	return err
 }

@@ -1,4 +1,4 @@
-package broker
+package memory
 
 import (
 	"slices"
@@ -12,7 +12,7 @@ type target interface {
 	// deliver hands over a message, or refuses it with an error that says why (a consumer
 	// group at its bounds); a refusal by one target does not affect the others. A non-nil
 	// channel asks the publisher to wait, bounded, until it is closed (backpressure).
-	deliver(m *Message) (room <-chan struct{}, err error)
+	deliver(m *message) (room <-chan struct{}, err error)
 }
 
 // index maps topics to the targets whose patterns match them: a trie of pattern tokens, so

@@ -1,4 +1,4 @@
-package broker
+package memory
 
 import (
 	"errors"
@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/tinybroker/tinybroker/broker"
 )
 
 // Consumer-group unit tests on a fake clock: no goroutine, no sleep, no gRPC. Time moves only
@@ -13,7 +15,7 @@ import (
 
 type groupTest struct {
 	t     *testing.T
-	b     *Broker
+	b     *Engine
 	clock *fakeClock
 }
 
@@ -27,9 +29,9 @@ func newGroupTest(t *testing.T, opts Options) *groupTest {
 	return &groupTest{t: t, b: newTestBroker(t, opts), clock: clock}
 }
 
-func (gt *groupTest) member(id string, maxInFlight int, o ...func(*SubscribeOptions)) *Subscription {
+func (gt *groupTest) member(id string, maxInFlight int, o ...func(*broker.SubscribeOptions)) *Subscription {
 	gt.t.Helper()
-	so := SubscribeOptions{ID: id, Group: id, Patterns: []string{"j.>"}, Mode: Balanced, MaxInFlight: maxInFlight}
+	so := broker.SubscribeOptions{ID: id, Group: id, Patterns: []string{"j.>"}, Mode: broker.Balanced, MaxInFlight: maxInFlight}
 	for _, f := range o {
 		f(&so)
 	}
@@ -71,14 +73,14 @@ func want(t *testing.T, what string, got []string, want ...string) {
 	}
 }
 
-func (gt *groupTest) stats(id string) GroupStats {
+func (gt *groupTest) stats(id string) broker.GroupStats {
 	for _, g := range gt.b.Stats().Groups {
 		if g.ID == id {
 			return g
 		}
 	}
 	gt.t.Fatalf("no group %q", id)
-	return GroupStats{}
+	return broker.GroupStats{}
 }
 
 // Messages go round-robin to the members that have room; max_in_flight bounds each member;
@@ -108,7 +110,7 @@ func TestGroupRoundRobinAndMaxInFlight(t *testing.T) {
 // An unacked message comes back after its ack deadline, to the next member with room, with
 // its attempt counted; touch pushes the deadline a full ack_deadline from now.
 func TestGroupAckDeadlineAndTouch(t *testing.T) {
-	gt := newGroupTest(t, Options{AckDeadline: 30 * time.Second})
+	gt := newGroupTest(t, Options{Limits: broker.Limits{AckDeadline: 30 * time.Second}})
 	a := gt.member("g", 1)
 	ids := gt.publish("1")
 	want(t, "a", got(a), "1/1")
@@ -157,11 +159,11 @@ func TestGroupNackDelay(t *testing.T) {
 // say where it came from, how often it was tried and why.
 func TestGroupDeadLetter(t *testing.T) {
 	gt := newGroupTest(t, Options{})
-	dlq, err := gt.b.Subscribe(SubscribeOptions{Patterns: []string{"dead.>"}, Mode: Fanout})
+	dlq, err := gt.b.Subscribe(broker.SubscribeOptions{Patterns: []string{"dead.>"}, Mode: broker.Fanout})
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := gt.member("g", 1, func(o *SubscribeOptions) { o.MaxDeliveries = 2; o.DeadLetterTopic = "dead.g" })
+	a := gt.member("g", 1, func(o *broker.SubscribeOptions) { o.MaxDeliveries = 2; o.DeadLetterTopic = "dead.g" })
 	ids := gt.publish("1")
 	want(t, "a", got(a), "1/1")
 	a.Nack(ids, 0, "bad input")
@@ -172,8 +174,8 @@ func TestGroupDeadLetter(t *testing.T) {
 		t.Fatalf("dead letters: %d", len(d))
 	}
 	h := d[0].Msg.Headers
-	if h[HeaderDeadLetterReason] != ReasonAckDeadline || h[HeaderDeadLetterAttempts] != "2" || h[HeaderDeadLetterSystemID] != ids[0] ||
-		h[HeaderDeadLetterTopic] != "j.x" || h[HeaderDeadLetterGroup] != "g" || string(d[0].Msg.Payload) != "1" {
+	if h[broker.HeaderDeadLetterReason] != broker.ReasonAckDeadline || h[broker.HeaderDeadLetterAttempts] != "2" || h[broker.HeaderDeadLetterSystemID] != ids[0] ||
+		h[broker.HeaderDeadLetterTopic] != "j.x" || h[broker.HeaderDeadLetterGroup] != "g" || string(d[0].Msg.Payload) != "1" {
 		t.Fatalf("dead letter %+v", d[0].Msg)
 	}
 	if st := gt.stats("g"); st.DeadLettered != 1 || st.InFlight != 0 || st.Queued != 0 || st.Bytes != 0 {
@@ -200,12 +202,12 @@ func TestGroupMemberLeaves(t *testing.T) {
 	want(t, "c", got(c), "1/3", "2/3", "3/1")
 
 	// Deliveries still buffered when their member leaves were never handed over.
-	d := gt.member("h", 1, func(o *SubscribeOptions) { o.Patterns = []string{"k"} })
+	d := gt.member("h", 1, func(o *broker.SubscribeOptions) { o.Patterns = []string{"k"} })
 	if _, err := gt.b.Publish("k", []byte("x"), nil); err != nil {
 		t.Fatal(err)
 	}
 	d.Close()
-	e := gt.member("h", 1, func(o *SubscribeOptions) { o.Patterns = []string{"k"} })
+	e := gt.member("h", 1, func(o *broker.SubscribeOptions) { o.Patterns = []string{"k"} })
 	want(t, "e", got(e), "x/1")
 }
 
@@ -220,10 +222,10 @@ func TestGroupLateAck(t *testing.T) {
 	if err := gt.b.Ack("g", ids[0]); err != nil {
 		t.Fatalf("late ack: %v", err)
 	}
-	if err := gt.b.Ack("g", ids[0]); !errors.Is(err, ErrUnknownMessage) {
+	if err := gt.b.Ack("g", ids[0]); !errors.Is(err, broker.ErrUnknownMessage) {
 		t.Fatalf("duplicate late ack: %v", err)
 	}
-	if err := gt.b.Ack("g", ids[1]); !errors.Is(err, ErrUnknownMessage) {
+	if err := gt.b.Ack("g", ids[1]); !errors.Is(err, broker.ErrUnknownMessage) {
 		t.Fatalf("ack of a message never delivered: %v", err)
 	}
 	b := gt.member("g", 5)
@@ -250,17 +252,17 @@ func TestGroupLateAck(t *testing.T) {
 // newest.
 func TestGroupOverflowPolicies(t *testing.T) {
 	for _, tc := range []struct {
-		policy   Overflow
+		policy   broker.Overflow
 		accepted int
 		queued   []string
-	}{{OverflowReject, 3, []string{"0/1", "1/1", "2/1"}}, {OverflowDropOldest, 5, []string{"2/1", "3/1", "4/1"}}} {
+	}{{broker.OverflowReject, 3, []string{"0/1", "1/1", "2/1"}}, {broker.OverflowDropOldest, 5, []string{"2/1", "3/1", "4/1"}}} {
 		gt := newGroupTest(t, Options{GroupMaxQueued: 3, GroupOverflow: tc.policy})
 		gt.member("g", 1).Close()
 		accepted := 0
 		for i := range 5 {
 			if _, err := gt.b.Publish("j.x", []byte(strconv.Itoa(i)), nil); err == nil {
 				accepted++
-			} else if !errors.Is(err, ErrGroupFull) {
+			} else if !errors.Is(err, broker.ErrGroupFull) {
 				t.Fatal(err)
 			}
 		}

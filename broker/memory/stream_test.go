@@ -1,13 +1,15 @@
-package broker
+package memory
 
 import (
 	"errors"
 	"fmt"
 	"runtime"
 	"testing"
+
+	"github.com/tinybroker/tinybroker/broker"
 )
 
-func mustSubscribe(t *testing.T, st *Stream, o SubscribeOptions) *Subscription {
+func mustSubscribe(t *testing.T, st broker.Stream, o broker.SubscribeOptions) broker.Subscription {
 	t.Helper()
 	s, err := st.Subscribe(o)
 	if err != nil {
@@ -20,18 +22,18 @@ func mustSubscribe(t *testing.T, st *Stream, o SubscribeOptions) *Subscription {
 // one subscription drops what the stream still buffers for it and nothing else.
 func TestStreamEventsAndClose(t *testing.T) {
 	b := newTestBroker(t, Options{})
-	st := b.NewStream()
+	st := b.NewStream(nil)
 	defer st.Close()
-	a := mustSubscribe(t, st, SubscribeOptions{ID: "a", Patterns: []string{"t.>"}, Mode: Fanout})
-	if _, err := st.Subscribe(SubscribeOptions{ID: "a", Patterns: []string{"t"}, Mode: Fanout}); !errors.Is(err, ErrSubscriptionExists) {
-		t.Fatalf("second a: %v, want ErrSubscriptionExists", err)
+	a := mustSubscribe(t, st, broker.SubscribeOptions{ID: "a", Patterns: []string{"t.>"}, Mode: broker.Fanout})
+	if _, err := st.Subscribe(broker.SubscribeOptions{ID: "a", Patterns: []string{"t"}, Mode: broker.Fanout}); !errors.Is(err, broker.ErrSubscriptionExists) {
+		t.Fatalf("second a: %v, want broker.ErrSubscriptionExists", err)
 	}
 	for i := range 3 {
 		if _, err := b.Publish("t.x", []byte{byte(i)}, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
-	c := mustSubscribe(t, st, SubscribeOptions{ID: "c", Patterns: []string{"t.>"}, Mode: Fanout})
+	c := mustSubscribe(t, st, broker.SubscribeOptions{ID: "c", Patterns: []string{"t.>"}, Mode: broker.Fanout})
 	if _, err := b.Publish("t.y", []byte{9}, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -61,8 +63,8 @@ func TestStreamEventsAndClose(t *testing.T) {
 	if s, n := st.Lookup(""); s != c || n != 1 {
 		t.Fatalf("Lookup(\"\") = %v, %d; want c, 1", s, n)
 	}
-	if st.out.bytes != 0 {
-		t.Fatalf("outbox counts %d payload bytes after draining, want 0", st.out.bytes)
+	if st.(*Stream).out.bytes != 0 {
+		t.Fatalf("outbox counts %d payload bytes after draining, want 0", st.(*Stream).out.bytes)
 	}
 }
 
@@ -70,17 +72,17 @@ func TestStreamEventsAndClose(t *testing.T) {
 // they do not count as attempts.
 func TestStreamMemberLeaves(t *testing.T) {
 	b := newTestBroker(t, Options{})
-	st := b.NewStream()
+	st := b.NewStream(nil)
 	defer st.Close()
-	f := mustSubscribe(t, st, SubscribeOptions{ID: "f", Patterns: []string{"j"}, Mode: Fanout})
-	m := mustSubscribe(t, st, SubscribeOptions{Group: "g", Patterns: []string{"j"}, Mode: Balanced, MaxInFlight: 10})
+	f := mustSubscribe(t, st, broker.SubscribeOptions{ID: "f", Patterns: []string{"j"}, Mode: broker.Fanout})
+	m := mustSubscribe(t, st, broker.SubscribeOptions{Group: "g", Patterns: []string{"j"}, Mode: broker.Balanced, MaxInFlight: 10})
 	for range 3 {
 		if _, err := b.Publish("j", []byte("x"), nil); err != nil {
 			t.Fatal(err)
 		}
 	}
 	m.Close()
-	other, err := b.Subscribe(SubscribeOptions{Group: "g", Patterns: []string{"j"}, Mode: Balanced, MaxInFlight: 10})
+	other, err := b.Subscribe(broker.SubscribeOptions{Group: "g", Patterns: []string{"j"}, Mode: broker.Balanced, MaxInFlight: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,18 +109,18 @@ func TestStreamMemberLeaves(t *testing.T) {
 // A slow consumer loses the whole stream: every subscription on it is detached.
 func TestStreamSlowConsumer(t *testing.T) {
 	b := newTestBroker(t, Options{FanoutBufferMessages: 2, PublisherWait: -1})
-	st := b.NewStream()
+	st := b.NewStream(nil)
 	defer st.Close()
-	mustSubscribe(t, st, SubscribeOptions{ID: "a", Patterns: []string{"t"}, Mode: Fanout})
-	mustSubscribe(t, st, SubscribeOptions{ID: "b", Patterns: []string{"u"}, Mode: Fanout})
+	mustSubscribe(t, st, broker.SubscribeOptions{ID: "a", Patterns: []string{"t"}, Mode: broker.Fanout})
+	mustSubscribe(t, st, broker.SubscribeOptions{ID: "b", Patterns: []string{"u"}, Mode: broker.Fanout})
 	for range 4 {
 		if _, err := b.Publish("t", []byte("x"), nil); err != nil {
 			t.Fatal(err)
 		}
 	}
 	<-st.Done()
-	if !errors.Is(st.Err(), ErrSlowConsumer) {
-		t.Fatalf("stream ended with %v, want ErrSlowConsumer", st.Err())
+	if !errors.Is(st.Err(), broker.ErrSlowConsumer) {
+		t.Fatalf("stream ended with %v, want broker.ErrSlowConsumer", st.Err())
 	}
 	if n := len(b.Stats().Subscriptions); n != 0 {
 		t.Fatalf("%d subscriptions left after the stream was disconnected, want 0", n)
@@ -132,13 +134,13 @@ func BenchmarkSubscribeMemory(b *testing.B) {
 	const k = 20000
 	var heap float64
 	for b.Loop() {
-		st := br.NewStream()
+		st := br.NewStream(nil)
 		runtime.GC()
 		var m0, m1 runtime.MemStats
 		runtime.ReadMemStats(&m0)
 		for i := range k {
 			p := fmt.Sprintf([...]string{"s.%d.x", "s.*.y%d", "t.%d.>"}[i%3], i)
-			if _, err := st.Subscribe(SubscribeOptions{Patterns: []string{p}, Mode: Fanout}); err != nil {
+			if _, err := st.Subscribe(broker.SubscribeOptions{Patterns: []string{p}, Mode: broker.Fanout}); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -156,8 +158,8 @@ func BenchmarkSubscribeMemory(b *testing.B) {
 // set one) is refused rather than sent.
 func TestHeadersMustBeUTF8(t *testing.T) {
 	b := newTestBroker(t, Options{})
-	if _, err := b.Publish("t", nil, map[string]string{"k": "\xff"}); !errors.Is(err, ErrInvalidMessage) {
-		t.Fatalf("publish with a non-UTF-8 header: %v, want ErrInvalidMessage", err)
+	if _, err := b.Publish("t", nil, map[string]string{"k": "\xff"}); !errors.Is(err, broker.ErrInvalidMessage) {
+		t.Fatalf("publish with a non-UTF-8 header: %v, want broker.ErrInvalidMessage", err)
 	}
 	if _, err := b.Publish("t", nil, map[string]string{"k": "ü"}); err != nil {
 		t.Fatal(err)

@@ -1,10 +1,12 @@
-package broker
+package memory
 
 import (
 	"errors"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tinybroker/tinybroker/broker"
 )
 
 // A fanout subscriber that is slow but reads paces its publisher instead of overflowing: with
@@ -12,7 +14,7 @@ import (
 func TestBackpressurePacesPublisher(t *testing.T) {
 	for _, wait := range []time.Duration{30 * time.Second, -1} { // a long wait: a loaded machine must not fail it
 		b := newTestBroker(t, Options{FanoutBufferMessages: 16, PublisherWait: wait})
-		s, err := b.Subscribe(SubscribeOptions{Patterns: []string{"p"}, Mode: Fanout})
+		s, err := b.Subscribe(broker.SubscribeOptions{Patterns: []string{"p"}, Mode: broker.Fanout})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -32,7 +34,7 @@ func TestBackpressurePacesPublisher(t *testing.T) {
 			wg.Wait() // no backpressure: the publisher finishes long before the reader starts
 		}
 		got := 0
-		var buf []Delivery
+		var buf []broker.Delivery
 	read:
 		for got < n {
 			buf = s.Next(buf[:0], 4, 1<<20)
@@ -52,7 +54,7 @@ func TestBackpressurePacesPublisher(t *testing.T) {
 		if wait > 0 && (got != n || s.Err() != nil) {
 			t.Fatalf("with publisher_wait: got %d of %d, err %v", got, n, s.Err())
 		}
-		if wait < 0 && !errors.Is(s.Err(), ErrSlowConsumer) {
+		if wait < 0 && !errors.Is(s.Err(), broker.ErrSlowConsumer) {
 			t.Fatalf("without publisher_wait: got %d of %d, err %v; want a slow-consumer disconnect", got, n, s.Err())
 		}
 		s.Close()

@@ -1,8 +1,10 @@
-package broker
+package memory
 
 import (
 	"fmt"
 	"sync"
+
+	"github.com/tinybroker/tinybroker/broker"
 )
 
 // Stream is one subscriber connection (a Subscribe stream of the protocol) carrying any
@@ -16,8 +18,9 @@ import (
 // before any message of the new subscription: a Delivery with Msg nil whose Sub opened, or
 // was refused (Sub.Refused() says why).
 type Stream struct {
-	b      *Broker
-	events bool // Subscribe calls are reported in Next
+	b      *Engine
+	events bool                      // Subscribe calls are reported in Next
+	size   func(*broker.Message) int // what a delivery adds to a batch, for Next's maxBytes
 
 	out       outbox
 	closed    bool  // under out.mu
@@ -29,34 +32,50 @@ type Stream struct {
 	subs map[string]*Subscription // open subscriptions by id
 }
 
-// NewStream opens a stream to carry subscriptions.
-func (b *Broker) NewStream() *Stream {
-	st := b.newStream()
+// NewStream opens a stream to carry subscriptions (broker.Engine). size measures what a
+// delivery adds to a batch of Next; nil measures payload bytes.
+func (b *Engine) NewStream(size func(*broker.Message) int) broker.Stream {
+	st := b.newStream(size)
 	st.events = true
 	return st
 }
 
-func (b *Broker) newStream() *Stream {
-	return &Stream{b: b, out: newOutbox(b.mem), done: make(chan struct{}), subs: make(map[string]*Subscription, 1)}
+func (b *Engine) newStream(size func(*broker.Message) int) *Stream {
+	if size == nil {
+		size = payloadSize
+	}
+	return &Stream{b: b, size: size, out: newOutbox(b.mem), done: make(chan struct{}), subs: make(map[string]*Subscription, 1)}
 }
+
+// payloadSize is the size of a stream that has no transport: its batches are bounded in
+// payload bytes.
+func payloadSize(m *broker.Message) int { return len(m.Payload) }
 
 // Subscribe opens a subscription on the stream. A stream may carry a consumer group once:
 // a second member of the same group on one stream is refused.
-func (st *Stream) Subscribe(o SubscribeOptions) (*Subscription, error) {
+func (st *Stream) Subscribe(o broker.SubscribeOptions) (broker.Subscription, error) {
 	s, err := st.b.subscribe(o, st)
-	if err != nil && st.events {
+	if err != nil {
+		st.refuse(o, err)
+		return nil, err // not a nil *Subscription in an interface
+	}
+	return s, nil
+}
+
+// refuse queues the event of an open that failed, on a stream that reports them.
+func (st *Stream) refuse(o broker.SubscribeOptions, err error) {
+	if st.events {
 		ref := &Subscription{b: st.b, st: st, mode: o.Mode, refused: err}
 		ref.id = o.ID
-		if o.ID == "" && o.Mode == Balanced {
+		if o.ID == "" && o.Mode == broker.Balanced {
 			ref.id = o.Group
 		}
 		st.out.mu.Lock()
 		if !st.closed {
-			st.out.pushLocked(Delivery{Sub: ref})
+			st.out.pushLocked(delivery{sub: ref})
 		}
 		st.out.mu.Unlock()
 	}
-	return s, err
 }
 
 // register adds s to the stream and queues its opening event; it fails if the stream has
@@ -65,26 +84,34 @@ func (st *Stream) register(s *Subscription) error {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if _, ok := st.subs[s.id]; ok {
-		return fmt.Errorf("%w: this stream already carries subscription %q; a stream can be one member of a group at most", ErrSubscriptionExists, s.id)
+		return fmt.Errorf("%w: this stream already carries subscription %q; a stream can be one member of a group at most", broker.ErrSubscriptionExists, s.id)
 	}
 	if n := len(st.subs); n >= st.b.opts.MaxSubscriptionsPerStream {
-		return fmt.Errorf("%w: this stream carries %d subscriptions, its limit (limits { max_subscriptions_per_stream }); close some, open another stream, or raise the limit", ErrLimit, n)
+		return fmt.Errorf("%w: this stream carries %d subscriptions, its limit (limits { max_subscriptions_per_stream }); close some, open another stream, or raise the limit", broker.ErrLimit, n)
 	}
 	st.out.mu.Lock()
 	defer st.out.mu.Unlock()
 	if st.closed {
-		return fmt.Errorf("%w: the stream has ended", ErrSubscriptionClosed)
+		return fmt.Errorf("%w: the stream has ended", broker.ErrSubscriptionClosed)
 	}
 	st.subs[s.id] = s
 	if st.events {
-		st.out.pushLocked(Delivery{Sub: s})
+		st.out.pushLocked(delivery{sub: s})
 	}
 	return nil
 }
 
 // Lookup returns the stream's open subscription with this id. With id empty it returns the
 // stream's only subscription, if it has exactly one; n is how many it has.
-func (st *Stream) Lookup(id string) (s *Subscription, n int) {
+func (st *Stream) Lookup(id string) (broker.Subscription, int) {
+	s, n := st.lookup(id)
+	if s == nil {
+		return nil, n // not a nil *Subscription in an interface
+	}
+	return s, n
+}
+
+func (st *Stream) lookup(id string) (s *Subscription, n int) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	n = len(st.subs)
@@ -100,10 +127,10 @@ func (st *Stream) Lookup(id string) (s *Subscription, n int) {
 }
 
 // Subscriptions returns the stream's open subscriptions, in no order.
-func (st *Stream) Subscriptions() []*Subscription {
+func (st *Stream) Subscriptions() []broker.Subscription {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	subs := make([]*Subscription, 0, len(st.subs))
+	subs := make([]broker.Subscription, 0, len(st.subs))
 	for _, s := range st.subs {
 		subs = append(subs, s)
 	}
@@ -124,16 +151,16 @@ func (st *Stream) Err() error {
 	return st.err
 }
 
-// Next appends to dst up to maxN waiting deliveries and events holding at most maxBytes of
-// payload (but always at least one, if any wait).
-func (st *Stream) Next(dst []Delivery, maxN, maxBytes int) []Delivery {
-	return st.out.take(dst, maxN, maxBytes)
+// Next appends to dst up to maxN waiting deliveries and events of at most maxBytes in all,
+// as the stream's size measures them (but always at least one, if any wait).
+func (st *Stream) Next(dst []broker.Delivery, maxN, maxBytes int) []broker.Delivery {
+	return st.out.take(dst, maxN, maxBytes, st.size)
 }
 
 // Close ends the stream and every subscription on it: group members' unacked messages go at
 // once to the other members. Close is idempotent.
 func (st *Stream) Close() {
-	st.end(ErrSubscriptionClosed)
+	st.end(broker.ErrSubscriptionClosed)
 	st.detachAll()
 }
 

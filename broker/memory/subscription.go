@@ -1,54 +1,11 @@
-package broker
+package memory
 
 import (
 	"fmt"
 	"time"
+
+	"github.com/tinybroker/tinybroker/broker"
 )
-
-// Mode is how a subscription shares messages.
-type Mode uint8
-
-const (
-	// Fanout: every matching subscription gets every message, at most once, without acks.
-	Fanout Mode = iota + 1
-	// Balanced: the members of a consumer group share the messages; each is delivered to one
-	// member and stays in flight until acked.
-	Balanced
-)
-
-func (m Mode) String() string {
-	switch m {
-	case Fanout:
-		return "fanout"
-	case Balanced:
-		return "balanced"
-	}
-	return "unspecified"
-}
-
-// SubscribeOptions opens a subscription; see the OpenSubscription message of the protocol.
-type SubscribeOptions struct {
-	ID       string // shared by the members of a group; optional for fanout
-	Patterns []string
-	Mode     Mode
-	Group    string // required for Balanced
-
-	// Balanced only; zero values take the defaults.
-	MaxInFlight     int           // unacked messages this member may hold (default 1)
-	AckDeadline     time.Duration // default Options.AckDeadline
-	MaxDeliveries   int           // 0: unlimited; the group's first member sets it
-	DeadLetterTopic string        // default "dlq.<ID>"; the group's first member sets it
-}
-
-// Settings are a subscription's options after defaults.
-type Settings struct {
-	ID              string
-	MemberID        string
-	MaxInFlight     int
-	AckDeadline     time.Duration
-	MaxDeliveries   int
-	DeadLetterTopic string
-}
 
 // Subscription is one open subscription: a fanout subscription, or one member of a consumer
 // group, carried by a Stream. Broker.Subscribe gives it a stream of its own, drained through
@@ -59,35 +16,35 @@ type Settings struct {
 // A broker holding 100,000 subscriptions holds 100,000 of these, so it is kept small: a
 // fanout subscription's settings are its id; a member's live in bal.
 type Subscription struct {
-	b        *Broker
+	b        *Engine
 	st       *Stream
 	id       string
 	patterns []string
-	g        *group    // Balanced
-	m        *member   // Balanced
-	bal      *Settings // Balanced
-	refused  error     // an event for an open that failed: the subscription never existed
+	g        *group           // broker.Balanced
+	m        *member          // broker.Balanced
+	bal      *broker.Settings // broker.Balanced
+	refused  error            // an event for an open that failed: the subscription never existed
 
 	delivered uint64 // under st.out.mu (fanout)
 	dropped   uint64 // under st.out.mu (fanout)
-	mode      Mode
+	mode      broker.Mode
 	own       bool // st was made for this subscription alone
 	closed    bool // under st.out.mu: unsubscribed
 }
 
 // Settings returns the options in force.
-func (s *Subscription) Settings() Settings {
+func (s *Subscription) Settings() broker.Settings {
 	if s.bal != nil {
 		return *s.bal
 	}
-	return Settings{ID: s.id, MemberID: s.id}
+	return broker.Settings{ID: s.id, MemberID: s.id}
 }
 
 // ID returns the subscription's id (Settings().ID, without copying the settings).
 func (s *Subscription) ID() string { return s.id }
 
 // Mode returns the subscription's mode.
-func (s *Subscription) Mode() Mode { return s.mode }
+func (s *Subscription) Mode() broker.Mode { return s.mode }
 
 // Refused is non-nil for the subscription of a refused-open event (see Stream): why it was
 // refused.
@@ -106,7 +63,7 @@ func (s *Subscription) Err() error { return s.st.Err() }
 
 // Next appends to dst up to maxN deliveries waiting on the subscription's stream, holding at
 // most maxBytes of payload (but always at least one, if any wait).
-func (s *Subscription) Next(dst []Delivery, maxN, maxBytes int) []Delivery {
+func (s *Subscription) Next(dst []broker.Delivery, maxN, maxBytes int) []broker.Delivery {
 	return s.st.Next(dst, maxN, maxBytes)
 }
 
@@ -178,7 +135,7 @@ func (s *Subscription) detach() { s.b.detach(s) }
 // that keeps up still gets the message: see RATIONALE.md). Above half
 // its limits it returns a channel closed once it has drained to a quarter: the publisher may
 // wait on it (see Broker.route), which paces publishers to subscribers that are slow but alive.
-func (s *Subscription) deliver(m *Message) (room <-chan struct{}, _ error) {
+func (s *Subscription) deliver(m *message) (room <-chan struct{}, _ error) {
 	st := s.st
 	st.out.mu.Lock()
 	if st.closed || s.closed {
@@ -194,7 +151,7 @@ func (s *Subscription) deliver(m *Message) (room <-chan struct{}, _ error) {
 			return nil, errNotTaken
 		}
 		n, bytes := st.out.lenLocked(), st.out.bytes
-		st.endLocked(fmt.Errorf("%w: %s", ErrSlowConsumer, slowReason(overBudget)))
+		st.endLocked(fmt.Errorf("%w: %s", broker.ErrSlowConsumer, slowReason(overBudget)))
 		st.out.mu.Unlock()
 		s.b.log.Warn("disconnecting slow consumer", "subscription", s.id, "broker_memory_budget_used_up", overBudget,
 			"buffered_messages", n, "buffered_bytes", bytes, "limit_messages", o.FanoutBufferMessages, "limit_bytes", o.FanoutBufferBytes)
@@ -202,7 +159,7 @@ func (s *Subscription) deliver(m *Message) (room <-chan struct{}, _ error) {
 		return nil, errNotTaken
 	}
 	s.delivered++ // the publish holds m for this subscriber
-	st.out.pushLocked(Delivery{Msg: m, Sub: s, Attempt: 1})
+	st.out.pushLocked(delivery{m: m, sub: s, attempt: 1})
 	if !st.out.stalled && o.PublisherWait > 0 && (st.out.lenLocked() >= o.FanoutBufferMessages/2 || st.out.bytes >= o.FanoutBufferBytes/2) {
 		if st.out.room == nil {
 			st.out.room = make(chan struct{})

@@ -1,0 +1,269 @@
+// Package broker is the seam between tinybroker's gRPC server and its engines: the interface
+// an engine implements (Engine, Stream, Subscription), the values that cross it (Message,
+// Delivery, SubscribeOptions, Stats...), the rules every engine applies the same way (topic
+// and pattern syntax, Limits and their defaults), the errors (errors.go) and the Hooks
+// through which the WebAssembly plugins see messages. It knows nothing of gRPC or Wasm.
+//
+// The engines live below it: broker/memory, the embedded in-memory default. See
+// RATIONALE.md, "Architecture".
+package broker
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+)
+
+// Engine is what the server needs from a message engine. Its methods are safe for concurrent
+// use. Every engine runs the plugins' Hooks at the same points (see Hooks), so a plugin
+// behaves the same whatever the engine.
+type Engine interface {
+	// Publish validates (Limits.CheckMessage), runs the OnPublish hook and routes one
+	// message. The engine keeps payload and headers: the caller must not modify them.
+	Publish(topic string, payload []byte, headers map[string]string) (PublishResult, error)
+	// NewStream opens a stream to carry subscriptions; see Stream. size bounds what one
+	// delivery of a message adds to a frame of the transport, so that Next can fill frames
+	// up to a size without knowing the encoding.
+	NewStream(size func(*Message) int) Stream
+	// Ack and Nack settle one delivered message of a consumer group by its system_id, from
+	// outside the stream it was delivered on.
+	Ack(subscriptionID, systemID string) error
+	Nack(subscriptionID, systemID string, delay time.Duration, reason string) error
+	// Declare creates the consumer group gc describes, or checks that the existing group of
+	// that id matches it.
+	Declare(gc GroupConfig) error
+	// Group describes one consumer group by subscription_id (ErrUnknownSubscription if none).
+	Group(id string) (GroupStats, error)
+	// PurgeGroup drops the messages a group holds that wait for a member (queued and
+	// delayed; in-flight ones stay with their members) and returns how many it dropped.
+	PurgeGroup(id string) (int, error)
+	// DeleteGroup removes a consumer group and the messages it holds. A group with members
+	// is not deleted (ErrGroupInUse): close them first.
+	DeleteGroup(id string) error
+	// Stats returns a snapshot of the counters, subscriptions and groups sorted by id.
+	Stats() Stats
+	// SetHooks installs the plugin chain (nil removes it). A swap never runs one message
+	// through two chains.
+	SetHooks(h Hooks)
+	// Shutdown refuses new work, waits until ctx is done for in-flight acks, then ends every
+	// stream with ErrShuttingDown. Idempotent.
+	Shutdown(ctx context.Context) error
+}
+
+// Stream is one subscriber connection (a Subscribe stream of the protocol) carrying any
+// number of subscriptions, as a NATS connection carries many SUBs. Their deliveries share the
+// stream's buffer, its order and its limits. The owner drains it with Next after Ready fires
+// and must Close it when the connection ends; Done is closed when the engine ends the stream
+// itself (slow consumer, shutdown) and Err says why.
+//
+// Besides messages, Next returns one event per Subscribe call, in the stream's order and
+// before any message of the new subscription: a Delivery with Msg nil whose Sub opened, or
+// was refused (Sub.Refused() says why).
+type Stream interface {
+	// Subscribe opens a subscription on the stream. Its outcome also comes as an event.
+	Subscribe(o SubscribeOptions) (Subscription, error)
+	// Lookup returns the open subscription with this id; with id empty, the stream's only
+	// subscription if it has exactly one. n is how many it has.
+	Lookup(id string) (s Subscription, n int)
+	// Subscriptions returns the open subscriptions, in no order.
+	Subscriptions() []Subscription
+	// Next appends to dst up to maxN waiting deliveries and events of at most maxBytes in
+	// all, as measured by NewStream's size (but always one, if any wait).
+	Next(dst []Delivery, maxN, maxBytes int) []Delivery
+	// Ready is signalled when deliveries may be waiting; call Next until it returns none.
+	Ready() <-chan struct{}
+	// Done is closed when the stream has ended; Err then says why (ErrSlowConsumer,
+	// ErrShuttingDown, ErrSubscriptionClosed).
+	Done() <-chan struct{}
+	Err() error
+	// Close ends the stream and its subscriptions: group members' unacked messages go at
+	// once to the other members. Idempotent.
+	Close()
+}
+
+// Subscription is one open subscription of a Stream: a fanout subscription, or one member of
+// a consumer group.
+type Subscription interface {
+	ID() string
+	Mode() Mode
+	// Settings returns the options in force, after defaults.
+	Settings() Settings
+	// Refused is non-nil for the subscription of a refused-open event: why it was refused.
+	Refused() error
+	// Ack, Nack and Touch settle a member's deliveries by system_id. Ids that are unknown,
+	// already settled or malformed are skipped and counted: a late or duplicate ack never
+	// ends a stream. Fanout subscriptions take none.
+	Ack(ids []string) (skipped int)
+	Nack(ids []string, delay time.Duration, reason string) (skipped int)
+	Touch(ids []string) (skipped int)
+	// Close ends the subscription; a member's unacked messages go at once to the others.
+	Close()
+}
+
+// Message is a published message. It is immutable once published: the same *Message is
+// shared by every subscription and group it is routed to.
+type Message struct {
+	ID       uint64 // sequence number in the engine
+	SystemID string // ID as the protocol's system_id, formatted once
+	Topic    string
+	Payload  []byte
+	Headers  map[string]string
+	// PublishedAt is when the engine accepted the message, in Unix nanoseconds.
+	PublishedAt int64
+	// Targets is how many fanout subscriptions and groups the message was routed to.
+	Targets int
+	// HeaderBytes is the sum of the lengths of the header keys and values.
+	HeaderBytes int
+
+	// Wire belongs to the transport: the server caches the message's encoding here, to
+	// share it between the subscriptions the message goes to. Engines never read it.
+	Wire atomic.Pointer[[]byte]
+}
+
+// Delivery is a message handed to one subscription of a stream, or, with Msg nil, an event
+// of the stream: Sub opened, or was refused (see Stream).
+type Delivery struct {
+	Msg     *Message
+	Sub     Subscription
+	Attempt uint32 // 1 on the first delivery
+}
+
+// PublishResult says what became of a published message.
+type PublishResult struct {
+	Seq      uint64
+	SystemID string // Seq as the protocol's system_id
+	Routed   int    // fanout subscriptions and consumer groups it went to
+}
+
+// Mode is how a subscription shares messages.
+type Mode uint8
+
+const (
+	// Fanout: every matching subscription gets every message, at most once, without acks.
+	Fanout Mode = iota + 1
+	// Balanced: the members of a consumer group share the messages; each is delivered to one
+	// member and stays in flight until acked.
+	Balanced
+)
+
+func (m Mode) String() string {
+	switch m {
+	case Fanout:
+		return "fanout"
+	case Balanced:
+		return "balanced"
+	}
+	return "unspecified"
+}
+
+// SubscribeOptions opens a subscription; see the OpenSubscription message of the protocol.
+type SubscribeOptions struct {
+	ID       string // shared by the members of a group; optional for fanout
+	Patterns []string
+	Mode     Mode
+	Group    string // required for Balanced
+
+	// Balanced only; zero values take the defaults.
+	MaxInFlight     int           // unacked messages this member may hold (default 1)
+	AckDeadline     time.Duration // default Limits.AckDeadline
+	MaxDeliveries   int           // 0: unlimited; the group's first member sets it
+	DeadLetterTopic string        // default "dlq.<ID>"; the group's first member sets it
+}
+
+// Settings are a subscription's options after defaults.
+type Settings struct {
+	ID              string
+	MemberID        string
+	MaxInFlight     int
+	AckDeadline     time.Duration
+	MaxDeliveries   int
+	DeadLetterTopic string
+}
+
+// GroupConfig declares a consumer group, as the configuration file's group blocks do, or
+// as its first member does implicitly. A declared group exists from the start: it queues
+// what is published to its patterns before any member joins (as a durable queue does after
+// a restart elsewhere), never expires, and members must match it.
+type GroupConfig struct {
+	ID              string   // subscription_id; default Name
+	Name            string   // consumer_group
+	Patterns        []string // topic_patterns
+	MaxDeliveries   int      // 0: unlimited
+	DeadLetterTopic string   // default "dlq.<ID>"
+	Limits          GroupLimits
+}
+
+// SubscribeOptions is the OpenSubscription a member matching gc would send.
+func (gc GroupConfig) SubscribeOptions() SubscribeOptions {
+	id := gc.ID
+	if id == "" {
+		id = gc.Name
+	}
+	return SubscribeOptions{ID: id, Group: gc.Name, Patterns: gc.Patterns, Mode: Balanced,
+		MaxDeliveries: gc.MaxDeliveries, DeadLetterTopic: gc.DeadLetterTopic}
+}
+
+// GroupLimits bound what one consumer group holds. Zero values take the engine's defaults.
+type GroupLimits struct {
+	MaxQueued      int      // messages waiting for a member
+	MaxQueuedBytes int64    // bytes the group holds: queued, in flight and delayed
+	Overflow       Overflow // what a full group does with a publish
+}
+
+// Overflow is what a consumer group does with a publish when its queue is at its bound.
+type Overflow int
+
+const (
+	// OverflowDefault takes the engine's default (itself OverflowReject by default).
+	OverflowDefault Overflow = iota
+	// OverflowReject refuses the publish with ErrGroupFull.
+	OverflowReject
+	// OverflowDropOldest accepts it and drops the group's oldest queued message (counted).
+	OverflowDropOldest
+)
+
+// Stats is a snapshot of an engine's counters.
+type Stats struct {
+	Published, Delivered, Acked, Redelivered, DeadLettered, Unrouted uint64
+	Dropped                                                          uint64 // by a plugin's verdict
+	Refused                                                          uint64 // publishes refused by every target they matched
+	MemoryUsed, MemoryBudget                                         int64  // bytes held for later, and the budget
+	Subscriptions                                                    []SubscriptionStats
+	Groups                                                           []GroupStats
+}
+
+// SubscriptionStats describes one fanout subscription.
+type SubscriptionStats struct {
+	ID                 string
+	Patterns           []string
+	Delivered, Dropped uint64
+	Buffered           int
+}
+
+// GroupStats describes one consumer group.
+type GroupStats struct {
+	ID, Group                                            string
+	Patterns                                             []string
+	Members, Queued, InFlight, Delayed                   int
+	Bytes                                                int64 // what the group holds, counted against its max_queued_bytes
+	Delivered, Acked, Redelivered, DeadLettered, Dropped uint64
+	Rejected                                             uint64 // publishes refused while the group was full
+	Declared                                             bool   // declared in the configuration
+}
+
+// Headers an engine sets on a dead letter.
+const (
+	HeaderDeadLetterReason       = "tb-dead-letter-reason"
+	HeaderDeadLetterTopic        = "tb-dead-letter-topic"     // the message's original topic
+	HeaderDeadLetterSystemID     = "tb-dead-letter-system-id" // the message's original system_id
+	HeaderDeadLetterSubscription = "tb-dead-letter-subscription"
+	HeaderDeadLetterGroup        = "tb-dead-letter-group"
+	HeaderDeadLetterAttempts     = "tb-dead-letter-attempts"
+)
+
+// Reasons given for a redelivery or dead letter.
+const (
+	ReasonNack        = "nack"
+	ReasonAckDeadline = "ack deadline exceeded"
+	ReasonMemberLeft  = "member left"
+)

@@ -1,0 +1,201 @@
+package broker
+
+import (
+	"fmt"
+	"slices"
+	"time"
+	"unicode/utf8"
+)
+
+// Defaults of Limits, and of the configuration file's settings of the same names.
+const (
+	DefaultMaxMessageBytes            = 1 << 20  // max_message_bytes
+	DefaultMaxHeaderBytes             = 64 << 10 // max_header_bytes
+	DefaultMaxHeaders                 = 1_024    // max_headers
+	DefaultMaxInFlightCap             = 65_536
+	DefaultMaxSubscriptionsPerStream  = 65_536 // limits { max_subscriptions_per_stream }
+	DefaultMaxPatternsPerSubscription = 1_024  // limits { max_patterns_per_subscription }
+	DefaultMaxGroups                  = 10_000 // limits { max_groups }
+	DefaultAckDeadline                = 30 * time.Second
+)
+
+// Limits are the rules on what a client may send and make an engine hold that do not depend
+// on the engine: every engine checks messages and subscriptions with them, as do the plugin
+// test harness and the configuration. Zero values take the defaults above.
+type Limits struct {
+	MaxMessageBytes int // largest payload accepted
+	MaxHeaderBytes  int // largest sum of header keys and values
+	// MaxHeaders bounds how many headers a message has: every header costs a map entry to
+	// hold and a field to encode for each subscriber, so tens of thousands of tiny headers
+	// within MaxHeaderBytes made one message cost milliseconds of CPU.
+	MaxHeaders int
+
+	AckDeadline    time.Duration // default ack deadline of balanced subscriptions
+	MaxInFlightCap int           // largest max_in_flight a member may ask for
+
+	// What one client can make an engine hold (see RATIONALE.md, "Limits").
+	MaxSubscriptionsPerStream  int // subscriptions one stream carries at once
+	MaxPatternsPerSubscription int // topic_patterns of one subscription
+	MaxGroups                  int // consumer groups in all
+}
+
+// WithDefaults returns l with every zero value replaced by its default.
+func (l Limits) WithDefaults() Limits {
+	def := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&l.MaxMessageBytes, DefaultMaxMessageBytes)
+	def(&l.MaxHeaderBytes, DefaultMaxHeaderBytes)
+	def(&l.MaxHeaders, DefaultMaxHeaders)
+	def(&l.MaxInFlightCap, DefaultMaxInFlightCap)
+	def(&l.MaxSubscriptionsPerStream, DefaultMaxSubscriptionsPerStream)
+	def(&l.MaxPatternsPerSubscription, DefaultMaxPatternsPerSubscription)
+	def(&l.MaxGroups, DefaultMaxGroups)
+	if l.AckDeadline <= 0 {
+		l.AckDeadline = DefaultAckDeadline
+	}
+	return l
+}
+
+// CheckPayload checks a payload's size; after is set once the plugins have run (the error
+// then says so).
+func (l Limits) CheckPayload(n int, after bool) error {
+	if n <= l.MaxMessageBytes {
+		return nil
+	}
+	if after {
+		return fmt.Errorf("%w: after the plugins ran, the payload has %d bytes; the limit is %d", ErrInvalidMessage, n, l.MaxMessageBytes)
+	}
+	return fmt.Errorf("%w: payload is %d bytes, the limit is %d (max_message_bytes); split the message or raise the limit", ErrInvalidMessage, n, l.MaxMessageBytes)
+}
+
+// CheckHeaders checks a message's headers in one pass — how many, valid UTF-8 (subscribers
+// decode them as strings), how many bytes — and returns the sum of their keys' and values'
+// lengths (Message.HeaderBytes).
+func (l Limits) CheckHeaders(h map[string]string) (headerBytes int, err error) {
+	if len(h) > l.MaxHeaders {
+		return 0, fmt.Errorf("%w: the message has %d headers, the limit is %d (max_headers); put the data in the payload or in fewer headers", ErrInvalidMessage, len(h), l.MaxHeaders)
+	}
+	for k, v := range h {
+		if !utf8.ValidString(k) || !utf8.ValidString(v) {
+			return 0, fmt.Errorf("%w: header %q is not valid UTF-8", ErrInvalidMessage, k)
+		}
+		headerBytes += len(k) + len(v)
+	}
+	if headerBytes > l.MaxHeaderBytes {
+		return 0, fmt.Errorf("%w: headers take %d bytes, the limit is %d (max_header_bytes)", ErrInvalidMessage, headerBytes, l.MaxHeaderBytes)
+	}
+	return headerBytes, nil
+}
+
+// CheckMessage checks a message as published, before the plugins see it: its topic, payload
+// and headers. It returns the headers' size.
+func (l Limits) CheckMessage(topic string, payload []byte, headers map[string]string) (headerBytes int, err error) {
+	if err := ValidateTopic(topic); err != nil {
+		return 0, err
+	}
+	if err := l.CheckPayload(len(payload), false); err != nil {
+		return 0, err
+	}
+	return l.CheckHeaders(headers)
+}
+
+// CheckSubscribe validates o, fills in its defaults and returns its patterns sorted and
+// deduplicated.
+func (l Limits) CheckSubscribe(o *SubscribeOptions) ([]string, error) {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrInvalidSubscription, fmt.Sprintf(format, args...))
+	}
+	if o.Mode != Fanout && o.Mode != Balanced {
+		return nil, bad("mode must be DELIVERY_MODE_FANOUT or DELIVERY_MODE_BALANCED")
+	}
+	if o.Mode == Balanced && o.ID == "" {
+		o.ID = o.Group
+	}
+	if err := checkName("subscription_id", o.ID, o.Mode == Fanout); err != nil {
+		return nil, err
+	}
+	if len(o.Patterns) == 0 {
+		return nil, bad("topic_patterns is empty; give at least one, e.g. \"jobs.>\"")
+	}
+	if n := len(o.Patterns); n > l.MaxPatternsPerSubscription {
+		return nil, bad("%d topic_patterns; the limit is %d per subscription (limits { max_patterns_per_subscription }); use wildcards such as \"jobs.*\" or spread them over several subscriptions", n, l.MaxPatternsPerSubscription)
+	}
+	patterns := slices.Clone(o.Patterns)
+	for _, p := range patterns {
+		if err := ValidatePattern(p); err != nil {
+			return nil, err
+		}
+	}
+	slices.Sort(patterns)
+	patterns = slices.Compact(patterns)
+	if o.Mode == Fanout {
+		if o.Group != "" {
+			return nil, bad("consumer_group %q is only for DELIVERY_MODE_BALANCED; drop it for fanout or switch the mode", o.Group)
+		}
+		if o.MaxInFlight != 0 || o.AckDeadline != 0 || o.MaxDeliveries != 0 || o.DeadLetterTopic != "" {
+			return nil, bad("max_in_flight, ack_deadline, max_deliveries and dead_letter_topic are for DELIVERY_MODE_BALANCED; fanout deliveries are not acked")
+		}
+		return patterns, nil
+	}
+	if o.Group == "" {
+		return nil, bad("DELIVERY_MODE_BALANCED needs a consumer_group: members that share it share the messages")
+	}
+	if err := checkName("consumer_group", o.Group, false); err != nil {
+		return nil, err
+	}
+	switch {
+	case o.MaxInFlight < 0 || o.MaxInFlight > l.MaxInFlightCap:
+		return nil, bad("max_in_flight %d is out of range 1..%d", o.MaxInFlight, l.MaxInFlightCap)
+	case o.MaxInFlight == 0:
+		o.MaxInFlight = 1
+	}
+	switch {
+	case o.AckDeadline < 0:
+		return nil, bad("ack_deadline %v is negative", o.AckDeadline)
+	case o.AckDeadline == 0:
+		o.AckDeadline = l.AckDeadline
+	case o.AckDeadline < time.Millisecond:
+		return nil, bad("ack_deadline %v is under the 1ms minimum", o.AckDeadline)
+	}
+	if o.MaxDeliveries < 0 {
+		return nil, bad("max_deliveries %d is negative; 0 means unlimited", o.MaxDeliveries)
+	}
+	if o.DeadLetterTopic != "" {
+		if err := ValidateTopic(o.DeadLetterTopic); err != nil {
+			return nil, bad("dead_letter_topic: %v", err)
+		}
+	}
+	return patterns, nil
+}
+
+// CheckGroupConfig validates a group declaration without creating it.
+func CheckGroupConfig(gc GroupConfig) error {
+	o := gc.SubscribeOptions()
+	_, err := Limits{}.WithDefaults().CheckSubscribe(&o)
+	return err
+}
+
+// checkName validates a subscription_id or consumer_group: letters, digits, '-', '_', '.'.
+func checkName(field, v string, optional bool) error {
+	if v == "" {
+		if optional {
+			return nil
+		}
+		return fmt.Errorf("%w: %s is empty", ErrInvalidSubscription, field)
+	}
+	if len(v) > 128 {
+		return fmt.Errorf("%w: %s is %d bytes long; the limit is 128", ErrInvalidSubscription, field, len(v))
+	}
+	for _, c := range []byte(v) {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return fmt.Errorf("%w: %s %q has %q; use letters, digits, '-', '_' and '.'", ErrInvalidSubscription, field, v, c)
+		}
+	}
+	if v[0] == '.' || v[len(v)-1] == '.' {
+		return fmt.Errorf("%w: %s %q may not start or end with '.'", ErrInvalidSubscription, field, v)
+	}
+	return nil
+}

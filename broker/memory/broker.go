@@ -1,0 +1,591 @@
+// Package memory is tinybroker's embedded engine, its default: topic routing, fanout
+// subscriptions and balanced consumer groups with acks, redelivery and dead-lettering, all in
+// the memory of one process. It implements broker.Engine and knows nothing of gRPC or Wasm.
+package memory
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/tinybroker/tinybroker/broker"
+)
+
+// SlowConsumerPolicy is what happens to a fanout subscriber whose buffer is full.
+type SlowConsumerPolicy int
+
+const (
+	// SlowConsumerDisconnect ends the subscription with ErrSlowConsumer.
+	SlowConsumerDisconnect SlowConsumerPolicy = iota
+	// SlowConsumerDrop drops the message for that subscriber and counts it.
+	SlowConsumerDrop
+)
+
+// Options configure a Broker. Zero values take the defaults shown.
+type Options struct {
+	// Limits are the rules every engine applies (broker.Limits: message and header sizes,
+	// subscriptions per stream, groups...).
+	broker.Limits
+
+	// MaxMemoryBytes is the budget, in bytes, for everything the broker holds for later:
+	// messages queued, in flight or delayed in consumer groups and buffered for fanout
+	// subscribers, counted as what they really cost (see memory.go). Consumer groups together
+	// may use 3/4 of it. Default: DefaultMemoryLimit() (half of GOMEMLIMIT).
+	MaxMemoryBytes int64
+
+	GroupMaxQueued int // messages a consumer group holds for its members (100,000)
+	// GroupMaxQueuedBytes bounds the bytes one consumer group holds (queued, in flight and
+	// delayed; default: 1/8 of MaxMemoryBytes).
+	GroupMaxQueuedBytes int64
+	GroupOverflow       broker.Overflow // what a full group does with a publish (broker.OverflowReject)
+	// GroupExpireAfter removes a consumer group that has had no member this long, with the
+	// messages it holds (0: groups live as long as the broker). A group abandoned for good
+	// otherwise fills up, and with OverflowReject then refuses every publish to its topics.
+	GroupExpireAfter time.Duration
+
+	FanoutBufferMessages int                // messages buffered per fanout subscriber (262,144)
+	FanoutBufferBytes    int                // payload bytes buffered per fanout subscriber (64 MiB)
+	SlowConsumer         SlowConsumerPolicy // what a full fanout buffer does (SlowConsumerDisconnect)
+
+	// PublisherWait: how long a publish may wait for a fanout subscriber that is more than
+	// half full to drain to a quarter (1s; negative: never wait). A subscriber that does not
+	// drain in time is not waited for again until it has; its hard limits then apply.
+	PublisherWait time.Duration
+
+	Logger hclog.Logger // hclog.NewNullLogger() if nil
+
+	// clock replaces the monotonic clock in tests (fakeClock): deadlines and delays then
+	// fire only when the test advances it, in the test's goroutine.
+	clock *fakeClock
+}
+
+func (o *Options) setDefaults() {
+	if o.MaxMemoryBytes <= 0 {
+		o.MaxMemoryBytes = DefaultMemoryLimit()
+	}
+	if o.GroupMaxQueuedBytes <= 0 {
+		o.GroupMaxQueuedBytes = o.MaxMemoryBytes / 8
+	}
+	o.setLimitDefaults()
+}
+
+// setLimitDefaults sets every default but the memory budget's, which reads the machine's
+// memory.
+func (o *Options) setLimitDefaults() {
+	o.Limits = o.Limits.WithDefaults()
+	def := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&o.GroupMaxQueued, 100_000)
+	def(&o.FanoutBufferMessages, 262_144)
+	def(&o.FanoutBufferBytes, 64<<20)
+	if o.GroupOverflow == broker.OverflowDefault {
+		o.GroupOverflow = broker.OverflowReject
+	}
+	if o.PublisherWait == 0 {
+		o.PublisherWait = time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = hclog.NewNullLogger()
+	}
+}
+
+// Engine routes published messages to subscriptions. Its methods are safe for concurrent use.
+//
+// Lock order (see RATIONALE.md): b.mu → group.mu → outbox.mu; index.mu and scheduler.mu are
+// leaves. The publish path takes no broker-wide lock: it reads the index (its cache is
+// lock-free), then locks each matching target on its own.
+type Engine struct {
+	opts  Options
+	log   hclog.Logger
+	ids   idCodec
+	seq   atomic.Uint64 // last message sequence number
+	mem   *memBudget
+	epoch time.Time // origin of now(), a monotonic clock
+	index *index
+	sched *scheduler
+
+	hooks        atomic.Pointer[broker.Hooks]
+	unrouted     atomic.Uint64
+	hookDropped  atomic.Uint64 // messages dropped by an OnPublish verdict
+	refused      atomic.Uint64 // publishes refused by every consumer group they matched
+	dlqFailed    atomic.Uint64
+	closing      atomic.Bool
+	shutdownOnce sync.Once
+	stop         chan struct{}
+	wg           sync.WaitGroup
+
+	mu         sync.RWMutex
+	fanouts    map[string]*Subscription // fanout subscriptions by id
+	groups     map[string]*group        // consumer groups by subscription id
+	groupNames map[string]string        // consumer group name → subscription id
+	autoID     uint64
+	gone       fanoutTotals // counters of closed fanout subscriptions
+}
+
+type fanoutTotals struct{ delivered uint64 }
+
+// New starts a broker.
+func New(opts Options) *Engine {
+	opts.setDefaults()
+	b := &Engine{
+		opts:       opts,
+		log:        opts.Logger,
+		ids:        newIDCodec(),
+		mem:        newMemBudget(opts.MaxMemoryBytes),
+		epoch:      time.Now(),
+		index:      newIndex(),
+		sched:      newScheduler(),
+		stop:       make(chan struct{}),
+		fanouts:    make(map[string]*Subscription),
+		groups:     make(map[string]*group),
+		groupNames: make(map[string]string),
+	}
+	if opts.clock != nil {
+		opts.clock.b = b
+		return b
+	}
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		b.sched.run(b.stop, b.now)
+	}()
+	return b
+}
+
+// now is the broker's monotonic clock, in nanoseconds since New.
+func (b *Engine) now() int64 {
+	if c := b.opts.clock; c != nil {
+		return c.t.Load()
+	}
+	return int64(time.Since(b.epoch))
+}
+
+// FormatID returns the system_id of message sequence number seq (a Message has it as
+// SystemID).
+func (b *Engine) FormatID(seq uint64) string { return b.ids.format(seq) }
+
+// ParseID returns the sequence number of a system_id of this broker process.
+func (b *Engine) ParseID(id string) (uint64, error) { return b.ids.parse(id) }
+
+func (b *Engine) parseIDs(ids []string, bad *int) []uint64 {
+	seqs := make([]uint64, 0, len(ids))
+	for _, id := range ids {
+		if seq, err := b.ids.parse(id); err == nil {
+			seqs = append(seqs, seq)
+		} else {
+			*bad++
+		}
+	}
+	return seqs
+}
+
+// Publish validates and routes one message. The broker keeps payload and headers: the caller
+// must not modify them afterwards.
+func (b *Engine) Publish(topic string, payload []byte, headers map[string]string) (broker.PublishResult, error) {
+	if b.closing.Load() {
+		return broker.PublishResult{}, fmt.Errorf("%w: not accepting publishes; retry against the restarted broker", broker.ErrShuttingDown)
+	}
+	hb, err := b.opts.CheckMessage(topic, payload, headers)
+	if err != nil {
+		return broker.PublishResult{}, err
+	}
+	h := b.currentHooks()
+	if h == nil {
+		return b.routeChecked(topic, payload, headers, hb)
+	}
+	d := broker.Draft{Topic: topic, Payload: payload, Headers: headers}
+	v, err := h.OnPublish(&d)
+	if err != nil {
+		var rej *broker.RejectError
+		if errors.As(err, &rej) {
+			b.publishEmits(v.Emit) // a verdict: what the plugins emitted still goes out
+		}
+		return broker.PublishResult{}, err
+	}
+	if err := b.opts.CheckPayload(len(d.Payload), true); err != nil { // route checks the headers
+		return broker.PublishResult{}, err
+	}
+	var res broker.PublishResult
+	if v.Drop {
+		b.hookDropped.Add(1)
+		res.Seq = b.seq.Add(1)
+		res.SystemID = b.ids.format(res.Seq)
+	} else {
+		res, err = b.route(d.Topic, d.Payload, d.Headers)
+	}
+	b.publishEmits(v.Emit)
+	return res, err
+}
+
+// route checks the headers of a message whose topic and payload are valid, as a plugin may
+// have changed them, then routes it.
+func (b *Engine) route(topic string, payload []byte, headers map[string]string) (broker.PublishResult, error) {
+	hb, err := b.opts.CheckHeaders(headers)
+	if err != nil {
+		return broker.PublishResult{}, err
+	}
+	return b.routeChecked(topic, payload, headers, hb)
+}
+
+// routeChecked delivers a valid message to every matching target that takes it; a consumer
+// group at its bounds refuses it for itself only (see group.deliver). hb is the headers' size.
+func (b *Engine) routeChecked(topic string, payload []byte, headers map[string]string, hb int) (broker.PublishResult, error) {
+	targets := b.index.match(topic)
+	seq := b.seq.Add(1)
+	m := &message{Message: broker.Message{ID: seq, Topic: topic, Payload: payload, Headers: headers, PublishedAt: time.Now().UnixNano(), Targets: len(targets), HeaderBytes: hb}}
+	m.SystemID = b.ids.formatIn(seq, &m.idBlock)
+	m.cost = messageCost(topic, m.SystemID, payload, headers, hb, len(targets))
+	b.charge(m, len(targets))
+	var wait []target
+	var rooms []<-chan struct{}
+	var full error
+	routed := 0
+	for _, t := range targets {
+		room, err := t.deliver(m)
+		if err != nil { // not taken: give back this target's hold
+			b.release(m, holderOverhead)
+			switch {
+			case err == errNotTaken: // a fanout subscriber that lost it (slow, closing): still routed
+				routed++
+			case full == nil && errors.Is(err, broker.ErrGroupFull):
+				full = err
+			} // otherwise a group that expired meanwhile
+			continue
+		}
+		routed++
+		if room != nil {
+			wait, rooms = append(wait, t), append(rooms, room)
+		}
+	}
+	b.release(m, 0)
+	if routed == 0 {
+		if full != nil { // refused by every target: tell the publisher
+			b.refused.Add(1)
+			return broker.PublishResult{}, full
+		}
+		b.unrouted.Add(1)
+	}
+	if len(rooms) > 0 {
+		b.waitForRoom(wait, rooms)
+	}
+	return broker.PublishResult{Seq: m.ID, SystemID: m.SystemID, Routed: routed}, nil
+}
+
+// waitForRoom paces a publisher to fanout subscribers that fell behind: it waits, at most
+// PublisherWait in all, for each to drain; one that does not is marked stalled and is not
+// waited for again until it drains. The message is already delivered: waiting only slows the
+// next publish of this publisher.
+func (b *Engine) waitForRoom(ts []target, rooms []<-chan struct{}) {
+	t := time.NewTimer(b.opts.PublisherWait)
+	defer t.Stop()
+	for i, room := range rooms {
+		select {
+		case <-room:
+		case <-b.stop:
+			return
+		case <-t.C:
+			for _, tg := range ts[i:] {
+				if s, ok := tg.(*Subscription); ok {
+					s.stall()
+				}
+			}
+			return
+		}
+	}
+}
+
+// publishDeadLetters publishes dead letters as ordinary messages. No lock may be held.
+func (b *Engine) publishDeadLetters(dead []deadLetter) {
+	for _, d := range dead {
+		if _, err := b.route(d.topic, d.payload, d.headers); err != nil {
+			b.dlqFailed.Add(1)
+			b.log.Warn("dead letter refused; it is lost", "topic", d.topic, "error", err)
+		}
+	}
+}
+
+// Subscribe opens a subscription on a stream of its own: drain it with the Subscription's
+// Next, Ready, Done and Err. Use NewStream to carry many subscriptions on one stream.
+func (b *Engine) Subscribe(o broker.SubscribeOptions) (*Subscription, error) {
+	s, err := b.subscribe(o, b.newStream(nil))
+	if err != nil {
+		return nil, err
+	}
+	s.own = true
+	return s, nil
+}
+
+// subscribe opens a subscription on st.
+func (b *Engine) subscribe(o broker.SubscribeOptions, st *Stream) (*Subscription, error) {
+	if b.closing.Load() {
+		return nil, fmt.Errorf("%w: not accepting subscriptions", broker.ErrShuttingDown)
+	}
+	patterns, err := b.opts.CheckSubscribe(&o)
+	if err != nil {
+		return nil, err
+	}
+	s := &Subscription{b: b, st: st, mode: o.Mode, patterns: patterns}
+	// b.mu is held from registering s with its stream to routing to it, so that a stream
+	// ending meanwhile (which detaches its subscriptions under b.mu) finds s complete.
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if o.Mode == broker.Fanout {
+		if o.ID == "" {
+			b.autoID++
+			o.ID = "fanout-" + strconv.FormatUint(b.autoID, 10)
+		}
+		if _, ok := b.fanouts[o.ID]; ok {
+			return nil, fmt.Errorf("%w: a fanout subscription %q is open; choose another subscription_id or leave it empty", broker.ErrSubscriptionExists, o.ID)
+		}
+		if _, ok := b.groups[o.ID]; ok {
+			return nil, fmt.Errorf("%w: subscription_id %q belongs to a balanced consumer group; choose another id for a fanout subscription", broker.ErrGroupMismatch, o.ID)
+		}
+		s.id = o.ID
+		if err := st.register(s); err != nil {
+			return nil, err
+		}
+		b.fanouts[o.ID] = s
+		for _, p := range patterns {
+			b.index.add(p, s)
+		}
+		return s, nil
+	}
+	g, err := b.groupFor(&o, patterns)
+	if err != nil {
+		return nil, err
+	}
+	s.g = g
+	s.id = o.ID
+	s.bal = &broker.Settings{ID: o.ID, MemberID: g.nextMemberID(), MaxInFlight: o.MaxInFlight, AckDeadline: o.AckDeadline,
+		MaxDeliveries: g.maxDeliveries, DeadLetterTopic: g.dlq}
+	if err := st.register(s); err != nil {
+		return nil, err
+	}
+	s.m = g.join(s, o.MaxInFlight, o.AckDeadline)
+	return s, nil
+}
+
+// groupFor returns the consumer group o joins, creating it for its first member. b.mu must
+// be held.
+func (b *Engine) groupFor(o *broker.SubscribeOptions, patterns []string) (*group, error) {
+	if _, ok := b.fanouts[o.ID]; ok {
+		return nil, fmt.Errorf("%w: subscription_id %q is an open fanout subscription; choose another id for the consumer group", broker.ErrGroupMismatch, o.ID)
+	}
+	g := b.groups[o.ID]
+	if g != nil && !g.declared && g.rebindable(o, patterns) {
+		b.rebindLocked(g, o, patterns)
+	}
+	if g == nil {
+		if other, ok := b.groupNames[o.Group]; ok {
+			return nil, fmt.Errorf("%w: consumer_group %q belongs to subscription_id %q; members must share both", broker.ErrGroupMismatch, o.Group, other)
+		}
+		if len(b.groups) >= b.opts.MaxGroups {
+			return nil, fmt.Errorf("%w: the broker holds %d consumer groups, its limit (limits { max_groups }); reuse a group, let unused ones expire (groups { expire_after }) or raise the limit", broker.ErrLimit, len(b.groups))
+		}
+		return b.newGroupLocked(broker.GroupConfig{ID: o.ID, Name: o.Group, Patterns: patterns, MaxDeliveries: o.MaxDeliveries, DeadLetterTopic: o.DeadLetterTopic}), nil
+	}
+	switch {
+	case g.name != o.Group:
+		return nil, fmt.Errorf("%w: subscription_id %q is consumer group %q, not %q; members must share both", broker.ErrGroupMismatch, o.ID, g.name, o.Group)
+	case !slices.Equal(g.patterns, patterns):
+		return nil, fmt.Errorf("%w: consumer group %q subscribes to %q, this member asked for %q; every member must use the same topic_patterns", broker.ErrGroupMismatch, g.name, g.patterns, patterns)
+	case o.MaxDeliveries != 0 && o.MaxDeliveries != g.maxDeliveries:
+		return nil, fmt.Errorf("%w: consumer group %q has max_deliveries %d, this member asked for %d; leave it 0 to take the group's", broker.ErrGroupMismatch, g.name, g.maxDeliveries, o.MaxDeliveries)
+	case o.DeadLetterTopic != "" && o.DeadLetterTopic != g.dlq:
+		return nil, fmt.Errorf("%w: consumer group %q dead-letters to %q, this member asked for %q; leave it empty to take the group's", broker.ErrGroupMismatch, g.name, g.dlq, o.DeadLetterTopic)
+	}
+	return g, nil
+}
+
+// detach removes a subscription from routing; a group member leaves its group.
+func (b *Engine) detach(s *Subscription) {
+	b.mu.Lock()
+	if s.g != nil {
+		g, m := s.g, s.m // set under b.mu by subscribe
+		b.mu.Unlock()
+		g.leave(m)
+		return
+	}
+	defer b.mu.Unlock()
+	if b.fanouts[s.id] != s {
+		return
+	}
+	delete(b.fanouts, s.id)
+	for _, p := range s.patterns {
+		b.index.remove(p, s)
+	}
+	s.st.out.mu.Lock()
+	b.gone.delivered += s.delivered
+	s.st.out.mu.Unlock()
+}
+
+// expireGroup removes g if it still has no member and its time is up (a member may have
+// joined since the timer fired).
+func (b *Engine) expireGroup(g *group) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.groups[g.id] != g || !g.expired(b.now(), int64(b.opts.GroupExpireAfter)) {
+		return
+	}
+	dropped := b.removeGroupLocked(g)
+	b.log.Info("consumer group expired: no member for group_expire_after", "subscription", g.id, "group", g.name,
+		"expire_after", b.opts.GroupExpireAfter, "messages_dropped", dropped)
+}
+
+// removeGroupLocked stops routing to g and drops what it holds; it returns how many
+// messages that was. b.mu must be held, g must have no members.
+func (b *Engine) removeGroupLocked(g *group) int {
+	dropped := g.remove()
+	delete(b.groups, g.id)
+	delete(b.groupNames, g.name)
+	for _, p := range g.patterns {
+		b.index.remove(p, g)
+	}
+	return dropped
+}
+
+// lookupMessage finds the consumer group of subscription id and the sequence number of
+// systemID, for the unary Ack and Nack.
+func (b *Engine) lookupMessage(id, systemID string) (*group, uint64, error) {
+	b.mu.RLock()
+	g, isFanout := b.groups[id], b.fanouts[id] != nil
+	b.mu.RUnlock()
+	switch {
+	case isFanout:
+		return nil, 0, fmt.Errorf("%w: subscription %q is fanout; fanout deliveries are not acked", broker.ErrGroupMismatch, id)
+	case g == nil:
+		return nil, 0, fmt.Errorf("%w %q: no consumer group has this subscription_id", broker.ErrUnknownSubscription, id)
+	}
+	seq, err := b.ids.parse(systemID)
+	return g, seq, err
+}
+
+// Ack acknowledges one delivered message of a balanced subscription.
+func (b *Engine) Ack(subscriptionID, systemID string) error {
+	g, seq, err := b.lookupMessage(subscriptionID, systemID)
+	if err != nil {
+		return err
+	}
+	if g.ack(nil, []uint64{seq}) > 0 {
+		return fmt.Errorf("%w %q: subscription %q does not hold it (never delivered, already acked or dead-lettered)", broker.ErrUnknownMessage, systemID, subscriptionID)
+	}
+	return nil
+}
+
+// Nack gives one delivered message back to its group, to be redelivered after delay.
+func (b *Engine) Nack(subscriptionID, systemID string, delay time.Duration, reason string) error {
+	g, seq, err := b.lookupMessage(subscriptionID, systemID)
+	if err != nil {
+		return err
+	}
+	if g.nack(nil, []uint64{seq}, delay, reason) > 0 {
+		return fmt.Errorf("%w %q: subscription %q has no such message in flight", broker.ErrUnknownMessage, systemID, subscriptionID)
+	}
+	return nil
+}
+
+// Stats returns a snapshot of the broker's counters, subscriptions sorted by id.
+func (b *Engine) Stats() broker.Stats {
+	st := broker.Stats{Published: b.seq.Load() - b.refused.Load(), Unrouted: b.unrouted.Load(), Dropped: b.hookDropped.Load(),
+		Refused: b.refused.Load(), MemoryUsed: b.mem.used.Load(), MemoryBudget: b.mem.limit}
+	b.mu.RLock()
+	st.Delivered = b.gone.delivered
+	for _, s := range b.fanouts {
+		s.st.out.mu.Lock()
+		ss := broker.SubscriptionStats{ID: s.id, Patterns: s.patterns, Delivered: s.delivered, Dropped: s.dropped, Buffered: s.st.out.lenLocked()}
+		s.st.out.mu.Unlock()
+		st.Delivered += ss.Delivered
+		st.Subscriptions = append(st.Subscriptions, ss)
+	}
+	groups := make([]*group, 0, len(b.groups))
+	for _, g := range b.groups {
+		groups = append(groups, g)
+	}
+	b.mu.RUnlock()
+	for _, g := range groups {
+		gs := g.stats()
+		st.Delivered += gs.Delivered
+		st.Acked += gs.Acked
+		st.Redelivered += gs.Redelivered
+		st.DeadLettered += gs.DeadLettered
+		st.Groups = append(st.Groups, gs)
+	}
+	slices.SortFunc(st.Subscriptions, func(a, b broker.SubscriptionStats) int { return cmp.Compare(a.ID, b.ID) })
+	slices.SortFunc(st.Groups, func(a, b broker.GroupStats) int { return cmp.Compare(a.ID, b.ID) })
+	return st
+}
+
+// Shutdown stops the broker: it refuses new publishes and subscriptions at once, delivers
+// nothing new to consumer groups, and waits until every in-flight message is acked and every
+// fanout buffer is sent, or ctx is done. Then it ends every subscription with
+// ErrShuttingDown and stops its goroutines. It returns ctx.Err() if the grace ran out with
+// messages still in flight. Shutdown is idempotent; later calls return at once.
+func (b *Engine) Shutdown(ctx context.Context) error {
+	var err error
+	b.shutdownOnce.Do(func() {
+		b.closing.Store(true)
+		err = b.drain(ctx)
+		b.mu.RLock()
+		var subs []*Subscription
+		for _, s := range b.fanouts {
+			subs = append(subs, s)
+		}
+		groups := make([]*group, 0, len(b.groups))
+		for _, g := range b.groups {
+			groups = append(groups, g)
+		}
+		b.mu.RUnlock()
+		for _, g := range groups {
+			g.mu.Lock()
+			for _, m := range g.members {
+				subs = append(subs, m.s)
+			}
+			g.mu.Unlock()
+		}
+		for _, s := range subs {
+			s.end(fmt.Errorf("%w: the broker is stopping; reconnect to its replacement", broker.ErrShuttingDown))
+		}
+		close(b.stop)
+		b.wg.Wait()
+	})
+	return err
+}
+
+// drain waits until nothing is in flight or buffered, or ctx is done.
+func (b *Engine) drain(ctx context.Context) error {
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		busy := 0
+		b.mu.RLock()
+		for _, g := range b.groups {
+			busy += g.drain()
+		}
+		for _, s := range b.fanouts {
+			s.st.out.mu.Lock()
+			busy += s.st.out.lenLocked()
+			s.st.out.mu.Unlock()
+		}
+		b.mu.RUnlock()
+		if busy == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			b.log.Warn("shutdown grace period over with messages unacked or unsent", "messages", busy)
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+}

@@ -1,0 +1,30 @@
+package memory
+
+import "github.com/tinybroker/tinybroker/broker"
+
+// SetHooks installs h (nil removes the hooks). Every publish, ack and redelivery reads the
+// hooks once, so a swap never runs a message through two chains, or one chain twice.
+func (b *Engine) SetHooks(h broker.Hooks) {
+	if h == nil {
+		b.hooks.Store(nil)
+		return
+	}
+	b.hooks.Store(&h)
+}
+
+func (b *Engine) currentHooks() broker.Hooks {
+	if p := b.hooks.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// publishEmits routes messages emitted by hooks. They do not pass through OnPublish, so a
+// plugin cannot loop. No lock may be held.
+func (b *Engine) publishEmits(ds []broker.Draft) {
+	for _, d := range ds {
+		if _, err := b.route(d.Topic, d.Payload, d.Headers); err != nil {
+			b.log.Warn("message emitted by a plugin refused", "topic", d.Topic, "error", err)
+		}
+	}
+}
