@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tinybroker/tinybroker/internal/bench"
+	"github.com/tinybroker/tinybroker/bench"
 )
 
 // runBench implements `tinybroker bench`: the benchmark workloads of shared/bench/WORKLOADS.md.

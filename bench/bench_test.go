@@ -281,7 +281,7 @@ func TestConfigErrors(t *testing.T) {
 // BenchmarkWorkloads runs each workload against an in-process broker (fanout buffers raised
 // so that W1 cannot lose a subscriber), for CPU profiles of broker, server and client at once:
 //
-//	go test ./internal/bench -run '^$' -bench 'Workloads/W1' -benchtime 1x -cpuprofile cpu.out
+//	go test ./bench -run '^$' -bench 'Workloads/W1' -benchtime 1x -cpuprofile cpu.out
 //	go tool pprof -top -focus 'tinybroker/(server|broker)\.' cpu.out
 //
 // The figures it prints are not comparable with bench/run.sh: client and broker share one
