@@ -207,7 +207,7 @@ func (s *Server) PublishStream(stream grpc.BidiStreamingServer[pb.PublishStreamR
 	// Recv cannot be interrupted, so the stream is served by a second goroutine — read a
 	// frame, publish its messages, answer — while this one only watches for shutdown. Reading
 	// and publishing on one goroutine spares a hand-off (and a thread wake-up) per frame.
-	// Frames are decoded by hand (publish.go).
+	// Frames are decoded by hand (internal/wire/publish.go).
 	done := make(chan error, 1)
 	s.wg.Add(1)
 	go func() {
@@ -289,7 +289,7 @@ func (s *Server) Subscribe(stream grpc.BidiStreamingServer[pb.SubscribeRequest, 
 	if open == nil {
 		return status.Error(codes.InvalidArgument, "the first frame of a Subscribe stream must carry open (an OpenSubscription); acks come after it")
 	}
-	st := s.b.NewStream(deliverySize)
+	st := s.b.NewStream(wire.DeliverySize)
 	defer st.Close()
 	if _, err := st.Subscribe(subscribeOptions(open)); err != nil {
 		return toStatus(err)
@@ -589,10 +589,4 @@ func (s *Server) Reload(ctx context.Context, _ *pb.ReloadRequest) (*pb.ReloadRes
 		return nil, status.Errorf(codes.FailedPrecondition, "reload refused, the running plugins stay: %v", err)
 	}
 	return &pb.ReloadResponse{Plugins: names}, nil
-}
-
-// deliverySize bounds what one delivery of m adds to a MessageBatch frame: its fields and
-// their tags (see wire.go), for the engine to fill frames up to MaxBatchBytes.
-func deliverySize(m *broker.Message) int {
-	return 48 + len(m.Payload) + len(m.Topic) + len(m.SystemID) + m.HeaderBytes + 4*len(m.Headers)
 }

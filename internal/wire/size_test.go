@@ -10,13 +10,14 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/broker/memory"
 	"github.com/tinybroker/tinybroker/internal/grpcbuf"
 )
 
 // DeliverySize bounds what EncodeBatch writes for a delivery, its subscription_id field aside,
 // by no more than its comment says.
 func TestDeliverySize(t *testing.T) {
-	br := broker.New(broker.Options{})
+	br := memory.New(memory.Options{})
 	defer br.Shutdown(t.Context())
 	var subs []broker.Delivery                     // Sub set, for each length of id
 	for _, n := range []int{1, 9, 120, 127, 128} { // the broker's ids are at most 128 bytes
