@@ -249,6 +249,12 @@ type GroupStats struct {
 	Delivered, Acked, Redelivered, DeadLettered, Dropped uint64
 	Rejected                                             uint64 // publishes refused while the group was full
 	Declared                                             bool   // declared in the configuration
+	// Deliveries taken back from members for another attempt (or the dead-letter topic), by
+	// reason: nacked, past their ack deadline, held by a member that left.
+	Nacked, TimedOut, LeftBehind uint64
+	// OldestQueued is when the message at the head of the queue was published (Unix ns; 0:
+	// nothing queued).
+	OldestQueued int64
 }
 
 // Headers an engine sets on a dead letter.

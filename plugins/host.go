@@ -110,6 +110,7 @@ type plugin struct {
 	hostCalls   atomic.Uint64 // with HostOptions.CountHostCalls
 	failures    atomic.Uint64
 	skipped     atomic.Uint64 // calls not made because the breaker was open
+	metrics     callMetrics   // per hook, for Chain.Metrics (metrics.go)
 }
 
 func (h *Host) load(ctx context.Context, s Spec) (*plugin, error) {
@@ -312,6 +313,9 @@ func (p *plugin) newInstance(ctx context.Context) (*instance, error) {
 // plugin's limit failed, even if the plugin went on (memory.grow returned -1 to it).
 func (p *plugin) invoke(inst *instance, k hookKind) (uint64, error) {
 	p.calls.Add(1)
+	if p.metrics.timed(k) {
+		defer p.metrics.observe(k, time.Now())
+	}
 	inst.stack[0] = 0
 	if p.spec.CallTimeout > 0 {
 		return p.invokeTimed(inst, k)
@@ -409,6 +413,7 @@ func (p *plugin) breakerStillOpen(until int64) bool {
 
 func (p *plugin) failed(k hookKind, err error) {
 	p.failures.Add(1)
+	p.metrics.failed(k, err)
 	n := p.consecutive.Add(1)
 	p.log.Warn("plugin call failed; instance discarded", "hook", hookNames[k], "policy", p.spec.FailurePolicy.String(), "error", err)
 	if int(n) >= p.spec.BreakerFailures && p.openUntil.Load() == 0 {
@@ -487,7 +492,7 @@ func (pl *pool) get(p *plugin) (*instance, error) {
 		}
 		if pl.closed {
 			pl.mu.Unlock()
-			return nil, errPoolClosed
+			return nil, instanceError{errPoolClosed}
 		}
 		if pl.alive < pl.size {
 			break
@@ -506,7 +511,7 @@ func (pl *pool) get(p *plugin) (*instance, error) {
 	inst, err := p.newInstance(context.Background())
 	if err != nil {
 		pl.release()
-		return nil, err
+		return nil, instanceError{err}
 	}
 	return inst, nil
 }

@@ -82,6 +82,7 @@ type Server struct {
 
 	batches sync.Pool // *[]broker.Delivery of cap MaxBatchMessages, lent to a stream while it sends
 	conns   atomic.Pointer[connLimiter]
+	traffic traffic // for the metrics (metrics.go)
 }
 
 // New returns a Server for engine b. maxMessageBytes is the engine's payload limit, used to
@@ -196,8 +197,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 func (s *Server) Publish(_ context.Context, req *pb.PublishRequest) (*pb.PublishResponse, error) {
 	res, err := s.b.Publish(req.GetTopic(), req.GetPayload(), req.GetHeaders())
 	if err != nil {
+		s.traffic.refuse(codeOf(err))
 		return nil, toStatus(err)
 	}
+	s.traffic.publishedBytes.Add(uint64(len(req.GetPayload())))
 	return &pb.PublishResponse{SystemId: res.SystemID, Routed: uint32(res.Routed)}, nil
 }
 
@@ -208,6 +211,8 @@ func (s *Server) PublishStream(stream grpc.BidiStreamingServer[pb.PublishStreamR
 	// frame, publish its messages, answer — while this one only watches for shutdown. Reading
 	// and publishing on one goroutine spares a hand-off (and a thread wake-up) per frame.
 	// Frames are decoded by hand (internal/wire/publish.go).
+	s.traffic.publishStreams.Add(1)
+	defer s.traffic.publishStreams.Add(-1)
 	done := make(chan error, 1)
 	s.wg.Add(1)
 	go func() {
@@ -245,9 +250,11 @@ func (s *Server) servePublish(stream grpc.BidiStreamingServer[pb.PublishStreamRe
 		results = slices.Grow(results[:0], len(f.Msgs))[:len(f.Msgs)]
 		failed := false
 		budget := answerBudget(f.Size)
+		published := 0
 		for i, m := range f.Msgs {
 			res, err := s.b.Publish(m.Topic, m.Payload, m.Headers)
 			if err != nil {
+				s.traffic.refuse(codeOf(err))
 				msg := omittedError
 				if budget > 0 {
 					msg = err.Error()
@@ -257,8 +264,10 @@ func (s *Server) servePublish(stream grpc.BidiStreamingServer[pb.PublishStreamRe
 				failed = true
 			} else {
 				results[i] = wire.PublishResult{SystemID: res.SystemID, Routed: uint32(res.Routed)}
+				published += len(m.Payload)
 			}
 		}
+		s.traffic.publishedBytes.Add(uint64(published))
 		if f.ErrorsOnly && !failed {
 			clear(results)
 			continue
@@ -292,8 +301,11 @@ func (s *Server) Subscribe(stream grpc.BidiStreamingServer[pb.SubscribeRequest, 
 	st := s.b.NewStream(wire.DeliverySize)
 	defer st.Close()
 	if _, err := st.Subscribe(subscribeOptions(open)); err != nil {
+		s.traffic.refuseSub(codeOf(err))
 		return toStatus(err)
 	}
+	s.traffic.subscribeStreams.Add(1)
+	defer s.traffic.subscribeStreams.Add(-1)
 
 	unanswered := &opens{answered: make(chan struct{}, 1)}
 	unanswered.n.Store(1) // the first
@@ -348,14 +360,16 @@ func (s *Server) Subscribe(stream grpc.BidiStreamingServer[pb.SubscribeRequest, 
 // send writes batch to stream: runs of messages as one frame each, events as their own frames.
 func (s *Server) send(stream grpc.BidiStreamingServer[pb.SubscribeRequest, pb.SubscribeResponse], batch []broker.Delivery, unanswered *opens) error {
 	for len(batch) > 0 {
-		n := 0
+		n, bytes := 0, 0
 		for n < len(batch) && batch[n].Msg != nil {
+			bytes += len(batch[n].Msg.Payload)
 			n++
 		}
 		if n > 0 {
 			if err := stream.SendMsg(wire.EncodeBatch(batch[:n])); err != nil {
 				return err
 			}
+			s.traffic.deliveredBytes.Add(uint64(bytes))
 			batch = batch[n:]
 			continue
 		}
@@ -372,6 +386,7 @@ func (s *Server) send(stream grpc.BidiStreamingServer[pb.SubscribeRequest, pb.Su
 func (s *Server) event(sub broker.Subscription) *pb.SubscribeResponse {
 	set := sub.Settings()
 	if err := sub.Refused(); err != nil {
+		s.traffic.refuseSub(codeOf(err))
 		s.log.Debug("subscription refused", "subscription", set.ID, "error", err)
 		return &pb.SubscribeResponse{Frame: &pb.SubscribeResponse_Refused{Refused: &pb.Refused{
 			SubscriptionId: set.ID, Code: int32(codeOf(err)), Error: err.Error()}}}

@@ -50,6 +50,7 @@ type group struct {
 	memberSeq                                            uint64
 	delivered, acked, redelivered, deadLettered, dropped uint64
 	rejected                                             uint64 // publishes refused while full (broker.OverflowReject)
+	nacked, timedOut, leftBehind                         uint64 // taken back from members, by reason
 }
 
 func (b *Engine) groupLimits(l broker.GroupLimits) broker.GroupLimits {
@@ -385,6 +386,7 @@ func (g *group) nack(owner *member, seqs []uint64, delay time.Duration, reason s
 			continue
 		}
 		delete(m.owned, seq)
+		g.nacked++
 		g.giveBackLocked(e, reason, delay, now, tb)
 	}
 	g.requeueLocked(tb)
@@ -569,6 +571,7 @@ func (g *group) leave(m *member) {
 	now := g.b.now()
 	for seq, e := range m.owned {
 		delete(m.owned, seq)
+		g.leftBehind++
 		g.giveBackLocked(e, broker.ReasonMemberLeft, 0, now, tb)
 	}
 	g.requeueLocked(tb)
@@ -597,6 +600,7 @@ func (g *group) onTimer() {
 				continue
 			}
 			delete(m.owned, seq)
+			g.timedOut++
 			g.giveBackLocked(e, broker.ReasonAckDeadline, 0, now, tb)
 		}
 	}
@@ -650,7 +654,14 @@ func (g *group) stats() broker.GroupStats {
 	defer g.mu.Unlock()
 	st := broker.GroupStats{ID: g.id, Group: g.name, Patterns: g.patterns, Members: len(g.members),
 		Queued: g.queued, Bytes: g.bytes, Delivered: g.delivered, Acked: g.acked, Redelivered: g.redelivered,
-		DeadLettered: g.deadLettered, Dropped: g.dropped, Rejected: g.rejected, Declared: g.declared}
+		DeadLettered: g.deadLettered, Dropped: g.dropped, Rejected: g.rejected, Declared: g.declared,
+		Nacked: g.nacked, TimedOut: g.timedOut, LeftBehind: g.leftBehind}
+	for i := range min(g.queue.len(), 64) { // settled entries (acked late while queued) are rare
+		if e := g.queue.at(i); !e.settled {
+			st.OldestQueued = e.msg.PublishedAt
+			break
+		}
+	}
 	for _, e := range g.delayed {
 		if !e.settled {
 			st.Delayed++

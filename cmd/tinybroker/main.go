@@ -1,6 +1,6 @@
 // Command tinybroker is the broker server and its command-line client.
 //
-//	tinybroker serve [--listen ADDR] [--config FILE] [--log-format text|json] [--log-level LEVEL]
+//	tinybroker serve [--listen ADDR] [--config FILE] [--http-listen ADDR] [--log-format text|json] [--log-level LEVEL]
 //	tinybroker pub   [--addr ADDR] [-H key=value]... TOPIC DATA
 //	tinybroker sub   [--addr ADDR] [--group G] [--count N] PATTERN...
 //	tinybroker bench [--addr ADDR] [-w W1,W2,W3,W5] ...
@@ -30,7 +30,7 @@ import (
 const usage = `tinybroker: a single-node, in-memory message broker spoken to over gRPC.
 
 Usage:
-  tinybroker serve [--listen ADDR] [--config FILE] [--log-format text|json] [--log-level LEVEL]
+  tinybroker serve [--listen ADDR] [--config FILE] [--http-listen ADDR] [--log-format text|json] [--log-level LEVEL]
   tinybroker pub   [--addr ADDR] [-H key=value]... TOPIC DATA
   tinybroker sub   [--addr ADDR] [--group G] [--id ID] [--count N] PATTERN...
   tinybroker bench [--addr ADDR] [-w W1,W2,W3,W5] [-n N] [-reps R]
@@ -96,6 +96,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer, listening chan<
 	logFormat := fs.String("log-format", "", "log format: text or json")
 	logJSON := fs.Bool("log-json", false, "log as JSON (same as --log-format json)")
 	logLevel := fs.String("log-level", "", "log level: trace, debug, info, warn or error")
+	httpFlags := addOpsFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -112,6 +113,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer, listening chan<
 	if *listen != "" {
 		cfg.Listen = *listen
 	}
+	httpFlags.apply(&cfg.HTTP)
 	if *logJSON {
 		cfg.LogFormat = "json"
 	}
@@ -176,6 +178,13 @@ func serve(ctx context.Context, args []string, stderr io.Writer, listening chan<
 		srvOpts.Reload = pm.reload
 	}
 	srv := server.New(b, cfg.Broker.MaxMessageBytes, srvOpts)
+	stopOps, _, err := startOps(cfg.HTTP, b, srv, pm, log.Named("http"))
+	if err != nil {
+		lis.Close()
+		_ = srv.Shutdown(context.Background())
+		return err
+	}
+	defer stopOps()
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)

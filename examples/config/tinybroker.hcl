@@ -125,3 +125,16 @@ limits {
   # Largest plugin .wasm file read (64 MiB); only regular files are read.
   max_plugin_bytes = 67108864
 }
+
+# The ops HTTP listener: Prometheus metrics at /metrics, the web dashboard at /, the Go
+# profiler at /debug/pprof/ (README.md, "Operating tinybroker"). Off unless this block is
+# present (or serve gets --http-listen); uncomment it to turn it on.
+# http {
+#   # host:port. It has no authentication yet, so it must be a loopback address...
+#   listen = "127.0.0.1:7879"
+#   # ...unless this is set (then put it behind something that authenticates).
+#   allow_remote = false
+#   # Groups with metrics of their own (by subscription_id, in order); the others are
+#   # summed under group="_other", so that 10,000 groups do not make 150,000 series.
+#   metrics_max_groups = 1000
+# }

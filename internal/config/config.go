@@ -56,6 +56,12 @@
 //
 //	plugin_cache_dir = "/var/cache/tinybroker"  # compiled plugins, kept across restarts
 //
+//	http {                        # at most one; present: the ops HTTP listener is on
+//	  listen             = "127.0.0.1:7879"  # metrics, dashboard, pprof
+//	  allow_remote       = false   # a non-loopback listen needs this (no authentication yet)
+//	  metrics_max_groups = 1000    # groups with series of their own; the rest sum as "_other"
+//	}
+//
 //	plugin "tenant-filter" {      # any number, in chain order
 //	  path           = "plugins/tenant-filter.wasm"   # relative to this file
 //	  hooks          = ["on_publish"]   # default: every hook the module exports
@@ -103,6 +109,7 @@ type Config struct {
 	// PluginCacheDir keeps compiled plugins across restarts ("" : the user cache folder,
 	// e.g. ~/.cache/tinybroker/wazero).
 	PluginCacheDir string
+	HTTP           HTTP // the ops HTTP listener (http.go); off by default
 }
 
 // Limits are the limits of the limits block that the server and the plugin host apply (the
@@ -134,6 +141,7 @@ func Default() Config {
 			FanoutBufferBytes:    64 << 20,
 			SlowConsumer:         memory.SlowConsumerDisconnect,
 		},
+		HTTP: HTTP{MetricsMaxGroups: 1000},
 		Limits: Limits{
 			MaxConnections:          4_096,
 			MaxStreamsPerConnection: 4_096,

@@ -50,6 +50,7 @@ func TestDefault(t *testing.T) {
 			MaxPublishBatch:         4096,
 			MaxPluginBytes:          64 << 20,
 		},
+		HTTP: HTTP{MetricsMaxGroups: 1000},
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("Default() = %+v\nwant %+v", c, want)

@@ -35,6 +35,7 @@ var rootSection = section{
 		{name: "fanout", decode: sectionBlock(fanoutSection)},
 		{name: "limits", decode: sectionBlock(limitsSection)},
 		{name: "plugin", labels: []string{"name"}, multiple: true, decode: decodePlugin},
+		{name: "http", decode: decodeHTTP},
 	},
 }
 

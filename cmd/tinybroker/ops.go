@@ -1,0 +1,80 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/internal/config"
+	"github.com/tinybroker/tinybroker/ops"
+	"github.com/tinybroker/tinybroker/plugins"
+	"github.com/tinybroker/tinybroker/server"
+)
+
+// opsFlags are serve's flags for the ops HTTP listener (metrics, dashboard, pprof).
+type opsFlags struct {
+	listen      *string
+	allowRemote *bool
+}
+
+func addOpsFlags(fs *flag.FlagSet) opsFlags {
+	return opsFlags{
+		listen:      fs.String("http-listen", "", "serve metrics, the dashboard and pprof over HTTP on this `address` (loopback only unless --http-allow-remote; default: off, or the config file's http block)"),
+		allowRemote: fs.Bool("http-allow-remote", false, "let --http-listen be a non-loopback address (the HTTP listener has no authentication yet)"),
+	}
+}
+
+// apply sets the flags given into cfg.
+func (f opsFlags) apply(cfg *config.HTTP) {
+	if *f.listen != "" {
+		cfg.Listen = *f.listen
+	}
+	if *f.allowRemote {
+		cfg.AllowRemote = true
+	}
+}
+
+// startOps starts the ops HTTP listener if cfg turns it on. stop shuts it down (a no-op when
+// off), giving requests in progress (a CPU profile, say) up to 5 seconds, and waits for its
+// goroutines; addr is where it listens (nil when off).
+func startOps(cfg config.HTTP, b broker.Engine, srv *server.Server, pm *pluginManager, log hclog.Logger) (stop func(), addr net.Addr, err error) {
+	if cfg.Listen == "" {
+		return func() {}, nil, nil
+	}
+	lis, err := ops.Listen(cfg.Listen, cfg.AllowRemote)
+	if err != nil {
+		return nil, nil, err
+	}
+	o := ops.New(ops.Options{Engine: b, Server: srv, Plugins: pm.metrics, AllowRemote: cfg.AllowRemote,
+		MaxGroupSeries: cfg.MetricsMaxGroups, Logger: log})
+	served := make(chan error, 1)
+	go func() { served <- o.Serve(lis) }()
+	log.Info("http listening", "addr", lis.Addr().String(), "metrics", "/metrics", "dashboard", "/", "pprof", "/debug/pprof/")
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := o.Shutdown(ctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+			log.Warn("http shutdown", "error", err)
+		}
+		if err := <-served; err != nil {
+			log.Error("http listener failed", "error", fmt.Sprint(err))
+		}
+	}, lis.Addr(), nil
+}
+
+// metrics reports the current chain's plugin metrics.
+func (pm *pluginManager) metrics() []plugins.PluginMetrics {
+	pm.mu.Lock()
+	c := pm.chain
+	pm.mu.Unlock()
+	if c == nil {
+		return nil
+	}
+	return c.Metrics()
+}

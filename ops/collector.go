@@ -1,0 +1,248 @@
+package ops
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
+
+	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/plugins"
+)
+
+// collector is tinybroker's prometheus.Collector: at each scrape it reads the counters the
+// engine, the server and the plugins keep anyway (Engine.Stats, Server.Traffic and
+// Connections, Chain.Metrics) and turns them into metrics. Nothing is counted for
+// Prometheus on the path of a message. See RATIONALE.md, "Metrics".
+//
+// Label values come from bounded sets only: gRPC codes (17), hooks (3), failure kinds (5),
+// redelivery reasons (3), plugins (those of the config file), and groups, of which at most
+// maxGroups get series of their own (the others are summed under group="_other").
+type collector struct {
+	src       *sources
+	maxGroups int
+}
+
+type sources struct {
+	engine  broker.Engine
+	server  Server
+	plugins func() []plugins.PluginMetrics
+}
+
+// otherGroups labels the sum of the groups past MaxGroupSeries.
+const otherGroups = "_other"
+
+func desc(name, help string, labels ...string) *prometheus.Desc {
+	return prometheus.NewDesc("tinybroker_"+name, help, labels, nil)
+}
+
+var (
+	dPublished    = desc("published_messages_total", "Messages accepted by the engine (emitted by plugins and dead letters included).")
+	dDelivered    = desc("delivered_messages_total", "Deliveries to subscriptions and group members, redeliveries included.")
+	dAcked        = desc("acked_messages_total", "Deliveries acked by group members.")
+	dRedelivered  = desc("redelivered_messages_total", "Deliveries that were a second or later attempt.")
+	dDeadLettered = desc("dead_lettered_messages_total", "Messages groups gave up on and published to their dead-letter topic.")
+	dUnrouted     = desc("unrouted_messages_total", "Published messages that matched no subscription or group.")
+	dHookDropped  = desc("plugin_dropped_messages_total", "Published messages a plugin's verdict dropped.")
+	dPubBytes     = desc("published_bytes_total", "Payload bytes of the messages published through the gRPC server.")
+	dDelivBytes   = desc("delivered_bytes_total", "Payload bytes of the messages sent to subscribers by the gRPC server.")
+	dPubRefused   = desc("publish_refusals_total", "Publishes refused (a unary Publish, or one message of a PublishStream frame), by gRPC status code.", "code")
+	dSubRefused   = desc("subscribe_refusals_total", "Subscriptions refused when opened, by gRPC status code.", "code")
+	dMemUsed      = desc("memory_used_bytes", "Bytes the engine holds for later, counted against its memory budget.")
+	dMemBudget    = desc("memory_budget_bytes", "The engine's memory budget (memory { max_bytes }).")
+	dConns        = desc("connections", "Client connections open.")
+	dConnsRefused = desc("connections_refused_total", "Client connections refused past limits { max_connections }.")
+	dStreams      = desc("streams", "gRPC streams open, by kind (publish: PublishStream, subscribe: Subscribe).", "kind")
+	dSubs         = desc("subscriptions", "Subscriptions open, by mode (fanout subscriptions, balanced group members).", "mode")
+	dGroups       = desc("groups", "Consumer groups.")
+	dFanBuffered  = desc("fanout_buffered_messages", "Messages waiting in fanout subscriptions' buffers, all subscriptions together.")
+	dFanDropped   = desc("fanout_dropped_messages_total", "Messages fanout subscriptions lost as slow consumers (fanout { slow_consumer = \"drop\" }), all together. Counts of closed subscriptions are not kept.")
+
+	dGQueued     = desc("group_queued_messages", "Messages waiting for a member with room.", "group")
+	dGInFlight   = desc("group_in_flight_messages", "Messages delivered to members and not yet acked.", "group")
+	dGDelayed    = desc("group_delayed_messages", "Messages nacked with a delay, waiting for it to end.", "group")
+	dGMembers    = desc("group_members", "Members connected.", "group")
+	dGBytes      = desc("group_bytes", "Bytes the group holds (queued, in flight, delayed), counted against its max_queued_bytes.", "group")
+	dGOldest     = desc("group_oldest_queued_age_seconds", "Age of the message at the head of the queue (0: nothing queued).", "group")
+	dGDelivered  = desc("group_delivered_total", "Deliveries to members, redeliveries included.", "group")
+	dGAcked      = desc("group_acked_total", "Deliveries acked.", "group")
+	dGRedeliv    = desc("group_redelivered_total", "Deliveries that were a second or later attempt.", "group")
+	dGTakenBack  = desc("group_taken_back_total", "Deliveries taken back from members for another attempt or the dead-letter topic, by reason: nack (nacked by the member), ack_deadline (not acked in time), member_left (held by a member that left).", "group", "reason")
+	dGDead       = desc("group_dead_lettered_total", "Messages given up on after max_deliveries attempts or by a plugin, published to the dead-letter topic.", "group")
+	dGDropped    = desc("group_dropped_total", "Messages dropped: the oldest of a full drop_oldest group, or forgotten by a plugin.", "group")
+	dGRejected   = desc("group_rejected_total", "Publishes the group refused while full (overflow = \"reject\").", "group")
+	dGroupSeries = desc("group_series_groups", "Groups with series of their own; the others are summed under group=\"_other\" (http { metrics_max_groups }).")
+
+	dPCalls     = desc("plugin_calls_total", "Calls of a plugin's hook.", "plugin", "hook")
+	dPFailures  = desc("plugin_failures_total", "Failed calls of a plugin's hook, by kind: timeout, memory_limit, malformed_verdict, no_instance, trap.", "plugin", "hook", "kind")
+	dPSkipped   = desc("plugin_skipped_calls_total", "Calls not made because the plugin's circuit breaker was open (its failure policy applied).", "plugin")
+	dPBreaker   = desc("plugin_breaker_open", "1 while the plugin's circuit breaker is open.", "plugin")
+	dPInstances = desc("plugin_instances", "Instances of the plugin alive (idle, busy or being created).", "plugin")
+	dPLatency   = desc("plugin_call_duration_seconds", "Duration of a sample of a hook's calls: the first and one in 16 after it.", "plugin", "hook")
+)
+
+var allDescs = []*prometheus.Desc{dPublished, dDelivered, dAcked, dRedelivered, dDeadLettered, dUnrouted,
+	dHookDropped, dPubBytes, dDelivBytes, dPubRefused, dSubRefused, dMemUsed, dMemBudget, dConns,
+	dConnsRefused, dStreams, dSubs, dGroups, dFanBuffered, dFanDropped, dGQueued, dGInFlight, dGDelayed,
+	dGMembers, dGBytes, dGOldest, dGDelivered, dGAcked, dGRedeliv, dGTakenBack, dGDead, dGDropped,
+	dGRejected, dGroupSeries, dPCalls, dPFailures, dPSkipped, dPBreaker, dPInstances, dPLatency}
+
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range allDescs {
+		ch <- d
+	}
+}
+
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	st := c.src.engine.Stats()
+	counter(dPublished, st.Published)
+	counter(dDelivered, st.Delivered)
+	counter(dAcked, st.Acked)
+	counter(dRedelivered, st.Redelivered)
+	counter(dDeadLettered, st.DeadLettered)
+	counter(dUnrouted, st.Unrouted)
+	counter(dHookDropped, st.Dropped)
+	gauge(dMemUsed, float64(st.MemoryUsed))
+	gauge(dMemBudget, float64(st.MemoryBudget))
+	gauge(dGroups, float64(len(st.Groups)))
+
+	var buffered int
+	var fanDropped uint64
+	for _, s := range st.Subscriptions {
+		buffered += s.Buffered
+		fanDropped += s.Dropped
+	}
+	gauge(dFanBuffered, float64(buffered))
+	counter(dFanDropped, fanDropped)
+
+	members := 0
+	now := time.Now().UnixNano()
+	var other broker.GroupStats
+	var otherOldest int64
+	for i, g := range st.Groups {
+		members += g.Members
+		if i >= c.maxGroups {
+			other = addGroup(other, g)
+			if g.OldestQueued != 0 && (otherOldest == 0 || g.OldestQueued < otherOldest) {
+				otherOldest = g.OldestQueued
+			}
+			continue
+		}
+		c.group(ch, g.ID, g, g.OldestQueued, now)
+	}
+	if len(st.Groups) > c.maxGroups {
+		c.group(ch, otherGroups, other, otherOldest, now)
+	}
+	gauge(dGroupSeries, float64(min(len(st.Groups), c.maxGroups)))
+	gauge(dSubs, float64(len(st.Subscriptions)), "fanout")
+	gauge(dSubs, float64(members), "balanced")
+
+	if s := c.src.server; s != nil {
+		t := s.Traffic()
+		counter(dPubBytes, t.PublishedBytes)
+		counter(dDelivBytes, t.DeliveredBytes)
+		for code := range t.Refused {
+			if code == 0 {
+				continue
+			}
+			name := codes.Code(code).String()
+			counter(dPubRefused, t.Refused[code], name)
+			counter(dSubRefused, t.RefusedSubscriptions[code], name)
+		}
+		open, refused := s.Connections()
+		gauge(dConns, float64(open))
+		counter(dConnsRefused, refused)
+		gauge(dStreams, float64(t.PublishStreams), "publish")
+		gauge(dStreams, float64(t.SubscribeStreams), "subscribe")
+	}
+
+	if c.src.plugins == nil {
+		return
+	}
+	for _, p := range c.src.plugins() {
+		counter(dPSkipped, p.Skipped, p.Name)
+		gauge(dPBreaker, b2f(p.BreakerOpen), p.Name)
+		gauge(dPInstances, float64(p.Instances), p.Name)
+		for _, h := range p.Hooks {
+			counter(dPCalls, h.Calls, p.Name, h.Hook)
+			for k, n := range h.Failures {
+				counter(dPFailures, n, p.Name, h.Hook, plugins.FailureKinds[k])
+			}
+			buckets := make(map[float64]uint64, len(h.Buckets))
+			for i, n := range h.Buckets {
+				buckets[plugins.LatencyBounds[i]] = n
+			}
+			ch <- prometheus.MustNewConstHistogram(dPLatency, h.Count, h.Sum, buckets, p.Name, h.Hook)
+		}
+	}
+}
+
+func (c *collector) group(ch chan<- prometheus.Metric, label string, g broker.GroupStats, oldest, now int64) {
+	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), append([]string{label}, labels...)...)
+	}
+	gauge := func(d *prometheus.Desc, v float64) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, label)
+	}
+	gauge(dGQueued, float64(g.Queued))
+	gauge(dGInFlight, float64(g.InFlight))
+	gauge(dGDelayed, float64(g.Delayed))
+	gauge(dGMembers, float64(g.Members))
+	gauge(dGBytes, float64(g.Bytes))
+	gauge(dGOldest, ageSeconds(oldest, now))
+	counter(dGDelivered, g.Delivered)
+	counter(dGAcked, g.Acked)
+	counter(dGRedeliv, g.Redelivered)
+	counter(dGTakenBack, g.Nacked, "nack")
+	counter(dGTakenBack, g.TimedOut, "ack_deadline")
+	counter(dGTakenBack, g.LeftBehind, "member_left")
+	counter(dGDead, g.DeadLettered)
+	counter(dGDropped, g.Dropped)
+	counter(dGRejected, g.Rejected)
+}
+
+// addGroup sums b's counts into a.
+func addGroup(a, b broker.GroupStats) broker.GroupStats {
+	a.Queued += b.Queued
+	a.InFlight += b.InFlight
+	a.Delayed += b.Delayed
+	a.Members += b.Members
+	a.Bytes += b.Bytes
+	a.Delivered += b.Delivered
+	a.Acked += b.Acked
+	a.Redelivered += b.Redelivered
+	a.Nacked += b.Nacked
+	a.TimedOut += b.TimedOut
+	a.LeftBehind += b.LeftBehind
+	a.DeadLettered += b.DeadLettered
+	a.Dropped += b.Dropped
+	a.Rejected += b.Rejected
+	return a
+}
+
+func ageSeconds(at, now int64) float64 {
+	if at == 0 || now < at {
+		return 0
+	}
+	return float64(now-at) / 1e9
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// buildInfo is tinybroker_build_info, a constant 1 labelled with the binary's version.
+func buildInfo(version, goVersion string) prometheus.Collector {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tinybroker_build_info",
+		Help:        "A constant 1, labelled with the version of tinybroker and of Go it was built with.",
+		ConstLabels: prometheus.Labels{"version": version, "go_version": goVersion}}, func() float64 { return 1 })
+}

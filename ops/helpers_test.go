@@ -1,0 +1,267 @@
+package ops_test
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/tinybroker/tinybroker/broker/memory"
+	"github.com/tinybroker/tinybroker/ops"
+	"github.com/tinybroker/tinybroker/plugins"
+	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
+	"github.com/tinybroker/tinybroker/server"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// stack is a real broker: the memory engine, the gRPC server and the ops listener, each on a
+// loopback port of its own, and a gRPC client.
+type stack struct {
+	b     *memory.Engine
+	srv   *server.Server
+	ops   *ops.Ops
+	chain *plugins.Chain
+	url   string // the ops listener, http://127.0.0.1:PORT
+	c     pb.BrokerClient
+}
+
+type stackOptions struct {
+	engine    memory.Options
+	plugins   []plugins.Spec
+	admin     func(*memory.Engine) ops.Admin
+	maxGroups int
+}
+
+func start(t *testing.T, so stackOptions) *stack {
+	t.Helper()
+	s := &stack{b: memory.New(so.engine)}
+	var host *plugins.Host
+	if len(so.plugins) > 0 {
+		var err error
+		if host, err = plugins.NewHost(plugins.HostOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if s.chain, err = host.Load(context.Background(), so.plugins); err != nil {
+			t.Fatal(err)
+		}
+		s.b.SetHooks(s.chain)
+	}
+	s.srv = server.New(s.b, so.engine.MaxMessageBytes, server.Options{})
+	glis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hlis, err := ops.Listen("127.0.0.1:0", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := ops.Options{Engine: s.b, Server: s.srv, Interval: 100 * time.Millisecond, MaxGroupSeries: so.maxGroups}
+	if s.chain != nil {
+		opts.Plugins = s.chain.Metrics
+	}
+	if so.admin != nil {
+		opts.Admin = so.admin(s.b)
+	}
+	s.ops = ops.New(opts)
+	s.url = "http://" + hlis.Addr().String()
+	grpcDone, httpDone := make(chan error, 1), make(chan error, 1)
+	go func() { grpcDone <- s.srv.Serve(glis) }()
+	go func() { httpDone <- s.ops.Serve(hlis) }()
+	conn, err := grpc.NewClient(glis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.c = pb.NewBrokerClient(conn)
+	t.Cleanup(func() {
+		conn.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := s.ops.Shutdown(ctx); err != nil {
+			t.Errorf("ops shutdown: %v", err)
+		}
+		_ = s.srv.Shutdown(ctx)
+		for _, ch := range []chan error{grpcDone, httpDone} {
+			if err := <-ch; err != nil {
+				t.Errorf("serve: %v", err)
+			}
+		}
+		if s.chain != nil {
+			_ = s.chain.Close(ctx)
+			_ = host.Close(ctx)
+		}
+		http.DefaultClient.CloseIdleConnections()
+	})
+	return s
+}
+
+// scrape reads /metrics.
+func (s *stack) scrape(t *testing.T) map[string]*dto.MetricFamily {
+	t.Helper()
+	resp, err := http.Get(s.url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("GET /metrics: %s: %s", resp.Status, b)
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	mfs, err := p.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mfs
+}
+
+// value returns the value of the series of name whose labels include labels ("k=v" each),
+// and whether there is one. For a histogram it is the sample count.
+func value(mfs map[string]*dto.MetricFamily, name string, labels ...string) (float64, bool) {
+	mf := mfs[name]
+	if mf == nil {
+		return 0, false
+	}
+next:
+	for _, m := range mf.GetMetric() {
+		for _, l := range labels {
+			k, v, _ := strings.Cut(l, "=")
+			found := false
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == k && lp.GetValue() == v {
+					found = true
+				}
+			}
+			if !found {
+				continue next
+			}
+		}
+		switch {
+		case m.Counter != nil:
+			return m.GetCounter().GetValue(), true
+		case m.Gauge != nil:
+			return m.GetGauge().GetValue(), true
+		case m.Histogram != nil:
+			return float64(m.GetHistogram().GetSampleCount()), true
+		}
+	}
+	return 0, false
+}
+
+// waitMetric polls /metrics until the series of name with labels satisfies ok.
+func (s *stack) waitMetric(t *testing.T, name string, ok func(float64) bool, labels ...string) float64 {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		v, found := value(s.scrape(t), name, labels...)
+		if found && ok(v) {
+			return v
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s%v = %v (found %v): the condition never held", name, labels, v, found)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func eq(want float64) func(float64) bool { return func(v float64) bool { return v == want } }
+func atLeast(want float64) func(float64) bool {
+	return func(v float64) bool { return v >= want }
+}
+
+func (s *stack) publish(t *testing.T, topic, payload string) {
+	t.Helper()
+	if _, err := s.c.Publish(context.Background(), &pb.PublishRequest{Topic: topic, Payload: []byte(payload)}); err != nil {
+		t.Fatalf("publish %s: %v", topic, err)
+	}
+}
+
+// member joins group id on patterns; it receives on msgs until the test ends.
+type member struct {
+	stream grpc.BidiStreamingClient[pb.SubscribeRequest, pb.SubscribeResponse]
+	msgs   chan *pb.Message
+}
+
+func (s *stack) join(t *testing.T, id string, open *pb.OpenSubscription) *member {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	stream, err := s.c.Subscribe(ctx)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	open.SubscriptionId, open.ConsumerGroup, open.Mode = id, id, pb.DeliveryMode_DELIVERY_MODE_BALANCED
+	if open.AckDeadline == nil {
+		open.AckDeadline = durationpb.New(time.Minute)
+	}
+	if err := stream.Send(&pb.SubscribeRequest{Frame: &pb.SubscribeRequest_Open{Open: open}}); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := stream.Recv(); err != nil || r.GetSubscribed() == nil {
+		t.Fatalf("open %s: %v %v", id, r, err)
+	}
+	m := &member{stream: stream, msgs: make(chan *pb.Message, 1024)}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			r, err := stream.Recv()
+			if err != nil {
+				return
+			}
+			for _, msg := range r.GetMessages().GetMessages() {
+				m.msgs <- msg
+			}
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	return m
+}
+
+func (m *member) next(t *testing.T) *pb.Message {
+	t.Helper()
+	select {
+	case msg := <-m.msgs:
+		return msg
+	case <-time.After(10 * time.Second):
+		t.Fatal("no message in 10s")
+	}
+	return nil
+}
+
+func (m *member) nack(t *testing.T, msg *pb.Message) {
+	t.Helper()
+	if err := m.stream.Send(&pb.SubscribeRequest{Frame: &pb.SubscribeRequest_Nack{Nack: &pb.NackBatch{SystemIds: []string{msg.GetSystemId()}}}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (m *member) ack(t *testing.T, msg *pb.Message) {
+	t.Helper()
+	if err := m.stream.Send(&pb.SubscribeRequest{Frame: &pb.SubscribeRequest_Ack{Ack: &pb.AckBatch{SystemIds: []string{msg.GetSystemId()}}}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func wasm(t *testing.T, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "plugins", "testdata", name+".wasm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}

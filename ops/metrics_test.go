@@ -1,0 +1,196 @@
+package ops_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/broker/memory"
+	"github.com/tinybroker/tinybroker/plugins"
+	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
+)
+
+// A group's backlog: queued messages, their age, members, in flight, acks, and the totals
+// and bytes of the broker, each moved by what should move it.
+func TestMetricsGroupBacklog(t *testing.T) {
+	s := start(t, stackOptions{})
+	if err := s.b.Declare(broker.GroupConfig{Name: "jobs", Patterns: []string{"jobs.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	s.waitMetric(t, "tinybroker_group_queued_messages", eq(0), "group=jobs")
+	s.waitMetric(t, "tinybroker_group_oldest_queued_age_seconds", eq(0), "group=jobs")
+	s.waitMetric(t, "tinybroker_groups", eq(1))
+	for _, p := range []string{"a", "bb", "ccc"} {
+		s.publish(t, "jobs.resize", p)
+	}
+	s.waitMetric(t, "tinybroker_group_queued_messages", eq(3), "group=jobs")
+	s.waitMetric(t, "tinybroker_group_bytes", atLeast(6), "group=jobs")
+	s.waitMetric(t, "tinybroker_published_messages_total", eq(3))
+	s.waitMetric(t, "tinybroker_published_bytes_total", eq(6))
+	s.waitMetric(t, "tinybroker_memory_used_bytes", atLeast(6))
+	s.waitMetric(t, "tinybroker_group_oldest_queued_age_seconds", func(v float64) bool { return v > 0 && v < 60 }, "group=jobs")
+
+	m := s.join(t, "jobs", &pb.OpenSubscription{TopicPatterns: []string{"jobs.>"}, MaxInFlight: 2})
+	s.waitMetric(t, "tinybroker_group_members", eq(1), "group=jobs")
+	s.waitMetric(t, "tinybroker_subscriptions", eq(1), "mode=balanced")
+	s.waitMetric(t, "tinybroker_streams", eq(1), "kind=subscribe")
+	s.waitMetric(t, "tinybroker_connections", eq(1))
+	s.waitMetric(t, "tinybroker_group_in_flight_messages", eq(2), "group=jobs")
+	s.waitMetric(t, "tinybroker_group_queued_messages", eq(1), "group=jobs")
+	s.waitMetric(t, "tinybroker_group_delivered_total", eq(2), "group=jobs")
+	s.waitMetric(t, "tinybroker_delivered_bytes_total", eq(3)) // "a" and "bb"
+	m.ack(t, m.next(t))
+	s.waitMetric(t, "tinybroker_group_acked_total", eq(1), "group=jobs")
+	s.waitMetric(t, "tinybroker_acked_messages_total", eq(1))
+	s.waitMetric(t, "tinybroker_group_queued_messages", eq(0), "group=jobs")
+	s.waitMetric(t, "tinybroker_group_oldest_queued_age_seconds", eq(0), "group=jobs")
+	s.waitMetric(t, "tinybroker_delivered_bytes_total", eq(6))
+}
+
+// Redeliveries by reason, and dead letters.
+func TestMetricsRedelivery(t *testing.T) {
+	s := start(t, stackOptions{})
+	m := s.join(t, "work", &pb.OpenSubscription{TopicPatterns: []string{"work"}, MaxDeliveries: 2})
+	s.publish(t, "work", "x")
+	m.nack(t, m.next(t))
+	s.waitMetric(t, "tinybroker_group_taken_back_total", eq(1), "group=work", "reason=nack")
+	s.waitMetric(t, "tinybroker_group_redelivered_total", eq(1), "group=work")
+	s.waitMetric(t, "tinybroker_redelivered_messages_total", eq(1))
+	if msg := m.next(t); msg.GetAttempt() != 2 {
+		t.Fatalf("attempt %d, want 2", msg.GetAttempt())
+	} else {
+		m.nack(t, msg)
+	}
+	s.waitMetric(t, "tinybroker_group_dead_lettered_total", eq(1), "group=work")
+	s.waitMetric(t, "tinybroker_dead_lettered_messages_total", eq(1))
+	s.waitMetric(t, "tinybroker_unrouted_messages_total", eq(1)) // the dead letter: nobody reads dlq.work
+	s.waitMetric(t, "tinybroker_group_taken_back_total", eq(2), "group=work", "reason=nack")
+
+	// Past the ack deadline.
+	slow := s.join(t, "slow", &pb.OpenSubscription{TopicPatterns: []string{"slow"}, AckDeadline: durationpb.New(20 * time.Millisecond)})
+	s.publish(t, "slow", "y")
+	slow.next(t)
+	s.waitMetric(t, "tinybroker_group_taken_back_total", atLeast(1), "group=slow", "reason=ack_deadline")
+
+	// A member that leaves holding a message.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stream, err := s.c.Subscribe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = stream.Send(&pb.SubscribeRequest{Frame: &pb.SubscribeRequest_Open{Open: &pb.OpenSubscription{SubscriptionId: "left",
+		ConsumerGroup: "left", TopicPatterns: []string{"left"}, Mode: pb.DeliveryMode_DELIVERY_MODE_BALANCED}}})
+	if r, err := stream.Recv(); err != nil || r.GetSubscribed() == nil {
+		t.Fatalf("open: %v %v", r, err)
+	}
+	s.publish(t, "left", "z")
+	s.waitMetric(t, "tinybroker_group_in_flight_messages", eq(1), "group=left")
+	cancel()
+	s.waitMetric(t, "tinybroker_group_taken_back_total", eq(1), "group=left", "reason=member_left")
+	s.waitMetric(t, "tinybroker_group_queued_messages", eq(1), "group=left")
+}
+
+// Refusals by status code, and a full group's rejections.
+func TestMetricsRefusals(t *testing.T) {
+	s := start(t, stackOptions{engine: memory.Options{GroupMaxQueued: 1}})
+	if _, err := s.c.Publish(context.Background(), &pb.PublishRequest{Topic: "bad topic"}); err == nil {
+		t.Fatal("a topic with a space was published")
+	}
+	s.waitMetric(t, "tinybroker_publish_refusals_total", eq(1), "code=InvalidArgument")
+	if err := s.b.Declare(broker.GroupConfig{Name: "full", Patterns: []string{"full"}}); err != nil {
+		t.Fatal(err)
+	}
+	s.publish(t, "full", "1")
+	if _, err := s.c.Publish(context.Background(), &pb.PublishRequest{Topic: "full"}); err == nil {
+		t.Fatal("a full group took a message")
+	}
+	s.waitMetric(t, "tinybroker_publish_refusals_total", eq(1), "code=ResourceExhausted")
+	s.waitMetric(t, "tinybroker_group_rejected_total", eq(1), "group=full")
+
+	// A balanced open without a group is refused.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stream, err := s.c.Subscribe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = stream.Send(&pb.SubscribeRequest{Frame: &pb.SubscribeRequest_Open{Open: &pb.OpenSubscription{SubscriptionId: "x",
+		TopicPatterns: []string{"x"}, Mode: pb.DeliveryMode_DELIVERY_MODE_BALANCED}}})
+	_, _ = stream.Recv()
+	s.waitMetric(t, "tinybroker_subscribe_refusals_total", eq(1), "code=InvalidArgument")
+	s.waitMetric(t, "tinybroker_publish_refusals_total", eq(0), "code=Unavailable") // every code has a series
+}
+
+// Per plugin and hook: calls, latency, failures by kind, the breaker, instances.
+func TestMetricsPlugins(t *testing.T) {
+	s := start(t, stackOptions{plugins: []plugins.Spec{
+		{Name: "pass", Wasm: wasm(t, "pass"), Topics: []string{"good.>"}},
+		{Name: "trap", Wasm: wasm(t, "trap"), Topics: []string{"bad.>"}, BreakerFailures: 2, BreakerCooldown: time.Hour},
+		{Name: "odd", Wasm: wasm(t, "badverdict"), Topics: []string{"odd.>"}},
+		{Name: "loop", Wasm: wasm(t, "loop"), Topics: []string{"slow.>"}, CallTimeout: 20 * time.Millisecond},
+	}})
+	s.waitMetric(t, "tinybroker_plugin_calls_total", eq(0), "plugin=pass", "hook=on_publish")
+	s.waitMetric(t, "tinybroker_plugin_instances", eq(1), "plugin=pass") // warmed up at load
+	s.publish(t, "good.1", "x")
+	s.waitMetric(t, "tinybroker_plugin_calls_total", eq(1), "plugin=pass", "hook=on_publish")
+	s.waitMetric(t, "tinybroker_plugin_call_duration_seconds", eq(1), "plugin=pass", "hook=on_publish")
+	s.waitMetric(t, "tinybroker_plugin_failures_total", eq(0), "plugin=pass", "hook=on_publish", "kind=trap")
+
+	s.publish(t, "bad.1", "x") // fail_open: published anyway
+	s.waitMetric(t, "tinybroker_plugin_failures_total", eq(1), "plugin=trap", "hook=on_publish", "kind=trap")
+	s.waitMetric(t, "tinybroker_plugin_breaker_open", eq(0), "plugin=trap")
+	s.publish(t, "bad.2", "x")
+	s.waitMetric(t, "tinybroker_plugin_failures_total", eq(2), "plugin=trap", "hook=on_publish", "kind=trap")
+	s.waitMetric(t, "tinybroker_plugin_breaker_open", eq(1), "plugin=trap")
+	s.publish(t, "bad.3", "x")
+	s.waitMetric(t, "tinybroker_plugin_skipped_calls_total", eq(1), "plugin=trap")
+	s.waitMetric(t, "tinybroker_plugin_calls_total", eq(2), "plugin=trap", "hook=on_publish")
+	s.waitMetric(t, "tinybroker_plugin_calls_total", eq(0), "plugin=trap", "hook=on_redeliver")
+
+	s.publish(t, "odd.1", "x")
+	s.waitMetric(t, "tinybroker_plugin_failures_total", eq(1), "plugin=odd", "hook=on_publish", "kind=malformed_verdict")
+	s.publish(t, "slow.1", "x")
+	s.waitMetric(t, "tinybroker_plugin_failures_total", eq(1), "plugin=loop", "hook=on_publish", "kind=timeout")
+}
+
+// Past metrics_max_groups, groups are summed under group="_other"; runtime and build
+// metrics are there.
+func TestMetricsBoundedGroupsAndRuntime(t *testing.T) {
+	s := start(t, stackOptions{maxGroups: 2})
+	for _, g := range []string{"a", "b", "c", "d"} {
+		if err := s.b.Declare(broker.GroupConfig{Name: g, Patterns: []string{"t"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.publish(t, "t", "x")
+	mfs := s.scrape(t)
+	if n := len(mfs["tinybroker_group_queued_messages"].GetMetric()); n != 3 {
+		t.Errorf("%d series of tinybroker_group_queued_messages; want 3 (a, b, _other)", n)
+	}
+	for _, want := range []struct {
+		group string
+		v     float64
+	}{{"a", 1}, {"b", 1}, {"_other", 2}} {
+		if v, _ := value(mfs, "tinybroker_group_queued_messages", "group="+want.group); v != want.v {
+			t.Errorf("queued{group=%s} = %v, want %v", want.group, v, want.v)
+		}
+	}
+	if v, _ := value(mfs, "tinybroker_group_series_groups"); v != 2 {
+		t.Errorf("tinybroker_group_series_groups = %v", v)
+	}
+	for _, name := range []string{"go_goroutines", "go_memstats_heap_alloc_bytes", "process_resident_memory_bytes", "go_build_info", "tinybroker_build_info"} {
+		if _, ok := value(mfs, name); !ok {
+			t.Errorf("no %s", name)
+		}
+	}
+	for name := range mfs {
+		if strings.HasPrefix(name, "tinybroker_") && mfs[name].GetHelp() == "" {
+			t.Errorf("%s has no help", name)
+		}
+	}
+}

@@ -1,0 +1,194 @@
+// Package ops is tinybroker's HTTP listener for operators: Prometheus metrics at /metrics, a
+// live web dashboard at / (embedded: no CDN, works offline), its JSON API under /api/, and
+// the Go profiler under /debug/pprof/. It is off unless asked for (serve --http-listen, or
+// an http block in the config file), and listens on loopback unless told otherwise: until
+// the gRPC API has authentication, neither has this listener (see RATIONALE.md, "Metrics").
+//
+// Metrics are read from the counters the engine, the server and the plugins keep anyway, at
+// scrape time (collector.go): nothing is counted for Prometheus on the path of a message.
+package ops
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"runtime"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/plugins"
+	"github.com/tinybroker/tinybroker/server"
+)
+
+// Server is the part of the gRPC server the metrics read (a *server.Server).
+type Server interface {
+	Traffic() server.Traffic
+	Connections() (open int, refused uint64)
+}
+
+// Options configure an ops listener. Engine is required; the rest is optional.
+type Options struct {
+	Engine broker.Engine
+	Server Server // nil: no connection, stream, byte or refusal metrics
+	// Plugins reports the loaded plugins' metrics (nil: none), e.g. the current
+	// plugins.Chain's Metrics.
+	Plugins func() []plugins.PluginMetrics
+	// Admin backs the dashboard's group actions and dead-letter panel (default
+	// EngineAdmin{Engine}).
+	Admin Admin
+	// Interval is how often the dashboard's event stream sends a snapshot (1s).
+	Interval time.Duration
+	// MaxGroupSeries is how many groups get metrics of their own (1,000); the others are
+	// summed under group="_other".
+	MaxGroupSeries int
+	// AllowRemote accepts requests for any host name; without it only requests for an IP
+	// address or localhost are answered (against DNS rebinding). See Listen.
+	AllowRemote bool
+	// Version labels tinybroker_build_info (default: the main module's version).
+	Version string
+	Logger  hclog.Logger
+}
+
+// Ops serves the ops HTTP listener.
+type Ops struct {
+	opts  Options
+	log   hclog.Logger
+	http  *http.Server
+	snaps snapshotter
+	quit  chan struct{} // closed when Shutdown starts: ends event streams
+	once  sync.Once
+
+	mu      sync.Mutex
+	closing bool           // set when Shutdown starts: no more event streams
+	streams sync.WaitGroup // event streams running
+}
+
+// New returns the ops listener's handler for opts; Serve runs it on a listener.
+func New(opts Options) *Ops {
+	if opts.Interval <= 0 {
+		opts.Interval = time.Second
+	}
+	if opts.MaxGroupSeries <= 0 {
+		opts.MaxGroupSeries = 1000
+	}
+	if opts.Admin == nil {
+		opts.Admin = EngineAdmin{Engine: opts.Engine}
+	}
+	if opts.Logger == nil {
+		opts.Logger = hclog.NewNullLogger()
+	}
+	if opts.Version == "" {
+		opts.Version = "(devel)"
+		if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+			opts.Version = bi.Main.Version
+		}
+	}
+	o := &Ops{opts: opts, log: opts.Logger, quit: make(chan struct{})}
+	o.snaps.src = &sources{engine: opts.Engine, server: opts.Server, plugins: opts.Plugins}
+	o.snaps.maxAge = opts.Interval / 2
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		&collector{src: o.snaps.src, maxGroups: opts.MaxGroupSeries},
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		collectors.NewBuildInfoCollector(),
+		buildInfo(opts.Version, runtime.Version()),
+	)
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: promLog{o.log}}))
+	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+	mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("POST /debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	o.routes(mux)
+	o.http = &http.Server{
+		Handler:           http.NewCrossOriginProtection().Handler(mux),
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          o.log.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
+	}
+	return o
+}
+
+// stream counts one more event stream, unless Shutdown has started.
+func (o *Ops) stream() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.closing {
+		return false
+	}
+	o.streams.Add(1)
+	return true
+}
+
+// Handler is the listener's handler, for tests and for mounting elsewhere.
+func (o *Ops) Handler() http.Handler { return o.http.Handler }
+
+// Serve serves HTTP on lis until Shutdown; it returns nil after a Shutdown.
+func (o *Ops) Serve(lis net.Listener) error {
+	err := o.http.Serve(lis)
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// Shutdown ends the event streams, then shuts the HTTP server down, waiting until ctx is
+// done for requests in progress. Idempotent.
+func (o *Ops) Shutdown(ctx context.Context) error {
+	var err error
+	o.once.Do(func() {
+		o.mu.Lock()
+		o.closing = true
+		o.mu.Unlock()
+		close(o.quit)
+		if err = o.http.Shutdown(ctx); err != nil {
+			_ = o.http.Close()
+		}
+		o.streams.Wait()
+	})
+	return err
+}
+
+// Listen listens on addr for the ops listener. Unless allowRemote is set, the address must
+// be a loopback one ("127.0.0.1:7879", "[::1]:7879", "localhost:7879"): until tinybroker
+// has authentication, anything that can reach the listener can purge groups and replay dead
+// letters.
+func Listen(addr string, allowRemote bool) (net.Listener, error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("http listen address %q: %w (use HOST:PORT, e.g. 127.0.0.1:7879)", addr, err)
+	}
+	if !allowRemote && host != "localhost" {
+		if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+			return nil, fmt.Errorf("http listen address %q is not a loopback address: the HTTP listener has no authentication yet, so anyone who reaches it can purge groups and replay dead letters; listen on 127.0.0.1 (and reach it through an SSH tunnel or a proxy that authenticates), or set http { allow_remote = true } (serve --http-allow-remote) to accept that", addr)
+		}
+	}
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("http listen on %s: %w", addr, err)
+	}
+	if tcp, ok := lis.Addr().(*net.TCPAddr); ok && !allowRemote && !tcp.IP.IsLoopback() {
+		lis.Close()
+		return nil, fmt.Errorf("http listen address %q resolved to %s, not a loopback address; set http { allow_remote = true } to accept that", addr, tcp.IP)
+	}
+	return lis, nil
+}
+
+// promLog passes promhttp's errors to the logger.
+type promLog struct{ log hclog.Logger }
+
+func (l promLog) Println(v ...any) { l.log.Warn("metrics", "error", fmt.Sprint(v...)) }
