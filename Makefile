@@ -9,7 +9,7 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 PROTO_INCLUDE ?= /usr/include
 TESTFLAGS ?=
 
-.PHONY: run run-plugins build test test-short fuzz chaos generate tools check bench bench-peers bench-w4 bench-w6 wasm-fixtures
+.PHONY: run run-plugins build test test-short fuzz chaos generate tools check bench bench-peers bench-w4 bench-w6 wasm-fixtures screenshots
 
 run: ## start the broker on its embedded in-memory default (127.0.0.1:7878)
 	$(GO) run ./cmd/tinybroker serve
@@ -82,6 +82,11 @@ bench-w4: ## plugin cost: W1 and W2 plain and with the plugins of each bench/w4-
 
 bench-w6: ## 10,000 fanout streams at 1 msg/s each: latency, broker RSS and CPU
 	bash bench/run.sh W6
+
+# The dashboard's screenshots in docs/dashboard, taken by its browser test (ops/dashboard_test.go)
+# after 40 seconds of traffic; needs chromium (Debian: apt-get install chromium).
+screenshots: ## screenshots of the web dashboard (ops/) into docs/dashboard
+	$(GO) test ./ops -run '^TestDashboard$$' -count=1 -timeout 5m -args -screenshots $(CURDIR)/docs/dashboard
 
 wasm-fixtures: ## rebuild the hand-written WAT plugin fixtures (needs wat2wasm, Debian: wabt)
 	for f in plugins/testdata/*.wat; do wat2wasm "$$f" -o "$${f%.wat}.wasm"; done

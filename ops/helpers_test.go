@@ -45,6 +45,7 @@ type stackOptions struct {
 	plugins   []plugins.Spec
 	admin     func(*memory.Engine) ops.Admin
 	maxGroups int
+	interval  time.Duration // of the event stream (100ms)
 }
 
 func start(t *testing.T, so stackOptions) *stack {
@@ -70,7 +71,10 @@ func start(t *testing.T, so stackOptions) *stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := ops.Options{Engine: s.b, Server: s.srv, Interval: 100 * time.Millisecond, MaxGroupSeries: so.maxGroups}
+	if so.interval == 0 {
+		so.interval = 100 * time.Millisecond
+	}
+	opts := ops.Options{Engine: s.b, Server: s.srv, Interval: so.interval, MaxGroupSeries: so.maxGroups}
 	if s.chain != nil {
 		opts.Plugins = s.chain.Metrics
 	}

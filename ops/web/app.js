@@ -36,6 +36,45 @@ function s(tag, attrs) {
   return el;
 }
 
+// sync makes tbody's rows those of rows (built afresh by h), keyed by the attribute key:
+// a row already shown is patched in place rather than replaced, so that a button under the
+// pointer survives the update it is clicked during.
+function sync(tbody, rows, key) {
+  const old = new Map();
+  for (const tr of tbody.rows) if (tr.hasAttribute(key)) old.set(tr.getAttribute(key), tr);
+  let i = 0;
+  for (const row of rows) {
+    const was = old.get(row.getAttribute(key));
+    let tr = row;
+    if (was) {
+      old.delete(row.getAttribute(key));
+      if (patch(was, row)) tr = was;
+    }
+    if (tbody.rows[i] !== tr) tbody.insertBefore(tr, tbody.rows[i] || null);
+    i++;
+  }
+  while (tbody.rows.length > i) tbody.rows[i].remove();
+}
+
+// patch makes el like want when their shapes match (same tags, same number of children),
+// and reports whether it could; event listeners stay el's.
+function patch(el, want) {
+  if (el.nodeType !== want.nodeType || el.nodeName !== want.nodeName || el.childNodes.length !== want.childNodes.length) return false;
+  if (el.nodeType === Node.TEXT_NODE) {
+    if (el.nodeValue !== want.nodeValue) el.nodeValue = want.nodeValue;
+    return true;
+  }
+  if (el.namespaceURI === SVG) { // sparklines: redrawn
+    el.replaceWith(want);
+    return true;
+  }
+  for (const a of [...el.attributes]) if (!want.hasAttribute(a.name)) el.removeAttribute(a.name);
+  for (const a of want.attributes) if (el.getAttribute(a.name) !== a.value) el.setAttribute(a.name, a.value);
+  const kids = [...el.childNodes], wants = [...want.childNodes];
+  for (let i = 0; i < kids.length; i++) if (!patch(kids[i], wants[i])) kids[i].replaceWith(wants[i]);
+  return true;
+}
+
 function num(n) {
   if (n === undefined || n === null || Number.isNaN(n)) return "–";
   const a = Math.abs(n);
@@ -117,7 +156,8 @@ function chart(svg, times, series, format) {
   for (const sr of series) for (const v of sr.values) if (v > max) max = v;
   max = niceMax(max);
   const now = times.length ? times[times.length - 1] : Date.now();
-  const span = HISTORY * 1000;
+  // The x axis spans what history holds: from a minute up to five.
+  const span = Math.min(HISTORY * 1000, Math.max(60000, times.length ? now - times[0] : 0));
   const x = t => left + (w - left - right) * (1 - (now - t) / span);
   const y = v => top + (hgt - top - bottom) * (1 - v / max);
   for (let i = 0; i <= 4; i++) {
@@ -127,9 +167,10 @@ function chart(svg, times, series, format) {
     label.textContent = format(v);
     svg.append(label);
   }
-  for (let m = 0; m <= 5; m++) {
-    const label = s("text", { x: x(now - m * 60000), y: hgt - 4, "text-anchor": m === 0 ? "end" : "middle" });
-    label.textContent = m === 0 ? "now" : `-${m}m`;
+  const step = span > 120000 ? 60000 : span > 60000 ? 30000 : 15000;
+  for (let ago = 0; ago <= span; ago += step) {
+    const label = s("text", { x: x(now - ago), y: hgt - 4, "text-anchor": ago === 0 ? "end" : ago + step > span ? "start" : "middle" });
+    label.textContent = ago === 0 ? "now" : ago % 60000 ? `-${ago / 1000}s` : `-${ago / 60000}m`;
     svg.append(label);
   }
   for (const sr of series) {
@@ -236,7 +277,7 @@ function renderGroups() {
         h("button", { type: "button", class: "danger purge", disabled: g.queued + g.delayed === 0, onclick: () => purge(g.id) }, "Purge"),
         h("button", { type: "button", class: "danger", disabled: g.members > 0, title: g.members ? "close its members first" : "", onclick: () => del(g.id) }, "Delete")));
   });
-  body.replaceChildren(...rows);
+  sync(body, rows, "data-group");
   $("groups-empty").hidden = b.groups_total > 0;
   setText("groups-note", b.groups_total > b.groups.length ? `Showing the first ${b.groups.length} of ${b.groups_total} groups.` : "");
 }
@@ -288,7 +329,7 @@ async function loadDeadLetters() {
     return;
   }
   try {
-    const r = await api("GET", `api/groups/${encodeURIComponent(dlGroup)}/dead-letters?limit=200`);
+    const r = await api("GET", `api/groups/${encodeURIComponent(dlGroup)}/dead-letters?limit=100`);
     msg.hidden = true;
     $("dl-replay-all").disabled = r.dead_letters.length === 0;
     setText("dl-count", `${r.dead_letters.length} dead letters`);
@@ -337,7 +378,7 @@ function renderPlugins() {
       const ph = pp && pp.hooks.find(x => x.hook === hk.hook);
       const callRate = ph ? rate(x => x.calls, { time: a.time, calls: ph.calls }, { time: b.time, calls: hk.calls }) : 0;
       const failures = Object.entries(hk.failures).filter(([, n]) => n > 0);
-      rows.push(h("tr", { "data-plugin": p.name, "data-hook": hk.hook },
+      rows.push(h("tr", { "data-plugin": p.name, "data-hook": hk.hook, "data-key": p.name + "/" + hk.hook },
         i === 0 ? h("td", { rowspan: p.hooks.length }, h("strong", {}, p.name)) : null,
         i === 0 ? h("td", { rowspan: p.hooks.length }, p.breaker_open ? h("span", { class: "badge bad" }, `open · ${num(p.skipped)} skipped`) : h("span", { class: "badge" }, "closed")) : null,
         i === 0 ? h("td", { rowspan: p.hooks.length, class: "num" }, p.instances) : null,
@@ -349,7 +390,7 @@ function renderPlugins() {
         h("td", { class: "num" }, ms(hk.p99_ms))));
     });
   }
-  $("plugins-table").tBodies[0].replaceChildren(...rows);
+  sync($("plugins-table").tBodies[0], rows, "data-key");
   $("plugins-empty").hidden = b.plugins.length > 0;
 }
 
@@ -367,7 +408,7 @@ function renderStreams() {
   setText("s-buffered", `${num(b.buffered)} buffered`);
   setText("s-members", num(b.members));
   const before = new Map((a ? a.fanout : []).map(f => [f.id, f]));
-  $("fanout-table").tBodies[0].replaceChildren(...b.fanout.map(f => {
+  sync($("fanout-table").tBodies[0], b.fanout.map(f => {
     const p = before.get(f.id);
     const r = p ? rate(x => x.delivered, { time: a.time, delivered: p.delivered }, { time: b.time, delivered: f.delivered }) : 0;
     return h("tr", { "data-fanout": f.id },
@@ -377,7 +418,7 @@ function renderStreams() {
       h("td", { class: "num" }, num(r)),
       h("td", { class: "num" }, num(f.buffered)),
       h("td", { class: "num" + (f.dropped ? " bad-text" : "") }, num(f.dropped)));
-  }));
+  }), "data-fanout");
   setText("fanout-note", b.fanout_total > b.fanout.length ? `Showing the first ${b.fanout.length} of ${b.fanout_total} fanout subscriptions.` : (b.fanout_total ? "" : "No fanout subscriptions."));
 }
 

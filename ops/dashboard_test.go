@@ -1,0 +1,338 @@
+package ops_test
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/log"
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
+
+	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/broker/memory"
+	"github.com/tinybroker/tinybroker/ops"
+	"github.com/tinybroker/tinybroker/plugins"
+	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
+)
+
+var screenshots = flag.String("screenshots", "", "save screenshots of the dashboard's tabs into this `directory` (make screenshots: docs/dashboard), after some traffic")
+
+// chromium finds the headless browser: Debian's chromium on PATH. Without it the test is
+// skipped, except in CI (CI set), where it must run.
+func chromium(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("CI") != "" {
+		t.Fatal("chromium is not on PATH, and CI is set: the dashboard test must run in CI (.ci/run installs Debian's chromium)")
+	}
+	t.Skip("chromium is not on PATH: install it (Debian: apt-get install chromium) to test the dashboard in a headless browser")
+	return ""
+}
+
+// browser starts a headless chromium tab; it fails the test on any console error, uncaught
+// exception or error logged by the browser (a failed request included).
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromium(t)),
+		chromedp.NoSandbox, // root in CI containers
+		chromedp.WindowSize(1440, 900),
+		chromedp.Flag("disable-gpu", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+	)
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(actx)
+	var mu sync.Mutex
+	var problems []string
+	if err := chromedp.Listen(ctx, func(ev any) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch ev := ev.(type) {
+		case *runtime.EventConsoleAPICalled:
+			if ev.Type == runtime.ConsoleAPICalledTypeError || ev.Type == runtime.ConsoleAPICalledTypeAssert {
+				var args []string
+				for _, a := range ev.Args {
+					args = append(args, string(a.Value)+a.Description)
+				}
+				problems = append(problems, "console."+string(ev.Type)+": "+strings.Join(args, " "))
+			}
+		case *runtime.EventExceptionThrown:
+			d := ev.ExceptionDetails
+			msg := d.Text
+			if d.Exception != nil {
+				msg += " " + d.Exception.Description
+			}
+			problems = append(problems, fmt.Sprintf("uncaught exception at %s:%d: %s", d.URL, d.LineNumber, msg))
+		case *log.EventEntryAdded:
+			if ev.Entry.Level == log.EntryLevelError {
+				problems = append(problems, fmt.Sprintf("browser log: %s (%s)", ev.Entry.Text, ev.Entry.URL))
+			}
+		}
+	}); err != nil {
+		t.Fatalf("starting chromium: %v", err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		cancelAlloc()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, p := range problems {
+			t.Errorf("dashboard: %s", p)
+		}
+	})
+	return ctx
+}
+
+// waitJS polls a JavaScript expression in the page until it is true (10s).
+func waitJS(t *testing.T, ctx context.Context, what, expr string) {
+	t.Helper()
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := chromedp.Run(pctx, chromedp.Poll[chromedp.Void](expr, chromedp.WithPollingInterval(20*time.Millisecond))); err != nil {
+		var text string
+		_, _ = chromedp.Run(ctx, chromedp.Evaluate[chromedp.Void](`0`))
+		text, _ = chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector("main").innerText.slice(0, 2000)`))
+		t.Fatalf("%s: %v (waiting for %s)\npage:\n%s", what, err, expr, text)
+	}
+}
+
+// cell is the JavaScript for the text of a cell of a group's row.
+func cell(group, class string) string {
+	return fmt.Sprintf(`(document.querySelector('tr[data-group=%q] td.%s') || {}).textContent`, group, class)
+}
+
+// The dashboard in a real browser: it loads with no console error, shows a group the test
+// created with its backlog, follows publishes live, and its replay button brings a dead
+// letter back to its group.
+func TestDashboard(t *testing.T) {
+	interval := 100 * time.Millisecond
+	if *screenshots != "" {
+		interval = time.Second // as served, for the graphs
+	}
+	s := start(t, stackOptions{admin: newCaptureAdmin, interval: interval, plugins: []plugins.Spec{
+		{Name: "tenant-filter", Wasm: wasm(t, "pass"), Topics: []string{"orders.>"}},
+		{Name: "shipping-router", Wasm: wasm(t, "trap"), Topics: []string{"orders.shipped"}, BreakerCooldown: 10 * time.Second},
+	}})
+	ctx := browser(t)
+	if err := s.b.Declare(broker.GroupConfig{Name: "resizers", Patterns: []string{"jobs.thumb.*"}, MaxDeliveries: 1}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		s.publish(t, "jobs.thumb."+strconv.Itoa(i), "cat.jpg")
+	}
+	if err := chromedp.Do(ctx, chromedp.Navigate(s.url+"/#groups")); err != nil {
+		t.Fatal(err)
+	}
+	waitJS(t, ctx, "the group's backlog", cell("resizers", "queued")+` === "3"`)
+	waitJS(t, ctx, "live status", `document.getElementById("status").dataset.state === "live"`)
+	for i := range 2 {
+		s.publish(t, "jobs.thumb.more"+strconv.Itoa(i), "dog.jpg")
+	}
+	waitJS(t, ctx, "the backlog after publishing", cell("resizers", "queued")+` === "5"`)
+
+	// A member takes one message and nacks it: with max_deliveries 1 it is dead-lettered.
+	m := s.join(t, "resizers", &pb.OpenSubscription{TopicPatterns: []string{"jobs.thumb.*"}, ConsumerGroup: "resizers"})
+	waitJS(t, ctx, "the member", cell("resizers", "members")+` === "1"`)
+	m.nack(t, m.next(t))
+	waitJS(t, ctx, "the dead letter counted", cell("resizers", "dead-lettered")+` === "1"`)
+	m.ack(t, m.next(t))
+	waitJS(t, ctx, "the ack", cell("resizers", "acked")+` === "1"`)
+	waitJS(t, ctx, "the backlog after the member", cell("resizers", "queued")+` === "2"`)
+
+	// Its dead letters, from the group's row; replay brings it back to the group.
+	if err := chromedp.Do(ctx, chromedp.Click(`tr[data-group="resizers"] td.actions button`)); err != nil {
+		t.Fatal(err)
+	}
+	waitJS(t, ctx, "the dead-letter tab", `location.hash === "#dead-letters" && document.getElementById("dl-group").value === "resizers"`)
+	waitJS(t, ctx, "the dead letter listed", `document.querySelectorAll("#dl-table tr[data-id]").length === 1 && document.querySelector("#dl-table td.reason").textContent === "nack"`)
+	before, err := s.b.Group("resizers")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(ctx, chromedp.Click(`#dl-table button.replay`)); err != nil {
+		t.Fatal(err)
+	}
+	waitJS(t, ctx, "the dead letter gone from the list", `document.querySelectorAll("#dl-table tr[data-id]").length === 0`)
+	waitJS(t, ctx, "the toast", `document.getElementById("toast").textContent.startsWith("Replayed 1 dead letter")`)
+	g, err := s.b.Group("resizers")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.Queued+g.InFlight != before.Queued+before.InFlight+1 {
+		t.Errorf("after replay the group holds %d queued + %d in flight; before %d + %d: the dead letter did not come back",
+			g.Queued, g.InFlight, before.Queued, before.InFlight)
+	}
+	if err := chromedp.Do(ctx, chromedp.Navigate(s.url+"/#overview")); err != nil {
+		t.Fatal(err)
+	}
+	waitJS(t, ctx, "the overview's backlog", `document.getElementById("backlog-total").textContent !== "–"`)
+	for _, tab := range []string{"plugins", "streams", "overview"} {
+		if err := chromedp.Do(ctx, chromedp.Click(`#tabs a[data-tab="`+tab+`"]`)); err != nil {
+			t.Fatal(err)
+		}
+		waitJS(t, ctx, "the "+tab+" tab", `!document.getElementById("tab-`+tab+`").hidden`)
+	}
+	if *screenshots != "" {
+		takeScreenshots(t, ctx, s)
+	}
+}
+
+// captureAdmin is the test's dead-letter store until the admin API's lands: it keeps what
+// groups publish to dlq.> and replays a dead letter by publishing it to its original topic.
+type captureAdmin struct {
+	ops.EngineAdmin
+	b    *memory.Engine
+	mu   sync.Mutex
+	dead map[string][]ops.DeadLetter // by group id
+	msgs map[string]*broker.Message  // by dead-letter id
+}
+
+func newCaptureAdmin(b *memory.Engine) ops.Admin {
+	a := &captureAdmin{EngineAdmin: ops.EngineAdmin{Engine: b}, b: b, dead: map[string][]ops.DeadLetter{}, msgs: map[string]*broker.Message{}}
+	st := b.NewStream(func(*broker.Message) int { return 1 })
+	if _, err := st.Subscribe(broker.SubscribeOptions{ID: "dead-letter-capture", Patterns: []string{"dlq.>"}, Mode: broker.Fanout}); err != nil {
+		panic(err)
+	}
+	go func() { // ends when the engine shuts down and ends the stream
+		var batch []broker.Delivery
+		for {
+			select {
+			case <-st.Ready():
+			case <-st.Done():
+				return
+			}
+			for batch = st.Next(batch[:0], 64, 1<<20); len(batch) > 0; batch = st.Next(batch[:0], 64, 1<<20) {
+				for _, d := range batch {
+					if d.Msg != nil {
+						a.add(d.Msg)
+					}
+				}
+			}
+		}
+	}()
+	return a
+}
+
+func (a *captureAdmin) add(m *broker.Message) {
+	attempts, _ := strconv.Atoi(m.Headers[broker.HeaderDeadLetterAttempts])
+	dl := ops.DeadLetter{ID: m.SystemID, Topic: m.Headers[broker.HeaderDeadLetterTopic], Reason: m.Headers[broker.HeaderDeadLetterReason],
+		Attempts: attempts, At: time.Unix(0, m.PublishedAt), Headers: m.Headers, Payload: m.Payload, Size: len(m.Payload)}
+	group := m.Headers[broker.HeaderDeadLetterSubscription]
+	a.mu.Lock()
+	a.dead[group] = append(a.dead[group], dl)
+	a.msgs[dl.ID] = m
+	a.mu.Unlock()
+}
+
+func (a *captureAdmin) DeadLetters(group string, limit int) ([]ops.DeadLetter, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	dls := a.dead[group]
+	return dls[:min(limit, len(dls))], nil
+}
+
+func (a *captureAdmin) Replay(group string, ids []string) (int, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	kept, n := a.dead[group][:0], 0
+	for _, dl := range a.dead[group] {
+		if len(ids) > 0 && !strings.Contains(" "+strings.Join(ids, " ")+" ", " "+dl.ID+" ") {
+			kept = append(kept, dl)
+			continue
+		}
+		m := a.msgs[dl.ID]
+		h := maps.Clone(m.Headers)
+		maps.DeleteFunc(h, func(k, _ string) bool { return strings.HasPrefix(k, "tb-dead-letter-") })
+		if _, err := a.b.Publish(dl.Topic, m.Payload, h); err != nil {
+			return n, err
+		}
+		delete(a.msgs, dl.ID)
+		n++
+	}
+	a.dead[group] = kept
+	if n == 0 && len(ids) > 0 {
+		return 0, errors.New("no such dead letter")
+	}
+	return n, nil
+}
+
+// takeScreenshots runs some traffic through the broker for half a minute so that the graphs
+// have something to show, then saves a screenshot of each tab.
+func takeScreenshots(t *testing.T, ctx context.Context, s *stack) {
+	if err := os.MkdirAll(*screenshots, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_ = s.b.Declare(broker.GroupConfig{Name: "audit", Patterns: []string{"orders.>"}})
+	_ = s.b.Declare(broker.GroupConfig{Name: "billing", Patterns: []string{"orders.created"}, MaxDeliveries: 3})
+	work := s.join(t, "billing", &pb.OpenSubscription{TopicPatterns: []string{"orders.created"}, MaxInFlight: 8})
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() { // publishes in waves, at 200 to 1,000 messages a second
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Millisecond):
+			}
+			n := 1 + (i/2000)%5
+			for range n {
+				topic := "orders.created"
+				if i%7 == 0 {
+					topic = "orders.shipped"
+				}
+				_, _ = s.c.Publish(context.Background(), &pb.PublishRequest{Topic: topic, Payload: []byte(`{"id":` + strconv.Itoa(i) + `,"total":42.5}`)})
+			}
+		}
+	})
+	wg.Go(func() { // billing acks most, and nacks one order in 400 every time: dead letters
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case msg := <-work.msgs:
+				if id, _ := strconv.Atoi(strings.TrimPrefix(strings.Split(string(msg.GetPayload()), ",")[0], `{"id":`)); id%400 == 0 {
+					_ = work.stream.Send(&pb.SubscribeRequest{Frame: &pb.SubscribeRequest_Nack{Nack: &pb.NackBatch{SystemIds: []string{msg.GetSystemId()}, Reason: "card declined"}}})
+				} else {
+					_ = work.stream.Send(&pb.SubscribeRequest{Frame: &pb.SubscribeRequest_Ack{Ack: &pb.AckBatch{SystemIds: []string{msg.GetSystemId()}}}})
+				}
+				if i%3 == 0 {
+					time.Sleep(time.Millisecond)
+				}
+			}
+		}
+	})
+	time.Sleep(40 * time.Second)
+	for _, tab := range []string{"overview", "groups", "dead-letters", "plugins", "streams"} {
+		if tab == "dead-letters" {
+			_ = chromedp.Do(ctx, chromedp.Navigate(s.url+"/#groups"))
+			_ = chromedp.Do(ctx, chromedp.Click(`tr[data-group="billing"] td.actions button`))
+		} else {
+			_ = chromedp.Do(ctx, chromedp.Navigate(s.url+"/#"+tab))
+		}
+		time.Sleep(1500 * time.Millisecond)
+		png, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(*screenshots, tab+".png"), png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(stop)
+	wg.Wait()
+}
