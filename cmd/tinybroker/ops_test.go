@@ -1,0 +1,80 @@
+package main
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
+)
+
+// serve --http-listen starts the ops listener: metrics move with a publish, the dashboard is
+// served, and shutdown ends it with the rest.
+func TestServeHTTPListen(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	addr, logs, done, cancel := startServe(t, "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0")
+	var url string
+	deadline := time.Now().Add(5 * time.Second)
+	for url == "" {
+		if m := regexp.MustCompile(`http listening: addr=(\S+)`).FindStringSubmatch(logs.String()); m != nil {
+			url = "http://" + m[1]
+		} else if time.Now().After(deadline) {
+			cancel()
+			t.Fatalf("no http listening line in the logs:\n%s", logs.String())
+		} else {
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	conn, err := grpc.NewClient(addr.String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pb.NewBrokerClient(conn).Publish(context.Background(), &pb.PublishRequest{Topic: "hello", Payload: []byte("abc")}); err != nil {
+		t.Fatal(err)
+	}
+	conn.Close()
+	get := func(path string) string {
+		resp, err := http.Get(url + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 {
+			t.Fatalf("GET %s: %s", path, resp.Status)
+		}
+		return string(b)
+	}
+	metrics := get("/metrics")
+	for _, want := range []string{"tinybroker_published_messages_total 1\n", "tinybroker_published_bytes_total 3\n",
+		"tinybroker_unrouted_messages_total 1\n", "go_goroutines", "tinybroker_build_info{"} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics has no %q", want)
+		}
+	}
+	if !strings.Contains(get("/"), "<title>tinybroker</title>") {
+		t.Error("no dashboard at /")
+	}
+	http.DefaultClient.CloseIdleConnections()
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("serve: %v", err)
+	}
+}
+
+// A non-loopback --http-listen is refused unless --http-allow-remote.
+func TestServeHTTPListenRemote(t *testing.T) {
+	var logs syncBuffer
+	err := serve(context.Background(), []string{"--listen", "127.0.0.1:0", "--http-listen", "0.0.0.0:0"}, &logs, nil)
+	if err == nil || !strings.Contains(err.Error(), "not a loopback address") || !strings.Contains(err.Error(), "--http-allow-remote") {
+		t.Fatalf("serve with a non-loopback --http-listen: %v", err)
+	}
+}
