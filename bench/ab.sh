@@ -5,6 +5,10 @@
 # client (B's). Prints every repetition's line and, per workload, the medians and B ÷ A.
 #   bench/ab.sh A_REV B_REV [ROUNDS] [WORKLOAD ...]     # e.g. bench/ab.sh HEAD~3 HEAD 3 W1 W2
 # B_REV may be "." for the working tree. RUN_FLAGS are passed to every `tinybroker bench`.
+# A_SERVE_FLAGS and B_SERVE_FLAGS are passed to each side's `tinybroker serve`; a side whose
+# serve has an HTTP listener (--http-listen 127.0.0.1:0) is scraped at /metrics every
+# SCRAPE_EVERY (1s) during its runs, as Prometheus would. The cost of metrics, one binary:
+#   B_SERVE_FLAGS='--http-listen 127.0.0.1:0' bench/ab.sh . . 5 W1 W2
 set -euo pipefail
 a=${1:?A_REV}; b=${2:?B_REV}; rounds=${3:-3}; shift $(( $# < 3 ? $# : 3 ))
 workloads=("$@"); [ ${#workloads[@]} -gt 0 ] || workloads=(W1 W2)
@@ -18,21 +22,26 @@ build() { # rev out
 }
 build "$a" "$tmp/a"; build "$b" "$tmp/b"
 
-run() { # binary workload -> the bench's result lines
-  local log="$tmp/serve.log" pid addr=""
-  "$1" serve --listen 127.0.0.1:0 2>"$log" & pid=$!
+run() { # binary workload serve-flags -> the bench's result lines
+  local log="$tmp/serve.log" pid addr="" http="" scrape=()
+  # shellcheck disable=SC2086
+  "$1" serve --listen 127.0.0.1:0 $3 2>"$log" & pid=$!
   for _ in $(seq 100); do
-    addr=$(grep -o 'addr=[0-9.:]*' "$log" | head -1 | cut -d= -f2) && [ -n "$addr" ] && break
+    addr=$(grep 'msg=listening\|: listening:' "$log" | grep -o 'addr=[0-9.:]*' | head -1 | cut -d= -f2) && [ -n "$addr" ] && break
     sleep 0.1
   done
-  "$tmp/b" bench -addr "$addr" -server-pid "$pid" -w "$2" -reps 1 ${RUN_FLAGS:-} 2>/dev/null | grep -v '^#' || true
+  http=$(grep 'http listening' "$log" | grep -o 'addr=[0-9.:]*' | head -1 | cut -d= -f2 || true)
+  [ -z "$http" ] || scrape=(-scrape "http://$http/metrics" -scrape-every "${SCRAPE_EVERY:-1s}")
+  "$tmp/b" bench -addr "$addr" -server-pid "$pid" -w "$2" -reps 1 "${scrape[@]}" ${RUN_FLAGS:-} 2>"$tmp/bench.err" | grep -v '^#' || true
+  grep '^# scraper' "$tmp/bench.err" >&2 || true
   kill "$pid"; wait "$pid" 2>/dev/null || true
 }
 
 for w in "${workloads[@]}"; do
   for r in $(seq "$rounds"); do
     for side in a b; do
-      run "$tmp/$side" "$w" | grep -iv median | sed "s/^/$side $w round$r /" | tee -a "$tmp/results"
+      flags=A_SERVE_FLAGS; [ "$side" = b ] && flags=B_SERVE_FLAGS
+      run "$tmp/$side" "$w" "${!flags:-}" | grep -iv median | sed "s/^/$side $w round$r /" | tee -a "$tmp/results"
     done
   done
 done

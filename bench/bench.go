@@ -93,6 +93,11 @@ type Config struct {
 	Duration time.Duration
 	// W6Conns is the number of connections W6's streams are spread over (8).
 	W6Conns int
+
+	// Scrape is a URL (the broker's /metrics) to GET every ScrapeEvery (1s) for the whole
+	// run, as a Prometheus server would, to measure what metrics cost (BENCHMARKS.md).
+	Scrape      string
+	ScrapeEvery time.Duration
 }
 
 var defaultN = map[string]int{"W1": 500_000, "W2": 500_000, "W5": 200_000} // W3: 5 s at Rate
@@ -159,6 +164,17 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 	payload := make([]byte, cfg.Size)
 	_, _ = rand.Read(payload)
 	stdout, stderr = &lockedWriter{w: stdout}, &lockedWriter{w: stderr}
+	if cfg.Scrape != "" {
+		if cfg.ScrapeEvery <= 0 {
+			cfg.ScrapeEvery = time.Second
+		}
+		sctx, stop := context.WithCancel(ctx)
+		summary := scrape(sctx, cfg.Scrape, cfg.ScrapeEvery)
+		defer func() {
+			stop()
+			fmt.Fprintln(stderr, summary())
+		}()
+	}
 	if cfg.Addr == "" && cfg.ServerPID == 0 && slices.Contains(cfg.Workloads, "W5") {
 		fmt.Fprintln(stderr, "# in-process broker: W5 reports no RSS figures (run against `tinybroker serve` with -server-pid)")
 	}

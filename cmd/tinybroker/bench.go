@@ -57,6 +57,8 @@ Flags:
 	fs.IntVar(&cfg.Streams, "streams", 10000, "W6: fanout subscriber streams, each on a topic of its own")
 	fs.DurationVar(&cfg.Duration, "duration", 10*time.Second, "W6: measured time per repetition; every topic gets a message a second")
 	fs.IntVar(&cfg.W6Conns, "w6-conns", 8, "W6: connections the streams are spread over")
+	fs.StringVar(&cfg.Scrape, "scrape", "", "GET this `URL` (the broker's http://HOST:PORT/metrics, serve --http-listen) every -scrape-every during the run, as Prometheus would: the cost of metrics")
+	fs.DurationVar(&cfg.ScrapeEvery, "scrape-every", time.Second, "how often -scrape scrapes")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

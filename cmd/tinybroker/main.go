@@ -178,7 +178,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer, listening chan<
 		srvOpts.Reload = pm.reload
 	}
 	srv := server.New(b, cfg.Broker.MaxMessageBytes, srvOpts)
-	stopOps, _, err := startOps(cfg.HTTP, b, srv, pm, log.Named("http"))
+	stopOps, httpAddr, err := startOps(cfg.HTTP, b, srv, pm, log.Named("http"))
 	if err != nil {
 		lis.Close()
 		_ = srv.Shutdown(context.Background())
@@ -191,6 +191,9 @@ func serve(ctx context.Context, args []string, stderr io.Writer, listening chan<
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(lis) }()
 	log.Info("listening", "addr", lis.Addr().String(), "config", cfgName(*configPath))
+	if httpAddr != nil { // after the gRPC address, which scripts take from the first such line
+		log.Named("http").Info("http listening", "addr", httpAddr.String(), "metrics", "/metrics", "dashboard", "/", "pprof", "/debug/pprof/")
+	}
 	if listening != nil {
 		listening <- lis.Addr()
 	}

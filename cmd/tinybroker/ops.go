@@ -55,7 +55,6 @@ func startOps(cfg config.HTTP, b broker.Engine, srv *server.Server, pm *pluginMa
 		MaxGroupSeries: cfg.MetricsMaxGroups, Logger: log})
 	served := make(chan error, 1)
 	go func() { served <- o.Serve(lis) }()
-	log.Info("http listening", "addr", lis.Addr().String(), "metrics", "/metrics", "dashboard", "/", "pprof", "/debug/pprof/")
 	return func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
