@@ -78,7 +78,7 @@ var (
 	dPSkipped   = desc("plugin_skipped_calls_total", "Calls not made because the plugin's circuit breaker was open (its failure policy applied).", "plugin")
 	dPBreaker   = desc("plugin_breaker_open", "1 while the plugin's circuit breaker is open.", "plugin")
 	dPInstances = desc("plugin_instances", "Instances of the plugin alive (idle, busy or being created).", "plugin")
-	dPLatency   = desc("plugin_call_duration_seconds", "Duration of a sample of a hook's calls: the first and one in 16 after it.", "plugin", "hook")
+	dPLatency   = desc("plugin_call_duration_seconds", "Duration of a sample of a hook's calls: the first and one in 64 after it.", "plugin", "hook")
 )
 
 var allDescs = []*prometheus.Desc{dPublished, dDelivered, dAcked, dRedelivered, dDeadLettered, dUnrouted,
