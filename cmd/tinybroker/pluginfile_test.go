@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/tinybroker/tinybroker/internal/brokertest"
 	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
 )
 
@@ -34,7 +35,7 @@ func TestServeRefusesPluginFiles(t *testing.T) {
 	} {
 		writeConfig(t, cfg, "plugin \"p\" {\n  path = \""+c.path+"\"\n}\n")
 		done := make(chan error, 1)
-		var logs syncBuffer
+		var logs brokertest.Log
 		go func() { done <- serve(context.Background(), []string{"--config", cfg}, &logs, nil) }()
 		select {
 		case err := <-done:
@@ -82,16 +83,10 @@ func TestReloadRefusesBadFileUnderLoad(t *testing.T) {
 	}
 	_, leave := member()
 	leave()
-	for deadline := time.Now().Add(10 * time.Second); ; {
+	brokertest.Eventually(t, "the member to leave", func() bool {
 		st, err := c.Stats(context.Background(), &pb.StatsRequest{})
-		if err == nil && len(st.GetGroups()) == 1 && st.GetGroups()[0].GetMembers() == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the member did not leave: %v %v", st, err)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return err == nil && len(st.GetGroups()) == 1 && st.GetGroups()[0].GetMembers() == 0
+	})
 
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
