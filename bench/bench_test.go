@@ -168,13 +168,13 @@ func w4Plugins(t *testing.T) string {
 	}
 	dir := t.TempDir()
 	for _, p := range []string{"w4-filter", "w4-transform"} {
-		cmd := exec.Command(goBin, "build", "-buildmode=c-shared", "-trimpath", "-o", filepath.Join(dir, "bin", p+".wasm"), "../../bench/plugins/"+p)
+		cmd := exec.Command(goBin, "build", "-buildmode=c-shared", "-trimpath", "-o", filepath.Join(dir, "bin", p+".wasm"), "./plugins/"+p)
 		cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("build %s: %v\n%s", p, err, out)
 		}
 	}
-	src, err := os.ReadFile("../../bench/w4-go.hcl")
+	src, err := os.ReadFile("w4-go.hcl")
 	if err != nil {
 		t.Fatal(err)
 	}
