@@ -318,18 +318,25 @@ func TestCircuitBreaker(t *testing.T) {
 	}
 }
 
+// nackOnce starts a broker with chain, a watcher of dead letters and member m of group g,
+// publishes to m and nacks its first delivery.
+func nackOnce(t *testing.T, chain *Chain) (b broker.Engine, watch, m *brokertest.Sub) {
+	t.Helper()
+	b = brokertest.Start(t, brokertest.Options{Hooks: chain})
+	watch = brokertest.Subscribe(t, b, broker.SubscribeOptions{Patterns: []string{"dlq.>"}, Mode: broker.Fanout})
+	m = brokertest.Subscribe(t, b, broker.SubscribeOptions{ID: "g", Group: "g", Patterns: []string{"j"}, Mode: broker.Balanced})
+	res, _ := b.Publish("j", nil, nil)
+	m.Next(t)
+	m.Nack([]string{res.SystemID}, 0, "")
+	return b, watch, m
+}
+
 // A trapping on_redeliver plugin: fail_open redelivers as usual, dead_letter dead-letters.
 func TestRedeliverFailurePolicies(t *testing.T) {
 	h := newHost(t)
 	for _, policy := range []FailurePolicy{FailOpen, FailClosed, FailDeadLetter} {
 		t.Run(policy.String(), func(t *testing.T) {
-			chain := load(t, h, Spec{Name: "trap", Wasm: fixture(t, "trap"), Topics: []string{"none"}, FailurePolicy: policy})
-			b := brokertest.Start(t, brokertest.Options{Hooks: chain})
-			watch := brokertest.Subscribe(t, b, broker.SubscribeOptions{Patterns: []string{"dlq.>"}, Mode: broker.Fanout})
-			m := brokertest.Subscribe(t, b, broker.SubscribeOptions{ID: "g", Group: "g", Patterns: []string{"j"}, Mode: broker.Balanced})
-			res, _ := b.Publish("j", nil, nil)
-			m.Next(t)
-			m.Nack([]string{res.SystemID}, 0, "")
+			_, watch, m := nackOnce(t, load(t, h, Spec{Name: "trap", Wasm: fixture(t, "trap"), Topics: []string{"none"}, FailurePolicy: policy}))
 			if policy != FailDeadLetter { // fail_closed: treated as a nack, i.e. redelivered
 				if d := m.Next(t); d.Attempt != 2 {
 					t.Fatalf("attempt %d", d.Attempt)
@@ -383,13 +390,7 @@ func TestSwapChainsUnderLoad(t *testing.T) {
 
 // The DROP verdict of on_redeliver forgets the message: no redelivery, no dead letter.
 func TestRedeliverDrop(t *testing.T) {
-	chain := load(t, newHost(t), Spec{Name: "forget", Wasm: fixture(t, "forget")})
-	b := brokertest.Start(t, brokertest.Options{Hooks: chain})
-	watch := brokertest.Subscribe(t, b, broker.SubscribeOptions{Patterns: []string{"dlq.>"}, Mode: broker.Fanout})
-	m := brokertest.Subscribe(t, b, broker.SubscribeOptions{ID: "g", Group: "g", Patterns: []string{"j"}, Mode: broker.Balanced})
-	res, _ := b.Publish("j", nil, nil)
-	m.Next(t)
-	m.Nack([]string{res.SystemID}, 0, "")
+	b, watch, m := nackOnce(t, load(t, newHost(t), Spec{Name: "forget", Wasm: fixture(t, "forget")}))
 	m.None(t, 50*time.Millisecond)
 	watch.None(t, 0)
 	if g := b.Stats().Groups[0]; g.Dropped != 1 || g.InFlight != 0 || g.Queued != 0 {

@@ -78,6 +78,16 @@ func (tb *testBroker) publishH(t *testing.T, topic, payload string, headers map[
 	return resp.GetSystemId()
 }
 
+// publishStream opens a PublishStream.
+func (tb *testBroker) publishStream(t *testing.T) pb.Broker_PublishStreamClient {
+	t.Helper()
+	stream, err := tb.c.PublishStream(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return stream
+}
+
 // sub is an open Subscribe stream whose messages a goroutine collects.
 type sub struct {
 	t          *testing.T
@@ -155,16 +165,10 @@ func (s *sub) close() {
 	<-s.done
 }
 
-// next returns the next message, failing the test after 10s.
+// next returns the next message.
 func (s *sub) next() *pb.Message {
 	s.t.Helper()
-	select {
-	case m := <-s.msgs:
-		return m
-	case <-time.After(10 * time.Second):
-		s.t.Fatalf("subscription %s: no message within 10s", s.subscribed.GetSubscriptionId())
-		return nil
-	}
+	return brokertest.Receive(s.t, s.msgs, "a message on subscription "+s.subscribed.GetSubscriptionId())
 }
 
 // none asserts that no message arrives for d.
@@ -194,11 +198,7 @@ func (s *sub) send(f *pb.SubscribeRequest) {
 // ended waits for the stream to end and returns its status.
 func (s *sub) ended() *status.Status {
 	s.t.Helper()
-	select {
-	case <-s.done:
-	case <-time.After(10 * time.Second):
-		s.t.Fatal("stream did not end within 10s")
-	}
+	brokertest.Receive(s.t, s.done, "the stream to end")
 	return status.Convert(s.err)
 }
 

@@ -119,10 +119,7 @@ func TestBadInput(t *testing.T) {
 func TestPublishStream(t *testing.T) {
 	tb := start(t, brokertest.Options{})
 	s := tb.open(t, fanout("ps", "ps.>"))
-	stream, err := tb.c.PublishStream(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	stream := tb.publishStream(t)
 	const frames, perFrame = 50, 20
 	go func() {
 		for f := range frames {
@@ -176,10 +173,7 @@ func TestPublishStream(t *testing.T) {
 func TestPublishStreamErrorsOnly(t *testing.T) {
 	tb := start(t, brokertest.Options{})
 	s := tb.open(t, fanout("eo", "eo.>"))
-	stream, err := tb.c.PublishStream(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	stream := tb.publishStream(t)
 	send := func(seq uint64, errorsOnly bool, topics ...string) {
 		req := &pb.PublishStreamRequest{Sequence: seq, ErrorsOnly: errorsOnly}
 		for _, tp := range topics {
@@ -278,13 +272,8 @@ func TestGracefulShutdown(t *testing.T) {
 	case <-time.After(100 * time.Millisecond):
 	}
 	member.ack(m.GetSystemId())
-	select {
-	case err := <-shut:
-		if err != nil {
-			t.Fatalf("Shutdown: %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Shutdown did not return after the last ack")
+	if err := brokertest.Receive(t, shut, "Shutdown to return after the last ack"); err != nil {
+		t.Fatalf("Shutdown: %v", err)
 	}
 	for _, s := range []*sub{member, watcher} {
 		if st := s.ended(); st.Code() != codes.Unavailable || !strings.Contains(st.Message(), "shutting down") {

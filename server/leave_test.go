@@ -73,10 +73,7 @@ func TestStreamNackOnlyOwnDeliveries(t *testing.T) {
 // Shutdown ends open publish streams with UNAVAILABLE at once.
 func TestPublishStreamShutdown(t *testing.T) {
 	tb := start(t, brokertest.Options{})
-	stream, err := tb.c.PublishStream(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	stream := tb.publishStream(t)
 	if err := stream.Send(&pb.PublishStreamRequest{Sequence: 1, Messages: []*pb.PublishRequest{{Topic: "x"}}}); err != nil {
 		t.Fatal(err)
 	}
@@ -85,15 +82,10 @@ func TestPublishStreamShutdown(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- tb.srv.Shutdown(context.Background()) }()
-	_, err = stream.Recv()
+	_, err := stream.Recv()
 	wantCode(t, err, codes.Unavailable, "shutting down")
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("Shutdown did not return")
+	if err := brokertest.Receive(t, done, "Shutdown to return"); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -121,10 +121,7 @@ func TestLimitPublishAnswerBounded(t *testing.T) {
 	for range n {
 		f.Messages = append(f.Messages, &pb.PublishRequest{})
 	}
-	stream, err := tb.c.PublishStream(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	stream := tb.publishStream(t)
 	if err := stream.Send(f); err != nil {
 		t.Fatal(err)
 	}

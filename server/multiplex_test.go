@@ -13,13 +13,7 @@ import (
 // event returns the next subscribed or refused frame.
 func (s *sub) event() *pb.SubscribeResponse {
 	s.t.Helper()
-	select {
-	case e := <-s.events:
-		return e
-	case <-time.After(10 * time.Second):
-		s.t.Fatal("no subscribed/refused frame within 10s")
-		return nil
-	}
+	return brokertest.Receive(s.t, s.events, "a subscribed or refused frame")
 }
 
 func openFrame(o *pb.OpenSubscription) *pb.SubscribeRequest {

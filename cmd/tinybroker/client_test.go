@@ -9,7 +9,6 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	"go.uber.org/goleak"
 
@@ -39,17 +38,6 @@ func startSub(t *testing.T, ctx context.Context, args ...string) (stdout *broker
 	return stdout, res
 }
 
-func wait(t *testing.T, result <-chan error) error {
-	t.Helper()
-	select {
-	case err := <-result:
-		return err
-	case <-time.After(brokertest.Patience):
-		t.Fatal("sub did not return")
-		return nil
-	}
-}
-
 var publishedLine = regexp.MustCompile(`^published (\S+) to (\S+) \(routed to (\d+)\)\n$`)
 
 // pub runs runPub and returns the system_id it printed.
@@ -76,7 +64,7 @@ func TestPubSub(t *testing.T) {
 	id2 := pub(t, "--addr", addr, "orders.paid", "-")
 	id3 := pub(t, "--addr", addr, "orders.shipped", "line 1\nline 2")
 
-	if err := wait(t, result); err != nil {
+	if err := brokertest.Receive(t, result, "sub to return"); err != nil {
 		t.Fatalf("sub: %v", err)
 	}
 	want := "[orders.created] " + id1 + ` attempt=1 hello world {k=v, "trace id"="x y"}` + "\n" +
@@ -92,7 +80,7 @@ func TestSubGroupAcksAndStopsAtCount(t *testing.T) {
 	out, result := startSub(t, context.Background(), "--addr", addr, "--group", "workers", "--max-in-flight", "2", "--count", "1", "jobs.*")
 	id := pub(t, "--addr", addr, "jobs.a", "one")
 	pub(t, "--addr", addr, "jobs.b", "two")
-	if err := wait(t, result); err != nil {
+	if err := brokertest.Receive(t, result, "sub to return"); err != nil {
 		t.Fatalf("sub: %v", err)
 	}
 	if got, want := out.String(), "[jobs.a] "+id+" attempt=1 one\n"; got != want {
@@ -113,7 +101,7 @@ func TestSubStopsOnCancel(t *testing.T) {
 		t.Fatalf("subscriptions %+v, want one named watch", s)
 	}
 	cancel()
-	if err := wait(t, result); err != nil {
+	if err := brokertest.Receive(t, result, "sub to return"); err != nil {
 		t.Fatalf("sub after cancel: %v, want nil", err)
 	}
 }

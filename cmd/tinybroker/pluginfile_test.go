@@ -10,7 +10,6 @@ import (
 	"sync"
 	"syscall"
 	"testing"
-	"time"
 
 	"go.uber.org/goleak"
 	"google.golang.org/grpc/codes"
@@ -37,13 +36,9 @@ func TestServeRefusesPluginFiles(t *testing.T) {
 		done := make(chan error, 1)
 		var logs brokertest.Log
 		go func() { done <- serve(context.Background(), []string{"--config", cfg}, &logs, nil) }()
-		select {
-		case err := <-done:
-			if err == nil || !strings.Contains(err.Error(), cfg+":4,10-") || !strings.Contains(err.Error(), c.want) {
-				t.Errorf("serve with plugin path %s = %v; want %s:4,10-... and %q", c.path, err, cfg, c.want)
-			}
-		case <-time.After(20 * time.Second):
-			t.Fatalf("serve with plugin path %s did not return", c.path)
+		err := brokertest.Receive(t, done, "serve with plugin path "+c.path+" to return")
+		if err == nil || !strings.Contains(err.Error(), cfg+":4,10-") || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("serve with plugin path %s = %v; want %s:4,10-... and %q", c.path, err, cfg, c.want)
 		}
 	}
 }

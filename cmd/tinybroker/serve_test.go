@@ -11,7 +11,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
@@ -74,13 +73,8 @@ func TestServeInProcess(t *testing.T) {
 		t.Fatalf("publish: %v %v", resp, err)
 	}
 	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("serve returned %v", err)
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("serve did not return after cancel")
+	if err := brokertest.Receive(t, done, "serve to return after cancel"); err != nil {
+		t.Fatalf("serve returned %v", err)
 	}
 	if !strings.Contains(logs.String(), `"@message":"stopped"`) {
 		t.Fatalf("logs are not JSON or lack the stop line:\n%s", logs.String())

@@ -28,6 +28,20 @@ func Eventually(tb testing.TB, what string, cond func() bool) {
 	}
 }
 
+// Receive waits for a value from ch; after Patience it fails the test, saying it was waiting
+// for what.
+func Receive[T any](tb testing.TB, ch <-chan T, what string) T {
+	tb.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(Patience):
+		tb.Fatalf("timed out after %v waiting for %s", Patience, what)
+		var zero T
+		return zero
+	}
+}
+
 // Sub is a subscription on a stream of its own, drained in the test's goroutine.
 type Sub struct {
 	broker.Subscription

@@ -93,10 +93,7 @@ func TestPublisherInOrder(t *testing.T) {
 	ts := servertest.Start(t, servertest.Options{})
 	c := dial(t, ts.Addr)
 	var got recorder[string]
-	subscribe(t, c, client.SubscribeOptions{Patterns: []string{"seq.*"}}, func(_ context.Context, m *client.Message) error {
-		got.add(string(m.Payload))
-		return nil
-	})
+	subscribe(t, c, client.SubscribeOptions{Patterns: []string{"seq.*"}}, payloadsTo(&got))
 
 	var confirmed, routed atomic.Int64
 	var lastID atomic.Value
@@ -184,10 +181,7 @@ func TestPublisherErrorsOnly(t *testing.T) {
 	ts := servertest.Start(t, servertest.Options{})
 	c := dial(t, ts.Addr)
 	var got recorder[string]
-	subscribe(t, c, client.SubscribeOptions{Patterns: []string{"eo.*"}}, func(_ context.Context, m *client.Message) error {
-		got.add(string(m.Payload))
-		return nil
-	})
+	subscribe(t, c, client.SubscribeOptions{Patterns: []string{"eo.*"}}, payloadsTo(&got))
 	var results recorder[string]
 	p, err := c.NewPublisher(context.Background(), client.PublisherOptions{ErrorsOnly: true, MaxPending: 8, MaxBatch: 2,
 		OnResult: func(topic string, res client.PublishResult, err error) {
@@ -397,13 +391,7 @@ func TestManualAck(t *testing.T) {
 		})
 	next := func() *client.Message {
 		t.Helper()
-		select {
-		case m := <-msgs:
-			return m
-		case <-time.After(brokertest.Patience):
-			t.Fatal("no message")
-			return nil
-		}
+		return brokertest.Receive(t, msgs, "a message")
 	}
 	for _, topic := range []string{"m.1", "m.2"} {
 		if _, err := c.Publish(context.Background(), topic, nil, nil); err != nil {
@@ -511,14 +499,8 @@ func TestReconnect(t *testing.T) {
 	ts := servertest.Start(t, servertest.Options{})
 	c := dial(t, ts.Addr)
 	var fan, bal recorder[string]
-	fs := subscribe(t, c, client.SubscribeOptions{ID: "watcher", Patterns: []string{"r.*"}}, func(_ context.Context, m *client.Message) error {
-		fan.add(string(m.Payload))
-		return nil
-	})
-	bs := subscribe(t, c, client.SubscribeOptions{Group: "rg", Mode: client.Balanced, Patterns: []string{"r.*"}}, func(_ context.Context, m *client.Message) error {
-		bal.add(string(m.Payload))
-		return nil
-	})
+	fs := subscribe(t, c, client.SubscribeOptions{ID: "watcher", Patterns: []string{"r.*"}}, payloadsTo(&fan))
+	bs := subscribe(t, c, client.SubscribeOptions{Group: "rg", Mode: client.Balanced, Patterns: []string{"r.*"}}, payloadsTo(&bal))
 	if _, err := c.Publish(context.Background(), "r.1", []byte("before"), nil); err != nil {
 		t.Fatal(err)
 	}
@@ -585,11 +567,7 @@ func TestContextEndsSubscription(t *testing.T) {
 		t.Fatal(err)
 	}
 	cancel()
-	select {
-	case <-s.Done():
-	case <-time.After(brokertest.Patience):
-		t.Fatal("subscription still running after its context was cancelled")
-	}
+	brokertest.Receive(t, s.Done(), "the subscription to end after its context was cancelled")
 	if err := s.Err(); err != nil {
 		t.Fatalf("Err() = %v after cancel, want nil", err)
 	}
@@ -617,11 +595,7 @@ func TestSlowFanoutConsumerEnds(t *testing.T) {
 		}
 	}
 	close(release)
-	select {
-	case <-s.Done():
-	case <-time.After(brokertest.Patience):
-		t.Fatal("the slow subscription did not end")
-	}
+	brokertest.Receive(t, s.Done(), "the slow subscription to end")
 	if err := s.Err(); status.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("Err() = %v, want ResourceExhausted (no reconnect for a slow consumer)", err)
 	}

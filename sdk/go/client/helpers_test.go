@@ -41,6 +41,14 @@ func subscribe(t testing.TB, c *client.Client, o client.SubscribeOptions, h clie
 	return s
 }
 
+// payloadsTo is a handler that adds the payloads it gets to r.
+func payloadsTo(r *recorder[string]) client.Handler {
+	return func(_ context.Context, m *client.Message) error {
+		r.add(string(m.Payload))
+		return nil
+	}
+}
+
 // recorder collects what handlers saw.
 type recorder[T any] struct {
 	mu   sync.Mutex
