@@ -41,7 +41,8 @@ type Options struct {
 	DropSlowConsumers    bool          // drop what a full buffer cannot take, instead of ending the subscription
 	PublisherWait        time.Duration // how long a publish may wait for a filling subscriber
 
-	// Hooks, if not nil, are installed before the test gets the engine.
+	// Hooks, if not nil, are installed before the test gets the engine. (A nil
+	// *plugins.Chain in this interface is not nil: leave Hooks unset instead.)
 	Hooks broker.Hooks
 }
 
