@@ -146,12 +146,11 @@ const (
 	Balanced
 )
 
+var modeNames = [...]string{Fanout: "fanout", Balanced: "balanced"}
+
 func (m Mode) String() string {
-	switch m {
-	case Fanout:
-		return "fanout"
-	case Balanced:
-		return "balanced"
+	if int(m) < len(modeNames) && modeNames[m] != "" {
+		return modeNames[m]
 	}
 	return "unspecified"
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/internal/abi"
 )
 
 // FailurePolicy says what becomes of a message when a plugin fails on it.
@@ -25,9 +26,9 @@ const (
 
 // Hook names, as in the config file.
 const (
-	HookPublish   = "on_publish"
-	HookAck       = "on_ack"
-	HookRedeliver = "on_redeliver"
+	HookPublish   = abi.NamePublish
+	HookAck       = abi.NameAck
+	HookRedeliver = abi.NameRedeliver
 )
 
 // Spec declares one plugin, as the config file's plugin block does. Zero values take the

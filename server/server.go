@@ -416,32 +416,20 @@ func (s *Server) receive(stream grpc.BidiStreamingServer[pb.SubscribeRequest, pb
 		var skipped int
 		switch f := req.GetFrame().(type) {
 		case *pb.SubscribeRequest_Ack:
-			sub, err := settling(st, "ack", f.Ack.GetSubscriptionId())
-			if err != nil {
-				return err
-			}
-			if sub != nil {
-				skipped = sub.Ack(f.Ack.GetSystemIds())
-			}
+			skipped, err = settle(st, "ack", f.Ack.GetSubscriptionId(), func(sub broker.Subscription) int {
+				return sub.Ack(f.Ack.GetSystemIds())
+			})
 		case *pb.SubscribeRequest_Nack:
 			if d := f.Nack.GetDelay(); d != nil && (d.CheckValid() != nil || d.AsDuration() < 0) {
 				return status.Error(codes.InvalidArgument, "nack delay must be a valid, non-negative duration")
 			}
-			sub, err := settling(st, "nack", f.Nack.GetSubscriptionId())
-			if err != nil {
-				return err
-			}
-			if sub != nil {
-				skipped = sub.Nack(f.Nack.GetSystemIds(), f.Nack.GetDelay().AsDuration(), f.Nack.GetReason())
-			}
+			skipped, err = settle(st, "nack", f.Nack.GetSubscriptionId(), func(sub broker.Subscription) int {
+				return sub.Nack(f.Nack.GetSystemIds(), f.Nack.GetDelay().AsDuration(), f.Nack.GetReason())
+			})
 		case *pb.SubscribeRequest_Touch:
-			sub, err := settling(st, "touch", f.Touch.GetSubscriptionId())
-			if err != nil {
-				return err
-			}
-			if sub != nil {
-				skipped = sub.Touch(f.Touch.GetSystemIds())
-			}
+			skipped, err = settle(st, "touch", f.Touch.GetSubscriptionId(), func(sub broker.Subscription) int {
+				return sub.Touch(f.Touch.GetSystemIds())
+			})
 		case *pb.SubscribeRequest_Open:
 			// Each open is answered through the stream's buffer; a client that sent opens
 			// without reading the answers would grow it without bound (a refusal is larger
@@ -458,6 +446,9 @@ func (s *Server) receive(stream grpc.BidiStreamingServer[pb.SubscribeRequest, pb
 			}
 		default:
 			return status.Error(codes.InvalidArgument, "empty SubscribeRequest frame; set one of open, ack, nack, touch or close")
+		}
+		if err != nil {
+			return err
 		}
 		if skipped > 0 {
 			s.log.Trace("skipped unknown ids", "count", skipped)
@@ -496,14 +487,17 @@ func (s *Server) waitToOpen(ctx context.Context, st broker.Stream, o *opens) err
 	return nil
 }
 
-// settling finds the subscription an ack, nack or touch frame is for: the one named, or the
-// stream's only one. It is nil (the ids are skipped) when the subscription is gone.
-func settling(st broker.Stream, what, id string) (broker.Subscription, error) {
+// settle applies an ack, nack or touch frame to the subscription it is for: the one named, or
+// the stream's only one. When the subscription is gone the frame's ids are skipped.
+func settle(st broker.Stream, what, id string, apply func(broker.Subscription) (skipped int)) (int, error) {
 	sub, n := st.Lookup(id)
-	if sub == nil && id == "" && n > 1 {
-		return nil, status.Errorf(codes.InvalidArgument, "this stream carries %d subscriptions: set subscription_id on %s frames", n, what)
+	if sub == nil {
+		if id == "" && n > 1 {
+			return 0, status.Errorf(codes.InvalidArgument, "this stream carries %d subscriptions: set subscription_id on %s frames", n, what)
+		}
+		return 0, nil
 	}
-	return sub, nil
+	return apply(sub), nil
 }
 
 func subscribeOptions(o *pb.OpenSubscription) broker.SubscribeOptions {
