@@ -106,23 +106,23 @@ func (o *Ops) getGroup(w http.ResponseWriter, r *http.Request) {
 
 func (o *Ops) purgeGroup(w http.ResponseWriter, r *http.Request) {
 	n, err := o.opts.Admin.PurgeGroup(r.PathValue("id"))
+	o.acted(w, r, "purged", n, err)
+}
+
+func (o *Ops) deleteGroup(w http.ResponseWriter, r *http.Request) {
+	o.acted(w, r, "deleted", 1, o.opts.Admin.DeleteGroup(r.PathValue("id")))
+}
+
+// acted answers an action on group {id} that did n things (or failed with err), logs it,
+// and has the next snapshot taken afresh.
+func (o *Ops) acted(w http.ResponseWriter, r *http.Request, what string, n int, err error) {
 	if err != nil {
 		adminError(w, err)
 		return
 	}
-	o.log.Info("group purged from the dashboard", "group", r.PathValue("id"), "dropped", n, "remote", r.RemoteAddr)
+	o.log.Info("group "+what+" over HTTP", "group", r.PathValue("id"), "count", n, "remote", r.RemoteAddr)
 	o.snaps.invalidate()
-	writeJSON(w, http.StatusOK, map[string]int{"purged": n})
-}
-
-func (o *Ops) deleteGroup(w http.ResponseWriter, r *http.Request) {
-	if err := o.opts.Admin.DeleteGroup(r.PathValue("id")); err != nil {
-		adminError(w, err)
-		return
-	}
-	o.log.Info("group deleted from the dashboard", "group", r.PathValue("id"), "remote", r.RemoteAddr)
-	o.snaps.invalidate()
-	writeJSON(w, http.StatusOK, map[string]bool{"deleted": true})
+	writeJSON(w, http.StatusOK, map[string]int{what: n})
 }
 
 func (o *Ops) deadLetters(w http.ResponseWriter, r *http.Request) {
@@ -155,13 +155,7 @@ func (o *Ops) replay(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	n, err := o.opts.Admin.Replay(r.PathValue("id"), req.IDs)
-	if err != nil {
-		adminError(w, err)
-		return
-	}
-	o.log.Info("dead letters replayed from the dashboard", "group", r.PathValue("id"), "replayed", n, "remote", r.RemoteAddr)
-	o.snaps.invalidate()
-	writeJSON(w, http.StatusOK, map[string]int{"replayed": n})
+	o.acted(w, r, "replayed", n, err)
 }
 
 // events streams a snapshot every Interval as server-sent events, until the client goes or

@@ -20,7 +20,6 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/tinybroker/tinybroker/broker"
-	"github.com/tinybroker/tinybroker/broker/memory"
 	"github.com/tinybroker/tinybroker/ops"
 	"github.com/tinybroker/tinybroker/plugins"
 	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
@@ -196,13 +195,13 @@ func TestDashboard(t *testing.T) {
 // groups publish to dlq.> and replays a dead letter by publishing it to its original topic.
 type captureAdmin struct {
 	ops.EngineAdmin
-	b    *memory.Engine
+	b    broker.Engine
 	mu   sync.Mutex
 	dead map[string][]ops.DeadLetter // by group id
 	msgs map[string]*broker.Message  // by dead-letter id
 }
 
-func newCaptureAdmin(b *memory.Engine) ops.Admin {
+func newCaptureAdmin(b broker.Engine) ops.Admin {
 	a := &captureAdmin{EngineAdmin: ops.EngineAdmin{Engine: b}, b: b, dead: map[string][]ops.DeadLetter{}, msgs: map[string]*broker.Message{}}
 	st := b.NewStream(func(*broker.Message) int { return 1 })
 	if _, err := st.Subscribe(broker.SubscribeOptions{ID: "dead-letter-capture", Patterns: []string{"dlq.>"}, Mode: broker.Fanout}); err != nil {

@@ -3,7 +3,6 @@ package ops_test
 import (
 	"context"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -15,12 +14,13 @@ import (
 	"github.com/prometheus/common/model"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/tinybroker/tinybroker/broker/memory"
+	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/internal/brokertest"
+	"github.com/tinybroker/tinybroker/internal/brokertest/servertest"
 	"github.com/tinybroker/tinybroker/ops"
 	"github.com/tinybroker/tinybroker/plugins"
 	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
@@ -29,10 +29,10 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// stack is a real broker: the memory engine, the gRPC server and the ops listener, each on a
-// loopback port of its own, and a gRPC client.
+// stack is a real broker: an engine of brokertest's table served over gRPC on a loopback
+// port (servertest), the ops listener on another, and a gRPC client.
 type stack struct {
-	b     *memory.Engine
+	b     broker.Engine
 	srv   *server.Server
 	ops   *ops.Ops
 	chain *plugins.Chain
@@ -41,32 +41,32 @@ type stack struct {
 }
 
 type stackOptions struct {
-	engine    memory.Options
+	engine    brokertest.Options
 	plugins   []plugins.Spec
-	admin     func(*memory.Engine) ops.Admin
+	admin     func(broker.Engine) ops.Admin
 	maxGroups int
 	interval  time.Duration // of the event stream (100ms)
 }
 
 func start(t *testing.T, so stackOptions) *stack {
 	t.Helper()
-	s := &stack{b: memory.New(so.engine)}
-	var host *plugins.Host
+	s := &stack{}
 	if len(so.plugins) > 0 {
-		var err error
-		if host, err = plugins.NewHost(plugins.HostOptions{}); err != nil {
+		host, err := plugins.NewHost(plugins.HostOptions{})
+		if err != nil {
 			t.Fatal(err)
 		}
 		if s.chain, err = host.Load(context.Background(), so.plugins); err != nil {
 			t.Fatal(err)
 		}
-		s.b.SetHooks(s.chain)
+		t.Cleanup(func() { // after the engine's shutdown (cleanups run last first)
+			_ = s.chain.Close(context.Background())
+			_ = host.Close(context.Background())
+		})
+		so.engine.Hooks = s.chain
 	}
-	s.srv = server.New(s.b, so.engine.MaxMessageBytes, server.Options{})
-	glis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	tb := servertest.Start(t, servertest.Options{Options: so.engine})
+	s.b, s.srv = tb.Engine, tb.Server
 	hlis, err := ops.Listen("127.0.0.1:0", false)
 	if err != nil {
 		t.Fatal(err)
@@ -83,33 +83,20 @@ func start(t *testing.T, so stackOptions) *stack {
 	}
 	s.ops = ops.New(opts)
 	s.url = "http://" + hlis.Addr().String()
-	grpcDone, httpDone := make(chan error, 1), make(chan error, 1)
-	go func() { grpcDone <- s.srv.Serve(glis) }()
-	go func() { httpDone <- s.ops.Serve(hlis) }()
-	conn, err := grpc.NewClient(glis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.c = pb.NewBrokerClient(conn)
-	t.Cleanup(func() {
-		conn.Close()
+	served := make(chan error, 1)
+	go func() { served <- s.ops.Serve(hlis) }()
+	t.Cleanup(func() { // before the server's and engine's
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		if err := s.ops.Shutdown(ctx); err != nil {
 			t.Errorf("ops shutdown: %v", err)
 		}
-		_ = s.srv.Shutdown(ctx)
-		for _, ch := range []chan error{grpcDone, httpDone} {
-			if err := <-ch; err != nil {
-				t.Errorf("serve: %v", err)
-			}
-		}
-		if s.chain != nil {
-			_ = s.chain.Close(ctx)
-			_ = host.Close(ctx)
+		if err := <-served; err != nil {
+			t.Errorf("ops serve: %v", err)
 		}
 		http.DefaultClient.CloseIdleConnections()
 	})
+	s.c = pb.NewBrokerClient(servertest.Dial(t, tb.Addr))
 	return s
 }
 
@@ -200,22 +187,31 @@ type member struct {
 	msgs   chan *pb.Message
 }
 
-func (s *stack) join(t *testing.T, id string, open *pb.OpenSubscription) *member {
+// openStream opens a Subscribe stream on ctx with open as its first frame, and returns the
+// stream and the server's answer (subscribed, refused, or the error that ended the stream).
+func (s *stack) openStream(t *testing.T, ctx context.Context, open *pb.OpenSubscription) (grpc.BidiStreamingClient[pb.SubscribeRequest, pb.SubscribeResponse], *pb.SubscribeResponse, error) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
 	stream, err := s.c.Subscribe(ctx)
 	if err != nil {
-		cancel()
 		t.Fatal(err)
-	}
-	open.SubscriptionId, open.ConsumerGroup, open.Mode = id, id, pb.DeliveryMode_DELIVERY_MODE_BALANCED
-	if open.AckDeadline == nil {
-		open.AckDeadline = durationpb.New(time.Minute)
 	}
 	if err := stream.Send(&pb.SubscribeRequest{Frame: &pb.SubscribeRequest_Open{Open: open}}); err != nil {
 		t.Fatal(err)
 	}
-	if r, err := stream.Recv(); err != nil || r.GetSubscribed() == nil {
+	r, err := stream.Recv()
+	return stream, r, err
+}
+
+func (s *stack) join(t *testing.T, id string, open *pb.OpenSubscription) *member {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	open.SubscriptionId, open.ConsumerGroup, open.Mode = id, id, pb.DeliveryMode_DELIVERY_MODE_BALANCED
+	if open.AckDeadline == nil {
+		open.AckDeadline = durationpb.New(time.Minute)
+	}
+	stream, r, err := s.openStream(t, ctx, open)
+	if err != nil || r.GetSubscribed() == nil {
 		t.Fatalf("open %s: %v %v", id, r, err)
 	}
 	m := &member{stream: stream, msgs: make(chan *pb.Message, 1024)}
@@ -238,13 +234,7 @@ func (s *stack) join(t *testing.T, id string, open *pb.OpenSubscription) *member
 
 func (m *member) next(t *testing.T) *pb.Message {
 	t.Helper()
-	select {
-	case msg := <-m.msgs:
-		return msg
-	case <-time.After(10 * time.Second):
-		t.Fatal("no message in 10s")
-	}
-	return nil
+	return brokertest.Receive(t, m.msgs, "a message")
 }
 
 func (m *member) nack(t *testing.T, msg *pb.Message) {

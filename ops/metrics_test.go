@@ -9,7 +9,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/tinybroker/tinybroker/broker"
-	"github.com/tinybroker/tinybroker/broker/memory"
+	"github.com/tinybroker/tinybroker/internal/brokertest"
 	"github.com/tinybroker/tinybroker/plugins"
 	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
 )
@@ -79,13 +79,8 @@ func TestMetricsRedelivery(t *testing.T) {
 	// A member that leaves holding a message.
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	stream, err := s.c.Subscribe(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = stream.Send(&pb.SubscribeRequest{Frame: &pb.SubscribeRequest_Open{Open: &pb.OpenSubscription{SubscriptionId: "left",
-		ConsumerGroup: "left", TopicPatterns: []string{"left"}, Mode: pb.DeliveryMode_DELIVERY_MODE_BALANCED}}})
-	if r, err := stream.Recv(); err != nil || r.GetSubscribed() == nil {
+	if _, r, err := s.openStream(t, ctx, &pb.OpenSubscription{SubscriptionId: "left", ConsumerGroup: "left",
+		TopicPatterns: []string{"left"}, Mode: pb.DeliveryMode_DELIVERY_MODE_BALANCED}); err != nil || r.GetSubscribed() == nil {
 		t.Fatalf("open: %v %v", r, err)
 	}
 	s.publish(t, "left", "z")
@@ -97,7 +92,7 @@ func TestMetricsRedelivery(t *testing.T) {
 
 // Refusals by status code, and a full group's rejections.
 func TestMetricsRefusals(t *testing.T) {
-	s := start(t, stackOptions{engine: memory.Options{GroupMaxQueued: 1}})
+	s := start(t, stackOptions{engine: brokertest.Options{GroupMaxQueued: 1}})
 	if _, err := s.c.Publish(context.Background(), &pb.PublishRequest{Topic: "bad topic"}); err == nil {
 		t.Fatal("a topic with a space was published")
 	}
@@ -115,13 +110,10 @@ func TestMetricsRefusals(t *testing.T) {
 	// A balanced open without a group is refused.
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	stream, err := s.c.Subscribe(ctx)
-	if err != nil {
-		t.Fatal(err)
+	if _, _, err := s.openStream(t, ctx, &pb.OpenSubscription{SubscriptionId: "x", TopicPatterns: []string{"x"},
+		Mode: pb.DeliveryMode_DELIVERY_MODE_BALANCED}); err == nil {
+		t.Fatal("a balanced subscription without a group was opened")
 	}
-	_ = stream.Send(&pb.SubscribeRequest{Frame: &pb.SubscribeRequest_Open{Open: &pb.OpenSubscription{SubscriptionId: "x",
-		TopicPatterns: []string{"x"}, Mode: pb.DeliveryMode_DELIVERY_MODE_BALANCED}}})
-	_, _ = stream.Recv()
 	s.waitMetric(t, "tinybroker_subscribe_refusals_total", eq(1), "code=InvalidArgument")
 	s.waitMetric(t, "tinybroker_publish_refusals_total", eq(0), "code=Unavailable") // every code has a series
 }

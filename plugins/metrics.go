@@ -6,6 +6,8 @@ import (
 	"math/bits"
 	"sync/atomic"
 	"time"
+
+	"github.com/tinybroker/tinybroker/internal/abi"
 )
 
 // What the metrics need of the plugins beyond Stats: calls per hook, failures by kind, a
@@ -78,16 +80,16 @@ type hookMetrics struct {
 
 // callMetrics are one plugin's metrics, per hook.
 type callMetrics struct {
-	hooks [numHooks]hookMetrics
+	hooks [abi.NumHooks]hookMetrics
 }
 
 // timed counts a call of hook k and reports whether to time it: the first call and every
 // latencySample-th after it.
-func (m *callMetrics) timed(k hookKind) bool {
+func (m *callMetrics) timed(k abi.Hook) bool {
 	return m.hooks[k].calls.Add(1)%latencySample == 1
 }
 
-func (m *callMetrics) observe(k hookKind, start time.Time) {
+func (m *callMetrics) observe(k abi.Hook, start time.Time) {
 	d := time.Since(start)
 	h := &m.hooks[k]
 	i := 0
@@ -98,7 +100,7 @@ func (m *callMetrics) observe(k hookKind, start time.Time) {
 	h.sumNanos.Add(uint64(max(d, 0)))
 }
 
-func (m *callMetrics) failed(k hookKind, err error) {
+func (m *callMetrics) failed(k abi.Hook, err error) {
 	m.hooks[k].failures[failureKind(err)].Add(1)
 }
 
@@ -131,12 +133,12 @@ func (c *Chain) Metrics() []PluginMetrics {
 		p.pool.mu.Lock()
 		pm.Instances = p.pool.alive
 		p.pool.mu.Unlock()
-		for k := hookPublish; k < numHooks; k++ {
+		for k := abi.HookPublish; k < abi.NumHooks; k++ {
 			if !p.has[k] {
 				continue
 			}
 			h := &p.metrics.hooks[k]
-			hm := HookMetrics{Hook: hookNames[k], Calls: h.calls.Load(), Buckets: make([]uint64, latencyBuckets),
+			hm := HookMetrics{Hook: abi.Names[k], Calls: h.calls.Load(), Buckets: make([]uint64, latencyBuckets),
 				Sum: float64(h.sumNanos.Load()) / 1e9}
 			for j := range h.failures {
 				hm.Failures[j] = h.failures[j].Load()

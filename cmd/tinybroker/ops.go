@@ -69,11 +69,8 @@ func startOps(cfg config.HTTP, b broker.Engine, srv *server.Server, pm *pluginMa
 
 // metrics reports the current chain's plugin metrics.
 func (pm *pluginManager) metrics() []plugins.PluginMetrics {
-	pm.mu.Lock()
-	c := pm.chain
-	pm.mu.Unlock()
-	if c == nil {
-		return nil
+	if c := pm.current(); c != nil {
+		return c.Metrics()
 	}
-	return c.Metrics()
+	return nil
 }

@@ -7,12 +7,12 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/tinybroker/tinybroker/internal/brokertest"
 	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
 )
 
@@ -21,18 +21,12 @@ import (
 func TestServeHTTPListen(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	addr, logs, done, cancel := startServe(t, "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0")
-	var url string
-	deadline := time.Now().Add(5 * time.Second)
-	for url == "" {
-		if m := regexp.MustCompile(`http listening: addr=(\S+)`).FindStringSubmatch(logs.String()); m != nil {
-			url = "http://" + m[1]
-		} else if time.Now().After(deadline) {
-			cancel()
-			t.Fatalf("no http listening line in the logs:\n%s", logs.String())
-		} else {
-			time.Sleep(5 * time.Millisecond)
-		}
+	m := regexp.MustCompile(`http listening: addr=(\S+)`).FindStringSubmatch(logs.WaitFor(t, "http listening"))
+	if m == nil {
+		cancel()
+		t.Fatalf("no address in the http listening line:\n%s", logs.String())
 	}
+	url := "http://" + m[1]
 	conn, err := grpc.NewClient(addr.String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -72,7 +66,7 @@ func TestServeHTTPListen(t *testing.T) {
 
 // A non-loopback --http-listen is refused unless --http-allow-remote.
 func TestServeHTTPListenRemote(t *testing.T) {
-	var logs syncBuffer
+	var logs brokertest.Log
 	err := serve(context.Background(), []string{"--listen", "127.0.0.1:0", "--http-listen", "0.0.0.0:0"}, &logs, nil)
 	if err == nil || !strings.Contains(err.Error(), "not a loopback address") || !strings.Contains(err.Error(), "--http-allow-remote") {
 		t.Fatalf("serve with a non-loopback --http-listen: %v", err)

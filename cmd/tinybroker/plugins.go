@@ -101,13 +101,17 @@ func (pm *pluginManager) reload(ctx context.Context) ([]string, error) {
 }
 
 func (pm *pluginManager) stats() []plugins.PluginStats {
-	pm.mu.Lock()
-	c := pm.chain
-	pm.mu.Unlock()
-	if c == nil {
-		return nil
+	if c := pm.current(); c != nil {
+		return c.Stats()
 	}
-	return c.Stats()
+	return nil
+}
+
+// current returns the chain installed now (nil: none).
+func (pm *pluginManager) current() *plugins.Chain {
+	pm.mu.Lock()
+	defer pm.mu.Unlock()
+	return pm.chain
 }
 
 // close unloads everything; the broker must be shut down first.
