@@ -26,6 +26,7 @@ import (
 
 	"github.com/tinybroker/tinybroker/broker"
 	"github.com/tinybroker/tinybroker/internal/grpcbuf"
+	"github.com/tinybroker/tinybroker/internal/wire"
 	"github.com/tinybroker/tinybroker/plugins"
 	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
 )
@@ -128,7 +129,7 @@ func New(b broker.Engine, maxMessageBytes int, opts Options) *Server {
 		return &b
 	}
 	s.grpc = grpc.NewServer(
-		grpc.ForceServerCodecV2(newCodec()),
+		grpc.ForceServerCodecV2(wire.ServerCodec()),
 		experimental.BufferPool(grpcbuf.Pool),
 		grpc.MaxRecvMsgSize(opts.MaxRecvBytes),
 		grpc.MaxConcurrentStreams(uint32(min(opts.MaxStreamsPerConnection, math.MaxUint32))),
@@ -206,7 +207,7 @@ func (s *Server) PublishStream(stream grpc.BidiStreamingServer[pb.PublishStreamR
 	// Recv cannot be interrupted, so the stream is served by a second goroutine — read a
 	// frame, publish its messages, answer — while this one only watches for shutdown. Reading
 	// and publishing on one goroutine spares a hand-off (and a thread wake-up) per frame.
-	// Frames are decoded by hand (publish.go).
+	// Frames are decoded by hand (internal/wire/publish.go).
 	done := make(chan error, 1)
 	s.wg.Add(1)
 	go func() {
@@ -228,8 +229,8 @@ func (s *Server) PublishStream(stream grpc.BidiStreamingServer[pb.PublishStreamR
 
 // servePublish reads, publishes and answers a PublishStream's frames until it ends.
 func (s *Server) servePublish(stream grpc.BidiStreamingServer[pb.PublishStreamRequest, pb.PublishStreamResponse]) error {
-	f := &publishFrame{maxMsgs: s.opts.MaxPublishBatch}
-	var results []publishResult
+	f := &wire.PublishFrame{MaxMsgs: s.opts.MaxPublishBatch}
+	var results []wire.PublishResult
 	for {
 		if err := stream.RecvMsg(f); err != nil {
 			if err == io.EOF {
@@ -237,32 +238,32 @@ func (s *Server) servePublish(stream grpc.BidiStreamingServer[pb.PublishStreamRe
 			}
 			return err
 		}
-		if f.tooMany {
+		if f.TooMany {
 			return status.Errorf(codes.ResourceExhausted, "PublishStream frame %d carries more than %d messages, the limit per frame (limits { max_publish_batch }); none of it was published: send at most %d messages per frame",
-				f.seq, s.opts.MaxPublishBatch, s.opts.MaxPublishBatch)
+				f.Seq, s.opts.MaxPublishBatch, s.opts.MaxPublishBatch)
 		}
-		results = slices.Grow(results[:0], len(f.msgs))[:len(f.msgs)]
+		results = slices.Grow(results[:0], len(f.Msgs))[:len(f.Msgs)]
 		failed := false
-		budget := answerBudget(f.size)
-		for i, m := range f.msgs {
-			res, err := s.b.Publish(m.topic, m.payload, m.headers)
+		budget := answerBudget(f.Size)
+		for i, m := range f.Msgs {
+			res, err := s.b.Publish(m.Topic, m.Payload, m.Headers)
 			if err != nil {
 				msg := omittedError
 				if budget > 0 {
 					msg = err.Error()
 					budget -= len(msg)
 				}
-				results[i] = publishResult{code: uint32(codeOf(err)), err: msg}
+				results[i] = wire.PublishResult{Code: uint32(codeOf(err)), Err: msg}
 				failed = true
 			} else {
-				results[i] = publishResult{systemID: res.SystemID, routed: uint32(res.Routed)}
+				results[i] = wire.PublishResult{SystemID: res.SystemID, Routed: uint32(res.Routed)}
 			}
 		}
-		if f.errorsOnly && !failed {
+		if f.ErrorsOnly && !failed {
 			clear(results)
 			continue
 		}
-		frame := encodePublishResponse(f.seq, results)
+		frame := wire.EncodePublishResponse(f.Seq, results)
 		clear(results)
 		if err := stream.SendMsg(frame); err != nil {
 			return err
@@ -288,7 +289,7 @@ func (s *Server) Subscribe(stream grpc.BidiStreamingServer[pb.SubscribeRequest, 
 	if open == nil {
 		return status.Error(codes.InvalidArgument, "the first frame of a Subscribe stream must carry open (an OpenSubscription); acks come after it")
 	}
-	st := s.b.NewStream(deliverySize)
+	st := s.b.NewStream(wire.DeliverySize)
 	defer st.Close()
 	if _, err := st.Subscribe(subscribeOptions(open)); err != nil {
 		return toStatus(err)
@@ -352,7 +353,7 @@ func (s *Server) send(stream grpc.BidiStreamingServer[pb.SubscribeRequest, pb.Su
 			n++
 		}
 		if n > 0 {
-			if err := stream.SendMsg(encodeBatch(batch[:n])); err != nil {
+			if err := stream.SendMsg(wire.EncodeBatch(batch[:n])); err != nil {
 				return err
 			}
 			batch = batch[n:]
@@ -588,10 +589,4 @@ func (s *Server) Reload(ctx context.Context, _ *pb.ReloadRequest) (*pb.ReloadRes
 		return nil, status.Errorf(codes.FailedPrecondition, "reload refused, the running plugins stay: %v", err)
 	}
 	return &pb.ReloadResponse{Plugins: names}, nil
-}
-
-// deliverySize bounds what one delivery of m adds to a MessageBatch frame: its fields and
-// their tags (see wire.go), for the engine to fill frames up to MaxBatchBytes.
-func deliverySize(m *broker.Message) int {
-	return 48 + len(m.Payload) + len(m.Topic) + len(m.SystemID) + m.HeaderBytes + 4*len(m.Headers)
 }

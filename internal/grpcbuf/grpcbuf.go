@@ -73,7 +73,7 @@ func (p *pool) Put(b *[]byte) {
 }
 
 // Codec is the protobuf codec with Pool in place of grpc's default pool. Use it on both sides:
-// grpc.ForceServerCodecV2 on a server (wrapped by the server's own codec), and
+// grpc.ForceServerCodecV2 on a server (wrapped by wire.ServerCodec), and
 // grpc.ForceCodecV2 as a default call option on a client.
 type Codec struct{}
 

@@ -1,7 +1,6 @@
-package server
+package wire
 
 import (
-	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/tinybroker/tinybroker/broker"
@@ -12,59 +11,8 @@ import (
 // largest cost of a fanout (BENCHMARKS.md). So the server encodes the fields every delivery of
 // a message shares once, caches the bytes on the message, and builds each subscription's
 // frame by copying them and appending the fields that differ (attempt, redelivered,
-// subscription_id): protobuf allows fields in any order. rawFrame carries such a frame past
-// the codec, which passes every other message to the protobuf codec (grpcbuf.Codec).
-
-// rawFrame is an already encoded SubscribeResponse. b comes from grpcbuf.Pool when pooled is
-// set, and goes back to it once gRPC has written it.
-type rawFrame struct {
-	b      []byte
-	pooled *[]byte
-}
-
-type codec struct{ proto grpcbuf.Codec }
-
-func newCodec() codec { return codec{} }
-
-func (c codec) Marshal(v any) (mem.BufferSlice, error) {
-	if f, ok := v.(*rawFrame); ok {
-		if f.pooled != nil {
-			*f.pooled = f.b
-			return mem.BufferSlice{mem.NewBuffer(f.pooled, grpcbuf.Pool)}, nil
-		}
-		return mem.BufferSlice{mem.SliceBuffer(f.b)}, nil
-	}
-	return c.proto.Marshal(v)
-}
-
-func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
-	if f, ok := v.(*publishFrame); ok {
-		return f.unmarshal(data)
-	}
-	return c.proto.Unmarshal(data, v)
-}
-
-func (codec) Name() string { return "proto" }
-
-// Field numbers of tinybroker.v1 messages used below.
-const (
-	fieldResponseMessages  = 2 // SubscribeResponse.messages
-	fieldBatchMessages     = 1 // MessageBatch.messages
-	fieldMessageAttempt    = 6
-	fieldMessageRedeliver  = 7
-	fieldMessageSubscriber = 8
-)
-
-// Field numbers of Message used by shared.
-const (
-	fieldMessageSystemID    = 1
-	fieldMessageTopic       = 2
-	fieldMessagePayload     = 3
-	fieldMessageHeaders     = 4
-	fieldMessagePublishTime = 5
-	fieldMapEntryKey        = 1
-	fieldMapEntryValue      = 2
-)
+// subscription_id): protobuf allows fields in any order. A RawFrame carries such a frame past
+// the codec (codec.go).
 
 // shared returns the encoding of the fields of m that every delivery shares, cached on m.
 func shared(m *broker.Message) []byte {
@@ -98,8 +46,8 @@ func sharedSize(m *broker.Message) int {
 }
 
 func mapEntrySize(k, v string) int {
-	return protowire.SizeTag(fieldMapEntryKey) + protowire.SizeBytes(len(k)) +
-		protowire.SizeTag(fieldMapEntryValue) + protowire.SizeBytes(len(v))
+	return protowire.SizeTag(fieldMapKey) + protowire.SizeBytes(len(k)) +
+		protowire.SizeTag(fieldMapValue) + protowire.SizeBytes(len(v))
 }
 
 // appendShared appends m's shared encoding to b, written with protowire (marshalling a
@@ -121,9 +69,9 @@ func appendShared(b []byte, m *broker.Message) []byte {
 	for k, v := range m.Headers {
 		b = protowire.AppendTag(b, fieldMessageHeaders, protowire.BytesType)
 		b = protowire.AppendVarint(b, uint64(mapEntrySize(k, v)))
-		b = protowire.AppendTag(b, fieldMapEntryKey, protowire.BytesType)
+		b = protowire.AppendTag(b, fieldMapKey, protowire.BytesType)
 		b = protowire.AppendString(b, k)
-		b = protowire.AppendTag(b, fieldMapEntryValue, protowire.BytesType)
+		b = protowire.AppendTag(b, fieldMapValue, protowire.BytesType)
 		b = protowire.AppendString(b, v)
 	}
 	if m.PublishedAt != 0 {
@@ -133,8 +81,9 @@ func appendShared(b []byte, m *broker.Message) []byte {
 	return b
 }
 
-// encodeBatch returns the SubscribeResponse frame carrying batch, messages only.
-func encodeBatch(batch []broker.Delivery) *rawFrame {
+// EncodeBatch returns the SubscribeResponse frame carrying batch, messages only (every
+// delivery's Msg set).
+func EncodeBatch(batch []broker.Delivery) *RawFrame {
 	// A message routed to one target (a group, or a single subscription) is written straight
 	// into the frame; one that goes to several is encoded once and the bytes cached on it.
 	sharedLen := func(m *broker.Message) int {
@@ -148,9 +97,9 @@ func encodeBatch(batch []broker.Delivery) *rawFrame {
 	}
 	size := func(d broker.Delivery) int {
 		n := sharedLen(d.Msg) + protowire.SizeTag(fieldMessageAttempt) + protowire.SizeVarint(uint64(d.Attempt)) +
-			protowire.SizeTag(fieldMessageSubscriber) + protowire.SizeBytes(len(d.Sub.ID()))
+			protowire.SizeTag(fieldMessageSubscriptionID) + protowire.SizeBytes(len(d.Sub.ID()))
 		if d.Attempt > 1 {
-			n += protowire.SizeTag(fieldMessageRedeliver) + 1
+			n += protowire.SizeTag(fieldMessageRedelivered) + 1
 		}
 		return n
 	}
@@ -175,11 +124,11 @@ func encodeBatch(batch []broker.Delivery) *rawFrame {
 		b = protowire.AppendTag(b, fieldMessageAttempt, protowire.VarintType)
 		b = protowire.AppendVarint(b, uint64(d.Attempt))
 		if d.Attempt > 1 {
-			b = protowire.AppendTag(b, fieldMessageRedeliver, protowire.VarintType)
+			b = protowire.AppendTag(b, fieldMessageRedelivered, protowire.VarintType)
 			b = protowire.AppendVarint(b, 1)
 		}
-		b = protowire.AppendTag(b, fieldMessageSubscriber, protowire.BytesType)
+		b = protowire.AppendTag(b, fieldMessageSubscriptionID, protowire.BytesType)
 		b = protowire.AppendString(b, d.Sub.ID())
 	}
-	return &rawFrame{b: b, pooled: buf}
+	return &RawFrame{b: b, pooled: buf}
 }

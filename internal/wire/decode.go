@@ -1,11 +1,12 @@
-// Package wire decodes the broker's message frames (SubscribeResponse.messages) without
+package wire
+
+// A Decoder decodes the broker's message frames (SubscribeResponse.messages) without
 // protobuf reflection, for the Go client and the benchmark client. Decoding a batch through
 // the generated types built a pb.Message per message and walked it by reflection; on a fanout
 // benchmark, where client and broker share two cores, the client's decoding was as costly as
 // the whole broker. A Decoder reads the same wire format straight into Delivery values, with
 // the checks the protobuf decoder makes (valid UTF-8 in string fields, well-formed lengths);
 // FuzzDecode holds it to proto.Unmarshal.
-package wire
 
 import (
 	"errors"
@@ -31,29 +32,13 @@ type Delivery struct {
 	SubscriptionID      string
 }
 
-// Field numbers.
-const (
-	fieldResponseMessages = 2 // SubscribeResponse.messages
-	fieldBatchMessages    = 1 // MessageBatch.messages
-	fieldSystemID         = 1 // Message
-	fieldTopic            = 2
-	fieldPayload          = 3
-	fieldHeaders          = 4
-	fieldPublishTime      = 5
-	fieldAttempt          = 6
-	fieldRedelivered      = 7
-	fieldSubscriptionID   = 8
-	fieldMapKey           = 1
-	fieldMapValue         = 2
-)
-
 // ErrMalformed wraps every decoding error.
 var ErrMalformed = errors.New("malformed tinybroker.v1 frame")
 
 // Decoder decodes frames of one stream. It interns topics and subscription ids, which
 // repeat. It is not safe for concurrent use.
 type Decoder struct {
-	strs Interner
+	strs interner
 	hdr  []byte // scratch: a message's header fields
 }
 
@@ -80,13 +65,13 @@ func (f *Frame) SetBuffers(data mem.BufferSlice) {
 // frame is not a batch of messages (subscribed or refused): decode it with proto.Unmarshal.
 func (d *Decoder) Messages(b []byte, dst []Delivery) (_ []Delivery, ok bool, err error) {
 	for len(b) > 0 {
-		num, typ, n := ConsumeTag(b)
+		num, typ, n := consumeTag(b)
 		if n < 0 {
 			return dst, false, parseErr(n)
 		}
 		b = b[n:]
 		if num != fieldResponseMessages || typ != protowire.BytesType {
-			if num == 1 || num == 3 { // subscribed, refused
+			if num == fieldResponseSubscribed || num == fieldResponseRefused {
 				return dst, false, nil
 			}
 			if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
@@ -110,7 +95,7 @@ func (d *Decoder) Messages(b []byte, dst []Delivery) (_ []Delivery, ok bool, err
 
 func (d *Decoder) batch(b []byte, dst []Delivery) ([]Delivery, error) {
 	for len(b) > 0 {
-		num, typ, n := ConsumeTag(b)
+		num, typ, n := consumeTag(b)
 		if n < 0 {
 			return dst, parseErr(n)
 		}
@@ -138,7 +123,7 @@ func (d *Decoder) batch(b []byte, dst []Delivery) ([]Delivery, error) {
 func (d *Decoder) message(b []byte, m *Delivery) error {
 	hdr := d.hdr[:0]
 	for len(b) > 0 {
-		num, typ, n := ConsumeTag(b)
+		num, typ, n := consumeTag(b)
 		if n < 0 {
 			return parseErr(n)
 		}
@@ -146,39 +131,39 @@ func (d *Decoder) message(b []byte, m *Delivery) error {
 		var v []byte
 		var x uint64
 		switch {
-		case typ == protowire.BytesType && num >= fieldSystemID && num <= fieldHeaders || typ == protowire.BytesType && num == fieldSubscriptionID:
+		case typ == protowire.BytesType && num >= fieldMessageSystemID && num <= fieldMessageHeaders || typ == protowire.BytesType && num == fieldMessageSubscriptionID:
 			if v, n = protowire.ConsumeBytes(b); n < 0 {
 				return parseErr(n)
 			}
-			if num != fieldPayload && num != fieldHeaders && !utf8.Valid(v) {
+			if num != fieldMessagePayload && num != fieldMessageHeaders && !utf8.Valid(v) {
 				return fmt.Errorf("%w: field %d of a Message is not valid UTF-8", ErrMalformed, num)
 			}
 			switch num {
-			case fieldSystemID:
+			case fieldMessageSystemID:
 				m.SystemID = string(v)
-			case fieldTopic:
+			case fieldMessageTopic:
 				m.Topic = d.strs.String(v)
-			case fieldPayload:
+			case fieldMessagePayload:
 				m.Payload = append(m.Payload[:0], v...)
-			case fieldHeaders:
-				if _, _, err := MapEntry(v); err != nil {
+			case fieldMessageHeaders:
+				if _, _, err := mapEntry(v); err != nil {
 					return err
 				}
-				hdr = protowire.AppendTag(hdr, fieldHeaders, protowire.BytesType)
+				hdr = protowire.AppendTag(hdr, fieldMessageHeaders, protowire.BytesType)
 				hdr = append(hdr, b[:n]...) // length prefix and entry
-			case fieldSubscriptionID:
+			case fieldMessageSubscriptionID:
 				m.SubscriptionID = d.strs.String(v)
 			}
-		case typ == protowire.VarintType && (num == fieldPublishTime || num == fieldAttempt || num == fieldRedelivered):
+		case typ == protowire.VarintType && (num == fieldMessagePublishTime || num == fieldMessageAttempt || num == fieldMessageRedelivered):
 			if x, n = protowire.ConsumeVarint(b); n < 0 {
 				return parseErr(n)
 			}
 			switch num {
-			case fieldPublishTime:
+			case fieldMessagePublishTime:
 				m.PublishTimeUnixNano = int64(x)
-			case fieldAttempt:
+			case fieldMessageAttempt:
 				m.Attempt = uint32(x)
-			case fieldRedelivered:
+			case fieldMessageRedelivered:
 				m.Redelivered = x != 0
 			}
 		default:
@@ -203,7 +188,7 @@ func HeaderValue(headers, key string) (value string, ok bool) {
 		_, _, n := protowire.ConsumeTag(b)
 		v, m := protowire.ConsumeBytes(b[n:])
 		b = b[n+m:]
-		if k, val, _ := MapEntry(v); string(k) == key {
+		if k, val, _ := mapEntry(v); string(k) == key {
 			value, ok = string(val), true
 		}
 	}
@@ -221,23 +206,23 @@ func HeaderMap(headers string) map[string]string {
 		_, _, n := protowire.ConsumeTag(b)
 		v, m := protowire.ConsumeBytes(b[n:])
 		b = b[n+m:]
-		k, val := mapEntry(v)
+		k, val := mapEntryStrings(v)
 		h[k] = val
 	}
 	return h
 }
 
-// mapEntry decodes a header entry.
-func mapEntry(b []byte) (key, value string) {
-	k, v, _ := MapEntry(b)
+// mapEntryStrings decodes a header entry.
+func mapEntryStrings(b []byte) (key, value string) {
+	k, v, _ := mapEntry(b)
 	return string(k), string(v)
 }
 
-// MapEntry returns the key and value of an encoded map<string, string> entry, checking them
+// mapEntry returns the key and value of an encoded map<string, string> entry, checking them
 // as protobuf would (well-formed, UTF-8).
-func MapEntry(b []byte) (key, value []byte, err error) {
+func mapEntry(b []byte) (key, value []byte, err error) {
 	for len(b) > 0 {
-		num, typ, n := ConsumeTag(b)
+		num, typ, n := consumeTag(b)
 		if n < 0 {
 			return nil, nil, parseErr(n)
 		}
@@ -266,9 +251,9 @@ func MapEntry(b []byte) (key, value []byte, err error) {
 	return key, value, nil
 }
 
-// ConsumeTag is protowire.ConsumeTag, refusing field numbers past the largest valid one as
+// consumeTag is protowire.ConsumeTag, refusing field numbers past the largest valid one as
 // proto.Unmarshal does.
-func ConsumeTag(b []byte) (protowire.Number, protowire.Type, int) {
+func consumeTag(b []byte) (protowire.Number, protowire.Type, int) {
 	num, typ, n := protowire.ConsumeTag(b)
 	if n >= 0 && num > protowire.MaxValidNumber {
 		return 0, 0, -1
@@ -278,14 +263,14 @@ func ConsumeTag(b []byte) (protowire.Number, protowire.Type, int) {
 
 func parseErr(n int) error { return fmt.Errorf("%w: %v", ErrMalformed, protowire.ParseError(n)) }
 
-// Interner turns bytes into strings, sharing one string between equal byte strings, for the
+// An interner turns bytes into strings, sharing one string between equal byte strings, for the
 // topics, ids and headers a stream repeats. It keeps at most 1,024 strings of at most 128
 // bytes; past that it allocates as string() would. The zero value is ready to use; it is not
 // safe for concurrent use.
-type Interner struct{ strs map[string]string }
+type interner struct{ strs map[string]string }
 
 // String returns v as a string.
-func (in *Interner) String(v []byte) string {
+func (in *interner) String(v []byte) string {
 	if s, ok := in.strs[string(v)]; ok { // no allocation: the compiler knows this lookup
 		return s
 	}

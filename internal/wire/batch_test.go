@@ -1,4 +1,4 @@
-package server
+package wire
 
 import (
 	"testing"
@@ -24,7 +24,7 @@ func TestEncodeBatch(t *testing.T) {
 		}
 		batch := []broker.Delivery{{Msg: m1, Sub: s, Attempt: 1}, {Msg: m2, Sub: s, Attempt: 3}, {Msg: m1, Sub: s, Attempt: 1}}
 		var got pb.SubscribeResponse
-		if err := proto.Unmarshal(encodeBatch(batch).b, &got); err != nil {
+		if err := proto.Unmarshal(EncodeBatch(batch).b, &got); err != nil {
 			t.Fatal(err)
 		}
 		want := &pb.SubscribeResponse{Frame: &pb.SubscribeResponse_Messages{Messages: &pb.MessageBatch{Messages: []*pb.Message{
@@ -63,7 +63,7 @@ func BenchmarkEncodeBatchFanout4(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		for _, batch := range batches {
-			f := encodeBatch(batch)
+			f := EncodeBatch(batch)
 			grpcbuf.Pool.Put(f.pooled) // as gRPC does once it has written the frame
 		}
 	}

@@ -15,20 +15,13 @@ func hasKey(m map[string]string, k string) bool { _, ok := m[k]; return ok }
 // FuzzDecode holds the Decoder to proto.Unmarshal: a frame of messages it accepts decodes the
 // same, and what proto refuses it refuses.
 func FuzzDecode(f *testing.F) {
-	seed := func(m *pb.SubscribeResponse) {
-		b, err := proto.Marshal(m)
-		if err != nil {
-			f.Fatal(err)
-		}
-		f.Add(b)
-	}
-	seed(&pb.SubscribeResponse{Frame: &pb.SubscribeResponse_Messages{Messages: &pb.MessageBatch{Messages: []*pb.Message{
+	seed(f, &pb.SubscribeResponse{Frame: &pb.SubscribeResponse_Messages{Messages: &pb.MessageBatch{Messages: []*pb.Message{
 		{SystemId: "e-1", Topic: "a.b", Payload: []byte("x"), Headers: map[string]string{"k": "v", "": ""}, PublishTimeUnixNano: 42, Attempt: 1, SubscriptionId: "s"},
 		{SystemId: "e-2", Topic: "a.b", Attempt: 3, Redelivered: true, SubscriptionId: "s"},
 		{},
 	}}}})
-	seed(&pb.SubscribeResponse{Frame: &pb.SubscribeResponse_Subscribed{Subscribed: &pb.Subscribed{SubscriptionId: "s"}}})
-	seed(&pb.SubscribeResponse{Frame: &pb.SubscribeResponse_Refused{Refused: &pb.Refused{SubscriptionId: "s", Code: 3}}})
+	seed(f, &pb.SubscribeResponse{Frame: &pb.SubscribeResponse_Subscribed{Subscribed: &pb.Subscribed{SubscriptionId: "s"}}})
+	seed(f, &pb.SubscribeResponse{Frame: &pb.SubscribeResponse_Refused{Refused: &pb.Refused{SubscriptionId: "s", Code: 3}}})
 	f.Add([]byte{0x12, 0x05, 0x0a, 0x03, 0x12, 0x01, 0xff}) // topic not UTF-8
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var want pb.SubscribeResponse

@@ -1,4 +1,4 @@
-package server
+package wire
 
 import (
 	"bytes"
@@ -14,19 +14,12 @@ import (
 // same inputs are accepted, and decode to the same messages. The response encoder's output
 // decodes to what it was given.
 func FuzzPublishFrame(f *testing.F) {
-	seed := func(m *pb.PublishStreamRequest) {
-		b, err := proto.Marshal(m)
-		if err != nil {
-			f.Fatal(err)
-		}
-		f.Add(b)
-	}
-	seed(&pb.PublishStreamRequest{Sequence: 7, Messages: []*pb.PublishRequest{
+	seed(f, &pb.PublishStreamRequest{Sequence: 7, Messages: []*pb.PublishRequest{
 		{Topic: "a.b", Payload: []byte("x"), Headers: map[string]string{"k": "v", "": ""}},
 		{Topic: "a.b"}, {Payload: []byte{0, 1, 2}}, {Topic: "ü.c", Headers: map[string]string{"ä": "ö"}},
 	}})
-	seed(&pb.PublishStreamRequest{})
-	seed(&pb.PublishStreamRequest{Sequence: 1, ErrorsOnly: true, Messages: []*pb.PublishRequest{{Topic: "a"}}})
+	seed(f, &pb.PublishStreamRequest{})
+	seed(f, &pb.PublishStreamRequest{Sequence: 1, ErrorsOnly: true, Messages: []*pb.PublishRequest{{Topic: "a"}}})
 	f.Add([]byte{0x12, 0x03, 0x0a, 0x01, 0xff})             // topic not UTF-8
 	f.Add([]byte{0x12, 0x05, 0x1a, 0x03, 0x0a, 0x01, 0x80}) // header key not UTF-8
 	f.Add([]byte{0x08, 0x80})                               // truncated varint
@@ -34,7 +27,7 @@ func FuzzPublishFrame(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var want pb.PublishStreamRequest
 		wantErr := proto.Unmarshal(b, &want)
-		var got publishFrame
+		var got PublishFrame
 		gotErr := got.decode(b)
 		if (wantErr == nil) != (gotErr == nil) {
 			t.Fatalf("proto.Unmarshal: %v; decode: %v", wantErr, gotErr)
@@ -42,27 +35,27 @@ func FuzzPublishFrame(f *testing.F) {
 		if wantErr != nil {
 			return
 		}
-		if got.seq != want.GetSequence() || got.errorsOnly != want.GetErrorsOnly() || len(got.msgs) != len(want.GetMessages()) {
-			t.Fatalf("decoded seq %d with %d messages, want %d with %d", got.seq, len(got.msgs), want.GetSequence(), len(want.GetMessages()))
+		if got.Seq != want.GetSequence() || got.ErrorsOnly != want.GetErrorsOnly() || len(got.Msgs) != len(want.GetMessages()) {
+			t.Fatalf("decoded seq %d with %d messages, want %d with %d", got.Seq, len(got.Msgs), want.GetSequence(), len(want.GetMessages()))
 		}
-		results := make([]publishResult, len(got.msgs))
-		for i, m := range got.msgs {
+		results := make([]PublishResult, len(got.Msgs))
+		for i, m := range got.Msgs {
 			w := want.GetMessages()[i]
-			if m.topic != w.GetTopic() || !bytes.Equal(m.payload, w.GetPayload()) || !maps.Equal(m.headers, w.GetHeaders()) {
-				t.Fatalf("message %d: decoded %q %q %v, want %q %q %v", i, m.topic, m.payload, m.headers, w.GetTopic(), w.GetPayload(), w.GetHeaders())
+			if m.Topic != w.GetTopic() || !bytes.Equal(m.Payload, w.GetPayload()) || !maps.Equal(m.Headers, w.GetHeaders()) {
+				t.Fatalf("message %d: decoded %q %q %v, want %q %q %v", i, m.Topic, m.Payload, m.Headers, w.GetTopic(), w.GetPayload(), w.GetHeaders())
 			}
-			results[i] = publishResult{systemID: m.topic, routed: uint32(len(m.payload)), code: uint32(i % 3), err: m.topic}
+			results[i] = PublishResult{SystemID: m.Topic, Routed: uint32(len(m.Payload)), Code: uint32(i % 3), Err: m.Topic}
 		}
 		var resp pb.PublishStreamResponse
-		if err := proto.Unmarshal(encodePublishResponse(got.seq, results).b, &resp); err != nil {
+		if err := proto.Unmarshal(EncodePublishResponse(got.Seq, results).b, &resp); err != nil {
 			t.Fatalf("encoded response does not decode: %v", err)
 		}
-		if resp.GetSequence() != got.seq || len(resp.GetResults()) != len(results) {
-			t.Fatalf("response seq %d with %d results, want %d with %d", resp.GetSequence(), len(resp.GetResults()), got.seq, len(results))
+		if resp.GetSequence() != got.Seq || len(resp.GetResults()) != len(results) {
+			t.Fatalf("response seq %d with %d results, want %d with %d", resp.GetSequence(), len(resp.GetResults()), got.Seq, len(results))
 		}
 		for i, r := range resp.GetResults() {
 			w := results[i]
-			if r.GetSystemId() != w.systemID || r.GetRouted() != w.routed || r.GetCode() != int32(w.code) || r.GetError() != w.err {
+			if r.GetSystemId() != w.SystemID || r.GetRouted() != w.Routed || r.GetCode() != int32(w.Code) || r.GetError() != w.Err {
 				t.Fatalf("result %d decodes to %v, want %+v", i, r, w)
 			}
 		}
@@ -79,7 +72,7 @@ func BenchmarkDecodePublishFrame(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	var f publishFrame
+	var f PublishFrame
 	b.SetBytes(int64(len(frame)))
 	b.ReportAllocs()
 	for b.Loop() {
@@ -89,7 +82,7 @@ func BenchmarkDecodePublishFrame(b *testing.B) {
 	}
 }
 
-// A frame with more than maxMsgs messages is marked and not decoded further; one at the limit
+// A frame with more than MaxMsgs messages is marked and not decoded further; one at the limit
 // decodes whole.
 func TestPublishFrameTooMany(t *testing.T) {
 	frame := func(n int) []byte {
@@ -103,14 +96,14 @@ func TestPublishFrameTooMany(t *testing.T) {
 		}
 		return b
 	}
-	f := publishFrame{maxMsgs: 4}
-	if err := f.decode(frame(4)); err != nil || f.tooMany || len(f.msgs) != 4 || f.seq != 3 {
-		t.Fatalf("4 messages, limit 4: err %v, tooMany %v, %d messages", err, f.tooMany, len(f.msgs))
+	f := PublishFrame{MaxMsgs: 4}
+	if err := f.decode(frame(4)); err != nil || f.TooMany || len(f.Msgs) != 4 || f.Seq != 3 {
+		t.Fatalf("4 messages, limit 4: err %v, tooMany %v, %d messages", err, f.TooMany, len(f.Msgs))
 	}
-	if err := f.decode(frame(5)); err != nil || !f.tooMany || len(f.msgs) != 0 {
-		t.Fatalf("5 messages, limit 4: err %v, tooMany %v, %d messages", err, f.tooMany, len(f.msgs))
+	if err := f.decode(frame(5)); err != nil || !f.TooMany || len(f.Msgs) != 0 {
+		t.Fatalf("5 messages, limit 4: err %v, tooMany %v, %d messages", err, f.TooMany, len(f.Msgs))
 	}
-	if err := f.decode(frame(1)); err != nil || f.tooMany || len(f.msgs) != 1 {
-		t.Fatalf("the next frame: err %v, tooMany %v, %d messages", err, f.tooMany, len(f.msgs))
+	if err := f.decode(frame(1)); err != nil || f.TooMany || len(f.Msgs) != 1 {
+		t.Fatalf("the next frame: err %v, tooMany %v, %d messages", err, f.TooMany, len(f.Msgs))
 	}
 }

@@ -1,0 +1,201 @@
+package wire
+
+import (
+	"errors"
+	"fmt"
+	"unicode/utf8"
+
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/tinybroker/tinybroker/internal/grpcbuf"
+)
+
+// PublishStream frames are decoded and their answers encoded by hand rather than through
+// generated messages: decoding a frame of 128 messages made 128 PublishRequest structs, a
+// string per topic and a result struct per answer, and walked them by reflection, which was
+// most of the publish path's CPU and a large share of the allocations the GC then had to
+// chase. PublishFrame reads the wire format straight into what Broker.Publish takes, with
+// the same checks the protobuf decoder makes (valid UTF-8 in string fields, well-formed
+// lengths); FuzzPublishFrame holds it to proto.Unmarshal.
+
+// PublishFrame is a decoded PublishStreamRequest; pass a *PublishFrame to a stream's RecvMsg
+// with ServerCodec. It is reused from frame to frame of one stream: Msgs keeps its capacity,
+// topics interns the stream's topics (publishers use few).
+type PublishFrame struct {
+	Seq        uint64
+	ErrorsOnly bool
+	Msgs       []PublishMessage
+	topics     interner
+
+	MaxMsgs int  // the most messages a frame may carry (0: any number)
+	TooMany bool // the frame carries more than MaxMsgs: decoding stopped, the frame is refused
+	Size    int  // the frame's encoded size, which bounds the size of its answer
+}
+
+// PublishMessage is one PublishRequest of a frame, as Broker.Publish takes it.
+type PublishMessage struct {
+	Topic   string
+	Payload []byte
+	Headers map[string]string
+}
+
+var errFrame = errors.New("malformed PublishStreamRequest")
+
+// decode parses b into f. Payloads are copied: b is gRPC's buffer.
+func (f *PublishFrame) decode(b []byte) error {
+	clear(f.Msgs)
+	f.Seq, f.ErrorsOnly, f.Msgs, f.TooMany, f.Size = 0, false, f.Msgs[:0], false, len(b)
+	for len(b) > 0 {
+		num, typ, n := consumeTag(b)
+		if n < 0 {
+			return fmt.Errorf("%w: %v", errFrame, protowire.ParseError(n))
+		}
+		b = b[n:]
+		switch {
+		case num == fieldStreamRequestSequence && typ == protowire.VarintType:
+			f.Seq, n = protowire.ConsumeVarint(b)
+		case num == fieldStreamRequestErrorsOnly && typ == protowire.VarintType:
+			var v uint64
+			v, n = protowire.ConsumeVarint(b)
+			f.ErrorsOnly = v != 0
+		case num == fieldStreamRequestMessages && typ == protowire.BytesType:
+			if f.MaxMsgs > 0 && len(f.Msgs) == f.MaxMsgs {
+				clear(f.Msgs) // refused whole: decode no further
+				f.Msgs, f.TooMany = f.Msgs[:0], true
+				return nil
+			}
+			var v []byte
+			if v, n = protowire.ConsumeBytes(b); n >= 0 {
+				m, err := f.decodeMessage(v)
+				if err != nil {
+					return err
+				}
+				f.Msgs = append(f.Msgs, m)
+			}
+		default:
+			n = protowire.ConsumeFieldValue(num, typ, b)
+		}
+		if n < 0 {
+			return fmt.Errorf("%w: %v", errFrame, protowire.ParseError(n))
+		}
+		b = b[n:]
+	}
+	return nil
+}
+
+func (f *PublishFrame) decodeMessage(b []byte) (PublishMessage, error) {
+	var m PublishMessage
+	for len(b) > 0 {
+		num, typ, n := consumeTag(b)
+		if n < 0 {
+			return m, fmt.Errorf("%w: %v", errFrame, protowire.ParseError(n))
+		}
+		b = b[n:]
+		var v []byte
+		switch {
+		case num == fieldPublishTopic && typ == protowire.BytesType:
+			if v, n = protowire.ConsumeBytes(b); n >= 0 {
+				if !utf8.Valid(v) {
+					return m, fmt.Errorf("%w: topic is not valid UTF-8", errFrame)
+				}
+				m.Topic = f.topics.String(v)
+			}
+		case num == fieldPublishPayload && typ == protowire.BytesType:
+			if v, n = protowire.ConsumeBytes(b); n >= 0 {
+				m.Payload = append(m.Payload[:0], v...) // the last occurrence wins, as in protobuf
+			}
+		case num == fieldPublishHeaders && typ == protowire.BytesType:
+			if v, n = protowire.ConsumeBytes(b); n >= 0 {
+				k, val, err := mapEntry(v)
+				if err != nil {
+					return m, fmt.Errorf("%w: %v", errFrame, err)
+				}
+				if m.Headers == nil {
+					m.Headers = make(map[string]string)
+				}
+				m.Headers[string(k)] = string(val)
+			}
+		default:
+			n = protowire.ConsumeFieldValue(num, typ, b)
+		}
+		if n < 0 {
+			return m, fmt.Errorf("%w: %v", errFrame, protowire.ParseError(n))
+		}
+		b = b[n:]
+	}
+	return m, nil
+}
+
+// unmarshal decodes a frame as it arrived from gRPC, in one buffer or several.
+func (f *PublishFrame) unmarshal(data mem.BufferSlice) error {
+	if len(data) == 1 {
+		return f.decode(data[0].ReadOnlyData())
+	}
+	buf := data.MaterializeToBuffer(grpcbuf.Pool)
+	defer buf.Free()
+	return f.decode(buf.ReadOnlyData())
+}
+
+// PublishResult is the answer to one message of a frame.
+type PublishResult struct {
+	SystemID string
+	Routed   uint32
+	Code     uint32
+	Err      string
+}
+
+// EncodePublishResponse encodes a PublishStreamResponse into a pooled frame.
+func EncodePublishResponse(seq uint64, results []PublishResult) *RawFrame {
+	size := func(r *PublishResult) int {
+		n := 0
+		if r.SystemID != "" {
+			n += protowire.SizeTag(fieldResultSystemID) + protowire.SizeBytes(len(r.SystemID))
+		}
+		if r.Routed != 0 {
+			n += protowire.SizeTag(fieldResultRouted) + protowire.SizeVarint(uint64(r.Routed))
+		}
+		if r.Code != 0 {
+			n += protowire.SizeTag(fieldResultCode) + protowire.SizeVarint(uint64(r.Code))
+		}
+		if r.Err != "" {
+			n += protowire.SizeTag(fieldResultError) + protowire.SizeBytes(len(r.Err))
+		}
+		return n
+	}
+	total := 0
+	if seq != 0 {
+		total += protowire.SizeTag(fieldStreamResponseSequence) + protowire.SizeVarint(seq)
+	}
+	for i := range results {
+		total += protowire.SizeTag(fieldStreamResponseResults) + protowire.SizeBytes(size(&results[i]))
+	}
+	buf := grpcbuf.Pool.Get(total)
+	b := (*buf)[:0]
+	if seq != 0 {
+		b = protowire.AppendTag(b, fieldStreamResponseSequence, protowire.VarintType)
+		b = protowire.AppendVarint(b, seq)
+	}
+	for i := range results {
+		r := &results[i]
+		b = protowire.AppendTag(b, fieldStreamResponseResults, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(size(r)))
+		if r.SystemID != "" {
+			b = protowire.AppendTag(b, fieldResultSystemID, protowire.BytesType)
+			b = protowire.AppendString(b, r.SystemID)
+		}
+		if r.Routed != 0 {
+			b = protowire.AppendTag(b, fieldResultRouted, protowire.VarintType)
+			b = protowire.AppendVarint(b, uint64(r.Routed))
+		}
+		if r.Code != 0 {
+			b = protowire.AppendTag(b, fieldResultCode, protowire.VarintType)
+			b = protowire.AppendVarint(b, uint64(r.Code))
+		}
+		if r.Err != "" {
+			b = protowire.AppendTag(b, fieldResultError, protowire.BytesType)
+			b = protowire.AppendString(b, r.Err)
+		}
+	}
+	return &RawFrame{b: b, pooled: buf}
+}
