@@ -168,6 +168,9 @@ type SubscribeOptions struct {
 	AckDeadline     time.Duration // default Limits.AckDeadline
 	MaxDeliveries   int           // 0: unlimited; the group's first member sets it
 	DeadLetterTopic string        // default "dlq.<ID>"; the group's first member sets it
+	// Quota, if not nil, is the quota of the member's owner: a group this member creates
+	// is counted against it, and so is everything the group holds (see Quota).
+	Quota *Quota
 }
 
 // Settings are a subscription's options after defaults.
