@@ -13,7 +13,10 @@ import (
 // codeOf maps each broker error to its one gRPC status code.
 func codeOf(err error) codes.Code {
 	var reject *broker.RejectError
+	var withStatus interface{ GRPCStatus() *status.Status }
 	switch {
+	case errors.As(err, &withStatus): // the edge's refusals (server/auth)
+		return withStatus.GRPCStatus().Code()
 	case errors.As(err, &reject):
 		if reject.Code > 0 && reject.Code <= 16 {
 			return codes.Code(reject.Code)
