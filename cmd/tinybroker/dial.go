@@ -97,13 +97,20 @@ func (d *dialFlags) tokenValue() (string, error) {
 	return tok, nil
 }
 
-// clientOptions returns the flags as options of the Go client.
-func (d *dialFlags) clientOptions() ([]client.Option, error) {
+// resolve returns what the flags ask for: a TLS configuration (nil: plaintext) and a token
+// ("": none).
+func (d *dialFlags) resolve() (*tls.Config, string, error) {
 	cfg, err := d.tlsConfig()
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	tok, err := d.tokenValue()
+	return cfg, tok, err
+}
+
+// clientOptions returns the flags as options of the Go client.
+func (d *dialFlags) clientOptions() ([]client.Option, error) {
+	cfg, tok, err := d.resolve()
 	if err != nil {
 		return nil, err
 	}
@@ -119,11 +126,7 @@ func (d *dialFlags) clientOptions() ([]client.Option, error) {
 
 // grpcOptions returns the flags as gRPC dial options (for bench, which dials by itself).
 func (d *dialFlags) grpcOptions() ([]grpc.DialOption, error) {
-	cfg, err := d.tlsConfig()
-	if err != nil {
-		return nil, err
-	}
-	tok, err := d.tokenValue()
+	cfg, tok, err := d.resolve()
 	if err != nil {
 		return nil, err
 	}
