@@ -433,9 +433,7 @@ func (b *Engine) detach(s *Subscription) {
 	for _, p := range s.patterns {
 		b.index.remove(p, s)
 	}
-	s.st.out.mu.Lock()
-	b.gone.delivered += s.delivered
-	s.st.out.mu.Unlock()
+	b.gone.delivered += s.stats().Delivered
 }
 
 // expireGroup removes g if it still has no member and its time is up (a member may have
@@ -511,9 +509,7 @@ func (b *Engine) Stats() broker.Stats {
 	b.mu.RLock()
 	st.Delivered = b.gone.delivered
 	for _, s := range b.fanouts {
-		s.st.out.mu.Lock()
-		ss := broker.SubscriptionStats{ID: s.id, Patterns: s.patterns, Delivered: s.delivered, Dropped: s.dropped, Buffered: s.st.out.lenLocked()}
-		s.st.out.mu.Unlock()
+		ss := s.stats()
 		st.Delivered += ss.Delivered
 		st.Subscriptions = append(st.Subscriptions, ss)
 	}
@@ -556,11 +552,7 @@ func (b *Engine) Shutdown(ctx context.Context) error {
 		}
 		b.mu.RUnlock()
 		for _, g := range groups {
-			g.mu.Lock()
-			for _, m := range g.members {
-				subs = append(subs, m.s)
-			}
-			g.mu.Unlock()
+			subs = append(subs, g.subscriptions()...)
 		}
 		for _, s := range subs {
 			s.end(fmt.Errorf("%w: the broker is stopping; reconnect to its replacement", broker.ErrShuttingDown))
@@ -582,9 +574,7 @@ func (b *Engine) drain(ctx context.Context) error {
 			busy += g.drain()
 		}
 		for _, s := range b.fanouts {
-			s.st.out.mu.Lock()
-			busy += s.st.out.lenLocked()
-			s.st.out.mu.Unlock()
+			busy += s.stats().Buffered
 		}
 		b.mu.RUnlock()
 		if busy == 0 {

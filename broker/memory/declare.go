@@ -23,34 +23,39 @@ func (b *Engine) Declare(gc broker.GroupConfig) error {
 	if _, ok := b.fanouts[gc.ID]; ok {
 		return fmt.Errorf("%w: subscription_id %q is an open fanout subscription", broker.ErrGroupMismatch, gc.ID)
 	}
-	if g := b.groups[gc.ID]; g != nil {
+	g := b.groups[gc.ID]
+	if g != nil {
 		if g.name != gc.Name || !slices.Equal(g.patterns, patterns) || g.maxDeliveries != gc.MaxDeliveries {
 			if g.hasMembers() {
 				return fmt.Errorf("%w: consumer group %q exists with other settings and has members; remove them or change the declaration", broker.ErrGroupMismatch, gc.Name)
 			}
 			b.rebindLocked(g, &o, patterns)
 		}
-		g.mu.Lock()
-		g.declared = true
-		if g.quota != nil { // the configuration's now, not its creator's
-			g.quota.ReleaseGroup()
-			g.quota.AddBytes(-g.bytes)
-			g.quota = nil
+	} else {
+		if other, ok := b.groupNames[gc.Name]; ok {
+			return fmt.Errorf("%w: consumer_group %q belongs to subscription_id %q", broker.ErrGroupMismatch, gc.Name, other)
 		}
-		g.limits = b.groupLimits(gc.Limits)
-		g.emptySince = 0
-		g.mu.Unlock()
-		return nil
+		if len(b.groups) >= b.opts.MaxGroups {
+			return fmt.Errorf("%w: the broker holds %d consumer groups, its limit (limits { max_groups })", broker.ErrLimit, len(b.groups))
+		}
+		g = b.newGroupLocked(gc, nil)
 	}
-	if other, ok := b.groupNames[gc.Name]; ok {
-		return fmt.Errorf("%w: consumer_group %q belongs to subscription_id %q", broker.ErrGroupMismatch, gc.Name, other)
-	}
-	if len(b.groups) >= b.opts.MaxGroups {
-		return fmt.Errorf("%w: the broker holds %d consumer groups, its limit (limits { max_groups })", broker.ErrLimit, len(b.groups))
-	}
-	g := b.newGroupLocked(gc, nil)
-	g.declared = true
+	g.declare(b.groupLimits(gc.Limits))
 	return nil
+}
+
+// declare marks g declared, with limits. b.mu must be held (see group.declared).
+func (g *group) declare(limits broker.GroupLimits) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.declared = true
+	g.limits = limits
+	g.emptySince = 0
+	if g.quota != nil { // the configuration's now, not its creator's
+		g.quota.ReleaseGroup()
+		g.quota.AddBytes(-g.bytes)
+		g.quota = nil
+	}
 }
 
 // newGroupLocked creates and routes to a group charged to quota (nil: none). b.mu must be
@@ -128,8 +133,6 @@ func (g *group) dropUnmatchedLocked() int {
 	return n
 }
 
-// dropAllLocked lets go of everything queued or delayed and returns how many messages that
-// was (the group is being removed).
 // expired reports whether g has had no member for expireAfter at now.
 func (g *group) expired(now, expireAfter int64) bool {
 	g.mu.Lock()
@@ -145,38 +148,32 @@ func (g *group) remove() int {
 	return g.dropAllLocked()
 }
 
+// dropAllLocked lets go of everything queued or delayed and returns how many messages that
+// was (the group is being purged or removed).
 func (g *group) dropAllLocked() int {
 	n := g.dropWaitingLocked(func(*entry) bool { return true })
 	g.queue, g.delayed = ring{}, nil
 	return n
 }
 
-// dropWaitingLocked lets go of the queued and delayed messages that drop selects (marked
-// settled, to be skipped where they stand) and returns how many.
+// dropWaitingLocked lets go of the queued and delayed messages that drop selects (settled
+// where they stand) and returns how many.
 func (g *group) dropWaitingLocked(drop func(*entry) bool) int {
 	n := 0
-	forget := func(e *entry, queued bool) {
+	forget := func(e *entry) {
 		if e.settled || !drop(e) {
 			return
 		}
-		e.settled = true
-		if queued {
-			g.queued--
-		}
-		g.forgetLocked(e)
+		g.settleLocked(e)
 		n++
 	}
 	for i := range g.queue.len() {
-		forget(g.queue.at(i), true)
+		forget(g.queue.at(i))
 	}
 	for _, e := range g.delayed {
-		forget(e, false)
+		forget(e)
 	}
 	return n
 }
 
-func (g *group) hasMembers() bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return len(g.members) > 0
-}
+func (g *group) hasMembers() bool { return g.memberCount() > 0 }

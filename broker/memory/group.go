@@ -19,25 +19,32 @@ import (
 // a delay), or to the dead-letter topic after maxDeliveries attempts.
 //
 // Lock order: b.mu → group.mu → outbox.mu, scheduler.mu. Dead letters are published after
-// group.mu is released, since their topic may route back to this group.
+// group.mu is released, since their topic may route back to this group. A group never takes
+// a stream's outbox.mu itself: it calls its members' Subscription methods (handOver,
+// takeUnsent), which do.
 type group struct {
-	b             *Engine
-	id, name      string
+	b  *Engine
+	id string // immutable
+	// name, patterns, maxDeliveries, dlq and declared are written under both b.mu and g.mu
+	// (rebindLocked, declare), so that either lock is enough to read them: b.mu where the
+	// broker matches members and declarations, g.mu in the group's own operations.
+	name          string
 	patterns      []string
 	maxDeliveries int
 	dlq           string
-	limits        broker.GroupLimits // after defaults
-	declared      bool               // declared in the configuration: never expires, never rebound
-	quota         *broker.Quota      // of the member that created it (nil: none); changes under b.mu and g.mu
+	declared      bool          // declared in the configuration: never expires, never rebound
+	quota         *broker.Quota // of the member that created it (nil: none); written under b.mu and g.mu
 
-	mu    sync.Mutex
-	queue ring
+	mu     sync.Mutex         // guards everything below
+	limits broker.GroupLimits // after defaults
+	queue  ring
 	// queued counts the unsettled entries of queue; bytes is what the group holds (queued,
 	// in flight, delayed, waiting for a hook): Message.cost + groupEntryOverhead each.
 	queued int
 	bytes  int64
-	// waiting finds the entries that were delivered before and wait again (requeued or
-	// delayed), so that a late ack settles them without a scan.
+	// waiting finds the entries that were handed to a member before (attempt > 0) and wait
+	// again, queued or delayed, so that a late ack settles them without a scan: it marks them
+	// settled and the queue (or onTimer, for delayed) skips them when they come up.
 	waiting                                              map[uint64]*entry
 	full                                                 bool // refused or dropped since it last drained
 	fullSince                                            uint64
@@ -78,8 +85,8 @@ type entry struct {
 	attempt  uint32
 	deadline int64 // in flight: ack deadline; delayed: when to requeue (Broker.now clock)
 	sentAt   int64 // when the current attempt was handed to a member (Broker.now clock)
-	settled  bool  // acked while queued or delayed: skip it when it comes up
-	delayed  bool  // in group.delayed
+	settled  bool  // acked or dropped while queued or delayed: skip it when it comes up (msg is nil)
+	delayed  bool  // in group.delayed, not in queue
 }
 
 // takeBack collects what a group operation took back from its members, to be finished by
@@ -101,10 +108,18 @@ type hookedEntry struct {
 
 func (g *group) newTakeBack() *takeBack {
 	tb := &takeBack{}
-	if h := g.b.currentHooks(); h != nil && h.WantsRedeliver(g.name) {
+	if h := g.b.currentHooks(); h != nil && h.WantsRedeliver(g.hookName()) {
 		tb.hooks = h
 	}
 	return tb
+}
+
+// hookName returns g's name for a hook, which is called with no lock held: the name changes
+// under g.mu when a group without members is rebound.
+func (g *group) hookName() string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.name
 }
 
 type deadLetter struct {
@@ -282,10 +297,7 @@ func (g *group) assignLocked(m *member, e *entry, now int64) {
 	if e.attempt > 1 {
 		g.redelivered++
 	}
-	o := &m.s.st.out
-	o.mu.Lock()
-	o.pushLocked(delivery{m: e.msg, sub: m.s, attempt: e.attempt})
-	o.mu.Unlock()
+	m.s.handOver(e.msg, e.attempt)
 	g.scheduleLocked(e.deadline)
 }
 
@@ -315,20 +327,16 @@ func (g *group) findOwnedLocked(pref *member, only bool, seq uint64) (*entry, *m
 	return nil, nil
 }
 
-// settleWaitingLocked acks seq if it was delivered before and now waits again, delayed or
-// queued (e.g. its member left before its ack arrived by the unary Ack), and returns its
-// entry, or nil. A message never delivered cannot be acked: nobody was given it.
-func (g *group) settleWaitingLocked(seq uint64) *entry {
-	e := g.waiting[seq]
-	if e == nil {
-		return nil
-	}
+// settleLocked lets go of e, queued or delayed, where it stands: it is marked settled, to be
+// skipped when it reaches the head of the queue or its delay ends, and releases its message
+// at once, so that what the budget gets back is really free.
+func (g *group) settleLocked(e *entry) {
 	if !e.delayed {
 		g.queued--
 	}
-	e.settled = true // skipped when it reaches the head of the queue or its delay ends
+	e.settled = true
 	g.forgetLocked(e)
-	return e
+	e.msg = nil
 }
 
 // ack settles seqs, looking first among pref's deliveries, and returns how many were unknown.
@@ -338,7 +346,7 @@ func (g *group) ack(pref *member, seqs []uint64) (unknown int) {
 		return 0
 	}
 	h := g.b.currentHooks()
-	if h != nil && !h.WantsAck(g.name) {
+	if h != nil && !h.WantsAck(g.hookName()) {
 		h = nil
 	}
 	var events []broker.AckEvent
@@ -352,11 +360,15 @@ func (g *group) ack(pref *member, seqs []uint64) (unknown int) {
 			if h != nil {
 				events = append(events, g.ackEvent(e, time.Duration(now-e.sentAt)))
 			}
-		} else if e := g.settleWaitingLocked(seq); e != nil {
+		} else if e := g.waiting[seq]; e != nil {
+			// A late ack: the message waits again, queued or delayed (its deadline passed, or
+			// its member left before the ack arrived by the unary Ack). A message never handed
+			// to a member cannot be acked: nobody was given it.
 			g.acked++
 			if h != nil {
 				events = append(events, g.ackEvent(e, 0))
 			}
+			g.settleLocked(e)
 		} else {
 			unknown++
 		}
@@ -443,11 +455,20 @@ func (g *group) delayLocked(e *entry, delay time.Duration, now int64, tb *takeBa
 		e.deadline = now + int64(delay)
 		e.delayed = true
 		g.delayed = append(g.delayed, e)
-		g.waiting[e.msg.ID] = e
+		g.waitLocked(e)
 		g.scheduleLocked(e.deadline)
 		return
 	}
 	tb.requeue = append(tb.requeue, e)
+}
+
+// waitLocked lets a late ack find e, queued or delayed again, if it was handed to a member:
+// one taken back from its member's buffer before it was sent has attempt 0 again and cannot
+// be acked. forgetLocked and dispatchLocked remove entries on the same condition.
+func (g *group) waitLocked(e *entry) {
+	if e.attempt > 0 {
+		g.waiting[e.msg.ID] = e
+	}
 }
 
 func (g *group) deadLetterLocked(e *entry, reason string, tb *takeBack) {
@@ -464,7 +485,7 @@ func (g *group) requeueLocked(tb *takeBack) {
 	for _, e := range es {
 		e.delayed = false
 		g.queue.pushFront(e)
-		g.waiting[e.msg.ID] = e
+		g.waitLocked(e)
 	}
 	g.queued += len(es)
 	tb.requeue = es[:0]
@@ -474,11 +495,11 @@ func (g *group) requeueLocked(tb *takeBack) {
 // messages and applies its verdicts, then publishes dead letters and emitted messages.
 func (g *group) finish(tb *takeBack) {
 	if len(tb.hooked) > 0 {
-		hooked := tb.hooked
+		hooked, name := tb.hooked, g.hookName()
 		verdicts := make([]broker.RedeliverVerdict, len(hooked))
 		for i, h := range hooked {
 			verdicts[i] = tb.hooks.OnRedeliver(&broker.RedeliverEvent{Msg: &h.e.msg.Message, SystemID: h.e.msg.SystemID,
-				SubscriptionID: g.id, Group: g.name, Attempt: h.e.attempt, Reason: h.reason})
+				SubscriptionID: g.id, Group: name, Attempt: h.e.attempt, Reason: h.reason})
 			tb.emits = append(tb.emits, verdicts[i].Emit...)
 		}
 		g.mu.Lock()
@@ -567,14 +588,11 @@ func (g *group) leave(m *member) {
 		g.rr = 0
 	}
 	// Deliveries still in the outbox never reached the member: they do not count as attempts.
-	o := &m.s.st.out
-	o.mu.Lock()
-	o.removeLocked(m.s, func(d delivery) {
+	m.s.takeUnsent(func(d delivery) {
 		if e := m.owned[d.m.ID]; e != nil {
 			e.attempt--
 		}
 	})
-	o.mu.Unlock()
 	now := g.b.now()
 	for seq, e := range m.owned {
 		delete(m.owned, seq)
@@ -643,6 +661,17 @@ func (g *group) onTimer() {
 	}
 }
 
+// subscriptions returns the members' subscriptions.
+func (g *group) subscriptions() []*Subscription {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	subs := make([]*Subscription, len(g.members))
+	for i, m := range g.members {
+		subs[i] = m.s
+	}
+	return subs
+}
+
 // drain stops new deliveries and returns how many messages are in flight.
 func (g *group) drain() (inFlight int) {
 	g.mu.Lock()
@@ -675,11 +704,15 @@ func (g *group) stats() broker.GroupStats {
 type ring struct {
 	buf        []*entry
 	head, size int
+	reads      int // entries read by at, for tests to count scans (popFront is counted by head)
 }
 
 func (r *ring) len() int { return r.size }
 
-func (r *ring) at(i int) *entry { return r.buf[(r.head+i)&(len(r.buf)-1)] }
+func (r *ring) at(i int) *entry {
+	r.reads++
+	return r.buf[(r.head+i)&(len(r.buf)-1)]
+}
 
 func (r *ring) grow() {
 	if r.size < len(r.buf) {
@@ -687,9 +720,8 @@ func (r *ring) grow() {
 	}
 	n := max(16, 2*len(r.buf))
 	buf := make([]*entry, n)
-	for i := range r.size {
-		buf[i] = r.at(i)
-	}
+	k := copy(buf, r.buf[r.head:]) // the ring is full: head to the end, then the start to head
+	copy(buf[k:], r.buf[:r.head])
 	r.buf, r.head = buf, 0
 }
 

@@ -11,7 +11,10 @@ import (
 // signalled when the outbox goes from empty to non-empty, so a sender that found it empty
 // and then waits on ready never misses a message.
 //
-// Lock order: outbox.mu is a leaf, taken under group.mu.
+// Lock order: outbox.mu is a leaf, taken under b.mu, group.mu or Stream.mu. It guards the
+// outbox and, on purpose, the state that decides whether a push may happen (Stream.closed,
+// Subscription.closed and a fanout subscription's counters), so that a publish takes one
+// lock per subscriber. Only outbox, Stream and Subscription methods take it.
 type outbox struct {
 	mu    sync.Mutex
 	buf   []delivery

@@ -2,6 +2,7 @@ package memory
 
 import (
 	"container/heap"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -93,11 +94,16 @@ type fakeClock struct {
 	b *Engine
 }
 
-// Advance moves the clock d forward and runs every wake-up that is due.
+// Advance moves the clock d forward and runs every wake-up that is due. It panics if they
+// never run out: a group that keeps asking to be woken at a time already past (it would spin
+// the real scheduler's goroutine) fails its test instead of hanging it.
 func (c *fakeClock) Advance(d time.Duration) {
 	n := c.t.Add(int64(d))
 	s := c.b.sched
-	for {
+	for wakes := 0; ; wakes++ {
+		if wakes == maxWakesPerAdvance {
+			panic(fmt.Sprintf("fakeClock.Advance: %d wake-ups and more due at %v: a group keeps waking itself without progress", wakes, time.Duration(n)))
+		}
 		s.mu.Lock()
 		if len(s.items) == 0 || s.items[0].at > n {
 			s.mu.Unlock()
@@ -108,3 +114,6 @@ func (c *fakeClock) Advance(d time.Duration) {
 		g.onTimer()
 	}
 }
+
+// maxWakesPerAdvance is far more wake-ups than any test's groups ask for at one time.
+const maxWakesPerAdvance = 100_000

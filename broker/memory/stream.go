@@ -22,8 +22,11 @@ type Stream struct {
 	events bool                      // Subscribe calls are reported in Next
 	size   func(*broker.Message) int // what a delivery adds to a batch, for Next's maxBytes
 
+	// out is the stream's buffer. out.mu also guards closed and err, and fields of the
+	// stream's subscriptions (see Subscription): a deliver checks them and pushes under one
+	// lock. Only the stream's, its subscriptions' and the outbox's methods take it.
 	out       outbox
-	closed    bool  // under out.mu
+	closed    bool  // under out.mu: ended; nothing more is pushed but group deliveries, taken back as members leave
 	err       error // under out.mu; set before done is closed
 	done      chan struct{}
 	closeOnce sync.Once

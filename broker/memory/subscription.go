@@ -25,11 +25,16 @@ type Subscription struct {
 	bal      *broker.Settings // broker.Balanced
 	refused  error            // an event for an open that failed: the subscription never existed
 
-	delivered uint64 // under st.out.mu (fanout)
-	dropped   uint64 // under st.out.mu (fanout)
+	// Under st.out.mu, the stream's lock, on purpose: a fanout deliver checks that stream and
+	// subscription are open, checks room, pushes and counts in one critical section, so that
+	// a publish takes one lock per subscriber (see deliver). Only the stream's own methods and
+	// the Subscription's take it; the broker and groups call them (stats, handOver,
+	// takeUnsent).
+	delivered uint64 // under st.out.mu: fanout deliveries taken
+	dropped   uint64 // under st.out.mu: fanout deliveries lost as a slow consumer
 	mode      broker.Mode
 	own       bool // st was made for this subscription alone
-	closed    bool // under st.out.mu: unsubscribed
+	closed    bool // under st.out.mu: unsubscribed; deliver pushes nothing for s once Close removed its buffer
 }
 
 // Settings returns the options in force.
@@ -176,6 +181,32 @@ func slowReason(overBudget bool) string {
 		return "the broker's memory budget (memory { max_bytes }) is used up and this subscriber has messages waiting; it must read faster, or the broker needs more memory"
 	}
 	return "the subscriber fell behind by more than its buffer (fanout { buffer_messages, buffer_bytes }); read faster, or raise the limits"
+}
+
+// stats returns s's counters (a fanout subscription's) and what its stream buffers.
+func (s *Subscription) stats() broker.SubscriptionStats {
+	o := &s.st.out
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return broker.SubscriptionStats{ID: s.id, Patterns: s.patterns, Delivered: s.delivered, Dropped: s.dropped, Buffered: o.lenLocked()}
+}
+
+// handOver queues a consumer group's delivery of m to its member s, on s's stream. The group
+// holds m until it is settled. Called under group.mu.
+func (s *Subscription) handOver(m *message, attempt uint32) {
+	o := &s.st.out
+	o.mu.Lock()
+	o.pushLocked(delivery{m: m, sub: s, attempt: attempt})
+	o.mu.Unlock()
+}
+
+// takeUnsent removes what s's stream still buffers for s, a leaving member, calling f on each
+// delivery: those never reached it. Called under group.mu.
+func (s *Subscription) takeUnsent(f func(delivery)) {
+	o := &s.st.out
+	o.mu.Lock()
+	o.removeLocked(s, f)
+	o.mu.Unlock()
 }
 
 // stall marks the subscriber as not draining: publishers stop waiting for it.
