@@ -57,7 +57,12 @@ Flags:
 	fs.IntVar(&cfg.Streams, "streams", 10000, "W6: fanout subscriber streams, each on a topic of its own")
 	fs.DurationVar(&cfg.Duration, "duration", 10*time.Second, "W6: measured time per repetition; every topic gets a message a second")
 	fs.IntVar(&cfg.W6Conns, "w6-conns", 8, "W6: connections the streams are spread over")
+	dial := addDialFlags(fs)
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	var err error
+	if cfg.DialOptions, err = dial.grpcOptions(); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
