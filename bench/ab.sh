@@ -5,6 +5,9 @@
 # client (B's). Prints every repetition's line and, per workload, the medians and B ÷ A.
 #   bench/ab.sh A_REV B_REV [ROUNDS] [WORKLOAD ...]     # e.g. bench/ab.sh HEAD~3 HEAD 3 W1 W2
 # B_REV may be "." for the working tree. RUN_FLAGS are passed to every `tinybroker bench`.
+# SECURE=b (or a, or ab) serves that side over TLS with a user and its token, and its bench
+# client connects so: `SECURE=b bench/ab.sh . . 3 W1 W2` is the cost of TLS + a token, as a
+# ratio to plaintext, in one run (throwaway certificates from bench/certs).
 # A_SERVE_FLAGS and B_SERVE_FLAGS are passed to each side's `tinybroker serve`; a side whose
 # serve has an HTTP listener (--http-listen 127.0.0.1:0) is scraped at /metrics every
 # SCRAPE_EVERY (1s) during its runs, as Prometheus would. The cost of metrics, one binary:
@@ -22,17 +25,47 @@ build() { # rev out
 }
 build "$a" "$tmp/a"; build "$b" "$tmp/b"
 
-run() { # binary workload serve-flags -> the bench's result lines
-  local log="$tmp/serve.log" pid addr="" http="" scrape=()
+serve_a=() serve_b=() bench_a=() bench_b=()
+if [ -n "${SECURE:-}" ]; then
+  (cd "$root" && go run ./bench/certs "$tmp")
+  echo "bench:bench-token" >"$tmp/token"
+  cat >"$tmp/secure.hcl" <<EOF
+tls {
+  cert_file = "server.pem"
+  key_file  = "server-key.pem"
+}
+user "bench" {
+  token_hash = "$(echo bench-token | "$tmp/b" passwd)"
+  admin      = true
+  publish {
+    allow = [">"]
+  }
+  subscribe {
+    allow = [">"]
+  }
+  groups {
+    allow = [">"]
+  }
+}
+EOF
+  sflags=(--config "$tmp/secure.hcl"); bflags=(-tls-ca "$tmp/ca.pem" -token-file "$tmp/token")
+  case $SECURE in *a*) serve_a=("${sflags[@]}"); bench_a=("${bflags[@]}");; esac
+  case $SECURE in *b*) serve_b=("${sflags[@]}"); bench_b=("${bflags[@]}");; esac
+fi
+
+run() { # side workload -> the bench's result lines
+  local log="$tmp/serve.log" pid addr="" serve bench http="" scrape=() extra=A_SERVE_FLAGS
+  if [ "$1" = a ]; then serve=("${serve_a[@]}"); bench=("${bench_a[@]}"); else serve=("${serve_b[@]}"); bench=("${bench_b[@]}"); fi
+  [ "$1" = b ] && extra=B_SERVE_FLAGS
   # shellcheck disable=SC2086
-  "$1" serve --listen 127.0.0.1:0 $3 2>"$log" & pid=$!
+  "$tmp/$1" serve "${serve[@]}" --listen 127.0.0.1:0 ${!extra:-} 2>"$log" & pid=$!
   for _ in $(seq 100); do
     addr=$(grep 'msg=listening\|: listening:' "$log" | grep -o 'addr=[0-9.:]*' | head -1 | cut -d= -f2) && [ -n "$addr" ] && break
     sleep 0.1
   done
   http=$(grep 'http listening' "$log" | grep -o 'addr=[0-9.:]*' | head -1 | cut -d= -f2 || true)
   [ -z "$http" ] || scrape=(-scrape "http://$http/metrics" -scrape-every "${SCRAPE_EVERY:-1s}")
-  "$tmp/b" bench -addr "$addr" -server-pid "$pid" -w "$2" -reps 1 "${scrape[@]}" ${RUN_FLAGS:-} 2>"$tmp/bench.err" | grep -v '^#' || true
+  "$tmp/b" bench -addr "$addr" -server-pid "$pid" -w "$2" -reps 1 "${bench[@]}" "${scrape[@]}" ${RUN_FLAGS:-} 2>"$tmp/bench.err" | grep -v '^#' || true
   grep '^# scraper' "$tmp/bench.err" >&2 || true
   kill "$pid"; wait "$pid" 2>/dev/null || true
 }
@@ -40,8 +73,7 @@ run() { # binary workload serve-flags -> the bench's result lines
 for w in "${workloads[@]}"; do
   for r in $(seq "$rounds"); do
     for side in a b; do
-      flags=A_SERVE_FLAGS; [ "$side" = b ] && flags=B_SERVE_FLAGS
-      run "$tmp/$side" "$w" "${!flags:-}" | grep -iv median | sed "s/^/$side $w round$r /" | tee -a "$tmp/results"
+      run "$side" "$w" | grep -iv median | sed "s/^/$side $w round$r /" | tee -a "$tmp/results"
     done
   done
 done

@@ -62,6 +62,9 @@ type Engine interface {
 type Stream interface {
 	// Subscribe opens a subscription on the stream. Its outcome also comes as an event.
 	Subscribe(o SubscribeOptions) (Subscription, error)
+	// Refuse queues the event of an open refused before it reached the engine (by the
+	// server's permissions), in the stream's order of events.
+	Refuse(o SubscribeOptions, err error)
 	// Lookup returns the open subscription with this id; with id empty, the stream's only
 	// subscription if it has exactly one. n is how many it has.
 	Lookup(id string) (s Subscription, n int)
@@ -167,6 +170,9 @@ type SubscribeOptions struct {
 	AckDeadline     time.Duration // default Limits.AckDeadline
 	MaxDeliveries   int           // 0: unlimited; the group's first member sets it
 	DeadLetterTopic string        // default "dlq.<ID>"; the group's first member sets it
+	// Quota, if not nil, is the quota of the member's owner: a group this member creates
+	// is counted against it, and so is everything the group holds (see Quota).
+	Quota *Quota
 }
 
 // Settings are a subscription's options after defaults.

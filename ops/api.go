@@ -45,10 +45,10 @@ func (o *Ops) routes(mux *http.ServeMux) {
 }
 
 // hostCheck refuses requests for a host name other than localhost unless remote access is
-// allowed: a web page whose name an attacker re-binds to 127.0.0.1 (DNS rebinding) would
-// otherwise be same-origin with the dashboard.
+// allowed or requests are authenticated: a web page whose name an attacker re-binds to
+// 127.0.0.1 (DNS rebinding) would otherwise be same-origin with the dashboard.
 func (o *Ops) hostCheck(h http.Handler) http.Handler {
-	if o.opts.AllowRemote {
+	if o.opts.AllowRemote || o.opts.Authenticate != nil {
 		return h
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -1,8 +1,9 @@
 // Package ops is tinybroker's HTTP listener for operators: Prometheus metrics at /metrics, a
 // live web dashboard at / (embedded: no CDN, works offline), its JSON API under /api/, and
 // the Go profiler under /debug/pprof/. It is off unless asked for (serve --http-listen, or
-// an http block in the config file), and listens on loopback unless told otherwise: until
-// the gRPC API has authentication, neither has this listener (see RATIONALE.md, "Metrics").
+// an http block in the config file). Requests are authenticated by Options.Authenticate (serve:
+// the broker's users, admins only); without it the listener stays on loopback unless told
+// otherwise (see RATIONALE.md, "Operating").
 //
 // Metrics are read from the counters the engine, the server and the plugins keep anyway, at
 // scrape time (collector.go): nothing is counted for Prometheus on the path of a message.
@@ -24,6 +25,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/tinybroker/tinybroker/broker"
 	"github.com/tinybroker/tinybroker/plugins"
@@ -51,8 +54,12 @@ type Options struct {
 	// MaxGroupSeries is how many groups get metrics of their own (1,000); the others are
 	// summed under group="_other".
 	MaxGroupSeries int
-	// AllowRemote accepts requests for any host name; without it only requests for an IP
-	// address or localhost are answered (against DNS rebinding). See Listen.
+	// Authenticate, if not nil, is asked about every request: an error refuses it (a gRPC
+	// status: Unauthenticated answers 401 and asks the browser for a user and token,
+	// PermissionDenied 403). serve passes the broker's users, admins only (server/auth).
+	Authenticate func(*http.Request) error
+	// AllowRemote accepts requests for any host name; without it, and without Authenticate,
+	// only requests for an IP address or localhost are answered (against DNS rebinding).
 	AllowRemote bool
 	// Version labels tinybroker_build_info (default: the main module's version).
 	Version string
@@ -115,7 +122,7 @@ func New(opts Options) *Ops {
 	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	o.routes(mux)
 	o.http = &http.Server{
-		Handler:           http.NewCrossOriginProtection().Handler(mux),
+		Handler:           o.authenticate(http.NewCrossOriginProtection().Handler(mux)),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          o.log.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
@@ -163,9 +170,10 @@ func (o *Ops) Shutdown(ctx context.Context) error {
 	return err
 }
 
-// Listen listens on addr for the ops listener. Unless allowRemote is set, the address must
-// be a loopback one ("127.0.0.1:7879", "[::1]:7879", "localhost:7879"): until tinybroker
-// has authentication, anything that can reach the listener can purge groups and replay dead
+// Listen listens on addr for the ops listener. Unless allowRemote is set (serve sets it too
+// when the broker has users, who then authenticate here as on the gRPC API), the address
+// must be a loopback one ("127.0.0.1:7879", "[::1]:7879", "localhost:7879"): without
+// authentication, anything that can reach the listener can purge groups and replay dead
 // letters.
 func Listen(addr string, allowRemote bool) (net.Listener, error) {
 	host, _, err := net.SplitHostPort(addr)
@@ -174,7 +182,7 @@ func Listen(addr string, allowRemote bool) (net.Listener, error) {
 	}
 	if !allowRemote && host != "localhost" {
 		if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
-			return nil, fmt.Errorf("http listen address %q is not a loopback address: the HTTP listener has no authentication yet, so anyone who reaches it can purge groups and replay dead letters; listen on 127.0.0.1 (and reach it through an SSH tunnel or a proxy that authenticates), or set http { allow_remote = true } (serve --http-allow-remote) to accept that", addr)
+			return nil, fmt.Errorf("http listen address %q is not a loopback address, and the broker has no users to authenticate its requests, so anyone who reaches it could purge groups and replay dead letters; listen on 127.0.0.1 (and reach it through an SSH tunnel), declare users (README.md, \"Securing tinybroker\": admins may use the HTTP listener), or set http { allow_remote = true } (serve --http-allow-remote) to accept that", addr)
 		}
 	}
 	lis, err := net.Listen("tcp", addr)
@@ -186,6 +194,27 @@ func Listen(addr string, allowRemote bool) (net.Listener, error) {
 		return nil, fmt.Errorf("http listen address %q resolved to %s, not a loopback address; set http { allow_remote = true } to accept that", addr, tcp.IP)
 	}
 	return lis, nil
+}
+
+// authenticate refuses requests Options.Authenticate refuses.
+func (o *Ops) authenticate(h http.Handler) http.Handler {
+	if o.opts.Authenticate == nil {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		err := o.opts.Authenticate(r)
+		switch status.Code(err) {
+		case codes.OK:
+			h.ServeHTTP(w, r)
+		case codes.Unauthenticated:
+			w.Header().Set("WWW-Authenticate", `Basic realm="tinybroker", charset="UTF-8"`)
+			writeError(w, http.StatusUnauthorized, errors.New(status.Convert(err).Message()+" (over HTTP: the header Authorization: Bearer USER:TOKEN, or Basic with the user and token)"))
+		case codes.PermissionDenied:
+			writeError(w, http.StatusForbidden, errors.New(status.Convert(err).Message()))
+		default:
+			writeError(w, http.StatusInternalServerError, err)
+		}
+	})
 }
 
 // promLog passes promhttp's errors to the logger.

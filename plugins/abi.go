@@ -347,6 +347,8 @@ var hostFuncs = []hostFunc{
 			putI32(s, abi.StatusNotAllowed)
 		case broker.ValidateTopic(topic) != nil:
 			putI32(s, abi.StatusInvalid)
+		case !inst.p.spec.mayEmit(topic):
+			putI32(s, abi.StatusNotAllowed)
 		default:
 			st.dirty = true
 			st.newTopic, st.topicSet = topic, true
@@ -415,6 +417,8 @@ var hostFuncs = []hostFunc{
 			putI32(s, abi.StatusLimit)
 		case broker.ValidateTopic(topic) != nil:
 			putI32(s, abi.StatusInvalid)
+		case !inst.p.spec.mayEmit(topic):
+			putI32(s, abi.StatusNotAllowed)
 		case int(n) > inst.p.host.opts.MaxMessageBytes:
 			putI32(s, abi.StatusTooLarge)
 		default:

@@ -397,3 +397,38 @@ func TestRedeliverDrop(t *testing.T) {
 		t.Fatalf("group stats %+v", g)
 	}
 }
+
+// emit_topics bounds where a plugin writes: an emit or a re-route to another topic fails
+// (ERR_NOT_ALLOWED) and the message goes on unchanged; within it, both work.
+func TestEmitTopics(t *testing.T) {
+	h := newHost(t)
+	c := load(t, h, Spec{Name: "good", Wasm: fixture(t, "good"), Config: map[string]string{"to": "rerouted.here"},
+		EmitTopics: []string{"orders.>"}})
+	b := brokertest.Start(t, brokertest.Options{Hooks: c})
+	all := brokertest.Subscribe(t, b, broker.SubscribeOptions{Patterns: []string{">"}, Mode: broker.Fanout})
+	if _, err := b.Publish("orders.1", []byte("x"), map[string]string{"tenant": "acme"}); err != nil {
+		t.Fatal(err)
+	}
+	if d := all.Next(t); d.Msg.Topic != "orders.1" {
+		t.Fatalf("got %s, want orders.1", d.Msg.Topic)
+	}
+	if _, err := b.Publish("reroute.me", []byte("x"), nil); err != nil {
+		t.Fatal(err)
+	}
+	if d := all.Next(t); d.Msg.Topic != "reroute.me" {
+		t.Fatalf("re-routed to %s outside emit_topics", d.Msg.Topic)
+	}
+	all.None(t, 20*time.Millisecond) // no audit.copy
+	b.SetHooks(load(t, h, Spec{Name: "good", Wasm: fixture(t, "good"), Config: map[string]string{"to": "rerouted.here"},
+		EmitTopics: []string{"audit.*", "rerouted.>"}}))
+	b.Publish("orders.2", []byte("x"), map[string]string{"tenant": "acme"})
+	b.Publish("reroute.me", []byte("x"), nil)
+	for _, want := range []string{"orders.2", "audit.copy", "rerouted.here"} {
+		if d := all.Next(t); d.Msg.Topic != want {
+			t.Fatalf("got %s, want %s", d.Msg.Topic, want)
+		}
+	}
+	if _, err := h.Load(context.Background(), []Spec{{Name: "p", Wasm: fixture(t, "good"), EmitTopics: []string{"a.>.b"}}}); err == nil || !strings.Contains(err.Error(), "emit_topics") {
+		t.Fatalf("a bad emit_topics pattern: %v", err)
+	}
+}

@@ -29,6 +29,7 @@ import (
 	"github.com/tinybroker/tinybroker/internal/wire"
 	"github.com/tinybroker/tinybroker/plugins"
 	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
+	"github.com/tinybroker/tinybroker/server/auth"
 )
 
 // Options configure a Server. Zero values take the defaults shown.
@@ -66,6 +67,10 @@ type Options struct {
 	Reload func(ctx context.Context) ([]string, error)
 	// Plugins reports the plugins' counters for Stats (nil: none).
 	Plugins func() []plugins.PluginStats
+	// Auth, if not nil, serves TLS if it has TLS files, and with users authenticates every
+	// call, checks its permissions and applies the per-user limits (see server/auth). Stats
+	// and Reload are for admins; health and reflection stay open.
+	Auth *auth.Authenticator
 }
 
 // Server serves the tinybroker.v1.Broker service over gRPC.
@@ -129,7 +134,7 @@ func New(b broker.Engine, maxMessageBytes int, opts Options) *Server {
 		b := make([]broker.Delivery, 0, opts.MaxBatchMessages)
 		return &b
 	}
-	s.grpc = grpc.NewServer(
+	grpcOpts := []grpc.ServerOption{
 		grpc.ForceServerCodecV2(wire.ServerCodec()),
 		experimental.BufferPool(grpcbuf.Pool),
 		grpc.MaxRecvMsgSize(opts.MaxRecvBytes),
@@ -139,7 +144,11 @@ func New(b broker.Engine, maxMessageBytes int, opts Options) *Server {
 		grpc.InitialConnWindowSize(grpcbuf.ConnWindow),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: opts.KeepaliveTime, Timeout: opts.KeepaliveTimeout}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
-	)
+	}
+	if opts.Auth != nil {
+		grpcOpts = append(grpcOpts, opts.Auth.ServerOptions(pb.Broker_ServiceDesc.ServiceName, "Stats", "Reload")...)
+	}
+	s.grpc = grpc.NewServer(grpcOpts...)
 	pb.RegisterBrokerServer(s.grpc, s)
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)
@@ -194,7 +203,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 }
 
 // Publish implements the unary publish.
-func (s *Server) Publish(_ context.Context, req *pb.PublishRequest) (*pb.PublishResponse, error) {
+func (s *Server) Publish(ctx context.Context, req *pb.PublishRequest) (*pb.PublishResponse, error) {
+	if err := auth.FromContext(ctx).Publish(req.GetTopic()); err != nil {
+		return nil, err
+	}
 	res, err := s.b.Publish(req.GetTopic(), req.GetPayload(), req.GetHeaders())
 	if err != nil {
 		s.traffic.refuse(codeOf(err))
@@ -236,6 +248,7 @@ func (s *Server) PublishStream(stream grpc.BidiStreamingServer[pb.PublishStreamR
 func (s *Server) servePublish(stream grpc.BidiStreamingServer[pb.PublishStreamRequest, pb.PublishStreamResponse]) error {
 	f := &wire.PublishFrame{MaxMsgs: s.opts.MaxPublishBatch}
 	var results []wire.PublishResult
+	caller := auth.FromContext(stream.Context()) // nil without authentication: no check
 	for {
 		if err := stream.RecvMsg(f); err != nil {
 			if err == io.EOF {
@@ -252,12 +265,19 @@ func (s *Server) servePublish(stream grpc.BidiStreamingServer[pb.PublishStreamRe
 		budget := answerBudget(f.Size)
 		published := 0
 		for i, m := range f.Msgs {
-			res, err := s.b.Publish(m.Topic, m.Payload, m.Headers)
+			var res broker.PublishResult
+			var err error
+			if caller != nil {
+				err = caller.Publish(m.Topic)
+			}
+			if err == nil {
+				res, err = s.b.Publish(m.Topic, m.Payload, m.Headers)
+			}
 			if err != nil {
 				s.traffic.refuse(codeOf(err))
 				msg := omittedError
 				if budget > 0 {
-					msg = err.Error()
+					msg = errorText(err)
 					budget -= len(msg)
 				}
 				results[i] = wire.PublishResult{Code: uint32(codeOf(err)), Err: msg}
@@ -300,7 +320,9 @@ func (s *Server) Subscribe(stream grpc.BidiStreamingServer[pb.SubscribeRequest, 
 	}
 	st := s.b.NewStream(wire.DeliverySize)
 	defer st.Close()
-	if _, err := st.Subscribe(subscribeOptions(open)); err != nil {
+	subs := newSubCount(auth.FromContext(stream.Context()))
+	defer subs.end()
+	if err := subs.open(st, subscribeOptions(open), false); err != nil {
 		s.traffic.refuseSub(codeOf(err))
 		return toStatus(err)
 	}
@@ -313,7 +335,7 @@ func (s *Server) Subscribe(stream grpc.BidiStreamingServer[pb.SubscribeRequest, 
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		recvErr <- s.receive(stream, st, unanswered)
+		recvErr <- s.receive(stream, st, unanswered, subs)
 	}()
 
 	ctx := stream.Context()
@@ -347,6 +369,7 @@ func (s *Server) Subscribe(stream grpc.BidiStreamingServer[pb.SubscribeRequest, 
 					sub.Close()
 				}
 			}
+			subs.sync(st)
 			if _, n := st.Lookup(""); n == 0 {
 				return nil
 			}
@@ -389,7 +412,7 @@ func (s *Server) event(sub broker.Subscription) *pb.SubscribeResponse {
 		s.traffic.refuseSub(codeOf(err))
 		s.log.Debug("subscription refused", "subscription", set.ID, "error", err)
 		return &pb.SubscribeResponse{Frame: &pb.SubscribeResponse_Refused{Refused: &pb.Refused{
-			SubscriptionId: set.ID, Code: int32(codeOf(err)), Error: err.Error()}}}
+			SubscriptionId: set.ID, Code: int32(codeOf(err)), Error: errorText(err)}}}
 	}
 	s.log.Debug("subscription opened", "subscription", set.ID, "member", set.MemberID, "mode", sub.Mode())
 	subscribed := &pb.Subscribed{SubscriptionId: set.ID, MemberId: set.MemberID}
@@ -404,7 +427,7 @@ func (s *Server) event(sub broker.Subscription) *pb.SubscribeResponse {
 
 // receive applies the client's frames until the stream ends. Unknown ids are skipped (see
 // broker.Subscription.Ack); a malformed frame ends the stream.
-func (s *Server) receive(stream grpc.BidiStreamingServer[pb.SubscribeRequest, pb.SubscribeResponse], st broker.Stream, unanswered *opens) error {
+func (s *Server) receive(stream grpc.BidiStreamingServer[pb.SubscribeRequest, pb.SubscribeResponse], st broker.Stream, unanswered *opens, subs *subCount) error {
 	for {
 		req, err := stream.Recv()
 		if err == io.EOF {
@@ -438,10 +461,11 @@ func (s *Server) receive(stream grpc.BidiStreamingServer[pb.SubscribeRequest, pb
 			if err := s.waitToOpen(stream.Context(), st, unanswered); err != nil {
 				return err
 			}
-			_, _ = st.Subscribe(subscribeOptions(f.Open)) // the stream answers it: subscribed or refused
+			_ = subs.open(st, subscribeOptions(f.Open), true) // the stream answers it: subscribed or refused
 		case *pb.SubscribeRequest_Close:
 			if sub, _ := st.Lookup(f.Close.GetSubscriptionId()); sub != nil && f.Close.GetSubscriptionId() != "" {
 				sub.Close()
+				subs.sync(st)
 				s.log.Debug("subscription closed by the client", "subscription", f.Close.GetSubscriptionId())
 			}
 		default:
@@ -521,9 +545,12 @@ func subscribeOptions(o *pb.OpenSubscription) broker.SubscribeOptions {
 }
 
 // Ack implements the seed's unary Ack.
-func (s *Server) Ack(_ context.Context, req *pb.Ack) (*pb.AckResponse, error) {
+func (s *Server) Ack(ctx context.Context, req *pb.Ack) (*pb.AckResponse, error) {
 	if req.GetSubscriptionId() == "" || req.GetSystemId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "Ack needs subscription_id and system_id (from the delivered Message)")
+	}
+	if err := auth.FromContext(ctx).Join(req.GetSubscriptionId()); err != nil {
+		return nil, err
 	}
 	if err := s.b.Ack(req.GetSubscriptionId(), req.GetSystemId()); err != nil {
 		return nil, toStatus(err)
@@ -532,9 +559,12 @@ func (s *Server) Ack(_ context.Context, req *pb.Ack) (*pb.AckResponse, error) {
 }
 
 // Nack implements the unary Nack.
-func (s *Server) Nack(_ context.Context, req *pb.Nack) (*pb.NackResponse, error) {
+func (s *Server) Nack(ctx context.Context, req *pb.Nack) (*pb.NackResponse, error) {
 	if req.GetSubscriptionId() == "" || req.GetSystemId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "Nack needs subscription_id and system_id (from the delivered Message)")
+	}
+	if err := auth.FromContext(ctx).Join(req.GetSubscriptionId()); err != nil {
+		return nil, err
 	}
 	if d := req.GetDelay(); d != nil && (d.CheckValid() != nil || d.AsDuration() < 0) {
 		return nil, status.Error(codes.InvalidArgument, "Nack delay must be a valid, non-negative duration")

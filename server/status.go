@@ -28,6 +28,10 @@ var errorCodes = []struct {
 // codeOf maps each broker error to its one gRPC status code.
 func codeOf(err error) codes.Code {
 	var reject *broker.RejectError
+	var withStatus interface{ GRPCStatus() *status.Status }
+	if errors.As(err, &withStatus) { // the edge's refusals (server/auth)
+		return withStatus.GRPCStatus().Code()
+	}
 	if errors.As(err, &reject) {
 		if reject.Code > 0 && reject.Code <= 16 {
 			return codes.Code(reject.Code)

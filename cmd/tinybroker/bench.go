@@ -59,7 +59,12 @@ Flags:
 	fs.IntVar(&cfg.W6Conns, "w6-conns", 8, "W6: connections the streams are spread over")
 	fs.StringVar(&cfg.Scrape, "scrape", "", "GET this `URL` (the broker's http://HOST:PORT/metrics, serve --http-listen) every -scrape-every during the run, as Prometheus would: the cost of metrics")
 	fs.DurationVar(&cfg.ScrapeEvery, "scrape-every", time.Second, "how often -scrape scrapes")
+	dial := addDialFlags(fs)
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	var err error
+	if cfg.DialOptions, err = dial.grpcOptions(); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {

@@ -61,6 +61,7 @@ Flags:
 	headers := headerFlag{}
 	fs.Var(headers, "H", "message header `key=value`; repeat for more")
 	timeout := fs.Duration("timeout", 10*time.Second, "give up after this long")
+	dial := addDialFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -80,7 +81,11 @@ Flags:
 		h = headers
 	}
 
-	c, err := client.Dial(*addr)
+	dialOpts, err := dial.clientOptions()
+	if err != nil {
+		return err
+	}
+	c, err := client.Dial(*addr, dialOpts...)
 	if err != nil {
 		return sdkError{err}
 	}
@@ -121,6 +126,7 @@ Flags:
 	id := fs.String("id", "", "subscription id (default: the group, or made up by the broker for fanout)")
 	maxInFlight := fs.Int("max-in-flight", 0, "with --group: unacked messages held at once (default 1)")
 	count := fs.Int("count", 0, "exit after this many messages (0: run until interrupted)")
+	dial := addDialFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -140,7 +146,11 @@ Flags:
 		opts.Mode = client.Balanced
 	}
 
-	c, err := client.Dial(*addr)
+	dialOpts, err := dial.clientOptions()
+	if err != nil {
+		return err
+	}
+	c, err := client.Dial(*addr, dialOpts...)
 	if err != nil {
 		return sdkError{err}
 	}

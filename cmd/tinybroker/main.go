@@ -4,6 +4,7 @@
 //	tinybroker pub   [--addr ADDR] [-H key=value]... TOPIC DATA
 //	tinybroker sub   [--addr ADDR] [--group G] [--count N] PATTERN...
 //	tinybroker bench [--addr ADDR] [-w W1,W2,W3,W5] ...
+//	tinybroker passwd
 //	tinybroker plugin test [--config key=value]... [--hook HOOK] PLUGIN.wasm < messages
 //	tinybroker plugin new  --lang go|rust|c|assemblyscript|zig [--dir DIR] [--sdk TREE] NAME
 package main
@@ -25,6 +26,7 @@ import (
 	"github.com/tinybroker/tinybroker/internal/config"
 	"github.com/tinybroker/tinybroker/internal/gctuner"
 	"github.com/tinybroker/tinybroker/server"
+	"github.com/tinybroker/tinybroker/server/auth"
 )
 
 const usage = `tinybroker: a single-node, in-memory message broker spoken to over gRPC.
@@ -34,9 +36,12 @@ Usage:
   tinybroker pub   [--addr ADDR] [-H key=value]... TOPIC DATA
   tinybroker sub   [--addr ADDR] [--group G] [--id ID] [--count N] PATTERN...
   tinybroker bench [--addr ADDR] [-w W1,W2,W3,W5] [-n N] [-reps R]
+  tinybroker passwd < TOKEN    (prints the bcrypt hash of a user's token)
   tinybroker plugin test [--config key=value]... [--hook HOOK] PLUGIN.wasm < MESSAGES
   tinybroker plugin new  --lang go|rust|c|assemblyscript|zig [--dir DIR] [--sdk TREE] NAME
 
+pub, sub and bench take --tls-ca FILE, --tls-cert FILE --tls-key FILE, --tls-server-name NAME
+and --token-file FILE (or TINYBROKER_TOKEN=USER:TOKEN) for a secured broker.
 Run "tinybroker COMMAND -h" for a command's flags.
 `
 
@@ -66,6 +71,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runSub(ctx, args[1:], stdout, stderr)
 	case "bench":
 		return runBench(ctx, args[1:], stdout, stderr)
+	case "passwd":
+		return runPasswd(args[1:], stdin, stdout, stderr)
 	case "plugin":
 		switch {
 		case len(args) >= 2 && args[1] == "test":
@@ -136,6 +143,13 @@ func serve(ctx context.Context, args []string, stderr io.Writer, listening chan<
 		Output:     stderr,
 	})
 
+	if err := checkExposure(cfg, *configPath, log); err != nil {
+		return err
+	}
+	guard, err := auth.New(auth.Options{Users: cfg.Users, TLS: cfg.TLS, Logger: log.Named("auth")})
+	if err != nil {
+		return fmt.Errorf("%s: %w", cfgName(*configPath), err)
+	}
 	lis, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w (pass --listen HOST:PORT to choose another address)", cfg.Listen, err)
@@ -173,12 +187,20 @@ func serve(ctx context.Context, args []string, stderr io.Writer, listening chan<
 		HandshakeTimeout:        cfg.Limits.HandshakeTimeout,
 		Logger:                  log.Named("server"),
 		Plugins:                 pm.stats,
+		Auth:                    guard,
+	}
+	// A reload re-reads the TLS files, then the plugins; users need a restart.
+	reload := func(ctx context.Context) ([]string, error) {
+		if err := guard.Reload(); err != nil {
+			return nil, err
+		}
+		return pm.reload(ctx)
 	}
 	if *configPath != "" {
-		srvOpts.Reload = pm.reload
+		srvOpts.Reload = reload
 	}
 	srv := server.New(b, cfg.Broker.MaxMessageBytes, srvOpts)
-	stopOps, httpAddr, err := startOps(cfg.HTTP, b, srv, pm, log.Named("http"))
+	stopOps, httpAddr, err := startOps(cfg.HTTP, b, srv, pm, guard, log.Named("http"))
 	if err != nil {
 		lis.Close()
 		_ = srv.Shutdown(context.Background())
@@ -190,7 +212,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer, listening chan<
 	defer signal.Stop(hup)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(lis) }()
-	log.Info("listening", "addr", lis.Addr().String(), "config", cfgName(*configPath))
+	log.Info("listening", "addr", lis.Addr().String(), "config", cfgName(*configPath), "tls", cfg.TLS != nil, "users", len(cfg.Users))
 	if httpAddr != nil { // after the gRPC address, which scripts take from the first such line
 		log.Named("http").Info("http listening", "addr", httpAddr.String(), "metrics", "/metrics", "dashboard", "/", "pprof", "/debug/pprof/")
 	}
@@ -204,7 +226,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer, listening chan<
 			_ = srv.Shutdown(context.Background())
 			return fmt.Errorf("serve: %w", err)
 		case <-hup:
-			if _, err := pm.reload(ctx); err != nil {
+			if _, err := reload(ctx); err != nil {
 				log.Error("reload refused; the running plugins stay", "error", err)
 			}
 		case <-ctx.Done():

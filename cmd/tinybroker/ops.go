@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
 	"net"
+	"net/http"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -15,6 +17,7 @@ import (
 	"github.com/tinybroker/tinybroker/ops"
 	"github.com/tinybroker/tinybroker/plugins"
 	"github.com/tinybroker/tinybroker/server"
+	"github.com/tinybroker/tinybroker/server/auth"
 )
 
 // opsFlags are serve's flags for the ops HTTP listener (metrics, dashboard, pprof).
@@ -26,7 +29,7 @@ type opsFlags struct {
 func addOpsFlags(fs *flag.FlagSet) opsFlags {
 	return opsFlags{
 		listen:      fs.String("http-listen", "", "serve metrics, the dashboard and pprof over HTTP on this `address` (loopback only unless --http-allow-remote; default: off, or the config file's http block)"),
-		allowRemote: fs.Bool("http-allow-remote", false, "let --http-listen be a non-loopback address (the HTTP listener has no authentication yet)"),
+		allowRemote: fs.Bool("http-allow-remote", false, "let --http-listen be a non-loopback address without users to authenticate its requests"),
 	}
 }
 
@@ -43,16 +46,33 @@ func (f opsFlags) apply(cfg *config.HTTP) {
 // startOps starts the ops HTTP listener if cfg turns it on. stop shuts it down (a no-op when
 // off), giving requests in progress (a CPU profile, say) up to 5 seconds, and waits for its
 // goroutines; addr is where it listens (nil when off).
-func startOps(cfg config.HTTP, b broker.Engine, srv *server.Server, pm *pluginManager, log hclog.Logger) (stop func(), addr net.Addr, err error) {
+//
+// With users (guard enabled) the listener is behind the same authentication as the gRPC API:
+// every request needs an admin user's token (Bearer or Basic) or client certificate, and it
+// may listen beyond loopback; with TLS it serves the broker's certificate.
+func startOps(cfg config.HTTP, b broker.Engine, srv *server.Server, pm *pluginManager, guard *auth.Authenticator, log hclog.Logger) (stop func(), addr net.Addr, err error) {
 	if cfg.Listen == "" {
 		return func() {}, nil, nil
 	}
-	lis, err := ops.Listen(cfg.Listen, cfg.AllowRemote)
+	lis, err := ops.Listen(cfg.Listen, cfg.AllowRemote || guard.Enabled())
 	if err != nil {
 		return nil, nil, err
 	}
-	o := ops.New(ops.Options{Engine: b, Server: srv, Plugins: pm.metrics, AllowRemote: cfg.AllowRemote,
-		MaxGroupSeries: cfg.MetricsMaxGroups, Logger: log})
+	if tc := guard.TLSConfig(); tc != nil {
+		lis = tls.NewListener(lis, tc)
+	}
+	opts := ops.Options{Engine: b, Server: srv, Plugins: pm.metrics, AllowRemote: cfg.AllowRemote,
+		MaxGroupSeries: cfg.MetricsMaxGroups, Logger: log}
+	if guard.Enabled() {
+		opts.Authenticate = func(r *http.Request) error {
+			c, err := guard.HTTP(r)
+			if err != nil {
+				return err
+			}
+			return c.Admin("the HTTP listener (metrics, dashboard, pprof)")
+		}
+	}
+	o := ops.New(opts)
 	served := make(chan error, 1)
 	go func() { served <- o.Serve(lis) }()
 	return func() {

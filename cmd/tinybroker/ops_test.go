@@ -2,17 +2,24 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+
+	"golang.org/x/crypto/bcrypt"
 
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/tinybroker/tinybroker/internal/brokertest"
+	"github.com/tinybroker/tinybroker/internal/testcerts"
 	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
 )
 
@@ -70,5 +77,77 @@ func TestServeHTTPListenRemote(t *testing.T) {
 	err := serve(context.Background(), []string{"--listen", "127.0.0.1:0", "--http-listen", "0.0.0.0:0"}, &logs, nil)
 	if err == nil || !strings.Contains(err.Error(), "not a loopback address") || !strings.Contains(err.Error(), "--http-allow-remote") {
 		t.Fatalf("serve with a non-loopback --http-listen: %v", err)
+	}
+}
+
+// With users the HTTP listener is behind the broker's authentication, over its TLS: an admin's
+// token (Bearer or Basic) is let in, another user is refused 403, no credentials 401 with a
+// Basic challenge for browsers; and it may listen beyond loopback.
+func TestServeHTTPListenSecured(t *testing.T) {
+	dir := t.TempDir()
+	ca, err := testcerts.NewCA("ops test CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, _ := ca.Server()
+	if _, _, err := srv.Write(dir, "server"); err != nil {
+		t.Fatal(err)
+	}
+	h, _ := bcrypt.GenerateFromPassword([]byte("tok"), bcrypt.MinCost)
+	cfg := filepath.Join(dir, "secure.hcl")
+	if err := os.WriteFile(cfg, []byte(`tls {
+  cert_file = "server.pem"
+  key_file  = "server-key.pem"
+}
+user "ops" {
+  token_hash = "`+string(h)+`"
+  admin      = true
+}
+user "app" {
+  token_hash = "`+string(h)+`"
+}
+http {
+  listen = "0.0.0.0:0"
+}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, logs, done, cancel := startServe(t, "--config", cfg, "--listen", "127.0.0.1:0")
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	m := regexp.MustCompile(`http listening: addr=\S+:(\d+)`).FindStringSubmatch(logs.WaitFor(t, "http listening"))
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca.PEM)
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: "localhost"}}}
+	defer client.CloseIdleConnections()
+	get := func(set func(*http.Request)) (int, http.Header) {
+		req, _ := http.NewRequest("GET", "https://127.0.0.1:"+m[1]+"/metrics", nil)
+		set(req)
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode, resp.Header
+	}
+	if code, hdr := get(func(*http.Request) {}); code != 401 || !strings.HasPrefix(hdr.Get("WWW-Authenticate"), "Basic") {
+		t.Errorf("no credentials: %d %v", code, hdr)
+	}
+	if code, _ := get(func(r *http.Request) { r.Header.Set("Authorization", "Bearer ops:tok") }); code != 200 {
+		t.Errorf("admin, bearer: %d", code)
+	}
+	if code, _ := get(func(r *http.Request) { r.SetBasicAuth("ops", "tok") }); code != 200 {
+		t.Errorf("admin, basic: %d", code)
+	}
+	if code, _ := get(func(r *http.Request) { r.SetBasicAuth("ops", "wrong") }); code != 401 {
+		t.Errorf("wrong token: %d", code)
+	}
+	if code, _ := get(func(r *http.Request) { r.Header.Set("Authorization", "Bearer app:tok") }); code != 403 {
+		t.Errorf("not an admin: %d", code)
 	}
 }

@@ -130,9 +130,10 @@ limits {
 # profiler at /debug/pprof/ (README.md, "Operating tinybroker"). Off unless this block is
 # present (or serve gets --http-listen); uncomment it to turn it on.
 # http {
-#   # host:port. It has no authentication yet, so it must be a loopback address...
+#   # host:port. With users (admins may use it; README.md, "Securing tinybroker") any
+#   # address; without, nothing authenticates it, so it must be a loopback address...
 #   listen = "127.0.0.1:7879"
-#   # ...unless this is set (then put it behind something that authenticates).
+#   # ...unless this is set.
 #   allow_remote = false
 #   # Groups with metrics of their own (by subscription_id, in order); the others are
 #   # summed under group="_other", so that 10,000 groups do not make 150,000 series.

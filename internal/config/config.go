@@ -58,8 +58,35 @@
 //
 //	http {                        # at most one; present: the ops HTTP listener is on
 //	  listen             = "127.0.0.1:7879"  # metrics, dashboard, pprof
-//	  allow_remote       = false   # a non-loopback listen needs this (no authentication yet)
+//	  allow_remote       = false   # a non-loopback listen needs this, or users (admins may use it)
 //	  metrics_max_groups = 1000    # groups with series of their own; the rest sum as "_other"
+//
+//	insecure = false              # true: serve a non-loopback address without users (logged at every start)
+//
+//	tls {                         # at most one; files re-read on reload (SIGHUP)
+//	  cert_file           = "server.pem"     # relative to this file
+//	  key_file            = "server-key.pem"
+//	  client_ca_file      = "clients-ca.pem" # accept client certificates signed by these CAs
+//	  require_client_cert = false            # true: mTLS, refuse connections without one
+//	}
+//
+//	user "alice" {                # any number; see README.md, "Securing tinybroker"
+//	  token_hash  = "$2a$10$..."   # bcrypt, from `tinybroker passwd`; sent as Bearer alice:TOKEN
+//	  certificate = "CN=alice"     # or "DNS:...", "URI:...", "EMAIL:..." of a client certificate
+//	  admin       = false          # Stats and Reload
+//	  publish {                                   # nothing is allowed without an allow
+//	    allow = ["orders.>"]
+//	    deny  = ["orders.internal.>"]               # overrides allow
+//	  }
+//	  subscribe { allow = ["orders.>"] }
+//	  groups    { allow = ["billing"] }           # consumer groups (subscription_id) to join
+//	  limits {
+//	    max_connections   = 100
+//	    max_streams       = 1000
+//	    max_subscriptions = 1000
+//	    max_groups        = 10
+//	    max_queued_bytes  = "256MiB"             # what the groups the user created hold
+//	  }
 //	}
 //
 //	plugin "tenant-filter" {      # any number, in chain order
@@ -73,6 +100,7 @@
 //	  pool_size      = 4
 //	  failure_policy = "fail_open"      # fail_open | fail_closed | dead_letter
 //	  max_emits      = 16
+//	  emit_topics    = ["audit.>"]      # topics it may emit to or re-route to (default: any)
 //	  breaker_failures = 5
 //	  breaker_cooldown = "30s"
 //	}
@@ -92,6 +120,7 @@ import (
 	"github.com/tinybroker/tinybroker/broker"
 	"github.com/tinybroker/tinybroker/broker/memory"
 	"github.com/tinybroker/tinybroker/plugins"
+	"github.com/tinybroker/tinybroker/server/auth"
 )
 
 // Config is the server's configuration after defaults.
@@ -109,7 +138,14 @@ type Config struct {
 	// PluginCacheDir keeps compiled plugins across restarts ("" : the user cache folder,
 	// e.g. ~/.cache/tinybroker/wazero).
 	PluginCacheDir string
-	HTTP           HTTP // the ops HTTP listener (http.go); off by default
+	// TLS serves TLS from these files (nil: plaintext); paths made relative to the file's
+	// folder.
+	TLS *auth.TLSFiles
+	// Users may call the broker; with none, calls need no authentication and the broker
+	// serves only loopback addresses unless Insecure is set.
+	Users    []auth.User
+	Insecure bool
+	HTTP     HTTP // the ops HTTP listener (http.go); off by default
 }
 
 // Limits are the limits of the limits block that the server and the plugin host apply (the

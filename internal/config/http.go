@@ -4,14 +4,13 @@ import (
 	"net"
 
 	"github.com/hashicorp/hcl/v2"
-	"github.com/zclconf/go-cty/cty"
 )
 
 // HTTP configures the ops HTTP listener: metrics, dashboard, profiling (package ops). It is
 // off (Listen empty) unless the file has an http block or serve has --http-listen.
 type HTTP struct {
 	Listen      string // host:port; "127.0.0.1:7879" when the block leaves it out
-	AllowRemote bool   // accept a non-loopback Listen (the listener has no authentication yet)
+	AllowRemote bool   // accept a non-loopback Listen without users to authenticate requests
 	// MetricsMaxGroups is how many groups get metrics of their own (1,000); the others are
 	// summed under group="_other".
 	MetricsMaxGroups int
@@ -31,17 +30,23 @@ var httpSection = section{
 // decodeHTTP decodes the http block: its presence turns the listener on.
 func decodeHTTP(d *decoder, b *hcl.Block, path string) hcl.Diagnostics {
 	d.cfg.HTTP.Listen = DefaultHTTPListen
-	diags := d.section(b.Body, httpSection, path)
-	if diags.HasErrors() || d.cfg.HTTP.AllowRemote || IsLoopback(d.cfg.HTTP.Listen) {
-		return diags
+	return d.section(b.Body, httpSection, path)
+}
+
+// checkHTTP refuses a non-loopback http listen when nothing authenticates its requests: no
+// users (who authenticate there as on the gRPC API) and no allow_remote.
+func (d *decoder) checkHTTP() hcl.Diagnostics {
+	h := d.cfg.HTTP
+	if h.Listen == "" || h.AllowRemote || len(d.cfg.Users) > 0 || IsLoopback(h.Listen) {
+		return nil
 	}
-	return append(diags, &hcl.Diagnostic{
+	return hcl.Diagnostics{{
 		Severity: hcl.DiagError,
 		Summary:  "HTTP listener not on loopback",
-		Detail: "http listen " + d.cfg.HTTP.Listen + " is not a loopback address, and the HTTP listener has no authentication yet: anyone who reaches it could purge groups and replay dead letters. " +
-			"Listen on 127.0.0.1 (reached through an SSH tunnel or an authenticating proxy), or set allow_remote = true in the http block to accept that.",
-		Subject: d.rangeOf(path + ".listen"),
-	})
+		Detail: "http listen " + h.Listen + " is not a loopback address, and no user is declared to authenticate its requests: anyone who reached it could purge groups and replay dead letters. " +
+			"Listen on 127.0.0.1 (reached through an SSH tunnel), declare users (admins may use the HTTP listener), or set allow_remote = true in the http block to accept that.",
+		Subject: d.rangeOf("http.listen"),
+	}}
 }
 
 // IsLoopback reports whether the host of addr is localhost or a loopback IP address.
@@ -55,10 +60,4 @@ func IsLoopback(addr string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
-}
-
-func boolAttr(name string, field func(*Config) *bool) attribute {
-	return attribute{name: name, decode: func(c *Config, name string, expr hcl.Expression) hcl.Diagnostics {
-		return decodeValue(name, "true or false", expr, cty.Bool, field(c))
-	}}
 }

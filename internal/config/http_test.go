@@ -37,6 +37,7 @@ func TestHTTPBlockErrors(t *testing.T) {
 		"http {\n  listen = \"localhost\"\n}\n":      "Invalid listen address",
 		"http {\n  metrics_max_groups = 0\n}\n":      "metrics_max_groups must be greater than zero",
 		"http {\n  listen = \"127.0.0.1:7879\"\n}\n": "",
+		"http {\n  listen = \"0.0.0.0:7879\"\n}\nuser \"ops\" {\n  certificate = \"CN=ops\"\n  admin = true\n}\n": "", // users authenticate it
 	} {
 		_, err := Parse([]byte(src), "t.hcl")
 		if want == "" {

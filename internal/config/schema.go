@@ -27,6 +27,7 @@ var rootSection = section{
 		positiveIntAttr("max_header_bytes", func(c *Config) *int { return &c.Broker.MaxHeaderBytes }),
 		positiveIntAttr("max_headers", func(c *Config) *int { return &c.Broker.MaxHeaders }),
 		pathAttr("plugin_cache_dir", func(c *Config) *string { return &c.PluginCacheDir }),
+		boolAttr("insecure", func(c *Config) *bool { return &c.Insecure }),
 	},
 	blocks: []blockType{
 		{name: "memory", decode: sectionBlock(memorySection)},
@@ -36,6 +37,8 @@ var rootSection = section{
 		{name: "limits", decode: sectionBlock(limitsSection)},
 		{name: "plugin", labels: []string{"name"}, multiple: true, decode: decodePlugin},
 		{name: "http", decode: decodeHTTP},
+		{name: "tls", decode: decodeTLS},
+		{name: "user", labels: []string{"name"}, multiple: true, decode: decodeUser},
 	},
 }
 
@@ -101,5 +104,6 @@ func (d *decoder) check() hcl.Diagnostics {
 			Subject:  d.rangeOf("limits.max_streams_per_connection"),
 		})
 	}
+	diags = append(diags, d.checkHTTP()...)
 	return diags
 }
