@@ -46,8 +46,12 @@ var ErrNoDeadLetters = errors.New("this broker keeps no dead-letter store yet: d
 // purged and deleted through broker.Engine, and DeadLetters and Replay answer
 // ErrNoDeadLetters.
 //
-// TODO(issue 12, admin): once the dead-letter store of the admin API lands, list and replay
-// through it here.
+// TODO(issue 12, admin): the dead-letter store is on branch admin, not yet on main. Once it
+// lands, DeadLetters is Engine.DeadLetters(group, "", limit) with each broker.DeadLetter
+// mapped field for field (DeadAt → At, Size = len(Payload), Payload cut to a preview), and
+// Replay is Engine.ReplayDeadLetters(group, ids) counting the results without Err (an
+// unknown id: broker.ErrUnknownMessage → 404 in adminError). The dashboard and its browser
+// test need no change: the test's captureAdmin stands in for the store meanwhile.
 type EngineAdmin struct{ Engine broker.Engine }
 
 func (a EngineAdmin) Group(id string) (broker.GroupStats, error) { return a.Engine.Group(id) }

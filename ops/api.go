@@ -81,7 +81,7 @@ func adminError(w http.ResponseWriter, err error) {
 	switch {
 	case errors.Is(err, ErrNoDeadLetters):
 		status = http.StatusNotImplemented
-	case errors.Is(err, broker.ErrUnknownSubscription):
+	case errors.Is(err, broker.ErrUnknownSubscription), errors.Is(err, broker.ErrUnknownMessage):
 		status = http.StatusNotFound
 	case errors.Is(err, broker.ErrGroupInUse):
 		status = http.StatusConflict
