@@ -108,6 +108,20 @@ func (s *sub) open(req *pb.SubscribeRequest) error {
 	return nil
 }
 
+// subscribe opens a stream on c and sends req on it: the stream once subscribed, or the
+// refusal's status (see open), the stream then closed.
+func subscribe(ctx context.Context, c pb.BrokerClient, req *pb.SubscribeRequest) (*sub, error) {
+	s, err := openStream(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.open(req); err != nil {
+		s.cancel()
+		return nil, err
+	}
+	return s, nil
+}
+
 // leave half-closes the stream and waits for its end: every balanced member on it leaves its
 // group, which stays, without members.
 func (s *sub) leave() error {

@@ -16,14 +16,11 @@ import (
 
 func guessIDs(e *env) error {
 	// The victim: a group whose one member holds one message and has 199 queued behind it.
-	member, err := openStream(e.ctx, e.client())
+	member, err := subscribe(e.ctx, e.client(), balancedOpen("victim", 1, "victim.*"))
 	if err != nil {
 		return err
 	}
 	defer member.cancel()
-	if err := member.open(balancedOpen("victim", 1, "victim.*")); err != nil {
-		return err
-	}
 	pub := e.client()
 	const held = 200
 	for i := range held {
@@ -85,14 +82,11 @@ func guessIDs(e *env) error {
 	}
 	wg.Wait()
 	// The same guesses as ack and nack frames on a stream of the attacker's own.
-	as, err := openStream(e.ctx, attacker)
+	as, err := subscribe(e.ctx, attacker, fanoutOpen("attacker", "attacker.>"))
 	if err != nil {
 		return err
 	}
 	defer as.cancel()
-	if err := as.open(fanoutOpen("attacker", "attacker.>")); err != nil {
-		return err
-	}
 	for i := 0; i < len(guesses); i += 1000 {
 		ids := guesses[i:min(i+1000, len(guesses))]
 		_ = as.s.Send(&pb.SubscribeRequest{Frame: &pb.SubscribeRequest_Ack{Ack: &pb.AckBatch{SubscriptionId: "victim", SystemIds: ids}}})
@@ -152,37 +146,20 @@ func squatterConfig(*options, string) (string, error) {
 }
 
 func squatter(e *env) error {
-	sq, err := openStream(e.ctx, e.client())
-	if err != nil {
-		return err
-	}
-	defer sq.cancel()
 	// A declared group is the config's: a member with other patterns is refused.
-	err = sq.open(balancedOpen("orders", 1, "nothing.>"))
-	if status.Code(err) != codes.FailedPrecondition {
-		return fmt.Errorf("squatting the declared group: %v, want FAILED_PRECONDITION", err)
-	}
-	e.r.refused(err)
-	// An undeclared group is its members': the squatter holds it while connected...
-	sq2, err := openStream(e.ctx, e.client())
-	if err != nil {
+	if err := wantPrecondition(e, balancedOpen("orders", 1, "nothing.>"), "squatting the declared group"); err != nil {
 		return err
 	}
-	if err := sq2.open(balancedOpen("jobs", 1, "nothing.>")); err != nil {
+	// An undeclared group is its members': the squatter holds it while connected...
+	sq, err := subscribe(e.ctx, e.client(), balancedOpen("jobs", 1, "nothing.>"))
+	if err != nil {
 		return fmt.Errorf("squatter's open: %v", err)
 	}
-	real, err := openStream(e.ctx, e.client())
-	if err != nil {
+	if err := wantPrecondition(e, balancedOpen("jobs", 16, "jobs.>"), "joining a group that has a member with other patterns"); err != nil {
 		return err
 	}
-	defer real.cancel()
-	err = real.open(balancedOpen("jobs", 16, "jobs.>"))
-	if status.Code(err) != codes.FailedPrecondition {
-		return fmt.Errorf("joining a group that has a member with other patterns: %v, want FAILED_PRECONDITION", err)
-	}
-	e.r.refused(err)
 	// ...and once it leaves, the real members define it.
-	if err := sq2.leave(); err != nil {
+	if err := sq.leave(); err != nil {
 		return err
 	}
 	pub := e.client()
@@ -192,14 +169,11 @@ func squatter(e *env) error {
 			return fmt.Errorf("publish to the declared group before its first member: routed %d, %v", r.GetRouted(), err)
 		}
 	}
-	real, err = openStream(e.ctx, e.client())
+	real, err := subscribe(e.ctx, e.client(), balancedOpen("jobs", 16, "jobs.>"))
 	if err != nil {
-		return err
-	}
-	defer real.cancel()
-	if err := real.open(balancedOpen("jobs", 16, "jobs.>")); err != nil {
 		return fmt.Errorf("the real member after the squatter left: %v", err)
 	}
+	defer real.cancel()
 	if err := real.open(balancedOpen("orders", 16, "orders.>")); err != nil {
 		return fmt.Errorf("the real member of the declared group: %v", err)
 	}
@@ -222,5 +196,21 @@ func squatter(e *env) error {
 		}
 	}
 	e.r.figure("squatter refused on the declared group and, while connected, on its own; after it left the real members got %v", got)
+	return nil
+}
+
+// wantPrecondition sends the open frame req on a stream of its own and wants it refused with
+// FAILED_PRECONDITION; it records the refusal.
+func wantPrecondition(e *env, req *pb.SubscribeRequest, what string) error {
+	s, err := openStream(e.ctx, e.client())
+	if err != nil {
+		return err
+	}
+	defer s.cancel()
+	err = s.open(req)
+	if status.Code(err) != codes.FailedPrecondition {
+		return fmt.Errorf("%s: %v, want FAILED_PRECONDITION", what, err)
+	}
+	e.r.refused(err)
 	return nil
 }

@@ -142,11 +142,8 @@ func headersFanout(e *env) error {
 	var slows []slow
 	for i := range subs {
 		conn := e.conn()
-		s, err := openStream(e.ctx, pb.NewBrokerClient(conn))
+		s, err := subscribe(e.ctx, pb.NewBrokerClient(conn), fanoutOpen(fmt.Sprintf("slow%d", i), fmt.Sprintf("slow%d.>", i)))
 		if err != nil {
-			return err
-		}
-		if err := s.open(fanoutOpen(fmt.Sprintf("slow%d", i), fmt.Sprintf("slow%d.>", i))); err != nil {
 			return err
 		}
 		slows = append(slows, slow{s, conn}) // never read from again until the end
@@ -295,14 +292,11 @@ func abandonedAll(e *env) error {
 		return fmt.Errorf("the abandoned group never filled")
 	}
 	// A live group beside the full one: every job published to it is accepted and delivered.
-	w, err := openStream(e.ctx, e.client())
+	w, err := subscribe(e.ctx, e.client(), balancedOpen("work", 64, "work.*"))
 	if err != nil {
 		return err
 	}
 	defer w.cancel()
-	if err := w.open(balancedOpen("work", 64, "work.*")); err != nil {
-		return err
-	}
 	jobs := e.o.n(1000, 100)
 	got := make(chan error, 1)
 	go func() {

@@ -172,14 +172,11 @@ func pluginReload(e *env) error {
 		fails = append(fails, fmt.Errorf("plugins after the reloads: %v, want the running [pass]", plugins))
 	}
 	// Every queued message is still there.
-	m, err := openStream(e.ctx, e.client())
+	m, err := subscribe(e.ctx, e.client(), balancedOpen("held", 256, "held.>"))
 	if err != nil {
-		return err
-	}
-	defer m.cancel()
-	if err := m.open(balancedOpen("held", 256, "held.>")); err != nil {
 		return errors.Join(append(fails, err)...)
 	}
+	defer m.cancel()
 	seen := map[string]bool{}
 	deadline := time.Now().Add(20 * time.Second)
 	for len(seen) < held && time.Now().Before(deadline) {

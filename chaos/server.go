@@ -219,23 +219,22 @@ func (s *server) killedWhy() string {
 	return s.killed
 }
 
-// count returns how many log lines so far contained text (one of the watched texts).
-func (s *server) count(text string) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.counts[text]
-}
-
-// waitLog waits until count(text) reaches n, the process exits or d passes.
+// waitLog waits until n log lines have contained text (one of the watched texts), the
+// process exits or d passes. It reports whether n lines did.
 func (s *server) waitLog(text string, n int, d time.Duration) bool {
 	deadline := time.Now().Add(d)
-	for s.count(text) < n {
-		if time.Now().After(deadline) || !s.alive() {
-			return s.count(text) >= n
+	for {
+		// Whether to stop is settled before the count is read, so that the lines logged just
+		// before an exit or the deadline count.
+		over := time.Now().After(deadline) || !s.alive()
+		s.mu.Lock()
+		seen := s.counts[text]
+		s.mu.Unlock()
+		if seen >= n || over {
+			return seen >= n
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	return true
 }
 
 // terminate sends SIGTERM and waits up to d for the process to exit; then it kills it.

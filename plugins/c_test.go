@@ -1,11 +1,9 @@
 package plugins
 
 import (
-	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 
@@ -14,9 +12,10 @@ import (
 
 // The W4 plugins in C (bench/plugins/w4-*-c), written against the ABI with sdk/c/tinybroker.h.
 
+// cGuests are the C plugins built so far, by folder.
 var cGuests struct {
-	mu  sync.Mutex
-	dir string
+	mu   sync.Mutex
+	wasm map[string][]byte
 }
 
 // cGuest builds the C plugin in dir (every *.c in it) with clang, once per test binary, the
@@ -30,33 +29,27 @@ func cGuest(tb testing.TB, dir string) []byte {
 	}
 	cGuests.mu.Lock()
 	defer cGuests.mu.Unlock()
-	if cGuests.dir == "" {
-		d, err := os.MkdirTemp("", "tb-c-guests-")
-		if err != nil {
-			tb.Fatal(err)
-		}
-		cGuests.dir = d
+	if bin, ok := cGuests.wasm[dir]; ok {
+		return bin
 	}
-	abs, err := filepath.Abs(dir)
-	if err != nil {
-		tb.Fatal(err)
+	srcs, _ := filepath.Glob(filepath.Join(dir, "*.c"))
+	if len(srcs) == 0 {
+		tb.Fatalf("no C source in %s", dir)
 	}
-	out := filepath.Join(cGuests.dir, strings.ReplaceAll(abs, string(filepath.Separator), "_")+".wasm")
-	if _, err := os.Stat(out); err != nil {
-		srcs, _ := filepath.Glob(filepath.Join(dir, "*.c"))
-		if len(srcs) == 0 {
-			tb.Fatalf("no C source in %s", dir)
-		}
-		args := append([]string{"--target=wasm32", "-nostdlib", "-O2", "-Wall", "-Werror",
-			"-Wl,--no-entry", "-Wl,--export-dynamic", "-o", out}, srcs...)
-		if msg, err := exec.Command("clang", args...).CombinedOutput(); err != nil {
-			tb.Fatalf("clang %v: %v\n%s", args, err, msg)
-		}
+	out := filepath.Join(tb.TempDir(), "plugin.wasm")
+	args := append([]string{"--target=wasm32", "-nostdlib", "-O2", "-Wall", "-Werror",
+		"-Wl,--no-entry", "-Wl,--export-dynamic", "-o", out}, srcs...)
+	if msg, err := exec.Command("clang", args...).CombinedOutput(); err != nil {
+		tb.Fatalf("clang %v: %v\n%s", args, err, msg)
 	}
 	bin, err := os.ReadFile(out)
 	if err != nil {
 		tb.Fatal(err)
 	}
+	if cGuests.wasm == nil {
+		cGuests.wasm = map[string][]byte{}
+	}
+	cGuests.wasm[dir] = bin
 	return bin
 }
 
@@ -113,14 +106,7 @@ func TestW4PluginsInC(t *testing.T) {
 // W4's chain in C: the C filter (reads a header, passes) and the C transform (adds a header).
 // Compare BenchmarkOnPublishW4Chain, the same plugins in Go.
 func BenchmarkOnPublishC(b *testing.B) {
-	h, _ := NewHost(HostOptions{})
-	defer h.Close(context.Background())
-	c, err := h.Load(context.Background(), w4CSpecs(b))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Close(context.Background())
-	benchmarkW4Chain(b, c)
+	benchmarkW4Chain(b, load(b, newHost(b), w4CSpecs(b)...))
 }
 
 // Every host function sdk/c/tinybroker.h declares has the import name and signature of ABI v1:

@@ -93,20 +93,7 @@ func BenchmarkPublishFanout4(b *testing.B) {
 		s, _ := br.Subscribe(broker.SubscribeOptions{Patterns: []string{"bench.w1"}, Mode: broker.Fanout})
 		subs = append(subs, s)
 	}
-	payload := make([]byte, 256)
-	buf := make([]broker.Delivery, 0, 256)
-	b.ReportAllocs()
-	i := 0
-	for b.Loop() {
-		if _, err := br.Publish("bench.w1", payload, nil); err != nil {
-			b.Fatal(err)
-		}
-		if i++; i%256 == 0 {
-			for _, s := range subs {
-				buf = s.Next(buf[:0], 256, 1<<20)
-			}
-		}
-	}
+	benchmarkPublish(b, br, "bench.w1", subs, 256, func(*Subscription, []broker.Delivery) {})
 }
 
 func BenchmarkGroupDispatchAck(b *testing.B) {
@@ -119,23 +106,31 @@ func BenchmarkGroupDispatchAck(b *testing.B) {
 		}
 		members = append(members, s)
 	}
+	ids := make([]string, 0, 256)
+	benchmarkPublish(b, br, "bench.w2", members, 128, func(s *Subscription, ds []broker.Delivery) {
+		ids = ids[:0]
+		for _, d := range ds {
+			ids = append(ids, br.FormatID(d.Msg.ID))
+		}
+		s.Ack(ids)
+	})
+}
+
+// benchmarkPublish publishes a 256-byte message to topic per iteration and, every `every`
+// publishes, takes up to 256 deliveries from each of subs and passes them to settle.
+func benchmarkPublish(b *testing.B, br *Engine, topic string, subs []*Subscription, every int, settle func(*Subscription, []broker.Delivery)) {
 	payload := make([]byte, 256)
 	buf := make([]broker.Delivery, 0, 256)
-	ids := make([]string, 0, 256)
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
-		if _, err := br.Publish("bench.w2", payload, nil); err != nil {
+		if _, err := br.Publish(topic, payload, nil); err != nil {
 			b.Fatal(err)
 		}
-		if i++; i%128 == 0 {
-			for _, s := range members {
+		if i++; i%every == 0 {
+			for _, s := range subs {
 				buf = s.Next(buf[:0], 256, 1<<20)
-				ids = ids[:0]
-				for _, d := range buf {
-					ids = append(ids, br.FormatID(d.Msg.ID))
-				}
-				s.Ack(ids)
+				settle(s, buf)
 			}
 		}
 	}

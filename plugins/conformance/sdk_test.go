@@ -59,8 +59,13 @@ type tenantCase struct {
 	drop    string
 }
 
-func checkTenants(t *testing.T, c *plugins.Chain, cases []tenantCase) {
+// checkTenants loads the tenant filter wasm with cfg and checks its verdict on each case.
+func checkTenants(t *testing.T, wasm []byte, cfg map[string]string, cases []tenantCase) {
 	t.Helper()
+	c, err := loadChain(t, wasm, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range cases {
 		d := broker.Draft{Topic: "orders.1", Payload: []byte("p"), Headers: tc.headers}
 		v, err := c.OnPublish(&d)
@@ -76,11 +81,7 @@ func TestCExampleTenantFilter(t *testing.T) {
 	if err != nil {
 		t.Fatalf("clang: %v\n%s", err, msg)
 	}
-	c, err := loadChain(t, wasm, map[string]string{"allow": "acme, globex"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	checkTenants(t, c, []tenantCase{
+	checkTenants(t, wasm, map[string]string{"allow": "acme, globex"}, []tenantCase{
 		{map[string]string{"tenant": "acme"}, ""},
 		{map[string]string{"tenant": "globex"}, ""},
 		{map[string]string{"tenant": "evil"}, "tenant not allowed: evil"},
@@ -101,11 +102,7 @@ func TestWATExampleTenantFilter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := loadChain(t, wasm, map[string]string{"tenant": "acme"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	checkTenants(t, c, []tenantCase{
+	checkTenants(t, wasm, map[string]string{"tenant": "acme"}, []tenantCase{
 		{map[string]string{"tenant": "acme"}, ""},
 		{map[string]string{"tenant": "acmf"}, "tenant not allowed"},
 		{map[string]string{"tenant": "acm"}, "tenant not allowed"},

@@ -1,11 +1,6 @@
 package conformance
 
 import (
-	"errors"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -24,18 +19,7 @@ func TestSDKMemoryStaysFlat(t *testing.T) {
 	}
 	for _, lang := range []string{"rust", "assemblyscript", "zig"} {
 		t.Run(lang, func(t *testing.T) {
-			wasm := filepath.Join(t.TempDir(), lang+".wasm")
-			cmd := exec.Command("bash", "build.sh", wasm)
-			cmd.Dir = lang
-			if msg, err := cmd.CombinedOutput(); err != nil {
-				var exit *exec.ExitError
-				if ci, _ := strconv.ParseBool(os.Getenv("CI")); !ci && errors.As(err, &exit) && exit.ExitCode() == 3 {
-					t.Skipf("%s", strings.TrimSpace(string(msg)))
-				}
-				t.Fatalf("%s/build.sh: %v\n%s", lang, err, msg)
-			}
-			p := plugintest.LoadWith(t, wasm, map[string]string{"emit_topic": "audit.copy", "mode": "conformance", "tenant": "acme"},
-				plugintest.Options{MemoryLimitBytes: 2 << 20, LogLevel: "warn"})
+			p := plugintest.LoadWith(t, buildFile(t, lang), pluginConfig, plugintest.Options{MemoryLimitBytes: 2 << 20, LogLevel: "warn"})
 			headers := map[string]string{"a": "1", "b": strings.Repeat("x", 300), "c": "3"}
 			for i := range calls {
 				topic := "c.enum"

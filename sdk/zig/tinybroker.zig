@@ -438,36 +438,30 @@ fn done() void {
 /// Exports f, a `fn () Publish` or `fn () !Publish`, as tb_on_publish. Call it in a
 /// comptime block of the plugin's root file.
 pub fn onPublish(comptime f: anytype) void {
-    const S = struct {
-        fn hook() callconv(.C) i64 {
-            defer done();
-            return unwrap(f()).raw;
-        }
-    };
-    @export(S.hook, .{ .name = "tb_on_publish" });
+    exportHook(Publish, f, "tb_on_publish");
 }
 
 /// Exports f, a `fn () void` or `fn () !void`, as tb_on_ack.
 pub fn onAck(comptime f: anytype) void {
-    const S = struct {
-        fn hook() callconv(.C) i64 {
-            defer done();
-            unwrap(f());
-            return 0;
-        }
-    };
-    @export(S.hook, .{ .name = "tb_on_ack" });
+    exportHook(void, f, "tb_on_ack");
 }
 
 /// Exports f, a `fn () Redeliver` or `fn () !Redeliver`, as tb_on_redeliver.
 pub fn onRedeliver(comptime f: anytype) void {
+    exportHook(Redeliver, f, "tb_on_redeliver");
+}
+
+/// Exports f, whose result is a V (or an error union of one), as the hook name: it returns
+/// the verdict's raw value, or 0 when V is void.
+fn exportHook(comptime V: type, comptime f: anytype, comptime name: []const u8) void {
     const S = struct {
         fn hook() callconv(.C) i64 {
             defer done();
-            return unwrap(f()).raw;
+            const v: V = unwrap(f());
+            return if (V == void) 0 else v.raw;
         }
     };
-    @export(S.hook, .{ .name = "tb_on_redeliver" });
+    @export(S.hook, .{ .name = name });
 }
 
 /// Exports f as tb_init, run once per instance before any hook. f returns null (or void)

@@ -4,8 +4,6 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 out=${1:?usage: build.sh OUT.wasm}
-if ! command -v go >/dev/null 2>&1; then
-  echo "build.sh: missing tool: go (https://go.dev/dl, Go 1.26)" >&2
-  exit 3
-fi
+. ../need.sh
+need go "https://go.dev/dl, Go 1.26"
 GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -trimpath -o "$out" .

@@ -3,8 +3,6 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 out=${1:?usage: build.sh OUT.wasm}
-if ! command -v wat2wasm >/dev/null 2>&1; then
-  echo "build.sh: missing tool: wat2wasm (Debian: apt-get install wabt)" >&2
-  exit 3
-fi
+. ../need.sh
+need wat2wasm "Debian: apt-get install wabt"
 wat2wasm conformance.wat -o "$out"

@@ -525,6 +525,36 @@ pub mod __private {
         }));
     }
 
+    /// A hook's verdict, as the ABI's packed result.
+    pub trait Verdict {
+        fn raw(self) -> i64;
+    }
+
+    impl Verdict for crate::Publish {
+        fn raw(self) -> i64 {
+            self.to_raw()
+        }
+    }
+
+    impl Verdict for crate::Redeliver {
+        fn raw(self) -> i64 {
+            self.to_raw()
+        }
+    }
+
+    impl Verdict for () {
+        fn raw(self) -> i64 {
+            0
+        }
+    }
+
+    /// The body of every hook's export (see `__export_hook!`): runs `f` and returns its
+    /// verdict, a `V`, packed.
+    pub fn hook<V: Verdict, R: crate::HookResult<V>, F: FnOnce() -> R>(f: F) -> i64 {
+        enter();
+        f().into_verdict().raw()
+    }
+
     pub fn init_result(r: Result<(), String>) -> i32 {
         match r {
             Ok(()) => 0,
@@ -541,12 +571,7 @@ pub mod __private {
 #[macro_export]
 macro_rules! on_publish {
     ($f:path) => {
-        #[no_mangle]
-        pub extern "C" fn tb_on_publish() -> i64 {
-            $crate::__private::enter();
-            let v: $crate::Publish = $crate::HookResult::into_verdict($f());
-            v.to_raw()
-        }
+        $crate::__export_hook!(tb_on_publish, $crate::Publish, $f);
     };
 }
 
@@ -554,12 +579,7 @@ macro_rules! on_publish {
 #[macro_export]
 macro_rules! on_ack {
     ($f:path) => {
-        #[no_mangle]
-        pub extern "C" fn tb_on_ack() -> i64 {
-            $crate::__private::enter();
-            let (): () = $crate::HookResult::into_verdict($f());
-            0
-        }
+        $crate::__export_hook!(tb_on_ack, (), $f);
     };
 }
 
@@ -568,11 +588,19 @@ macro_rules! on_ack {
 #[macro_export]
 macro_rules! on_redeliver {
     ($f:path) => {
+        $crate::__export_hook!(tb_on_redeliver, $crate::Redeliver, $f);
+    };
+}
+
+/// What the hook macros expand to: the export `$name` of the hook `$f`, whose verdict is a
+/// `$v`.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __export_hook {
+    ($name:ident, $v:ty, $f:path) => {
         #[no_mangle]
-        pub extern "C" fn tb_on_redeliver() -> i64 {
-            $crate::__private::enter();
-            let v: $crate::Redeliver = $crate::HookResult::into_verdict($f());
-            v.to_raw()
+        pub extern "C" fn $name() -> i64 {
+            $crate::__private::hook::<$v, _, _>($f)
         }
     };
 }

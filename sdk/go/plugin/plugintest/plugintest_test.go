@@ -15,19 +15,7 @@ import (
 	"github.com/tinybroker/tinybroker/sdk/go/plugin/plugintest"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if examples.dir != "" {
-		os.RemoveAll(examples.dir)
-	}
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			os.Stderr.WriteString("goleak: " + err.Error() + "\n")
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, goleak.Cleanup(removeExamples)) }
 
 // fixture is one of the host's hand-written WAT plugins (plugins/testdata): fast to load,
 // no Go build needed.
@@ -43,6 +31,13 @@ var examples struct {
 	once sync.Once
 	dir  string
 	err  error
+}
+
+// removeExamples is TestMain's cleanup, once the tests are done: it removes the example
+// plugins' directory, then exits with the tests' code.
+func removeExamples(code int) {
+	os.RemoveAll(examples.dir)
+	os.Exit(code)
 }
 
 // example returns the module of the example plugin name, building all of them with BuildTo

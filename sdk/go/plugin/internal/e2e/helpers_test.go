@@ -16,19 +16,7 @@ import (
 	"github.com/tinybroker/tinybroker/sdk/go/plugin/internal/wasmbuild"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if modules.dir != "" {
-		os.RemoveAll(modules.dir)
-	}
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			os.Stderr.WriteString("goleak: " + err.Error() + "\n")
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, goleak.Cleanup(removeModules)) }
 
 // pluginPkgs are the plugins these tests run, by name.
 var pluginPkgs = map[string]string{
@@ -46,6 +34,13 @@ var modules struct {
 	dir  string
 	wasm map[string][]byte
 	err  error
+}
+
+// removeModules is TestMain's cleanup, once the tests are done: it removes the modules'
+// directory (with the compilation cache in it), then exits with the tests' code.
+func removeModules(code int) {
+	os.RemoveAll(modules.dir)
+	os.Exit(code)
 }
 
 // wasm returns the module of the plugin name, building every plugin the first time. It
