@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -28,6 +29,7 @@ import (
 	"github.com/tinybroker/tinybroker/internal/grpcbuf"
 	"github.com/tinybroker/tinybroker/internal/wire"
 	"github.com/tinybroker/tinybroker/plugins"
+	adminpb "github.com/tinybroker/tinybroker/proto/tinybroker/admin/v1"
 	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
 )
 
@@ -66,6 +68,10 @@ type Options struct {
 	Reload func(ctx context.Context) ([]string, error)
 	// Plugins reports the plugins' counters for Stats (nil: none).
 	Plugins func() []plugins.PluginStats
+	// AdminAuthorize, if set, is asked before every call of the tinybroker.admin.v1.Admin
+	// service (see admin.go, adminGate): an error refuses the call with its status (return a
+	// status error, e.g. PERMISSION_DENIED). nil allows every admin call.
+	AdminAuthorize func(ctx context.Context, fullMethod string) error
 }
 
 // Server serves the tinybroker.v1.Broker service over gRPC.
@@ -138,11 +144,14 @@ func New(b broker.Engine, maxMessageBytes int, opts Options) *Server {
 		grpc.InitialConnWindowSize(grpcbuf.ConnWindow),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: opts.KeepaliveTime, Timeout: opts.KeepaliveTimeout}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+		grpc.ChainUnaryInterceptor(s.adminGate),
 	)
 	pb.RegisterBrokerServer(s.grpc, s)
+	adminpb.RegisterAdminServer(s.grpc, &adminServer{s: s})
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)
 	s.health.SetServingStatus(pb.Broker_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	s.health.SetServingStatus(adminpb.Admin_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	return s
 }
 
@@ -291,7 +300,8 @@ func (s *Server) Subscribe(stream grpc.BidiStreamingServer[pb.SubscribeRequest, 
 	}
 	st := s.b.NewStream(wire.DeliverySize)
 	defer st.Close()
-	if _, err := st.Subscribe(subscribeOptions(open)); err != nil {
+	peerAddr := peerOf(stream.Context())
+	if _, err := st.Subscribe(subscribeOptions(open, peerAddr)); err != nil {
 		return toStatus(err)
 	}
 
@@ -301,7 +311,7 @@ func (s *Server) Subscribe(stream grpc.BidiStreamingServer[pb.SubscribeRequest, 
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		recvErr <- s.receive(stream, st, unanswered)
+		recvErr <- s.receive(stream, st, unanswered, peerAddr)
 	}()
 
 	ctx := stream.Context()
@@ -359,6 +369,15 @@ func (s *Server) send(stream grpc.BidiStreamingServer[pb.SubscribeRequest, pb.Su
 			batch = batch[n:]
 			continue
 		}
+		if d := batch[0]; d.Ended != nil {
+			s.log.Debug("subscription ended by the broker", "subscription", d.Sub.ID(), "error", d.Ended)
+			if err := stream.Send(&pb.SubscribeResponse{Frame: &pb.SubscribeResponse_Ended{Ended: &pb.SubscriptionEnded{
+				SubscriptionId: d.Sub.ID(), Code: int32(codeOf(d.Ended)), Error: d.Ended.Error()}}}); err != nil {
+				return err
+			}
+			batch = batch[1:]
+			continue
+		}
 		if err := stream.Send(s.event(batch[0].Sub)); err != nil {
 			return err
 		}
@@ -389,7 +408,7 @@ func (s *Server) event(sub broker.Subscription) *pb.SubscribeResponse {
 
 // receive applies the client's frames until the stream ends. Unknown ids are skipped (see
 // broker.Subscription.Ack); a malformed frame ends the stream.
-func (s *Server) receive(stream grpc.BidiStreamingServer[pb.SubscribeRequest, pb.SubscribeResponse], st broker.Stream, unanswered *opens) error {
+func (s *Server) receive(stream grpc.BidiStreamingServer[pb.SubscribeRequest, pb.SubscribeResponse], st broker.Stream, unanswered *opens, peerAddr string) error {
 	for {
 		req, err := stream.Recv()
 		if err == io.EOF {
@@ -435,7 +454,7 @@ func (s *Server) receive(stream grpc.BidiStreamingServer[pb.SubscribeRequest, pb
 			if err := s.waitToOpen(stream.Context(), st, unanswered); err != nil {
 				return err
 			}
-			_, _ = st.Subscribe(subscribeOptions(f.Open)) // the stream answers it: subscribed or refused
+			_, _ = st.Subscribe(subscribeOptions(f.Open, peerAddr)) // the stream answers it: subscribed or refused
 		case *pb.SubscribeRequest_Close:
 			if sub, _ := st.Lookup(f.Close.GetSubscriptionId()); sub != nil && f.Close.GetSubscriptionId() != "" {
 				sub.Close()
@@ -491,7 +510,15 @@ func settling(st broker.Stream, what, id string) (broker.Subscription, error) {
 	return sub, nil
 }
 
-func subscribeOptions(o *pb.OpenSubscription) broker.SubscribeOptions {
+// peerOf is the client's address, for the admin API's listings.
+func peerOf(ctx context.Context) string {
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		return p.Addr.String()
+	}
+	return ""
+}
+
+func subscribeOptions(o *pb.OpenSubscription, peerAddr string) broker.SubscribeOptions {
 	var mode broker.Mode
 	switch o.GetMode() {
 	case pb.DeliveryMode_DELIVERY_MODE_FANOUT:
@@ -508,6 +535,7 @@ func subscribeOptions(o *pb.OpenSubscription) broker.SubscribeOptions {
 		AckDeadline:     o.GetAckDeadline().AsDuration(),
 		MaxDeliveries:   int(o.GetMaxDeliveries()),
 		DeadLetterTopic: o.GetDeadLetterTopic(),
+		Peer:            peerAddr,
 	}
 }
 
@@ -586,6 +614,7 @@ func (s *Server) Reload(ctx context.Context, _ *pb.ReloadRequest) (*pb.ReloadRes
 	}
 	names, err := s.opts.Reload(ctx)
 	if err != nil {
+		s.log.Error("reload refused; the running plugins stay", "peer", peerOf(ctx), "error", err)
 		return nil, status.Errorf(codes.FailedPrecondition, "reload refused, the running plugins stay: %v", err)
 	}
 	return &pb.ReloadResponse{Plugins: names}, nil

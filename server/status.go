@@ -26,7 +26,7 @@ func codeOf(err error) codes.Code {
 		return codes.ResourceExhausted
 	case errors.Is(err, broker.ErrShuttingDown), errors.Is(err, broker.ErrHookFailed):
 		return codes.Unavailable
-	case errors.Is(err, broker.ErrUnknownSubscription), errors.Is(err, broker.ErrUnknownMessage):
+	case errors.Is(err, broker.ErrUnknownSubscription), errors.Is(err, broker.ErrUnknownMessage), errors.Is(err, broker.ErrGroupDeleted):
 		return codes.NotFound
 	case errors.Is(err, broker.ErrSubscriptionExists):
 		return codes.AlreadyExists

@@ -46,6 +46,10 @@ type Options struct {
 	// delayed; default: 1/8 of MaxMemoryBytes).
 	GroupMaxQueuedBytes int64
 	GroupOverflow       broker.Overflow // what a full group does with a publish (broker.OverflowReject)
+	// GroupDeadLetterMax and GroupDeadLetterMaxBytes bound the dead letters one consumer
+	// group keeps for the admin API (10,000; 64 MiB, at most 1/16 of MaxMemoryBytes).
+	GroupDeadLetterMax      int
+	GroupDeadLetterMaxBytes int64
 	// GroupExpireAfter removes a consumer group that has had no member this long, with the
 	// messages it holds (0: groups live as long as the broker). A group abandoned for good
 	// otherwise fills up, and with OverflowReject then refuses every publish to its topics.
@@ -74,6 +78,9 @@ func (o *Options) setDefaults() {
 	if o.GroupMaxQueuedBytes <= 0 {
 		o.GroupMaxQueuedBytes = o.MaxMemoryBytes / 8
 	}
+	if o.GroupDeadLetterMaxBytes <= 0 {
+		o.GroupDeadLetterMaxBytes = min(64<<20, o.MaxMemoryBytes/16)
+	}
 	o.setLimitDefaults()
 }
 
@@ -87,6 +94,7 @@ func (o *Options) setLimitDefaults() {
 		}
 	}
 	def(&o.GroupMaxQueued, 100_000)
+	def(&o.GroupDeadLetterMax, 10_000)
 	def(&o.FanoutBufferMessages, 262_144)
 	def(&o.FanoutBufferBytes, 64<<20)
 	if o.GroupOverflow == broker.OverflowDefault {
@@ -120,6 +128,7 @@ type Engine struct {
 	hookDropped  atomic.Uint64 // messages dropped by an OnPublish verdict
 	refused      atomic.Uint64 // publishes refused by every consumer group they matched
 	dlqFailed    atomic.Uint64
+	streamSeq    atomic.Uint64 // last stream id
 	closing      atomic.Bool
 	shutdownOnce sync.Once
 	stop         chan struct{}
@@ -352,7 +361,7 @@ func (b *Engine) subscribe(o broker.SubscribeOptions, st *Stream) (*Subscription
 			return nil, fmt.Errorf("%w: subscription_id %q belongs to a balanced consumer group; choose another id for a fanout subscription", broker.ErrGroupMismatch, o.ID)
 		}
 		s.id = o.ID
-		if err := st.register(s); err != nil {
+		if err := st.register(s, o.Peer); err != nil {
 			return nil, err
 		}
 		b.fanouts[o.ID] = s
@@ -369,10 +378,10 @@ func (b *Engine) subscribe(o broker.SubscribeOptions, st *Stream) (*Subscription
 	s.id = o.ID
 	s.bal = &broker.Settings{ID: o.ID, MemberID: g.nextMemberID(), MaxInFlight: o.MaxInFlight, AckDeadline: o.AckDeadline,
 		MaxDeliveries: g.maxDeliveries, DeadLetterTopic: g.dlq}
-	if err := st.register(s); err != nil {
+	if err := st.register(s, o.Peer); err != nil {
 		return nil, err
 	}
-	s.m = g.join(s, o.MaxInFlight, o.AckDeadline)
+	s.m = g.join(s, o.MaxInFlight, o.AckDeadline, o.Peer)
 	return s, nil
 }
 
