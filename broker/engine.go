@@ -159,6 +159,8 @@ type PublishResult struct {
 	Seq      uint64
 	SystemID string // Seq as the protocol's system_id
 	Routed   int    // fanout subscriptions and consumer groups it went to
+	// DroppedBy names the plugin whose verdict dropped the message, DropReason its reason.
+	DroppedBy, DropReason string
 }
 
 // Mode is how a subscription shares messages.

@@ -207,7 +207,10 @@ func (s *Server) Publish(_ context.Context, req *pb.PublishRequest) (*pb.Publish
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return &pb.PublishResponse{SystemId: res.SystemID, Routed: uint32(res.Routed)}, nil
+	if res.DroppedBy != "" {
+		s.log.Debug("publish dropped by a plugin", "topic", req.GetTopic(), "plugin", res.DroppedBy, "reason", res.DropReason)
+	}
+	return &pb.PublishResponse{SystemId: res.SystemID, Routed: uint32(res.Routed), DroppedBy: res.DroppedBy, DropReason: res.DropReason}, nil
 }
 
 // PublishStream publishes every frame's messages in order and confirms each frame. When the

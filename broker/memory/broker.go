@@ -230,6 +230,7 @@ func (b *Engine) Publish(topic string, payload []byte, headers map[string]string
 		b.hookDropped.Add(1)
 		res.Seq = b.seq.Add(1)
 		res.SystemID = b.ids.format(res.Seq)
+		res.DroppedBy, res.DropReason = v.Plugin, v.Reason
 	} else {
 		res, err = b.route(d.Topic, d.Payload, d.Headers)
 	}
@@ -278,6 +279,9 @@ func (b *Engine) routeChecked(topic string, payload []byte, headers map[string]s
 		}
 	}
 	b.release(m, 0)
+	if b.log.IsDebug() {
+		b.logRoute(m, targets, routed, full)
+	}
 	if routed == 0 {
 		if full != nil { // refused by every target: tell the publisher
 			b.refused.Add(1)
@@ -289,6 +293,27 @@ func (b *Engine) routeChecked(topic string, payload []byte, headers map[string]s
 		b.waitForRoom(wait, rooms)
 	}
 	return broker.PublishResult{Seq: m.ID, SystemID: m.SystemID, Routed: routed}, nil
+}
+
+// logRoute logs where a message went, at debug level, with its trace context if it has one.
+func (b *Engine) logRoute(m *message, targets []target, routed int, full error) {
+	names := make([]string, 0, len(targets))
+	for _, t := range targets {
+		switch t := t.(type) {
+		case *Subscription:
+			names = append(names, "subscription "+t.id)
+		case *group:
+			names = append(names, "group "+t.id)
+		}
+	}
+	args := []any{"topic", m.Topic, "system_id", m.SystemID, "targets", names, "routed", routed}
+	if tp, ok := m.Headers["traceparent"]; ok {
+		args = append(args, "traceparent", tp)
+	}
+	if full != nil {
+		args = append(args, "refused_by_full_group", full.Error())
+	}
+	b.log.Debug("message routed", args...)
 }
 
 // waitForRoom paces a publisher to fanout subscribers that fell behind: it waits, at most

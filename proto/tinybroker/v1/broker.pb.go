@@ -249,7 +249,11 @@ type PublishResponse struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	SystemId string                 `protobuf:"bytes,1,opt,name=system_id,json=systemId,proto3" json:"system_id,omitempty"`
 	// Number of fanout subscriptions and consumer groups the message was routed to.
-	Routed        uint32 `protobuf:"varint,2,opt,name=routed,proto3" json:"routed,omitempty"`
+	Routed uint32 `protobuf:"varint,2,opt,name=routed,proto3" json:"routed,omitempty"`
+	// Set when a plugin dropped the message (routed is then 0): the plugin's name, and the
+	// reason it gave.
+	DroppedBy     string `protobuf:"bytes,3,opt,name=dropped_by,json=droppedBy,proto3" json:"dropped_by,omitempty"`
+	DropReason    string `protobuf:"bytes,4,opt,name=drop_reason,json=dropReason,proto3" json:"drop_reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -296,6 +300,20 @@ func (x *PublishResponse) GetRouted() uint32 {
 		return x.Routed
 	}
 	return 0
+}
+
+func (x *PublishResponse) GetDroppedBy() string {
+	if x != nil {
+		return x.DroppedBy
+	}
+	return ""
+}
+
+func (x *PublishResponse) GetDropReason() string {
+	if x != nil {
+		return x.DropReason
+	}
+	return ""
 }
 
 type PublishStreamRequest struct {
@@ -2167,10 +2185,14 @@ const file_tinybroker_v1_broker_proto_rawDesc = "" +
 	"\aheaders\x18\x03 \x03(\v2*.tinybroker.v1.PublishRequest.HeadersEntryR\aheaders\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"F\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x86\x01\n" +
 	"\x0fPublishResponse\x12\x1b\n" +
 	"\tsystem_id\x18\x01 \x01(\tR\bsystemId\x12\x16\n" +
-	"\x06routed\x18\x02 \x01(\rR\x06routed\"\x8e\x01\n" +
+	"\x06routed\x18\x02 \x01(\rR\x06routed\x12\x1d\n" +
+	"\n" +
+	"dropped_by\x18\x03 \x01(\tR\tdroppedBy\x12\x1f\n" +
+	"\vdrop_reason\x18\x04 \x01(\tR\n" +
+	"dropReason\"\x8e\x01\n" +
 	"\x14PublishStreamRequest\x12\x1a\n" +
 	"\bsequence\x18\x01 \x01(\x04R\bsequence\x129\n" +
 	"\bmessages\x18\x02 \x03(\v2\x1d.tinybroker.v1.PublishRequestR\bmessages\x12\x1f\n" +
