@@ -104,19 +104,7 @@ func (g *group) memberCount() int {
 
 // Streams lists the open streams that carry subscriptions, sorted by id.
 func (b *Engine) Streams() []broker.StreamInfo {
-	b.mu.RLock()
-	subs := make([]*Subscription, 0, len(b.fanouts))
-	for _, s := range b.fanouts {
-		subs = append(subs, s)
-	}
-	groups := make([]*group, 0, len(b.groups))
-	for _, g := range b.groups {
-		groups = append(groups, g)
-	}
-	b.mu.RUnlock()
-	for _, g := range groups {
-		subs = append(subs, g.subscriptions()...)
-	}
+	subs := b.allSubscriptions()
 	byStream := make(map[*Stream]*broker.StreamInfo)
 	var order []*Stream
 	for _, s := range subs {

@@ -566,26 +566,32 @@ func (b *Engine) Shutdown(ctx context.Context) error {
 	b.shutdownOnce.Do(func() {
 		b.closing.Store(true)
 		err = b.drain(ctx)
-		b.mu.RLock()
-		var subs []*Subscription
-		for _, s := range b.fanouts {
-			subs = append(subs, s)
-		}
-		groups := make([]*group, 0, len(b.groups))
-		for _, g := range b.groups {
-			groups = append(groups, g)
-		}
-		b.mu.RUnlock()
-		for _, g := range groups {
-			subs = append(subs, g.subscriptions()...)
-		}
-		for _, s := range subs {
+		for _, s := range b.allSubscriptions() {
 			s.end(fmt.Errorf("%w: the broker is stopping; reconnect to its replacement", broker.ErrShuttingDown))
 		}
 		close(b.stop)
 		b.wg.Wait()
 	})
 	return err
+}
+
+// allSubscriptions returns every open subscription: the fanout ones and every group's
+// members. No lock may be held.
+func (b *Engine) allSubscriptions() []*Subscription {
+	b.mu.RLock()
+	subs := make([]*Subscription, 0, len(b.fanouts))
+	for _, s := range b.fanouts {
+		subs = append(subs, s)
+	}
+	groups := make([]*group, 0, len(b.groups))
+	for _, g := range b.groups {
+		groups = append(groups, g)
+	}
+	b.mu.RUnlock()
+	for _, g := range groups {
+		subs = append(subs, g.subscriptions()...)
+	}
+	return subs
 }
 
 // drain waits until nothing is in flight or buffered, or ctx is done.

@@ -70,6 +70,34 @@ func rpcError(err error, addr string) error {
 	return err
 }
 
+// fetch gets an answer with get and prints it: as JSON with --json, else with text.
+func fetch[M proto.Message](f *adminFlags, cmd *cobra.Command, w io.Writer, get func(context.Context, adminpb.AdminClient, pb.BrokerClient) (M, error), text func(M) error) error {
+	var m M
+	err := f.call(cmd.Context(), func(ctx context.Context, ac adminpb.AdminClient, bc pb.BrokerClient) (err error) {
+		m, err = get(ctx, ac, bc)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if f.json {
+		return printJSON(w, m)
+	}
+	return text(m)
+}
+
+// pages calls list with each page token it returns, from the first page, until the last.
+func pages(list func(token string) (next string, err error)) error {
+	tok := ""
+	for {
+		next, err := list(tok)
+		if err != nil || next == "" {
+			return err
+		}
+		tok = next
+	}
+}
+
 var jsonOpts = protojson.MarshalOptions{Multiline: true, Indent: "  ", UseProtoNames: true, EmitUnpopulated: true}
 
 func printJSON(w io.Writer, m proto.Message) error {
@@ -115,37 +143,26 @@ func (a *app) groupsLsCmd() *cobra.Command {
 the oldest message it holds, and the dead letters it keeps.`,
 		Args: noArgs(""),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			all := &adminpb.ListGroupsResponse{}
-			err := f.call(cmd.Context(), func(ctx context.Context, ac adminpb.AdminClient, _ pb.BrokerClient) error {
-				tok := ""
-				for {
+			return fetch(&f, cmd, a.stdout, func(ctx context.Context, ac adminpb.AdminClient, _ pb.BrokerClient) (*adminpb.ListGroupsResponse, error) {
+				all := &adminpb.ListGroupsResponse{}
+				return all, pages(func(tok string) (string, error) {
 					ls, err := ac.ListGroups(ctx, &adminpb.ListGroupsRequest{PageToken: tok})
-					if err != nil {
-						return err
-					}
 					all.Groups, all.Total = append(all.Groups, ls.GetGroups()...), ls.GetTotal()
-					if tok = ls.GetNextPageToken(); tok == "" {
-						return nil
-					}
+					return ls.GetNextPageToken(), err
+				})
+			}, func(all *adminpb.ListGroupsResponse) error {
+				if len(all.Groups) == 0 {
+					fmt.Fprintln(a.stdout, "no consumer groups")
+					return nil
 				}
+				tw := table(a.stdout)
+				fmt.Fprintln(tw, "SUBSCRIPTION\tGROUP\tPATTERNS\tMEMBERS\tQUEUED\tIN FLIGHT\tDELAYED\tOLDEST\tDEAD LETTERS\tBYTES")
+				for _, g := range all.Groups {
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%d\t%s\n", g.GetSubscriptionId(), g.GetConsumerGroup(), strings.Join(g.GetTopicPatterns(), ","),
+						g.GetMembers(), g.GetQueued(), g.GetInFlight(), g.GetDelayed(), age(g), g.GetDeadLetters(), bytesText(g.GetBytes()))
+				}
+				return tw.Flush()
 			})
-			if err != nil {
-				return err
-			}
-			if f.json {
-				return printJSON(a.stdout, all)
-			}
-			if len(all.Groups) == 0 {
-				fmt.Fprintln(a.stdout, "no consumer groups")
-				return nil
-			}
-			tw := table(a.stdout)
-			fmt.Fprintln(tw, "SUBSCRIPTION\tGROUP\tPATTERNS\tMEMBERS\tQUEUED\tIN FLIGHT\tDELAYED\tOLDEST\tDEAD LETTERS\tBYTES")
-			for _, g := range all.Groups {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%d\t%s\n", g.GetSubscriptionId(), g.GetConsumerGroup(), strings.Join(g.GetTopicPatterns(), ","),
-					g.GetMembers(), g.GetQueued(), g.GetInFlight(), g.GetDelayed(), age(g), g.GetDeadLetters(), bytesText(g.GetBytes()))
-			}
-			return tw.Flush()
 		},
 	}
 	f.register(c)
@@ -193,63 +210,58 @@ func (a *app) groupsShowCmd() *cobra.Command {
 		Short:   "Describe a consumer group: counters, settings, members and their addresses",
 		Args:    exactArgs(1, "one SUBSCRIPTION_ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var g *adminpb.Group
-			err := f.call(cmd.Context(), func(ctx context.Context, ac adminpb.AdminClient, _ pb.BrokerClient) (err error) {
-				g, err = ac.DescribeGroup(ctx, &adminpb.DescribeGroupRequest{SubscriptionId: args[0]})
-				return err
-			})
-			if err != nil {
-				return err
-			}
-			if f.json {
-				return printJSON(a.stdout, g)
-			}
-			s := g.GetSettings()
-			tw := table(a.stdout)
-			declared := ""
-			if g.GetDeclared() {
-				declared = " (declared in the configuration)"
-			}
-			maxDel := "unlimited"
-			if s.GetMaxDeliveries() > 0 {
-				maxDel = strconv.Itoa(int(s.GetMaxDeliveries()))
-			}
-			rows := [][2]string{
-				{"subscription", g.GetSubscriptionId() + declared},
-				{"group", g.GetConsumerGroup()},
-				{"patterns", strings.Join(g.GetTopicPatterns(), " ")},
-				{"members", strconv.Itoa(int(g.GetMembers()))},
-				{"queued", fmt.Sprintf("%d (max %d, %s held of %s; overflow %s)", g.GetQueued(), s.GetMaxQueued(), bytesText(g.GetBytes()), bytesText(s.GetMaxQueuedBytes()), s.GetOverflow())},
-				{"in flight", strconv.Itoa(int(g.GetInFlight()))},
-				{"delayed", strconv.Itoa(int(g.GetDelayed()))},
-				{"oldest", age(g)},
-				{"delivered", fmt.Sprintf("%d (acked %d, redelivered %d, dropped %d, rejected %d)", g.GetDelivered(), g.GetAcked(), g.GetRedelivered(), g.GetDropped(), g.GetRejected())},
-				{"max deliveries", maxDel},
-				{"dead letters", fmt.Sprintf("%d kept (%s; max %d, %s), %d dead-lettered to %s, %d dropped from the store",
-					g.GetDeadLetters(), bytesText(g.GetDeadLetterBytes()), s.GetDeadLettersMax(), bytesText(s.GetDeadLettersMaxBytes()), g.GetDeadLettered(), s.GetDeadLetterTopic(), g.GetDeadLettersDropped())},
-			}
-			for _, r := range rows {
-				fmt.Fprintf(tw, "%s:\t%s\n", r[0], r[1])
-			}
-			if err := tw.Flush(); err != nil {
-				return err
-			}
-			if len(g.GetMemberList()) == 0 {
-				return nil
-			}
-			fmt.Fprintln(a.stdout)
-			tw = table(a.stdout)
-			fmt.Fprintln(tw, "MEMBER\tPEER\tIN FLIGHT\tMAX IN FLIGHT\tACK DEADLINE\tJOINED")
-			for _, m := range g.GetMemberList() {
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s ago\n", m.GetMemberId(), m.GetPeer(), m.GetInFlight(), m.GetMaxInFlight(),
-					m.GetAckDeadline().AsDuration(), shortDuration(time.Since(time.Unix(0, m.GetJoinedUnixNano()))))
-			}
-			return tw.Flush()
+			return fetch(&f, cmd, a.stdout, func(ctx context.Context, ac adminpb.AdminClient, _ pb.BrokerClient) (*adminpb.Group, error) {
+				return ac.DescribeGroup(ctx, &adminpb.DescribeGroupRequest{SubscriptionId: args[0]})
+			}, a.printGroup)
 		},
 		ValidArgsFunction: f.groupArg,
 	}
 	f.register(c)
 	return c
+}
+
+func (a *app) printGroup(g *adminpb.Group) error {
+	s := g.GetSettings()
+	tw := table(a.stdout)
+	declared := ""
+	if g.GetDeclared() {
+		declared = " (declared in the configuration)"
+	}
+	maxDel := "unlimited"
+	if s.GetMaxDeliveries() > 0 {
+		maxDel = strconv.Itoa(int(s.GetMaxDeliveries()))
+	}
+	rows := [][2]string{
+		{"subscription", g.GetSubscriptionId() + declared},
+		{"group", g.GetConsumerGroup()},
+		{"patterns", strings.Join(g.GetTopicPatterns(), " ")},
+		{"members", strconv.Itoa(int(g.GetMembers()))},
+		{"queued", fmt.Sprintf("%d (max %d, %s held of %s; overflow %s)", g.GetQueued(), s.GetMaxQueued(), bytesText(g.GetBytes()), bytesText(s.GetMaxQueuedBytes()), s.GetOverflow())},
+		{"in flight", strconv.Itoa(int(g.GetInFlight()))},
+		{"delayed", strconv.Itoa(int(g.GetDelayed()))},
+		{"oldest", age(g)},
+		{"delivered", fmt.Sprintf("%d (acked %d, redelivered %d, dropped %d, rejected %d)", g.GetDelivered(), g.GetAcked(), g.GetRedelivered(), g.GetDropped(), g.GetRejected())},
+		{"max deliveries", maxDel},
+		{"dead letters", fmt.Sprintf("%d kept (%s; max %d, %s), %d dead-lettered to %s, %d dropped from the store",
+			g.GetDeadLetters(), bytesText(g.GetDeadLetterBytes()), s.GetDeadLettersMax(), bytesText(s.GetDeadLettersMaxBytes()), g.GetDeadLettered(), s.GetDeadLetterTopic(), g.GetDeadLettersDropped())},
+	}
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s:\t%s\n", r[0], r[1])
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(g.GetMemberList()) == 0 {
+		return nil
+	}
+	fmt.Fprintln(a.stdout)
+	tw = table(a.stdout)
+	fmt.Fprintln(tw, "MEMBER\tPEER\tIN FLIGHT\tMAX IN FLIGHT\tACK DEADLINE\tJOINED")
+	for _, m := range g.GetMemberList() {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s ago\n", m.GetMemberId(), m.GetPeer(), m.GetInFlight(), m.GetMaxInFlight(),
+			m.GetAckDeadline().AsDuration(), shortDuration(time.Since(time.Unix(0, m.GetJoinedUnixNano()))))
+	}
+	return tw.Flush()
 }
 
 func (a *app) groupsRmCmd() *cobra.Command {
@@ -263,20 +275,13 @@ Its members' subscriptions end with NOT_FOUND "consumer group deleted"; a member
 subscribes again creates a new, empty group.`,
 		Args: exactArgs(1, "one SUBSCRIPTION_ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var r *adminpb.DeleteGroupResponse
-			err := f.call(cmd.Context(), func(ctx context.Context, ac adminpb.AdminClient, _ pb.BrokerClient) (err error) {
-				r, err = ac.DeleteGroup(ctx, &adminpb.DeleteGroupRequest{SubscriptionId: args[0]})
+			return fetch(&f, cmd, a.stdout, func(ctx context.Context, ac adminpb.AdminClient, _ pb.BrokerClient) (*adminpb.DeleteGroupResponse, error) {
+				return ac.DeleteGroup(ctx, &adminpb.DeleteGroupRequest{SubscriptionId: args[0]})
+			}, func(r *adminpb.DeleteGroupResponse) error {
+				_, err := fmt.Fprintf(a.stdout, "deleted group %s: %d members ended, %d messages and %d dead letters dropped\n",
+					args[0], r.GetMembersEnded(), r.GetMessagesDropped(), r.GetDeadLettersDropped())
 				return err
 			})
-			if err != nil {
-				return err
-			}
-			if f.json {
-				return printJSON(a.stdout, r)
-			}
-			fmt.Fprintf(a.stdout, "deleted group %s: %d members ended, %d messages and %d dead letters dropped\n",
-				args[0], r.GetMembersEnded(), r.GetMessagesDropped(), r.GetDeadLettersDropped())
-			return nil
 		},
 		ValidArgsFunction: f.groupArg,
 	}
@@ -291,19 +296,12 @@ func (a *app) groupsPurgeCmd() *cobra.Command {
 		Short: "Drop the messages a group has queued or delayed (in-flight ones stay)",
 		Args:  exactArgs(1, "one SUBSCRIPTION_ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var r *adminpb.PurgeGroupResponse
-			err := f.call(cmd.Context(), func(ctx context.Context, ac adminpb.AdminClient, _ pb.BrokerClient) (err error) {
-				r, err = ac.PurgeGroup(ctx, &adminpb.PurgeGroupRequest{SubscriptionId: args[0]})
+			return fetch(&f, cmd, a.stdout, func(ctx context.Context, ac adminpb.AdminClient, _ pb.BrokerClient) (*adminpb.PurgeGroupResponse, error) {
+				return ac.PurgeGroup(ctx, &adminpb.PurgeGroupRequest{SubscriptionId: args[0]})
+			}, func(r *adminpb.PurgeGroupResponse) error {
+				_, err := fmt.Fprintf(a.stdout, "purged %d messages from group %s\n", r.GetPurged(), args[0])
 				return err
 			})
-			if err != nil {
-				return err
-			}
-			if f.json {
-				return printJSON(a.stdout, r)
-			}
-			fmt.Fprintf(a.stdout, "purged %d messages from group %s\n", r.GetPurged(), args[0])
-			return nil
 		},
 		ValidArgsFunction: f.groupArg,
 	}
@@ -319,50 +317,41 @@ func (a *app) streamsCmd() *cobra.Command {
 		Short:   "List the open Subscribe streams and their subscriptions",
 		Args:    noArgs(""),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			all := &adminpb.ListStreamsResponse{}
-			err := f.call(cmd.Context(), func(ctx context.Context, ac adminpb.AdminClient, _ pb.BrokerClient) error {
-				tok := ""
-				for {
+			return fetch(&f, cmd, a.stdout, func(ctx context.Context, ac adminpb.AdminClient, _ pb.BrokerClient) (*adminpb.ListStreamsResponse, error) {
+				all := &adminpb.ListStreamsResponse{}
+				return all, pages(func(tok string) (string, error) {
 					ls, err := ac.ListStreams(ctx, &adminpb.ListStreamsRequest{PageToken: tok})
-					if err != nil {
-						return err
-					}
 					all.Streams, all.Total = append(all.Streams, ls.GetStreams()...), ls.GetTotal()
-					if tok = ls.GetNextPageToken(); tok == "" {
-						return nil
-					}
-				}
-			})
-			if err != nil {
-				return err
-			}
-			if f.json {
-				return printJSON(a.stdout, all)
-			}
-			if len(all.Streams) == 0 {
-				fmt.Fprintln(a.stdout, "no streams")
-				return nil
-			}
-			tw := table(a.stdout)
-			fmt.Fprintln(tw, "STREAM\tPEER\tBUFFERED\tSUBSCRIPTION\tMODE\tGROUP\tMEMBER\tPATTERNS")
-			for _, st := range all.Streams {
-				for i, s := range st.GetSubscriptions() {
-					id, peer, buffered := st.GetStreamId(), st.GetPeer(), strconv.Itoa(int(st.GetBuffered()))
-					if i > 0 {
-						id, peer, buffered = "", "", ""
-					}
-					mode, group, member := "fanout", "-", "-"
-					if s.GetMode() == pb.DeliveryMode_DELIVERY_MODE_BALANCED {
-						mode, group, member = "balanced", s.GetConsumerGroup(), s.GetMemberId()
-					}
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", id, peer, buffered, s.GetSubscriptionId(), mode, group, member, strings.Join(s.GetTopicPatterns(), ","))
-				}
-			}
-			return tw.Flush()
+					return ls.GetNextPageToken(), err
+				})
+			}, a.printStreams)
 		},
 	}
 	f.register(ls)
 	return a.parent("streams", "List the open streams", "Subscribe streams (client connections' subscriptions): ls lists them with their peers.", ls)
+}
+
+func (a *app) printStreams(all *adminpb.ListStreamsResponse) error {
+	if len(all.Streams) == 0 {
+		fmt.Fprintln(a.stdout, "no streams")
+		return nil
+	}
+	tw := table(a.stdout)
+	fmt.Fprintln(tw, "STREAM\tPEER\tBUFFERED\tSUBSCRIPTION\tMODE\tGROUP\tMEMBER\tPATTERNS")
+	for _, st := range all.Streams {
+		for i, s := range st.GetSubscriptions() {
+			id, peer, buffered := st.GetStreamId(), st.GetPeer(), strconv.Itoa(int(st.GetBuffered()))
+			if i > 0 {
+				id, peer, buffered = "", "", ""
+			}
+			mode, group, member := "fanout", "-", "-"
+			if s.GetMode() == pb.DeliveryMode_DELIVERY_MODE_BALANCED {
+				mode, group, member = "balanced", s.GetConsumerGroup(), s.GetMemberId()
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", id, peer, buffered, s.GetSubscriptionId(), mode, group, member, strings.Join(s.GetTopicPatterns(), ","))
+		}
+	}
+	return tw.Flush()
 }
 
 func (a *app) statsCmd() *cobra.Command {
@@ -372,44 +361,42 @@ func (a *app) statsCmd() *cobra.Command {
 		Short: "Print the broker's counters, memory and plugins",
 		Args:  noArgs(""),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var st *pb.StatsResponse
-			err := f.call(cmd.Context(), func(ctx context.Context, _ adminpb.AdminClient, bc pb.BrokerClient) (err error) {
-				st, err = bc.Stats(ctx, &pb.StatsRequest{PageSize: 1})
-				return err
-			})
-			if err != nil {
-				return err
-			}
-			if f.json {
-				st.Subscriptions, st.Groups, st.NextPageToken = nil, nil, "" // totals only: groups ls and streams ls list them
-				return printJSON(a.stdout, st)
-			}
-			tw := table(a.stdout)
-			for _, r := range [][2]string{
-				{"published", strconv.FormatUint(st.GetPublished(), 10)},
-				{"delivered", strconv.FormatUint(st.GetDelivered(), 10)},
-				{"acked", strconv.FormatUint(st.GetAcked(), 10)},
-				{"redelivered", strconv.FormatUint(st.GetRedelivered(), 10)},
-				{"dead-lettered", strconv.FormatUint(st.GetDeadLettered(), 10)},
-				{"unrouted", strconv.FormatUint(st.GetUnrouted(), 10)},
-				{"dropped by plugins", strconv.FormatUint(st.GetDropped(), 10)},
-				{"refused", strconv.FormatUint(st.GetRefused(), 10)},
-				{"subscriptions", strconv.Itoa(int(st.GetSubscriptionsTotal())) + " fanout"},
-				{"groups", strconv.Itoa(int(st.GetGroupsTotal()))},
-				{"memory", fmt.Sprintf("%s of %s", bytesText(st.GetMemoryUsedBytes()), bytesText(st.GetMemoryBudgetBytes()))},
-			} {
-				fmt.Fprintf(tw, "%s:\t%s\n", r[0], r[1])
-			}
-			for _, p := range st.GetPlugins() {
-				state := ""
-				if p.GetBreakerOpen() {
-					state = ", circuit breaker open"
+			return fetch(&f, cmd, a.stdout, func(ctx context.Context, _ adminpb.AdminClient, bc pb.BrokerClient) (*pb.StatsResponse, error) {
+				st, err := bc.Stats(ctx, &pb.StatsRequest{PageSize: 1})
+				if st != nil {
+					st.Subscriptions, st.Groups, st.NextPageToken = nil, nil, "" // totals only: groups ls and streams ls list them
 				}
-				fmt.Fprintf(tw, "plugin %s:\t%d calls, %d failures, %d skipped%s\n", p.GetName(), p.GetCalls(), p.GetFailures(), p.GetSkipped(), state)
-			}
-			return tw.Flush()
+				return st, err
+			}, a.printStats)
 		},
 	}
 	f.register(c)
 	return c
+}
+
+func (a *app) printStats(st *pb.StatsResponse) error {
+	tw := table(a.stdout)
+	for _, r := range [][2]string{
+		{"published", strconv.FormatUint(st.GetPublished(), 10)},
+		{"delivered", strconv.FormatUint(st.GetDelivered(), 10)},
+		{"acked", strconv.FormatUint(st.GetAcked(), 10)},
+		{"redelivered", strconv.FormatUint(st.GetRedelivered(), 10)},
+		{"dead-lettered", strconv.FormatUint(st.GetDeadLettered(), 10)},
+		{"unrouted", strconv.FormatUint(st.GetUnrouted(), 10)},
+		{"dropped by plugins", strconv.FormatUint(st.GetDropped(), 10)},
+		{"refused", strconv.FormatUint(st.GetRefused(), 10)},
+		{"subscriptions", strconv.Itoa(int(st.GetSubscriptionsTotal())) + " fanout"},
+		{"groups", strconv.Itoa(int(st.GetGroupsTotal()))},
+		{"memory", fmt.Sprintf("%s of %s", bytesText(st.GetMemoryUsedBytes()), bytesText(st.GetMemoryBudgetBytes()))},
+	} {
+		fmt.Fprintf(tw, "%s:\t%s\n", r[0], r[1])
+	}
+	for _, p := range st.GetPlugins() {
+		state := ""
+		if p.GetBreakerOpen() {
+			state = ", circuit breaker open"
+		}
+		fmt.Fprintf(tw, "plugin %s:\t%d calls, %d failures, %d skipped%s\n", p.GetName(), p.GetCalls(), p.GetFailures(), p.GetSkipped(), state)
+	}
+	return tw.Flush()
 }

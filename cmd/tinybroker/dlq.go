@@ -34,48 +34,39 @@ func (a *app) dlqLsCmd() *cobra.Command {
 		Short:   "List a group's dead letters, oldest first",
 		Args:    exactArgs(1, "one SUBSCRIPTION_ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			all := &adminpb.ListDeadLettersResponse{}
-			err := f.call(cmd.Context(), func(ctx context.Context, ac adminpb.AdminClient, _ pb.BrokerClient) error {
-				tok := ""
-				for {
+			return fetch(&f, cmd, a.stdout, func(ctx context.Context, ac adminpb.AdminClient, _ pb.BrokerClient) (*adminpb.ListDeadLettersResponse, error) {
+				all := &adminpb.ListDeadLettersResponse{}
+				return all, pages(func(tok string) (string, error) {
 					n := dlqPage
 					if limit > 0 {
 						n = min(n, limit-len(all.DeadLetters))
 					}
 					ls, err := ac.ListDeadLetters(ctx, &adminpb.ListDeadLettersRequest{SubscriptionId: args[0], PageSize: uint32(n), PageToken: tok})
-					if err != nil {
-						return err
+					all.DeadLetters, all.Total, all.NextPageToken = append(all.DeadLetters, ls.GetDeadLetters()...), ls.GetTotal(), ls.GetNextPageToken()
+					if limit > 0 && len(all.DeadLetters) >= limit {
+						return "", err
 					}
-					all.DeadLetters, all.Total = append(all.DeadLetters, ls.GetDeadLetters()...), ls.GetTotal()
-					if tok = ls.GetNextPageToken(); tok == "" || limit > 0 && len(all.DeadLetters) >= limit {
-						all.NextPageToken = tok
-						return nil
-					}
+					return all.NextPageToken, err
+				})
+			}, func(all *adminpb.ListDeadLettersResponse) error {
+				if len(all.DeadLetters) == 0 {
+					fmt.Fprintf(a.stdout, "group %s keeps no dead letters\n", args[0])
+					return nil
 				}
-			})
-			if err != nil {
-				return err
-			}
-			if f.json {
-				return printJSON(a.stdout, all)
-			}
-			if len(all.DeadLetters) == 0 {
-				fmt.Fprintf(a.stdout, "group %s keeps no dead letters\n", args[0])
+				tw := table(a.stdout)
+				fmt.Fprintln(tw, "SYSTEM ID\tTOPIC\tATTEMPTS\tAGE\tREASON\tPAYLOAD")
+				for _, dl := range all.DeadLetters {
+					fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", dl.GetSystemId(), dl.GetTopic(), dl.GetAttempts(),
+						shortDuration(time.Since(time.Unix(0, dl.GetDeadLetteredUnixNano()))), dl.GetReason(), clip(payloadText(dl.GetPayload()), 40))
+				}
+				if err := tw.Flush(); err != nil {
+					return err
+				}
+				if n := int(all.Total) - len(all.DeadLetters); n > 0 {
+					fmt.Fprintf(a.stdout, "... and %d more (--limit 0 lists them all)\n", n)
+				}
 				return nil
-			}
-			tw := table(a.stdout)
-			fmt.Fprintln(tw, "SYSTEM ID\tTOPIC\tATTEMPTS\tAGE\tREASON\tPAYLOAD")
-			for _, dl := range all.DeadLetters {
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", dl.GetSystemId(), dl.GetTopic(), dl.GetAttempts(),
-					shortDuration(time.Since(time.Unix(0, dl.GetDeadLetteredUnixNano()))), dl.GetReason(), clip(payloadText(dl.GetPayload()), 40))
-			}
-			if err := tw.Flush(); err != nil {
-				return err
-			}
-			if n := int(all.Total) - len(all.DeadLetters); n > 0 {
-				fmt.Fprintf(a.stdout, "... and %d more (--limit 0 lists them all)\n", n)
-			}
-			return nil
+			})
 		},
 		ValidArgsFunction: f.groupArg,
 	}
