@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"strconv"
@@ -98,14 +100,21 @@ func pages(list func(token string) (next string, err error)) error {
 	}
 }
 
-var jsonOpts = protojson.MarshalOptions{Multiline: true, Indent: "  ", UseProtoNames: true, EmitUnpopulated: true}
+var jsonOpts = protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}
 
+// printJSON writes m in the protocol's JSON mapping (64-bit integers as strings), indented
+// by encoding/json: protojson varies its spacing from run to run on purpose.
 func printJSON(w io.Writer, m proto.Message) error {
 	b, err := jsonOpts.Marshal(m)
 	if err != nil {
 		return err
 	}
-	_, err = fmt.Fprintf(w, "%s\n", b)
+	var out bytes.Buffer
+	if err := json.Indent(&out, b, "", "  "); err != nil {
+		return err
+	}
+	out.WriteByte('\n')
+	_, err = w.Write(out.Bytes())
 	return err
 }
 
