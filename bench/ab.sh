@@ -5,6 +5,9 @@
 # client (B's). Prints every repetition's line and, per workload, the medians and B ÷ A.
 #   bench/ab.sh A_REV B_REV [ROUNDS] [WORKLOAD ...]     # e.g. bench/ab.sh HEAD~3 HEAD 3 W1 W2
 # B_REV may be "." for the working tree. RUN_FLAGS are passed to every `tinybroker bench`.
+# SECURE=b (or a, or ab) serves that side over TLS with a user and its token, and its bench
+# client connects so: `SECURE=b bench/ab.sh . . 3 W1 W2` is the cost of TLS + a token, as a
+# ratio to plaintext, in one run (throwaway certificates from bench/certs).
 set -euo pipefail
 a=${1:?A_REV}; b=${2:?B_REV}; rounds=${3:-3}; shift $(( $# < 3 ? $# : 3 ))
 workloads=("$@"); [ ${#workloads[@]} -gt 0 ] || workloads=(W1 W2)
@@ -18,21 +21,50 @@ build() { # rev out
 }
 build "$a" "$tmp/a"; build "$b" "$tmp/b"
 
-run() { # binary workload -> the bench's result lines
-  local log="$tmp/serve.log" pid addr=""
-  "$1" serve --listen 127.0.0.1:0 2>"$log" & pid=$!
+serve_a=() serve_b=() bench_a=() bench_b=()
+if [ -n "${SECURE:-}" ]; then
+  (cd "$root" && go run ./bench/certs "$tmp")
+  echo "bench:bench-token" >"$tmp/token"
+  cat >"$tmp/secure.hcl" <<EOF
+tls {
+  cert_file = "server.pem"
+  key_file  = "server-key.pem"
+}
+user "bench" {
+  token_hash = "$(echo bench-token | "$tmp/b" passwd)"
+  admin      = true
+  publish {
+    allow = [">"]
+  }
+  subscribe {
+    allow = [">"]
+  }
+  groups {
+    allow = [">"]
+  }
+}
+EOF
+  sflags=(--config "$tmp/secure.hcl"); bflags=(-tls-ca "$tmp/ca.pem" -token-file "$tmp/token")
+  case $SECURE in *a*) serve_a=("${sflags[@]}"); bench_a=("${bflags[@]}");; esac
+  case $SECURE in *b*) serve_b=("${sflags[@]}"); bench_b=("${bflags[@]}");; esac
+fi
+
+run() { # side workload -> the bench's result lines
+  local log="$tmp/serve.log" pid addr="" serve bench
+  if [ "$1" = a ]; then serve=("${serve_a[@]}"); bench=("${bench_a[@]}"); else serve=("${serve_b[@]}"); bench=("${bench_b[@]}"); fi
+  "$tmp/$1" serve "${serve[@]}" --listen 127.0.0.1:0 2>"$log" & pid=$!
   for _ in $(seq 100); do
     addr=$(grep -o 'addr=[0-9.:]*' "$log" | head -1 | cut -d= -f2) && [ -n "$addr" ] && break
     sleep 0.1
   done
-  "$tmp/b" bench -addr "$addr" -server-pid "$pid" -w "$2" -reps 1 ${RUN_FLAGS:-} 2>/dev/null | grep -v '^#' || true
+  "$tmp/b" bench -addr "$addr" -server-pid "$pid" -w "$2" -reps 1 "${bench[@]}" ${RUN_FLAGS:-} 2>/dev/null | grep -v '^#' || true
   kill "$pid"; wait "$pid" 2>/dev/null || true
 }
 
 for w in "${workloads[@]}"; do
   for r in $(seq "$rounds"); do
     for side in a b; do
-      run "$tmp/$side" "$w" | grep -iv median | sed "s/^/$side $w round$r /" | tee -a "$tmp/results"
+      run "$side" "$w" | grep -iv median | sed "s/^/$side $w round$r /" | tee -a "$tmp/results"
     done
   done
 done

@@ -93,6 +93,10 @@ type Config struct {
 	Duration time.Duration
 	// W6Conns is the number of connections W6's streams are spread over (8).
 	W6Conns int
+
+	// DialOptions are added to every connection's, e.g. TLS credentials and a token for a
+	// secured broker (tinybroker bench --tls-ca ... --token-file ...).
+	DialOptions []grpc.DialOption
 }
 
 var defaultN = map[string]int{"W1": 500_000, "W2": 500_000, "W5": 200_000} // W3: 5 s at Rate
@@ -315,9 +319,11 @@ func (r *runner) watch(what string, status func() string) (stop func()) {
 
 // dial opens a connection of its own to the broker and waits until it is ready.
 func (r *runner) dial(ctx context.Context) (*grpc.ClientConn, error) {
-	conn, err := grpc.NewClient(r.addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.ForceCodecV2(grpcbuf.Codec{})), experimental.WithBufferPool(grpcbuf.Pool),
-		grpc.WithInitialWindowSize(grpcbuf.StreamWindow), grpc.WithInitialConnWindowSize(grpcbuf.ConnWindow))
+		grpc.WithInitialWindowSize(grpcbuf.StreamWindow), grpc.WithInitialConnWindowSize(grpcbuf.ConnWindow)},
+		r.cfg.DialOptions...) // later options win: TLS credentials replace the plaintext ones
+	conn, err := grpc.NewClient(r.addr, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", r.addr, err)
 	}

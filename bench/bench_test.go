@@ -20,6 +20,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/tinybroker/tinybroker/broker/memory"
+	"github.com/tinybroker/tinybroker/internal/brokertest/servertest"
 	"github.com/tinybroker/tinybroker/internal/config"
 	"github.com/tinybroker/tinybroker/plugins"
 )
@@ -167,13 +168,13 @@ func w4Plugins(t *testing.T) string {
 	}
 	dir := t.TempDir()
 	for _, p := range []string{"w4-filter", "w4-transform"} {
-		cmd := exec.Command(goBin, "build", "-buildmode=c-shared", "-trimpath", "-o", filepath.Join(dir, "bin", p+".wasm"), "../../bench/plugins/"+p)
+		cmd := exec.Command(goBin, "build", "-buildmode=c-shared", "-trimpath", "-o", filepath.Join(dir, "bin", p+".wasm"), "./plugins/"+p)
 		cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("build %s: %v\n%s", p, err, out)
 		}
 	}
-	src, err := os.ReadFile("../../bench/w4-go.hcl")
+	src, err := os.ReadFile("w4-go.hcl")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,12 +240,8 @@ func TestW4NeedsPlugins(t *testing.T) {
 		}
 	}
 	// A broker without plugins at -w4-addr is refused before anything runs.
-	addr, stop, err := startBroker()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = stop() }()
-	err = Run(context.Background(), Config{Workloads: []string{"W4"}, Addr: addr, W4Addr: addr}, &bytes.Buffer{}, &bytes.Buffer{})
+	addr := servertest.Start(t, servertest.Options{}).Addr
+	err := Run(context.Background(), Config{Workloads: []string{"W4"}, Addr: addr, W4Addr: addr}, &bytes.Buffer{}, &bytes.Buffer{})
 	if err == nil || !strings.Contains(err.Error(), "no plugins loaded") {
 		t.Errorf("W4 against a plain broker as the plugin one: %v, want \"no plugins loaded\"", err)
 	}

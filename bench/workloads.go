@@ -317,7 +317,7 @@ type w3Pub struct {
 func (r *runner) w3Publisher(ctx context.Context) (*w3Pub, error) {
 	const topic = "bench.w3"
 	if r.cfg.W3Publish == "sdk" {
-		c, err := client.Dial(r.addr)
+		c, err := client.Dial(r.addr, client.WithDialOptions(r.cfg.DialOptions...))
 		if err != nil {
 			return nil, err
 		}

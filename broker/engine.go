@@ -86,6 +86,9 @@ type Engine interface {
 type Stream interface {
 	// Subscribe opens a subscription on the stream. Its outcome also comes as an event.
 	Subscribe(o SubscribeOptions) (Subscription, error)
+	// Refuse queues the event of an open refused before it reached the engine (by the
+	// server's permissions), in the stream's order of events.
+	Refuse(o SubscribeOptions, err error)
 	// Lookup returns the open subscription with this id; with id empty, the stream's only
 	// subscription if it has exactly one. n is how many it has.
 	Lookup(id string) (s Subscription, n int)
@@ -174,12 +177,11 @@ const (
 	Balanced
 )
 
+var modeNames = [...]string{Fanout: "fanout", Balanced: "balanced"}
+
 func (m Mode) String() string {
-	switch m {
-	case Fanout:
-		return "fanout"
-	case Balanced:
-		return "balanced"
+	if int(m) < len(modeNames) && modeNames[m] != "" {
+		return modeNames[m]
 	}
 	return "unspecified"
 }
@@ -196,6 +198,9 @@ type SubscribeOptions struct {
 	AckDeadline     time.Duration // default Limits.AckDeadline
 	MaxDeliveries   int           // 0: unlimited; the group's first member sets it
 	DeadLetterTopic string        // default "dlq.<ID>"; the group's first member sets it
+	// Quota, if not nil, is the quota of the member's owner: a group this member creates
+	// is counted against it, and so is everything the group holds (see Quota).
+	Quota *Quota
 
 	// Peer is the client's network address, as the transport sees it ("" if unknown), for
 	// the admin API's listings.

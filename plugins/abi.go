@@ -19,19 +19,6 @@ const (
 	markerPrefix = "tinybroker_abi_v"
 )
 
-type hookKind int
-
-const (
-	hookInit hookKind = iota
-	hookPublish
-	hookAck
-	hookRedeliver
-	numHooks
-)
-
-var hookExports = [numHooks]string{"tb_init", "tb_on_publish", "tb_on_ack", "tb_on_redeliver"}
-var hookNames = [numHooks]string{"init", HookPublish, HookAck, HookRedeliver}
-
 // callState is what the host functions of one call read and write. Readers see the message
 // as it entered the call; writes are kept aside and applied only if the call succeeds.
 //
@@ -58,7 +45,7 @@ type callState struct {
 
 // callInput is what the caller of a hook gives its call: the message and the event.
 type callInput struct {
-	hook    hookKind
+	hook    abi.Hook
 	topic   string
 	payload []byte
 	headers map[string]string
@@ -232,6 +219,24 @@ func (inst *instance) writable(buf, n uint32) []byte {
 	return mem[buf:end]
 }
 
+// mayChangeHeaders reports whether the hook of the call may change the message's headers.
+func (st *callState) mayChangeHeaders() bool {
+	return st.hook == abi.HookPublish || st.hook == abi.HookRedeliver
+}
+
+// headerStatus is the status of a header a plugin writes, k: v, as far as its content goes:
+// an empty name is invalid, and a header over max_header_bytes alone could never be sent.
+// The sum of a message's headers is the broker's to check (broker.Limits.CheckHeaders).
+func (inst *instance) headerStatus(k, v string) int32 {
+	switch {
+	case k == "":
+		return abi.StatusInvalid
+	case len(k)+len(v) > inst.p.host.opts.MaxHeaderBytes:
+		return abi.StatusTooLarge
+	}
+	return abi.StatusOK
+}
+
 func u32(v uint64) uint32 { return uint32(v) }
 
 func putI32(stack []uint64, v int32) { stack[0] = uint64(uint32(v)) }
@@ -328,7 +333,7 @@ var hostFuncs = []hostFunc{
 		putI32(s, inst.giveString(st.names[i], u32(s[1]), u32(s[2])))
 	}},
 	{"v1_msg_id", params(2), params(1), func(inst *instance, s []uint64) {
-		if inst.st.hook == hookPublish { // absent: a message being published has no id yet
+		if inst.st.hook == abi.HookPublish { // absent: a message being published has no id yet
 			putI32(s, -1)
 			return
 		}
@@ -338,10 +343,12 @@ var hostFuncs = []hostFunc{
 		st := &inst.st
 		topic := inst.intern(u32(s[0]), u32(s[1]))
 		switch {
-		case st.hook != hookPublish:
+		case st.hook != abi.HookPublish:
 			putI32(s, abi.StatusNotAllowed)
 		case broker.ValidateTopic(topic) != nil:
 			putI32(s, abi.StatusInvalid)
+		case !inst.p.spec.mayEmit(topic):
+			putI32(s, abi.StatusNotAllowed)
 		default:
 			st.dirty = true
 			st.newTopic, st.topicSet = topic, true
@@ -351,7 +358,7 @@ var hostFuncs = []hostFunc{
 	{"v1_msg_set_payload", params(2), params(1), func(inst *instance, s []uint64) {
 		st := &inst.st
 		switch n := u32(s[1]); {
-		case st.hook != hookPublish:
+		case st.hook != abi.HookPublish:
 			putI32(s, abi.StatusNotAllowed)
 		case int(n) > inst.p.host.opts.MaxMessageBytes:
 			putI32(s, abi.StatusTooLarge)
@@ -365,22 +372,19 @@ var hostFuncs = []hostFunc{
 	{"v1_msg_set_header", params(4), params(1), func(inst *instance, s []uint64) {
 		st := &inst.st
 		k, v := inst.intern(u32(s[0]), u32(s[1])), inst.intern(u32(s[2]), u32(s[3]))
-		switch {
-		case st.hook != hookPublish && st.hook != hookRedeliver:
-			putI32(s, abi.StatusNotAllowed)
-		case k == "":
-			putI32(s, abi.StatusInvalid)
-		case len(k)+len(v) > inst.p.host.opts.MaxHeaderBytes:
-			putI32(s, abi.StatusTooLarge)
-		default:
-			st.changeHeader(headerChange{key: k, value: v})
-			putI32(s, abi.StatusOK)
+		rc := inst.headerStatus(k, v)
+		if !st.mayChangeHeaders() {
+			rc = abi.StatusNotAllowed
 		}
+		if rc == abi.StatusOK {
+			st.changeHeader(headerChange{key: k, value: v})
+		}
+		putI32(s, rc)
 	}},
 	{"v1_msg_del_header", params(2), params(1), func(inst *instance, s []uint64) {
 		st := &inst.st
 		k := inst.intern(u32(s[0]), u32(s[1]))
-		if st.hook != hookPublish && st.hook != hookRedeliver {
+		if !st.mayChangeHeaders() {
 			putI32(s, abi.StatusNotAllowed)
 			return
 		}
@@ -407,12 +411,14 @@ var hostFuncs = []hostFunc{
 		topic := inst.intern(u32(s[0]), u32(s[1]))
 		n := u32(s[3])
 		switch {
-		case st.hook == hookInit:
+		case st.hook == abi.HookInit:
 			putI32(s, abi.StatusNotAllowed)
 		case len(st.emits) >= inst.p.spec.MaxEmits:
 			putI32(s, abi.StatusLimit)
 		case broker.ValidateTopic(topic) != nil:
 			putI32(s, abi.StatusInvalid)
+		case !inst.p.spec.mayEmit(topic):
+			putI32(s, abi.StatusNotAllowed)
 		case int(n) > inst.p.host.opts.MaxMessageBytes:
 			putI32(s, abi.StatusTooLarge)
 		default:
@@ -426,21 +432,18 @@ var hostFuncs = []hostFunc{
 		st := &inst.st
 		h := int32(u32(s[0]))
 		k, v := inst.intern(u32(s[1]), u32(s[2])), inst.intern(u32(s[3]), u32(s[4]))
-		switch {
-		case h < 0 || int(h) >= len(st.emits):
-			putI32(s, abi.StatusInvalid)
-		case k == "":
-			putI32(s, abi.StatusInvalid)
-		case len(k)+len(v) > inst.p.host.opts.MaxHeaderBytes:
-			putI32(s, abi.StatusTooLarge)
-		default:
+		rc := inst.headerStatus(k, v)
+		if h < 0 || int(h) >= len(st.emits) {
+			rc = abi.StatusInvalid
+		}
+		if rc == abi.StatusOK {
 			d := &st.emits[h]
 			if d.Headers == nil {
 				d.Headers = make(map[string]string)
 			}
 			d.Headers[k] = v
-			putI32(s, abi.StatusOK)
 		}
+		putI32(s, rc)
 	}},
 }
 

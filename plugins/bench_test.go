@@ -130,9 +130,14 @@ func BenchmarkCompileGoGuest(b *testing.B) {
 
 // Creating one more instance of a compiled Go guest (_initialize and tb_init included).
 func BenchmarkInstantiateGoGuest(b *testing.B) {
+	benchInstantiate(b, Spec{Name: "tenant-filter", Wasm: goGuest(b, "tenant-filter"), Config: map[string]string{"allow": "acme"}})
+}
+
+// benchInstantiate measures creating one more instance of spec's plugin.
+func benchInstantiate(b *testing.B, spec Spec) {
 	h, _ := NewHost(HostOptions{})
 	defer h.Close(context.Background())
-	c, err := h.Load(context.Background(), []Spec{{Name: "tenant-filter", Wasm: goGuest(b, "tenant-filter"), Config: map[string]string{"allow": "acme"}}})
+	c, err := h.Load(context.Background(), []Spec{spec})
 	if err != nil {
 		b.Fatal(err)
 	}

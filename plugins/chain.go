@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/grpc/codes"
+
 	"github.com/tinybroker/tinybroker/broker"
 	"github.com/tinybroker/tinybroker/internal/abi"
 )
@@ -28,13 +30,13 @@ var _ broker.Hooks = (*Chain)(nil)
 
 func (c *Chain) add(p *plugin) {
 	c.all = append(c.all, p)
-	if p.has[hookPublish] {
+	if p.has[abi.HookPublish] {
 		c.publish = append(c.publish, p)
 	}
-	if p.has[hookAck] {
+	if p.has[abi.HookAck] {
 		c.ack = append(c.ack, p)
 	}
-	if p.has[hookRedeliver] {
+	if p.has[abi.HookRedeliver] {
 		c.redeliver = append(c.redeliver, p)
 	}
 }
@@ -140,7 +142,7 @@ var errBreakerOpen = errors.New("circuit breaker open")
 // take returns an instance for a call of hook k, with its call state ready for the caller to
 // fill in, unless the circuit breaker is open or no instance can be had (counted as a
 // failure). Give it to run, then, if run succeeded, to done.
-func (p *plugin) take(k hookKind) (*instance, error) {
+func (p *plugin) take(k abi.Hook) (*instance, error) {
 	if p.breakerOpen() {
 		return nil, errBreakerOpen
 	}
@@ -156,7 +158,7 @@ func (p *plugin) take(k hookKind) (*instance, error) {
 // run calls hook k on inst, checks the verdict with valid, and counts the outcome. It returns
 // the verdict, or why there is none; after a failure inst is gone (discarded, or back in the
 // pool after a malformed verdict) and must not be used.
-func (p *plugin) run(inst *instance, k hookKind, valid func(action, arg uint32) bool) (uint64, error) {
+func (p *plugin) run(inst *instance, k abi.Hook, valid func(action, arg uint32) bool) (uint64, error) {
 	v, err := p.invoke(inst, k)
 	if err == nil && !valid(uint32(v), uint32(v>>32)) {
 		p.done(inst) // the call itself went well: the instance stays
@@ -177,14 +179,23 @@ func (p *plugin) done(inst *instance) {
 	p.pool.put(inst)
 }
 
+// validPublish accepts PASS and DROP, and REJECT with a gRPC status code (0 stands for
+// INVALID_ARGUMENT). The host links gRPC anyway, so it names the codes with grpc's package;
+// the guest SDK has constants of its own (sdk/go/plugin's Code), as a plugin cannot afford
+// to link gRPC.
 func validPublish(action, arg uint32) bool {
-	return action == abi.ActReject && arg <= 16 || action < abi.ActReject && arg == 0
+	return action == abi.ActReject && arg <= uint32(codes.Unauthenticated) || action < abi.ActReject && arg == 0
 }
 
 func validAck(action, arg uint32) bool { return action == 0 && arg == 0 }
 
 func validRedeliver(action, arg uint32) bool {
 	return action == abi.ActDelay && arg > 0 && arg <= 1<<31-1 || action != abi.ActDelay && action <= abi.ActForget && arg == 0
+}
+
+// failure is the reason a message is dead-lettered with when p failed on it with err.
+func (p *plugin) failure(err error) string {
+	return "plugin " + p.spec.Name + " failed: " + err.Error()
 }
 
 type malformedError struct{ verdict uint64 }
@@ -203,10 +214,10 @@ func (c *Chain) OnPublish(d *broker.Draft) (broker.PublishVerdict, error) {
 			continue
 		}
 		var v uint64
-		inst, err := p.take(hookPublish)
+		inst, err := p.take(abi.HookPublish)
 		if err == nil {
 			inst.st.topic, inst.st.payload, inst.st.headers = d.Topic, d.Payload, d.Headers
-			v, err = p.run(inst, hookPublish, validPublish)
+			v, err = p.run(inst, abi.HookPublish, validPublish)
 		}
 		if err != nil {
 			switch p.spec.FailurePolicy {
@@ -218,7 +229,7 @@ func (c *Chain) OnPublish(d *broker.Draft) (broker.PublishVerdict, error) {
 					h = map[string]string{}
 				}
 				h[broker.HeaderDeadLetterTopic] = d.Topic
-				h[broker.HeaderDeadLetterReason] = "plugin " + p.spec.Name + " failed: " + err.Error()
+				h[broker.HeaderDeadLetterReason] = p.failure(err)
 				d.Topic, d.Headers = "dlq.plugin."+p.spec.Name, h
 				return out, nil
 			}
@@ -242,11 +253,11 @@ func (c *Chain) OnPublish(d *broker.Draft) (broker.PublishVerdict, error) {
 			if why == "" {
 				why = "no reason given"
 			}
-			code := int(v >> 32)
-			if code == 0 {
-				code = 3 // INVALID_ARGUMENT
+			code := codes.Code(v >> 32)
+			if code == codes.OK {
+				code = codes.InvalidArgument
 			}
-			return out, &broker.RejectError{Code: code, Plugin: p.spec.Name, Reason: why}
+			return out, &broker.RejectError{Code: int(code), Plugin: p.spec.Name, Reason: why}
 		}
 		if st.topicSet {
 			d.Topic = st.newTopic
@@ -314,14 +325,14 @@ func (c *Chain) OnAck(e *broker.AckEvent) []broker.Draft {
 		if !p.matchesGroup(e.Group) {
 			continue
 		}
-		inst, err := p.take(hookAck)
+		inst, err := p.take(abi.HookAck)
 		if err != nil {
 			continue // nothing to undo: the ack was applied
 		}
 		st := &inst.st
 		st.topic, st.payload, st.headers, st.id = e.Msg.Topic, e.Msg.Payload, e.Msg.Headers, e.SystemID
 		st.sub, st.group, st.attempt, st.inFlight = e.SubscriptionID, e.Group, e.Attempt, int64(e.InFlight)
-		if _, err := p.run(inst, hookAck, validAck); err != nil {
+		if _, err := p.run(inst, abi.HookAck, validAck); err != nil {
 			continue
 		}
 		emits = append(emits, st.emits...)
@@ -340,19 +351,19 @@ func (c *Chain) OnRedeliver(e *broker.RedeliverEvent) broker.RedeliverVerdict {
 			continue
 		}
 		var v uint64
-		inst, err := p.take(hookRedeliver)
+		inst, err := p.take(abi.HookRedeliver)
 		if err == nil {
 			st := &inst.st
 			st.topic, st.payload, st.headers, st.id = e.Msg.Topic, e.Msg.Payload, headers, e.SystemID
 			st.sub, st.group, st.attempt, st.reason = e.SubscriptionID, e.Group, e.Attempt, e.Reason
-			v, err = p.run(inst, hookRedeliver, validRedeliver)
+			v, err = p.run(inst, abi.HookRedeliver, validRedeliver)
 		}
 		if err != nil {
 			switch p.spec.FailurePolicy {
 			case FailClosed:
 				return out // treated as a nack: the broker's default
 			case FailDeadLetter:
-				out.Action, out.Reason = broker.RedeliverDeadLetter, "plugin "+p.spec.Name+" failed: "+err.Error()
+				out.Action, out.Reason = broker.RedeliverDeadLetter, p.failure(err)
 				return out
 			}
 			continue

@@ -84,23 +84,7 @@ func BenchmarkPluginFile(b *testing.B) {
 				compile()
 			}
 		})
-		b.Run(name+"/instantiate", func(b *testing.B) {
-			h, _ := NewHost(HostOptions{})
-			defer h.Close(context.Background())
-			c, err := h.Load(context.Background(), []Spec{spec})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer c.Close(context.Background())
-			p := c.all[0]
-			for b.Loop() {
-				inst, err := p.newInstance(context.Background())
-				if err != nil {
-					b.Fatal(err)
-				}
-				inst.mod.Close(context.Background())
-			}
-		})
+		b.Run(name+"/instantiate", func(b *testing.B) { benchInstantiate(b, spec) })
 		b.Run(name+"/on_publish", func(b *testing.B) {
 			headers := map[string]string{"tenant": "acme"}
 			payload := make([]byte, 256)

@@ -17,6 +17,9 @@ import (
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/experimental"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
+
+	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/internal/abi"
 )
 
 // HostOptions configure a Host.
@@ -25,8 +28,8 @@ type HostOptions struct {
 	// Empty: compile in memory only.
 	CacheDir        string
 	Logger          hclog.Logger
-	MaxMessageBytes int // the broker's limits, which plugin output must respect
-	MaxHeaderBytes  int
+	MaxMessageBytes int // the broker's limits, which plugin output must respect (default:
+	MaxHeaderBytes  int // broker.DefaultMaxMessageBytes and DefaultMaxHeaderBytes)
 	// MaxPluginBytes is the largest .wasm file read (DefaultMaxPluginBytes, 64 MiB).
 	MaxPluginBytes int64
 	// CountHostCalls counts the host calls plugins make, in PluginStats.HostCalls: for
@@ -47,10 +50,10 @@ func NewHost(opts HostOptions) (*Host, error) {
 		opts.Logger = hclog.NewNullLogger()
 	}
 	if opts.MaxMessageBytes <= 0 {
-		opts.MaxMessageBytes = 1 << 20
+		opts.MaxMessageBytes = broker.DefaultMaxMessageBytes
 	}
 	if opts.MaxHeaderBytes <= 0 {
-		opts.MaxHeaderBytes = 64 << 10
+		opts.MaxHeaderBytes = broker.DefaultMaxHeaderBytes
 	}
 	if opts.MaxPluginBytes <= 0 {
 		opts.MaxPluginBytes = DefaultMaxPluginBytes
@@ -99,7 +102,7 @@ type plugin struct {
 	log        hclog.Logger
 	rt         wazero.Runtime
 	compiled   wazero.CompiledModule
-	has        [numHooks]bool
+	has        [abi.NumHooks]bool
 	topics     []topicPattern // spec.Topics, compiled
 	configText string
 	pool       pool
@@ -157,9 +160,9 @@ func (h *Host) load(ctx context.Context, s Spec) (*plugin, error) {
 	}
 	p.pool.put(inst)
 	hooks := []string{}
-	for k := hookPublish; k < numHooks; k++ {
+	for k := abi.HookPublish; k < abi.NumHooks; k++ {
 		if p.has[k] {
-			hooks = append(hooks, hookNames[k])
+			hooks = append(hooks, abi.Names[k])
 		}
 	}
 	limit := "none"
@@ -188,31 +191,31 @@ func (p *plugin) check() error {
 	if min := uint64(mem.Min()) * 65536; min > uint64(p.spec.MemoryLimitBytes) {
 		return fmt.Errorf("its memory starts at %d bytes, over the plugin's memory limit of %d bytes (raise memory_limit_mb)", min, p.spec.MemoryLimitBytes)
 	}
-	for k := hookInit; k < numHooks; k++ {
-		def, ok := exports[hookExports[k]]
+	for k := abi.HookInit; k < abi.NumHooks; k++ {
+		def, ok := exports[abi.Exports[k]]
 		if !ok {
 			continue
 		}
 		want := api.ValueTypeI64
-		if k == hookInit {
+		if k == abi.HookInit {
 			want = api.ValueTypeI32
 		}
 		if len(def.ParamTypes()) != 0 || !slices.Equal(def.ResultTypes(), []api.ValueType{want}) {
-			return fmt.Errorf("export %s has signature %v -> %v; ABI v1 wants () -> %s", hookExports[k], def.ParamTypes(), def.ResultTypes(), api.ValueTypeName(want))
+			return fmt.Errorf("export %s has signature %v -> %v; ABI v1 wants () -> %s", abi.Exports[k], def.ParamTypes(), def.ResultTypes(), api.ValueTypeName(want))
 		}
 		p.has[k] = true
 	}
 	enabled := p.spec.Hooks
 	if len(enabled) > 0 {
-		for k := hookPublish; k < numHooks; k++ {
-			if p.has[k] && !slices.Contains(enabled, hookNames[k]) {
+		for k := abi.HookPublish; k < abi.NumHooks; k++ {
+			if p.has[k] && !slices.Contains(enabled, abi.Names[k]) {
 				p.has[k] = false
-			} else if !p.has[k] && slices.Contains(enabled, hookNames[k]) {
-				return fmt.Errorf("hooks lists %s but the module does not export %s", hookNames[k], hookExports[k])
+			} else if !p.has[k] && slices.Contains(enabled, abi.Names[k]) {
+				return fmt.Errorf("hooks lists %s but the module does not export %s", abi.Names[k], abi.Exports[k])
 			}
 		}
 	}
-	if !p.has[hookPublish] && !p.has[hookAck] && !p.has[hookRedeliver] {
+	if !p.has[abi.HookPublish] && !p.has[abi.HookAck] && !p.has[abi.HookRedeliver] {
 		return fmt.Errorf("it exports no hook: export at least one of tb_on_publish, tb_on_ack, tb_on_redeliver")
 	}
 	for _, def := range p.compiled.ImportedFunctions() {
@@ -239,7 +242,7 @@ type instance struct {
 	p     *plugin
 	mod   api.Module
 	gmem  *guardedMemory // its memory, which host functions read and write
-	fns   [numHooks]api.Function
+	fns   [abi.NumHooks]api.Function
 	ctx   callCtx // carries the instance to host functions
 	stack []uint64
 	st    callState // the state of the call in progress, reset after each call
@@ -253,7 +256,7 @@ type instance struct {
 func (p *plugin) newInstance(ctx context.Context) (*instance, error) {
 	inst := &instance{p: p, stack: make([]uint64, 1)}
 	inst.ctx = callCtx{Context: context.Background(), inst: inst}
-	inst.st.hook = hookInit
+	inst.st.hook = abi.HookInit
 	mcfg := wazero.NewModuleConfig().WithName("").WithStartFunctions("_initialize").
 		WithSysWalltime().WithSysNanotime().WithRandSource(rand.Reader).
 		WithStderr(stderrLog{p.log}) // a Go guest's fatal errors ("out of memory") land here
@@ -279,12 +282,12 @@ func (p *plugin) newInstance(ctx context.Context) (*instance, error) {
 		return nil, fmt.Errorf("instantiate: %w", err)
 	}
 	inst.mod = mod
-	for k := hookInit; k < numHooks; k++ {
-		if p.has[k] || k == hookInit {
-			inst.fns[k] = mod.ExportedFunction(hookExports[k])
+	for k := abi.HookInit; k < abi.NumHooks; k++ {
+		if p.has[k] || k == abi.HookInit {
+			inst.fns[k] = mod.ExportedFunction(abi.Exports[k])
 		}
 	}
-	if f := inst.fns[hookInit]; f != nil {
+	if f := inst.fns[abi.HookInit]; f != nil {
 		err := f.CallWithStack(cctx, inst.stack)
 		if merr := inst.memoryRefused(); merr != nil {
 			err = merr
@@ -310,7 +313,7 @@ func (p *plugin) newInstance(ctx context.Context) (*instance, error) {
 // invoke runs hook k on inst, whose call state the caller has set up, and returns the raw
 // verdict. A failed call discards inst. A call that tried to grow the memory past the
 // plugin's limit failed, even if the plugin went on (memory.grow returned -1 to it).
-func (p *plugin) invoke(inst *instance, k hookKind) (uint64, error) {
+func (p *plugin) invoke(inst *instance, k abi.Hook) (uint64, error) {
 	p.calls.Add(1)
 	inst.stack[0] = 0
 	if p.spec.CallTimeout > 0 {
@@ -321,7 +324,7 @@ func (p *plugin) invoke(inst *instance, k hookKind) (uint64, error) {
 
 // invokeTimed is invoke with a time limit: a context of its own for the call, whose deferred
 // cancel stays off the common path.
-func (p *plugin) invokeTimed(inst *instance, k hookKind) (uint64, error) {
+func (p *plugin) invokeTimed(inst *instance, k abi.Hook) (uint64, error) {
 	tctx, cancel := context.WithTimeout(context.Background(), p.spec.CallTimeout)
 	defer cancel()
 	return p.called(inst, inst.fns[k].CallWithStack(&callCtx{Context: tctx, inst: inst}, inst.stack))
@@ -407,10 +410,10 @@ func (p *plugin) breakerStillOpen(until int64) bool {
 	return false
 }
 
-func (p *plugin) failed(k hookKind, err error) {
+func (p *plugin) failed(k abi.Hook, err error) {
 	p.failures.Add(1)
 	n := p.consecutive.Add(1)
-	p.log.Warn("plugin call failed; instance discarded", "hook", hookNames[k], "policy", p.spec.FailurePolicy.String(), "error", err)
+	p.log.Warn("plugin call failed; instance discarded", "hook", abi.Names[k], "policy", p.spec.FailurePolicy.String(), "error", err)
 	if int(n) >= p.spec.BreakerFailures && p.openUntil.Load() == 0 {
 		p.openUntil.Store(nowNanos() + int64(p.spec.BreakerCooldown))
 		p.log.Error("CIRCUIT BREAKER OPEN: plugin failed too often; applying its failure policy without calling it",

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/internal/abi"
 )
 
 // A plugin that reads a header and passes costs the host no allocation; one that adds a
@@ -117,7 +118,7 @@ func TestCompiledPatterns(t *testing.T) {
 func TestHeaderChanges(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for round := range 200 {
-		st := &callState{callInput: callInput{hook: hookPublish}}
+		st := &callState{callInput: callInput{hook: abi.HookPublish}}
 		in := map[string]string{"a": "0", "b": "0"}
 		want := maps.Clone(in)
 		names := 1 + rng.IntN(3*maxLinear)

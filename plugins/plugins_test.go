@@ -15,7 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/tinybroker/tinybroker/broker"
-	"github.com/tinybroker/tinybroker/broker/memory"
+	"github.com/tinybroker/tinybroker/internal/brokertest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -47,54 +47,6 @@ func load(t testing.TB, h *Host, specs ...Spec) *Chain {
 	}
 	t.Cleanup(func() { c.Close(context.Background()) })
 	return c
-}
-
-// withBroker starts a broker with chain installed.
-func withBroker(t testing.TB, c *Chain) *memory.Engine {
-	t.Helper()
-	b := memory.New(memory.Options{})
-	if c != nil {
-		b.SetHooks(c)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithCancel(context.Background())
-		cancel()
-		b.Shutdown(ctx)
-	})
-	return b
-}
-
-func subscribe(t testing.TB, b *memory.Engine, o broker.SubscribeOptions) *memory.Subscription {
-	t.Helper()
-	s, err := b.Subscribe(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Close)
-	return s
-}
-
-func next(t testing.TB, s *memory.Subscription) broker.Delivery {
-	t.Helper()
-	deadline := time.After(10 * time.Second)
-	for {
-		if ds := s.Next(nil, 1, 1<<20); len(ds) == 1 {
-			return ds[0]
-		}
-		select {
-		case <-s.Ready():
-		case <-deadline:
-			t.Fatal("no delivery within 10s")
-		}
-	}
-}
-
-func none(t testing.TB, s *memory.Subscription, d time.Duration) {
-	t.Helper()
-	time.Sleep(d)
-	if ds := s.Next(nil, 1, 1<<20); len(ds) > 0 {
-		t.Fatalf("unexpected delivery %s %q", ds[0].Msg.Topic, ds[0].Msg.Payload)
-	}
 }
 
 // The .wasm fixtures are what their .wat sources compile to.
@@ -151,18 +103,18 @@ func TestLoadRefusesBadPlugins(t *testing.T) {
 // Every on_publish verdict: pass with changes and an emit, drop, reject, re-route.
 func TestOnPublishVerdicts(t *testing.T) {
 	c := load(t, newHost(t), Spec{Name: "good", Wasm: fixture(t, "good"), Config: map[string]string{"to": "rerouted.here"}})
-	b := withBroker(t, c)
-	all := subscribe(t, b, broker.SubscribeOptions{Patterns: []string{">"}, Mode: broker.Fanout})
+	b := brokertest.Start(t, brokertest.Options{Hooks: c})
+	all := brokertest.Subscribe(t, b, broker.SubscribeOptions{Patterns: []string{">"}, Mode: broker.Fanout})
 
 	res, err := b.Publish("orders.1", []byte("x"), map[string]string{"tenant": "acme"})
 	if err != nil || res.Routed != 1 {
 		t.Fatalf("pass: %+v %v", res, err)
 	}
-	d := next(t, all)
+	d := all.Next(t)
 	if d.Msg.Topic != "orders.1" || d.Msg.Headers["filtered"] != "yes" || d.Msg.Headers["tenant"] != "acme" {
 		t.Fatalf("passed message %+v", d.Msg)
 	}
-	if e := next(t, all); e.Msg.Topic != "audit.copy" || string(e.Msg.Payload) != "acme" {
+	if e := all.Next(t); e.Msg.Topic != "audit.copy" || string(e.Msg.Payload) != "acme" {
 		t.Fatalf("emitted message %+v", e.Msg)
 	}
 
@@ -183,10 +135,10 @@ func TestOnPublishVerdicts(t *testing.T) {
 	if _, err := b.Publish("reroute.me", []byte("x"), nil); err != nil {
 		t.Fatal(err)
 	}
-	if d := next(t, all); d.Msg.Topic != "rerouted.here" {
+	if d := all.Next(t); d.Msg.Topic != "rerouted.here" {
 		t.Fatalf("re-routed to %s", d.Msg.Topic)
 	}
-	none(t, all, 20*time.Millisecond)
+	all.None(t, 20*time.Millisecond)
 }
 
 // Plugins on one hook run in order, each seeing the previous one's output.
@@ -196,12 +148,12 @@ func TestChainOrder(t *testing.T) {
 	// "second" requires the header "chain": present only if "first" ran before it.
 	second := Spec{Name: "second", Wasm: tag, Config: map[string]string{"tag": "second", "require": "chain"}}
 	c := load(t, h, Spec{Name: "first", Wasm: tag, Config: map[string]string{"tag": "first"}}, second)
-	b := withBroker(t, c)
-	s := subscribe(t, b, broker.SubscribeOptions{Patterns: []string{">"}, Mode: broker.Fanout})
+	b := brokertest.Start(t, brokertest.Options{Hooks: c})
+	s := brokertest.Subscribe(t, b, broker.SubscribeOptions{Patterns: []string{">"}, Mode: broker.Fanout})
 	if _, err := b.Publish("a", nil, nil); err != nil {
 		t.Fatal(err)
 	}
-	if d := next(t, s); d.Msg.Headers["chain"] != "second" {
+	if d := s.Next(t); d.Msg.Headers["chain"] != "second" {
 		t.Fatalf("headers %v: the last plugin's change must win", d.Msg.Headers)
 	}
 	// Alone, "second" sees no "chain" header and drops the message.
@@ -214,10 +166,10 @@ func TestChainOrder(t *testing.T) {
 	b.SetHooks(c3)
 	b.Publish("a", nil, nil)
 	b.Publish("b.1", nil, nil)
-	if d := next(t, s); d.Msg.Headers["chain"] != "" {
+	if d := s.Next(t); d.Msg.Headers["chain"] != "" {
 		t.Fatalf("plugin ran on a topic outside its patterns: %v", d.Msg.Headers)
 	}
-	if d := next(t, s); d.Msg.Headers["chain"] != "b" {
+	if d := s.Next(t); d.Msg.Headers["chain"] != "b" {
 		t.Fatalf("plugin did not run on its topic: %v", d.Msg.Headers)
 	}
 }
@@ -225,30 +177,30 @@ func TestChainOrder(t *testing.T) {
 // on_ack emits after the ack; on_redeliver delays, changes headers and dead-letters.
 func TestAckAndRedeliverHooks(t *testing.T) {
 	c := load(t, newHost(t), Spec{Name: "good", Wasm: fixture(t, "good"), Topics: []string{"nothing"}, Groups: []string{"workers"}})
-	b := withBroker(t, c)
-	watch := subscribe(t, b, broker.SubscribeOptions{Patterns: []string{"audit.>", "dlq.>"}, Mode: broker.Fanout})
-	m := subscribe(t, b, broker.SubscribeOptions{ID: "jobs", Group: "workers", Patterns: []string{"jobs.*"}, Mode: broker.Balanced})
+	b := brokertest.Start(t, brokertest.Options{Hooks: c})
+	watch := brokertest.Subscribe(t, b, broker.SubscribeOptions{Patterns: []string{"audit.>", "dlq.>"}, Mode: broker.Fanout})
+	m := brokertest.Subscribe(t, b, broker.SubscribeOptions{ID: "jobs", Group: "workers", Patterns: []string{"jobs.*"}, Mode: broker.Balanced})
 	res, _ := b.Publish("jobs.1", []byte("job"), nil)
-	id := b.FormatID(res.Seq)
-	next(t, m)
+	id := res.SystemID
+	m.Next(t)
 	if skipped := m.Ack([]string{id}); skipped != 0 {
 		t.Fatal("ack skipped")
 	}
-	if d := next(t, watch); d.Msg.Topic != "audit.acks" || string(d.Msg.Payload) != id {
+	if d := watch.Next(t); d.Msg.Topic != "audit.acks" || string(d.Msg.Payload) != id {
 		t.Fatalf("on_ack emitted %s %q, want audit.acks %q", d.Msg.Topic, d.Msg.Payload, id)
 	}
 
 	res, _ = b.Publish("jobs.2", []byte("job"), nil)
-	id = b.FormatID(res.Seq)
-	next(t, m)
+	id = res.SystemID
+	m.Next(t)
 	nacked := time.Now()
 	m.Nack([]string{id}, 0, "")
-	d := next(t, m) // the plugin turned an immediate nack into a 50ms delay
+	d := m.Next(t) // the plugin turned an immediate nack into a 50ms delay
 	if time.Since(nacked) < 50*time.Millisecond || d.Attempt != 2 || d.Msg.Headers["retried"] != "yes" {
 		t.Fatalf("redelivery after %v attempt %d headers %v", time.Since(nacked), d.Attempt, d.Msg.Headers)
 	}
 	m.Nack([]string{id}, 0, "")
-	dl := next(t, watch)
+	dl := watch.Next(t)
 	if dl.Msg.Topic != "dlq.jobs" || dl.Msg.Headers[broker.HeaderDeadLetterReason] != "gave up" || dl.Msg.Headers["retried"] != "yes" {
 		t.Fatalf("dead letter %s %v", dl.Msg.Topic, dl.Msg.Headers)
 	}
@@ -281,8 +233,8 @@ func TestHostilePlugins(t *testing.T) {
 		t.Run(c.fixture+"/"+c.policy.String(), func(t *testing.T) {
 			chain := load(t, h, Spec{Name: "bad", Wasm: fixture(t, c.fixture), FailurePolicy: c.policy,
 				CallTimeout: c.limit, MemoryLimitBytes: 1 << 20, BreakerFailures: 1000})
-			b := withBroker(t, chain)
-			s := subscribe(t, b, broker.SubscribeOptions{Patterns: []string{">"}, Mode: broker.Fanout})
+			b := brokertest.Start(t, brokertest.Options{Hooks: chain})
+			s := brokertest.Subscribe(t, b, broker.SubscribeOptions{Patterns: []string{">"}, Mode: broker.Fanout})
 			for i := range 3 {
 				start := time.Now()
 				_, err := b.Publish("orders.x", []byte{byte(i)}, nil)
@@ -294,7 +246,7 @@ func TestHostilePlugins(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					if d := next(t, s); d.Msg.Topic != "orders.x" || d.Msg.Payload[0] != byte(i) {
+					if d := s.Next(t); d.Msg.Topic != "orders.x" || d.Msg.Payload[0] != byte(i) {
 						t.Fatalf("fail_open delivered %s %v", d.Msg.Topic, d.Msg.Payload)
 					}
 				case FailClosed:
@@ -305,7 +257,7 @@ func TestHostilePlugins(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					d := next(t, s)
+					d := s.Next(t)
 					if d.Msg.Topic != "dlq.plugin.bad" || d.Msg.Headers[broker.HeaderDeadLetterTopic] != "orders.x" || !strings.Contains(d.Msg.Headers[broker.HeaderDeadLetterReason], "plugin bad failed") {
 						t.Fatalf("dead letter %s %v", d.Msg.Topic, d.Msg.Headers)
 					}
@@ -322,29 +274,29 @@ func TestHostilePlugins(t *testing.T) {
 // Huge outputs are refused with the ABI's status codes, and the message passes.
 func TestHugeOutputsRefused(t *testing.T) {
 	chain := load(t, newHost(t), Spec{Name: "huge", Wasm: fixture(t, "huge"), MaxEmits: 16})
-	b := withBroker(t, chain)
-	s := subscribe(t, b, broker.SubscribeOptions{Patterns: []string{"orders.>"}, Mode: broker.Fanout})
-	spam := subscribe(t, b, broker.SubscribeOptions{Patterns: []string{"spam"}, Mode: broker.Fanout})
+	b := brokertest.Start(t, brokertest.Options{Hooks: chain})
+	s := brokertest.Subscribe(t, b, broker.SubscribeOptions{Patterns: []string{"orders.>"}, Mode: broker.Fanout})
+	spam := brokertest.Subscribe(t, b, broker.SubscribeOptions{Patterns: []string{"spam"}, Mode: broker.Fanout})
 	if _, err := b.Publish("orders.1", []byte("ok"), nil); err != nil {
 		t.Fatal(err)
 	}
-	if d := next(t, s); string(d.Msg.Payload) != "ok" {
+	if d := s.Next(t); string(d.Msg.Payload) != "ok" {
 		t.Fatalf("payload %q", d.Msg.Payload)
 	}
 	if st := chain.Stats()[0]; st.Failures != 0 {
 		t.Fatalf("the plugin trapped: the host did not return ERR_TOO_LARGE / ERR_LIMIT")
 	}
 	for range 16 {
-		next(t, spam)
+		spam.Next(t)
 	}
-	none(t, spam, 20*time.Millisecond)
+	spam.None(t, 20*time.Millisecond)
 }
 
 // After BreakerFailures failures in a row the plugin is not called until the cool-down has
 // passed; the policy applies meanwhile.
 func TestCircuitBreaker(t *testing.T) {
 	chain := load(t, newHost(t), Spec{Name: "trap", Wasm: fixture(t, "trap"), BreakerFailures: 3, BreakerCooldown: 2 * time.Second})
-	b := withBroker(t, chain)
+	b := brokertest.Start(t, brokertest.Options{Hooks: chain})
 	for range 10 {
 		if _, err := b.Publish("a", nil, nil); err != nil {
 			t.Fatal(err) // fail_open
@@ -354,17 +306,29 @@ func TestCircuitBreaker(t *testing.T) {
 	if st.Calls != 3 || st.Skipped != 7 || !st.BreakerOpen {
 		t.Fatalf("stats %+v: want 3 calls, then the breaker open", st)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for chain.Stats()[0].Calls == 3 {
-		if time.Now().After(deadline) {
-			t.Fatal("breaker never let a call through after the cool-down")
+	brokertest.Eventually(t, "the breaker to let a call through after the cool-down", func() bool {
+		if chain.Stats()[0].Calls != 3 {
+			return true
 		}
-		time.Sleep(20 * time.Millisecond)
 		b.Publish("a", nil, nil)
-	}
+		return false
+	})
 	if st := chain.Stats()[0]; st.Calls != 4 || !st.BreakerOpen {
 		t.Fatalf("stats %+v: one trial call, failing, reopens the breaker", st)
 	}
+}
+
+// nackOnce starts a broker with chain, a watcher of dead letters and member m of group g,
+// publishes to m and nacks its first delivery.
+func nackOnce(t *testing.T, chain *Chain) (b broker.Engine, watch, m *brokertest.Sub) {
+	t.Helper()
+	b = brokertest.Start(t, brokertest.Options{Hooks: chain})
+	watch = brokertest.Subscribe(t, b, broker.SubscribeOptions{Patterns: []string{"dlq.>"}, Mode: broker.Fanout})
+	m = brokertest.Subscribe(t, b, broker.SubscribeOptions{ID: "g", Group: "g", Patterns: []string{"j"}, Mode: broker.Balanced})
+	res, _ := b.Publish("j", nil, nil)
+	m.Next(t)
+	m.Nack([]string{res.SystemID}, 0, "")
+	return b, watch, m
 }
 
 // A trapping on_redeliver plugin: fail_open redelivers as usual, dead_letter dead-letters.
@@ -372,20 +336,14 @@ func TestRedeliverFailurePolicies(t *testing.T) {
 	h := newHost(t)
 	for _, policy := range []FailurePolicy{FailOpen, FailClosed, FailDeadLetter} {
 		t.Run(policy.String(), func(t *testing.T) {
-			chain := load(t, h, Spec{Name: "trap", Wasm: fixture(t, "trap"), Topics: []string{"none"}, FailurePolicy: policy})
-			b := withBroker(t, chain)
-			watch := subscribe(t, b, broker.SubscribeOptions{Patterns: []string{"dlq.>"}, Mode: broker.Fanout})
-			m := subscribe(t, b, broker.SubscribeOptions{ID: "g", Group: "g", Patterns: []string{"j"}, Mode: broker.Balanced})
-			res, _ := b.Publish("j", nil, nil)
-			next(t, m)
-			m.Nack([]string{b.FormatID(res.Seq)}, 0, "")
+			_, watch, m := nackOnce(t, load(t, h, Spec{Name: "trap", Wasm: fixture(t, "trap"), Topics: []string{"none"}, FailurePolicy: policy}))
 			if policy != FailDeadLetter { // fail_closed: treated as a nack, i.e. redelivered
-				if d := next(t, m); d.Attempt != 2 {
+				if d := m.Next(t); d.Attempt != 2 {
 					t.Fatalf("attempt %d", d.Attempt)
 				}
 				return
 			}
-			if d := next(t, watch); d.Msg.Topic != "dlq.g" {
+			if d := watch.Next(t); d.Msg.Topic != "dlq.g" {
 				t.Fatalf("dead letter on %s", d.Msg.Topic)
 			}
 		})
@@ -400,8 +358,8 @@ func TestSwapChainsUnderLoad(t *testing.T) {
 		load(t, h, Spec{Name: "t", Wasm: tag, Config: map[string]string{"tag": "a"}}),
 		load(t, h, Spec{Name: "t", Wasm: tag, Config: map[string]string{"tag": "b"}}),
 	}
-	b := withBroker(t, chains[0])
-	s := subscribe(t, b, broker.SubscribeOptions{Patterns: []string{"load"}, Mode: broker.Fanout})
+	b := brokertest.Start(t, brokertest.Options{Hooks: chains[0]})
+	s := brokertest.Subscribe(t, b, broker.SubscribeOptions{Patterns: []string{"load"}, Mode: broker.Fanout})
 	const n = 2000
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -419,7 +377,7 @@ func TestSwapChainsUnderLoad(t *testing.T) {
 	}()
 	got := map[string]int{}
 	for range n {
-		got[next(t, s).Msg.Headers["chain"]]++
+		got[s.Next(t).Msg.Headers["chain"]]++
 	}
 	wg.Wait()
 	if got["a"]+got["b"] != n || got["a"] == 0 || got["b"] == 0 {
@@ -432,16 +390,45 @@ func TestSwapChainsUnderLoad(t *testing.T) {
 
 // The DROP verdict of on_redeliver forgets the message: no redelivery, no dead letter.
 func TestRedeliverDrop(t *testing.T) {
-	chain := load(t, newHost(t), Spec{Name: "forget", Wasm: fixture(t, "forget")})
-	b := withBroker(t, chain)
-	watch := subscribe(t, b, broker.SubscribeOptions{Patterns: []string{"dlq.>"}, Mode: broker.Fanout})
-	m := subscribe(t, b, broker.SubscribeOptions{ID: "g", Group: "g", Patterns: []string{"j"}, Mode: broker.Balanced})
-	res, _ := b.Publish("j", nil, nil)
-	next(t, m)
-	m.Nack([]string{b.FormatID(res.Seq)}, 0, "")
-	none(t, m, 50*time.Millisecond)
-	none(t, watch, 0)
+	b, watch, m := nackOnce(t, load(t, newHost(t), Spec{Name: "forget", Wasm: fixture(t, "forget")}))
+	m.None(t, 50*time.Millisecond)
+	watch.None(t, 0)
 	if g := b.Stats().Groups[0]; g.Dropped != 1 || g.InFlight != 0 || g.Queued != 0 {
 		t.Fatalf("group stats %+v", g)
+	}
+}
+
+// emit_topics bounds where a plugin writes: an emit or a re-route to another topic fails
+// (ERR_NOT_ALLOWED) and the message goes on unchanged; within it, both work.
+func TestEmitTopics(t *testing.T) {
+	h := newHost(t)
+	c := load(t, h, Spec{Name: "good", Wasm: fixture(t, "good"), Config: map[string]string{"to": "rerouted.here"},
+		EmitTopics: []string{"orders.>"}})
+	b := brokertest.Start(t, brokertest.Options{Hooks: c})
+	all := brokertest.Subscribe(t, b, broker.SubscribeOptions{Patterns: []string{">"}, Mode: broker.Fanout})
+	if _, err := b.Publish("orders.1", []byte("x"), map[string]string{"tenant": "acme"}); err != nil {
+		t.Fatal(err)
+	}
+	if d := all.Next(t); d.Msg.Topic != "orders.1" {
+		t.Fatalf("got %s, want orders.1", d.Msg.Topic)
+	}
+	if _, err := b.Publish("reroute.me", []byte("x"), nil); err != nil {
+		t.Fatal(err)
+	}
+	if d := all.Next(t); d.Msg.Topic != "reroute.me" {
+		t.Fatalf("re-routed to %s outside emit_topics", d.Msg.Topic)
+	}
+	all.None(t, 20*time.Millisecond) // no audit.copy
+	b.SetHooks(load(t, h, Spec{Name: "good", Wasm: fixture(t, "good"), Config: map[string]string{"to": "rerouted.here"},
+		EmitTopics: []string{"audit.*", "rerouted.>"}}))
+	b.Publish("orders.2", []byte("x"), map[string]string{"tenant": "acme"})
+	b.Publish("reroute.me", []byte("x"), nil)
+	for _, want := range []string{"orders.2", "audit.copy", "rerouted.here"} {
+		if d := all.Next(t); d.Msg.Topic != want {
+			t.Fatalf("got %s, want %s", d.Msg.Topic, want)
+		}
+	}
+	if _, err := h.Load(context.Background(), []Spec{{Name: "p", Wasm: fixture(t, "good"), EmitTopics: []string{"a.>.b"}}}); err == nil || !strings.Contains(err.Error(), "emit_topics") {
+		t.Fatalf("a bad emit_topics pattern: %v", err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/internal/abi"
 )
 
 // FailurePolicy says what becomes of a message when a plugin fails on it.
@@ -25,9 +26,9 @@ const (
 
 // Hook names, as in the config file.
 const (
-	HookPublish   = "on_publish"
-	HookAck       = "on_ack"
-	HookRedeliver = "on_redeliver"
+	HookPublish   = abi.NamePublish
+	HookAck       = abi.NameAck
+	HookRedeliver = abi.NameRedeliver
 )
 
 // Spec declares one plugin, as the config file's plugin block does. Zero values take the
@@ -43,6 +44,10 @@ type Spec struct {
 	Topics []string // patterns whose messages on_publish sees (">": every message)
 	Groups []string // consumer groups whose acks and redeliveries it sees (all)
 	Config map[string]string
+	// EmitTopics, if not empty, are the patterns of the topics the plugin may write to:
+	// v1_emit and v1_msg_set_topic to any other topic fail with ERR_NOT_ALLOWED. Empty: any
+	// topic (plugins are the operator's code; see RATIONALE.md, "Security").
+	EmitTopics []string
 
 	MemoryLimitBytes int           // largest linear memory of one instance (64 MiB)
 	CallTimeout      time.Duration // time limit per call; zero or negative: none (see RATIONALE.md)
@@ -102,6 +107,11 @@ func (s *Spec) validate() error {
 			return fmt.Errorf("plugin %q: topics: %w", s.Name, err)
 		}
 	}
+	for _, t := range s.EmitTopics {
+		if err := broker.ValidatePattern(t); err != nil {
+			return fmt.Errorf("plugin %q: emit_topics: %w", s.Name, err)
+		}
+	}
 	if s.MemoryLimitBytes < 64<<10 {
 		return fmt.Errorf("plugin %q: memory limit %d is under one 64 KiB page", s.Name, s.MemoryLimitBytes)
 	}
@@ -114,4 +124,17 @@ func (s *Spec) located(err error) error {
 		return err
 	}
 	return fmt.Errorf("%s: %w", s.Source, err)
+}
+
+// mayEmit reports whether the plugin may write a message to topic (EmitTopics).
+func (s *Spec) mayEmit(topic string) bool {
+	if len(s.EmitTopics) == 0 {
+		return true
+	}
+	for _, p := range s.EmitTopics {
+		if broker.MatchPattern(p, topic) {
+			return true
+		}
+	}
+	return false
 }

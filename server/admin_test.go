@@ -10,7 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tinybroker/tinybroker/broker"
-	"github.com/tinybroker/tinybroker/broker/memory"
+	"github.com/tinybroker/tinybroker/internal/brokertest"
 	adminpb "github.com/tinybroker/tinybroker/proto/tinybroker/admin/v1"
 	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
 	"github.com/tinybroker/tinybroker/server"
@@ -21,7 +21,7 @@ func (tb *testBroker) admin() adminpb.AdminClient { return adminpb.NewAdminClien
 // ListGroups and DescribeGroup report counters, settings and members with their peers;
 // PurgeGroup drops what waits, not what is in flight.
 func TestAdminListDescribePurgeGroups(t *testing.T) {
-	tb := start(t, memory.Options{})
+	tb := start(t, brokertest.Options{})
 	ctx := context.Background()
 	a := tb.admin()
 	o := balanced("work", "work", 1, "jobs.>")
@@ -32,7 +32,7 @@ func TestAdminListDescribePurgeGroups(t *testing.T) {
 		tb.publish(t, "jobs.a", p)
 	}
 	m.next()
-	eventually(t, "the group to hold 3", func() bool { return tb.group(t, "work").GetQueued() == 2 })
+	brokertest.Eventually(t, "the group to hold 3", func() bool { return tb.group(t, "work").GetQueued() == 2 })
 
 	ls, err := a.ListGroups(ctx, &adminpb.ListGroupsRequest{})
 	if err != nil || ls.GetTotal() != 1 || len(ls.GetGroups()) != 1 || ls.GetNextPageToken() != "" {
@@ -90,7 +90,7 @@ func TestAdminListDescribePurgeGroups(t *testing.T) {
 // stream of a member alone ends; a stream that also carries a fanout subscription gets an
 // `ended` frame and goes on delivering.
 func TestAdminDeleteGroupWithMembers(t *testing.T) {
-	tb := start(t, memory.Options{})
+	tb := start(t, brokertest.Options{})
 	ctx := context.Background()
 	alone := tb.open(t, balanced("work", "work", 1, "jobs.>"))
 	shared := tb.open(t, fanout("watch", "jobs.>"))
@@ -101,7 +101,7 @@ func TestAdminDeleteGroupWithMembers(t *testing.T) {
 	tb.publish(t, "jobs.1", "x")
 	tb.publish(t, "jobs.2", "y")
 	shared.next() // the fanout copy of jobs.1
-	eventually(t, "both members to hold one", func() bool { return tb.group(t, "work").GetInFlight() == 2 })
+	brokertest.Eventually(t, "both members to hold one", func() bool { return tb.group(t, "work").GetInFlight() == 2 })
 
 	resp, err := tb.admin().DeleteGroup(ctx, &adminpb.DeleteGroupRequest{SubscriptionId: "work"})
 	if err != nil || resp.GetMembersEnded() != 2 || resp.GetMessagesDropped() != 2 {
@@ -142,7 +142,7 @@ func TestAdminDeleteGroupWithMembers(t *testing.T) {
 // Dead letters are kept with nobody subscribed to the dead-letter topic, listed with their
 // tb-dead-letter-* reasons, replayed to their topic with a replay count, and purged.
 func TestAdminDeadLetters(t *testing.T) {
-	tb := start(t, memory.Options{})
+	tb := start(t, brokertest.Options{})
 	ctx := context.Background()
 	a := tb.admin()
 	o := balanced("work", "work", 10, "jobs.>")
@@ -156,7 +156,7 @@ func TestAdminDeadLetters(t *testing.T) {
 		ids = append(ids, m.next().GetSystemId())
 	}
 	m.send(&pb.SubscribeRequest{Frame: &pb.SubscribeRequest_Nack{Nack: &pb.NackBatch{SystemIds: ids, Reason: "cannot parse"}}})
-	eventually(t, "three dead letters", func() bool { return tb.group(t, "work").GetDeadLettered() == 3 })
+	brokertest.Eventually(t, "three dead letters", func() bool { return tb.group(t, "work").GetDeadLettered() == 3 })
 
 	ls, err := a.ListDeadLetters(ctx, &adminpb.ListDeadLettersRequest{SubscriptionId: "work", PageSize: 2})
 	if err != nil || ls.GetTotal() != 3 || len(ls.GetDeadLetters()) != 2 || ls.GetNextPageToken() == "" {
@@ -202,7 +202,7 @@ func TestAdminDeadLetters(t *testing.T) {
 		// Nacked once more: dead-lettered again, with the replay count kept.
 		m.send(&pb.SubscribeRequest{Frame: &pb.SubscribeRequest_Nack{Nack: &pb.NackBatch{SystemIds: []string{msg.GetSystemId()}}}})
 	}
-	eventually(t, "two dead letters again", func() bool { return tb.group(t, "work").GetDeadLettered() == 5 })
+	brokertest.Eventually(t, "two dead letters again", func() bool { return tb.group(t, "work").GetDeadLettered() == 5 })
 	ls, _ = a.ListDeadLetters(ctx, &adminpb.ListDeadLettersRequest{SubscriptionId: "work"})
 	if len(ls.GetDeadLetters()) != 2 || ls.GetDeadLetters()[0].GetHeaders()[broker.HeaderReplayCount] != "1" {
 		t.Fatalf("dead letters after a failed replay: %v", ls)
@@ -221,7 +221,7 @@ func TestAdminDeadLetters(t *testing.T) {
 
 // ListStreams lists each Subscribe stream with its peer and subscriptions.
 func TestAdminListStreams(t *testing.T) {
-	tb := start(t, memory.Options{})
+	tb := start(t, brokertest.Options{})
 	s := tb.open(t, fanout("watch", "a.>"))
 	s.send(&pb.SubscribeRequest{Frame: &pb.SubscribeRequest_Open{Open: balanced("work", "work", 1, "jobs.>")}})
 	<-s.events
@@ -247,7 +247,7 @@ func TestAdminListStreams(t *testing.T) {
 // Every admin call passes Options.AdminAuthorize; the Broker service does not.
 func TestAdminAuthorizeHook(t *testing.T) {
 	var asked []string
-	tb := startWith(t, memory.Options{}, server.Options{AdminAuthorize: func(_ context.Context, method string) error {
+	tb := startWith(t, brokertest.Options{}, server.Options{AdminAuthorize: func(_ context.Context, method string) error {
 		asked = append(asked, method)
 		return status.Error(codes.PermissionDenied, "needs the admin grant")
 	}})
@@ -260,5 +260,22 @@ func TestAdminAuthorizeHook(t *testing.T) {
 	}
 	if strings.Join(asked, ",") != "/tinybroker.admin.v1.Admin/ListGroups,/tinybroker.admin.v1.Admin/PurgeDeadLetters" {
 		t.Fatalf("asked for %v", asked)
+	}
+}
+
+// With users, the Admin service needs authentication and admin = true, like Stats.
+func TestAdminNeedsAdminUser(t *testing.T) {
+	s := startSecure(t, testUsers(t), false, false)
+	ctx := context.Background()
+	adminAs := func(token string) adminpb.AdminClient {
+		_, conn := s.conn(t, token, nil)
+		return adminpb.NewAdminClient(conn)
+	}
+	_, err := adminAs("").ListGroups(ctx, &adminpb.ListGroupsRequest{})
+	wantCode(t, err, codes.Unauthenticated, "requires authentication")
+	_, err = adminAs("alice:a-token").DeleteGroup(ctx, &adminpb.DeleteGroupRequest{SubscriptionId: "billing"})
+	wantCode(t, err, codes.PermissionDenied, "call DeleteGroup")
+	if _, err := adminAs("root:r-token").ListGroups(ctx, &adminpb.ListGroupsRequest{}); err != nil {
+		t.Fatalf("an admin's ListGroups: %v", err)
 	}
 }

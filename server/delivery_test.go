@@ -11,14 +11,15 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/tinybroker/tinybroker/broker"
-	"github.com/tinybroker/tinybroker/broker/memory"
+	"github.com/tinybroker/tinybroker/internal/brokertest"
+	"github.com/tinybroker/tinybroker/internal/brokertest/servertest"
 	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
 )
 
 // The seed's scenario: three workers in group "image-resizer", fifty thumbnail jobs, each job
 // goes to exactly one worker, acked with the unary Ack, none processed twice.
 func TestSeedImageResizer(t *testing.T) {
-	tb := start(t, memory.Options{})
+	tb := start(t, brokertest.Options{})
 	open := balanced("image-resizer-group", "image-resizer", 0, "jobs.thumb.*")
 	var workers []*sub
 	for range 3 {
@@ -79,7 +80,7 @@ func TestSeedImageResizer(t *testing.T) {
 			t.Errorf("worker %d got no job: round-robin should spread them", w)
 		}
 	}
-	eventually(t, "50 acks counted", func() bool { return tb.group(t, "image-resizer-group").GetAcked() == 50 })
+	brokertest.Eventually(t, "50 acks counted", func() bool { return tb.group(t, "image-resizer-group").GetAcked() == 50 })
 	if g := tb.group(t, "image-resizer-group"); g.GetRedelivered() != 0 || g.GetInFlight() != 0 {
 		t.Fatalf("group stats %v: want no redelivery, nothing in flight", g)
 	}
@@ -88,7 +89,7 @@ func TestSeedImageResizer(t *testing.T) {
 // Round-robin among members with room: with max_in_flight 1 and no acks, each member holds one
 // message and the rest wait in the group's queue; an ack releases the next.
 func TestBalancedRoundRobinAndMaxInFlight(t *testing.T) {
-	tb := start(t, memory.Options{})
+	tb := start(t, brokertest.Options{})
 	open := balanced("rr", "rr", 1, "q")
 	a, b := tb.open(t, open), tb.open(t, open)
 	for i := range 4 {
@@ -115,7 +116,7 @@ func TestBalancedRoundRobinAndMaxInFlight(t *testing.T) {
 // A fanout subscription gets every matching message once, in publish order, even when
 // several of its patterns match; several subscriptions each get their own copy.
 func TestFanout(t *testing.T) {
-	tb := start(t, memory.Options{})
+	tb := start(t, brokertest.Options{})
 	all := tb.open(t, fanout("all", ">"))
 	orders := tb.open(t, fanout("orders", "orders.*", "orders.>")) // overlapping patterns
 	eu := tb.open(t, fanout("", "orders.eu.*"))                    // id chosen by the broker
@@ -155,7 +156,7 @@ func TestFanout(t *testing.T) {
 
 // Publish order is kept per publisher under load, for every fanout subscriber.
 func TestFanoutOrderPerPublisher(t *testing.T) {
-	tb := start(t, memory.Options{})
+	tb := start(t, brokertest.Options{})
 	subs := []*sub{tb.open(t, fanout("a", "load.>")), tb.open(t, fanout("b", "load.*"))}
 	const publishers, n = 4, 300
 	var wg sync.WaitGroup
@@ -190,7 +191,7 @@ func TestFanoutOrderPerPublisher(t *testing.T) {
 // A member that disconnects without acking: its messages go at once to the others, marked
 // redelivered with their attempt count, oldest first.
 func TestRedistributeOnDisconnect(t *testing.T) {
-	tb := start(t, memory.Options{})
+	tb := start(t, brokertest.Options{})
 	open := balanced("work", "workers", 10, "work.>")
 	a := tb.open(t, open)
 	for i := range 6 {
@@ -209,7 +210,7 @@ func TestRedistributeOnDisconnect(t *testing.T) {
 			t.Fatalf("redelivery %d: got %q attempt %d redelivered %v, want %q attempt 2", i, m.GetPayload(), m.GetAttempt(), m.GetRedelivered(), held[i])
 		}
 	}
-	eventually(t, "redelivery counted", func() bool {
+	brokertest.Eventually(t, "redelivery counted", func() bool {
 		g := tb.group(t, "work")
 		return g.GetRedelivered() == 6 && g.GetMembers() == 1
 	})
@@ -217,9 +218,9 @@ func TestRedistributeOnDisconnect(t *testing.T) {
 
 // A broken transport (the client's connection closes) counts as a disconnect too.
 func TestRedistributeOnBrokenConnection(t *testing.T) {
-	tb := start(t, memory.Options{})
+	tb := start(t, brokertest.Options{})
 	open := balanced("conn", "conn", 1, "c")
-	other := dial(t, tb.addr)
+	other := servertest.Dial(t, tb.addr)
 	a, err := openOn(t, pb.NewBrokerClient(other), open)
 	if err != nil {
 		t.Fatal(err)
@@ -243,7 +244,7 @@ func TestRedistributeOnBrokenConnection(t *testing.T) {
 // With no member left, unacked messages wait at the head of the queue for the next member,
 // before messages published in the meantime.
 func TestLastMemberLeaves(t *testing.T) {
-	tb := start(t, memory.Options{})
+	tb := start(t, brokertest.Options{})
 	open := balanced("solo", "solo", 2, "s")
 	a := tb.open(t, open)
 	tb.publish(t, "s", "1")
@@ -251,7 +252,7 @@ func TestLastMemberLeaves(t *testing.T) {
 	a.next()
 	a.next()
 	a.close()
-	eventually(t, "member gone", func() bool { return tb.group(t, "solo").GetMembers() == 0 })
+	brokertest.Eventually(t, "member gone", func() bool { return tb.group(t, "solo").GetMembers() == 0 })
 	tb.publish(t, "s", "3")
 	if g := tb.group(t, "solo"); g.GetQueued() != 3 {
 		t.Fatalf("queued %d, want 3", g.GetQueued())
@@ -270,7 +271,7 @@ func TestLastMemberLeaves(t *testing.T) {
 
 // What is not acked within the ack deadline is redelivered; a touch extends the deadline.
 func TestAckDeadlineAndTouch(t *testing.T) {
-	tb := start(t, memory.Options{})
+	tb := start(t, brokertest.Options{})
 	open := balanced("slow", "slow", 1, "t")
 	open.AckDeadline = durationpb.New(150 * time.Millisecond)
 	a := tb.open(t, open)
@@ -295,7 +296,7 @@ func TestAckDeadlineAndTouch(t *testing.T) {
 		b.none(50 * time.Millisecond)
 	}
 	b.ack(m.GetSystemId())
-	eventually(t, "ack", func() bool { return tb.group(t, "touchy").GetAcked() == 1 })
+	brokertest.Eventually(t, "ack", func() bool { return tb.group(t, "touchy").GetAcked() == 1 })
 	if g := tb.group(t, "touchy"); g.GetRedelivered() != 0 {
 		t.Fatalf("redelivered %d, want 0 (touches must hold the deadline off)", g.GetRedelivered())
 	}
@@ -303,7 +304,7 @@ func TestAckDeadlineAndTouch(t *testing.T) {
 
 // Nack with a delay holds the message back that long; without one it comes back at once.
 func TestNack(t *testing.T) {
-	tb := start(t, memory.Options{})
+	tb := start(t, brokertest.Options{})
 	a := tb.open(t, balanced("n", "n", 1, "n"))
 	id := tb.publish(t, "n", "x")
 	a.next()
@@ -328,7 +329,7 @@ func TestNack(t *testing.T) {
 // After max_deliveries attempts a failing message goes to the dead-letter topic, as an
 // ordinary message whose headers say where it came from, how often it was tried and why.
 func TestDeadLetter(t *testing.T) {
-	tb := start(t, memory.Options{})
+	tb := start(t, brokertest.Options{})
 	dlq := tb.open(t, fanout("dlq-watch", "dlq.>"))
 	open := balanced("pay", "payments", 1, "pay.*")
 	open.MaxDeliveries = 2
@@ -360,7 +361,7 @@ func TestDeadLetter(t *testing.T) {
 
 // A timed-out message dead-letters too, with the ack-deadline reason.
 func TestDeadLetterOnAckDeadline(t *testing.T) {
-	tb := start(t, memory.Options{})
+	tb := start(t, brokertest.Options{})
 	dlq := tb.open(t, fanout("", "failed.jobs"))
 	open := balanced("dl2", "dl2", 1, "j")
 	open.MaxDeliveries, open.DeadLetterTopic = 1, "failed.jobs"
@@ -378,11 +379,11 @@ func TestDeadLetterOnAckDeadline(t *testing.T) {
 // subscription (isolation). A publish that every matching target refused gets
 // RESOURCE_EXHAUSTED naming the group and the limit.
 func TestOverflowReject(t *testing.T) {
-	tb := start(t, memory.Options{GroupMaxQueued: 3})
+	tb := start(t, brokertest.Options{GroupMaxQueued: 3})
 	watcher := tb.open(t, fanout("w", "o.*"))
 	m := tb.open(t, balanced("full", "full", 1, "o.*"))
 	m.close()
-	eventually(t, "member gone", func() bool { return tb.group(t, "full").GetMembers() == 0 })
+	brokertest.Eventually(t, "member gone", func() bool { return tb.group(t, "full").GetMembers() == 0 })
 	for i := range 3 {
 		tb.publish(t, "o.a", strconv.Itoa(i))
 	}
@@ -396,7 +397,7 @@ func TestOverflowReject(t *testing.T) {
 		}
 	}
 	watcher.close()
-	eventually(t, "watcher gone", func() bool { return len(tb.stats(t).GetSubscriptions()) == 0 })
+	brokertest.Eventually(t, "watcher gone", func() bool { return len(tb.stats(t).GetSubscriptions()) == 0 })
 	_, err = tb.c.Publish(context.Background(), &pb.PublishRequest{Topic: "o.b", Payload: []byte("4")})
 	wantCode(t, err, codesResourceExhausted, `consumer group "full"`)
 	wantCode(t, err, codesResourceExhausted, "max_queued")
@@ -414,10 +415,10 @@ func TestOverflowReject(t *testing.T) {
 
 // "drop_oldest" keeps the newest messages and counts what it dropped.
 func TestOverflowDropOldest(t *testing.T) {
-	tb := start(t, memory.Options{GroupMaxQueued: 3, GroupOverflow: broker.OverflowDropOldest})
+	tb := start(t, brokertest.Options{GroupMaxQueued: 3, GroupOverflow: broker.OverflowDropOldest})
 	m := tb.open(t, balanced("d", "d", 1, "d"))
 	m.close()
-	eventually(t, "member gone", func() bool { return tb.group(t, "d").GetMembers() == 0 })
+	brokertest.Eventually(t, "member gone", func() bool { return tb.group(t, "d").GetMembers() == 0 })
 	for i := range 5 {
 		tb.publish(t, "d", strconv.Itoa(i))
 	}
@@ -435,16 +436,16 @@ func TestOverflowDropOldest(t *testing.T) {
 // With groups.expire_after, a group without members is removed with what it holds, and no
 // longer blocks publishes to its topics; without it, the group waits for its next member.
 func TestGroupExpiry(t *testing.T) {
-	tb := start(t, memory.Options{GroupExpireAfter: 500 * time.Millisecond, GroupMaxQueued: 1})
+	tb := start(t, brokertest.Options{GroupExpireAfter: 500 * time.Millisecond, GroupMaxQueued: 1})
 	m := tb.open(t, balanced("gone", "gone", 1, "e"))
 	m.close()
 	// Until the server has seen the member leave, "held" would go to it, in flight, and the
 	// next publish would be queued instead of refused.
-	eventually(t, "member gone", func() bool { return tb.group(t, "gone").GetMembers() == 0 })
+	brokertest.Eventually(t, "member gone", func() bool { return tb.group(t, "gone").GetMembers() == 0 })
 	tb.publish(t, "e", "held") // queued for the next member, up to the bound
 	_, err := tb.c.Publish(context.Background(), &pb.PublishRequest{Topic: "e"})
 	wantCode(t, err, codesResourceExhausted, "full")
-	eventually(t, "group expired", func() bool { return len(tb.stats(t).GetGroups()) == 0 })
+	brokertest.Eventually(t, "group expired", func() bool { return len(tb.stats(t).GetGroups()) == 0 })
 	if resp, err := tb.c.Publish(context.Background(), &pb.PublishRequest{Topic: "e"}); err != nil || resp.GetRouted() != 0 {
 		t.Fatalf("after expiry: %v %v", resp, err)
 	}

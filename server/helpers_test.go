@@ -2,7 +2,6 @@ package server_test
 
 import (
 	"context"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -10,79 +9,40 @@ import (
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
-	"github.com/tinybroker/tinybroker/broker/memory"
+	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/internal/brokertest"
+	"github.com/tinybroker/tinybroker/internal/brokertest/servertest"
 	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
 	"github.com/tinybroker/tinybroker/server"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// engine is the engine the suite runs on: TestMain runs every test once per entry of
+// brokertest.Engines.
+var engine brokertest.Engine
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(brokertest.EachEngine(m, &engine)) }
 
 // testBroker is a real server on a loopback port and a client connected to it.
 type testBroker struct {
-	b    *memory.Engine
+	b    broker.Engine
 	srv  *server.Server
 	addr string
 	conn *grpc.ClientConn
 	c    pb.BrokerClient
-	done chan struct{} // closed when Serve returns
 }
 
-func start(t *testing.T, opts memory.Options) *testBroker {
+func start(t *testing.T, opts brokertest.Options) *testBroker {
 	t.Helper()
 	return startWith(t, opts, server.Options{})
 }
 
-func startWith(t *testing.T, opts memory.Options, sopts server.Options) *testBroker {
+func startWith(t *testing.T, opts brokertest.Options, sopts server.Options) *testBroker {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := memory.New(opts)
-	if sopts.MaxHeaderBytes == 0 {
-		sopts.MaxHeaderBytes = opts.MaxHeaderBytes
-	}
-	tb := &testBroker{b: b, srv: server.New(b, opts.MaxMessageBytes, sopts), addr: lis.Addr().String(), done: make(chan struct{})}
-	go func() {
-		defer close(tb.done)
-		if err := tb.srv.Serve(lis); err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	}()
-	tb.conn = dial(t, tb.addr)
-	tb.c = pb.NewBrokerClient(tb.conn)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = tb.srv.Shutdown(ctx)
-		<-tb.done
-	})
-	return tb
-}
-
-func dial(t *testing.T, addr string) *grpc.ClientConn {
-	t.Helper()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return conn
-}
-
-// eventually polls cond until it holds or 10s pass.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	sb := servertest.Start(t, servertest.Options{Options: opts, Engine: engine, Server: sopts})
+	conn := servertest.Dial(t, sb.Addr)
+	return &testBroker{b: sb.Engine, srv: sb.Server, addr: sb.Addr, conn: conn, c: pb.NewBrokerClient(conn)}
 }
 
 func (tb *testBroker) stats(t *testing.T) *pb.StatsResponse {
@@ -116,6 +76,16 @@ func (tb *testBroker) publishH(t *testing.T, topic, payload string, headers map[
 		t.Fatalf("publish %s: %v", topic, err)
 	}
 	return resp.GetSystemId()
+}
+
+// publishStream opens a PublishStream.
+func (tb *testBroker) publishStream(t *testing.T) pb.Broker_PublishStreamClient {
+	t.Helper()
+	stream, err := tb.c.PublishStream(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return stream
 }
 
 // sub is an open Subscribe stream whose messages a goroutine collects.
@@ -195,16 +165,10 @@ func (s *sub) close() {
 	<-s.done
 }
 
-// next returns the next message, failing the test after 10s.
+// next returns the next message.
 func (s *sub) next() *pb.Message {
 	s.t.Helper()
-	select {
-	case m := <-s.msgs:
-		return m
-	case <-time.After(10 * time.Second):
-		s.t.Fatalf("subscription %s: no message within 10s", s.subscribed.GetSubscriptionId())
-		return nil
-	}
+	return brokertest.Receive(s.t, s.msgs, "a message on subscription "+s.subscribed.GetSubscriptionId())
 }
 
 // none asserts that no message arrives for d.
@@ -234,11 +198,7 @@ func (s *sub) send(f *pb.SubscribeRequest) {
 // ended waits for the stream to end and returns its status.
 func (s *sub) ended() *status.Status {
 	s.t.Helper()
-	select {
-	case <-s.done:
-	case <-time.After(10 * time.Second):
-		s.t.Fatal("stream did not end within 10s")
-	}
+	brokertest.Receive(s.t, s.done, "the stream to end")
 	return status.Convert(s.err)
 }
 

@@ -11,14 +11,14 @@ import (
 	reflectpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 
 	"github.com/tinybroker/tinybroker/broker"
-	"github.com/tinybroker/tinybroker/broker/memory"
+	"github.com/tinybroker/tinybroker/internal/brokertest"
 	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
 )
 
 // Every bad input gets the right status and a message that says what was wrong; none of
 // them disturbs messages already accepted.
 func TestBadInput(t *testing.T) {
-	tb := start(t, memory.Options{Limits: broker.Limits{MaxMessageBytes: 1024}})
+	tb := start(t, brokertest.Options{Limits: broker.Limits{MaxMessageBytes: 1024}})
 	watcher := tb.open(t, fanout("watch", ">"))
 	member := tb.open(t, balanced("grp", "grp", 1, "jobs.*"))
 	tb.publish(t, "jobs.before", "accepted")
@@ -106,7 +106,7 @@ func TestBadInput(t *testing.T) {
 	}
 	// Unknown, malformed and duplicate acks on the stream never end it.
 	member.ack("garbage", "00000000-1", m.GetSystemId(), m.GetSystemId())
-	eventually(t, "stream ack applied", func() bool { return tb.group(t, "grp").GetAcked() == 1 })
+	brokertest.Eventually(t, "stream ack applied", func() bool { return tb.group(t, "grp").GetAcked() == 1 })
 	_, err := tb.c.Ack(context.Background(), &pb.Ack{SubscriptionId: "grp", SystemId: m.GetSystemId()})
 	wantCode(t, err, codes.NotFound, "already acked")
 	tb.publish(t, "jobs.after", "still flowing")
@@ -117,12 +117,9 @@ func TestBadInput(t *testing.T) {
 
 // PublishStream confirms every frame in order; a bad message fails alone.
 func TestPublishStream(t *testing.T) {
-	tb := start(t, memory.Options{})
+	tb := start(t, brokertest.Options{})
 	s := tb.open(t, fanout("ps", "ps.>"))
-	stream, err := tb.c.PublishStream(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	stream := tb.publishStream(t)
 	const frames, perFrame = 50, 20
 	go func() {
 		for f := range frames {
@@ -174,12 +171,9 @@ func TestPublishStream(t *testing.T) {
 // An errors_only frame is answered only when one of its messages fails; a later plain frame
 // confirms the ones before it.
 func TestPublishStreamErrorsOnly(t *testing.T) {
-	tb := start(t, memory.Options{})
+	tb := start(t, brokertest.Options{})
 	s := tb.open(t, fanout("eo", "eo.>"))
-	stream, err := tb.c.PublishStream(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	stream := tb.publishStream(t)
 	send := func(seq uint64, errorsOnly bool, topics ...string) {
 		req := &pb.PublishStreamRequest{Sequence: seq, ErrorsOnly: errorsOnly}
 		for _, tp := range topics {
@@ -214,9 +208,9 @@ func TestPublishStreamErrorsOnly(t *testing.T) {
 // A fanout subscriber that cannot keep up is disconnected with RESOURCE_EXHAUSTED, or, with
 // the drop policy, loses messages that are counted; the publisher is never blocked.
 func TestSlowConsumer(t *testing.T) {
-	for _, policy := range []memory.SlowConsumerPolicy{memory.SlowConsumerDisconnect, memory.SlowConsumerDrop} {
-		t.Run(map[memory.SlowConsumerPolicy]string{0: "disconnect", 1: "drop"}[policy], func(t *testing.T) {
-			tb := start(t, memory.Options{FanoutBufferMessages: 8, SlowConsumer: policy})
+	for _, drop := range []bool{false, true} {
+		t.Run(map[bool]string{false: "disconnect", true: "drop"}[drop], func(t *testing.T) {
+			tb := start(t, brokertest.Options{FanoutBufferMessages: 8, DropSlowConsumers: drop})
 			slow, err := tb.c.Subscribe(context.Background())
 			if err != nil {
 				t.Fatal(err)
@@ -233,8 +227,8 @@ func TestSlowConsumer(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if policy == memory.SlowConsumerDrop {
-				eventually(t, "drops counted", func() bool {
+			if drop {
+				brokertest.Eventually(t, "drops counted", func() bool {
 					ss := tb.stats(t).GetSubscriptions()
 					return len(ss) == 1 && ss[0].GetDropped() > 0
 				})
@@ -253,7 +247,7 @@ func TestSlowConsumer(t *testing.T) {
 // SIGTERM's path: the broker refuses new work with UNAVAILABLE, waits for in-flight acks,
 // then ends every subscription with UNAVAILABLE "shutting down".
 func TestGracefulShutdown(t *testing.T) {
-	tb := start(t, memory.Options{})
+	tb := start(t, brokertest.Options{})
 	member := tb.open(t, balanced("sd", "sd", 1, "sd"))
 	watcher := tb.open(t, fanout("sdw", "sd"))
 	tb.publish(t, "sd", "in flight")
@@ -266,7 +260,7 @@ func TestGracefulShutdown(t *testing.T) {
 		defer cancel()
 		shut <- tb.srv.Shutdown(ctx)
 	}()
-	eventually(t, "publishes refused", func() bool {
+	brokertest.Eventually(t, "publishes refused", func() bool {
 		_, err := tb.c.Publish(context.Background(), &pb.PublishRequest{Topic: "sd", Payload: []byte("late")})
 		return err != nil
 	})
@@ -278,13 +272,8 @@ func TestGracefulShutdown(t *testing.T) {
 	case <-time.After(100 * time.Millisecond):
 	}
 	member.ack(m.GetSystemId())
-	select {
-	case err := <-shut:
-		if err != nil {
-			t.Fatalf("Shutdown: %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Shutdown did not return after the last ack")
+	if err := brokertest.Receive(t, shut, "Shutdown to return after the last ack"); err != nil {
+		t.Fatalf("Shutdown: %v", err)
 	}
 	for _, s := range []*sub{member, watcher} {
 		if st := s.ended(); st.Code() != codes.Unavailable || !strings.Contains(st.Message(), "shutting down") {
@@ -295,7 +284,7 @@ func TestGracefulShutdown(t *testing.T) {
 
 // When the grace period runs out, Shutdown still stops everything and says so.
 func TestShutdownGraceExpires(t *testing.T) {
-	tb := start(t, memory.Options{})
+	tb := start(t, brokertest.Options{})
 	member := tb.open(t, balanced("sd", "sd", 1, "sd"))
 	tb.publish(t, "sd", "never acked")
 	member.next()
@@ -311,7 +300,7 @@ func TestShutdownGraceExpires(t *testing.T) {
 
 // grpcurl works: health reports SERVING and reflection lists the service.
 func TestHealthAndReflection(t *testing.T) {
-	tb := start(t, memory.Options{})
+	tb := start(t, brokertest.Options{})
 	h, err := healthpb.NewHealthClient(tb.conn).Check(context.Background(), &healthpb.HealthCheckRequest{Service: "tinybroker.v1.Broker"})
 	if err != nil || h.GetStatus() != healthpb.HealthCheckResponse_SERVING {
 		t.Fatalf("health: %v %v", h, err)

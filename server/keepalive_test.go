@@ -7,7 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tinybroker/tinybroker/broker/memory"
+	"github.com/tinybroker/tinybroker/internal/brokertest"
+	"github.com/tinybroker/tinybroker/internal/brokertest/servertest"
 	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
 	"github.com/tinybroker/tinybroker/server"
 )
@@ -91,10 +92,10 @@ func (f *freezer) freeze() {
 // A member whose host stops answering (no FIN, no RST) is detected by the server's keepalive
 // pings; it leaves its group and its unacked message goes to the other member.
 func TestKeepaliveFailureRedelivers(t *testing.T) {
-	tb := startWith(t, memory.Options{}, server.Options{KeepaliveTime: time.Second, KeepaliveTimeout: time.Second})
+	tb := startWith(t, brokertest.Options{}, server.Options{KeepaliveTime: time.Second, KeepaliveTimeout: time.Second})
 	proxy := newFreezer(t, tb.addr)
 	open := balanced("ka", "ka", 1, "ka")
-	far, err := openOn(t, pb.NewBrokerClient(dial(t, proxy.lis.Addr().String())), open)
+	far, err := openOn(t, pb.NewBrokerClient(servertest.Dial(t, proxy.lis.Addr().String())), open)
 	if err != nil {
 		t.Fatal(err)
 	}

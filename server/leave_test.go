@@ -9,14 +9,14 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/tinybroker/tinybroker/broker/memory"
+	"github.com/tinybroker/tinybroker/internal/brokertest"
 	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
 )
 
 // A balanced member that closes its send side leaves cleanly: the acks it sent first are
 // applied, the stream ends with OK, and what it still held goes to the other members.
 func TestBalancedCloseSendLeaves(t *testing.T) {
-	tb := start(t, memory.Options{})
+	tb := start(t, brokertest.Options{})
 	open := balanced("cs", "cs", 2, "cs")
 	a := tb.open(t, open)
 	tb.publish(t, "cs", "1")
@@ -44,7 +44,7 @@ func TestBalancedCloseSendLeaves(t *testing.T) {
 // Nacks and touches on a stream apply only to that member's own deliveries: a late nack
 // cannot take back a message that was redelivered to another member.
 func TestStreamNackOnlyOwnDeliveries(t *testing.T) {
-	tb := start(t, memory.Options{})
+	tb := start(t, brokertest.Options{})
 	open := balanced("own", "own", 1, "own")
 	open.AckDeadline = durationpb.New(time.Hour)
 	a := tb.open(t, open)
@@ -72,11 +72,8 @@ func TestStreamNackOnlyOwnDeliveries(t *testing.T) {
 
 // Shutdown ends open publish streams with UNAVAILABLE at once.
 func TestPublishStreamShutdown(t *testing.T) {
-	tb := start(t, memory.Options{})
-	stream, err := tb.c.PublishStream(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	tb := start(t, brokertest.Options{})
+	stream := tb.publishStream(t)
 	if err := stream.Send(&pb.PublishStreamRequest{Sequence: 1, Messages: []*pb.PublishRequest{{Topic: "x"}}}); err != nil {
 		t.Fatal(err)
 	}
@@ -85,21 +82,16 @@ func TestPublishStreamShutdown(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- tb.srv.Shutdown(context.Background()) }()
-	_, err = stream.Recv()
+	_, err := stream.Recv()
 	wantCode(t, err, codes.Unavailable, "shutting down")
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("Shutdown did not return")
+	if err := brokertest.Receive(t, done, "Shutdown to return"); err != nil {
+		t.Fatal(err)
 	}
 }
 
 // Balanced-only settings on a fanout subscription are refused rather than ignored.
 func TestFanoutRefusesBalancedSettings(t *testing.T) {
-	tb := start(t, memory.Options{})
+	tb := start(t, brokertest.Options{})
 	o := fanout("f", "a")
 	o.MaxInFlight = 10
 	_, err := openOn(t, tb.c, o)

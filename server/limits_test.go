@@ -16,7 +16,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tinybroker/tinybroker/broker"
-	"github.com/tinybroker/tinybroker/broker/memory"
+	"github.com/tinybroker/tinybroker/internal/brokertest"
+	"github.com/tinybroker/tinybroker/internal/brokertest/servertest"
 	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
 	"github.com/tinybroker/tinybroker/server"
 )
@@ -32,7 +33,7 @@ type canary struct {
 
 func newCanary(t *testing.T, tb *testBroker) *canary {
 	t.Helper()
-	c := pb.NewBrokerClient(dial(t, tb.addr))
+	c := pb.NewBrokerClient(servertest.Dial(t, tb.addr))
 	s, err := openOn(t, c, fanout("canary", "canary.>"))
 	if err != nil {
 		t.Fatalf("canary subscribe: %v", err)
@@ -58,7 +59,7 @@ func (k *canary) check() {
 // A unary publish larger than the receive limit (derived from the message limits) is
 // refused by gRPC before the broker allocates for it.
 func TestLimitReceiveUnary(t *testing.T) {
-	tb := start(t, memory.Options{Limits: broker.Limits{MaxMessageBytes: 1024, MaxHeaderBytes: 256}})
+	tb := start(t, brokertest.Options{Limits: broker.Limits{MaxMessageBytes: 1024, MaxHeaderBytes: 256}})
 	k := newCanary(t, tb)
 	limit := server.ReceiveLimit(1024, 256)
 	_, err := tb.c.Publish(context.Background(), &pb.PublishRequest{Topic: "big", Payload: make([]byte, limit+1)})
@@ -72,7 +73,7 @@ func TestLimitReceiveUnary(t *testing.T) {
 // receive limit, end the stream with RESOURCE_EXHAUSTED naming the setting; nothing of the
 // frame is published.
 func TestLimitPublishFrame(t *testing.T) {
-	tb := startWith(t, memory.Options{Limits: broker.Limits{MaxMessageBytes: 1024, MaxHeaderBytes: 256}}, server.Options{MaxPublishBatch: 8})
+	tb := startWith(t, brokertest.Options{Limits: broker.Limits{MaxMessageBytes: 1024, MaxHeaderBytes: 256}}, server.Options{MaxPublishBatch: 8})
 	k := newCanary(t, tb)
 	spy := tb.open(t, fanout("spy", "frame.>"))
 
@@ -113,17 +114,14 @@ func TestLimitPublishFrame(t *testing.T) {
 // The answer to a frame is bounded by a constant plus a multiple of the frame: a frame of
 // empty (invalid) messages earns short errors once its answer's budget is spent.
 func TestLimitPublishAnswerBounded(t *testing.T) {
-	tb := start(t, memory.Options{})
+	tb := start(t, brokertest.Options{})
 	k := newCanary(t, tb)
 	const n = 4096 // the default max_publish_batch
 	f := &pb.PublishStreamRequest{Sequence: 1}
 	for range n {
 		f.Messages = append(f.Messages, &pb.PublishRequest{})
 	}
-	stream, err := tb.c.PublishStream(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	stream := tb.publishStream(t)
 	if err := stream.Send(f); err != nil {
 		t.Fatal(err)
 	}
@@ -147,9 +145,9 @@ func TestLimitPublishAnswerBounded(t *testing.T) {
 // Streams per connection: gRPC clients wait for a stream to end before they open one past
 // the limit; other connections are served meanwhile.
 func TestLimitStreamsPerConnection(t *testing.T) {
-	tb := startWith(t, memory.Options{}, server.Options{MaxStreamsPerConnection: 2})
+	tb := startWith(t, brokertest.Options{}, server.Options{MaxStreamsPerConnection: 2})
 	k := newCanary(t, tb)
-	c := pb.NewBrokerClient(dial(t, tb.addr))
+	c := pb.NewBrokerClient(servertest.Dial(t, tb.addr))
 	a, err := openOn(t, c, fanout("a", "a"))
 	if err != nil {
 		t.Fatal(err)
@@ -171,10 +169,10 @@ func TestLimitStreamsPerConnection(t *testing.T) {
 // Connections past max_connections are told why and closed; those open keep being served,
 // and a slot that frees up is used again.
 func TestLimitConnections(t *testing.T) {
-	tb := startWith(t, memory.Options{}, server.Options{MaxConnections: 2})
-	tb.stats(t)               // connection 1
-	k := newCanary(t, tb)     // connection 2
-	third := dial(t, tb.addr) // over the limit
+	tb := startWith(t, brokertest.Options{}, server.Options{MaxConnections: 2})
+	tb.stats(t)                          // connection 1
+	k := newCanary(t, tb)                // connection 2
+	third := servertest.Dial(t, tb.addr) // over the limit
 	_, err := pb.NewBrokerClient(third).Stats(context.Background(), &pb.StatsRequest{})
 	wantCode(t, err, codes.ResourceExhausted, "too many connections: the broker serves at most 2 at once (limits { max_connections })")
 	third.Close()
@@ -183,11 +181,11 @@ func TestLimitConnections(t *testing.T) {
 		t.Fatalf("Connections() = %d open, %d refused; want 2 and some", open, refused)
 	}
 	tb.conn.Close()
-	eventually(t, "a free connection slot", func() bool {
+	brokertest.Eventually(t, "a free connection slot", func() bool {
 		open, _ := tb.srv.Connections()
 		return open == 1
 	})
-	fourth := dial(t, tb.addr)
+	fourth := servertest.Dial(t, tb.addr)
 	if _, err := pb.NewBrokerClient(fourth).Stats(context.Background(), &pb.StatsRequest{}); err != nil {
 		t.Fatalf("after a connection closed: %v", err)
 	}
@@ -197,7 +195,7 @@ func TestLimitConnections(t *testing.T) {
 // A connection that sends nothing, or only the HTTP/2 preface, is closed after the handshake
 // timeout.
 func TestLimitHandshakeTimeout(t *testing.T) {
-	tb := startWith(t, memory.Options{}, server.Options{HandshakeTimeout: 100 * time.Millisecond})
+	tb := startWith(t, brokertest.Options{}, server.Options{HandshakeTimeout: 100 * time.Millisecond})
 	k := newCanary(t, tb)
 	for _, hello := range []string{"", "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"} {
 		c, err := net.Dial("tcp", tb.addr)
@@ -221,7 +219,7 @@ func TestLimitHandshakeTimeout(t *testing.T) {
 // Subscriptions per stream: the open past the limit is refused with RESOURCE_EXHAUSTED; the
 // stream and its subscriptions stay.
 func TestLimitSubscriptionsPerStream(t *testing.T) {
-	tb := start(t, memory.Options{Limits: broker.Limits{MaxSubscriptionsPerStream: 2}})
+	tb := start(t, brokertest.Options{Limits: broker.Limits{MaxSubscriptionsPerStream: 2}})
 	k := newCanary(t, tb)
 	s := tb.open(t, fanout("s1", "s.1"))
 	s.send(&pb.SubscribeRequest{Frame: &pb.SubscribeRequest_Open{Open: fanout("s2", "s.2")}})
@@ -243,7 +241,7 @@ func TestLimitSubscriptionsPerStream(t *testing.T) {
 // Patterns per subscription: an open with more is refused with INVALID_ARGUMENT; a Subscribe
 // frame over the receive limit by gRPC, with RESOURCE_EXHAUSTED.
 func TestLimitPatternsPerSubscription(t *testing.T) {
-	tb := start(t, memory.Options{Limits: broker.Limits{MaxPatternsPerSubscription: 3, MaxMessageBytes: 1024, MaxHeaderBytes: 256}})
+	tb := start(t, brokertest.Options{Limits: broker.Limits{MaxPatternsPerSubscription: 3, MaxMessageBytes: 1024, MaxHeaderBytes: 256}})
 	k := newCanary(t, tb)
 	_, err := openOn(t, tb.c, fanout("many", "a", "b", "c", "d"))
 	wantCode(t, err, codes.InvalidArgument, "max_patterns_per_subscription")
@@ -261,7 +259,7 @@ func TestLimitPatternsPerSubscription(t *testing.T) {
 // Consumer groups in all: the group past max_groups is refused with RESOURCE_EXHAUSTED;
 // members of existing groups still join.
 func TestLimitGroups(t *testing.T) {
-	tb := start(t, memory.Options{Limits: broker.Limits{MaxGroups: 2}})
+	tb := start(t, brokertest.Options{Limits: broker.Limits{MaxGroups: 2}})
 	k := newCanary(t, tb)
 	tb.open(t, balanced("g1", "g1", 1, "g.1"))
 	tb.open(t, balanced("g2", "g2", 1, "g.2"))
@@ -274,7 +272,7 @@ func TestLimitGroups(t *testing.T) {
 // Stats lists a page at a time, by id, with totals, and every page stays near 1 MiB
 // however large the subscriptions' patterns.
 func TestStatsPaging(t *testing.T) {
-	tb := start(t, memory.Options{})
+	tb := start(t, brokertest.Options{})
 	k := newCanary(t, tb)
 	var pats []string
 	for i := range 100 {
@@ -344,7 +342,7 @@ func TestStatsPaging(t *testing.T) {
 // stream stops reading past MaxUnansweredOpens (each answer is larger than the open that
 // earned it), and goes on once the client reads.
 func TestLimitUnansweredOpens(t *testing.T) {
-	tb := startWith(t, memory.Options{}, server.Options{MaxUnansweredOpens: 16})
+	tb := startWith(t, brokertest.Options{}, server.Options{MaxUnansweredOpens: 16})
 	k := newCanary(t, tb)
 	conn, err := grpc.NewClient(tb.addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithInitialWindowSize(64<<10)) // a fixed window: what the server can send unread is bounded

@@ -6,20 +6,14 @@ import (
 
 	"google.golang.org/grpc/codes"
 
-	"github.com/tinybroker/tinybroker/broker/memory"
+	"github.com/tinybroker/tinybroker/internal/brokertest"
 	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
 )
 
 // event returns the next subscribed or refused frame.
 func (s *sub) event() *pb.SubscribeResponse {
 	s.t.Helper()
-	select {
-	case e := <-s.events:
-		return e
-	case <-time.After(10 * time.Second):
-		s.t.Fatal("no subscribed/refused frame within 10s")
-		return nil
-	}
+	return brokertest.Receive(s.t, s.events, "a subscribed or refused frame")
 }
 
 func openFrame(o *pb.OpenSubscription) *pb.SubscribeRequest {
@@ -34,7 +28,7 @@ func closeFrame(id string) *pb.SubscribeRequest {
 // subscription it is for, and a message matching two subscriptions of the stream comes once
 // for each.
 func TestStreamCarriesManySubscriptions(t *testing.T) {
-	tb := start(t, memory.Options{})
+	tb := start(t, brokertest.Options{})
 	s := tb.open(t, fanout("orders", "orders.*"))
 	s.send(openFrame(fanout("all", ">")))
 	s.send(openFrame(fanout("bad", "a..b")))    // refused, the stream goes on
@@ -75,20 +69,20 @@ func TestStreamCarriesManySubscriptions(t *testing.T) {
 // Closing one subscription stops its deliveries and no other's; the stream stays open even
 // with no subscription left.
 func TestCloseOneSubscription(t *testing.T) {
-	tb := start(t, memory.Options{})
+	tb := start(t, brokertest.Options{})
 	s := tb.open(t, fanout("a", "t.>"))
 	s.send(openFrame(fanout("b", "t.>")))
 	s.event()
 	s.send(closeFrame("a"))
 	s.send(closeFrame("nope")) // unknown ids are ignored
-	eventually(t, "a closed", func() bool { return len(tb.stats(t).GetSubscriptions()) == 1 })
+	brokertest.Eventually(t, "a closed", func() bool { return len(tb.stats(t).GetSubscriptions()) == 1 })
 	tb.publish(t, "t.1", "one")
 	if m := s.next(); m.GetSubscriptionId() != "b" {
 		t.Fatalf("got a message for %q, want b only", m.GetSubscriptionId())
 	}
 	s.none(50 * time.Millisecond)
 	s.send(closeFrame("b"))
-	eventually(t, "b closed", func() bool { return len(tb.stats(t).GetSubscriptions()) == 0 })
+	brokertest.Eventually(t, "b closed", func() bool { return len(tb.stats(t).GetSubscriptions()) == 0 })
 	s.send(openFrame(fanout("c", "t.>")))
 	if e := s.event().GetSubscribed(); e.GetSubscriptionId() != "c" {
 		t.Fatalf("answer %v, want subscribed c", e)
@@ -103,7 +97,7 @@ func TestCloseOneSubscription(t *testing.T) {
 // ack frame without one is refused; closing the member hands its unacked message to another
 // member at once.
 func TestGroupMemberOnSharedStream(t *testing.T) {
-	tb := start(t, memory.Options{})
+	tb := start(t, brokertest.Options{})
 	s := tb.open(t, fanout("watch", "jobs.>"))
 	s.send(openFrame(balanced("", "workers", 1, "jobs.>")))
 	if e := s.event().GetSubscribed(); e.GetSubscriptionId() != "workers" || e.GetMemberId() == "" {
@@ -118,7 +112,7 @@ func TestGroupMemberOnSharedStream(t *testing.T) {
 		t.Fatalf("deliveries went to %v, want watch and workers", seen)
 	}
 	s.send(&pb.SubscribeRequest{Frame: &pb.SubscribeRequest_Ack{Ack: &pb.AckBatch{SystemIds: []string{id}, SubscriptionId: "workers"}}})
-	eventually(t, "ack applied", func() bool { return tb.group(t, "workers").GetAcked() == 1 })
+	brokertest.Eventually(t, "ack applied", func() bool { return tb.group(t, "workers").GetAcked() == 1 })
 
 	// Member loss on a shared stream: what the member holds goes to the other member at once.
 	id2 := tb.publish(t, "jobs.2", "j2")
@@ -147,14 +141,14 @@ func TestGroupMemberOnSharedStream(t *testing.T) {
 // Closing the send side of a stream with a group member and a fanout subscription: the member
 // leaves, the fanout subscription keeps receiving.
 func TestHalfCloseMixedStream(t *testing.T) {
-	tb := start(t, memory.Options{})
+	tb := start(t, brokertest.Options{})
 	s := tb.open(t, balanced("", "g", 1, "m.>"))
 	s.send(openFrame(fanout("f", "m.>")))
 	s.event()
 	if err := s.stream.CloseSend(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "member left", func() bool { return tb.group(t, "g").GetMembers() == 0 })
+	brokertest.Eventually(t, "member left", func() bool { return tb.group(t, "g").GetMembers() == 0 })
 	tb.publish(t, "m.1", "x")
 	if m := s.next(); m.GetSubscriptionId() != "f" {
 		t.Fatalf("got a message for %q, want f", m.GetSubscriptionId())
@@ -165,7 +159,7 @@ func TestHalfCloseMixedStream(t *testing.T) {
 // A stream can be one member of a group at most: a second open for the same group on the same
 // stream is refused, and the first member keeps working.
 func TestStreamOneMemberPerGroup(t *testing.T) {
-	tb := start(t, memory.Options{})
+	tb := start(t, brokertest.Options{})
 	s := tb.open(t, balanced("", "g1", 1, "w.>"))
 	s.send(openFrame(balanced("", "g1", 1, "w.>")))
 	r := s.event().GetRefused()

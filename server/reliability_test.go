@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tinybroker/tinybroker/broker"
-	"github.com/tinybroker/tinybroker/broker/memory"
+	"github.com/tinybroker/tinybroker/internal/brokertest"
 	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
 )
 
@@ -20,10 +20,10 @@ import (
 // refused with RESOURCE_EXHAUSTED naming the group and the setting, long before memory is
 // in danger; the canary keeps working.
 func TestMemberlessGroupByteBound(t *testing.T) {
-	tb := start(t, memory.Options{GroupMaxQueuedBytes: 2 << 20})
+	tb := start(t, brokertest.Options{GroupMaxQueuedBytes: 2 << 20})
 	c := newCanary(t, tb)
 	tb.open(t, balanced("bulk", "bulk", 1, "bulk.>")).close()
-	eventually(t, "member gone", func() bool { return tb.group(t, "bulk").GetMembers() == 0 })
+	brokertest.Eventually(t, "member gone", func() bool { return tb.group(t, "bulk").GetMembers() == 0 })
 	payload := make([]byte, 256<<10)
 	var err error
 	n := 0
@@ -38,7 +38,7 @@ func TestMemberlessGroupByteBound(t *testing.T) {
 	if n < 6 || n > 8 {
 		t.Fatalf("%d messages of 256 KiB accepted under a 2 MiB bound", n)
 	}
-	if used := tb.b.MemoryUsed(); used > 2<<20+64<<10 {
+	if used := tb.b.Stats().MemoryUsed; used > 2<<20+64<<10 {
 		t.Fatalf("broker holds %d bytes", used)
 	}
 	st := tb.stats(t)
@@ -54,10 +54,10 @@ func TestMemberlessGroupByteBound(t *testing.T) {
 // Finding 2: a group abandoned on ">" that fills up refuses only for itself: every other
 // subscription and group keeps getting what is published, even on topics it matches.
 func TestAbandonedGroupDoesNotBlockOthers(t *testing.T) {
-	tb := start(t, memory.Options{GroupMaxQueued: 50})
+	tb := start(t, brokertest.Options{GroupMaxQueued: 50})
 	c := newCanary(t, tb)
 	tb.open(t, balanced("abandoned", "abandoned", 1, ">")).close()
-	eventually(t, "member gone", func() bool { return tb.group(t, "abandoned").GetMembers() == 0 })
+	brokertest.Eventually(t, "member gone", func() bool { return tb.group(t, "abandoned").GetMembers() == 0 })
 	for i := range 50 {
 		tb.publish(t, "x.y", strconv.Itoa(i))
 	}
@@ -82,7 +82,7 @@ func TestAbandonedGroupDoesNotBlockOthers(t *testing.T) {
 // another group's messages by guessing ids, and nobody can ack a message that was never
 // delivered.
 func TestSystemIDsAreCapabilities(t *testing.T) {
-	tb := start(t, memory.Options{})
+	tb := start(t, brokertest.Options{})
 	c := newCanary(t, tb)
 	member := tb.open(t, balanced("g", "g", 1, "j"))
 	first := tb.publish(t, "j", "1")
@@ -131,7 +131,7 @@ func TestSystemIDsAreCapabilities(t *testing.T) {
 // not lock the real members out: a group without members is redefined by its next member.
 // While it has members, it is theirs.
 func TestGroupNameNotSquatted(t *testing.T) {
-	tb := start(t, memory.Options{})
+	tb := start(t, brokertest.Options{})
 	c := newCanary(t, tb)
 	squatter := tb.open(t, balanced("jobs", "jobs", 1, "nothing.>"))
 	s, err := openOn(t, tb.c, balanced("jobs", "jobs", 1, "jobs.>"))
@@ -141,7 +141,7 @@ func TestGroupNameNotSquatted(t *testing.T) {
 	}
 	wantCode(t, err, codes.FailedPrecondition, "same topic_patterns")
 	squatter.close()
-	eventually(t, "squatter gone", func() bool { return tb.group(t, "jobs").GetMembers() == 0 })
+	brokertest.Eventually(t, "squatter gone", func() bool { return tb.group(t, "jobs").GetMembers() == 0 })
 	real := tb.open(t, balanced("jobs", "jobs", 1, "jobs.>"))
 	tb.publish(t, "jobs.1", "work")
 	if m := real.next(); string(m.GetPayload()) != "work" {
@@ -154,7 +154,7 @@ func TestGroupNameNotSquatted(t *testing.T) {
 // start-up, so what is published before its first member connects — after a restart, say —
 // is queued for it, not lost with routed = 0. Its definition cannot be changed by a member.
 func TestDeclaredGroupQueuesBeforeFirstMember(t *testing.T) {
-	tb := start(t, memory.Options{})
+	tb := start(t, brokertest.Options{})
 	c := newCanary(t, tb)
 	if err := tb.b.Declare(broker.GroupConfig{Name: "resizers", Patterns: []string{"jobs.thumb.*"}, MaxDeliveries: 3}); err != nil {
 		t.Fatal(err)
@@ -184,10 +184,10 @@ func codeOf(err error) codes.Code { return status.Code(err) }
 // Finding 1, header-heavy messages: what a group holds is counted with its headers as they
 // cost in memory, not as their bytes alone; the canary keeps working.
 func TestHeaderHeavyMessagesCounted(t *testing.T) {
-	tb := start(t, memory.Options{GroupMaxQueuedBytes: 1 << 20})
+	tb := start(t, brokertest.Options{GroupMaxQueuedBytes: 1 << 20})
 	c := newCanary(t, tb)
 	tb.open(t, balanced("hdr", "hdr", 1, "hdr.>")).close()
-	eventually(t, "member gone", func() bool { return tb.group(t, "hdr").GetMembers() == 0 })
+	brokertest.Eventually(t, "member gone", func() bool { return tb.group(t, "hdr").GetMembers() == 0 })
 	h := map[string]string{}
 	for i := range 1000 {
 		h["h"+strconv.Itoa(i)] = "v" // ~6 KB of header bytes, ~120 KB of memory
@@ -208,15 +208,19 @@ func TestHeaderHeavyMessagesCounted(t *testing.T) {
 }
 
 // Finding 1, many groups without members: together they stay within 3/4 of the broker's
-// memory budget; the fanout canary, outside the groups' share, keeps working.
+// memory budget; the fanout canary, outside the groups' share, keeps working. Only for
+// engines with a memory budget (the memory engine's): see brokertest.Engine.
 func TestManyMemberlessGroupsBounded(t *testing.T) {
-	tb := start(t, memory.Options{MaxMemoryBytes: 8 << 20, GroupMaxQueuedBytes: 8 << 20})
+	if !engine.MemoryBudget {
+		t.Skipf("engine %s has no memory budget", engine.Name)
+	}
+	tb := start(t, brokertest.Options{MaxMemoryBytes: 8 << 20, GroupMaxQueuedBytes: 8 << 20})
 	c := newCanary(t, tb)
 	for i := range 100 {
 		id := "m" + strconv.Itoa(i)
 		tb.open(t, balanced(id, id, 1, "many.x")).close()
 	}
-	eventually(t, "members gone", func() bool {
+	brokertest.Eventually(t, "members gone", func() bool {
 		for _, g := range tb.stats(t).GetGroups() {
 			if g.GetMembers() != 0 {
 				return false

@@ -31,6 +31,7 @@ import (
 	"github.com/tinybroker/tinybroker/plugins"
 	adminpb "github.com/tinybroker/tinybroker/proto/tinybroker/admin/v1"
 	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
+	"github.com/tinybroker/tinybroker/server/auth"
 )
 
 // Options configure a Server. Zero values take the defaults shown.
@@ -68,9 +69,14 @@ type Options struct {
 	Reload func(ctx context.Context) ([]string, error)
 	// Plugins reports the plugins' counters for Stats (nil: none).
 	Plugins func() []plugins.PluginStats
+	// Auth, if not nil, serves TLS if it has TLS files, and with users authenticates every
+	// call, checks its permissions and applies the per-user limits (see server/auth). Stats
+	// and Reload are for admins; health and reflection stay open.
+	Auth *auth.Authenticator
 	// AdminAuthorize, if set, is asked before every call of the tinybroker.admin.v1.Admin
-	// service (see admin.go, adminGate): an error refuses the call with its status (return a
-	// status error, e.g. PERMISSION_DENIED). nil allows every admin call.
+	// service (see admin.go, adminGate): an error refuses the call with its status. By
+	// default, with Auth's users, only admins may call it (auth.Authenticator.AdminCall);
+	// without users every admin call is allowed.
 	AdminAuthorize func(ctx context.Context, fullMethod string) error
 }
 
@@ -134,7 +140,7 @@ func New(b broker.Engine, maxMessageBytes int, opts Options) *Server {
 		b := make([]broker.Delivery, 0, opts.MaxBatchMessages)
 		return &b
 	}
-	s.grpc = grpc.NewServer(
+	grpcOpts := []grpc.ServerOption{
 		grpc.ForceServerCodecV2(wire.ServerCodec()),
 		experimental.BufferPool(grpcbuf.Pool),
 		grpc.MaxRecvMsgSize(opts.MaxRecvBytes),
@@ -144,8 +150,15 @@ func New(b broker.Engine, maxMessageBytes int, opts Options) *Server {
 		grpc.InitialConnWindowSize(grpcbuf.ConnWindow),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: opts.KeepaliveTime, Timeout: opts.KeepaliveTimeout}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
-		grpc.ChainUnaryInterceptor(s.adminGate),
-	)
+	}
+	if opts.Auth != nil {
+		grpcOpts = append(grpcOpts, opts.Auth.ServerOptions(pb.Broker_ServiceDesc.ServiceName, "Stats", "Reload")...)
+		if s.opts.AdminAuthorize == nil && opts.Auth.Enabled() {
+			s.opts.AdminAuthorize = opts.Auth.AdminCall
+		}
+	}
+	grpcOpts = append(grpcOpts, grpc.ChainUnaryInterceptor(s.adminGate))
+	s.grpc = grpc.NewServer(grpcOpts...)
 	pb.RegisterBrokerServer(s.grpc, s)
 	adminpb.RegisterAdminServer(s.grpc, &adminServer{s: s})
 	healthpb.RegisterHealthServer(s.grpc, s.health)
@@ -202,7 +215,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 }
 
 // Publish implements the unary publish.
-func (s *Server) Publish(_ context.Context, req *pb.PublishRequest) (*pb.PublishResponse, error) {
+func (s *Server) Publish(ctx context.Context, req *pb.PublishRequest) (*pb.PublishResponse, error) {
+	if err := auth.FromContext(ctx).Publish(req.GetTopic()); err != nil {
+		return nil, err
+	}
 	res, err := s.b.Publish(req.GetTopic(), req.GetPayload(), req.GetHeaders())
 	if err != nil {
 		return nil, toStatus(err)
@@ -243,6 +259,7 @@ func (s *Server) PublishStream(stream grpc.BidiStreamingServer[pb.PublishStreamR
 func (s *Server) servePublish(stream grpc.BidiStreamingServer[pb.PublishStreamRequest, pb.PublishStreamResponse]) error {
 	f := &wire.PublishFrame{MaxMsgs: s.opts.MaxPublishBatch}
 	var results []wire.PublishResult
+	caller := auth.FromContext(stream.Context()) // nil without authentication: no check
 	for {
 		if err := stream.RecvMsg(f); err != nil {
 			if err == io.EOF {
@@ -258,11 +275,18 @@ func (s *Server) servePublish(stream grpc.BidiStreamingServer[pb.PublishStreamRe
 		failed := false
 		budget := answerBudget(f.Size)
 		for i, m := range f.Msgs {
-			res, err := s.b.Publish(m.Topic, m.Payload, m.Headers)
+			var res broker.PublishResult
+			var err error
+			if caller != nil {
+				err = caller.Publish(m.Topic)
+			}
+			if err == nil {
+				res, err = s.b.Publish(m.Topic, m.Payload, m.Headers)
+			}
 			if err != nil {
 				msg := omittedError
 				if budget > 0 {
-					msg = err.Error()
+					msg = errorText(err)
 					budget -= len(msg)
 				}
 				results[i] = wire.PublishResult{Code: uint32(codeOf(err)), Err: msg}
@@ -303,8 +327,10 @@ func (s *Server) Subscribe(stream grpc.BidiStreamingServer[pb.SubscribeRequest, 
 	}
 	st := s.b.NewStream(wire.DeliverySize)
 	defer st.Close()
+	subs := newSubCount(auth.FromContext(stream.Context()))
+	defer subs.end()
 	peerAddr := peerOf(stream.Context())
-	if _, err := st.Subscribe(subscribeOptions(open, peerAddr)); err != nil {
+	if err := subs.open(st, subscribeOptions(open, peerAddr), false); err != nil {
 		return toStatus(err)
 	}
 
@@ -314,7 +340,7 @@ func (s *Server) Subscribe(stream grpc.BidiStreamingServer[pb.SubscribeRequest, 
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		recvErr <- s.receive(stream, st, unanswered, peerAddr)
+		recvErr <- s.receive(stream, st, unanswered, subs, peerAddr)
 	}()
 
 	ctx := stream.Context()
@@ -348,6 +374,7 @@ func (s *Server) Subscribe(stream grpc.BidiStreamingServer[pb.SubscribeRequest, 
 					sub.Close()
 				}
 			}
+			subs.sync(st)
 			if _, n := st.Lookup(""); n == 0 {
 				return nil
 			}
@@ -396,7 +423,7 @@ func (s *Server) event(sub broker.Subscription) *pb.SubscribeResponse {
 	if err := sub.Refused(); err != nil {
 		s.log.Debug("subscription refused", "subscription", set.ID, "error", err)
 		return &pb.SubscribeResponse{Frame: &pb.SubscribeResponse_Refused{Refused: &pb.Refused{
-			SubscriptionId: set.ID, Code: int32(codeOf(err)), Error: err.Error()}}}
+			SubscriptionId: set.ID, Code: int32(codeOf(err)), Error: errorText(err)}}}
 	}
 	s.log.Debug("subscription opened", "subscription", set.ID, "member", set.MemberID, "mode", sub.Mode())
 	subscribed := &pb.Subscribed{SubscriptionId: set.ID, MemberId: set.MemberID}
@@ -411,7 +438,7 @@ func (s *Server) event(sub broker.Subscription) *pb.SubscribeResponse {
 
 // receive applies the client's frames until the stream ends. Unknown ids are skipped (see
 // broker.Subscription.Ack); a malformed frame ends the stream.
-func (s *Server) receive(stream grpc.BidiStreamingServer[pb.SubscribeRequest, pb.SubscribeResponse], st broker.Stream, unanswered *opens, peerAddr string) error {
+func (s *Server) receive(stream grpc.BidiStreamingServer[pb.SubscribeRequest, pb.SubscribeResponse], st broker.Stream, unanswered *opens, subs *subCount, peerAddr string) error {
 	for {
 		req, err := stream.Recv()
 		if err == io.EOF {
@@ -423,32 +450,20 @@ func (s *Server) receive(stream grpc.BidiStreamingServer[pb.SubscribeRequest, pb
 		var skipped int
 		switch f := req.GetFrame().(type) {
 		case *pb.SubscribeRequest_Ack:
-			sub, err := settling(st, "ack", f.Ack.GetSubscriptionId())
-			if err != nil {
-				return err
-			}
-			if sub != nil {
-				skipped = sub.Ack(f.Ack.GetSystemIds())
-			}
+			skipped, err = settle(st, "ack", f.Ack.GetSubscriptionId(), func(sub broker.Subscription) int {
+				return sub.Ack(f.Ack.GetSystemIds())
+			})
 		case *pb.SubscribeRequest_Nack:
 			if d := f.Nack.GetDelay(); d != nil && (d.CheckValid() != nil || d.AsDuration() < 0) {
 				return status.Error(codes.InvalidArgument, "nack delay must be a valid, non-negative duration")
 			}
-			sub, err := settling(st, "nack", f.Nack.GetSubscriptionId())
-			if err != nil {
-				return err
-			}
-			if sub != nil {
-				skipped = sub.Nack(f.Nack.GetSystemIds(), f.Nack.GetDelay().AsDuration(), f.Nack.GetReason())
-			}
+			skipped, err = settle(st, "nack", f.Nack.GetSubscriptionId(), func(sub broker.Subscription) int {
+				return sub.Nack(f.Nack.GetSystemIds(), f.Nack.GetDelay().AsDuration(), f.Nack.GetReason())
+			})
 		case *pb.SubscribeRequest_Touch:
-			sub, err := settling(st, "touch", f.Touch.GetSubscriptionId())
-			if err != nil {
-				return err
-			}
-			if sub != nil {
-				skipped = sub.Touch(f.Touch.GetSystemIds())
-			}
+			skipped, err = settle(st, "touch", f.Touch.GetSubscriptionId(), func(sub broker.Subscription) int {
+				return sub.Touch(f.Touch.GetSystemIds())
+			})
 		case *pb.SubscribeRequest_Open:
 			// Each open is answered through the stream's buffer; a client that sent opens
 			// without reading the answers would grow it without bound (a refusal is larger
@@ -457,14 +472,18 @@ func (s *Server) receive(stream grpc.BidiStreamingServer[pb.SubscribeRequest, pb
 			if err := s.waitToOpen(stream.Context(), st, unanswered); err != nil {
 				return err
 			}
-			_, _ = st.Subscribe(subscribeOptions(f.Open, peerAddr)) // the stream answers it: subscribed or refused
+			_ = subs.open(st, subscribeOptions(f.Open, peerAddr), true) // the stream answers it: subscribed or refused
 		case *pb.SubscribeRequest_Close:
 			if sub, _ := st.Lookup(f.Close.GetSubscriptionId()); sub != nil && f.Close.GetSubscriptionId() != "" {
 				sub.Close()
+				subs.sync(st)
 				s.log.Debug("subscription closed by the client", "subscription", f.Close.GetSubscriptionId())
 			}
 		default:
 			return status.Error(codes.InvalidArgument, "empty SubscribeRequest frame; set one of open, ack, nack, touch or close")
+		}
+		if err != nil {
+			return err
 		}
 		if skipped > 0 {
 			s.log.Trace("skipped unknown ids", "count", skipped)
@@ -503,14 +522,17 @@ func (s *Server) waitToOpen(ctx context.Context, st broker.Stream, o *opens) err
 	return nil
 }
 
-// settling finds the subscription an ack, nack or touch frame is for: the one named, or the
-// stream's only one. It is nil (the ids are skipped) when the subscription is gone.
-func settling(st broker.Stream, what, id string) (broker.Subscription, error) {
+// settle applies an ack, nack or touch frame to the subscription it is for: the one named, or
+// the stream's only one. When the subscription is gone the frame's ids are skipped.
+func settle(st broker.Stream, what, id string, apply func(broker.Subscription) (skipped int)) (int, error) {
 	sub, n := st.Lookup(id)
-	if sub == nil && id == "" && n > 1 {
-		return nil, status.Errorf(codes.InvalidArgument, "this stream carries %d subscriptions: set subscription_id on %s frames", n, what)
+	if sub == nil {
+		if id == "" && n > 1 {
+			return 0, status.Errorf(codes.InvalidArgument, "this stream carries %d subscriptions: set subscription_id on %s frames", n, what)
+		}
+		return 0, nil
 	}
-	return sub, nil
+	return apply(sub), nil
 }
 
 // peerOf is the client's address, for the admin API's listings.
@@ -543,9 +565,12 @@ func subscribeOptions(o *pb.OpenSubscription, peerAddr string) broker.SubscribeO
 }
 
 // Ack implements the seed's unary Ack.
-func (s *Server) Ack(_ context.Context, req *pb.Ack) (*pb.AckResponse, error) {
+func (s *Server) Ack(ctx context.Context, req *pb.Ack) (*pb.AckResponse, error) {
 	if req.GetSubscriptionId() == "" || req.GetSystemId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "Ack needs subscription_id and system_id (from the delivered Message)")
+	}
+	if err := auth.FromContext(ctx).Join(req.GetSubscriptionId()); err != nil {
+		return nil, err
 	}
 	if err := s.b.Ack(req.GetSubscriptionId(), req.GetSystemId()); err != nil {
 		return nil, toStatus(err)
@@ -554,9 +579,12 @@ func (s *Server) Ack(_ context.Context, req *pb.Ack) (*pb.AckResponse, error) {
 }
 
 // Nack implements the unary Nack.
-func (s *Server) Nack(_ context.Context, req *pb.Nack) (*pb.NackResponse, error) {
+func (s *Server) Nack(ctx context.Context, req *pb.Nack) (*pb.NackResponse, error) {
 	if req.GetSubscriptionId() == "" || req.GetSystemId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "Nack needs subscription_id and system_id (from the delivered Message)")
+	}
+	if err := auth.FromContext(ctx).Join(req.GetSubscriptionId()); err != nil {
+		return nil, err
 	}
 	if d := req.GetDelay(); d != nil && (d.CheckValid() != nil || d.AsDuration() < 0) {
 		return nil, status.Error(codes.InvalidArgument, "Nack delay must be a valid, non-negative duration")

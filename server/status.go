@@ -10,32 +10,40 @@ import (
 	"github.com/tinybroker/tinybroker/broker"
 )
 
+// codes of the errors every engine returns (broker/errors.go), and of the context's.
+var errorCodes = []struct {
+	code codes.Code
+	errs []error
+}{
+	{codes.InvalidArgument, []error{broker.ErrInvalidTopic, broker.ErrInvalidPattern, broker.ErrInvalidSubscription, broker.ErrInvalidMessage}},
+	{codes.ResourceExhausted, []error{broker.ErrGroupFull, broker.ErrSlowConsumer, broker.ErrLimit}},
+	{codes.Unavailable, []error{broker.ErrShuttingDown, broker.ErrHookFailed}},
+	{codes.NotFound, []error{broker.ErrUnknownSubscription, broker.ErrUnknownMessage, broker.ErrGroupDeleted}},
+	{codes.AlreadyExists, []error{broker.ErrSubscriptionExists}},
+	{codes.FailedPrecondition, []error{broker.ErrGroupMismatch, broker.ErrGroupInUse}},
+	{codes.Canceled, []error{broker.ErrSubscriptionClosed, context.Canceled}},
+	{codes.DeadlineExceeded, []error{context.DeadlineExceeded}},
+}
+
 // codeOf maps each broker error to its one gRPC status code.
 func codeOf(err error) codes.Code {
 	var reject *broker.RejectError
-	switch {
-	case errors.As(err, &reject):
+	var withStatus interface{ GRPCStatus() *status.Status }
+	if errors.As(err, &withStatus) { // the edge's refusals (server/auth)
+		return withStatus.GRPCStatus().Code()
+	}
+	if errors.As(err, &reject) {
 		if reject.Code > 0 && reject.Code <= 16 {
 			return codes.Code(reject.Code)
 		}
 		return codes.InvalidArgument
-	case errors.Is(err, broker.ErrInvalidTopic), errors.Is(err, broker.ErrInvalidPattern),
-		errors.Is(err, broker.ErrInvalidSubscription), errors.Is(err, broker.ErrInvalidMessage):
-		return codes.InvalidArgument
-	case errors.Is(err, broker.ErrGroupFull), errors.Is(err, broker.ErrSlowConsumer), errors.Is(err, broker.ErrLimit):
-		return codes.ResourceExhausted
-	case errors.Is(err, broker.ErrShuttingDown), errors.Is(err, broker.ErrHookFailed):
-		return codes.Unavailable
-	case errors.Is(err, broker.ErrUnknownSubscription), errors.Is(err, broker.ErrUnknownMessage), errors.Is(err, broker.ErrGroupDeleted):
-		return codes.NotFound
-	case errors.Is(err, broker.ErrSubscriptionExists):
-		return codes.AlreadyExists
-	case errors.Is(err, broker.ErrGroupMismatch), errors.Is(err, broker.ErrGroupInUse):
-		return codes.FailedPrecondition
-	case errors.Is(err, broker.ErrSubscriptionClosed), errors.Is(err, context.Canceled):
-		return codes.Canceled
-	case errors.Is(err, context.DeadlineExceeded):
-		return codes.DeadlineExceeded
+	}
+	for _, c := range errorCodes {
+		for _, e := range c.errs {
+			if errors.Is(err, e) {
+				return c.code
+			}
+		}
 	}
 	return codes.Internal
 }

@@ -418,6 +418,11 @@ func (b *Engine) groupFor(o *broker.SubscribeOptions, patterns []string) (*group
 	}
 	g := b.groups[o.ID]
 	if g != nil && !g.declared && g.rebindable(o, patterns) {
+		if g.quota != o.Quota { // the group changes hands: it counts against its new owner
+			if err := o.Quota.TakeGroup(); err != nil {
+				return nil, err
+			}
+		}
 		b.rebindLocked(g, o, patterns)
 	}
 	if g == nil {
@@ -427,7 +432,10 @@ func (b *Engine) groupFor(o *broker.SubscribeOptions, patterns []string) (*group
 		if len(b.groups) >= b.opts.MaxGroups {
 			return nil, fmt.Errorf("%w: the broker holds %d consumer groups, its limit (limits { max_groups }); reuse a group, let unused ones expire (groups { expire_after }) or raise the limit", broker.ErrLimit, len(b.groups))
 		}
-		return b.newGroupLocked(broker.GroupConfig{ID: o.ID, Name: o.Group, Patterns: patterns, MaxDeliveries: o.MaxDeliveries, DeadLetterTopic: o.DeadLetterTopic}), nil
+		if err := o.Quota.TakeGroup(); err != nil {
+			return nil, err
+		}
+		return b.newGroupLocked(broker.GroupConfig{ID: o.ID, Name: o.Group, Patterns: patterns, MaxDeliveries: o.MaxDeliveries, DeadLetterTopic: o.DeadLetterTopic}, o.Quota), nil
 	}
 	switch {
 	case g.name != o.Group:
@@ -479,6 +487,7 @@ func (b *Engine) expireGroup(g *group) {
 // messages that was. b.mu must be held, g must have no members.
 func (b *Engine) removeGroupLocked(g *group) int {
 	dropped := g.remove()
+	g.quota.ReleaseGroup()
 	delete(b.groups, g.id)
 	delete(b.groupNames, g.name)
 	for _, p := range g.patterns {

@@ -38,7 +38,7 @@ func (b *Engine) Declare(gc broker.GroupConfig) error {
 		if len(b.groups) >= b.opts.MaxGroups {
 			return fmt.Errorf("%w: the broker holds %d consumer groups, its limit (limits { max_groups })", broker.ErrLimit, len(b.groups))
 		}
-		g = b.newGroupLocked(gc)
+		g = b.newGroupLocked(gc, nil)
 	}
 	g.declare(b.groupLimits(gc.Limits))
 	return nil
@@ -51,16 +51,22 @@ func (g *group) declare(limits broker.GroupLimits) {
 	g.declared = true
 	g.limits = limits
 	g.emptySince = 0
+	if g.quota != nil { // the configuration's now, not its creator's
+		g.quota.ReleaseGroup()
+		g.quota.AddBytes(-g.bytes)
+		g.quota = nil
+	}
 }
 
-// newGroupLocked creates and routes to a group. b.mu must be held.
-func (b *Engine) newGroupLocked(gc broker.GroupConfig) *group {
+// newGroupLocked creates and routes to a group charged to quota (nil: none). b.mu must be
+// held.
+func (b *Engine) newGroupLocked(gc broker.GroupConfig, quota *broker.Quota) *group {
 	dlq := gc.DeadLetterTopic
 	if dlq == "" {
 		dlq = "dlq." + gc.ID
 	}
 	g := &group{b: b, id: gc.ID, name: gc.Name, patterns: gc.Patterns, maxDeliveries: gc.MaxDeliveries, dlq: dlq,
-		limits: b.groupLimits(gc.Limits), waiting: make(map[uint64]*entry)}
+		limits: b.groupLimits(gc.Limits), waiting: make(map[uint64]*entry), quota: quota}
 	b.groups[gc.ID] = g
 	b.groupNames[gc.Name] = gc.ID
 	for _, p := range gc.Patterns {
@@ -97,6 +103,12 @@ func (b *Engine) rebindLocked(g *group, o *broker.SubscribeOptions, patterns []s
 		g.dlq = "dlq." + g.id
 	}
 	dropped := g.dropUnmatchedLocked()
+	if g.quota != o.Quota { // the caller took the group from o.Quota
+		g.quota.ReleaseGroup()
+		g.quota.AddBytes(-g.bytes)
+		o.Quota.AddBytes(g.bytes)
+		g.quota = o.Quota
+	}
 	g.mu.Unlock()
 	b.groupNames[g.name] = g.id
 	for _, p := range patterns {

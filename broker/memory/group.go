@@ -32,7 +32,8 @@ type group struct {
 	patterns      []string
 	maxDeliveries int
 	dlq           string
-	declared      bool // declared in the configuration: never expires, never rebound
+	declared      bool          // declared in the configuration: never expires, never rebound
+	quota         *broker.Quota // of the member that created it (nil: none); written under b.mu and g.mu
 
 	mu     sync.Mutex         // guards everything below
 	limits broker.GroupLimits // after defaults
@@ -186,6 +187,8 @@ func (g *group) overLocked(cost int64) string {
 		return fmt.Sprintf("its limit of %d bytes held (groups { max_queued_bytes }; it holds %d)", g.limits.MaxQueuedBytes, g.bytes)
 	case g.b.mem.used.Load()+groupEntryOverhead > g.b.mem.groupsLimit:
 		return fmt.Sprintf("the broker's memory budget for consumer groups (%d bytes, 3/4 of memory { max_bytes })", g.b.mem.groupsLimit)
+	case g.quota != nil:
+		return g.quota.Over(cost)
 	}
 	return ""
 }
@@ -233,11 +236,17 @@ func (g *group) noteDrainedLocked() {
 // holdLocked charges e's message to the group and the broker's budget.
 func (g *group) holdLocked(e *entry) {
 	g.bytes += e.msg.cost + groupEntryOverhead // the broker's budget was charged by the publish
+	if g.quota != nil {
+		g.quota.AddBytes(e.msg.cost + groupEntryOverhead)
+	}
 }
 
 // forgetLocked lets go of e for good: acked, dropped, dead-lettered or expired.
 func (g *group) forgetLocked(e *entry) {
 	g.bytes -= e.msg.cost + groupEntryOverhead
+	if g.quota != nil {
+		g.quota.AddBytes(-e.msg.cost - groupEntryOverhead)
+	}
 	g.b.release(e.msg, groupEntryOverhead)
 	if e.attempt > 0 {
 		delete(g.waiting, e.msg.ID)

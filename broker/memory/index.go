@@ -27,6 +27,8 @@ type index struct {
 
 	cache     sync.Map // topic -> *cached
 	cacheSize atomic.Int64
+
+	removeWork int // under mu: entries removals read or copied (see node.removeEnd)
 }
 
 // maxCachedTopics bounds the match cache; past it the cache is cleared and refilled.
@@ -124,18 +126,25 @@ func (n *node) addEnd(e end) {
 }
 
 // removeEnd unregisters e from n, in constant time: the last end takes its place.
-func (n *node) removeEnd(e end) {
+// removeEnd removes e from n; work counts the entries it read or copied, the measure of its
+// cost that TestIndexRemoveLinear holds to a constant per removal.
+func (n *node) removeEnd(e end) (work int) {
 	i := -1
 	if n.at != nil {
 		if j, ok := n.at[e]; ok {
 			i = j
 			delete(n.at, e)
 		}
+		work = 1
 	} else {
 		i = slices.Index(n.ends, e)
+		work = len(n.ends)
+		if i >= 0 {
+			work = i + 1
+		}
 	}
 	if i < 0 {
-		return
+		return work
 	}
 	last := len(n.ends) - 1
 	if i != last {
@@ -151,10 +160,12 @@ func (n *node) removeEnd(e end) {
 		n.ends, n.at = nil, nil
 	case cap(n.ends) > 64 && last < cap(n.ends)/4: // give back the memory of a crowd that left
 		n.ends = slices.Clone(n.ends)
+		work += last
 	}
 	if n.at != nil && last <= maxScanEnds/2 {
 		n.at = nil
 	}
+	return work
 }
 
 func (n *node) empty() bool {
@@ -205,7 +216,7 @@ func (ix *index) removeFrom(n *node, pattern string, t target) bool {
 	tok, rest, more := strings.Cut(pattern, ".")
 	switch {
 	case tok == ">":
-		n.removeEnd(end{t, true})
+		ix.removeWork += n.removeEnd(end{t, true})
 	case tok == "*":
 		if n.star != nil && ix.removeNext(n.star, rest, more, t) {
 			n.star = nil
@@ -220,7 +231,7 @@ func (ix *index) removeFrom(n *node, pattern string, t target) bool {
 
 func (ix *index) removeNext(n *node, rest string, more bool, t target) bool {
 	if !more {
-		n.removeEnd(end{t, false})
+		ix.removeWork += n.removeEnd(end{t, false})
 		return n.empty()
 	}
 	return ix.removeFrom(n, rest, t)

@@ -67,6 +67,9 @@ func (st *Stream) Subscribe(o broker.SubscribeOptions) (broker.Subscription, err
 	return s, nil
 }
 
+// Refuse queues the event of an open refused before it reached the engine.
+func (st *Stream) Refuse(o broker.SubscribeOptions, err error) { st.refuse(o, err) }
+
 // refuse queues the event of an open that failed, on a stream that reports them.
 func (st *Stream) refuse(o broker.SubscribeOptions, err error) {
 	if st.events {

@@ -31,26 +31,41 @@ type adminFlags struct {
 	addr    string
 	json    bool
 	timeout time.Duration
+	dial    *dialFlags // TLS and token, as pub and sub take them (dial.go)
 }
 
 func (f *adminFlags) register(c *cobra.Command) {
 	c.Flags().StringVar(&f.addr, "addr", client.DefaultAddr, "broker address (`host:port`)")
 	c.Flags().BoolVar(&f.json, "json", false, "print JSON (the protocol's messages, snake_case fields) instead of a table")
 	c.Flags().DurationVar(&f.timeout, "timeout", 30*time.Second, "give up after this long")
+	f.dial = addDialFlags(c.Flags())
 }
 
-// adminConn connects to the broker at addr. Every admin command dials through it.
-func adminConn(addr string) (*grpc.ClientConn, error) {
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+// conn connects to the broker the flags name. Every admin command dials through it.
+func (f *adminFlags) conn() (*grpc.ClientConn, error) {
+	opts, err := f.dial.grpcOptions()
 	if err != nil {
-		return nil, fmt.Errorf("connect to %s: %w", addr, err)
+		return nil, err
+	}
+	if !hasCreds(f.dial) {
+		opts = append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	}
+	conn, err := grpc.NewClient(f.addr, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s: %w", f.addr, err)
 	}
 	return conn, nil
 }
 
+// hasCreds reports whether the dial flags ask for TLS.
+func hasCreds(d *dialFlags) bool {
+	cfg, _ := d.tlsConfig()
+	return cfg != nil
+}
+
 // call runs f with the Admin and Broker clients of the broker f.addr names.
 func (f *adminFlags) call(ctx context.Context, do func(ctx context.Context, a adminpb.AdminClient, b pb.BrokerClient) error) error {
-	conn, err := adminConn(f.addr)
+	conn, err := f.conn()
 	if err != nil {
 		return err
 	}

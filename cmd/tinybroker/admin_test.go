@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/tinybroker/tinybroker/internal/brokertest"
 	adminpb "github.com/tinybroker/tinybroker/proto/tinybroker/admin/v1"
 	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
 )
@@ -117,7 +118,7 @@ func TestAdminCommands(t *testing.T) {
 		m.nack(ids[i])
 	}
 	held := m.next() // "three", left in flight
-	eventually(t, "two dead letters", func() bool { return b.Stats().Groups[0].DeadLettered == 2 })
+	brokertest.Eventually(t, "two dead letters", func() bool { return b.Stats().Groups[0].DeadLettered == 2 })
 
 	// groups ls
 	out := ok(t, "groups", "ls", "--addr", addr)
@@ -175,7 +176,7 @@ func TestAdminCommands(t *testing.T) {
 		t.Fatalf("replaying a dead letter twice: exit %d, want 1", code)
 	}
 	m.nack(again.GetSystemId()) // dead again: two kept
-	eventually(t, "two dead letters again", func() bool { return b.Stats().Groups[0].DeadLettered == 3 })
+	brokertest.Eventually(t, "two dead letters again", func() bool { return b.Stats().Groups[0].DeadLettered == 3 })
 
 	// dlq purge --all, with progress; then replay --all has nothing left.
 	var errBuf bytes.Buffer
@@ -226,7 +227,7 @@ func TestAdminCommands(t *testing.T) {
 	// groups purge, then rm: the member is told.
 	pub(t, "--addr", addr, "jobs.b", "queued") // in flight to the member (max_in_flight 1)
 	pub(t, "--addr", addr, "jobs.b", "queued too")
-	eventually(t, "one queued", func() bool { return b.Stats().Groups[0].Queued == 1 })
+	brokertest.Eventually(t, "one queued", func() bool { return b.Stats().Groups[0].Queued == 1 })
 	if out := ok(t, "groups", "purge", "work", "--addr", addr); out != "purged 1 messages from group work\n" {
 		t.Fatalf("groups purge: %q", out)
 	}
@@ -351,7 +352,7 @@ func TestTraceContextAndJSONLogs(t *testing.T) {
 	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 	out, result := startSub(t, context.Background(), "--addr", addr.String(), "--count", "1", "orders.>")
 	ok(t, "pub", "--addr", addr.String(), "-H", "tenant=acme", "-H", "traceparent="+tp, "orders.1", "x")
-	if err := wait(t, result); err != nil {
+	if err := brokertest.Receive(t, result, "sub to return"); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(out.String(), "traceparent="+tp) || !strings.Contains(out.String(), "filtered=yes") {

@@ -14,6 +14,7 @@ import (
 func (a *app) benchCmd() *cobra.Command {
 	var cfg bench.Config
 	var workloads, subs, w4base string
+	var dial *dialFlags
 	c := &cobra.Command{
 		Use:   "bench [flags]",
 		Short: "Run the benchmark workloads against a broker",
@@ -33,6 +34,10 @@ every workload against fresh ` + "`tinybroker serve`" + ` processes. Flags may b
 with one dash (-reps 5), as bench/run.sh does.`,
 		Args: noArgs(" (select workloads with -w W1,W2)"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			var err error
+			if cfg.DialOptions, err = dial.grpcOptions(); err != nil {
+				return err
+			}
 			for _, w := range strings.Split(workloads, ",") {
 				if w = strings.ToUpper(strings.TrimSpace(w)); w != "" {
 					cfg.Workloads = append(cfg.Workloads, w)
@@ -73,5 +78,6 @@ with one dash (-reps 5), as bench/run.sh does.`,
 	fs.IntVar(&cfg.Streams, "streams", 10000, "W6: fanout subscriber streams, each on a topic of its own")
 	fs.DurationVar(&cfg.Duration, "duration", 10*time.Second, "W6: measured time per repetition; every topic gets a message a second")
 	fs.IntVar(&cfg.W6Conns, "w6-conns", 8, "W6: connections the streams are spread over")
+	dial = addDialFlags(fs)
 	return c
 }

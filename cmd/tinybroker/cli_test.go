@@ -29,3 +29,7 @@ func runPluginNew(args []string, stdout, stderr io.Writer) error {
 func serve(ctx context.Context, args []string, stderr io.Writer, listening chan<- net.Addr) error {
 	return (&app{stdin: stdin, stdout: io.Discard, stderr: stderr, listening: listening}).execute(ctx, append([]string{"serve"}, args...))
 }
+
+func runPasswd(args []string, in io.Reader, stdout, stderr io.Writer) error {
+	return (&app{stdin: in, stdout: stdout, stderr: stderr}).execute(context.Background(), append([]string{"passwd"}, args...))
+}

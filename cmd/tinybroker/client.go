@@ -48,6 +48,7 @@ func (h headerFlag) Type() string { return "key=value" }
 func (a *app) pubCmd() *cobra.Command {
 	var addr string
 	var timeout time.Duration
+	var dial *dialFlags
 	headers := headerFlag{}
 	c := &cobra.Command{
 		Use:   "pub [flags] TOPIC DATA",
@@ -70,7 +71,11 @@ standard input.`,
 			if len(headers) > 0 {
 				h = headers
 			}
-			c, err := client.Dial(addr)
+			dialOpts, err := dial.clientOptions()
+			if err != nil {
+				return err
+			}
+			c, err := client.Dial(addr, dialOpts...)
 			if err != nil {
 				return sdkError{err}
 			}
@@ -95,6 +100,7 @@ standard input.`,
 	f.StringVar(&addr, "addr", client.DefaultAddr, "broker address (`host:port`)")
 	f.VarP(headers, "header", "H", "message header `key=value`; repeat for more")
 	f.DurationVar(&timeout, "timeout", 10*time.Second, "give up after this long")
+	dial = addDialFlags(f)
 	return c
 }
 
@@ -108,6 +114,7 @@ func orNone(reason string) string {
 func (a *app) subCmd() *cobra.Command {
 	var addr, group, id string
 	var maxInFlight, count int
+	var dial *dialFlags
 	c := &cobra.Command{
 		Use:   "sub [flags] PATTERN...",
 		Short: "Subscribe and print messages",
@@ -132,7 +139,11 @@ shares its messages with the other members.`,
 			case maxInFlight > 0 && group == "":
 				return usagef(cmd, "--max-in-flight is for balanced subscriptions: add --group NAME")
 			}
-			return a.sub(cmd.Context(), addr, client.SubscribeOptions{ID: id, Patterns: args, Group: group, MaxInFlight: maxInFlight}, count)
+			dialOpts, err := dial.clientOptions()
+			if err != nil {
+				return err
+			}
+			return a.sub(cmd.Context(), addr, dialOpts, client.SubscribeOptions{ID: id, Patterns: args, Group: group, MaxInFlight: maxInFlight}, count)
 		},
 	}
 	f := c.Flags()
@@ -141,15 +152,16 @@ shares its messages with the other members.`,
 	f.StringVar(&id, "id", "", "subscription id (default: the group, or made up by the broker for fanout)")
 	f.IntVar(&maxInFlight, "max-in-flight", 0, "with --group: unacked messages held at once (default 1)")
 	f.IntVar(&count, "count", 0, "exit after this many messages (0: run until interrupted)")
+	dial = addDialFlags(f)
 	return c
 }
 
 // sub prints and acks every message until ctx is done or count messages have arrived.
-func (a *app) sub(ctx context.Context, addr string, opts client.SubscribeOptions, count int) error {
+func (a *app) sub(ctx context.Context, addr string, dialOpts []client.Option, opts client.SubscribeOptions, count int) error {
 	if opts.Group != "" {
 		opts.Mode = client.Balanced
 	}
-	c, err := client.Dial(addr)
+	c, err := client.Dial(addr, dialOpts...)
 	if err != nil {
 		return sdkError{err}
 	}

@@ -3,97 +3,37 @@ package main
 import (
 	"bytes"
 	"context"
-	"net"
 	"os"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	"go.uber.org/goleak"
 
-	"github.com/tinybroker/tinybroker/broker/memory"
-	"github.com/tinybroker/tinybroker/server"
+	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/internal/brokertest"
+	"github.com/tinybroker/tinybroker/internal/brokertest/servertest"
 )
-
-const waitFor = 20 * time.Second
 
 // startBroker serves a new broker on a free port for the rest of the test and checks, at the
 // very end, that the test left no goroutine behind.
-func startBroker(t *testing.T) (string, *memory.Engine) {
+func startBroker(t *testing.T) (string, broker.Engine) {
 	t.Helper()
-	t.Cleanup(func() { goleak.VerifyNone(t, goleak.IgnoreCurrent()) }) // registered first, runs last
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := memory.New(memory.Options{})
-	srv := server.New(b, 1<<20, server.Options{})
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(lis) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(ctx); err != nil {
-			t.Errorf("Shutdown: %v", err)
-		}
-		if err := <-served; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	})
-	return lis.Addr().String(), b
-}
-
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitFor)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", waitFor, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-// syncBuffer is a bytes.Buffer safe to write from one goroutine and read from another.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	before := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, before) }) // registered first, runs last
+	b := servertest.Start(t, servertest.Options{})
+	return b.Addr, b.Engine
 }
 
 // startSub runs runSub in the background until the broker has its subscription.
-func startSub(t *testing.T, ctx context.Context, args ...string) (stdout *syncBuffer, result <-chan error) {
+func startSub(t *testing.T, ctx context.Context, args ...string) (stdout *brokertest.Log, result <-chan error) {
 	t.Helper()
-	stdout = &syncBuffer{}
-	var stderr syncBuffer
+	stdout = &brokertest.Log{}
+	var stderr brokertest.Log
 	res := make(chan error, 1)
 	go func() { res <- runSub(ctx, args, stdout, &stderr) }()
-	eventually(t, "the subscription", func() bool { return strings.HasPrefix(stderr.String(), "subscribed to ") })
+	brokertest.Eventually(t, "the subscription", func() bool { return strings.HasPrefix(stderr.String(), "subscribed to ") })
 	return stdout, res
-}
-
-func wait(t *testing.T, result <-chan error) error {
-	t.Helper()
-	select {
-	case err := <-result:
-		return err
-	case <-time.After(waitFor):
-		t.Fatal("sub did not return")
-		return nil
-	}
 }
 
 var publishedLine = regexp.MustCompile(`^published (\S+) to (\S+) \(routed to (\d+)\)\n$`)
@@ -122,7 +62,7 @@ func TestPubSub(t *testing.T) {
 	id2 := pub(t, "--addr", addr, "orders.paid", "-")
 	id3 := pub(t, "--addr", addr, "orders.shipped", "line 1\nline 2")
 
-	if err := wait(t, result); err != nil {
+	if err := brokertest.Receive(t, result, "sub to return"); err != nil {
 		t.Fatalf("sub: %v", err)
 	}
 	want := "[orders.created] " + id1 + ` attempt=1 hello world {k=v, "trace id"="x y"}` + "\n" +
@@ -138,13 +78,13 @@ func TestSubGroupAcksAndStopsAtCount(t *testing.T) {
 	out, result := startSub(t, context.Background(), "--addr", addr, "--group", "workers", "--max-in-flight", "2", "--count", "1", "jobs.*")
 	id := pub(t, "--addr", addr, "jobs.a", "one")
 	pub(t, "--addr", addr, "jobs.b", "two")
-	if err := wait(t, result); err != nil {
+	if err := brokertest.Receive(t, result, "sub to return"); err != nil {
 		t.Fatalf("sub: %v", err)
 	}
 	if got, want := out.String(), "[jobs.a] "+id+" attempt=1 one\n"; got != want {
 		t.Fatalf("sub printed %q, want %q", got, want)
 	}
-	eventually(t, "the broker to see the member leave", func() bool { return b.Stats().Groups[0].Members == 0 })
+	brokertest.Eventually(t, "the broker to see the member leave", func() bool { return b.Stats().Groups[0].Members == 0 })
 	g := b.Stats().Groups[0]
 	if g.ID != "workers" || g.Acked != 1 || g.Queued != 1 || g.InFlight != 0 {
 		t.Fatalf("after sub --count 1: group %+v, want jobs.a acked and jobs.b queued for the next member", g)
@@ -159,7 +99,7 @@ func TestSubStopsOnCancel(t *testing.T) {
 		t.Fatalf("subscriptions %+v, want one named watch", s)
 	}
 	cancel()
-	if err := wait(t, result); err != nil {
+	if err := brokertest.Receive(t, result, "sub to return"); err != nil {
 		t.Fatalf("sub after cancel: %v, want nil", err)
 	}
 }

@@ -7,6 +7,7 @@
 //	tinybroker bench [--addr ADDR] [-w W1,W2,W3,W5] ...
 //	tinybroker plugin test [--config key=value]... [--hook HOOK] PLUGIN.wasm < messages
 //	tinybroker plugin new  --lang go|rust|c|assemblyscript|zig [--dir DIR] [--sdk TREE] NAME
+//	tinybroker passwd < TOKEN
 //	tinybroker version, completion bash|zsh|fish|powershell
 //
 // Exit status: 0 on success (and for help), 1 when the command failed, 2 for a usage error
@@ -144,7 +145,8 @@ func (a *app) newRoot() *cobra.Command {
 		Short: "A single-node, in-memory message broker spoken to over gRPC",
 		Long: `tinybroker: a single-node, in-memory message broker spoken to over gRPC, and its client
 and admin tool. "tinybroker serve" runs the broker; the other commands speak to one (--addr,
-default 127.0.0.1:7878).
+default 127.0.0.1:7878; for a secured broker, --tls-ca FILE, --tls-cert FILE --tls-key FILE,
+--tls-server-name NAME and --token-file FILE, or TINYBROKER_TOKEN=USER:TOKEN).
 
 Exit status: 0 on success and for help, 1 when the command failed, 2 for a usage error.`,
 		Version:       versionString(),
@@ -173,6 +175,7 @@ Exit status: 0 on success and for help, 1 when the command failed, 2 for a usage
 	add("broker", a.serveCmd(), a.pubCmd(), a.subCmd())
 	add("admin", a.groupsCmd(), a.dlqCmd(), a.streamsCmd(), a.statsCmd(), a.topCmd())
 	add("plugins", a.pluginCmd(), a.benchCmd())
+	add("admin", a.passwdCmd())
 	root.AddCommand(a.versionCmd())
 	root.SetHelpCommandGroupID("")
 	root.SetCompletionCommandGroupID("")

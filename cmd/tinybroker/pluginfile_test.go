@@ -10,12 +10,12 @@ import (
 	"sync"
 	"syscall"
 	"testing"
-	"time"
 
 	"go.uber.org/goleak"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/tinybroker/tinybroker/internal/brokertest"
 	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
 )
 
@@ -34,15 +34,11 @@ func TestServeRefusesPluginFiles(t *testing.T) {
 	} {
 		writeConfig(t, cfg, "plugin \"p\" {\n  path = \""+c.path+"\"\n}\n")
 		done := make(chan error, 1)
-		var logs syncBuffer
+		var logs brokertest.Log
 		go func() { done <- serve(context.Background(), []string{"--config", cfg}, &logs, nil) }()
-		select {
-		case err := <-done:
-			if err == nil || !strings.Contains(err.Error(), cfg+":4,10-") || !strings.Contains(err.Error(), c.want) {
-				t.Errorf("serve with plugin path %s = %v; want %s:4,10-... and %q", c.path, err, cfg, c.want)
-			}
-		case <-time.After(20 * time.Second):
-			t.Fatalf("serve with plugin path %s did not return", c.path)
+		err := brokertest.Receive(t, done, "serve with plugin path "+c.path+" to return")
+		if err == nil || !strings.Contains(err.Error(), cfg+":4,10-") || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("serve with plugin path %s = %v; want %s:4,10-... and %q", c.path, err, cfg, c.want)
 		}
 	}
 }
@@ -82,16 +78,10 @@ func TestReloadRefusesBadFileUnderLoad(t *testing.T) {
 	}
 	_, leave := member()
 	leave()
-	for deadline := time.Now().Add(10 * time.Second); ; {
+	brokertest.Eventually(t, "the member to leave", func() bool {
 		st, err := c.Stats(context.Background(), &pb.StatsRequest{})
-		if err == nil && len(st.GetGroups()) == 1 && st.GetGroups()[0].GetMembers() == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the member did not leave: %v %v", st, err)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return err == nil && len(st.GetGroups()) == 1 && st.GetGroups()[0].GetMembers() == 0
+	})
 
 	var wg sync.WaitGroup
 	stop := make(chan struct{})

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/tinybroker/tinybroker/internal/brokertest"
 	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
 )
 
@@ -92,7 +93,7 @@ func TestServeRefusesBadPlugin(t *testing.T) {
   path = "`+fixturePath(t, "initfail")+`"
 }
 `)
-	var logs syncBuffer
+	var logs brokertest.Log
 	err := serve(context.Background(), []string{"--config", cfg}, &logs, nil)
 	if err == nil || !strings.Contains(err.Error(), "config key allow is missing") {
 		t.Fatalf("serve = %v", err)

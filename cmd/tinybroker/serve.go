@@ -16,6 +16,7 @@ import (
 	"github.com/tinybroker/tinybroker/internal/config"
 	"github.com/tinybroker/tinybroker/internal/gctuner"
 	"github.com/tinybroker/tinybroker/server"
+	"github.com/tinybroker/tinybroker/server/auth"
 )
 
 // serveOptions are serve's command line.
@@ -102,8 +103,23 @@ func newEngine(cfg config.Config, configPath string, log hclog.Logger) (*memory.
 	return b, nil
 }
 
+// newAuth checks that the broker is not exposed without users and builds its authenticator.
+func newAuth(cfg config.Config, configPath string, log hclog.Logger) (*auth.Authenticator, error) {
+	if err := checkExposure(cfg, configPath, log); err != nil {
+		return nil, err
+	}
+	guard, err := auth.New(auth.Options{Users: cfg.Users, TLS: cfg.TLS, Logger: log.Named("auth")})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", cfgName(configPath), err)
+	}
+	return guard, nil
+}
+
 // checkConfig is serve --check: everything serve does before it listens, then stop.
 func checkConfig(cfg config.Config, configPath string, stdout io.Writer, log hclog.Logger) error {
+	if _, err := newAuth(cfg, configPath, log); err != nil {
+		return err
+	}
 	b, err := newEngine(cfg, configPath, log)
 	if err != nil {
 		return err
@@ -128,6 +144,10 @@ func runServe(ctx context.Context, o serveOptions, stdout, stderr io.Writer, lis
 	log := newLogger(cfg.LogLevel, cfg.LogFormat, stderr)
 	if o.check {
 		return checkConfig(cfg, o.configPath, stdout, log)
+	}
+	guard, err := newAuth(cfg, o.configPath, log)
+	if err != nil {
+		return err
 	}
 
 	lis, err := net.Listen("tcp", cfg.Listen)
@@ -163,9 +183,17 @@ func runServe(ctx context.Context, o serveOptions, stdout, stderr io.Writer, lis
 		HandshakeTimeout:        cfg.Limits.HandshakeTimeout,
 		Logger:                  log.Named("server"),
 		Plugins:                 pm.stats,
+		Auth:                    guard,
+	}
+	// A reload re-reads the TLS files, then the plugins; users need a restart.
+	reload := func(ctx context.Context) ([]string, error) {
+		if err := guard.Reload(); err != nil {
+			return nil, err
+		}
+		return pm.reload(ctx)
 	}
 	if o.configPath != "" {
-		srvOpts.Reload = pm.reload
+		srvOpts.Reload = reload
 	}
 	srv := server.New(b, cfg.Broker.MaxMessageBytes, srvOpts)
 	hup := make(chan os.Signal, 1)
@@ -173,7 +201,7 @@ func runServe(ctx context.Context, o serveOptions, stdout, stderr io.Writer, lis
 	defer signal.Stop(hup)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(lis) }()
-	log.Info("listening", "addr", lis.Addr().String(), "config", cfgName(o.configPath))
+	log.Info("listening", "addr", lis.Addr().String(), "config", cfgName(o.configPath), "tls", cfg.TLS != nil, "users", len(cfg.Users))
 	if listening != nil {
 		listening <- lis.Addr()
 	}
@@ -184,7 +212,7 @@ func runServe(ctx context.Context, o serveOptions, stdout, stderr io.Writer, lis
 			_ = srv.Shutdown(context.Background())
 			return fmt.Errorf("serve: %w", err)
 		case <-hup:
-			if _, err := pm.reload(ctx); err != nil {
+			if _, err := reload(ctx); err != nil {
 				log.Error("reload refused; the running plugins stay", "error", err)
 			}
 		case <-ctx.Done():

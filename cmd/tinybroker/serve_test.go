@@ -11,22 +11,22 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/tinybroker/tinybroker/internal/brokertest"
 	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
 )
 
 // startServe runs serve with args in the background until cancel, and returns the address
 // it listens on, its logs and its result.
-func startServe(t *testing.T, args ...string) (net.Addr, *syncBuffer, <-chan error, context.CancelFunc) {
+func startServe(t *testing.T, args ...string) (net.Addr, *brokertest.Log, <-chan error, context.CancelFunc) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	listening := make(chan net.Addr, 1)
-	logs := new(syncBuffer)
+	logs := new(brokertest.Log)
 	done := make(chan error, 1)
 	go func() { done <- serve(ctx, args, logs, listening) }()
 	select {
@@ -73,13 +73,8 @@ func TestServeInProcess(t *testing.T) {
 		t.Fatalf("publish: %v %v", resp, err)
 	}
 	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("serve returned %v", err)
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("serve did not return after cancel")
+	if err := brokertest.Receive(t, done, "serve to return after cancel"); err != nil {
+		t.Fatalf("serve returned %v", err)
 	}
 	if !strings.Contains(logs.String(), `"@message":"stopped"`) {
 		t.Fatalf("logs are not JSON or lack the stop line:\n%s", logs.String())
@@ -92,7 +87,7 @@ func TestServeBadConfig(t *testing.T) {
 	if err := os.WriteFile(path, []byte("listen = \"127.0.0.1:0\"\n\ngroups {\n  overflow = \"sometimes\"\n}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var logs syncBuffer
+	var logs brokertest.Log
 	err := serve(context.Background(), []string{"--config", path}, &logs, nil)
 	if err == nil || !regexp.MustCompile(regexp.QuoteMeta(path)+`:4,\d+`).MatchString(err.Error()) || !strings.Contains(err.Error(), "drop_oldest") {
 		t.Fatalf("serve with a bad config: %v; want file:4,col and the allowed values", err)

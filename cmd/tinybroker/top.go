@@ -42,7 +42,7 @@ Stats, until interrupted. On a terminal each view replaces the last; otherwise (
 			if o.interval <= 0 {
 				return usagef(cmd, "--interval %v: want a positive duration such as 1s", o.interval)
 			}
-			conn, err := adminConn(f.addr)
+			conn, err := f.conn()
 			if err != nil {
 				return err
 			}

@@ -59,12 +59,7 @@ func run(ctx context.Context, addr string, out io.Writer) error {
 	got := map[string][]string{} // consumer → the topics it received, in order
 	complete := 0                // consumers with every order
 	allDone := make(chan struct{})
-	subs := make([]*client.Subscription, 0, len(consumers))
-	defer func() {
-		for _, s := range subs {
-			s.Close()
-		}
-	}()
+	subs := make([]*client.Subscription, 0, len(consumers)) // c.Close closes them on an early return
 	for _, name := range consumers {
 		sub, err := c.Subscribe(ctx, client.SubscribeOptions{
 			ID:       "fanout-example-" + name,
@@ -90,19 +85,11 @@ func run(ctx context.Context, addr string, out io.Writer) error {
 		subs = append(subs, sub)
 	}
 
-	p, err := c.NewPublisher(ctx, client.PublisherOptions{})
-	if err != nil {
-		return err
-	}
-	for i := 1; i <= orders; i++ {
+	for i := 1; i <= orders; i++ { // one at a time: each Publish returns once the broker has it
 		body := fmt.Sprintf(`{"order": %d}`, i)
-		if err := p.Publish(ctx, "orders.created."+strconv.Itoa(i), []byte(body), map[string]string{runHeader: runID}); err != nil {
-			p.Close()
+		if _, err := c.Publish(ctx, "orders.created."+strconv.Itoa(i), []byte(body), map[string]string{runHeader: runID}); err != nil {
 			return fmt.Errorf("publish order %d: %w", i, err)
 		}
-	}
-	if err := p.Close(); err != nil { // waits until the broker has every order
-		return fmt.Errorf("publish orders: %w", err)
 	}
 
 	select {

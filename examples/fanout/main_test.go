@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"net"
 	"regexp"
 	"strconv"
 	"strings"
@@ -12,39 +11,15 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/tinybroker/tinybroker/broker/memory"
-	"github.com/tinybroker/tinybroker/server"
+	"github.com/tinybroker/tinybroker/internal/brokertest/servertest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// startBroker serves a new broker on a free port for the rest of the test.
-func startBroker(t *testing.T) string {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := server.New(memory.New(memory.Options{}), 1<<20, server.Options{})
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(lis) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(ctx); err != nil {
-			t.Errorf("Shutdown: %v", err)
-		}
-		if err := <-served; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	})
-	return lis.Addr().String()
-}
-
 var gotLine = regexp.MustCompile(`(?m)^(\w+)\s+got (orders\.created\.\d+)$`)
 
 func TestRunDeliversEveryOrderToEveryConsumer(t *testing.T) {
-	addr := startBroker(t)
+	addr := servertest.Start(t, servertest.Options{}).Addr
 	var out bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -75,12 +50,7 @@ func TestRunDeliversEveryOrderToEveryConsumer(t *testing.T) {
 }
 
 func TestRunFailsWithoutBroker(t *testing.T) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := lis.Addr().String()
-	lis.Close()
+	addr := servertest.ClosedAddr(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := run(ctx, addr, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "Unavailable") {

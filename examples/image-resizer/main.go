@@ -63,12 +63,7 @@ func run(ctx context.Context, addr string, out io.Writer) error {
 	resizedBy := map[string][]string{} // job topic → workers that resized it
 	perWorker := map[string]int{}
 	allDone := make(chan struct{})
-	subs := make([]*client.Subscription, 0, len(workers))
-	defer func() {
-		for _, s := range subs {
-			s.Close()
-		}
-	}()
+	subs := make([]*client.Subscription, 0, len(workers)) // c.Close closes them on an early return
 	for _, w := range workers {
 		sub, err := c.Subscribe(ctx, client.SubscribeOptions{
 			ID:       subscriptionID,
@@ -97,14 +92,13 @@ func run(ctx context.Context, addr string, out io.Writer) error {
 		subs = append(subs, sub)
 	}
 
-	p, err := c.NewPublisher(ctx, client.PublisherOptions{})
+	p, err := c.NewPublisher(ctx, client.PublisherOptions{}) // c.Close closes it on an early return
 	if err != nil {
 		return err
 	}
 	for i := 1; i <= jobs; i++ {
 		img := "image-" + strconv.Itoa(i) + ".jpg"
 		if err := p.Publish(ctx, "jobs.thumb."+strconv.Itoa(i), []byte(img), map[string]string{runHeader: runID}); err != nil {
-			p.Close()
 			return fmt.Errorf("publish job %d: %w", i, err)
 		}
 	}

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"net"
 	"regexp"
 	"strings"
 	"testing"
@@ -12,40 +11,17 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/tinybroker/tinybroker/broker"
-	"github.com/tinybroker/tinybroker/broker/memory"
-	"github.com/tinybroker/tinybroker/server"
+	"github.com/tinybroker/tinybroker/internal/brokertest"
+	"github.com/tinybroker/tinybroker/internal/brokertest/servertest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// startBroker serves a new broker on a free port for the rest of the test.
-func startBroker(t *testing.T) (string, *memory.Engine) {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := memory.New(memory.Options{})
-	srv := server.New(b, 1<<20, server.Options{})
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(lis) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(ctx); err != nil {
-			t.Errorf("Shutdown: %v", err)
-		}
-		if err := <-served; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	})
-	return lis.Addr().String(), b
-}
-
 var resized = regexp.MustCompile(`(?m)^worker ([ABC]) resized (jobs\.thumb\.\d+)$`)
 
 func TestRunResizesEveryJobOnce(t *testing.T) {
-	addr, b := startBroker(t)
+	sb := servertest.Start(t, servertest.Options{})
+	addr, b := sb.Addr, sb.Engine
 	for round := 1; round <= 2; round++ { // the second run finds the group the first one left
 		var out bytes.Buffer
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -76,29 +52,17 @@ func TestRunResizesEveryJobOnce(t *testing.T) {
 		}
 	}
 	groupStats := func() broker.GroupStats {
-		for _, g := range b.Stats().Groups {
-			if g.ID == subscriptionID {
-				return g
-			}
-		}
-		return broker.GroupStats{}
+		g, _ := b.Group(subscriptionID)
+		return g.GroupStats
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for groupStats().Members != 0 && time.Now().Before(deadline) { // the broker sees the streams end
-		time.Sleep(5 * time.Millisecond)
-	}
+	brokertest.Eventually(t, "the broker to see the streams end", func() bool { return groupStats().Members == 0 })
 	if g := groupStats(); g.Group != group || g.Acked != 2*jobs || g.Redelivered != 0 || g.Queued != 0 || g.InFlight != 0 || g.Members != 0 {
 		t.Errorf("group after two runs: %+v, want %d acked, no members and nothing left", g, 2*jobs)
 	}
 }
 
 func TestRunFailsWithoutBroker(t *testing.T) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := lis.Addr().String()
-	lis.Close()
+	addr := servertest.ClosedAddr(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := run(ctx, addr, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "Unavailable") {

@@ -1,6 +1,7 @@
-// Package abi holds the numbers of the plugin ABI, version 1 (docs/ABI.md), that the host
-// (package plugins) and the Go guest SDK (sdk/go/plugin) must agree on. It imports nothing,
-// so that it builds for the wasip1 guests too.
+// Package abi holds the numbers and names of the plugin ABI, version 1 (docs/ABI.md), that
+// the host (package plugins) and the Go guest SDK (sdk/go/plugin) must agree on: status codes,
+// verdict actions and the hooks. It imports nothing, so that it builds for the wasip1 guests
+// too.
 package abi
 
 // Status codes the host functions that write return to the guest.
@@ -25,4 +26,31 @@ const (
 	ActDelay      = 1 // argument: milliseconds
 	ActDeadLetter = 2
 	ActForget     = 3
+)
+
+// Hook identifies one of the functions a plugin exports for the host to call. The zero Hook
+// is none: the SDK is between calls.
+type Hook uint8
+
+const (
+	HookNone      Hook = iota
+	HookInit           // once per instance, before any other hook
+	HookPublish        // on a message being published
+	HookAck            // after an ack
+	HookRedeliver      // before a message taken back from a member is redelivered
+	NumHooks
+)
+
+// The names of the hooks a plugin block's hooks list may give.
+const (
+	NamePublish   = "on_publish"
+	NameAck       = "on_ack"
+	NameRedeliver = "on_redeliver"
+)
+
+var (
+	// Exports are the hooks' export names.
+	Exports = [NumHooks]string{HookInit: "tb_init", HookPublish: "tb_on_publish", HookAck: "tb_on_ack", HookRedeliver: "tb_on_redeliver"}
+	// Names are the hooks' names in the configuration and in logs.
+	Names = [NumHooks]string{HookInit: "init", HookPublish: NamePublish, HookAck: NameAck, HookRedeliver: NameRedeliver}
 )

@@ -60,6 +60,34 @@
 //
 //	plugin_cache_dir = "/var/cache/tinybroker"  # compiled plugins, kept across restarts; "none": not kept
 //
+//	insecure = false              # true: serve a non-loopback address without users (logged at every start)
+//
+//	tls {                         # at most one; files re-read on reload (SIGHUP)
+//	  cert_file           = "server.pem"     # relative to this file
+//	  key_file            = "server-key.pem"
+//	  client_ca_file      = "clients-ca.pem" # accept client certificates signed by these CAs
+//	  require_client_cert = false            # true: mTLS, refuse connections without one
+//	}
+//
+//	user "alice" {                # any number; see README.md, "Securing tinybroker"
+//	  token_hash  = "$2a$10$..."   # bcrypt, from `tinybroker passwd`; sent as Bearer alice:TOKEN
+//	  certificate = "CN=alice"     # or "DNS:...", "URI:...", "EMAIL:..." of a client certificate
+//	  admin       = false          # Stats and Reload
+//	  publish {                                   # nothing is allowed without an allow
+//	    allow = ["orders.>"]
+//	    deny  = ["orders.internal.>"]               # overrides allow
+//	  }
+//	  subscribe { allow = ["orders.>"] }
+//	  groups    { allow = ["billing"] }           # consumer groups (subscription_id) to join
+//	  limits {
+//	    max_connections   = 100
+//	    max_streams       = 1000
+//	    max_subscriptions = 1000
+//	    max_groups        = 10
+//	    max_queued_bytes  = "256MiB"             # what the groups the user created hold
+//	  }
+//	}
+//
 //	plugin "tenant-filter" {      # any number, in chain order
 //	  path           = "plugins/tenant-filter.wasm"   # relative to this file
 //	  hooks          = ["on_publish"]   # default: every hook the module exports
@@ -71,6 +99,7 @@
 //	  pool_size      = 4
 //	  failure_policy = "fail_open"      # fail_open | fail_closed | dead_letter
 //	  max_emits      = 16
+//	  emit_topics    = ["audit.>"]      # topics it may emit to or re-route to (default: any)
 //	  breaker_failures = 5
 //	  breaker_cooldown = "30s"
 //	}
@@ -90,6 +119,7 @@ import (
 	"github.com/tinybroker/tinybroker/broker"
 	"github.com/tinybroker/tinybroker/broker/memory"
 	"github.com/tinybroker/tinybroker/plugins"
+	"github.com/tinybroker/tinybroker/server/auth"
 )
 
 // Config is the server's configuration after defaults.
@@ -107,6 +137,13 @@ type Config struct {
 	// PluginCacheDir keeps compiled plugins across restarts ("" : the user cache folder,
 	// e.g. ~/.cache/tinybroker/wazero; "none": nowhere, every start compiles them).
 	PluginCacheDir string
+	// TLS serves TLS from these files (nil: plaintext); paths made relative to the file's
+	// folder.
+	TLS *auth.TLSFiles
+	// Users may call the broker; with none, calls need no authentication and the broker
+	// serves only loopback addresses unless Insecure is set.
+	Users    []auth.User
+	Insecure bool
 }
 
 // Limits are the limits of the limits block that the server and the plugin host apply (the

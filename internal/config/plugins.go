@@ -36,6 +36,12 @@ var pluginSection = section{
 			return ""
 		}, func(c *Config) *[]string { return &lastPlugin(c).Topics }),
 		stringListAttr("groups", func(string) string { return "" }, func(c *Config) *[]string { return &lastPlugin(c).Groups }),
+		stringListAttr("emit_topics", func(s string) string {
+			if err := broker.ValidatePattern(s); err != nil {
+				return err.Error()
+			}
+			return ""
+		}, func(c *Config) *[]string { return &lastPlugin(c).EmitTopics }),
 		stringMapAttr("config", func(c *Config) *map[string]string { return &lastPlugin(c).Config }),
 		positiveIntAttr("memory_limit_mb", func(c *Config) *int { return &lastPlugin(c).MemoryLimitBytes }),
 		timeoutAttr("call_timeout", 0, func(c *Config) *time.Duration { return &lastPlugin(c).CallTimeout }),

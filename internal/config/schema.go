@@ -27,6 +27,7 @@ var rootSection = section{
 		positiveIntAttr("max_header_bytes", func(c *Config) *int { return &c.Broker.MaxHeaderBytes }),
 		positiveIntAttr("max_headers", func(c *Config) *int { return &c.Broker.MaxHeaders }),
 		pathAttr("plugin_cache_dir", func(c *Config) *string { return &c.PluginCacheDir }),
+		boolAttr("insecure", func(c *Config) *bool { return &c.Insecure }),
 	},
 	blocks: []blockType{
 		{name: "memory", decode: sectionBlock(memorySection)},
@@ -35,6 +36,8 @@ var rootSection = section{
 		{name: "fanout", decode: sectionBlock(fanoutSection)},
 		{name: "limits", decode: sectionBlock(limitsSection)},
 		{name: "plugin", labels: []string{"name"}, multiple: true, decode: decodePlugin},
+		{name: "tls", decode: decodeTLS},
+		{name: "user", labels: []string{"name"}, multiple: true, decode: decodeUser},
 	},
 }
 

@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,7 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/tinybroker/tinybroker/broker"
-	"github.com/tinybroker/tinybroker/broker/memory"
+	"github.com/tinybroker/tinybroker/internal/brokertest"
 	"github.com/tinybroker/tinybroker/plugins"
 )
 
@@ -107,7 +106,7 @@ type loaded struct {
 	wasm  []byte
 	host  *plugins.Host
 	chain *plugins.Chain
-	log   *logBuffer
+	log   *brokertest.Log
 }
 
 func spec(wasm []byte, cfg map[string]string) plugins.Spec {
@@ -117,7 +116,7 @@ func spec(wasm []byte, cfg map[string]string) plugins.Spec {
 // load loads the plugin as SPEC.md says, with the host's log captured.
 func load(t *testing.T, wasm []byte) *loaded {
 	t.Helper()
-	logs := &logBuffer{}
+	logs := &brokertest.Log{}
 	h, err := plugins.NewHost(plugins.HostOptions{Logger: hclog.New(&hclog.LoggerOptions{Output: logs, Level: hclog.Trace})})
 	if err != nil {
 		t.Fatal(err)
@@ -134,31 +133,19 @@ func load(t *testing.T, wasm []byte) *loaded {
 // env is what one row works with: a new broker with the language's plugin chain installed.
 type env struct {
 	*loaded
-	b *memory.Engine
+	b broker.Engine
 }
 
 func (p *loaded) env(t *testing.T) *env {
-	b := memory.New(memory.Options{})
-	t.Cleanup(func() {
-		ctx, cancel := context.WithCancel(context.Background())
-		cancel()
-		b.Shutdown(ctx)
-	})
-	b.SetHooks(p.chain)
-	return &env{loaded: p, b: b}
+	return &env{loaded: p, b: brokertest.Start(t, brokertest.Options{Hooks: p.chain})}
 }
 
-func (e *env) subscribe(t *testing.T, o broker.SubscribeOptions) *memory.Subscription {
+func (e *env) subscribe(t *testing.T, o broker.SubscribeOptions) *brokertest.Sub {
 	t.Helper()
-	s, err := e.b.Subscribe(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Close)
-	return s
+	return brokertest.Subscribe(t, e.b, o)
 }
 
-func (e *env) fanout(t *testing.T, patterns ...string) *memory.Subscription {
+func (e *env) fanout(t *testing.T, patterns ...string) *brokertest.Sub {
 	return e.subscribe(t, broker.SubscribeOptions{Patterns: patterns, Mode: broker.Fanout})
 }
 
@@ -168,7 +155,7 @@ const (
 	group = "conformance-group"
 )
 
-func (e *env) member(t *testing.T) *memory.Subscription {
+func (e *env) member(t *testing.T) *brokertest.Sub {
 	return e.subscribe(t, broker.SubscribeOptions{ID: subID, Group: group, Patterns: []string{"jobs.>"}, Mode: broker.Balanced})
 }
 
@@ -204,27 +191,11 @@ func (e *env) failures(t *testing.T) uint64 {
 	return 0
 }
 
-// next returns the subscription's next delivery, waiting up to 10s.
-func next(t *testing.T, s *memory.Subscription) broker.Delivery {
-	t.Helper()
-	deadline := time.After(10 * time.Second)
-	for {
-		if ds := s.Next(nil, 1, 1<<30); len(ds) == 1 {
-			return ds[0]
-		}
-		select {
-		case <-s.Ready():
-		case <-deadline:
-			t.Fatal("no delivery within 10s")
-		}
-	}
-}
-
 // nothing checks that s holds no delivery now.
-func nothing(t *testing.T, s *memory.Subscription, what string) {
+func nothing(t *testing.T, s *brokertest.Sub, what string) {
 	t.Helper()
-	if ds := s.Next(nil, 1, 1<<30); len(ds) > 0 {
-		t.Errorf("%s: unexpected delivery on %s: %q %v", what, ds[0].Msg.Topic, ds[0].Msg.Payload, ds[0].Msg.Headers)
+	if d, ok := s.Poll(); ok {
+		t.Errorf("%s: unexpected delivery on %s: %q %v", what, d.Msg.Topic, d.Msg.Payload, d.Msg.Headers)
 	}
 }
 
@@ -266,12 +237,12 @@ func publishUnchanged(topic string) func(*testing.T, *env) {
 		if res := e.publish(t, topic, "payload", h); res.Routed != 1 {
 			t.Fatalf("routed to %d, want 1", res.Routed)
 		}
-		expect(t, next(t, s), topic, "payload", h)
+		expect(t, s.Next(t), topic, "payload", h)
 	}
 }
 
 // dropped checks that topic with headers is dropped with reason.
-func dropped(t *testing.T, e *env, s *memory.Subscription, topic string, headers map[string]string, reason string) {
+func dropped(t *testing.T, e *env, s *brokertest.Sub, topic string, headers map[string]string, reason string) {
 	t.Helper()
 	before := e.b.Stats().Dropped
 	if res := e.publish(t, topic, "p", headers); res.Routed != 0 {
@@ -289,7 +260,7 @@ func dropped(t *testing.T, e *env, s *memory.Subscription, topic string, headers
 // redelivered publishes jobs.1 with header retry (if not empty) to a member of the group,
 // and nacks its first delivery; it returns the member, the message's system_id and when it
 // was nacked.
-func redelivered(t *testing.T, e *env, retry string) (*memory.Subscription, string, time.Time) {
+func redelivered(t *testing.T, e *env, retry string) (*brokertest.Sub, string, time.Time) {
 	t.Helper()
 	m := e.member(t)
 	var h map[string]string
@@ -297,7 +268,7 @@ func redelivered(t *testing.T, e *env, retry string) (*memory.Subscription, stri
 		h = map[string]string{"retry": retry}
 	}
 	id := e.publish(t, "jobs.1", "job", h).SystemID
-	if d := next(t, m); d.Attempt != 1 || d.Msg.SystemID != id {
+	if d := m.Next(t); d.Attempt != 1 || d.Msg.SystemID != id {
 		t.Fatalf("first delivery: attempt %d of %s", d.Attempt, d.Msg.SystemID)
 	}
 	nacked := time.Now()
@@ -312,10 +283,10 @@ func acked(t *testing.T, e *env, attempt uint32) {
 	acks := e.fanout(t, "c.acked")
 	m := e.member(t)
 	id := e.publish(t, "jobs.1", "job", nil).SystemID
-	d := next(t, m)
+	d := m.Next(t)
 	for d.Attempt < attempt {
 		m.Nack([]string{id}, 0, "")
-		d = next(t, m)
+		d = m.Next(t)
 	}
 	if d.Attempt != attempt {
 		t.Fatalf("delivery attempt %d, want %d", d.Attempt, attempt)
@@ -323,7 +294,7 @@ func acked(t *testing.T, e *env, attempt uint32) {
 	if skipped := m.Ack([]string{id}); skipped != 0 {
 		t.Fatal("ack skipped")
 	}
-	expect(t, next(t, acks), "c.acked", fmt.Sprintf("%s|%s|%d|%s", subID, group, attempt, id), map[string]string{"in_flight": "yes"})
+	expect(t, acks.Next(t), "c.acked", fmt.Sprintf("%s|%s|%d|%s", subID, group, attempt, id), map[string]string{"in_flight": "yes"})
 }
 
 type row struct {
@@ -352,20 +323,20 @@ var rows = []row{
 	{"retopic", func(t *testing.T, e *env) {
 		s := e.fanout(t, ">")
 		e.publish(t, "c.retopic", "payload", map[string]string{"h": "1"})
-		expect(t, next(t, s), "c.retopic.done", "payload", map[string]string{"h": "1"})
+		expect(t, s.Next(t), "c.retopic.done", "payload", map[string]string{"h": "1"})
 	}},
 	{"headers", func(t *testing.T, e *env) {
 		s := e.fanout(t, ">")
 		e.publish(t, "c.headers", "payload", map[string]string{"changed": "old", "removed": "x", "kept": "k"})
-		expect(t, next(t, s), "c.headers", "payload", map[string]string{"added": "1", "changed": "new", "kept": "k"})
+		expect(t, s.Next(t), "c.headers", "payload", map[string]string{"added": "1", "changed": "new", "kept": "k"})
 	}},
 	{"enum", func(t *testing.T, e *env) {
 		s := e.fanout(t, ">")
 		h := map[string]string{"b": "2", "a": "1", "c-long": "three", "empty": ""}
 		e.publish(t, "c.enum", "payload", h)
-		expect(t, next(t, s), "c.enum", "a=1,b=2,c-long=three,empty=", h)
+		expect(t, s.Next(t), "c.enum", "a=1,b=2,c-long=three,empty=", h)
 		e.publish(t, "c.enum", "payload", nil)
-		expect(t, next(t, s), "c.enum", "", nil)
+		expect(t, s.Next(t), "c.enum", "", nil)
 	}},
 	{"payload", func(t *testing.T, e *env) {
 		s := e.fanout(t, ">")
@@ -374,31 +345,31 @@ var rows = []row{
 			in[i] = byte('a' + i%26 + i/1000%2*('A'-'a')) // not periodic in any SDK's buffer size
 		}
 		e.publish(t, "c.payload", string(in), nil)
-		expect(t, next(t, s), "c.payload", string(in)+string(in), nil)
+		expect(t, s.Next(t), "c.payload", string(in)+string(in), nil)
 	}},
 	{"empty", func(t *testing.T, e *env) {
 		s := e.fanout(t, ">")
 		e.publish(t, "c.empty", "x", map[string]string{"h": "1"})
-		expect(t, next(t, s), "c.empty", "", map[string]string{"h": "1"})
+		expect(t, s.Next(t), "c.empty", "", map[string]string{"h": "1"})
 	}},
 	{"emit", func(t *testing.T, e *env) {
 		s := e.fanout(t, ">")
 		e.publish(t, "c.emit", "orig", map[string]string{"h": "1"})
-		expect(t, next(t, s), "c.emit", "orig", map[string]string{"h": "1"})
-		expect(t, next(t, s), "audit.copy", "orig", map[string]string{"origin": "c.emit"})
-		expect(t, next(t, s), "c.emit.second", "2", map[string]string{"n": "2"})
+		expect(t, s.Next(t), "c.emit", "orig", map[string]string{"h": "1"})
+		expect(t, s.Next(t), "audit.copy", "orig", map[string]string{"origin": "c.emit"})
+		expect(t, s.Next(t), "c.emit.second", "2", map[string]string{"n": "2"})
 		nothing(t, s, "after the emits")
 	}},
 	{"config", func(t *testing.T, e *env) {
 		s := e.fanout(t, ">")
 		e.publish(t, "c.config", "payload", nil)
-		expect(t, next(t, s), "c.config", "acme|"+configText, nil)
+		expect(t, s.Next(t), "c.config", "acme|"+configText, nil)
 	}},
 	{"log", func(t *testing.T, e *env) {
 		s := e.fanout(t, ">")
 		e.publish(t, "c.log", "hello", nil)
-		expect(t, next(t, s), "c.log", "hello", nil)
-		line := e.log.waitFor(t, "conformance log: hello")
+		expect(t, s.Next(t), "c.log", "hello", nil)
+		line := e.log.WaitFor(t, "conformance log: hello")
 		if !strings.Contains(line, "[WARN]") || !strings.Contains(line, "conformance") {
 			t.Errorf("log line %q, want a warning of the plugin conformance", line)
 		}
@@ -406,7 +377,7 @@ var rows = []row{
 	{"tenant", func(t *testing.T, e *env) {
 		s := e.fanout(t, ">")
 		e.publish(t, "c.tenant", "p", map[string]string{"tenant": "acme"})
-		expect(t, next(t, s), "c.tenant", "p", map[string]string{"tenant": "acme"})
+		expect(t, s.Next(t), "c.tenant", "p", map[string]string{"tenant": "acme"})
 		dropped(t, e, s, "c.tenant", map[string]string{"tenant": "globex"}, "wrong tenant")
 		dropped(t, e, s, "c.tenant", map[string]string{"tenant": "acm"}, "wrong tenant")
 		dropped(t, e, s, "c.tenant", nil, "wrong tenant")
@@ -418,14 +389,14 @@ var rows = []row{
 		if res := e.publish(t, "c.trap", "payload", h); res.Routed != 1 {
 			t.Errorf("routed to %d; fail_open should pass the message", res.Routed)
 		}
-		expect(t, next(t, s), "c.trap", "payload", h)
+		expect(t, s.Next(t), "c.trap", "payload", h)
 		if n := e.failures(t); n != before+1 {
 			t.Errorf("failures %d, want %d", n, before+1)
 		}
-		e.log.waitFor(t, "plugin call failed")
+		e.log.WaitFor(t, "plugin call failed")
 		// The plugin still works: the failed instance was replaced.
 		e.publish(t, "c.pass", "after", nil)
-		expect(t, next(t, s), "c.pass", "after", nil)
+		expect(t, s.Next(t), "c.pass", "after", nil)
 	}},
 	{"other", publishUnchanged("c.pass.x")},
 	{"init_refuse", func(t *testing.T, e *env) {
@@ -444,7 +415,7 @@ var rows = []row{
 	{"ack_after_nack", func(t *testing.T, e *env) { acked(t, e, 2) }},
 	{"redeliver_delay", func(t *testing.T, e *env) {
 		m, _, nacked := redelivered(t, e, "delay")
-		d := next(t, m)
+		d := m.Next(t)
 		if took := time.Since(nacked); took < 50*time.Millisecond {
 			t.Errorf("redelivered after %v, want a delay of 50ms", took)
 		}
@@ -456,7 +427,7 @@ var rows = []row{
 	{"redeliver_dead_letter", func(t *testing.T, e *env) {
 		dlq := e.fanout(t, "dlq.>")
 		m, id, _ := redelivered(t, e, "dead")
-		d := next(t, dlq)
+		d := dlq.Next(t)
 		h := d.Msg.Headers
 		if d.Msg.Topic != "dlq."+subID || string(d.Msg.Payload) != "job" || h["retry"] != "dead" || h["reason"] != "nack" ||
 			h[broker.HeaderDeadLetterReason] != "conformance dead-letter" || h[broker.HeaderDeadLetterSystemID] != id {
@@ -470,13 +441,7 @@ var rows = []row{
 	{"redeliver_drop", func(t *testing.T, e *env) {
 		dlq := e.fanout(t, "dlq.>")
 		m, _, _ := redelivered(t, e, "drop")
-		deadline := time.Now().Add(10 * time.Second)
-		for e.groupStats(t).Dropped == 0 {
-			if time.Now().After(deadline) {
-				t.Fatalf("not dropped within 10s: %+v", e.groupStats(t))
-			}
-			time.Sleep(time.Millisecond)
-		}
+		brokertest.Eventually(t, "the drop", func() bool { return e.groupStats(t).Dropped != 0 })
 		if g := e.groupStats(t); g.Dropped != 1 || g.DeadLettered != 0 || g.Queued+g.InFlight+g.Delayed != 0 {
 			t.Errorf("group %+v, want one dropped message and nothing left", g)
 		}
@@ -485,45 +450,10 @@ var rows = []row{
 	}},
 	{"redeliver_default", func(t *testing.T, e *env) {
 		m, _, _ := redelivered(t, e, "")
-		d := next(t, m)
+		d := m.Next(t)
 		if d.Attempt != 2 {
 			t.Errorf("attempt %d, want 2", d.Attempt)
 		}
 		expect(t, d, "jobs.1", "job", map[string]string{"reason": "nack", "attempt-seen": "1"})
 	}},
-}
-
-// logBuffer collects the host's log output.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-// waitFor waits until a line of the log contains s, and returns it.
-func (l *logBuffer) waitFor(t *testing.T, s string) string {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		for line := range strings.Lines(l.String()) {
-			if strings.Contains(line, s) {
-				return line
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the log does not say %q:\n%s", s, l.String())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }

@@ -22,6 +22,7 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"strings"
@@ -31,6 +32,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/keepalive"
@@ -51,6 +53,8 @@ type Option func(*config)
 
 type config struct {
 	dialOpts         []grpc.DialOption
+	tls              *tls.Config
+	token            string
 	keepaliveTime    time.Duration
 	keepaliveTimeout time.Duration
 	backoffMin       time.Duration
@@ -61,6 +65,25 @@ type config struct {
 // transport credentials for a broker behind TLS.
 func WithDialOptions(opts ...grpc.DialOption) Option {
 	return func(c *config) { c.dialOpts = append(c.dialOpts, opts...) }
+}
+
+// WithTLS connects over TLS with cfg (ServerName, RootCAs for a private CA, Certificates for
+// a client certificate); nil takes the system's roots. Without it Dial connects in
+// plaintext.
+func WithTLS(cfg *tls.Config) Option {
+	return func(c *config) {
+		if cfg == nil {
+			cfg = &tls.Config{}
+		}
+		c.tls = cfg
+	}
+}
+
+// WithToken authenticates every call as a user of the broker's configuration: token is
+// "USER:TOKEN", sent as the metadata "authorization: Bearer USER:TOKEN". Use it with
+// WithTLS unless the broker is on this machine: the token is sent as it is.
+func WithToken(token string) Option {
+	return func(c *config) { c.token = token }
 }
 
 // WithKeepalive sets how long a connection may be idle before the client pings the broker
@@ -91,7 +114,7 @@ type Client struct {
 
 type closer interface{ Close() error }
 
-// Dial returns a Client for the broker at addr ("host:port"), without TLS. It does not wait
+// Dial returns a Client for the broker at addr ("host:port"), without TLS unless WithTLS. It does not wait
 // for the connection: the first call connects, and fails with codes.Unavailable if no broker
 // listens there.
 func Dial(addr string, opts ...Option) (*Client, error) {
@@ -106,14 +129,21 @@ func Dial(addr string, opts ...Option) (*Client, error) {
 	bo := backoff.DefaultConfig
 	bo.MaxDelay = cfg.backoffMax
 	bo.BaseDelay = min(bo.BaseDelay, cfg.backoffMax)
-	dialOpts := append([]grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+	creds := insecure.NewCredentials()
+	if cfg.tls != nil {
+		creds = credentials.NewTLS(cfg.tls)
+	}
+	dialOpts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
+	if cfg.token != "" {
+		dialOpts = append(dialOpts, grpc.WithPerRPCCredentials(TokenCredentials(cfg.token)))
+	}
+	dialOpts = append(append(dialOpts,
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: cfg.keepaliveTime, Timeout: cfg.keepaliveTimeout}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.ForceCodecV2(grpcbuf.Codec{})),
 		experimental.WithBufferPool(grpcbuf.Pool),
 		grpc.WithInitialWindowSize(grpcbuf.StreamWindow), grpc.WithInitialConnWindowSize(grpcbuf.ConnWindow),
-		grpc.WithConnectParams(grpc.ConnectParams{Backoff: bo, MinConnectTimeout: 5 * time.Second}),
-	}, cfg.dialOpts...)
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: bo, MinConnectTimeout: 5 * time.Second})),
+		cfg.dialOpts...)
 	conn, err := grpc.NewClient(addr, dialOpts...)
 	if err != nil {
 		return nil, fmt.Errorf("tinybroker: dial %q: %w", addr, err)
@@ -194,3 +224,18 @@ func (c *Client) wrap(what string, err error) error {
 	}
 	return fmt.Errorf("tinybroker: %s: %w", what, err)
 }
+
+// TokenCredentials returns the credentials WithToken sends with every call, for code that
+// dials the broker with gRPC itself.
+func TokenCredentials(token string) credentials.PerRPCCredentials { return bearer("Bearer " + token) }
+
+// bearer is a token sent with every call.
+type bearer string
+
+func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": string(b)}, nil
+}
+
+// RequireTransportSecurity is false so that a broker on loopback without TLS can be used
+// with a token; WithToken says to use TLS otherwise.
+func (b bearer) RequireTransportSecurity() bool { return false }

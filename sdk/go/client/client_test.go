@@ -14,13 +14,14 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/tinybroker/tinybroker/broker/memory"
+	"github.com/tinybroker/tinybroker/internal/brokertest"
+	"github.com/tinybroker/tinybroker/internal/brokertest/servertest"
 	"github.com/tinybroker/tinybroker/sdk/go/client"
 )
 
 func TestPublishUnary(t *testing.T) {
-	ts := startServer(t, "127.0.0.1:0")
-	c := dial(t, ts.addr)
+	ts := servertest.Start(t, servertest.Options{})
+	c := dial(t, ts.Addr)
 	ctx := context.Background()
 
 	res, err := c.Publish(ctx, "orders.created", []byte("nobody listens"), nil)
@@ -44,7 +45,7 @@ func TestPublishUnary(t *testing.T) {
 	if res.Routed != 1 {
 		t.Fatalf("Routed = %d, want 1", res.Routed)
 	}
-	eventually(t, "the message", func() bool { return got.len() == 1 })
+	brokertest.Eventually(t, "the message", func() bool { return got.len() == 1 })
 	m := got.all()[0]
 	if m.SystemID != res.SystemID || m.Topic != "orders.created" || string(m.Payload) != "hello" ||
 		m.Headers.Get("k") != "v" || m.Attempt != 1 || m.Redelivered {
@@ -73,9 +74,9 @@ func TestPublishUnary(t *testing.T) {
 }
 
 func TestPublishUnreachable(t *testing.T) {
-	ts := startServer(t, "127.0.0.1:0")
-	addr := ts.addr
-	ts.stop(t)
+	ts := servertest.Start(t, servertest.Options{})
+	addr := ts.Addr
+	ts.Stop()
 	c := dial(t, addr)
 	_, err := c.Publish(context.Background(), "a.b", nil, nil)
 	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), addr) {
@@ -89,13 +90,10 @@ func TestPublishUnreachable(t *testing.T) {
 
 func TestPublisherInOrder(t *testing.T) {
 	const n = 10_000
-	ts := startServer(t, "127.0.0.1:0")
-	c := dial(t, ts.addr)
+	ts := servertest.Start(t, servertest.Options{})
+	c := dial(t, ts.Addr)
 	var got recorder[string]
-	subscribe(t, c, client.SubscribeOptions{Patterns: []string{"seq.*"}}, func(_ context.Context, m *client.Message) error {
-		got.add(string(m.Payload))
-		return nil
-	})
+	subscribe(t, c, client.SubscribeOptions{Patterns: []string{"seq.*"}}, payloadsTo(&got))
 
 	var confirmed, routed atomic.Int64
 	var lastID atomic.Value
@@ -115,7 +113,7 @@ func TestPublisherInOrder(t *testing.T) {
 			t.Fatalf("Publish %d: %v", i, err)
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	ctx, cancel := context.WithTimeout(context.Background(), brokertest.Patience)
 	defer cancel()
 	if err := p.Flush(ctx); err != nil {
 		t.Fatalf("Flush: %v", err)
@@ -130,7 +128,7 @@ func TestPublisherInOrder(t *testing.T) {
 		t.Fatalf("Publish after Close: %v, want ErrClosed", err)
 	}
 
-	eventually(t, fmt.Sprintf("%d messages", n), func() bool { return got.len() >= n })
+	brokertest.Eventually(t, fmt.Sprintf("%d messages", n), func() bool { return got.len() >= n })
 	for i, v := range got.all() {
 		if v != strconv.Itoa(i) {
 			t.Fatalf("message %d has payload %q, want %d: out of order or lost (got %d messages)", i, v, i, got.len())
@@ -142,8 +140,8 @@ func TestPublisherInOrder(t *testing.T) {
 }
 
 func TestPublisherReportsFailures(t *testing.T) {
-	ts := startServer(t, "127.0.0.1:0")
-	c := dial(t, ts.addr)
+	ts := servertest.Start(t, servertest.Options{})
+	c := dial(t, ts.Addr)
 	var results recorder[string]
 	p, err := c.NewPublisher(context.Background(), client.PublisherOptions{
 		OnResult: func(topic string, res client.PublishResult, err error) {
@@ -180,13 +178,10 @@ func TestPublisherReportsFailures(t *testing.T) {
 // in order, and the rest are confirmed in bulk, by the frame the Publisher sends every
 // MaxPending/2 messages (a small window must not stall), by Flush and by Close.
 func TestPublisherErrorsOnly(t *testing.T) {
-	ts := startServer(t, "127.0.0.1:0")
-	c := dial(t, ts.addr)
+	ts := servertest.Start(t, servertest.Options{})
+	c := dial(t, ts.Addr)
 	var got recorder[string]
-	subscribe(t, c, client.SubscribeOptions{Patterns: []string{"eo.*"}}, func(_ context.Context, m *client.Message) error {
-		got.add(string(m.Payload))
-		return nil
-	})
+	subscribe(t, c, client.SubscribeOptions{Patterns: []string{"eo.*"}}, payloadsTo(&got))
 	var results recorder[string]
 	p, err := c.NewPublisher(context.Background(), client.PublisherOptions{ErrorsOnly: true, MaxPending: 8, MaxBatch: 2,
 		OnResult: func(topic string, res client.PublishResult, err error) {
@@ -195,7 +190,7 @@ func TestPublisherErrorsOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	ctx, cancel := context.WithTimeout(context.Background(), brokertest.Patience)
 	defer cancel()
 	const n = 500 // far more than MaxPending: Publish blocks unless quiet frames get confirmed
 	for i := range n {
@@ -220,7 +215,7 @@ func TestPublisherErrorsOnly(t *testing.T) {
 	if err := p.Publish(ctx, "eo.ok", []byte("sent"), nil); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the sent message", func() bool { return got.len() >= n })
+	brokertest.Eventually(t, "the sent message", func() bool { return got.len() >= n })
 	if err := p.Flush(ctx); err != nil {
 		t.Fatalf("Flush after a quiet frame = %v", err)
 	}
@@ -236,15 +231,15 @@ func TestPublisherErrorsOnly(t *testing.T) {
 	if rs := results.all(); len(rs) != n+2 || rs[n+1] != "eo.ok OK" {
 		t.Fatalf("after Close: %d results, last %q; want %d, eo.ok OK", len(rs), rs[len(rs)-1], n+2)
 	}
-	eventually(t, "every published message", func() bool { return got.len() >= n+1 })
+	brokertest.Eventually(t, "every published message", func() bool { return got.len() >= n+1 })
 	if got.len() != n+1 { // n-1 published, "sent" and "last"
 		t.Fatalf("subscriber got %d messages, want %d", got.len(), n+1)
 	}
 }
 
 func TestPublisherStreamBreaks(t *testing.T) {
-	ts := startServer(t, "127.0.0.1:0")
-	c := dial(t, ts.addr)
+	ts := servertest.Start(t, servertest.Options{})
+	c := dial(t, ts.Addr)
 	p, err := c.NewPublisher(context.Background(), client.PublisherOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -256,8 +251,8 @@ func TestPublisherStreamBreaks(t *testing.T) {
 	if err := p.Flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	ts.stop(t)
-	eventually(t, "Publish to fail after the broker stopped", func() bool {
+	ts.Stop()
+	brokertest.Eventually(t, "Publish to fail after the broker stopped", func() bool {
 		return p.Publish(context.Background(), "a.b", nil, nil) != nil
 	})
 	if err := p.Flush(context.Background()); err == nil {
@@ -267,8 +262,8 @@ func TestPublisherStreamBreaks(t *testing.T) {
 
 func TestBalancedExactlyOnce(t *testing.T) {
 	const n, members = 300, 3
-	ts := startServer(t, "127.0.0.1:0")
-	c := dial(t, ts.addr)
+	ts := servertest.Start(t, servertest.Options{})
+	c := dial(t, ts.Addr)
 
 	var mu sync.Mutex
 	seen := map[string]int{} // payload → times handled
@@ -284,7 +279,7 @@ func TestBalancedExactlyOnce(t *testing.T) {
 				return nil
 			})
 	}
-	if g := ts.group("thumbs"); g.Members != members {
+	if g := ts.Group("thumbs"); g.Members != members {
 		t.Fatalf("group has %d members, want %d", g.Members, members)
 	}
 	p, err := c.NewPublisher(context.Background(), client.PublisherOptions{})
@@ -299,8 +294,8 @@ func TestBalancedExactlyOnce(t *testing.T) {
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "every message acked", func() bool {
-		g := ts.group("thumbs")
+	brokertest.Eventually(t, "every message acked", func() bool {
+		g := ts.Group("thumbs")
 		return g.Acked == n && g.InFlight == 0 && g.Queued == 0
 	})
 	mu.Lock()
@@ -316,15 +311,15 @@ func TestBalancedExactlyOnce(t *testing.T) {
 	if len(byMember) < 2 {
 		t.Errorf("messages by member %v: want the group's members to share the work", byMember)
 	}
-	if g := ts.group("thumbs"); g.Redelivered != 0 {
+	if g := ts.Group("thumbs"); g.Redelivered != 0 {
 		t.Errorf("%d redeliveries, want none", g.Redelivered)
 	}
 }
 
 func TestConcurrencyRunsHandlersInParallel(t *testing.T) {
 	const workers = 4
-	ts := startServer(t, "127.0.0.1:0")
-	c := dial(t, ts.addr)
+	ts := servertest.Start(t, servertest.Options{})
+	c := dial(t, ts.Addr)
 	var running atomic.Int32
 	all := make(chan struct{})
 	var handled recorder[string]
@@ -335,7 +330,7 @@ func TestConcurrencyRunsHandlersInParallel(t *testing.T) {
 			}
 			select { // only a subscription with 4 handlers running at once gets past this
 			case <-all:
-			case <-time.After(waitFor):
+			case <-time.After(brokertest.Patience):
 				return errors.New("the other handlers never ran concurrently")
 			}
 			handled.add(m.Topic)
@@ -346,14 +341,14 @@ func TestConcurrencyRunsHandlersInParallel(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, "4 messages handled together", func() bool { return handled.len() == workers })
-	eventually(t, "acks", func() bool { return ts.group("par").Acked == workers })
+	brokertest.Eventually(t, "4 messages handled together", func() bool { return handled.len() == workers })
+	brokertest.Eventually(t, "acks", func() bool { return ts.Group("par").Acked == workers })
 }
 
 func TestHandlerErrorRedelivers(t *testing.T) {
 	const nackDelay = 50 * time.Millisecond
-	ts := startServer(t, "127.0.0.1:0")
-	c := dial(t, ts.addr)
+	ts := servertest.Start(t, servertest.Options{})
+	c := dial(t, ts.Addr)
 	type seen struct {
 		attempt     int
 		redelivered bool
@@ -371,7 +366,7 @@ func TestHandlerErrorRedelivers(t *testing.T) {
 	if _, err := c.Publish(context.Background(), "work.1", []byte("x"), nil); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the redelivery to be acked", func() bool { return ts.group("flaky").Acked == 1 })
+	brokertest.Eventually(t, "the redelivery to be acked", func() bool { return ts.Group("flaky").Acked == 1 })
 	s := got.all()
 	if len(s) != 2 || s[0].attempt != 1 || s[0].redelivered || s[1].attempt != 2 || !s[1].redelivered {
 		t.Fatalf("deliveries %+v, want attempt 1 then attempt 2 (redelivered)", s)
@@ -379,14 +374,14 @@ func TestHandlerErrorRedelivers(t *testing.T) {
 	if gap := s[1].at.Sub(s[0].at); gap < nackDelay {
 		t.Errorf("redelivered %v after the failure, want at least the NackDelay %v", gap, nackDelay)
 	}
-	if g := ts.group("flaky"); g.Redelivered != 1 || g.InFlight != 0 {
+	if g := ts.Group("flaky"); g.Redelivered != 1 || g.InFlight != 0 {
 		t.Errorf("group stats %+v, want 1 redelivery and nothing in flight", g)
 	}
 }
 
 func TestManualAck(t *testing.T) {
-	ts := startServer(t, "127.0.0.1:0")
-	c := dial(t, ts.addr)
+	ts := servertest.Start(t, servertest.Options{})
+	c := dial(t, ts.Addr)
 	msgs := make(chan *client.Message, 10)
 	subscribe(t, c, client.SubscribeOptions{ID: "manual", Group: "manual", Mode: client.Balanced, Patterns: []string{"m.*"},
 		ManualAck: true, MaxInFlight: 1},
@@ -396,13 +391,7 @@ func TestManualAck(t *testing.T) {
 		})
 	next := func() *client.Message {
 		t.Helper()
-		select {
-		case m := <-msgs:
-			return m
-		case <-time.After(waitFor):
-			t.Fatal("no message")
-			return nil
-		}
+		return brokertest.Receive(t, msgs, "a message")
 	}
 	for _, topic := range []string{"m.1", "m.2"} {
 		if _, err := c.Publish(context.Background(), topic, nil, nil); err != nil {
@@ -413,8 +402,8 @@ func TestManualAck(t *testing.T) {
 	if m1.Topic != "m.1" {
 		t.Fatalf("first message %s, want m.1", m1.Topic)
 	}
-	eventually(t, "m.1 in flight and m.2 queued", func() bool {
-		g := ts.group("manual")
+	brokertest.Eventually(t, "m.1 in flight and m.2 queued", func() bool {
+		g := ts.Group("manual")
 		return g.InFlight == 1 && g.Queued == 1
 	})
 	if len(msgs) != 0 {
@@ -440,15 +429,15 @@ func TestManualAck(t *testing.T) {
 	if err := again.Ack(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "both acked", func() bool {
-		g := ts.group("manual")
+	brokertest.Eventually(t, "both acked", func() bool {
+		g := ts.Group("manual")
 		return g.Acked == 2 && g.InFlight == 0 && g.Queued == 0
 	})
 }
 
 func TestCloseSendsLastAcks(t *testing.T) {
-	ts := startServer(t, "127.0.0.1:0")
-	c := dial(t, ts.addr)
+	ts := servertest.Start(t, servertest.Options{})
+	c := dial(t, ts.Addr)
 	handled := make(chan struct{})
 	s, err := c.Subscribe(context.Background(), client.SubscribeOptions{Group: "closer", Mode: client.Balanced, Patterns: []string{"c.*"}},
 		func(context.Context, *client.Message) error {
@@ -465,7 +454,7 @@ func TestCloseSendsLastAcks(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if g := ts.group("closer"); g.Acked != 1 || g.InFlight != 0 || g.Queued != 0 {
+	if g := ts.Group("closer"); g.Acked != 1 || g.InFlight != 0 || g.Queued != 0 {
 		t.Fatalf("after Close: group %+v, want the message acked", g)
 	}
 	select {
@@ -476,8 +465,8 @@ func TestCloseSendsLastAcks(t *testing.T) {
 }
 
 func TestCloseHandsBackInFlight(t *testing.T) {
-	ts := startServer(t, "127.0.0.1:0")
-	c := dial(t, ts.addr)
+	ts := servertest.Start(t, servertest.Options{})
+	c := dial(t, ts.Addr)
 	opts := client.SubscribeOptions{ID: "handoff", Group: "handoff", Mode: client.Balanced, Patterns: []string{"h.*"}}
 	started := make(chan struct{})
 	a, err := c.Subscribe(context.Background(), opts, func(ctx context.Context, m *client.Message) error {
@@ -500,42 +489,36 @@ func TestCloseHandsBackInFlight(t *testing.T) {
 	if err := a.Close(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the other member to get the message", func() bool { return got.len() == 1 })
+	brokertest.Eventually(t, "the other member to get the message", func() bool { return got.len() == 1 })
 	if at := got.all()[0]; at != 2 {
 		t.Errorf("attempt %d, want 2", at)
 	}
 }
 
 func TestReconnect(t *testing.T) {
-	ts := startServer(t, "127.0.0.1:0")
-	c := dial(t, ts.addr)
+	ts := servertest.Start(t, servertest.Options{})
+	c := dial(t, ts.Addr)
 	var fan, bal recorder[string]
-	fs := subscribe(t, c, client.SubscribeOptions{ID: "watcher", Patterns: []string{"r.*"}}, func(_ context.Context, m *client.Message) error {
-		fan.add(string(m.Payload))
-		return nil
-	})
-	bs := subscribe(t, c, client.SubscribeOptions{Group: "rg", Mode: client.Balanced, Patterns: []string{"r.*"}}, func(_ context.Context, m *client.Message) error {
-		bal.add(string(m.Payload))
-		return nil
-	})
+	fs := subscribe(t, c, client.SubscribeOptions{ID: "watcher", Patterns: []string{"r.*"}}, payloadsTo(&fan))
+	bs := subscribe(t, c, client.SubscribeOptions{Group: "rg", Mode: client.Balanced, Patterns: []string{"r.*"}}, payloadsTo(&bal))
 	if _, err := c.Publish(context.Background(), "r.1", []byte("before"), nil); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the first message", func() bool { return fan.len() == 1 && bal.len() == 1 })
-	eventually(t, "the first ack", func() bool { return ts.group("rg").Acked == 1 })
+	brokertest.Eventually(t, "the first message", func() bool { return fan.len() == 1 && bal.len() == 1 })
+	brokertest.Eventually(t, "the first ack", func() bool { return ts.Group("rg").Acked == 1 })
 
-	ts.stop(t)
-	ts2 := startServer(t, ts.addr)
-	eventually(t, "both subscriptions back", func() bool {
+	ts.Stop()
+	ts2 := servertest.Start(t, servertest.Options{Addr: ts.Addr})
+	brokertest.Eventually(t, "both subscriptions back", func() bool {
 		res, err := c.Publish(context.Background(), "r.2", []byte("after"), nil)
 		return err == nil && res.Routed == 2
 	})
-	eventually(t, "the message published after the restart", func() bool {
+	brokertest.Eventually(t, "the message published after the restart", func() bool {
 		f, b := fan.all(), bal.all()
 		return f[len(f)-1] == "after" && b[len(b)-1] == "after"
 	})
-	eventually(t, "its ack, on the new stream", func() bool {
-		g := ts2.group("rg")
+	brokertest.Eventually(t, "its ack, on the new stream", func() bool {
+		g := ts2.Group("rg")
 		return g.Acked >= 1 && g.InFlight == 0 && g.Queued == 0
 	})
 	if fs.Err() != nil || bs.Err() != nil {
@@ -547,8 +530,8 @@ func TestReconnect(t *testing.T) {
 }
 
 func TestSubscribeErrors(t *testing.T) {
-	ts := startServer(t, "127.0.0.1:0")
-	c := dial(t, ts.addr)
+	ts := servertest.Start(t, servertest.Options{})
+	c := dial(t, ts.Addr)
 	h := func(context.Context, *client.Message) error { return nil }
 
 	_, err := c.Subscribe(context.Background(), client.SubscribeOptions{Patterns: []string{"jobs.>.thumb"}}, h)
@@ -576,28 +559,24 @@ func TestSubscribeErrors(t *testing.T) {
 }
 
 func TestContextEndsSubscription(t *testing.T) {
-	ts := startServer(t, "127.0.0.1:0")
-	c := dial(t, ts.addr)
+	ts := servertest.Start(t, servertest.Options{})
+	c := dial(t, ts.Addr)
 	ctx, cancel := context.WithCancel(context.Background())
 	s, err := c.Subscribe(ctx, client.SubscribeOptions{Patterns: []string{"a.*"}}, func(context.Context, *client.Message) error { return nil })
 	if err != nil {
 		t.Fatal(err)
 	}
 	cancel()
-	select {
-	case <-s.Done():
-	case <-time.After(waitFor):
-		t.Fatal("subscription still running after its context was cancelled")
-	}
+	brokertest.Receive(t, s.Done(), "the subscription to end after its context was cancelled")
 	if err := s.Err(); err != nil {
 		t.Fatalf("Err() = %v after cancel, want nil", err)
 	}
-	eventually(t, "the broker to drop the subscription", func() bool { return len(ts.b.Stats().Subscriptions) == 0 })
+	brokertest.Eventually(t, "the broker to drop the subscription", func() bool { return len(ts.Engine.Stats().Subscriptions) == 0 })
 }
 
 func TestSlowFanoutConsumerEnds(t *testing.T) {
-	ts := startServerWith(t, "127.0.0.1:0", memory.Options{FanoutBufferMessages: 8})
-	c := dial(t, ts.addr)
+	ts := servertest.Start(t, servertest.Options{Options: brokertest.Options{FanoutBufferMessages: 8}})
+	c := dial(t, ts.Addr)
 	release := make(chan struct{})
 	s, err := c.Subscribe(context.Background(), client.SubscribeOptions{Patterns: []string{"firehose"}}, func(context.Context, *client.Message) error {
 		<-release // a consumer that cannot keep up
@@ -611,16 +590,12 @@ func TestSlowFanoutConsumerEnds(t *testing.T) {
 		if _, err := c.Publish(context.Background(), "firehose", payload, nil); err != nil {
 			t.Fatal(err)
 		}
-		if len(ts.b.Stats().Subscriptions) == 0 {
+		if len(ts.Engine.Stats().Subscriptions) == 0 {
 			break
 		}
 	}
 	close(release)
-	select {
-	case <-s.Done():
-	case <-time.After(waitFor):
-		t.Fatal("the slow subscription did not end")
-	}
+	brokertest.Receive(t, s.Done(), "the slow subscription to end")
 	if err := s.Err(); status.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("Err() = %v, want ResourceExhausted (no reconnect for a slow consumer)", err)
 	}
@@ -633,8 +608,8 @@ func TestSlowFanoutConsumerEnds(t *testing.T) {
 // headers: the publisher counts headers and topics, not payloads alone.
 func TestPublisherHeaderHeavyFrames(t *testing.T) {
 	const n = 300
-	ts := startServer(t, "127.0.0.1:0")
-	c := dial(t, ts.addr)
+	ts := servertest.Start(t, servertest.Options{})
+	c := dial(t, ts.Addr)
 	var confirmed, failed atomic.Int64
 	p, err := c.NewPublisher(context.Background(), client.PublisherOptions{
 		OnResult: func(_ string, _ client.PublishResult, err error) {
@@ -653,7 +628,7 @@ func TestPublisherHeaderHeavyFrames(t *testing.T) {
 			t.Fatalf("Publish: %v", err)
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	ctx, cancel := context.WithTimeout(context.Background(), brokertest.Patience)
 	defer cancel()
 	if err := p.Flush(ctx); err != nil {
 		t.Fatalf("Flush: %v", err)

@@ -5,32 +5,20 @@ import (
 	"strconv"
 	"unsafe"
 
+	"github.com/tinybroker/tinybroker/internal/abi"
 	"github.com/tinybroker/tinybroker/sdk/go/plugin/internal/bridge"
 )
 
-// hookKind is what the broker is calling, if anything.
-type hookKind uint8
-
-const (
-	hookNone hookKind = iota // between calls
-	hookInit
-	hookPublish
-	hookAck
-	hookRedeliver
-)
-
-var hookNames = [...]string{"", "Init", "on_publish", "on_ack", "on_redeliver"}
-
-// call is the current call from the broker. gen numbers the calls, so that an Event kept
-// past its call, or a Message used in a call of another hook, is caught rather than silently
-// reading another call's message.
+// call is the current call from the broker: its hook, abi.HookNone between calls. gen
+// numbers the calls, so that an Event kept past its call, or a Message used in a call of
+// another hook, is caught rather than silently reading another call's message.
 var call struct {
-	hook hookKind
+	hook abi.Hook
 	gen  uint32
 }
 
 // begin starts a call of hook h and returns its generation.
-func begin(h hookKind) uint32 {
+func begin(h abi.Hook) uint32 {
 	call.gen++
 	if call.gen == 0 { // never 0: the zero Message and Event are never current
 		call.gen = 1
@@ -39,7 +27,7 @@ func begin(h hookKind) uint32 {
 	return call.gen
 }
 
-func end() { call.hook = hookNone }
+func end() { call.hook = abi.HookNone }
 
 func init() {
 	bridge.Run[bridge.Publish] = func(fn any) int64 {
@@ -63,8 +51,8 @@ var messages [3]Message
 
 // message resets the Message of hook h for the call gen, keeping its storage. A map is
 // cleared only if it was used: clearing even an empty map costs a Go plugin a random reseed.
-func message(h hookKind, gen uint32) *Message {
-	m := &messages[h-hookPublish]
+func message(h abi.Hook, gen uint32) *Message {
+	m := &messages[h-abi.HookPublish]
 	headers, changes, changed := m.headers, m.changes[:0], m.changed
 	if len(headers) > 0 {
 		clear(headers)
@@ -77,36 +65,35 @@ func message(h hookKind, gen uint32) *Message {
 	return m
 }
 
-// The hooks' functions run between begin and end. A deferred function ends the call and, only
-// if the hook panicked, logs the panic: calling recover on every call would cost every call.
-func run(h hookKind, body func(gen uint32) int64) (v int64) {
+// The hooks' functions run between begin and end: each defers finish, which ends the call
+// and, only if the hook did not return (it panicked), logs the panic.
+func run(h abi.Hook, body func(gen uint32) int64) (v int64) {
 	gen := begin(h)
 	returned := false
-	defer func() {
-		if !returned {
-			repanic(recover())
-		}
-		end()
-	}()
+	defer finish(&returned)
 	v = body(gen)
 	returned = true
 	return v
+}
+
+// finish ends the call whose function deferred it; *returned says whether the hook returned.
+// It calls recover only if it did not: calling recover on every call would cost every call.
+func finish(returned *bool) {
+	if !*returned {
+		repanic(recover())
+	}
+	end()
 }
 
 // runPublish is run written out for on_publish, the hook every message may pay for: each
 // function call costs a Go plugin some 20–30 ns (Go's WebAssembly code keeps its own stack in
 // linear memory and can unwind and resume any call), so the common path makes few.
 func runPublish(f func(*Message) Verdict) (v int64) {
-	gen := begin(hookPublish)
+	gen := begin(abi.HookPublish)
 	returned := false
-	defer func() {
-		if !returned {
-			repanic(recover())
-		}
-		end()
-	}()
+	defer finish(&returned)
 	if f != nil {
-		vd := f(message(hookPublish, gen))
+		vd := f(message(abi.HookPublish, gen))
 		if vd.reason != "" {
 			hostSetReason(vd.reason)
 		}
@@ -117,20 +104,20 @@ func runPublish(f func(*Message) Verdict) (v int64) {
 }
 
 func runAck(f func(*Message, Event)) int64 {
-	return run(hookAck, func(gen uint32) int64 {
+	return run(abi.HookAck, func(gen uint32) int64 {
 		if f != nil {
-			f(message(hookAck, gen), Event{gen: gen})
+			f(message(abi.HookAck, gen), Event{gen: gen})
 		}
 		return 0
 	})
 }
 
 func runRedeliver(f func(*Message, Event) RedeliverVerdict) int64 {
-	return run(hookRedeliver, func(gen uint32) int64 {
+	return run(abi.HookRedeliver, func(gen uint32) int64 {
 		if f == nil {
 			return 0
 		}
-		return f(message(hookRedeliver, gen), Event{gen: gen}).encode()
+		return f(message(abi.HookRedeliver, gen), Event{gen: gen}).encode()
 	})
 }
 
@@ -158,14 +145,9 @@ func Init(f func(cfg map[string]string) error) {
 
 // runInit implements tb_init.
 func runInit() (rc int32) {
-	begin(hookInit)
+	begin(abi.HookInit)
 	returned := false
-	defer func() {
-		if !returned {
-			repanic(recover())
-		}
-		end()
-	}()
+	defer finish(&returned)
 	rc = initCall()
 	returned = true
 	return rc
@@ -179,7 +161,7 @@ func initCall() int32 {
 	for h := range bridge.NumHooks {
 		if bridge.Linked[h] && !bridge.Handled[h] {
 			pkg := bridge.Packages[h]
-			hostSetReason("the plugin imports sdk/go/plugin/" + pkg + ", so it exports " + bridge.Exports[h] +
+			hostSetReason("the plugin imports sdk/go/plugin/" + pkg + ", so it exports " + abi.Exports[h] +
 				", but never calls " + pkg + ".Handle: call it in func init() (a plugin's main function is never run)")
 			return 1
 		}
@@ -208,7 +190,11 @@ func repanic(r any) {
 	}
 	stack := make([]byte, 16<<10)
 	stack = stack[:runtime.Stack(stack, false)]
-	hostLog(int32(LevelError), "panic in "+hookNames[call.hook]+": "+panicText(r)+"\n\n"+string(stack))
+	hook := abi.Names[call.hook]
+	if call.hook == abi.HookInit {
+		hook = "Init" // the function given to Init
+	}
+	hostLog(int32(LevelError), "panic in "+hook+": "+panicText(r)+"\n\n"+string(stack))
 	end()
 	panic(r)
 }

@@ -65,20 +65,13 @@ func (m *Message) findChange(key string) int {
 }
 
 func (m *Message) check() {
-	if call.hook == hookNone || m.gen != call.gen {
+	if call.hook == abi.HookNone || m.gen != call.gen {
 		panic("plugin: a Message was used after the hook it was passed to had returned (a Message is valid only during its call)")
 	}
 }
 
 // Topic returns the message's topic.
-func (m *Message) Topic() string {
-	m.check()
-	if m.have&haveTopic == 0 {
-		m.topic, _ = readString(hostMsgTopic)
-		m.have |= haveTopic
-	}
-	return m.topic
-}
+func (m *Message) Topic() string { return m.readOnce(haveTopic, &m.topic, hostMsgTopic) }
 
 // Payload returns the message's payload. The slice is the Message's own: do not modify it
 // (use SetPayload); it stays valid after the hook returns.
@@ -93,13 +86,16 @@ func (m *Message) Payload() []byte {
 
 // ID returns the message's system_id, the broker's identifier for it. A message being
 // published has none yet: in on_publish ID returns "".
-func (m *Message) ID() string {
+func (m *Message) ID() string { return m.readOnce(haveID, &m.id, hostMsgID) }
+
+// readOnce returns *v, the field of bit, reading it with r the first time it is asked for.
+func (m *Message) readOnce(bit uint8, v *string, r reader) string {
 	m.check()
-	if m.have&haveID == 0 {
-		m.id, _ = readString(hostMsgID)
-		m.have |= haveID
+	if m.have&bit == 0 {
+		*v, _ = readString(r)
+		m.have |= bit
 	}
-	return m.id
+	return *v
 }
 
 // Header returns the value of the header key, and whether the message has it.
@@ -235,7 +231,7 @@ type Event struct {
 }
 
 func (e Event) check() {
-	if call.hook == hookNone || e.gen != call.gen {
+	if call.hook == abi.HookNone || e.gen != call.gen {
 		panic("plugin: an Event was used after the hook it was passed to had returned")
 	}
 }

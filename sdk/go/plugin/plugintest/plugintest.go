@@ -42,6 +42,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"google.golang.org/grpc/codes"
 
 	"github.com/tinybroker/tinybroker/broker"
 	"github.com/tinybroker/tinybroker/plugins"
@@ -67,8 +68,9 @@ type Options struct {
 	MemoryLimitBytes int
 	// MaxEmits is how many messages one call may emit (16).
 	MaxEmits int
-	// MaxMessageBytes and MaxHeaderBytes are the broker's limits (1 MiB, 64 KiB): on the
-	// messages you publish, and on what the plugin writes.
+	// MaxMessageBytes and MaxHeaderBytes are the broker's limits (broker.DefaultMaxMessageBytes
+	// and DefaultMaxHeaderBytes, 1 MiB and 64 KiB): on the messages you publish, and on what
+	// the plugin writes.
 	MaxMessageBytes int
 	MaxHeaderBytes  int
 	// CacheDir keeps compiled modules between loads, tests and runs, as the broker's
@@ -88,11 +90,11 @@ type Options struct {
 // Plugin is a loaded plugin. Its methods may be called from several goroutines; calls are
 // made one at a time.
 type Plugin struct {
-	name  string
-	opts  Options
-	host  *plugins.Host
-	chain *plugins.Chain
-	logs  *sink
+	name   string
+	limits broker.Limits // what the broker checks a message published against
+	host   *plugins.Host
+	chain  *plugins.Chain
+	logs   *sink
 
 	mu     sync.Mutex // one call at a time, so that failures are told apart
 	ids    uint64     // system_ids made up for events
@@ -124,7 +126,8 @@ func New(path string, config map[string]string, opts Options) (*Plugin, error) {
 	logs := &sink{level: level, out: opts.LogOutput}
 	logger := hclog.NewInterceptLogger(&hclog.LoggerOptions{Output: io.Discard, Level: hclog.Off})
 	logger.RegisterSink(logs)
-	host, err := newHost(opts, logger)
+	limits := broker.Limits{MaxMessageBytes: opts.MaxMessageBytes, MaxHeaderBytes: opts.MaxHeaderBytes}.WithDefaults()
+	host, err := newHost(limits, opts.CacheDir, logger)
 	if err != nil {
 		return nil, err
 	}
@@ -143,7 +146,7 @@ func New(path string, config map[string]string, opts Options) (*Plugin, error) {
 		_ = host.Close(context.Background())
 		return nil, err
 	}
-	return &Plugin{name: opts.Name, opts: opts, host: host, chain: chain, logs: logs}, nil
+	return &Plugin{name: opts.Name, limits: limits, host: host, chain: chain, logs: logs}, nil
 }
 
 // policies are the failure policies by their names in the configuration file.
@@ -154,10 +157,10 @@ var policies = map[string]plugins.FailurePolicy{
 	"dead_letter": plugins.FailDeadLetter,
 }
 
-// newHost returns a Host with opts' limits and cache directory.
-func newHost(opts Options, logger hclog.Logger) (*plugins.Host, error) {
-	ho := plugins.HostOptions{Logger: logger, MaxMessageBytes: opts.MaxMessageBytes, MaxHeaderBytes: opts.MaxHeaderBytes,
-		CacheDir: opts.CacheDir, CountHostCalls: true}
+// newHost returns a Host with the broker's limits and the cache directory (Options.CacheDir).
+func newHost(limits broker.Limits, cacheDir string, logger hclog.Logger) (*plugins.Host, error) {
+	ho := plugins.HostOptions{Logger: logger, MaxMessageBytes: limits.MaxMessageBytes, MaxHeaderBytes: limits.MaxHeaderBytes,
+		CacheDir: cacheDir, CountHostCalls: true}
 	if ho.CacheDir != "" {
 		return plugins.NewHost(ho)
 	}
@@ -298,16 +301,8 @@ var ErrNoHook = errors.New("the plugin does not implement this hook")
 func (p *Plugin) Publish(m Message) PublishResult {
 	m = m.clone()
 	r := PublishResult{Message: m}
-	if err := broker.ValidateTopic(m.Topic); err != nil {
-		r.Err = fmt.Errorf("plugintest: the broker would refuse this message: %w", err)
-		return r
-	}
-	if n := len(m.Payload); n > p.maxMessageBytes() {
-		r.Err = fmt.Errorf("plugintest: the broker would refuse this message: %w: payload is %d bytes, the limit is %d", broker.ErrInvalidMessage, n, p.maxMessageBytes())
-		return r
-	}
-	if n := headerBytes(m.Headers); n > p.maxHeaderBytes() {
-		r.Err = fmt.Errorf("plugintest: the broker would refuse this message: %w: headers take %d bytes, the limit is %d", broker.ErrInvalidMessage, n, p.maxHeaderBytes())
+	if _, err := p.limits.CheckMessage(m.Topic, m.Payload, m.Headers); err != nil {
+		r.Err = refused(err)
 		return r
 	}
 	p.mu.Lock()
@@ -325,13 +320,10 @@ func (p *Plugin) Publish(m Message) PublishResult {
 	r.Message = Message{Topic: d.Topic, Payload: d.Payload, Headers: d.Headers}
 	var rej *broker.RejectError
 	switch {
-	case errors.As(err, &rej):
+	case errors.As(err, &rej): // the chain reports a plugin's code 0 as INVALID_ARGUMENT
 		r.Verdict, r.Code, r.Reason = Reject, rej.Code, rej.Reason
-		if r.Code == 0 {
-			r.Code = 3
-		}
-	case err != nil:
-		r.Verdict, r.Code, r.Reason = Failed, 14, err.Error()
+	case err != nil: // the broker's status for broker.ErrHookFailed
+		r.Verdict, r.Code, r.Reason = Failed, int(codes.Unavailable), err.Error()
 		if r.Err == nil { // cannot happen: a failure is counted
 			r.Err = err
 		}
@@ -345,8 +337,13 @@ func (p *Plugin) Publish(m Message) PublishResult {
 
 var errClosed = errors.New("plugintest: the plugin is closed")
 
+// refused is the error of a message the broker would refuse before any plugin saw it.
+func refused(err error) error {
+	return fmt.Errorf("plugintest: the broker would refuse this message: %w", err)
+}
+
 // call runs fn, a call into the chain for hook, and returns an error if the plugin failed
-// in it or was not called at all.
+// in it or was not called at all: it does not implement the hook (ErrNoHook).
 func (p *Plugin) call(hook string, fn func()) error {
 	before := p.Stats()
 	mark := p.logs.markFailure()
@@ -363,28 +360,6 @@ func (p *Plugin) call(hook string, fn func()) error {
 		return fmt.Errorf("plugin %q: %s: %w", p.name, hook, ErrNoHook)
 	}
 	return nil
-}
-
-func (p *Plugin) maxMessageBytes() int {
-	if p.opts.MaxMessageBytes > 0 {
-		return p.opts.MaxMessageBytes
-	}
-	return 1 << 20
-}
-
-func (p *Plugin) maxHeaderBytes() int {
-	if p.opts.MaxHeaderBytes > 0 {
-		return p.opts.MaxHeaderBytes
-	}
-	return 64 << 10
-}
-
-func headerBytes(h map[string]string) int {
-	n := 0
-	for k, v := range h {
-		n += len(k) + len(v)
-	}
-	return n
 }
 
 func messages(ds []broker.Draft) []Message {
@@ -438,14 +413,8 @@ func (p *Plugin) Ack(e AckEvent) AckResult {
 	if err != nil {
 		return AckResult{Err: err}
 	}
-	if !p.chain.WantsAck(ev.Group) {
-		return AckResult{Err: fmt.Errorf("plugin %q: %s: %w", p.name, plugins.HookAck, ErrNoHook)}
-	}
 	var ds []broker.Draft
-	err = p.call(plugins.HookAck, func() {
-		ds = p.chain.OnAck(&broker.AckEvent{Msg: ev.msg, SystemID: ev.ID, SubscriptionID: ev.Subscription,
-			Group: ev.Group, Attempt: uint32(ev.Attempt), InFlight: e.InFlight})
-	})
+	err = p.call(plugins.HookAck, func() { ds = p.chain.OnAck(ev.ack(e.InFlight)) })
 	return AckResult{Emitted: messages(ds), Err: err}
 }
 
@@ -498,24 +467,14 @@ type RedeliverResult struct {
 func (p *Plugin) Redeliver(e RedeliverEvent) RedeliverResult {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	ev, err := p.event(e.Message, e.Event)
 	r := RedeliverResult{Action: Redeliver, Headers: maps.Clone(e.Headers)}
+	ev, err := p.event(e.Message, e.Event)
 	if err != nil {
 		r.Err = err
 		return r
 	}
-	if !p.chain.WantsRedeliver(ev.Group) {
-		r.Err = fmt.Errorf("plugin %q: %s: %w", p.name, plugins.HookRedeliver, ErrNoHook)
-		return r
-	}
-	if e.Reason == "" {
-		e.Reason = broker.ReasonNack
-	}
 	var v broker.RedeliverVerdict
-	r.Err = p.call(plugins.HookRedeliver, func() {
-		v = p.chain.OnRedeliver(&broker.RedeliverEvent{Msg: ev.msg, SystemID: ev.ID, SubscriptionID: ev.Subscription,
-			Group: ev.Group, Attempt: uint32(ev.Attempt), Reason: e.Reason})
-	})
+	r.Err = p.call(plugins.HookRedeliver, func() { v = p.chain.OnRedeliver(ev.redeliver(e.Reason)) })
 	if len(v.SetHeaders) > 0 || len(v.DelHeaders) > 0 {
 		if r.Headers == nil {
 			r.Headers = map[string]string{}
@@ -541,6 +500,21 @@ func (p *Plugin) Redeliver(e RedeliverEvent) RedeliverResult {
 type event struct {
 	Event
 	msg *broker.Message
+}
+
+// ack is the event of an ack, inFlight after the delivery.
+func (ev event) ack(inFlight time.Duration) *broker.AckEvent {
+	return &broker.AckEvent{Msg: ev.msg, SystemID: ev.ID, SubscriptionID: ev.Subscription,
+		Group: ev.Group, Attempt: uint32(ev.Attempt), InFlight: inFlight}
+}
+
+// redeliver is the event of a redelivery for reason (default: a nack).
+func (ev event) redeliver(reason string) *broker.RedeliverEvent {
+	if reason == "" {
+		reason = broker.ReasonNack
+	}
+	return &broker.RedeliverEvent{Msg: ev.msg, SystemID: ev.ID, SubscriptionID: ev.Subscription,
+		Group: ev.Group, Attempt: uint32(ev.Attempt), Reason: reason}
 }
 
 func (p *Plugin) event(m Message, e Event) (event, error) {

@@ -32,7 +32,7 @@ func (p *Plugin) TimePublish(m Message, d time.Duration) (Timing, error) {
 		return Timing{}, errClosed
 	}
 	if err := broker.ValidateTopic(m.Topic); err != nil {
-		return Timing{}, fmt.Errorf("plugintest: the broker would refuse this message: %w", err)
+		return Timing{}, refused(err)
 	}
 	m = m.clone()
 	return p.time(plugins.HookPublish, d, func() {
@@ -43,31 +43,30 @@ func (p *Plugin) TimePublish(m Message, d time.Duration) (Timing, error) {
 
 // TimeAck is TimePublish for on_ack.
 func (p *Plugin) TimeAck(e AckEvent, d time.Duration) (Timing, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	ev, err := p.event(e.Message, e.Event)
-	if err != nil {
-		return Timing{}, err
-	}
-	a := broker.AckEvent{Msg: ev.msg, SystemID: ev.ID, SubscriptionID: ev.Subscription,
-		Group: ev.Group, Attempt: uint32(ev.Attempt), InFlight: e.InFlight}
-	return p.time(plugins.HookAck, d, func() { p.chain.OnAck(&a) })
+	return p.timeEvent(plugins.HookAck, e.Message, e.Event, d, func(ev event) func() {
+		a := ev.ack(e.InFlight)
+		return func() { p.chain.OnAck(a) }
+	})
 }
 
 // TimeRedeliver is TimePublish for on_redeliver.
 func (p *Plugin) TimeRedeliver(e RedeliverEvent, d time.Duration) (Timing, error) {
+	return p.timeEvent(plugins.HookRedeliver, e.Message, e.Event, d, func(ev event) func() {
+		r := ev.redeliver(e.Reason)
+		return func() { p.chain.OnRedeliver(r) }
+	})
+}
+
+// timeEvent times hook on the event of m and e: caller returns a function that makes one
+// call of it, given the event (made once, before the calls are timed).
+func (p *Plugin) timeEvent(hook string, m Message, e Event, d time.Duration, caller func(event) func()) (Timing, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	ev, err := p.event(e.Message, e.Event)
+	ev, err := p.event(m, e)
 	if err != nil {
 		return Timing{}, err
 	}
-	if e.Reason == "" {
-		e.Reason = broker.ReasonNack
-	}
-	r := broker.RedeliverEvent{Msg: ev.msg, SystemID: ev.ID, SubscriptionID: ev.Subscription,
-		Group: ev.Group, Attempt: uint32(ev.Attempt), Reason: e.Reason}
-	return p.time(plugins.HookRedeliver, d, func() { p.chain.OnRedeliver(&r) })
+	return p.time(hook, d, caller(ev))
 }
 
 // time runs call, one call of hook, in rounds of doubling size until d has passed, and

@@ -4,19 +4,18 @@
 // the SDK's call machinery, which lives in package plugin, without an import cycle.
 package bridge
 
-// Hook numbers.
+import "github.com/tinybroker/tinybroker/internal/abi"
+
+// The hooks, as internal/abi numbers them: the arrays below are indexed by them.
 const (
-	Publish = iota
-	Ack
-	Redeliver
-	NumHooks
+	Publish   = abi.HookPublish
+	Ack       = abi.HookAck
+	Redeliver = abi.HookRedeliver
+	NumHooks  = abi.NumHooks
 )
 
-// Names of the hooks' packages and exports, by hook number.
-var (
-	Packages = [NumHooks]string{"onpublish", "onack", "onredeliver"}
-	Exports  = [NumHooks]string{"tb_on_publish", "tb_on_ack", "tb_on_redeliver"}
-)
+// Packages are the names of the hooks' packages.
+var Packages = [NumHooks]string{Publish: "onpublish", Ack: "onack", Redeliver: "onredeliver"}
 
 var (
 	// Linked[h] is set by hook h's package when it is initialised, i.e. when the plugin
@@ -33,7 +32,7 @@ var (
 var Misuse string
 
 // Register records the registration of hook h's function, or a mistake in it.
-func Register(h int, isNil bool) (ok bool) {
+func Register(h abi.Hook, isNil bool) (ok bool) {
 	switch {
 	case isNil:
 		misuse(Packages[h] + ".Handle was called with a nil function")

@@ -3,7 +3,8 @@ package e2e_test
 import (
 	"testing"
 
-	"github.com/tinybroker/tinybroker/broker/memory"
+	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/internal/brokertest"
 	"github.com/tinybroker/tinybroker/plugins"
 )
 
@@ -26,9 +27,9 @@ func BenchmarkPublish(b *testing.B) {
 	}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {
-			var br *memory.Engine
+			var br broker.Engine
 			if c.spec == nil {
-				br = newBroker(b)
+				br = brokertest.Start(b, brokertest.Options{})
 			} else {
 				spec := *c.spec
 				spec.Wasm = wasm(b, spec.Name)

@@ -26,7 +26,7 @@ func TestTenantFilter(t *testing.T) {
 			t.Errorf("tenant %q: routed to %d", tc.tenant, res.Routed)
 		}
 		if tc.routed {
-			if d := next(t, s); string(d.Msg.Payload) != tc.tenant {
+			if d := s.Next(t); string(d.Msg.Payload) != tc.tenant {
 				t.Errorf("delivered %q, want %q", d.Msg.Payload, tc.tenant)
 			}
 		}
@@ -34,7 +34,7 @@ func TestTenantFilter(t *testing.T) {
 	if st := e.b.Stats(); st.Dropped != 3 {
 		t.Errorf("dropped %d, want 3", st.Dropped)
 	}
-	none(t, s, 10*time.Millisecond)
+	s.None(t, 10*time.Millisecond)
 
 	_, _, err := load(t, plugins.Spec{Name: "tenant-filter", Wasm: wasm(t, "tenant-filter")})
 	if err == nil || !strings.Contains(err.Error(), `set "allow"`) {
@@ -60,7 +60,7 @@ func TestContentRouter(t *testing.T) {
 			h = map[string]string{"priority": tc.priority}
 		}
 		e.publish(t, tc.topic, "order", h)
-		if d := next(t, s); d.Msg.Topic != tc.want || d.Msg.Headers["priority"] != tc.priority {
+		if d := s.Next(t); d.Msg.Topic != tc.want || d.Msg.Headers["priority"] != tc.priority {
 			t.Errorf("%s priority=%q went to %s %v, want %s", tc.topic, tc.priority, d.Msg.Topic, d.Msg.Headers, tc.want)
 		}
 	}
@@ -71,11 +71,11 @@ func TestRedact(t *testing.T) {
 		Config: map[string]string{"fields": "password, ssn"}})
 	s := e.fanout(t, "users.>")
 	e.publish(t, "users.created", `{"name":"ann","password":"hunter2","ssn":"078-05-1120","prefs":{"password":"kept"}}`, nil)
-	if got, want := string(next(t, s).Msg.Payload), `{"name":"ann","password":"[REDACTED]","ssn":"[REDACTED]","prefs":{"password":"kept"}}`; got != want {
+	if got, want := string(s.Next(t).Msg.Payload), `{"name":"ann","password":"[REDACTED]","ssn":"[REDACTED]","prefs":{"password":"kept"}}`; got != want {
 		t.Errorf("redacted to %s, want %s", got, want)
 	}
 	e.publish(t, "users.created", `{"name":"bob"}`, nil)
-	if got := string(next(t, s).Msg.Payload); got != `{"name":"bob"}` {
+	if got := string(s.Next(t).Msg.Payload); got != `{"name":"bob"}` {
 		t.Errorf("payload with nothing to redact became %s", got)
 	}
 
@@ -84,13 +84,13 @@ func TestRedact(t *testing.T) {
 	if !errors.As(err, &rej) || rej.Code != 3 || !strings.Contains(rej.Reason, "not a JSON object") {
 		t.Errorf("publishing non-JSON: %v, want a rejection with INVALID_ARGUMENT", err)
 	}
-	none(t, s, 10*time.Millisecond)
+	s.None(t, 10*time.Millisecond)
 
 	e2 := start(t, plugins.Spec{Name: "redact", Wasm: wasm(t, "redact"),
 		Config: map[string]string{"fields": "password", "invalid": "pass"}})
 	s2 := e2.fanout(t, ">")
 	e2.publish(t, "logs", "not json", nil)
-	if got := string(next(t, s2).Msg.Payload); got != "not json" {
+	if got := string(s2.Next(t).Msg.Payload); got != "not json" {
 		t.Errorf("invalid=pass delivered %q", got)
 	}
 
@@ -111,8 +111,8 @@ func TestRetryBackoff(t *testing.T) {
 	dlq := e.fanout(t, "dlq.>")
 	m := e.subscribe(t, broker.SubscribeOptions{ID: "jobs", Group: "workers", Patterns: []string{"jobs.*"}, Mode: broker.Balanced})
 	res := e.publish(t, "jobs.1", "job", nil)
-	id := e.b.FormatID(res.Seq)
-	if d := next(t, m); d.Attempt != 1 {
+	id := res.SystemID
+	if d := m.Next(t); d.Attempt != 1 {
 		t.Fatalf("first delivery: attempt %d", d.Attempt)
 	}
 	// Attempt 1 fails: retried after base = 40ms; attempt 2: after 80ms capped at 60ms.
@@ -122,14 +122,14 @@ func TestRetryBackoff(t *testing.T) {
 	}{{2, 40 * time.Millisecond}, {3, 60 * time.Millisecond}} {
 		nacked := time.Now()
 		m.Nack([]string{id}, 0, "")
-		d := next(t, m)
+		d := m.Next(t)
 		if took := time.Since(nacked); d.Attempt != want.attempt || took < want.delay {
 			t.Errorf("redelivery: attempt %d after %v, want attempt %d after at least %v", d.Attempt, took, want.attempt, want.delay)
 		}
 	}
 	// Attempt 3 fails: max_attempts used up.
 	m.Nack([]string{id}, 0, "")
-	d := next(t, dlq)
+	d := dlq.Next(t)
 	if d.Msg.Topic != "dlq.jobs" || !strings.Contains(d.Msg.Headers[broker.HeaderDeadLetterReason], "gave up after 3 attempts") {
 		t.Errorf("dead letter on %s with headers %v", d.Msg.Topic, d.Msg.Headers)
 	}
@@ -145,13 +145,13 @@ func TestAudit(t *testing.T) {
 	audit := e.fanout(t, "audit.>")
 	m := e.subscribe(t, broker.SubscribeOptions{ID: "thumbs", Group: "resizers", Patterns: []string{"jobs.thumb.*"}, Mode: broker.Balanced})
 	res := e.publish(t, "jobs.thumb.1", "cat.jpg", nil)
-	id := e.b.FormatID(res.Seq)
-	next(t, m)
+	id := res.SystemID
+	m.Next(t)
 	time.Sleep(5 * time.Millisecond)
 	if skipped := m.Ack([]string{id}); skipped != 0 {
 		t.Fatal("ack skipped")
 	}
-	d := next(t, audit)
+	d := audit.Next(t)
 	if d.Msg.Topic != "audit.acks" {
 		t.Fatalf("audit record on %s", d.Msg.Topic)
 	}
@@ -168,7 +168,7 @@ func TestAudit(t *testing.T) {
 	// Another group is not audited.
 	other := e.subscribe(t, broker.SubscribeOptions{ID: "other", Group: "other", Patterns: []string{"jobs.other"}, Mode: broker.Balanced})
 	res = e.publish(t, "jobs.other", "x", nil)
-	next(t, other)
-	other.Ack([]string{e.b.FormatID(res.Seq)})
-	none(t, audit, 20*time.Millisecond)
+	other.Next(t)
+	other.Ack([]string{res.SystemID})
+	audit.None(t, 20*time.Millisecond)
 }

@@ -3,18 +3,17 @@ package e2e_test
 import (
 	"context"
 	"errors"
-	"net"
 	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/tinybroker/tinybroker/broker/memory"
+	"github.com/tinybroker/tinybroker/internal/brokertest"
+	"github.com/tinybroker/tinybroker/internal/brokertest/servertest"
 	"github.com/tinybroker/tinybroker/internal/config"
 	"github.com/tinybroker/tinybroker/sdk/go/client"
 	"github.com/tinybroker/tinybroker/sdk/go/plugin/internal/wasmbuild"
-	"github.com/tinybroker/tinybroker/server"
 )
 
 // received collects the messages a subscription's handler got, with when it got them.
@@ -31,24 +30,22 @@ func (r *received) add(m *client.Message) {
 	r.at = append(r.at, time.Now())
 }
 
-// waitFor waits up to 20s for a message match accepts, and returns it with when it
+// waitFor waits for a message match accepts, and returns it with when it
 // arrived.
 func (r *received) waitFor(t *testing.T, what string, match func(*client.Message) bool) (*client.Message, time.Time) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	var m *client.Message
+	var at time.Time
+	brokertest.Eventually(t, what, func() bool {
 		r.mu.Lock()
-		if i := slices.IndexFunc(r.msgs, match); i >= 0 {
-			m, at := r.msgs[i], r.at[i]
-			r.mu.Unlock()
-			return m, at
+		defer r.mu.Unlock()
+		i := slices.IndexFunc(r.msgs, match)
+		if i >= 0 {
+			m, at = r.msgs[i], r.at[i]
 		}
-		r.mu.Unlock()
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s within 20s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return i >= 0
+	})
+	return m, at
 }
 
 // The five example plugins, configured by examples/config/plugins.hcl, in a broker served
@@ -79,29 +76,14 @@ func TestGRPCWithExamplePlugins(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := memory.New(memory.Options{})
-	b.SetHooks(chain)
-	srv := server.New(b, 1<<20, server.Options{})
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(lis) }()
-	t.Cleanup(func() { // before the chain is closed: cleanups run last registered first
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(ctx); err != nil {
-			t.Errorf("Shutdown: %v", err)
-		}
-		if err := <-served; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
+	t.Cleanup(func() { // after the broker stops: cleanups run last registered first
 		if t.Failed() {
 			t.Logf("plugin log:\n%s", logs)
 		}
 	})
-	c, err := client.Dial(lis.Addr().String())
+	// Stops before the chain is closed.
+	sb := servertest.Start(t, servertest.Options{Options: brokertest.Options{Hooks: chain}})
+	c, err := client.Dial(sb.Addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +142,7 @@ func TestGRPCWithExamplePlugins(t *testing.T) {
 		t.Errorf("group member got %s attempt %d headers %v", m.Topic, m.Attempt, m.Headers)
 	}
 	audited(order.SystemID, "1")
-	if st := b.Stats(); st.Dropped != 1 {
+	if st := sb.Engine.Stats(); st.Dropped != 1 {
 		t.Errorf("broker dropped %d messages, want 1", st.Dropped)
 	}
 

@@ -1,20 +1,17 @@
 package e2e_test
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"go.uber.org/goleak"
 
 	"github.com/tinybroker/tinybroker/broker"
-	"github.com/tinybroker/tinybroker/broker/memory"
+	"github.com/tinybroker/tinybroker/internal/brokertest"
 	"github.com/tinybroker/tinybroker/plugins"
 	"github.com/tinybroker/tinybroker/sdk/go/plugin/internal/wasmbuild"
 )
@@ -100,48 +97,18 @@ func precompile() {
 
 func cacheDir() string { return filepath.Join(modules.dir, "wazero-cache") }
 
-// logBuffer collects log output from several goroutines.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-// waitFor waits until the log has s in it.
-func (l *logBuffer) waitFor(t testing.TB, s string) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !strings.Contains(l.String(), s) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the log does not say %q:\n%s", s, l.String())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // env is a broker with a plugin chain, for one test.
 type env struct {
-	b     *memory.Engine
+	b     broker.Engine
 	chain *plugins.Chain
-	log   *logBuffer
+	log   *brokertest.Log
 }
 
 // load loads specs in a new Host, with the broker's default limits. The host's logs go to
 // env.log.
-func load(t testing.TB, specs ...plugins.Spec) (*plugins.Chain, *logBuffer, error) {
+func load(t testing.TB, specs ...plugins.Spec) (*plugins.Chain, *brokertest.Log, error) {
 	t.Helper()
-	logs := &logBuffer{}
+	logs := &brokertest.Log{}
 	logger := hclog.New(&hclog.LoggerOptions{Output: logs, Level: hclog.Trace})
 	// The modules are compiled once, into the cache directory, and reused by later tests.
 	h, err := plugins.NewHost(plugins.HostOptions{Logger: logger, CacheDir: cacheDir()})
@@ -164,34 +131,16 @@ func start(t testing.TB, specs ...plugins.Spec) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := newBroker(t)
-	b.SetHooks(c)
-	return &env{b: b, chain: c, log: logs}
+	return &env{b: brokertest.Start(t, brokertest.Options{Hooks: c}), chain: c, log: logs}
 }
 
-// newBroker starts a broker, with no plugins, for the rest of the test.
-func newBroker(t testing.TB) *memory.Engine {
-	b := memory.New(memory.Options{})
-	t.Cleanup(func() {
-		ctx, cancel := context.WithCancel(context.Background())
-		cancel()
-		b.Shutdown(ctx)
-	})
-	return b
-}
-
-func (e *env) subscribe(t testing.TB, o broker.SubscribeOptions) *memory.Subscription {
+func (e *env) subscribe(t testing.TB, o broker.SubscribeOptions) *brokertest.Sub {
 	t.Helper()
-	s, err := e.b.Subscribe(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Close)
-	return s
+	return brokertest.Subscribe(t, e.b, o)
 }
 
 // fanout subscribes to patterns.
-func (e *env) fanout(t testing.TB, patterns ...string) *memory.Subscription {
+func (e *env) fanout(t testing.TB, patterns ...string) *brokertest.Sub {
 	return e.subscribe(t, broker.SubscribeOptions{Patterns: patterns, Mode: broker.Fanout})
 }
 
@@ -202,29 +151,4 @@ func (e *env) publish(t testing.TB, topic, payload string, headers map[string]st
 		t.Fatalf("Publish %s: %v", topic, err)
 	}
 	return res
-}
-
-// next returns the subscription's next delivery, waiting up to 10s.
-func next(t testing.TB, s *memory.Subscription) broker.Delivery {
-	t.Helper()
-	deadline := time.After(10 * time.Second)
-	for {
-		if ds := s.Next(nil, 1, 1<<30); len(ds) == 1 {
-			return ds[0]
-		}
-		select {
-		case <-s.Ready():
-		case <-deadline:
-			t.Fatal("no delivery within 10s")
-		}
-	}
-}
-
-// none checks that s gets nothing within d.
-func none(t testing.TB, s *memory.Subscription, d time.Duration) {
-	t.Helper()
-	time.Sleep(d)
-	if ds := s.Next(nil, 1, 1<<30); len(ds) > 0 {
-		t.Fatalf("unexpected delivery %s %q", ds[0].Msg.Topic, ds[0].Msg.Payload)
-	}
 }

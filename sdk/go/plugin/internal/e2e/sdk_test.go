@@ -42,7 +42,7 @@ func TestSDKMessageView(t *testing.T) {
 	s := e.fanout(t, ">")
 	big := strings.Repeat("b", 5000)
 	e.publish(t, "sdk.view", "", map[string]string{"a": "1", "b": "2", "big": big})
-	d := next(t, s)
+	d := s.Next(t)
 	wantReport(t, report(t, d),
 		"before=a=1,b=2,big#5000",
 		"set=nil",
@@ -66,7 +66,7 @@ func TestSDKMessageView(t *testing.T) {
 
 	// The SDK reuses the Message: nothing of the previous call's must show.
 	e.publish(t, "sdk.view", "", map[string]string{"a": "x", "z": "26"})
-	r := report(t, next(t, s))
+	r := report(t, s.Next(t))
 	wantReport(t, r[:4], "before=a=x,z=26", "set=nil", "del=nil", "after=c=3,z=26")
 	wantReport(t, r[6:7], "big=0/false")
 }
@@ -81,7 +81,7 @@ func TestSDKPayloads(t *testing.T) {
 		if _, err := e.b.Publish("sdk.big", p, nil); err != nil {
 			t.Fatal(err)
 		}
-		d := next(t, s)
+		d := s.Next(t)
 		if !bytes.Equal(d.Msg.Payload, append(p, '!')) {
 			t.Errorf("%d bytes: payload came back as %d bytes", n, len(d.Msg.Payload))
 		}
@@ -95,7 +95,7 @@ func TestSDKErrorsAndEmits(t *testing.T) {
 	s := e.fanout(t, "sdk.errors")
 	emitted := e.fanout(t, "sdk.emitted")
 	e.publish(t, "sdk.errors", "", nil)
-	wantReport(t, report(t, next(t, s)),
+	wantReport(t, report(t, s.Next(t)),
 		"badtopic=invalid",
 		"emptyheader=invalid",
 		"toolarge=too_large",
@@ -108,21 +108,21 @@ func TestSDKErrorsAndEmits(t *testing.T) {
 		`status=-1 tinybroker: SetTopic "bad topic": invalid value`,
 	)
 	for i := range 3 {
-		d := next(t, emitted)
+		d := emitted.Next(t)
 		if string(d.Msg.Payload) != strconv.Itoa(i) || d.Msg.Headers["n"] != strconv.Itoa(i) {
 			t.Errorf("emitted message %d: %q %v", i, d.Msg.Payload, d.Msg.Headers)
 		}
 	}
-	none(t, emitted, 10*time.Millisecond)
+	emitted.None(t, 10*time.Millisecond)
 }
 
 // Configuration reaches Init, Config and ConfigValue, escapes and all; Init can refuse.
 func TestSDKConfig(t *testing.T) {
 	e := sdkcheck(t, map[string]string{"multi": "line1\nline2\\end\r", "plain": "x", "empty": ""})
-	e.log.waitFor(t, "sdkcheck: Init saw 3 keys")
+	e.log.WaitFor(t, "sdkcheck: Init saw 3 keys")
 	s := e.fanout(t, ">")
 	e.publish(t, "sdk.config", "", nil)
-	wantReport(t, report(t, next(t, s)),
+	wantReport(t, report(t, s.Next(t)),
 		`config=empty=,multi=line1\nline2\\end`+"\r"+`,plain=x`,
 		`multi="line1\nline2\\end\r"/true`,
 		"nope=false",
@@ -150,13 +150,13 @@ func TestSDKVerdictsClockAndLog(t *testing.T) {
 	before := time.Now().UnixNano()
 	e.publish(t, "sdk.now", "", nil)
 	after := time.Now().UnixNano()
-	now, err := strconv.ParseInt(report(t, next(t, s))[0], 10, 64)
+	now, err := strconv.ParseInt(report(t, s.Next(t))[0], 10, 64)
 	if err != nil || now < before || now > after {
 		t.Errorf("Now = %d, want between %d and %d", now, before, after)
 	}
 
 	e.publish(t, "sdk.log", "", nil)
-	e.log.waitFor(t, "sdkcheck says hello 42")
+	e.log.WaitFor(t, "sdkcheck says hello 42")
 }
 
 // A panic is logged with its stack — the runtime's own report goes to the discarded stderr —
@@ -166,23 +166,23 @@ func TestSDKPanics(t *testing.T) {
 	e := sdkcheck(t, nil)
 	s := e.fanout(t, ">")
 	e.publish(t, "sdk.panic", "x", nil) // fail_open: the message passes unchanged
-	if d := next(t, s); d.Msg.Topic != "sdk.panic" || string(d.Msg.Payload) != "x" {
+	if d := s.Next(t); d.Msg.Topic != "sdk.panic" || string(d.Msg.Payload) != "x" {
 		t.Errorf("after a panic: %s %q", d.Msg.Topic, d.Msg.Payload)
 	}
-	e.log.waitFor(t, "panic in on_publish: sdkcheck panics on purpose")
-	e.log.waitFor(t, "main.publish(") // the stack
+	e.log.WaitFor(t, "panic in on_publish: sdkcheck panics on purpose")
+	e.log.WaitFor(t, "main.publish(") // the stack
 	if st := e.chain.Stats()[0]; st.Failures != 1 {
 		t.Errorf("stats %+v: want 1 failure", st)
 	}
 
 	// An on_publish Message used in on_ack.
 	e.publish(t, "sdk.keep", "", nil)
-	next(t, s)
+	s.Next(t)
 	m := e.subscribe(t, broker.SubscribeOptions{ID: "jobs", Group: "g", Patterns: []string{"jobs.*"}, Mode: broker.Balanced})
 	res := e.publish(t, "jobs.1", "", nil)
-	next(t, m)
-	m.Ack([]string{e.b.FormatID(res.Seq)})
-	e.log.waitFor(t, "panic in on_ack: plugin: a Message was used after the hook it was passed to had returned")
+	m.Next(t)
+	m.Ack([]string{res.SystemID})
+	e.log.WaitFor(t, "panic in on_ack: plugin: a Message was used after the hook it was passed to had returned")
 }
 
 // on_ack sees the event and the message, may emit but not change the message; on_redeliver
@@ -193,22 +193,22 @@ func TestSDKAckAndRedeliver(t *testing.T) {
 	m := e.subscribe(t, broker.SubscribeOptions{ID: "jobs", Group: "g", Patterns: []string{"jobs.*"}, Mode: broker.Balanced})
 
 	res := e.publish(t, "jobs.1", "job one", nil)
-	id := e.b.FormatID(res.Seq)
-	next(t, m)
+	id := res.SystemID
+	m.Next(t)
 	time.Sleep(2 * time.Millisecond)
 	m.Ack([]string{id})
-	d := next(t, watch)
+	d := watch.Next(t)
 	want := "group=g;sub=jobs;attempt=1;inflight=true;id=" + id + ";topic=jobs.1;payload=job one;setheader=not_allowed;settopic=not_allowed"
 	if d.Msg.Topic != "sdk.acked" || string(d.Msg.Payload) != want {
 		t.Errorf("on_ack emitted %s %q, want %q", d.Msg.Topic, d.Msg.Payload, want)
 	}
 
 	res = e.publish(t, "jobs.2", "job two", nil)
-	id = e.b.FormatID(res.Seq)
-	next(t, m)
+	id = res.SystemID
+	m.Next(t)
 	nacked := time.Now()
 	m.Nack([]string{id}, 0, "bad input")
-	d = next(t, m)
+	d = m.Next(t)
 	if took := time.Since(nacked); took < 30*time.Millisecond || d.Attempt != 2 {
 		t.Errorf("redelivered after %v, attempt %d; want at least 30ms, attempt 2", took, d.Attempt)
 	}
@@ -221,7 +221,7 @@ func TestSDKAckAndRedeliver(t *testing.T) {
 		t.Errorf("payload %q", d.Msg.Payload)
 	}
 	m.Nack([]string{id}, 0, "")
-	dl := next(t, watch)
+	dl := watch.Next(t)
 	if dl.Msg.Topic != "dlq.jobs" || dl.Msg.Headers[broker.HeaderDeadLetterReason] != "sdkcheck gave up after attempt 2" ||
 		dl.Msg.Headers["report"] == "" {
 		t.Errorf("dead letter %s %v", dl.Msg.Topic, dl.Msg.Headers)

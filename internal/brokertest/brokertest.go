@@ -1,0 +1,134 @@
+// Package brokertest is what tinybroker's tests share to run an engine: the table of engines
+// (Engines) that engine-neutral suites run on, the engine-neutral settings those tests set
+// (Options), an engine started for one test (Engine.Start, Start), subscriptions drained in
+// the test's goroutine (Subscribe), Eventually, and Log.
+//
+// Serving an engine over gRPC on loopback is package servertest, below this one: the
+// plugins package's own tests use this package, and the server imports plugins.
+//
+// A new engine joins every suite by adding an entry to Engines that maps Options onto its own
+// settings; no test of the server, the plugins or the SDKs changes.
+package brokertest
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/broker/memory"
+)
+
+// Options are the settings tests give an engine, named after the configuration file's. Zero
+// values take the engine's defaults. An engine without a setting ignores it; tests that rely
+// on one it lacks skip that engine (see Engine).
+type Options struct {
+	broker.Limits
+
+	// MaxMemoryBytes is the budget for everything the engine holds for later.
+	MaxMemoryBytes int64
+
+	// Consumer groups (groups { ... }).
+	GroupMaxQueued      int
+	GroupMaxQueuedBytes int64
+	GroupOverflow       broker.Overflow
+	GroupExpireAfter    time.Duration
+
+	// Fanout subscriptions (fanout { ... }).
+	FanoutBufferMessages int
+	FanoutBufferBytes    int
+	DropSlowConsumers    bool          // drop what a full buffer cannot take, instead of ending the subscription
+	PublisherWait        time.Duration // how long a publish may wait for a filling subscriber
+
+	// Hooks, if not nil, are installed before the test gets the engine. (A nil
+	// *plugins.Chain in this interface is not nil: leave Hooks unset instead.)
+	Hooks broker.Hooks
+}
+
+// Engine is an entry of the table: how to make an engine from Options.
+type Engine struct {
+	Name string
+	// New makes an engine with o's settings (o.Hooks are installed by Start). It may use tb
+	// to skip the test, or to release what the engine needs when the test ends; shutting
+	// the engine down is its caller's.
+	New func(tb testing.TB, o Options) broker.Engine
+	// MemoryBudget: the engine bounds what it holds by Options.MaxMemoryBytes, consumer
+	// groups together to 3/4 of it, and reports it in broker.Stats.
+	MemoryBudget bool
+}
+
+// Engines is the table of engines. The first is the default: tests that do not run on every
+// engine use it.
+var Engines = []Engine{
+	{Name: "memory", New: newMemory, MemoryBudget: true},
+}
+
+func newMemory(_ testing.TB, o Options) broker.Engine {
+	mo := memory.Options{
+		Limits:               o.Limits,
+		MaxMemoryBytes:       o.MaxMemoryBytes,
+		GroupMaxQueued:       o.GroupMaxQueued,
+		GroupMaxQueuedBytes:  o.GroupMaxQueuedBytes,
+		GroupOverflow:        o.GroupOverflow,
+		GroupExpireAfter:     o.GroupExpireAfter,
+		FanoutBufferMessages: o.FanoutBufferMessages,
+		FanoutBufferBytes:    o.FanoutBufferBytes,
+		PublisherWait:        o.PublisherWait,
+	}
+	if o.DropSlowConsumers {
+		mo.SlowConsumer = memory.SlowConsumerDrop
+	}
+	return memory.New(mo)
+}
+
+// Start makes an engine with e.New, installs o.Hooks and shuts the engine down, without
+// grace, when the test ends.
+func (e Engine) Start(tb testing.TB, o Options) broker.Engine {
+	tb.Helper()
+	b := e.New(tb, o)
+	if o.Hooks != nil {
+		b.SetHooks(o.Hooks)
+	}
+	tb.Cleanup(func() {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel() // what the test left unacked or unsent is not waited for
+		_ = b.Shutdown(ctx)
+	})
+	return b
+}
+
+// Start starts the default engine: Engines[0].Start.
+func Start(tb testing.TB, o Options) broker.Engine {
+	tb.Helper()
+	return Engines[0].Start(tb, o)
+}
+
+// EachEngine returns m for a TestMain that runs the package's tests once per entry of
+// Engines, with *current set to the entry, and returns the first failing run's code:
+//
+//	var engine brokertest.Engine
+//
+//	func TestMain(m *testing.M) { goleak.VerifyTestMain(brokertest.EachEngine(m, &engine)) }
+func EachEngine(m interface{ Run() int }, current *Engine) interface{ Run() int } {
+	return eachEngine{m, current}
+}
+
+type eachEngine struct {
+	m   interface{ Run() int }
+	cur *Engine
+}
+
+func (r eachEngine) Run() (code int) {
+	for _, e := range Engines {
+		*r.cur = e
+		fmt.Printf("brokertest: engine %s\n", e.Name)
+		if c := r.m.Run(); c != 0 {
+			fmt.Printf("brokertest: engine %s failed\n", e.Name)
+			if code == 0 {
+				code = c
+			}
+		}
+	}
+	return code
+}

@@ -1,0 +1,383 @@
+package auth
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/x509"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"golang.org/x/crypto/bcrypt"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	"github.com/tinybroker/tinybroker/broker"
+)
+
+// Options configure an Authenticator.
+type Options struct {
+	// Users may call the broker. With none, every call is allowed without authentication
+	// (the command refuses to serve so on any but a loopback address).
+	Users []User
+	// TLS, if not nil, serves TLS from these files (re-read by Reload).
+	TLS    *TLSFiles
+	Logger hclog.Logger
+}
+
+// Authenticator authenticates calls and holds each user's permissions, counters and quota.
+// It is safe for concurrent use.
+type Authenticator struct {
+	users map[string]*principal // by name
+	certs map[string]*principal // by certificate identity, e.g. "CN=alice"
+	tls   *tlsState
+	log   hclog.Logger
+
+	cacheMu sync.Mutex
+	cache   map[[32]byte]*principal // verified tokens, by SHA-256 of "Bearer ..." text
+	verify  chan struct{}           // bounds concurrent bcrypt comparisons
+
+	authFailures, denials atomic.Uint64
+	logs                  logLimiter
+}
+
+// principal is one user's state: its settings, and what it holds now.
+type principal struct {
+	User
+	quota                  *broker.Quota // nil when the user has no group limits
+	conns, streams, subs   atomic.Int64
+	tokenHash              []byte
+	hasConnLimit, hasLimit bool
+}
+
+// maxCachedTokens bounds the verified-token cache; past it the cache starts over.
+const maxCachedTokens = 4096
+
+// dummyHash is compared against when a token names no user, so that a wrong user name
+// takes as long to refuse as a wrong token.
+var dummyHash, _ = bcrypt.GenerateFromPassword([]byte("tinybroker: no such user"), bcrypt.DefaultCost)
+
+// New checks the users and loads the TLS files.
+func New(o Options) (*Authenticator, error) {
+	a := &Authenticator{users: make(map[string]*principal), certs: make(map[string]*principal), log: o.Logger,
+		cache: make(map[[32]byte]*principal), verify: make(chan struct{}, max(1, runtime.GOMAXPROCS(0)/2))}
+	if a.log == nil {
+		a.log = hclog.NewNullLogger()
+	}
+	for _, u := range o.Users {
+		if err := u.Check(); err != nil {
+			return nil, err
+		}
+		if _, dup := a.users[u.Name]; dup {
+			return nil, fmt.Errorf("user %q is declared twice", u.Name)
+		}
+		p := &principal{User: u, tokenHash: []byte(u.TokenHash)}
+		if l := u.Limits; l.MaxGroups > 0 || l.MaxQueuedBytes > 0 {
+			p.quota = &broker.Quota{Owner: fmt.Sprintf("user %q", u.Name), MaxGroups: l.MaxGroups, MaxBytes: l.MaxQueuedBytes}
+		}
+		p.hasConnLimit = u.Limits.MaxConnections > 0
+		p.hasLimit = u.Limits.MaxStreams > 0 || u.Limits.MaxSubscriptions > 0
+		a.users[u.Name] = p
+		if u.Certificate != "" {
+			if other, dup := a.certs[u.Certificate]; dup {
+				return nil, fmt.Errorf("users %q and %q both have certificate %q", other.Name, u.Name, u.Certificate)
+			}
+			a.certs[u.Certificate] = p
+		}
+	}
+	if o.TLS != nil {
+		st, err := newTLSState(*o.TLS, a)
+		if err != nil {
+			return nil, err
+		}
+		a.tls = st
+	}
+	return a, nil
+}
+
+// Enabled reports whether calls must be authenticated: whether any user is configured.
+func (a *Authenticator) Enabled() bool { return a != nil && len(a.users) > 0 }
+
+// Counts returns the authentication failures and permission denials since New.
+func (a *Authenticator) Counts() (authFailures, denials uint64) {
+	return a.authFailures.Load(), a.denials.Load()
+}
+
+// authenticate identifies the caller of ctx: by its token if it sent one, else by its
+// verified client certificate.
+func (a *Authenticator) authenticate(ctx context.Context) (*principal, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	if vals := md.Get("authorization"); len(vals) > 0 {
+		return a.byToken(ctx, vals[0])
+	}
+	ids := certIdentities(ctx)
+	for _, id := range ids {
+		if p := a.certs[id]; p != nil {
+			return p, nil
+		}
+	}
+	if len(ids) > 0 {
+		return nil, a.unauthenticated(ctx, "", "client certificate %s names no user: add certificate = %q to a user block, or send a token", strings.Join(ids, ", "), ids[0])
+	}
+	return nil, a.unauthenticated(ctx, "", "this broker requires authentication: send the metadata \"authorization: Bearer USER:TOKEN\" (tinybroker --token or TINYBROKER_TOKEN) or a client certificate of a user")
+}
+
+func (a *Authenticator) byToken(ctx context.Context, header string) (*principal, error) {
+	key := sha256.Sum256([]byte(header))
+	a.cacheMu.Lock()
+	p := a.cache[key]
+	a.cacheMu.Unlock()
+	if p != nil {
+		return p, nil
+	}
+	cred, ok := strings.CutPrefix(header, "Bearer ")
+	if !ok {
+		return nil, a.unauthenticated(ctx, "", "the authorization metadata must be \"Bearer USER:TOKEN\"")
+	}
+	name, token, ok := strings.Cut(cred, ":")
+	if !ok {
+		return nil, a.unauthenticated(ctx, "", "the token must be USER:TOKEN, the user's name, a colon and the token")
+	}
+	p = a.users[name]
+	hash := dummyHash
+	if p != nil && len(p.tokenHash) > 0 {
+		hash = p.tokenHash
+	}
+	select { // bcrypt takes tens of milliseconds of CPU: bound how many run at once
+	case a.verify <- struct{}{}:
+	case <-ctx.Done():
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+	err := bcrypt.CompareHashAndPassword(hash, []byte(token))
+	<-a.verify
+	if err != nil || p == nil || len(p.tokenHash) == 0 {
+		return nil, a.unauthenticated(ctx, name, "unknown user or wrong token for user %q", name)
+	}
+	a.cacheMu.Lock()
+	if len(a.cache) >= maxCachedTokens {
+		clear(a.cache)
+	}
+	a.cache[key] = p
+	a.cacheMu.Unlock()
+	return p, nil
+}
+
+// certIdentities returns the identities of the caller's verified client certificate:
+// "CN=..." and its SANs.
+func certIdentities(ctx context.Context) []string {
+	pr, ok := peer.FromContext(ctx)
+	if !ok {
+		return nil
+	}
+	ti, ok := pr.AuthInfo.(credentials.TLSInfo)
+	if !ok || len(ti.State.PeerCertificates) == 0 {
+		return nil
+	}
+	// The server's TLS configuration (tls.go) asks for client certificates only with a
+	// client_ca_file, and verifies every one it gets against it in VerifyConnection, which
+	// fails the handshake otherwise: a certificate here is verified (VerifiedChains stays
+	// empty since crypto/tls did not do it itself).
+	return Identities(ti.State.PeerCertificates[0])
+}
+
+// Identities returns the names by which a user's certificate field can name c.
+func Identities(c *x509.Certificate) []string {
+	var ids []string
+	if c.Subject.CommonName != "" {
+		ids = append(ids, "CN="+c.Subject.CommonName)
+	}
+	for _, d := range c.DNSNames {
+		ids = append(ids, "DNS:"+d)
+	}
+	for _, u := range c.URIs {
+		ids = append(ids, "URI:"+u.String())
+	}
+	for _, e := range c.EmailAddresses {
+		ids = append(ids, "EMAIL:"+e)
+	}
+	return ids
+}
+
+func peerAddr(ctx context.Context) string {
+	if pr, ok := peer.FromContext(ctx); ok && pr.Addr != nil {
+		return pr.Addr.String()
+	}
+	return "unknown"
+}
+
+// unauthenticated counts and logs an authentication failure and returns its status.
+func (a *Authenticator) unauthenticated(ctx context.Context, user, format string, args ...any) error {
+	msg := fmt.Sprintf(format, args...)
+	n := a.authFailures.Add(1)
+	a.logs.warn(a.log, "authentication failed", "user", user, "peer", peerAddr(ctx), "reason", msg, "auth_failures_total", n)
+	return status.Error(codes.Unauthenticated, "tinybroker: "+msg)
+}
+
+// Caller is an authenticated caller of one RPC or stream. A nil *Caller (authentication
+// off) may do anything.
+type Caller struct {
+	p    *principal
+	peer string
+	a    *Authenticator
+}
+
+// Name returns the caller's user name ("" for a nil Caller).
+func (c *Caller) Name() string {
+	if c == nil {
+		return ""
+	}
+	return c.p.Name
+}
+
+// deny counts and logs a permission denial and returns its status; rule names the rule.
+func (c *Caller) deny(what, rule, why string) error {
+	n := c.a.denials.Add(1)
+	c.a.logs.warn(c.a.log, "permission denied", "user", c.p.Name, "peer", c.peer, "request", what, "rule", rule, "reason", why, "denials_total", n)
+	return status.Errorf(codes.PermissionDenied, "tinybroker: user %q may not %s: %s (%s)", c.p.Name, what, why, rule)
+}
+
+// Publish checks that the caller may publish to topic.
+func (c *Caller) Publish(topic string) error {
+	if c == nil {
+		return nil
+	}
+	if ok, why := c.p.Publish.Topic(topic); !ok {
+		return c.deny(fmt.Sprintf("publish to %q", topic), fmt.Sprintf("user %q publish rules", c.p.Name), why)
+	}
+	return nil
+}
+
+// Subscribe checks that the caller may open o — every pattern, and for a consumer group its
+// subscription_id — and gives o the user's quota.
+func (c *Caller) Subscribe(o *broker.SubscribeOptions) error {
+	if c == nil {
+		return nil
+	}
+	for _, pat := range o.Patterns {
+		if ok, why := c.p.Subscribe.Pattern(pat); !ok {
+			return c.deny(fmt.Sprintf("subscribe to %q", pat), fmt.Sprintf("user %q subscribe rules", c.p.Name), why)
+		}
+	}
+	if o.Mode == broker.Balanced {
+		id := o.ID
+		if id == "" {
+			id = o.Group
+		}
+		if err := c.Join(id); err != nil {
+			return err
+		}
+	}
+	o.Quota = c.p.quota
+	return nil
+}
+
+// Join checks that the caller may be a member of the consumer group of subscription_id id,
+// and so ack, nack and touch its messages.
+func (c *Caller) Join(id string) error {
+	if c == nil {
+		return nil
+	}
+	if ok, why := c.p.Groups.Topic(id); !ok {
+		return c.deny(fmt.Sprintf("join consumer group %q", id), fmt.Sprintf("user %q groups rules", c.p.Name), why)
+	}
+	return nil
+}
+
+// Admin checks that the caller may call an admin method.
+func (c *Caller) Admin(method string) error {
+	if c == nil || c.p.Admin {
+		return nil
+	}
+	return c.deny("call "+method, fmt.Sprintf("user %q admin", c.p.Name), "only users with admin = true may")
+}
+
+// AdminCall authenticates a call of an admin-only service (tinybroker.admin.v1.Admin, through
+// the server's one admin hook) and refuses it unless the caller is an admin. Without users
+// every call is allowed. The per-user connection limits do not count admin calls.
+func (a *Authenticator) AdminCall(ctx context.Context, method string) error {
+	if !a.Enabled() {
+		return nil
+	}
+	p, err := a.authenticate(ctx)
+	if err != nil {
+		return err
+	}
+	c := &Caller{p: p, peer: peerAddr(ctx), a: a}
+	return c.Admin(method[strings.LastIndexByte(method, '/')+1:])
+}
+
+// TakeSubscription counts one more open subscription of the caller, or refuses it past the
+// user's max_subscriptions. Give it back with ReleaseSubscriptions.
+func (c *Caller) TakeSubscription() error {
+	if c == nil || c.p.Limits.MaxSubscriptions <= 0 {
+		return nil
+	}
+	if n := c.p.subs.Add(1); n > int64(c.p.Limits.MaxSubscriptions) {
+		c.p.subs.Add(-1)
+		return c.limit("subscriptions", c.p.Limits.MaxSubscriptions, "max_subscriptions", "close some")
+	}
+	return nil
+}
+
+// ReleaseSubscriptions gives back n subscriptions taken with TakeSubscription.
+func (c *Caller) ReleaseSubscriptions(n int) {
+	if c != nil && c.p.Limits.MaxSubscriptions > 0 {
+		c.p.subs.Add(-int64(n))
+	}
+}
+
+// CountsSubscriptions reports whether the caller's subscriptions are counted (TakeSubscription
+// can refuse).
+func (c *Caller) CountsSubscriptions() bool { return c != nil && c.p.Limits.MaxSubscriptions > 0 }
+
+func (c *Caller) limit(what string, max int, setting, fix string) error {
+	n := c.a.denials.Add(1)
+	c.a.logs.warn(c.a.log, "per-user limit reached", "user", c.p.Name, "peer", c.peer, "limit", setting, "max", max, "denials_total", n)
+	return status.Errorf(codes.ResourceExhausted, "tinybroker: user %q has %d %s open, the most the user may have (limits { %s } of the user); %s", c.p.Name, max, what, setting, fix)
+}
+
+type callerKey struct{}
+
+// FromContext returns the Caller the interceptors stored in ctx; nil when authentication
+// is off.
+func FromContext(ctx context.Context) *Caller {
+	c, _ := ctx.Value(callerKey{}).(*Caller)
+	return c
+}
+
+// logLimiter lets through at most logBurst warnings a second, and says how many it held
+// back.
+type logLimiter struct {
+	mu         sync.Mutex
+	second     int64
+	n          int
+	suppressed int
+}
+
+const logBurst = 10
+
+func (l *logLimiter) warn(log hclog.Logger, msg string, args ...any) {
+	now := time.Now().Unix()
+	l.mu.Lock()
+	if now != l.second {
+		if l.suppressed > 0 {
+			args = append(args, "suppressed_before", l.suppressed)
+		}
+		l.second, l.n, l.suppressed = now, 0, 0
+	}
+	l.n++
+	if l.n > logBurst {
+		l.suppressed++
+		l.mu.Unlock()
+		return
+	}
+	l.mu.Unlock()
+	log.Warn(msg, args...)
+}

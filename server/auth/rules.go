@@ -1,0 +1,76 @@
+package auth
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/tinybroker/tinybroker/broker"
+)
+
+// Rules are one permission of a user, NATS-style: patterns in the topic syntax that allow,
+// and patterns that deny. Nothing is allowed unless an Allow pattern allows it, and a Deny
+// pattern overrides every Allow. The zero Rules allow nothing.
+type Rules struct {
+	Allow, Deny []string
+}
+
+// Check reports whether every pattern is valid, naming the first that is not.
+func (r Rules) Check() error {
+	for _, p := range append(append([]string(nil), r.Allow...), r.Deny...) {
+		if err := broker.ValidatePattern(p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Topic reports whether topic (to publish to, or the subscription_id of a consumer group) is
+// allowed: some Allow pattern matches it and no Deny pattern does. When it is not, why names
+// the rule that decided, for the caller's error.
+func (r Rules) Topic(topic string) (ok bool, why string) {
+	for _, d := range r.Deny {
+		if broker.MatchPattern(d, topic) {
+			return false, fmt.Sprintf("it matches deny %q", d)
+		}
+	}
+	for _, a := range r.Allow {
+		if broker.MatchPattern(a, topic) {
+			return true, ""
+		}
+	}
+	return false, r.noAllow()
+}
+
+// Pattern reports whether a subscription to pattern is allowed: some Allow pattern covers
+// every topic it matches, and no Deny pattern matches any of them. This is conservative: a
+// subscription to ">" is refused to a user denied "secret.>" even though the broker could
+// deliver it everything else (NATS subscribes it and filters at delivery; see RATIONALE.md,
+// "Security").
+func (r Rules) Pattern(pattern string) (ok bool, why string) {
+	for _, d := range r.Deny {
+		if broker.PatternsOverlap(d, pattern) {
+			return false, fmt.Sprintf("it can match topics of deny %q", d)
+		}
+	}
+	for _, a := range r.Allow {
+		if broker.PatternCovers(a, pattern) {
+			return true, ""
+		}
+	}
+	return false, r.noAllow()
+}
+
+func (r Rules) noAllow() string {
+	if len(r.Allow) == 0 {
+		return "the user has no allow rule for it"
+	}
+	return fmt.Sprintf("no allow pattern covers it (allow [%s])", quoteAll(r.Allow))
+}
+
+func quoteAll(ps []string) string {
+	q := make([]string, len(ps))
+	for i, p := range ps {
+		q[i] = fmt.Sprintf("%q", p)
+	}
+	return strings.Join(q, ", ")
+}
