@@ -62,7 +62,7 @@ generate: tools
 	PATH="$(BIN):$$PATH" $(PROTOC) -I proto -I $(PROTO_INCLUDE) \
 		--go_out=proto --go_opt=paths=source_relative \
 		--go-grpc_out=proto --go-grpc_opt=paths=source_relative \
-		proto/tinybroker/v1/broker.proto
+		proto/tinybroker/v1/broker.proto proto/tinybroker/admin/v1/admin.proto
 
 check: generate ## build, vet, gofmt, go mod tidy, regenerate; fails on any diff
 	$(GO) build ./...

@@ -32,14 +32,37 @@ type Engine interface {
 	// Declare creates the consumer group gc describes, or checks that the existing group of
 	// that id matches it.
 	Declare(gc GroupConfig) error
-	// Group describes one consumer group by subscription_id (ErrUnknownSubscription if none).
-	Group(id string) (GroupStats, error)
+	// Group describes one consumer group by subscription_id (ErrUnknownSubscription if
+	// none): its counters, settings and members.
+	Group(id string) (GroupInfo, error)
 	// PurgeGroup drops the messages a group holds that wait for a member (queued and
 	// delayed; in-flight ones stay with their members) and returns how many it dropped.
 	PurgeGroup(id string) (int, error)
-	// DeleteGroup removes a consumer group and the messages it holds. A group with members
-	// is not deleted (ErrGroupInUse): close them first.
+	// DeleteGroup removes a consumer group, the messages it holds and its dead letters. Its
+	// members' subscriptions end with ErrGroupDeleted (their unacked messages are dropped
+	// with the group); a stream that carries other subscriptions keeps them.
 	DeleteGroup(id string) error
+	// Streams lists the open streams that carry at least one subscription, with their
+	// subscriptions, sorted by stream id.
+	Streams() []StreamInfo
+
+	// Dead letters. Every consumer group keeps the messages it dead-letters (besides
+	// publishing them to its dead-letter topic) in a bounded store, oldest first, until they
+	// are replayed or purged, whether or not anyone subscribes to the dead-letter topic. A
+	// dead letter is named by its original system_id (DeadLetter.ID).
+
+	// DeadLetters returns up to limit dead letters of group id, oldest first, from the
+	// position token (empty: the oldest), and the token of the rest (empty: no more).
+	DeadLetters(id, token string, limit int) (dls []DeadLetter, next string, err error)
+	// ReplayDeadLetters publishes the dead letters of group id named by ids (every one kept
+	// now, if ids is empty) again to their original topic through Publish (so the plugins
+	// see them), with their original headers and HeaderReplayCount one higher. One replayed
+	// leaves the store; one refused stays in it. A result per id, in order; an id the store
+	// does not hold gets ErrUnknownMessage.
+	ReplayDeadLetters(id string, ids []string) ([]Replayed, error)
+	// PurgeDeadLetters drops the dead letters of group id named by ids (every one, if ids is
+	// empty) and returns how many it dropped.
+	PurgeDeadLetters(id string, ids []string) (int, error)
 	// Stats returns a snapshot of the counters, subscriptions and groups sorted by id.
 	Stats() Stats
 	// SetHooks installs the plugin chain (nil removes it). A swap never runs one message
@@ -58,7 +81,8 @@ type Engine interface {
 //
 // Besides messages, Next returns one event per Subscribe call, in the stream's order and
 // before any message of the new subscription: a Delivery with Msg nil whose Sub opened, or
-// was refused (Sub.Refused() says why).
+// was refused (Sub.Refused() says why); and one for a subscription the engine ended while
+// the stream goes on (Delivery.Ended says why).
 type Stream interface {
 	// Subscribe opens a subscription on the stream. Its outcome also comes as an event.
 	Subscribe(o SubscribeOptions) (Subscription, error)
@@ -124,11 +148,13 @@ type Message struct {
 }
 
 // Delivery is a message handed to one subscription of a stream, or, with Msg nil, an event
-// of the stream: Sub opened, or was refused (see Stream).
+// of the stream: Sub opened, or was refused (see Stream), or, with Ended set, was ended by
+// the engine while the stream goes on (its consumer group was deleted: ErrGroupDeleted).
 type Delivery struct {
 	Msg     *Message
 	Sub     Subscription
 	Attempt uint32 // 1 on the first delivery
+	Ended   error
 }
 
 // PublishResult says what became of a published message.
@@ -136,6 +162,8 @@ type PublishResult struct {
 	Seq      uint64
 	SystemID string // Seq as the protocol's system_id
 	Routed   int    // fanout subscriptions and consumer groups it went to
+	// DroppedBy names the plugin whose verdict dropped the message, DropReason its reason.
+	DroppedBy, DropReason string
 }
 
 // Mode is how a subscription shares messages.
@@ -173,6 +201,10 @@ type SubscribeOptions struct {
 	// Quota, if not nil, is the quota of the member's owner: a group this member creates
 	// is counted against it, and so is everything the group holds (see Quota).
 	Quota *Quota
+
+	// Peer is the client's network address, as the transport sees it ("" if unknown), for
+	// the admin API's listings.
+	Peer string
 }
 
 // Settings are a subscription's options after defaults.
@@ -213,6 +245,10 @@ type GroupLimits struct {
 	MaxQueued      int      // messages waiting for a member
 	MaxQueuedBytes int64    // bytes the group holds: queued, in flight and delayed
 	Overflow       Overflow // what a full group does with a publish
+	// DeadLetterMax and DeadLetterMaxBytes bound the dead letters the group keeps; past
+	// either, the oldest kept is dropped to make room (counted).
+	DeadLetterMax      int
+	DeadLetterMaxBytes int64
 }
 
 // Overflow is what a consumer group does with a publish when its queue is at its bound.
@@ -260,6 +296,69 @@ type GroupStats struct {
 	// OldestQueued is when the message at the head of the queue was published (Unix ns; 0:
 	// nothing queued).
 	OldestQueued int64
+	// Oldest is when the oldest message the group holds (queued, in flight or delayed) was
+	// published, in Unix nanoseconds; 0 if it holds none.
+	Oldest int64
+	// DeadLetters and DeadLetterBytes are what the group's dead-letter store keeps now;
+	// DeadLettersDropped counts those it let go of to stay within its bounds.
+	DeadLetters        int
+	DeadLetterBytes    int64
+	DeadLettersDropped uint64
+}
+
+// GroupInfo describes one consumer group in full (Engine.Group).
+type GroupInfo struct {
+	GroupStats
+	MaxDeliveries   int
+	DeadLetterTopic string
+	Limits          GroupLimits  // after defaults
+	MemberList      []MemberInfo // GroupStats.Members counts them
+}
+
+// MemberInfo describes one member of a consumer group.
+type MemberInfo struct {
+	ID          string // the member id (Settings.MemberID)
+	Peer        string // SubscribeOptions.Peer
+	InFlight    int
+	MaxInFlight int
+	AckDeadline time.Duration
+	Joined      int64 // Unix nanoseconds
+}
+
+// StreamInfo describes one open stream (Engine.Streams).
+type StreamInfo struct {
+	ID            string // chosen by the engine, unique while it runs
+	Peer          string // the Peer of its subscriptions' SubscribeOptions
+	Buffered      int    // deliveries waiting to be sent
+	Subscriptions []StreamSubscription
+}
+
+// StreamSubscription is one subscription of a stream.
+type StreamSubscription struct {
+	ID       string
+	MemberID string // balanced: the member's id
+	Mode     Mode
+	Group    string // balanced: the consumer group
+	Patterns []string
+}
+
+// DeadLetter is a message a consumer group dead-lettered, as its store keeps it.
+type DeadLetter struct {
+	ID       string // the message's system_id when it was dead-lettered
+	Topic    string // its original topic
+	Payload  []byte
+	Headers  map[string]string // as published to the dead-letter topic: the original's and tb-dead-letter-*
+	Reason   string
+	Attempts int
+	DeadAt   int64 // when it was dead-lettered, Unix nanoseconds
+}
+
+// Replayed is the outcome of replaying one dead letter.
+type Replayed struct {
+	ID       string // the dead letter's
+	SystemID string // the new message's, if published
+	Routed   int
+	Err      error
 }
 
 // Headers an engine sets on a dead letter.
@@ -270,6 +369,10 @@ const (
 	HeaderDeadLetterSubscription = "tb-dead-letter-subscription"
 	HeaderDeadLetterGroup        = "tb-dead-letter-group"
 	HeaderDeadLetterAttempts     = "tb-dead-letter-attempts"
+	// HeaderDeadLetterPrefix starts every header above; a replay removes them.
+	HeaderDeadLetterPrefix = "tb-dead-letter-"
+	// HeaderReplayCount is set on a replayed dead letter: how many times it was replayed.
+	HeaderReplayCount = "tb-replay-count"
 )
 
 // Reasons given for a redelivery or dead letter.

@@ -44,5 +44,11 @@ var (
 	// ErrSubscriptionClosed: the subscription was closed by its owner.
 	ErrSubscriptionClosed = errors.New("subscription closed")
 	// ErrGroupInUse: a consumer group with members cannot be deleted. (FAILED_PRECONDITION)
+	// The memory engine deletes groups with members (ErrGroupDeleted); an engine that
+	// cannot may still refuse with it.
 	ErrGroupInUse = errors.New("consumer group in use")
+	// ErrGroupDeleted ends the subscriptions of a consumer group's members when the group is
+	// deleted (Engine.DeleteGroup). (NOT_FOUND: the group is gone; re-subscribing creates a
+	// new, empty one)
+	ErrGroupDeleted = errors.New("consumer group deleted")
 )

@@ -40,6 +40,7 @@ type Draft struct {
 type PublishVerdict struct {
 	Drop   bool   // drop the message (counted); the publisher sees success, routed to 0
 	Reason string // why it was dropped
+	Plugin string // which plugin dropped it
 	Emit   []Draft
 }
 

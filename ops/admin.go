@@ -1,7 +1,6 @@
 package ops
 
 import (
-	"errors"
 	"time"
 
 	"github.com/tinybroker/tinybroker/broker"
@@ -15,10 +14,9 @@ type Admin interface {
 	Group(id string) (broker.GroupStats, error)
 	// PurgeGroup drops what a group holds for its members and says how many it dropped.
 	PurgeGroup(id string) (int, error)
-	// DeleteGroup removes a group without members (broker.ErrGroupInUse otherwise).
+	// DeleteGroup removes a group; its members are ended with broker.ErrGroupDeleted.
 	DeleteGroup(id string) error
-	// DeadLetters lists up to limit dead letters of a group, oldest first
-	// (ErrNoDeadLetters if the broker keeps none).
+	// DeadLetters lists up to limit dead letters of a group, oldest first.
 	DeadLetters(group string, limit int) ([]DeadLetter, error)
 	// Replay publishes the dead letters ids of a group again to their original topics, or
 	// all of them with ids empty, removes them from the store and says how many it replayed.
@@ -37,27 +35,47 @@ type DeadLetter struct {
 	Size     int               `json:"size"`              // the whole payload's size
 }
 
-// ErrNoDeadLetters: the broker keeps no dead letters to list or replay; they are published
-// to the group's dead-letter topic (dlq.<subscription_id> by default), where a consumer of
-// that topic receives them.
-var ErrNoDeadLetters = errors.New("this broker keeps no dead-letter store yet: dead letters are published to each group's dead_letter_topic (dlq.<subscription_id> by default); subscribe to it to see them")
+// previewBytes is how much of a dead letter's payload the dashboard shows.
+const previewBytes = 256
 
-// EngineAdmin is the Admin of an engine without a dead-letter store: groups are described,
-// purged and deleted through broker.Engine, and DeadLetters and Replay answer
-// ErrNoDeadLetters.
-//
-// TODO(issue 12, admin): the dead-letter store is on branch admin, not yet on main. Once it
-// lands, DeadLetters is Engine.DeadLetters(group, "", limit) with each broker.DeadLetter
-// mapped field for field (DeadAt → At, Size = len(Payload), Payload cut to a preview), and
-// Replay is Engine.ReplayDeadLetters(group, ids) counting the results without Err (an
-// unknown id: broker.ErrUnknownMessage → 404 in adminError). The dashboard and its browser
-// test need no change: the test's captureAdmin stands in for the store meanwhile.
+// EngineAdmin is the Admin of an engine: groups are described, purged and deleted, and dead
+// letters listed and replayed, through broker.Engine.
 type EngineAdmin struct{ Engine broker.Engine }
 
-func (a EngineAdmin) Group(id string) (broker.GroupStats, error) { return a.Engine.Group(id) }
-func (a EngineAdmin) PurgeGroup(id string) (int, error)          { return a.Engine.PurgeGroup(id) }
-func (a EngineAdmin) DeleteGroup(id string) error                { return a.Engine.DeleteGroup(id) }
-func (a EngineAdmin) DeadLetters(string, int) ([]DeadLetter, error) {
-	return nil, ErrNoDeadLetters
+func (a EngineAdmin) Group(id string) (broker.GroupStats, error) {
+	g, err := a.Engine.Group(id)
+	return g.GroupStats, err
 }
-func (a EngineAdmin) Replay(string, []string) (int, error) { return 0, ErrNoDeadLetters }
+func (a EngineAdmin) PurgeGroup(id string) (int, error) { return a.Engine.PurgeGroup(id) }
+func (a EngineAdmin) DeleteGroup(id string) error       { return a.Engine.DeleteGroup(id) }
+
+// DeadLetters lists the first limit dead letters the group keeps.
+func (a EngineAdmin) DeadLetters(group string, limit int) ([]DeadLetter, error) {
+	dls, _, err := a.Engine.DeadLetters(group, "", limit)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]DeadLetter, len(dls))
+	for i, d := range dls {
+		out[i] = DeadLetter{ID: d.ID, Topic: d.Topic, Reason: d.Reason, Attempts: d.Attempts,
+			At: time.Unix(0, d.DeadAt), Headers: d.Headers, Payload: d.Payload[:min(len(d.Payload), previewBytes)], Size: len(d.Payload)}
+	}
+	return out, nil
+}
+
+// Replay publishes the dead letters ids again on their topics and returns how many were.
+func (a EngineAdmin) Replay(group string, ids []string) (int, error) {
+	res, err := a.Engine.ReplayDeadLetters(group, ids)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, r := range res {
+		if r.Err == nil {
+			n++
+		} else if len(ids) == 1 {
+			return 0, r.Err
+		}
+	}
+	return n, nil
+}

@@ -27,7 +27,7 @@ var webFS embed.FS
 //	GET    /api/groups/{id}                       one group
 //	POST   /api/groups/{id}/purge                 drop what it holds for its members
 //	DELETE /api/groups/{id}                       remove a group without members
-//	GET    /api/groups/{id}/dead-letters?limit=N  its dead letters (501 without a store)
+//	GET    /api/groups/{id}/dead-letters?limit=N  its dead letters
 //	POST   /api/groups/{id}/dead-letters/replay   {"ids": [...]} (none: all) back to their topics
 //
 // Errors are {"error": "..."} with a status that says which kind.
@@ -79,8 +79,6 @@ func writeError(w http.ResponseWriter, status int, err error) {
 func adminError(w http.ResponseWriter, err error) {
 	status := http.StatusInternalServerError
 	switch {
-	case errors.Is(err, ErrNoDeadLetters):
-		status = http.StatusNotImplemented
 	case errors.Is(err, broker.ErrUnknownSubscription), errors.Is(err, broker.ErrUnknownMessage):
 		status = http.StatusNotFound
 	case errors.Is(err, broker.ErrGroupInUse):

@@ -241,7 +241,7 @@ func (c *Chain) OnPublish(d *broker.Draft) (broker.PublishVerdict, error) {
 		}
 		switch uint32(v) {
 		case abi.ActDrop:
-			out.Drop, out.Reason = true, st.why
+			out.Drop, out.Reason, out.Plugin = true, st.why, p.spec.Name
 			p.done(inst)
 			if p.log.IsTrace() {
 				p.log.Trace("dropped", "topic", d.Topic, "reason", out.Reason)

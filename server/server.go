@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -28,6 +29,7 @@ import (
 	"github.com/tinybroker/tinybroker/internal/grpcbuf"
 	"github.com/tinybroker/tinybroker/internal/wire"
 	"github.com/tinybroker/tinybroker/plugins"
+	adminpb "github.com/tinybroker/tinybroker/proto/tinybroker/admin/v1"
 	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
 	"github.com/tinybroker/tinybroker/server/auth"
 )
@@ -71,6 +73,11 @@ type Options struct {
 	// call, checks its permissions and applies the per-user limits (see server/auth). Stats
 	// and Reload are for admins; health and reflection stay open.
 	Auth *auth.Authenticator
+	// AdminAuthorize, if set, is asked before every call of the tinybroker.admin.v1.Admin
+	// service (see admin.go, adminGate): an error refuses the call with its status. By
+	// default, with Auth's users, only admins may call it (auth.Authenticator.AdminCall);
+	// without users every admin call is allowed.
+	AdminAuthorize func(ctx context.Context, fullMethod string) error
 }
 
 // Server serves the tinybroker.v1.Broker service over gRPC.
@@ -147,12 +154,18 @@ func New(b broker.Engine, maxMessageBytes int, opts Options) *Server {
 	}
 	if opts.Auth != nil {
 		grpcOpts = append(grpcOpts, opts.Auth.ServerOptions(pb.Broker_ServiceDesc.ServiceName, "Stats", "Reload")...)
+		if s.opts.AdminAuthorize == nil && opts.Auth.Enabled() {
+			s.opts.AdminAuthorize = opts.Auth.AdminCall
+		}
 	}
+	grpcOpts = append(grpcOpts, grpc.ChainUnaryInterceptor(s.adminGate))
 	s.grpc = grpc.NewServer(grpcOpts...)
 	pb.RegisterBrokerServer(s.grpc, s)
+	adminpb.RegisterAdminServer(s.grpc, &adminServer{s: s})
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)
 	s.health.SetServingStatus(pb.Broker_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	s.health.SetServingStatus(adminpb.Admin_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	return s
 }
 
@@ -213,7 +226,10 @@ func (s *Server) Publish(ctx context.Context, req *pb.PublishRequest) (*pb.Publi
 		return nil, toStatus(err)
 	}
 	s.traffic.publishedBytes.Add(uint64(len(req.GetPayload())))
-	return &pb.PublishResponse{SystemId: res.SystemID, Routed: uint32(res.Routed)}, nil
+	if res.DroppedBy != "" {
+		s.log.Debug("publish dropped by a plugin", "topic", req.GetTopic(), "plugin", res.DroppedBy, "reason", res.DropReason)
+	}
+	return &pb.PublishResponse{SystemId: res.SystemID, Routed: uint32(res.Routed), DroppedBy: res.DroppedBy, DropReason: res.DropReason}, nil
 }
 
 // PublishStream publishes every frame's messages in order and confirms each frame. When the
@@ -322,7 +338,8 @@ func (s *Server) Subscribe(stream grpc.BidiStreamingServer[pb.SubscribeRequest, 
 	defer st.Close()
 	subs := newSubCount(auth.FromContext(stream.Context()))
 	defer subs.end()
-	if err := subs.open(st, subscribeOptions(open), false); err != nil {
+	peerAddr := peerOf(stream.Context())
+	if err := subs.open(st, subscribeOptions(open, peerAddr), false); err != nil {
 		s.traffic.refuseSub(codeOf(err))
 		return toStatus(err)
 	}
@@ -335,7 +352,7 @@ func (s *Server) Subscribe(stream grpc.BidiStreamingServer[pb.SubscribeRequest, 
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		recvErr <- s.receive(stream, st, unanswered, subs)
+		recvErr <- s.receive(stream, st, unanswered, subs, peerAddr)
 	}()
 
 	ctx := stream.Context()
@@ -396,6 +413,15 @@ func (s *Server) send(stream grpc.BidiStreamingServer[pb.SubscribeRequest, pb.Su
 			batch = batch[n:]
 			continue
 		}
+		if d := batch[0]; d.Ended != nil {
+			s.log.Debug("subscription ended by the broker", "subscription", d.Sub.ID(), "error", d.Ended)
+			if err := stream.Send(&pb.SubscribeResponse{Frame: &pb.SubscribeResponse_Ended{Ended: &pb.SubscriptionEnded{
+				SubscriptionId: d.Sub.ID(), Code: int32(codeOf(d.Ended)), Error: d.Ended.Error()}}}); err != nil {
+				return err
+			}
+			batch = batch[1:]
+			continue
+		}
 		if err := stream.Send(s.event(batch[0].Sub)); err != nil {
 			return err
 		}
@@ -427,7 +453,7 @@ func (s *Server) event(sub broker.Subscription) *pb.SubscribeResponse {
 
 // receive applies the client's frames until the stream ends. Unknown ids are skipped (see
 // broker.Subscription.Ack); a malformed frame ends the stream.
-func (s *Server) receive(stream grpc.BidiStreamingServer[pb.SubscribeRequest, pb.SubscribeResponse], st broker.Stream, unanswered *opens, subs *subCount) error {
+func (s *Server) receive(stream grpc.BidiStreamingServer[pb.SubscribeRequest, pb.SubscribeResponse], st broker.Stream, unanswered *opens, subs *subCount, peerAddr string) error {
 	for {
 		req, err := stream.Recv()
 		if err == io.EOF {
@@ -461,7 +487,7 @@ func (s *Server) receive(stream grpc.BidiStreamingServer[pb.SubscribeRequest, pb
 			if err := s.waitToOpen(stream.Context(), st, unanswered); err != nil {
 				return err
 			}
-			_ = subs.open(st, subscribeOptions(f.Open), true) // the stream answers it: subscribed or refused
+			_ = subs.open(st, subscribeOptions(f.Open, peerAddr), true) // the stream answers it: subscribed or refused
 		case *pb.SubscribeRequest_Close:
 			if sub, _ := st.Lookup(f.Close.GetSubscriptionId()); sub != nil && f.Close.GetSubscriptionId() != "" {
 				sub.Close()
@@ -524,7 +550,15 @@ func settle(st broker.Stream, what, id string, apply func(broker.Subscription) (
 	return apply(sub), nil
 }
 
-func subscribeOptions(o *pb.OpenSubscription) broker.SubscribeOptions {
+// peerOf is the client's address, for the admin API's listings.
+func peerOf(ctx context.Context) string {
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		return p.Addr.String()
+	}
+	return ""
+}
+
+func subscribeOptions(o *pb.OpenSubscription, peerAddr string) broker.SubscribeOptions {
 	var mode broker.Mode
 	switch o.GetMode() {
 	case pb.DeliveryMode_DELIVERY_MODE_FANOUT:
@@ -541,6 +575,7 @@ func subscribeOptions(o *pb.OpenSubscription) broker.SubscribeOptions {
 		AckDeadline:     o.GetAckDeadline().AsDuration(),
 		MaxDeliveries:   int(o.GetMaxDeliveries()),
 		DeadLetterTopic: o.GetDeadLetterTopic(),
+		Peer:            peerAddr,
 	}
 }
 
@@ -625,6 +660,7 @@ func (s *Server) Reload(ctx context.Context, _ *pb.ReloadRequest) (*pb.ReloadRes
 	}
 	names, err := s.opts.Reload(ctx)
 	if err != nil {
+		s.log.Error("reload refused; the running plugins stay", "peer", peerOf(ctx), "error", err)
 		return nil, status.Errorf(codes.FailedPrecondition, "reload refused, the running plugins stay: %v", err)
 	}
 	return &pb.ReloadResponse{Plugins: names}, nil

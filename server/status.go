@@ -18,7 +18,7 @@ var errorCodes = []struct {
 	{codes.InvalidArgument, []error{broker.ErrInvalidTopic, broker.ErrInvalidPattern, broker.ErrInvalidSubscription, broker.ErrInvalidMessage}},
 	{codes.ResourceExhausted, []error{broker.ErrGroupFull, broker.ErrSlowConsumer, broker.ErrLimit}},
 	{codes.Unavailable, []error{broker.ErrShuttingDown, broker.ErrHookFailed}},
-	{codes.NotFound, []error{broker.ErrUnknownSubscription, broker.ErrUnknownMessage}},
+	{codes.NotFound, []error{broker.ErrUnknownSubscription, broker.ErrUnknownMessage, broker.ErrGroupDeleted}},
 	{codes.AlreadyExists, []error{broker.ErrSubscriptionExists}},
 	{codes.FailedPrecondition, []error{broker.ErrGroupMismatch, broker.ErrGroupInUse}},
 	{codes.Canceled, []error{broker.ErrSubscriptionClosed, context.Canceled}},

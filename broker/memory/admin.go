@@ -1,22 +1,26 @@
 package memory
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
+	"strconv"
 
 	"github.com/tinybroker/tinybroker/broker"
 )
 
-// The administration of consumer groups (broker.Engine): describe, purge, delete.
+// The administration of consumer groups and streams (broker.Engine): describe, purge,
+// delete, list. The dead letters' are in deadletter.go.
 
 var _ broker.Engine = (*Engine)(nil)
 
-// Group describes the consumer group of subscription_id id.
-func (b *Engine) Group(id string) (broker.GroupStats, error) {
+// Group describes the consumer group of subscription_id id: counters, settings, members.
+func (b *Engine) Group(id string) (broker.GroupInfo, error) {
 	g, err := b.groupByID(id)
 	if err != nil {
-		return broker.GroupStats{}, err
+		return broker.GroupInfo{}, err
 	}
-	return g.stats(), nil
+	return g.info(), nil
 }
 
 func (b *Engine) groupByID(id string) (*group, error) {
@@ -49,25 +53,83 @@ func (g *group) purge() int {
 	return n
 }
 
-// DeleteGroup removes the consumer group and what it holds. A group with members is not
-// deleted: its members would have to be ended behind their clients' backs.
+// DeleteGroup removes the consumer group, what it holds and its dead letters. Its members'
+// subscriptions end with ErrGroupDeleted: a member alone on its stream sees the stream end
+// with that error; one whose stream carries other subscriptions gets an Ended event and the
+// stream goes on. What the members held unacked is dropped with the group.
 func (b *Engine) DeleteGroup(id string) error {
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	g := b.groups[id]
 	if g == nil {
+		b.mu.Unlock()
 		return fmt.Errorf("%w %q: no consumer group has this subscription_id", broker.ErrUnknownSubscription, id)
 	}
-	if n := g.memberCount(); n > 0 {
-		return fmt.Errorf("%w: consumer group %q has %d members; close their subscriptions first, then delete it", broker.ErrGroupInUse, id, n)
-	}
+	subs, inFlight := g.evict()
 	dropped := b.removeGroupLocked(g)
-	b.log.Info("consumer group deleted", "subscription", id, "messages_dropped", dropped)
+	b.mu.Unlock()
+	why := fmt.Errorf("%w: consumer group %q (subscription %q) was deleted by an administrator; this subscription has ended (subscribing again creates a new, empty group)",
+		broker.ErrGroupDeleted, g.name, id)
+	for _, s := range subs {
+		s.evict(why)
+	}
+	b.log.Info("consumer group deleted", "subscription", id, "group", g.name, "members_ended", len(subs),
+		"messages_dropped", dropped+inFlight)
 	return nil
+}
+
+// evict takes every member out of g and drops what they hold (their unsent deliveries and
+// their unacked messages); it returns their subscriptions, to be ended once no lock is held,
+// and how many messages they held. b.mu must be held, so that no member joins meanwhile.
+func (g *group) evict() (subs []*Subscription, dropped int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, m := range g.members {
+		m.s.takeUnsent(nil)
+		for seq, e := range m.owned {
+			delete(m.owned, seq)
+			g.forgetLocked(e)
+			dropped++
+		}
+		subs = append(subs, m.s)
+	}
+	g.members, g.rr = nil, 0
+	return subs, dropped
 }
 
 func (g *group) memberCount() int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return len(g.members)
+}
+
+// Streams lists the open streams that carry subscriptions, sorted by id.
+func (b *Engine) Streams() []broker.StreamInfo {
+	subs := b.allSubscriptions()
+	byStream := make(map[*Stream]*broker.StreamInfo)
+	var order []*Stream
+	for _, s := range subs {
+		st := s.st
+		info := byStream[st]
+		if info == nil {
+			info = &broker.StreamInfo{ID: "stream-" + strconv.FormatUint(st.id, 10), Peer: st.peerAddr()}
+			byStream[st] = info
+			order = append(order, st)
+		}
+		ss := broker.StreamSubscription{ID: s.id, MemberID: s.id, Mode: s.mode, Patterns: s.patterns}
+		if s.g != nil {
+			ss.MemberID, ss.Group = s.bal.MemberID, s.g.hookName()
+		}
+		info.Subscriptions = append(info.Subscriptions, ss)
+	}
+	slices.SortFunc(order, func(a, b *Stream) int { return cmp.Compare(a.id, b.id) })
+	out := make([]broker.StreamInfo, 0, len(order))
+	for _, st := range order {
+		info := byStream[st]
+		st.out.mu.Lock()
+		info.Buffered = st.out.lenLocked()
+		st.out.mu.Unlock()
+		slices.SortFunc(info.Subscriptions, func(a, b broker.StreamSubscription) int { return cmp.Compare(a.ID, b.ID) })
+		out = append(out, *info)
+	}
+	return out
 }

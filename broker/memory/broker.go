@@ -46,6 +46,10 @@ type Options struct {
 	// delayed; default: 1/8 of MaxMemoryBytes).
 	GroupMaxQueuedBytes int64
 	GroupOverflow       broker.Overflow // what a full group does with a publish (broker.OverflowReject)
+	// GroupDeadLetterMax and GroupDeadLetterMaxBytes bound the dead letters one consumer
+	// group keeps for the admin API (10,000; 64 MiB, at most 1/16 of MaxMemoryBytes).
+	GroupDeadLetterMax      int
+	GroupDeadLetterMaxBytes int64
 	// GroupExpireAfter removes a consumer group that has had no member this long, with the
 	// messages it holds (0: groups live as long as the broker). A group abandoned for good
 	// otherwise fills up, and with OverflowReject then refuses every publish to its topics.
@@ -74,6 +78,9 @@ func (o *Options) setDefaults() {
 	if o.GroupMaxQueuedBytes <= 0 {
 		o.GroupMaxQueuedBytes = o.MaxMemoryBytes / 8
 	}
+	if o.GroupDeadLetterMaxBytes <= 0 {
+		o.GroupDeadLetterMaxBytes = min(64<<20, o.MaxMemoryBytes/16)
+	}
 	o.setLimitDefaults()
 }
 
@@ -87,6 +94,7 @@ func (o *Options) setLimitDefaults() {
 		}
 	}
 	def(&o.GroupMaxQueued, 100_000)
+	def(&o.GroupDeadLetterMax, 10_000)
 	def(&o.FanoutBufferMessages, 262_144)
 	def(&o.FanoutBufferBytes, 64<<20)
 	if o.GroupOverflow == broker.OverflowDefault {
@@ -120,6 +128,7 @@ type Engine struct {
 	hookDropped  atomic.Uint64 // messages dropped by an OnPublish verdict
 	refused      atomic.Uint64 // publishes refused by every consumer group they matched
 	dlqFailed    atomic.Uint64
+	streamSeq    atomic.Uint64 // last stream id
 	closing      atomic.Bool
 	shutdownOnce sync.Once
 	stop         chan struct{}
@@ -221,6 +230,7 @@ func (b *Engine) Publish(topic string, payload []byte, headers map[string]string
 		b.hookDropped.Add(1)
 		res.Seq = b.seq.Add(1)
 		res.SystemID = b.ids.format(res.Seq)
+		res.DroppedBy, res.DropReason = v.Plugin, v.Reason
 	} else {
 		res, err = b.route(d.Topic, d.Payload, d.Headers)
 	}
@@ -269,6 +279,9 @@ func (b *Engine) routeChecked(topic string, payload []byte, headers map[string]s
 		}
 	}
 	b.release(m, 0)
+	if b.log.IsDebug() {
+		b.logRoute(m, targets, routed, full)
+	}
 	if routed == 0 {
 		if full != nil { // refused by every target: tell the publisher
 			b.refused.Add(1)
@@ -280,6 +293,27 @@ func (b *Engine) routeChecked(topic string, payload []byte, headers map[string]s
 		b.waitForRoom(wait, rooms)
 	}
 	return broker.PublishResult{Seq: m.ID, SystemID: m.SystemID, Routed: routed}, nil
+}
+
+// logRoute logs where a message went, at debug level, with its trace context if it has one.
+func (b *Engine) logRoute(m *message, targets []target, routed int, full error) {
+	names := make([]string, 0, len(targets))
+	for _, t := range targets {
+		switch t := t.(type) {
+		case *Subscription:
+			names = append(names, "subscription "+t.id)
+		case *group:
+			names = append(names, "group "+t.id)
+		}
+	}
+	args := []any{"topic", m.Topic, "system_id", m.SystemID, "targets", names, "routed", routed}
+	if tp, ok := m.Headers["traceparent"]; ok {
+		args = append(args, "traceparent", tp)
+	}
+	if full != nil {
+		args = append(args, "refused_by_full_group", full.Error())
+	}
+	b.log.Debug("message routed", args...)
 }
 
 // waitForRoom paces a publisher to fanout subscribers that fell behind: it waits, at most
@@ -352,7 +386,7 @@ func (b *Engine) subscribe(o broker.SubscribeOptions, st *Stream) (*Subscription
 			return nil, fmt.Errorf("%w: subscription_id %q belongs to a balanced consumer group; choose another id for a fanout subscription", broker.ErrGroupMismatch, o.ID)
 		}
 		s.id = o.ID
-		if err := st.register(s); err != nil {
+		if err := st.register(s, o.Peer); err != nil {
 			return nil, err
 		}
 		b.fanouts[o.ID] = s
@@ -369,10 +403,10 @@ func (b *Engine) subscribe(o broker.SubscribeOptions, st *Stream) (*Subscription
 	s.id = o.ID
 	s.bal = &broker.Settings{ID: o.ID, MemberID: g.nextMemberID(), MaxInFlight: o.MaxInFlight, AckDeadline: o.AckDeadline,
 		MaxDeliveries: g.maxDeliveries, DeadLetterTopic: g.dlq}
-	if err := st.register(s); err != nil {
+	if err := st.register(s, o.Peer); err != nil {
 		return nil, err
 	}
-	s.m = g.join(s, o.MaxInFlight, o.AckDeadline)
+	s.m = g.join(s, o.MaxInFlight, o.AckDeadline, o.Peer)
 	return s, nil
 }
 
@@ -541,26 +575,32 @@ func (b *Engine) Shutdown(ctx context.Context) error {
 	b.shutdownOnce.Do(func() {
 		b.closing.Store(true)
 		err = b.drain(ctx)
-		b.mu.RLock()
-		var subs []*Subscription
-		for _, s := range b.fanouts {
-			subs = append(subs, s)
-		}
-		groups := make([]*group, 0, len(b.groups))
-		for _, g := range b.groups {
-			groups = append(groups, g)
-		}
-		b.mu.RUnlock()
-		for _, g := range groups {
-			subs = append(subs, g.subscriptions()...)
-		}
-		for _, s := range subs {
+		for _, s := range b.allSubscriptions() {
 			s.end(fmt.Errorf("%w: the broker is stopping; reconnect to its replacement", broker.ErrShuttingDown))
 		}
 		close(b.stop)
 		b.wg.Wait()
 	})
 	return err
+}
+
+// allSubscriptions returns every open subscription: the fanout ones and every group's
+// members. No lock may be held.
+func (b *Engine) allSubscriptions() []*Subscription {
+	b.mu.RLock()
+	subs := make([]*Subscription, 0, len(b.fanouts))
+	for _, s := range b.fanouts {
+		subs = append(subs, s)
+	}
+	groups := make([]*group, 0, len(b.groups))
+	for _, g := range b.groups {
+		groups = append(groups, g)
+	}
+	b.mu.RUnlock()
+	for _, g := range groups {
+		subs = append(subs, g.subscriptions()...)
+	}
+	return subs
 }
 
 // drain waits until nothing is in flight or buffered, or ctx is done.

@@ -145,6 +145,7 @@ func (g *group) remove() int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.removed = true
+	g.clearDeadLocked()
 	return g.dropAllLocked()
 }
 

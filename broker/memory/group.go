@@ -59,6 +59,7 @@ type group struct {
 	delivered, acked, redelivered, deadLettered, dropped uint64
 	rejected                                             uint64 // publishes refused while full (broker.OverflowReject)
 	nacked, timedOut, leftBehind                         uint64 // taken back from members, by reason
+	dead                                                 deadStore
 }
 
 func (b *Engine) groupLimits(l broker.GroupLimits) broker.GroupLimits {
@@ -71,6 +72,12 @@ func (b *Engine) groupLimits(l broker.GroupLimits) broker.GroupLimits {
 	if l.Overflow == broker.OverflowDefault {
 		l.Overflow = b.opts.GroupOverflow
 	}
+	if l.DeadLetterMax <= 0 {
+		l.DeadLetterMax = b.opts.GroupDeadLetterMax
+	}
+	if l.DeadLetterMaxBytes <= 0 {
+		l.DeadLetterMaxBytes = b.opts.GroupDeadLetterMaxBytes
+	}
 	return l
 }
 
@@ -79,6 +86,9 @@ type member struct {
 	maxInFlight int
 	ackDeadline time.Duration
 	owned       map[uint64]*entry // delivered, not yet acked
+	peer        string
+	joined      int64 // Unix nanoseconds
+	ended       error // under the stream's out.mu: why the engine ended it (Subscription.evict)
 }
 
 type entry struct {
@@ -475,7 +485,9 @@ func (g *group) waitLocked(e *entry) {
 
 func (g *group) deadLetterLocked(e *entry, reason string, tb *takeBack) {
 	g.deadLettered++
-	tb.dead = append(tb.dead, g.deadLetter(e, reason))
+	d := g.deadLetter(e, reason)
+	g.keepDeadLetterLocked(e, d, reason)
+	tb.dead = append(tb.dead, d)
 	g.forgetLocked(e)
 }
 
@@ -558,10 +570,11 @@ func (g *group) nextMemberID() string {
 }
 
 // join adds s as a member and gives it work at once.
-func (g *group) join(s *Subscription, maxInFlight int, ackDeadline time.Duration) *member {
+func (g *group) join(s *Subscription, maxInFlight int, ackDeadline time.Duration, peer string) *member {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	m := &member{s: s, maxInFlight: maxInFlight, ackDeadline: ackDeadline, owned: make(map[uint64]*entry)}
+	m := &member{s: s, maxInFlight: maxInFlight, ackDeadline: ackDeadline, owned: make(map[uint64]*entry),
+		peer: peer, joined: time.Now().UnixNano()}
 	g.members = append(g.members, m)
 	g.emptySince = 0
 	g.dispatchLocked(g.b.now())
@@ -690,25 +703,54 @@ func (g *group) drain() (inFlight int) {
 func (g *group) stats() broker.GroupStats {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	return g.statsLocked()
+}
+
+func (g *group) statsLocked() broker.GroupStats {
 	st := broker.GroupStats{ID: g.id, Group: g.name, Patterns: g.patterns, Members: len(g.members),
 		Queued: g.queued, Bytes: g.bytes, Delivered: g.delivered, Acked: g.acked, Redelivered: g.redelivered,
 		DeadLettered: g.deadLettered, Dropped: g.dropped, Rejected: g.rejected, Declared: g.declared,
-		Nacked: g.nacked, TimedOut: g.timedOut, LeftBehind: g.leftBehind}
-	for i := range min(g.queue.len(), 64) { // settled entries (acked late while queued) are rare
-		if e := g.queue.at(i); !e.settled {
-			st.OldestQueued = e.msg.PublishedAt
-			break
+		Nacked: g.nacked, TimedOut: g.timedOut, LeftBehind: g.leftBehind,
+		DeadLetters: g.dead.len(), DeadLetterBytes: g.dead.bytes, DeadLettersDropped: g.dead.dropped}
+	older := func(e *entry) {
+		if !e.settled && (st.Oldest == 0 || e.msg.PublishedAt < st.Oldest) {
+			st.Oldest = e.msg.PublishedAt
 		}
 	}
 	for _, e := range g.delayed {
 		if !e.settled {
 			st.Delayed++
+			older(e)
 		}
 	}
 	for _, m := range g.members {
 		st.InFlight += len(m.owned)
+		for _, e := range m.owned {
+			older(e)
+		}
+	}
+	// Requeued messages go back to the head of the queue, oldest first: the first unsettled
+	// entry is the oldest queued.
+	for i := range g.queue.len() {
+		if e := g.queue.peek(i); !e.settled {
+			st.OldestQueued = e.msg.PublishedAt
+			older(e)
+			break
+		}
 	}
 	return st
+}
+
+// info describes g in full: its stats, settings and members.
+func (g *group) info() broker.GroupInfo {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	gi := broker.GroupInfo{GroupStats: g.statsLocked(), MaxDeliveries: g.maxDeliveries, DeadLetterTopic: g.dlq, Limits: g.limits}
+	for _, m := range g.members {
+		gi.MemberList = append(gi.MemberList, broker.MemberInfo{ID: m.s.bal.MemberID, Peer: m.peer, InFlight: len(m.owned),
+			MaxInFlight: m.maxInFlight, AckDeadline: m.ackDeadline, Joined: m.joined})
+	}
+	return gi
 }
 
 // ring is a growable double-ended queue of entries.
@@ -724,6 +766,9 @@ func (r *ring) at(i int) *entry {
 	r.reads++
 	return r.buf[(r.head+i)&(len(r.buf)-1)]
 }
+
+// peek is at without counting the read (for stats).
+func (r *ring) peek(i int) *entry { return r.buf[(r.head+i)&(len(r.buf)-1)] }
 
 func (r *ring) grow() {
 	if r.size < len(r.buf) {

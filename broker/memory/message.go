@@ -27,12 +27,16 @@ type message struct {
 	holders atomic.Int32
 }
 
-// delivery is a broker.Delivery as the engine holds it.
+// delivery is a broker.Delivery as the engine holds it. With m nil it is an event: sub
+// opened or was refused (attempt 0), or was ended by the engine (attempt endedEvent; why is
+// in its member's ended).
 type delivery struct {
 	m       *message
 	sub     *Subscription
 	attempt uint32
 }
+
+const endedEvent = 1
 
 // withHeaders returns a copy of m with headers set and deleted; m itself is shared and
 // never changes. Headers that are not UTF-8 are not set (subscribers decode them as strings).

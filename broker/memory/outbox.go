@@ -68,7 +68,11 @@ func (o *outbox) take(dst []broker.Delivery, maxN, maxBytes int, size func(*brok
 		if total > 0 && total+sz > maxBytes {
 			break
 		}
-		dst = append(dst, broker.Delivery{Msg: m, Sub: d.sub, Attempt: d.attempt})
+		if m == nil && d.attempt == endedEvent {
+			dst = append(dst, broker.Delivery{Sub: d.sub, Ended: d.sub.m.ended})
+		} else {
+			dst = append(dst, broker.Delivery{Msg: m, Sub: d.sub, Attempt: d.attempt})
+		}
 		o.buf[o.head] = delivery{}
 		o.head++
 		if d.m != nil {

@@ -19,6 +19,7 @@ import (
 // was refused (Sub.Refused() says why).
 type Stream struct {
 	b      *Engine
+	id     uint64                    // for Engine.Streams
 	events bool                      // Subscribe calls are reported in Next
 	size   func(*broker.Message) int // what a delivery adds to a batch, for Next's maxBytes
 
@@ -31,8 +32,9 @@ type Stream struct {
 	done      chan struct{}
 	closeOnce sync.Once
 
-	mu   sync.Mutex               // guards subs; never held while calling into the broker
+	mu   sync.Mutex               // guards subs and peer; never held while calling into the broker
 	subs map[string]*Subscription // open subscriptions by id
+	peer string                   // the first Peer its subscriptions gave
 }
 
 // NewStream opens a stream to carry subscriptions (broker.Engine). size measures what a
@@ -47,7 +49,7 @@ func (b *Engine) newStream(size func(*broker.Message) int) *Stream {
 	if size == nil {
 		size = payloadSize
 	}
-	return &Stream{b: b, size: size, out: newOutbox(b.mem), done: make(chan struct{}), subs: make(map[string]*Subscription, 1)}
+	return &Stream{b: b, id: b.streamSeq.Add(1), size: size, out: newOutbox(b.mem), done: make(chan struct{}), subs: make(map[string]*Subscription, 1)}
 }
 
 // payloadSize is the size of a stream that has no transport: its batches are bounded in
@@ -86,9 +88,12 @@ func (st *Stream) refuse(o broker.SubscribeOptions, err error) {
 
 // register adds s to the stream and queues its opening event; it fails if the stream has
 // ended or already carries s's id. It is called before s is routed to.
-func (st *Stream) register(s *Subscription) error {
+func (st *Stream) register(s *Subscription, peer string) error {
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	if st.peer == "" {
+		st.peer = peer
+	}
 	if _, ok := st.subs[s.id]; ok {
 		return fmt.Errorf("%w: this stream already carries subscription %q; a stream can be one member of a group at most", broker.ErrSubscriptionExists, s.id)
 	}
@@ -105,6 +110,12 @@ func (st *Stream) register(s *Subscription) error {
 		st.out.pushLocked(delivery{sub: s})
 	}
 	return nil
+}
+
+func (st *Stream) peerAddr() string {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.peer
 }
 
 // Lookup returns the stream's open subscription with this id. With id empty it returns the

@@ -126,6 +126,33 @@ func (s *Subscription) Close() {
 	s.detach()
 }
 
+// evict ends a group member's subscription for the engine (its group was deleted): it leaves
+// its stream with an Ended event, and a stream left with no subscription ends with err. The
+// group has already let go of the member and what it held. No lock may be held.
+func (s *Subscription) evict(err error) {
+	st := s.st
+	if s.own {
+		st.end(err)
+		return
+	}
+	st.mu.Lock()
+	if st.subs[s.id] == s {
+		delete(st.subs, s.id)
+	}
+	left := len(st.subs)
+	st.mu.Unlock()
+	st.out.mu.Lock()
+	s.closed = true
+	if !st.closed {
+		s.m.ended = err
+		st.out.pushLocked(delivery{sub: s, attempt: endedEvent})
+	}
+	st.out.mu.Unlock()
+	if left == 0 {
+		st.end(err)
+	}
+}
+
 // end ends the subscription's stream with err unless it already ended, and reports whether
 // this call ended it.
 func (s *Subscription) end(err error) bool { return s.st.end(err) }

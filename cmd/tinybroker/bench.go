@@ -1,25 +1,24 @@
 package main
 
 import (
-	"context"
-	"flag"
-	"fmt"
-	"io"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/tinybroker/tinybroker/bench"
 )
 
-// runBench implements `tinybroker bench`: the benchmark workloads of shared/bench/WORKLOADS.md.
-func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), `Usage: tinybroker bench [flags]
-
-Runs benchmark workloads against a broker and prints one line per repetition and a line of
+// benchCmd is `tinybroker bench`: the benchmark workloads of shared/bench/WORKLOADS.md.
+func (a *app) benchCmd() *cobra.Command {
+	var cfg bench.Config
+	var workloads, subs, w4base string
+	var dial *dialFlags
+	c := &cobra.Command{
+		Use:   "bench [flags]",
+		Short: "Run the benchmark workloads against a broker",
+		Long: `Runs benchmark workloads against a broker and prints one line per repetition and a line of
 medians for each on stdout (warm-ups and progress go to stderr):
   W1  1 publisher, 4 fanout subscribers            delivered_msgs_per_s
   W2  1 publisher, a consumer group of 4 with acks acked_msgs_per_s, redelivered
@@ -31,20 +30,42 @@ medians for each on stdout (warm-ups and progress go to stderr):
 W4 compares two brokers and runs only when asked for: with -addr, -w4-addr is a second one
 started with the plugins (tinybroker serve --config bench/w4-go.hcl); without -addr,
 -w4-config FILE loads that file's plugins into a second in-process broker. bench/run.sh runs
-every workload against fresh `+"`tinybroker serve`"+` processes.
-
-Flags:
-`)
-		fs.PrintDefaults()
+every workload against fresh ` + "`tinybroker serve`" + ` processes. Flags may be written Go-style
+with one dash (-reps 5), as bench/run.sh does.`,
+		Args: noArgs(" (select workloads with -w W1,W2)"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var err error
+			if cfg.DialOptions, err = dial.grpcOptions(); err != nil {
+				return err
+			}
+			for _, w := range strings.Split(workloads, ",") {
+				if w = strings.ToUpper(strings.TrimSpace(w)); w != "" {
+					cfg.Workloads = append(cfg.Workloads, w)
+				}
+			}
+			for _, w := range strings.Split(w4base, ",") {
+				if w = strings.ToUpper(strings.TrimSpace(w)); w != "" {
+					cfg.W4Base = append(cfg.W4Base, w)
+				}
+			}
+			for _, s := range strings.Split(subs, ",") {
+				k, err := strconv.Atoi(strings.TrimSpace(s))
+				if err != nil {
+					return usagef(cmd, "-subs %q: want comma-separated integers, e.g. 1000,10000", subs)
+				}
+				cfg.SubCounts = append(cfg.SubCounts, k)
+			}
+			return bench.Run(cmd.Context(), cfg, a.stdout, a.stderr)
+		},
 	}
-	var cfg bench.Config
+	fs := c.Flags()
 	fs.StringVar(&cfg.Addr, "addr", "", "the broker's `host:port`; empty starts a broker inside this process, sharing its CPU and runtime with the clients (for trying it out, not for figures)")
-	workloads := fs.String("w", "W1,W2,W3,W5,W6", "workloads to run, comma-separated (W4 too when given -w4-addr or -w4-config)")
-	fs.IntVar(&cfg.N, "n", 0, "messages per repetition (default: W1/W2/W4 500000, W3 5 s at -rate, W5 200000; W6: see -duration)")
+	fs.StringVarP(&workloads, "w", "w", "W1,W2,W3,W5,W6", "workloads to run, comma-separated (W4 too when given -w4-addr or -w4-config)")
+	fs.IntVarP(&cfg.N, "n", "n", 0, "messages per repetition (default: W1/W2/W4 500000, W3 5 s at -rate, W5 200000; W6: see -duration)")
 	fs.IntVar(&cfg.Size, "size", 256, "payload bytes (at least 8)")
 	fs.IntVar(&cfg.Reps, "reps", 3, "measured repetitions, after one warm-up")
 	fs.IntVar(&cfg.Rate, "rate", 20000, "W3: publish rate, msgs/s")
-	subs := fs.String("subs", "1000,10000,100000", "W5: subscription counts, comma-separated")
+	fs.StringVar(&subs, "subs", "1000,10000,100000", "W5: subscription counts, comma-separated")
 	fs.IntVar(&cfg.ServerPID, "server-pid", 0, "W5, W6: the broker's process id, to read its RSS (and W6 its CPU use) from /proc")
 	fs.DurationVar(&cfg.Timeout, "timeout", 3*time.Minute, "give up on a repetition (or W5's subscribing) after this long")
 	fs.IntVar(&cfg.Batch, "batch", 128, "most messages per PublishStream frame")
@@ -53,39 +74,12 @@ Flags:
 	fs.StringVar(&cfg.W4Addr, "w4-addr", "", "W4 with -addr: a second broker's `host:port`, running with the W4 plugins")
 	fs.StringVar(&cfg.W4Config, "w4-config", "", "W4 without -addr: a config `file` whose plugins a second in-process broker loads (e.g. bench/w4-go.hcl)")
 	fs.StringVar(&cfg.W4Lang, "w4-lang", "", "W4: the plugins' language, for the output lines (default: <lang> of a -w4-config named w4-<lang>.hcl, else go)")
-	w4base := fs.String("w4-workloads", "W1,W2", "W4: the workloads to run plain and with plugins")
+	fs.StringVar(&w4base, "w4-workloads", "W1,W2", "W4: the workloads to run plain and with plugins")
 	fs.IntVar(&cfg.Streams, "streams", 10000, "W6: fanout subscriber streams, each on a topic of its own")
 	fs.DurationVar(&cfg.Duration, "duration", 10*time.Second, "W6: measured time per repetition; every topic gets a message a second")
 	fs.IntVar(&cfg.W6Conns, "w6-conns", 8, "W6: connections the streams are spread over")
 	fs.StringVar(&cfg.Scrape, "scrape", "", "GET this `URL` (the broker's http://HOST:PORT/metrics, serve --http-listen) every -scrape-every during the run, as Prometheus would: the cost of metrics")
 	fs.DurationVar(&cfg.ScrapeEvery, "scrape-every", time.Second, "how often -scrape scrapes")
-	dial := addDialFlags(fs)
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	var err error
-	if cfg.DialOptions, err = dial.grpcOptions(); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("bench takes no arguments, got %q (select workloads with -w W1,W2)", fs.Args())
-	}
-	for _, w := range strings.Split(*workloads, ",") {
-		if w = strings.ToUpper(strings.TrimSpace(w)); w != "" {
-			cfg.Workloads = append(cfg.Workloads, w)
-		}
-	}
-	for _, w := range strings.Split(*w4base, ",") {
-		if w = strings.ToUpper(strings.TrimSpace(w)); w != "" {
-			cfg.W4Base = append(cfg.W4Base, w)
-		}
-	}
-	for _, s := range strings.Split(*subs, ",") {
-		k, err := strconv.Atoi(strings.TrimSpace(s))
-		if err != nil {
-			return fmt.Errorf("-subs %q: want comma-separated integers, e.g. 1000,10000", *subs)
-		}
-		cfg.SubCounts = append(cfg.SubCounts, k)
-	}
-	return bench.Run(ctx, cfg, stdout, stderr)
+	dial = addDialFlags(fs)
+	return c
 }

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"maps"
@@ -15,6 +13,8 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/spf13/cobra"
 
 	"github.com/tinybroker/tinybroker/sdk/go/client"
 )
@@ -43,114 +43,125 @@ func (h headerFlag) Set(v string) error {
 	return nil
 }
 
-// runPub implements `tinybroker pub [--addr ADDR] [-H key=value]... TOPIC DATA`.
-func runPub(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("pub", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), `Usage: tinybroker pub [flags] TOPIC DATA
+func (h headerFlag) Type() string { return "key=value" }
 
-Publishes DATA to TOPIC (dot-separated tokens, e.g. jobs.thumb.1). DATA "-" reads it from
-standard input. Flags go before TOPIC.
-
-Flags:
-`)
-		fs.PrintDefaults()
-	}
-	addr := fs.String("addr", client.DefaultAddr, "broker address (`host:port`)")
+func (a *app) pubCmd() *cobra.Command {
+	var addr string
+	var timeout time.Duration
+	var dial *dialFlags
 	headers := headerFlag{}
-	fs.Var(headers, "H", "message header `key=value`; repeat for more")
-	timeout := fs.Duration("timeout", 10*time.Second, "give up after this long")
-	dial := addDialFlags(fs)
-	if err := fs.Parse(args); err != nil {
-		return err
+	c := &cobra.Command{
+		Use:   "pub [flags] TOPIC DATA",
+		Short: "Publish a message",
+		Long: `Publishes DATA to TOPIC (dot-separated tokens, e.g. jobs.thumb.1). DATA "-" reads it from
+standard input.`,
+		Example: `  tinybroker pub orders.created '{"id": 42}'
+  tinybroker pub -H size=128 jobs.thumb.1 cat.jpg
+  tinybroker pub jobs.raw - < input.bin`,
+		Args: exactArgs(2, "TOPIC and DATA"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			topic, data := args[0], []byte(args[1])
+			if args[1] == "-" {
+				var err error
+				if data, err = io.ReadAll(a.stdin); err != nil {
+					return fmt.Errorf("read DATA from stdin: %w", err)
+				}
+			}
+			var h map[string]string
+			if len(headers) > 0 {
+				h = headers
+			}
+			dialOpts, err := dial.clientOptions()
+			if err != nil {
+				return err
+			}
+			c, err := client.Dial(addr, dialOpts...)
+			if err != nil {
+				return sdkError{err}
+			}
+			defer c.Close()
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			res, err := c.Publish(ctx, topic, data, h)
+			if err != nil {
+				return sdkError{err}
+			}
+			fmt.Fprintf(a.stdout, "published %s to %s (routed to %d)\n", res.SystemID, topic, res.Routed)
+			switch {
+			case res.DroppedBy != "":
+				fmt.Fprintf(a.stderr, "note: plugin %q dropped the message: %s\n", res.DroppedBy, orNone(res.DropReason))
+			case res.Routed == 0:
+				fmt.Fprintln(a.stderr, "note: no subscription matched the topic, so the broker dropped the message")
+			}
+			return nil
+		},
 	}
-	if fs.NArg() != 2 {
-		fs.Usage()
-		return fmt.Errorf("pub needs TOPIC and DATA, got %d arguments %q (flags go before them)", fs.NArg(), fs.Args())
-	}
-	topic, data := fs.Arg(0), []byte(fs.Arg(1))
-	if fs.Arg(1) == "-" {
-		var err error
-		if data, err = io.ReadAll(stdin); err != nil {
-			return fmt.Errorf("read DATA from stdin: %w", err)
-		}
-	}
-	var h map[string]string
-	if len(headers) > 0 {
-		h = headers
-	}
-
-	dialOpts, err := dial.clientOptions()
-	if err != nil {
-		return err
-	}
-	c, err := client.Dial(*addr, dialOpts...)
-	if err != nil {
-		return sdkError{err}
-	}
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
-	defer cancel()
-	res, err := c.Publish(ctx, topic, data, h)
-	if err != nil {
-		return sdkError{err}
-	}
-	fmt.Fprintf(stdout, "published %s to %s (routed to %d)\n", res.SystemID, topic, res.Routed)
-	if res.Routed == 0 {
-		fmt.Fprintln(stderr, "note: no subscription matched the topic, so the broker dropped the message")
-	}
-	return nil
+	f := c.Flags()
+	f.StringVar(&addr, "addr", client.DefaultAddr, "broker address (`host:port`)")
+	f.VarP(headers, "header", "H", "message header `key=value`; repeat for more")
+	f.DurationVar(&timeout, "timeout", 10*time.Second, "give up after this long")
+	dial = addDialFlags(f)
+	return c
 }
 
-// runSub implements `tinybroker sub [--addr ADDR] [--group G] [--id ID] [--max-in-flight N]
-// [--count N] PATTERN...`: it prints and acks every message until ctx is done or --count
-// messages have arrived.
-func runSub(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("sub", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), `Usage: tinybroker sub [flags] PATTERN...
+func orNone(reason string) string {
+	if reason == "" {
+		return "(no reason given)"
+	}
+	return reason
+}
 
-Prints every message whose topic matches a PATTERN ('*' matches one token, a final '>' one
+func (a *app) subCmd() *cobra.Command {
+	var addr, group, id string
+	var maxInFlight, count int
+	var dial *dialFlags
+	c := &cobra.Command{
+		Use:   "sub [flags] PATTERN...",
+		Short: "Subscribe and print messages",
+		Long: `Prints every message whose topic matches a PATTERN ('*' matches one token, a final '>' one
 or more, e.g. "jobs.thumb.*" or "orders.>") and acks it, until interrupted. Without --group
 the subscription is fanout (it gets every message); with it, it joins the consumer group and
-shares its messages with the other members. Flags go before the patterns.
+shares its messages with the other members.`,
+		Example: `  tinybroker sub 'orders.>'
+  tinybroker sub --group resizers --count 10 'jobs.thumb.*'`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return usagef(cmd, "sub needs at least one PATTERN, e.g. \"orders.>\"")
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			switch {
+			case count < 0:
+				return usagef(cmd, "--count %d: want 0 (no limit) or more", count)
+			case maxInFlight < 0:
+				return usagef(cmd, "--max-in-flight %d: want 1 or more", maxInFlight)
+			case maxInFlight > 0 && group == "":
+				return usagef(cmd, "--max-in-flight is for balanced subscriptions: add --group NAME")
+			}
+			dialOpts, err := dial.clientOptions()
+			if err != nil {
+				return err
+			}
+			return a.sub(cmd.Context(), addr, dialOpts, client.SubscribeOptions{ID: id, Patterns: args, Group: group, MaxInFlight: maxInFlight}, count)
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&addr, "addr", client.DefaultAddr, "broker address (`host:port`)")
+	f.StringVar(&group, "group", "", "consumer group to join (balanced delivery); empty for fanout")
+	f.StringVar(&id, "id", "", "subscription id (default: the group, or made up by the broker for fanout)")
+	f.IntVar(&maxInFlight, "max-in-flight", 0, "with --group: unacked messages held at once (default 1)")
+	f.IntVar(&count, "count", 0, "exit after this many messages (0: run until interrupted)")
+	dial = addDialFlags(f)
+	return c
+}
 
-Flags:
-`)
-		fs.PrintDefaults()
-	}
-	addr := fs.String("addr", client.DefaultAddr, "broker address (`host:port`)")
-	group := fs.String("group", "", "consumer group to join (balanced delivery); empty for fanout")
-	id := fs.String("id", "", "subscription id (default: the group, or made up by the broker for fanout)")
-	maxInFlight := fs.Int("max-in-flight", 0, "with --group: unacked messages held at once (default 1)")
-	count := fs.Int("count", 0, "exit after this many messages (0: run until interrupted)")
-	dial := addDialFlags(fs)
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	switch {
-	case fs.NArg() == 0:
-		fs.Usage()
-		return errors.New("sub needs at least one PATTERN, e.g. \"orders.>\"")
-	case *count < 0:
-		return fmt.Errorf("--count %d: want 0 (no limit) or more", *count)
-	case *maxInFlight < 0:
-		return fmt.Errorf("--max-in-flight %d: want 1 or more", *maxInFlight)
-	case *maxInFlight > 0 && *group == "":
-		return errors.New("--max-in-flight is for balanced subscriptions: add --group NAME")
-	}
-	opts := client.SubscribeOptions{ID: *id, Patterns: fs.Args(), Group: *group, MaxInFlight: *maxInFlight}
-	if *group != "" {
+// sub prints and acks every message until ctx is done or count messages have arrived.
+func (a *app) sub(ctx context.Context, addr string, dialOpts []client.Option, opts client.SubscribeOptions, count int) error {
+	if opts.Group != "" {
 		opts.Mode = client.Balanced
 	}
-
-	dialOpts, err := dial.clientOptions()
-	if err != nil {
-		return err
-	}
-	c, err := client.Dial(*addr, dialOpts...)
+	c, err := client.Dial(addr, dialOpts...)
 	if err != nil {
 		return sdkError{err}
 	}
@@ -160,14 +171,14 @@ Flags:
 	reached := make(chan struct{})
 	sub, err := c.Subscribe(ctx, opts, func(ctx context.Context, m *client.Message) error {
 		mu.Lock()
-		if *count > 0 && n >= *count {
+		if count > 0 && n >= count {
 			mu.Unlock()
 			<-ctx.Done() // one too many: leave it unacked, for another member
 			return ctx.Err()
 		}
-		fmt.Fprintln(stdout, formatMessage(m))
+		fmt.Fprintln(a.stdout, formatMessage(m))
 		n++
-		if n == *count {
+		if n == count {
 			close(reached)
 		}
 		mu.Unlock()
@@ -178,9 +189,9 @@ Flags:
 	}
 	set := sub.Settings()
 	if opts.Mode == client.Balanced {
-		fmt.Fprintf(stderr, "subscribed to %s as %s of group %s (subscription %s)\n", strings.Join(opts.Patterns, " "), set.MemberID, *group, set.ID)
+		fmt.Fprintf(a.stderr, "subscribed to %s as %s of group %s (subscription %s)\n", strings.Join(opts.Patterns, " "), set.MemberID, opts.Group, set.ID)
 	} else {
-		fmt.Fprintf(stderr, "subscribed to %s (subscription %s)\n", strings.Join(opts.Patterns, " "), set.ID)
+		fmt.Fprintf(a.stderr, "subscribed to %s (subscription %s)\n", strings.Join(opts.Patterns, " "), set.ID)
 	}
 	select {
 	case <-reached:

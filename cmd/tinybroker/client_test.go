@@ -3,8 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
-	"flag"
 	"os"
 	"regexp"
 	"strings"
@@ -132,9 +130,10 @@ func TestPubSubUsageErrors(t *testing.T) {
 			}
 		})
 	}
-	var stderr bytes.Buffer
-	if err := runPub([]string{"-h"}, &stderr, &stderr); !errors.Is(err, flag.ErrHelp) || !strings.Contains(stderr.String(), "Usage: tinybroker pub") {
-		t.Fatalf("pub -h: %v, usage %q", err, stderr.String())
+	// Help is not an error (exit status 0), and goes to standard output.
+	var stdout, stderr bytes.Buffer
+	if err := runPub([]string{"-h"}, &stdout, &stderr); err != nil || !strings.Contains(stdout.String(), "tinybroker pub [flags] TOPIC DATA") {
+		t.Fatalf("pub -h: %v, usage %q", err, stdout.String())
 	}
 }
 

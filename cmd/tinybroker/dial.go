@@ -4,11 +4,11 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"strings"
 
+	"github.com/spf13/pflag"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
@@ -31,7 +31,7 @@ type dialFlags struct {
 }
 
 // addDialFlags declares the connection flags on fs.
-func addDialFlags(fs *flag.FlagSet) *dialFlags {
+func addDialFlags(fs *pflag.FlagSet) *dialFlags {
 	d := &dialFlags{getenv: os.Getenv, readFile: os.ReadFile}
 	fs.BoolVar(&d.tls, "tls", false, "connect over TLS, trusting the system's CAs (implied by the other --tls-* flags)")
 	fs.StringVar(&d.ca, "tls-ca", "", "PEM `file` of the CA that signed the broker's certificate (implies --tls)")

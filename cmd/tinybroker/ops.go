@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"flag"
 	"fmt"
 	"net"
 	"net/http"
@@ -19,29 +18,6 @@ import (
 	"github.com/tinybroker/tinybroker/server"
 	"github.com/tinybroker/tinybroker/server/auth"
 )
-
-// opsFlags are serve's flags for the ops HTTP listener (metrics, dashboard, pprof).
-type opsFlags struct {
-	listen      *string
-	allowRemote *bool
-}
-
-func addOpsFlags(fs *flag.FlagSet) opsFlags {
-	return opsFlags{
-		listen:      fs.String("http-listen", "", "serve metrics, the dashboard and pprof over HTTP on this `address` (loopback only unless --http-allow-remote; default: off, or the config file's http block)"),
-		allowRemote: fs.Bool("http-allow-remote", false, "let --http-listen be a non-loopback address without users to authenticate its requests"),
-	}
-}
-
-// apply sets the flags given into cfg.
-func (f opsFlags) apply(cfg *config.HTTP) {
-	if *f.listen != "" {
-		cfg.Listen = *f.listen
-	}
-	if *f.allowRemote {
-		cfg.AllowRemote = true
-	}
-}
 
 // startOps starts the ops HTTP listener if cfg turns it on. stop shuts it down (a no-op when
 // off), giving requests in progress (a CPU profile, say) up to 5 seconds, and waits for its

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"embed"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"io/fs"
@@ -15,6 +14,8 @@ import (
 	"slices"
 	"strings"
 	"text/template"
+
+	"github.com/spf13/cobra"
 
 	"github.com/tinybroker/tinybroker/plugins"
 )
@@ -73,9 +74,7 @@ type projectData struct {
 	Root  string // the tinybroker source tree, absolute
 }
 
-const pluginNewUsage = `Usage: tinybroker plugin new --lang LANG [--dir DIR] [--sdk TREE] NAME
-
-Creates the folder DIR (default: ./NAME) with a tinybroker plugin named NAME in LANG (go, rust,
+const pluginNewUsage = `Creates the folder DIR (default: ./NAME) with a tinybroker plugin named NAME in LANG (go, rust,
 c, assemblyscript or zig): a tenant filter to change into your own, a Makefile, test messages
 with the output they should give, and a broker configuration that loads it:
 
@@ -83,43 +82,47 @@ with the output they should give, and a broker configuration that loads it:
 
 The project uses the SDK of a tinybroker source tree, so it builds without downloading
 anything: TREE, by default the tinybroker checkout the current folder is in, or
-$TINYBROKER_SDK.
+$TINYBROKER_SDK.`
 
-Flags go before NAME:
-`
+// pluginNewCmd is `tinybroker plugin new`.
+func (a *app) pluginNewCmd() *cobra.Command {
+	var lang, dir, sdk string
+	c := &cobra.Command{
+		Use:     "new --lang LANG [--dir DIR] [--sdk TREE] NAME",
+		Short:   "Start a plugin project in any of the SDKs' languages",
+		Long:    pluginNewUsage,
+		Example: "  tinybroker plugin new --lang rust my-filter\n  cd my-filter && make && make test && make serve",
+		Args:    exactArgs(1, "one NAME"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if _, ok := pluginLangs[lang]; !ok {
+				if lang == "" {
+					return usagef(cmd, "--lang is missing: choose one of %s", strings.Join(langNames, ", "))
+				}
+				return usagef(cmd, "--lang %q: choose one of %s", lang, strings.Join(langNames, ", "))
+			}
+			return newPluginProject(args[0], lang, dir, sdk, a.stdout)
+		},
+	}
+	fs := c.Flags()
+	fs.StringVar(&lang, "lang", "", "the language: "+strings.Join(langNames, ", "))
+	fs.StringVar(&dir, "dir", "", "the folder to create (default: ./NAME)")
+	fs.StringVar(&sdk, "sdk", "", "the tinybroker source tree whose sdk/ the project uses (default: the checkout around the current folder, or $TINYBROKER_SDK)")
+	_ = c.RegisterFlagCompletionFunc("lang", cobra.FixedCompletions(langNames, cobra.ShellCompDirectiveNoFileComp))
+	_ = c.MarkFlagDirname("dir")
+	_ = c.MarkFlagDirname("sdk")
+	return c
+}
 
-// runPluginNew implements `tinybroker plugin new`.
-func runPluginNew(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("plugin new", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), pluginNewUsage)
-		fs.PrintDefaults()
-	}
-	lang := fs.String("lang", "", "the language: "+strings.Join(langNames, ", "))
-	dir := fs.String("dir", "", "the folder to create (default: ./NAME)")
-	sdk := fs.String("sdk", "", "the tinybroker source tree whose sdk/ the project uses (default: the checkout around the current folder, or $TINYBROKER_SDK)")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if fs.NArg() != 1 {
-		fs.Usage()
-		return fmt.Errorf("plugin new needs one NAME, got %d arguments %q (flags go before it)", fs.NArg(), fs.Args())
-	}
-	name := fs.Arg(0)
+// newPluginProject creates the project of plugin name in lang.
+func newPluginProject(name, lang, dirFlag, sdkFlag string, stdout io.Writer) error {
+	dir, sdk := &dirFlag, &sdkFlag
 	if name == "" || name[0] == '-' {
 		return fmt.Errorf("plugin name %q: start it with a letter or digit", name)
 	}
 	if err := plugins.CheckName(name); err != nil {
 		return err
 	}
-	l, ok := pluginLangs[*lang]
-	if !ok {
-		if *lang == "" {
-			return fmt.Errorf("--lang is missing: choose one of %s", strings.Join(langNames, ", "))
-		}
-		return fmt.Errorf("--lang %q: choose one of %s", *lang, strings.Join(langNames, ", "))
-	}
+	l := pluginLangs[lang]
 	root, err := findTree(*sdk)
 	if err != nil {
 		return err

@@ -30,12 +30,7 @@ type pluginManager struct {
 }
 
 func newPluginManager(cfg config.Config, configPath string, b *memory.Engine, log hclog.Logger) (*pluginManager, error) {
-	dir := cfg.PluginCacheDir
-	if dir == "" {
-		if base, err := os.UserCacheDir(); err == nil {
-			dir = filepath.Join(base, "tinybroker", "wazero")
-		}
-	}
+	dir := pluginCacheDir(cfg)
 	host, err := plugins.NewHost(plugins.HostOptions{CacheDir: dir, Logger: log,
 		MaxMessageBytes: cfg.Broker.MaxMessageBytes, MaxHeaderBytes: cfg.Broker.MaxHeaderBytes,
 		MaxPluginBytes: int64(cfg.Limits.MaxPluginBytes)})
@@ -50,6 +45,21 @@ func newPluginManager(cfg config.Config, configPath string, b *memory.Engine, lo
 		}
 	}
 	return pm, nil
+}
+
+// pluginCacheDir is where compiled plugins are kept across restarts: plugin_cache_dir, by
+// default the user's cache folder (~/.cache/tinybroker/wazero); "none" keeps them nowhere.
+func pluginCacheDir(cfg config.Config) string {
+	switch cfg.PluginCacheDir {
+	case "none":
+		return ""
+	case "":
+		if base, err := os.UserCacheDir(); err == nil {
+			return filepath.Join(base, "tinybroker", "wazero")
+		}
+		return ""
+	}
+	return cfg.PluginCacheDir
 }
 
 // swap loads specs, warms them up and installs them; on error the running chain stays.

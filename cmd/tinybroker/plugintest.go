@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"maps"
@@ -15,6 +14,8 @@ import (
 	"unicode/utf8"
 
 	"google.golang.org/grpc/codes"
+
+	"github.com/spf13/cobra"
 
 	"github.com/tinybroker/tinybroker/plugins"
 	"github.com/tinybroker/tinybroker/sdk/go/plugin/plugintest"
@@ -108,9 +109,7 @@ type pluginTestTiming struct {
 	Failures         int     `json:"failures,omitempty"`
 }
 
-const pluginTestUsage = `Usage: tinybroker plugin test [flags] PLUGIN.wasm < MESSAGES
-
-Loads the plugin PLUGIN.wasm into the broker's plugin host, as "tinybroker serve" would, and
+const pluginTestUsage = `Loads the plugin PLUGIN.wasm into the broker's plugin host, as "tinybroker serve" would, and
 runs one of its hooks on each message read from standard input: one JSON object a line,
 
   {"topic":"orders.1","payload":"text","headers":{"tenant":"acme"}}
@@ -123,58 +122,75 @@ the plugin left it, the messages it emitted, and "error" if the plugin failed on
 payload that is not valid UTF-8 is written base64-encoded, as "payload_base64".
 
 The plugin's log goes to standard error. A plugin failure is not hidden by a failure
-policy: the publish is refused (verdict "failed"), and the command exits with status 2
+policy: the publish is refused (verdict "failed"), and the command exits with status 1
 after the last message.
 
 With --bench, each message is then run again through the hook for --bench-time, and its
 line gets "timing": the calls made, the wall-clock ns per call (the plugin and the host's
 per-call work, as the broker pays it for each message) and the host calls (v1_*) per call;
 a summary per hook goes to standard error. Unless --call-timeout is given, --bench runs
-without a time limit, as the broker does by default (a limit costs a few µs a call).
+without a time limit, as the broker does by default (a limit costs a few µs a call).`
 
-Flags go before PLUGIN.wasm:
-`
+func (c configFlag) Type() string { return "key=value" }
 
-// runPluginTest implements `tinybroker plugin test [--config key=value]... [--hook HOOK]
+// pluginTestCmd is `tinybroker plugin test [--config key=value]... [--hook HOOK]
 // PLUGIN.wasm < MESSAGES`, on top of package plugintest.
-func runPluginTest(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("plugin test", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), pluginTestUsage)
-		fs.PrintDefaults()
-	}
+func (a *app) pluginTestCmd() *cobra.Command {
 	config := configFlag{}
+	var hook, name, logLevel string
+	var callTimeout, benchTime time.Duration
+	var memoryMB int
+	var bench bool
+	c := &cobra.Command{
+		Use:     "test [flags] PLUGIN.wasm < MESSAGES",
+		Short:   "Run a plugin's hook on messages from standard input, without a broker",
+		Long:    pluginTestUsage,
+		Example: `  echo '{"topic":"orders.1","headers":{"tenant":"acme"}}' | tinybroker plugin test --config allow=acme tenant-filter.wasm`,
+		Args:    exactArgs(1, "one PLUGIN.wasm"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			switch hook {
+			case plugins.HookPublish, plugins.HookAck, plugins.HookRedeliver:
+			default:
+				return usagef(cmd, "--hook %q: use on_publish, on_ack or on_redeliver", hook)
+			}
+			if memoryMB < 1 {
+				return usagef(cmd, "--memory-limit-mb %d: want 1 or more", memoryMB)
+			}
+			timeout := callTimeout
+			if timeout <= 0 || bench && !cmd.Flags().Changed("call-timeout") {
+				timeout = -1 // no limit
+			}
+			return pluginTestRun(args[0], config, pluginTestOptions{hook: hook, name: name, timeout: timeout, memoryMB: memoryMB,
+				logLevel: logLevel, bench: bench, benchTime: benchTime}, a.stdin, a.stdout, a.stderr)
+		},
+	}
+	fs := c.Flags()
 	fs.Var(config, "config", "a value of the plugin's configuration, `key=value`; repeat for more")
-	hook := fs.String("hook", plugins.HookPublish, "the hook to run: on_publish, on_ack or on_redeliver")
-	name := fs.String("name", "", "the plugin's name (default: the file's name without .wasm)")
-	callTimeout := fs.Duration("call-timeout", 10*time.Second, "time limit per call (0: none)")
-	memoryMB := fs.Int("memory-limit-mb", 64, "the plugin's largest memory, in MiB")
-	logLevel := fs.String("log-level", "info", "the plugin's log lines shown on standard error: trace, debug, info, warn, error or off")
-	bench := fs.Bool("bench", false, "also time the hook on each message: ns and host calls per call")
-	benchTime := fs.Duration("bench-time", 200*time.Millisecond, "with --bench, how long to time each message")
-	if err := fs.Parse(args); err != nil {
-		return err
+	fs.StringVar(&hook, "hook", plugins.HookPublish, "the hook to run: on_publish, on_ack or on_redeliver")
+	fs.StringVar(&name, "name", "", "the plugin's name (default: the file's name without .wasm)")
+	fs.DurationVar(&callTimeout, "call-timeout", 10*time.Second, "time limit per call (0: none)")
+	fs.IntVar(&memoryMB, "memory-limit-mb", 64, "the plugin's largest memory, in MiB")
+	fs.StringVar(&logLevel, "log-level", "info", "the plugin's log lines shown on standard error: trace, debug, info, warn, error or off")
+	fs.BoolVar(&bench, "bench", false, "also time the hook on each message: ns and host calls per call")
+	fs.DurationVar(&benchTime, "bench-time", 200*time.Millisecond, "with --bench, how long to time each message")
+	_ = c.RegisterFlagCompletionFunc("hook", cobra.FixedCompletions([]string{plugins.HookPublish, plugins.HookAck, plugins.HookRedeliver}, cobra.ShellCompDirectiveNoFileComp))
+	_ = c.MarkFlagFilename("config")
+	c.ValidArgsFunction = func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+		return []string{"wasm"}, cobra.ShellCompDirectiveFilterFileExt
 	}
-	timeoutSet := false
-	fs.Visit(func(f *flag.Flag) { timeoutSet = timeoutSet || f.Name == "call-timeout" })
-	if fs.NArg() != 1 {
-		fs.Usage()
-		return fmt.Errorf("plugin test needs one PLUGIN.wasm, got %d arguments %q (flags go before it)", fs.NArg(), fs.Args())
-	}
-	switch *hook {
-	case plugins.HookPublish, plugins.HookAck, plugins.HookRedeliver:
-	default:
-		return fmt.Errorf("--hook %q: use on_publish, on_ack or on_redeliver", *hook)
-	}
-	if *memoryMB < 1 {
-		return fmt.Errorf("--memory-limit-mb %d: want 1 or more", *memoryMB)
-	}
-	timeout := *callTimeout
-	if timeout <= 0 || *bench && !timeoutSet {
-		timeout = -1 // no limit
-	}
-	path := fs.Arg(0)
+	return c
+}
+
+type pluginTestOptions struct {
+	hook, name, logLevel string
+	timeout, benchTime   time.Duration
+	memoryMB             int
+	bench                bool
+}
+
+// pluginTestRun runs o.hook of the plugin at path on each message of stdin.
+func pluginTestRun(path string, config configFlag, o pluginTestOptions, stdin io.Reader, stdout, stderr io.Writer) error {
+	hook, name, logLevel, memoryMB, bench, benchTime, timeout := &o.hook, &o.name, &o.logLevel, &o.memoryMB, &o.bench, &o.benchTime, o.timeout
 	p, err := plugintest.New(path, config, plugintest.Options{
 		Name:             *name,
 		CallTimeout:      timeout,
@@ -236,7 +252,7 @@ func runPluginTest(args []string, stdin io.Reader, stdout, stderr io.Writer) err
 		if total.Failures > 0 {
 			fmt.Fprintf(stderr, ", %d failed", total.Failures)
 		}
-		if !timeoutSet || timeout < 0 {
+		if timeout < 0 {
 			fmt.Fprint(stderr, " (no time limit)")
 		} else {
 			fmt.Fprintf(stderr, " (with a time limit of %v per call)", timeout)

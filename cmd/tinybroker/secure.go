@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -11,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
 	"github.com/tinybroker/tinybroker/internal/config"
@@ -80,26 +80,27 @@ func isLoopback(addr string) (bool, string) {
 	return true, ""
 }
 
-// runPasswd implements `tinybroker passwd`: it reads a token (without echo from a terminal,
-// else the first line of standard input) and prints its bcrypt hash for a user's token_hash.
-func runPasswd(args []string, in io.Reader, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("passwd", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), `Usage: tinybroker passwd
-
-Reads a token from the terminal (not echoed, asked twice) or the first line of standard
+// passwdCmd is `tinybroker passwd`: it reads a token (without echo from a terminal, else the
+// first line of standard input) and prints its bcrypt hash for a user's token_hash.
+func (a *app) passwdCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "passwd < TOKEN",
+		Short: "Print the bcrypt hash of a user's token, for the config file",
+		Long: `Reads a token from the terminal (not echoed, asked twice) or the first line of standard
 input, and prints its bcrypt hash, for a user's token_hash in the config file. Clients then
 send USER:TOKEN (tinybroker --token-file FILE, or TINYBROKER_TOKEN).
-A random token: head -c 24 /dev/urandom | base64
-`)
+A random token: head -c 24 /dev/urandom | base64`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return usagef(cmd, "passwd takes no arguments (the token is read from standard input, never from the command line), got %q", args)
+			}
+			return nil
+		},
+		RunE: func(*cobra.Command, []string) error { return passwd(a.stdin, a.stdout, a.stderr) },
 	}
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("passwd takes no arguments (the token is read from standard input, never from the command line), got %q", fs.Args())
-	}
+}
+
+func passwd(in io.Reader, stdout, stderr io.Writer) error {
 	token, err := readToken(in, stderr)
 	if err != nil {
 		return err

@@ -62,6 +62,13 @@ groups {
   # group lives as long as the broker (an abandoned group then fills up to its bounds and
   # refuses, or drops, for itself). Declared groups never expire.
   expire_after = "none"
+
+  # Dead letters each group keeps for the admin API (tinybroker dlq ls|replay|purge), besides
+  # publishing them to its dead-letter topic: at most this many messages and bytes per group,
+  # counted against the memory budget; past either, the group drops its oldest. Default
+  # bytes: 64 MiB, at most 1/16 of memory.max_bytes.
+  dead_letters_max = 10000
+  # dead_letters_max_bytes = "64MiB"
 }
 
 # Consumer groups declared up front: they exist from start-up, so what is published before
@@ -72,9 +79,10 @@ groups {
 #   subscription_id   = "resizers"         # default: the group's name
 #   max_deliveries    = 5                  # default: unlimited
 #   dead_letter_topic = "dlq.resizers"     # default: dlq.<subscription_id>
-#   max_queued        = 100000             # these three default to the groups block's
+#   max_queued        = 100000             # these default to the groups block's
 #   max_queued_bytes  = "512MiB"
 #   overflow          = "reject"
+#   dead_letters_max  = 10000
 # }
 
 # Fanout subscriptions: every subscriber gets every message.
@@ -139,3 +147,8 @@ limits {
 #   # summed under group="_other", so that 10,000 groups do not make 150,000 series.
 #   metrics_max_groups = 1000
 # }
+
+# Where compiled plugins are kept, so that a restart does not compile them again: the only
+# thing the broker writes to disk. Default: the user's cache folder, ~/.cache/tinybroker/wazero
+# ($XDG_CACHE_HOME/tinybroker/wazero). "none" keeps them nowhere: every start compiles.
+# plugin_cache_dir = "/var/cache/tinybroker"

@@ -53,7 +53,7 @@ func TestRunResizesEveryJobOnce(t *testing.T) {
 	}
 	groupStats := func() broker.GroupStats {
 		g, _ := b.Group(subscriptionID)
-		return g
+		return g.GroupStats
 	}
 	brokertest.Eventually(t, "the broker to see the streams end", func() bool { return groupStats().Members == 0 })
 	if g := groupStats(); g.Group != group || g.Acked != 2*jobs || g.Redelivered != 0 || g.Queued != 0 || g.InFlight != 0 || g.Members != 0 {

@@ -24,6 +24,8 @@
 //	  ack_deadline      = "30s"
 //	  max_in_flight_cap = 65536
 //	  expire_after      = "none"    # remove a group without members this long ("1h")
+//	  dead_letters_max       = 10000    # dead letters each group keeps for the admin API
+//	  dead_letters_max_bytes = "64MiB"  # (default: 64 MiB, at most 1/16 of memory.max_bytes)
 //	}
 //
 //	fanout {                      # at most one
@@ -38,9 +40,11 @@
 //	  subscription_id   = "resizers"         # default: the group's name
 //	  max_deliveries    = 5
 //	  dead_letter_topic = "dlq.resizers"
-//	  max_queued        = 100000             # these three default to the groups block's
+//	  max_queued        = 100000             # these five default to the groups block's
 //	  max_queued_bytes  = "512MiB"
 //	  overflow          = "reject"
+//	  dead_letters_max       = 10000
+//	  dead_letters_max_bytes = "64MiB"
 //	}
 //
 //	limits {                      # at most one; see RATIONALE.md, "Limits"
@@ -54,7 +58,7 @@
 //	  max_plugin_bytes              = 67108864 # largest plugin .wasm file
 //	}
 //
-//	plugin_cache_dir = "/var/cache/tinybroker"  # compiled plugins, kept across restarts
+//	plugin_cache_dir = "/var/cache/tinybroker"  # compiled plugins, kept across restarts; "none": not kept
 //
 //	http {                        # at most one; present: the ops HTTP listener is on
 //	  listen             = "127.0.0.1:7879"  # metrics, dashboard, pprof
@@ -136,7 +140,7 @@ type Config struct {
 	Plugins          []plugins.Spec       // in chain order; paths made relative to the file's folder
 	Groups           []broker.GroupConfig // consumer groups declared with group blocks
 	// PluginCacheDir keeps compiled plugins across restarts ("" : the user cache folder,
-	// e.g. ~/.cache/tinybroker/wazero).
+	// e.g. ~/.cache/tinybroker/wazero; "none": nowhere, every start compiles them).
 	PluginCacheDir string
 	// TLS serves TLS from these files (nil: plaintext); paths made relative to the file's
 	// folder.
@@ -171,6 +175,7 @@ func Default() Config {
 		Broker: memory.Options{
 			Limits:               broker.Limits{}.WithDefaults(),
 			GroupMaxQueued:       100_000,
+			GroupDeadLetterMax:   10_000,
 			GroupOverflow:        broker.OverflowReject,
 			FanoutBufferMessages: 262_144,
 			PublisherWait:        time.Second,

@@ -37,6 +37,7 @@ func TestDefault(t *testing.T) {
 				MaxGroups:                  10000,
 			},
 			GroupMaxQueued:       100000,
+			GroupDeadLetterMax:   10000,
 			GroupOverflow:        broker.OverflowReject,
 			FanoutBufferMessages: 262144,
 			PublisherWait:        time.Second,

@@ -33,6 +33,8 @@ var groupSection = section{
 		positiveIntAttr("max_queued", func(c *Config) *int { return &lastGroup(c).Limits.MaxQueued }),
 		sizeAttr("max_queued_bytes", func(c *Config) *int64 { return &lastGroup(c).Limits.MaxQueuedBytes }),
 		enumAttr("overflow", overflowChoices, func(c *Config) *broker.Overflow { return &lastGroup(c).Limits.Overflow }),
+		positiveIntAttr("dead_letters_max", func(c *Config) *int { return &lastGroup(c).Limits.DeadLetterMax }),
+		sizeAttr("dead_letters_max_bytes", func(c *Config) *int64 { return &lastGroup(c).Limits.DeadLetterMaxBytes }),
 	},
 }
 

@@ -50,6 +50,8 @@ var groupsSection = section{
 		durationAttr("ack_deadline", func(c *Config) *time.Duration { return &c.Broker.AckDeadline }),
 		positiveIntAttr("max_in_flight_cap", func(c *Config) *int { return &c.Broker.MaxInFlightCap }),
 		timeoutAttr("expire_after", 0, func(c *Config) *time.Duration { return &c.Broker.GroupExpireAfter }),
+		positiveIntAttr("dead_letters_max", func(c *Config) *int { return &c.Broker.GroupDeadLetterMax }),
+		sizeAttr("dead_letters_max_bytes", func(c *Config) *int64 { return &c.Broker.GroupDeadLetterMaxBytes }),
 	},
 }
 

@@ -298,6 +298,21 @@ func (c *Caller) Admin(method string) error {
 	return c.deny("call "+method, fmt.Sprintf("user %q admin", c.p.Name), "only users with admin = true may")
 }
 
+// AdminCall authenticates a call of an admin-only service (tinybroker.admin.v1.Admin, through
+// the server's one admin hook) and refuses it unless the caller is an admin. Without users
+// every call is allowed. The per-user connection limits do not count admin calls.
+func (a *Authenticator) AdminCall(ctx context.Context, method string) error {
+	if !a.Enabled() {
+		return nil
+	}
+	p, err := a.authenticate(ctx)
+	if err != nil {
+		return err
+	}
+	c := &Caller{p: p, peer: peerAddr(ctx), a: a}
+	return c.Admin(method[strings.LastIndexByte(method, '/')+1:])
+}
+
 // TakeSubscription counts one more open subscription of the caller, or refuses it past the
 // user's max_subscriptions. Give it back with ReleaseSubscriptions.
 func (c *Caller) TakeSubscription() error {

@@ -83,7 +83,7 @@ func (b *Broker) Stop() {
 // Group returns the stats of the consumer group of subscription_id id, zero if there is none.
 func (b *Broker) Group(id string) broker.GroupStats {
 	g, _ := b.Engine.Group(id)
-	return g
+	return g.GroupStats
 }
 
 // Dial returns a client connection to addr, closed when the test ends.

@@ -249,7 +249,11 @@ type PublishResponse struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	SystemId string                 `protobuf:"bytes,1,opt,name=system_id,json=systemId,proto3" json:"system_id,omitempty"`
 	// Number of fanout subscriptions and consumer groups the message was routed to.
-	Routed        uint32 `protobuf:"varint,2,opt,name=routed,proto3" json:"routed,omitempty"`
+	Routed uint32 `protobuf:"varint,2,opt,name=routed,proto3" json:"routed,omitempty"`
+	// Set when a plugin dropped the message (routed is then 0): the plugin's name, and the
+	// reason it gave.
+	DroppedBy     string `protobuf:"bytes,3,opt,name=dropped_by,json=droppedBy,proto3" json:"dropped_by,omitempty"`
+	DropReason    string `protobuf:"bytes,4,opt,name=drop_reason,json=dropReason,proto3" json:"drop_reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -296,6 +300,20 @@ func (x *PublishResponse) GetRouted() uint32 {
 		return x.Routed
 	}
 	return 0
+}
+
+func (x *PublishResponse) GetDroppedBy() string {
+	if x != nil {
+		return x.DroppedBy
+	}
+	return ""
+}
+
+func (x *PublishResponse) GetDropReason() string {
+	if x != nil {
+		return x.DropReason
+	}
+	return ""
 }
 
 type PublishStreamRequest struct {
@@ -1146,6 +1164,70 @@ func (x *MessageBatch) GetMessages() []*Message {
 	return nil
 }
 
+// SubscriptionEnded tells that the broker ended one subscription of the stream while the
+// stream goes on with its others: an administrator deleted its consumer group. A stream left
+// with no subscription by it ends with the same status instead.
+type SubscriptionEnded struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	SubscriptionId string                 `protobuf:"bytes,1,opt,name=subscription_id,json=subscriptionId,proto3" json:"subscription_id,omitempty"`
+	// A google.golang.org/grpc/codes value (NOT_FOUND for a deleted group).
+	Code          int32  `protobuf:"varint,2,opt,name=code,proto3" json:"code,omitempty"`
+	Error         string `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SubscriptionEnded) Reset() {
+	*x = SubscriptionEnded{}
+	mi := &file_tinybroker_v1_broker_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SubscriptionEnded) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SubscriptionEnded) ProtoMessage() {}
+
+func (x *SubscriptionEnded) ProtoReflect() protoreflect.Message {
+	mi := &file_tinybroker_v1_broker_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SubscriptionEnded.ProtoReflect.Descriptor instead.
+func (*SubscriptionEnded) Descriptor() ([]byte, []int) {
+	return file_tinybroker_v1_broker_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *SubscriptionEnded) GetSubscriptionId() string {
+	if x != nil {
+		return x.SubscriptionId
+	}
+	return ""
+}
+
+func (x *SubscriptionEnded) GetCode() int32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *SubscriptionEnded) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
 type SubscribeResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Frame:
@@ -1153,6 +1235,7 @@ type SubscribeResponse struct {
 	//	*SubscribeResponse_Subscribed
 	//	*SubscribeResponse_Messages
 	//	*SubscribeResponse_Refused
+	//	*SubscribeResponse_Ended
 	Frame         isSubscribeResponse_Frame `protobuf_oneof:"frame"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1160,7 +1243,7 @@ type SubscribeResponse struct {
 
 func (x *SubscribeResponse) Reset() {
 	*x = SubscribeResponse{}
-	mi := &file_tinybroker_v1_broker_proto_msgTypes[15]
+	mi := &file_tinybroker_v1_broker_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1172,7 +1255,7 @@ func (x *SubscribeResponse) String() string {
 func (*SubscribeResponse) ProtoMessage() {}
 
 func (x *SubscribeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tinybroker_v1_broker_proto_msgTypes[15]
+	mi := &file_tinybroker_v1_broker_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1185,7 +1268,7 @@ func (x *SubscribeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscribeResponse.ProtoReflect.Descriptor instead.
 func (*SubscribeResponse) Descriptor() ([]byte, []int) {
-	return file_tinybroker_v1_broker_proto_rawDescGZIP(), []int{15}
+	return file_tinybroker_v1_broker_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SubscribeResponse) GetFrame() isSubscribeResponse_Frame {
@@ -1222,6 +1305,15 @@ func (x *SubscribeResponse) GetRefused() *Refused {
 	return nil
 }
 
+func (x *SubscribeResponse) GetEnded() *SubscriptionEnded {
+	if x != nil {
+		if x, ok := x.Frame.(*SubscribeResponse_Ended); ok {
+			return x.Ended
+		}
+	}
+	return nil
+}
+
 type isSubscribeResponse_Frame interface {
 	isSubscribeResponse_Frame()
 }
@@ -1238,11 +1330,17 @@ type SubscribeResponse_Refused struct {
 	Refused *Refused `protobuf:"bytes,3,opt,name=refused,proto3,oneof"`
 }
 
+type SubscribeResponse_Ended struct {
+	Ended *SubscriptionEnded `protobuf:"bytes,4,opt,name=ended,proto3,oneof"`
+}
+
 func (*SubscribeResponse_Subscribed) isSubscribeResponse_Frame() {}
 
 func (*SubscribeResponse_Messages) isSubscribeResponse_Frame() {}
 
 func (*SubscribeResponse_Refused) isSubscribeResponse_Frame() {}
+
+func (*SubscribeResponse_Ended) isSubscribeResponse_Frame() {}
 
 type Ack struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
@@ -1254,7 +1352,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_tinybroker_v1_broker_proto_msgTypes[16]
+	mi := &file_tinybroker_v1_broker_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1266,7 +1364,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_tinybroker_v1_broker_proto_msgTypes[16]
+	mi := &file_tinybroker_v1_broker_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1279,7 +1377,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_tinybroker_v1_broker_proto_rawDescGZIP(), []int{16}
+	return file_tinybroker_v1_broker_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Ack) GetSubscriptionId() string {
@@ -1304,7 +1402,7 @@ type AckResponse struct {
 
 func (x *AckResponse) Reset() {
 	*x = AckResponse{}
-	mi := &file_tinybroker_v1_broker_proto_msgTypes[17]
+	mi := &file_tinybroker_v1_broker_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1316,7 +1414,7 @@ func (x *AckResponse) String() string {
 func (*AckResponse) ProtoMessage() {}
 
 func (x *AckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tinybroker_v1_broker_proto_msgTypes[17]
+	mi := &file_tinybroker_v1_broker_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1329,7 +1427,7 @@ func (x *AckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckResponse.ProtoReflect.Descriptor instead.
 func (*AckResponse) Descriptor() ([]byte, []int) {
-	return file_tinybroker_v1_broker_proto_rawDescGZIP(), []int{17}
+	return file_tinybroker_v1_broker_proto_rawDescGZIP(), []int{18}
 }
 
 type Nack struct {
@@ -1344,7 +1442,7 @@ type Nack struct {
 
 func (x *Nack) Reset() {
 	*x = Nack{}
-	mi := &file_tinybroker_v1_broker_proto_msgTypes[18]
+	mi := &file_tinybroker_v1_broker_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1356,7 +1454,7 @@ func (x *Nack) String() string {
 func (*Nack) ProtoMessage() {}
 
 func (x *Nack) ProtoReflect() protoreflect.Message {
-	mi := &file_tinybroker_v1_broker_proto_msgTypes[18]
+	mi := &file_tinybroker_v1_broker_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1369,7 +1467,7 @@ func (x *Nack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Nack.ProtoReflect.Descriptor instead.
 func (*Nack) Descriptor() ([]byte, []int) {
-	return file_tinybroker_v1_broker_proto_rawDescGZIP(), []int{18}
+	return file_tinybroker_v1_broker_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Nack) GetSubscriptionId() string {
@@ -1408,7 +1506,7 @@ type NackResponse struct {
 
 func (x *NackResponse) Reset() {
 	*x = NackResponse{}
-	mi := &file_tinybroker_v1_broker_proto_msgTypes[19]
+	mi := &file_tinybroker_v1_broker_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1420,7 +1518,7 @@ func (x *NackResponse) String() string {
 func (*NackResponse) ProtoMessage() {}
 
 func (x *NackResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tinybroker_v1_broker_proto_msgTypes[19]
+	mi := &file_tinybroker_v1_broker_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1433,7 +1531,7 @@ func (x *NackResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NackResponse.ProtoReflect.Descriptor instead.
 func (*NackResponse) Descriptor() ([]byte, []int) {
-	return file_tinybroker_v1_broker_proto_rawDescGZIP(), []int{19}
+	return file_tinybroker_v1_broker_proto_rawDescGZIP(), []int{20}
 }
 
 type StatsRequest struct {
@@ -1450,7 +1548,7 @@ type StatsRequest struct {
 
 func (x *StatsRequest) Reset() {
 	*x = StatsRequest{}
-	mi := &file_tinybroker_v1_broker_proto_msgTypes[20]
+	mi := &file_tinybroker_v1_broker_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1462,7 +1560,7 @@ func (x *StatsRequest) String() string {
 func (*StatsRequest) ProtoMessage() {}
 
 func (x *StatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tinybroker_v1_broker_proto_msgTypes[20]
+	mi := &file_tinybroker_v1_broker_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1475,7 +1573,7 @@ func (x *StatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsRequest.ProtoReflect.Descriptor instead.
 func (*StatsRequest) Descriptor() ([]byte, []int) {
-	return file_tinybroker_v1_broker_proto_rawDescGZIP(), []int{20}
+	return file_tinybroker_v1_broker_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *StatsRequest) GetPageSize() uint32 {
@@ -1523,7 +1621,7 @@ type StatsResponse struct {
 
 func (x *StatsResponse) Reset() {
 	*x = StatsResponse{}
-	mi := &file_tinybroker_v1_broker_proto_msgTypes[21]
+	mi := &file_tinybroker_v1_broker_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1535,7 +1633,7 @@ func (x *StatsResponse) String() string {
 func (*StatsResponse) ProtoMessage() {}
 
 func (x *StatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tinybroker_v1_broker_proto_msgTypes[21]
+	mi := &file_tinybroker_v1_broker_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1548,7 +1646,7 @@ func (x *StatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsResponse.ProtoReflect.Descriptor instead.
 func (*StatsResponse) Descriptor() ([]byte, []int) {
-	return file_tinybroker_v1_broker_proto_rawDescGZIP(), []int{21}
+	return file_tinybroker_v1_broker_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *StatsResponse) GetPublished() uint64 {
@@ -1678,7 +1776,7 @@ type PluginStats struct {
 
 func (x *PluginStats) Reset() {
 	*x = PluginStats{}
-	mi := &file_tinybroker_v1_broker_proto_msgTypes[22]
+	mi := &file_tinybroker_v1_broker_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1690,7 +1788,7 @@ func (x *PluginStats) String() string {
 func (*PluginStats) ProtoMessage() {}
 
 func (x *PluginStats) ProtoReflect() protoreflect.Message {
-	mi := &file_tinybroker_v1_broker_proto_msgTypes[22]
+	mi := &file_tinybroker_v1_broker_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1703,7 +1801,7 @@ func (x *PluginStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PluginStats.ProtoReflect.Descriptor instead.
 func (*PluginStats) Descriptor() ([]byte, []int) {
-	return file_tinybroker_v1_broker_proto_rawDescGZIP(), []int{22}
+	return file_tinybroker_v1_broker_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *PluginStats) GetName() string {
@@ -1749,7 +1847,7 @@ type ReloadRequest struct {
 
 func (x *ReloadRequest) Reset() {
 	*x = ReloadRequest{}
-	mi := &file_tinybroker_v1_broker_proto_msgTypes[23]
+	mi := &file_tinybroker_v1_broker_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1761,7 +1859,7 @@ func (x *ReloadRequest) String() string {
 func (*ReloadRequest) ProtoMessage() {}
 
 func (x *ReloadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tinybroker_v1_broker_proto_msgTypes[23]
+	mi := &file_tinybroker_v1_broker_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1774,7 +1872,7 @@ func (x *ReloadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReloadRequest.ProtoReflect.Descriptor instead.
 func (*ReloadRequest) Descriptor() ([]byte, []int) {
-	return file_tinybroker_v1_broker_proto_rawDescGZIP(), []int{23}
+	return file_tinybroker_v1_broker_proto_rawDescGZIP(), []int{24}
 }
 
 type ReloadResponse struct {
@@ -1787,7 +1885,7 @@ type ReloadResponse struct {
 
 func (x *ReloadResponse) Reset() {
 	*x = ReloadResponse{}
-	mi := &file_tinybroker_v1_broker_proto_msgTypes[24]
+	mi := &file_tinybroker_v1_broker_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1799,7 +1897,7 @@ func (x *ReloadResponse) String() string {
 func (*ReloadResponse) ProtoMessage() {}
 
 func (x *ReloadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tinybroker_v1_broker_proto_msgTypes[24]
+	mi := &file_tinybroker_v1_broker_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1812,7 +1910,7 @@ func (x *ReloadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReloadResponse.ProtoReflect.Descriptor instead.
 func (*ReloadResponse) Descriptor() ([]byte, []int) {
-	return file_tinybroker_v1_broker_proto_rawDescGZIP(), []int{24}
+	return file_tinybroker_v1_broker_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ReloadResponse) GetPlugins() []string {
@@ -1837,7 +1935,7 @@ type SubscriptionStats struct {
 
 func (x *SubscriptionStats) Reset() {
 	*x = SubscriptionStats{}
-	mi := &file_tinybroker_v1_broker_proto_msgTypes[25]
+	mi := &file_tinybroker_v1_broker_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1849,7 +1947,7 @@ func (x *SubscriptionStats) String() string {
 func (*SubscriptionStats) ProtoMessage() {}
 
 func (x *SubscriptionStats) ProtoReflect() protoreflect.Message {
-	mi := &file_tinybroker_v1_broker_proto_msgTypes[25]
+	mi := &file_tinybroker_v1_broker_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1862,7 +1960,7 @@ func (x *SubscriptionStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscriptionStats.ProtoReflect.Descriptor instead.
 func (*SubscriptionStats) Descriptor() ([]byte, []int) {
-	return file_tinybroker_v1_broker_proto_rawDescGZIP(), []int{25}
+	return file_tinybroker_v1_broker_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *SubscriptionStats) GetSubscriptionId() string {
@@ -1931,7 +2029,7 @@ type GroupStats struct {
 
 func (x *GroupStats) Reset() {
 	*x = GroupStats{}
-	mi := &file_tinybroker_v1_broker_proto_msgTypes[26]
+	mi := &file_tinybroker_v1_broker_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1943,7 +2041,7 @@ func (x *GroupStats) String() string {
 func (*GroupStats) ProtoMessage() {}
 
 func (x *GroupStats) ProtoReflect() protoreflect.Message {
-	mi := &file_tinybroker_v1_broker_proto_msgTypes[26]
+	mi := &file_tinybroker_v1_broker_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1956,7 +2054,7 @@ func (x *GroupStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupStats.ProtoReflect.Descriptor instead.
 func (*GroupStats) Descriptor() ([]byte, []int) {
-	return file_tinybroker_v1_broker_proto_rawDescGZIP(), []int{26}
+	return file_tinybroker_v1_broker_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GroupStats) GetSubscriptionId() string {
@@ -2087,10 +2185,14 @@ const file_tinybroker_v1_broker_proto_rawDesc = "" +
 	"\aheaders\x18\x03 \x03(\v2*.tinybroker.v1.PublishRequest.HeadersEntryR\aheaders\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"F\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x86\x01\n" +
 	"\x0fPublishResponse\x12\x1b\n" +
 	"\tsystem_id\x18\x01 \x01(\tR\bsystemId\x12\x16\n" +
-	"\x06routed\x18\x02 \x01(\rR\x06routed\"\x8e\x01\n" +
+	"\x06routed\x18\x02 \x01(\rR\x06routed\x12\x1d\n" +
+	"\n" +
+	"dropped_by\x18\x03 \x01(\tR\tdroppedBy\x12\x1f\n" +
+	"\vdrop_reason\x18\x04 \x01(\tR\n" +
+	"dropReason\"\x8e\x01\n" +
 	"\x14PublishStreamRequest\x12\x1a\n" +
 	"\bsequence\x18\x01 \x01(\x04R\bsequence\x129\n" +
 	"\bmessages\x18\x02 \x03(\v2\x1d.tinybroker.v1.PublishRequestR\bmessages\x12\x1f\n" +
@@ -2150,13 +2252,18 @@ const file_tinybroker_v1_broker_proto_rawDesc = "" +
 	"\x05close\x18\x05 \x01(\v2 .tinybroker.v1.CloseSubscriptionH\x00R\x05closeB\a\n" +
 	"\x05frame\"B\n" +
 	"\fMessageBatch\x122\n" +
-	"\bmessages\x18\x01 \x03(\v2\x16.tinybroker.v1.MessageR\bmessages\"\xc8\x01\n" +
+	"\bmessages\x18\x01 \x03(\v2\x16.tinybroker.v1.MessageR\bmessages\"f\n" +
+	"\x11SubscriptionEnded\x12'\n" +
+	"\x0fsubscription_id\x18\x01 \x01(\tR\x0esubscriptionId\x12\x12\n" +
+	"\x04code\x18\x02 \x01(\x05R\x04code\x12\x14\n" +
+	"\x05error\x18\x03 \x01(\tR\x05error\"\x82\x02\n" +
 	"\x11SubscribeResponse\x12;\n" +
 	"\n" +
 	"subscribed\x18\x01 \x01(\v2\x19.tinybroker.v1.SubscribedH\x00R\n" +
 	"subscribed\x129\n" +
 	"\bmessages\x18\x02 \x01(\v2\x1b.tinybroker.v1.MessageBatchH\x00R\bmessages\x122\n" +
-	"\arefused\x18\x03 \x01(\v2\x16.tinybroker.v1.RefusedH\x00R\arefusedB\a\n" +
+	"\arefused\x18\x03 \x01(\v2\x16.tinybroker.v1.RefusedH\x00R\arefused\x128\n" +
+	"\x05ended\x18\x04 \x01(\v2 .tinybroker.v1.SubscriptionEndedH\x00R\x05endedB\a\n" +
 	"\x05frame\"K\n" +
 	"\x03Ack\x12'\n" +
 	"\x0fsubscription_id\x18\x01 \x01(\tR\x0esubscriptionId\x12\x1b\n" +
@@ -2249,7 +2356,7 @@ func file_tinybroker_v1_broker_proto_rawDescGZIP() []byte {
 }
 
 var file_tinybroker_v1_broker_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_tinybroker_v1_broker_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_tinybroker_v1_broker_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_tinybroker_v1_broker_proto_goTypes = []any{
 	(DeliveryMode)(0),             // 0: tinybroker.v1.DeliveryMode
 	(*Message)(nil),               // 1: tinybroker.v1.Message
@@ -2267,31 +2374,32 @@ var file_tinybroker_v1_broker_proto_goTypes = []any{
 	(*Refused)(nil),               // 13: tinybroker.v1.Refused
 	(*SubscribeRequest)(nil),      // 14: tinybroker.v1.SubscribeRequest
 	(*MessageBatch)(nil),          // 15: tinybroker.v1.MessageBatch
-	(*SubscribeResponse)(nil),     // 16: tinybroker.v1.SubscribeResponse
-	(*Ack)(nil),                   // 17: tinybroker.v1.Ack
-	(*AckResponse)(nil),           // 18: tinybroker.v1.AckResponse
-	(*Nack)(nil),                  // 19: tinybroker.v1.Nack
-	(*NackResponse)(nil),          // 20: tinybroker.v1.NackResponse
-	(*StatsRequest)(nil),          // 21: tinybroker.v1.StatsRequest
-	(*StatsResponse)(nil),         // 22: tinybroker.v1.StatsResponse
-	(*PluginStats)(nil),           // 23: tinybroker.v1.PluginStats
-	(*ReloadRequest)(nil),         // 24: tinybroker.v1.ReloadRequest
-	(*ReloadResponse)(nil),        // 25: tinybroker.v1.ReloadResponse
-	(*SubscriptionStats)(nil),     // 26: tinybroker.v1.SubscriptionStats
-	(*GroupStats)(nil),            // 27: tinybroker.v1.GroupStats
-	nil,                           // 28: tinybroker.v1.Message.HeadersEntry
-	nil,                           // 29: tinybroker.v1.PublishRequest.HeadersEntry
-	(*durationpb.Duration)(nil),   // 30: google.protobuf.Duration
+	(*SubscriptionEnded)(nil),     // 16: tinybroker.v1.SubscriptionEnded
+	(*SubscribeResponse)(nil),     // 17: tinybroker.v1.SubscribeResponse
+	(*Ack)(nil),                   // 18: tinybroker.v1.Ack
+	(*AckResponse)(nil),           // 19: tinybroker.v1.AckResponse
+	(*Nack)(nil),                  // 20: tinybroker.v1.Nack
+	(*NackResponse)(nil),          // 21: tinybroker.v1.NackResponse
+	(*StatsRequest)(nil),          // 22: tinybroker.v1.StatsRequest
+	(*StatsResponse)(nil),         // 23: tinybroker.v1.StatsResponse
+	(*PluginStats)(nil),           // 24: tinybroker.v1.PluginStats
+	(*ReloadRequest)(nil),         // 25: tinybroker.v1.ReloadRequest
+	(*ReloadResponse)(nil),        // 26: tinybroker.v1.ReloadResponse
+	(*SubscriptionStats)(nil),     // 27: tinybroker.v1.SubscriptionStats
+	(*GroupStats)(nil),            // 28: tinybroker.v1.GroupStats
+	nil,                           // 29: tinybroker.v1.Message.HeadersEntry
+	nil,                           // 30: tinybroker.v1.PublishRequest.HeadersEntry
+	(*durationpb.Duration)(nil),   // 31: google.protobuf.Duration
 }
 var file_tinybroker_v1_broker_proto_depIdxs = []int32{
-	28, // 0: tinybroker.v1.Message.headers:type_name -> tinybroker.v1.Message.HeadersEntry
-	29, // 1: tinybroker.v1.PublishRequest.headers:type_name -> tinybroker.v1.PublishRequest.HeadersEntry
+	29, // 0: tinybroker.v1.Message.headers:type_name -> tinybroker.v1.Message.HeadersEntry
+	30, // 1: tinybroker.v1.PublishRequest.headers:type_name -> tinybroker.v1.PublishRequest.HeadersEntry
 	2,  // 2: tinybroker.v1.PublishStreamRequest.messages:type_name -> tinybroker.v1.PublishRequest
 	6,  // 3: tinybroker.v1.PublishStreamResponse.results:type_name -> tinybroker.v1.PublishResult
 	0,  // 4: tinybroker.v1.OpenSubscription.mode:type_name -> tinybroker.v1.DeliveryMode
-	30, // 5: tinybroker.v1.OpenSubscription.ack_deadline:type_name -> google.protobuf.Duration
-	30, // 6: tinybroker.v1.Subscribed.ack_deadline:type_name -> google.protobuf.Duration
-	30, // 7: tinybroker.v1.NackBatch.delay:type_name -> google.protobuf.Duration
+	31, // 5: tinybroker.v1.OpenSubscription.ack_deadline:type_name -> google.protobuf.Duration
+	31, // 6: tinybroker.v1.Subscribed.ack_deadline:type_name -> google.protobuf.Duration
+	31, // 7: tinybroker.v1.NackBatch.delay:type_name -> google.protobuf.Duration
 	7,  // 8: tinybroker.v1.SubscribeRequest.open:type_name -> tinybroker.v1.OpenSubscription
 	9,  // 9: tinybroker.v1.SubscribeRequest.ack:type_name -> tinybroker.v1.AckBatch
 	10, // 10: tinybroker.v1.SubscribeRequest.nack:type_name -> tinybroker.v1.NackBatch
@@ -2301,29 +2409,30 @@ var file_tinybroker_v1_broker_proto_depIdxs = []int32{
 	8,  // 14: tinybroker.v1.SubscribeResponse.subscribed:type_name -> tinybroker.v1.Subscribed
 	15, // 15: tinybroker.v1.SubscribeResponse.messages:type_name -> tinybroker.v1.MessageBatch
 	13, // 16: tinybroker.v1.SubscribeResponse.refused:type_name -> tinybroker.v1.Refused
-	30, // 17: tinybroker.v1.Nack.delay:type_name -> google.protobuf.Duration
-	26, // 18: tinybroker.v1.StatsResponse.subscriptions:type_name -> tinybroker.v1.SubscriptionStats
-	27, // 19: tinybroker.v1.StatsResponse.groups:type_name -> tinybroker.v1.GroupStats
-	23, // 20: tinybroker.v1.StatsResponse.plugins:type_name -> tinybroker.v1.PluginStats
-	2,  // 21: tinybroker.v1.Broker.Publish:input_type -> tinybroker.v1.PublishRequest
-	4,  // 22: tinybroker.v1.Broker.PublishStream:input_type -> tinybroker.v1.PublishStreamRequest
-	14, // 23: tinybroker.v1.Broker.Subscribe:input_type -> tinybroker.v1.SubscribeRequest
-	17, // 24: tinybroker.v1.Broker.Ack:input_type -> tinybroker.v1.Ack
-	19, // 25: tinybroker.v1.Broker.Nack:input_type -> tinybroker.v1.Nack
-	21, // 26: tinybroker.v1.Broker.Stats:input_type -> tinybroker.v1.StatsRequest
-	24, // 27: tinybroker.v1.Broker.Reload:input_type -> tinybroker.v1.ReloadRequest
-	3,  // 28: tinybroker.v1.Broker.Publish:output_type -> tinybroker.v1.PublishResponse
-	5,  // 29: tinybroker.v1.Broker.PublishStream:output_type -> tinybroker.v1.PublishStreamResponse
-	16, // 30: tinybroker.v1.Broker.Subscribe:output_type -> tinybroker.v1.SubscribeResponse
-	18, // 31: tinybroker.v1.Broker.Ack:output_type -> tinybroker.v1.AckResponse
-	20, // 32: tinybroker.v1.Broker.Nack:output_type -> tinybroker.v1.NackResponse
-	22, // 33: tinybroker.v1.Broker.Stats:output_type -> tinybroker.v1.StatsResponse
-	25, // 34: tinybroker.v1.Broker.Reload:output_type -> tinybroker.v1.ReloadResponse
-	28, // [28:35] is the sub-list for method output_type
-	21, // [21:28] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	16, // 17: tinybroker.v1.SubscribeResponse.ended:type_name -> tinybroker.v1.SubscriptionEnded
+	31, // 18: tinybroker.v1.Nack.delay:type_name -> google.protobuf.Duration
+	27, // 19: tinybroker.v1.StatsResponse.subscriptions:type_name -> tinybroker.v1.SubscriptionStats
+	28, // 20: tinybroker.v1.StatsResponse.groups:type_name -> tinybroker.v1.GroupStats
+	24, // 21: tinybroker.v1.StatsResponse.plugins:type_name -> tinybroker.v1.PluginStats
+	2,  // 22: tinybroker.v1.Broker.Publish:input_type -> tinybroker.v1.PublishRequest
+	4,  // 23: tinybroker.v1.Broker.PublishStream:input_type -> tinybroker.v1.PublishStreamRequest
+	14, // 24: tinybroker.v1.Broker.Subscribe:input_type -> tinybroker.v1.SubscribeRequest
+	18, // 25: tinybroker.v1.Broker.Ack:input_type -> tinybroker.v1.Ack
+	20, // 26: tinybroker.v1.Broker.Nack:input_type -> tinybroker.v1.Nack
+	22, // 27: tinybroker.v1.Broker.Stats:input_type -> tinybroker.v1.StatsRequest
+	25, // 28: tinybroker.v1.Broker.Reload:input_type -> tinybroker.v1.ReloadRequest
+	3,  // 29: tinybroker.v1.Broker.Publish:output_type -> tinybroker.v1.PublishResponse
+	5,  // 30: tinybroker.v1.Broker.PublishStream:output_type -> tinybroker.v1.PublishStreamResponse
+	17, // 31: tinybroker.v1.Broker.Subscribe:output_type -> tinybroker.v1.SubscribeResponse
+	19, // 32: tinybroker.v1.Broker.Ack:output_type -> tinybroker.v1.AckResponse
+	21, // 33: tinybroker.v1.Broker.Nack:output_type -> tinybroker.v1.NackResponse
+	23, // 34: tinybroker.v1.Broker.Stats:output_type -> tinybroker.v1.StatsResponse
+	26, // 35: tinybroker.v1.Broker.Reload:output_type -> tinybroker.v1.ReloadResponse
+	29, // [29:36] is the sub-list for method output_type
+	22, // [22:29] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_tinybroker_v1_broker_proto_init() }
@@ -2338,10 +2447,11 @@ func file_tinybroker_v1_broker_proto_init() {
 		(*SubscribeRequest_Touch)(nil),
 		(*SubscribeRequest_Close)(nil),
 	}
-	file_tinybroker_v1_broker_proto_msgTypes[15].OneofWrappers = []any{
+	file_tinybroker_v1_broker_proto_msgTypes[16].OneofWrappers = []any{
 		(*SubscribeResponse_Subscribed)(nil),
 		(*SubscribeResponse_Messages)(nil),
 		(*SubscribeResponse_Refused)(nil),
+		(*SubscribeResponse_Ended)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2349,7 +2459,7 @@ func file_tinybroker_v1_broker_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tinybroker_v1_broker_proto_rawDesc), len(file_tinybroker_v1_broker_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   29,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -197,8 +197,11 @@ type PublishResult struct {
 	// SystemID identifies the message in this broker process.
 	SystemID string
 	// Routed is the number of fanout subscriptions and consumer groups the message went to;
-	// 0 means no subscription matched and the message was dropped.
+	// 0 means no subscription matched and the message was dropped, or a plugin dropped it.
 	Routed int
+	// DroppedBy names the plugin that dropped the message, and DropReason says why; both
+	// empty unless a plugin dropped it.
+	DroppedBy, DropReason string
 }
 
 // Publish publishes one message and waits for the broker to accept it. headers may be nil.
@@ -210,7 +213,7 @@ func (c *Client) Publish(ctx context.Context, topic string, payload []byte, head
 	if err != nil {
 		return PublishResult{}, c.wrap(fmt.Sprintf("publish to %q", topic), err)
 	}
-	return PublishResult{SystemID: resp.GetSystemId(), Routed: int(resp.GetRouted())}, nil
+	return PublishResult{SystemID: resp.GetSystemId(), Routed: int(resp.GetRouted()), DroppedBy: resp.GetDroppedBy(), DropReason: resp.GetDropReason()}, nil
 }
 
 // wrap prefixes err with what was being done, keeping its gRPC status (status.Code still

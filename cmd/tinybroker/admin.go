@@ -1,0 +1,426 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	adminpb "github.com/tinybroker/tinybroker/proto/tinybroker/admin/v1"
+	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
+	"github.com/tinybroker/tinybroker/sdk/go/client"
+)
+
+// The admin commands: groups, dlq, streams, stats (top is in top.go). Each speaks the
+// tinybroker.admin.v1.Admin service (or Broker.Stats), prints a table for people or, with
+// --json, the answers as JSON for scripts.
+
+// adminFlags are every admin command's: where the broker is, how to print.
+type adminFlags struct {
+	addr    string
+	json    bool
+	timeout time.Duration
+	dial    *dialFlags // TLS and token, as pub and sub take them (dial.go)
+}
+
+func (f *adminFlags) register(c *cobra.Command) {
+	c.Flags().StringVar(&f.addr, "addr", client.DefaultAddr, "broker address (`host:port`)")
+	c.Flags().BoolVar(&f.json, "json", false, "print JSON (the protocol's messages, snake_case fields) instead of a table")
+	c.Flags().DurationVar(&f.timeout, "timeout", 30*time.Second, "give up after this long")
+	f.dial = addDialFlags(c.Flags())
+}
+
+// conn connects to the broker the flags name. Every admin command dials through it.
+func (f *adminFlags) conn() (*grpc.ClientConn, error) {
+	opts, err := f.dial.grpcOptions()
+	if err != nil {
+		return nil, err
+	}
+	if !hasCreds(f.dial) {
+		opts = append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	}
+	conn, err := grpc.NewClient(f.addr, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s: %w", f.addr, err)
+	}
+	return conn, nil
+}
+
+// hasCreds reports whether the dial flags ask for TLS.
+func hasCreds(d *dialFlags) bool {
+	cfg, _ := d.tlsConfig()
+	return cfg != nil
+}
+
+// call runs f with the Admin and Broker clients of the broker f.addr names.
+func (f *adminFlags) call(ctx context.Context, do func(ctx context.Context, a adminpb.AdminClient, b pb.BrokerClient) error) error {
+	conn, err := f.conn()
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(ctx, f.timeout)
+	defer cancel()
+	if err := do(ctx, adminpb.NewAdminClient(conn), pb.NewBrokerClient(conn)); err != nil {
+		return rpcError(err, f.addr)
+	}
+	return nil
+}
+
+// rpcError says what a failed call means, with the hint the client library gives for an
+// unreachable broker.
+func rpcError(err error, addr string) error {
+	if strings.Contains(err.Error(), "connection refused") || strings.Contains(err.Error(), "Unavailable") {
+		return fmt.Errorf("%w (is a broker running at %s? `tinybroker serve` starts one; --addr chooses another)", err, addr)
+	}
+	return err
+}
+
+// fetch gets an answer with get and prints it: as JSON with --json, else with text.
+func fetch[M proto.Message](f *adminFlags, cmd *cobra.Command, w io.Writer, get func(context.Context, adminpb.AdminClient, pb.BrokerClient) (M, error), text func(M) error) error {
+	var m M
+	err := f.call(cmd.Context(), func(ctx context.Context, ac adminpb.AdminClient, bc pb.BrokerClient) (err error) {
+		m, err = get(ctx, ac, bc)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if f.json {
+		return printJSON(w, m)
+	}
+	return text(m)
+}
+
+// pages calls list with each page token it returns, from the first page, until the last.
+func pages(list func(token string) (next string, err error)) error {
+	tok := ""
+	for {
+		next, err := list(tok)
+		if err != nil || next == "" {
+			return err
+		}
+		tok = next
+	}
+}
+
+var jsonOpts = protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}
+
+// printJSON writes m in the protocol's JSON mapping (64-bit integers as strings), indented
+// by encoding/json: protojson varies its spacing from run to run on purpose.
+func printJSON(w io.Writer, m proto.Message) error {
+	b, err := jsonOpts.Marshal(m)
+	if err != nil {
+		return err
+	}
+	var out bytes.Buffer
+	if err := json.Indent(&out, b, "", "  "); err != nil {
+		return err
+	}
+	out.WriteByte('\n')
+	_, err = w.Write(out.Bytes())
+	return err
+}
+
+func table(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 0, 2, ' ', 0) }
+
+// groupArg completes a group's subscription_id from the broker.
+func (f *adminFlags) groupArg(cmd *cobra.Command, args []string, _ string) ([]string, cobra.ShellCompDirective) {
+	if len(args) > 0 {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	var ids []string
+	_ = f.call(cmd.Context(), func(ctx context.Context, a adminpb.AdminClient, _ pb.BrokerClient) error {
+		ls, err := a.ListGroups(ctx, &adminpb.ListGroupsRequest{})
+		for _, g := range ls.GetGroups() {
+			ids = append(ids, g.GetSubscriptionId())
+		}
+		return err
+	})
+	return ids, cobra.ShellCompDirectiveNoFileComp
+}
+
+func (a *app) groupsCmd() *cobra.Command {
+	return a.parent("groups", "List, describe, delete and purge consumer groups",
+		"Consumer groups, by subscription_id: ls lists them, show describes one with its members, rm\ndeletes one (its members' subscriptions end), purge drops what it has queued.",
+		a.groupsLsCmd(), a.groupsShowCmd(), a.groupsRmCmd(), a.groupsPurgeCmd())
+}
+
+func (a *app) groupsLsCmd() *cobra.Command {
+	var f adminFlags
+	c := &cobra.Command{
+		Use:     "ls",
+		Aliases: []string{"list"},
+		Short:   "List the consumer groups",
+		Long: `Lists every consumer group: members, messages queued, in flight and delayed, the age of
+the oldest message it holds, and the dead letters it keeps.`,
+		Args: noArgs(""),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return fetch(&f, cmd, a.stdout, func(ctx context.Context, ac adminpb.AdminClient, _ pb.BrokerClient) (*adminpb.ListGroupsResponse, error) {
+				all := &adminpb.ListGroupsResponse{}
+				return all, pages(func(tok string) (string, error) {
+					ls, err := ac.ListGroups(ctx, &adminpb.ListGroupsRequest{PageToken: tok})
+					all.Groups, all.Total = append(all.Groups, ls.GetGroups()...), ls.GetTotal()
+					return ls.GetNextPageToken(), err
+				})
+			}, func(all *adminpb.ListGroupsResponse) error {
+				if len(all.Groups) == 0 {
+					fmt.Fprintln(a.stdout, "no consumer groups")
+					return nil
+				}
+				tw := table(a.stdout)
+				fmt.Fprintln(tw, "SUBSCRIPTION\tGROUP\tPATTERNS\tMEMBERS\tQUEUED\tIN FLIGHT\tDELAYED\tOLDEST\tDEAD LETTERS\tBYTES")
+				for _, g := range all.Groups {
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%d\t%s\n", g.GetSubscriptionId(), g.GetConsumerGroup(), strings.Join(g.GetTopicPatterns(), ","),
+						g.GetMembers(), g.GetQueued(), g.GetInFlight(), g.GetDelayed(), age(g), g.GetDeadLetters(), bytesText(g.GetBytes()))
+				}
+				return tw.Flush()
+			})
+		},
+	}
+	f.register(c)
+	return c
+}
+
+func age(g *adminpb.Group) string {
+	if g.GetOldestAge() == nil {
+		return "-"
+	}
+	return shortDuration(g.GetOldestAge().AsDuration())
+}
+
+// shortDuration rounds d for a table: 950ms, 12s, 3m4s, 2h5m.
+func shortDuration(d time.Duration) string {
+	switch {
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	case d < time.Minute:
+		return d.Round(time.Second).String()
+	case d < time.Hour:
+		return strings.TrimSuffix(d.Round(time.Second).String(), "0s")
+	}
+	return strings.TrimSuffix(d.Round(time.Minute).String(), "0s")
+}
+
+// bytesText is n in B, KiB, MiB or GiB.
+func bytesText(n uint64) string {
+	switch {
+	case n < 1<<10:
+		return strconv.FormatUint(n, 10) + " B"
+	case n < 1<<20:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	case n < 1<<30:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	}
+	return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+}
+
+func (a *app) groupsShowCmd() *cobra.Command {
+	var f adminFlags
+	c := &cobra.Command{
+		Use:     "show SUBSCRIPTION_ID",
+		Aliases: []string{"describe"},
+		Short:   "Describe a consumer group: counters, settings, members and their addresses",
+		Args:    exactArgs(1, "one SUBSCRIPTION_ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return fetch(&f, cmd, a.stdout, func(ctx context.Context, ac adminpb.AdminClient, _ pb.BrokerClient) (*adminpb.Group, error) {
+				return ac.DescribeGroup(ctx, &adminpb.DescribeGroupRequest{SubscriptionId: args[0]})
+			}, a.printGroup)
+		},
+		ValidArgsFunction: f.groupArg,
+	}
+	f.register(c)
+	return c
+}
+
+func (a *app) printGroup(g *adminpb.Group) error {
+	s := g.GetSettings()
+	tw := table(a.stdout)
+	declared := ""
+	if g.GetDeclared() {
+		declared = " (declared in the configuration)"
+	}
+	maxDel := "unlimited"
+	if s.GetMaxDeliveries() > 0 {
+		maxDel = strconv.Itoa(int(s.GetMaxDeliveries()))
+	}
+	rows := [][2]string{
+		{"subscription", g.GetSubscriptionId() + declared},
+		{"group", g.GetConsumerGroup()},
+		{"patterns", strings.Join(g.GetTopicPatterns(), " ")},
+		{"members", strconv.Itoa(int(g.GetMembers()))},
+		{"queued", fmt.Sprintf("%d (max %d, %s held of %s; overflow %s)", g.GetQueued(), s.GetMaxQueued(), bytesText(g.GetBytes()), bytesText(s.GetMaxQueuedBytes()), s.GetOverflow())},
+		{"in flight", strconv.Itoa(int(g.GetInFlight()))},
+		{"delayed", strconv.Itoa(int(g.GetDelayed()))},
+		{"oldest", age(g)},
+		{"delivered", fmt.Sprintf("%d (acked %d, redelivered %d, dropped %d, rejected %d)", g.GetDelivered(), g.GetAcked(), g.GetRedelivered(), g.GetDropped(), g.GetRejected())},
+		{"max deliveries", maxDel},
+		{"dead letters", fmt.Sprintf("%d kept (%s; max %d, %s), %d dead-lettered to %s, %d dropped from the store",
+			g.GetDeadLetters(), bytesText(g.GetDeadLetterBytes()), s.GetDeadLettersMax(), bytesText(s.GetDeadLettersMaxBytes()), g.GetDeadLettered(), s.GetDeadLetterTopic(), g.GetDeadLettersDropped())},
+	}
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s:\t%s\n", r[0], r[1])
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(g.GetMemberList()) == 0 {
+		return nil
+	}
+	fmt.Fprintln(a.stdout)
+	tw = table(a.stdout)
+	fmt.Fprintln(tw, "MEMBER\tPEER\tIN FLIGHT\tMAX IN FLIGHT\tACK DEADLINE\tJOINED")
+	for _, m := range g.GetMemberList() {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s ago\n", m.GetMemberId(), m.GetPeer(), m.GetInFlight(), m.GetMaxInFlight(),
+			m.GetAckDeadline().AsDuration(), shortDuration(time.Since(time.Unix(0, m.GetJoinedUnixNano()))))
+	}
+	return tw.Flush()
+}
+
+func (a *app) groupsRmCmd() *cobra.Command {
+	var f adminFlags
+	c := &cobra.Command{
+		Use:     "rm SUBSCRIPTION_ID",
+		Aliases: []string{"delete"},
+		Short:   "Delete a consumer group, what it holds and its dead letters",
+		Long: `Deletes a consumer group with the messages it holds (in flight too) and its dead letters.
+Its members' subscriptions end with NOT_FOUND "consumer group deleted"; a member that
+subscribes again creates a new, empty group.`,
+		Args: exactArgs(1, "one SUBSCRIPTION_ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return fetch(&f, cmd, a.stdout, func(ctx context.Context, ac adminpb.AdminClient, _ pb.BrokerClient) (*adminpb.DeleteGroupResponse, error) {
+				return ac.DeleteGroup(ctx, &adminpb.DeleteGroupRequest{SubscriptionId: args[0]})
+			}, func(r *adminpb.DeleteGroupResponse) error {
+				_, err := fmt.Fprintf(a.stdout, "deleted group %s: %d members ended, %d messages and %d dead letters dropped\n",
+					args[0], r.GetMembersEnded(), r.GetMessagesDropped(), r.GetDeadLettersDropped())
+				return err
+			})
+		},
+		ValidArgsFunction: f.groupArg,
+	}
+	f.register(c)
+	return c
+}
+
+func (a *app) groupsPurgeCmd() *cobra.Command {
+	var f adminFlags
+	c := &cobra.Command{
+		Use:   "purge SUBSCRIPTION_ID",
+		Short: "Drop the messages a group has queued or delayed (in-flight ones stay)",
+		Args:  exactArgs(1, "one SUBSCRIPTION_ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return fetch(&f, cmd, a.stdout, func(ctx context.Context, ac adminpb.AdminClient, _ pb.BrokerClient) (*adminpb.PurgeGroupResponse, error) {
+				return ac.PurgeGroup(ctx, &adminpb.PurgeGroupRequest{SubscriptionId: args[0]})
+			}, func(r *adminpb.PurgeGroupResponse) error {
+				_, err := fmt.Fprintf(a.stdout, "purged %d messages from group %s\n", r.GetPurged(), args[0])
+				return err
+			})
+		},
+		ValidArgsFunction: f.groupArg,
+	}
+	f.register(c)
+	return c
+}
+
+func (a *app) streamsCmd() *cobra.Command {
+	var f adminFlags
+	ls := &cobra.Command{
+		Use:     "ls",
+		Aliases: []string{"list"},
+		Short:   "List the open Subscribe streams and their subscriptions",
+		Args:    noArgs(""),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return fetch(&f, cmd, a.stdout, func(ctx context.Context, ac adminpb.AdminClient, _ pb.BrokerClient) (*adminpb.ListStreamsResponse, error) {
+				all := &adminpb.ListStreamsResponse{}
+				return all, pages(func(tok string) (string, error) {
+					ls, err := ac.ListStreams(ctx, &adminpb.ListStreamsRequest{PageToken: tok})
+					all.Streams, all.Total = append(all.Streams, ls.GetStreams()...), ls.GetTotal()
+					return ls.GetNextPageToken(), err
+				})
+			}, a.printStreams)
+		},
+	}
+	f.register(ls)
+	return a.parent("streams", "List the open streams", "Subscribe streams (client connections' subscriptions): ls lists them with their peers.", ls)
+}
+
+func (a *app) printStreams(all *adminpb.ListStreamsResponse) error {
+	if len(all.Streams) == 0 {
+		fmt.Fprintln(a.stdout, "no streams")
+		return nil
+	}
+	tw := table(a.stdout)
+	fmt.Fprintln(tw, "STREAM\tPEER\tBUFFERED\tSUBSCRIPTION\tMODE\tGROUP\tMEMBER\tPATTERNS")
+	for _, st := range all.Streams {
+		for i, s := range st.GetSubscriptions() {
+			id, peer, buffered := st.GetStreamId(), st.GetPeer(), strconv.Itoa(int(st.GetBuffered()))
+			if i > 0 {
+				id, peer, buffered = "", "", ""
+			}
+			mode, group, member := "fanout", "-", "-"
+			if s.GetMode() == pb.DeliveryMode_DELIVERY_MODE_BALANCED {
+				mode, group, member = "balanced", s.GetConsumerGroup(), s.GetMemberId()
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", id, peer, buffered, s.GetSubscriptionId(), mode, group, member, strings.Join(s.GetTopicPatterns(), ","))
+		}
+	}
+	return tw.Flush()
+}
+
+func (a *app) statsCmd() *cobra.Command {
+	var f adminFlags
+	c := &cobra.Command{
+		Use:   "stats",
+		Short: "Print the broker's counters, memory and plugins",
+		Args:  noArgs(""),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return fetch(&f, cmd, a.stdout, func(ctx context.Context, _ adminpb.AdminClient, bc pb.BrokerClient) (*pb.StatsResponse, error) {
+				st, err := bc.Stats(ctx, &pb.StatsRequest{PageSize: 1})
+				if st != nil {
+					st.Subscriptions, st.Groups, st.NextPageToken = nil, nil, "" // totals only: groups ls and streams ls list them
+				}
+				return st, err
+			}, a.printStats)
+		},
+	}
+	f.register(c)
+	return c
+}
+
+func (a *app) printStats(st *pb.StatsResponse) error {
+	tw := table(a.stdout)
+	for _, r := range [][2]string{
+		{"published", strconv.FormatUint(st.GetPublished(), 10)},
+		{"delivered", strconv.FormatUint(st.GetDelivered(), 10)},
+		{"acked", strconv.FormatUint(st.GetAcked(), 10)},
+		{"redelivered", strconv.FormatUint(st.GetRedelivered(), 10)},
+		{"dead-lettered", strconv.FormatUint(st.GetDeadLettered(), 10)},
+		{"unrouted", strconv.FormatUint(st.GetUnrouted(), 10)},
+		{"dropped by plugins", strconv.FormatUint(st.GetDropped(), 10)},
+		{"refused", strconv.FormatUint(st.GetRefused(), 10)},
+		{"subscriptions", strconv.Itoa(int(st.GetSubscriptionsTotal())) + " fanout"},
+		{"groups", strconv.Itoa(int(st.GetGroupsTotal()))},
+		{"memory", fmt.Sprintf("%s of %s", bytesText(st.GetMemoryUsedBytes()), bytesText(st.GetMemoryBudgetBytes()))},
+	} {
+		fmt.Fprintf(tw, "%s:\t%s\n", r[0], r[1])
+	}
+	for _, p := range st.GetPlugins() {
+		state := ""
+		if p.GetBreakerOpen() {
+			state = ", circuit breaker open"
+		}
+		fmt.Fprintf(tw, "plugin %s:\t%d calls, %d failures, %d skipped%s\n", p.GetName(), p.GetCalls(), p.GetFailures(), p.GetSkipped(), state)
+	}
+	return tw.Flush()
+}

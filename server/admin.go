@@ -1,0 +1,252 @@
+package server
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/tinybroker/tinybroker/broker"
+	adminpb "github.com/tinybroker/tinybroker/proto/tinybroker/admin/v1"
+	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
+)
+
+// The tinybroker.admin.v1.Admin service: consumer groups, dead letters and streams, through
+// the engine seam (broker.Engine), on the same gRPC server as the Broker service.
+
+// adminPrefix starts the full method name of every admin RPC.
+var adminPrefix = "/" + adminpb.Admin_ServiceDesc.ServiceName + "/"
+
+// adminGate is the one place every admin RPC passes before its handler: Options.AdminAuthorize
+// decides (access control, e.g. an "admin" grant, goes there and nowhere else). Every admin
+// RPC is unary; a streaming one added later must get a stream interceptor doing the same.
+func (s *Server) adminGate(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if !strings.HasPrefix(info.FullMethod, adminPrefix) {
+		return handler(ctx, req)
+	}
+	if s.opts.AdminAuthorize != nil {
+		if err := s.opts.AdminAuthorize(ctx, info.FullMethod); err != nil {
+			s.log.Warn("admin call refused", "method", info.FullMethod, "peer", peerOf(ctx), "error", err)
+			return nil, toStatus(err)
+		}
+	}
+	resp, err := handler(ctx, req)
+	if err != nil {
+		s.log.Debug("admin call failed", "method", info.FullMethod, "peer", peerOf(ctx), "error", err)
+	} else if !strings.HasPrefix(info.FullMethod[len(adminPrefix):], "List") && !strings.HasPrefix(info.FullMethod[len(adminPrefix):], "Describe") {
+		s.log.Info("admin call", "method", info.FullMethod, "peer", peerOf(ctx))
+	}
+	return resp, err
+}
+
+type adminServer struct {
+	adminpb.UnimplementedAdminServer
+	s *Server
+}
+
+// adminPageMax is the most entries one answer of a listing holds.
+const adminPageMax = 1000
+
+func pageSize(n uint32, def int) int {
+	if n == 0 {
+		return def
+	}
+	return min(int(n), adminPageMax)
+}
+
+func needGroup(id string) error {
+	if id == "" {
+		return status.Error(codes.InvalidArgument, "subscription_id is required: the consumer group's subscription_id (tinybroker groups ls lists them)")
+	}
+	return nil
+}
+
+func (a *adminServer) ListGroups(_ context.Context, req *adminpb.ListGroupsRequest) (*adminpb.ListGroupsResponse, error) {
+	all := a.s.b.Stats().Groups // sorted by id
+	start := 0
+	if tok := req.GetPageToken(); tok != "" {
+		for start < len(all) && all[start].ID <= tok {
+			start++
+		}
+	}
+	n := pageSize(req.GetPageSize(), adminPageMax)
+	end := min(start+n, len(all))
+	resp := &adminpb.ListGroupsResponse{Total: uint32(len(all))}
+	for _, g := range all[start:end] {
+		resp.Groups = append(resp.Groups, groupMessage(g))
+	}
+	if end < len(all) {
+		resp.NextPageToken = all[end-1].ID
+	}
+	return resp, nil
+}
+
+func groupMessage(g broker.GroupStats) *adminpb.Group {
+	m := &adminpb.Group{SubscriptionId: g.ID, ConsumerGroup: g.Group, TopicPatterns: g.Patterns, Members: uint32(g.Members),
+		Queued: uint32(g.Queued), InFlight: uint32(g.InFlight), Delayed: uint32(g.Delayed), Bytes: uint64(max(g.Bytes, 0)),
+		Delivered: g.Delivered, Acked: g.Acked, Redelivered: g.Redelivered, DeadLettered: g.DeadLettered, Dropped: g.Dropped,
+		Rejected: g.Rejected, Declared: g.Declared, DeadLetters: uint32(g.DeadLetters), DeadLetterBytes: uint64(max(g.DeadLetterBytes, 0)),
+		DeadLettersDropped: g.DeadLettersDropped}
+	if g.Oldest != 0 {
+		m.OldestAge = durationpb.New(max(time.Since(time.Unix(0, g.Oldest)), 0))
+	}
+	return m
+}
+
+func (a *adminServer) DescribeGroup(_ context.Context, req *adminpb.DescribeGroupRequest) (*adminpb.Group, error) {
+	if err := needGroup(req.GetSubscriptionId()); err != nil {
+		return nil, err
+	}
+	gi, err := a.s.b.Group(req.GetSubscriptionId())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	m := groupMessage(gi.GroupStats)
+	overflow := "reject"
+	if gi.Limits.Overflow == broker.OverflowDropOldest {
+		overflow = "drop_oldest"
+	}
+	m.Settings = &adminpb.GroupSettings{MaxDeliveries: uint32(gi.MaxDeliveries), DeadLetterTopic: gi.DeadLetterTopic,
+		MaxQueued: uint32(gi.Limits.MaxQueued), MaxQueuedBytes: uint64(gi.Limits.MaxQueuedBytes), Overflow: overflow,
+		DeadLettersMax: uint32(gi.Limits.DeadLetterMax), DeadLettersMaxBytes: uint64(gi.Limits.DeadLetterMaxBytes)}
+	for _, mb := range gi.MemberList {
+		m.MemberList = append(m.MemberList, &adminpb.Member{MemberId: mb.ID, Peer: mb.Peer, InFlight: uint32(mb.InFlight),
+			MaxInFlight: uint32(mb.MaxInFlight), AckDeadline: durationpb.New(mb.AckDeadline), JoinedUnixNano: mb.Joined})
+	}
+	return m, nil
+}
+
+func (a *adminServer) DeleteGroup(_ context.Context, req *adminpb.DeleteGroupRequest) (*adminpb.DeleteGroupResponse, error) {
+	id := req.GetSubscriptionId()
+	if err := needGroup(id); err != nil {
+		return nil, err
+	}
+	gi, err := a.s.b.Group(id) // for the answer's counts: the group may change before it goes
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	if err := a.s.b.DeleteGroup(id); err != nil {
+		return nil, toStatus(err)
+	}
+	return &adminpb.DeleteGroupResponse{MembersEnded: uint32(gi.Members), MessagesDropped: uint32(gi.Queued + gi.InFlight + gi.Delayed),
+		DeadLettersDropped: uint32(gi.DeadLetters)}, nil
+}
+
+func (a *adminServer) PurgeGroup(_ context.Context, req *adminpb.PurgeGroupRequest) (*adminpb.PurgeGroupResponse, error) {
+	if err := needGroup(req.GetSubscriptionId()); err != nil {
+		return nil, err
+	}
+	n, err := a.s.b.PurgeGroup(req.GetSubscriptionId())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &adminpb.PurgeGroupResponse{Purged: uint32(n)}, nil
+}
+
+// ListStreams pages by position: a stream that opens or closes between two pages may shift
+// the listing by one.
+func (a *adminServer) ListStreams(_ context.Context, req *adminpb.ListStreamsRequest) (*adminpb.ListStreamsResponse, error) {
+	all := a.s.b.Streams()
+	start := 0
+	if tok := req.GetPageToken(); tok != "" {
+		n, err := strconv.Atoi(strings.TrimPrefix(tok, "at/"))
+		if err != nil || !strings.HasPrefix(tok, "at/") || n < 0 {
+			return nil, status.Errorf(codes.InvalidArgument, "page_token %q is not a next_page_token of this broker; leave it empty to list from the start", tok)
+		}
+		start = min(n, len(all))
+	}
+	end := min(start+pageSize(req.GetPageSize(), adminPageMax), len(all))
+	resp := &adminpb.ListStreamsResponse{Total: uint32(len(all))}
+	for _, st := range all[start:end] {
+		m := &adminpb.Stream{StreamId: st.ID, Peer: st.Peer, Buffered: uint32(st.Buffered)}
+		for _, sub := range st.Subscriptions {
+			mode := pb.DeliveryMode_DELIVERY_MODE_FANOUT
+			if sub.Mode == broker.Balanced {
+				mode = pb.DeliveryMode_DELIVERY_MODE_BALANCED
+			}
+			m.Subscriptions = append(m.Subscriptions, &adminpb.StreamSubscription{SubscriptionId: sub.ID, MemberId: sub.MemberID,
+				Mode: mode, ConsumerGroup: sub.Group, TopicPatterns: sub.Patterns})
+		}
+		resp.Streams = append(resp.Streams, m)
+	}
+	if end < len(all) {
+		resp.NextPageToken = "at/" + strconv.Itoa(end)
+	}
+	return resp, nil
+}
+
+func (a *adminServer) ListDeadLetters(_ context.Context, req *adminpb.ListDeadLettersRequest) (*adminpb.ListDeadLettersResponse, error) {
+	id := req.GetSubscriptionId()
+	if err := needGroup(id); err != nil {
+		return nil, err
+	}
+	gi, err := a.s.b.Group(id)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	dls, next, err := a.s.b.DeadLetters(id, req.GetPageToken(), pageSize(req.GetPageSize(), 100))
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	resp := &adminpb.ListDeadLettersResponse{NextPageToken: next, Total: uint32(gi.DeadLetters)}
+	for _, dl := range dls {
+		resp.DeadLetters = append(resp.DeadLetters, &adminpb.DeadLetter{SystemId: dl.ID, Topic: dl.Topic, Payload: dl.Payload,
+			Headers: dl.Headers, Reason: dl.Reason, Attempts: uint32(dl.Attempts), DeadLetteredUnixNano: dl.DeadAt})
+	}
+	return resp, nil
+}
+
+// chosen checks that a request names dead letters or sets all, not both, and returns the
+// ids for the engine (nil: all).
+func chosen(id string, ids []string, all bool, what string) ([]string, error) {
+	if err := needGroup(id); err != nil {
+		return nil, err
+	}
+	switch {
+	case all && len(ids) > 0:
+		return nil, status.Errorf(codes.InvalidArgument, "%s: set system_ids or all, not both", what)
+	case !all && len(ids) == 0:
+		return nil, status.Errorf(codes.InvalidArgument, "%s: name the dead letters by system_ids, or set all to take every one", what)
+	}
+	return ids, nil
+}
+
+func (a *adminServer) ReplayDeadLetters(_ context.Context, req *adminpb.ReplayDeadLettersRequest) (*adminpb.ReplayDeadLettersResponse, error) {
+	ids, err := chosen(req.GetSubscriptionId(), req.GetSystemIds(), req.GetAll(), "ReplayDeadLetters")
+	if err != nil {
+		return nil, err
+	}
+	res, err := a.s.b.ReplayDeadLetters(req.GetSubscriptionId(), ids)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	resp := &adminpb.ReplayDeadLettersResponse{}
+	for _, r := range res {
+		m := &adminpb.ReplayResult{SystemId: r.ID, NewSystemId: r.SystemID, Routed: uint32(r.Routed)}
+		if r.Err != nil {
+			m.Code, m.Error = int32(codeOf(r.Err)), r.Err.Error()
+			resp.Failed++
+		} else {
+			resp.Replayed++
+		}
+		resp.Results = append(resp.Results, m)
+	}
+	return resp, nil
+}
+
+func (a *adminServer) PurgeDeadLetters(_ context.Context, req *adminpb.PurgeDeadLettersRequest) (*adminpb.PurgeDeadLettersResponse, error) {
+	ids, err := chosen(req.GetSubscriptionId(), req.GetSystemIds(), req.GetAll(), "PurgeDeadLetters")
+	if err != nil {
+		return nil, err
+	}
+	n, err := a.s.b.PurgeDeadLetters(req.GetSubscriptionId(), ids)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &adminpb.PurgeDeadLettersResponse{Purged: uint32(n)}, nil
+}
