@@ -51,4 +51,10 @@ var (
 	// deleted (Engine.DeleteGroup). (NOT_FOUND: the group is gone; re-subscribing creates a
 	// new, empty one)
 	ErrGroupDeleted = errors.New("consumer group deleted")
+	// ErrUnavailable: the engine cannot reach what it stores messages in (the JetStream
+	// engine's NATS server); a retry may succeed. (UNAVAILABLE)
+	ErrUnavailable = errors.New("engine unavailable")
+	// ErrUnsupported: this engine does not implement the call (the JetStream engine's
+	// dead-letter store, for one). (UNIMPLEMENTED)
+	ErrUnsupported = errors.New("not supported by this engine")
 )

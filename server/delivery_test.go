@@ -379,6 +379,7 @@ func TestDeadLetterOnAckDeadline(t *testing.T) {
 // subscription (isolation). A publish that every matching target refused gets
 // RESOURCE_EXHAUSTED naming the group and the limit.
 func TestOverflowReject(t *testing.T) {
+	needs(t, engine.GroupBounds, "bounds per consumer group (max_queued, max_queued_bytes, overflow)")
 	tb := start(t, brokertest.Options{GroupMaxQueued: 3})
 	watcher := tb.open(t, fanout("w", "o.*"))
 	m := tb.open(t, balanced("full", "full", 1, "o.*"))
@@ -415,6 +416,7 @@ func TestOverflowReject(t *testing.T) {
 
 // "drop_oldest" keeps the newest messages and counts what it dropped.
 func TestOverflowDropOldest(t *testing.T) {
+	needs(t, engine.GroupBounds, "bounds per consumer group (max_queued, max_queued_bytes, overflow)")
 	tb := start(t, brokertest.Options{GroupMaxQueued: 3, GroupOverflow: broker.OverflowDropOldest})
 	m := tb.open(t, balanced("d", "d", 1, "d"))
 	m.close()
@@ -436,6 +438,7 @@ func TestOverflowDropOldest(t *testing.T) {
 // With groups.expire_after, a group without members is removed with what it holds, and no
 // longer blocks publishes to its topics; without it, the group waits for its next member.
 func TestGroupExpiry(t *testing.T) {
+	needs(t, engine.GroupExpiry, "expiry of groups without members (groups { expire_after })")
 	tb := start(t, brokertest.Options{GroupExpireAfter: 500 * time.Millisecond, GroupMaxQueued: 1})
 	m := tb.open(t, balanced("gone", "gone", 1, "e"))
 	m.close()

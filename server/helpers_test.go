@@ -24,6 +24,15 @@ var engine brokertest.Engine
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(brokertest.EachEngine(m, &engine)) }
 
+// needs skips the test on an engine without a capability of brokertest.Engine, saying
+// which: the difference is documented in RATIONALE.md ("The JetStream engine").
+func needs(t *testing.T, has bool, capability string) {
+	t.Helper()
+	if !has {
+		t.Skipf("engine %s has no %s", engine.Name, capability)
+	}
+}
+
 // testBroker is a real server on a loopback port and a client connected to it.
 type testBroker struct {
 	b    broker.Engine

@@ -20,6 +20,7 @@ import (
 // refused with RESOURCE_EXHAUSTED naming the group and the setting, long before memory is
 // in danger; the canary keeps working.
 func TestMemberlessGroupByteBound(t *testing.T) {
+	needs(t, engine.GroupBounds, "bounds per consumer group (max_queued, max_queued_bytes, overflow)")
 	tb := start(t, brokertest.Options{GroupMaxQueuedBytes: 2 << 20})
 	c := newCanary(t, tb)
 	tb.open(t, balanced("bulk", "bulk", 1, "bulk.>")).close()
@@ -54,6 +55,7 @@ func TestMemberlessGroupByteBound(t *testing.T) {
 // Finding 2: a group abandoned on ">" that fills up refuses only for itself: every other
 // subscription and group keeps getting what is published, even on topics it matches.
 func TestAbandonedGroupDoesNotBlockOthers(t *testing.T) {
+	needs(t, engine.GroupBounds, "bounds per consumer group (max_queued, max_queued_bytes, overflow)")
 	tb := start(t, brokertest.Options{GroupMaxQueued: 50})
 	c := newCanary(t, tb)
 	tb.open(t, balanced("abandoned", "abandoned", 1, ">")).close()
@@ -184,6 +186,7 @@ func codeOf(err error) codes.Code { return status.Code(err) }
 // Finding 1, header-heavy messages: what a group holds is counted with its headers as they
 // cost in memory, not as their bytes alone; the canary keeps working.
 func TestHeaderHeavyMessagesCounted(t *testing.T) {
+	needs(t, engine.GroupBounds, "bounds per consumer group (max_queued, max_queued_bytes, overflow)")
 	tb := start(t, brokertest.Options{GroupMaxQueuedBytes: 1 << 20})
 	c := newCanary(t, tb)
 	tb.open(t, balanced("hdr", "hdr", 1, "hdr.>")).close()

@@ -13,6 +13,9 @@ package brokertest
 import (
 	"context"
 	"fmt"
+	"os"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -56,12 +59,28 @@ type Engine struct {
 	// MemoryBudget: the engine bounds what it holds by Options.MaxMemoryBytes, consumer
 	// groups together to 3/4 of it, and reports it in broker.Stats.
 	MemoryBudget bool
+	// GroupBounds: the engine bounds each consumer group by Options.GroupMaxQueued and
+	// GroupMaxQueuedBytes (and a user's quota), applying GroupOverflow when one is full.
+	GroupBounds bool
+	// GroupExpiry: the engine removes a group without members after GroupExpireAfter.
+	GroupExpiry bool
+	// DeadLetterStore: the engine keeps each group's dead letters for the admin API
+	// (Engine.DeadLetters, ReplayDeadLetters, PurgeDeadLetters).
+	DeadLetterStore bool
+	// ExactAcks: an ack or nack of a system_id no member holds is refused as unknown
+	// (ErrUnknownMessage) even from outside the member's stream. A clustered engine may pass
+	// it on to the node that holds it instead.
+	ExactAcks bool
+	// Release, if not nil, releases what the engine's entry shares between the tests of a
+	// package (an embedded server): EachEngine calls it after the entry's run.
+	Release func()
 }
 
 // Engines is the table of engines. The first is the default: tests that do not run on every
 // engine use it.
 var Engines = []Engine{
-	{Name: "memory", New: newMemory, MemoryBudget: true},
+	{Name: "memory", New: newMemory, MemoryBudget: true, GroupBounds: true, GroupExpiry: true, DeadLetterStore: true, ExactAcks: true},
+	{Name: "jetstream", New: newJetStream, Release: releaseJetStream, ExactAcks: true},
 }
 
 func newMemory(_ testing.TB, o Options) broker.Engine {
@@ -105,7 +124,8 @@ func Start(tb testing.TB, o Options) broker.Engine {
 }
 
 // EachEngine returns m for a TestMain that runs the package's tests once per entry of
-// Engines, with *current set to the entry, and returns the first failing run's code:
+// Engines (those named in $TINYBROKER_ENGINES, comma-separated, if set), with *current set
+// to the entry, and returns the first failing run's code:
 //
 //	var engine brokertest.Engine
 //
@@ -120,10 +140,18 @@ type eachEngine struct {
 }
 
 func (r eachEngine) Run() (code int) {
+	only := os.Getenv("TINYBROKER_ENGINES") // a comma-separated list of names: run those only
 	for _, e := range Engines {
+		if only != "" && !slices.Contains(strings.Split(only, ","), e.Name) {
+			continue
+		}
 		*r.cur = e
 		fmt.Printf("brokertest: engine %s\n", e.Name)
-		if c := r.m.Run(); c != 0 {
+		c := r.m.Run()
+		if e.Release != nil {
+			e.Release()
+		}
+		if c != 0 {
 			fmt.Printf("brokertest: engine %s failed\n", e.Name)
 			if code == 0 {
 				code = c

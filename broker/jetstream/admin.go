@@ -1,0 +1,319 @@
+package jetstream
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tinybroker/tinybroker/broker"
+)
+
+// lookup returns the consumer group of subscription id (read from JetStream if another node
+// made it) and the stream sequence of systemID, for the unary Ack and Nack.
+func (e *Engine) lookup(id, systemID string) (*group, uint64, error) {
+	e.mu.Lock()
+	isFanout := e.fanouts[id] != nil
+	g, err := e.groupLocked(id)
+	e.mu.Unlock()
+	switch {
+	case isFanout:
+		return nil, 0, fmt.Errorf("%w: subscription %q is fanout; fanout deliveries are not acked", broker.ErrGroupMismatch, id)
+	case err != nil:
+		return nil, 0, err
+	case g == nil:
+		return nil, 0, fmt.Errorf("%w %q: no consumer group has this subscription_id", broker.ErrUnknownSubscription, id)
+	}
+	seq, err := e.ids.parse(systemID)
+	return g, seq, err
+}
+
+// Ack acknowledges one delivered message of a consumer group.
+func (e *Engine) Ack(subscriptionID, systemID string) error {
+	g, seq, err := e.lookup(subscriptionID, systemID)
+	if err != nil {
+		return err
+	}
+	if g.ack(nil, []uint64{seq}) > 0 {
+		return fmt.Errorf("%w %q: subscription %q does not hold it (never delivered, already acked or dead-lettered)", broker.ErrUnknownMessage, systemID, subscriptionID)
+	}
+	return nil
+}
+
+// Nack gives one delivered message back to its group, to be redelivered after delay.
+func (e *Engine) Nack(subscriptionID, systemID string, delay time.Duration, reason string) error {
+	g, seq, err := e.lookup(subscriptionID, systemID)
+	if err != nil {
+		return err
+	}
+	if g.nack(nil, []uint64{seq}, delay, reason) > 0 {
+		return fmt.Errorf("%w %q: subscription %q has no such message in flight on this node", broker.ErrUnknownMessage, systemID, subscriptionID)
+	}
+	return nil
+}
+
+// Declare creates the consumer group gc describes (its consumer, if no node made it yet),
+// or checks that the existing one matches it.
+func (e *Engine) Declare(gc broker.GroupConfig) error {
+	o := gc.SubscribeOptions()
+	patterns, err := e.opts.CheckSubscribe(&o)
+	if err != nil {
+		return err
+	}
+	gc.ID = o.ID
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	g, err := e.groupLocked(gc.ID)
+	if err != nil {
+		return err
+	}
+	if g == nil {
+		_, err = e.createLocked(gc, patterns, true, 0, nil)
+		return err
+	}
+	if !g.sameDefinition(o, patterns) || (gc.DeadLetterTopic == "" && g.dlq != "dlq."+gc.ID) || gc.MaxDeliveries != g.maxDeliveries {
+		if g.declared || g.memberCount() > 0 {
+			return fmt.Errorf("%w: consumer group %q exists with other settings (patterns %q, max_deliveries %d, dead-letter topic %q)", broker.ErrGroupMismatch, g.id, g.patterns, g.maxDeliveries, g.dlq)
+		}
+	}
+	g.mu.Lock()
+	g.name, g.patterns, g.maxDeliveries, g.declared = gc.Name, patterns, gc.MaxDeliveries, true
+	g.dlq = gc.DeadLetterTopic
+	if g.dlq == "" {
+		g.dlq = "dlq." + gc.ID
+	}
+	g.mu.Unlock()
+	e.changed()
+	return e.saveLocked(g)
+}
+
+// refreshGroups learns the consumer groups every node made, from JetStream, and returns
+// them with their consumers' state.
+func (e *Engine) refreshGroups() (map[string]*jetstream.ConsumerInfo, error) {
+	ctx, cancel := e.ctx()
+	defer cancel()
+	s, err := e.js.Stream(ctx, e.opts.Stream)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", broker.ErrUnavailable, err)
+	}
+	infos := make(map[string]*jetstream.ConsumerInfo)
+	l := s.ListConsumers(ctx)
+	for ci := range l.Info() {
+		g := e.groupFromInfo(ci)
+		if g == nil {
+			continue
+		}
+		infos[g.id] = ci
+		e.mu.Lock()
+		if e.groups[g.id] == nil {
+			e.addGroupLocked(g)
+		}
+		e.mu.Unlock()
+	}
+	if err := l.Err(); err != nil {
+		return nil, fmt.Errorf("%w: %v", broker.ErrUnavailable, err)
+	}
+	return infos, nil
+}
+
+// stats describes g; ci, if not nil, is its consumer's state as JetStream (the cluster)
+// sees it: queued is what JetStream has not delivered plus what waits for redelivery.
+func (g *group) stats(ci *jetstream.ConsumerInfo) broker.GroupStats {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	st := broker.GroupStats{ID: g.id, Group: g.name, Patterns: g.patterns, Members: len(g.members),
+		Delivered: g.delivered, Acked: g.acked, Redelivered: g.redelivered, DeadLettered: g.deadLettered, Dropped: g.dropped,
+		Declared: g.declared, Nacked: g.nacked, TimedOut: g.timedOut, LeftBehind: g.leftBehind}
+	now := time.Now()
+	for seq, t := range g.delayed {
+		if t.After(now) {
+			st.Delayed++
+		} else {
+			delete(g.delayed, seq)
+		}
+	}
+	for _, m := range g.members {
+		for _, h := range m.held {
+			if st.Oldest == 0 || h.msg.PublishedAt < st.Oldest {
+				st.Oldest = h.msg.PublishedAt
+			}
+		}
+	}
+	if ci != nil {
+		// JetStream counts what was delivered and not acked as pending acks, whether a member
+		// holds it or it waits for redelivery; what this node took back waits (queued, or
+		// delayed). Another node's taken-back messages count as in flight.
+		waiting := max(0, len(g.waiting)-st.Delayed)
+		st.Queued = int(ci.NumPending) + waiting
+		st.InFlight = max(0, ci.NumAckPending-waiting-st.Delayed)
+	} else {
+		for _, m := range g.members {
+			st.InFlight += len(m.held)
+		}
+	}
+	return st
+}
+
+// Group describes one consumer group.
+func (e *Engine) Group(id string) (broker.GroupInfo, error) {
+	e.mu.Lock()
+	g, err := e.groupLocked(id)
+	e.mu.Unlock()
+	if err != nil {
+		return broker.GroupInfo{}, err
+	}
+	if g == nil {
+		return broker.GroupInfo{}, fmt.Errorf("%w %q: no consumer group has this subscription_id", broker.ErrUnknownSubscription, id)
+	}
+	ctx, cancel := e.ctx()
+	defer cancel()
+	var ci *jetstream.ConsumerInfo
+	if c, err := e.js.Consumer(ctx, e.opts.Stream, g.consumer); err == nil {
+		ci = c.CachedInfo()
+	} else if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		e.forgetGroup(id, g)
+		return broker.GroupInfo{}, fmt.Errorf("%w %q: the consumer group was deleted", broker.ErrUnknownSubscription, id)
+	}
+	gi := broker.GroupInfo{GroupStats: g.stats(ci)}
+	g.mu.Lock()
+	gi.MaxDeliveries, gi.DeadLetterTopic = g.maxDeliveries, g.dlq
+	for _, m := range g.members {
+		gi.MemberList = append(gi.MemberList, broker.MemberInfo{ID: m.s.set.MemberID, Peer: m.peer, InFlight: len(m.held),
+			MaxInFlight: m.maxInFlight, AckDeadline: m.ackDeadline, Joined: m.joined})
+	}
+	g.mu.Unlock()
+	return gi, nil
+}
+
+// Stats returns the counters of this node and the consumer groups of the cluster.
+func (e *Engine) Stats() broker.Stats {
+	st := broker.Stats{Published: e.published.Load(), Unrouted: e.unrouted.Load(), Dropped: e.dropped.Load(), Refused: e.refused.Load(),
+		Delivered: e.fanoutDelivered.Load()}
+	infos, err := e.refreshGroups()
+	if err != nil {
+		e.log.Warn("stats: JetStream did not list the consumer groups", "error", err)
+	}
+	e.mu.RLock()
+	for _, s := range e.fanouts {
+		s.st.mu.Lock()
+		buffered := 0
+		for _, d := range s.st.buf[s.st.head:] {
+			if d.Sub == s && d.Msg != nil {
+				buffered++
+			}
+		}
+		st.Subscriptions = append(st.Subscriptions, broker.SubscriptionStats{ID: s.id, Patterns: s.patterns, Delivered: s.delivered, Dropped: s.dropped, Buffered: buffered})
+		s.st.mu.Unlock()
+	}
+	groups := make([]*group, 0, len(e.groups))
+	for _, g := range e.groups {
+		groups = append(groups, g)
+	}
+	e.mu.RUnlock()
+	for _, g := range groups {
+		gs := g.stats(infos[g.id])
+		st.Delivered += gs.Delivered
+		st.Acked += gs.Acked
+		st.Redelivered += gs.Redelivered
+		st.DeadLettered += gs.DeadLettered
+		st.Groups = append(st.Groups, gs)
+	}
+	slices.SortFunc(st.Subscriptions, func(a, b broker.SubscriptionStats) int { return cmp.Compare(a.ID, b.ID) })
+	slices.SortFunc(st.Groups, func(a, b broker.GroupStats) int { return cmp.Compare(a.ID, b.ID) })
+	return st
+}
+
+// PurgeGroup drops what group id has not yet handed out: it takes the messages JetStream
+// would deliver next, without a member, and ends them (+TERM). What members hold stays.
+func (e *Engine) PurgeGroup(id string) (int, error) {
+	e.mu.Lock()
+	g, err := e.groupLocked(id)
+	e.mu.Unlock()
+	if err != nil {
+		return 0, err
+	}
+	if g == nil {
+		return 0, fmt.Errorf("%w %q: no consumer group has this subscription_id", broker.ErrUnknownSubscription, id)
+	}
+	inbox := nats.NewInbox()
+	sub, err := e.nc.SubscribeSync(inbox)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %v", broker.ErrUnavailable, err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	subj := "$JS.API.CONSUMER.MSG.NEXT." + e.opts.Stream + "." + g.consumer
+	n := 0
+	for {
+		if err := e.nc.PublishRequest(subj, inbox, []byte(`{"batch":256,"no_wait":true}`)); err != nil {
+			return n, fmt.Errorf("%w: %v", broker.ErrUnavailable, err)
+		}
+		got := 0
+		for {
+			m, err := sub.NextMsg(e.opts.RequestTimeout)
+			if err != nil {
+				return n, fmt.Errorf("%w: purging consumer group %q: %v", broker.ErrUnavailable, id, err)
+			}
+			if len(m.Data) == 0 && m.Header.Get("Status") != "" {
+				break
+			}
+			got++
+			n++
+			g.mu.Lock()
+			if info, ok := parseAck(m.Reply); ok {
+				delete(g.waiting, info.sseq)
+				delete(g.delayed, info.sseq)
+			}
+			g.mu.Unlock()
+			_ = e.nc.Publish(m.Reply, []byte("+TERM"))
+		}
+		if got == 0 {
+			return n, nil
+		}
+	}
+}
+
+// DeleteGroup deletes the group's consumer; its members end with ErrGroupDeleted, here at
+// once and on other nodes when JetStream tells their pull requests.
+func (e *Engine) DeleteGroup(id string) error {
+	e.mu.Lock()
+	g, err := e.groupLocked(id)
+	e.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if g == nil {
+		return fmt.Errorf("%w %q: no consumer group has this subscription_id", broker.ErrUnknownSubscription, id)
+	}
+	ctx, cancel := e.ctx()
+	defer cancel()
+	if err := e.js.DeleteConsumer(ctx, e.opts.Stream, g.consumer); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return fmt.Errorf("%w: deleting consumer group %q: %v", broker.ErrUnavailable, id, err)
+	}
+	e.forgetGroup(id, g)
+	return nil
+}
+
+// errNoDeadLetterStore refuses the admin API's dead-letter calls: this engine publishes
+// dead letters to the group's dead-letter topic but does not keep them (yet).
+func errNoDeadLetterStore(id string) error {
+	return fmt.Errorf("%w: the JetStream engine does not keep dead letters for the admin API; consume the group's dead-letter topic (default \"dlq.%s\") instead", broker.ErrUnsupported, id)
+}
+
+// DeadLetters is not supported by this engine: see errNoDeadLetterStore.
+func (e *Engine) DeadLetters(id, _ string, _ int) ([]broker.DeadLetter, string, error) {
+	return nil, "", errNoDeadLetterStore(id)
+}
+
+// ReplayDeadLetters is not supported by this engine.
+func (e *Engine) ReplayDeadLetters(id string, _ []string) ([]broker.Replayed, error) {
+	return nil, errNoDeadLetterStore(id)
+}
+
+// PurgeDeadLetters is not supported by this engine.
+func (e *Engine) PurgeDeadLetters(id string, _ []string) (int, error) {
+	return 0, errNoDeadLetterStore(id)
+}

@@ -1,0 +1,234 @@
+package jetstream
+
+import (
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/tinybroker/tinybroker/broker"
+)
+
+// Headers the engine adds to a NATS message besides the tinybroker message's own. They start
+// with "Tb-" (capitalised): a message header of the client that does too is carried inside
+// hdrJSON instead, so the two never mix.
+const (
+	hdrID   = "Tb-Id"   // the system_id of a message delivered by core NATS (fanout)
+	hdrTime = "Tb-Time" // when the engine accepted it, Unix nanoseconds
+	hdrJSON = "Tb-Hx"   // every header of the message, as JSON, when one cannot be a NATS header
+)
+
+// encodeHeaders turns a message's headers into NATS headers. A header whose key or value a
+// NATS header cannot carry exactly (a colon, line breaks, spaces at either end, an empty key,
+// a "Tb-" key) sends them all as one JSON header instead.
+func encodeHeaders(h map[string]string, publishedAt int64) nats.Header {
+	out := make(nats.Header, len(h)+2)
+	plain := true
+	for k, v := range h {
+		if !natsSafe(k, true) || !natsSafe(v, false) {
+			plain = false
+			break
+		}
+	}
+	if plain {
+		for k, v := range h {
+			out[k] = []string{v}
+		}
+	} else {
+		j, _ := json.Marshal(h) // a map of strings always marshals
+		out[hdrJSON] = []string{string(j)}
+	}
+	out[hdrTime] = []string{strconv.FormatInt(publishedAt, 10)}
+	return out
+}
+
+func natsSafe(s string, key bool) bool {
+	if key && (s == "" || strings.HasPrefix(s, "Tb-")) {
+		return false
+	}
+	if s != strings.TrimSpace(s) {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '\r' || c == '\n' || c == 0:
+			return false
+		case key && (c == ':' || c == ' ' || c == '\t' || c < 0x20 || c == 0x7f):
+			return false
+		}
+	}
+	return true
+}
+
+// decodeHeaders returns a NATS message's tinybroker headers and when it was published.
+func decodeHeaders(nh nats.Header) (h map[string]string, publishedAt int64, hb int) {
+	if t := nh[hdrTime]; len(t) > 0 {
+		publishedAt, _ = strconv.ParseInt(t[0], 10, 64)
+	}
+	if j := nh[hdrJSON]; len(j) > 0 {
+		_ = json.Unmarshal([]byte(j[0]), &h)
+	} else {
+		for k, vs := range nh {
+			if strings.HasPrefix(k, "Tb-") || k == "Nats-Msg-Id" || len(vs) == 0 {
+				continue
+			}
+			if h == nil {
+				h = make(map[string]string, len(nh))
+			}
+			h[k] = vs[0]
+		}
+	}
+	for k, v := range h {
+		hb += len(k) + len(v)
+	}
+	return h, publishedAt, hb
+}
+
+// idCodec turns stream sequence numbers into system_ids and back, as the memory engine
+// does (see RATIONALE.md, "Why unguessable system_ids?"): the sequence number and a secret,
+// encrypted as one AES-128 block. Its key and secrets are the cluster's, kept in the
+// stream's metadata, so that every node reads the ids of every other and of earlier runs.
+// A message that was not stored (fanout only) gets a random number under another secret:
+// its id names it, and cannot be acked.
+type idCodec struct {
+	block          cipher.Block
+	stored, fanout uint64
+}
+
+const idLen = 22
+
+// newIDSecret returns a fresh key and secrets, encoded for the stream's metadata.
+func newIDSecret() string {
+	var raw [32]byte
+	_, _ = rand.Read(raw[:])
+	return base64.RawURLEncoding.EncodeToString(raw[:])
+}
+
+func newIDCodec(secret string) (idCodec, error) {
+	raw, err := base64.RawURLEncoding.DecodeString(secret)
+	if err != nil || len(raw) != 32 {
+		return idCodec{}, fmt.Errorf("the stream's %s metadata is not a key of this engine", metaIDKey)
+	}
+	block, err := aes.NewCipher(raw[:16])
+	if err != nil {
+		return idCodec{}, err
+	}
+	c := idCodec{block: block, stored: binary.LittleEndian.Uint64(raw[16:24]), fanout: binary.LittleEndian.Uint64(raw[24:32])}
+	if c.stored == c.fanout {
+		c.fanout++
+	}
+	return c, nil
+}
+
+func (c idCodec) format(seq, secret uint64) string {
+	var b [16]byte
+	binary.LittleEndian.PutUint64(b[:8], seq)
+	binary.LittleEndian.PutUint64(b[8:], secret)
+	c.block.Encrypt(b[:], b[:])
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+// parse returns the stream sequence number of a stored message's system_id.
+func (c idCodec) parse(id string) (uint64, error) {
+	if len(id) != idLen {
+		return 0, fmt.Errorf("%w %q: not a system_id of this broker (a system_id is the %d characters the broker sent with the message)", broker.ErrUnknownMessage, truncate(id, 64), idLen)
+	}
+	var b [16]byte
+	if n, err := base64.RawURLEncoding.Decode(b[:], []byte(id)); err != nil || n != 16 {
+		return 0, fmt.Errorf("%w %q: malformed system_id", broker.ErrUnknownMessage, id)
+	}
+	c.block.Decrypt(b[:], b[:])
+	seq := binary.LittleEndian.Uint64(b[:8])
+	if binary.LittleEndian.Uint64(b[8:]) != c.stored || seq == 0 {
+		return 0, fmt.Errorf("%w %q: not a system_id of a message this broker stored for a consumer group", broker.ErrUnknownMessage, id)
+	}
+	return seq, nil
+}
+
+// parseFanout returns the number of a fanout message's system_id (0 if it is not one).
+func (c idCodec) parseFanout(id string) uint64 {
+	var b [16]byte
+	if len(id) != idLen {
+		return 0
+	}
+	if n, err := base64.RawURLEncoding.Decode(b[:], []byte(id)); err != nil || n != 16 {
+		return 0
+	}
+	c.block.Decrypt(b[:], b[:])
+	if binary.LittleEndian.Uint64(b[8:]) != c.fanout {
+		return 0
+	}
+	return binary.LittleEndian.Uint64(b[:8])
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}
+
+// encodeName turns a subscription_id (letters, digits, '-', '_', '.') into a JetStream
+// consumer name, which may not contain '.': '_' becomes "__" and '.' "_d", so that two ids
+// never share a name.
+func encodeName(id string) string {
+	var b strings.Builder
+	for i := 0; i < len(id); i++ {
+		switch c := id[i]; c {
+		case '_':
+			b.WriteString("__")
+		case '.':
+			b.WriteString("_d")
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}
+
+// ackInfo is what an ack subject of JetStream ($JS.ACK...) says of a delivery.
+type ackInfo struct {
+	stream, consumer string
+	delivered        uint32 // how many times the message was delivered, this one included
+	sseq, dseq       uint64
+}
+
+// parseAck reads an ack subject: $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<dseq>.<ts>.<pending>,
+// or the newer form with a domain and an account hash after $JS.ACK.
+func parseAck(reply string) (ackInfo, bool) {
+	tok := strings.Split(reply, ".")
+	var off int
+	switch {
+	case len(tok) == 9:
+		off = 2
+	case len(tok) >= 11:
+		off = 4
+	default:
+		return ackInfo{}, false
+	}
+	if tok[0] != "$JS" || tok[1] != "ACK" {
+		return ackInfo{}, false
+	}
+	dc, err1 := strconv.ParseUint(tok[off+2], 10, 32)
+	sseq, err2 := strconv.ParseUint(tok[off+3], 10, 64)
+	dseq, err3 := strconv.ParseUint(tok[off+4], 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil {
+		return ackInfo{}, false
+	}
+	return ackInfo{stream: tok[off], consumer: tok[off+1], delivered: uint32(dc), sseq: sseq, dseq: dseq}, true
+}
+
+// ackSubject builds the ack subject of stream sequence sseq of a consumer, for an ack that
+// arrives on a node that does not hold the delivery (JetStream finds it by sseq; a nak also
+// needs a consumer sequence in range).
+func ackSubject(stream, consumer string, sseq, dseq uint64) string {
+	return fmt.Sprintf("$JS.ACK.%s.%s.1.%d.%d.%d.0", stream, consumer, sseq, dseq, time.Now().UnixNano())
+}

@@ -1,0 +1,671 @@
+// Package jetstream is tinybroker's engine on NATS JetStream: the broker.Engine interface
+// mapped onto a NATS server, embedded in the process (a single durable node with nothing
+// else to run, or one node of a cluster of tinybroker nodes) or external. Fanout
+// subscriptions are core NATS subscriptions (at most once); consumer groups are durable
+// JetStream pull consumers with explicit acks on one interest-retention stream. See
+// RATIONALE.md, "The JetStream engine", for the mapping and where it differs from the
+// memory engine.
+package jetstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	natsserver "github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tinybroker/tinybroker/broker"
+)
+
+// Options configure an Engine. Zero values take the defaults shown.
+type Options struct {
+	broker.Limits
+
+	// URL, if set, is an existing NATS server or cluster to use (nats://host:4222, several
+	// separated by commas), with NATSOptions (credentials, TLS) as nats.go takes them.
+	// Otherwise the engine starts a NATS server in the process (Embedded).
+	URL         string
+	NATSOptions []nats.Option
+	Embedded    EmbeddedOptions
+
+	// Server, if set, is an embedded NATS server already running in this process that the
+	// engine uses and does not stop (tests share one between engines).
+	Server *natsserver.Server
+
+	// Replicas of the stream and consumers: 1, or 3 in a cluster of three or more.
+	Replicas int
+	// Prefix starts every NATS subject the engine uses ("tb"): topic T is published as
+	// <prefix>.f.T for fanout subscribers and <prefix>.g.T for consumer groups. Engines with
+	// different prefixes and streams share a NATS server without seeing each other.
+	Prefix string
+	// Stream is the JetStream stream holding what consumer groups have not acked ("TB").
+	Stream string
+	// MemoryStorage keeps the stream in memory instead of files (tests).
+	MemoryStorage bool
+	// DeleteStreamOnShutdown removes the stream and its consumers when the engine stops
+	// (tests, on a shared server).
+	DeleteStreamOnShutdown bool
+
+	// RequestTimeout bounds each call to JetStream: a publish's store, a consumer's
+	// creation (5s).
+	RequestTimeout time.Duration
+
+	FanoutBufferMessages int  // deliveries buffered per stream for fanout subscriptions (262,144)
+	FanoutBufferBytes    int  // payload bytes buffered per stream for fanout subscriptions (64 MiB)
+	DropSlowConsumers    bool // drop what a full buffer cannot take instead of ending the stream
+
+	Logger hclog.Logger
+}
+
+// EmbeddedOptions configure the NATS server the engine starts in its own process.
+type EmbeddedOptions struct {
+	// DataDir holds JetStream's files; it must be writable. Required.
+	DataDir string
+	// Name is the server's name, unique in its cluster (default: the host name and the
+	// cluster listen address).
+	Name string
+	// ClusterName, ClusterListen and Routes form a cluster: the nodes' cluster addresses
+	// (host:port), each node listing the others (or all, itself included). Empty: one node.
+	ClusterName   string
+	ClusterListen string
+	Routes        []string
+	// Listen, if set, also serves NATS clients on host:port (nats CLI, other tools). The
+	// engine itself connects in-process.
+	Listen string
+}
+
+func (o *Options) setDefaults() {
+	o.Limits = o.Limits.WithDefaults()
+	if o.Replicas <= 0 {
+		o.Replicas = 1
+	}
+	if o.Prefix == "" {
+		o.Prefix = "tb"
+	}
+	if o.Stream == "" {
+		o.Stream = "TB"
+	}
+	if o.RequestTimeout <= 0 {
+		o.RequestTimeout = 5 * time.Second
+	}
+	if o.FanoutBufferMessages <= 0 {
+		o.FanoutBufferMessages = 262_144
+	}
+	if o.FanoutBufferBytes <= 0 {
+		o.FanoutBufferBytes = 64 << 20
+	}
+	if o.Logger == nil {
+		o.Logger = hclog.NewNullLogger()
+	}
+}
+
+// metaIDKey is the stream metadata key holding the system_id key of the cluster.
+const metaIDKey = "tinybroker-id-key"
+
+var _ broker.Engine = (*Engine)(nil)
+
+// Engine is the JetStream engine. Its methods are safe for concurrent use.
+//
+// Lock order: Engine.mu → group.mu → Stream.mu. No lock is held while calling JetStream's
+// API or a hook, except Engine.mu while a consumer group is created or changed (so that
+// two members cannot create it twice).
+type Engine struct {
+	opts    Options
+	log     hclog.Logger
+	srv     *natsserver.Server // the embedded server, if the engine started it
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	ids     idCodec
+	solo    bool // one embedded node: every delivery of the stream is held in this process
+	subjF   string
+	subjG   string
+	closing atomic.Bool
+
+	hooks                                 atomic.Pointer[broker.Hooks]
+	published, unrouted, dropped, refused atomic.Uint64
+	streamSeq                             atomic.Uint64
+	fanoutDelivered                       atomic.Uint64
+	gen                                   atomic.Uint64 // bumped when subscriptions or groups change: the match cache's tag
+	cache                                 sync.Map      // topic → *matchResult
+	cacheSize                             atomic.Int64
+	fanCh                                 chan *nats.Msg
+	stop                                  chan struct{}
+	wg                                    sync.WaitGroup
+	shutdownOnce                          sync.Once
+	mu                                    sync.RWMutex
+	fanouts                               map[string]*Subscription
+	patSubs                               map[string]*patSub // fanout pattern → its NATS subscription
+	groups                                map[string]*group
+	groupNames                            map[string]string
+	streams                               map[uint64]*Stream
+	autoID                                uint64
+}
+
+// patSub is one NATS subscription for a fanout pattern, shared by the local subscriptions
+// that have it.
+type patSub struct {
+	pattern string
+	sub     *nats.Subscription
+	subs    []*Subscription // copied on write under Engine.mu
+}
+
+// New starts the engine: the embedded NATS server (unless URL or Server is set), the
+// connection, and the stream. It fails with the reason if the data directory is not
+// writable, the NATS server cannot be reached, or JetStream is not enabled there.
+func New(opts Options) (*Engine, error) {
+	opts.setDefaults()
+	e := &Engine{opts: opts, log: opts.Logger, subjF: opts.Prefix + ".f.", subjG: opts.Prefix + ".g.",
+		fanCh: make(chan *nats.Msg, 1<<16), stop: make(chan struct{}),
+		fanouts: make(map[string]*Subscription), patSubs: make(map[string]*patSub),
+		groups: make(map[string]*group), groupNames: make(map[string]string), streams: make(map[uint64]*Stream)}
+	if err := e.connect(); err != nil {
+		e.close()
+		return nil, err
+	}
+	if err := e.ensureStream(); err != nil {
+		e.close()
+		return nil, err
+	}
+	e.wg.Add(1)
+	go e.dispatchFanout()
+	return e, nil
+}
+
+// connect starts the embedded server if needed and connects to NATS.
+func (e *Engine) connect() error {
+	o := &e.opts
+	nopts := append([]nats.Option{nats.Name("tinybroker"), nats.MaxReconnects(-1),
+		nats.ReconnectBufSize(-1), // a publish while disconnected fails at once: the client hears UNAVAILABLE
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				e.log.Warn("disconnected from NATS; publishes and acks fail until it is back", "error", err)
+			}
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) { e.log.Info("reconnected to NATS", "url", nc.ConnectedUrlRedacted()) }),
+		nats.ErrorHandler(func(_ *nats.Conn, s *nats.Subscription, err error) {
+			e.log.Warn("NATS error", "error", err)
+		}),
+	}, o.NATSOptions...)
+	srv := o.Server
+	switch {
+	case o.URL != "":
+		nopts = append(nopts, nats.Timeout(o.RequestTimeout))
+		nc, err := nats.Connect(o.URL, nopts...)
+		if err != nil {
+			return fmt.Errorf("%w: cannot reach the NATS server at %s: %v (is it running, and the url, credentials and TLS settings right?)", broker.ErrUnavailable, o.URL, err)
+		}
+		e.nc = nc
+	default:
+		if srv == nil {
+			var err error
+			if srv, err = startEmbedded(o.Embedded, o.Limits, e.log); err != nil {
+				return err
+			}
+			e.srv = srv
+			e.solo = len(o.Embedded.Routes) == 0
+		}
+		nc, err := nats.Connect("", append(nopts, nats.InProcessServer(srv))...)
+		if err != nil {
+			return fmt.Errorf("connect to the embedded NATS server: %w", err)
+		}
+		e.nc = nc
+		if o.Server != nil {
+			e.solo = len(srv.ClusterName()) == 0 || !srv.JetStreamIsClustered()
+		}
+	}
+	js, err := jetstream.New(e.nc)
+	if err != nil {
+		return err
+	}
+	e.js = js
+	ctx, cancel := context.WithTimeout(context.Background(), max(o.RequestTimeout, 30*time.Second))
+	defer cancel()
+	for {
+		_, err := js.AccountInfo(ctx)
+		if err == nil {
+			return nil
+		}
+		if errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) {
+			return fmt.Errorf("%w: JetStream is not enabled on the NATS server (run nats-server with -js)", broker.ErrUnavailable)
+		}
+		if ctx.Err() != nil { // a cluster still electing its meta leader
+			return fmt.Errorf("%w: JetStream did not answer within %v: %v", broker.ErrUnavailable, max(o.RequestTimeout, 30*time.Second), err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// CheckDataDir makes dir if needed and checks that files can be written there.
+func CheckDataDir(dir string) error {
+	if dir == "" {
+		return errors.New("the embedded NATS server needs a data directory (engine \"jetstream\" { data_dir = \"...\" })")
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("data directory %s: %w", dir, err)
+	}
+	f, err := os.CreateTemp(dir, ".tinybroker-write-check-*")
+	if err != nil {
+		return fmt.Errorf("data directory %s is not writable: %w", dir, err)
+	}
+	name := f.Name()
+	f.Close()
+	return os.Remove(name)
+}
+
+// StartEmbedded starts a NATS server with JetStream in this process, as the engine does
+// when neither URL nor Server is set.
+func StartEmbedded(eo EmbeddedOptions, limits broker.Limits, log hclog.Logger) (*natsserver.Server, error) {
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	return startEmbedded(eo, limits.WithDefaults(), log)
+}
+
+func startEmbedded(eo EmbeddedOptions, limits broker.Limits, log hclog.Logger) (*natsserver.Server, error) {
+	if err := CheckDataDir(eo.DataDir); err != nil {
+		return nil, err
+	}
+	abs, _ := filepath.Abs(eo.DataDir)
+	// A payload and its headers must fit a NATS message: max_message_bytes, the headers
+	// (counted twice, for their framing) and room for the engine's own.
+	maxPayload := limits.MaxMessageBytes + 2*limits.MaxHeaderBytes + 4096
+	so := &natsserver.Options{ServerName: eo.Name, JetStream: true, StoreDir: abs, NoSigs: true,
+		MaxPayload: int32(min(maxPayload, 64<<20)), DontListen: eo.Listen == ""}
+	if eo.Listen != "" {
+		host, port, err := splitHostPort(eo.Listen)
+		if err != nil {
+			return nil, fmt.Errorf("embedded NATS listen %q: %w", eo.Listen, err)
+		}
+		so.Host, so.Port = host, port
+	}
+	if eo.ClusterListen != "" || len(eo.Routes) > 0 {
+		if eo.ClusterName == "" {
+			eo.ClusterName = "tinybroker"
+		}
+		host, port, err := splitHostPort(eo.ClusterListen)
+		if err != nil {
+			return nil, fmt.Errorf("cluster listen %q: %w", eo.ClusterListen, err)
+		}
+		so.Cluster = natsserver.ClusterOpts{Name: eo.ClusterName, Host: host, Port: port}
+		so.Routes = natsserver.RoutesFromStr(strings.Join(eo.Routes, ","))
+		if so.ServerName == "" {
+			hn, _ := os.Hostname()
+			so.ServerName = fmt.Sprintf("%s-%s", hn, strings.ReplaceAll(eo.ClusterListen, ":", "-"))
+		}
+	}
+	srv, err := natsserver.NewServer(so)
+	if err != nil {
+		return nil, fmt.Errorf("embedded NATS server: %w", err)
+	}
+	srv.SetLogger(natsLogger{log.Named("nats")}, false, false)
+	srv.Start()
+	if !srv.ReadyForConnections(30 * time.Second) {
+		srv.Shutdown()
+		return nil, fmt.Errorf("the embedded NATS server did not start within 30s (data directory %s; see its log above)", abs)
+	}
+	if !srv.JetStreamEnabled() {
+		srv.Shutdown()
+		return nil, fmt.Errorf("the embedded NATS server could not enable JetStream in %s (see its log above)", abs)
+	}
+	return srv, nil
+}
+
+func splitHostPort(addr string) (string, int, error) {
+	i := strings.LastIndexByte(addr, ':')
+	if i < 0 {
+		return "", 0, errors.New("want host:port")
+	}
+	var port int
+	if _, err := fmt.Sscanf(addr[i+1:], "%d", &port); err != nil || port < 0 || port > 65535 {
+		return "", 0, errors.New("want host:port with a port number")
+	}
+	return strings.Trim(addr[:i], "[]"), port, nil
+}
+
+// natsLogger writes the embedded server's log through hclog.
+type natsLogger struct{ l hclog.Logger }
+
+func (n natsLogger) Noticef(f string, a ...any) { n.l.Info(fmt.Sprintf(f, a...)) }
+func (n natsLogger) Warnf(f string, a ...any)   { n.l.Warn(fmt.Sprintf(f, a...)) }
+func (n natsLogger) Fatalf(f string, a ...any)  { n.l.Error(fmt.Sprintf(f, a...)) }
+func (n natsLogger) Errorf(f string, a ...any)  { n.l.Error(fmt.Sprintf(f, a...)) }
+func (n natsLogger) Debugf(f string, a ...any)  { n.l.Debug(fmt.Sprintf(f, a...)) }
+func (n natsLogger) Tracef(f string, a ...any)  { n.l.Trace(fmt.Sprintf(f, a...)) }
+
+// ensureStream creates the stream, or reads the existing one's id key.
+func (e *Engine) ensureStream() error {
+	ctx, cancel := e.ctx()
+	defer cancel()
+	cfg := jetstream.StreamConfig{Name: e.opts.Stream, Subjects: []string{e.subjG + ">"}, Retention: jetstream.InterestPolicy,
+		Storage: jetstream.FileStorage, Replicas: e.opts.Replicas, Discard: jetstream.DiscardOld,
+		Metadata: map[string]string{metaIDKey: newIDSecret()}, Description: "tinybroker: messages of consumer groups not yet acked"}
+	if e.opts.MemoryStorage {
+		cfg.Storage = jetstream.MemoryStorage
+	}
+	s, err := e.js.Stream(ctx, cfg.Name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		s, err = e.js.CreateStream(ctx, cfg)
+		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) { // another node made it first
+			s, err = e.js.Stream(ctx, cfg.Name)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("%w: JetStream stream %s: %v", broker.ErrUnavailable, cfg.Name, err)
+	}
+	key := s.CachedInfo().Config.Metadata[metaIDKey]
+	if key == "" {
+		return fmt.Errorf("JetStream stream %s exists but was not made by tinybroker (no %s in its metadata); choose another stream name", cfg.Name, metaIDKey)
+	}
+	e.ids, err = newIDCodec(key)
+	return err
+}
+
+// ctx is a context bounded by RequestTimeout.
+func (e *Engine) ctx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), e.opts.RequestTimeout)
+}
+
+// close releases the connection and the embedded server.
+func (e *Engine) close() {
+	if e.nc != nil {
+		e.nc.Close()
+	}
+	if e.srv != nil {
+		e.srv.Shutdown()
+		e.srv.WaitForShutdown()
+	}
+}
+
+// Server returns the embedded NATS server the engine started, or nil.
+func (e *Engine) Server() *natsserver.Server { return e.srv }
+
+// SetHooks installs h (nil removes the hooks).
+func (e *Engine) SetHooks(h broker.Hooks) {
+	if h == nil {
+		e.hooks.Store(nil)
+		return
+	}
+	e.hooks.Store(&h)
+}
+
+func (e *Engine) currentHooks() broker.Hooks {
+	if p := e.hooks.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// unavailable says whether the connection to NATS is down, as an error for the client.
+func (e *Engine) unavailable() error {
+	if e.nc.IsConnected() {
+		return nil
+	}
+	return fmt.Errorf("%w: the broker has lost its NATS server (%s); retry shortly", broker.ErrUnavailable, e.nc.Status())
+}
+
+// Publish validates the message, runs the OnPublish hook and routes it.
+func (e *Engine) Publish(topic string, payload []byte, headers map[string]string) (broker.PublishResult, error) {
+	if e.closing.Load() {
+		return broker.PublishResult{}, fmt.Errorf("%w: not accepting publishes; retry against the restarted broker", broker.ErrShuttingDown)
+	}
+	hb, err := e.opts.CheckMessage(topic, payload, headers)
+	if err != nil {
+		return broker.PublishResult{}, err
+	}
+	h := e.currentHooks()
+	if h == nil {
+		return e.route(topic, payload, headers, hb)
+	}
+	d := broker.Draft{Topic: topic, Payload: payload, Headers: headers}
+	v, err := h.OnPublish(&d)
+	if err != nil {
+		var rej *broker.RejectError
+		if errors.As(err, &rej) {
+			e.publishEmits(v.Emit)
+		}
+		return broker.PublishResult{}, err
+	}
+	if err := e.opts.CheckPayload(len(d.Payload), true); err != nil {
+		return broker.PublishResult{}, err
+	}
+	var res broker.PublishResult
+	if v.Drop {
+		e.dropped.Add(1)
+		e.published.Add(1)
+		seq := rand.Uint64() | 1
+		res = broker.PublishResult{Seq: seq, SystemID: e.ids.format(seq, e.ids.fanout), DroppedBy: v.Plugin, DropReason: v.Reason}
+	} else {
+		hb, err := e.opts.CheckHeaders(d.Headers)
+		if err != nil {
+			return broker.PublishResult{}, err
+		}
+		res, err = e.route(d.Topic, d.Payload, d.Headers, hb)
+		if err != nil {
+			return res, err
+		}
+	}
+	e.publishEmits(v.Emit)
+	return res, nil
+}
+
+// publishEmits routes messages emitted by hooks, without OnPublish.
+func (e *Engine) publishEmits(ds []broker.Draft) {
+	for _, d := range ds {
+		hb, err := e.opts.CheckMessage(d.Topic, d.Payload, d.Headers)
+		if err == nil {
+			_, err = e.route(d.Topic, d.Payload, d.Headers, hb)
+		}
+		if err != nil {
+			e.log.Warn("message emitted by a plugin refused", "topic", d.Topic, "error", err)
+		}
+	}
+}
+
+// route publishes a valid message: stored in the stream first (and acknowledged by
+// JetStream) if a consumer group this node knows matches it, then to fanout subscribers
+// by core NATS, carrying the system_id.
+func (e *Engine) route(topic string, payload []byte, headers map[string]string, _ int) (broker.PublishResult, error) {
+	if err := e.unavailable(); err != nil {
+		return broker.PublishResult{}, err
+	}
+	mr := e.match(topic)
+	now := time.Now().UnixNano()
+	msg := &nats.Msg{Subject: e.subjG + topic, Data: payload, Header: encodeHeaders(headers, now)}
+	var seq uint64
+	var id string
+	if mr.groups > 0 {
+		ctx, cancel := e.ctx()
+		ack, err := e.js.PublishMsg(ctx, msg)
+		cancel()
+		if err != nil {
+			if errors.Is(err, nats.ErrMaxPayload) {
+				return broker.PublishResult{}, fmt.Errorf("%w: the message is larger than the NATS server's max_payload (%d bytes)", broker.ErrInvalidMessage, e.nc.MaxPayload())
+			}
+			return broker.PublishResult{}, fmt.Errorf("%w: JetStream did not store the message for its consumer groups: %v; retry", broker.ErrUnavailable, err)
+		}
+		seq, id = ack.Sequence, e.ids.format(ack.Sequence, e.ids.stored)
+	} else {
+		seq = rand.Uint64() | 1
+		id = e.ids.format(seq, e.ids.fanout)
+	}
+	msg.Subject = e.subjF + topic
+	msg.Header[hdrID] = []string{id}
+	if err := e.nc.PublishMsg(msg); err != nil {
+		if errors.Is(err, nats.ErrMaxPayload) {
+			return broker.PublishResult{}, fmt.Errorf("%w: the message is larger than the NATS server's max_payload (%d bytes)", broker.ErrInvalidMessage, e.nc.MaxPayload())
+		}
+		if mr.groups == 0 {
+			return broker.PublishResult{}, fmt.Errorf("%w: %v", broker.ErrUnavailable, err)
+		}
+		e.log.Warn("fanout publish failed after the message was stored for its groups", "topic", topic, "error", err)
+	}
+	e.published.Add(1)
+	routed := mr.fanouts + mr.groups
+	if routed == 0 {
+		e.unrouted.Add(1)
+	}
+	return broker.PublishResult{Seq: seq, SystemID: id, Routed: routed}, nil
+}
+
+// matchResult is how many local fanout subscriptions and known consumer groups a topic
+// matches, cached per topic and tagged with Engine.gen.
+type matchResult struct {
+	gen             uint64
+	fanouts, groups int
+}
+
+func (e *Engine) match(topic string) *matchResult {
+	gen := e.gen.Load()
+	if v, ok := e.cache.Load(topic); ok {
+		if mr := v.(*matchResult); mr.gen == gen {
+			return mr
+		}
+	}
+	mr := &matchResult{gen: gen}
+	e.mu.RLock()
+	for _, s := range e.fanouts {
+		for _, p := range s.patterns {
+			if broker.MatchPattern(p, topic) {
+				mr.fanouts++
+				break
+			}
+		}
+	}
+	for _, g := range e.groups {
+		if g.matches(topic) {
+			mr.groups++
+		}
+	}
+	e.mu.RUnlock()
+	if e.cacheSize.Add(1) > 8192 {
+		e.cache.Clear()
+		e.cacheSize.Store(0)
+	}
+	e.cache.Store(topic, mr)
+	return mr
+}
+
+// changed invalidates the match cache. Engine.mu must be held.
+func (e *Engine) changed() { e.gen.Add(1) }
+
+// dispatchFanout hands what the fanout patterns' NATS subscriptions receive to the local
+// subscriptions, in the connection's order. A subscription with several patterns that
+// match a topic gets it through the first of them only.
+func (e *Engine) dispatchFanout() {
+	defer e.wg.Done()
+	for {
+		select {
+		case <-e.stop:
+			return
+		case m := <-e.fanCh:
+			e.mu.RLock()
+			ps := e.patSubs[strings.TrimPrefix(m.Sub.Subject, e.subjF)]
+			var subs []*Subscription
+			if ps != nil && ps.sub == m.Sub {
+				subs = ps.subs
+			}
+			e.mu.RUnlock()
+			if len(subs) == 0 {
+				continue
+			}
+			msg := e.decode(m, e.subjF, 0)
+			for _, s := range subs {
+				if s.firstMatch(msg.Topic) == ps.pattern {
+					s.st.deliverFanout(s, msg)
+				}
+			}
+		}
+	}
+}
+
+// decode makes a broker.Message of a NATS message of the subject space prefix.
+func (e *Engine) decode(m *nats.Msg, prefix string, sseq uint64) *broker.Message {
+	h, at, hb := decodeHeaders(m.Header)
+	msg := &broker.Message{Topic: strings.TrimPrefix(m.Subject, prefix), Payload: m.Data, Headers: h, PublishedAt: at, HeaderBytes: hb, Targets: 1}
+	if sseq != 0 {
+		msg.ID, msg.SystemID = sseq, e.ids.format(sseq, e.ids.stored)
+	} else if id := m.Header[hdrID]; len(id) > 0 {
+		msg.SystemID = id[0]
+		if n, err := e.ids.parse(id[0]); err == nil {
+			msg.ID = n
+		} else {
+			msg.ID = e.ids.parseFanout(id[0])
+		}
+	}
+	return msg
+}
+
+// Shutdown refuses new work, stops handing out messages, waits until ctx is done for
+// in-flight acks, then gives back what members still hold (JetStream redelivers it to the
+// next member, here or on another node), ends every stream and disconnects.
+func (e *Engine) Shutdown(ctx context.Context) error {
+	var err error
+	e.shutdownOnce.Do(func() {
+		e.closing.Store(true)
+		e.mu.RLock()
+		groups := make([]*group, 0, len(e.groups))
+		for _, g := range e.groups {
+			groups = append(groups, g)
+		}
+		e.mu.RUnlock()
+		for _, g := range groups {
+			g.setDraining()
+		}
+		err = e.drain(ctx, groups)
+		for _, st := range e.allStreams() {
+			st.end(fmt.Errorf("%w: the broker is stopping; reconnect to its replacement", broker.ErrShuttingDown))
+			st.detachAll()
+		}
+		close(e.stop)
+		e.wg.Wait()
+		if e.opts.DeleteStreamOnShutdown {
+			c, cancel := e.ctx()
+			_ = e.js.DeleteStream(c, e.opts.Stream)
+			cancel()
+		}
+		_ = e.nc.Flush()
+		e.close()
+	})
+	return err
+}
+
+func (e *Engine) allStreams() []*Stream {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	out := make([]*Stream, 0, len(e.streams))
+	for _, st := range e.streams {
+		out = append(out, st)
+	}
+	return out
+}
+
+// drain waits until no member holds a message, or ctx is done.
+func (e *Engine) drain(ctx context.Context, groups []*group) error {
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		busy := 0
+		for _, g := range groups {
+			busy += g.inFlight()
+		}
+		if busy == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			e.log.Warn("shutdown grace period over with messages unacked; JetStream redelivers them", "messages", busy)
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+}

@@ -1,0 +1,737 @@
+package jetstream
+
+import (
+	"cmp"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tinybroker/tinybroker/broker"
+)
+
+// A consumer group is a durable JetStream pull consumer of the stream, named after its
+// subscription_id, whose filter subjects are the group's patterns under <prefix>.g. and
+// whose metadata holds the group's definition, so that every node (and a restarted one)
+// reads it. Each member on this node pulls for itself: it asks JetStream for as many
+// messages as it has room for (max_in_flight minus what it holds and has asked for), so
+// JetStream hands messages to members in the order they asked, and a member never holds
+// more than its max_in_flight. Ack deadlines, nacks, touches and members leaving are
+// applied here (with the hooks) and passed to JetStream as +ACK, -NAK (with a delay),
+// +WPI and +TERM; the consumer's own AckWait, longer than every member's deadline, only
+// redelivers what a node that died held.
+
+const (
+	metaID            = "tinybroker-subscription-id"
+	metaGroup         = "tinybroker-group"
+	metaPatterns      = "tinybroker-patterns"
+	metaMaxDeliveries = "tinybroker-max-deliveries"
+	metaDLQ           = "tinybroker-dead-letter-topic"
+	metaDeclared      = "tinybroker-declared"
+
+	pullExpires = 10 * time.Second // a member's pull request waits this long for messages
+	ackWaitPad  = 5 * time.Second  // the consumer's AckWait: the longest member deadline plus this
+)
+
+type group struct {
+	e        *Engine
+	id       string
+	consumer string
+
+	// The definition: written under Engine.mu and group.mu, read under either.
+	name          string
+	patterns      []string
+	maxDeliveries int
+	dlq           string
+	declared      bool
+	ackWait       time.Duration
+	quota         *broker.Quota
+
+	mu        sync.Mutex
+	members   []*member
+	memberSeq uint64
+	// waiting holds what this node took back from its members until JetStream redelivers
+	// it, so that a late ack settles it; delayed, when the nacked ones' delays end (stats).
+	waiting                                              map[uint64]*broker.Message
+	delayed                                              map[uint64]time.Time
+	draining, removed                                    bool
+	delivered, acked, redelivered, deadLettered, dropped uint64
+	nacked, timedOut, leftBehind                         uint64
+}
+
+type member struct {
+	g           *group
+	s           *Subscription
+	maxInFlight int
+	ackDeadline time.Duration
+	peer        string
+	joined      int64
+	inbox       string
+	sub         *nats.Subscription
+	held        map[uint64]*held // delivered, not yet settled, by stream sequence
+	// A member has one pull request open at a time (JetStream delivers a message with its
+	// own subject, so the messages of two requests could not be told apart): reqID names
+	// it (0: none), remaining is how many messages it may still bring.
+	reqID     uint64
+	reqSeq    uint64
+	remaining int
+	left      bool
+}
+
+type held struct {
+	msg     *broker.Message
+	reply   string
+	info    ackInfo
+	attempt uint32
+	sentAt  time.Time
+	timer   *time.Timer
+}
+
+func (g *group) matches(topic string) bool {
+	for _, p := range g.patterns {
+		if broker.MatchPattern(p, topic) {
+			return true
+		}
+	}
+	return false
+}
+
+// filters are the consumer's filter subjects: the patterns that no other pattern of the
+// group covers (JetStream refuses filters that overlap that way).
+func (e *Engine) filters(patterns []string) []string {
+	var out []string
+	for i, p := range patterns {
+		covered := false
+		for j, q := range patterns {
+			if i != j && broker.PatternCovers(q, p) && (!broker.PatternCovers(p, q) || j < i) {
+				covered = true
+				break
+			}
+		}
+		if !covered {
+			out = append(out, e.subjG+p)
+		}
+	}
+	return out
+}
+
+func (e *Engine) consumerConfig(g *group) jetstream.ConsumerConfig {
+	pj, _ := json.Marshal(g.patterns)
+	cc := jetstream.ConsumerConfig{Durable: g.consumer, AckPolicy: jetstream.AckExplicitPolicy, AckWait: g.ackWait,
+		MaxDeliver: -1, MaxAckPending: -1, MaxWaiting: 8192, DeliverPolicy: jetstream.DeliverNewPolicy,
+		Replicas: e.opts.Replicas, MemoryStorage: e.opts.MemoryStorage,
+		Description: "tinybroker consumer group " + g.name,
+		Metadata: map[string]string{metaID: g.id, metaGroup: g.name, metaPatterns: string(pj),
+			metaMaxDeliveries: strconv.Itoa(g.maxDeliveries), metaDLQ: g.dlq, metaDeclared: strconv.FormatBool(g.declared)}}
+	if f := e.filters(g.patterns); len(f) == 1 {
+		cc.FilterSubject = f[0]
+	} else {
+		cc.FilterSubjects = f
+	}
+	return cc
+}
+
+func (e *Engine) newGroup(id string) *group {
+	return &group{e: e, id: id, consumer: encodeName(id), waiting: make(map[uint64]*broker.Message), delayed: make(map[uint64]time.Time)}
+}
+
+// groupFromInfo makes a group of a consumer tinybroker made, or nil.
+func (e *Engine) groupFromInfo(ci *jetstream.ConsumerInfo) *group {
+	md := ci.Config.Metadata
+	id := md[metaID]
+	if id == "" || encodeName(id) != ci.Name {
+		return nil
+	}
+	g := e.newGroup(id)
+	g.name, g.dlq, g.ackWait = md[metaGroup], md[metaDLQ], ci.Config.AckWait
+	_ = json.Unmarshal([]byte(md[metaPatterns]), &g.patterns)
+	g.maxDeliveries, _ = strconv.Atoi(md[metaMaxDeliveries])
+	g.declared = md[metaDeclared] == "true"
+	return g
+}
+
+// groupLocked returns the group of subscription_id id, reading it from JetStream if another
+// node (or an earlier run) made it; nil if there is none. Engine.mu must be held.
+func (e *Engine) groupLocked(id string) (*group, error) {
+	if g := e.groups[id]; g != nil {
+		return g, nil
+	}
+	if e.fanouts[id] != nil {
+		return nil, nil
+	}
+	ctx, cancel := e.ctx()
+	defer cancel()
+	c, err := e.js.Consumer(ctx, e.opts.Stream, encodeName(id))
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: reading consumer group %q from JetStream: %v", broker.ErrUnavailable, id, err)
+	}
+	g := e.groupFromInfo(c.CachedInfo())
+	if g == nil {
+		return nil, nil
+	}
+	e.addGroupLocked(g)
+	return g, nil
+}
+
+func (e *Engine) addGroupLocked(g *group) {
+	e.groups[g.id] = g
+	e.groupNames[g.name] = g.id
+	e.changed()
+}
+
+// saveLocked creates or updates g's consumer. Engine.mu must be held.
+func (e *Engine) saveLocked(g *group) error {
+	ctx, cancel := e.ctx()
+	defer cancel()
+	if _, err := e.js.CreateOrUpdateConsumer(ctx, e.opts.Stream, e.consumerConfig(g)); err != nil {
+		return fmt.Errorf("%w: JetStream refused consumer group %q: %v", broker.ErrUnavailable, g.id, err)
+	}
+	return nil
+}
+
+// createLocked defines a new group from gc and makes its consumer. Engine.mu must be held.
+func (e *Engine) createLocked(gc broker.GroupConfig, patterns []string, declared bool, ackDeadline time.Duration, q *broker.Quota) (*group, error) {
+	if other, ok := e.groupNames[gc.Name]; ok && other != gc.ID {
+		return nil, fmt.Errorf("%w: consumer_group %q belongs to subscription_id %q; members must share both", broker.ErrGroupMismatch, gc.Name, other)
+	}
+	if len(e.groups) >= e.opts.MaxGroups {
+		return nil, fmt.Errorf("%w: the broker holds %d consumer groups, its limit (limits { max_groups }); reuse a group or raise the limit", broker.ErrLimit, len(e.groups))
+	}
+	if err := q.TakeGroup(); err != nil {
+		return nil, err
+	}
+	g := e.newGroup(gc.ID)
+	g.name, g.patterns, g.maxDeliveries, g.declared, g.quota = gc.Name, patterns, gc.MaxDeliveries, declared, q
+	g.dlq = gc.DeadLetterTopic
+	if g.dlq == "" {
+		g.dlq = "dlq." + gc.ID
+	}
+	g.ackWait = max(ackDeadline, e.opts.AckDeadline) + ackWaitPad
+	if err := e.saveLocked(g); err != nil {
+		q.ReleaseGroup()
+		return nil, err
+	}
+	e.addGroupLocked(g)
+	return g, nil
+}
+
+// join makes s a member of the group o names, creating or redefining the group as the
+// memory engine does.
+func (e *Engine) join(o broker.SubscribeOptions, patterns []string, s *Subscription) (*Subscription, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if _, ok := e.fanouts[o.ID]; ok {
+		return nil, fmt.Errorf("%w: subscription_id %q is an open fanout subscription; choose another id for the consumer group", broker.ErrGroupMismatch, o.ID)
+	}
+	g, err := e.groupLocked(o.ID)
+	if err != nil {
+		return nil, err
+	}
+	if g != nil && !g.declared && g.memberCount() == 0 && !g.sameDefinition(o, patterns) {
+		// A group without members is redefined by its next member (RATIONALE.md, "Why do
+		// groups outlive their members").
+		g.mu.Lock()
+		g.name, g.patterns, g.maxDeliveries = o.Group, patterns, o.MaxDeliveries
+		g.dlq = o.DeadLetterTopic
+		if g.dlq == "" {
+			g.dlq = "dlq." + o.ID
+		}
+		g.mu.Unlock()
+		for name, id := range e.groupNames {
+			if id == g.id {
+				delete(e.groupNames, name)
+			}
+		}
+		e.groupNames[g.name] = g.id
+		if err := e.saveLocked(g); err != nil {
+			return nil, err
+		}
+		e.changed()
+	}
+	if g == nil {
+		gc := broker.GroupConfig{ID: o.ID, Name: o.Group, MaxDeliveries: o.MaxDeliveries, DeadLetterTopic: o.DeadLetterTopic}
+		if g, err = e.createLocked(gc, patterns, false, o.AckDeadline, o.Quota); err != nil {
+			return nil, err
+		}
+	}
+	switch {
+	case g.name != o.Group:
+		return nil, fmt.Errorf("%w: subscription_id %q is consumer group %q, not %q; members must share both", broker.ErrGroupMismatch, o.ID, g.name, o.Group)
+	case !slices.Equal(g.patterns, patterns):
+		return nil, fmt.Errorf("%w: consumer group %q subscribes to %q, this member asked for %q; every member must use the same topic_patterns", broker.ErrGroupMismatch, g.name, g.patterns, patterns)
+	case o.MaxDeliveries != 0 && o.MaxDeliveries != g.maxDeliveries:
+		return nil, fmt.Errorf("%w: consumer group %q has max_deliveries %d, this member asked for %d; leave it 0 to take the group's", broker.ErrGroupMismatch, g.name, g.maxDeliveries, o.MaxDeliveries)
+	case o.DeadLetterTopic != "" && o.DeadLetterTopic != g.dlq:
+		return nil, fmt.Errorf("%w: consumer group %q dead-letters to %q, this member asked for %q; leave it empty to take the group's", broker.ErrGroupMismatch, g.name, g.dlq, o.DeadLetterTopic)
+	}
+	if need := o.AckDeadline + ackWaitPad; need > g.ackWait { // JetStream must not redeliver before the member's deadline
+		g.ackWait = need
+		if err := e.saveLocked(g); err != nil {
+			return nil, err
+		}
+	}
+	s.g, s.id = g, o.ID
+	g.mu.Lock()
+	g.memberSeq++
+	memberID := g.name + "-" + strconv.FormatUint(g.memberSeq, 10)
+	if !e.solo { // unique in the cluster
+		memberID = g.name + "-" + e.nc.ConnectedServerName() + "-" + strconv.FormatUint(g.memberSeq, 10)
+	}
+	s.set = broker.Settings{ID: o.ID, MemberID: memberID,
+		MaxInFlight: o.MaxInFlight, AckDeadline: o.AckDeadline, MaxDeliveries: g.maxDeliveries, DeadLetterTopic: g.dlq}
+	g.mu.Unlock()
+	if err := s.st.register(s, o.Peer); err != nil {
+		return nil, err
+	}
+	m := &member{g: g, s: s, maxInFlight: o.MaxInFlight, ackDeadline: o.AckDeadline, peer: o.Peer, joined: time.Now().UnixNano(),
+		inbox: nats.NewInbox(), held: make(map[uint64]*held)}
+	sub, err := e.nc.Subscribe(m.inbox+".*", m.onMsg)
+	if err != nil {
+		s.st.mu.Lock()
+		delete(s.st.subs, s.id)
+		s.st.mu.Unlock()
+		return nil, fmt.Errorf("%w: %v", broker.ErrUnavailable, err)
+	}
+	_ = sub.SetPendingLimits(-1, -1)
+	m.sub = sub
+	s.m = m
+	g.mu.Lock()
+	g.members = append(g.members, m)
+	g.pumpLocked(m)
+	g.mu.Unlock()
+	return s, nil
+}
+
+func (g *group) sameDefinition(o broker.SubscribeOptions, patterns []string) bool {
+	return g.name == o.Group && slices.Equal(g.patterns, patterns) &&
+		(o.MaxDeliveries == 0 || o.MaxDeliveries == g.maxDeliveries) && (o.DeadLetterTopic == "" || o.DeadLetterTopic == g.dlq)
+}
+
+func (g *group) memberCount() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.members)
+}
+
+// pumpLocked asks JetStream for as many messages as m has room for, unless a request of
+// m's is still open. g.mu must be held.
+func (g *group) pumpLocked(m *member) {
+	if m.left || g.draining || g.removed || m.reqID != 0 {
+		return
+	}
+	room := m.maxInFlight - len(m.held)
+	if room <= 0 {
+		return
+	}
+	m.reqSeq++
+	rid := m.reqSeq
+	m.reqID, m.remaining = rid, room
+	req := fmt.Appendf(nil, `{"batch":%d,"expires":%d}`, room, int64(pullExpires))
+	subj := "$JS.API.CONSUMER.MSG.NEXT." + g.e.opts.Stream + "." + g.consumer
+	if err := g.e.nc.PublishRequest(subj, m.inbox+"."+strconv.FormatUint(rid, 10), req); err != nil {
+		g.e.log.Warn("pull request failed", "group", g.id, "error", err)
+	}
+	// A request JetStream lost (a leader change, a restart) ends here at the latest.
+	time.AfterFunc(pullExpires+2*time.Second, func() {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if m.reqID == rid {
+			m.reqID = 0
+			g.pumpLocked(m)
+		}
+	})
+}
+
+func (g *group) pumpAllLocked() {
+	for _, m := range g.members {
+		g.pumpLocked(m)
+	}
+}
+
+// onMsg handles what JetStream sends to a member's inbox: a message, or the status that
+// ends a pull request.
+func (m *member) onMsg(msg *nats.Msg) {
+	g, e := m.g, m.g.e
+	if len(msg.Data) == 0 && msg.Header.Get("Status") != "" { // sent to the request's own reply subject
+		rid, _ := strconv.ParseUint(msg.Subject[strings.LastIndexByte(msg.Subject, '.')+1:], 10, 64)
+		code := msg.Header.Get("Status")
+		if code == "100" {
+			return
+		}
+		g.mu.Lock()
+		if m.reqID == rid {
+			m.reqID = 0
+		}
+		deleted := code == "409" && strings.Contains(strings.ToLower(msg.Header.Get("Description")), "deleted")
+		if !deleted {
+			g.pumpLocked(m)
+		}
+		g.mu.Unlock()
+		if deleted {
+			go e.forgetGroup(g.id, g)
+		}
+		return
+	}
+	info, ok := parseAck(msg.Reply)
+	if !ok {
+		return
+	}
+	g.mu.Lock()
+	if m.reqID != 0 {
+		if m.remaining--; m.remaining <= 0 {
+			m.reqID = 0
+		}
+	}
+	if m.left || g.draining || g.removed {
+		g.mu.Unlock()
+		_ = e.nc.Publish(msg.Reply, []byte("-NAK"))
+		return
+	}
+	bm := e.decode(msg, e.subjG, info.sseq)
+	h := &held{msg: bm, reply: msg.Reply, info: info, attempt: info.delivered, sentAt: time.Now()}
+	if g.maxDeliveries > 0 && int(info.delivered) > g.maxDeliveries {
+		// JetStream redelivered it by itself (the node that held it went away) past
+		// max_deliveries: it is dead.
+		h.attempt--
+		g.mu.Unlock()
+		g.settle([]takeItem{{h: h, reason: broker.ReasonAckDeadline}})
+		return
+	}
+	m.held[info.sseq] = h
+	delete(g.waiting, info.sseq)
+	delete(g.delayed, info.sseq)
+	g.delivered++
+	if h.attempt > 1 {
+		g.redelivered++
+	}
+	h.timer = time.AfterFunc(m.ackDeadline, func() { g.expire(m, info.sseq, h) })
+	st := m.s.st
+	st.mu.Lock()
+	st.pushLocked(broker.Delivery{Msg: bm, Sub: m.s, Attempt: h.attempt})
+	st.mu.Unlock()
+	g.mu.Unlock()
+}
+
+// findLocked returns the delivery seq held on this node and its member: with only set,
+// among pref's alone; otherwise pref's first, then every member's.
+func (g *group) findLocked(pref *member, only bool, seq uint64) (*held, *member) {
+	if pref != nil {
+		if h := pref.held[seq]; h != nil {
+			return h, pref
+		}
+	}
+	if only {
+		return nil, nil
+	}
+	for _, m := range g.members {
+		if h := m.held[seq]; h != nil {
+			return h, m
+		}
+	}
+	return nil, nil
+}
+
+// ack settles seqs and returns how many were unknown. In a cluster, an id held by no member
+// of this node is passed to JetStream, which settles it if another node's member holds it
+// (and ignores it otherwise): it is not counted as unknown.
+func (g *group) ack(pref *member, seqs []uint64) (unknown int) {
+	if len(seqs) == 0 {
+		return 0
+	}
+	hooks := g.e.currentHooks()
+	var events []broker.AckEvent
+	g.mu.Lock()
+	if hooks != nil && !hooks.WantsAck(g.name) {
+		hooks = nil
+	}
+	now := time.Now()
+	for _, seq := range seqs {
+		if h, m := g.findLocked(pref, false, seq); h != nil {
+			delete(m.held, seq)
+			h.timer.Stop()
+			g.acked++
+			_ = g.e.nc.Publish(h.reply, []byte("+ACK"))
+			if hooks != nil {
+				events = append(events, broker.AckEvent{Msg: h.msg, SystemID: h.msg.SystemID, SubscriptionID: g.id, Group: g.name, Attempt: h.attempt, InFlight: now.Sub(h.sentAt)})
+			}
+		} else if msg := g.waiting[seq]; msg != nil {
+			delete(g.waiting, seq)
+			delete(g.delayed, seq)
+			g.acked++
+			_ = g.e.nc.Publish(ackSubject(g.e.opts.Stream, g.consumer, seq, 0), []byte("+ACK"))
+			if hooks != nil {
+				events = append(events, broker.AckEvent{Msg: msg, SystemID: msg.SystemID, SubscriptionID: g.id, Group: g.name})
+			}
+		} else if !g.e.solo {
+			_ = g.e.nc.Publish(ackSubject(g.e.opts.Stream, g.consumer, seq, 0), []byte("+ACK"))
+		} else {
+			unknown++
+		}
+	}
+	g.pumpAllLocked()
+	g.mu.Unlock()
+	for i := range events {
+		g.e.publishEmits(hooks.OnAck(&events[i]))
+	}
+	return unknown
+}
+
+// takeItem is a delivery taken back from its member, to be redelivered or dead-lettered.
+type takeItem struct {
+	h      *held
+	reason string
+	delay  time.Duration
+}
+
+// nack takes back seqs for redelivery after delay; with owner set, only its own.
+func (g *group) nack(owner *member, seqs []uint64, delay time.Duration, reason string) (unknown int) {
+	if reason == "" {
+		reason = broker.ReasonNack
+	}
+	var items []takeItem
+	g.mu.Lock()
+	for _, seq := range seqs {
+		h, m := g.findLocked(owner, owner != nil, seq)
+		if h == nil {
+			unknown++
+			continue
+		}
+		delete(m.held, seq)
+		h.timer.Stop()
+		g.nacked++
+		items = append(items, takeItem{h: h, reason: reason, delay: delay})
+	}
+	g.mu.Unlock()
+	g.settle(items)
+	return unknown
+}
+
+// touch restarts the deadline of owner's deliveries, here and in JetStream.
+func (g *group) touch(owner *member, seqs []uint64) (unknown int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, seq := range seqs {
+		h, m := g.findLocked(owner, true, seq)
+		if h == nil {
+			unknown++
+			continue
+		}
+		h.timer.Reset(m.ackDeadline)
+		_ = g.e.nc.Publish(h.reply, []byte("+WPI"))
+	}
+	return unknown
+}
+
+// expire takes back h, past its member's ack deadline.
+func (g *group) expire(m *member, seq uint64, h *held) {
+	g.mu.Lock()
+	if m.held[seq] != h {
+		g.mu.Unlock()
+		return
+	}
+	delete(m.held, seq)
+	g.timedOut++
+	g.mu.Unlock()
+	g.settle([]takeItem{{h: h, reason: broker.ReasonAckDeadline}})
+}
+
+// leave removes m: its inbox is drained first (what JetStream still sends it is given
+// back), then what it held goes back to JetStream at once, oldest first, for the other
+// members.
+func (g *group) leave(m *member) {
+	g.mu.Lock()
+	i := slices.Index(g.members, m)
+	if i < 0 {
+		g.mu.Unlock()
+		return
+	}
+	g.members = slices.Delete(g.members, i, i+1)
+	m.left = true
+	st := m.s.st
+	st.mu.Lock()
+	st.removeLocked(m.s, nil)
+	st.mu.Unlock()
+	items := make([]takeItem, 0, len(m.held))
+	for seq, h := range m.held {
+		delete(m.held, seq)
+		h.timer.Stop()
+		g.leftBehind++
+		items = append(items, takeItem{h: h, reason: broker.ReasonMemberLeft})
+	}
+	g.mu.Unlock()
+	if err := m.sub.Drain(); err != nil {
+		_ = m.sub.Unsubscribe()
+	}
+	g.settle(items)
+}
+
+// settle applies the hooks' verdicts (or the defaults) to deliveries taken back from their
+// members: a nak (with its delay) for another attempt, past max_deliveries a dead letter,
+// or a drop. Oldest first, so that JetStream redelivers them in publish order. No lock may
+// be held.
+func (g *group) settle(items []takeItem) {
+	if len(items) == 0 {
+		g.mu.Lock()
+		g.pumpAllLocked()
+		g.mu.Unlock()
+		return
+	}
+	slices.SortFunc(items, func(a, b takeItem) int { return cmp.Compare(a.h.info.sseq, b.h.info.sseq) })
+	hooks := g.e.currentHooks()
+	g.mu.Lock()
+	name := g.name
+	g.mu.Unlock()
+	if hooks != nil && !hooks.WantsRedeliver(name) {
+		hooks = nil
+	}
+	var emits []broker.Draft
+	for _, it := range items {
+		h := it.h
+		action, delay, reason := broker.RedeliverDefault, it.delay, it.reason
+		if hooks != nil {
+			v := hooks.OnRedeliver(&broker.RedeliverEvent{Msg: h.msg, SystemID: h.msg.SystemID, SubscriptionID: g.id, Group: name,
+				Attempt: h.attempt, Reason: it.reason})
+			emits = append(emits, v.Emit...)
+			action = v.Action
+			if action == broker.RedeliverDelay {
+				delay = v.Delay
+			}
+			if v.Reason != "" {
+				reason = v.Reason
+			}
+		}
+		if action == broker.RedeliverDefault && g.maxDeliveries > 0 && int(h.attempt) >= g.maxDeliveries {
+			action = broker.RedeliverDeadLetter
+		}
+		switch action {
+		case broker.RedeliverDeadLetter:
+			g.deadLetter(h, reason)
+		case broker.RedeliverDrop:
+			g.mu.Lock()
+			g.dropped++
+			g.mu.Unlock()
+			_ = g.e.nc.Publish(h.reply, []byte("+TERM"))
+		default:
+			g.mu.Lock()
+			g.waiting[h.info.sseq] = h.msg
+			if delay > 0 {
+				g.delayed[h.info.sseq] = time.Now().Add(delay)
+				_ = g.e.nc.Publish(h.reply, fmt.Appendf(nil, `-NAK {"delay":%d}`, int64(delay)))
+			} else {
+				_ = g.e.nc.Publish(h.reply, []byte("-NAK"))
+			}
+			g.mu.Unlock()
+		}
+	}
+	g.mu.Lock()
+	g.pumpAllLocked()
+	g.mu.Unlock()
+	g.e.publishEmits(emits)
+}
+
+// deadLetter publishes h's message to the group's dead-letter topic with the
+// tb-dead-letter-* headers, then ends it in JetStream (+TERM).
+func (g *group) deadLetter(h *held, reason string) {
+	g.mu.Lock()
+	g.deadLettered++
+	name, dlq := g.name, g.dlq
+	g.mu.Unlock()
+	hd := make(map[string]string, len(h.msg.Headers)+6)
+	for k, v := range h.msg.Headers {
+		hd[k] = v
+	}
+	hd[broker.HeaderDeadLetterReason] = reason
+	hd[broker.HeaderDeadLetterTopic] = h.msg.Topic
+	hd[broker.HeaderDeadLetterSystemID] = h.msg.SystemID
+	hd[broker.HeaderDeadLetterSubscription] = g.id
+	hd[broker.HeaderDeadLetterGroup] = name
+	hd[broker.HeaderDeadLetterAttempts] = strconv.FormatUint(uint64(h.attempt), 10)
+	if _, err := g.e.route(dlq, h.msg.Payload, hd, 0); err != nil {
+		g.e.log.Warn("dead letter refused; it stays in the group for another attempt", "topic", dlq, "error", err)
+		_ = g.e.nc.Publish(h.reply, []byte(`-NAK {"delay":1000000000}`))
+		return
+	}
+	_ = g.e.nc.Publish(h.reply, []byte("+TERM"))
+}
+
+func (g *group) setDraining() {
+	g.mu.Lock()
+	g.draining = true
+	g.mu.Unlock()
+}
+
+func (g *group) inFlight() (n int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, m := range g.members {
+		n += len(m.held)
+	}
+	return n
+}
+
+// forgetGroup drops group g (its consumer was deleted, here or on another node): its
+// members here end with ErrGroupDeleted.
+func (e *Engine) forgetGroup(id string, g *group) {
+	e.mu.Lock()
+	if g == nil {
+		g = e.groups[id]
+	}
+	if g == nil || e.groups[id] != g {
+		e.mu.Unlock()
+		return
+	}
+	delete(e.groups, id)
+	if e.groupNames[g.name] == id {
+		delete(e.groupNames, g.name)
+	}
+	e.changed()
+	e.mu.Unlock()
+	g.mu.Lock()
+	g.removed = true
+	members := g.members
+	g.members = nil
+	for _, m := range members {
+		m.left = true
+		for seq, h := range m.held {
+			h.timer.Stop()
+			delete(m.held, seq)
+		}
+	}
+	g.mu.Unlock()
+	g.quota.ReleaseGroup()
+	err := fmt.Errorf("%w: consumer group %q (subscription %q) was deleted by an administrator; subscribing again creates a new, empty group", broker.ErrGroupDeleted, g.name, g.id)
+	for _, m := range members {
+		_ = m.sub.Unsubscribe()
+		m.s.evict(err)
+	}
+}
+
+// evict ends a member's subscription for the engine: an Ended event on its stream, and the
+// stream ends with err if it carried nothing else.
+func (s *Subscription) evict(err error) {
+	st := s.st
+	st.mu.Lock()
+	if st.subs[s.id] == s {
+		delete(st.subs, s.id)
+	}
+	left := len(st.subs)
+	s.closed = true
+	st.removeLocked(s, nil)
+	if !st.closed {
+		st.pushLocked(broker.Delivery{Sub: s, Ended: err})
+	}
+	st.mu.Unlock()
+	if left == 0 {
+		st.end(err)
+	}
+}

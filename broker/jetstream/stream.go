@@ -1,0 +1,484 @@
+package jetstream
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/tinybroker/tinybroker/broker"
+)
+
+// Stream is one subscriber connection carrying any number of subscriptions (broker.Stream).
+// Fanout deliveries and group members' deliveries share its buffer, in arrival order.
+type Stream struct {
+	e    *Engine
+	id   uint64
+	size func(*broker.Message) int
+
+	mu        sync.Mutex // guards everything below; taken under group.mu, never the reverse
+	buf       []broker.Delivery
+	head      int
+	fanBytes  int // payload bytes of the fanout deliveries buffered
+	fanCount  int
+	ready     chan struct{}
+	done      chan struct{}
+	closed    bool
+	err       error
+	subs      map[string]*Subscription
+	peer      string
+	closeOnce sync.Once
+}
+
+// NewStream opens a stream to carry subscriptions.
+func (e *Engine) NewStream(size func(*broker.Message) int) broker.Stream {
+	if size == nil {
+		size = func(m *broker.Message) int { return len(m.Payload) }
+	}
+	return &Stream{e: e, id: e.streamSeq.Add(1), size: size, ready: make(chan struct{}, 1), done: make(chan struct{}),
+		subs: make(map[string]*Subscription, 1)}
+}
+
+// pushLocked appends d and signals ready if the buffer was empty. st.mu must be held.
+func (st *Stream) pushLocked(d broker.Delivery) {
+	st.buf = append(st.buf, d)
+	if len(st.buf)-st.head == 1 {
+		select {
+		case st.ready <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Subscribe opens a subscription on the stream.
+func (st *Stream) Subscribe(o broker.SubscribeOptions) (broker.Subscription, error) {
+	s, err := st.e.subscribe(o, st)
+	if err != nil {
+		st.Refuse(o, err)
+		return nil, err
+	}
+	return s, nil
+}
+
+// Refuse queues the event of a refused open.
+func (st *Stream) Refuse(o broker.SubscribeOptions, err error) {
+	ref := &Subscription{e: st.e, st: st, mode: o.Mode, refused: err, id: o.ID}
+	if o.ID == "" && o.Mode == broker.Balanced {
+		ref.id = o.Group
+	}
+	st.mu.Lock()
+	if !st.closed {
+		st.pushLocked(broker.Delivery{Sub: ref})
+	}
+	st.mu.Unlock()
+}
+
+// register adds s to the stream and queues its opening event. Engine.mu is held.
+func (st *Stream) register(s *Subscription, peer string) error {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.closed {
+		return fmt.Errorf("%w: the stream has ended", broker.ErrSubscriptionClosed)
+	}
+	if _, ok := st.subs[s.id]; ok {
+		return fmt.Errorf("%w: this stream already carries subscription %q; a stream can be one member of a group at most", broker.ErrSubscriptionExists, s.id)
+	}
+	if n := len(st.subs); n >= st.e.opts.MaxSubscriptionsPerStream {
+		return fmt.Errorf("%w: this stream carries %d subscriptions, its limit (limits { max_subscriptions_per_stream }); close some, open another stream, or raise the limit", broker.ErrLimit, n)
+	}
+	if st.peer == "" {
+		st.peer = peer
+	}
+	st.subs[s.id] = s
+	st.e.streams[st.id] = st
+	st.pushLocked(broker.Delivery{Sub: s})
+	return nil
+}
+
+// Lookup returns the open subscription with this id (the only one, with id empty).
+func (st *Stream) Lookup(id string) (broker.Subscription, int) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	n := len(st.subs)
+	if id != "" {
+		if s := st.subs[id]; s != nil {
+			return s, n
+		}
+		return nil, n
+	}
+	if n == 1 {
+		for _, s := range st.subs {
+			return s, n
+		}
+	}
+	return nil, n
+}
+
+// Subscriptions returns the open subscriptions.
+func (st *Stream) Subscriptions() []broker.Subscription {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	out := make([]broker.Subscription, 0, len(st.subs))
+	for _, s := range st.subs {
+		out = append(out, s)
+	}
+	return out
+}
+
+// Next takes up to maxN waiting deliveries of at most maxBytes (at least one, if any wait).
+func (st *Stream) Next(dst []broker.Delivery, maxN, maxBytes int) []broker.Delivery {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	total := 0
+	for st.head < len(st.buf) && maxN > 0 {
+		d := st.buf[st.head]
+		sz := 0
+		if d.Msg != nil {
+			sz = st.size(d.Msg)
+		}
+		if total > 0 && total+sz > maxBytes {
+			break
+		}
+		dst = append(dst, d)
+		st.buf[st.head] = broker.Delivery{}
+		st.head++
+		if d.Msg != nil && d.Sub.(*Subscription).g == nil {
+			st.fanBytes -= len(d.Msg.Payload)
+			st.fanCount--
+		}
+		total += sz
+		maxN--
+	}
+	if st.head == len(st.buf) {
+		st.buf, st.head = st.buf[:0], 0
+		if cap(st.buf) > 4096 {
+			st.buf = nil
+		}
+	} else if st.head >= 1024 && st.head*2 >= len(st.buf) {
+		n := copy(st.buf, st.buf[st.head:])
+		clear(st.buf[n:])
+		st.buf, st.head = st.buf[:n], 0
+	}
+	return dst
+}
+
+// Ready is signalled when deliveries may be waiting.
+func (st *Stream) Ready() <-chan struct{} { return st.ready }
+
+// Done is closed when the stream has ended.
+func (st *Stream) Done() <-chan struct{} { return st.done }
+
+// Err says why the stream ended.
+func (st *Stream) Err() error {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.err
+}
+
+// Close ends the stream and its subscriptions; members' unacked messages go at once to the
+// other members.
+func (st *Stream) Close() {
+	st.end(broker.ErrSubscriptionClosed)
+	st.detachAll()
+}
+
+func (st *Stream) end(err error) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.closed {
+		return false
+	}
+	st.closed, st.err = true, err
+	close(st.done)
+	return true
+}
+
+// detachAll removes every subscription of an ended stream, once. No lock may be held.
+func (st *Stream) detachAll() {
+	st.closeOnce.Do(func() {
+		st.mu.Lock()
+		subs := st.subs
+		st.subs = nil
+		st.mu.Unlock()
+		for _, s := range subs {
+			s.detach()
+		}
+		st.e.mu.Lock()
+		delete(st.e.streams, st.id)
+		st.e.mu.Unlock()
+		st.mu.Lock()
+		clear(st.buf)
+		st.buf, st.head, st.fanBytes, st.fanCount = nil, 0, 0, 0
+		st.mu.Unlock()
+	})
+}
+
+// deliverFanout buffers a fanout delivery, or applies the slow-consumer policy.
+func (st *Stream) deliverFanout(s *Subscription, m *broker.Message) {
+	o := &st.e.opts
+	st.mu.Lock()
+	if st.closed || s.closed {
+		st.mu.Unlock()
+		return
+	}
+	if st.fanCount >= o.FanoutBufferMessages || st.fanBytes+len(m.Payload) > o.FanoutBufferBytes {
+		s.dropped++
+		if o.DropSlowConsumers {
+			st.mu.Unlock()
+			return
+		}
+		st.mu.Unlock()
+		if st.end(fmt.Errorf("%w: the subscriber fell behind by more than its buffer (fanout { buffer_messages, buffer_bytes }); read faster, or raise the limits", broker.ErrSlowConsumer)) {
+			st.e.log.Warn("disconnecting slow consumer", "subscription", s.id, "limit_messages", o.FanoutBufferMessages, "limit_bytes", o.FanoutBufferBytes)
+			go st.detachAll() // not on the dispatcher, which detaching waits for
+		}
+		return
+	}
+	s.delivered++
+	st.e.fanoutDelivered.Add(1)
+	st.fanCount++
+	st.fanBytes += len(m.Payload)
+	st.pushLocked(broker.Delivery{Msg: m, Sub: s, Attempt: 1})
+	st.mu.Unlock()
+}
+
+// removeLocked drops what the stream buffers for s, calling f on each message removed.
+func (st *Stream) removeLocked(s *Subscription, f func(broker.Delivery)) {
+	kept := st.buf[:st.head]
+	for _, d := range st.buf[st.head:] {
+		if d.Sub != s || d.Msg == nil {
+			kept = append(kept, d)
+			continue
+		}
+		if s.g == nil {
+			st.fanBytes -= len(d.Msg.Payload)
+			st.fanCount--
+		}
+		if f != nil {
+			f(d)
+		}
+	}
+	clear(st.buf[len(kept):])
+	st.buf = kept
+}
+
+// Subscription is one open subscription of a Stream: fanout, or a member of a group.
+type Subscription struct {
+	e        *Engine
+	st       *Stream
+	id       string
+	mode     broker.Mode
+	patterns []string
+	refused  error
+
+	g   *group
+	m   *member
+	set broker.Settings
+
+	delivered, dropped uint64 // fanout, under st.mu
+	closed             bool   // under st.mu
+}
+
+func (s *Subscription) ID() string        { return s.id }
+func (s *Subscription) Mode() broker.Mode { return s.mode }
+func (s *Subscription) Refused() error    { return s.refused }
+
+// Settings returns the options in force.
+func (s *Subscription) Settings() broker.Settings {
+	if s.g != nil {
+		return s.set
+	}
+	return broker.Settings{ID: s.id, MemberID: s.id}
+}
+
+// Ack settles this member's deliveries (or the group's, held on this node) by system_id.
+func (s *Subscription) Ack(ids []string) (skipped int) {
+	if s.g == nil {
+		return 0
+	}
+	return s.g.ack(s.m, s.e.parseIDs(ids, &skipped)) + skipped
+}
+
+// Nack gives this member's deliveries back, to be redelivered after delay.
+func (s *Subscription) Nack(ids []string, delay time.Duration, reason string) (skipped int) {
+	if s.g == nil {
+		return 0
+	}
+	return s.g.nack(s.m, s.e.parseIDs(ids, &skipped), delay, reason) + skipped
+}
+
+// Touch restarts the ack deadline of this member's deliveries.
+func (s *Subscription) Touch(ids []string) (skipped int) {
+	if s.g == nil {
+		return 0
+	}
+	return s.g.touch(s.m, s.e.parseIDs(ids, &skipped)) + skipped
+}
+
+func (e *Engine) parseIDs(ids []string, bad *int) []uint64 {
+	seqs := make([]uint64, 0, len(ids))
+	for _, id := range ids {
+		if seq, err := e.ids.parse(id); err == nil {
+			seqs = append(seqs, seq)
+		} else {
+			*bad++
+		}
+	}
+	return seqs
+}
+
+// Close ends the subscription; a member's unacked messages go at once to the others.
+func (s *Subscription) Close() {
+	if s.refused != nil {
+		return
+	}
+	st := s.st
+	st.mu.Lock()
+	if st.subs[s.id] == s {
+		delete(st.subs, s.id)
+	}
+	s.closed = true
+	if s.g == nil {
+		st.removeLocked(s, nil)
+	}
+	st.mu.Unlock()
+	s.detach()
+}
+
+// firstMatch returns the first of s's patterns that matches topic.
+func (s *Subscription) firstMatch(topic string) string {
+	for _, p := range s.patterns {
+		if broker.MatchPattern(p, topic) {
+			return p
+		}
+	}
+	return ""
+}
+
+// subscribe opens a subscription on st.
+func (e *Engine) subscribe(o broker.SubscribeOptions, st *Stream) (*Subscription, error) {
+	if e.closing.Load() {
+		return nil, fmt.Errorf("%w: not accepting subscriptions", broker.ErrShuttingDown)
+	}
+	patterns, err := e.opts.CheckSubscribe(&o)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.unavailable(); err != nil {
+		return nil, err
+	}
+	s := &Subscription{e: e, st: st, mode: o.Mode, patterns: patterns}
+	if o.Mode == broker.Balanced {
+		return e.join(o, patterns, s)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if o.ID == "" {
+		e.autoID++
+		o.ID = "fanout-" + strconv.FormatUint(e.autoID, 10)
+	}
+	if _, ok := e.fanouts[o.ID]; ok {
+		return nil, fmt.Errorf("%w: a fanout subscription %q is open; choose another subscription_id or leave it empty", broker.ErrSubscriptionExists, o.ID)
+	}
+	if _, ok := e.groups[o.ID]; ok {
+		return nil, fmt.Errorf("%w: subscription_id %q belongs to a balanced consumer group; choose another id for a fanout subscription", broker.ErrGroupMismatch, o.ID)
+	}
+	s.id = o.ID
+	// The NATS subscriptions first: a pattern NATS refuses refuses the open.
+	for _, p := range patterns {
+		ps := e.patSubs[p]
+		if ps == nil {
+			sub, err := e.nc.ChanSubscribe(e.subjF+p, e.fanCh)
+			if err != nil {
+				e.releasePatternsLocked(s, p)
+				return nil, fmt.Errorf("%w: NATS refused the subscription to %q: %v", broker.ErrUnavailable, p, err)
+			}
+			_ = sub.SetPendingLimits(-1, -1)
+			ps = &patSub{pattern: p, sub: sub}
+			e.patSubs[p] = ps
+		}
+		ps.subs = append(slices.Clip(ps.subs), s)
+	}
+	if err := st.register(s, o.Peer); err != nil {
+		e.releasePatternsLocked(s, "")
+		return nil, err
+	}
+	e.fanouts[o.ID] = s
+	e.changed()
+	// Make sure the server has the interest before the subscriber hears "subscribed", so
+	// that what is published after it reaches it.
+	if err := e.nc.Flush(); err != nil {
+		e.log.Warn("flush after subscribing", "error", err)
+	}
+	return s, nil
+}
+
+// releasePatternsLocked removes s from its patterns' NATS subscriptions, up to (not
+// including) pattern until ("" for all), unsubscribing those no subscription needs.
+func (e *Engine) releasePatternsLocked(s *Subscription, until string) {
+	for _, p := range s.patterns {
+		if p == until {
+			return
+		}
+		ps := e.patSubs[p]
+		if ps == nil {
+			continue
+		}
+		i := slices.Index(ps.subs, s)
+		if i < 0 {
+			continue
+		}
+		ps.subs = slices.Delete(slices.Clone(ps.subs), i, i+1)
+		if len(ps.subs) == 0 {
+			_ = ps.sub.Unsubscribe()
+			delete(e.patSubs, p)
+		}
+	}
+}
+
+// detach removes s from routing; a member leaves its group.
+func (s *Subscription) detach() {
+	e := s.e
+	if s.g != nil {
+		s.g.leave(s.m)
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.fanouts[s.id] != s {
+		return
+	}
+	delete(e.fanouts, s.id)
+	e.releasePatternsLocked(s, "")
+	e.changed()
+}
+
+// Streams lists the open streams of this node that carry subscriptions.
+func (e *Engine) Streams() []broker.StreamInfo {
+	var out []broker.StreamInfo
+	for _, st := range e.allStreams() {
+		st.mu.Lock()
+		si := broker.StreamInfo{ID: strconv.FormatUint(st.id, 10), Peer: st.peer, Buffered: len(st.buf) - st.head}
+		for _, s := range st.subs {
+			ss := broker.StreamSubscription{ID: s.id, Mode: s.mode, Patterns: s.patterns}
+			if s.g != nil {
+				ss.MemberID, ss.Group = s.set.MemberID, s.g.name
+			}
+			si.Subscriptions = append(si.Subscriptions, ss)
+		}
+		st.mu.Unlock()
+		if len(si.Subscriptions) == 0 {
+			continue
+		}
+		slices.SortFunc(si.Subscriptions, func(a, b broker.StreamSubscription) int { return cmp.Compare(a.ID, b.ID) })
+		out = append(out, si)
+	}
+	slices.SortFunc(out, func(a, b broker.StreamInfo) int {
+		x, _ := strconv.ParseUint(a.ID, 10, 64)
+		y, _ := strconv.ParseUint(b.ID, 10, 64)
+		return cmp.Compare(x, y)
+	})
+	return out
+}
