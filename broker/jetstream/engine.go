@@ -633,7 +633,9 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 			_ = e.js.DeleteStream(c, e.opts.Stream)
 			cancel()
 		}
-		_ = e.nc.Flush()
+		if e.nc.IsConnected() {
+			_ = e.nc.FlushTimeout(time.Second) // the acks and naks of the streams' ends
+		}
 		e.close()
 	})
 	return err

@@ -10,7 +10,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/tinybroker/tinybroker/broker/memory"
+	"github.com/tinybroker/tinybroker/broker"
 	"github.com/tinybroker/tinybroker/internal/config"
 	"github.com/tinybroker/tinybroker/plugins"
 )
@@ -20,7 +20,7 @@ import (
 // have finished.
 type pluginManager struct {
 	host       *plugins.Host
-	b          *memory.Engine
+	b          broker.Engine
 	log        hclog.Logger
 	configPath string
 
@@ -29,7 +29,7 @@ type pluginManager struct {
 	wg    sync.WaitGroup // closing old chains
 }
 
-func newPluginManager(cfg config.Config, configPath string, b *memory.Engine, log hclog.Logger) (*pluginManager, error) {
+func newPluginManager(cfg config.Config, configPath string, b broker.Engine, log hclog.Logger) (*pluginManager, error) {
 	dir := pluginCacheDir(cfg)
 	host, err := plugins.NewHost(plugins.HostOptions{CacheDir: dir, Logger: log,
 		MaxMessageBytes: cfg.Broker.MaxMessageBytes, MaxHeaderBytes: cfg.Broker.MaxHeaderBytes,

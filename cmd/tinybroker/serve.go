@@ -12,6 +12,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/spf13/cobra"
 
+	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/broker/jetstream"
 	"github.com/tinybroker/tinybroker/broker/memory"
 	"github.com/tinybroker/tinybroker/internal/config"
 	"github.com/tinybroker/tinybroker/internal/gctuner"
@@ -100,10 +102,26 @@ func loadConfig(o serveOptions) (config.Config, error) {
 	return cfg, nil
 }
 
-// newEngine starts the engine cfg describes, with its declared groups.
-func newEngine(cfg config.Config, configPath string, log hclog.Logger) (*memory.Engine, error) {
-	cfg.Broker.Logger = log.Named("broker")
-	b := memory.New(cfg.Broker)
+// newEngine starts the engine cfg describes (engine "memory", the default, or
+// "jetstream"), with its declared groups.
+func newEngine(cfg config.Config, configPath string, log hclog.Logger) (broker.Engine, error) {
+	var b broker.Engine
+	switch cfg.Engine {
+	case config.EngineJetStream:
+		opts, err := jetStreamOptions(cfg, log.Named("broker"))
+		if err != nil {
+			return nil, fmt.Errorf("%s: engine \"jetstream\": %w", cfgName(configPath), err)
+		}
+		e, err := jetstream.New(opts)
+		if err != nil {
+			return nil, fmt.Errorf("%s: engine \"jetstream\": %w", cfgName(configPath), err)
+		}
+		log.Info("engine", "kind", "jetstream", "url", opts.URL, "data_dir", opts.Embedded.DataDir, "cluster", opts.Embedded.ClusterListen, "replicas", opts.Replicas)
+		b = e
+	default:
+		cfg.Broker.Logger = log.Named("broker")
+		b = memory.New(cfg.Broker)
+	}
 	for _, g := range cfg.Groups {
 		if err := b.Declare(g); err != nil {
 			_ = b.Shutdown(context.Background())
@@ -175,7 +193,9 @@ func runServe(ctx context.Context, o serveOptions, stdout, stderr io.Writer, lis
 		lis.Close()
 		return err
 	}
-	log.Info("memory", "gomemlimit", memLimit, "budget_bytes", b.MemoryBudget(), "declared_groups", len(cfg.Groups))
+	if m, ok := b.(*memory.Engine); ok {
+		log.Info("memory", "gomemlimit", memLimit, "budget_bytes", m.MemoryBudget(), "declared_groups", len(cfg.Groups))
+	}
 	pm, err := newPluginManager(cfg, o.configPath, b, log.Named("plugin"))
 	if err != nil {
 		lis.Close()

@@ -81,6 +81,24 @@ func TestServeInProcess(t *testing.T) {
 	}
 }
 
+// An engine "jetstream" whose data directory cannot be written is refused at start, naming
+// the file and the directory.
+func TestServeUnwritableDataDir(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "file"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(dir, "tb.hcl")
+	if err := os.WriteFile(cfg, []byte("engine \"jetstream\" {\n  data_dir = \"file/data\"\n}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var logs brokertest.Log
+	err := serve(context.Background(), []string{"--config", cfg, "--listen", "127.0.0.1:0"}, &logs, nil)
+	if err == nil || !strings.Contains(err.Error(), cfg) || !strings.Contains(err.Error(), filepath.Join(dir, "file", "data")) || !strings.Contains(err.Error(), "not a directory") {
+		t.Fatalf("serve with an unwritable data_dir: %v", err)
+	}
+}
+
 // A bad config file is refused with its file, line and column.
 func TestServeBadConfig(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "bad.hcl")
@@ -141,12 +159,21 @@ func TestServeBinarySIGTERM(t *testing.T) {
 
 // A group declared in the config file exists from start-up: a publish before any member
 // connects is queued for it (routed 1), and the first member gets it. The memory budget
-// given in the file is logged.
+// given in the file is logged. So with the JetStream engine, embedded.
 func TestServeDeclaredGroup(t *testing.T) {
+	for _, tt := range []struct{ engine, cfg, log string }{
+		{"memory", "memory {\n  max_bytes = \"256MiB\"\n}\n", `"budget_bytes":268435456`},
+		{"jetstream", "engine \"jetstream\" {\n  data_dir = \"data\"\n}\n", `"kind":"jetstream"`},
+	} {
+		t.Run(tt.engine, func(t *testing.T) { serveDeclaredGroup(t, tt.cfg, tt.log) })
+	}
+}
+
+func serveDeclaredGroup(t *testing.T, engineCfg, wantLog string) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "tb.hcl")
-	if err := os.WriteFile(cfg, []byte("memory {\n  max_bytes = \"256MiB\"\n}\ngroup \"resizers\" {\n  topics = [\"jobs.>\"]\n}\n"), 0o600); err != nil {
+	if err := os.WriteFile(cfg, []byte(engineCfg+"group \"resizers\" {\n  topics = [\"jobs.>\"]\n}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	addr, logs, done, cancel := startServe(t, "--listen", "127.0.0.1:0", "--config", cfg, "--log-json")
@@ -188,7 +215,7 @@ func TestServeDeclaredGroup(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(logs.String(), `"budget_bytes":268435456`) || !strings.Contains(logs.String(), `"declared_groups":1`) {
-		t.Fatalf("logs lack the memory line:\n%s", logs.String())
+	if !strings.Contains(logs.String(), wantLog) {
+		t.Fatalf("logs lack %s:\n%s", wantLog, logs.String())
 	}
 }

@@ -93,6 +93,12 @@
 //	  }
 //	}
 //
+//	engine "jetstream" {          # at most one; default engine "memory" {}; see engine.go
+//	  data_dir = "/var/lib/tinybroker"    # an embedded NATS server (or url = "nats://...")
+//	  replicas = 1
+//	  cluster { name = "tinybroker", listen = "0.0.0.0:6222", routes = ["n2:6222", "n3:6222"] }
+//	}
+//
 //	plugin "tenant-filter" {      # any number, in chain order
 //	  path           = "plugins/tenant-filter.wasm"   # relative to this file
 //	  hooks          = ["on_publish"]   # default: every hook the module exports
@@ -150,6 +156,11 @@ type Config struct {
 	Users    []auth.User
 	Insecure bool
 	HTTP     HTTP // the ops HTTP listener (http.go); off by default
+	// Engine is the message engine: EngineMemory (the default) or EngineJetStream,
+	// configured by JetStream (engine.go). The memory engine's options are Broker; the
+	// JetStream engine takes the limits and fanout settings from Broker too.
+	Engine    string
+	JetStream JetStream
 }
 
 // Limits are the limits of the limits block that the server and the plugin host apply (the
@@ -182,7 +193,8 @@ func Default() Config {
 			FanoutBufferBytes:    64 << 20,
 			SlowConsumer:         memory.SlowConsumerDisconnect,
 		},
-		HTTP: HTTP{MetricsMaxGroups: 1000},
+		HTTP:   HTTP{MetricsMaxGroups: 1000},
+		Engine: EngineMemory,
 		Limits: Limits{
 			MaxConnections:          4_096,
 			MaxStreamsPerConnection: 4_096,

@@ -51,7 +51,8 @@ func TestDefault(t *testing.T) {
 			MaxPublishBatch:         4096,
 			MaxPluginBytes:          64 << 20,
 		},
-		HTTP: HTTP{MetricsMaxGroups: 1000},
+		HTTP:   HTTP{MetricsMaxGroups: 1000},
+		Engine: EngineMemory,
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("Default() = %+v\nwant %+v", c, want)

@@ -39,6 +39,7 @@ var rootSection = section{
 		{name: "http", decode: decodeHTTP},
 		{name: "tls", decode: decodeTLS},
 		{name: "user", labels: []string{"name"}, multiple: true, decode: decodeUser},
+		{name: "engine", labels: []string{"kind"}, decode: decodeEngine},
 	},
 }
 

@@ -1,0 +1,77 @@
+package config
+
+import (
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestEngineDefaultMemory(t *testing.T) {
+	for _, src := range []string{"", "engine \"memory\" {}\n"} {
+		c, err := Parse([]byte(src), "t.hcl")
+		if err != nil || c.Engine != EngineMemory {
+			t.Fatalf("%q: engine %q, %v", src, c.Engine, err)
+		}
+	}
+}
+
+func TestEngineJetStream(t *testing.T) {
+	src := `engine "jetstream" {
+  data_dir = "data"
+  replicas = 3
+  server_name = "n1"
+  cluster {
+    name   = "c"
+    listen = "127.0.0.1:6222"
+    routes = ["127.0.0.1:6223", "nats://127.0.0.1:6224"]
+  }
+}
+`
+	c, err := Parse([]byte(src), filepath.Join("etc", "t.hcl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := c.JetStream
+	if c.Engine != EngineJetStream || j.DataDir != filepath.Join("etc", "data") || j.Replicas != 3 || j.ServerName != "n1" ||
+		j.ClusterName != "c" || j.ClusterListen != "127.0.0.1:6222" || !slices.Equal(j.Routes, []string{"127.0.0.1:6223", "nats://127.0.0.1:6224"}) {
+		t.Fatalf("parsed %+v", j)
+	}
+	c, err = Parse([]byte("engine \"jetstream\" {\n  url = \"nats://127.0.0.1:4222\"\n  credentials = \"/x.creds\"\n}\n"), "t.hcl")
+	if err != nil || c.JetStream.URL != "nats://127.0.0.1:4222" || c.JetStream.Replicas != 1 || c.JetStream.Credentials != "/x.creds" {
+		t.Fatalf("url: %+v %v", c.JetStream, err)
+	}
+}
+
+func TestEngineErrors(t *testing.T) {
+	tests := []struct {
+		name, src string
+		want      []string
+	}{
+		{"unknown engine", "engine \"kafka\" {}\n", []string{"t.hcl:1,8-15", "Unknown engine", `"jetstream"`}},
+		{"no data_dir or url", "engine \"jetstream\" {\n}\n", []string{"t.hcl:1,1-19", "Missing data_dir"}},
+		{"both", "engine \"jetstream\" {\n  data_dir = \"d\"\n  url = \"nats://x:4222\"\n}\n", []string{"t.hcl:3,9-", "Both url and data_dir"}},
+		{"replicas without cluster", "engine \"jetstream\" {\n  data_dir = \"d\"\n  replicas = 3\n}\n", []string{"t.hcl:3,14-15", "Replicas without a cluster"}},
+		{"bad route", "engine \"jetstream\" {\n  data_dir = \"d\"\n  cluster {\n    listen = \"127.0.0.1:6222\"\n    routes = [\"nohost\"]\n  }\n}\n",
+			[]string{"t.hcl:5,15-", "not host:port"}},
+		{"cluster with url", "engine \"jetstream\" {\n  url = \"nats://x:4222\"\n  cluster {\n    listen = \"127.0.0.1:6222\"\n  }\n}\n",
+			[]string{"t.hcl:4,14-", "Setting of the embedded server with url"}},
+		{"unknown setting", "engine \"jetstream\" {\n  data_dri = \"d\"\n}\n", []string{"t.hcl:2,3-11", "Unsupported argument", `"data_dir"`}},
+		{"two engines", "engine \"memory\" {}\nengine \"jetstream\" {\n  data_dir = \"d\"\n}\n", []string{"t.hcl:2,", "Duplicate engine block"}},
+		{"bad stream", "engine \"jetstream\" {\n  data_dir = \"d\"\n  stream = \"a.b\"\n}\n", []string{"t.hcl:3,", "Invalid stream"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse([]byte(tt.src), "t.hcl")
+			if err == nil {
+				t.Fatal("no error")
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q\ndoes not contain %q", err, w)
+				}
+			}
+			checkEveryLineHasPosition(t, err.Error(), "t.hcl")
+		})
+	}
+}
