@@ -231,7 +231,10 @@ func (e *Engine) connect() error {
 	ctx, cancel := context.WithTimeout(context.Background(), max(o.RequestTimeout, 30*time.Second))
 	defer cancel()
 	for {
-		_, err := js.AccountInfo(ctx)
+		// A cluster electing its meta leader drops requests: ask again every 2s.
+		actx, acancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err := js.AccountInfo(actx)
+		acancel()
 		if err == nil {
 			return nil
 		}
@@ -297,7 +300,17 @@ func startEmbedded(eo EmbeddedOptions, limits broker.Limits, log hclog.Logger) (
 			return nil, fmt.Errorf("cluster listen %q: %w", eo.ClusterListen, err)
 		}
 		so.Cluster = natsserver.ClusterOpts{Name: eo.ClusterName, Host: host, Port: port}
-		so.Routes = natsserver.RoutesFromStr(strings.Join(eo.Routes, ","))
+		if so.DontListen { // the server routes only once its client listener is up: a random loopback port
+			so.DontListen, so.Host, so.Port = false, "127.0.0.1", natsserver.RANDOM_PORT
+		}
+		routes := make([]string, len(eo.Routes))
+		for i, r := range eo.Routes {
+			if !strings.Contains(r, "://") {
+				r = "nats://" + r
+			}
+			routes[i] = r
+		}
+		so.Routes = natsserver.RoutesFromStr(strings.Join(routes, ","))
 		if so.ServerName == "" {
 			hn, _ := os.Hostname()
 			so.ServerName = fmt.Sprintf("%s-%s", hn, strings.ReplaceAll(eo.ClusterListen, ":", "-"))
@@ -344,20 +357,30 @@ func (n natsLogger) Tracef(f string, a ...any)  { n.l.Trace(fmt.Sprintf(f, a...)
 
 // ensureStream creates the stream, or reads the existing one's id key.
 func (e *Engine) ensureStream() error {
-	ctx, cancel := e.ctx()
-	defer cancel()
+	ctx := context.Background()
 	cfg := jetstream.StreamConfig{Name: e.opts.Stream, Subjects: []string{e.subjG + ">"}, Retention: jetstream.InterestPolicy,
 		Storage: jetstream.FileStorage, Replicas: e.opts.Replicas, Discard: jetstream.DiscardOld,
 		Metadata: map[string]string{metaIDKey: newIDSecret()}, Description: "tinybroker: messages of consumer groups not yet acked"}
 	if e.opts.MemoryStorage {
 		cfg.Storage = jetstream.MemoryStorage
 	}
-	s, err := e.js.Stream(ctx, cfg.Name)
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		s, err = e.js.CreateStream(ctx, cfg)
-		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) { // another node made it first
-			s, err = e.js.Stream(ctx, cfg.Name)
+	// Several nodes starting together may race to create it; a cluster still settling may
+	// not answer: look again until RequestTimeout has passed three times.
+	var s jetstream.Stream
+	var err error
+	for deadline := time.Now().Add(3 * e.opts.RequestTimeout); ; {
+		actx, acancel := context.WithTimeout(ctx, 2*time.Second)
+		s, err = e.js.Stream(actx, cfg.Name)
+		acancel()
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			cctx, ccancel := e.ctx()
+			s, err = e.js.CreateStream(cctx, cfg)
+			ccancel()
 		}
+		if err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	if err != nil {
 		return fmt.Errorf("%w: JetStream stream %s: %v", broker.ErrUnavailable, cfg.Name, err)

@@ -1,0 +1,125 @@
+package jetstream_test
+
+import (
+	"net"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/broker/jetstream"
+	"github.com/tinybroker/tinybroker/internal/brokertest"
+)
+
+// freeAddrs returns n loopback addresses nothing listens on (for now).
+func freeAddrs(t *testing.T, n int) []string {
+	t.Helper()
+	var addrs []string
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addrs = append(addrs, l.Addr().String())
+		l.Close()
+	}
+	return addrs
+}
+
+// startCluster starts n tinybroker nodes in this process, each embedding a NATS server, that
+// form one JetStream cluster with the given replicas.
+func startCluster(t *testing.T, n, replicas int) []*jetstream.Engine {
+	t.Helper()
+	routes := freeAddrs(t, n)
+	logger := testLogger(t)
+	nodes := make([]*jetstream.Engine, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n { // together: JetStream answers once a quorum is up
+		wg.Go(func() {
+			nodes[i], errs[i] = jetstream.New(jetstream.Options{Replicas: replicas, RequestTimeout: 10 * time.Second, Logger: logger,
+				Embedded: jetstream.EmbeddedOptions{DataDir: t.TempDir(), Name: "n" + strconv.Itoa(i+1), ClusterName: "tb",
+					ClusterListen: routes[i], Routes: routes}})
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			for _, e := range nodes {
+				if e != nil {
+					stop(t, e)
+				}
+			}
+			t.Fatalf("node %d: %v", i+1, err)
+		}
+	}
+	return nodes
+}
+
+// Three nodes, replicas 3: a group's messages published on one node go to a member on
+// another; one node is killed and no confirmed message is lost.
+func TestClusterOfThree(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a three-node cluster takes seconds to form")
+	}
+	nodes := startCluster(t, 3, 3)
+	a, b, c := nodes[0], nodes[1], nodes[2]
+	defer stop(t, a)
+	defer stop(t, b)
+	if err := a.Declare(broker.GroupConfig{Name: "work", Patterns: []string{"w.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	confirmed := map[string]bool{}
+	publish := func(i int) {
+		t.Helper()
+		brokertest.Eventually(t, "a confirmed publish", func() bool {
+			res, err := a.Publish("w.x", []byte(strconv.Itoa(i)), nil)
+			if err != nil {
+				return false
+			}
+			confirmed[res.SystemID] = true
+			return true
+		})
+	}
+	for i := range 100 {
+		publish(i)
+	}
+	stop(t, c) // a node goes away, perhaps the stream's leader
+	for i := 100; i < 200; i++ {
+		publish(i)
+	}
+
+	st := b.NewStream(nil)
+	defer st.Close()
+	sub, err := st.Subscribe(broker.SubscribeOptions{Mode: broker.Balanced, Group: "work", Patterns: []string{"w.>"}, MaxInFlight: 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for len(got) < len(confirmed) {
+		d := receive(t, st)
+		if !confirmed[d.Msg.SystemID] {
+			t.Fatalf("delivered %s (%q), never confirmed", d.Msg.SystemID, d.Msg.Payload)
+		}
+		got[d.Msg.SystemID] = true
+		sub.Ack([]string{d.Msg.SystemID})
+	}
+	brokertest.Eventually(t, "the group empty, as the cluster sees it", func() bool {
+		g, err := a.Group("work")
+		return err == nil && g.Queued == 0 && g.InFlight == 0
+	})
+}
+
+// testLogger collects the nodes' logs, shown if the test fails.
+func testLogger(t *testing.T) hclog.Logger {
+	logs := new(brokertest.Log)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Log(logs.String())
+		}
+	})
+	return hclog.New(&hclog.LoggerOptions{Level: hclog.Info, Output: logs})
+}
