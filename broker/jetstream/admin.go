@@ -103,16 +103,9 @@ func (e *Engine) refreshGroups() (map[string]*jetstream.ConsumerInfo, error) {
 	infos := make(map[string]*jetstream.ConsumerInfo)
 	l := s.ListConsumers(ctx)
 	for ci := range l.Info() {
-		g := e.groupFromInfo(ci)
-		if g == nil {
-			continue
+		if g := e.learn(ci); g != nil {
+			infos[g.id] = ci
 		}
-		infos[g.id] = ci
-		e.mu.Lock()
-		if e.groups[g.id] == nil {
-			e.addGroupLocked(g)
-		}
-		e.mu.Unlock()
 	}
 	if err := l.Err(); err != nil {
 		return nil, fmt.Errorf("%w: %v", broker.ErrUnavailable, err)
@@ -293,6 +286,7 @@ func (e *Engine) DeleteGroup(id string) error {
 	if err := e.js.DeleteConsumer(ctx, e.opts.Stream, g.consumer); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return fmt.Errorf("%w: deleting consumer group %q: %v", broker.ErrUnavailable, id, err)
 	}
+	e.announce(g.consumer)
 	e.forgetGroup(id, g)
 	return nil
 }

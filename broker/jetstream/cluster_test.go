@@ -69,15 +69,23 @@ func TestClusterOfThree(t *testing.T) {
 	a, b, c := nodes[0], nodes[1], nodes[2]
 	defer stop(t, a)
 	defer stop(t, b)
-	if err := a.Declare(broker.GroupConfig{Name: "work", Patterns: []string{"w.>"}}); err != nil {
+	// The group is made by its first member, on b; a learns of it from b's announcement.
+	st := b.NewStream(nil)
+	defer st.Close()
+	sub, err := st.Subscribe(broker.SubscribeOptions{Mode: broker.Balanced, Group: "work", Patterns: []string{"w.>"}, MaxInFlight: 50})
+	if err != nil {
 		t.Fatal(err)
 	}
 	confirmed := map[string]bool{}
+	brokertest.Eventually(t, "node a routes to the group made on b", func() bool {
+		res, err := a.Publish("w.probe", nil, nil)
+		return err == nil && res.Routed == 1 && func() bool { confirmed[res.SystemID] = true; return true }()
+	})
 	publish := func(i int) {
 		t.Helper()
 		brokertest.Eventually(t, "a confirmed publish", func() bool {
 			res, err := a.Publish("w.x", []byte(strconv.Itoa(i)), nil)
-			if err != nil {
+			if err != nil || res.Routed != 1 {
 				return false
 			}
 			confirmed[res.SystemID] = true
@@ -92,12 +100,6 @@ func TestClusterOfThree(t *testing.T) {
 		publish(i)
 	}
 
-	st := b.NewStream(nil)
-	defer st.Close()
-	sub, err := st.Subscribe(broker.SubscribeOptions{Mode: broker.Balanced, Group: "work", Patterns: []string{"w.>"}, MaxInFlight: 50})
-	if err != nil {
-		t.Fatal(err)
-	}
 	got := map[string]bool{}
 	for len(got) < len(confirmed) {
 		d := receive(t, st)

@@ -129,6 +129,7 @@ type Engine struct {
 	solo    bool // one embedded node: every delivery of the stream is held in this process
 	subjF   string
 	subjG   string
+	subjX   string // <prefix>.x.<consumer>: a consumer group changed (announce)
 	closing atomic.Bool
 
 	hooks                                 atomic.Pointer[broker.Hooks]
@@ -164,7 +165,7 @@ type patSub struct {
 // writable, the NATS server cannot be reached, or JetStream is not enabled there.
 func New(opts Options) (*Engine, error) {
 	opts.setDefaults()
-	e := &Engine{opts: opts, log: opts.Logger, subjF: opts.Prefix + ".f.", subjG: opts.Prefix + ".g.",
+	e := &Engine{opts: opts, log: opts.Logger, subjF: opts.Prefix + ".f.", subjG: opts.Prefix + ".g.", subjX: opts.Prefix + ".x.",
 		fanCh: make(chan *nats.Msg, 1<<16), stop: make(chan struct{}),
 		fanouts: make(map[string]*Subscription), patSubs: make(map[string]*patSub),
 		groups: make(map[string]*group), groupNames: make(map[string]string), streams: make(map[uint64]*Stream)}
@@ -173,6 +174,19 @@ func New(opts Options) (*Engine, error) {
 		return nil, err
 	}
 	if err := e.ensureStream(); err != nil {
+		e.close()
+		return nil, err
+	}
+	// The groups every node made: those that exist now, and those announced from now on.
+	if _, err := e.nc.Subscribe(e.subjX+"*", e.onAnnounce); err != nil {
+		e.close()
+		return nil, fmt.Errorf("%w: %v", broker.ErrUnavailable, err)
+	}
+	if err := e.nc.Flush(); err != nil {
+		e.close()
+		return nil, fmt.Errorf("%w: %v", broker.ErrUnavailable, err)
+	}
+	if _, err := e.refreshGroups(); err != nil {
 		e.close()
 		return nil, err
 	}

@@ -196,7 +196,71 @@ func (e *Engine) saveLocked(g *group) error {
 	if _, err := e.js.CreateOrUpdateConsumer(ctx, e.opts.Stream, e.consumerConfig(g)); err != nil {
 		return fmt.Errorf("%w: JetStream refused consumer group %q: %v", broker.ErrUnavailable, g.id, err)
 	}
+	e.announce(g.consumer)
 	return nil
+}
+
+// announce tells every node that consumer group's definition changed (made, redefined,
+// deleted), so that they route to it at once: a node routes a topic into the stream only
+// for the groups it knows.
+func (e *Engine) announce(consumer string) {
+	if err := e.nc.Publish(e.subjX+consumer, nil); err != nil {
+		e.log.Warn("could not tell the other nodes of a consumer group's change", "consumer", consumer, "error", err)
+	}
+}
+
+// onAnnounce reads a group another node (or this one) changed again from JetStream.
+func (e *Engine) onAnnounce(m *nats.Msg) {
+	if e.closing.Load() {
+		return
+	}
+	name := strings.TrimPrefix(m.Subject, e.subjX)
+	ctx, cancel := e.ctx()
+	c, err := e.js.Consumer(ctx, e.opts.Stream, name)
+	cancel()
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		e.mu.RLock()
+		var gone *group
+		for _, g := range e.groups {
+			if g.consumer == name {
+				gone = g
+			}
+		}
+		e.mu.RUnlock()
+		if gone != nil {
+			e.forgetGroup(gone.id, gone)
+		}
+		return
+	}
+	if err != nil {
+		e.log.Warn("could not read a changed consumer group", "consumer", name, "error", err)
+		return
+	}
+	e.learn(c.CachedInfo())
+}
+
+// learn adds a group made elsewhere, or takes the definition JetStream has for a known one.
+func (e *Engine) learn(ci *jetstream.ConsumerInfo) *group {
+	ng := e.groupFromInfo(ci)
+	if ng == nil {
+		return nil
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	g := e.groups[ng.id]
+	if g == nil {
+		e.addGroupLocked(ng)
+		return ng
+	}
+	g.mu.Lock()
+	if g.name != ng.name {
+		delete(e.groupNames, g.name)
+		e.groupNames[ng.name] = g.id
+	}
+	g.name, g.patterns, g.maxDeliveries, g.dlq, g.declared, g.ackWait = ng.name, ng.patterns, ng.maxDeliveries, ng.dlq, ng.declared, ng.ackWait
+	g.mu.Unlock()
+	e.changed()
+	return g
 }
 
 // createLocked defines a new group from gc and makes its consumer. Engine.mu must be held.

@@ -152,3 +152,17 @@ limits {
 # thing the broker writes to disk. Default: the user's cache folder, ~/.cache/tinybroker/wazero
 # ($XDG_CACHE_HOME/tinybroker/wazero). "none" keeps them nowhere: every start compiles.
 # plugin_cache_dir = "/var/cache/tinybroker"
+
+# The message engine: "memory" (the default: everything in this process's memory) or
+# "jetstream" (NATS JetStream: durable, and clustered; README.md, "Running a cluster", and
+# RATIONALE.md, "The JetStream engine"). Uncomment to use JetStream.
+# engine "jetstream" {
+#   # An embedded NATS server keeps its files here (relative to this file)...
+#   data_dir = "data"
+#   # ...or use an existing NATS cluster instead (with credentials, tls_ca_file,
+#   # tls_cert_file, tls_key_file as needed).
+#   # url = "nats://127.0.0.1:4222"
+#   # Copies of the stream and consumers: 1, or 3 in a cluster of three or more.
+#   replicas = 1
+#   # cluster { name = "tinybroker", listen = "0.0.0.0:6222", routes = ["n1:6222", "n2:6222", "n3:6222"] }
+# }

@@ -75,3 +75,17 @@ func TestEngineErrors(t *testing.T) {
 		})
 	}
 }
+
+// The cluster example's three files parse, each its own node of one cluster.
+func TestClusterExample(t *testing.T) {
+	for i, name := range []string{"node1", "node2", "node3"} {
+		c, err := Load(filepath.Join("..", "..", "examples", "cluster", name+".hcl"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Engine != EngineJetStream || c.JetStream.ServerName != name || c.JetStream.Replicas != 3 || len(c.JetStream.Routes) != 3 ||
+			c.JetStream.ClusterListen != c.JetStream.Routes[i] {
+			t.Fatalf("%s: %+v", name, c.JetStream)
+		}
+	}
+}
