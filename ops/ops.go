@@ -146,11 +146,7 @@ func (o *Ops) Handler() http.Handler { return o.http.Handler }
 
 // Serve serves HTTP on lis until Shutdown; it returns nil after a Shutdown.
 func (o *Ops) Serve(lis net.Listener) error {
-	err := o.http.Serve(lis)
-	if errors.Is(err, http.ErrServerClosed) {
-		return nil
-	}
-	return err
+	return server.ServeError(o.http.Serve(lis), http.ErrServerClosed)
 }
 
 // Shutdown ends the event streams, then shuts the HTTP server down, waiting until ctx is
