@@ -130,17 +130,6 @@ func New(opts Options) *Ops {
 	return o
 }
 
-// stream counts one more event stream, unless Shutdown has started.
-func (o *Ops) stream() bool {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.closing {
-		return false
-	}
-	o.streams.Add(1)
-	return true
-}
-
 // Handler is the listener's handler, for tests and for mounting elsewhere.
 func (o *Ops) Handler() http.Handler { return o.http.Handler }
 
