@@ -97,45 +97,34 @@ func (d *dialFlags) tokenValue() (string, error) {
 	return tok, nil
 }
 
-// resolve returns what the flags ask for: a TLS configuration (nil: plaintext) and a token
-// ("": none).
-func (d *dialFlags) resolve() (*tls.Config, string, error) {
-	cfg, err := d.tlsConfig()
-	if err != nil {
-		return nil, "", err
-	}
-	tok, err := d.tokenValue()
-	return cfg, tok, err
-}
-
 // clientOptions returns the flags as options of the Go client.
 func (d *dialFlags) clientOptions() ([]client.Option, error) {
-	cfg, tok, err := d.resolve()
-	if err != nil {
-		return nil, err
-	}
-	var opts []client.Option
-	if cfg != nil {
-		opts = append(opts, client.WithTLS(cfg))
-	}
-	if tok != "" {
-		opts = append(opts, client.WithToken(tok))
-	}
-	return opts, nil
+	return dialOptions(d, client.WithTLS, client.WithToken)
 }
 
 // grpcOptions returns the flags as gRPC dial options (for bench, which dials by itself).
 func (d *dialFlags) grpcOptions() ([]grpc.DialOption, error) {
-	cfg, tok, err := d.resolve()
+	return dialOptions(d, func(cfg *tls.Config) grpc.DialOption { return grpc.WithTransportCredentials(credentials.NewTLS(cfg)) },
+		func(tok string) grpc.DialOption { return grpc.WithPerRPCCredentials(client.TokenCredentials(tok)) })
+}
+
+// dialOptions returns what the flags ask for as options of one kind: withTLS's for a TLS
+// configuration (none: plaintext), withToken's for a token.
+func dialOptions[O any](d *dialFlags, withTLS func(*tls.Config) O, withToken func(string) O) ([]O, error) {
+	cfg, err := d.tlsConfig()
 	if err != nil {
 		return nil, err
 	}
-	var opts []grpc.DialOption
+	tok, err := d.tokenValue()
+	if err != nil {
+		return nil, err
+	}
+	var opts []O
 	if cfg != nil {
-		opts = append(opts, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
+		opts = append(opts, withTLS(cfg))
 	}
 	if tok != "" {
-		opts = append(opts, grpc.WithPerRPCCredentials(client.TokenCredentials(tok)))
+		opts = append(opts, withToken(tok))
 	}
 	return opts, nil
 }
