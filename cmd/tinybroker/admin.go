@@ -115,6 +115,20 @@ func pages(list func(token string) (next string, err error)) error {
 	}
 }
 
+// listAll gets a listing's pages with list, from the first to the last, and returns their
+// items (items takes them from a page) and the total of the last.
+func listAll[R interface {
+	GetNextPageToken() string
+	GetTotal() uint32
+}, T any](list func(token string) (R, error), items func(R) []T) (all []T, total uint32, err error) {
+	err = pages(func(tok string) (string, error) {
+		r, err := list(tok)
+		all, total = append(all, items(r)...), r.GetTotal()
+		return r.GetNextPageToken(), err
+	})
+	return all, total, err
+}
+
 var jsonOpts = protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}
 
 // printJSON writes m in the protocol's JSON mapping (64-bit integers as strings), indented
@@ -134,6 +148,18 @@ func printJSON(w io.Writer, m proto.Message) error {
 }
 
 func table(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 0, 2, ' ', 0) }
+
+// listing starts a table of rows rows on a.stdout with its header line; with no rows it prints
+// empty instead and returns nil.
+func (a *app) listing(rows int, empty, header string) *tabwriter.Writer {
+	if rows == 0 {
+		fmt.Fprintln(a.stdout, empty)
+		return nil
+	}
+	tw := table(a.stdout)
+	fmt.Fprintln(tw, header)
+	return tw
+}
 
 // groupArg completes a group's subscription_id from the broker.
 func (f *adminFlags) groupArg(cmd *cobra.Command, args []string, _ string) ([]string, cobra.ShellCompDirective) {
@@ -191,19 +217,15 @@ func (a *app) groupsLsCmd() *cobra.Command {
 		Long: `Lists every consumer group: members, messages queued, in flight and delayed, the age of
 the oldest message it holds, and the dead letters it keeps.`,
 	}, func(ctx context.Context, ac adminpb.AdminClient, _ pb.BrokerClient) (*adminpb.ListGroupsResponse, error) {
-		all := &adminpb.ListGroupsResponse{}
-		return all, pages(func(tok string) (string, error) {
-			ls, err := ac.ListGroups(ctx, &adminpb.ListGroupsRequest{PageToken: tok})
-			all.Groups, all.Total = append(all.Groups, ls.GetGroups()...), ls.GetTotal()
-			return ls.GetNextPageToken(), err
-		})
+		groups, total, err := listAll(func(tok string) (*adminpb.ListGroupsResponse, error) {
+			return ac.ListGroups(ctx, &adminpb.ListGroupsRequest{PageToken: tok})
+		}, (*adminpb.ListGroupsResponse).GetGroups)
+		return &adminpb.ListGroupsResponse{Groups: groups, Total: total}, err
 	}, func(all *adminpb.ListGroupsResponse) error {
-		if len(all.Groups) == 0 {
-			fmt.Fprintln(a.stdout, "no consumer groups")
+		tw := a.listing(len(all.Groups), "no consumer groups", "SUBSCRIPTION\tGROUP\tPATTERNS\tMEMBERS\tQUEUED\tIN FLIGHT\tDELAYED\tOLDEST\tDEAD LETTERS\tBYTES")
+		if tw == nil {
 			return nil
 		}
-		tw := table(a.stdout)
-		fmt.Fprintln(tw, "SUBSCRIPTION\tGROUP\tPATTERNS\tMEMBERS\tQUEUED\tIN FLIGHT\tDELAYED\tOLDEST\tDEAD LETTERS\tBYTES")
 		for _, g := range all.Groups {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%d\t%s\n", g.GetSubscriptionId(), g.GetConsumerGroup(), strings.Join(g.GetTopicPatterns(), ","),
 				g.GetMembers(), g.GetQueued(), g.GetInFlight(), g.GetDelayed(), age(g), g.GetDeadLetters(), bytesText(g.GetBytes()))
@@ -334,23 +356,19 @@ func (a *app) streamsCmd() *cobra.Command {
 		Aliases: []string{"list"},
 		Short:   "List the open Subscribe streams and their subscriptions",
 	}, func(ctx context.Context, ac adminpb.AdminClient, _ pb.BrokerClient) (*adminpb.ListStreamsResponse, error) {
-		all := &adminpb.ListStreamsResponse{}
-		return all, pages(func(tok string) (string, error) {
-			ls, err := ac.ListStreams(ctx, &adminpb.ListStreamsRequest{PageToken: tok})
-			all.Streams, all.Total = append(all.Streams, ls.GetStreams()...), ls.GetTotal()
-			return ls.GetNextPageToken(), err
-		})
+		streams, total, err := listAll(func(tok string) (*adminpb.ListStreamsResponse, error) {
+			return ac.ListStreams(ctx, &adminpb.ListStreamsRequest{PageToken: tok})
+		}, (*adminpb.ListStreamsResponse).GetStreams)
+		return &adminpb.ListStreamsResponse{Streams: streams, Total: total}, err
 	}, a.printStreams)
 	return a.parent("streams", "List the open streams", "Subscribe streams (client connections' subscriptions): ls lists them with their peers.", ls)
 }
 
 func (a *app) printStreams(all *adminpb.ListStreamsResponse) error {
-	if len(all.Streams) == 0 {
-		fmt.Fprintln(a.stdout, "no streams")
+	tw := a.listing(len(all.Streams), "no streams", "STREAM\tPEER\tBUFFERED\tSUBSCRIPTION\tMODE\tGROUP\tMEMBER\tPATTERNS")
+	if tw == nil {
 		return nil
 	}
-	tw := table(a.stdout)
-	fmt.Fprintln(tw, "STREAM\tPEER\tBUFFERED\tSUBSCRIPTION\tMODE\tGROUP\tMEMBER\tPATTERNS")
 	for _, st := range all.Streams {
 		for i, s := range st.GetSubscriptions() {
 			id, peer, buffered := st.GetStreamId(), st.GetPeer(), strconv.Itoa(int(st.GetBuffered()))

@@ -46,12 +46,10 @@ func (a *app) dlqLsCmd() *cobra.Command {
 			return all.NextPageToken, err
 		})
 	}, func(id string, all *adminpb.ListDeadLettersResponse) error {
-		if len(all.DeadLetters) == 0 {
-			fmt.Fprintf(a.stdout, "group %s keeps no dead letters\n", id)
+		tw := a.listing(len(all.DeadLetters), "group "+id+" keeps no dead letters", "SYSTEM ID\tTOPIC\tATTEMPTS\tAGE\tREASON\tPAYLOAD")
+		if tw == nil {
 			return nil
 		}
-		tw := table(a.stdout)
-		fmt.Fprintln(tw, "SYSTEM ID\tTOPIC\tATTEMPTS\tAGE\tREASON\tPAYLOAD")
 		for _, dl := range all.DeadLetters {
 			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", dl.GetSystemId(), dl.GetTopic(), dl.GetAttempts(),
 				shortDuration(time.Since(time.Unix(0, dl.GetDeadLetteredUnixNano()))), dl.GetReason(), clip(payloadText(dl.GetPayload()), 40))
