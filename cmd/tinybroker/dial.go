@@ -97,6 +97,17 @@ func (d *dialFlags) tokenValue() (string, error) {
 	return tok, nil
 }
 
+// resolve returns what the flags ask for: a TLS configuration (nil: plaintext) and a token
+// ("": none).
+func (d *dialFlags) resolve() (*tls.Config, string, error) {
+	cfg, err := d.tlsConfig()
+	if err != nil {
+		return nil, "", err
+	}
+	tok, err := d.tokenValue()
+	return cfg, tok, err
+}
+
 // clientOptions returns the flags as options of the Go client.
 func (d *dialFlags) clientOptions() ([]client.Option, error) {
 	return dialOptions(d, client.WithTLS, client.WithToken)
@@ -108,14 +119,10 @@ func (d *dialFlags) grpcOptions() ([]grpc.DialOption, error) {
 		func(tok string) grpc.DialOption { return grpc.WithPerRPCCredentials(client.TokenCredentials(tok)) })
 }
 
-// dialOptions returns what the flags ask for as options of one kind: withTLS's for a TLS
-// configuration (none: plaintext), withToken's for a token.
+// dialOptions returns the flags as options of one kind: withTLS's for the TLS configuration,
+// withToken's for the token (resolve).
 func dialOptions[O any](d *dialFlags, withTLS func(*tls.Config) O, withToken func(string) O) ([]O, error) {
-	cfg, err := d.tlsConfig()
-	if err != nil {
-		return nil, err
-	}
-	tok, err := d.tokenValue()
+	cfg, tok, err := d.resolve()
 	if err != nil {
 		return nil, err
 	}
