@@ -160,7 +160,7 @@ func (p *plugin) run(inst *instance, k abi.Hook, valid func(action, arg uint32) 
 // breaker is open or no instance can be had (counted as a failure). It returns the instance,
 // whose call state holds the call's outcome, to give to done once that is taken; or, with no
 // verdict, why there is none (after a failure of run the instance is gone).
-func (p *plugin) call(in callInput, valid func(action, arg uint32) bool) (*instance, uint64, error) {
+func (p *plugin) call(in *callInput, valid func(action, arg uint32) bool) (*instance, uint64, error) {
 	if p.breakerOpen() {
 		return nil, 0, errBreakerOpen
 	}
@@ -169,7 +169,7 @@ func (p *plugin) call(in callInput, valid func(action, arg uint32) bool) (*insta
 		p.failed(in.hook, err)
 		return nil, 0, err
 	}
-	inst.st.callInput = in
+	inst.st.callInput = *in
 	v, err := p.run(inst, in.hook, valid)
 	return inst, v, err
 }
@@ -215,7 +215,7 @@ func (c *Chain) OnPublish(d *broker.Draft) (broker.PublishVerdict, error) {
 		if !p.matchesTopic(d.Topic) {
 			continue
 		}
-		inst, v, err := p.call(callInput{hook: abi.HookPublish, topic: d.Topic, payload: d.Payload, headers: d.Headers}, validPublish)
+		inst, v, err := p.call(&callInput{hook: abi.HookPublish, topic: d.Topic, payload: d.Payload, headers: d.Headers}, validPublish)
 		if err != nil {
 			switch p.spec.FailurePolicy {
 			case FailClosed:
@@ -322,7 +322,7 @@ func (c *Chain) OnAck(e *broker.AckEvent) []broker.Draft {
 		if !p.matchesGroup(e.Group) {
 			continue
 		}
-		inst, _, err := p.call(callInput{hook: abi.HookAck, topic: e.Msg.Topic, payload: e.Msg.Payload, headers: e.Msg.Headers, id: e.SystemID,
+		inst, _, err := p.call(&callInput{hook: abi.HookAck, topic: e.Msg.Topic, payload: e.Msg.Payload, headers: e.Msg.Headers, id: e.SystemID,
 			sub: e.SubscriptionID, group: e.Group, attempt: e.Attempt, inFlight: int64(e.InFlight)}, validAck)
 		if err != nil {
 			continue // nothing to undo: the ack was applied
@@ -342,7 +342,7 @@ func (c *Chain) OnRedeliver(e *broker.RedeliverEvent) broker.RedeliverVerdict {
 		if !p.matchesGroup(e.Group) {
 			continue
 		}
-		inst, v, err := p.call(callInput{hook: abi.HookRedeliver, topic: e.Msg.Topic, payload: e.Msg.Payload, headers: headers, id: e.SystemID,
+		inst, v, err := p.call(&callInput{hook: abi.HookRedeliver, topic: e.Msg.Topic, payload: e.Msg.Payload, headers: headers, id: e.SystemID,
 			sub: e.SubscriptionID, group: e.Group, attempt: e.Attempt, reason: e.Reason}, validRedeliver)
 		if err != nil {
 			switch p.spec.FailurePolicy {
