@@ -63,11 +63,17 @@ run() { # side workload -> the bench's result lines
     addr=$(grep 'msg=listening\|: listening:' "$log" | grep -o 'addr=[0-9.:]*' | head -1 | cut -d= -f2) && [ -n "$addr" ] && break
     sleep 0.1
   done
+  if [[ "${!extra:-}" == *--http-listen* ]]; then # its line follows the gRPC one
+    for _ in $(seq 50); do grep -q 'http listening' "$log" && break; sleep 0.1; done
+  fi
   http=$(grep 'http listening' "$log" | grep -o 'addr=[0-9.:]*' | head -1 | cut -d= -f2 || true)
   [ -z "$http" ] || scrape=(-scrape "http://$http/metrics" -scrape-every "${SCRAPE_EVERY:-1s}")
   "$tmp/b" bench -addr "$addr" -server-pid "$pid" -w "$2" -reps 1 "${bench[@]}" "${scrape[@]}" ${RUN_FLAGS:-} 2>"$tmp/bench.err" | grep -v '^#' || true
   grep '^# scraper' "$tmp/bench.err" >&2 || true
-  kill "$pid"; wait "$pid" 2>/dev/null || true
+  if ! kill "$pid" 2>/dev/null; then # it ended by itself: say why
+    echo "# $1 $2: the broker exited during the run; its log ends:" >&2; tail -5 "$log" | sed 's/^/#   /' >&2
+  fi
+  wait "$pid" 2>/dev/null || true
 }
 
 for w in "${workloads[@]}"; do

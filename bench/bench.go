@@ -392,7 +392,6 @@ func startBrokerWith(chain *plugins.Chain) (addr string, stop func() error, err 
 	}, nil
 }
 
-// rssKB returns the resident set size of process pid in KiB, from /proc.
 // serverRSS is the broker's RSS in KB, or 0 when its process id is not known.
 func (r *runner) serverRSS() (float64, error) {
 	if r.cfg.ServerPID == 0 {
@@ -402,15 +401,20 @@ func (r *runner) serverRSS() (float64, error) {
 }
 
 // endSetup ends a subscribing phase: it stops the phase's progress line, and fails if the
-// timeout fired first (saying how far it got) or a subscriber failed.
-func (r *runner) endSetup(stop func(), timedOut *time.Timer, opened int64, k int, errs []error) error {
+// timeout fired first (saying how far it got) or a subscriber failed. It returns the broker's
+// RSS once the phase is over (serverRSS).
+func (r *runner) endSetup(stop func(), timedOut *time.Timer, opened int64, k int, errs []error) (float64, error) {
 	stop()
 	if !timedOut.Stop() {
-		return fmt.Errorf("subscribing took over %v: %d of %d subscribed", r.cfg.Timeout, opened, k)
+		return 0, fmt.Errorf("subscribing took over %v: %d of %d subscribed", r.cfg.Timeout, opened, k)
 	}
-	return errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil {
+		return 0, err
+	}
+	return r.serverRSS()
 }
 
+// rssKB returns the resident set size of process pid in KiB, from /proc.
 func rssKB(pid int) (float64, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {

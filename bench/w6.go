@@ -155,10 +155,7 @@ func (r *runner) w6() error {
 	}
 	wg.Wait()
 	setup := time.Since(t0)
-	if err := r.endSetup(stop, timedOut, opened.Load(), k, errs); err != nil {
-		return err
-	}
-	rss1, err := r.serverRSS()
+	rss1, err := r.endSetup(stop, timedOut, opened.Load(), k, errs)
 	if err != nil {
 		return err
 	}

@@ -522,10 +522,7 @@ func (r *runner) w5subs(k int) error {
 		}
 	}
 	setup := time.Since(t0)
-	if err := r.endSetup(stop, timedOut, opened.Load(), k, errs); err != nil {
-		return err
-	}
-	rss1, err := r.serverRSS()
+	rss1, err := r.endSetup(stop, timedOut, opened.Load(), k, errs)
 	if err != nil {
 		return err
 	}

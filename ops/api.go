@@ -196,6 +196,18 @@ func (o *Ops) events(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// stream counts one more event stream (events ends it with o.streams.Done), unless Shutdown
+// has started.
+func (o *Ops) stream() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.closing {
+		return false
+	}
+	o.streams.Add(1)
+	return true
+}
+
 // Snapshot is what the dashboard shows, from one reading of every counter.
 type Snapshot struct {
 	Time          int64            `json:"time"` // Unix ms

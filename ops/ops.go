@@ -130,27 +130,12 @@ func New(opts Options) *Ops {
 	return o
 }
 
-// stream counts one more event stream, unless Shutdown has started.
-func (o *Ops) stream() bool {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.closing {
-		return false
-	}
-	o.streams.Add(1)
-	return true
-}
-
 // Handler is the listener's handler, for tests and for mounting elsewhere.
 func (o *Ops) Handler() http.Handler { return o.http.Handler }
 
 // Serve serves HTTP on lis until Shutdown; it returns nil after a Shutdown.
 func (o *Ops) Serve(lis net.Listener) error {
-	err := o.http.Serve(lis)
-	if errors.Is(err, http.ErrServerClosed) {
-		return nil
-	}
-	return err
+	return server.ServeError(o.http.Serve(lis), http.ErrServerClosed)
 }
 
 // Shutdown ends the event streams, then shuts the HTTP server down, waiting until ctx is

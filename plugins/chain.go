@@ -139,22 +139,6 @@ func (p *plugin) matchesGroup(group string) bool {
 
 var errBreakerOpen = errors.New("circuit breaker open")
 
-// take returns an instance for a call of hook k, with its call state ready for the caller to
-// fill in, unless the circuit breaker is open or no instance can be had (counted as a
-// failure). Give it to run, then, if run succeeded, to done.
-func (p *plugin) take(k abi.Hook) (*instance, error) {
-	if p.breakerOpen() {
-		return nil, errBreakerOpen
-	}
-	inst, err := p.pool.get(p)
-	if err != nil {
-		p.failed(k, err)
-		return nil, err
-	}
-	inst.st.hook = k
-	return inst, nil
-}
-
 // run calls hook k on inst, checks the verdict with valid, and counts the outcome. It returns
 // the verdict, or why there is none; after a failure inst is gone (discarded, or back in the
 // pool after a malformed verdict) and must not be used.
@@ -170,6 +154,24 @@ func (p *plugin) run(inst *instance, k abi.Hook, valid func(action, arg uint32) 
 	}
 	p.succeeded()
 	return v, nil
+}
+
+// call runs hook in.hook of p on in, with an instance from the pool, unless the circuit
+// breaker is open or no instance can be had (counted as a failure). It returns the instance,
+// whose call state holds the call's outcome, to give to done once that is taken; or, with no
+// verdict, why there is none (after a failure of run the instance is gone).
+func (p *plugin) call(in *callInput, valid func(action, arg uint32) bool) (*instance, uint64, error) {
+	if p.breakerOpen() {
+		return nil, 0, errBreakerOpen
+	}
+	inst, err := p.pool.get(p)
+	if err != nil {
+		p.failed(in.hook, err)
+		return nil, 0, err
+	}
+	inst.st.callInput = *in
+	v, err := p.run(inst, in.hook, valid)
+	return inst, v, err
 }
 
 // done resets the call state of inst, whose outcome the caller has taken, and returns it to
@@ -213,12 +215,7 @@ func (c *Chain) OnPublish(d *broker.Draft) (broker.PublishVerdict, error) {
 		if !p.matchesTopic(d.Topic) {
 			continue
 		}
-		var v uint64
-		inst, err := p.take(abi.HookPublish)
-		if err == nil {
-			inst.st.topic, inst.st.payload, inst.st.headers = d.Topic, d.Payload, d.Headers
-			v, err = p.run(inst, abi.HookPublish, validPublish)
-		}
+		inst, v, err := p.call(&callInput{hook: abi.HookPublish, topic: d.Topic, payload: d.Payload, headers: d.Headers}, validPublish)
 		if err != nil {
 			switch p.spec.FailurePolicy {
 			case FailClosed:
@@ -325,17 +322,12 @@ func (c *Chain) OnAck(e *broker.AckEvent) []broker.Draft {
 		if !p.matchesGroup(e.Group) {
 			continue
 		}
-		inst, err := p.take(abi.HookAck)
+		inst, _, err := p.call(&callInput{hook: abi.HookAck, topic: e.Msg.Topic, payload: e.Msg.Payload, headers: e.Msg.Headers, id: e.SystemID,
+			sub: e.SubscriptionID, group: e.Group, attempt: e.Attempt, inFlight: int64(e.InFlight)}, validAck)
 		if err != nil {
 			continue // nothing to undo: the ack was applied
 		}
-		st := &inst.st
-		st.topic, st.payload, st.headers, st.id = e.Msg.Topic, e.Msg.Payload, e.Msg.Headers, e.SystemID
-		st.sub, st.group, st.attempt, st.inFlight = e.SubscriptionID, e.Group, e.Attempt, int64(e.InFlight)
-		if _, err := p.run(inst, abi.HookAck, validAck); err != nil {
-			continue
-		}
-		emits = append(emits, st.emits...)
+		emits = append(emits, inst.st.emits...)
 		p.done(inst)
 	}
 	return emits
@@ -350,14 +342,8 @@ func (c *Chain) OnRedeliver(e *broker.RedeliverEvent) broker.RedeliverVerdict {
 		if !p.matchesGroup(e.Group) {
 			continue
 		}
-		var v uint64
-		inst, err := p.take(abi.HookRedeliver)
-		if err == nil {
-			st := &inst.st
-			st.topic, st.payload, st.headers, st.id = e.Msg.Topic, e.Msg.Payload, headers, e.SystemID
-			st.sub, st.group, st.attempt, st.reason = e.SubscriptionID, e.Group, e.Attempt, e.Reason
-			v, err = p.run(inst, abi.HookRedeliver, validRedeliver)
-		}
+		inst, v, err := p.call(&callInput{hook: abi.HookRedeliver, topic: e.Msg.Topic, payload: e.Msg.Payload, headers: headers, id: e.SystemID,
+			sub: e.SubscriptionID, group: e.Group, attempt: e.Attempt, reason: e.Reason}, validRedeliver)
 		if err != nil {
 			switch p.spec.FailurePolicy {
 			case FailClosed:

@@ -99,12 +99,9 @@ func groupMessage(g broker.GroupStats) *adminpb.Group {
 }
 
 func (a *adminServer) DescribeGroup(_ context.Context, req *adminpb.DescribeGroupRequest) (*adminpb.Group, error) {
-	if err := needGroup(req.GetSubscriptionId()); err != nil {
-		return nil, err
-	}
-	gi, err := a.s.b.Group(req.GetSubscriptionId())
+	gi, err := onGroup(req.GetSubscriptionId(), a.s.b.Group)
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, err
 	}
 	m := groupMessage(gi.GroupStats)
 	overflow := "reject"
@@ -123,12 +120,9 @@ func (a *adminServer) DescribeGroup(_ context.Context, req *adminpb.DescribeGrou
 
 func (a *adminServer) DeleteGroup(_ context.Context, req *adminpb.DeleteGroupRequest) (*adminpb.DeleteGroupResponse, error) {
 	id := req.GetSubscriptionId()
-	if err := needGroup(id); err != nil {
-		return nil, err
-	}
-	gi, err := a.s.b.Group(id) // for the answer's counts: the group may change before it goes
+	gi, err := onGroup(id, a.s.b.Group) // for the answer's counts: the group may change before it goes
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, err
 	}
 	if err := a.s.b.DeleteGroup(id); err != nil {
 		return nil, toStatus(err)
@@ -138,12 +132,9 @@ func (a *adminServer) DeleteGroup(_ context.Context, req *adminpb.DeleteGroupReq
 }
 
 func (a *adminServer) PurgeGroup(_ context.Context, req *adminpb.PurgeGroupRequest) (*adminpb.PurgeGroupResponse, error) {
-	if err := needGroup(req.GetSubscriptionId()); err != nil {
-		return nil, err
-	}
-	n, err := a.s.b.PurgeGroup(req.GetSubscriptionId())
+	n, err := onGroup(req.GetSubscriptionId(), a.s.b.PurgeGroup)
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, err
 	}
 	return &adminpb.PurgeGroupResponse{Purged: uint32(n)}, nil
 }
@@ -182,12 +173,9 @@ func (a *adminServer) ListStreams(_ context.Context, req *adminpb.ListStreamsReq
 
 func (a *adminServer) ListDeadLetters(_ context.Context, req *adminpb.ListDeadLettersRequest) (*adminpb.ListDeadLettersResponse, error) {
 	id := req.GetSubscriptionId()
-	if err := needGroup(id); err != nil {
-		return nil, err
-	}
-	gi, err := a.s.b.Group(id)
+	gi, err := onGroup(id, a.s.b.Group)
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, err
 	}
 	dls, next, err := a.s.b.DeadLetters(id, req.GetPageToken(), pageSize(req.GetPageSize(), 100))
 	if err != nil {
@@ -201,29 +189,45 @@ func (a *adminServer) ListDeadLetters(_ context.Context, req *adminpb.ListDeadLe
 	return resp, nil
 }
 
-// chosen checks that a request names dead letters or sets all, not both, and returns the
-// ids for the engine (nil: all).
-func chosen(id string, ids []string, all bool, what string) ([]string, error) {
-	if err := needGroup(id); err != nil {
-		return nil, err
+// onGroup runs do, an engine operation, on the consumer group id names, answering the
+// engine's error as a status.
+func onGroup[T any](id string, do func(id string) (T, error)) (T, error) {
+	var v T
+	err := needGroup(id)
+	if err == nil {
+		v, err = do(id)
 	}
-	switch {
-	case all && len(ids) > 0:
-		return nil, status.Errorf(codes.InvalidArgument, "%s: set system_ids or all, not both", what)
-	case !all && len(ids) == 0:
-		return nil, status.Errorf(codes.InvalidArgument, "%s: name the dead letters by system_ids, or set all to take every one", what)
-	}
-	return ids, nil
+	return v, toStatus(err)
+}
+
+// deadLetterChoice is a request for dead letters of a group: named by system_ids, or all.
+type deadLetterChoice interface {
+	GetSubscriptionId() string
+	GetSystemIds() []string
+	GetAll() bool
+}
+
+// onDeadLetters runs do, an engine operation, on the dead letters req chooses (ids nil or
+// empty: all) once it has checked that req names them or sets all, not both; what names the
+// call in the error. The engine's error is answered as a status.
+func onDeadLetters[T any](req deadLetterChoice, what string, do func(id string, ids []string) (T, error)) (T, error) {
+	return onGroup(req.GetSubscriptionId(), func(id string) (T, error) {
+		var none T
+		ids, all := req.GetSystemIds(), req.GetAll()
+		switch {
+		case all && len(ids) > 0:
+			return none, status.Errorf(codes.InvalidArgument, "%s: set system_ids or all, not both", what)
+		case !all && len(ids) == 0:
+			return none, status.Errorf(codes.InvalidArgument, "%s: name the dead letters by system_ids, or set all to take every one", what)
+		}
+		return do(id, ids)
+	})
 }
 
 func (a *adminServer) ReplayDeadLetters(_ context.Context, req *adminpb.ReplayDeadLettersRequest) (*adminpb.ReplayDeadLettersResponse, error) {
-	ids, err := chosen(req.GetSubscriptionId(), req.GetSystemIds(), req.GetAll(), "ReplayDeadLetters")
+	res, err := onDeadLetters(req, "ReplayDeadLetters", a.s.b.ReplayDeadLetters)
 	if err != nil {
 		return nil, err
-	}
-	res, err := a.s.b.ReplayDeadLetters(req.GetSubscriptionId(), ids)
-	if err != nil {
-		return nil, toStatus(err)
 	}
 	resp := &adminpb.ReplayDeadLettersResponse{}
 	for _, r := range res {
@@ -240,13 +244,9 @@ func (a *adminServer) ReplayDeadLetters(_ context.Context, req *adminpb.ReplayDe
 }
 
 func (a *adminServer) PurgeDeadLetters(_ context.Context, req *adminpb.PurgeDeadLettersRequest) (*adminpb.PurgeDeadLettersResponse, error) {
-	ids, err := chosen(req.GetSubscriptionId(), req.GetSystemIds(), req.GetAll(), "PurgeDeadLetters")
+	n, err := onDeadLetters(req, "PurgeDeadLetters", a.s.b.PurgeDeadLetters)
 	if err != nil {
 		return nil, err
-	}
-	n, err := a.s.b.PurgeDeadLetters(req.GetSubscriptionId(), ids)
-	if err != nil {
-		return nil, toStatus(err)
 	}
 	return &adminpb.PurgeDeadLettersResponse{Purged: uint32(n)}, nil
 }

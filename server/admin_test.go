@@ -18,15 +18,20 @@ import (
 
 func (tb *testBroker) admin() adminpb.AdminClient { return adminpb.NewAdminClient(tb.conn) }
 
+// startWork starts a broker with one member of group "work" on jobs.>, its maxInFlight and
+// maxDeliveries as given.
+func startWork(t *testing.T, maxInFlight, maxDeliveries uint32) (*testBroker, adminpb.AdminClient, *sub) {
+	tb := start(t, brokertest.Options{})
+	o := balanced("work", "work", maxInFlight, "jobs.>")
+	o.MaxDeliveries = maxDeliveries
+	return tb, tb.admin(), tb.open(t, o)
+}
+
 // ListGroups and DescribeGroup report counters, settings and members with their peers;
 // PurgeGroup drops what waits, not what is in flight.
 func TestAdminListDescribePurgeGroups(t *testing.T) {
-	tb := start(t, brokertest.Options{})
+	tb, a, m := startWork(t, 1, 4)
 	ctx := context.Background()
-	a := tb.admin()
-	o := balanced("work", "work", 1, "jobs.>")
-	o.MaxDeliveries = 4
-	m := tb.open(t, o)
 	tb.open(t, fanout("watch", "other.>"))
 	for _, p := range []string{"1", "2", "3"} {
 		tb.publish(t, "jobs.a", p)
@@ -143,12 +148,8 @@ func TestAdminDeleteGroupWithMembers(t *testing.T) {
 // tb-dead-letter-* reasons, replayed to their topic with a replay count, and purged.
 func TestAdminDeadLetters(t *testing.T) {
 	needs(t, engine.DeadLetterStore, "dead-letter store for the admin API")
-	tb := start(t, brokertest.Options{})
+	tb, a, m := startWork(t, 10, 1)
 	ctx := context.Background()
-	a := tb.admin()
-	o := balanced("work", "work", 10, "jobs.>")
-	o.MaxDeliveries = 1
-	m := tb.open(t, o)
 	var ids []string
 	for _, p := range []string{"1", "2", "3"} {
 		tb.publishH(t, "jobs.a", p, map[string]string{"traceparent": "00-abc-def-01"})

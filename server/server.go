@@ -180,8 +180,13 @@ func ReceiveLimit(maxMessageBytes, maxHeaderBytes int) int {
 // Serve accepts connections on lis until Shutdown, at most MaxConnections at once. It returns
 // nil after a Shutdown.
 func (s *Server) Serve(lis net.Listener) error {
-	err := s.grpc.Serve(s.limitConns(lis))
-	if errors.Is(err, grpc.ErrServerStopped) {
+	return ServeError(s.grpc.Serve(s.limitConns(lis)), grpc.ErrServerStopped)
+}
+
+// ServeError is what a Serve method returns when the server it runs returned err: nil if err
+// is stopped, the error that server returns once it has been shut down, else err.
+func ServeError(err, stopped error) error {
+	if errors.Is(err, stopped) {
 		return nil
 	}
 	return err

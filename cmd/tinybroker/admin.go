@@ -115,6 +115,20 @@ func pages(list func(token string) (next string, err error)) error {
 	}
 }
 
+// listAll gets a listing's pages with list, from the first to the last, and returns their
+// items (items takes them from a page) and the total of the last.
+func listAll[R interface {
+	GetNextPageToken() string
+	GetTotal() uint32
+}, T any](list func(token string) (R, error), items func(R) []T) (all []T, total uint32, err error) {
+	err = pages(func(tok string) (string, error) {
+		r, err := list(tok)
+		all, total = append(all, items(r)...), r.GetTotal()
+		return r.GetNextPageToken(), err
+	})
+	return all, total, err
+}
+
 var jsonOpts = protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}
 
 // printJSON writes m in the protocol's JSON mapping (64-bit integers as strings), indented
@@ -135,6 +149,18 @@ func printJSON(w io.Writer, m proto.Message) error {
 
 func table(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 0, 2, ' ', 0) }
 
+// listing starts a table of rows rows on a.stdout with its header line; with no rows it prints
+// empty instead and returns nil.
+func (a *app) listing(rows int, empty, header string) *tabwriter.Writer {
+	if rows == 0 {
+		fmt.Fprintln(a.stdout, empty)
+		return nil
+	}
+	tw := table(a.stdout)
+	fmt.Fprintln(tw, header)
+	return tw
+}
+
 // groupArg completes a group's subscription_id from the broker.
 func (f *adminFlags) groupArg(cmd *cobra.Command, args []string, _ string) ([]string, cobra.ShellCompDirective) {
 	if len(args) > 0 {
@@ -151,6 +177,32 @@ func (f *adminFlags) groupArg(cmd *cobra.Command, args []string, _ string) ([]st
 	return ids, cobra.ShellCompDirectiveNoFileComp
 }
 
+// listCmd makes c an admin command without arguments: it fetches an answer with get and
+// prints it with text (fetch).
+func listCmd[M proto.Message](a *app, c *cobra.Command, get func(context.Context, adminpb.AdminClient, pb.BrokerClient) (M, error), text func(M) error) *cobra.Command {
+	f := &adminFlags{}
+	c.Args = noArgs("")
+	c.RunE = func(cmd *cobra.Command, _ []string) error { return fetch(f, cmd, a.stdout, get, text) }
+	f.register(c)
+	return c
+}
+
+// groupCmd makes c an admin command on one consumer group, its SUBSCRIPTION_ID argument: it
+// fetches an answer with get and prints it with text (fetch), completing the argument from
+// the broker.
+func groupCmd[M proto.Message](a *app, c *cobra.Command, get func(ctx context.Context, ac adminpb.AdminClient, id string) (M, error),
+	text func(id string, m M) error) *cobra.Command {
+	f := &adminFlags{}
+	c.Args, c.ValidArgsFunction = exactArgs(1, "one SUBSCRIPTION_ID"), f.groupArg
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		return fetch(f, cmd, a.stdout, func(ctx context.Context, ac adminpb.AdminClient, _ pb.BrokerClient) (M, error) {
+			return get(ctx, ac, args[0])
+		}, func(m M) error { return text(args[0], m) })
+	}
+	f.register(c)
+	return c
+}
+
 func (a *app) groupsCmd() *cobra.Command {
 	return a.parent("groups", "List, describe, delete and purge consumer groups",
 		"Consumer groups, by subscription_id: ls lists them, show describes one with its members, rm\ndeletes one (its members' subscriptions end), purge drops what it has queued.",
@@ -158,39 +210,28 @@ func (a *app) groupsCmd() *cobra.Command {
 }
 
 func (a *app) groupsLsCmd() *cobra.Command {
-	var f adminFlags
-	c := &cobra.Command{
+	return listCmd(a, &cobra.Command{
 		Use:     "ls",
 		Aliases: []string{"list"},
 		Short:   "List the consumer groups",
 		Long: `Lists every consumer group: members, messages queued, in flight and delayed, the age of
 the oldest message it holds, and the dead letters it keeps.`,
-		Args: noArgs(""),
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return fetch(&f, cmd, a.stdout, func(ctx context.Context, ac adminpb.AdminClient, _ pb.BrokerClient) (*adminpb.ListGroupsResponse, error) {
-				all := &adminpb.ListGroupsResponse{}
-				return all, pages(func(tok string) (string, error) {
-					ls, err := ac.ListGroups(ctx, &adminpb.ListGroupsRequest{PageToken: tok})
-					all.Groups, all.Total = append(all.Groups, ls.GetGroups()...), ls.GetTotal()
-					return ls.GetNextPageToken(), err
-				})
-			}, func(all *adminpb.ListGroupsResponse) error {
-				if len(all.Groups) == 0 {
-					fmt.Fprintln(a.stdout, "no consumer groups")
-					return nil
-				}
-				tw := table(a.stdout)
-				fmt.Fprintln(tw, "SUBSCRIPTION\tGROUP\tPATTERNS\tMEMBERS\tQUEUED\tIN FLIGHT\tDELAYED\tOLDEST\tDEAD LETTERS\tBYTES")
-				for _, g := range all.Groups {
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%d\t%s\n", g.GetSubscriptionId(), g.GetConsumerGroup(), strings.Join(g.GetTopicPatterns(), ","),
-						g.GetMembers(), g.GetQueued(), g.GetInFlight(), g.GetDelayed(), age(g), g.GetDeadLetters(), bytesText(g.GetBytes()))
-				}
-				return tw.Flush()
-			})
-		},
-	}
-	f.register(c)
-	return c
+	}, func(ctx context.Context, ac adminpb.AdminClient, _ pb.BrokerClient) (*adminpb.ListGroupsResponse, error) {
+		groups, total, err := listAll(func(tok string) (*adminpb.ListGroupsResponse, error) {
+			return ac.ListGroups(ctx, &adminpb.ListGroupsRequest{PageToken: tok})
+		}, (*adminpb.ListGroupsResponse).GetGroups)
+		return &adminpb.ListGroupsResponse{Groups: groups, Total: total}, err
+	}, func(all *adminpb.ListGroupsResponse) error {
+		tw := a.listing(len(all.Groups), "no consumer groups", "SUBSCRIPTION\tGROUP\tPATTERNS\tMEMBERS\tQUEUED\tIN FLIGHT\tDELAYED\tOLDEST\tDEAD LETTERS\tBYTES")
+		if tw == nil {
+			return nil
+		}
+		for _, g := range all.Groups {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%d\t%s\n", g.GetSubscriptionId(), g.GetConsumerGroup(), strings.Join(g.GetTopicPatterns(), ","),
+				g.GetMembers(), g.GetQueued(), g.GetInFlight(), g.GetDelayed(), age(g), g.GetDeadLetters(), bytesText(g.GetBytes()))
+		}
+		return tw.Flush()
+	})
 }
 
 func age(g *adminpb.Group) string {
@@ -227,21 +268,13 @@ func bytesText(n uint64) string {
 }
 
 func (a *app) groupsShowCmd() *cobra.Command {
-	var f adminFlags
-	c := &cobra.Command{
+	return groupCmd(a, &cobra.Command{
 		Use:     "show SUBSCRIPTION_ID",
 		Aliases: []string{"describe"},
 		Short:   "Describe a consumer group: counters, settings, members and their addresses",
-		Args:    exactArgs(1, "one SUBSCRIPTION_ID"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return fetch(&f, cmd, a.stdout, func(ctx context.Context, ac adminpb.AdminClient, _ pb.BrokerClient) (*adminpb.Group, error) {
-				return ac.DescribeGroup(ctx, &adminpb.DescribeGroupRequest{SubscriptionId: args[0]})
-			}, a.printGroup)
-		},
-		ValidArgsFunction: f.groupArg,
-	}
-	f.register(c)
-	return c
+	}, func(ctx context.Context, ac adminpb.AdminClient, id string) (*adminpb.Group, error) {
+		return ac.DescribeGroup(ctx, &adminpb.DescribeGroupRequest{SubscriptionId: id})
+	}, func(_ string, g *adminpb.Group) error { return a.printGroup(g) })
 }
 
 func (a *app) printGroup(g *adminpb.Group) error {
@@ -289,79 +322,53 @@ func (a *app) printGroup(g *adminpb.Group) error {
 }
 
 func (a *app) groupsRmCmd() *cobra.Command {
-	var f adminFlags
-	c := &cobra.Command{
+	return groupCmd(a, &cobra.Command{
 		Use:     "rm SUBSCRIPTION_ID",
 		Aliases: []string{"delete"},
 		Short:   "Delete a consumer group, what it holds and its dead letters",
 		Long: `Deletes a consumer group with the messages it holds (in flight too) and its dead letters.
 Its members' subscriptions end with NOT_FOUND "consumer group deleted"; a member that
 subscribes again creates a new, empty group.`,
-		Args: exactArgs(1, "one SUBSCRIPTION_ID"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return fetch(&f, cmd, a.stdout, func(ctx context.Context, ac adminpb.AdminClient, _ pb.BrokerClient) (*adminpb.DeleteGroupResponse, error) {
-				return ac.DeleteGroup(ctx, &adminpb.DeleteGroupRequest{SubscriptionId: args[0]})
-			}, func(r *adminpb.DeleteGroupResponse) error {
-				_, err := fmt.Fprintf(a.stdout, "deleted group %s: %d members ended, %d messages and %d dead letters dropped\n",
-					args[0], r.GetMembersEnded(), r.GetMessagesDropped(), r.GetDeadLettersDropped())
-				return err
-			})
-		},
-		ValidArgsFunction: f.groupArg,
-	}
-	f.register(c)
-	return c
+	}, func(ctx context.Context, ac adminpb.AdminClient, id string) (*adminpb.DeleteGroupResponse, error) {
+		return ac.DeleteGroup(ctx, &adminpb.DeleteGroupRequest{SubscriptionId: id})
+	}, func(id string, r *adminpb.DeleteGroupResponse) error {
+		_, err := fmt.Fprintf(a.stdout, "deleted group %s: %d members ended, %d messages and %d dead letters dropped\n",
+			id, r.GetMembersEnded(), r.GetMessagesDropped(), r.GetDeadLettersDropped())
+		return err
+	})
 }
 
 func (a *app) groupsPurgeCmd() *cobra.Command {
-	var f adminFlags
-	c := &cobra.Command{
+	return groupCmd(a, &cobra.Command{
 		Use:   "purge SUBSCRIPTION_ID",
 		Short: "Drop the messages a group has queued or delayed (in-flight ones stay)",
-		Args:  exactArgs(1, "one SUBSCRIPTION_ID"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return fetch(&f, cmd, a.stdout, func(ctx context.Context, ac adminpb.AdminClient, _ pb.BrokerClient) (*adminpb.PurgeGroupResponse, error) {
-				return ac.PurgeGroup(ctx, &adminpb.PurgeGroupRequest{SubscriptionId: args[0]})
-			}, func(r *adminpb.PurgeGroupResponse) error {
-				_, err := fmt.Fprintf(a.stdout, "purged %d messages from group %s\n", r.GetPurged(), args[0])
-				return err
-			})
-		},
-		ValidArgsFunction: f.groupArg,
-	}
-	f.register(c)
-	return c
+	}, func(ctx context.Context, ac adminpb.AdminClient, id string) (*adminpb.PurgeGroupResponse, error) {
+		return ac.PurgeGroup(ctx, &adminpb.PurgeGroupRequest{SubscriptionId: id})
+	}, func(id string, r *adminpb.PurgeGroupResponse) error {
+		_, err := fmt.Fprintf(a.stdout, "purged %d messages from group %s\n", r.GetPurged(), id)
+		return err
+	})
 }
 
 func (a *app) streamsCmd() *cobra.Command {
-	var f adminFlags
-	ls := &cobra.Command{
+	ls := listCmd(a, &cobra.Command{
 		Use:     "ls",
 		Aliases: []string{"list"},
 		Short:   "List the open Subscribe streams and their subscriptions",
-		Args:    noArgs(""),
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return fetch(&f, cmd, a.stdout, func(ctx context.Context, ac adminpb.AdminClient, _ pb.BrokerClient) (*adminpb.ListStreamsResponse, error) {
-				all := &adminpb.ListStreamsResponse{}
-				return all, pages(func(tok string) (string, error) {
-					ls, err := ac.ListStreams(ctx, &adminpb.ListStreamsRequest{PageToken: tok})
-					all.Streams, all.Total = append(all.Streams, ls.GetStreams()...), ls.GetTotal()
-					return ls.GetNextPageToken(), err
-				})
-			}, a.printStreams)
-		},
-	}
-	f.register(ls)
+	}, func(ctx context.Context, ac adminpb.AdminClient, _ pb.BrokerClient) (*adminpb.ListStreamsResponse, error) {
+		streams, total, err := listAll(func(tok string) (*adminpb.ListStreamsResponse, error) {
+			return ac.ListStreams(ctx, &adminpb.ListStreamsRequest{PageToken: tok})
+		}, (*adminpb.ListStreamsResponse).GetStreams)
+		return &adminpb.ListStreamsResponse{Streams: streams, Total: total}, err
+	}, a.printStreams)
 	return a.parent("streams", "List the open streams", "Subscribe streams (client connections' subscriptions): ls lists them with their peers.", ls)
 }
 
 func (a *app) printStreams(all *adminpb.ListStreamsResponse) error {
-	if len(all.Streams) == 0 {
-		fmt.Fprintln(a.stdout, "no streams")
+	tw := a.listing(len(all.Streams), "no streams", "STREAM\tPEER\tBUFFERED\tSUBSCRIPTION\tMODE\tGROUP\tMEMBER\tPATTERNS")
+	if tw == nil {
 		return nil
 	}
-	tw := table(a.stdout)
-	fmt.Fprintln(tw, "STREAM\tPEER\tBUFFERED\tSUBSCRIPTION\tMODE\tGROUP\tMEMBER\tPATTERNS")
 	for _, st := range all.Streams {
 		for i, s := range st.GetSubscriptions() {
 			id, peer, buffered := st.GetStreamId(), st.GetPeer(), strconv.Itoa(int(st.GetBuffered()))
@@ -379,23 +386,16 @@ func (a *app) printStreams(all *adminpb.ListStreamsResponse) error {
 }
 
 func (a *app) statsCmd() *cobra.Command {
-	var f adminFlags
-	c := &cobra.Command{
+	return listCmd(a, &cobra.Command{
 		Use:   "stats",
 		Short: "Print the broker's counters, memory and plugins",
-		Args:  noArgs(""),
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return fetch(&f, cmd, a.stdout, func(ctx context.Context, _ adminpb.AdminClient, bc pb.BrokerClient) (*pb.StatsResponse, error) {
-				st, err := bc.Stats(ctx, &pb.StatsRequest{PageSize: 1})
-				if st != nil {
-					st.Subscriptions, st.Groups, st.NextPageToken = nil, nil, "" // totals only: groups ls and streams ls list them
-				}
-				return st, err
-			}, a.printStats)
-		},
-	}
-	f.register(c)
-	return c
+	}, func(ctx context.Context, _ adminpb.AdminClient, bc pb.BrokerClient) (*pb.StatsResponse, error) {
+		st, err := bc.Stats(ctx, &pb.StatsRequest{PageSize: 1})
+		if st != nil {
+			st.Subscriptions, st.Groups, st.NextPageToken = nil, nil, "" // totals only: groups ls and streams ls list them
+		}
+		return st, err
+	}, a.printStats)
 }
 
 func (a *app) printStats(st *pb.StatsResponse) error {

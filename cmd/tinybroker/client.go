@@ -22,34 +22,11 @@ import (
 // stdin is where `pub TOPIC -` reads its data; tests replace it.
 var stdin io.Reader = os.Stdin
 
-// headerFlag collects repeated -H key=value flags.
-type headerFlag map[string]string
-
-func (h headerFlag) String() string {
-	keys := slices.Sorted(maps.Keys(h))
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		parts[i] = k + "=" + h[k]
-	}
-	return strings.Join(parts, ",")
-}
-
-func (h headerFlag) Set(v string) error {
-	k, val, ok := strings.Cut(v, "=")
-	if !ok || k == "" {
-		return fmt.Errorf("header %q: want key=value, e.g. -H content-type=application/json", v)
-	}
-	h[k] = val
-	return nil
-}
-
-func (h headerFlag) Type() string { return "key=value" }
-
 func (a *app) pubCmd() *cobra.Command {
 	var addr string
 	var timeout time.Duration
 	var dial *dialFlags
-	headers := headerFlag{}
+	headers := &keyValueFlag{values: map[string]string{}, what: "header", example: "-H content-type=application/json"}
 	c := &cobra.Command{
 		Use:   "pub [flags] TOPIC DATA",
 		Short: "Publish a message",
@@ -68,8 +45,8 @@ standard input.`,
 				}
 			}
 			var h map[string]string
-			if len(headers) > 0 {
-				h = headers
+			if len(headers.values) > 0 {
+				h = headers.values
 			}
 			dialOpts, err := dial.clientOptions()
 			if err != nil {

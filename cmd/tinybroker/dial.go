@@ -110,32 +110,28 @@ func (d *dialFlags) resolve() (*tls.Config, string, error) {
 
 // clientOptions returns the flags as options of the Go client.
 func (d *dialFlags) clientOptions() ([]client.Option, error) {
-	cfg, tok, err := d.resolve()
-	if err != nil {
-		return nil, err
-	}
-	var opts []client.Option
-	if cfg != nil {
-		opts = append(opts, client.WithTLS(cfg))
-	}
-	if tok != "" {
-		opts = append(opts, client.WithToken(tok))
-	}
-	return opts, nil
+	return dialOptions(d, client.WithTLS, client.WithToken)
 }
 
 // grpcOptions returns the flags as gRPC dial options (for bench, which dials by itself).
 func (d *dialFlags) grpcOptions() ([]grpc.DialOption, error) {
+	return dialOptions(d, func(cfg *tls.Config) grpc.DialOption { return grpc.WithTransportCredentials(credentials.NewTLS(cfg)) },
+		func(tok string) grpc.DialOption { return grpc.WithPerRPCCredentials(client.TokenCredentials(tok)) })
+}
+
+// dialOptions returns the flags as options of one kind: withTLS's for the TLS configuration,
+// withToken's for the token (resolve).
+func dialOptions[O any](d *dialFlags, withTLS func(*tls.Config) O, withToken func(string) O) ([]O, error) {
 	cfg, tok, err := d.resolve()
 	if err != nil {
 		return nil, err
 	}
-	var opts []grpc.DialOption
+	var opts []O
 	if cfg != nil {
-		opts = append(opts, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
+		opts = append(opts, withTLS(cfg))
 	}
 	if tok != "" {
-		opts = append(opts, grpc.WithPerRPCCredentials(client.TokenCredentials(tok)))
+		opts = append(opts, withToken(tok))
 	}
 	return opts, nil
 }

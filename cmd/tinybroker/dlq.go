@@ -26,51 +26,42 @@ tb-replay-count header, purge drops them.`,
 }
 
 func (a *app) dlqLsCmd() *cobra.Command {
-	var f adminFlags
 	var limit int
-	c := &cobra.Command{
+	c := groupCmd(a, &cobra.Command{
 		Use:     "ls SUBSCRIPTION_ID",
 		Aliases: []string{"list"},
 		Short:   "List a group's dead letters, oldest first",
-		Args:    exactArgs(1, "one SUBSCRIPTION_ID"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return fetch(&f, cmd, a.stdout, func(ctx context.Context, ac adminpb.AdminClient, _ pb.BrokerClient) (*adminpb.ListDeadLettersResponse, error) {
-				all := &adminpb.ListDeadLettersResponse{}
-				return all, pages(func(tok string) (string, error) {
-					n := dlqPage
-					if limit > 0 {
-						n = min(n, limit-len(all.DeadLetters))
-					}
-					ls, err := ac.ListDeadLetters(ctx, &adminpb.ListDeadLettersRequest{SubscriptionId: args[0], PageSize: uint32(n), PageToken: tok})
-					all.DeadLetters, all.Total, all.NextPageToken = append(all.DeadLetters, ls.GetDeadLetters()...), ls.GetTotal(), ls.GetNextPageToken()
-					if limit > 0 && len(all.DeadLetters) >= limit {
-						return "", err
-					}
-					return all.NextPageToken, err
-				})
-			}, func(all *adminpb.ListDeadLettersResponse) error {
-				if len(all.DeadLetters) == 0 {
-					fmt.Fprintf(a.stdout, "group %s keeps no dead letters\n", args[0])
-					return nil
-				}
-				tw := table(a.stdout)
-				fmt.Fprintln(tw, "SYSTEM ID\tTOPIC\tATTEMPTS\tAGE\tREASON\tPAYLOAD")
-				for _, dl := range all.DeadLetters {
-					fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", dl.GetSystemId(), dl.GetTopic(), dl.GetAttempts(),
-						shortDuration(time.Since(time.Unix(0, dl.GetDeadLetteredUnixNano()))), dl.GetReason(), clip(payloadText(dl.GetPayload()), 40))
-				}
-				if err := tw.Flush(); err != nil {
-					return err
-				}
-				if n := int(all.Total) - len(all.DeadLetters); n > 0 {
-					fmt.Fprintf(a.stdout, "... and %d more (--limit 0 lists them all)\n", n)
-				}
-				return nil
-			})
-		},
-		ValidArgsFunction: f.groupArg,
-	}
-	f.register(c)
+	}, func(ctx context.Context, ac adminpb.AdminClient, id string) (*adminpb.ListDeadLettersResponse, error) {
+		all := &adminpb.ListDeadLettersResponse{}
+		return all, pages(func(tok string) (string, error) {
+			n := dlqPage
+			if limit > 0 {
+				n = min(n, limit-len(all.DeadLetters))
+			}
+			ls, err := ac.ListDeadLetters(ctx, &adminpb.ListDeadLettersRequest{SubscriptionId: id, PageSize: uint32(n), PageToken: tok})
+			all.DeadLetters, all.Total, all.NextPageToken = append(all.DeadLetters, ls.GetDeadLetters()...), ls.GetTotal(), ls.GetNextPageToken()
+			if limit > 0 && len(all.DeadLetters) >= limit {
+				return "", err
+			}
+			return all.NextPageToken, err
+		})
+	}, func(id string, all *adminpb.ListDeadLettersResponse) error {
+		tw := a.listing(len(all.DeadLetters), "group "+id+" keeps no dead letters", "SYSTEM ID\tTOPIC\tATTEMPTS\tAGE\tREASON\tPAYLOAD")
+		if tw == nil {
+			return nil
+		}
+		for _, dl := range all.DeadLetters {
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", dl.GetSystemId(), dl.GetTopic(), dl.GetAttempts(),
+				shortDuration(time.Since(time.Unix(0, dl.GetDeadLetteredUnixNano()))), dl.GetReason(), clip(payloadText(dl.GetPayload()), 40))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		if n := int(all.Total) - len(all.DeadLetters); n > 0 {
+			fmt.Fprintf(a.stdout, "... and %d more (--limit 0 lists them all)\n", n)
+		}
+		return nil
+	})
 	c.Flags().IntVar(&limit, "limit", 100, "list at most this many (0: all)")
 	return c
 }
@@ -94,6 +85,22 @@ func chosenLetters(cmd *cobra.Command, args []string, all bool) ([]string, error
 		return nil, usagef(cmd, "give SYSTEM_IDs or --all, not both")
 	}
 	return args[1:], nil
+}
+
+// onLetters runs do on the dead letters args choose (chosenLetters), a page at a time with
+// --all (eachPage), and returns what it counted.
+func (a *app) onLetters(cmd *cobra.Command, f *adminFlags, args []string, all bool, verb string,
+	do func(ctx context.Context, ac adminpb.AdminClient, ids []string) (int, error)) (int, error) {
+	ids, err := chosenLetters(cmd, args, all)
+	if err != nil {
+		return 0, err
+	}
+	var n int
+	err = f.call(cmd.Context(), func(ctx context.Context, ac adminpb.AdminClient, _ pb.BrokerClient) (err error) {
+		n, err = a.eachPage(ctx, ac, args[0], ids, verb, func(ids []string) (int, error) { return do(ctx, ac, ids) })
+		return err
+	})
+	return n, err
 }
 
 // eachPage runs do on the given ids, or, with none, on every dead letter of group a page at a
@@ -149,20 +156,13 @@ Exits 1 if any was refused.`,
   tinybroker dlq replay resizers --all`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ids, err := chosenLetters(cmd, args, all)
-			if err != nil {
-				return err
-			}
 			res := &adminpb.ReplayDeadLettersResponse{}
-			err = f.call(cmd.Context(), func(ctx context.Context, ac adminpb.AdminClient, _ pb.BrokerClient) error {
-				_, err := a.eachPage(ctx, ac, args[0], ids, "replayed", func(ids []string) (int, error) {
-					r, err := ac.ReplayDeadLetters(ctx, &adminpb.ReplayDeadLettersRequest{SubscriptionId: args[0], SystemIds: ids})
-					res.Results = append(res.Results, r.GetResults()...)
-					res.Replayed += r.GetReplayed()
-					res.Failed += r.GetFailed()
-					return int(r.GetReplayed()), err
-				})
-				return err
+			_, err := a.onLetters(cmd, &f, args, all, "replayed", func(ctx context.Context, ac adminpb.AdminClient, ids []string) (int, error) {
+				r, err := ac.ReplayDeadLetters(ctx, &adminpb.ReplayDeadLettersRequest{SubscriptionId: args[0], SystemIds: ids})
+				res.Results = append(res.Results, r.GetResults()...)
+				res.Replayed += r.GetReplayed()
+				res.Failed += r.GetFailed()
+				return int(r.GetReplayed()), err
 			})
 			if err != nil {
 				return err
@@ -203,17 +203,9 @@ func (a *app) dlqPurgeCmd() *cobra.Command {
 store. --all goes a page of 100 at a time and reports its progress on standard error.`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ids, err := chosenLetters(cmd, args, all)
-			if err != nil {
-				return err
-			}
-			var purged int
-			err = f.call(cmd.Context(), func(ctx context.Context, ac adminpb.AdminClient, _ pb.BrokerClient) (err error) {
-				purged, err = a.eachPage(ctx, ac, args[0], ids, "purged", func(ids []string) (int, error) {
-					r, err := ac.PurgeDeadLetters(ctx, &adminpb.PurgeDeadLettersRequest{SubscriptionId: args[0], SystemIds: ids})
-					return int(r.GetPurged()), err
-				})
-				return err
+			purged, err := a.onLetters(cmd, &f, args, all, "purged", func(ctx context.Context, ac adminpb.AdminClient, ids []string) (int, error) {
+				r, err := ac.PurgeDeadLetters(ctx, &adminpb.PurgeDeadLettersRequest{SubscriptionId: args[0], SystemIds: ids})
+				return int(r.GetPurged()), err
 			})
 			if err != nil {
 				return err

@@ -19,9 +19,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -226,3 +228,30 @@ func noArgs(hint string) cobra.PositionalArgs {
 		return nil
 	}
 }
+
+// keyValueFlag collects a repeated key=value flag (pub's -H, plugin test's --config) into
+// values; what and example word its error.
+type keyValueFlag struct {
+	values        map[string]string
+	what, example string
+}
+
+func (f *keyValueFlag) String() string {
+	keys := slices.Sorted(maps.Keys(f.values))
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = k + "=" + f.values[k]
+	}
+	return strings.Join(parts, ",")
+}
+
+func (f *keyValueFlag) Set(v string) error {
+	k, val, ok := strings.Cut(v, "=")
+	if !ok || k == "" {
+		return fmt.Errorf("%s %q: want key=value, e.g. %s", f.what, v, f.example)
+	}
+	f.values[k] = val
+	return nil
+}
+
+func (*keyValueFlag) Type() string { return "key=value" }

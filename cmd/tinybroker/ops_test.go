@@ -12,14 +12,11 @@ import (
 	"strings"
 	"testing"
 
-	"golang.org/x/crypto/bcrypt"
-
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/tinybroker/tinybroker/internal/brokertest"
-	"github.com/tinybroker/tinybroker/internal/testcerts"
 	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
 )
 
@@ -84,16 +81,7 @@ func TestServeHTTPListenRemote(t *testing.T) {
 // token (Bearer or Basic) is let in, another user is refused 403, no credentials 401 with a
 // Basic challenge for browsers; and it may listen beyond loopback.
 func TestServeHTTPListenSecured(t *testing.T) {
-	dir := t.TempDir()
-	ca, err := testcerts.NewCA("ops test CA")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, _ := ca.Server()
-	if _, _, err := srv.Write(dir, "server"); err != nil {
-		t.Fatal(err)
-	}
-	h, _ := bcrypt.GenerateFromPassword([]byte("tok"), bcrypt.MinCost)
+	dir, ca, h := secureDir(t, "ops test CA")
 	cfg := filepath.Join(dir, "secure.hcl")
 	if err := os.WriteFile(cfg, []byte(`tls {
   cert_file = "server.pem"

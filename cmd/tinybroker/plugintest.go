@@ -7,9 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
-	"slices"
-	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -20,27 +17,6 @@ import (
 	"github.com/tinybroker/tinybroker/plugins"
 	"github.com/tinybroker/tinybroker/sdk/go/plugin/plugintest"
 )
-
-// configFlag collects repeated --config key=value flags.
-type configFlag map[string]string
-
-func (c configFlag) String() string {
-	keys := slices.Sorted(maps.Keys(c))
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		parts[i] = k + "=" + c[k]
-	}
-	return strings.Join(parts, ",")
-}
-
-func (c configFlag) Set(v string) error {
-	k, val, ok := strings.Cut(v, "=")
-	if !ok || k == "" {
-		return fmt.Errorf("config %q: want key=value, e.g. --config allow=acme,globex", v)
-	}
-	c[k] = val
-	return nil
-}
 
 // pluginTestInput is one line of `plugin test`'s input: a message, and for on_ack and
 // on_redeliver the delivery it is about.
@@ -131,12 +107,10 @@ per-call work, as the broker pays it for each message) and the host calls (v1_*)
 a summary per hook goes to standard error. Unless --call-timeout is given, --bench runs
 without a time limit, as the broker does by default (a limit costs a few µs a call).`
 
-func (c configFlag) Type() string { return "key=value" }
-
 // pluginTestCmd is `tinybroker plugin test [--config key=value]... [--hook HOOK]
 // PLUGIN.wasm < MESSAGES`, on top of package plugintest.
 func (a *app) pluginTestCmd() *cobra.Command {
-	config := configFlag{}
+	config := &keyValueFlag{values: map[string]string{}, what: "config", example: "--config allow=acme,globex"}
 	var hook, name, logLevel string
 	var callTimeout, benchTime time.Duration
 	var memoryMB int
@@ -160,7 +134,7 @@ func (a *app) pluginTestCmd() *cobra.Command {
 			if timeout <= 0 || bench && !cmd.Flags().Changed("call-timeout") {
 				timeout = -1 // no limit
 			}
-			return pluginTestRun(args[0], config, pluginTestOptions{hook: hook, name: name, timeout: timeout, memoryMB: memoryMB,
+			return pluginTestRun(args[0], config.values, pluginTestOptions{hook: hook, name: name, timeout: timeout, memoryMB: memoryMB,
 				logLevel: logLevel, bench: bench, benchTime: benchTime}, a.stdin, a.stdout, a.stderr)
 		},
 	}
@@ -189,7 +163,7 @@ type pluginTestOptions struct {
 }
 
 // pluginTestRun runs o.hook of the plugin at path on each message of stdin.
-func pluginTestRun(path string, config configFlag, o pluginTestOptions, stdin io.Reader, stdout, stderr io.Writer) error {
+func pluginTestRun(path string, config map[string]string, o pluginTestOptions, stdin io.Reader, stdout, stderr io.Writer) error {
 	hook, name, logLevel, memoryMB, bench, benchTime, timeout := &o.hook, &o.name, &o.logLevel, &o.memoryMB, &o.bench, &o.benchTime, o.timeout
 	p, err := plugintest.New(path, config, plugintest.Options{
 		Name:             *name,

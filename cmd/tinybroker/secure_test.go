@@ -112,20 +112,27 @@ func TestDialFlagsToken(t *testing.T) {
 	}
 }
 
-// The CLI against a secured serve: pub over TLS with a token file; without the token it is
-// refused; a reload re-reads the certificate.
-func TestSecureServeAndPub(t *testing.T) {
-	dir := t.TempDir()
-	ca, err := testcerts.NewCA("cli test CA")
+// secureDir returns a new folder holding a server certificate and key (server.pem,
+// server-key.pem) by a new CA named name, and the bcrypt hash of the token "tok".
+func secureDir(t *testing.T, name string) (dir string, ca *testcerts.CA, tokHash []byte) {
+	dir = t.TempDir()
+	ca, err := testcerts.NewCA(name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	os.WriteFile(filepath.Join(dir, "ca.pem"), ca.PEM, 0o644)
 	srv, _ := ca.Server()
 	if _, _, err := srv.Write(dir, "server"); err != nil {
 		t.Fatal(err)
 	}
-	h, _ := bcrypt.GenerateFromPassword([]byte("tok"), bcrypt.MinCost)
+	tokHash, _ = bcrypt.GenerateFromPassword([]byte("tok"), bcrypt.MinCost)
+	return dir, ca, tokHash
+}
+
+// The CLI against a secured serve: pub over TLS with a token file; without the token it is
+// refused; a reload re-reads the certificate.
+func TestSecureServeAndPub(t *testing.T) {
+	dir, ca, h := secureDir(t, "cli test CA")
+	os.WriteFile(filepath.Join(dir, "ca.pem"), ca.PEM, 0o644)
 	cfg := filepath.Join(dir, "secure.hcl")
 	os.WriteFile(cfg, []byte(`tls {
   cert_file = "server.pem"
@@ -152,7 +159,7 @@ user "alice" {
 	if err := runPub(append(base, "--token-file", tokenFile, "orders.1", "x"), &out, &errs); err != nil {
 		t.Fatalf("pub with TLS and a token: %v", err)
 	}
-	err = runPub(append(base, "orders.1", "x"), &out, &errs)
+	err := runPub(append(base, "orders.1", "x"), &out, &errs)
 	if err == nil || !strings.Contains(err.Error(), "Unauthenticated") {
 		t.Fatalf("pub without a token: %v", err)
 	}

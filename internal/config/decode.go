@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/big"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -40,6 +41,17 @@ func sectionBlock(s section) func(d *decoder, b *hcl.Block, path string) hcl.Dia
 	return func(d *decoder, b *hcl.Block, path string) hcl.Diagnostics {
 		return d.section(b.Body, s, path)
 	}
+}
+
+// declare appends v, decoded from block b, to list unless an earlier block of its kind took
+// its name (name(v), b's label): kind names the blocks, noun the things they declare.
+func declare[T any](list *[]T, v T, name func(T) string, b *hcl.Block, kind, noun string) hcl.Diagnostics {
+	if slices.ContainsFunc(*list, func(x T) bool { return name(x) == name(v) }) {
+		return hcl.Diagnostics{{Severity: hcl.DiagError, Summary: "Duplicate " + kind,
+			Detail: fmt.Sprintf("A %s named %q is already declared; %s names must be unique.", noun, name(v), kind), Subject: b.LabelRanges[0].Ptr()}}
+	}
+	*list = append(*list, v)
+	return nil
 }
 
 // decoder decodes a file into cfg, remembering where each setting was written.

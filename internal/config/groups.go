@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"math/big"
-	"slices"
 	"strings"
 
 	"github.com/hashicorp/hcl/v2"
@@ -22,12 +21,7 @@ func lastGroup(c *Config) *broker.GroupConfig { return &c.Groups[len(c.Groups)-1
 var groupSection = section{
 	attrs: []attribute{
 		stringAttr("subscription_id", "a string", func(c *Config) *string { return &lastGroup(c).ID }),
-		stringListAttr("topics", func(s string) string {
-			if err := broker.ValidatePattern(s); err != nil {
-				return err.Error()
-			}
-			return ""
-		}, func(c *Config) *[]string { return &lastGroup(c).Patterns }),
+		stringListAttr("topics", patternProblem, func(c *Config) *[]string { return &lastGroup(c).Patterns }),
 		positiveIntAttr("max_deliveries", func(c *Config) *int { return &lastGroup(c).MaxDeliveries }),
 		stringAttr("dead_letter_topic", "a topic in quotes", func(c *Config) *string { return &lastGroup(c).DeadLetterTopic }),
 		positiveIntAttr("max_queued", func(c *Config) *int { return &lastGroup(c).Limits.MaxQueued }),
@@ -45,12 +39,9 @@ var overflowChoices = []choice[broker.Overflow]{
 
 func decodeGroup(d *decoder, b *hcl.Block, path string) hcl.Diagnostics {
 	name := b.Labels[0]
-	labelRange := b.LabelRanges[0].Ptr()
-	if slices.ContainsFunc(d.cfg.Groups, func(g broker.GroupConfig) bool { return g.Name == name }) {
-		return hcl.Diagnostics{{Severity: hcl.DiagError, Summary: "Duplicate group",
-			Detail: fmt.Sprintf("A consumer group named %q is already declared; group names must be unique.", name), Subject: labelRange}}
+	if diags := declare(&d.cfg.Groups, broker.GroupConfig{Name: name}, func(g broker.GroupConfig) string { return g.Name }, b, "group", "consumer group"); diags != nil {
+		return diags
 	}
-	d.cfg.Groups = append(d.cfg.Groups, broker.GroupConfig{Name: name})
 	diags := d.section(b.Body, groupSection, path+"."+name)
 	g := lastGroup(&d.cfg)
 	if g.ID == "" {

@@ -3,7 +3,6 @@ package config
 import (
 	"fmt"
 	"path/filepath"
-	"slices"
 	"time"
 
 	"github.com/hashicorp/hcl/v2"
@@ -29,19 +28,9 @@ var pluginSection = section{
 			}
 			return fmt.Sprintf("%q is not a hook; use %q, %q or %q", s, plugins.HookPublish, plugins.HookAck, plugins.HookRedeliver)
 		}, func(c *Config) *[]string { return &lastPlugin(c).Hooks }),
-		stringListAttr("topics", func(s string) string {
-			if err := broker.ValidatePattern(s); err != nil {
-				return err.Error()
-			}
-			return ""
-		}, func(c *Config) *[]string { return &lastPlugin(c).Topics }),
+		stringListAttr("topics", patternProblem, func(c *Config) *[]string { return &lastPlugin(c).Topics }),
 		stringListAttr("groups", func(string) string { return "" }, func(c *Config) *[]string { return &lastPlugin(c).Groups }),
-		stringListAttr("emit_topics", func(s string) string {
-			if err := broker.ValidatePattern(s); err != nil {
-				return err.Error()
-			}
-			return ""
-		}, func(c *Config) *[]string { return &lastPlugin(c).EmitTopics }),
+		stringListAttr("emit_topics", patternProblem, func(c *Config) *[]string { return &lastPlugin(c).EmitTopics }),
 		stringMapAttr("config", func(c *Config) *map[string]string { return &lastPlugin(c).Config }),
 		positiveIntAttr("memory_limit_mb", func(c *Config) *int { return &lastPlugin(c).MemoryLimitBytes }),
 		timeoutAttr("call_timeout", 0, func(c *Config) *time.Duration { return &lastPlugin(c).CallTimeout }),
@@ -59,16 +48,13 @@ var pluginSection = section{
 
 func decodePlugin(d *decoder, b *hcl.Block, path string) hcl.Diagnostics {
 	name := b.Labels[0]
-	labelRange := b.LabelRanges[0].Ptr()
 	if err := plugins.CheckName(name); err != nil {
 		return hcl.Diagnostics{{Severity: hcl.DiagError, Summary: "Invalid plugin name",
-			Detail: err.Error() + ".", Subject: labelRange}}
+			Detail: err.Error() + ".", Subject: b.LabelRanges[0].Ptr()}}
 	}
-	if slices.ContainsFunc(d.cfg.Plugins, func(s plugins.Spec) bool { return s.Name == name }) {
-		return hcl.Diagnostics{{Severity: hcl.DiagError, Summary: "Duplicate plugin",
-			Detail: fmt.Sprintf("A plugin named %q is already declared; plugin names must be unique.", name), Subject: labelRange}}
+	if diags := declare(&d.cfg.Plugins, plugins.Spec{Name: name}, func(s plugins.Spec) string { return s.Name }, b, "plugin", "plugin"); diags != nil {
+		return diags
 	}
-	d.cfg.Plugins = append(d.cfg.Plugins, plugins.Spec{Name: name})
 	diags := d.section(b.Body, pluginSection, path+"."+name)
 	p := lastPlugin(&d.cfg)
 	if p.Path == "" && !diags.HasErrors() {
@@ -108,6 +94,14 @@ func timeoutAttr(name string, none time.Duration, field func(*Config) *time.Dura
 		*field(c) = v
 		return nil
 	}}
+}
+
+// patternProblem is a stringListAttr check for topic patterns.
+func patternProblem(s string) string {
+	if err := broker.ValidatePattern(s); err != nil {
+		return err.Error()
+	}
+	return ""
 }
 
 // stringListAttr is a list of quoted strings, each checked by check ("" if fine).

@@ -3,13 +3,11 @@ package config
 import (
 	"fmt"
 	"path/filepath"
-	"slices"
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/zclconf/go-cty/cty"
 	"golang.org/x/crypto/bcrypt"
 
-	"github.com/tinybroker/tinybroker/broker"
 	"github.com/tinybroker/tinybroker/server/auth"
 )
 
@@ -84,15 +82,9 @@ var userSection = section{
 }
 
 func rulesSection(rules func(*auth.User) *auth.Rules) section {
-	check := func(s string) string {
-		if err := broker.ValidatePattern(s); err != nil {
-			return err.Error()
-		}
-		return ""
-	}
 	return section{attrs: []attribute{
-		stringListAttr("allow", check, func(c *Config) *[]string { return &rules(lastUser(c)).Allow }),
-		stringListAttr("deny", check, func(c *Config) *[]string { return &rules(lastUser(c)).Deny }),
+		stringListAttr("allow", patternProblem, func(c *Config) *[]string { return &rules(lastUser(c)).Allow }),
+		stringListAttr("deny", patternProblem, func(c *Config) *[]string { return &rules(lastUser(c)).Deny }),
 	}}
 }
 
@@ -108,12 +100,9 @@ var userLimitsSection = section{
 
 func decodeUser(d *decoder, b *hcl.Block, path string) hcl.Diagnostics {
 	name := b.Labels[0]
-	labelRange := b.LabelRanges[0].Ptr()
-	if slices.ContainsFunc(d.cfg.Users, func(u auth.User) bool { return u.Name == name }) {
-		return hcl.Diagnostics{{Severity: hcl.DiagError, Summary: "Duplicate user",
-			Detail: fmt.Sprintf("A user named %q is already declared; user names must be unique.", name), Subject: labelRange}}
+	if diags := declare(&d.cfg.Users, auth.User{Name: name}, func(u auth.User) string { return u.Name }, b, "user", "user"); diags != nil {
+		return diags
 	}
-	d.cfg.Users = append(d.cfg.Users, auth.User{Name: name})
 	diags := d.section(b.Body, userSection, path+"."+name)
 	if diags.HasErrors() {
 		return diags

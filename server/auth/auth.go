@@ -243,15 +243,21 @@ func (c *Caller) deny(what, rule, why string) error {
 	return status.Errorf(codes.PermissionDenied, "tinybroker: user %q may not %s: %s (%s)", c.p.Name, what, why, rule)
 }
 
+// check asks allows, the Topic or Pattern method of the user's rules of kind, whether the
+// caller may do verb to s, and denies it if not.
+func (c *Caller) check(allows func(string) (bool, string), kind, verb, s string) error {
+	if ok, why := allows(s); !ok {
+		return c.deny(fmt.Sprintf("%s %q", verb, s), fmt.Sprintf("user %q %s rules", c.p.Name, kind), why)
+	}
+	return nil
+}
+
 // Publish checks that the caller may publish to topic.
 func (c *Caller) Publish(topic string) error {
 	if c == nil {
 		return nil
 	}
-	if ok, why := c.p.Publish.Topic(topic); !ok {
-		return c.deny(fmt.Sprintf("publish to %q", topic), fmt.Sprintf("user %q publish rules", c.p.Name), why)
-	}
-	return nil
+	return c.check(c.p.Publish.Topic, "publish", "publish to", topic)
 }
 
 // Subscribe checks that the caller may open o — every pattern, and for a consumer group its
@@ -261,8 +267,8 @@ func (c *Caller) Subscribe(o *broker.SubscribeOptions) error {
 		return nil
 	}
 	for _, pat := range o.Patterns {
-		if ok, why := c.p.Subscribe.Pattern(pat); !ok {
-			return c.deny(fmt.Sprintf("subscribe to %q", pat), fmt.Sprintf("user %q subscribe rules", c.p.Name), why)
+		if err := c.check(c.p.Subscribe.Pattern, "subscribe", "subscribe to", pat); err != nil {
+			return err
 		}
 	}
 	if o.Mode == broker.Balanced {
@@ -284,10 +290,7 @@ func (c *Caller) Join(id string) error {
 	if c == nil {
 		return nil
 	}
-	if ok, why := c.p.Groups.Topic(id); !ok {
-		return c.deny(fmt.Sprintf("join consumer group %q", id), fmt.Sprintf("user %q groups rules", c.p.Name), why)
-	}
-	return nil
+	return c.check(c.p.Groups.Topic, "groups", "join consumer group", id)
 }
 
 // Admin checks that the caller may call an admin method.

@@ -28,17 +28,7 @@ func (r Rules) Check() error {
 // allowed: some Allow pattern matches it and no Deny pattern does. When it is not, why names
 // the rule that decided, for the caller's error.
 func (r Rules) Topic(topic string) (ok bool, why string) {
-	for _, d := range r.Deny {
-		if broker.MatchPattern(d, topic) {
-			return false, fmt.Sprintf("it matches deny %q", d)
-		}
-	}
-	for _, a := range r.Allow {
-		if broker.MatchPattern(a, topic) {
-			return true, ""
-		}
-	}
-	return false, r.noAllow()
+	return r.decide(topic, broker.MatchPattern, broker.MatchPattern, "it matches deny %q")
 }
 
 // Pattern reports whether a subscription to pattern is allowed: some Allow pattern covers
@@ -47,13 +37,19 @@ func (r Rules) Topic(topic string) (ok bool, why string) {
 // deliver it everything else (NATS subscribes it and filters at delivery; see RATIONALE.md,
 // "Security").
 func (r Rules) Pattern(pattern string) (ok bool, why string) {
+	return r.decide(pattern, broker.PatternsOverlap, broker.PatternCovers, "it can match topics of deny %q")
+}
+
+// decide allows s unless denies(d, s) for a Deny pattern d (why: denied, formatted with d),
+// and if allows(a, s) for an Allow pattern a.
+func (r Rules) decide(s string, denies, allows func(rule, s string) bool, denied string) (ok bool, why string) {
 	for _, d := range r.Deny {
-		if broker.PatternsOverlap(d, pattern) {
-			return false, fmt.Sprintf("it can match topics of deny %q", d)
+		if denies(d, s) {
+			return false, fmt.Sprintf(denied, d)
 		}
 	}
 	for _, a := range r.Allow {
-		if broker.PatternCovers(a, pattern) {
+		if allows(a, s) {
 			return true, ""
 		}
 	}
