@@ -20,13 +20,11 @@ func (e *Engine) lookup(id, systemID string) (*group, uint64, error) {
 	isFanout := e.fanouts[id] != nil
 	g, err := e.groupLocked(id)
 	e.mu.Unlock()
-	switch {
-	case isFanout:
-		return nil, 0, fmt.Errorf("%w: subscription %q is fanout; fanout deliveries are not acked", broker.ErrGroupMismatch, id)
-	case err != nil:
+	if err != nil {
 		return nil, 0, err
-	case g == nil:
-		return nil, 0, fmt.Errorf("%w %q: no consumer group has this subscription_id", broker.ErrUnknownSubscription, id)
+	}
+	if err := broker.AckTarget(id, isFanout, g != nil); err != nil {
+		return nil, 0, err
 	}
 	seq, err := e.ids.parse(systemID)
 	return g, seq, err
@@ -39,7 +37,7 @@ func (e *Engine) Ack(subscriptionID, systemID string) error {
 		return err
 	}
 	if g.ack(nil, []uint64{seq}) > 0 {
-		return fmt.Errorf("%w %q: subscription %q does not hold it (never delivered, already acked or dead-lettered)", broker.ErrUnknownMessage, systemID, subscriptionID)
+		return broker.NotHeld(systemID, subscriptionID)
 	}
 	return nil
 }
@@ -51,7 +49,7 @@ func (e *Engine) Nack(subscriptionID, systemID string, delay time.Duration, reas
 		return err
 	}
 	if g.nack(nil, []uint64{seq}, delay, reason) > 0 {
-		return fmt.Errorf("%w %q: subscription %q has no such message in flight on this node", broker.ErrUnknownMessage, systemID, subscriptionID)
+		return broker.NotInFlight(systemID, subscriptionID)
 	}
 	return nil
 }

@@ -328,15 +328,8 @@ func (e *Engine) join(o broker.SubscribeOptions, patterns []string, s *Subscript
 			return nil, err
 		}
 	}
-	switch {
-	case g.name != o.Group:
-		return nil, fmt.Errorf("%w: subscription_id %q is consumer group %q, not %q; members must share both", broker.ErrGroupMismatch, o.ID, g.name, o.Group)
-	case !slices.Equal(g.patterns, patterns):
-		return nil, fmt.Errorf("%w: consumer group %q subscribes to %q, this member asked for %q; every member must use the same topic_patterns", broker.ErrGroupMismatch, g.name, g.patterns, patterns)
-	case o.MaxDeliveries != 0 && o.MaxDeliveries != g.maxDeliveries:
-		return nil, fmt.Errorf("%w: consumer group %q has max_deliveries %d, this member asked for %d; leave it 0 to take the group's", broker.ErrGroupMismatch, g.name, g.maxDeliveries, o.MaxDeliveries)
-	case o.DeadLetterTopic != "" && o.DeadLetterTopic != g.dlq:
-		return nil, fmt.Errorf("%w: consumer group %q dead-letters to %q, this member asked for %q; leave it empty to take the group's", broker.ErrGroupMismatch, g.name, g.dlq, o.DeadLetterTopic)
+	if err := g.config().CheckMember(&o, patterns); err != nil {
+		return nil, err
 	}
 	if need := o.AckDeadline + ackWaitPad; need > g.ackWait { // JetStream must not redeliver before the member's deadline
 		g.ackWait = need
@@ -376,9 +369,13 @@ func (e *Engine) join(o broker.SubscribeOptions, patterns []string, s *Subscript
 	return s, nil
 }
 
+// config is g's definition. Engine.mu or g.mu must be held.
+func (g *group) config() broker.GroupConfig {
+	return broker.GroupConfig{ID: g.id, Name: g.name, Patterns: g.patterns, MaxDeliveries: g.maxDeliveries, DeadLetterTopic: g.dlq}
+}
+
 func (g *group) sameDefinition(o broker.SubscribeOptions, patterns []string) bool {
-	return g.name == o.Group && slices.Equal(g.patterns, patterns) &&
-		(o.MaxDeliveries == 0 || o.MaxDeliveries == g.maxDeliveries) && (o.DeadLetterTopic == "" || o.DeadLetterTopic == g.dlq)
+	return g.config().CheckMember(&o, patterns) == nil
 }
 
 func (g *group) memberCount() int {
@@ -710,16 +707,7 @@ func (g *group) deadLetter(h *held, reason string) {
 	g.deadLettered++
 	name, dlq := g.name, g.dlq
 	g.mu.Unlock()
-	hd := make(map[string]string, len(h.msg.Headers)+6)
-	for k, v := range h.msg.Headers {
-		hd[k] = v
-	}
-	hd[broker.HeaderDeadLetterReason] = reason
-	hd[broker.HeaderDeadLetterTopic] = h.msg.Topic
-	hd[broker.HeaderDeadLetterSystemID] = h.msg.SystemID
-	hd[broker.HeaderDeadLetterSubscription] = g.id
-	hd[broker.HeaderDeadLetterGroup] = name
-	hd[broker.HeaderDeadLetterAttempts] = strconv.FormatUint(uint64(h.attempt), 10)
+	hd := broker.DeadLetterHeaders(h.msg, reason, g.id, name, h.attempt)
 	if _, err := g.e.route(dlq, h.msg.Payload, hd, 0); err != nil {
 		g.e.log.Warn("dead letter refused; it stays in the group for another attempt", "topic", dlq, "error", err)
 		_ = g.e.nc.Publish(h.reply, []byte(`-NAK {"delay":1000000000}`))

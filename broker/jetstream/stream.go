@@ -379,11 +379,8 @@ func (e *Engine) subscribe(o broker.SubscribeOptions, st *Stream) (*Subscription
 		e.autoID++
 		o.ID = "fanout-" + strconv.FormatUint(e.autoID, 10)
 	}
-	if _, ok := e.fanouts[o.ID]; ok {
-		return nil, fmt.Errorf("%w: a fanout subscription %q is open; choose another subscription_id or leave it empty", broker.ErrSubscriptionExists, o.ID)
-	}
-	if _, ok := e.groups[o.ID]; ok {
-		return nil, fmt.Errorf("%w: subscription_id %q belongs to a balanced consumer group; choose another id for a fanout subscription", broker.ErrGroupMismatch, o.ID)
+	if err := broker.CheckFanoutID(o.ID, e.fanouts[o.ID] != nil, e.groups[o.ID] != nil); err != nil {
+		return nil, err
 	}
 	s.id = o.ID
 	// The NATS subscriptions first: a pattern NATS refuses refuses the open.

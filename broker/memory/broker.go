@@ -379,11 +379,8 @@ func (b *Engine) subscribe(o broker.SubscribeOptions, st *Stream) (*Subscription
 			b.autoID++
 			o.ID = "fanout-" + strconv.FormatUint(b.autoID, 10)
 		}
-		if _, ok := b.fanouts[o.ID]; ok {
-			return nil, fmt.Errorf("%w: a fanout subscription %q is open; choose another subscription_id or leave it empty", broker.ErrSubscriptionExists, o.ID)
-		}
-		if _, ok := b.groups[o.ID]; ok {
-			return nil, fmt.Errorf("%w: subscription_id %q belongs to a balanced consumer group; choose another id for a fanout subscription", broker.ErrGroupMismatch, o.ID)
+		if err := broker.CheckFanoutID(o.ID, b.fanouts[o.ID] != nil, b.groups[o.ID] != nil); err != nil {
+			return nil, err
 		}
 		s.id = o.ID
 		if err := st.register(s, o.Peer); err != nil {
@@ -437,15 +434,9 @@ func (b *Engine) groupFor(o *broker.SubscribeOptions, patterns []string) (*group
 		}
 		return b.newGroupLocked(broker.GroupConfig{ID: o.ID, Name: o.Group, Patterns: patterns, MaxDeliveries: o.MaxDeliveries, DeadLetterTopic: o.DeadLetterTopic}, o.Quota), nil
 	}
-	switch {
-	case g.name != o.Group:
-		return nil, fmt.Errorf("%w: subscription_id %q is consumer group %q, not %q; members must share both", broker.ErrGroupMismatch, o.ID, g.name, o.Group)
-	case !slices.Equal(g.patterns, patterns):
-		return nil, fmt.Errorf("%w: consumer group %q subscribes to %q, this member asked for %q; every member must use the same topic_patterns", broker.ErrGroupMismatch, g.name, g.patterns, patterns)
-	case o.MaxDeliveries != 0 && o.MaxDeliveries != g.maxDeliveries:
-		return nil, fmt.Errorf("%w: consumer group %q has max_deliveries %d, this member asked for %d; leave it 0 to take the group's", broker.ErrGroupMismatch, g.name, g.maxDeliveries, o.MaxDeliveries)
-	case o.DeadLetterTopic != "" && o.DeadLetterTopic != g.dlq:
-		return nil, fmt.Errorf("%w: consumer group %q dead-letters to %q, this member asked for %q; leave it empty to take the group's", broker.ErrGroupMismatch, g.name, g.dlq, o.DeadLetterTopic)
+	gc := broker.GroupConfig{ID: g.id, Name: g.name, Patterns: g.patterns, MaxDeliveries: g.maxDeliveries, DeadLetterTopic: g.dlq}
+	if err := gc.CheckMember(o, patterns); err != nil {
+		return nil, err
 	}
 	return g, nil
 }
@@ -502,11 +493,8 @@ func (b *Engine) lookupMessage(id, systemID string) (*group, uint64, error) {
 	b.mu.RLock()
 	g, isFanout := b.groups[id], b.fanouts[id] != nil
 	b.mu.RUnlock()
-	switch {
-	case isFanout:
-		return nil, 0, fmt.Errorf("%w: subscription %q is fanout; fanout deliveries are not acked", broker.ErrGroupMismatch, id)
-	case g == nil:
-		return nil, 0, fmt.Errorf("%w %q: no consumer group has this subscription_id", broker.ErrUnknownSubscription, id)
+	if err := broker.AckTarget(id, isFanout, g != nil); err != nil {
+		return nil, 0, err
 	}
 	seq, err := b.ids.parse(systemID)
 	return g, seq, err
@@ -519,7 +507,7 @@ func (b *Engine) Ack(subscriptionID, systemID string) error {
 		return err
 	}
 	if g.ack(nil, []uint64{seq}) > 0 {
-		return fmt.Errorf("%w %q: subscription %q does not hold it (never delivered, already acked or dead-lettered)", broker.ErrUnknownMessage, systemID, subscriptionID)
+		return broker.NotHeld(systemID, subscriptionID)
 	}
 	return nil
 }
@@ -531,7 +519,7 @@ func (b *Engine) Nack(subscriptionID, systemID string, delay time.Duration, reas
 		return err
 	}
 	if g.nack(nil, []uint64{seq}, delay, reason) > 0 {
-		return fmt.Errorf("%w %q: subscription %q has no such message in flight", broker.ErrUnknownMessage, systemID, subscriptionID)
+		return broker.NotInFlight(systemID, subscriptionID)
 	}
 	return nil
 }

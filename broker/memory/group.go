@@ -548,16 +548,7 @@ func (g *group) finish(tb *takeBack) {
 }
 
 func (g *group) deadLetter(e *entry, reason string) deadLetter {
-	h := make(map[string]string, len(e.msg.Headers)+6)
-	for k, v := range e.msg.Headers {
-		h[k] = v
-	}
-	h[broker.HeaderDeadLetterReason] = reason
-	h[broker.HeaderDeadLetterTopic] = e.msg.Topic
-	h[broker.HeaderDeadLetterSystemID] = e.msg.SystemID
-	h[broker.HeaderDeadLetterSubscription] = g.id
-	h[broker.HeaderDeadLetterGroup] = g.name
-	h[broker.HeaderDeadLetterAttempts] = strconv.FormatUint(uint64(e.attempt), 10)
+	h := broker.DeadLetterHeaders(&e.msg.Message, reason, g.id, g.name, e.attempt)
 	return deadLetter{topic: g.dlq, payload: e.msg.Payload, headers: h}
 }
 

@@ -1,0 +1,78 @@
+package broker
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+)
+
+// What every engine says the same way about consumer groups: who may join one, the
+// headers of a dead letter, and the refusals of a unary Ack or Nack.
+
+// CheckMember says why a member asking for o (its patterns checked and sorted by
+// Limits.CheckSubscribe) may not join the group gc defines (gc.DeadLetterTopic after its
+// default), or nil: members share the group's name and patterns, and may leave
+// max_deliveries and the dead-letter topic unset or repeat them, not change them.
+func (gc GroupConfig) CheckMember(o *SubscribeOptions, patterns []string) error {
+	switch {
+	case gc.Name != o.Group:
+		return fmt.Errorf("%w: subscription_id %q is consumer group %q, not %q; members must share both", ErrGroupMismatch, o.ID, gc.Name, o.Group)
+	case !slices.Equal(gc.Patterns, patterns):
+		return fmt.Errorf("%w: consumer group %q subscribes to %q, this member asked for %q; every member must use the same topic_patterns", ErrGroupMismatch, gc.Name, gc.Patterns, patterns)
+	case o.MaxDeliveries != 0 && o.MaxDeliveries != gc.MaxDeliveries:
+		return fmt.Errorf("%w: consumer group %q has max_deliveries %d, this member asked for %d; leave it 0 to take the group's", ErrGroupMismatch, gc.Name, gc.MaxDeliveries, o.MaxDeliveries)
+	case o.DeadLetterTopic != "" && o.DeadLetterTopic != gc.DeadLetterTopic:
+		return fmt.Errorf("%w: consumer group %q dead-letters to %q, this member asked for %q; leave it empty to take the group's", ErrGroupMismatch, gc.Name, gc.DeadLetterTopic, o.DeadLetterTopic)
+	}
+	return nil
+}
+
+// CheckFanoutID says why a fanout subscription may not take id: a fanout subscription
+// (open) or a consumer group (group) has it.
+func CheckFanoutID(id string, open, group bool) error {
+	switch {
+	case open:
+		return fmt.Errorf("%w: a fanout subscription %q is open; choose another subscription_id or leave it empty", ErrSubscriptionExists, id)
+	case group:
+		return fmt.Errorf("%w: subscription_id %q belongs to a balanced consumer group; choose another id for a fanout subscription", ErrGroupMismatch, id)
+	}
+	return nil
+}
+
+// DeadLetterHeaders returns the headers of m dead-lettered by group (subscription id) after
+// attempts deliveries, for reason: m's own and the tb-dead-letter-* ones.
+func DeadLetterHeaders(m *Message, reason, id, group string, attempts uint32) map[string]string {
+	h := make(map[string]string, len(m.Headers)+6)
+	for k, v := range m.Headers {
+		h[k] = v
+	}
+	h[HeaderDeadLetterReason] = reason
+	h[HeaderDeadLetterTopic] = m.Topic
+	h[HeaderDeadLetterSystemID] = m.SystemID
+	h[HeaderDeadLetterSubscription] = id
+	h[HeaderDeadLetterGroup] = group
+	h[HeaderDeadLetterAttempts] = strconv.FormatUint(uint64(attempts), 10)
+	return h
+}
+
+// AckTarget says why a unary Ack or Nack of subscription id cannot find a group: it is a
+// fanout subscription, or no group has the id.
+func AckTarget(id string, fanout, group bool) error {
+	switch {
+	case fanout:
+		return fmt.Errorf("%w: subscription %q is fanout; fanout deliveries are not acked", ErrGroupMismatch, id)
+	case !group:
+		return fmt.Errorf("%w %q: no consumer group has this subscription_id", ErrUnknownSubscription, id)
+	}
+	return nil
+}
+
+// NotHeld refuses a unary Ack of systemID that group id does not hold.
+func NotHeld(systemID, id string) error {
+	return fmt.Errorf("%w %q: subscription %q does not hold it (never delivered, already acked or dead-lettered)", ErrUnknownMessage, systemID, id)
+}
+
+// NotInFlight refuses a unary Nack of systemID that no member of group id holds.
+func NotInFlight(systemID, id string) error {
+	return fmt.Errorf("%w %q: subscription %q has no such message in flight", ErrUnknownMessage, systemID, id)
+}
