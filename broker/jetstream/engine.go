@@ -359,10 +359,11 @@ func splitHostPort(addr string) (string, int, error) {
 	return strings.Trim(addr[:i], "[]"), port, nil
 }
 
-// natsLogger writes the embedded server's log through hclog.
+// natsLogger writes the embedded server's log through hclog. Its notices (the banner, every
+// route and client connecting) go to debug: at info they drowned tinybroker's own log.
 type natsLogger struct{ l hclog.Logger }
 
-func (n natsLogger) Noticef(f string, a ...any) { n.l.Info(fmt.Sprintf(f, a...)) }
+func (n natsLogger) Noticef(f string, a ...any) { n.l.Debug(fmt.Sprintf(f, a...)) }
 func (n natsLogger) Warnf(f string, a ...any)   { n.l.Warn(fmt.Sprintf(f, a...)) }
 func (n natsLogger) Fatalf(f string, a ...any)  { n.l.Error(fmt.Sprintf(f, a...)) }
 func (n natsLogger) Errorf(f string, a ...any)  { n.l.Error(fmt.Sprintf(f, a...)) }
