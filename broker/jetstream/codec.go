@@ -1,8 +1,6 @@
 package jetstream
 
 import (
-	"crypto/aes"
-	"crypto/cipher"
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/binary"
@@ -15,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/internal/sysid"
 )
 
 // Headers the engine adds to a NATS message besides the tinybroker message's own. They start
@@ -99,11 +98,11 @@ func decodeHeaders(nh nats.Header) (h map[string]string, publishedAt int64, hb i
 // A message that was not stored (fanout only) gets a random number under another secret:
 // its id names it, and cannot be acked.
 type idCodec struct {
-	block          cipher.Block
+	ids            sysid.Codec
 	stored, fanout uint64
 }
 
-const idLen = 22
+const idLen = sysid.Len
 
 // newIDSecret returns a fresh key and secrets, encoded for the stream's metadata.
 func newIDSecret() string {
@@ -117,37 +116,29 @@ func newIDCodec(secret string) (idCodec, error) {
 	if err != nil || len(raw) != 32 {
 		return idCodec{}, fmt.Errorf("the stream's %s metadata is not a key of this engine", metaIDKey)
 	}
-	block, err := aes.NewCipher(raw[:16])
+	ids, err := sysid.New(raw[:16])
 	if err != nil {
 		return idCodec{}, err
 	}
-	c := idCodec{block: block, stored: binary.LittleEndian.Uint64(raw[16:24]), fanout: binary.LittleEndian.Uint64(raw[24:32])}
+	c := idCodec{ids: ids, stored: binary.LittleEndian.Uint64(raw[16:24]), fanout: binary.LittleEndian.Uint64(raw[24:32])}
 	if c.stored == c.fanout {
 		c.fanout++
 	}
 	return c, nil
 }
 
-func (c idCodec) format(seq, secret uint64) string {
-	var b [16]byte
-	binary.LittleEndian.PutUint64(b[:8], seq)
-	binary.LittleEndian.PutUint64(b[8:], secret)
-	c.block.Encrypt(b[:], b[:])
-	return base64.RawURLEncoding.EncodeToString(b[:])
-}
+func (c idCodec) format(seq, secret uint64) string { return c.ids.Format(seq, secret) }
 
 // parse returns the stream sequence number of a stored message's system_id.
 func (c idCodec) parse(id string) (uint64, error) {
 	if len(id) != idLen {
 		return 0, fmt.Errorf("%w %q: not a system_id of this broker (a system_id is the %d characters the broker sent with the message)", broker.ErrUnknownMessage, truncate(id, 64), idLen)
 	}
-	var b [16]byte
-	if n, err := base64.RawURLEncoding.Decode(b[:], []byte(id)); err != nil || n != 16 {
+	seq, secret, ok := c.ids.Parse(id)
+	if !ok {
 		return 0, fmt.Errorf("%w %q: malformed system_id", broker.ErrUnknownMessage, id)
 	}
-	c.block.Decrypt(b[:], b[:])
-	seq := binary.LittleEndian.Uint64(b[:8])
-	if binary.LittleEndian.Uint64(b[8:]) != c.stored || seq == 0 {
+	if secret != c.stored || seq == 0 {
 		return 0, fmt.Errorf("%w %q: not a system_id of a message this broker stored for a consumer group", broker.ErrUnknownMessage, id)
 	}
 	return seq, nil
@@ -155,18 +146,10 @@ func (c idCodec) parse(id string) (uint64, error) {
 
 // parseFanout returns the number of a fanout message's system_id (0 if it is not one).
 func (c idCodec) parseFanout(id string) uint64 {
-	var b [16]byte
-	if len(id) != idLen {
-		return 0
+	if seq, secret, ok := c.ids.Parse(id); ok && secret == c.fanout {
+		return seq
 	}
-	if n, err := base64.RawURLEncoding.Decode(b[:], []byte(id)); err != nil || n != 16 {
-		return 0
-	}
-	c.block.Decrypt(b[:], b[:])
-	if binary.LittleEndian.Uint64(b[8:]) != c.fanout {
-		return 0
-	}
-	return binary.LittleEndian.Uint64(b[:8])
+	return 0
 }
 
 func truncate(s string, n int) string {

@@ -1,17 +1,14 @@
 package memory
 
 import (
-	"crypto/aes"
-	"crypto/cipher"
 	"crypto/rand"
-	"encoding/base64"
 	"encoding/binary"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"unicode/utf8"
 
 	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/internal/sysid"
 )
 
 // message is a published message with what the engine keeps about it. The engine hands out
@@ -70,64 +67,40 @@ func (m *message) withHeaders(set map[string]string, del []string) *message {
 // process fails to decrypt to this process's secret and is refused instead of acking an
 // unrelated message that reused its number. See RATIONALE.md, "Why unguessable system_ids?".
 type idCodec struct {
-	block  cipher.Block
+	ids    sysid.Codec
 	secret uint64
 }
 
-const idLen = 22 // base64 of one 16-byte block, without padding
-
-// idEncoding decodes ids strictly: the last of the 22 characters carries 2 bits of the block
-// and 4 bits that must be zero; a lenient decoder would take 16 spellings of every id.
-var idEncoding = base64.RawURLEncoding.Strict()
+const idLen = sysid.Len
 
 func newIDCodec() idCodec {
 	var key [16]byte
 	var secret [8]byte
 	_, _ = rand.Read(key[:])
 	_, _ = rand.Read(secret[:])
-	block, err := aes.NewCipher(key[:])
+	ids, err := sysid.New(key[:])
 	if err != nil {
 		panic(err) // a 16-byte key is always valid
 	}
-	return idCodec{block: block, secret: binary.LittleEndian.Uint64(secret[:])}
+	return idCodec{ids: ids, secret: binary.LittleEndian.Uint64(secret[:])}
 }
 
-// idScratch holds format's and parse's blocks: passed to cipher.Block's methods, arrays on
-// the stack would escape to the heap, two allocations per id.
-var idScratch = sync.Pool{New: func() any { return new([2][16]byte) }}
+func (c idCodec) format(seq uint64) string { return c.ids.Format(seq, c.secret) }
 
-func (c idCodec) format(seq uint64) string {
-	s := idScratch.Get().(*[2][16]byte)
-	id := c.formatIn(seq, &s[0])
-	idScratch.Put(s)
-	return id
-}
-
-// formatIn is format encrypting in block, which must not escape to the heap for it.
+// formatIn is format encrypting in block (a message's, already on the heap).
 func (c idCodec) formatIn(seq uint64, block *[16]byte) string {
-	binary.LittleEndian.PutUint64(block[:8], seq)
-	binary.LittleEndian.PutUint64(block[8:], c.secret)
-	c.block.Encrypt(block[:], block[:])
-	var out [idLen]byte
-	base64.RawURLEncoding.Encode(out[:], block[:])
-	return string(out[:])
+	return c.ids.FormatIn(seq, c.secret, block)
 }
 
 func (c idCodec) parse(id string) (uint64, error) {
 	if len(id) != idLen {
 		return 0, fmt.Errorf("%w %q: not a system_id of this broker process (a system_id is the %d characters the broker sent with the message; the broker may have restarted)", broker.ErrUnknownMessage, truncate(id, 64), idLen)
 	}
-	var raw [idLen]byte
-	copy(raw[:], id)
-	s := idScratch.Get().(*[2][16]byte)
-	defer idScratch.Put(s)
-	enc, plain := &s[0], &s[1]
-	if n, err := idEncoding.Decode(enc[:], raw[:]); err != nil || n != 16 {
+	seq, secret, ok := c.ids.Parse(id)
+	if !ok {
 		return 0, fmt.Errorf("%w %q: malformed system_id", broker.ErrUnknownMessage, id)
 	}
-	c.block.Decrypt(plain[:], enc[:])
-	seq := binary.LittleEndian.Uint64(plain[:8])
-	if binary.LittleEndian.Uint64(plain[8:]) != c.secret || seq == 0 {
+	if secret != c.secret || seq == 0 {
 		return 0, fmt.Errorf("%w %q: not a system_id of this broker process (the broker may have restarted)", broker.ErrUnknownMessage, id)
 	}
 	return seq, nil
