@@ -2,6 +2,7 @@ package broker
 
 import (
 	"fmt"
+	"sync/atomic"
 	"time"
 )
 
@@ -98,4 +99,26 @@ type RedeliverVerdict struct {
 	SetHeaders map[string]string // header changes kept on the message
 	DelHeaders []string
 	Emit       []Draft
+}
+
+// HookSlot holds the Hooks an engine has installed (Engine.SetHooks). Every publish, ack and
+// redelivery loads it once, so a swap never runs a message through two chains, or one chain
+// twice. The zero value holds none.
+type HookSlot struct{ p atomic.Pointer[Hooks] }
+
+// Set installs h; nil removes the hooks.
+func (s *HookSlot) Set(h Hooks) {
+	if h == nil {
+		s.p.Store(nil)
+		return
+	}
+	s.p.Store(&h)
+}
+
+// Load returns the hooks installed now, or nil.
+func (s *HookSlot) Load() Hooks {
+	if p := s.p.Load(); p != nil {
+		return *p
+	}
+	return nil
 }

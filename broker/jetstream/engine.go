@@ -132,7 +132,7 @@ type Engine struct {
 	subjX   string // <prefix>.x.<consumer>: a consumer group changed (announce)
 	closing atomic.Bool
 
-	hooks                                 atomic.Pointer[broker.Hooks]
+	hooks                                 broker.HookSlot
 	published, unrouted, dropped, refused atomic.Uint64
 	streamSeq                             atomic.Uint64
 	fanoutDelivered                       atomic.Uint64
@@ -428,20 +428,9 @@ func (e *Engine) close() {
 func (e *Engine) Server() *natsserver.Server { return e.srv }
 
 // SetHooks installs h (nil removes the hooks).
-func (e *Engine) SetHooks(h broker.Hooks) {
-	if h == nil {
-		e.hooks.Store(nil)
-		return
-	}
-	e.hooks.Store(&h)
-}
+func (e *Engine) SetHooks(h broker.Hooks) { e.hooks.Set(h) }
 
-func (e *Engine) currentHooks() broker.Hooks {
-	if p := e.hooks.Load(); p != nil {
-		return *p
-	}
-	return nil
-}
+func (e *Engine) currentHooks() broker.Hooks { return e.hooks.Load() }
 
 // unavailable says whether the connection to NATS is down, as an error for the client.
 func (e *Engine) unavailable() error {

@@ -123,7 +123,7 @@ type Engine struct {
 	index *index
 	sched *scheduler
 
-	hooks        atomic.Pointer[broker.Hooks]
+	hooks        broker.HookSlot
 	unrouted     atomic.Uint64
 	hookDropped  atomic.Uint64 // messages dropped by an OnPublish verdict
 	refused      atomic.Uint64 // publishes refused by every consumer group they matched

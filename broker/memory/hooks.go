@@ -4,20 +4,9 @@ import "github.com/tinybroker/tinybroker/broker"
 
 // SetHooks installs h (nil removes the hooks). Every publish, ack and redelivery reads the
 // hooks once, so a swap never runs a message through two chains, or one chain twice.
-func (b *Engine) SetHooks(h broker.Hooks) {
-	if h == nil {
-		b.hooks.Store(nil)
-		return
-	}
-	b.hooks.Store(&h)
-}
+func (b *Engine) SetHooks(h broker.Hooks) { b.hooks.Set(h) }
 
-func (b *Engine) currentHooks() broker.Hooks {
-	if p := b.hooks.Load(); p != nil {
-		return *p
-	}
-	return nil
-}
+func (b *Engine) currentHooks() broker.Hooks { return b.hooks.Load() }
 
 // publishEmits routes messages emitted by hooks. They do not pass through OnPublish, so a
 // plugin cannot loop. No lock may be held.
