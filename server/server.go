@@ -295,13 +295,14 @@ func (s *Server) servePublish(stream grpc.BidiStreamingServer[pb.PublishStreamRe
 				res, err = s.b.Publish(m.Topic, m.Payload, m.Headers)
 			}
 			if err != nil {
-				s.traffic.refuse(codeOf(err))
+				code := codeOf(err)
+				s.traffic.refuse(code)
 				msg := omittedError
 				if budget > 0 {
 					msg = errorText(err)
 					budget -= len(msg)
 				}
-				results[i] = wire.PublishResult{Code: uint32(codeOf(err)), Err: msg}
+				results[i] = wire.PublishResult{Code: uint32(code), Err: msg}
 				failed = true
 			} else {
 				results[i] = wire.PublishResult{SystemID: res.SystemID, Routed: uint32(res.Routed)}
