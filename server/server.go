@@ -1,4 +1,4 @@
-// Package server adapts a broker.Broker to the tinybroker.v1 gRPC protocol. It also registers
+// Package server adapts a broker.Engine (any engine) to the tinybroker.v1 gRPC protocol. It also registers
 // the gRPC health service and server reflection, so grpcurl and health probes work.
 package server
 
