@@ -63,9 +63,11 @@ type principal struct {
 	conns, streams, subs   atomic.Int64
 	tokenHash              []byte
 	hasConnLimit, hasLimit bool
-	// revoked is closed when a reload removed or changed the user: its calls in progress
-	// end, and its callers are refused from then on (they must authenticate again).
-	revoked chan struct{}
+	// revoked is closed, and isRevoked set, when a reload removed or changed the user: its
+	// calls in progress end, and its callers are refused from then on (they must
+	// authenticate again).
+	revoked   chan struct{}
+	isRevoked atomic.Bool
 }
 
 // maxCachedTokens bounds the verified-token cache; past it the cache starts over.
@@ -176,6 +178,7 @@ func (a *Authenticator) Reload(users []User) error {
 	a.cacheMu.Unlock()
 	for name, p := range old.users {
 		if set.users[name] != p {
+			p.isRevoked.Store(true)
 			close(p.revoked)
 		}
 	}
@@ -215,7 +218,7 @@ func (a *Authenticator) byToken(ctx context.Context, header string) (*principal,
 	a.cacheMu.Lock()
 	p := a.cache[key]
 	a.cacheMu.Unlock()
-	if p != nil && !p.isRevoked() {
+	if p != nil && !p.isRevoked.Load() {
 		return p, nil
 	}
 	cred, ok := strings.CutPrefix(header, "Bearer ")
@@ -320,20 +323,12 @@ func (c *Caller) Revoked() <-chan struct{} {
 
 // Valid returns UNAUTHENTICATED if a reload revoked the caller's user, else nil.
 func (c *Caller) Valid() error {
-	if c == nil || !c.p.isRevoked() {
+	if c == nil || !c.p.isRevoked.Load() {
 		return nil
 	}
 	return status.Errorf(codes.Unauthenticated, "tinybroker: user %q was removed or changed by a configuration reload; call again with the credentials the configuration now gives", c.p.Name)
 }
 
-func (p *principal) isRevoked() bool {
-	select {
-	case <-p.revoked:
-		return true
-	default:
-		return false
-	}
-}
 
 // Name returns the caller's user name ("" for a nil Caller).
 func (c *Caller) Name() string {
