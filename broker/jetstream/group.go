@@ -458,7 +458,7 @@ func (m *member) onMsg(msg *nats.Msg) {
 		_ = e.nc.Publish(msg.Reply, []byte("-NAK"))
 		return
 	}
-	bm := e.decode(msg, e.subjG, info.sseq)
+	bm := e.decode(msg, info.sseq)
 	h := &held{msg: bm, reply: msg.Reply, info: info, attempt: info.delivered, sentAt: time.Now()}
 	if g.maxDeliveries > 0 && int(info.delivered) > g.maxDeliveries {
 		// JetStream redelivered it by itself (the node that held it went away) past

@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	natsserver "github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
 	"github.com/tinybroker/tinybroker/broker"
@@ -157,4 +160,98 @@ func TestExternalNATS(t *testing.T) {
 	if _, err := st.Subscribe(broker.SubscribeOptions{Mode: broker.Fanout, Patterns: []string{"b"}}); !errors.Is(err, broker.ErrUnavailable) {
 		t.Fatalf("subscribe while NATS is down: %v", err)
 	}
+}
+
+// A PublishStream frame is stored in one go: every message a group matches is confirmed
+// with its own stream sequence, in order, only once JetStream has it (the group holds them
+// all as soon as PublishBatch returns); a fanout subscriber gets the frame in order with the
+// same system_ids and headers; and a frame JetStream cannot store is refused, each message
+// saying why.
+func TestPublishBatch(t *testing.T) {
+	srv, err := jetstream.StartEmbedded(jetstream.EmbeddedOptions{DataDir: t.TempDir()}, broker.Limits{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.WaitForShutdown()
+	defer srv.Shutdown()
+	o := jetstream.Options{Server: srv, RequestTimeout: time.Second}
+	e := start(t, o)
+	defer stop(t, e)
+	if err := e.Declare(broker.GroupConfig{Name: "jobs", Patterns: []string{"jobs.*"}}); err != nil {
+		t.Fatal(err)
+	}
+	st := e.NewStream(nil)
+	defer st.Close()
+	if _, err := st.Subscribe(broker.SubscribeOptions{Mode: broker.Fanout, Patterns: []string{"jobs.>", "other"}}); err != nil {
+		t.Fatal(err)
+	}
+	const n = 300 // more than one frame's worth of the bench, fewer than the pending bound
+	msgs := make([]broker.Publication, n)
+	for i := range msgs {
+		msgs[i] = broker.Publication{Topic: "jobs.a", Payload: []byte(strconv.Itoa(i)), Headers: map[string]string{"i": strconv.Itoa(i)}}
+		if i%3 == 2 { // not a group's: fanout only
+			msgs[i].Topic = "other"
+		}
+	}
+	out := make([]broker.PublishOutcome, n)
+	e.PublishBatch(msgs, out)
+	var last uint64
+	stored := 0
+	for i, o := range out {
+		if o.Err != nil {
+			t.Fatalf("message %d: %v", i, o.Err)
+		}
+		if msgs[i].Topic == "other" {
+			if o.Result.Routed != 1 {
+				t.Fatalf("message %d routed to %d", i, o.Result.Routed)
+			}
+			continue
+		}
+		if o.Result.Seq <= last || o.Result.Routed != 2 {
+			t.Fatalf("message %d: seq %d after %d, routed %d", i, o.Result.Seq, last, o.Result.Routed)
+		}
+		last = o.Result.Seq
+		stored++
+	}
+	if g, err := e.Group("jobs"); err != nil || g.Queued != stored {
+		t.Fatalf("the group holds %+v (%v), want %d queued", g.GroupStats, err, stored)
+	}
+	for i := range n {
+		d := receive(t, st)
+		if string(d.Msg.Payload) != strconv.Itoa(i) || d.Msg.Headers["i"] != strconv.Itoa(i) || d.Msg.SystemID != out[i].Result.SystemID || d.Msg.Topic != msgs[i].Topic {
+			t.Fatalf("fanout %d: %q %v %s on %s", i, d.Msg.Payload, d.Msg.Headers, d.Msg.SystemID, d.Msg.Topic)
+		}
+	}
+
+	// Without its stream, JetStream stores nothing: every stored message of the frame is
+	// refused UNAVAILABLE, and a fanout-only one still goes out.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := deleteStream(ctx, srv, "TB"); err != nil {
+		t.Fatal(err)
+	}
+	out = make([]broker.PublishOutcome, 3)
+	e.PublishBatch(msgs[:3], out)
+	for i, o := range out {
+		if want := msgs[i].Topic == "jobs.a"; want != errors.Is(o.Err, broker.ErrUnavailable) {
+			t.Fatalf("without the stream, message %d: %+v %v", i, o.Result, o.Err)
+		}
+	}
+	if !strings.Contains(out[0].Err.Error(), "JetStream did not store the message") {
+		t.Fatalf("error says: %v", out[0].Err)
+	}
+}
+
+// deleteStream deletes a JetStream stream behind the engine's back.
+func deleteStream(ctx context.Context, srv *natsserver.Server, name string) error {
+	nc, err := nats.Connect("", nats.InProcessServer(srv))
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := natsjs.New(nc)
+	if err != nil {
+		return err
+	}
+	return js.DeleteStream(ctx, name)
 }
