@@ -248,7 +248,9 @@ func envelopeSize(id string, headers map[string]string) int {
 // parseEnvelope decodes a fanout message of topic; the payload is data's own tail (nats.go
 // gives every message a buffer of its own).
 func parseEnvelope(topic string, data []byte) (*broker.Message, error) {
-	bad := func(what string) error { return fmt.Errorf("fanout message on %q: %s; is every node the same tinybroker version?", topic, what) }
+	bad := func(what string) error {
+		return fmt.Errorf("fanout message on %q: %s; is every node the same tinybroker version?", topic, what)
+	}
 	if len(data) < 2 || data[0] != envMagic || data[1] != envVersion {
 		return nil, bad("not an envelope of this version")
 	}

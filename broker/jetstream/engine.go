@@ -124,20 +124,20 @@ var _ broker.Engine = (*Engine)(nil)
 // API or a hook, except Engine.mu while a consumer group is created or changed (so that
 // two members cannot create it twice).
 type Engine struct {
-	opts    Options
-	log     hclog.Logger
-	srv     *natsserver.Server // the embedded server, if the engine started it
-	nc      *nats.Conn
-	js      jetstream.JetStream
-	ids     idCodec
-	solo    bool // one embedded node: every delivery of the stream is held in this process
+	opts Options
+	log  hclog.Logger
+	srv  *natsserver.Server // the embedded server, if the engine started it
+	nc   *nats.Conn
+	js   jetstream.JetStream
+	ids  idCodec
+	solo bool // one embedded node: every delivery of the stream is held in this process
 	// interest says whether any NATS subscription, on this server or (by its routes) on
 	// another node, wants a subject; nil with an external server, where the engine cannot ask.
 	interest func(subject string) bool
-	subjF   string
-	subjG   string
-	subjX   string // <prefix>.x.<consumer>: a consumer group changed (announce)
-	closing atomic.Bool
+	subjF    string
+	subjG    string
+	subjX    string // <prefix>.x.<consumer>: a consumer group changed (announce)
+	closing  atomic.Bool
 
 	hooks                                 broker.HookSlot
 	pub                                   broker.Publisher // the steps of a publish every engine shares
