@@ -18,7 +18,7 @@ type message struct {
 	// idBlock is where the system_id is encrypted (in place: a buffer passed to cipher.Block
 	// escapes, and this one is on the heap already).
 	idBlock [16]byte
-	// cost is what holding the message costs (messageCost), charged to the engine's memory
+	// cost is what holding the message costs (broker.MessageCost), charged to the engine's memory
 	// budget from its publish until its last holder lets go of it; holders counts them.
 	cost    int64
 	holders atomic.Int32
@@ -55,7 +55,7 @@ func (m *message) withHeaders(set map[string]string, del []string) *message {
 		hb += len(k) + len(v)
 	}
 	n := &message{Message: broker.Message{ID: m.ID, SystemID: m.SystemID, Topic: m.Topic, Payload: m.Payload, Headers: h, PublishedAt: m.PublishedAt, HeaderBytes: hb}}
-	n.cost = messageCost(n.Topic, n.SystemID, n.Payload, n.Headers, hb, 1)
+	n.cost = broker.MessageCost(n.Topic, n.SystemID, n.Payload, n.Headers, hb, 1)
 	return n
 }
 
