@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -80,6 +81,7 @@ func (e *Engine) Declare(gc broker.GroupConfig) error {
 	}
 	g.mu.Lock()
 	g.name, g.patterns, g.maxDeliveries, g.declared = gc.Name, patterns, gc.MaxDeliveries, true
+	g.own, g.limits = gc.Limits, e.groupLimits(gc.Limits)
 	g.dlq = gc.DeadLetterTopic
 	if g.dlq == "" {
 		g.dlq = "dlq." + gc.ID
@@ -118,7 +120,7 @@ func (g *group) stats(ci *jetstream.ConsumerInfo) broker.GroupStats {
 	defer g.mu.Unlock()
 	st := broker.GroupStats{ID: g.id, Group: g.name, Patterns: g.patterns, Members: len(g.members),
 		Delivered: g.delivered, Acked: g.acked, Redelivered: g.redelivered, DeadLettered: g.deadLettered, Dropped: g.dropped,
-		Declared: g.declared, Nacked: g.nacked, TimedOut: g.timedOut, LeftBehind: g.leftBehind}
+		Declared: g.declared, Nacked: g.nacked, TimedOut: g.timedOut, LeftBehind: g.leftBehind, Bytes: g.bytes, Rejected: g.rejected}
 	now := time.Now()
 	for seq, t := range g.delayed {
 		if t.After(now) {
@@ -139,7 +141,7 @@ func (g *group) stats(ci *jetstream.ConsumerInfo) broker.GroupStats {
 		// holds it or it waits for redelivery; what this node took back waits (queued, or
 		// delayed). Another node's taken-back messages count as in flight.
 		waiting := max(0, len(g.waiting)-st.Delayed)
-		st.Queued = int(ci.NumPending) + waiting
+		st.Queued = max(0, int(ci.NumPending)-g.skipped) + waiting
 		st.InFlight = max(0, ci.NumAckPending-waiting-st.Delayed)
 	} else {
 		for _, m := range g.members {
@@ -171,7 +173,7 @@ func (e *Engine) Group(id string) (broker.GroupInfo, error) {
 	}
 	gi := broker.GroupInfo{GroupStats: g.stats(ci)}
 	g.mu.Lock()
-	gi.MaxDeliveries, gi.DeadLetterTopic = g.maxDeliveries, g.dlq
+	gi.MaxDeliveries, gi.DeadLetterTopic, gi.Limits = g.maxDeliveries, g.dlq, g.limits
 	for _, m := range g.members {
 		gi.MemberList = append(gi.MemberList, broker.MemberInfo{ID: m.s.set.MemberID, Peer: m.peer, InFlight: len(m.held),
 			MaxInFlight: m.maxInFlight, AckDeadline: m.ackDeadline, Joined: m.joined})
@@ -183,7 +185,7 @@ func (e *Engine) Group(id string) (broker.GroupInfo, error) {
 // Stats returns the counters of this node and the consumer groups of the cluster.
 func (e *Engine) Stats() broker.Stats {
 	st := broker.Stats{Published: e.published.Load(), Unrouted: e.unrouted.Load(), Dropped: e.dropped.Load(), Refused: e.refused.Load(),
-		Delivered: e.fanoutDelivered.Load()}
+		Delivered: e.fanoutDelivered.Load(), MemoryBudget: e.storeLimit}
 	infos, err := e.refreshGroups()
 	if err != nil {
 		e.log.Warn("stats: JetStream did not list the consumer groups", "error", err)
@@ -211,6 +213,7 @@ func (e *Engine) Stats() broker.Stats {
 		st.Acked += gs.Acked
 		st.Redelivered += gs.Redelivered
 		st.DeadLettered += gs.DeadLettered
+		st.MemoryUsed += gs.Bytes // what the groups hold, counted as against their bounds; on disk
 		st.Groups = append(st.Groups, gs)
 	}
 	slices.SortFunc(st.Subscriptions, func(a, b broker.SubscriptionStats) int { return cmp.Compare(a.ID, b.ID) })
@@ -230,41 +233,69 @@ func (e *Engine) PurgeGroup(id string) (int, error) {
 	if g == nil {
 		return 0, fmt.Errorf("%w %q: no consumer group has this subscription_id", broker.ErrUnknownSubscription, id)
 	}
+	n, err := e.takeQueued(g, 0)
+	if err != nil {
+		return n, fmt.Errorf("%w: purging consumer group %q: %v", broker.ErrUnavailable, id, err)
+	}
+	return n, nil
+}
+
+// takeQueued takes up to limit (0: all) of the messages JetStream would deliver to g next,
+// without a member, and ends them (+TERM), oldest first; it returns how many it ended.
+func (e *Engine) takeQueued(g *group, limit int) (int, error) {
 	inbox := nats.NewInbox()
 	sub, err := e.nc.SubscribeSync(inbox)
 	if err != nil {
-		return 0, fmt.Errorf("%w: %v", broker.ErrUnavailable, err)
+		return 0, err
 	}
 	defer func() { _ = sub.Unsubscribe() }()
 	subj := "$JS.API.CONSUMER.MSG.NEXT." + e.opts.Stream + "." + g.consumer
 	n := 0
-	for {
-		if err := e.nc.PublishRequest(subj, inbox, []byte(`{"batch":256,"no_wait":true}`)); err != nil {
-			return n, fmt.Errorf("%w: %v", broker.ErrUnavailable, err)
+	for limit == 0 || n < limit {
+		batch := 256
+		if limit > 0 {
+			batch = min(batch, limit-n)
+		}
+		if err := e.nc.PublishRequest(subj, inbox, fmt.Appendf(nil, `{"batch":%d,"no_wait":true}`, batch)); err != nil {
+			return n, err
 		}
 		got := 0
 		for {
 			m, err := sub.NextMsg(e.opts.RequestTimeout)
 			if err != nil {
-				return n, fmt.Errorf("%w: purging consumer group %q: %v", broker.ErrUnavailable, id, err)
+				return n, err
 			}
 			if len(m.Data) == 0 && m.Header.Get("Status") != "" {
 				break
 			}
 			got++
 			n++
-			g.mu.Lock()
 			if info, ok := parseAck(m.Reply); ok {
+				g.mu.Lock()
+				_, redelivery := g.waiting[info.sseq]
 				delete(g.waiting, info.sseq)
 				delete(g.delayed, info.sseq)
+				if !skips(m, g) {
+					h, _, hb := decodeHeaders(m.Header)
+					g.releaseLocked(heldCost(strings.TrimPrefix(m.Subject, e.subjG), m.Data, h, hb), !redelivery)
+				} else if g.skipped > 0 {
+					g.skipped--
+				}
+				g.mu.Unlock()
 			}
-			g.mu.Unlock()
 			_ = e.nc.Publish(m.Reply, []byte("+TERM"))
 		}
 		if got == 0 {
 			return n, nil
 		}
 	}
+	return n, nil
+}
+
+// skips says whether m was stored while g was full and refused it (hdrSkip).
+func skips(m *nats.Msg, g *group) bool {
+	v := m.Header[hdrSkip]
+	return len(v) > 0 && slices.Contains(strings.Split(v[0], ","), g.consumer)
 }
 
 // DeleteGroup deletes the group's consumer; its members end with ErrGroupDeleted, here at

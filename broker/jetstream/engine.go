@@ -14,6 +14,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -60,6 +61,12 @@ type Options struct {
 	// creation (5s).
 	RequestTimeout time.Duration
 
+	// Bounds of each consumer group (groups { max_queued, max_queued_bytes, overflow }), as
+	// the memory engine's; a declared group's own limits come first. See group.admit.
+	GroupMaxQueued      int             // messages waiting for a member (100,000)
+	GroupMaxQueuedBytes int64           // bytes a group holds, by broker.MessageCost (128 MiB)
+	GroupOverflow       broker.Overflow // what a full group does with a publish (broker.OverflowReject)
+
 	FanoutBufferMessages int  // deliveries buffered per stream for fanout subscriptions (262,144)
 	FanoutBufferBytes    int  // payload bytes buffered per stream for fanout subscriptions (64 MiB)
 	DropSlowConsumers    bool // drop what a full buffer cannot take instead of ending the stream
@@ -98,6 +105,15 @@ func (o *Options) setDefaults() {
 	if o.RequestTimeout <= 0 {
 		o.RequestTimeout = 5 * time.Second
 	}
+	if o.GroupMaxQueued <= 0 {
+		o.GroupMaxQueued = 100_000
+	}
+	if o.GroupMaxQueuedBytes <= 0 {
+		o.GroupMaxQueuedBytes = 128 << 20
+	}
+	if o.GroupOverflow == broker.OverflowDefault {
+		o.GroupOverflow = broker.OverflowReject
+	}
 	if o.FanoutBufferMessages <= 0 {
 		o.FanoutBufferMessages = 262_144
 	}
@@ -134,10 +150,12 @@ type Engine struct {
 	// interest says whether any NATS subscription, on this server or (by its routes) on
 	// another node, wants a subject; nil with an external server, where the engine cannot ask.
 	interest func(subject string) bool
-	subjF    string
-	subjG    string
-	subjX    string // <prefix>.x.<consumer>: a consumer group changed (announce)
-	closing  atomic.Bool
+	// storeLimit is the bytes JetStream may store for the engine's account (0: unknown).
+	storeLimit int64
+	subjF      string
+	subjG      string
+	subjX      string // <prefix>.x.<consumer>: a consumer group changed (announce)
+	closing    atomic.Bool
 
 	hooks                                 broker.HookSlot
 	pub                                   broker.Publisher // the steps of a publish every engine shares
@@ -261,9 +279,14 @@ func (e *Engine) connect() error {
 	for {
 		// A cluster electing its meta leader drops requests: ask again every 2s.
 		actx, acancel := context.WithTimeout(ctx, 2*time.Second)
-		_, err := js.AccountInfo(actx)
+		ai, err := js.AccountInfo(actx)
 		acancel()
 		if err == nil {
+			// What JetStream may store is the budget Stats reports beside what the groups hold.
+			e.storeLimit = ai.Limits.MaxStore
+			if cfg := srvConfig(srv); e.storeLimit <= 0 && cfg != nil {
+				e.storeLimit = cfg.MaxStore
+			}
 			return nil
 		}
 		if errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) {
@@ -274,6 +297,14 @@ func (e *Engine) connect() error {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// srvConfig is an embedded server's JetStream configuration, or nil.
+func srvConfig(srv *natsserver.Server) *natsserver.JetStreamConfig {
+	if srv == nil {
+		return nil
+	}
+	return srv.JetStreamConfig()
 }
 
 // CheckDataDir makes dir if needed and checks that files can be written there.
@@ -505,13 +536,21 @@ func (r *router) RouteBatch(ms []broker.Routable, out []broker.PublishOutcome) {
 	for i, m := range ms {
 		p := &ps[i]
 		p.mr = e.match(m.Topic)
-		if p.mr.groups == 0 {
+		if len(p.mr.groups) == 0 {
 			continue
 		}
-		msg := &nats.Msg{Subject: e.subjG + m.Topic, Data: m.Payload, Header: encodeHeaders(m.Headers, now)}
-		f, err := e.js.PublishMsgAsync(msg, jetstream.WithStallWait(e.opts.RequestTimeout))
+		var skip []string
+		if skip, out[i].Err = e.admit(p, &m); out[i].Err != nil || len(p.took) == 0 {
+			continue
+		}
+		h := encodeHeaders(m.Headers, now)
+		if len(skip) > 0 {
+			h[hdrSkip] = []string{strings.Join(skip, ",")}
+		}
+		f, err := e.js.PublishMsgAsync(&nats.Msg{Subject: e.subjG + m.Topic, Data: m.Payload, Header: h}, jetstream.WithStallWait(e.opts.RequestTimeout))
 		if err != nil {
 			out[i].Err = e.storeError(err)
+			p.unadmit()
 			continue
 		}
 		p.ack = f
@@ -531,16 +570,19 @@ func (r *router) RouteBatch(ms []broker.Routable, out []broker.PublishOutcome) {
 			default:
 				out[i].Err = e.storeError(context.DeadlineExceeded)
 			}
-			continue
+		} else {
+			select {
+			case a := <-p.ack.Ok():
+				p.seq = a.Sequence
+			case err := <-p.ack.Err():
+				out[i].Err = e.storeError(err)
+			case <-timeout.C:
+				expired = true
+				out[i].Err = e.storeError(context.DeadlineExceeded)
+			}
 		}
-		select {
-		case a := <-p.ack.Ok():
-			p.seq = a.Sequence
-		case err := <-p.ack.Err():
-			out[i].Err = e.storeError(err)
-		case <-timeout.C:
-			expired = true
-			out[i].Err = e.storeError(context.DeadlineExceeded)
+		if out[i].Err != nil {
+			p.unadmit()
 		}
 	}
 	for i := range ms {
@@ -552,9 +594,61 @@ func (r *router) RouteBatch(ms []broker.Routable, out []broker.PublishOutcome) {
 
 // pendingStore is one message of RouteBatch on its way.
 type pendingStore struct {
-	mr  *matchResult
-	ack jetstream.PubAckFuture // nil: not stored (no group), or refused
-	seq uint64                 // its stream sequence, once stored
+	mr   *matchResult
+	took []*group               // the groups that admitted it (see admit)
+	cost int64                  // what it costs each of them
+	ack  jetstream.PubAckFuture // nil: not stored (no group took it), or refused
+	seq  uint64                 // its stream sequence, once stored
+}
+
+// admit asks every group m matches to take it (group.admit). The groups that refuse it are
+// named in the stored message (skip), so that their members end it unseen; if every group
+// refused it and no fanout subscription here wants it either, the publish is refused with
+// the first group's reason, as the memory engine does.
+func (e *Engine) admit(p *pendingStore, m *broker.Routable) ([]string, error) {
+	p.cost = heldCost(m.Topic, m.Payload, m.Headers, m.HB)
+	var full error
+	var skip []string
+	for _, g := range p.mr.groups {
+		if err := g.admit(p.cost); err != nil {
+			if full == nil {
+				full = err
+			}
+			skip = append(skip, g.consumer)
+			continue
+		}
+		p.took = append(p.took, g)
+	}
+	if len(p.took) == 0 && p.mr.fanouts == 0 {
+		e.refused.Add(1)
+		return nil, full
+	}
+	if len(p.took) > 0 { // stored: the refusing groups' consumers will pass it
+		for _, g := range p.mr.groups {
+			if !slices.Contains(p.took, g) {
+				g.skipping(1)
+			}
+		}
+	}
+	return skip, nil
+}
+
+// heldCost is what a group holding a message is charged (broker.MessageCost and a holder,
+// as in the memory engine), computed alike at publish and when the message is settled.
+func heldCost(topic string, payload []byte, headers map[string]string, hb int) int64 {
+	return broker.MessageCost(topic, "", payload, headers, hb, 1) + idLen + broker.HolderOverhead
+}
+
+// unadmit gives back what admit charged, for a message that was not stored after all.
+func (p *pendingStore) unadmit() {
+	for _, g := range p.mr.groups {
+		if slices.Contains(p.took, g) {
+			g.release(p.cost, true)
+		} else {
+			g.skipping(-1)
+		}
+	}
+	p.took = nil
 }
 
 // storeError is what a publisher hears when JetStream did not store its message.
@@ -571,14 +665,14 @@ func (e *Engine) fanout(m *broker.Routable, p *pendingStore, publishedAt int64) 
 	topic := m.Topic
 	seq := p.seq
 	var id string
-	if p.mr.groups > 0 {
+	if len(p.took) > 0 {
 		id = e.ids.format(seq, e.ids.stored)
 	} else {
 		seq = rand.Uint64() | 1
 		id = e.ids.format(seq, e.ids.fanout)
 	}
 	if err := e.publishFanout(m, seq, id, publishedAt); err != nil {
-		if p.mr.groups == 0 {
+		if len(p.took) == 0 {
 			if errors.Is(err, nats.ErrMaxPayload) {
 				return broker.PublishResult{}, e.storeError(err)
 			}
@@ -587,7 +681,7 @@ func (e *Engine) fanout(m *broker.Routable, p *pendingStore, publishedAt int64) 
 		e.log.Warn("fanout publish failed after the message was stored for its groups", "topic", topic, "error", err)
 	}
 	e.published.Add(1)
-	routed := p.mr.fanouts + p.mr.groups
+	routed := p.mr.fanouts + len(p.took)
 	if routed == 0 {
 		e.unrouted.Add(1)
 	}
@@ -609,8 +703,9 @@ func (e *Engine) publishFanout(m *broker.Routable, seq uint64, id string, publis
 // matchResult is how many local fanout subscriptions and known consumer groups a topic
 // matches, cached per topic and tagged with Engine.gen.
 type matchResult struct {
-	gen             uint64
-	fanouts, groups int
+	gen     uint64
+	fanouts int
+	groups  []*group
 }
 
 func (e *Engine) match(topic string) *matchResult {
@@ -632,7 +727,7 @@ func (e *Engine) match(topic string) *matchResult {
 	}
 	for _, g := range e.groups {
 		if g.matches(topic) {
-			mr.groups++
+			mr.groups = append(mr.groups, g)
 		}
 	}
 	e.mu.RUnlock()

@@ -35,6 +35,11 @@ const (
 	metaMaxDeliveries = "tinybroker-max-deliveries"
 	metaDLQ           = "tinybroker-dead-letter-topic"
 	metaDeclared      = "tinybroker-declared"
+	metaLimits        = "tinybroker-limits" // a declared group's own GroupLimits, as JSON
+
+	// refreshEvery: a group that looks full asks JetStream how much it really holds at most
+	// this often (see admit).
+	refreshEvery = 100 * time.Millisecond
 
 	pullExpires = 10 * time.Second // a member's pull request waits this long for messages
 	ackWaitPad  = 5 * time.Second  // the consumer's AckWait: the longest member deadline plus this
@@ -53,6 +58,8 @@ type group struct {
 	declared      bool
 	ackWait       time.Duration
 	quota         *broker.Quota
+	own           broker.GroupLimits // as declared (zero: the engine's defaults)
+	limits        broker.GroupLimits // in force: own, then the engine's defaults
 
 	mu        sync.Mutex
 	members   []*member
@@ -64,6 +71,17 @@ type group struct {
 	draining, removed                                    bool
 	delivered, acked, redelivered, deadLettered, dropped uint64
 	nacked, timedOut, leftBehind                         uint64
+	// The bounds (admit): queued is what JetStream has not delivered yet (NumPending) as of
+	// refreshed, plus what this node stored for the group since, less what it received;
+	// bytes what the group holds (queued, in flight, delayed) by heldCost, counted by this
+	// node as it stores and settles messages. Exact on one node; see RATIONALE.md for a
+	// cluster.
+	queued    int
+	skipped   int // stored while the group refused them, not yet passed by its consumer
+	bytes     int64
+	refreshed time.Time
+	rejected  uint64
+	full      bool
 }
 
 type member struct {
@@ -130,6 +148,10 @@ func (e *Engine) consumerConfig(g *group) jetstream.ConsumerConfig {
 		Description: "tinybroker consumer group " + g.name,
 		Metadata: map[string]string{metaID: g.id, metaGroup: g.name, metaPatterns: string(pj),
 			metaMaxDeliveries: strconv.Itoa(g.maxDeliveries), metaDLQ: g.dlq, metaDeclared: strconv.FormatBool(g.declared)}}
+	if g.own != (broker.GroupLimits{}) {
+		lj, _ := json.Marshal(g.own)
+		cc.Metadata[metaLimits] = string(lj)
+	}
 	if f := e.filters(g.patterns); len(f) == 1 {
 		cc.FilterSubject = f[0]
 	} else {
@@ -154,7 +176,187 @@ func (e *Engine) groupFromInfo(ci *jetstream.ConsumerInfo) *group {
 	_ = json.Unmarshal([]byte(md[metaPatterns]), &g.patterns)
 	g.maxDeliveries, _ = strconv.Atoi(md[metaMaxDeliveries])
 	g.declared = md[metaDeclared] == "true"
+	if lj := md[metaLimits]; lj != "" {
+		_ = json.Unmarshal([]byte(lj), &g.own)
+	}
+	g.limits = e.groupLimits(g.own)
+	g.queued, g.refreshed = int(ci.NumPending), time.Now() // what it refused, if any, included
+	// What it held before this node knew it (a restart): its messages' costs are not known
+	// here, so count each as the stream's average.
+	if held := int64(ci.NumPending) + int64(ci.NumAckPending); held > 0 {
+		g.bytes = held * e.avgCost()
+	}
 	return g
+}
+
+// groupLimits fills l's zero values with the engine's defaults.
+func (e *Engine) groupLimits(l broker.GroupLimits) broker.GroupLimits {
+	if l.MaxQueued <= 0 {
+		l.MaxQueued = e.opts.GroupMaxQueued
+	}
+	if l.MaxQueuedBytes <= 0 {
+		l.MaxQueuedBytes = e.opts.GroupMaxQueuedBytes
+	}
+	if l.Overflow == broker.OverflowDefault {
+		l.Overflow = e.opts.GroupOverflow
+	}
+	return l
+}
+
+// avgCost is the heldCost of the stream's average message, for messages stored before
+// this node counted them.
+func (e *Engine) avgCost() int64 {
+	ctx, cancel := e.ctx()
+	defer cancel()
+	s, err := e.js.Stream(ctx, e.opts.Stream)
+	if err != nil {
+		return heldCost("", nil, nil, 0)
+	}
+	st := s.CachedInfo().State
+	if st.Msgs == 0 {
+		return heldCost("", nil, nil, 0)
+	}
+	return heldCost("", make([]byte, st.Bytes/st.Msgs), nil, 0)
+}
+
+// admit charges a message of cost to g, unless g is at one of its bounds: then a
+// "drop_oldest" group makes room by ending its oldest queued message, and a "reject" group
+// (or one with nothing queued to drop) refuses it with ErrGroupFull. A group that looks
+// full asks JetStream first how much it holds (at most every refreshEvery), since members
+// on other nodes may have taken messages meanwhile.
+func (g *group) admit(cost int64) error {
+	refreshed := false
+	for {
+		g.mu.Lock()
+		over := g.overLocked(cost)
+		if over == "" {
+			g.queued++
+			g.bytes += cost
+			g.noteDrainedLocked()
+			g.mu.Unlock()
+			g.quota.AddBytes(cost)
+			return nil
+		}
+		stale := time.Since(g.refreshed) >= refreshEvery
+		drop := g.limits.Overflow == broker.OverflowDropOldest && g.queued > 0
+		g.mu.Unlock()
+		if !refreshed && stale {
+			refreshed = true
+			g.refresh()
+			continue
+		}
+		if drop && g.dropOldest() {
+			continue
+		}
+		g.mu.Lock()
+		g.rejected++
+		g.noteFullLocked(over)
+		name := g.name
+		g.mu.Unlock()
+		return fmt.Errorf("%w: consumer group %q (subscription %q) is at %s; add members or ack faster, raise the limit, or use overflow \"drop_oldest\"",
+			broker.ErrGroupFull, name, g.id, over)
+	}
+}
+
+// overLocked says which bound taking one more message of cost bytes would pass, or "".
+func (g *group) overLocked(cost int64) string {
+	switch {
+	case g.queued+len(g.waiting)-len(g.delayed) >= g.limits.MaxQueued:
+		return fmt.Sprintf("its limit of %d queued messages (groups { max_queued })", g.limits.MaxQueued)
+	case g.bytes+cost > g.limits.MaxQueuedBytes:
+		return fmt.Sprintf("its limit of %d bytes held (groups { max_queued_bytes }; it holds %d)", g.limits.MaxQueuedBytes, g.bytes)
+	case g.quota != nil:
+		return g.quota.Over(cost)
+	}
+	return ""
+}
+
+// release gives back the cost of a message the group no longer holds (acked, ended), or,
+// with queued set, one it never got to a member (not stored after all, dropped, purged).
+func (g *group) release(cost int64, queued bool) {
+	g.mu.Lock()
+	g.releaseLocked(cost, queued)
+	g.mu.Unlock()
+}
+
+func (g *group) releaseLocked(cost int64, queued bool) {
+	if queued && g.queued > 0 {
+		g.queued--
+	}
+	// A message another node stored was never charged here: the count stays at 0 at least.
+	cost = min(cost, g.bytes)
+	g.bytes -= cost
+	g.quota.AddBytes(-cost)
+	g.noteDrainedLocked()
+}
+
+// skipping counts n more (or fewer) messages stored that g refused.
+func (g *group) skipping(n int) {
+	g.mu.Lock()
+	g.skipped = max(0, g.skipped+n)
+	g.mu.Unlock()
+}
+
+// refresh takes what JetStream says the group has not delivered, cluster-wide.
+func (g *group) refresh() {
+	ctx, cancel := g.e.ctx()
+	defer cancel()
+	c, err := g.e.js.Consumer(ctx, g.e.opts.Stream, g.consumer)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.refreshed = time.Now()
+	if err != nil {
+		return
+	}
+	ci := c.CachedInfo()
+	g.queued = max(0, int(ci.NumPending)-g.skipped)
+	if ci.NumPending == 0 && ci.NumAckPending == 0 { // holds nothing: no drift left either
+		g.quota.AddBytes(-g.bytes)
+		g.bytes = 0
+	}
+}
+
+// dropOldest ends the oldest message JetStream has not delivered to the group yet (no
+// member has room for it, or it would have been), for OverflowDropOldest. It says whether
+// there was one.
+func (g *group) dropOldest() bool {
+	n, err := g.e.takeQueued(g, 1)
+	if err != nil {
+		g.e.log.Warn("could not drop a full group's oldest message", "group", g.id, "error", err)
+	}
+	if n > 0 {
+		g.mu.Lock()
+		g.dropped += uint64(n)
+		g.mu.Unlock()
+	}
+	return n > 0
+}
+
+// noteFullLocked logs, once per episode, that the group refuses or drops publishes.
+func (g *group) noteFullLocked(why string) {
+	if g.full {
+		return
+	}
+	g.full = true
+	g.e.log.Warn("consumer group full: publishes to it are refused or drop its oldest messages until it drains",
+		"subscription", g.id, "group", g.name, "at", why, "overflow", overflowName(g.limits.Overflow), "members", len(g.members), "queued", g.queued, "bytes", g.bytes)
+}
+
+// noteDrainedLocked logs the end of a full episode once the group is back under half its
+// bounds.
+func (g *group) noteDrainedLocked() {
+	if !g.full || g.queued > g.limits.MaxQueued/2 || g.bytes > g.limits.MaxQueuedBytes/2 {
+		return
+	}
+	g.full = false
+	g.e.log.Warn("consumer group drained: it accepts publishes again", "subscription", g.id, "group", g.name, "queued", g.queued, "bytes", g.bytes)
+}
+
+func overflowName(o broker.Overflow) string {
+	if o == broker.OverflowDropOldest {
+		return "drop_oldest"
+	}
+	return "reject"
 }
 
 // groupLocked returns the group of subscription_id id, reading it from JetStream if another
@@ -258,6 +460,7 @@ func (e *Engine) learn(ci *jetstream.ConsumerInfo) *group {
 		e.groupNames[ng.name] = g.id
 	}
 	g.name, g.patterns, g.maxDeliveries, g.dlq, g.declared, g.ackWait = ng.name, ng.patterns, ng.maxDeliveries, ng.dlq, ng.declared, ng.ackWait
+	g.own, g.limits = ng.own, ng.limits
 	g.mu.Unlock()
 	e.changed()
 	return g
@@ -276,6 +479,7 @@ func (e *Engine) createLocked(gc broker.GroupConfig, patterns []string, declared
 	}
 	g := e.newGroup(gc.ID)
 	g.name, g.patterns, g.maxDeliveries, g.declared, g.quota = gc.Name, patterns, gc.MaxDeliveries, declared, q
+	g.own, g.limits, g.refreshed = gc.Limits, e.groupLimits(gc.Limits), time.Now()
 	g.dlq = gc.DeadLetterTopic
 	if g.dlq == "" {
 		g.dlq = "dlq." + gc.ID
@@ -458,6 +662,18 @@ func (m *member) onMsg(msg *nats.Msg) {
 		_ = e.nc.Publish(msg.Reply, []byte("-NAK"))
 		return
 	}
+	if skips(msg, g) { // stored while the group was full: it refused it
+		if info.delivered == 1 && g.skipped > 0 {
+			g.skipped--
+		}
+		g.pumpLocked(m)
+		g.mu.Unlock()
+		_ = e.nc.Publish(msg.Reply, []byte("+TERM"))
+		return
+	}
+	if info.delivered == 1 && g.queued > 0 {
+		g.queued--
+	}
 	bm := e.decode(msg, info.sseq)
 	h := &held{msg: bm, reply: msg.Reply, info: info, attempt: info.delivered, sentAt: time.Now()}
 	if g.maxDeliveries > 0 && int(info.delivered) > g.maxDeliveries {
@@ -521,6 +737,7 @@ func (g *group) ack(pref *member, seqs []uint64) (unknown int) {
 			delete(m.held, seq)
 			h.timer.Stop()
 			g.acked++
+			g.releaseLocked(msgCost(h.msg), false)
 			_ = g.e.nc.Publish(h.reply, []byte("+ACK"))
 			if hooks != nil {
 				events = append(events, broker.AckEvent{Msg: h.msg, SystemID: h.msg.SystemID, SubscriptionID: g.id, Group: g.name, Attempt: h.attempt, InFlight: now.Sub(h.sentAt)})
@@ -529,6 +746,7 @@ func (g *group) ack(pref *member, seqs []uint64) (unknown int) {
 			delete(g.waiting, seq)
 			delete(g.delayed, seq)
 			g.acked++
+			g.releaseLocked(msgCost(msg), false)
 			_ = g.e.nc.Publish(ackSubject(g.e.opts.Stream, g.consumer, seq, 0), []byte("+ACK"))
 			if hooks != nil {
 				events = append(events, broker.AckEvent{Msg: msg, SystemID: msg.SystemID, SubscriptionID: g.id, Group: g.name})
@@ -680,6 +898,7 @@ func (g *group) settle(items []takeItem) {
 		case broker.RedeliverDrop:
 			g.mu.Lock()
 			g.dropped++
+			g.releaseLocked(msgCost(h.msg), false)
 			g.mu.Unlock()
 			_ = g.e.nc.Publish(h.reply, []byte("+TERM"))
 		default:
@@ -713,8 +932,12 @@ func (g *group) deadLetter(h *held, reason string) {
 		_ = g.e.nc.Publish(h.reply, []byte(`-NAK {"delay":1000000000}`))
 		return
 	}
+	g.release(msgCost(h.msg), false)
 	_ = g.e.nc.Publish(h.reply, []byte("+TERM"))
 }
+
+// msgCost is heldCost of a message a member received.
+func msgCost(m *broker.Message) int64 { return heldCost(m.Topic, m.Payload, m.Headers, m.HeaderBytes) }
 
 func (g *group) setDraining() {
 	g.mu.Lock()
@@ -759,6 +982,8 @@ func (e *Engine) forgetGroup(id string, g *group) {
 			delete(m.held, seq)
 		}
 	}
+	g.quota.AddBytes(-g.bytes)
+	g.bytes = 0
 	g.mu.Unlock()
 	g.quota.ReleaseGroup()
 	err := fmt.Errorf("%w: consumer group %q (subscription %q) was deleted by an administrator; subscribing again creates a new, empty group", broker.ErrGroupDeleted, g.name, g.id)
