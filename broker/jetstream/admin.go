@@ -120,7 +120,8 @@ func (g *group) stats(ci *jetstream.ConsumerInfo) broker.GroupStats {
 	defer g.mu.Unlock()
 	st := broker.GroupStats{ID: g.id, Group: g.name, Patterns: g.patterns, Members: len(g.members),
 		Delivered: g.delivered, Acked: g.acked, Redelivered: g.redelivered, DeadLettered: g.deadLettered, Dropped: g.dropped,
-		Declared: g.declared, Nacked: g.nacked, TimedOut: g.timedOut, LeftBehind: g.leftBehind, Bytes: g.bytes, Rejected: g.rejected}
+		Declared: g.declared, Nacked: g.nacked, TimedOut: g.timedOut, LeftBehind: g.leftBehind, Bytes: g.bytes, Rejected: g.rejected,
+		DeadLetters: g.deadCount, DeadLetterBytes: g.deadBytes, DeadLettersDropped: g.deadDropped}
 	now := time.Now()
 	for seq, t := range g.delayed {
 		if t.After(now) {
@@ -170,6 +171,9 @@ func (e *Engine) Group(id string) (broker.GroupInfo, error) {
 	} else if errors.Is(err, jetstream.ErrConsumerNotFound) {
 		e.forgetGroup(id, g)
 		return broker.GroupInfo{}, fmt.Errorf("%w %q: the consumer group was deleted", broker.ErrUnknownSubscription, id)
+	}
+	if _, _, err := e.countDeadLetters(ctx, g); err != nil {
+		e.log.Warn("could not count a group's dead letters", "subscription", id, "error", err)
 	}
 	gi := broker.GroupInfo{GroupStats: g.stats(ci)}
 	g.mu.Lock()
@@ -317,26 +321,8 @@ func (e *Engine) DeleteGroup(id string) error {
 	}
 	e.announce(g.consumer)
 	e.forgetGroup(id, g)
+	if _, err := e.purgeDeadLetters(g); err != nil {
+		e.log.Warn("the deleted group's dead letters stay in the dead-letter stream", "subscription", id, "error", err)
+	}
 	return nil
-}
-
-// errNoDeadLetterStore refuses the admin API's dead-letter calls: this engine publishes
-// dead letters to the group's dead-letter topic but does not keep them (yet).
-func errNoDeadLetterStore(id string) error {
-	return fmt.Errorf("%w: the JetStream engine does not keep dead letters for the admin API; consume the group's dead-letter topic (default \"dlq.%s\") instead", broker.ErrUnsupported, id)
-}
-
-// DeadLetters is not supported by this engine: see errNoDeadLetterStore.
-func (e *Engine) DeadLetters(id, _ string, _ int) ([]broker.DeadLetter, string, error) {
-	return nil, "", errNoDeadLetterStore(id)
-}
-
-// ReplayDeadLetters is not supported by this engine.
-func (e *Engine) ReplayDeadLetters(id string, _ []string) ([]broker.Replayed, error) {
-	return nil, errNoDeadLetterStore(id)
-}
-
-// PurgeDeadLetters is not supported by this engine.
-func (e *Engine) PurgeDeadLetters(id string, _ []string) (int, error) {
-	return 0, errNoDeadLetterStore(id)
 }

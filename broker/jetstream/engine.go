@@ -66,6 +66,10 @@ type Options struct {
 	GroupMaxQueued      int             // messages waiting for a member (100,000)
 	GroupMaxQueuedBytes int64           // bytes a group holds, by broker.MessageCost (128 MiB)
 	GroupOverflow       broker.Overflow // what a full group does with a publish (broker.OverflowReject)
+	// The dead letters each group keeps for the admin API (groups { dead_letters_max,
+	// dead_letters_max_bytes }): 10,000 and 64 MiB.
+	GroupDeadLetterMax      int
+	GroupDeadLetterMaxBytes int64
 
 	FanoutBufferMessages int  // deliveries buffered per stream for fanout subscriptions (262,144)
 	FanoutBufferBytes    int  // payload bytes buffered per stream for fanout subscriptions (64 MiB)
@@ -114,6 +118,12 @@ func (o *Options) setDefaults() {
 	if o.GroupOverflow == broker.OverflowDefault {
 		o.GroupOverflow = broker.OverflowReject
 	}
+	if o.GroupDeadLetterMax <= 0 {
+		o.GroupDeadLetterMax = 10_000
+	}
+	if o.GroupDeadLetterMaxBytes <= 0 {
+		o.GroupDeadLetterMaxBytes = 64 << 20
+	}
 	if o.FanoutBufferMessages <= 0 {
 		o.FanoutBufferMessages = 262_144
 	}
@@ -155,6 +165,8 @@ type Engine struct {
 	subjF      string
 	subjG      string
 	subjX      string // <prefix>.x.<consumer>: a consumer group changed (announce)
+	subjD      string // <prefix>.d.<consumer>.<system_id>: a dead letter kept (dlq.go)
+	dlq        jetstream.Stream
 	closing    atomic.Bool
 
 	hooks                                 broker.HookSlot
@@ -192,7 +204,7 @@ type patSub struct {
 func New(opts Options) (*Engine, error) {
 	opts.setDefaults()
 
-	e := &Engine{opts: opts, log: opts.Logger, subjF: opts.Prefix + ".f.", subjG: opts.Prefix + ".g.", subjX: opts.Prefix + ".x.",
+	e := &Engine{opts: opts, log: opts.Logger, subjF: opts.Prefix + ".f.", subjG: opts.Prefix + ".g.", subjX: opts.Prefix + ".x.", subjD: opts.Prefix + ".d.",
 		fanCh: make(chan *nats.Msg, 1<<16), stop: make(chan struct{}),
 		fanouts: make(map[string]*Subscription), patSubs: make(map[string]*patSub),
 		groups: make(map[string]*group), groupNames: make(map[string]string), streams: make(map[uint64]*Stream)}
@@ -202,6 +214,10 @@ func New(opts Options) (*Engine, error) {
 		return nil, err
 	}
 	if err := e.ensureStream(); err != nil {
+		e.close()
+		return nil, err
+	}
+	if err := e.ensureDLQ(); err != nil {
 		e.close()
 		return nil, err
 	}
@@ -417,13 +433,27 @@ func (n natsLogger) Tracef(f string, a ...any)  { n.l.Trace(fmt.Sprintf(f, a...)
 
 // ensureStream creates the stream, or reads the existing one's id key.
 func (e *Engine) ensureStream() error {
-	ctx := context.Background()
 	cfg := jetstream.StreamConfig{Name: e.opts.Stream, Subjects: []string{e.subjG + ">"}, Retention: jetstream.InterestPolicy,
 		Storage: jetstream.FileStorage, Replicas: e.opts.Replicas, Discard: jetstream.DiscardOld,
 		Metadata: map[string]string{metaIDKey: newIDSecret()}, Description: "tinybroker: messages of consumer groups not yet acked"}
 	if e.opts.MemoryStorage {
 		cfg.Storage = jetstream.MemoryStorage
 	}
+	s, err := e.openStream(cfg)
+	if err != nil {
+		return err
+	}
+	key := s.CachedInfo().Config.Metadata[metaIDKey]
+	if key == "" {
+		return fmt.Errorf("JetStream stream %s exists but was not made by tinybroker (no %s in its metadata); choose another stream name", cfg.Name, metaIDKey)
+	}
+	e.ids, err = newIDCodec(key)
+	return err
+}
+
+// openStream opens the stream cfg names, creating it as cfg says if there is none.
+func (e *Engine) openStream(cfg jetstream.StreamConfig) (jetstream.Stream, error) {
+	ctx := context.Background()
 	// Several nodes starting together may race to create it; a cluster still settling may
 	// not answer: look again until RequestTimeout has passed three times.
 	var s jetstream.Stream
@@ -443,14 +473,9 @@ func (e *Engine) ensureStream() error {
 		time.Sleep(100 * time.Millisecond)
 	}
 	if err != nil {
-		return fmt.Errorf("%w: JetStream stream %s: %v", broker.ErrUnavailable, cfg.Name, err)
+		return nil, fmt.Errorf("%w: JetStream stream %s: %v", broker.ErrUnavailable, cfg.Name, err)
 	}
-	key := s.CachedInfo().Config.Metadata[metaIDKey]
-	if key == "" {
-		return fmt.Errorf("JetStream stream %s exists but was not made by tinybroker (no %s in its metadata); choose another stream name", cfg.Name, metaIDKey)
-	}
-	e.ids, err = newIDCodec(key)
-	return err
+	return s, nil
 }
 
 // ctx is a context bounded by RequestTimeout.
@@ -809,6 +834,7 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 		if e.opts.DeleteStreamOnShutdown {
 			c, cancel := e.ctx()
 			_ = e.js.DeleteStream(c, e.opts.Stream)
+			_ = e.js.DeleteStream(c, e.opts.Stream+"_DLQ")
 			cancel()
 		}
 		if e.nc.IsConnected() {

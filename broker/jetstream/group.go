@@ -82,6 +82,11 @@ type group struct {
 	refreshed time.Time
 	rejected  uint64
 	full      bool
+	// The dead letters it keeps (dlq.go), as last counted, and those it let go of.
+	deadCount   int
+	deadBytes   int64
+	deadDropped uint64
+	deadFull    bool
 }
 
 type member struct {
@@ -199,6 +204,12 @@ func (e *Engine) groupLimits(l broker.GroupLimits) broker.GroupLimits {
 	}
 	if l.Overflow == broker.OverflowDefault {
 		l.Overflow = e.opts.GroupOverflow
+	}
+	if l.DeadLetterMax <= 0 {
+		l.DeadLetterMax = e.opts.GroupDeadLetterMax
+	}
+	if l.DeadLetterMaxBytes <= 0 {
+		l.DeadLetterMaxBytes = e.opts.GroupDeadLetterMaxBytes
 	}
 	return l
 }
@@ -845,6 +856,8 @@ func (g *group) leave(m *member) {
 		delete(m.held, seq)
 		h.timer.Stop()
 		g.leftBehind++
+		// Waiting from now on, as the member is gone from the group (settle decides its fate).
+		g.waiting[seq] = h.msg
 		items = append(items, takeItem{h: h, reason: broker.ReasonMemberLeft})
 	}
 	g.mu.Unlock()
@@ -894,9 +907,13 @@ func (g *group) settle(items []takeItem) {
 		}
 		switch action {
 		case broker.RedeliverDeadLetter:
+			g.mu.Lock()
+			delete(g.waiting, h.info.sseq)
+			g.mu.Unlock()
 			g.deadLetter(h, reason)
 		case broker.RedeliverDrop:
 			g.mu.Lock()
+			delete(g.waiting, h.info.sseq)
 			g.dropped++
 			g.releaseLocked(msgCost(h.msg), false)
 			g.mu.Unlock()
@@ -934,6 +951,7 @@ func (g *group) deadLetter(h *held, reason string) {
 	}
 	g.release(msgCost(h.msg), false)
 	_ = g.e.nc.Publish(h.reply, []byte("+TERM"))
+	g.e.keepDeadLetter(g, h.msg, hd)
 }
 
 // msgCost is heldCost of a message a member received.

@@ -255,3 +255,79 @@ func deleteStream(ctx context.Context, srv *natsserver.Server, name string) erro
 	}
 	return js.DeleteStream(ctx, name)
 }
+
+// The dead letters a group keeps are JetStream's: bounded by the group's dead_letters_max
+// (the oldest go first, counted), still there after a restart, and replayed from there.
+func TestDeadLetterStore(t *testing.T) {
+	o := jetstream.Options{Embedded: jetstream.EmbeddedOptions{DataDir: t.TempDir()}}
+	e := start(t, o)
+	gc := broker.GroupConfig{Name: "jobs", Patterns: []string{"jobs"}, MaxDeliveries: 1, Limits: broker.GroupLimits{DeadLetterMax: 2}}
+	if err := e.Declare(gc); err != nil {
+		t.Fatal(err)
+	}
+	st := e.NewStream(nil)
+	sub, err := st.Subscribe(broker.SubscribeOptions{Mode: broker.Balanced, Group: "jobs", Patterns: []string{"jobs"}, MaxInFlight: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for i := range 3 {
+		if _, err := e.Publish("jobs", []byte(strconv.Itoa(i)), map[string]string{"n": strconv.Itoa(i)}); err != nil {
+			t.Fatal(err)
+		}
+		d := receive(t, st)
+		ids = append(ids, d.Msg.SystemID)
+		if sub.Nack([]string{d.Msg.SystemID}, 0, "bad "+strconv.Itoa(i)) != 0 {
+			t.Fatal("nack skipped")
+		}
+	}
+	brokertest.Eventually(t, "three dead-lettered", func() bool {
+		g, _ := e.Group("jobs")
+		return g.DeadLettered == 3 && g.DeadLetters == 2
+	})
+	if g, _ := e.Group("jobs"); g.DeadLettersDropped != 1 || g.DeadLetterBytes <= 0 {
+		t.Fatalf("dropped %d, bytes %d; want 1 dropped, some bytes", g.DeadLettersDropped, g.DeadLetterBytes)
+	}
+	st.Close()
+	stop(t, e)
+
+	e = start(t, o)
+	defer stop(t, e)
+	dls, next, err := e.DeadLetters("jobs", "", 1)
+	if err != nil || len(dls) != 1 || next == "" {
+		t.Fatalf("first page after a restart: %v %q %v", dls, next, err)
+	}
+	rest, next2, err := e.DeadLetters("jobs", next, 10)
+	if err != nil || len(rest) != 1 || next2 != "" {
+		t.Fatalf("second page: %v %q %v", rest, next2, err)
+	}
+	dls = append(dls, rest...)
+	for i, dl := range dls { // the oldest (message 0) was let go of
+		n := strconv.Itoa(i + 1)
+		if dl.ID != ids[i+1] || dl.Topic != "jobs" || string(dl.Payload) != n || dl.Reason != "bad "+n || dl.Attempts != 1 ||
+			dl.Headers["n"] != n || dl.Headers[broker.HeaderDeadLetterGroup] != "jobs" || dl.DeadAt == 0 {
+			t.Fatalf("dead letter %d: %+v", i, dl)
+		}
+	}
+	if _, _, err := e.DeadLetters("jobs", "x", 1); !errors.Is(err, broker.ErrInvalidSubscription) {
+		t.Fatalf("bad token: %v", err)
+	}
+	rs, err := e.ReplayDeadLetters("jobs", []string{ids[2], ids[0], "not.an id"})
+	if err != nil || len(rs) != 3 || rs[0].Err != nil || rs[0].Routed != 1 || !errors.Is(rs[1].Err, broker.ErrUnknownMessage) || !errors.Is(rs[2].Err, broker.ErrUnknownMessage) {
+		t.Fatalf("replay: %+v %v", rs, err)
+	}
+	st = e.NewStream(nil)
+	defer st.Close()
+	if _, err := st.Subscribe(broker.SubscribeOptions{Mode: broker.Balanced, Group: "jobs", Patterns: []string{"jobs"}}); err != nil {
+		t.Fatal(err)
+	}
+	if d := receive(t, st); string(d.Msg.Payload) != "2" || d.Msg.Headers[broker.HeaderReplayCount] != "1" || d.Msg.Headers[broker.HeaderDeadLetterReason] != "" {
+		t.Fatalf("replayed: %q %v", d.Msg.Payload, d.Msg.Headers)
+	}
+	if n, err := e.PurgeDeadLetters("jobs", nil); err != nil || n != 1 {
+		t.Fatalf("purge: %d %v", n, err)
+	}
+	if dls, _, err := e.DeadLetters("jobs", "", 10); err != nil || len(dls) != 0 {
+		t.Fatalf("after the purge: %v %v", dls, err)
+	}
+}
