@@ -70,6 +70,10 @@ type Options struct {
 	// dead_letters_max_bytes }): 10,000 and 64 MiB.
 	GroupDeadLetterMax      int
 	GroupDeadLetterMaxBytes int64
+	// GroupExpireAfter, if set, removes a consumer group (not a declared one) that has had
+	// no activity this long: JetStream's InactiveThreshold of its consumer (groups {
+	// expire_after }).
+	GroupExpireAfter time.Duration
 
 	FanoutBufferMessages int  // deliveries buffered per stream for fanout subscriptions (262,144)
 	FanoutBufferBytes    int  // payload bytes buffered per stream for fanout subscriptions (64 MiB)
@@ -221,8 +225,13 @@ func New(opts Options) (*Engine, error) {
 		e.close()
 		return nil, err
 	}
-	// The groups every node made: those that exist now, and those announced from now on.
+	// The groups every node made: those that exist now, and those announced from now on;
+	// and those JetStream deleted for their inactivity (GroupExpireAfter).
 	if _, err := e.nc.Subscribe(e.subjX+"*", e.onAnnounce); err != nil {
+		e.close()
+		return nil, fmt.Errorf("%w: %v", broker.ErrUnavailable, err)
+	}
+	if _, err := e.nc.Subscribe("$JS.EVENT.ADVISORY.CONSUMER.DELETED."+e.opts.Stream+".*", e.onConsumerDeleted); err != nil {
 		e.close()
 		return nil, fmt.Errorf("%w: %v", broker.ErrUnavailable, err)
 	}

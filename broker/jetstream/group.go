@@ -153,6 +153,9 @@ func (e *Engine) consumerConfig(g *group) jetstream.ConsumerConfig {
 		Description: "tinybroker consumer group " + g.name,
 		Metadata: map[string]string{metaID: g.id, metaGroup: g.name, metaPatterns: string(pj),
 			metaMaxDeliveries: strconv.Itoa(g.maxDeliveries), metaDLQ: g.dlq, metaDeclared: strconv.FormatBool(g.declared)}}
+	if !g.declared && e.opts.GroupExpireAfter > 0 {
+		cc.InactiveThreshold = e.opts.GroupExpireAfter
+	}
 	if g.own != (broker.GroupLimits{}) {
 		lj, _ := json.Marshal(g.own)
 		cc.Metadata[metaLimits] = string(lj)
@@ -450,6 +453,29 @@ func (e *Engine) onAnnounce(m *nats.Msg) {
 		return
 	}
 	e.learn(c.CachedInfo())
+}
+
+// onConsumerDeleted forgets the group whose consumer JetStream deleted: expired (its
+// InactiveThreshold, GroupExpireAfter), or deleted by a node (already forgotten there).
+func (e *Engine) onConsumerDeleted(m *nats.Msg) {
+	name := m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
+	e.mu.RLock()
+	var gone *group
+	for _, g := range e.groups {
+		if g.consumer == name {
+			gone = g
+		}
+	}
+	e.mu.RUnlock()
+	if gone == nil || e.closing.Load() {
+		return
+	}
+	e.log.Info("consumer group expired: no activity for group_expire_after", "subscription", gone.id, "group", gone.name,
+		"expire_after", e.opts.GroupExpireAfter)
+	e.forgetGroup(gone.id, gone)
+	if _, err := e.purgeDeadLetters(gone); err != nil {
+		e.log.Warn("the expired group's dead letters stay in the dead-letter stream", "subscription", gone.id, "error", err)
+	}
 }
 
 // learn adds a group made elsewhere, or takes the definition JetStream has for a known one.

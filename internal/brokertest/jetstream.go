@@ -65,6 +65,7 @@ func newJetStream(tb testing.TB, o Options) broker.Engine {
 		GroupMaxQueued:         o.GroupMaxQueued,
 		GroupMaxQueuedBytes:    o.GroupMaxQueuedBytes,
 		GroupOverflow:          o.GroupOverflow,
+		GroupExpireAfter:       o.GroupExpireAfter,
 		FanoutBufferMessages:   o.FanoutBufferMessages,
 		FanoutBufferBytes:      o.FanoutBufferBytes,
 		DropSlowConsumers:      o.DropSlowConsumers,
