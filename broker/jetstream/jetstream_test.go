@@ -223,11 +223,12 @@ func TestPublishBatch(t *testing.T) {
 		}
 	}
 
-	// Without its stream, JetStream stores nothing: every stored message of the frame is
-	// refused UNAVAILABLE, and a fanout-only one still goes out.
+	// When JetStream refuses to store them (here: too large for the stream now), every
+	// message of the frame a group wanted is refused UNAVAILABLE, and a fanout-only one
+	// still goes out.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := deleteStream(ctx, srv, "TB"); err != nil {
+	if err := shrinkStream(ctx, srv, "TB"); err != nil {
 		t.Fatal(err)
 	}
 	out = make([]broker.PublishOutcome, 3)
@@ -242,8 +243,8 @@ func TestPublishBatch(t *testing.T) {
 	}
 }
 
-// deleteStream deletes a JetStream stream behind the engine's back.
-func deleteStream(ctx context.Context, srv *natsserver.Server, name string) error {
+// shrinkStream makes a JetStream stream refuse every message, behind the engine's back.
+func shrinkStream(ctx context.Context, srv *natsserver.Server, name string) error {
 	nc, err := nats.Connect("", nats.InProcessServer(srv))
 	if err != nil {
 		return err
@@ -253,7 +254,14 @@ func deleteStream(ctx context.Context, srv *natsserver.Server, name string) erro
 	if err != nil {
 		return err
 	}
-	return js.DeleteStream(ctx, name)
+	s, err := js.Stream(ctx, name)
+	if err != nil {
+		return err
+	}
+	cfg := s.CachedInfo().Config
+	cfg.MaxMsgSize = 1
+	_, err = js.UpdateStream(ctx, cfg)
+	return err
 }
 
 // The dead letters a group keeps are JetStream's: bounded by the group's dead_letters_max
