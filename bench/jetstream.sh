@@ -39,7 +39,7 @@ tb() { # engine workload -> the bench's result line
   done
   [ -n "$addr" ] || { cat "$log" >&2; echo "tinybroker ($1) did not start" >&2; exit 1; }
   # shellcheck disable=SC2086
-  "$tmp/tinybroker" bench -addr "$addr" -server-pid "$pid" -w "$2" -reps 1 ${RUN_FLAGS:-} 2>"$tmp/bench.err" | grep -v '^#' | grep -iv median || tail -3 "$tmp/bench.err" >&2
+  "$tmp/tinybroker" bench -addr "$addr" -server-pid "$pid" -w "$2" -reps 1 ${RUN_FLAGS:-} 2>"$tmp/bench.err" | grep -v '^#' | grep -iv median || { tail -3 "$tmp/bench.err"; tail -5 "$log"; } >&2
   kill "$pid" 2>/dev/null || { echo "# tinybroker ($1) exited during $2:" >&2; tail -5 "$log" >&2; }
   wait "$pid" 2>/dev/null || true
   pid=""

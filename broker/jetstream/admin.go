@@ -31,28 +31,91 @@ func (e *Engine) lookup(id, systemID string) (*group, uint64, error) {
 	return g, seq, err
 }
 
-// Ack acknowledges one delivered message of a consumer group.
+// Ack acknowledges one delivered message of a consumer group. In a cluster, one that no
+// member of this node holds is passed to the node whose member holds it (forward). If no
+// node answers, it is refused as unknown (never delivered, settled already, or held by a
+// node that went away); the ack still goes to JetStream, which settles it in the last case
+// (JetStream answers an ack whether or not the message was pending, so it cannot tell).
 func (e *Engine) Ack(subscriptionID, systemID string) error {
 	g, seq, err := e.lookup(subscriptionID, systemID)
 	if err != nil {
 		return err
 	}
-	if g.ack(nil, []uint64{seq}) > 0 {
-		return broker.NotHeld(systemID, subscriptionID)
+	if e.solo || g.holds(seq) {
+		if g.ack(nil, []uint64{seq}) > 0 {
+			return broker.NotHeld(systemID, subscriptionID)
+		}
+		return nil
 	}
-	return nil
+	if e.forward(g, fmt.Appendf(nil, "ack %d", seq)) {
+		return nil
+	}
+	_ = e.nc.Publish(ackSubject(e.opts.Stream, g.consumer, seq, 0), []byte("+ACK"))
+	return broker.NotHeld(systemID, subscriptionID)
 }
 
-// Nack gives one delivered message back to its group, to be redelivered after delay.
+// Nack gives one delivered message back to its group, to be redelivered after delay; in a
+// cluster, through the node whose member holds it.
 func (e *Engine) Nack(subscriptionID, systemID string, delay time.Duration, reason string) error {
 	g, seq, err := e.lookup(subscriptionID, systemID)
 	if err != nil {
 		return err
 	}
-	if g.nack(nil, []uint64{seq}, delay, reason) > 0 {
-		return broker.NotInFlight(systemID, subscriptionID)
+	if e.solo || g.holds(seq) {
+		if g.nack(nil, []uint64{seq}, delay, reason) > 0 {
+			return broker.NotInFlight(systemID, subscriptionID)
+		}
+		return nil
 	}
-	return nil
+	if e.forward(g, fmt.Appendf(nil, "nack %d %d %s", seq, int64(delay), reason)) {
+		return nil
+	}
+	return broker.NotInFlight(systemID, subscriptionID)
+}
+
+// forwardTimeout bounds the wait for the node holding a forwarded delivery to answer.
+const forwardTimeout = 500 * time.Millisecond
+
+// forward asks the other nodes to settle a delivery of g that one of their members holds
+// ("ack SEQ" or "nack SEQ DELAY_NS REASON"); the holder applies it, with its hooks, and
+// answers. It says whether one did.
+func (e *Engine) forward(g *group, req []byte) bool {
+	_, err := e.nc.Request(e.subjS+g.consumer, req, forwardTimeout)
+	return err == nil
+}
+
+// onSettle applies a settlement another node forwarded, if this node holds the delivery.
+func (e *Engine) onSettle(m *nats.Msg) {
+	consumer := m.Subject[len(e.subjS):]
+	e.mu.RLock()
+	var g *group
+	for _, x := range e.groups {
+		if x.consumer == consumer {
+			g = x
+		}
+	}
+	e.mu.RUnlock()
+	var op string
+	var seq uint64
+	var delay int64
+	n, _ := fmt.Sscanf(string(m.Data), "%s %d %d", &op, &seq, &delay)
+	if g == nil || n < 2 || !g.holds(seq) {
+		return
+	}
+	done := false
+	switch op {
+	case "ack":
+		done = g.ack(nil, []uint64{seq}) == 0
+	case "nack":
+		reason := ""
+		if f := strings.SplitN(string(m.Data), " ", 4); len(f) == 4 {
+			reason = f[3]
+		}
+		done = g.nack(nil, []uint64{seq}, time.Duration(delay), reason) == 0
+	}
+	if done {
+		_ = m.Respond(nil)
+	}
 }
 
 // Declare creates the consumer group gc describes (its consumer, if no node made it yet),
@@ -65,6 +128,7 @@ func (e *Engine) Declare(gc broker.GroupConfig) error {
 	}
 	gc.ID = o.ID
 	e.mu.Lock()
+	defer e.awaitAnnounces() // after the unlock
 	defer e.mu.Unlock()
 	g, err := e.groupLocked(gc.ID)
 	if err != nil {
@@ -319,7 +383,10 @@ func (e *Engine) DeleteGroup(id string) error {
 	if err := e.js.DeleteConsumer(ctx, e.opts.Stream, g.consumer); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return fmt.Errorf("%w: deleting consumer group %q: %v", broker.ErrUnavailable, id, err)
 	}
+	e.mu.Lock()
 	e.announce(g.consumer)
+	e.mu.Unlock()
+	e.awaitAnnounces()
 	e.forgetGroup(id, g)
 	if _, err := e.purgeDeadLetters(g); err != nil {
 		e.log.Warn("the deleted group's dead letters stay in the dead-letter stream", "subscription", id, "error", err)

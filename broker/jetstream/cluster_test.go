@@ -1,6 +1,7 @@
 package jetstream_test
 
 import (
+	"errors"
 	"net"
 	"strconv"
 	"sync"
@@ -124,4 +125,48 @@ func testLogger(t *testing.T) hclog.Logger {
 		}
 	})
 	return hclog.New(&hclog.LoggerOptions{Level: hclog.Info, Output: logs})
+}
+
+// Across nodes: a group made on one node is routed to by every node as soon as its member
+// hears "subscribed"; a unary Ack or Nack on a node that does not hold the delivery reaches
+// the node that does, and one of a delivery no member holds is refused as unknown.
+func TestClusterSettleAcrossNodes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a three-node cluster takes seconds to form")
+	}
+	nodes := startCluster(t, 3, 1)
+	a, b, c := nodes[0], nodes[1], nodes[2]
+	defer stop(t, a)
+	defer stop(t, b)
+	defer stop(t, c)
+	st := b.NewStream(nil)
+	defer st.Close()
+	if _, err := st.Subscribe(broker.SubscribeOptions{Mode: broker.Balanced, Group: "work", Patterns: []string{"w.>"}, MaxInFlight: 10}); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []*jetstream.Engine{a, c} { // at once, not eventually
+		if res, err := n.Publish("w.x", []byte("first"), nil); err != nil || res.Routed != 1 {
+			t.Fatalf("publish on another node right after the group was made: %+v %v", res, err)
+		}
+	}
+	first, second := receive(t, st), receive(t, st)
+	if err := a.Ack("work", first.Msg.SystemID); err != nil {
+		t.Fatalf("ack on a node that does not hold it: %v", err)
+	}
+	brokertest.Eventually(t, "the ack applied on b", func() bool {
+		g, _ := b.Group("work")
+		return g.Acked == 1 && g.InFlight == 1
+	})
+	if err := a.Ack("work", first.Msg.SystemID); !errors.Is(err, broker.ErrUnknownMessage) {
+		t.Fatalf("second ack of it: %v", err)
+	}
+	if err := c.Nack("work", second.Msg.SystemID, 0, "again"); err != nil {
+		t.Fatalf("nack on a node that does not hold it: %v", err)
+	}
+	if d := receive(t, st); d.Msg.SystemID != second.Msg.SystemID || d.Attempt != 2 {
+		t.Fatalf("after the nack: %s attempt %d", d.Msg.SystemID, d.Attempt)
+	}
+	if err := c.Nack("work", first.Msg.SystemID, 0, ""); !errors.Is(err, broker.ErrUnknownMessage) {
+		t.Fatalf("nack of an acked message: %v", err)
+	}
 }

@@ -21,6 +21,7 @@ import (
 // hdrJSON instead, so the two never mix.
 const (
 	hdrTime = "Tb-Time" // when the engine accepted it, Unix nanoseconds
+	hdrFrom = "Tb-From" // the engine that announced a group's change (its self id)
 	hdrSkip = "Tb-Skip" // the consumers of the groups that refused a stored message (full), comma-separated
 	hdrJSON = "Tb-Hx"   // every header of the message, as JSON, when one cannot be a NATS header
 )

@@ -164,12 +164,18 @@ type Engine struct {
 	// interest says whether any NATS subscription, on this server or (by its routes) on
 	// another node, wants a subject; nil with an external server, where the engine cannot ask.
 	interest func(subject string) bool
+	// interestCount is how many NATS subscriptions want a subject, this server's and (one
+	// per node) the other nodes'; nil with an external server.
+	interestCount func(subject string) int
+	self          string         // this engine's id in announcements
+	announcing    []announceWait // under mu: announcements whose answers are awaited
 	// storeLimit is the bytes JetStream may store for the engine's account (0: unknown).
 	storeLimit int64
 	subjF      string
 	subjG      string
 	subjX      string // <prefix>.x.<consumer>: a consumer group changed (announce)
 	subjD      string // <prefix>.d.<consumer>.<system_id>: a dead letter kept (dlq.go)
+	subjS      string // <prefix>.s.<consumer>: settle a delivery another node holds (forward)
 	dlq        jetstream.Stream
 	closing    atomic.Bool
 
@@ -208,7 +214,7 @@ type patSub struct {
 func New(opts Options) (*Engine, error) {
 	opts.setDefaults()
 
-	e := &Engine{opts: opts, log: opts.Logger, subjF: opts.Prefix + ".f.", subjG: opts.Prefix + ".g.", subjX: opts.Prefix + ".x.", subjD: opts.Prefix + ".d.",
+	e := &Engine{opts: opts, log: opts.Logger, subjF: opts.Prefix + ".f.", subjG: opts.Prefix + ".g.", subjX: opts.Prefix + ".x.", subjD: opts.Prefix + ".d.", subjS: opts.Prefix + ".s.", self: nats.NewInbox(),
 		fanCh: make(chan *nats.Msg, 1<<16), stop: make(chan struct{}),
 		fanouts: make(map[string]*Subscription), patSubs: make(map[string]*patSub),
 		groups: make(map[string]*group), groupNames: make(map[string]string), streams: make(map[uint64]*Stream)}
@@ -232,6 +238,10 @@ func New(opts Options) (*Engine, error) {
 		return nil, fmt.Errorf("%w: %v", broker.ErrUnavailable, err)
 	}
 	if _, err := e.nc.Subscribe("$JS.EVENT.ADVISORY.CONSUMER.DELETED."+e.opts.Stream+".*", e.onConsumerDeleted); err != nil {
+		e.close()
+		return nil, fmt.Errorf("%w: %v", broker.ErrUnavailable, err)
+	}
+	if _, err := e.nc.Subscribe(e.subjS+"*", e.onSettle); err != nil {
 		e.close()
 		return nil, fmt.Errorf("%w: %v", broker.ErrUnavailable, err)
 	}
@@ -289,6 +299,7 @@ func (e *Engine) connect() error {
 		// The engine's connection has no user: it is in the global account, whose
 		// subscriptions include the other nodes' (routes register their interest there).
 		e.interest = srv.GlobalAccount().SubscriptionInterest
+		e.interestCount = srv.GlobalAccount().Interest
 		if o.Server != nil {
 			e.solo = len(srv.ClusterName()) == 0 || !srv.JetStreamIsClustered()
 		}

@@ -418,18 +418,74 @@ func (e *Engine) saveLocked(g *group) error {
 
 // announce tells every node that consumer group's definition changed (made, redefined,
 // deleted), so that they route to it at once: a node routes a topic into the stream only
-// for the groups it knows.
+// for the groups it knows. Where the engine can count the other nodes (an embedded server:
+// the subscriptions to the announcement, its routes' included), it asks each to answer once
+// it has read the group again, and awaitAnnounces waits for them: a member hears
+// "subscribed" only when a publish on any node reaches its group. Engine.mu must be held.
 func (e *Engine) announce(consumer string) {
-	if err := e.nc.Publish(e.subjX+consumer, nil); err != nil {
+	subj := e.subjX + consumer
+	msg := &nats.Msg{Subject: subj, Header: nats.Header{hdrFrom: []string{e.self}}}
+	var w announceWait
+	if e.interestCount != nil {
+		w.others = e.interestCount(subj) - 1 // this engine is one
+	}
+	if w.others > 0 {
+		msg.Reply = nats.NewInbox()
+		var err error
+		if w.sub, err = e.nc.SubscribeSync(msg.Reply); err != nil {
+			w.others = 0
+		}
+	}
+	if err := e.nc.PublishMsg(msg); err != nil {
 		e.log.Warn("could not tell the other nodes of a consumer group's change", "consumer", consumer, "error", err)
+	}
+	if w.others > 0 {
+		w.consumer = consumer
+		e.announcing = append(e.announcing, w)
+	}
+}
+
+// announceWait is an announcement whose answers are awaited.
+type announceWait struct {
+	consumer string
+	sub      *nats.Subscription
+	others   int
+}
+
+// announceTimeout bounds the wait for the other nodes to read a changed group: one that
+// does not answer in time (busy, or gone) reads it a moment later.
+const announceTimeout = 2 * time.Second
+
+// awaitAnnounces waits for the answers to the announcements made under Engine.mu, which
+// must not be held (the other nodes may be announcing to this one).
+func (e *Engine) awaitAnnounces() {
+	e.mu.Lock()
+	ws := e.announcing
+	e.announcing = nil
+	e.mu.Unlock()
+	deadline := time.Now().Add(announceTimeout)
+	for _, w := range ws {
+		for got := 0; got < w.others; got++ {
+			if _, err := w.sub.NextMsg(time.Until(deadline)); err != nil {
+				e.log.Warn("a node did not confirm a consumer group's change in time; it may miss publishes to it for a moment",
+					"consumer", w.consumer, "confirmed", got, "nodes", w.others, "error", err)
+				break
+			}
+		}
+		_ = w.sub.Unsubscribe()
 	}
 }
 
 // onAnnounce reads a group another node (or this one) changed again from JetStream.
 func (e *Engine) onAnnounce(m *nats.Msg) {
-	if e.closing.Load() {
+	if e.closing.Load() || m.Header.Get(hdrFrom) == e.self { // it knows its own changes
 		return
 	}
+	defer func() {
+		if m.Reply != "" {
+			_ = m.Respond(nil)
+		}
+	}()
 	name := strings.TrimPrefix(m.Subject, e.subjX)
 	ctx, cancel := e.ctx()
 	c, err := e.js.Consumer(ctx, e.opts.Stream, name)
@@ -534,6 +590,7 @@ func (e *Engine) createLocked(gc broker.GroupConfig, patterns []string, declared
 // memory engine does.
 func (e *Engine) join(o broker.SubscribeOptions, patterns []string, s *Subscription) (*Subscription, error) {
 	e.mu.Lock()
+	defer e.awaitAnnounces() // after the unlock
 	defer e.mu.Unlock()
 	if _, ok := e.fanouts[o.ID]; ok {
 		return nil, fmt.Errorf("%w: subscription_id %q is an open fanout subscription; choose another id for the consumer group", broker.ErrGroupMismatch, o.ID)
@@ -753,6 +810,15 @@ func (g *group) findLocked(pref *member, only bool, seq uint64) (*held, *member)
 		}
 	}
 	return nil, nil
+}
+
+// holds says whether a member of this node holds seq, or this node took it back and waits
+// for JetStream to redeliver it.
+func (g *group) holds(seq uint64) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	h, _ := g.findLocked(nil, false, seq)
+	return h != nil || g.waiting[seq] != nil
 }
 
 // ack settles seqs and returns how many were unknown. In a cluster, an id held by no member
