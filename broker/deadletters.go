@@ -31,3 +31,17 @@ func UnknownDeadLetter(group, id string) error {
 func BadPageToken(token string) error {
 	return fmt.Errorf("%w: page token %q is not one this broker gave; leave it empty to list from the start", ErrInvalidSubscription, token)
 }
+
+// DeadLetterPage reads the page token and size of a dead-letter listing: the position after
+// which to list (0 for an empty token) and the limit, 100 if limit is not positive.
+func DeadLetterPage(token string, limit int) (after uint64, n int, err error) {
+	if token != "" {
+		if after, err = strconv.ParseUint(token, 10, 64); err != nil {
+			return 0, 0, BadPageToken(token)
+		}
+	}
+	if limit <= 0 {
+		limit = 100
+	}
+	return after, limit, nil
+}

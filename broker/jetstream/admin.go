@@ -86,15 +86,7 @@ func (e *Engine) forward(g *group, req []byte) bool {
 
 // onSettle applies a settlement another node forwarded, if this node holds the delivery.
 func (e *Engine) onSettle(m *nats.Msg) {
-	consumer := m.Subject[len(e.subjS):]
-	e.mu.RLock()
-	var g *group
-	for _, x := range e.groups {
-		if x.consumer == consumer {
-			g = x
-		}
-	}
-	e.mu.RUnlock()
+	g := e.groupByConsumer(m.Subject[len(e.subjS):])
 	var op string
 	var seq uint64
 	var delay int64

@@ -31,9 +31,13 @@ func freeAddrs(t *testing.T, n int) []string {
 }
 
 // startCluster starts n tinybroker nodes in this process, each embedding a NATS server, that
-// form one JetStream cluster with the given replicas.
+// form one JetStream cluster with the given replicas; they stop when the test ends. With
+// -short, the test is skipped: a cluster takes seconds to form.
 func startCluster(t *testing.T, n, replicas int) []*jetstream.Engine {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("a JetStream cluster takes seconds to form")
+	}
 	routes := freeAddrs(t, n)
 	logger := testLogger(t)
 	nodes := make([]*jetstream.Engine, n)
@@ -57,19 +61,17 @@ func startCluster(t *testing.T, n, replicas int) []*jetstream.Engine {
 			t.Fatalf("node %d: %v", i+1, err)
 		}
 	}
+	for _, e := range nodes {
+		t.Cleanup(func() { stop(t, e) })
+	}
 	return nodes
 }
 
 // Three nodes, replicas 3: a group's messages published on one node go to a member on
 // another; one node is killed and no confirmed message is lost.
 func TestClusterOfThree(t *testing.T) {
-	if testing.Short() {
-		t.Skip("a three-node cluster takes seconds to form")
-	}
 	nodes := startCluster(t, 3, 3)
 	a, b, c := nodes[0], nodes[1], nodes[2]
-	defer stop(t, a)
-	defer stop(t, b)
 	// The group is made by its first member, on b; a learns of it from b's announcement.
 	st := b.NewStream(nil)
 	defer st.Close()
@@ -131,14 +133,8 @@ func testLogger(t *testing.T) hclog.Logger {
 // hears "subscribed"; a unary Ack or Nack on a node that does not hold the delivery reaches
 // the node that does, and one of a delivery no member holds is refused as unknown.
 func TestClusterSettleAcrossNodes(t *testing.T) {
-	if testing.Short() {
-		t.Skip("a three-node cluster takes seconds to form")
-	}
 	nodes := startCluster(t, 3, 1)
 	a, b, c := nodes[0], nodes[1], nodes[2]
-	defer stop(t, a)
-	defer stop(t, b)
-	defer stop(t, c)
 	st := b.NewStream(nil)
 	defer st.Close()
 	if _, err := st.Subscribe(broker.SubscribeOptions{Mode: broker.Balanced, Group: "work", Patterns: []string{"w.>"}, MaxInFlight: 10}); err != nil {

@@ -132,24 +132,7 @@ func (c idCodec) format(seq, secret uint64) string { return c.ids.Format(seq, se
 
 // parse returns the stream sequence number of a stored message's system_id.
 func (c idCodec) parse(id string) (uint64, error) {
-	if len(id) != idLen {
-		return 0, fmt.Errorf("%w %q: not a system_id of this broker (a system_id is the %d characters the broker sent with the message)", broker.ErrUnknownMessage, truncate(id, 64), idLen)
-	}
-	seq, secret, ok := c.ids.Parse(id)
-	if !ok {
-		return 0, fmt.Errorf("%w %q: malformed system_id", broker.ErrUnknownMessage, id)
-	}
-	if secret != c.stored || seq == 0 {
-		return 0, fmt.Errorf("%w %q: not a system_id of a message this broker stored for a consumer group", broker.ErrUnknownMessage, id)
-	}
-	return seq, nil
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "..."
+	return broker.ParseID(c.ids, c.stored, id, "a message this broker stored for a consumer group", "")
 }
 
 // encodeName turns a subscription_id (letters, digits, '-', '_', '.') into a JetStream

@@ -123,14 +123,9 @@ func (e *Engine) DeadLetters(id, token string, limit int) ([]broker.DeadLetter, 
 	if err != nil {
 		return nil, "", err
 	}
-	var after uint64
-	if token != "" {
-		if after, err = strconv.ParseUint(token, 10, 64); err != nil {
-			return nil, "", broker.BadPageToken(token)
-		}
-	}
-	if limit <= 0 {
-		limit = 100
+	after, limit, err := broker.DeadLetterPage(token, limit)
+	if err != nil {
+		return nil, "", err
 	}
 	ctx, cancel := e.ctx()
 	defer cancel()

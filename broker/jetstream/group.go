@@ -199,22 +199,9 @@ func (e *Engine) groupFromInfo(ci *jetstream.ConsumerInfo) *group {
 
 // groupLimits fills l's zero values with the engine's defaults.
 func (e *Engine) groupLimits(l broker.GroupLimits) broker.GroupLimits {
-	if l.MaxQueued <= 0 {
-		l.MaxQueued = e.opts.GroupMaxQueued
-	}
-	if l.MaxQueuedBytes <= 0 {
-		l.MaxQueuedBytes = e.opts.GroupMaxQueuedBytes
-	}
-	if l.Overflow == broker.OverflowDefault {
-		l.Overflow = e.opts.GroupOverflow
-	}
-	if l.DeadLetterMax <= 0 {
-		l.DeadLetterMax = e.opts.GroupDeadLetterMax
-	}
-	if l.DeadLetterMaxBytes <= 0 {
-		l.DeadLetterMaxBytes = e.opts.GroupDeadLetterMaxBytes
-	}
-	return l
+	o := &e.opts
+	return l.Or(broker.GroupLimits{MaxQueued: o.GroupMaxQueued, MaxQueuedBytes: o.GroupMaxQueuedBytes, Overflow: o.GroupOverflow,
+		DeadLetterMax: o.GroupDeadLetterMax, DeadLetterMaxBytes: o.GroupDeadLetterMaxBytes})
 }
 
 // avgCost is the heldCost of the stream's average message, for messages stored before
@@ -491,15 +478,7 @@ func (e *Engine) onAnnounce(m *nats.Msg) {
 	c, err := e.js.Consumer(ctx, e.opts.Stream, name)
 	cancel()
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {
-		e.mu.RLock()
-		var gone *group
-		for _, g := range e.groups {
-			if g.consumer == name {
-				gone = g
-			}
-		}
-		e.mu.RUnlock()
-		if gone != nil {
+		if gone := e.groupByConsumer(name); gone != nil {
 			e.forgetGroup(gone.id, gone)
 		}
 		return
@@ -511,18 +490,22 @@ func (e *Engine) onAnnounce(m *nats.Msg) {
 	e.learn(c.CachedInfo())
 }
 
+// groupByConsumer returns the group this node knows whose consumer has that name, or nil.
+func (e *Engine) groupByConsumer(name string) *group {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	for _, g := range e.groups {
+		if g.consumer == name {
+			return g
+		}
+	}
+	return nil
+}
+
 // onConsumerDeleted forgets the group whose consumer JetStream deleted: expired (its
 // InactiveThreshold, GroupExpireAfter), or deleted by a node (already forgotten there).
 func (e *Engine) onConsumerDeleted(m *nats.Msg) {
-	name := m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
-	e.mu.RLock()
-	var gone *group
-	for _, g := range e.groups {
-		if g.consumer == name {
-			gone = g
-		}
-	}
-	e.mu.RUnlock()
+	gone := e.groupByConsumer(m.Subject[strings.LastIndexByte(m.Subject, '.')+1:])
 	if gone == nil || e.closing.Load() {
 		return
 	}
@@ -796,20 +779,7 @@ func (m *member) onMsg(msg *nats.Msg) {
 // findLocked returns the delivery seq held on this node and its member: with only set,
 // among pref's alone; otherwise pref's first, then every member's.
 func (g *group) findLocked(pref *member, only bool, seq uint64) (*held, *member) {
-	if pref != nil {
-		if h := pref.held[seq]; h != nil {
-			return h, pref
-		}
-	}
-	if only {
-		return nil, nil
-	}
-	for _, m := range g.members {
-		if h := m.held[seq]; h != nil {
-			return h, m
-		}
-	}
-	return nil, nil
+	return broker.FindHeld(pref, g.members, only, func(m *member) map[uint64]*held { return m.held }, seq)
 }
 
 // holds says whether a member of this node holds seq, or this node took it back and waits

@@ -3,7 +3,6 @@ package memory
 import (
 	"crypto/rand"
 	"encoding/binary"
-	"fmt"
 	"sync/atomic"
 	"unicode/utf8"
 
@@ -93,23 +92,5 @@ func (c idCodec) formatIn(seq uint64, block *[16]byte) string {
 }
 
 func (c idCodec) parse(id string) (uint64, error) {
-	if len(id) != idLen {
-		return 0, fmt.Errorf("%w %q: not a system_id of this broker process (a system_id is the %d characters the broker sent with the message; the broker may have restarted)", broker.ErrUnknownMessage, truncate(id, 64), idLen)
-	}
-	seq, secret, ok := c.ids.Parse(id)
-	if !ok {
-		return 0, fmt.Errorf("%w %q: malformed system_id", broker.ErrUnknownMessage, id)
-	}
-	if secret != c.secret || seq == 0 {
-		return 0, fmt.Errorf("%w %q: not a system_id of this broker process (the broker may have restarted)", broker.ErrUnknownMessage, id)
-	}
-	return seq, nil
-}
-
-// truncate shortens s for an error message.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "..."
+	return broker.ParseID(c.ids, c.secret, id, "this broker process", "the broker may have restarted")
 }
