@@ -1084,7 +1084,7 @@ func (s *Subscription) evict(err error) {
 	left := len(st.subs)
 	s.closed = true
 	st.removeLocked(s, nil)
-	if !st.closed {
+	if !st.fin.Ended() {
 		st.pushLocked(broker.Delivery{Sub: s, Ended: err})
 	}
 	st.mu.Unlock()
