@@ -39,7 +39,7 @@ tb() { # engine workload -> the bench's result line
   done
   [ -n "$addr" ] || { cat "$log" >&2; echo "tinybroker ($1) did not start" >&2; exit 1; }
   # shellcheck disable=SC2086
-  "$tmp/tinybroker" bench -addr "$addr" -server-pid "$pid" -w "$2" -reps 1 ${RUN_FLAGS:-} 2>"$tmp/bench.err" | grep -v '^#' | grep -iv median || { tail -3 "$tmp/bench.err"; tail -5 "$log"; } >&2
+  "$tmp/tinybroker" bench -addr "$addr" -server-pid "$pid" -w "$2" -reps 1 ${RUN_FLAGS:-} </dev/null 2>"$tmp/bench.err" | grep -v '^#' | grep -iv median || { tail -3 "$tmp/bench.err"; tail -5 "$log"; } >&2
   kill "$pid" 2>/dev/null || { echo "# tinybroker ($1) exited during $2:" >&2; tail -5 "$log" >&2; }
   wait "$pid" 2>/dev/null || true
   pid=""
@@ -53,7 +53,8 @@ nats() { # workload -> the peer's result line
     sleep 0.1
   done
   # shellcheck disable=SC2086
-  "$tmp/natspeer" run -url "$url" -server-pid "$pid" -w "$1" -reps 1 ${RUN_FLAGS:-} 2>/dev/null | grep -iv median || true
+  "$tmp/natspeer" run -url "$url" -server-pid "$pid" -w "$1" -reps 1 ${RUN_FLAGS:-} </dev/null 2>"$tmp/nats.err" | grep -iv median ||
+    { echo "# the NATS peer's $1 failed:"; tail -3 "$tmp/nats.err"; } >&2
   kill "$pid" 2>/dev/null || true
   wait "$pid" 2>/dev/null || true
   pid=""
@@ -81,12 +82,19 @@ median() { # label workload -> median of the first *_per_s figure
   awk -v s="$1" -v w="$2" '$1==s && $2==w { for (i = 4; i <= NF; i++) if ($i ~ /_per_s=/) { split($i, kv, "="); print kv[2]; break } }' "$tmp/results" |
     sort -g | awk '{v[NR]=$1} END {if (NR) print v[int((NR+1)/2)]; else print 0}'
 }
-echo "# medians, and tinybroker (JetStream engine) / peer"
+# round_ratios label workload -> the median over rounds of tb-jetstream / label, each round's
+# two runs having been back to back
+round_ratios() {
+  awk -v s="$1" -v w="$2" '$2==w && ($1==s || $1=="tb-jetstream") { for (i = 4; i <= NF; i++) if ($i ~ /_per_s=/) { split($i, kv, "="); v[$1, $3] = kv[2]; r[$3] = 1; break } }
+    END { for (k in r) if (v[s, k] > 0 && v["tb-jetstream", k] > 0) printf "%.3f\n", v["tb-jetstream", k] / v[s, k] }' "$tmp/results" |
+    sort -g | awk '{v[NR]=$1} END {if (NR) print v[int((NR+1)/2)]; else print "-"}'
+}
+echo "# medians, tinybroker (JetStream engine) / peer, and the median of the per-round ratios"
 for w in "${workloads[@]}"; do
   t=$(median tb-jetstream "$w")
   while read -r label _; do
     [ "$label" = tb-jetstream ] && continue
     m=$(median "$label" "$w")
-    echo "$w tb-jetstream $t $label $m ratio $(awk -v a="$m" -v b="$t" 'BEGIN {if (a > 0) printf "%.3f", b/a}')"
+    echo "$w tb-jetstream $t $label $m ratio $(awk -v a="$m" -v b="$t" 'BEGIN {if (a > 0) printf "%.3f", b/a}') round_ratio $(round_ratios "$label" "$w")"
   done < <(sides "$w")
 done
