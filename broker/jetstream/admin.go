@@ -177,7 +177,7 @@ func (g *group) stats(ci *jetstream.ConsumerInfo) broker.GroupStats {
 	st := broker.GroupStats{ID: g.id, Group: g.name, Patterns: g.patterns, Members: len(g.members),
 		Delivered: g.delivered, Acked: g.acked, Redelivered: g.redelivered, DeadLettered: g.deadLettered, Dropped: g.dropped,
 		Declared: g.declared, Nacked: g.nacked, TimedOut: g.timedOut, LeftBehind: g.leftBehind, Bytes: g.bytes, Rejected: g.rejected,
-		DeadLetters: g.deadCount, DeadLetterBytes: g.deadBytes, DeadLettersDropped: g.deadDropped}
+		DeadLetters: max(0, g.deadCount), DeadLetterBytes: g.deadBytes, DeadLettersDropped: g.deadDropped}
 	now := time.Now()
 	for seq, t := range g.delayed {
 		if t.After(now) {

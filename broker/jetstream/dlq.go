@@ -58,12 +58,26 @@ func (e *Engine) keepDeadLetter(g *group, m *broker.Message, headers map[string]
 		g.mu.Unlock()
 		return
 	}
+	// Counted here once, then kept by this node (+1 a letter, -1 a deletion): counting asks
+	// JetStream for a subject per letter, too much to do for every letter of a full store.
 	g.mu.Lock()
-	limits := g.limits
+	counted := g.deadCount >= 0
+	if counted {
+		g.deadCount++
+		g.deadBytes += g.deadAvg
+	}
 	g.mu.Unlock()
+	if !counted {
+		if _, _, err := e.countDeadLetters(ctx, g); err != nil {
+			e.log.Warn("could not count a group's dead letters", "subscription", g.id, "error", err)
+			return
+		}
+	}
 	for {
-		n, bytes, err := e.countDeadLetters(ctx, g)
-		if err != nil || (n <= limits.DeadLetterMax && bytes <= limits.DeadLetterMaxBytes) || n <= 1 {
+		g.mu.Lock()
+		over := g.deadCount > 1 && (g.deadCount > g.limits.DeadLetterMax || g.deadBytes > g.limits.DeadLetterMaxBytes)
+		g.mu.Unlock()
+		if !over {
 			return
 		}
 		first, err := e.dlq.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(e.dlqSubject(g.consumer, "*")))
@@ -71,11 +85,13 @@ func (e *Engine) keepDeadLetter(g *group, m *broker.Message, headers map[string]
 			return
 		}
 		g.mu.Lock()
+		g.deadCount--
+		g.deadBytes = max(0, g.deadBytes-g.deadAvg)
 		g.deadDropped++
 		if !g.deadFull {
 			g.deadFull = true
 			e.log.Warn("dead-letter store full: the group drops its oldest dead letters to keep new ones (they are still published to the dead-letter topic)",
-				"subscription", g.id, "group", g.name, "kept", n-1, "dropped_total", g.deadDropped)
+				"subscription", g.id, "group", g.name, "kept", g.deadCount, "dropped_total", g.deadDropped)
 		}
 		g.mu.Unlock()
 	}
@@ -89,12 +105,13 @@ func (e *Engine) countDeadLetters(ctx context.Context, g *group) (int, int64, er
 		return 0, 0, fmt.Errorf("%w: reading the dead letters of consumer group %q: %v", broker.ErrUnavailable, g.id, err)
 	}
 	n := len(si.State.Subjects) // a subject per letter
-	var bytes int64
+	var avg int64
 	if si.State.Msgs > 0 {
-		bytes = int64(n) * heldCost("", make([]byte, si.State.Bytes/si.State.Msgs), nil, 0)
+		avg = heldCost("", make([]byte, si.State.Bytes/si.State.Msgs), nil, 0)
 	}
+	bytes := int64(n) * avg
 	g.mu.Lock()
-	g.deadCount, g.deadBytes = n, bytes
+	g.deadCount, g.deadBytes, g.deadAvg = n, bytes, avg
 	if g.deadFull && n < g.limits.DeadLetterMax/2 {
 		g.deadFull = false
 	}
@@ -165,6 +182,12 @@ func (e *Engine) takeDeadLetters(g *group, ids []string) ([]*broker.DeadLetter, 
 		if err := e.dlq.DeleteMsg(ctx, rm.Sequence); err != nil { // another call took it
 			return nil
 		}
+		g.mu.Lock()
+		if g.deadCount > 0 {
+			g.deadCount--
+			g.deadBytes = max(0, g.deadBytes-g.deadAvg)
+		}
+		g.mu.Unlock()
 		dl := deadLetterOf(rm)
 		return &dl
 	}
@@ -279,7 +302,7 @@ func (e *Engine) purgeDeadLetters(g *group) (int, error) {
 		return 0, fmt.Errorf("%w: purging the dead letters of consumer group %q: %v", broker.ErrUnavailable, g.id, err)
 	}
 	g.mu.Lock()
-	g.deadCount, g.deadBytes, g.deadFull = 0, 0, false
+	g.deadCount, g.deadBytes, g.deadFull = 0, 0, false // deadAvg stays: the size of its letters
 	g.mu.Unlock()
 	return n, nil
 }

@@ -813,7 +813,8 @@ func (e *Engine) dispatchFanout() {
 				continue
 			}
 			for _, s := range subs {
-				if s.firstMatch(msg.Topic) == ps.pattern {
+				// With one pattern, NATS matched it already.
+				if len(s.patterns) == 1 || s.firstMatch(msg.Topic) == ps.pattern {
 					s.st.deliverFanout(s, msg)
 				}
 			}

@@ -83,8 +83,9 @@ type group struct {
 	rejected  uint64
 	full      bool
 	// The dead letters it keeps (dlq.go), as last counted, and those it let go of.
-	deadCount   int
-	deadBytes   int64
+	deadCount   int   // -1: not counted yet
+	deadBytes   int64 // about: deadCount letters of deadAvg bytes
+	deadAvg     int64
 	deadDropped uint64
 	deadFull    bool
 }
@@ -169,7 +170,7 @@ func (e *Engine) consumerConfig(g *group) jetstream.ConsumerConfig {
 }
 
 func (e *Engine) newGroup(id string) *group {
-	return &group{e: e, id: id, consumer: encodeName(id), waiting: make(map[uint64]*broker.Message), delayed: make(map[uint64]time.Time)}
+	return &group{e: e, id: id, consumer: encodeName(id), waiting: make(map[uint64]*broker.Message), delayed: make(map[uint64]time.Time), deadCount: -1}
 }
 
 // groupFromInfo makes a group of a consumer tinybroker made, or nil.
