@@ -224,6 +224,7 @@ func (e *Engine) Group(id string) (broker.GroupInfo, error) {
 	var ci *jetstream.ConsumerInfo
 	if c, err := e.js.Consumer(ctx, e.opts.Stream, g.consumer); err == nil {
 		ci = c.CachedInfo()
+		g.counted(ci)
 	} else if errors.Is(err, jetstream.ErrConsumerNotFound) {
 		e.forgetGroup(id, g)
 		return broker.GroupInfo{}, fmt.Errorf("%w %q: the consumer group was deleted", broker.ErrUnknownSubscription, id)

@@ -165,4 +165,42 @@ func TestClusterSettleAcrossNodes(t *testing.T) {
 	if err := c.Nack("work", first.Msg.SystemID, 0, ""); !errors.Is(err, broker.ErrUnknownMessage) {
 		t.Fatalf("nack of an acked message: %v", err)
 	}
+
+	// A group's bound holds for what other nodes published, within the 100 ms a node's
+	// count may be old: the node asks JetStream, and again once members drained it.
+	if err := a.Declare(broker.GroupConfig{Name: "small", Patterns: []string{"s"}, Limits: broker.GroupLimits{MaxQueued: 2}}); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if _, err := c.Publish("s", nil, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if g, _ := a.Group("small"); g.Queued != 2 { // describing it takes JetStream's count
+		t.Fatalf("queued %d, want 2", g.Queued)
+	}
+	if _, err := a.Publish("s", nil, nil); !errors.Is(err, broker.ErrGroupFull) {
+		t.Fatalf("a third message to a group of max_queued 2, on another node: %v", err)
+	}
+	accepted := 0 // by a node whose count is up to 100 ms old
+	brokertest.Eventually(t, "c refuses too", func() bool {
+		_, err := c.Publish("s", nil, nil)
+		if err == nil {
+			accepted++
+		}
+		return errors.Is(err, broker.ErrGroupFull)
+	})
+	sst := b.NewStream(nil)
+	defer sst.Close()
+	small, err := sst.Subscribe(broker.SubscribeOptions{Mode: broker.Balanced, Group: "small", Patterns: []string{"s"}, MaxInFlight: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 + accepted {
+		small.Ack([]string{receive(t, sst).Msg.SystemID})
+	}
+	brokertest.Eventually(t, "room again, seen from a", func() bool {
+		_, err := a.Publish("s", nil, nil)
+		return err == nil
+	})
 }

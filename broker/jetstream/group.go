@@ -225,11 +225,20 @@ func (e *Engine) avgCost() int64 {
 // "drop_oldest" group makes room by ending its oldest queued message, and a "reject" group
 // (or one with nothing queued to drop) refuses it with ErrGroupFull. A group that looks
 // full asks JetStream first how much it holds (at most every refreshEvery), since members
-// on other nodes may have taken messages meanwhile.
+// on other nodes may have taken messages meanwhile; in a cluster, so does any group whose
+// count is older than refreshEvery, since other nodes may have published to it.
 func (g *group) admit(cost int64) error {
 	refreshed := false
 	for {
 		g.mu.Lock()
+		if !refreshed && !g.e.solo && time.Since(g.refreshed) >= refreshEvery {
+			// In a cluster, other nodes publish to the group too: look at most every
+			// refreshEvery, full or not.
+			g.mu.Unlock()
+			refreshed = true
+			g.refresh()
+			continue
+		}
 		over := g.overLocked(cost)
 		if over == "" {
 			g.queued++
@@ -304,13 +313,20 @@ func (g *group) refresh() {
 	ctx, cancel := g.e.ctx()
 	defer cancel()
 	c, err := g.e.js.Consumer(ctx, g.e.opts.Stream, g.consumer)
+	if err != nil {
+		g.mu.Lock()
+		g.refreshed = time.Now()
+		g.mu.Unlock()
+		return
+	}
+	g.counted(c.CachedInfo())
+}
+
+// counted takes the group's state from its consumer's, as JetStream just gave it.
+func (g *group) counted(ci *jetstream.ConsumerInfo) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.refreshed = time.Now()
-	if err != nil {
-		return
-	}
-	ci := c.CachedInfo()
 	g.queued = max(0, int(ci.NumPending)-g.skipped)
 	if ci.NumPending == 0 && ci.NumAckPending == 0 { // holds nothing: no drift left either
 		g.quota.AddBytes(-g.bytes)
