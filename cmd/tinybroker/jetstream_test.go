@@ -1,0 +1,37 @@
+package main
+
+import (
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/internal/config"
+)
+
+// The groups block reaches the JetStream engine as it reaches the memory engine.
+func TestJetStreamOptionsTakeGroupSettings(t *testing.T) {
+	cfg, err := config.Parse([]byte(`
+engine "jetstream" { url = "nats://127.0.0.1:4222" }
+groups {
+  max_queued             = 7
+  max_queued_bytes       = "3MiB"
+  overflow               = "drop_oldest"
+  expire_after           = "90s"
+  dead_letters_max       = 5
+  dead_letters_max_bytes = "1MiB"
+}
+`), "test.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := jetStreamOptions(cfg, hclog.NewNullLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.GroupMaxQueued != 7 || o.GroupMaxQueuedBytes != 3<<20 || o.GroupOverflow != broker.OverflowDropOldest ||
+		o.GroupExpireAfter != 90*time.Second || o.GroupDeadLetterMax != 5 || o.GroupDeadLetterMaxBytes != 1<<20 {
+		t.Fatalf("groups settings did not reach the JetStream engine: %+v", o)
+	}
+}
