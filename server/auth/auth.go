@@ -329,7 +329,6 @@ func (c *Caller) Valid() error {
 	return status.Errorf(codes.Unauthenticated, "tinybroker: user %q was removed or changed by a configuration reload; call again with the credentials the configuration now gives", c.p.Name)
 }
 
-
 // Name returns the caller's user name ("" for a nil Caller).
 func (c *Caller) Name() string {
 	if c == nil {
