@@ -144,9 +144,15 @@ var errBreakerOpen = errors.New("circuit breaker open")
 // pool after a malformed verdict) and must not be used.
 func (p *plugin) run(inst *instance, k abi.Hook, valid func(action, arg uint32) bool) (uint64, error) {
 	v, err := p.invoke(inst, k)
-	if err == nil && !valid(uint32(v), uint32(v>>32)) {
-		p.done(inst) // the call itself went well: the instance stays
-		err = malformedError{v}
+	if err == nil {
+		if !valid(uint32(v), uint32(v>>32)) {
+			err = malformedError{v}
+		} else if p.hasInbox {
+			err = inst.takeWrites()
+		}
+		if err != nil {
+			p.done(inst) // the call itself went well: the instance stays
+		}
 	}
 	if err != nil {
 		p.failed(k, err)
