@@ -21,6 +21,11 @@ type Engine interface {
 	// Publish validates (Limits.CheckMessage), runs the OnPublish hook and routes one
 	// message. The engine keeps payload and headers: the caller must not modify them.
 	Publish(topic string, payload []byte, headers map[string]string) (PublishResult, error)
+	// PublishBatch publishes msgs in order as Publish would one by one (a PublishStream
+	// frame), writing each one's outcome to out[i]; len(out) == len(msgs). It lets an engine
+	// and the hooks amortise per-message costs over the batch (see Publisher); the messages
+	// emitted by the hooks are routed after the batch.
+	PublishBatch(msgs []Publication, out []PublishOutcome)
 	// NewStream opens a stream to carry subscriptions; see Stream. size bounds what one
 	// delivery of a message adds to a frame of the transport, so that Next can fill frames
 	// up to a size without knowing the encoding.

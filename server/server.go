@@ -269,6 +269,7 @@ func (s *Server) PublishStream(stream grpc.BidiStreamingServer[pb.PublishStreamR
 func (s *Server) servePublish(stream grpc.BidiStreamingServer[pb.PublishStreamRequest, pb.PublishStreamResponse]) error {
 	f := &wire.PublishFrame{MaxMsgs: s.opts.MaxPublishBatch}
 	var results []wire.PublishResult
+	var outs []broker.PublishOutcome
 	caller := auth.FromContext(stream.Context()) // nil without authentication: no check
 	for {
 		if err := stream.RecvMsg(f); err != nil {
@@ -281,20 +282,19 @@ func (s *Server) servePublish(stream grpc.BidiStreamingServer[pb.PublishStreamRe
 			return status.Errorf(codes.ResourceExhausted, "PublishStream frame %d carries more than %d messages, the limit per frame (limits { max_publish_batch }); none of it was published: send at most %d messages per frame",
 				f.Seq, s.opts.MaxPublishBatch, s.opts.MaxPublishBatch)
 		}
-		results = slices.Grow(results[:0], len(f.Msgs))[:len(f.Msgs)]
+		n := len(f.Msgs)
+		results = slices.Grow(results[:0], n)[:n]
+		outs = slices.Grow(outs[:0], n)[:n]
+		if caller == nil {
+			s.b.PublishBatch(f.Msgs, outs)
+		} else {
+			s.publishAllowed(caller, f.Msgs, outs)
+		}
 		failed := false
 		budget := answerBudget(f.Size)
 		published := 0
-		for i, m := range f.Msgs {
-			var res broker.PublishResult
-			var err error
-			if caller != nil {
-				err = caller.Publish(m.Topic)
-			}
-			if err == nil {
-				res, err = s.b.Publish(m.Topic, m.Payload, m.Headers)
-			}
-			if err != nil {
+		for i, o := range outs {
+			if err := o.Err; err != nil {
 				code := codeOf(err)
 				s.traffic.refuse(code)
 				msg := omittedError
@@ -305,10 +305,11 @@ func (s *Server) servePublish(stream grpc.BidiStreamingServer[pb.PublishStreamRe
 				results[i] = wire.PublishResult{Code: uint32(code), Err: msg}
 				failed = true
 			} else {
-				results[i] = wire.PublishResult{SystemID: res.SystemID, Routed: uint32(res.Routed)}
-				published += len(m.Payload)
+				results[i] = wire.PublishResult{SystemID: o.Result.SystemID, Routed: uint32(o.Result.Routed)}
+				published += len(f.Msgs[i].Payload)
 			}
 		}
+		clear(outs)
 		s.traffic.publishedBytes.Add(uint64(published))
 		if f.ErrorsOnly && !failed {
 			clear(results)
@@ -319,6 +320,34 @@ func (s *Server) servePublish(stream grpc.BidiStreamingServer[pb.PublishStreamRe
 		if err := stream.SendMsg(frame); err != nil {
 			return err
 		}
+	}
+}
+
+// publishAllowed publishes the messages of msgs the caller may publish, as one batch, and
+// writes every message's outcome to out: a refusal for the others.
+func (s *Server) publishAllowed(caller *auth.Caller, msgs []broker.Publication, out []broker.PublishOutcome) {
+	refused := 0
+	for i, m := range msgs {
+		if err := caller.Publish(m.Topic); err != nil {
+			out[i] = broker.PublishOutcome{Err: err}
+			refused++
+		}
+	}
+	if refused == 0 {
+		s.b.PublishBatch(msgs, out)
+		return
+	}
+	at := make([]int, 0, len(msgs)-refused) // a frame with refusals: rare, so allocated
+	var some []broker.Publication
+	for i, m := range msgs {
+		if out[i].Err == nil {
+			some, at = append(some, m), append(at, i)
+		}
+	}
+	part := make([]broker.PublishOutcome, len(some))
+	s.b.PublishBatch(some, part)
+	for j, i := range at {
+		out[i] = part[j]
 	}
 }
 

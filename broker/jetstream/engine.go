@@ -133,6 +133,7 @@ type Engine struct {
 	closing atomic.Bool
 
 	hooks                                 broker.HookSlot
+	pub                                   broker.Publisher // the steps of a publish every engine shares
 	published, unrouted, dropped, refused atomic.Uint64
 	streamSeq                             atomic.Uint64
 	fanoutDelivered                       atomic.Uint64
@@ -169,6 +170,7 @@ func New(opts Options) (*Engine, error) {
 		fanCh: make(chan *nats.Msg, 1<<16), stop: make(chan struct{}),
 		fanouts: make(map[string]*Subscription), patSubs: make(map[string]*patSub),
 		groups: make(map[string]*group), groupNames: make(map[string]string), streams: make(map[uint64]*Stream)}
+	e.pub = broker.Publisher{Limits: &e.opts.Limits, Hooks: &e.hooks, Closing: &e.closing, Router: (*router)(e), Log: e.log}
 	if err := e.connect(); err != nil {
 		e.close()
 		return nil, err
@@ -442,60 +444,26 @@ func (e *Engine) unavailable() error {
 
 // Publish validates the message, runs the OnPublish hook and routes it.
 func (e *Engine) Publish(topic string, payload []byte, headers map[string]string) (broker.PublishResult, error) {
-	if e.closing.Load() {
-		return broker.PublishResult{}, fmt.Errorf("%w: not accepting publishes; retry against the restarted broker", broker.ErrShuttingDown)
-	}
-	hb, err := e.opts.CheckMessage(topic, payload, headers)
-	if err != nil {
-		return broker.PublishResult{}, err
-	}
-	h := e.currentHooks()
-	if h == nil {
-		return e.route(topic, payload, headers, hb)
-	}
-	d := broker.Draft{Topic: topic, Payload: payload, Headers: headers}
-	v, err := h.OnPublish(&d)
-	if err != nil {
-		var rej *broker.RejectError
-		if errors.As(err, &rej) {
-			e.publishEmits(v.Emit)
-		}
-		return broker.PublishResult{}, err
-	}
-	if err := e.opts.CheckPayload(len(d.Payload), true); err != nil {
-		return broker.PublishResult{}, err
-	}
-	var res broker.PublishResult
-	if v.Drop {
-		e.dropped.Add(1)
-		e.published.Add(1)
-		seq := rand.Uint64() | 1
-		res = broker.PublishResult{Seq: seq, SystemID: e.ids.format(seq, e.ids.fanout), DroppedBy: v.Plugin, DropReason: v.Reason}
-	} else {
-		hb, err := e.opts.CheckHeaders(d.Headers)
-		if err != nil {
-			return broker.PublishResult{}, err
-		}
-		res, err = e.route(d.Topic, d.Payload, d.Headers, hb)
-		if err != nil {
-			return res, err
-		}
-	}
-	e.publishEmits(v.Emit)
-	return res, nil
+	return e.pub.Publish(topic, payload, headers)
 }
 
-// publishEmits routes messages emitted by hooks, without OnPublish.
-func (e *Engine) publishEmits(ds []broker.Draft) {
-	for _, d := range ds {
-		hb, err := e.opts.CheckMessage(d.Topic, d.Payload, d.Headers)
-		if err == nil {
-			_, err = e.route(d.Topic, d.Payload, d.Headers, hb)
-		}
-		if err != nil {
-			e.log.Warn("message emitted by a plugin refused", "topic", d.Topic, "error", err)
-		}
-	}
+// PublishBatch publishes several messages in order; see broker.Engine.
+func (e *Engine) PublishBatch(msgs []broker.Publication, out []broker.PublishOutcome) {
+	e.pub.PublishBatch(msgs, out)
+}
+
+// router is the Engine as the broker.Publisher's Router.
+type router Engine
+
+func (r *router) Route(topic string, payload []byte, headers map[string]string, hb int) (broker.PublishResult, error) {
+	return (*Engine)(r).route(topic, payload, headers, hb)
+}
+
+func (r *router) Dropped(v broker.PublishVerdict) broker.PublishResult {
+	r.dropped.Add(1)
+	r.published.Add(1)
+	seq := rand.Uint64() | 1
+	return broker.PublishResult{Seq: seq, SystemID: r.ids.format(seq, r.ids.fanout), DroppedBy: v.Plugin, DropReason: v.Reason}
 }
 
 // route publishes a valid message: stored in the stream first (and acknowledged by

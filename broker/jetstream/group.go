@@ -542,7 +542,7 @@ func (g *group) ack(pref *member, seqs []uint64) (unknown int) {
 	g.pumpAllLocked()
 	g.mu.Unlock()
 	for i := range events {
-		g.e.publishEmits(hooks.OnAck(&events[i]))
+		g.e.pub.Emit(hooks.OnAck(&events[i]))
 	}
 	return unknown
 }
@@ -697,7 +697,7 @@ func (g *group) settle(items []takeItem) {
 	g.mu.Lock()
 	g.pumpAllLocked()
 	g.mu.Unlock()
-	g.e.publishEmits(emits)
+	g.e.pub.Emit(emits)
 }
 
 // deadLetter publishes h's message to the group's dead-letter topic with the

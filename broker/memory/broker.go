@@ -124,6 +124,7 @@ type Engine struct {
 	sched *scheduler
 
 	hooks        broker.HookSlot
+	pub          broker.Publisher // the steps of a publish every engine shares
 	unrouted     atomic.Uint64
 	hookDropped  atomic.Uint64 // messages dropped by an OnPublish verdict
 	refused      atomic.Uint64 // publishes refused by every consumer group they matched
@@ -160,6 +161,7 @@ func New(opts Options) *Engine {
 		groups:     make(map[string]*group),
 		groupNames: make(map[string]string),
 	}
+	b.pub = broker.Publisher{Limits: &b.opts.Limits, Hooks: &b.hooks, Closing: &b.closing, Router: (*router)(b), Log: b.log}
 	if opts.clock != nil {
 		opts.clock.b = b
 		return b
@@ -202,50 +204,35 @@ func (b *Engine) parseIDs(ids []string, bad *int) []uint64 {
 // Publish validates and routes one message. The broker keeps payload and headers: the caller
 // must not modify them afterwards.
 func (b *Engine) Publish(topic string, payload []byte, headers map[string]string) (broker.PublishResult, error) {
-	if b.closing.Load() {
-		return broker.PublishResult{}, fmt.Errorf("%w: not accepting publishes; retry against the restarted broker", broker.ErrShuttingDown)
-	}
-	hb, err := b.opts.CheckMessage(topic, payload, headers)
-	if err != nil {
-		return broker.PublishResult{}, err
-	}
-	h := b.currentHooks()
-	if h == nil {
-		return b.routeChecked(topic, payload, headers, hb)
-	}
-	d := broker.Draft{Topic: topic, Payload: payload, Headers: headers}
-	v, err := h.OnPublish(&d)
-	if err != nil {
-		var rej *broker.RejectError
-		if errors.As(err, &rej) {
-			b.publishEmits(v.Emit) // a verdict: what the plugins emitted still goes out
-		}
-		return broker.PublishResult{}, err
-	}
-	if err := b.opts.CheckPayload(len(d.Payload), true); err != nil { // route checks the headers
-		return broker.PublishResult{}, err
-	}
-	var res broker.PublishResult
-	if v.Drop {
-		b.hookDropped.Add(1)
-		res.Seq = b.seq.Add(1)
-		res.SystemID = b.ids.format(res.Seq)
-		res.DroppedBy, res.DropReason = v.Plugin, v.Reason
-	} else {
-		res, err = b.route(d.Topic, d.Payload, d.Headers)
-	}
-	b.publishEmits(v.Emit)
-	return res, err
+	return b.pub.Publish(topic, payload, headers)
 }
 
-// route checks the headers of a message whose topic and payload are valid, as a plugin may
-// have changed them, then routes it.
+// PublishBatch publishes several messages in order; see broker.Engine.
+func (b *Engine) PublishBatch(msgs []broker.Publication, out []broker.PublishOutcome) {
+	b.pub.PublishBatch(msgs, out)
+}
+
+// route checks the headers of a message whose topic and payload are valid (a dead letter,
+// for example), then routes it.
 func (b *Engine) route(topic string, payload []byte, headers map[string]string) (broker.PublishResult, error) {
 	hb, err := b.opts.CheckHeaders(headers)
 	if err != nil {
 		return broker.PublishResult{}, err
 	}
 	return b.routeChecked(topic, payload, headers, hb)
+}
+
+// router is the Engine as the broker.Publisher's Router.
+type router Engine
+
+func (r *router) Route(topic string, payload []byte, headers map[string]string, hb int) (broker.PublishResult, error) {
+	return (*Engine)(r).routeChecked(topic, payload, headers, hb)
+}
+
+func (r *router) Dropped(v broker.PublishVerdict) broker.PublishResult {
+	r.hookDropped.Add(1)
+	seq := r.seq.Add(1)
+	return broker.PublishResult{Seq: seq, SystemID: r.ids.format(seq), DroppedBy: v.Plugin, DropReason: v.Reason}
 }
 
 // routeChecked delivers a valid message to every matching target that takes it; a consumer

@@ -388,7 +388,7 @@ func (g *group) ack(pref *member, seqs []uint64) (unknown int) {
 	g.mu.Unlock()
 	for i := range events {
 		events[i].SystemID = events[i].Msg.SystemID
-		g.b.publishEmits(h.OnAck(&events[i]))
+		g.b.pub.Emit(h.OnAck(&events[i]))
 	}
 	return unknown
 }
@@ -544,7 +544,7 @@ func (g *group) finish(tb *takeBack) {
 		g.mu.Unlock()
 	}
 	g.b.publishDeadLetters(tb.dead)
-	g.b.publishEmits(tb.emits)
+	g.b.pub.Emit(tb.emits)
 }
 
 func (g *group) deadLetter(e *entry, reason string) deadLetter {

@@ -7,13 +7,3 @@ import "github.com/tinybroker/tinybroker/broker"
 func (b *Engine) SetHooks(h broker.Hooks) { b.hooks.Set(h) }
 
 func (b *Engine) currentHooks() broker.Hooks { return b.hooks.Load() }
-
-// publishEmits routes messages emitted by hooks. They do not pass through OnPublish, so a
-// plugin cannot loop. No lock may be held.
-func (b *Engine) publishEmits(ds []broker.Draft) {
-	for _, d := range ds {
-		if _, err := b.route(d.Topic, d.Payload, d.Headers); err != nil {
-			b.log.Warn("message emitted by a plugin refused", "topic", d.Topic, "error", err)
-		}
-	}
-}

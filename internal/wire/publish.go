@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
 
+	"github.com/tinybroker/tinybroker/broker"
 	"github.com/tinybroker/tinybroker/internal/grpcbuf"
 )
 
@@ -33,12 +34,8 @@ type PublishFrame struct {
 	Size    int  // the frame's encoded size, which bounds the size of its answer
 }
 
-// PublishMessage is one PublishRequest of a frame, as Broker.Publish takes it.
-type PublishMessage struct {
-	Topic   string
-	Payload []byte
-	Headers map[string]string
-}
+// PublishMessage is one PublishRequest of a frame, as Engine.PublishBatch takes it.
+type PublishMessage = broker.Publication
 
 var errFrame = errors.New("malformed PublishStreamRequest")
 
