@@ -41,18 +41,53 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// inboxLanguages are the languages whose SDK exports tb_v1_inbox (docs/ABI.md, "The inbox").
+// Their plugin runs every row twice: as built, on the inbox, and with the export hidden, on
+// host calls alone, as a broker that does not know the inbox would run it.
+var inboxLanguages = map[string]bool{"c": true, "rust": true, "go": true}
+
 // TestConformance builds each language's plugin with its build.sh and runs every row of
-// SPEC.md against it, in the real plugin host and a real broker.
+// SPEC.md against it, in the real plugin host and a real broker: TestConformance/<lang>/<row>
+// as built, and TestConformance/<lang>-calls/<row> without the inbox, for the languages
+// whose SDK has one. The WAT plugin has no inbox: it proves that a plugin written before the
+// inbox still passes.
 func TestConformance(t *testing.T) {
 	for _, lang := range languages {
+		var wasm []byte
 		t.Run(lang, func(t *testing.T) {
-			wasm := build(t, lang)
-			p := load(t, wasm)
-			for _, r := range rows {
-				t.Run(r.name, func(t *testing.T) { r.run(t, p.env(t)) })
+			wasm = build(t, lang)
+			if got := exportsInbox(wasm); got != inboxLanguages[lang] {
+				t.Fatalf("the %s plugin exports tb_v1_inbox: %v; want %v", lang, got, inboxLanguages[lang])
 			}
+			runRows(t, wasm)
 		})
+		if inboxLanguages[lang] && wasm != nil {
+			t.Run(lang+"-calls", func(t *testing.T) { runRows(t, withoutInbox(t, wasm)) })
+		}
 	}
+}
+
+func runRows(t *testing.T, wasm []byte) {
+	p := load(t, wasm)
+	for _, r := range rows {
+		t.Run(r.name, func(t *testing.T) { r.run(t, p.env(t)) })
+	}
+}
+
+// inboxName is the export that asks for the inbox, as a module's export section spells it:
+// its length, then its bytes.
+var inboxName = []byte("\x0btb_v1_inbox")
+
+func exportsInbox(wasm []byte) bool { return bytes.Contains(wasm, inboxName) }
+
+// withoutInbox returns wasm with its export tb_v1_inbox renamed (same length, so the module
+// stays valid): the host then ignores it, and the SDK takes the host-call path.
+func withoutInbox(t *testing.T, wasm []byte) []byte {
+	t.Helper()
+	if !exportsInbox(wasm) {
+		t.Fatal("the module does not export tb_v1_inbox")
+	}
+	return bytes.ReplaceAll(wasm, inboxName, []byte("\x0btb_v1_inbo_"))
 }
 
 // inCI reports whether the test runs under CI (CI=true), where no language may be skipped.
