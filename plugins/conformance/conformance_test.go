@@ -508,3 +508,40 @@ var rows = []row{
 		expect(t, d, "jobs.1", "job", map[string]string{"reason": "nack", "attempt-seen": "1"})
 	}},
 }
+
+// The SDKs with an inbox read the message from it and write through its write list: after a
+// first call (which reads the config values the rows need, kept for the instance's life), the
+// conformance plugin's rows that read and change the message make no host call.
+func TestInboxMakesNoHostCall(t *testing.T) {
+	for _, lang := range languages {
+		if !inboxLanguages[lang] {
+			continue
+		}
+		t.Run(lang, func(t *testing.T) {
+			h, err := plugins.NewHost(plugins.HostOptions{CountHostCalls: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { h.Close(context.Background()) })
+			c, err := h.Load(context.Background(), []plugins.Spec{{Name: "conformance", Wasm: build(t, lang), Config: pluginConfig, PoolSize: 1}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { c.Close(context.Background()) })
+			publish := func(topic string, headers map[string]string) {
+				d := broker.Draft{Topic: topic, Payload: []byte("p"), Headers: headers}
+				if _, err := c.OnPublish(&d); err != nil {
+					t.Fatalf("%s: %v", topic, err)
+				}
+			}
+			publish("c.tenant", map[string]string{"tenant": "acme"}) // reads config "tenant" once
+			before := c.Stats()[0].HostCalls
+			for _, topic := range []string{"c.pass", "c.drop", "c.headers", "c.enum", "c.payload", "c.empty", "c.tenant", "c.other"} {
+				publish(topic, map[string]string{"tenant": "acme", "changed": "old", "removed": "x"})
+			}
+			if st := c.Stats()[0]; st.HostCalls != before || st.Failures != 0 {
+				t.Errorf("%d host calls for 8 messages (want 0), %d failures", st.HostCalls-before, st.Failures)
+			}
+		})
+	}
+}
