@@ -52,6 +52,17 @@ func TestOnPublishBatchMatchesOnPublish(t *testing.T) {
 			}
 		}
 	}
+	// A batch counts its calls when it ends, and its failures as they happen: the same counts.
+	if got, want := batch.Stats(), one.Stats(); !reflect.DeepEqual(got, want) {
+		t.Errorf("stats after the batches:\n%+v\nwant (one by one)\n%+v", got, want)
+	}
+	for i, m := range batch.Metrics() {
+		for j, hm := range m.Hooks {
+			if w := one.Metrics()[i].Hooks[j]; hm.Calls != w.Calls || hm.Failures != w.Failures {
+				t.Errorf("%s %s: metrics count %d calls %v failures, want %d %v", m.Name, hm.Hook, hm.Calls, hm.Failures, w.Calls, w.Failures)
+			}
+		}
+	}
 }
 
 // W4's chain, a filter and a transform on the inbox, over frames of 16 messages: the cost per

@@ -260,9 +260,16 @@ func (c *Chain) OnPublishBatch(ds []broker.Draft, vs []broker.PublishVerdict, er
 			if stopped[i] || !p.matchesTopic(ds[i].Topic) {
 				continue
 			}
+			if inst == nil && !p.breakerOpen() {
+				inst, _ = p.pool.get(p) // on an error, publish gets and counts it again
+				if inst != nil {
+					inst.batch = true
+				}
+			}
 			stopped[i], errs[i] = p.publish(&inst, &ds[i], &vs[i], &owned[i])
 		}
 		if inst != nil {
+			p.countBatch(inst, abi.HookPublish)
 			p.pool.put(inst)
 		}
 	}
