@@ -37,9 +37,8 @@ func cGuest(tb testing.TB, dir string) []byte {
 		tb.Fatalf("no C source in %s", dir)
 	}
 	out := filepath.Join(tb.TempDir(), "plugin.wasm")
-	// With the C SDK, as bench/plugins/build.sh builds them.
-	args := append([]string{"--target=wasm32", "-nostdlib", "-O2", "-Wall", "-Werror", "-I", "../sdk/c",
-		"-Wl,--no-entry", "-o", out, "../sdk/c/tinybroker.c"}, srcs...)
+	args := append([]string{"--target=wasm32", "-nostdlib", "-O2", "-Wall", "-Werror",
+		"-Wl,--no-entry", "-Wl,--export-dynamic", "-o", out}, srcs...)
 	if msg, err := exec.Command("clang", args...).CombinedOutput(); err != nil {
 		tb.Fatalf("clang %v: %v\n%s", args, err, msg)
 	}

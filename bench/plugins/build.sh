@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds every plugin under bench/plugins/ into bench/bin/<dir>.wasm, by what its directory holds:
 #   main.go  a Go guest: GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared
-#   *.c      a C guest, with the C SDK (sdk/c): clang --target=wasm32 -nostdlib -O2
-#            -Wl,--no-entry (skipped if clang or wasm-ld is missing)
+#   *.c      a C guest: clang --target=wasm32 -nostdlib -O2 -Wl,--no-entry -Wl,--export-dynamic
+#            (skipped if clang or wasm-ld is missing)
 #   *.wat    a WAT guest: wat2wasm (skipped if it is missing)
 #   ./build.sh                 # every plugin
 #   ./build.sh w4-filter ...   # a selection, by directory name
@@ -36,8 +36,7 @@ for name in "${names[@]}"; do
       echo "build.sh: $name: skipped: C plugins need clang and wasm-ld (Debian: clang lld)" >&2
       continue
     fi
-    sdk=$here/../../sdk/c
-    clang --target=wasm32 -nostdlib -O2 -Wl,--no-entry -I "$sdk" -o "$wasm" "${cs[@]}" "$sdk/tinybroker.c" ||
+    clang --target=wasm32 -nostdlib -O2 -Wl,--no-entry -Wl,--export-dynamic -I "$dir" -o "$wasm" "${cs[@]}" ||
       { echo "build.sh: $name: clang failed" >&2; rm -f "$wasm"; failed=1; continue; }
   elif [ ${#wats[@]} -eq 1 ]; then
     if ! have wat2wasm; then

@@ -82,8 +82,13 @@ static tb_str tb__field(uint32_t off) {
 }
 
 /* The broker asks for an inbox of size bytes between calls (the arena is empty then), before
- * the first call and whenever a message does not fit: a new one above the last. */
-TB_EXPORT(tb_v1_inbox) uint32_t tb_v1_inbox(uint32_t size) {
+ * the first call and whenever a message does not fit: a new one above the last. Exported
+ * only when the plugin is built with -DTB_INBOX (see tinybroker.h). */
+#ifdef TB_INBOX
+TB_EXPORT(tb_v1_inbox)
+#endif
+uint32_t tb_v1_inbox(uint32_t size);
+uint32_t tb_v1_inbox(uint32_t size) {
 	tb_reset();
 	tb__inbox = (unsigned char *)tb__keep(size);
 	tb_reset();

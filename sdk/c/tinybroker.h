@@ -33,13 +33,15 @@
  * when a call begins). A value that is absent (a header not set, a config key not given) is
  * TB_NONE: its ptr is NULL; an empty one has a ptr and length 0.
  *
- * The SDK exports tb_v1_inbox (docs/ABI.md, "The inbox"): the broker writes each call's
- * message and event into the plugin's memory before the call, the readers find them there
- * without a host call, and tb_set_payload, tb_set_header, tb_del_header and the verdicts'
- * reasons are listed for the broker to apply when the hook returns. A call of a filter or a
- * transform is then one transition between broker and plugin instead of one per field. A
- * broker that does not call tb_v1_inbox gets the host calls, as before. Config values are
- * read once per instance and kept (the configuration never changes under an instance).
+ * Built with -DTB_INBOX, the SDK exports tb_v1_inbox (docs/ABI.md, "The inbox"): the broker
+ * writes each call's message and event into the plugin's memory before the call, the readers
+ * find them there without a host call, and tb_set_payload, tb_set_header, tb_del_header and
+ * the verdicts' reasons are listed for the broker to apply when the hook returns. It pays for
+ * a plugin that reads several fields of each message (three: ~14% less per call); for one that
+ * reads a single header it costs a little more than the host call it saves (BENCHMARKS.md), so
+ * it is not the default. Without it, or under a broker that never calls tb_v1_inbox, every
+ * read is a host call. Either way, config values are read once per instance and kept (the
+ * configuration never changes under an instance).
  *
  * What the plugin exports:
  *

@@ -1,16 +1,16 @@
 /* w4-transform-c is workload W4's transform plugin in C (bench/plugins/w4-transform in Go):
- * it adds the header x-w4: 1. Written with the C SDK (sdk/c), so the change goes back in the
- * write list, with no host call:
+ * it adds the header x-w4: 1.
  *
- *   clang --target=wasm32 -nostdlib -O2 -I ../../../sdk/c -Wl,--no-entry \
- *         -o w4-transform-c.wasm transform.c ../../../sdk/c/tinybroker.c
+ *   clang --target=wasm32 -nostdlib -O2 -I ../../../sdk/c \
+ *         -Wl,--no-entry -Wl,--export-dynamic -o w4-transform-c.wasm transform.c
  */
-#include "tinybroker.h"
+#include "../../../sdk/c/tinybroker.h"
 
 TB_ABI_V1
 
-TB_ON_PUBLISH(transform) {
-	if (tb_set_header(TB_S("x-w4"), TB_S("1")) != TB_OK)
-		tb_log_str(TB_ERROR, TB_S("w4-transform-c: tb_set_header failed"));
+TB_EXPORT(tb_on_publish) int64_t tb_on_publish(void) {
+	if (tb_msg_set_header(TB_STR("x-w4"), TB_STR("1")) != TB_OK) {
+		tb_log(TB_ERROR, TB_STR("w4-transform-c: v1_msg_set_header failed"));
+	}
 	return TB_PASS;
 }

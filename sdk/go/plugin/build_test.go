@@ -180,7 +180,6 @@ func TestExamplesABI(t *testing.T) {
 				"_initialize":       "()->",
 				"tinybroker_abi_v1": "()->",
 				"tb_init":           "()->i32",
-				"tb_v1_inbox":       "(i32)->i32",
 			}
 			for _, h := range exampleHooks[name] {
 				want[h] = "()->i64"

@@ -79,12 +79,6 @@ func hostEmitHeader(handle int32, key, value string) int32
 //go:wasmexport tinybroker_abi_v1
 func abiV1() {}
 
-// tbV1Inbox is the broker asking for the inbox (inbox.go): it writes each call's message
-// there, so that reading it costs no host call.
-//
-//go:wasmexport tb_v1_inbox
-func tbV1Inbox(size uint32) uint32 { return newInbox(size) }
-
 // tbInit is called by the broker once per instance, after the Go runtime's _initialize has
 // run every package's init function.
 //

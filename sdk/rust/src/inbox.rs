@@ -40,7 +40,9 @@ static mut INBOX: Vec<u64> = Vec::new();
 static mut WRITES: Vec<[u32; 5]> = Vec::new();
 static mut KEPT: Vec<Vec<u8>> = Vec::new();
 
-/// The broker asks for an inbox of `size` bytes, between calls.
+/// The broker asks for an inbox of `size` bytes, between calls (exported with the feature
+/// `inbox`).
+#[cfg(feature = "inbox")]
 #[no_mangle]
 pub extern "C" fn tb_v1_inbox(size: u32) -> u32 {
     // SAFETY: one thread, and no reference to INBOX outlives a function of this module.

@@ -19,13 +19,14 @@
 //! ```
 //!
 //! Readers return owned values (`String` for topics, headers, ids and config values,
-//! `Vec<u8>` for payloads). The crate exports `tb_v1_inbox` (docs/ABI.md, "The inbox"): the
-//! broker writes each call's message and event into the plugin's memory before the call, and
-//! the readers take them from there, with no host call; the setters of the payload and
-//! headers, and the reason, are listed there for the broker to apply when the hook returns.
-//! A broker that does not ask for the inbox is served through a 1 KiB scratch buffer: a value
-//! that fits costs one host call, a longer one a second. Config values are read once per
-//! instance and kept (an instance's configuration never changes). Writers
+//! `Vec<u8>` for payloads), read through a 1 KiB scratch buffer: a value that fits costs one
+//! host call, a longer one a second. With the feature `inbox`, the crate exports
+//! `tb_v1_inbox` (docs/ABI.md, "The inbox"): the broker writes each call's message and event
+//! into the plugin's memory before the call, and the readers take them from there, with no
+//! host call; the setters of the payload and headers, and the reason, are listed there for the
+//! broker to apply when the hook returns. That pays for a plugin that reads several fields of
+//! each message, not for one that reads a single header. Either way, config values are read
+//! once per instance and kept (an instance's configuration never changes). Writers
 //! return `Result<(), Error>`. Changes to the message take effect when the hook returns; a
 //! panic traps the call (after logging the panic's message at error level), and the plugin's
 //! `failure_policy` decides the message's fate.
