@@ -277,42 +277,50 @@ func (c *Chain) OnPublishBatch(ds []broker.Draft, vs []broker.PublishVerdict, er
 
 var _ broker.BatchHooks = (*Chain)(nil)
 
-// publish runs p's on_publish on d, on *inst, or on an instance from the pool if it is nil;
-// it leaves in *inst the instance for the caller to use again or put back, nil if there is
-// none (discarded after a failure). It adds to out what the call emitted and its verdict,
-// and reports whether the chain ends for d, with the error that refuses the publish.
+// publish runs p's on_publish on d, on *inst, or on an instance from the pool if it is nil
+// (unless the circuit breaker is open or none can be had, counted as a failure); it leaves in
+// *inst the instance for the caller to use again or put back, nil if there is none (discarded
+// after a failure). It adds to out what the call emitted and its verdict, and reports whether
+// the chain ends for d, with the error that refuses the publish. One function, not two: it
+// runs for every plugin and message.
 func (p *plugin) publish(inst **instance, d *broker.Draft, out *broker.PublishVerdict, owned *bool) (bool, error) {
-	v, err := p.callPublish(inst, d)
-	if err != nil {
-		switch p.spec.FailurePolicy {
-		case FailClosed:
-			return true, fmt.Errorf("%w: %q on %s: %v; the message was not published", broker.ErrHookFailed, p.spec.Name, d.Topic, err)
-		case FailDeadLetter:
-			h := maps.Clone(d.Headers)
-			if h == nil {
-				h = map[string]string{}
-			}
-			h[broker.HeaderDeadLetterTopic] = d.Topic
-			h[broker.HeaderDeadLetterReason] = p.failure(err)
-			d.Topic, d.Headers = "dlq.plugin."+p.spec.Name, h
-			return true, nil
+	var v uint64
+	var err error
+	in := *inst
+	switch {
+	case p.breakerOpen():
+		err = errBreakerOpen
+	case in == nil:
+		if in, err = p.pool.get(p); err != nil {
+			p.failed(abi.HookPublish, err)
 		}
-		return false, nil // fail open: unchanged
 	}
-	st := &(*inst).st
-	defer st.reset()
+	if err == nil {
+		in.st.callInput = callInput{hook: abi.HookPublish, topic: d.Topic, payload: d.Payload, headers: d.Headers}
+		var alive bool
+		if v, alive, err = p.run(in, abi.HookPublish, validPublish); !alive {
+			in = nil
+		}
+	}
+	*inst = in
+	if err != nil {
+		return p.publishFailed(d, err)
+	}
+	st := &in.st
 	if len(st.emits) > 0 {
 		out.Emit = append(out.Emit, st.emits...)
 	}
 	switch uint32(v) {
 	case abi.ActDrop:
 		out.Drop, out.Reason, out.Plugin = true, st.why, p.spec.Name
+		st.reset()
 		if p.log.IsTrace() {
 			p.log.Trace("dropped", "topic", d.Topic, "reason", out.Reason)
 		}
 		return true, nil
 	case abi.ActReject:
 		why := st.why
+		st.reset()
 		if why == "" {
 			why = "no reason given"
 		}
@@ -335,29 +343,27 @@ func (p *plugin) publish(inst **instance, d *broker.Draft, out *broker.PublishVe
 			d.Headers, *owned = applyHeaders(d.Headers, st.changes), true
 		}
 	}
+	st.reset()
 	return false, nil
 }
 
-// callPublish calls p's on_publish on d with *inst (from the pool if nil), unless the
-// circuit breaker is open or no instance can be had (counted as a failure). On success the
-// instance's call state holds the call's outcome, for the caller to take and reset.
-func (p *plugin) callPublish(inst **instance, d *broker.Draft) (uint64, error) {
-	if p.breakerOpen() {
-		return 0, errBreakerOpen
-	}
-	if *inst == nil {
-		var err error
-		if *inst, err = p.pool.get(p); err != nil {
-			p.failed(abi.HookPublish, err)
-			return 0, err
+// publishFailed applies p's failure policy to d, on which p failed with err, as publish
+// reports it.
+func (p *plugin) publishFailed(d *broker.Draft, err error) (bool, error) {
+	switch p.spec.FailurePolicy {
+	case FailClosed:
+		return true, fmt.Errorf("%w: %q on %s: %v; the message was not published", broker.ErrHookFailed, p.spec.Name, d.Topic, err)
+	case FailDeadLetter:
+		h := maps.Clone(d.Headers)
+		if h == nil {
+			h = map[string]string{}
 		}
+		h[broker.HeaderDeadLetterTopic] = d.Topic
+		h[broker.HeaderDeadLetterReason] = p.failure(err)
+		d.Topic, d.Headers = "dlq.plugin."+p.spec.Name, h
+		return true, nil
 	}
-	(*inst).st.callInput = callInput{hook: abi.HookPublish, topic: d.Topic, payload: d.Payload, headers: d.Headers}
-	v, alive, err := p.run(*inst, abi.HookPublish, validPublish)
-	if !alive {
-		*inst = nil
-	}
-	return v, err
+	return false, nil // fail open: unchanged
 }
 
 // applyHeaders returns a copy of h with the changes of a call: the message's map may be shared

@@ -349,6 +349,17 @@ func (p *plugin) invoke(inst *instance, k abi.Hook) (uint64, error) {
 			defer p.metrics.observe(k, time.Now())
 		}
 	}
+	if p.spec.CallTimeout > 0 || p.hasInbox {
+		return p.invokeFilled(inst, k)
+	}
+	inst.stack[0] = 0
+	return p.called(inst, inst.fns[k].CallWithStack(&inst.ctx, inst.stack))
+}
+
+// invokeFilled is invoke with a time limit or an inbox, off the common path: a context of
+// the call's own if there is a time limit (whose deferred cancel is off the common path too),
+// and the inbox filled first.
+func (p *plugin) invokeFilled(inst *instance, k abi.Hook) (uint64, error) {
 	if p.spec.CallTimeout > 0 {
 		return p.invokeTimed(inst, k)
 	}
