@@ -103,7 +103,7 @@ type plugin struct {
 	rt         wazero.Runtime
 	compiled   wazero.CompiledModule
 	has        [abi.NumHooks]bool
-	hasInbox   bool // it exports tb_v1_inbox (inbox.go)
+	hasInbox   bool           // it exports tb_v1_inbox (inbox.go)
 	topics     []topicPattern // spec.Topics, compiled
 	configText string
 	pool       pool
