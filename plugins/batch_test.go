@@ -87,20 +87,7 @@ func BenchmarkOnPublishBatch(b *testing.B) {
 }
 
 // The chain of BenchmarkOnPublishBatch, one message at a time.
-func BenchmarkOnPublishChain(b *testing.B) {
-	c := load(b, newHost(b), chainSpecs(b)...)
-	headers := map[string]string{"tenant": "acme"}
-	payload := make([]byte, 256)
-	b.ReportAllocs()
-	cpu := cpuTime()
-	for b.Loop() {
-		d := broker.Draft{Topic: "orders.1", Payload: payload, Headers: headers}
-		if _, err := c.OnPublish(&d); err != nil {
-			b.Fatal(err)
-		}
-	}
-	reportCPU(b, cpu)
-}
+func BenchmarkOnPublishChain(b *testing.B) { benchmarkOnPublish(b, chainSpecs(b)...) }
 
 func chainSpecs(b *testing.B) []Spec {
 	return []Spec{{Name: "filter", Wasm: fixture(b, "pass")}, {Name: "transform", Wasm: fixture(b, "tag"), Config: map[string]string{"tag": "1"}}}

@@ -184,16 +184,7 @@ func FuzzWriteList(f *testing.F) {
 	f.Add(rec(65530, 1, 0))
 	f.Add(rec(0, 0xffffffff, 0))
 	f.Add(rec(0, 1, 0, opSetHeader, 0xffffffff, 2, 0, 1))
-	h, err := NewHost(HostOptions{})
-	if err != nil {
-		f.Fatal(err)
-	}
-	defer h.Close(context.Background())
-	c, err := h.Load(context.Background(), []Spec{{Name: "fuzz", Wasm: fixture(f, "inboxwrites"), BreakerFailures: 1 << 30, PoolSize: 1}})
-	if err != nil {
-		f.Fatal(err)
-	}
-	defer c.Close(context.Background())
+	c := fuzzChain(f, "inboxwrites")
 	f.Fuzz(func(t *testing.T, payload []byte) {
 		before := c.Stats()[0].Failures
 		d := broker.Draft{Topic: "fuzz.topic", Payload: payload, Headers: map[string]string{"k": "v"}}

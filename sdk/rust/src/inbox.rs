@@ -6,32 +6,38 @@
 
 use std::ptr::addr_of_mut;
 
-// The inbox's layout: little-endian u32 fields at fixed offsets.
+// The inbox's layout: little-endian u32 fields at fixed offsets (docs/ABI.md): the write
+// list's pointer and count, the hook, the limits, the event's attempt and time in flight.
 const WRITES_PTR: usize = 0;
-const WRITES_COUNT: usize = 4;
 const HOOK: usize = 8;
-const MAX_MESSAGE: usize = 12;
-const MAX_HEADER: usize = 16;
-const ATTEMPT: usize = 20;
-const IN_FLIGHT: usize = 24;
+const MAX_MESSAGE: usize = 12; // then max_header_bytes
+const MAX_HEADER: usize = MAX_MESSAGE + 4;
+const ATTEMPT: usize = 20; // then in_flight_ns, a u64
+const IN_FLIGHT: usize = ATTEMPT + 4;
+// Then (offset, length) pairs of the values, the header count and the header table.
 pub(crate) const TOPIC: usize = 32;
 pub(crate) const PAYLOAD: usize = 40;
 pub(crate) const ID: usize = 48;
 pub(crate) const SUB: usize = 56;
 pub(crate) const GROUP: usize = 64;
 pub(crate) const REASON: usize = 72;
-const HEADER_COUNT: usize = 80;
-const HEADERS: usize = 88;
+const HEADER_COUNT: usize = 80; // then a reserved u32 and the table, 16 bytes an entry
+const HEADERS: usize = HEADER_COUNT + 8;
 const ENTRY: usize = 16;
 
+/// The hooks that may change headers.
 const HOOK_PUBLISH: u32 = 2;
 const HOOK_REDELIVER: u32 = 4;
 
-// Write list operations.
-const SET_PAYLOAD: u32 = 1;
-const SET_HEADER: u32 = 2;
-const DEL_HEADER: u32 = 3;
-const SET_REASON: u32 = 4;
+/// The write list's operations.
+#[repr(u32)]
+#[derive(Clone, Copy)]
+enum Op {
+    SetPayload = 1,
+    SetHeader = 2,
+    DelHeader = 3,
+    SetReason = 4,
+}
 
 /// The inbox: 8-byte words, so that it is aligned as the ABI asks.
 static mut INBOX: Vec<u64> = Vec::new();
@@ -109,16 +115,16 @@ pub(crate) fn begin() {
 }
 
 /// Lists a write, with copies of its bytes kept until the next call.
-fn write(op: u32, a: &[u8], b: &[u8]) {
+fn write(op: Op, a: &[u8], b: &[u8]) {
     let writes = unsafe { &mut *addr_of_mut!(WRITES) };
     let kept = unsafe { &mut *addr_of_mut!(KEPT) };
     let (a, b) = (a.to_vec(), b.to_vec()); // moving a Vec into KEPT does not move its bytes
-    writes.push([op, a.as_ptr() as u32, a.len() as u32, b.as_ptr() as u32, b.len() as u32]);
+    writes.push([op as u32, a.as_ptr() as u32, a.len() as u32, b.as_ptr() as u32, b.len() as u32]);
     kept.push(a);
     kept.push(b);
     let inbox = unsafe { &mut *addr_of_mut!(INBOX) };
-    // WRITES_PTR and WRITES_COUNT are the inbox's first word.
-    inbox[WRITES_PTR / 8] = writes.as_ptr() as u64 | (writes.len() as u64) << (8 * WRITES_COUNT);
+    // The write list's pointer and count are the inbox's first word.
+    inbox[WRITES_PTR / 8] = writes.as_ptr() as u64 | (writes.len() as u64) << 32;
 }
 
 fn may_change_headers() -> bool {
@@ -136,7 +142,7 @@ pub(crate) fn set_payload(p: &[u8]) -> i32 {
     if p.len() > u32_at(MAX_MESSAGE) as usize {
         return -2;
     }
-    write(SET_PAYLOAD, p, &[]);
+    write(Op::SetPayload, p, &[]);
     0
 }
 
@@ -150,7 +156,7 @@ pub(crate) fn set_header(k: &[u8], v: &[u8]) -> i32 {
     if k.len() + v.len() > u32_at(MAX_HEADER) as usize {
         return -2;
     }
-    write(SET_HEADER, k, v);
+    write(Op::SetHeader, k, v);
     0
 }
 
@@ -158,10 +164,10 @@ pub(crate) fn del_header(k: &[u8]) -> i32 {
     if !may_change_headers() {
         return -3;
     }
-    write(DEL_HEADER, k, &[]);
+    write(Op::DelHeader, k, &[]);
     0
 }
 
 pub(crate) fn set_reason(r: &[u8]) {
-    write(SET_REASON, r, &[]);
+    write(Op::SetReason, r, &[]);
 }
