@@ -98,20 +98,20 @@ func (r *runner) w4() error {
 			return 0
 		}
 		prefix := fmt.Sprintf("W4 tinybroker lang=%s workload=%s", r.cfg.W4Lang, base)
-		err := r.repeat(prefix, func(ctx context.Context) ([]metric, error) {
-			a, err := f(ctx)
-			if err != nil {
-				return nil, fmt.Errorf("plain: %w", err)
+		// measure runs workload w, then reads the plugin broker's counters.
+		measure := func(ctx context.Context, w func(context.Context) ([]metric, error), what string) (ms []metric, calls, fails int64, err error) {
+			if ms, err = w(ctx); err != nil {
+				return nil, 0, 0, fmt.Errorf("%s: %w", what, err)
 			}
-			calls0, fails0, err := pluginCalls(ctx, api)
+			calls, fails, err = pluginCalls(ctx, api)
+			return ms, calls, fails, err
+		}
+		err := r.repeat(prefix, func(ctx context.Context) ([]metric, error) {
+			a, calls0, fails0, err := measure(ctx, f, "plain")
 			if err != nil {
 				return nil, err
 			}
-			b, err := pf(ctx)
-			if err != nil {
-				return nil, fmt.Errorf("with plugins: %w", err)
-			}
-			calls1, fails1, err := pluginCalls(ctx, api)
+			b, calls1, fails1, err := measure(ctx, pf, "with plugins")
 			if err != nil {
 				return nil, err
 			}

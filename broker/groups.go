@@ -76,3 +76,25 @@ func NotHeld(systemID, id string) error {
 func NotInFlight(systemID, id string) error {
 	return fmt.Errorf("%w %q: subscription %q has no such message in flight", ErrUnknownMessage, systemID, id)
 }
+
+// FindHeld looks for the delivery seq that a member of a consumer group holds (held returns
+// a member's deliveries by sequence): among pref's alone with only set, otherwise in pref's
+// first (a member settling its own), then in every member's. It returns the delivery and
+// its holder, or zeros.
+func FindHeld[M comparable, E any](pref M, members []M, only bool, held func(M) map[uint64]*E, seq uint64) (*E, M) {
+	var none M
+	if pref != none {
+		if e := held(pref)[seq]; e != nil {
+			return e, pref
+		}
+	}
+	if only {
+		return nil, none
+	}
+	for _, m := range members {
+		if e := held(m)[seq]; e != nil {
+			return e, m
+		}
+	}
+	return nil, none
+}

@@ -199,3 +199,24 @@ func checkName(field, v string, optional bool) error {
 	}
 	return nil
 }
+
+// Or returns l with each zero (or default) value taken from d: a group's own limits, then
+// the engine's.
+func (l GroupLimits) Or(d GroupLimits) GroupLimits {
+	if l.MaxQueued <= 0 {
+		l.MaxQueued = d.MaxQueued
+	}
+	if l.MaxQueuedBytes <= 0 {
+		l.MaxQueuedBytes = d.MaxQueuedBytes
+	}
+	if l.Overflow == OverflowDefault {
+		l.Overflow = d.Overflow
+	}
+	if l.DeadLetterMax <= 0 {
+		l.DeadLetterMax = d.DeadLetterMax
+	}
+	if l.DeadLetterMaxBytes <= 0 {
+		l.DeadLetterMaxBytes = d.DeadLetterMaxBytes
+	}
+	return l
+}

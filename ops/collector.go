@@ -56,6 +56,8 @@ var (
 	dSubs         = desc("subscriptions", "Subscriptions open, by mode (fanout subscriptions, balanced group members).", "mode")
 	dGroups       = desc("groups", "Consumer groups.")
 	dFanBuffered  = desc("fanout_buffered_messages", "Messages waiting in fanout subscriptions' buffers, all subscriptions together.")
+	dAuthFailed   = desc("auth_failures_total", "Calls refused for their credentials: a wrong token, an unknown user or certificate, a certificate refused in the TLS handshake.")
+	dDenials      = desc("permission_denials_total", "Calls and messages refused by a user's rules (PERMISSION_DENIED) or per-user limits.")
 	dFanDropped   = desc("fanout_dropped_messages_total", "Messages fanout subscriptions lost as slow consumers (fanout { slow_consumer = \"drop\" }), all together. Counts of closed subscriptions are not kept.")
 
 	dGQueued     = desc("group_queued_messages", "Messages waiting for a member with room.", "group")
@@ -83,7 +85,7 @@ var (
 
 var allDescs = []*prometheus.Desc{dPublished, dDelivered, dAcked, dRedelivered, dDeadLettered, dUnrouted,
 	dHookDropped, dPubBytes, dDelivBytes, dPubRefused, dSubRefused, dMemUsed, dMemBudget, dConns,
-	dConnsRefused, dStreams, dSubs, dGroups, dFanBuffered, dFanDropped, dGQueued, dGInFlight, dGDelayed,
+	dConnsRefused, dStreams, dSubs, dGroups, dFanBuffered, dFanDropped, dAuthFailed, dDenials, dGQueued, dGInFlight, dGDelayed,
 	dGMembers, dGBytes, dGOldest, dGDelivered, dGAcked, dGRedeliv, dGTakenBack, dGDead, dGDropped,
 	dGRejected, dGroupSeries, dPCalls, dPFailures, dPSkipped, dPBreaker, dPInstances, dPLatency}
 
@@ -160,6 +162,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(dConnsRefused, refused)
 		gauge(dStreams, float64(t.PublishStreams), "publish")
 		gauge(dStreams, float64(t.SubscribeStreams), "subscribe")
+		counter(dAuthFailed, t.AuthFailures)
+		counter(dDenials, t.Denials)
 	}
 
 	if c.src.plugins == nil {

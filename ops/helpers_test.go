@@ -25,6 +25,7 @@ import (
 	"github.com/tinybroker/tinybroker/plugins"
 	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
 	"github.com/tinybroker/tinybroker/server"
+	"github.com/tinybroker/tinybroker/server/auth"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -37,6 +38,7 @@ type stack struct {
 	ops   *ops.Ops
 	chain *plugins.Chain
 	url   string // the ops listener, http://127.0.0.1:PORT
+	addr  string // the gRPC server's
 	c     pb.BrokerClient
 }
 
@@ -46,6 +48,7 @@ type stackOptions struct {
 	admin     func(broker.Engine) ops.Admin
 	maxGroups int
 	interval  time.Duration // of the event stream (100ms)
+	auth      *auth.Authenticator
 }
 
 func start(t *testing.T, so stackOptions) *stack {
@@ -65,7 +68,7 @@ func start(t *testing.T, so stackOptions) *stack {
 		})
 		so.engine.Hooks = s.chain
 	}
-	tb := servertest.Start(t, servertest.Options{Options: so.engine})
+	tb := servertest.Start(t, servertest.Options{Options: so.engine, Server: server.Options{Auth: so.auth}})
 	s.b, s.srv = tb.Engine, tb.Server
 	hlis, err := ops.Listen("127.0.0.1:0", false)
 	if err != nil {
@@ -96,6 +99,7 @@ func start(t *testing.T, so stackOptions) *stack {
 		}
 		http.DefaultClient.CloseIdleConnections()
 	})
+	s.addr = tb.Addr
 	s.c = pb.NewBrokerClient(servertest.Dial(t, tb.Addr))
 	return s
 }

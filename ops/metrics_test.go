@@ -6,12 +6,19 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/crypto/bcrypt"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/tinybroker/tinybroker/broker"
 	"github.com/tinybroker/tinybroker/internal/brokertest"
 	"github.com/tinybroker/tinybroker/plugins"
 	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
+	"github.com/tinybroker/tinybroker/sdk/go/client"
+	"github.com/tinybroker/tinybroker/server/auth"
 )
 
 // A group's backlog: queued messages, their age, members, in flight, acks, and the totals
@@ -116,6 +123,43 @@ func TestMetricsRefusals(t *testing.T) {
 	}
 	s.waitMetric(t, "tinybroker_subscribe_refusals_total", eq(1), "code=InvalidArgument")
 	s.waitMetric(t, "tinybroker_publish_refusals_total", eq(0), "code=Unavailable") // every code has a series
+}
+
+// With users, authentication failures and permission denials are counted.
+func TestMetricsAuth(t *testing.T) {
+	h, err := bcrypt.GenerateFromPassword([]byte("a-token"), bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	guard, err := auth.New(auth.Options{Users: []auth.User{{Name: "alice", TokenHash: string(h), Publish: auth.Rules{Allow: []string{"a"}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := start(t, stackOptions{auth: guard})
+	as := func(token string) pb.BrokerClient {
+		conn, err := grpc.NewClient(s.addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithPerRPCCredentials(client.TokenCredentials(token)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		return pb.NewBrokerClient(conn)
+	}
+	ctx := context.Background()
+	s.waitMetric(t, "tinybroker_auth_failures_total", eq(0))
+	if _, err := as("alice:wrong").Publish(ctx, &pb.PublishRequest{Topic: "a"}); status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("a wrong token: %v", err)
+	}
+	s.waitMetric(t, "tinybroker_auth_failures_total", eq(1))
+	alice := as("alice:a-token")
+	if _, err := alice.Publish(ctx, &pb.PublishRequest{Topic: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := alice.Publish(ctx, &pb.PublishRequest{Topic: "b"}); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("a topic alice may not publish to: %v", err)
+	}
+	s.waitMetric(t, "tinybroker_permission_denials_total", eq(1))
+	s.waitMetric(t, "tinybroker_auth_failures_total", eq(1))
 }
 
 // Per plugin and hook: calls, latency, failures by kind, the breaker, instances.

@@ -252,7 +252,7 @@ func TestLastMemberLeaves(t *testing.T) {
 	a.next()
 	a.next()
 	a.close()
-	brokertest.Eventually(t, "member gone", func() bool { return tb.group(t, "solo").GetMembers() == 0 })
+	tb.waitMemberless(t, "solo")
 	tb.publish(t, "s", "3")
 	if g := tb.group(t, "solo"); g.GetQueued() != 3 {
 		t.Fatalf("queued %d, want 3", g.GetQueued())
@@ -379,12 +379,10 @@ func TestDeadLetterOnAckDeadline(t *testing.T) {
 // subscription (isolation). A publish that every matching target refused gets
 // RESOURCE_EXHAUSTED naming the group and the limit.
 func TestOverflowReject(t *testing.T) {
-	needs(t, engine.GroupBounds, "bounds per consumer group (max_queued, max_queued_bytes, overflow)")
+	needsGroupBounds(t)
 	tb := start(t, brokertest.Options{GroupMaxQueued: 3})
 	watcher := tb.open(t, fanout("w", "o.*"))
-	m := tb.open(t, balanced("full", "full", 1, "o.*"))
-	m.close()
-	brokertest.Eventually(t, "member gone", func() bool { return tb.group(t, "full").GetMembers() == 0 })
+	tb.memberless(t, "full", "o.*")
 	for i := range 3 {
 		tb.publish(t, "o.a", strconv.Itoa(i))
 	}
@@ -416,11 +414,9 @@ func TestOverflowReject(t *testing.T) {
 
 // "drop_oldest" keeps the newest messages and counts what it dropped.
 func TestOverflowDropOldest(t *testing.T) {
-	needs(t, engine.GroupBounds, "bounds per consumer group (max_queued, max_queued_bytes, overflow)")
+	needsGroupBounds(t)
 	tb := start(t, brokertest.Options{GroupMaxQueued: 3, GroupOverflow: broker.OverflowDropOldest})
-	m := tb.open(t, balanced("d", "d", 1, "d"))
-	m.close()
-	brokertest.Eventually(t, "member gone", func() bool { return tb.group(t, "d").GetMembers() == 0 })
+	tb.memberless(t, "d", "d")
 	for i := range 5 {
 		tb.publish(t, "d", strconv.Itoa(i))
 	}
@@ -440,11 +436,9 @@ func TestOverflowDropOldest(t *testing.T) {
 func TestGroupExpiry(t *testing.T) {
 	needs(t, engine.GroupExpiry, "expiry of groups without members (groups { expire_after })")
 	tb := start(t, brokertest.Options{GroupExpireAfter: 500 * time.Millisecond, GroupMaxQueued: 1})
-	m := tb.open(t, balanced("gone", "gone", 1, "e"))
-	m.close()
 	// Until the server has seen the member leave, "held" would go to it, in flight, and the
 	// next publish would be queued instead of refused.
-	brokertest.Eventually(t, "member gone", func() bool { return tb.group(t, "gone").GetMembers() == 0 })
+	tb.memberless(t, "gone", "e")
 	tb.publish(t, "e", "held") // queued for the next member, up to the bound
 	_, err := tb.c.Publish(context.Background(), &pb.PublishRequest{Topic: "e"})
 	wantCode(t, err, codesResourceExhausted, "full")

@@ -33,6 +33,12 @@ func needs(t *testing.T, has bool, capability string) {
 	}
 }
 
+// needsGroupBounds skips the test on an engine without bounds per consumer group.
+func needsGroupBounds(t *testing.T) {
+	t.Helper()
+	needs(t, engine.GroupBounds, "bounds per consumer group (max_queued, max_queued_bytes, overflow)")
+}
+
 // testBroker is a real server on a loopback port and a client connected to it.
 type testBroker struct {
 	b    broker.Engine
@@ -71,6 +77,21 @@ func (tb *testBroker) group(t *testing.T, id string) *pb.GroupStats {
 		}
 	}
 	return &pb.GroupStats{}
+}
+
+// waitMemberless waits until the group of subscription_id id has no members, as the server
+// sees it.
+func (tb *testBroker) waitMemberless(t *testing.T, id string) {
+	t.Helper()
+	brokertest.Eventually(t, "member gone", func() bool { return tb.group(t, id).GetMembers() == 0 })
+}
+
+// memberless makes a consumer group without members: named id, of subscription_id id, on
+// patterns. Its one member (max_in_flight 1) opens, leaves, and is seen gone.
+func (tb *testBroker) memberless(t *testing.T, id string, patterns ...string) {
+	t.Helper()
+	tb.open(t, balanced(id, id, 1, patterns...)).close()
+	tb.waitMemberless(t, id)
 }
 
 func (tb *testBroker) publish(t *testing.T, topic, payload string) string {

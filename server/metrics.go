@@ -15,6 +15,10 @@ type Traffic struct {
 	// RefusedSubscriptions opens of subscriptions refused, by gRPC status code.
 	Refused, RefusedSubscriptions    [numCodes]uint64
 	PublishStreams, SubscribeStreams int // open now
+	// AuthFailures counts calls refused for their credentials (a wrong token, an unknown
+	// certificate, one refused in the TLS handshake), Denials calls and messages refused by
+	// a user's rules or limits; both 0 without users.
+	AuthFailures, Denials uint64
 }
 
 // numCodes is the number of gRPC status codes (OK to UNAUTHENTICATED).
@@ -50,6 +54,9 @@ func (s *Server) Traffic() Traffic {
 	for i := range numCodes {
 		out.Refused[i] = t.refused[i].Load()
 		out.RefusedSubscriptions[i] = t.refusedSubs[i].Load()
+	}
+	if s.opts.Auth != nil {
+		out.AuthFailures, out.Denials = s.opts.Auth.Counts()
 	}
 	return out
 }

@@ -20,11 +20,10 @@ import (
 // refused with RESOURCE_EXHAUSTED naming the group and the setting, long before memory is
 // in danger; the canary keeps working.
 func TestMemberlessGroupByteBound(t *testing.T) {
-	needs(t, engine.GroupBounds, "bounds per consumer group (max_queued, max_queued_bytes, overflow)")
+	needsGroupBounds(t)
 	tb := start(t, brokertest.Options{GroupMaxQueuedBytes: 2 << 20})
 	c := newCanary(t, tb)
-	tb.open(t, balanced("bulk", "bulk", 1, "bulk.>")).close()
-	brokertest.Eventually(t, "member gone", func() bool { return tb.group(t, "bulk").GetMembers() == 0 })
+	tb.memberless(t, "bulk", "bulk.>")
 	payload := make([]byte, 256<<10)
 	var err error
 	n := 0
@@ -55,11 +54,10 @@ func TestMemberlessGroupByteBound(t *testing.T) {
 // Finding 2: a group abandoned on ">" that fills up refuses only for itself: every other
 // subscription and group keeps getting what is published, even on topics it matches.
 func TestAbandonedGroupDoesNotBlockOthers(t *testing.T) {
-	needs(t, engine.GroupBounds, "bounds per consumer group (max_queued, max_queued_bytes, overflow)")
+	needsGroupBounds(t)
 	tb := start(t, brokertest.Options{GroupMaxQueued: 50})
 	c := newCanary(t, tb)
-	tb.open(t, balanced("abandoned", "abandoned", 1, ">")).close()
-	brokertest.Eventually(t, "member gone", func() bool { return tb.group(t, "abandoned").GetMembers() == 0 })
+	tb.memberless(t, "abandoned", ">")
 	for i := range 50 {
 		tb.publish(t, "x.y", strconv.Itoa(i))
 	}
@@ -186,11 +184,10 @@ func codeOf(err error) codes.Code { return status.Code(err) }
 // Finding 1, header-heavy messages: what a group holds is counted with its headers as they
 // cost in memory, not as their bytes alone; the canary keeps working.
 func TestHeaderHeavyMessagesCounted(t *testing.T) {
-	needs(t, engine.GroupBounds, "bounds per consumer group (max_queued, max_queued_bytes, overflow)")
+	needsGroupBounds(t)
 	tb := start(t, brokertest.Options{GroupMaxQueuedBytes: 1 << 20})
 	c := newCanary(t, tb)
-	tb.open(t, balanced("hdr", "hdr", 1, "hdr.>")).close()
-	brokertest.Eventually(t, "member gone", func() bool { return tb.group(t, "hdr").GetMembers() == 0 })
+	tb.memberless(t, "hdr", "hdr.>")
 	h := map[string]string{}
 	for i := range 1000 {
 		h["h"+strconv.Itoa(i)] = "v" // ~6 KB of header bytes, ~120 KB of memory

@@ -34,6 +34,7 @@ type secure struct {
 	dir   string
 	guard *auth.Authenticator
 	files auth.TLSFiles
+	users []auth.User
 }
 
 func hash(t *testing.T, token string) string {
@@ -74,7 +75,7 @@ func startSecure(t *testing.T, users []auth.User, clientCA, require bool) *secur
 		t.Fatal(err)
 	}
 	tb := startWith(t, brokertest.Options{}, server.Options{Auth: guard})
-	return &secure{testBroker: tb, ca: ca, dir: dir, guard: guard, files: files}
+	return &secure{testBroker: tb, ca: ca, dir: dir, guard: guard, files: files, users: users}
 }
 
 // as returns a client of the broker over TLS, sending token if not empty and presenting
@@ -331,7 +332,7 @@ func TestTLSReload(t *testing.T) {
 	if serial() != first {
 		t.Fatal("the certificate changed before the reload")
 	}
-	if err := s.guard.Reload(); err != nil {
+	if err := s.guard.Reload(s.users); err != nil {
 		t.Fatal(err)
 	}
 	if serial() == first {
@@ -340,7 +341,7 @@ func TestTLSReload(t *testing.T) {
 	if err := os.WriteFile(s.files.KeyFile, []byte("garbage"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.guard.Reload(); err == nil {
+	if err := s.guard.Reload(s.users); err == nil {
 		t.Fatal("a reload with a broken key succeeded")
 	}
 	serial() // the loaded certificate stays

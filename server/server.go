@@ -1,4 +1,4 @@
-// Package server adapts a broker.Broker to the tinybroker.v1 gRPC protocol. It also registers
+// Package server adapts a broker.Engine (any engine) to the tinybroker.v1 gRPC protocol. It also registers
 // the gRPC health service and server reflection, so grpcurl and health probes work.
 package server
 
@@ -253,9 +253,12 @@ func (s *Server) PublishStream(stream grpc.BidiStreamingServer[pb.PublishStreamR
 		done <- s.servePublish(stream)
 	}()
 	ctx := stream.Context()
+	caller := auth.FromContext(ctx)
 	select {
 	case err := <-done:
 		return err
+	case <-caller.Revoked(): // a reload removed or changed the user
+		return caller.Valid()
 	case <-s.quit:
 		// The server goroutine may be inside SendMsg: gRPC ends the stream once this returns,
 		// and its next call fails.
@@ -391,7 +394,11 @@ func (s *Server) Subscribe(stream grpc.BidiStreamingServer[pb.SubscribeRequest, 
 	}()
 
 	ctx := stream.Context()
+	caller := auth.FromContext(ctx)
 	for {
+		if err := caller.Valid(); err != nil { // a busy stream does not wait below
+			return err
+		}
 		// An idle stream holds no batch: 10,000 streams would hold 60 MB of them (W6).
 		bp := s.batches.Get().(*[]broker.Delivery)
 		batch := st.Next((*bp)[:0], s.opts.MaxBatchMessages, s.opts.MaxBatchBytes)
@@ -408,6 +415,8 @@ func (s *Server) Subscribe(stream grpc.BidiStreamingServer[pb.SubscribeRequest, 
 		s.batches.Put(bp)
 		select {
 		case <-st.Ready():
+		case <-caller.Revoked(): // a reload removed or changed the user
+			return caller.Valid()
 		case <-st.Done():
 			return toStatus(st.Err())
 		case err := <-recvErr:

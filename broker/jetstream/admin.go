@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -30,28 +31,83 @@ func (e *Engine) lookup(id, systemID string) (*group, uint64, error) {
 	return g, seq, err
 }
 
-// Ack acknowledges one delivered message of a consumer group.
+// Ack acknowledges one delivered message of a consumer group. In a cluster, one that no
+// member of this node holds is passed to the node whose member holds it (forward). If no
+// node answers, it is refused as unknown (never delivered, settled already, or held by a
+// node that went away); the ack still goes to JetStream, which settles it in the last case
+// (JetStream answers an ack whether or not the message was pending, so it cannot tell).
 func (e *Engine) Ack(subscriptionID, systemID string) error {
 	g, seq, err := e.lookup(subscriptionID, systemID)
 	if err != nil {
 		return err
 	}
-	if g.ack(nil, []uint64{seq}) > 0 {
-		return broker.NotHeld(systemID, subscriptionID)
+	if e.solo || g.holds(seq) {
+		if g.ack(nil, []uint64{seq}) > 0 {
+			return broker.NotHeld(systemID, subscriptionID)
+		}
+		return nil
 	}
-	return nil
+	if e.forward(g, fmt.Appendf(nil, "ack %d", seq)) {
+		return nil
+	}
+	_ = e.nc.Publish(ackSubject(e.opts.Stream, g.consumer, seq, 0), []byte("+ACK"))
+	return broker.NotHeld(systemID, subscriptionID)
 }
 
-// Nack gives one delivered message back to its group, to be redelivered after delay.
+// Nack gives one delivered message back to its group, to be redelivered after delay; in a
+// cluster, through the node whose member holds it.
 func (e *Engine) Nack(subscriptionID, systemID string, delay time.Duration, reason string) error {
 	g, seq, err := e.lookup(subscriptionID, systemID)
 	if err != nil {
 		return err
 	}
-	if g.nack(nil, []uint64{seq}, delay, reason) > 0 {
-		return broker.NotInFlight(systemID, subscriptionID)
+	if e.solo || g.holds(seq) {
+		if g.nack(nil, []uint64{seq}, delay, reason) > 0 {
+			return broker.NotInFlight(systemID, subscriptionID)
+		}
+		return nil
 	}
-	return nil
+	if e.forward(g, fmt.Appendf(nil, "nack %d %d %s", seq, int64(delay), reason)) {
+		return nil
+	}
+	return broker.NotInFlight(systemID, subscriptionID)
+}
+
+// forwardTimeout bounds the wait for the node holding a forwarded delivery to answer.
+const forwardTimeout = 500 * time.Millisecond
+
+// forward asks the other nodes to settle a delivery of g that one of their members holds
+// ("ack SEQ" or "nack SEQ DELAY_NS REASON"); the holder applies it, with its hooks, and
+// answers. It says whether one did.
+func (e *Engine) forward(g *group, req []byte) bool {
+	_, err := e.nc.Request(e.subjS+g.consumer, req, forwardTimeout)
+	return err == nil
+}
+
+// onSettle applies a settlement another node forwarded, if this node holds the delivery.
+func (e *Engine) onSettle(m *nats.Msg) {
+	g := e.groupByConsumer(m.Subject[len(e.subjS):])
+	var op string
+	var seq uint64
+	var delay int64
+	n, _ := fmt.Sscanf(string(m.Data), "%s %d %d", &op, &seq, &delay)
+	if g == nil || n < 2 || !g.holds(seq) {
+		return
+	}
+	done := false
+	switch op {
+	case "ack":
+		done = g.ack(nil, []uint64{seq}) == 0
+	case "nack":
+		reason := ""
+		if f := strings.SplitN(string(m.Data), " ", 4); len(f) == 4 {
+			reason = f[3]
+		}
+		done = g.nack(nil, []uint64{seq}, time.Duration(delay), reason) == 0
+	}
+	if done {
+		_ = m.Respond(nil)
+	}
 }
 
 // Declare creates the consumer group gc describes (its consumer, if no node made it yet),
@@ -64,6 +120,7 @@ func (e *Engine) Declare(gc broker.GroupConfig) error {
 	}
 	gc.ID = o.ID
 	e.mu.Lock()
+	defer e.awaitAnnounces() // after the unlock
 	defer e.mu.Unlock()
 	g, err := e.groupLocked(gc.ID)
 	if err != nil {
@@ -80,6 +137,7 @@ func (e *Engine) Declare(gc broker.GroupConfig) error {
 	}
 	g.mu.Lock()
 	g.name, g.patterns, g.maxDeliveries, g.declared = gc.Name, patterns, gc.MaxDeliveries, true
+	g.own, g.limits = gc.Limits, e.groupLimits(gc.Limits)
 	g.dlq = gc.DeadLetterTopic
 	if g.dlq == "" {
 		g.dlq = "dlq." + gc.ID
@@ -118,7 +176,8 @@ func (g *group) stats(ci *jetstream.ConsumerInfo) broker.GroupStats {
 	defer g.mu.Unlock()
 	st := broker.GroupStats{ID: g.id, Group: g.name, Patterns: g.patterns, Members: len(g.members),
 		Delivered: g.delivered, Acked: g.acked, Redelivered: g.redelivered, DeadLettered: g.deadLettered, Dropped: g.dropped,
-		Declared: g.declared, Nacked: g.nacked, TimedOut: g.timedOut, LeftBehind: g.leftBehind}
+		Declared: g.declared, Nacked: g.nacked, TimedOut: g.timedOut, LeftBehind: g.leftBehind, Bytes: g.bytes, Rejected: g.rejected,
+		DeadLetters: max(0, g.deadCount), DeadLetterBytes: g.deadBytes, DeadLettersDropped: g.deadDropped}
 	now := time.Now()
 	for seq, t := range g.delayed {
 		if t.After(now) {
@@ -139,7 +198,7 @@ func (g *group) stats(ci *jetstream.ConsumerInfo) broker.GroupStats {
 		// holds it or it waits for redelivery; what this node took back waits (queued, or
 		// delayed). Another node's taken-back messages count as in flight.
 		waiting := max(0, len(g.waiting)-st.Delayed)
-		st.Queued = int(ci.NumPending) + waiting
+		st.Queued = max(0, int(ci.NumPending)-g.skipped) + waiting
 		st.InFlight = max(0, ci.NumAckPending-waiting-st.Delayed)
 	} else {
 		for _, m := range g.members {
@@ -165,13 +224,17 @@ func (e *Engine) Group(id string) (broker.GroupInfo, error) {
 	var ci *jetstream.ConsumerInfo
 	if c, err := e.js.Consumer(ctx, e.opts.Stream, g.consumer); err == nil {
 		ci = c.CachedInfo()
+		g.counted(ci)
 	} else if errors.Is(err, jetstream.ErrConsumerNotFound) {
 		e.forgetGroup(id, g)
 		return broker.GroupInfo{}, fmt.Errorf("%w %q: the consumer group was deleted", broker.ErrUnknownSubscription, id)
 	}
+	if _, _, err := e.countDeadLetters(ctx, g); err != nil {
+		e.log.Warn("could not count a group's dead letters", "subscription", id, "error", err)
+	}
 	gi := broker.GroupInfo{GroupStats: g.stats(ci)}
 	g.mu.Lock()
-	gi.MaxDeliveries, gi.DeadLetterTopic = g.maxDeliveries, g.dlq
+	gi.MaxDeliveries, gi.DeadLetterTopic, gi.Limits = g.maxDeliveries, g.dlq, g.limits
 	for _, m := range g.members {
 		gi.MemberList = append(gi.MemberList, broker.MemberInfo{ID: m.s.set.MemberID, Peer: m.peer, InFlight: len(m.held),
 			MaxInFlight: m.maxInFlight, AckDeadline: m.ackDeadline, Joined: m.joined})
@@ -183,7 +246,7 @@ func (e *Engine) Group(id string) (broker.GroupInfo, error) {
 // Stats returns the counters of this node and the consumer groups of the cluster.
 func (e *Engine) Stats() broker.Stats {
 	st := broker.Stats{Published: e.published.Load(), Unrouted: e.unrouted.Load(), Dropped: e.dropped.Load(), Refused: e.refused.Load(),
-		Delivered: e.fanoutDelivered.Load()}
+		Delivered: e.fanoutDelivered.Load(), MemoryBudget: e.storeLimit}
 	infos, err := e.refreshGroups()
 	if err != nil {
 		e.log.Warn("stats: JetStream did not list the consumer groups", "error", err)
@@ -211,6 +274,7 @@ func (e *Engine) Stats() broker.Stats {
 		st.Acked += gs.Acked
 		st.Redelivered += gs.Redelivered
 		st.DeadLettered += gs.DeadLettered
+		st.MemoryUsed += gs.Bytes // what the groups hold, counted as against their bounds; on disk
 		st.Groups = append(st.Groups, gs)
 	}
 	slices.SortFunc(st.Subscriptions, func(a, b broker.SubscriptionStats) int { return cmp.Compare(a.ID, b.ID) })
@@ -230,41 +294,69 @@ func (e *Engine) PurgeGroup(id string) (int, error) {
 	if g == nil {
 		return 0, fmt.Errorf("%w %q: no consumer group has this subscription_id", broker.ErrUnknownSubscription, id)
 	}
+	n, err := e.takeQueued(g, 0)
+	if err != nil {
+		return n, fmt.Errorf("%w: purging consumer group %q: %v", broker.ErrUnavailable, id, err)
+	}
+	return n, nil
+}
+
+// takeQueued takes up to limit (0: all) of the messages JetStream would deliver to g next,
+// without a member, and ends them (+TERM), oldest first; it returns how many it ended.
+func (e *Engine) takeQueued(g *group, limit int) (int, error) {
 	inbox := nats.NewInbox()
 	sub, err := e.nc.SubscribeSync(inbox)
 	if err != nil {
-		return 0, fmt.Errorf("%w: %v", broker.ErrUnavailable, err)
+		return 0, err
 	}
 	defer func() { _ = sub.Unsubscribe() }()
 	subj := "$JS.API.CONSUMER.MSG.NEXT." + e.opts.Stream + "." + g.consumer
 	n := 0
-	for {
-		if err := e.nc.PublishRequest(subj, inbox, []byte(`{"batch":256,"no_wait":true}`)); err != nil {
-			return n, fmt.Errorf("%w: %v", broker.ErrUnavailable, err)
+	for limit == 0 || n < limit {
+		batch := 256
+		if limit > 0 {
+			batch = min(batch, limit-n)
+		}
+		if err := e.nc.PublishRequest(subj, inbox, fmt.Appendf(nil, `{"batch":%d,"no_wait":true}`, batch)); err != nil {
+			return n, err
 		}
 		got := 0
 		for {
 			m, err := sub.NextMsg(e.opts.RequestTimeout)
 			if err != nil {
-				return n, fmt.Errorf("%w: purging consumer group %q: %v", broker.ErrUnavailable, id, err)
+				return n, err
 			}
 			if len(m.Data) == 0 && m.Header.Get("Status") != "" {
 				break
 			}
 			got++
 			n++
-			g.mu.Lock()
 			if info, ok := parseAck(m.Reply); ok {
+				g.mu.Lock()
+				_, redelivery := g.waiting[info.sseq]
 				delete(g.waiting, info.sseq)
 				delete(g.delayed, info.sseq)
+				if !skips(m, g) {
+					h, _, hb := decodeHeaders(m.Header)
+					g.releaseLocked(heldCost(strings.TrimPrefix(m.Subject, e.subjG), m.Data, h, hb), !redelivery)
+				} else if g.skipped > 0 {
+					g.skipped--
+				}
+				g.mu.Unlock()
 			}
-			g.mu.Unlock()
 			_ = e.nc.Publish(m.Reply, []byte("+TERM"))
 		}
 		if got == 0 {
 			return n, nil
 		}
 	}
+	return n, nil
+}
+
+// skips says whether m was stored while g was full and refused it (hdrSkip).
+func skips(m *nats.Msg, g *group) bool {
+	v := m.Header[hdrSkip]
+	return len(v) > 0 && slices.Contains(strings.Split(v[0], ","), g.consumer)
 }
 
 // DeleteGroup deletes the group's consumer; its members end with ErrGroupDeleted, here at
@@ -284,28 +376,13 @@ func (e *Engine) DeleteGroup(id string) error {
 	if err := e.js.DeleteConsumer(ctx, e.opts.Stream, g.consumer); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return fmt.Errorf("%w: deleting consumer group %q: %v", broker.ErrUnavailable, id, err)
 	}
+	e.mu.Lock()
 	e.announce(g.consumer)
+	e.mu.Unlock()
+	e.awaitAnnounces()
 	e.forgetGroup(id, g)
+	if _, err := e.purgeDeadLetters(g); err != nil {
+		e.log.Warn("the deleted group's dead letters stay in the dead-letter stream", "subscription", id, "error", err)
+	}
 	return nil
-}
-
-// errNoDeadLetterStore refuses the admin API's dead-letter calls: this engine publishes
-// dead letters to the group's dead-letter topic but does not keep them (yet).
-func errNoDeadLetterStore(id string) error {
-	return fmt.Errorf("%w: the JetStream engine does not keep dead letters for the admin API; consume the group's dead-letter topic (default \"dlq.%s\") instead", broker.ErrUnsupported, id)
-}
-
-// DeadLetters is not supported by this engine: see errNoDeadLetterStore.
-func (e *Engine) DeadLetters(id, _ string, _ int) ([]broker.DeadLetter, string, error) {
-	return nil, "", errNoDeadLetterStore(id)
-}
-
-// ReplayDeadLetters is not supported by this engine.
-func (e *Engine) ReplayDeadLetters(id string, _ []string) ([]broker.Replayed, error) {
-	return nil, errNoDeadLetterStore(id)
-}
-
-// PurgeDeadLetters is not supported by this engine.
-func (e *Engine) PurgeDeadLetters(id string, _ []string) (int, error) {
-	return 0, errNoDeadLetterStore(id)
 }

@@ -20,8 +20,9 @@ import (
 // with "Tb-" (capitalised): a message header of the client that does too is carried inside
 // hdrJSON instead, so the two never mix.
 const (
-	hdrID   = "Tb-Id"   // the system_id of a message delivered by core NATS (fanout)
 	hdrTime = "Tb-Time" // when the engine accepted it, Unix nanoseconds
+	hdrFrom = "Tb-From" // the engine that announced a group's change (its self id)
+	hdrSkip = "Tb-Skip" // the consumers of the groups that refused a stored message (full), comma-separated
 	hdrJSON = "Tb-Hx"   // every header of the message, as JSON, when one cannot be a NATS header
 )
 
@@ -131,32 +132,7 @@ func (c idCodec) format(seq, secret uint64) string { return c.ids.Format(seq, se
 
 // parse returns the stream sequence number of a stored message's system_id.
 func (c idCodec) parse(id string) (uint64, error) {
-	if len(id) != idLen {
-		return 0, fmt.Errorf("%w %q: not a system_id of this broker (a system_id is the %d characters the broker sent with the message)", broker.ErrUnknownMessage, truncate(id, 64), idLen)
-	}
-	seq, secret, ok := c.ids.Parse(id)
-	if !ok {
-		return 0, fmt.Errorf("%w %q: malformed system_id", broker.ErrUnknownMessage, id)
-	}
-	if secret != c.stored || seq == 0 {
-		return 0, fmt.Errorf("%w %q: not a system_id of a message this broker stored for a consumer group", broker.ErrUnknownMessage, id)
-	}
-	return seq, nil
-}
-
-// parseFanout returns the number of a fanout message's system_id (0 if it is not one).
-func (c idCodec) parseFanout(id string) uint64 {
-	if seq, secret, ok := c.ids.Parse(id); ok && secret == c.fanout {
-		return seq
-	}
-	return 0
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "..."
+	return broker.ParseID(c.ids, c.stored, id, "a message this broker stored for a consumer group", "")
 }
 
 // encodeName turns a subscription_id (letters, digits, '-', '_', '.') into a JetStream
@@ -214,4 +190,102 @@ func parseAck(reply string) (ackInfo, bool) {
 // needs a consumer sequence in range).
 func ackSubject(stream, consumer string, sseq, dseq uint64) string {
 	return fmt.Sprintf("$JS.ACK.%s.%s.1.%d.%d.%d.0", stream, consumer, sseq, dseq, time.Now().UnixNano())
+}
+
+// A fanout message goes by core NATS as an envelope in the NATS payload, not with NATS
+// headers: headers cost nats.go a text encoding, a parse into a map and several allocations
+// per message and per receiver, where the envelope is one buffer read in place. It is only
+// ever read by tinybroker nodes (stored messages keep NATS headers, which JetStream keeps):
+//
+//	'T' 1 | uvarint seq | varint published_at | uvarint len, system_id |
+//	uvarint headers | (uvarint len, key, uvarint len, value)... | payload
+const (
+	envMagic   = 'T'
+	envVersion = 1
+)
+
+// appendEnvelope encodes a fanout message into dst.
+func appendEnvelope(dst []byte, seq uint64, publishedAt int64, id string, headers map[string]string, payload []byte) []byte {
+	dst = append(dst, envMagic, envVersion)
+	dst = binary.AppendUvarint(dst, seq)
+	dst = binary.AppendVarint(dst, publishedAt)
+	dst = binary.AppendUvarint(dst, uint64(len(id)))
+	dst = append(dst, id...)
+	dst = binary.AppendUvarint(dst, uint64(len(headers)))
+	for k, v := range headers {
+		dst = binary.AppendUvarint(dst, uint64(len(k)))
+		dst = append(dst, k...)
+		dst = binary.AppendUvarint(dst, uint64(len(v)))
+		dst = append(dst, v...)
+	}
+	return append(dst, payload...)
+}
+
+// envelopeSize bounds what appendEnvelope adds to a payload, for sizing its buffer.
+func envelopeSize(id string, headers map[string]string) int {
+	n := 2 + 3*binary.MaxVarintLen64 + len(id)
+	for k, v := range headers {
+		n += 2*binary.MaxVarintLen64 + len(k) + len(v)
+	}
+	return n
+}
+
+// parseEnvelope decodes a fanout message of topic; the payload is data's own tail (nats.go
+// gives every message a buffer of its own).
+func parseEnvelope(topic string, data []byte) (*broker.Message, error) {
+	bad := func(what string) error {
+		return fmt.Errorf("fanout message on %q: %s; is every node the same tinybroker version?", topic, what)
+	}
+	if len(data) < 2 || data[0] != envMagic || data[1] != envVersion {
+		return nil, bad("not an envelope of this version")
+	}
+	r := data[2:]
+	uv := func() (uint64, bool) {
+		v, n := binary.Uvarint(r)
+		if n <= 0 {
+			return 0, false
+		}
+		r = r[n:]
+		return v, true
+	}
+	str := func() (string, bool) {
+		n, ok := uv()
+		if !ok || n > uint64(len(r)) {
+			return "", false
+		}
+		s := string(r[:n])
+		r = r[n:]
+		return s, true
+	}
+	m := &broker.Message{Topic: topic, Targets: 1}
+	var ok bool
+	if m.ID, ok = uv(); !ok {
+		return nil, bad("bad sequence")
+	}
+	at, n := binary.Varint(r)
+	if n <= 0 {
+		return nil, bad("bad time")
+	}
+	m.PublishedAt, r = at, r[n:]
+	if m.SystemID, ok = str(); !ok {
+		return nil, bad("bad system_id")
+	}
+	nh, ok := uv()
+	if !ok || nh > uint64(len(r)) {
+		return nil, bad("bad header count")
+	}
+	if nh > 0 {
+		m.Headers = make(map[string]string, nh)
+		for range nh {
+			k, ok1 := str()
+			v, ok2 := str()
+			if !ok1 || !ok2 {
+				return nil, bad("bad header")
+			}
+			m.Headers[k] = v
+			m.HeaderBytes += len(k) + len(v)
+		}
+	}
+	m.Payload = r
+	return m, nil
 }

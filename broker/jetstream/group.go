@@ -35,6 +35,11 @@ const (
 	metaMaxDeliveries = "tinybroker-max-deliveries"
 	metaDLQ           = "tinybroker-dead-letter-topic"
 	metaDeclared      = "tinybroker-declared"
+	metaLimits        = "tinybroker-limits" // a declared group's own GroupLimits, as JSON
+
+	// refreshEvery: a group that looks full asks JetStream how much it really holds at most
+	// this often (see admit).
+	refreshEvery = 100 * time.Millisecond
 
 	pullExpires = 10 * time.Second // a member's pull request waits this long for messages
 	ackWaitPad  = 5 * time.Second  // the consumer's AckWait: the longest member deadline plus this
@@ -53,6 +58,8 @@ type group struct {
 	declared      bool
 	ackWait       time.Duration
 	quota         *broker.Quota
+	own           broker.GroupLimits // as declared (zero: the engine's defaults)
+	limits        broker.GroupLimits // in force: own, then the engine's defaults
 
 	mu        sync.Mutex
 	members   []*member
@@ -64,6 +71,23 @@ type group struct {
 	draining, removed                                    bool
 	delivered, acked, redelivered, deadLettered, dropped uint64
 	nacked, timedOut, leftBehind                         uint64
+	// The bounds (admit): queued is what JetStream has not delivered yet (NumPending) as of
+	// refreshed, plus what this node stored for the group since, less what it received;
+	// bytes what the group holds (queued, in flight, delayed) by heldCost, counted by this
+	// node as it stores and settles messages. Exact on one node; see RATIONALE.md for a
+	// cluster.
+	queued    int
+	skipped   int // stored while the group refused them, not yet passed by its consumer
+	bytes     int64
+	refreshed time.Time
+	rejected  uint64
+	full      bool
+	// The dead letters it keeps (dlq.go), as last counted, and those it let go of.
+	deadCount   int   // -1: not counted yet
+	deadBytes   int64 // about: deadCount letters of deadAvg bytes
+	deadAvg     int64
+	deadDropped uint64
+	deadFull    bool
 }
 
 type member struct {
@@ -130,6 +154,13 @@ func (e *Engine) consumerConfig(g *group) jetstream.ConsumerConfig {
 		Description: "tinybroker consumer group " + g.name,
 		Metadata: map[string]string{metaID: g.id, metaGroup: g.name, metaPatterns: string(pj),
 			metaMaxDeliveries: strconv.Itoa(g.maxDeliveries), metaDLQ: g.dlq, metaDeclared: strconv.FormatBool(g.declared)}}
+	if !g.declared && e.opts.GroupExpireAfter > 0 {
+		cc.InactiveThreshold = e.opts.GroupExpireAfter
+	}
+	if g.own != (broker.GroupLimits{}) {
+		lj, _ := json.Marshal(g.own)
+		cc.Metadata[metaLimits] = string(lj)
+	}
 	if f := e.filters(g.patterns); len(f) == 1 {
 		cc.FilterSubject = f[0]
 	} else {
@@ -139,7 +170,7 @@ func (e *Engine) consumerConfig(g *group) jetstream.ConsumerConfig {
 }
 
 func (e *Engine) newGroup(id string) *group {
-	return &group{e: e, id: id, consumer: encodeName(id), waiting: make(map[uint64]*broker.Message), delayed: make(map[uint64]time.Time)}
+	return &group{e: e, id: id, consumer: encodeName(id), waiting: make(map[uint64]*broker.Message), delayed: make(map[uint64]time.Time), deadCount: -1}
 }
 
 // groupFromInfo makes a group of a consumer tinybroker made, or nil.
@@ -154,7 +185,196 @@ func (e *Engine) groupFromInfo(ci *jetstream.ConsumerInfo) *group {
 	_ = json.Unmarshal([]byte(md[metaPatterns]), &g.patterns)
 	g.maxDeliveries, _ = strconv.Atoi(md[metaMaxDeliveries])
 	g.declared = md[metaDeclared] == "true"
+	if lj := md[metaLimits]; lj != "" {
+		_ = json.Unmarshal([]byte(lj), &g.own)
+	}
+	g.limits = e.groupLimits(g.own)
+	g.queued, g.refreshed = int(ci.NumPending), time.Now() // what it refused, if any, included
+	// What it held before this node knew it (a restart): its messages' costs are not known
+	// here, so count each as the stream's average.
+	if held := int64(ci.NumPending) + int64(ci.NumAckPending); held > 0 {
+		g.bytes = held * e.avgCost()
+	}
 	return g
+}
+
+// groupLimits fills l's zero values with the engine's defaults.
+func (e *Engine) groupLimits(l broker.GroupLimits) broker.GroupLimits {
+	o := &e.opts
+	return l.Or(broker.GroupLimits{MaxQueued: o.GroupMaxQueued, MaxQueuedBytes: o.GroupMaxQueuedBytes, Overflow: o.GroupOverflow,
+		DeadLetterMax: o.GroupDeadLetterMax, DeadLetterMaxBytes: o.GroupDeadLetterMaxBytes})
+}
+
+// avgCost is the heldCost of the stream's average message, for messages stored before
+// this node counted them.
+func (e *Engine) avgCost() int64 {
+	ctx, cancel := e.ctx()
+	defer cancel()
+	s, err := e.js.Stream(ctx, e.opts.Stream)
+	if err != nil {
+		return heldCost("", nil, nil, 0)
+	}
+	st := s.CachedInfo().State
+	if st.Msgs == 0 {
+		return heldCost("", nil, nil, 0)
+	}
+	return heldCost("", make([]byte, st.Bytes/st.Msgs), nil, 0)
+}
+
+// admit charges a message of cost to g, unless g is at one of its bounds: then a
+// "drop_oldest" group makes room by ending its oldest queued message, and a "reject" group
+// (or one with nothing queued to drop) refuses it with ErrGroupFull. A group that looks
+// full asks JetStream first how much it holds (at most every refreshEvery), since members
+// on other nodes may have taken messages meanwhile; in a cluster, so does any group whose
+// count is older than refreshEvery, since other nodes may have published to it.
+func (g *group) admit(cost int64) error {
+	refreshed := false
+	for {
+		g.mu.Lock()
+		if !refreshed && !g.e.solo && time.Since(g.refreshed) >= refreshEvery {
+			// In a cluster, other nodes publish to the group too: look at most every
+			// refreshEvery, full or not.
+			g.mu.Unlock()
+			refreshed = true
+			g.refresh()
+			continue
+		}
+		over := g.overLocked(cost)
+		if over == "" {
+			g.queued++
+			g.bytes += cost
+			g.noteDrainedLocked()
+			g.mu.Unlock()
+			g.quota.AddBytes(cost)
+			return nil
+		}
+		stale := time.Since(g.refreshed) >= refreshEvery
+		drop := g.limits.Overflow == broker.OverflowDropOldest && g.queued > 0
+		g.mu.Unlock()
+		if !refreshed && stale {
+			refreshed = true
+			g.refresh()
+			continue
+		}
+		if drop && g.dropOldest() {
+			continue
+		}
+		g.mu.Lock()
+		g.rejected++
+		g.noteFullLocked(over)
+		name := g.name
+		g.mu.Unlock()
+		return fmt.Errorf("%w: consumer group %q (subscription %q) is at %s; add members or ack faster, raise the limit, or use overflow \"drop_oldest\"",
+			broker.ErrGroupFull, name, g.id, over)
+	}
+}
+
+// overLocked says which bound taking one more message of cost bytes would pass, or "".
+func (g *group) overLocked(cost int64) string {
+	switch {
+	case g.queued+len(g.waiting)-len(g.delayed) >= g.limits.MaxQueued:
+		return fmt.Sprintf("its limit of %d queued messages (groups { max_queued })", g.limits.MaxQueued)
+	case g.bytes+cost > g.limits.MaxQueuedBytes:
+		return fmt.Sprintf("its limit of %d bytes held (groups { max_queued_bytes }; it holds %d)", g.limits.MaxQueuedBytes, g.bytes)
+	case g.quota != nil:
+		return g.quota.Over(cost)
+	}
+	return ""
+}
+
+// release gives back the cost of a message the group no longer holds (acked, ended), or,
+// with queued set, one it never got to a member (not stored after all, dropped, purged).
+func (g *group) release(cost int64, queued bool) {
+	g.mu.Lock()
+	g.releaseLocked(cost, queued)
+	g.mu.Unlock()
+}
+
+func (g *group) releaseLocked(cost int64, queued bool) {
+	if queued && g.queued > 0 {
+		g.queued--
+	}
+	// A message another node stored was never charged here: the count stays at 0 at least.
+	cost = min(cost, g.bytes)
+	g.bytes -= cost
+	g.quota.AddBytes(-cost)
+	g.noteDrainedLocked()
+}
+
+// skipping counts n more (or fewer) messages stored that g refused.
+func (g *group) skipping(n int) {
+	g.mu.Lock()
+	g.skipped = max(0, g.skipped+n)
+	g.mu.Unlock()
+}
+
+// refresh takes what JetStream says the group has not delivered, cluster-wide.
+func (g *group) refresh() {
+	ctx, cancel := g.e.ctx()
+	defer cancel()
+	c, err := g.e.js.Consumer(ctx, g.e.opts.Stream, g.consumer)
+	if err != nil {
+		g.mu.Lock()
+		g.refreshed = time.Now()
+		g.mu.Unlock()
+		return
+	}
+	g.counted(c.CachedInfo())
+}
+
+// counted takes the group's state from its consumer's, as JetStream just gave it.
+func (g *group) counted(ci *jetstream.ConsumerInfo) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.refreshed = time.Now()
+	g.queued = max(0, int(ci.NumPending)-g.skipped)
+	if ci.NumPending == 0 && ci.NumAckPending == 0 { // holds nothing: no drift left either
+		g.quota.AddBytes(-g.bytes)
+		g.bytes = 0
+	}
+}
+
+// dropOldest ends the oldest message JetStream has not delivered to the group yet (no
+// member has room for it, or it would have been), for OverflowDropOldest. It says whether
+// there was one.
+func (g *group) dropOldest() bool {
+	n, err := g.e.takeQueued(g, 1)
+	if err != nil {
+		g.e.log.Warn("could not drop a full group's oldest message", "group", g.id, "error", err)
+	}
+	if n > 0 {
+		g.mu.Lock()
+		g.dropped += uint64(n)
+		g.mu.Unlock()
+	}
+	return n > 0
+}
+
+// noteFullLocked logs, once per episode, that the group refuses or drops publishes.
+func (g *group) noteFullLocked(why string) {
+	if g.full {
+		return
+	}
+	g.full = true
+	g.e.log.Warn("consumer group full: publishes to it are refused or drop its oldest messages until it drains",
+		"subscription", g.id, "group", g.name, "at", why, "overflow", overflowName(g.limits.Overflow), "members", len(g.members), "queued", g.queued, "bytes", g.bytes)
+}
+
+// noteDrainedLocked logs the end of a full episode once the group is back under half its
+// bounds.
+func (g *group) noteDrainedLocked() {
+	if !g.full || g.queued > g.limits.MaxQueued/2 || g.bytes > g.limits.MaxQueuedBytes/2 {
+		return
+	}
+	g.full = false
+	g.e.log.Warn("consumer group drained: it accepts publishes again", "subscription", g.id, "group", g.name, "queued", g.queued, "bytes", g.bytes)
+}
+
+func overflowName(o broker.Overflow) string {
+	if o == broker.OverflowDropOldest {
+		return "drop_oldest"
+	}
+	return "reject"
 }
 
 // groupLocked returns the group of subscription_id id, reading it from JetStream if another
@@ -202,32 +422,80 @@ func (e *Engine) saveLocked(g *group) error {
 
 // announce tells every node that consumer group's definition changed (made, redefined,
 // deleted), so that they route to it at once: a node routes a topic into the stream only
-// for the groups it knows.
+// for the groups it knows. Where the engine can count the other nodes (an embedded server:
+// the subscriptions to the announcement, its routes' included), it asks each to answer once
+// it has read the group again, and awaitAnnounces waits for them: a member hears
+// "subscribed" only when a publish on any node reaches its group. Engine.mu must be held.
 func (e *Engine) announce(consumer string) {
-	if err := e.nc.Publish(e.subjX+consumer, nil); err != nil {
+	subj := e.subjX + consumer
+	msg := &nats.Msg{Subject: subj, Header: nats.Header{hdrFrom: []string{e.self}}}
+	var w announceWait
+	if e.interestCount != nil {
+		w.others = e.interestCount(subj) - 1 // this engine is one
+	}
+	if w.others > 0 {
+		msg.Reply = nats.NewInbox()
+		var err error
+		if w.sub, err = e.nc.SubscribeSync(msg.Reply); err != nil {
+			w.others = 0
+		}
+	}
+	if err := e.nc.PublishMsg(msg); err != nil {
 		e.log.Warn("could not tell the other nodes of a consumer group's change", "consumer", consumer, "error", err)
+	}
+	if w.others > 0 {
+		w.consumer = consumer
+		e.announcing = append(e.announcing, w)
+	}
+}
+
+// announceWait is an announcement whose answers are awaited.
+type announceWait struct {
+	consumer string
+	sub      *nats.Subscription
+	others   int
+}
+
+// announceTimeout bounds the wait for the other nodes to read a changed group: one that
+// does not answer in time (busy, or gone) reads it a moment later.
+const announceTimeout = 2 * time.Second
+
+// awaitAnnounces waits for the answers to the announcements made under Engine.mu, which
+// must not be held (the other nodes may be announcing to this one).
+func (e *Engine) awaitAnnounces() {
+	e.mu.Lock()
+	ws := e.announcing
+	e.announcing = nil
+	e.mu.Unlock()
+	deadline := time.Now().Add(announceTimeout)
+	for _, w := range ws {
+		for got := 0; got < w.others; got++ {
+			if _, err := w.sub.NextMsg(time.Until(deadline)); err != nil {
+				e.log.Warn("a node did not confirm a consumer group's change in time; it may miss publishes to it for a moment",
+					"consumer", w.consumer, "confirmed", got, "nodes", w.others, "error", err)
+				break
+			}
+		}
+		_ = w.sub.Unsubscribe()
 	}
 }
 
 // onAnnounce reads a group another node (or this one) changed again from JetStream.
 func (e *Engine) onAnnounce(m *nats.Msg) {
-	if e.closing.Load() {
+	if e.closing.Load() || m.Header.Get(hdrFrom) == e.self { // it knows its own changes
 		return
 	}
+	defer func() {
+		if m.Reply != "" {
+			_ = m.Respond(nil)
+		}
+	}()
 	name := strings.TrimPrefix(m.Subject, e.subjX)
 	ctx, cancel := e.ctx()
 	c, err := e.js.Consumer(ctx, e.opts.Stream, name)
 	cancel()
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {
-		e.mu.RLock()
-		var gone *group
-		for _, g := range e.groups {
-			if g.consumer == name {
-				gone = g
-			}
-		}
-		e.mu.RUnlock()
-		if gone != nil {
+		if gone := e.groupByConsumer(name); gone != nil {
 			e.forgetGroup(gone.id, gone)
 		}
 		return
@@ -237,6 +505,33 @@ func (e *Engine) onAnnounce(m *nats.Msg) {
 		return
 	}
 	e.learn(c.CachedInfo())
+}
+
+// groupByConsumer returns the group this node knows whose consumer has that name, or nil.
+func (e *Engine) groupByConsumer(name string) *group {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	for _, g := range e.groups {
+		if g.consumer == name {
+			return g
+		}
+	}
+	return nil
+}
+
+// onConsumerDeleted forgets the group whose consumer JetStream deleted: expired (its
+// InactiveThreshold, GroupExpireAfter), or deleted by a node (already forgotten there).
+func (e *Engine) onConsumerDeleted(m *nats.Msg) {
+	gone := e.groupByConsumer(m.Subject[strings.LastIndexByte(m.Subject, '.')+1:])
+	if gone == nil || e.closing.Load() {
+		return
+	}
+	e.log.Info("consumer group expired: no activity for group_expire_after", "subscription", gone.id, "group", gone.name,
+		"expire_after", e.opts.GroupExpireAfter)
+	e.forgetGroup(gone.id, gone)
+	if _, err := e.purgeDeadLetters(gone); err != nil {
+		e.log.Warn("the expired group's dead letters stay in the dead-letter stream", "subscription", gone.id, "error", err)
+	}
 }
 
 // learn adds a group made elsewhere, or takes the definition JetStream has for a known one.
@@ -258,6 +553,7 @@ func (e *Engine) learn(ci *jetstream.ConsumerInfo) *group {
 		e.groupNames[ng.name] = g.id
 	}
 	g.name, g.patterns, g.maxDeliveries, g.dlq, g.declared, g.ackWait = ng.name, ng.patterns, ng.maxDeliveries, ng.dlq, ng.declared, ng.ackWait
+	g.own, g.limits = ng.own, ng.limits
 	g.mu.Unlock()
 	e.changed()
 	return g
@@ -276,6 +572,7 @@ func (e *Engine) createLocked(gc broker.GroupConfig, patterns []string, declared
 	}
 	g := e.newGroup(gc.ID)
 	g.name, g.patterns, g.maxDeliveries, g.declared, g.quota = gc.Name, patterns, gc.MaxDeliveries, declared, q
+	g.own, g.limits, g.refreshed = gc.Limits, e.groupLimits(gc.Limits), time.Now()
 	g.dlq = gc.DeadLetterTopic
 	if g.dlq == "" {
 		g.dlq = "dlq." + gc.ID
@@ -293,6 +590,7 @@ func (e *Engine) createLocked(gc broker.GroupConfig, patterns []string, declared
 // memory engine does.
 func (e *Engine) join(o broker.SubscribeOptions, patterns []string, s *Subscription) (*Subscription, error) {
 	e.mu.Lock()
+	defer e.awaitAnnounces() // after the unlock
 	defer e.mu.Unlock()
 	if _, ok := e.fanouts[o.ID]; ok {
 		return nil, fmt.Errorf("%w: subscription_id %q is an open fanout subscription; choose another id for the consumer group", broker.ErrGroupMismatch, o.ID)
@@ -458,7 +756,19 @@ func (m *member) onMsg(msg *nats.Msg) {
 		_ = e.nc.Publish(msg.Reply, []byte("-NAK"))
 		return
 	}
-	bm := e.decode(msg, e.subjG, info.sseq)
+	if skips(msg, g) { // stored while the group was full: it refused it
+		if info.delivered == 1 && g.skipped > 0 {
+			g.skipped--
+		}
+		g.pumpLocked(m)
+		g.mu.Unlock()
+		_ = e.nc.Publish(msg.Reply, []byte("+TERM"))
+		return
+	}
+	if info.delivered == 1 && g.queued > 0 {
+		g.queued--
+	}
+	bm := e.decode(msg, info.sseq)
 	h := &held{msg: bm, reply: msg.Reply, info: info, attempt: info.delivered, sentAt: time.Now()}
 	if g.maxDeliveries > 0 && int(info.delivered) > g.maxDeliveries {
 		// JetStream redelivered it by itself (the node that held it went away) past
@@ -486,20 +796,16 @@ func (m *member) onMsg(msg *nats.Msg) {
 // findLocked returns the delivery seq held on this node and its member: with only set,
 // among pref's alone; otherwise pref's first, then every member's.
 func (g *group) findLocked(pref *member, only bool, seq uint64) (*held, *member) {
-	if pref != nil {
-		if h := pref.held[seq]; h != nil {
-			return h, pref
-		}
-	}
-	if only {
-		return nil, nil
-	}
-	for _, m := range g.members {
-		if h := m.held[seq]; h != nil {
-			return h, m
-		}
-	}
-	return nil, nil
+	return broker.FindHeld(pref, g.members, only, func(m *member) map[uint64]*held { return m.held }, seq)
+}
+
+// holds says whether a member of this node holds seq, or this node took it back and waits
+// for JetStream to redeliver it.
+func (g *group) holds(seq uint64) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	h, _ := g.findLocked(nil, false, seq)
+	return h != nil || g.waiting[seq] != nil
 }
 
 // ack settles seqs and returns how many were unknown. In a cluster, an id held by no member
@@ -521,6 +827,7 @@ func (g *group) ack(pref *member, seqs []uint64) (unknown int) {
 			delete(m.held, seq)
 			h.timer.Stop()
 			g.acked++
+			g.releaseLocked(msgCost(h.msg), false)
 			_ = g.e.nc.Publish(h.reply, []byte("+ACK"))
 			if hooks != nil {
 				events = append(events, broker.AckEvent{Msg: h.msg, SystemID: h.msg.SystemID, SubscriptionID: g.id, Group: g.name, Attempt: h.attempt, InFlight: now.Sub(h.sentAt)})
@@ -529,6 +836,7 @@ func (g *group) ack(pref *member, seqs []uint64) (unknown int) {
 			delete(g.waiting, seq)
 			delete(g.delayed, seq)
 			g.acked++
+			g.releaseLocked(msgCost(msg), false)
 			_ = g.e.nc.Publish(ackSubject(g.e.opts.Stream, g.consumer, seq, 0), []byte("+ACK"))
 			if hooks != nil {
 				events = append(events, broker.AckEvent{Msg: msg, SystemID: msg.SystemID, SubscriptionID: g.id, Group: g.name})
@@ -627,6 +935,8 @@ func (g *group) leave(m *member) {
 		delete(m.held, seq)
 		h.timer.Stop()
 		g.leftBehind++
+		// Waiting from now on, as the member is gone from the group (settle decides its fate).
+		g.waiting[seq] = h.msg
 		items = append(items, takeItem{h: h, reason: broker.ReasonMemberLeft})
 	}
 	g.mu.Unlock()
@@ -676,10 +986,15 @@ func (g *group) settle(items []takeItem) {
 		}
 		switch action {
 		case broker.RedeliverDeadLetter:
+			g.mu.Lock()
+			delete(g.waiting, h.info.sseq)
+			g.mu.Unlock()
 			g.deadLetter(h, reason)
 		case broker.RedeliverDrop:
 			g.mu.Lock()
+			delete(g.waiting, h.info.sseq)
 			g.dropped++
+			g.releaseLocked(msgCost(h.msg), false)
 			g.mu.Unlock()
 			_ = g.e.nc.Publish(h.reply, []byte("+TERM"))
 		default:
@@ -713,8 +1028,13 @@ func (g *group) deadLetter(h *held, reason string) {
 		_ = g.e.nc.Publish(h.reply, []byte(`-NAK {"delay":1000000000}`))
 		return
 	}
+	g.release(msgCost(h.msg), false)
 	_ = g.e.nc.Publish(h.reply, []byte("+TERM"))
+	g.e.keepDeadLetter(g, h.msg, hd)
 }
+
+// msgCost is heldCost of a message a member received.
+func msgCost(m *broker.Message) int64 { return heldCost(m.Topic, m.Payload, m.Headers, m.HeaderBytes) }
 
 func (g *group) setDraining() {
 	g.mu.Lock()
@@ -759,6 +1079,8 @@ func (e *Engine) forgetGroup(id string, g *group) {
 			delete(m.held, seq)
 		}
 	}
+	g.quota.AddBytes(-g.bytes)
+	g.bytes = 0
 	g.mu.Unlock()
 	g.quota.ReleaseGroup()
 	err := fmt.Errorf("%w: consumer group %q (subscription %q) was deleted by an administrator; subscribing again creates a new, empty group", broker.ErrGroupDeleted, g.name, g.id)
@@ -779,7 +1101,7 @@ func (s *Subscription) evict(err error) {
 	left := len(st.subs)
 	s.closed = true
 	st.removeLocked(s, nil)
-	if !st.closed {
+	if !st.fin.Ended() {
 		st.pushLocked(broker.Delivery{Sub: s, Ended: err})
 	}
 	st.mu.Unlock()

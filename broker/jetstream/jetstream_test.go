@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	natsserver "github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
 	"github.com/tinybroker/tinybroker/broker"
@@ -156,5 +159,183 @@ func TestExternalNATS(t *testing.T) {
 	defer st.Close()
 	if _, err := st.Subscribe(broker.SubscribeOptions{Mode: broker.Fanout, Patterns: []string{"b"}}); !errors.Is(err, broker.ErrUnavailable) {
 		t.Fatalf("subscribe while NATS is down: %v", err)
+	}
+}
+
+// A PublishStream frame is stored in one go: every message a group matches is confirmed
+// with its own stream sequence, in order, only once JetStream has it (the group holds them
+// all as soon as PublishBatch returns); a fanout subscriber gets the frame in order with the
+// same system_ids and headers; and a frame JetStream cannot store is refused, each message
+// saying why.
+func TestPublishBatch(t *testing.T) {
+	srv, err := jetstream.StartEmbedded(jetstream.EmbeddedOptions{DataDir: t.TempDir()}, broker.Limits{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.WaitForShutdown()
+	defer srv.Shutdown()
+	o := jetstream.Options{Server: srv, RequestTimeout: time.Second}
+	e := start(t, o)
+	defer stop(t, e)
+	if err := e.Declare(broker.GroupConfig{Name: "jobs", Patterns: []string{"jobs.*"}}); err != nil {
+		t.Fatal(err)
+	}
+	st := e.NewStream(nil)
+	defer st.Close()
+	if _, err := st.Subscribe(broker.SubscribeOptions{Mode: broker.Fanout, Patterns: []string{"jobs.>", "other"}}); err != nil {
+		t.Fatal(err)
+	}
+	const n = 300 // more than one frame's worth of the bench, fewer than the pending bound
+	msgs := make([]broker.Publication, n)
+	for i := range msgs {
+		msgs[i] = broker.Publication{Topic: "jobs.a", Payload: []byte(strconv.Itoa(i)), Headers: map[string]string{"i": strconv.Itoa(i)}}
+		if i%3 == 2 { // not a group's: fanout only
+			msgs[i].Topic = "other"
+		}
+	}
+	out := make([]broker.PublishOutcome, n)
+	e.PublishBatch(msgs, out)
+	var last uint64
+	stored := 0
+	for i, o := range out {
+		if o.Err != nil {
+			t.Fatalf("message %d: %v", i, o.Err)
+		}
+		if msgs[i].Topic == "other" {
+			if o.Result.Routed != 1 {
+				t.Fatalf("message %d routed to %d", i, o.Result.Routed)
+			}
+			continue
+		}
+		if o.Result.Seq <= last || o.Result.Routed != 2 {
+			t.Fatalf("message %d: seq %d after %d, routed %d", i, o.Result.Seq, last, o.Result.Routed)
+		}
+		last = o.Result.Seq
+		stored++
+	}
+	if g, err := e.Group("jobs"); err != nil || g.Queued != stored {
+		t.Fatalf("the group holds %+v (%v), want %d queued", g.GroupStats, err, stored)
+	}
+	for i := range n {
+		d := receive(t, st)
+		if string(d.Msg.Payload) != strconv.Itoa(i) || d.Msg.Headers["i"] != strconv.Itoa(i) || d.Msg.SystemID != out[i].Result.SystemID || d.Msg.Topic != msgs[i].Topic {
+			t.Fatalf("fanout %d: %q %v %s on %s", i, d.Msg.Payload, d.Msg.Headers, d.Msg.SystemID, d.Msg.Topic)
+		}
+	}
+
+	// When JetStream refuses to store them (here: too large for the stream now), every
+	// message of the frame a group wanted is refused UNAVAILABLE, and a fanout-only one
+	// still goes out.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := shrinkStream(ctx, srv, "TB"); err != nil {
+		t.Fatal(err)
+	}
+	out = make([]broker.PublishOutcome, 3)
+	e.PublishBatch(msgs[:3], out)
+	for i, o := range out {
+		if want := msgs[i].Topic == "jobs.a"; want != errors.Is(o.Err, broker.ErrUnavailable) {
+			t.Fatalf("without the stream, message %d: %+v %v", i, o.Result, o.Err)
+		}
+	}
+	if !strings.Contains(out[0].Err.Error(), "JetStream did not store the message") {
+		t.Fatalf("error says: %v", out[0].Err)
+	}
+}
+
+// shrinkStream makes a JetStream stream refuse every message, behind the engine's back.
+func shrinkStream(ctx context.Context, srv *natsserver.Server, name string) error {
+	nc, err := nats.Connect("", nats.InProcessServer(srv))
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := natsjs.New(nc)
+	if err != nil {
+		return err
+	}
+	s, err := js.Stream(ctx, name)
+	if err != nil {
+		return err
+	}
+	cfg := s.CachedInfo().Config
+	cfg.MaxMsgSize = 1
+	_, err = js.UpdateStream(ctx, cfg)
+	return err
+}
+
+// The dead letters a group keeps are JetStream's: bounded by the group's dead_letters_max
+// (the oldest go first, counted), still there after a restart, and replayed from there.
+func TestDeadLetterStore(t *testing.T) {
+	o := jetstream.Options{Embedded: jetstream.EmbeddedOptions{DataDir: t.TempDir()}}
+	e := start(t, o)
+	gc := broker.GroupConfig{Name: "jobs", Patterns: []string{"jobs"}, MaxDeliveries: 1, Limits: broker.GroupLimits{DeadLetterMax: 2}}
+	if err := e.Declare(gc); err != nil {
+		t.Fatal(err)
+	}
+	st := e.NewStream(nil)
+	sub, err := st.Subscribe(broker.SubscribeOptions{Mode: broker.Balanced, Group: "jobs", Patterns: []string{"jobs"}, MaxInFlight: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for i := range 3 {
+		if _, err := e.Publish("jobs", []byte(strconv.Itoa(i)), map[string]string{"n": strconv.Itoa(i)}); err != nil {
+			t.Fatal(err)
+		}
+		d := receive(t, st)
+		ids = append(ids, d.Msg.SystemID)
+		if sub.Nack([]string{d.Msg.SystemID}, 0, "bad "+strconv.Itoa(i)) != 0 {
+			t.Fatal("nack skipped")
+		}
+	}
+	brokertest.Eventually(t, "three dead-lettered", func() bool {
+		g, _ := e.Group("jobs")
+		return g.DeadLettered == 3 && g.DeadLetters == 2
+	})
+	if g, _ := e.Group("jobs"); g.DeadLettersDropped != 1 || g.DeadLetterBytes <= 0 {
+		t.Fatalf("dropped %d, bytes %d; want 1 dropped, some bytes", g.DeadLettersDropped, g.DeadLetterBytes)
+	}
+	st.Close()
+	stop(t, e)
+
+	e = start(t, o)
+	defer stop(t, e)
+	dls, next, err := e.DeadLetters("jobs", "", 1)
+	if err != nil || len(dls) != 1 || next == "" {
+		t.Fatalf("first page after a restart: %v %q %v", dls, next, err)
+	}
+	rest, next2, err := e.DeadLetters("jobs", next, 10)
+	if err != nil || len(rest) != 1 || next2 != "" {
+		t.Fatalf("second page: %v %q %v", rest, next2, err)
+	}
+	dls = append(dls, rest...)
+	for i, dl := range dls { // the oldest (message 0) was let go of
+		n := strconv.Itoa(i + 1)
+		if dl.ID != ids[i+1] || dl.Topic != "jobs" || string(dl.Payload) != n || dl.Reason != "bad "+n || dl.Attempts != 1 ||
+			dl.Headers["n"] != n || dl.Headers[broker.HeaderDeadLetterGroup] != "jobs" || dl.DeadAt == 0 {
+			t.Fatalf("dead letter %d: %+v", i, dl)
+		}
+	}
+	if _, _, err := e.DeadLetters("jobs", "x", 1); !errors.Is(err, broker.ErrInvalidSubscription) {
+		t.Fatalf("bad token: %v", err)
+	}
+	rs, err := e.ReplayDeadLetters("jobs", []string{ids[2], ids[0], "not.an id"})
+	if err != nil || len(rs) != 3 || rs[0].Err != nil || rs[0].Routed != 1 || !errors.Is(rs[1].Err, broker.ErrUnknownMessage) || !errors.Is(rs[2].Err, broker.ErrUnknownMessage) {
+		t.Fatalf("replay: %+v %v", rs, err)
+	}
+	st = e.NewStream(nil)
+	defer st.Close()
+	if _, err := st.Subscribe(broker.SubscribeOptions{Mode: broker.Balanced, Group: "jobs", Patterns: []string{"jobs"}}); err != nil {
+		t.Fatal(err)
+	}
+	if d := receive(t, st); string(d.Msg.Payload) != "2" || d.Msg.Headers[broker.HeaderReplayCount] != "1" || d.Msg.Headers[broker.HeaderDeadLetterReason] != "" {
+		t.Fatalf("replayed: %q %v", d.Msg.Payload, d.Msg.Headers)
+	}
+	if n, err := e.PurgeDeadLetters("jobs", nil); err != nil || n != 1 {
+		t.Fatalf("purge: %d %v", n, err)
+	}
+	if dls, _, err := e.DeadLetters("jobs", "", 10); err != nil || len(dls) != 0 {
+		t.Fatalf("after the purge: %v %v", dls, err)
 	}
 }

@@ -24,9 +24,7 @@ type Stream struct {
 	fanBytes  int // payload bytes of the fanout deliveries buffered
 	fanCount  int
 	ready     chan struct{}
-	done      chan struct{}
-	closed    bool
-	err       error
+	fin       broker.StreamEnd // whether and why it ended
 	subs      map[string]*Subscription
 	peer      string
 	closeOnce sync.Once
@@ -37,7 +35,7 @@ func (e *Engine) NewStream(size func(*broker.Message) int) broker.Stream {
 	if size == nil {
 		size = func(m *broker.Message) int { return len(m.Payload) }
 	}
-	return &Stream{e: e, id: e.streamSeq.Add(1), size: size, ready: make(chan struct{}, 1), done: make(chan struct{}),
+	return &Stream{e: e, id: e.streamSeq.Add(1), size: size, ready: make(chan struct{}, 1), fin: broker.NewStreamEnd(),
 		subs: make(map[string]*Subscription, 1)}
 }
 
@@ -69,7 +67,7 @@ func (st *Stream) Refuse(o broker.SubscribeOptions, err error) {
 		ref.id = o.Group
 	}
 	st.mu.Lock()
-	if !st.closed {
+	if !st.fin.Ended() {
 		st.pushLocked(broker.Delivery{Sub: ref})
 	}
 	st.mu.Unlock()
@@ -79,7 +77,7 @@ func (st *Stream) Refuse(o broker.SubscribeOptions, err error) {
 func (st *Stream) register(s *Subscription, peer string) error {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if st.closed {
+	if st.fin.Ended() {
 		return fmt.Errorf("%w: the stream has ended", broker.ErrSubscriptionClosed)
 	}
 	if _, ok := st.subs[s.id]; ok {
@@ -101,30 +99,14 @@ func (st *Stream) register(s *Subscription, peer string) error {
 func (st *Stream) Lookup(id string) (broker.Subscription, int) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	n := len(st.subs)
-	if id != "" {
-		if s := st.subs[id]; s != nil {
-			return s, n
-		}
-		return nil, n
-	}
-	if n == 1 {
-		for _, s := range st.subs {
-			return s, n
-		}
-	}
-	return nil, n
+	return broker.LookupIn(st.subs, id)
 }
 
 // Subscriptions returns the open subscriptions.
 func (st *Stream) Subscriptions() []broker.Subscription {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	out := make([]broker.Subscription, 0, len(st.subs))
-	for _, s := range st.subs {
-		out = append(out, s)
-	}
-	return out
+	return broker.ListIn(st.subs)
 }
 
 // Next takes up to maxN waiting deliveries of at most maxBytes (at least one, if any wait).
@@ -168,13 +150,13 @@ func (st *Stream) Next(dst []broker.Delivery, maxN, maxBytes int) []broker.Deliv
 func (st *Stream) Ready() <-chan struct{} { return st.ready }
 
 // Done is closed when the stream has ended.
-func (st *Stream) Done() <-chan struct{} { return st.done }
+func (st *Stream) Done() <-chan struct{} { return st.fin.Done() }
 
 // Err says why the stream ended.
 func (st *Stream) Err() error {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	return st.err
+	return st.fin.Err()
 }
 
 // Close ends the stream and its subscriptions; members' unacked messages go at once to the
@@ -187,12 +169,7 @@ func (st *Stream) Close() {
 func (st *Stream) end(err error) bool {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if st.closed {
-		return false
-	}
-	st.closed, st.err = true, err
-	close(st.done)
-	return true
+	return st.fin.End(err)
 }
 
 // detachAll removes every subscription of an ended stream, once. No lock may be held.
@@ -219,7 +196,7 @@ func (st *Stream) detachAll() {
 func (st *Stream) deliverFanout(s *Subscription, m *broker.Message) {
 	o := &st.e.opts
 	st.mu.Lock()
-	if st.closed || s.closed {
+	if st.fin.Ended() || s.closed {
 		st.mu.Unlock()
 		return
 	}

@@ -242,7 +242,7 @@ func (b *Engine) routeChecked(topic string, payload []byte, headers map[string]s
 	seq := b.seq.Add(1)
 	m := &message{Message: broker.Message{ID: seq, Topic: topic, Payload: payload, Headers: headers, PublishedAt: time.Now().UnixNano(), Targets: len(targets), HeaderBytes: hb}}
 	m.SystemID = b.ids.formatIn(seq, &m.idBlock)
-	m.cost = messageCost(topic, m.SystemID, payload, headers, hb, len(targets))
+	m.cost = broker.MessageCost(topic, m.SystemID, payload, headers, hb, len(targets))
 	b.charge(m, len(targets))
 	var wait []target
 	var rooms []<-chan struct{}

@@ -3,7 +3,6 @@ package memory
 import (
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/tinybroker/tinybroker/broker"
@@ -43,7 +42,7 @@ func deadLetterCost(dl *broker.DeadLetter) int64 {
 	for k, v := range dl.Headers {
 		hb += len(k) + len(v)
 	}
-	return messageCost(dl.Topic, dl.ID, dl.Payload, dl.Headers, hb, 1) + holderOverhead
+	return broker.MessageCost(dl.Topic, dl.ID, dl.Payload, dl.Headers, hb, 1) + holderOverhead
 }
 
 // keepDeadLetterLocked adds a dead letter of e to g's store, dropping the oldest kept to stay
@@ -179,14 +178,9 @@ func (b *Engine) DeadLetters(id, token string, limit int) ([]broker.DeadLetter, 
 	if err != nil {
 		return nil, "", err
 	}
-	var after uint64
-	if token != "" {
-		if after, err = strconv.ParseUint(token, 10, 64); err != nil {
-			return nil, "", fmt.Errorf("%w: page token %q is not one this broker gave; leave it empty to list from the start", broker.ErrInvalidSubscription, token)
-		}
-	}
-	if limit <= 0 {
-		limit = 100
+	after, limit, err := broker.DeadLetterPage(token, limit)
+	if err != nil {
+		return nil, "", err
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -220,10 +214,10 @@ func (b *Engine) ReplayDeadLetters(id string, ids []string) ([]broker.Replayed, 
 	out := make([]broker.Replayed, len(taken))
 	for i, k := range taken {
 		if k.cost == 0 { // a stand-in for an id the store does not hold
-			out[i] = broker.Replayed{ID: k.dl.ID, Err: unknownDeadLetter(id, k.dl.ID)}
+			out[i] = broker.Replayed{ID: k.dl.ID, Err: broker.UnknownDeadLetter(id, k.dl.ID)}
 			continue
 		}
-		res, err := b.Publish(k.dl.Topic, k.dl.Payload, replayHeaders(k.dl.Headers))
+		res, err := b.Publish(k.dl.Topic, k.dl.Payload, broker.ReplayHeaders(k.dl.Headers))
 		out[i] = broker.Replayed{ID: k.dl.ID, SystemID: res.SystemID, Routed: res.Routed, Err: err}
 		if err != nil {
 			g.mu.Lock()
@@ -232,10 +226,6 @@ func (b *Engine) ReplayDeadLetters(id string, ids []string) ([]broker.Replayed, 
 		}
 	}
 	return out, nil
-}
-
-func unknownDeadLetter(group, id string) error {
-	return fmt.Errorf("%w %q: consumer group %q keeps no dead letter of this system_id (replayed or purged already?)", broker.ErrUnknownMessage, id, group)
 }
 
 // takeDeadLocked removes the letters named by ids (all if empty) from the store and returns
@@ -262,20 +252,6 @@ func (g *group) takeDeadLocked(ids []string) []*keptLetter {
 			out = append(out, &keptLetter{dl: broker.DeadLetter{ID: id}})
 		}
 	}
-	return out
-}
-
-// replayHeaders returns a dead letter's headers as its replay carries them: without
-// tb-dead-letter-*, with tb-replay-count one higher.
-func replayHeaders(h map[string]string) map[string]string {
-	out := make(map[string]string, len(h))
-	for k, v := range h {
-		if !strings.HasPrefix(k, broker.HeaderDeadLetterPrefix) {
-			out[k] = v
-		}
-	}
-	n, _ := strconv.Atoi(h[broker.HeaderReplayCount])
-	out[broker.HeaderReplayCount] = strconv.Itoa(max(n, 0) + 1)
 	return out
 }
 

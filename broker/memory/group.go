@@ -63,22 +63,8 @@ type group struct {
 }
 
 func (b *Engine) groupLimits(l broker.GroupLimits) broker.GroupLimits {
-	if l.MaxQueued <= 0 {
-		l.MaxQueued = b.opts.GroupMaxQueued
-	}
-	if l.MaxQueuedBytes <= 0 {
-		l.MaxQueuedBytes = b.opts.GroupMaxQueuedBytes
-	}
-	if l.Overflow == broker.OverflowDefault {
-		l.Overflow = b.opts.GroupOverflow
-	}
-	if l.DeadLetterMax <= 0 {
-		l.DeadLetterMax = b.opts.GroupDeadLetterMax
-	}
-	if l.DeadLetterMaxBytes <= 0 {
-		l.DeadLetterMaxBytes = b.opts.GroupDeadLetterMaxBytes
-	}
-	return l
+	return l.Or(broker.GroupLimits{MaxQueued: b.opts.GroupMaxQueued, MaxQueuedBytes: b.opts.GroupMaxQueuedBytes, Overflow: b.opts.GroupOverflow,
+		DeadLetterMax: b.opts.GroupDeadLetterMax, DeadLetterMaxBytes: b.opts.GroupDeadLetterMaxBytes})
 }
 
 type member struct {
@@ -322,20 +308,7 @@ func (g *group) scheduleLocked(at int64) {
 // findOwnedLocked returns the in-flight entry seq and its member. With only set it looks at
 // pref alone; otherwise at pref first, then at every member.
 func (g *group) findOwnedLocked(pref *member, only bool, seq uint64) (*entry, *member) {
-	if pref != nil {
-		if e := pref.owned[seq]; e != nil {
-			return e, pref
-		}
-	}
-	if only {
-		return nil, nil
-	}
-	for _, m := range g.members {
-		if e := m.owned[seq]; e != nil {
-			return e, m
-		}
-	}
-	return nil, nil
+	return broker.FindHeld(pref, g.members, only, func(m *member) map[uint64]*entry { return m.owned }, seq)
 }
 
 // settleLocked lets go of e, queued or delayed, where it stands: it is marked settled, to be

@@ -156,7 +156,7 @@ func (gt *groupTest) settled(id string) {
 // msgCost is what the group charges for a message of payload p published to "j.x" that
 // only the group takes.
 func msgCost(p string) int64 {
-	return messageCost("j.x", strings.Repeat("x", idLen), []byte(p), nil, 0, 1) + groupEntryOverhead
+	return broker.MessageCost("j.x", strings.Repeat("x", idLen), []byte(p), nil, 0, 1) + groupEntryOverhead
 }
 
 // Messages go round-robin to the members, skipping those without room: max_in_flight bounds

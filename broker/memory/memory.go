@@ -7,30 +7,23 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+
+	"github.com/tinybroker/tinybroker/broker"
 )
 
 // What the broker holds for later — messages queued, in flight or delayed in consumer groups,
 // and messages buffered for fanout subscribers — is charged to one budget in bytes, counted
-// as the memory a message really costs: payload, topic, id and headers, each header's own
-// bookkeeping, the shared encoding the server caches for a message with several targets, and
-// a fixed overhead per message and per holder. A message shared by many targets is charged
-// once, plus the small overhead of each holder (see Message.cost and holders).
+// as the memory a message really costs (broker.MessageCost), plus a fixed overhead per
+// holder. A message shared by many targets is charged once, plus the small overhead of each
+// holder (see Message.cost and holders).
 //
 // Consumer groups may fill groupsShare of the budget; the rest is kept for fanout buffers
 // and in-flight work, so that an abandoned group cannot starve live subscribers. See
 // RATIONALE.md, "Why a memory budget in bytes?".
 
+// holderOverhead is what a target spends to hold one message (broker.HolderOverhead).
 const (
-	// messageOverhead is what a Message costs besides its bytes: the struct, its header map's
-	// fixed part and the allocator's rounding.
-	messageOverhead = 256
-	// headerOverhead is what one header costs besides its key and value bytes: the map slot
-	// and two string allocations. Measured by TestMessageCostCoversHeap.
-	headerOverhead = 112
-	// holderOverhead is what a target spends to hold one message: a consumer group's entry,
-	// its slot in the queue ring and in the member's in-flight map (~128 bytes), or a Delivery
-	// in a stream's buffer (~48: counted as much, to keep one constant and one atomic add).
-	holderOverhead     = 128
+	holderOverhead     = broker.HolderOverhead
 	groupEntryOverhead = holderOverhead
 )
 
@@ -49,16 +42,6 @@ func newMemBudget(limit int64) *memBudget {
 }
 
 func (m *memBudget) add(n int64) { m.used.Add(n) }
-
-// messageCost is what holding a message costs while any target holds it.
-func messageCost(topic, systemID string, payload []byte, headers map[string]string, headerBytes, targets int) int64 {
-	body := int64(len(payload) + headerBytes + len(topic) + len(systemID))
-	n := int64(messageOverhead) + body + int64(headerOverhead*len(headers))
-	if targets > 1 { // the server caches its encoding to share it between deliveries
-		n += body + int64(8*len(headers))
-	}
-	return n
-}
 
 // DefaultMemoryLimit is the budget a broker gets when Options.MaxMemoryBytes is 0: half of
 // the Go runtime's memory limit (GOMEMLIMIT, see SetMemoryLimit) if one is set, otherwise

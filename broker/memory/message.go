@@ -3,7 +3,6 @@ package memory
 import (
 	"crypto/rand"
 	"encoding/binary"
-	"fmt"
 	"sync/atomic"
 	"unicode/utf8"
 
@@ -18,7 +17,7 @@ type message struct {
 	// idBlock is where the system_id is encrypted (in place: a buffer passed to cipher.Block
 	// escapes, and this one is on the heap already).
 	idBlock [16]byte
-	// cost is what holding the message costs (messageCost), charged to the engine's memory
+	// cost is what holding the message costs (broker.MessageCost), charged to the engine's memory
 	// budget from its publish until its last holder lets go of it; holders counts them.
 	cost    int64
 	holders atomic.Int32
@@ -55,7 +54,7 @@ func (m *message) withHeaders(set map[string]string, del []string) *message {
 		hb += len(k) + len(v)
 	}
 	n := &message{Message: broker.Message{ID: m.ID, SystemID: m.SystemID, Topic: m.Topic, Payload: m.Payload, Headers: h, PublishedAt: m.PublishedAt, HeaderBytes: hb}}
-	n.cost = messageCost(n.Topic, n.SystemID, n.Payload, n.Headers, hb, 1)
+	n.cost = broker.MessageCost(n.Topic, n.SystemID, n.Payload, n.Headers, hb, 1)
 	return n
 }
 
@@ -93,23 +92,5 @@ func (c idCodec) formatIn(seq uint64, block *[16]byte) string {
 }
 
 func (c idCodec) parse(id string) (uint64, error) {
-	if len(id) != idLen {
-		return 0, fmt.Errorf("%w %q: not a system_id of this broker process (a system_id is the %d characters the broker sent with the message; the broker may have restarted)", broker.ErrUnknownMessage, truncate(id, 64), idLen)
-	}
-	seq, secret, ok := c.ids.Parse(id)
-	if !ok {
-		return 0, fmt.Errorf("%w %q: malformed system_id", broker.ErrUnknownMessage, id)
-	}
-	if secret != c.secret || seq == 0 {
-		return 0, fmt.Errorf("%w %q: not a system_id of this broker process (the broker may have restarted)", broker.ErrUnknownMessage, id)
-	}
-	return seq, nil
-}
-
-// truncate shortens s for an error message.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "..."
+	return broker.ParseID(c.ids, c.secret, id, "this broker process", "the broker may have restarted")
 }

@@ -26,10 +26,10 @@ type Stream struct {
 	// out is the stream's buffer. out.mu also guards closed and err, and fields of the
 	// stream's subscriptions (see Subscription): a deliver checks them and pushes under one
 	// lock. Only the stream's, its subscriptions' and the outbox's methods take it.
-	out       outbox
-	closed    bool  // under out.mu: ended; nothing more is pushed but group deliveries, taken back as members leave
-	err       error // under out.mu; set before done is closed
-	done      chan struct{}
+	out outbox
+	// fin, under out.mu: whether and why it ended; nothing more is pushed after but group
+	// deliveries, taken back as members leave.
+	fin       broker.StreamEnd
 	closeOnce sync.Once
 
 	mu   sync.Mutex               // guards subs and peer; never held while calling into the broker
@@ -49,7 +49,7 @@ func (b *Engine) newStream(size func(*broker.Message) int) *Stream {
 	if size == nil {
 		size = payloadSize
 	}
-	return &Stream{b: b, id: b.streamSeq.Add(1), size: size, out: newOutbox(b.mem), done: make(chan struct{}), subs: make(map[string]*Subscription, 1)}
+	return &Stream{b: b, id: b.streamSeq.Add(1), size: size, out: newOutbox(b.mem), fin: broker.NewStreamEnd(), subs: make(map[string]*Subscription, 1)}
 }
 
 // payloadSize is the size of a stream that has no transport: its batches are bounded in
@@ -79,7 +79,7 @@ func (st *Stream) refuse(o broker.SubscribeOptions, err error) {
 			ref.id = o.Group
 		}
 		st.out.mu.Lock()
-		if !st.closed {
+		if !st.fin.Ended() {
 			st.out.pushLocked(delivery{sub: ref})
 		}
 		st.out.mu.Unlock()
@@ -102,7 +102,7 @@ func (st *Stream) register(s *Subscription, peer string) error {
 	}
 	st.out.mu.Lock()
 	defer st.out.mu.Unlock()
-	if st.closed {
+	if st.fin.Ended() {
 		return fmt.Errorf("%w: the stream has ended", broker.ErrSubscriptionClosed)
 	}
 	st.subs[s.id] = s
@@ -121,51 +121,30 @@ func (st *Stream) peerAddr() string {
 // Lookup returns the stream's open subscription with this id. With id empty it returns the
 // stream's only subscription, if it has exactly one; n is how many it has.
 func (st *Stream) Lookup(id string) (broker.Subscription, int) {
-	s, n := st.lookup(id)
-	if s == nil {
-		return nil, n // not a nil *Subscription in an interface
-	}
-	return s, n
-}
-
-func (st *Stream) lookup(id string) (s *Subscription, n int) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	n = len(st.subs)
-	if id != "" {
-		return st.subs[id], n
-	}
-	if n == 1 {
-		for _, s := range st.subs {
-			return s, n
-		}
-	}
-	return nil, n
+	return broker.LookupIn(st.subs, id)
 }
 
 // Subscriptions returns the stream's open subscriptions, in no order.
 func (st *Stream) Subscriptions() []broker.Subscription {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	subs := make([]broker.Subscription, 0, len(st.subs))
-	for _, s := range st.subs {
-		subs = append(subs, s)
-	}
-	return subs
+	return broker.ListIn(st.subs)
 }
 
 // Ready is signalled when deliveries may be waiting; call Next until it returns none.
 func (st *Stream) Ready() <-chan struct{} { return st.out.ready }
 
 // Done is closed when the stream has ended.
-func (st *Stream) Done() <-chan struct{} { return st.done }
+func (st *Stream) Done() <-chan struct{} { return st.fin.Done() }
 
 // Err says why the stream ended: ErrSlowConsumer, ErrShuttingDown or ErrSubscriptionClosed;
 // nil while it is open.
 func (st *Stream) Err() error {
 	st.out.mu.Lock()
 	defer st.out.mu.Unlock()
-	return st.err
+	return st.fin.Err()
 }
 
 // Next appends to dst up to maxN waiting deliveries and events of at most maxBytes in all,
@@ -189,14 +168,7 @@ func (st *Stream) end(err error) bool {
 	return st.endLocked(err)
 }
 
-func (st *Stream) endLocked(err error) bool {
-	if st.closed {
-		return false
-	}
-	st.closed, st.err = true, err
-	close(st.done)
-	return true
-}
+func (st *Stream) endLocked(err error) bool { return st.fin.End(err) }
 
 // detachAll removes every subscription of an ended stream from routing, once. No lock may be
 // held.

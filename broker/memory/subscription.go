@@ -143,7 +143,7 @@ func (s *Subscription) evict(err error) {
 	st.mu.Unlock()
 	st.out.mu.Lock()
 	s.closed = true
-	if !st.closed {
+	if !st.fin.Ended() {
 		s.m.ended = err
 		st.out.pushLocked(delivery{sub: s, attempt: endedEvent})
 	}
@@ -170,7 +170,7 @@ func (s *Subscription) detach() { s.b.detach(s) }
 func (s *Subscription) deliver(m *message) (room <-chan struct{}, _ error) {
 	st := s.st
 	st.out.mu.Lock()
-	if st.closed || s.closed {
+	if st.fin.Ended() || s.closed {
 		st.out.mu.Unlock()
 		return nil, errNotTaken
 	}

@@ -141,10 +141,21 @@ func (a *app) eachPage(ctx context.Context, ac adminpb.AdminClient, group string
 	}
 }
 
-func (a *app) dlqReplayCmd() *cobra.Command {
-	var f adminFlags
+// lettersCmd makes c an admin command on some dead letters of one consumer group, named by
+// SYSTEM_ID after its SUBSCRIPTION_ID or all of them with --all (allUsage), as run does with
+// them (onLetters); it completes the SUBSCRIPTION_ID from the broker.
+func lettersCmd(c *cobra.Command, allUsage string, run func(cmd *cobra.Command, args []string, f *adminFlags, all bool) error) *cobra.Command {
+	f := &adminFlags{}
 	var all bool
-	c := &cobra.Command{
+	c.Args, c.ValidArgsFunction = cobra.ArbitraryArgs, f.groupArg
+	c.RunE = func(cmd *cobra.Command, args []string) error { return run(cmd, args, f, all) }
+	f.register(c)
+	c.Flags().BoolVar(&all, "all", false, allUsage)
+	return c
+}
+
+func (a *app) dlqReplayCmd() *cobra.Command {
+	return lettersCmd(&cobra.Command{
 		Use:   "replay SUBSCRIPTION_ID [SYSTEM_ID...] [--all]",
 		Short: "Publish dead letters again to their original topic",
 		Long: `Publishes the named dead letters (or, with --all, every one the group keeps) again to their
@@ -154,71 +165,57 @@ refuses stays. --all goes a page of 100 at a time and reports its progress on st
 Exits 1 if any was refused.`,
 		Example: `  tinybroker dlq replay resizers q0ZlNv2S8xE1c3Wm9aPjYg
   tinybroker dlq replay resizers --all`,
-		Args: cobra.ArbitraryArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			res := &adminpb.ReplayDeadLettersResponse{}
-			_, err := a.onLetters(cmd, &f, args, all, "replayed", func(ctx context.Context, ac adminpb.AdminClient, ids []string) (int, error) {
-				r, err := ac.ReplayDeadLetters(ctx, &adminpb.ReplayDeadLettersRequest{SubscriptionId: args[0], SystemIds: ids})
-				res.Results = append(res.Results, r.GetResults()...)
-				res.Replayed += r.GetReplayed()
-				res.Failed += r.GetFailed()
-				return int(r.GetReplayed()), err
-			})
-			if err != nil {
+	}, "replay every dead letter the group keeps", func(cmd *cobra.Command, args []string, f *adminFlags, all bool) error {
+		res := &adminpb.ReplayDeadLettersResponse{}
+		_, err := a.onLetters(cmd, f, args, all, "replayed", func(ctx context.Context, ac adminpb.AdminClient, ids []string) (int, error) {
+			r, err := ac.ReplayDeadLetters(ctx, &adminpb.ReplayDeadLettersRequest{SubscriptionId: args[0], SystemIds: ids})
+			res.Results = append(res.Results, r.GetResults()...)
+			res.Replayed += r.GetReplayed()
+			res.Failed += r.GetFailed()
+			return int(r.GetReplayed()), err
+		})
+		if err != nil {
+			return err
+		}
+		if f.json {
+			if err := printJSON(a.stdout, res); err != nil {
 				return err
 			}
-			if f.json {
-				if err := printJSON(a.stdout, res); err != nil {
-					return err
+		} else {
+			for _, r := range res.GetResults() {
+				if r.GetCode() != 0 {
+					fmt.Fprintf(a.stdout, "%s: not replayed: %s: %s\n", r.GetSystemId(), codes.Code(r.GetCode()), r.GetError())
+				} else {
+					fmt.Fprintf(a.stdout, "%s: replayed as %s (routed to %d)\n", r.GetSystemId(), r.GetNewSystemId(), r.GetRouted())
 				}
-			} else {
-				for _, r := range res.GetResults() {
-					if r.GetCode() != 0 {
-						fmt.Fprintf(a.stdout, "%s: not replayed: %s: %s\n", r.GetSystemId(), codes.Code(r.GetCode()), r.GetError())
-					} else {
-						fmt.Fprintf(a.stdout, "%s: replayed as %s (routed to %d)\n", r.GetSystemId(), r.GetNewSystemId(), r.GetRouted())
-					}
-				}
-				fmt.Fprintf(a.stdout, "replayed %d dead letters of group %s, %d failed\n", res.GetReplayed(), args[0], res.GetFailed())
 			}
-			if res.GetFailed() > 0 {
-				return fmt.Errorf("%d of %d dead letters were not replayed", res.GetFailed(), len(res.GetResults()))
-			}
-			return nil
-		},
-		ValidArgsFunction: f.groupArg,
-	}
-	f.register(c)
-	c.Flags().BoolVar(&all, "all", false, "replay every dead letter the group keeps")
-	return c
+			fmt.Fprintf(a.stdout, "replayed %d dead letters of group %s, %d failed\n", res.GetReplayed(), args[0], res.GetFailed())
+		}
+		if res.GetFailed() > 0 {
+			return fmt.Errorf("%d of %d dead letters were not replayed", res.GetFailed(), len(res.GetResults()))
+		}
+		return nil
+	})
 }
 
 func (a *app) dlqPurgeCmd() *cobra.Command {
-	var f adminFlags
-	var all bool
-	c := &cobra.Command{
+	return lettersCmd(&cobra.Command{
 		Use:   "purge SUBSCRIPTION_ID [SYSTEM_ID...] [--all]",
 		Short: "Drop dead letters from a group's store",
 		Long: `Drops the named dead letters (or, with --all, every one the group keeps) from the group's
 store. --all goes a page of 100 at a time and reports its progress on standard error.`,
-		Args: cobra.ArbitraryArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			purged, err := a.onLetters(cmd, &f, args, all, "purged", func(ctx context.Context, ac adminpb.AdminClient, ids []string) (int, error) {
-				r, err := ac.PurgeDeadLetters(ctx, &adminpb.PurgeDeadLettersRequest{SubscriptionId: args[0], SystemIds: ids})
-				return int(r.GetPurged()), err
-			})
-			if err != nil {
-				return err
-			}
-			if f.json {
-				return printJSON(a.stdout, &adminpb.PurgeDeadLettersResponse{Purged: uint32(purged)})
-			}
-			fmt.Fprintf(a.stdout, "purged %d dead letters of group %s\n", purged, args[0])
-			return nil
-		},
-		ValidArgsFunction: f.groupArg,
-	}
-	f.register(c)
-	c.Flags().BoolVar(&all, "all", false, "purge every dead letter the group keeps")
-	return c
+	}, "purge every dead letter the group keeps", func(cmd *cobra.Command, args []string, f *adminFlags, all bool) error {
+		purged, err := a.onLetters(cmd, f, args, all, "purged", func(ctx context.Context, ac adminpb.AdminClient, ids []string) (int, error) {
+			r, err := ac.PurgeDeadLetters(ctx, &adminpb.PurgeDeadLettersRequest{SubscriptionId: args[0], SystemIds: ids})
+			return int(r.GetPurged()), err
+		})
+		if err != nil {
+			return err
+		}
+		if f.json {
+			return printJSON(a.stdout, &adminpb.PurgeDeadLettersResponse{Purged: uint32(purged)})
+		}
+		fmt.Fprintf(a.stdout, "purged %d dead letters of group %s\n", purged, args[0])
+		return nil
+	})
 }

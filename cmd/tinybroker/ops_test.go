@@ -13,8 +13,6 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/tinybroker/tinybroker/internal/brokertest"
 	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
@@ -31,10 +29,7 @@ func TestServeHTTPListen(t *testing.T) {
 		t.Fatalf("no address in the http listening line:\n%s", logs.String())
 	}
 	url := "http://" + m[1]
-	conn, err := grpc.NewClient(addr.String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := dial(t, addr.String())
 	if _, err := pb.NewBrokerClient(conn).Publish(context.Background(), &pb.PublishRequest{Topic: "hello", Payload: []byte("abc")}); err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"os"
 	"path/filepath"
 	"sync"
@@ -19,17 +18,16 @@ import (
 // chain on reload. The old chain is closed in the background once calls in progress on it
 // have finished.
 type pluginManager struct {
-	host       *plugins.Host
-	b          broker.Engine
-	log        hclog.Logger
-	configPath string
+	host *plugins.Host
+	b    broker.Engine
+	log  hclog.Logger
 
 	mu    sync.Mutex // serialises reloads
 	chain *plugins.Chain
 	wg    sync.WaitGroup // closing old chains
 }
 
-func newPluginManager(cfg config.Config, configPath string, b broker.Engine, log hclog.Logger) (*pluginManager, error) {
+func newPluginManager(cfg config.Config, b broker.Engine, log hclog.Logger) (*pluginManager, error) {
 	dir := pluginCacheDir(cfg)
 	host, err := plugins.NewHost(plugins.HostOptions{CacheDir: dir, Logger: log,
 		MaxMessageBytes: cfg.Broker.MaxMessageBytes, MaxHeaderBytes: cfg.Broker.MaxHeaderBytes,
@@ -37,7 +35,7 @@ func newPluginManager(cfg config.Config, configPath string, b broker.Engine, log
 	if err != nil {
 		return nil, err
 	}
-	pm := &pluginManager{host: host, b: b, log: log, configPath: configPath}
+	pm := &pluginManager{host: host, b: b, log: log}
 	if len(cfg.Plugins) > 0 {
 		if _, err := pm.swap(context.Background(), cfg.Plugins); err != nil {
 			_ = host.Close(context.Background())
@@ -93,16 +91,9 @@ func (pm *pluginManager) swap(ctx context.Context, specs []plugins.Spec) ([]stri
 	return next.Names(), nil
 }
 
-// reload re-reads the configuration file's plugins. Settings other than plugins need a restart.
-func (pm *pluginManager) reload(ctx context.Context) ([]string, error) {
-	if pm.configPath == "" {
-		return nil, errors.New("the broker was started without --config: there is no file to reload")
-	}
-	cfg, err := config.Load(pm.configPath)
-	if err != nil {
-		return nil, err
-	}
-	names, err := pm.swap(ctx, cfg.Plugins)
+// reload installs the plugins of a reloaded configuration file.
+func (pm *pluginManager) reload(ctx context.Context, specs []plugins.Spec) ([]string, error) {
+	names, err := pm.swap(ctx, specs)
 	if err != nil {
 		return nil, err
 	}

@@ -38,7 +38,7 @@ func (a *app) serveCmd() *cobra.Command {
 
 With no flags it listens on 127.0.0.1:7878 with the built-in defaults; --config reads an
 HCL file (examples/config/tinybroker.hcl lists every setting). SIGHUP, or the Reload RPC,
-re-reads the file's plugins. --check validates the file (settings, declared groups, and the
+re-reads the file's TLS files, users and plugins (other settings need a restart). --check validates the file (settings, declared groups, and the
 plugins, which it compiles) and exits: 0 if it is good, 1 with the problems if not.`,
 		Example: `  tinybroker serve
   tinybroker serve --config tinybroker.hcl --log-format json
@@ -153,7 +153,7 @@ func checkConfig(cfg config.Config, configPath string, stdout io.Writer, log hcl
 		return err
 	}
 	defer func() { _ = b.Shutdown(context.Background()) }()
-	pm, err := newPluginManager(cfg, configPath, b, log.Named("plugin"))
+	pm, err := newPluginManager(cfg, b, log.Named("plugin"))
 	if err != nil {
 		return err
 	}
@@ -196,7 +196,7 @@ func runServe(ctx context.Context, o serveOptions, stdout, stderr io.Writer, lis
 	if m, ok := b.(*memory.Engine); ok {
 		log.Info("memory", "gomemlimit", memLimit, "budget_bytes", m.MemoryBudget(), "declared_groups", len(cfg.Groups))
 	}
-	pm, err := newPluginManager(cfg, o.configPath, b, log.Named("plugin"))
+	pm, err := newPluginManager(cfg, b, log.Named("plugin"))
 	if err != nil {
 		lis.Close()
 		_ = b.Shutdown(context.Background())
@@ -215,12 +215,20 @@ func runServe(ctx context.Context, o serveOptions, stdout, stderr io.Writer, lis
 		Plugins:                 pm.stats,
 		Auth:                    guard,
 	}
-	// A reload re-reads the TLS files, then the plugins; users need a restart.
+	// A reload re-reads the configuration: the TLS files and users, then the plugins.
 	reload := func(ctx context.Context) ([]string, error) {
-		if err := guard.Reload(); err != nil {
+		next, err := config.Load(o.configPath)
+		if err != nil {
 			return nil, err
 		}
-		return pm.reload(ctx)
+		if err := guard.Reload(next.Users); err != nil {
+			return nil, fmt.Errorf("%s: %w", o.configPath, err)
+		}
+		names, err := pm.reload(ctx, next.Plugins)
+		if err != nil {
+			return nil, fmt.Errorf("the TLS files and users were reloaded, but the plugins were refused and the running ones stay: %w", err)
+		}
+		return names, nil
 	}
 	if o.configPath != "" {
 		srvOpts.Reload = reload

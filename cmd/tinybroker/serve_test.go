@@ -20,11 +20,12 @@ import (
 	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
 )
 
-// startServe runs serve with args in the background until cancel, and returns the address
-// it listens on, its logs and its result.
+// startServe runs serve with args in the background until cancel (or the end of the test),
+// and returns the address it listens on, its logs and its result.
 func startServe(t *testing.T, args ...string) (net.Addr, *brokertest.Log, <-chan error, context.CancelFunc) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
 	listening := make(chan net.Addr, 1)
 	logs := new(brokertest.Log)
 	done := make(chan error, 1)
@@ -39,16 +40,23 @@ func startServe(t *testing.T, args ...string) (net.Addr, *brokertest.Log, <-chan
 	return nil, nil, nil, nil
 }
 
+// dial connects a client to the broker at addr; the caller closes it (before a goroutine leak
+// check).
+func dial(t *testing.T, addr string) *grpc.ClientConn {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return conn
+}
+
 // serveAndDial runs serve with args and connects a client to it; stop ends both and fails the
 // test if serve did not stop cleanly. (Call stop before a goroutine leak check.)
 func serveAndDial(t *testing.T, args ...string) (c pb.BrokerClient, stop func()) {
 	t.Helper()
 	addr, _, done, cancel := startServe(t, args...)
-	conn, err := grpc.NewClient(addr.String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
+	conn := dial(t, addr.String())
 	return pb.NewBrokerClient(conn), func() {
 		conn.Close()
 		cancel()
@@ -63,10 +71,7 @@ func serveAndDial(t *testing.T, args ...string) (c pb.BrokerClient, stop func())
 func TestServeInProcess(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	addr, logs, done, cancel := startServe(t, "--listen", "127.0.0.1:0", "--log-json")
-	conn, err := grpc.NewClient(addr.String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := dial(t, addr.String())
 	resp, err := pb.NewBrokerClient(conn).Publish(context.Background(), &pb.PublishRequest{Topic: "hello"})
 	conn.Close()
 	if err != nil || resp.GetSystemId() == "" {
@@ -178,10 +183,7 @@ func serveDeclaredGroup(t *testing.T, engineCfg, wantLog string) {
 	}
 	addr, logs, done, cancel := startServe(t, "--listen", "127.0.0.1:0", "--config", cfg, "--log-json")
 	defer cancel()
-	conn, err := grpc.NewClient(addr.String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := dial(t, addr.String())
 	defer conn.Close()
 	c := pb.NewBrokerClient(conn)
 	resp, err := c.Publish(context.Background(), &pb.PublishRequest{Topic: "jobs.1", Payload: []byte("before")})

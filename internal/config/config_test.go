@@ -110,10 +110,7 @@ limits {
 `
 
 func TestParseFull(t *testing.T) {
-	c, err := Parse([]byte(fullFile), "full.hcl")
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := mustParse(t, fullFile, "full.hcl")
 	checks := []struct {
 		name      string
 		got, want any
@@ -152,10 +149,7 @@ func TestParseFull(t *testing.T) {
 
 // TestParsePartial checks that settings left out keep their defaults, inside blocks too.
 func TestParsePartial(t *testing.T) {
-	c, err := Parse([]byte("log_level = \"warn\"\ngroups {\n  overflow = \"drop_oldest\"\n}\n"), "t.hcl")
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := mustParse(t, "log_level = \"warn\"\ngroups {\n  overflow = \"drop_oldest\"\n}\n", "t.hcl")
 	want := Default()
 	want.LogLevel = "warn"
 	want.Broker.GroupOverflow = broker.OverflowDropOldest
@@ -177,14 +171,21 @@ fanout {
   buffer_bytes = 64 * 1024 * 1024
 }
 `
-	c, err := Parse([]byte(src), "t.hcl")
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := mustParse(t, src, "t.hcl")
 	if c.Listen != ":7878" || c.Broker.MaxMessageBytes != 1<<20 || c.Broker.GroupMaxQueued != 1000 ||
 		c.Broker.MaxInFlightCap != math.MaxInt64 || c.Broker.FanoutBufferBytes != 64<<20 {
 		t.Errorf("got %+v", c)
 	}
+}
+
+// mustParse parses src as the file filename; an error fails the test.
+func mustParse(t *testing.T, src, filename string) Config {
+	t.Helper()
+	c, err := Parse([]byte(src), filename)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 func TestParseErrors(t *testing.T) {
@@ -484,10 +485,7 @@ group "billing" {
   dead_letter_topic = "dlq.pay"
 }
 `
-	c, err := Parse([]byte(src), "t.hcl")
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := mustParse(t, src, "t.hcl")
 	if c.Broker.MaxMemoryBytes != 2<<30 || c.Broker.GroupMaxQueuedBytes != 1<<20 {
 		t.Fatalf("memory %d, group bytes %d", c.Broker.MaxMemoryBytes, c.Broker.GroupMaxQueuedBytes)
 	}

@@ -28,16 +28,13 @@ func TestEngineJetStream(t *testing.T) {
   }
 }
 `
-	c, err := Parse([]byte(src), filepath.Join("etc", "t.hcl"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := mustParse(t, src, filepath.Join("etc", "t.hcl"))
 	j := c.JetStream
 	if c.Engine != EngineJetStream || j.DataDir != filepath.Join("etc", "data") || j.Replicas != 3 || j.ServerName != "n1" ||
 		j.ClusterName != "c" || j.ClusterListen != "127.0.0.1:6222" || !slices.Equal(j.Routes, []string{"127.0.0.1:6223", "nats://127.0.0.1:6224"}) {
 		t.Fatalf("parsed %+v", j)
 	}
-	c, err = Parse([]byte("engine \"jetstream\" {\n  url = \"nats://127.0.0.1:4222\"\n  credentials = \"/x.creds\"\n}\n"), "t.hcl")
+	c, err := Parse([]byte("engine \"jetstream\" {\n  url = \"nats://127.0.0.1:4222\"\n  credentials = \"/x.creds\"\n}\n"), "t.hcl")
 	if err != nil || c.JetStream.URL != "nats://127.0.0.1:4222" || c.JetStream.Replicas != 1 || c.JetStream.Credentials != "/x.creds" {
 		t.Fatalf("url: %+v %v", c.JetStream, err)
 	}

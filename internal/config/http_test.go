@@ -9,21 +9,15 @@ func TestHTTPBlock(t *testing.T) {
 	if c := Default(); c.HTTP.Listen != "" {
 		t.Fatalf("the HTTP listener is on by default: %q", c.HTTP.Listen)
 	}
-	c, err := Parse([]byte("http {}\n"), "t.hcl")
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := mustParse(t, "http {}\n", "t.hcl")
 	if c.HTTP.Listen != DefaultHTTPListen || c.HTTP.AllowRemote || c.HTTP.MetricsMaxGroups != 1000 {
 		t.Errorf("http {} = %+v; want listen %s, allow_remote false, metrics_max_groups 1000", c.HTTP, DefaultHTTPListen)
 	}
-	c, err = Parse([]byte("http {\n  listen = \"[::1]:9000\"\n  metrics_max_groups = 5\n}\n"), "t.hcl")
-	if err != nil {
-		t.Fatal(err)
-	}
+	c = mustParse(t, "http {\n  listen = \"[::1]:9000\"\n  metrics_max_groups = 5\n}\n", "t.hcl")
 	if c.HTTP.Listen != "[::1]:9000" || c.HTTP.MetricsMaxGroups != 5 {
 		t.Errorf("http = %+v", c.HTTP)
 	}
-	if c, err = Parse([]byte("http {\n  listen = \"0.0.0.0:9000\"\n  allow_remote = true\n}\n"), "t.hcl"); err != nil || c.HTTP.Listen != "0.0.0.0:9000" || !c.HTTP.AllowRemote {
+	if c, err := Parse([]byte("http {\n  listen = \"0.0.0.0:9000\"\n  allow_remote = true\n}\n"), "t.hcl"); err != nil || c.HTTP.Listen != "0.0.0.0:9000" || !c.HTTP.AllowRemote {
 		t.Errorf("allow_remote: %+v, %v", c.HTTP, err)
 	}
 }

@@ -34,10 +34,7 @@ plugin "audit" {
   call_timeout = "none"
 }
 `
-	c, err := Parse([]byte(src), "/etc/tinybroker/tb.hcl")
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := mustParse(t, src, "/etc/tinybroker/tb.hcl")
 	want := []plugins.Spec{{
 		Name: "tenant-filter", Path: filepath.Join("/etc/tinybroker", "plugins/tenant.wasm"), Source: "/etc/tinybroker/tb.hcl:5,20-41",
 		Hooks: []string{"on_publish"}, Topics: []string{"orders.>", "billing.*"},

@@ -39,10 +39,7 @@ func TestExampleSecureConfig(t *testing.T) {
 }
 
 func TestSecurityBlocks(t *testing.T) {
-	c, err := Parse([]byte("insecure = true\ntls {\n  cert_file = \"/c.pem\"\n  key_file = \"k.pem\"\n  client_ca_file = \"ca.pem\"\n  require_client_cert = true\n}\n"), "/etc/tb/t.hcl")
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := mustParse(t, "insecure = true\ntls {\n  cert_file = \"/c.pem\"\n  key_file = \"k.pem\"\n  client_ca_file = \"ca.pem\"\n  require_client_cert = true\n}\n", "/etc/tb/t.hcl")
 	if !c.Insecure || *c.TLS != (auth.TLSFiles{CertFile: "/c.pem", KeyFile: "/etc/tb/k.pem", ClientCAFile: "/etc/tb/ca.pem", RequireClientCert: true}) {
 		t.Fatalf("insecure %v, tls %+v", c.Insecure, c.TLS)
 	}

@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/x509"
+	"errors"
 	"fmt"
+	"reflect"
 	"runtime"
 	"strings"
 	"sync"
@@ -35,10 +37,9 @@ type Options struct {
 // Authenticator authenticates calls and holds each user's permissions, counters and quota.
 // It is safe for concurrent use.
 type Authenticator struct {
-	users map[string]*principal // by name
-	certs map[string]*principal // by certificate identity, e.g. "CN=alice"
-	tls   *tlsState
-	log   hclog.Logger
+	set atomic.Pointer[userSet] // the users now; Reload swaps it
+	tls *tlsState
+	log hclog.Logger
 
 	cacheMu sync.Mutex
 	cache   map[[32]byte]*principal // verified tokens, by SHA-256 of "Bearer ..." text
@@ -48,6 +49,13 @@ type Authenticator struct {
 	logs                  logLimiter
 }
 
+// userSet is the users of one configuration.
+type userSet struct {
+	users     map[string]*principal // by name
+	certs     map[string]*principal // by certificate identity, e.g. "CN=alice"
+	connLimit bool                  // some user has limits { max_connections }
+}
+
 // principal is one user's state: its settings, and what it holds now.
 type principal struct {
 	User
@@ -55,6 +63,11 @@ type principal struct {
 	conns, streams, subs   atomic.Int64
 	tokenHash              []byte
 	hasConnLimit, hasLimit bool
+	// revoked is closed, and isRevoked set, when a reload removed or changed the user: its
+	// calls in progress end, and its callers are refused from then on (they must
+	// authenticate again).
+	revoked   chan struct{}
+	isRevoked atomic.Bool
 }
 
 // maxCachedTokens bounds the verified-token cache; past it the cache starts over.
@@ -66,32 +79,15 @@ var dummyHash, _ = bcrypt.GenerateFromPassword([]byte("tinybroker: no such user"
 
 // New checks the users and loads the TLS files.
 func New(o Options) (*Authenticator, error) {
-	a := &Authenticator{users: make(map[string]*principal), certs: make(map[string]*principal), log: o.Logger,
-		cache: make(map[[32]byte]*principal), verify: make(chan struct{}, max(1, runtime.GOMAXPROCS(0)/2))}
+	a := &Authenticator{log: o.Logger, cache: make(map[[32]byte]*principal), verify: make(chan struct{}, max(1, runtime.GOMAXPROCS(0)/2))}
 	if a.log == nil {
 		a.log = hclog.NewNullLogger()
 	}
-	for _, u := range o.Users {
-		if err := u.Check(); err != nil {
-			return nil, err
-		}
-		if _, dup := a.users[u.Name]; dup {
-			return nil, fmt.Errorf("user %q is declared twice", u.Name)
-		}
-		p := &principal{User: u, tokenHash: []byte(u.TokenHash)}
-		if l := u.Limits; l.MaxGroups > 0 || l.MaxQueuedBytes > 0 {
-			p.quota = &broker.Quota{Owner: fmt.Sprintf("user %q", u.Name), MaxGroups: l.MaxGroups, MaxBytes: l.MaxQueuedBytes}
-		}
-		p.hasConnLimit = u.Limits.MaxConnections > 0
-		p.hasLimit = u.Limits.MaxStreams > 0 || u.Limits.MaxSubscriptions > 0
-		a.users[u.Name] = p
-		if u.Certificate != "" {
-			if other, dup := a.certs[u.Certificate]; dup {
-				return nil, fmt.Errorf("users %q and %q both have certificate %q", other.Name, u.Name, u.Certificate)
-			}
-			a.certs[u.Certificate] = p
-		}
+	set, err := newUserSet(o.Users, nil)
+	if err != nil {
+		return nil, err
 	}
+	a.set.Store(set)
 	if o.TLS != nil {
 		st, err := newTLSState(*o.TLS, a)
 		if err != nil {
@@ -102,8 +98,95 @@ func New(o Options) (*Authenticator, error) {
 	return a, nil
 }
 
+// newUserSet checks users and makes their set. A user declared in old exactly as in users
+// keeps its state there (what it holds, its callers).
+func newUserSet(users []User, old *userSet) (*userSet, error) {
+	set := &userSet{users: make(map[string]*principal), certs: make(map[string]*principal)}
+	for _, u := range users {
+		if err := u.Check(); err != nil {
+			return nil, err
+		}
+		if _, dup := set.users[u.Name]; dup {
+			return nil, fmt.Errorf("user %q is declared twice", u.Name)
+		}
+		p := old.same(u)
+		if p == nil {
+			p = &principal{User: u, tokenHash: []byte(u.TokenHash), revoked: make(chan struct{})}
+			if l := u.Limits; l.MaxGroups > 0 || l.MaxQueuedBytes > 0 {
+				p.quota = &broker.Quota{Owner: fmt.Sprintf("user %q", u.Name), MaxGroups: l.MaxGroups, MaxBytes: l.MaxQueuedBytes}
+			}
+			p.hasConnLimit = u.Limits.MaxConnections > 0
+			p.hasLimit = u.Limits.MaxStreams > 0 || u.Limits.MaxSubscriptions > 0
+		}
+		set.users[u.Name] = p
+		set.connLimit = set.connLimit || p.hasConnLimit
+		if u.Certificate != "" {
+			if other, dup := set.certs[u.Certificate]; dup {
+				return nil, fmt.Errorf("users %q and %q both have certificate %q", other.Name, u.Name, u.Certificate)
+			}
+			set.certs[u.Certificate] = p
+		}
+	}
+	return set, nil
+}
+
+// same returns the principal of s declared exactly as u, or nil.
+func (s *userSet) same(u User) *principal {
+	if s == nil {
+		return nil
+	}
+	if p := s.users[u.Name]; p != nil && reflect.DeepEqual(p.User, u) {
+		return p
+	}
+	return nil
+}
+
+// Reload re-reads the TLS files and replaces the users with users, as a configuration
+// reload (SIGHUP) does; on error nothing changes. A user removed or changed in any way
+// (token, certificate, rules, limits) is revoked: its streams end with UNAUTHENTICATED and
+// its clients must call again, as the new configuration says; a user declared exactly as
+// before is untouched. Authentication cannot be turned on or off by a reload, nor can
+// max_connections be set when no user had it at start (its bookkeeping is set up then).
+func (a *Authenticator) Reload(users []User) error {
+	if a == nil {
+		if len(users) > 0 {
+			return errors.New("users were added to a broker that started without any: authentication is turned on at start only; restart the broker")
+		}
+		return nil
+	}
+	old := a.set.Load()
+	set, err := newUserSet(users, old)
+	if err != nil {
+		return err
+	}
+	switch {
+	case len(old.users) > 0 && len(set.users) == 0:
+		return errors.New("the reload removes every user, which would turn authentication off: that needs a restart (and is refused on a non-loopback address)")
+	case len(old.users) == 0 && len(set.users) > 0:
+		return errors.New("users were added to a broker that started without any: authentication is turned on at start only; restart the broker")
+	case set.connLimit && !old.connLimit:
+		return errors.New("limits { max_connections } of a user: no user had it at start, and the connection bookkeeping it needs is set up then; restart the broker")
+	}
+	if a.tls != nil {
+		if err := a.tls.load(); err != nil {
+			return err
+		}
+	}
+	a.set.Store(set)
+	a.cacheMu.Lock()
+	clear(a.cache) // verified tokens name the old principals
+	a.cacheMu.Unlock()
+	for name, p := range old.users {
+		if set.users[name] != p {
+			p.isRevoked.Store(true)
+			close(p.revoked)
+		}
+	}
+	return nil
+}
+
 // Enabled reports whether calls must be authenticated: whether any user is configured.
-func (a *Authenticator) Enabled() bool { return a != nil && len(a.users) > 0 }
+func (a *Authenticator) Enabled() bool { return a != nil && len(a.set.Load().users) > 0 }
 
 // Counts returns the authentication failures and permission denials since New.
 func (a *Authenticator) Counts() (authFailures, denials uint64) {
@@ -118,8 +201,9 @@ func (a *Authenticator) authenticate(ctx context.Context) (*principal, error) {
 		return a.byToken(ctx, vals[0])
 	}
 	ids := certIdentities(ctx)
+	certs := a.set.Load().certs
 	for _, id := range ids {
-		if p := a.certs[id]; p != nil {
+		if p := certs[id]; p != nil {
 			return p, nil
 		}
 	}
@@ -134,7 +218,7 @@ func (a *Authenticator) byToken(ctx context.Context, header string) (*principal,
 	a.cacheMu.Lock()
 	p := a.cache[key]
 	a.cacheMu.Unlock()
-	if p != nil {
+	if p != nil && !p.isRevoked.Load() {
 		return p, nil
 	}
 	cred, ok := strings.CutPrefix(header, "Bearer ")
@@ -145,7 +229,7 @@ func (a *Authenticator) byToken(ctx context.Context, header string) (*principal,
 	if !ok {
 		return nil, a.unauthenticated(ctx, "", "the token must be USER:TOKEN, the user's name, a colon and the token")
 	}
-	p = a.users[name]
+	p = a.set.Load().users[name]
 	hash := dummyHash
 	if p != nil && len(p.tokenHash) > 0 {
 		hash = p.tokenHash
@@ -228,6 +312,24 @@ type Caller struct {
 	a    *Authenticator
 }
 
+// Revoked is closed when a configuration reload removed or changed the caller's user (nil
+// for a nil Caller: never). A stream of the caller's ends then, with Valid's error.
+func (c *Caller) Revoked() <-chan struct{} {
+	if c == nil {
+		return nil
+	}
+	return c.p.revoked
+}
+
+// Valid returns UNAUTHENTICATED if a reload revoked the caller's user, else nil.
+func (c *Caller) Valid() error {
+	if c == nil || !c.p.isRevoked.Load() {
+		return nil
+	}
+	return status.Errorf(codes.Unauthenticated, "tinybroker: user %q was removed or changed by a configuration reload; call again with the credentials the configuration now gives", c.p.Name)
+}
+
+
 // Name returns the caller's user name ("" for a nil Caller).
 func (c *Caller) Name() string {
 	if c == nil {
@@ -246,6 +348,9 @@ func (c *Caller) deny(what, rule, why string) error {
 // check asks allows, the Topic or Pattern method of the user's rules of kind, whether the
 // caller may do verb to s, and denies it if not.
 func (c *Caller) check(allows func(string) (bool, string), kind, verb, s string) error {
+	if err := c.Valid(); err != nil {
+		return err
+	}
 	if ok, why := allows(s); !ok {
 		return c.deny(fmt.Sprintf("%s %q", verb, s), fmt.Sprintf("user %q %s rules", c.p.Name, kind), why)
 	}
@@ -295,7 +400,13 @@ func (c *Caller) Join(id string) error {
 
 // Admin checks that the caller may call an admin method.
 func (c *Caller) Admin(method string) error {
-	if c == nil || c.p.Admin {
+	if c == nil {
+		return nil
+	}
+	if err := c.Valid(); err != nil {
+		return err
+	}
+	if c.p.Admin {
 		return nil
 	}
 	return c.deny("call "+method, fmt.Sprintf("user %q admin", c.p.Name), "only users with admin = true may")

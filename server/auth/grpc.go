@@ -30,10 +30,8 @@ func (a *Authenticator) ServerOptions(service string, admin ...string) []grpc.Se
 		g.admin[g.prefix+m] = true
 	}
 	opts = append(opts, grpc.ChainUnaryInterceptor(g.unary), grpc.ChainStreamInterceptor(g.stream))
-	for _, p := range a.users {
-		if p.hasConnLimit { // a stats handler sees every message: only when needed
-			return append(opts, grpc.StatsHandler(g))
-		}
+	if a.set.Load().connLimit { // a stats handler sees every message: only when needed
+		opts = append(opts, grpc.StatsHandler(g))
 	}
 	return opts
 }

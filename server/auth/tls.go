@@ -65,14 +65,6 @@ func (st *tlsState) load() error {
 	return nil
 }
 
-// Reload re-reads the TLS files (nothing without TLS); on error the loaded ones stay.
-func (a *Authenticator) Reload() error {
-	if a == nil || a.tls == nil {
-		return nil
-	}
-	return a.tls.load()
-}
-
 // serverConfig returns the listener's configuration: each handshake gets the files' current
 // contents, and its client certificate is verified here so that a refusal is audited with
 // the peer's address.

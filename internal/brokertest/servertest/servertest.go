@@ -6,6 +6,7 @@ package servertest
 import (
 	"context"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -106,4 +107,17 @@ func ClosedAddr(tb testing.TB) string {
 	}
 	defer lis.Close()
 	return lis.Addr().String()
+}
+
+// FailsWithoutBroker runs program, a client program's run (an example's, say), for up to 30s
+// against a loopback address nothing listens on, and fails the test unless it returns an
+// error that says Unavailable.
+func FailsWithoutBroker(tb testing.TB, program func(ctx context.Context, addr string) error) {
+	tb.Helper()
+	addr := ClosedAddr(tb)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := program(ctx, addr); err == nil || !strings.Contains(err.Error(), "Unavailable") {
+		tb.Fatalf("run against nothing: %v, want an Unavailable error", err)
+	}
 }

@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# W1 and W2 of the shared benchmark against one embedded JetStream node of tinybroker (file
+# storage, a fresh data directory per run), beside the NATS peer's core and JetStream figures,
+# in one run (issue 13). Each round runs, per workload, tinybroker then the NATS peer, so that
+# the machine's drift hits both alike; the medians and ratios come at the end.
+#   bench/jetstream.sh [ROUNDS] [W1|W2 ...]          # default: 3 rounds of W1 W2
+#   RUN_FLAGS="-n 100000" bench/jetstream.sh 3 W2     # flags for both benchmark clients
+#   MEMORY=1 bench/jetstream.sh                       # also the memory engine, as a third side
+# The NATS peer is $NATS_RUN's directory (default ../shared/bench/peers/nats beside the tree,
+# or beside the main checkout of a worktree).
+# Its W2 JetStream figure ("nats-js") keeps the stream in memory; tinybroker's here in files.
+set -euo pipefail
+rounds=${1:-3}; shift $(( $# < 1 ? $# : 1 ))
+workloads=("$@"); [ ${#workloads[@]} -gt 0 ] || workloads=(W1 W2)
+root=$(cd "$(dirname "$0")/.." && pwd)
+# In a git worktree, the peer is beside the main checkout.
+common=$(cd "$root" && cd "$(git rev-parse --git-common-dir)/.." && pwd)
+peer=$root/../shared/bench/peers/nats
+[ -d "$peer" ] || peer=$common/../shared/bench/peers/nats
+peer=$(dirname "${NATS_RUN:-$peer/run.sh}")
+tmp=$(mktemp -d)
+pid=""
+trap '[ -z "$pid" ] || kill "$pid" 2>/dev/null; rm -rf "$tmp"' EXIT
+
+(cd "$root" && go build -buildvcs=false -o "$tmp/tinybroker" ./cmd/tinybroker)
+(cd "$peer" && go build -buildvcs=false -o "$tmp/natspeer" .)
+
+tb() { # engine workload -> the bench's result line
+  local log="$tmp/serve.log" addr="" cfg=()
+  if [ "$1" = jetstream ]; then
+    rm -rf "$tmp/data"
+    printf 'engine "jetstream" {\n  data_dir = "%s"\n}\n' "$tmp/data" >"$tmp/js.hcl"
+    cfg=(--config "$tmp/js.hcl")
+  fi
+  "$tmp/tinybroker" serve "${cfg[@]}" --listen 127.0.0.1:0 2>"$log" & pid=$!
+  for _ in $(seq 200); do
+    addr=$(grep -o 'listening.*addr=[0-9.:]*' "$log" | grep -o 'addr=[0-9.:]*' | head -1 | cut -d= -f2) && [ -n "$addr" ] && break
+    sleep 0.1
+  done
+  [ -n "$addr" ] || { cat "$log" >&2; echo "tinybroker ($1) did not start" >&2; exit 1; }
+  # shellcheck disable=SC2086
+  "$tmp/tinybroker" bench -addr "$addr" -server-pid "$pid" -w "$2" -reps 1 ${RUN_FLAGS:-} </dev/null 2>"$tmp/bench.err" | grep -v '^#' | grep -iv median || { tail -3 "$tmp/bench.err"; tail -5 "$log"; } >&2
+  kill "$pid" 2>/dev/null || { echo "# tinybroker ($1) exited during $2:" >&2; tail -5 "$log" >&2; }
+  wait "$pid" 2>/dev/null || true
+  pid=""
+}
+
+nats() { # workload -> the peer's result line
+  local log="$tmp/nats.log" url=""
+  "$tmp/natspeer" serve -addr 127.0.0.1:0 -js >"$log" 2>&1 & pid=$!
+  for _ in $(seq 100); do
+    url=$(awk '/^listening/ {print $2}' "$log") && [ -n "$url" ] && break
+    sleep 0.1
+  done
+  # shellcheck disable=SC2086
+  "$tmp/natspeer" run -url "$url" -server-pid "$pid" -w "$1" -reps 1 ${RUN_FLAGS:-} </dev/null 2>"$tmp/nats.err" | grep -iv median ||
+    { echo "# the NATS peer's $1 failed:"; tail -3 "$tmp/nats.err"; } >&2
+  kill "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+  pid=""
+}
+
+sides() { # workload -> "label command..." per side
+  case $1 in
+    W1) echo "tb-jetstream tb jetstream W1"; echo "nats-core nats W1" ;;
+    W2) echo "tb-jetstream tb jetstream W2"; echo "nats-js nats W2js"; echo "nats-core nats W2core" ;;
+  esac
+  [ -z "${MEMORY:-}" ] || echo "tb-memory tb memory $1"
+}
+
+echo "# $(date -u '+%Y-%m-%dT%H:%M:%SZ') $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+for r in $(seq "$rounds"); do
+  for w in "${workloads[@]}"; do
+    while read -r label cmd args; do
+      # shellcheck disable=SC2086
+      $cmd $args | sed "s/^/$label $w round$r /" | tee -a "$tmp/results"
+    done < <(sides "$w")
+  done
+done
+echo "# $(date -u '+%Y-%m-%dT%H:%M:%SZ') load average $(cut -d' ' -f1-3 /proc/loadavg)"
+median() { # label workload -> median of the first *_per_s figure
+  awk -v s="$1" -v w="$2" '$1==s && $2==w { for (i = 4; i <= NF; i++) if ($i ~ /_per_s=/) { split($i, kv, "="); print kv[2]; break } }' "$tmp/results" |
+    sort -g | awk '{v[NR]=$1} END {if (NR) print v[int((NR+1)/2)]; else print 0}'
+}
+# round_ratios label workload -> the median over rounds of tb-jetstream / label, each round's
+# two runs having been back to back
+round_ratios() {
+  awk -v s="$1" -v w="$2" '$2==w && ($1==s || $1=="tb-jetstream") { for (i = 4; i <= NF; i++) if ($i ~ /_per_s=/) { split($i, kv, "="); v[$1, $3] = kv[2]; r[$3] = 1; break } }
+    END { for (k in r) if (v[s, k] > 0 && v["tb-jetstream", k] > 0) printf "%.3f\n", v["tb-jetstream", k] / v[s, k] }' "$tmp/results" |
+    sort -g | awk '{v[NR]=$1} END {if (NR) print v[int((NR+1)/2)]; else print "-"}'
+}
+echo "# medians, tinybroker (JetStream engine) / peer, and the median of the per-round ratios"
+for w in "${workloads[@]}"; do
+  t=$(median tb-jetstream "$w")
+  while read -r label _; do
+    [ "$label" = tb-jetstream ] && continue
+    m=$(median "$label" "$w")
+    echo "$w tb-jetstream $t $label $m ratio $(awk -v a="$m" -v b="$t" 'BEGIN {if (a > 0) printf "%.3f", b/a}') round_ratio $(round_ratios "$label" "$w")"
+  done < <(sides "$w")
+done

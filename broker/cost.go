@@ -1,0 +1,31 @@
+package broker
+
+// What an engine holds for a consumer group is counted against the group's max_queued_bytes
+// (and its owner's Quota) as the memory a message really costs, whatever the engine keeps
+// it in: payload, topic, id and headers, each header's own bookkeeping, the shared encoding
+// the server caches for a message with several targets, and a fixed overhead. Both engines
+// count with MessageCost, so that a bound admits the same messages on either.
+
+const (
+	// messageOverhead is what a Message costs besides its bytes: the struct, its header map's
+	// fixed part and the allocator's rounding.
+	messageOverhead = 256
+	// headerOverhead is what one header costs besides its key and value bytes: the map slot
+	// and two string allocations. Measured by the memory engine's TestMessageCostCoversHeap.
+	headerOverhead = 112
+	// HolderOverhead is what a target spends to hold one message: a consumer group's entry,
+	// its slot in the queue ring and in the member's in-flight map (~128 bytes), or a
+	// Delivery in a stream's buffer (~48: counted as much, to keep one constant).
+	HolderOverhead = 128
+)
+
+// MessageCost is what holding a message costs while any of its targets holds it; a group
+// is charged this plus HolderOverhead.
+func MessageCost(topic, systemID string, payload []byte, headers map[string]string, headerBytes, targets int) int64 {
+	body := int64(len(payload) + headerBytes + len(topic) + len(systemID))
+	n := int64(messageOverhead) + body + int64(headerOverhead*len(headers))
+	if targets > 1 { // the server caches its encoding to share it between deliveries
+		n += body + int64(8*len(headers))
+	}
+	return n
+}

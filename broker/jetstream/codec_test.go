@@ -1,0 +1,46 @@
+package jetstream
+
+import (
+	"bytes"
+	"maps"
+	"strings"
+	"testing"
+)
+
+// A fanout envelope carries every field back, headers of any bytes included, and a
+// truncated or foreign one is refused rather than read past its end.
+func TestEnvelope(t *testing.T) {
+	h := map[string]string{"a": "1", "key: with\nline": " spaces ", "": "empty key", "Tb-Id": "x"}
+	payload := []byte("payload\x00bytes")
+	data := appendEnvelope(nil, 42, -7, "system-id", h, payload)
+	if n := envelopeSize("system-id", h) + len(payload); len(data) > n {
+		t.Fatalf("envelope of %d bytes, sized %d", len(data), n)
+	}
+	m, err := parseEnvelope("a.b", data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.ID != 42 || m.PublishedAt != -7 || m.SystemID != "system-id" || m.Topic != "a.b" || !bytes.Equal(m.Payload, payload) || !maps.Equal(m.Headers, h) {
+		t.Fatalf("got %+v", m)
+	}
+	hb := 0
+	for k, v := range h {
+		hb += len(k) + len(v)
+	}
+	if m.HeaderBytes != hb {
+		t.Fatalf("HeaderBytes %d, want %d", m.HeaderBytes, hb)
+	}
+	if m, err := parseEnvelope("t", appendEnvelope(nil, 1, 1, "id", nil, nil)); err != nil || m.Headers != nil || len(m.Payload) != 0 {
+		t.Fatalf("empty: %+v, %v", m, err)
+	}
+	// Every proper prefix that cuts into the fields is refused.
+	fields := len(data) - len(payload)
+	for i := range fields {
+		if _, err := parseEnvelope("t", data[:i]); err == nil {
+			t.Fatalf("a prefix of %d bytes parsed", i)
+		}
+	}
+	if _, err := parseEnvelope("t", []byte("plain payload")); err == nil || !strings.Contains(err.Error(), "version") {
+		t.Fatalf("foreign payload: %v", err)
+	}
+}
