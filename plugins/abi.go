@@ -177,8 +177,10 @@ const internMax = 128
 // intern returns guest memory [ptr, ptr+n) as a string, without allocating when it equals
 // one of the last few strings this instance was given: plugins tend to set the same header
 // names and values, topics and reasons on every call.
-func (inst *instance) intern(ptr, n uint32) string {
-	b := inst.read(ptr, n)
+func (inst *instance) intern(ptr, n uint32) string { return inst.internBytes(inst.read(ptr, n)) }
+
+// internBytes is intern for bytes of guest memory already checked.
+func (inst *instance) internBytes(b []byte) string {
 	if len(b) > internMax {
 		return string(b)
 	}
@@ -234,6 +236,47 @@ func (inst *instance) headerStatus(k, v string) int32 {
 	case len(k)+len(v) > inst.p.host.opts.MaxHeaderBytes:
 		return abi.StatusTooLarge
 	}
+	return abi.StatusOK
+}
+
+// payloadStatus is the status of a new payload of n bytes.
+func (inst *instance) payloadStatus(n uint32) int32 {
+	switch {
+	case inst.st.hook != abi.HookPublish:
+		return abi.StatusNotAllowed
+	case int(n) > inst.p.host.opts.MaxMessageBytes:
+		return abi.StatusTooLarge
+	}
+	return abi.StatusOK
+}
+
+// setPayload replaces the payload with a copy of b, whose payloadStatus was OK.
+func (inst *instance) setPayload(b []byte) {
+	st := &inst.st
+	st.dirty = true
+	st.newPayload = append([]byte(nil), b...)
+	st.payloadSet = true
+}
+
+// setHeader sets header k to v, if the hook and the header's content allow, and returns the
+// status.
+func (inst *instance) setHeader(k, v string) int32 {
+	rc := inst.headerStatus(k, v)
+	if !inst.st.mayChangeHeaders() {
+		rc = abi.StatusNotAllowed
+	}
+	if rc == abi.StatusOK {
+		inst.st.changeHeader(headerChange{key: k, value: v})
+	}
+	return rc
+}
+
+// delHeader removes header k, if the hook allows, and returns the status.
+func (inst *instance) delHeader(k string) int32 {
+	if !inst.st.mayChangeHeaders() {
+		return abi.StatusNotAllowed
+	}
+	inst.st.changeHeader(headerChange{key: k, deleted: true})
 	return abi.StatusOK
 }
 
@@ -356,40 +399,17 @@ var hostFuncs = []hostFunc{
 		}
 	}},
 	{"v1_msg_set_payload", params(2), params(1), func(inst *instance, s []uint64) {
-		st := &inst.st
-		switch n := u32(s[1]); {
-		case st.hook != abi.HookPublish:
-			putI32(s, abi.StatusNotAllowed)
-		case int(n) > inst.p.host.opts.MaxMessageBytes:
-			putI32(s, abi.StatusTooLarge)
-		default:
-			st.dirty = true
-			st.newPayload = append([]byte(nil), inst.read(u32(s[0]), n)...)
-			st.payloadSet = true
-			putI32(s, abi.StatusOK)
-		}
-	}},
-	{"v1_msg_set_header", params(4), params(1), func(inst *instance, s []uint64) {
-		st := &inst.st
-		k, v := inst.intern(u32(s[0]), u32(s[1])), inst.intern(u32(s[2]), u32(s[3]))
-		rc := inst.headerStatus(k, v)
-		if !st.mayChangeHeaders() {
-			rc = abi.StatusNotAllowed
-		}
+		rc := inst.payloadStatus(u32(s[1])) // first: a length over the limit is refused, not trapped
 		if rc == abi.StatusOK {
-			st.changeHeader(headerChange{key: k, value: v})
+			inst.setPayload(inst.read(u32(s[0]), u32(s[1])))
 		}
 		putI32(s, rc)
 	}},
+	{"v1_msg_set_header", params(4), params(1), func(inst *instance, s []uint64) {
+		putI32(s, inst.setHeader(inst.intern(u32(s[0]), u32(s[1])), inst.intern(u32(s[2]), u32(s[3]))))
+	}},
 	{"v1_msg_del_header", params(2), params(1), func(inst *instance, s []uint64) {
-		st := &inst.st
-		k := inst.intern(u32(s[0]), u32(s[1]))
-		if !st.mayChangeHeaders() {
-			putI32(s, abi.StatusNotAllowed)
-			return
-		}
-		st.changeHeader(headerChange{key: k, deleted: true})
-		putI32(s, abi.StatusOK)
+		putI32(s, inst.delHeader(inst.intern(u32(s[0]), u32(s[1]))))
 	}},
 	{"v1_event_subscription", params(2), params(1), func(inst *instance, s []uint64) {
 		putI32(s, inst.giveString(inst.st.sub, u32(s[0]), u32(s[1])))

@@ -140,20 +140,28 @@ func (p *plugin) matchesGroup(group string) bool {
 var errBreakerOpen = errors.New("circuit breaker open")
 
 // run calls hook k on inst, checks the verdict with valid, and counts the outcome. It returns
-// the verdict, or why there is none; after a failure inst is gone (discarded, or back in the
-// pool after a malformed verdict) and must not be used.
-func (p *plugin) run(inst *instance, k abi.Hook, valid func(action, arg uint32) bool) (uint64, error) {
-	v, err := p.invoke(inst, k)
-	if err == nil && !valid(uint32(v), uint32(v>>32)) {
-		p.done(inst) // the call itself went well: the instance stays
-		err = malformedError{v}
+// the verdict, or why there is none, and whether inst is still usable: after a trap it is
+// discarded; after a malformed answer (the call itself went well) its call state is reset
+// and it stays the caller's.
+func (p *plugin) run(inst *instance, k abi.Hook, valid func(action, arg uint32) bool) (v uint64, alive bool, err error) {
+	v, err = p.invoke(inst, k)
+	alive = err == nil
+	if err == nil {
+		if !valid(uint32(v), uint32(v>>32)) {
+			err = malformedError{v}
+		} else if p.hasInbox {
+			err = inst.takeWrites()
+		}
+		if err != nil {
+			inst.st.reset()
+		}
 	}
 	if err != nil {
 		p.failed(k, err)
-		return 0, err
+		return 0, alive, err
 	}
 	p.succeeded()
-	return v, nil
+	return v, true, nil
 }
 
 // call runs hook in.hook of p on in, with an instance from the pool, unless the circuit
@@ -170,8 +178,14 @@ func (p *plugin) call(in *callInput, valid func(action, arg uint32) bool) (*inst
 		return nil, 0, err
 	}
 	inst.st.callInput = *in
-	v, err := p.run(inst, in.hook, valid)
-	return inst, v, err
+	v, alive, err := p.run(inst, in.hook, valid)
+	if err != nil {
+		if alive {
+			p.pool.put(inst)
+		}
+		return nil, 0, err
+	}
+	return inst, v, nil
 }
 
 // done resets the call state of inst, whose outcome the caller has taken, and returns it to
@@ -215,63 +229,141 @@ func (c *Chain) OnPublish(d *broker.Draft) (broker.PublishVerdict, error) {
 		if !p.matchesTopic(d.Topic) {
 			continue
 		}
-		inst, v, err := p.call(&callInput{hook: abi.HookPublish, topic: d.Topic, payload: d.Payload, headers: d.Headers}, validPublish)
-		if err != nil {
-			switch p.spec.FailurePolicy {
-			case FailClosed:
-				return out, fmt.Errorf("%w: %q on %s: %v; the message was not published", broker.ErrHookFailed, p.spec.Name, d.Topic, err)
-			case FailDeadLetter:
-				h := maps.Clone(d.Headers)
-				if h == nil {
-					h = map[string]string{}
-				}
-				h[broker.HeaderDeadLetterTopic] = d.Topic
-				h[broker.HeaderDeadLetterReason] = p.failure(err)
-				d.Topic, d.Headers = "dlq.plugin."+p.spec.Name, h
-				return out, nil
-			}
-			continue // fail open: unchanged
+		var inst *instance
+		stop, err := p.publish(&inst, d, &out, &owned)
+		if inst != nil {
+			p.pool.put(inst)
 		}
-		st := &inst.st
-		if len(st.emits) > 0 {
-			out.Emit = append(out.Emit, st.emits...)
+		if stop {
+			return out, err
 		}
-		switch uint32(v) {
-		case abi.ActDrop:
-			out.Drop, out.Reason, out.Plugin = true, st.why, p.spec.Name
-			p.done(inst)
-			if p.log.IsTrace() {
-				p.log.Trace("dropped", "topic", d.Topic, "reason", out.Reason)
-			}
-			return out, nil
-		case abi.ActReject:
-			why := st.why
-			p.done(inst)
-			if why == "" {
-				why = "no reason given"
-			}
-			code := codes.Code(v >> 32)
-			if code == codes.OK {
-				code = codes.InvalidArgument
-			}
-			return out, &broker.RejectError{Code: int(code), Plugin: p.spec.Name, Reason: why}
-		}
-		if st.topicSet {
-			d.Topic = st.newTopic
-		}
-		if st.payloadSet {
-			d.Payload = st.newPayload
-		}
-		if len(st.changes) > 0 {
-			if owned {
-				changeHeaders(d.Headers, st.changes)
-			} else {
-				d.Headers, owned = applyHeaders(d.Headers, st.changes), true
-			}
-		}
-		p.done(inst)
 	}
 	return out, nil
+}
+
+// OnPublishBatch runs the chain over a frame's messages: each plugin in turn over every
+// message still going, on one instance taken from the pool for the whole batch rather than
+// one per message. Each message sees the plugins in chain order, as with OnPublish; only the
+// interleaving of calls differs, which no plugin can rely on (an instance never sees every
+// message). Implements broker.BatchHooks.
+func (c *Chain) OnPublishBatch(ds []broker.Draft, vs []broker.PublishVerdict, errs []error) {
+	var stopped, owned []bool
+	var small [2][16]bool // the flags of a usual frame, without an allocation
+	if len(ds) <= len(small[0]) {
+		stopped, owned = small[0][:len(ds)], small[1][:len(ds)]
+	} else {
+		stopped, owned = make([]bool, len(ds)), make([]bool, len(ds))
+	}
+	for _, p := range c.publish {
+		var inst *instance
+		for i := range ds {
+			if stopped[i] || !p.matchesTopic(ds[i].Topic) {
+				continue
+			}
+			if inst == nil && !p.breakerOpen() {
+				inst, _ = p.pool.get(p) // on an error, publish gets and counts it again
+				if inst != nil {
+					inst.batch = true
+				}
+			}
+			stopped[i], errs[i] = p.publish(&inst, &ds[i], &vs[i], &owned[i])
+		}
+		if inst != nil {
+			p.countBatch(inst, abi.HookPublish)
+			p.pool.put(inst)
+		}
+	}
+}
+
+var _ broker.BatchHooks = (*Chain)(nil)
+
+// publish runs p's on_publish on d, on *inst, or on an instance from the pool if it is nil
+// (unless the circuit breaker is open or none can be had, counted as a failure); it leaves in
+// *inst the instance for the caller to use again or put back, nil if there is none (discarded
+// after a failure). It adds to out what the call emitted and its verdict, and reports whether
+// the chain ends for d, with the error that refuses the publish. One function, not two: it
+// runs for every plugin and message.
+func (p *plugin) publish(inst **instance, d *broker.Draft, out *broker.PublishVerdict, owned *bool) (bool, error) {
+	var v uint64
+	var err error
+	in := *inst
+	switch {
+	case p.breakerOpen():
+		err = errBreakerOpen
+	case in == nil:
+		if in, err = p.pool.get(p); err != nil {
+			p.failed(abi.HookPublish, err)
+		}
+	}
+	if err == nil {
+		in.st.callInput = callInput{hook: abi.HookPublish, topic: d.Topic, payload: d.Payload, headers: d.Headers}
+		var alive bool
+		if v, alive, err = p.run(in, abi.HookPublish, validPublish); !alive {
+			in = nil
+		}
+	}
+	*inst = in
+	if err != nil {
+		return p.publishFailed(d, err)
+	}
+	st := &in.st
+	if len(st.emits) > 0 {
+		out.Emit = append(out.Emit, st.emits...)
+	}
+	switch uint32(v) {
+	case abi.ActDrop:
+		out.Drop, out.Reason, out.Plugin = true, st.why, p.spec.Name
+		st.reset()
+		if p.log.IsTrace() {
+			p.log.Trace("dropped", "topic", d.Topic, "reason", out.Reason)
+		}
+		return true, nil
+	case abi.ActReject:
+		why := st.why
+		st.reset()
+		if why == "" {
+			why = "no reason given"
+		}
+		code := codes.Code(v >> 32)
+		if code == codes.OK {
+			code = codes.InvalidArgument
+		}
+		return true, &broker.RejectError{Code: int(code), Plugin: p.spec.Name, Reason: why}
+	}
+	if st.topicSet {
+		d.Topic = st.newTopic
+	}
+	if st.payloadSet {
+		d.Payload = st.newPayload
+	}
+	if len(st.changes) > 0 {
+		if *owned {
+			changeHeaders(d.Headers, st.changes)
+		} else {
+			d.Headers, *owned = applyHeaders(d.Headers, st.changes), true
+		}
+	}
+	st.reset()
+	return false, nil
+}
+
+// publishFailed applies p's failure policy to d, on which p failed with err, as publish
+// reports it.
+func (p *plugin) publishFailed(d *broker.Draft, err error) (bool, error) {
+	switch p.spec.FailurePolicy {
+	case FailClosed:
+		return true, fmt.Errorf("%w: %q on %s: %v; the message was not published", broker.ErrHookFailed, p.spec.Name, d.Topic, err)
+	case FailDeadLetter:
+		h := maps.Clone(d.Headers)
+		if h == nil {
+			h = map[string]string{}
+		}
+		h[broker.HeaderDeadLetterTopic] = d.Topic
+		h[broker.HeaderDeadLetterReason] = p.failure(err)
+		d.Topic, d.Headers = "dlq.plugin."+p.spec.Name, h
+		return true, nil
+	}
+	return false, nil // fail open: unchanged
 }
 
 // applyHeaders returns a copy of h with the changes of a call: the message's map may be shared

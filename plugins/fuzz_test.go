@@ -28,16 +28,7 @@ func FuzzABI(f *testing.F) {
 	f.Add(seed(65530, 100, 0, 1<<31, 0))          // out of bounds
 	f.Add(seed(0xffffffff, 0xffffffff, 0, 0, 99)) // nonsense
 	f.Add(seed(1, 0, 0, 3<<20, 2|99<<32))         // huge payload, bad code
-	h, err := NewHost(HostOptions{})
-	if err != nil {
-		f.Fatal(err)
-	}
-	defer h.Close(context.Background())
-	c, err := h.Load(context.Background(), []Spec{{Name: "fuzz", Wasm: fixture(f, "fuzzcall"), BreakerFailures: 1 << 30, PoolSize: 1}})
-	if err != nil {
-		f.Fatal(err)
-	}
-	defer c.Close(context.Background())
+	c := fuzzChain(f, "fuzzcall")
 	f.Fuzz(func(t *testing.T, payload []byte) {
 		before := c.Stats()[0].Failures
 		d := broker.Draft{Topic: "fuzz.topic", Payload: payload, Headers: map[string]string{"k": "v"}}
@@ -69,4 +60,20 @@ func FuzzABI(f *testing.F) {
 			}
 		}
 	})
+}
+
+// fuzzChain loads the fixture name as the only plugin of a chain for a fuzz target: one
+// instance, and a circuit breaker that never opens, so that every input reaches the plugin.
+func fuzzChain(f *testing.F, name string) *Chain {
+	h, err := NewHost(HostOptions{})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { h.Close(context.Background()) })
+	c, err := h.Load(context.Background(), []Spec{{Name: "fuzz", Wasm: fixture(f, name), BreakerFailures: 1 << 30, PoolSize: 1}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { c.Close(context.Background()) })
+	return c
 }

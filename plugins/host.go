@@ -103,6 +103,7 @@ type plugin struct {
 	rt         wazero.Runtime
 	compiled   wazero.CompiledModule
 	has        [abi.NumHooks]bool
+	hasInbox   bool           // it exports tb_v1_inbox (inbox.go)
 	topics     []topicPattern // spec.Topics, compiled
 	configText string
 	pool       pool
@@ -185,6 +186,9 @@ func (p *plugin) check() error {
 		}
 		return fmt.Errorf("not a tinybroker plugin: it does not export %s (see docs/ABI.md)", abiMarker)
 	}
+	if err := p.checkInbox(exports); err != nil {
+		return err
+	}
 	mem, ok := p.compiled.ExportedMemories()["memory"]
 	if !ok {
 		return fmt.Errorf("it does not export its memory as \"memory\"")
@@ -247,8 +251,14 @@ type instance struct {
 	ctx   callCtx // carries the instance to host functions
 	stack []uint64
 	st    callState // the state of the call in progress, reset after each call
+	box   inbox     // with the plugin's hasInbox
 
 	hostCalls uint64 // made since the last call ended (HostOptions.CountHostCalls)
+
+	// batch: the instance serves a batch of on_publish calls (Chain.OnPublishBatch), whose
+	// calls are counted when it ends; uncounted: how many so far.
+	batch     bool
+	uncounted uint64
 
 	strs    [8]string // recently interned strings (instance.intern)
 	nextStr uint8
@@ -283,15 +293,27 @@ func (p *plugin) newInstance(ctx context.Context) (*instance, error) {
 		return nil, fmt.Errorf("instantiate: %w", err)
 	}
 	inst.mod = mod
+	if p.hasInbox {
+		inst.box.alloc = mod.ExportedFunction(inboxExport)
+	}
 	for k := abi.HookInit; k < abi.NumHooks; k++ {
 		if p.has[k] || k == abi.HookInit {
 			inst.fns[k] = mod.ExportedFunction(abi.Exports[k])
 		}
 	}
 	if f := inst.fns[abi.HookInit]; f != nil {
-		err := f.CallWithStack(cctx, inst.stack)
+		var err error
+		if p.hasInbox {
+			err = inst.fillInbox(cctx)
+		}
+		if err == nil {
+			err = f.CallWithStack(cctx, inst.stack)
+		}
 		if merr := inst.memoryRefused(); merr != nil {
 			err = merr
+		}
+		if err == nil && p.hasInbox {
+			err = inst.takeWrites()
 		}
 		if err != nil {
 			_ = mod.Close(context.Background())
@@ -315,15 +337,33 @@ func (p *plugin) newInstance(ctx context.Context) (*instance, error) {
 // verdict. A failed call discards inst. A call that tried to grow the memory past the
 // plugin's limit failed, even if the plugin went on (memory.grow returned -1 to it).
 func (p *plugin) invoke(inst *instance, k abi.Hook) (uint64, error) {
-	p.calls.Add(1)
-	if p.metrics.timed(k) {
-		defer p.metrics.observe(k, time.Now())
+	if inst.batch {
+		// Counted when the batch ends (countBatch): two atomic additions per call saved.
+		inst.uncounted++
+		if inst.uncounted%latencySample == 1 {
+			defer p.metrics.observe(k, time.Now())
+		}
+	} else {
+		p.calls.Add(1)
+		if p.metrics.timed(k) {
+			defer p.metrics.observe(k, time.Now())
+		}
+	}
+	if p.spec.CallTimeout > 0 || p.hasInbox {
+		return p.invokeFilled(inst, k)
 	}
 	inst.stack[0] = 0
+	return p.called(inst, inst.fns[k].CallWithStack(&inst.ctx, inst.stack))
+}
+
+// invokeFilled is invoke with a time limit or an inbox, off the common path: a context of
+// the call's own if there is a time limit (whose deferred cancel is off the common path too),
+// and the inbox filled first.
+func (p *plugin) invokeFilled(inst *instance, k abi.Hook) (uint64, error) {
 	if p.spec.CallTimeout > 0 {
 		return p.invokeTimed(inst, k)
 	}
-	return p.called(inst, inst.fns[k].CallWithStack(&inst.ctx, inst.stack))
+	return p.called(inst, p.callHook(&inst.ctx, inst, k))
 }
 
 // invokeTimed is invoke with a time limit: a context of its own for the call, whose deferred
@@ -331,7 +371,18 @@ func (p *plugin) invoke(inst *instance, k abi.Hook) (uint64, error) {
 func (p *plugin) invokeTimed(inst *instance, k abi.Hook) (uint64, error) {
 	tctx, cancel := context.WithTimeout(context.Background(), p.spec.CallTimeout)
 	defer cancel()
-	return p.called(inst, inst.fns[k].CallWithStack(&callCtx{Context: tctx, inst: inst}, inst.stack))
+	return p.called(inst, p.callHook(&callCtx{Context: tctx, inst: inst}, inst, k))
+}
+
+// callHook fills the inbox, if the plugin has one, and calls hook k.
+func (p *plugin) callHook(ctx *callCtx, inst *instance, k abi.Hook) error {
+	if p.hasInbox {
+		if err := inst.fillInbox(ctx); err != nil {
+			return err
+		}
+	}
+	inst.stack[0] = 0
+	return inst.fns[k].CallWithStack(ctx, inst.stack)
 }
 
 // called completes invoke: err is what CallWithStack returned.
@@ -344,10 +395,21 @@ func (p *plugin) called(inst *instance, err error) (uint64, error) {
 		err = inst.memoryRefused()
 	}
 	if err != nil {
+		p.countBatch(inst, abi.HookPublish)
 		p.pool.discard(inst)
 		return 0, err
 	}
 	return inst.stack[0], nil
+}
+
+// countBatch adds the calls inst made in a batch of hook k to the plugin's counters, and
+// ends the batch.
+func (p *plugin) countBatch(inst *instance, k abi.Hook) {
+	if inst.uncounted > 0 {
+		p.calls.Add(inst.uncounted)
+		p.metrics.hooks[k].calls.Add(inst.uncounted)
+	}
+	inst.batch, inst.uncounted = false, 0
 }
 
 // errMemoryLimit is the failure of a call that tried to grow the memory past its limit.

@@ -41,18 +41,53 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// inboxLanguages are the languages whose SDK exports tb_v1_inbox (docs/ABI.md, "The inbox").
+// Their plugin runs every row twice: as built, on the inbox, and with the export hidden, on
+// host calls alone, as a broker that does not know the inbox would run it.
+var inboxLanguages = map[string]bool{"c": true, "rust": true, "go": true}
+
 // TestConformance builds each language's plugin with its build.sh and runs every row of
-// SPEC.md against it, in the real plugin host and a real broker.
+// SPEC.md against it, in the real plugin host and a real broker: TestConformance/<lang>/<row>
+// as built, and TestConformance/<lang>-calls/<row> without the inbox, for the languages
+// whose SDK has one. The WAT plugin has no inbox: it proves that a plugin written before the
+// inbox still passes.
 func TestConformance(t *testing.T) {
 	for _, lang := range languages {
+		var wasm []byte
 		t.Run(lang, func(t *testing.T) {
-			wasm := build(t, lang)
-			p := load(t, wasm)
-			for _, r := range rows {
-				t.Run(r.name, func(t *testing.T) { r.run(t, p.env(t)) })
+			wasm = build(t, lang)
+			if got := exportsInbox(wasm); got != inboxLanguages[lang] {
+				t.Fatalf("the %s plugin exports tb_v1_inbox: %v; want %v", lang, got, inboxLanguages[lang])
 			}
+			runRows(t, wasm)
 		})
+		if inboxLanguages[lang] && wasm != nil {
+			t.Run(lang+"-calls", func(t *testing.T) { runRows(t, withoutInbox(t, wasm)) })
+		}
 	}
+}
+
+func runRows(t *testing.T, wasm []byte) {
+	p := load(t, wasm)
+	for _, r := range rows {
+		t.Run(r.name, func(t *testing.T) { r.run(t, p.env(t)) })
+	}
+}
+
+// inboxName is the export that asks for the inbox, as a module's export section spells it:
+// its length, then its bytes.
+var inboxName = []byte("\x0btb_v1_inbox")
+
+func exportsInbox(wasm []byte) bool { return bytes.Contains(wasm, inboxName) }
+
+// withoutInbox returns wasm with its export tb_v1_inbox renamed (same length, so the module
+// stays valid): the host then ignores it, and the SDK takes the host-call path.
+func withoutInbox(t *testing.T, wasm []byte) []byte {
+	t.Helper()
+	if !exportsInbox(wasm) {
+		t.Fatal("the module does not export tb_v1_inbox")
+	}
+	return bytes.ReplaceAll(wasm, inboxName, []byte("\x0btb_v1_inbo_"))
 }
 
 // inCI reports whether the test runs under CI (CI=true), where no language may be skipped.
@@ -472,4 +507,41 @@ var rows = []row{
 		}
 		expect(t, d, "jobs.1", "job", map[string]string{"reason": "nack", "attempt-seen": "1"})
 	}},
+}
+
+// The SDKs with an inbox read the message from it and write through its write list: after a
+// first call (which reads the config values the rows need, kept for the instance's life), the
+// conformance plugin's rows that read and change the message make no host call.
+func TestInboxMakesNoHostCall(t *testing.T) {
+	for _, lang := range languages {
+		if !inboxLanguages[lang] {
+			continue
+		}
+		t.Run(lang, func(t *testing.T) {
+			h, err := plugins.NewHost(plugins.HostOptions{CountHostCalls: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { h.Close(context.Background()) })
+			c, err := h.Load(context.Background(), []plugins.Spec{{Name: "conformance", Wasm: build(t, lang), Config: pluginConfig, PoolSize: 1}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { c.Close(context.Background()) })
+			publish := func(topic string, headers map[string]string) {
+				d := broker.Draft{Topic: topic, Payload: []byte("p"), Headers: headers}
+				if _, err := c.OnPublish(&d); err != nil {
+					t.Fatalf("%s: %v", topic, err)
+				}
+			}
+			publish("c.tenant", map[string]string{"tenant": "acme"}) // reads config "tenant" once
+			before := c.Stats()[0].HostCalls
+			for _, topic := range []string{"c.pass", "c.drop", "c.headers", "c.enum", "c.payload", "c.empty", "c.tenant", "c.other"} {
+				publish(topic, map[string]string{"tenant": "acme", "changed": "old", "removed": "x"})
+			}
+			if st := c.Stats()[0]; st.HostCalls != before || st.Failures != 0 {
+				t.Errorf("%d host calls for 8 messages (want 0), %d failures", st.HostCalls-before, st.Failures)
+			}
+		})
+	}
 }

@@ -92,25 +92,37 @@ func TestCExampleTenantFilter(t *testing.T) {
 }
 
 // sdk/wat/tenant-filter.wat, the hand-written plugin docs/plugins/wat.md walks through.
+// sdk/wat's tenant filters: tenant-filter.wat with host calls (the ABI as it was first
+// written: its test proves a plugin without the inbox still works), and
+// tenant-filter-inbox.wat on the inbox.
 func TestWATExampleTenantFilter(t *testing.T) {
 	tool(t, "wat2wasm", "Debian: apt-get install wabt")
-	out := filepath.Join(t.TempDir(), "tenant-filter.wasm")
-	if msg, err := exec.Command("wat2wasm", "../../sdk/wat/tenant-filter.wat", "-o", out).CombinedOutput(); err != nil {
-		t.Fatalf("wat2wasm: %v\n%s", err, msg)
-	}
-	wasm, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	checkTenants(t, wasm, map[string]string{"tenant": "acme"}, []tenantCase{
-		{map[string]string{"tenant": "acme"}, ""},
-		{map[string]string{"tenant": "acmf"}, "tenant not allowed"},
-		{map[string]string{"tenant": "acm"}, "tenant not allowed"},
-		{map[string]string{"tenant": strings.Repeat("a", 300)}, "tenant not allowed"},
-		{nil, "tenant not allowed"},
-	})
-	if _, err := loadChain(t, wasm, nil); err == nil || !strings.Contains(err.Error(), "set config tenant") {
-		t.Errorf("loaded without config: %v, want tb_init's refusal", err)
+	for _, name := range []string{"tenant-filter", "tenant-filter-inbox"} {
+		t.Run(name, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), name+".wasm")
+			if msg, err := exec.Command("wat2wasm", "../../sdk/wat/"+name+".wat", "-o", out).CombinedOutput(); err != nil {
+				t.Fatalf("wat2wasm: %v\n%s", err, msg)
+			}
+			wasm, err := os.ReadFile(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if exportsInbox(wasm) != strings.HasSuffix(name, "-inbox") {
+				t.Fatalf("%s exports tb_v1_inbox: %v", name, exportsInbox(wasm))
+			}
+			checkTenants(t, wasm, map[string]string{"tenant": "acme"}, []tenantCase{
+				{map[string]string{"tenant": "acme"}, ""},
+				{map[string]string{"tenant": "acmf"}, "tenant not allowed"},
+				{map[string]string{"tenant": "acm"}, "tenant not allowed"},
+				{map[string]string{"tenant": strings.Repeat("a", 300)}, "tenant not allowed"},
+				{map[string]string{"a": "1", "tenant": "acme", "z": "2"}, ""},
+				{map[string]string{"tenancy": "acme"}, "tenant not allowed"},
+				{nil, "tenant not allowed"},
+			})
+			if _, err := loadChain(t, wasm, nil); err == nil || !strings.Contains(err.Error(), "set config tenant") {
+				t.Errorf("loaded without config: %v, want tb_init's refusal", err)
+			}
+		})
 	}
 }
 

@@ -8,13 +8,21 @@
 
 #include <stddef.h> /* clang's own: size_t */
 
-/* ---- The arena: [__heap_base, end of memory), grown with memory.grow. ---- */
+/* ---- The arena: [tb__base, end of memory), grown with memory.grow. Below tb__base, from
+ * __heap_base, what the SDK keeps for the instance's life: the inbox, cached config values. */
 
 extern unsigned char __heap_base; /* defined by wasm-ld: the first byte after data and stack */
 
-static uint32_t tb__top; /* the arena's first free byte; 0 until the first tb_reset */
+static uint32_t tb__base; /* where the arena starts; 0 until the first tb_reset */
+static uint32_t tb__top;  /* the arena's first free byte */
+static uint32_t tb__nwrites, tb__capwrites; /* the write list's (below) */
 
-void tb_reset(void) { tb__top = (uint32_t)(uintptr_t)&__heap_base; }
+void tb_reset(void) {
+	if (tb__base == 0)
+		tb__base = ((uint32_t)(uintptr_t)&__heap_base + 7u) & ~7u;
+	tb__top = tb__base;
+	tb__nwrites = tb__capwrites = 0;
+}
 
 static uint32_t tb__memory_end(void) { return (uint32_t)__builtin_wasm_memory_size(0) * 65536u; }
 
@@ -42,6 +50,120 @@ void *tb_alloc(uint32_t n) {
 	char *p = tb__reserve(n);
 	tb__top += n;
 	return p;
+}
+
+/* tb__keep moves the arena's start past what it holds now and n more bytes, which it returns:
+ * they are the instance's for good. What the arena held stays valid until the hook returns. */
+static char *tb__keep(uint32_t n) {
+	char *p = tb_alloc((n + 7u) & ~7u);
+	tb__base = tb__top;
+	return p;
+}
+
+/* ---- The inbox (docs/ABI.md, "The inbox"): little-endian u32 fields at fixed offsets. ---- */
+
+enum {
+	TB__WRITES_PTR = 0, TB__WRITES_COUNT = 4, TB__HOOK = 8, TB__MAX_MESSAGE = 12, TB__MAX_HEADER = 16,
+	TB__ATTEMPT = 20, TB__IN_FLIGHT = 24, TB__TOPIC = 32, TB__PAYLOAD = 40, TB__ID = 48, TB__SUB = 56,
+	TB__GROUP = 64, TB__REASON = 72, TB__HEADER_COUNT = 80, TB__HEADERS = 88,
+};
+enum { TB__HOOK_PUBLISH = 2, TB__HOOK_REDELIVER = 4 };
+
+static unsigned char *tb__inbox; /* NULL: the broker never asked for one; use host calls */
+
+static uint32_t tb__u32(uint32_t off) { return *(const uint32_t *)(tb__inbox + off); }
+
+/* tb__field is the (offset, length) pair at off as a string; length 0xFFFFFFFF is absent. */
+static tb_str tb__field(uint32_t off) {
+	uint32_t len = tb__u32(off + 4);
+	if (len == 0xFFFFFFFFu)
+		return TB_NONE;
+	return (tb_str){(const char *)tb__inbox + tb__u32(off), len};
+}
+
+/* The broker asks for an inbox of size bytes between calls (the arena is empty then), before
+ * the first call and whenever a message does not fit: a new one above the last. Exported
+ * only when the plugin is built with -DTB_INBOX (see tinybroker.h). */
+#ifdef TB_INBOX
+TB_EXPORT(tb_v1_inbox)
+#endif
+uint32_t tb_v1_inbox(uint32_t size);
+uint32_t tb_v1_inbox(uint32_t size) {
+	tb_reset();
+	tb__inbox = (unsigned char *)tb__keep(size);
+	tb_reset();
+	return (uint32_t)(uintptr_t)tb__inbox;
+}
+
+/* The write list: records of five u32s (operation, two pointer/length pairs) in the arena,
+ * moved to a larger array when full; the inbox's first two fields say where it is. */
+enum { TB__SET_PAYLOAD = 1, TB__SET_HEADER = 2, TB__DEL_HEADER = 3, TB__SET_REASON = 4 };
+
+static uint32_t *tb__writes;
+
+static void tb__write(uint32_t op, tb_str a, tb_str b) {
+	if (tb__nwrites == tb__capwrites) {
+		uint32_t cap = tb__capwrites ? 2 * tb__capwrites : 8;
+		uint32_t *nw = tb_alloc(cap * 20u);
+		for (uint32_t i = 0; i < tb__nwrites * 5u; i++)
+			nw[i] = tb__writes[i];
+		tb__writes = nw;
+		tb__capwrites = cap;
+	}
+	uint32_t *r = tb__writes + 5u * tb__nwrites++;
+	r[0] = op;
+	r[1] = (uint32_t)(uintptr_t)a.ptr;
+	r[2] = a.len;
+	r[3] = (uint32_t)(uintptr_t)b.ptr;
+	r[4] = b.len;
+	*(uint32_t *)(tb__inbox + TB__WRITES_PTR) = (uint32_t)(uintptr_t)tb__writes;
+	*(uint32_t *)(tb__inbox + TB__WRITES_COUNT) = tb__nwrites;
+}
+
+static int tb__may_change_headers(void) {
+	uint32_t h = tb__u32(TB__HOOK);
+	return h == TB__HOOK_PUBLISH || h == TB__HOOK_REDELIVER;
+}
+
+/* The writers check what the broker would (the write list has no statuses) and list it. */
+int32_t tb_set_payload(tb_str p) {
+	if (!tb__inbox)
+		return tb_msg_set_payload(p.ptr, p.len);
+	if (tb__u32(TB__HOOK) != TB__HOOK_PUBLISH)
+		return TB_ERR_NOT_ALLOWED;
+	if (p.len > tb__u32(TB__MAX_MESSAGE))
+		return TB_ERR_TOO_LARGE;
+	tb__write(TB__SET_PAYLOAD, p, TB_NONE);
+	return TB_OK;
+}
+
+int32_t tb_set_header(tb_str k, tb_str v) {
+	if (!tb__inbox)
+		return tb_msg_set_header(k.ptr, k.len, v.ptr, v.len);
+	if (!tb__may_change_headers())
+		return TB_ERR_NOT_ALLOWED;
+	if (k.len == 0)
+		return TB_ERR_INVALID;
+	if ((uint64_t)k.len + v.len > tb__u32(TB__MAX_HEADER))
+		return TB_ERR_TOO_LARGE;
+	tb__write(TB__SET_HEADER, k, v);
+	return TB_OK;
+}
+
+int32_t tb_del_header(tb_str k) {
+	if (!tb__inbox)
+		return tb_msg_del_header(k.ptr, k.len);
+	if (!tb__may_change_headers())
+		return TB_ERR_NOT_ALLOWED;
+	tb__write(TB__DEL_HEADER, k, TB_NONE);
+	return TB_OK;
+}
+
+void tb_reason(tb_str why) {
+	if (!tb__inbox)
+		tb_set_reason(why.ptr, why.len);
+	else
+		tb__write(TB__SET_REASON, why, TB_NONE);
 }
 
 /* ---- Reading with the ABI's convention: offer all the room there is; if the value is
@@ -83,16 +205,75 @@ static int32_t tb__header_name(const void *arg, char *buf, uint32_t cap) {
 	return tb_msg_header_name(*(const int32_t *)arg, buf, cap);
 }
 
-tb_str tb_topic(void) { return tb__read(tb__topic, 0); }
-tb_str tb_payload(void) { return tb__read(tb__payload, 0); }
-tb_str tb_header(tb_str name) { return tb__read(tb__header, &name); }
-tb_str tb_header_name_at(int32_t index) { return tb__read(tb__header_name, &index); }
-tb_str tb_id(void) { return tb__read(tb__id, 0); }
-tb_str tb_config_value(tb_str key) { return tb__read(tb__config_get, &key); }
+/* The readers: from the inbox if there is one, otherwise with a host call. */
+tb_str tb_topic(void) { return tb__inbox ? tb__field(TB__TOPIC) : tb__read(tb__topic, 0); }
+tb_str tb_payload(void) { return tb__inbox ? tb__field(TB__PAYLOAD) : tb__read(tb__payload, 0); }
+tb_str tb_id(void) { return tb__inbox ? tb__field(TB__ID) : tb__read(tb__id, 0); }
+tb_str tb_subscription(void) { return tb__inbox ? tb__field(TB__SUB) : tb__read(tb__sub, 0); }
+tb_str tb_group(void) { return tb__inbox ? tb__field(TB__GROUP) : tb__read(tb__group, 0); }
+tb_str tb_redeliver_reason(void) { return tb__inbox ? tb__field(TB__REASON) : tb__read(tb__reason, 0); }
 tb_str tb_config_text(void) { return tb__read(tb__config, 0); }
-tb_str tb_subscription(void) { return tb__read(tb__sub, 0); }
-tb_str tb_group(void) { return tb__read(tb__group, 0); }
-tb_str tb_redeliver_reason(void) { return tb__read(tb__reason, 0); }
+
+int32_t tb_header_count(void) { return tb__inbox ? (int32_t)tb__u32(TB__HEADER_COUNT) : tb_msg_header_count(); }
+int32_t tb_attempt(void) { return tb__inbox ? (int32_t)tb__u32(TB__ATTEMPT) : tb_event_attempt(); }
+int64_t tb_in_flight_ns(void) {
+	return tb__inbox ? (int64_t)(tb__u32(TB__IN_FLIGHT) | (uint64_t)tb__u32(TB__IN_FLIGHT + 4) << 32) : tb_event_in_flight_ns();
+}
+
+tb_str tb_header(tb_str name) {
+	if (!tb__inbox)
+		return tb__read(tb__header, &name);
+	uint32_t n = tb__u32(TB__HEADER_COUNT);
+	for (uint32_t i = 0; i < n; i++) {
+		tb_str k = tb__field(TB__HEADERS + 16u * i);
+		if (k.len != name.len)
+			continue;
+		uint32_t j = 0;
+		while (j < k.len && k.ptr[j] == name.ptr[j])
+			j++;
+		if (j == k.len)
+			return tb__field(TB__HEADERS + 16u * i + 8u);
+	}
+	return TB_NONE;
+}
+
+tb_str tb_header_name_at(int32_t index) {
+	if (!tb__inbox)
+		return tb__read(tb__header_name, &index);
+	if (index < 0 || (uint32_t)index >= tb__u32(TB__HEADER_COUNT))
+		return TB_NONE;
+	return tb__field(TB__HEADERS + 16u * (uint32_t)index);
+}
+
+/* Config values, kept once read: the configuration of an instance never changes, and a
+ * filter that compares a header with one would otherwise pay a host call per message. */
+enum { TB__CACHED = 8 };
+static struct {
+	tb_str key, value;
+} tb__config_cache[TB__CACHED];
+static uint32_t tb__config_cached;
+
+static tb_str tb__copy_kept(tb_str s) {
+	if (TB_ABSENT(s))
+		return s;
+	char *p = tb__keep(s.len);
+	for (uint32_t i = 0; i < s.len; i++)
+		p[i] = s.ptr[i];
+	return (tb_str){p, s.len};
+}
+
+tb_str tb_config_value(tb_str key) {
+	for (uint32_t i = 0; i < tb__config_cached; i++)
+		if (tb_eq(tb__config_cache[i].key, key))
+			return tb__config_cache[i].value;
+	tb_str v = tb__read(tb__config_get, &key);
+	if (tb__config_cached < TB__CACHED && !TB_ABSENT(key)) {
+		tb__config_cache[tb__config_cached].key = tb__copy_kept(key);
+		tb__config_cache[tb__config_cached].value = v = tb__copy_kept(v);
+		tb__config_cached++;
+	}
+	return v;
+}
 
 /* ---- Strings. ---- */
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the C conformance plugin into $1 (plugins/conformance/SPEC.md), with the SDK in sdk/c
-# and the build line docs/plugins/c.md gives, warnings as errors.
+# and the build line docs/plugins/c.md gives, warnings as errors, with the inbox (-DTB_INBOX):
+# the suite runs it on the inbox and, with its export hidden, on host calls.
 set -euo pipefail
 cd "$(dirname "$0")"
 out=${1:?usage: build.sh OUT.wasm}
@@ -11,5 +12,5 @@ for tool in clang wasm-ld; do
   fi
 done
 sdk=../../../sdk/c
-clang --target=wasm32 -nostdlib -O2 -Wall -Wextra -Werror -I "$sdk" -Wl,--no-entry \
+clang --target=wasm32 -nostdlib -O2 -Wall -Wextra -Werror -DTB_INBOX -I "$sdk" -Wl,--no-entry \
   -o "$out" conformance.c "$sdk/tinybroker.c"

@@ -13,7 +13,7 @@ TB_INIT(init) {
 /* enumerate is every header as name=value, joined by ','. */
 static tb_str enumerate(void) {
 	tb_str out = TB_S("");
-	int32_t n = tb_msg_header_count();
+	int32_t n = tb_header_count();
 	for (int32_t i = 0; i < n; i++) {
 		tb_str name = tb_header_name_at(i);
 		if (i > 0)
@@ -82,10 +82,10 @@ TB_ON_PUBLISH(on_publish) {
 TB_ON_ACK(on_ack) {
 	tb_str p = tb_concat(tb_subscription(), TB_S("|"));
 	p = tb_concat(tb_concat(p, tb_group()), TB_S("|"));
-	p = tb_concat(tb_concat(p, tb_utoa((uint32_t)tb_event_attempt())), TB_S("|"));
+	p = tb_concat(tb_concat(p, tb_utoa((uint32_t)tb_attempt())), TB_S("|"));
 	p = tb_concat(p, tb_id());
 	int32_t h = tb_emit_to(TB_S("c.acked"), p);
-	tb_emit_set_header(h, TB_S("in_flight"), tb_event_in_flight_ns() > 0 ? TB_S("yes") : TB_S("no"));
+	tb_emit_set_header(h, TB_S("in_flight"), tb_in_flight_ns() > 0 ? TB_S("yes") : TB_S("no"));
 }
 
 TB_ON_REDELIVER(on_redeliver) {
@@ -99,6 +99,6 @@ TB_ON_REDELIVER(on_redeliver) {
 		return tb_dead_letter(TB_S("conformance dead-letter"));
 	if (tb_eq(retry, TB_S("drop")))
 		return TB_DROP_MESSAGE;
-	tb_set_header(TB_S("attempt-seen"), tb_utoa((uint32_t)tb_event_attempt()));
+	tb_set_header(TB_S("attempt-seen"), tb_utoa((uint32_t)tb_attempt()));
 	return TB_REDELIVER;
 }

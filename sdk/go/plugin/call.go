@@ -19,6 +19,7 @@ var call struct {
 
 // begin starts a call of hook h and returns its generation.
 func begin(h abi.Hook) uint32 {
+	beginWrites()
 	call.gen++
 	if call.gen == 0 { // never 0: the zero Message and Event are never current
 		call.gen = 1
@@ -95,7 +96,7 @@ func runPublish(f func(*Message) Verdict) (v int64) {
 	if f != nil {
 		vd := f(message(abi.HookPublish, gen))
 		if vd.reason != "" {
-			hostSetReason(vd.reason)
+			setReason(vd.reason)
 		}
 		v = int64(uint64(vd.action) | uint64(vd.arg)<<32)
 	}
@@ -155,13 +156,13 @@ func runInit() (rc int32) {
 
 func initCall() int32 {
 	if bridge.Misuse != "" {
-		hostSetReason(bridge.Misuse)
+		setReason(bridge.Misuse)
 		return 1
 	}
 	for h := range bridge.NumHooks {
 		if bridge.Linked[h] && !bridge.Handled[h] {
 			pkg := bridge.Packages[h]
-			hostSetReason("the plugin imports sdk/go/plugin/" + pkg + ", so it exports " + abi.Exports[h] +
+			setReason("the plugin imports sdk/go/plugin/" + pkg + ", so it exports " + abi.Exports[h] +
 				", but never calls " + pkg + ".Handle: call it in func init() (a plugin's main function is never run)")
 			return 1
 		}
@@ -174,7 +175,7 @@ func initCall() int32 {
 		if msg == "" {
 			msg = "the plugin's Init function failed"
 		}
-		hostSetReason(msg)
+		setReason(msg)
 		return 1
 	}
 	return 0

@@ -26,11 +26,32 @@ func ConfigText() string {
 }
 
 // ConfigValue returns the configuration value of key, and whether it is set. It asks the
-// broker for that one value, which is cheaper than Config for a lookup or two.
+// broker for that one value the first time, which is cheaper than Config for a lookup or two,
+// and keeps it: an instance's configuration never changes, and a filter that compares a
+// header with a config value would otherwise ask on every message.
 func ConfigValue(key string) (value string, ok bool) {
-	return readString(func(buf unsafe.Pointer, capacity uint32) int32 {
+	for i := range configCache {
+		if c := &configCache[i]; c.key == key {
+			return c.value, c.ok
+		}
+	}
+	value, ok = readString(func(buf unsafe.Pointer, capacity uint32) int32 {
 		return hostConfigGet(key, buf, capacity)
 	})
+	if len(configCache) < configCached {
+		configCache = append(configCache, configEntry{key, value, ok})
+	}
+	return value, ok
+}
+
+// configCache holds the first configCached values ConfigValue read.
+var configCache []configEntry
+
+const configCached = 16
+
+type configEntry struct {
+	key, value string
+	ok         bool
 }
 
 // ParseConfig parses the configuration text of ABI v1 (what the host function v1_config

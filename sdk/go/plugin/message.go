@@ -71,14 +71,19 @@ func (m *Message) check() {
 }
 
 // Topic returns the message's topic.
-func (m *Message) Topic() string { return m.readOnce(haveTopic, &m.topic, hostMsgTopic) }
+func (m *Message) Topic() string { return m.readOnce(haveTopic, &m.topic, hostMsgTopic, inTopic) }
 
 // Payload returns the message's payload. The slice is the Message's own: do not modify it
 // (use SetPayload); it stays valid after the hook returns.
 func (m *Message) Payload() []byte {
 	m.check()
 	if m.have&havePayload == 0 {
-		m.payload, _ = readBytes(hostMsgPayload)
+		if inbox != nil {
+			b, _ := inField(inPayload)
+			m.payload = append([]byte(nil), b...)
+		} else {
+			m.payload, _ = readBytes(hostMsgPayload)
+		}
 		m.have |= havePayload
 	}
 	return m.payload
@@ -86,13 +91,18 @@ func (m *Message) Payload() []byte {
 
 // ID returns the message's system_id, the broker's identifier for it. A message being
 // published has none yet: in on_publish ID returns "".
-func (m *Message) ID() string { return m.readOnce(haveID, &m.id, hostMsgID) }
+func (m *Message) ID() string { return m.readOnce(haveID, &m.id, hostMsgID, inID) }
 
-// readOnce returns *v, the field of bit, reading it with r the first time it is asked for.
-func (m *Message) readOnce(bit uint8, v *string, r reader) string {
+// readOnce returns *v, the field of bit, reading it the first time it is asked for: from the
+// inbox at off, or with r.
+func (m *Message) readOnce(bit uint8, v *string, r reader, off int) string {
 	m.check()
 	if m.have&bit == 0 {
-		*v, _ = readString(r)
+		if inbox != nil {
+			*v, _ = inString(off)
+		} else {
+			*v, _ = readString(r)
+		}
 		m.have |= bit
 	}
 	return *v
@@ -107,6 +117,10 @@ func (m *Message) Header(key string) (value string, ok bool) {
 	if m.have&haveHeaders != 0 {
 		value, ok = m.headers[key]
 		return value, ok
+	}
+	if inbox != nil {
+		b, ok := inHeader(key)
+		return intern(b), ok
 	}
 	// The common case, a value that fits the scratch buffer, without read's calls.
 	if n := hostMsgHeader(key, bytesPtr(scratch), uint32(len(scratch))); n < 0 {
@@ -123,6 +137,17 @@ func (m *Message) Header(key string) (value string, ok bool) {
 // calls to the broker per header the first time; to look up a few headers, Header is cheaper.
 func (m *Message) Headers() map[string]string {
 	m.check()
+	if m.have&haveHeaders == 0 && inbox != nil {
+		n := int(inU32(inHeaderCount))
+		if m.headers == nil {
+			m.headers = make(map[string]string, n)
+		}
+		for i := range n {
+			k, _ := inString(inHeaders + inEntry*i)
+			m.headers[k], _ = inString(inHeaders + inEntry*i + 8)
+		}
+		m.have |= haveHeaders
+	}
 	if m.have&haveHeaders == 0 {
 		n := hostMsgHeaderCount()
 		if m.headers == nil {
@@ -173,7 +198,7 @@ func (m *Message) SetTopic(topic string) error {
 // Payload returns p itself until then.
 func (m *Message) SetPayload(p []byte) error {
 	m.check()
-	if st := hostMsgSetPayload(bytesPtr(p), uint32(len(p))); st != abi.StatusOK {
+	if st := setPayload(p); st != abi.StatusOK {
 		return &StatusError{Op: "SetPayload (" + strconv.Itoa(len(p)) + " bytes)", Status: st}
 	}
 	m.payload = p
@@ -186,7 +211,7 @@ func (m *Message) SetPayload(p []byte) error {
 // max_header_bytes ErrTooLarge.
 func (m *Message) SetHeader(key, value string) error {
 	m.check()
-	if st := hostMsgSetHeader(key, value); st != abi.StatusOK {
+	if st := setHeader(key, value); st != abi.StatusOK {
 		return &StatusError{Op: "SetHeader " + strconv.Quote(key), Status: st}
 	}
 	m.change(headerChange{key: key, value: value})
@@ -197,11 +222,33 @@ func (m *Message) SetHeader(key, value string) error {
 // error. on_publish and on_redeliver may change headers (on_ack may not: ErrNotAllowed).
 func (m *Message) DelHeader(key string) error {
 	m.check()
-	if st := hostMsgDelHeader(key); st != abi.StatusOK {
+	if st := delHeader(key); st != abi.StatusOK {
 		return &StatusError{Op: "DelHeader " + strconv.Quote(key), Status: st}
 	}
 	m.change(headerChange{key: key, deleted: true})
 	return nil
+}
+
+// setPayload, setHeader and delHeader write through the inbox's write list, or the host.
+func setPayload(p []byte) int32 {
+	if inbox != nil {
+		return inSetPayload(p)
+	}
+	return hostMsgSetPayload(bytesPtr(p), uint32(len(p)))
+}
+
+func setHeader(key, value string) int32 {
+	if inbox != nil {
+		return inSetHeader(key, value)
+	}
+	return hostMsgSetHeader(key, value)
+}
+
+func delHeader(key string) int32 {
+	if inbox != nil {
+		return inDelHeader(key)
+	}
+	return hostMsgDelHeader(key)
 }
 
 func (m *Message) change(c headerChange) {
@@ -239,6 +286,10 @@ func (e Event) check() {
 // Subscription returns the subscription_id of the consumer group.
 func (e Event) Subscription() string {
 	e.check()
+	if inbox != nil {
+		s, _ := inString(inSub)
+		return s
+	}
 	s, _ := readString(hostEventSubscription)
 	return s
 }
@@ -246,6 +297,10 @@ func (e Event) Subscription() string {
 // Group returns the consumer group's name.
 func (e Event) Group() string {
 	e.check()
+	if inbox != nil {
+		s, _ := inString(inGroup)
+		return s
+	}
 	s, _ := readString(hostEventGroup)
 	return s
 }
@@ -254,6 +309,9 @@ func (e Event) Group() string {
 // (on_redeliver), counting from 1.
 func (e Event) Attempt() int {
 	e.check()
+	if inbox != nil {
+		return int(inU32(inAttempt))
+	}
 	return int(hostEventAttempt())
 }
 
@@ -261,6 +319,9 @@ func (e Event) Attempt() int {
 // to its ack.
 func (e Event) InFlight() time.Duration {
 	e.check()
+	if inbox != nil {
+		return time.Duration(uint64(inU32(inInFlight)) | uint64(inU32(inInFlight+4))<<32)
+	}
 	return time.Duration(hostEventInFlightNs())
 }
 
@@ -268,6 +329,10 @@ func (e Event) InFlight() time.Duration {
 // reason), "ack deadline exceeded" or "member left".
 func (e Event) Reason() string {
 	e.check()
+	if inbox != nil {
+		s, _ := inString(inReason)
+		return s
+	}
 	s, _ := readString(hostEventReason)
 	return s
 }

@@ -77,7 +77,7 @@ func (v RedeliverVerdict) encode() int64 { return encode(v.action, v.arg, v.reas
 // action | arg<<32.
 func encode(action, arg uint32, reason string) int64 {
 	if reason != "" {
-		hostSetReason(reason)
+		setReason(reason)
 	}
 	return int64(uint64(action) | uint64(arg)<<32)
 }

@@ -20,7 +20,13 @@
 //!
 //! Readers return owned values (`String` for topics, headers, ids and config values,
 //! `Vec<u8>` for payloads), read through a 1 KiB scratch buffer: a value that fits costs one
-//! host call and one allocation of its size, a longer one a second host call. Writers
+//! host call, a longer one a second. With the feature `inbox`, the crate exports
+//! `tb_v1_inbox` (docs/ABI.md, "The inbox"): the broker writes each call's message and event
+//! into the plugin's memory before the call, and the readers take them from there, with no
+//! host call; the setters of the payload and headers, and the reason, are listed there for the
+//! broker to apply when the hook returns. That pays for a plugin that reads several fields of
+//! each message, not for one that reads a single header. Either way, config values are read
+//! once per instance and kept (an instance's configuration never changes). Writers
 //! return `Result<(), Error>`. Changes to the message take effect when the hook returns; a
 //! panic traps the call (after logging the panic's message at error level), and the plugin's
 //! `failure_policy` decides the message's fate.
@@ -32,6 +38,7 @@
 
 use std::fmt;
 
+mod inbox;
 mod sys;
 
 /// The version marker the broker looks for. It is never called.
@@ -137,16 +144,25 @@ pub mod msg {
 
     /// The topic.
     pub fn topic() -> String {
+        if inbox::active() {
+            return string(inbox::field(inbox::TOPIC).unwrap_or_default().to_vec());
+        }
         string(read(|b, c| unsafe { sys::msg_topic(b, c) }).unwrap_or_default())
     }
 
     /// The payload.
     pub fn payload() -> Vec<u8> {
+        if inbox::active() {
+            return inbox::field(inbox::PAYLOAD).unwrap_or_default().to_vec();
+        }
         read(|b, c| unsafe { sys::msg_payload(b, c) }).unwrap_or_default()
     }
 
     /// One header's value, or None if it is not set.
     pub fn header(name: &str) -> Option<String> {
+        if inbox::active() {
+            return inbox::header(name.as_bytes()).map(|v| string(v.to_vec()));
+        }
         let (k, kl) = ptr(name.as_bytes());
         read(|b, c| unsafe { sys::msg_header(k, kl, b, c) }).map(string)
     }
@@ -154,17 +170,29 @@ pub mod msg {
     /// Whether header `name` is set to exactly `value`; allocates nothing for values up to
     /// [`SCRATCH_BYTES`].
     pub fn header_is(name: &str, value: &str) -> bool {
+        if inbox::active() {
+            return inbox::header(name.as_bytes()) == Some(value.as_bytes());
+        }
         let (k, kl) = ptr(name.as_bytes());
         read_eq(|b, c| unsafe { sys::msg_header(k, kl, b, c) }, value.as_bytes())
     }
 
     /// Whether the topic is exactly `topic`; allocates nothing.
     pub fn topic_is(topic: &str) -> bool {
+        if inbox::active() {
+            return inbox::field(inbox::TOPIC) == Some(topic.as_bytes());
+        }
         read_eq(|b, c| unsafe { sys::msg_topic(b, c) }, topic.as_bytes())
     }
 
     /// Every header as (name, value), sorted by name as the host enumerates them.
     pub fn headers() -> Vec<(String, String)> {
+        if inbox::active() {
+            return (0..inbox::header_count())
+                .filter_map(inbox::header_at)
+                .map(|(k, v)| (string(k.to_vec()), string(v.to_vec())))
+                .collect();
+        }
         let n = unsafe { sys::msg_header_count() }.max(0);
         let mut out = Vec::with_capacity(n as usize);
         for i in 0..n {
@@ -179,6 +207,9 @@ pub mod msg {
     /// The message's system_id in on_ack and on_redeliver; None in on_publish (no id is
     /// assigned yet).
     pub fn id() -> Option<String> {
+        if inbox::active() {
+            return inbox::field(inbox::ID).map(|v| string(v.to_vec())).filter(|s| !s.is_empty());
+        }
         read(|b, c| unsafe { sys::msg_id(b, c) }).map(string).filter(|s| !s.is_empty())
     }
 
@@ -190,12 +221,18 @@ pub mod msg {
 
     /// Replaces the payload (on_publish).
     pub fn set_payload(payload: &[u8]) -> Result<(), Error> {
+        if inbox::active() {
+            return Error::check(inbox::set_payload(payload)).map(|_| ());
+        }
         let (p, l) = ptr(payload);
         Error::check(unsafe { sys::msg_set_payload(p, l) }).map(|_| ())
     }
 
     /// Adds or replaces a header (on_publish, on_redeliver).
     pub fn set_header(name: &str, value: &str) -> Result<(), Error> {
+        if inbox::active() {
+            return Error::check(inbox::set_header(name.as_bytes(), value.as_bytes())).map(|_| ());
+        }
         let (k, kl) = ptr(name.as_bytes());
         let (v, vl) = ptr(value.as_bytes());
         Error::check(unsafe { sys::msg_set_header(k, kl, v, vl) }).map(|_| ())
@@ -203,6 +240,9 @@ pub mod msg {
 
     /// Removes a header; Ok if it was not set (on_publish, on_redeliver).
     pub fn del_header(name: &str) -> Result<(), Error> {
+        if inbox::active() {
+            return Error::check(inbox::del_header(name.as_bytes())).map(|_| ());
+        }
         let (k, kl) = ptr(name.as_bytes());
         Error::check(unsafe { sys::msg_del_header(k, kl) }).map(|_| ())
     }
@@ -214,27 +254,42 @@ pub mod event {
 
     /// The consumer group's subscription_id.
     pub fn subscription() -> String {
+        if inbox::active() {
+            return string(inbox::field(inbox::SUB).unwrap_or_default().to_vec());
+        }
         string(read(|b, c| unsafe { sys::event_subscription(b, c) }).unwrap_or_default())
     }
 
     /// The consumer group's name.
     pub fn group() -> String {
+        if inbox::active() {
+            return string(inbox::field(inbox::GROUP).unwrap_or_default().to_vec());
+        }
         string(read(|b, c| unsafe { sys::event_group(b, c) }).unwrap_or_default())
     }
 
     /// The delivery attempt that was acked, or that failed (1 = first).
     pub fn attempt() -> u32 {
+        if inbox::active() {
+            return inbox::attempt();
+        }
         unsafe { sys::event_attempt() }.max(0) as u32
     }
 
     /// How long the acked delivery was in flight (on_ack).
     pub fn in_flight() -> std::time::Duration {
+        if inbox::active() {
+            return std::time::Duration::from_nanos(inbox::in_flight_ns().min(i64::MAX as u64));
+        }
         std::time::Duration::from_nanos(unsafe { sys::event_in_flight_ns() }.max(0) as u64)
     }
 
     /// Why the message is being redelivered (on_redeliver): `nack` or the nack's own reason,
     /// `ack deadline exceeded`, `member left`.
     pub fn reason() -> String {
+        if inbox::active() {
+            return string(inbox::field(inbox::REASON).unwrap_or_default().to_vec());
+        }
         string(read(|b, c| unsafe { sys::event_reason(b, c) }).unwrap_or_default())
     }
 }
@@ -243,10 +298,23 @@ pub mod event {
 pub mod config {
     use super::*;
 
+    /// Values read so far, kept: an instance's configuration never changes, and a filter
+    /// that compares a header with one would otherwise pay a host call per message.
+    static mut CACHE: Vec<(String, Option<String>)> = Vec::new();
+
     /// One value by key, or None if the key is not set.
     pub fn get(key: &str) -> Option<String> {
+        // SAFETY: one thread, and no reference to CACHE outlives this function.
+        let cache = unsafe { &mut *std::ptr::addr_of_mut!(CACHE) };
+        if let Some((_, v)) = cache.iter().find(|(k, _)| k == key) {
+            return v.clone();
+        }
         let (k, kl) = ptr(key.as_bytes());
-        read(|b, c| unsafe { sys::config_get(k, kl, b, c) }).map(string)
+        let v = read(|b, c| unsafe { sys::config_get(k, kl, b, c) }).map(string);
+        if cache.len() < 16 {
+            cache.push((key.to_string(), v.clone()));
+        }
+        v
     }
 
     /// The whole configuration as the ABI gives it: `key=value\n` lines sorted by key, with
@@ -336,6 +404,9 @@ pub fn now_ns() -> i64 {
 /// dead-lettered, or why init refused the configuration). The last call wins. The
 /// constructors [`Publish::drop`], [`Publish::reject`] and [`Redeliver::dead_letter`] call it.
 pub fn set_reason(reason: &str) {
+    if inbox::active() {
+        return inbox::set_reason(reason.as_bytes());
+    }
     let (p, l) = ptr(reason.as_bytes());
     unsafe { sys::set_reason(p, l) }
 }
@@ -512,6 +583,7 @@ pub mod __private {
     /// Called first in every hook: makes a panic log its message at error level before the
     /// call traps, once per instance.
     pub fn enter() {
+        crate::inbox::begin();
         static mut HOOKED: bool = false;
         // SAFETY: one thread.
         unsafe {

@@ -1,0 +1,327 @@
+package plugins
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/bits"
+	"unsafe"
+
+	"github.com/tetratelabs/wazero/api"
+
+	"github.com/tinybroker/tinybroker/internal/abi"
+)
+
+// The inbox is ABI v1's optional fast path (docs/ABI.md, "The inbox"): a plugin that exports
+// tb_v1_inbox gives the host a buffer in its memory, the host writes the call's message and
+// event into it before every call, and the plugin reads them there, with no host call; the
+// changes it makes to the payload and headers, and its reason, it lists in its own memory
+// (the write list) for the host to apply after the call. A filter then costs one transition
+// between the host and the guest instead of two or three, and wazero's transitions are most
+// of what a plugin call costs (BENCHMARKS.md). Old plugins, which do not export it, are
+// called as before.
+const inboxExport = "tb_v1_inbox"
+
+// The inbox's layout: little-endian u32 fields at fixed offsets, then the header table, then
+// the bytes. Offsets of values are from the inbox's start.
+const (
+	inWritesPtr   = 0  // the guest's: the write list it leaves, zeroed before every call
+	inWritesCount = 4  //
+	inHook        = 8  // abi.Hook: 1 init, 2 on_publish, 3 on_ack, 4 on_redeliver
+	inMaxMessage  = 12 // the limits the host checks the writes against
+	inMaxHeader   = 16 //
+	inAttempt     = 20 // the event's delivery attempt
+	inInFlight    = 24 // u64: the event's nanoseconds from delivery to ack
+	inTopic       = 32 // (offset, length) pairs
+	inPayload     = 40 //
+	inID          = 48 // length absentLen in on_publish and tb_init
+	inSub         = 56 //
+	inGroup       = 64 //
+	inReason      = 72 //
+	inHeaderCount = 80 //
+	inFlags       = 84 // none yet: 0
+	inHeaders     = 88 // header_count entries (name offset, name length, value offset, value length), sorted by name
+	inEntry       = 16
+
+	absentLen = math.MaxUint32
+
+	// inboxMin is the size asked for first: a message of a few hundred bytes and some headers
+	// fits, so most plugins are asked once per instance.
+	inboxMin = 4096
+)
+
+// The write list: writeCount records of writeSize bytes, five u32 each: op, then two
+// (pointer, length) pairs into the guest's memory.
+const (
+	writeSize = 20
+
+	opSetPayload = 1 // a
+	opSetHeader  = 2 // name a, value b
+	opDelHeader  = 3 // name a
+	opSetReason  = 4 // a
+)
+
+var opNames = [...]string{opSetPayload: "set_payload", opSetHeader: "set_header", opDelHeader: "del_header", opSetReason: "set_reason"}
+
+// inbox is an instance's inbox, if its module exports tb_v1_inbox.
+type inbox struct {
+	alloc     api.Function // tb_v1_inbox; nil: the plugin has no inbox
+	ptr, size uint32       // the buffer the guest gave; size 0 until it was asked
+}
+
+// inboxError is an inbox that could not be had: the call fails, like a trap.
+type inboxError struct{ msg string }
+
+func (e inboxError) Error() string { return "tinybroker ABI: " + inboxExport + ": " + e.msg }
+
+// writesError is a write list the host cannot apply: a malformed answer, like a malformed
+// verdict (the call completed, so the instance stays).
+type writesError struct{ msg string }
+
+func (e writesError) Error() string { return "malformed write list: " + e.msg }
+
+// checkInbox verifies the signature of tb_v1_inbox, if the module exports it.
+func (p *plugin) checkInbox(exports map[string]api.FunctionDefinition) error {
+	def, ok := exports[inboxExport]
+	if !ok {
+		return nil
+	}
+	if len(def.ParamTypes()) != 1 || def.ParamTypes()[0] != i32 || len(def.ResultTypes()) != 1 || def.ResultTypes()[0] != i32 {
+		return fmt.Errorf("export %s has signature %v -> %v; ABI v1 wants (i32) -> i32 (see docs/ABI.md, \"The inbox\")", inboxExport, def.ParamTypes(), def.ResultTypes())
+	}
+	p.hasInbox = true
+	return nil
+}
+
+// fillInbox writes the call's message and event into the inbox, first asking the guest for a
+// larger one if they do not fit. ctx is the call's.
+//
+// What it costs is what a plugin call saves by not calling the host, so it is written for
+// speed: the message's headers are copied in one pass over the map, straight into the inbox
+// (a second pass, to size a larger one, only if they did not fit), and sorted there; the
+// fixed fields are written through a slice whose length the compiler knows.
+func (inst *instance) fillInbox(ctx *callCtx) error {
+	if inst.box.size == 0 {
+		if err := inst.growInbox(ctx, 0); err != nil {
+			return err
+		}
+	}
+	for {
+		n, ok := inst.writeInbox()
+		if ok {
+			return nil
+		}
+		if n > math.MaxUint32 {
+			return inboxError{fmt.Sprintf("the message needs %d bytes, more than a 32-bit memory holds", n)}
+		}
+		if err := inst.growInbox(ctx, uint32(n)); err != nil {
+			return err
+		}
+	}
+}
+
+// writeInbox writes the call into the inbox if it fits, and otherwise returns the size it
+// needs.
+func (inst *instance) writeInbox() (int, bool) {
+	st := &inst.st
+	box := &inst.box
+	mem := inst.gmem.buf
+	end := uint64(box.ptr) + uint64(box.size)
+	if end > uint64(len(mem)) { // memory never shrinks: only a bug of ours could get here
+		return inst.inboxNeeds(), false
+	}
+	b := mem[box.ptr:end]
+	fixed := inHeaders + inEntry*len(st.headers)
+	if fixed+len(st.topic)+len(st.payload)+len(st.sub)+len(st.group)+len(st.reason)+len(st.id) > len(b) {
+		return inst.inboxNeeds(), false
+	}
+	h := b[:inHeaders]
+	le := binary.LittleEndian
+	le.PutUint64(h[inWritesPtr:], 0)
+	le.PutUint32(h[inHook:], uint32(st.hook))
+	le.PutUint32(h[inAttempt:], st.attempt)
+	le.PutUint64(h[inInFlight:], uint64(st.inFlight))
+	le.PutUint32(h[inHeaderCount:], uint32(len(st.headers)))
+	pos := uint32(fixed)
+	pos = putValue(h, inTopic, b, pos, st.topic)
+	pos = putValue(h, inPayload, b, pos, unsafe.String(unsafe.SliceData(st.payload), len(st.payload))) // only copied
+	if st.hook == abi.HookPublish || st.hook == abi.HookInit {
+		le.PutUint64(h[inID:], absentLen<<32)
+	} else {
+		pos = putValue(h, inID, b, pos, st.id)
+	}
+	pos = putValue(h, inSub, b, pos, st.sub)
+	pos = putValue(h, inGroup, b, pos, st.group)
+	pos = putValue(h, inReason, b, pos, st.reason)
+	e := inHeaders
+	for k, v := range st.headers {
+		if int(pos)+len(k)+len(v) > len(b) {
+			return inst.inboxNeeds(), false
+		}
+		entry := b[e : e+inEntry]
+		pos = putValue(entry, 0, b, pos, k)
+		pos = putValue(entry, 8, b, pos, v)
+		e += inEntry
+	}
+	if len(st.headers) > 1 {
+		sortEntries(b, len(st.headers))
+	}
+	return 0, true
+}
+
+// inboxNeeds is the size the call's message and event take in the inbox.
+func (inst *instance) inboxNeeds() int {
+	st := &inst.st
+	n := inHeaders + len(st.topic) + len(st.payload) + len(st.sub) + len(st.group) + len(st.reason) + len(st.id)
+	for k, v := range st.headers {
+		n += inEntry + len(k) + len(v)
+	}
+	return n
+}
+
+// putValue writes s at pos in b, its (offset, length) at h[at:], and returns the next pos;
+// the caller has checked that s fits.
+func putValue(h []byte, at int, b []byte, pos uint32, s string) uint32 {
+	binary.LittleEndian.PutUint32(h[at:], pos)
+	binary.LittleEndian.PutUint32(h[at+4:], uint32(len(s)))
+	if len(s) > 0 {
+		copy(b[pos:], s)
+	}
+	return pos + uint32(len(s))
+}
+
+// sortEntries sorts the inbox's n header entries by name, in place: an insertion sort, which
+// for the usual handful costs less than setting up a general sort.
+func sortEntries(b []byte, n int) {
+	name := func(i int) string {
+		e := b[inHeaders+inEntry*i:]
+		off, l := binary.LittleEndian.Uint32(e), binary.LittleEndian.Uint32(e[4:])
+		return unsafe.String(unsafe.SliceData(b[off:off+l]), int(l)) // only compared, and b is not written meanwhile
+	}
+	var tmp [inEntry]byte
+	for i := 1; i < n; i++ {
+		for j := i; j > 0 && name(j) < name(j-1); j-- {
+			x, y := b[inHeaders+inEntry*j:][:inEntry], b[inHeaders+inEntry*(j-1):][:inEntry]
+			copy(tmp[:], x)
+			copy(x, y)
+			copy(y, tmp[:])
+		}
+	}
+}
+
+// growInbox asks the guest, through tb_v1_inbox, for an inbox of at least n bytes (a power of
+// two, so that a plugin whose messages grow is asked a few times, not on every call) and
+// checks the buffer it gives.
+func (inst *instance) growInbox(ctx *callCtx, n uint32) error {
+	want := uint32(inboxMin)
+	if n > want {
+		if n > 1<<31 {
+			want = n
+		} else {
+			want = 1 << bits.Len32(n-1)
+		}
+	}
+	inst.stack[0] = uint64(want)
+	if err := inst.box.alloc.CallWithStack(ctx, inst.stack); err != nil {
+		return err
+	}
+	ptr := uint32(inst.stack[0])
+	size := len(inst.gmem.buf)
+	switch {
+	case ptr == 0:
+		return inboxError{fmt.Sprintf("asked for %d bytes, it returned 0 (no buffer)", want)}
+	case ptr%8 != 0:
+		return inboxError{fmt.Sprintf("asked for %d bytes, it returned %d, which is not a multiple of 8", want, ptr)}
+	case uint64(ptr)+uint64(want) > uint64(size):
+		return inboxError{fmt.Sprintf("asked for %d bytes, it returned %d, whose %d bytes are outside the plugin's memory (%d bytes)", want, ptr, want, size)}
+	}
+	inst.box.ptr, inst.box.size = ptr, want
+	// The limits, which never change: written once per inbox.
+	b := inst.gmem.buf[ptr:]
+	binary.LittleEndian.PutUint32(b[inMaxMessage:], uint32(inst.p.host.opts.MaxMessageBytes))
+	binary.LittleEndian.PutUint32(b[inMaxHeader:], uint32(inst.p.host.opts.MaxHeaderBytes))
+	binary.LittleEndian.PutUint32(b[inFlags:], 0)
+	return nil
+}
+
+// takeWrites applies the write list the guest left in its inbox, after a call that
+// succeeded, with the checks the host functions make: a record out of bounds, of an unknown
+// kind, or that the host function would refuse (it returns no status to the guest, which
+// must check first what it can; docs/ABI.md) makes the answer malformed, and the call fails.
+// Nothing of such a call is applied: the caller resets the call state.
+func (inst *instance) takeWrites() error {
+	mem := inst.gmem.buf
+	head := uint64(inst.box.ptr)
+	if head+8 > uint64(len(mem)) {
+		return writesError{"the inbox is outside the plugin's memory"}
+	}
+	le := binary.LittleEndian
+	ptr, count := le.Uint32(mem[head+inWritesPtr:]), le.Uint32(mem[head+inWritesCount:])
+	if count == 0 {
+		return nil
+	}
+	end := uint64(ptr) + uint64(count)*writeSize
+	if end > uint64(len(mem)) {
+		return writesError{fmt.Sprintf("%d records at %d end at %d, outside the plugin's memory (%d bytes)", count, ptr, end, len(mem))}
+	}
+	st := &inst.st
+	for i := range uint64(count) {
+		r := mem[uint64(ptr)+i*writeSize:]
+		op := le.Uint32(r)
+		a, ok := span(mem, le.Uint32(r[4:]), le.Uint32(r[8:]))
+		if !ok {
+			return writesError{fmt.Sprintf("record %d: pointer %d length %d is outside the plugin's memory (%d bytes)", i, le.Uint32(r[4:]), le.Uint32(r[8:]), len(mem))}
+		}
+		b, ok := span(mem, le.Uint32(r[12:]), le.Uint32(r[16:]))
+		if !ok {
+			return writesError{fmt.Sprintf("record %d: pointer %d length %d is outside the plugin's memory (%d bytes)", i, le.Uint32(r[12:]), le.Uint32(r[16:]), len(mem))}
+		}
+		var rc int32
+		switch op {
+		case opSetPayload:
+			if rc = inst.payloadStatus(uint32(len(a))); rc == abi.StatusOK {
+				inst.setPayload(a)
+			}
+		case opSetHeader:
+			rc = inst.setHeader(inst.internBytes(a), inst.internBytes(b))
+		case opDelHeader:
+			rc = inst.delHeader(inst.internBytes(a))
+		case opSetReason:
+			st.dirty = true
+			st.why = inst.internBytes(a)
+		default:
+			return writesError{fmt.Sprintf("record %d: unknown operation %d (1 set_payload, 2 set_header, 3 del_header, 4 set_reason)", i, op)}
+		}
+		if rc != abi.StatusOK {
+			return writesError{fmt.Sprintf("record %d (%s) refused with status %d (%s): check it before writing it (docs/ABI.md, \"The write list\")", i, opNames[op], rc, statusName(rc))}
+		}
+	}
+	return nil
+}
+
+// span returns mem[ptr, ptr+n), or false if it is out of bounds; an empty range is valid
+// whatever ptr is, as in the host functions.
+func span(mem []byte, ptr, n uint32) ([]byte, bool) {
+	if n == 0 {
+		return nil, true
+	}
+	end := uint64(ptr) + uint64(n)
+	if end > uint64(len(mem)) {
+		return nil, false
+	}
+	return mem[ptr:end], true
+}
+
+func statusName(rc int32) string {
+	switch rc {
+	case abi.StatusInvalid:
+		return "ERR_INVALID"
+	case abi.StatusTooLarge:
+		return "ERR_TOO_LARGE"
+	case abi.StatusNotAllowed:
+		return "ERR_NOT_ALLOWED"
+	case abi.StatusLimit:
+		return "ERR_LIMIT"
+	}
+	return "OK"
+}
