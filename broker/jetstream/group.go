@@ -695,13 +695,19 @@ func (g *group) pumpLocked(m *member) {
 	m.reqSeq++
 	rid := m.reqSeq
 	m.reqID, m.remaining = rid, room
-	req := fmt.Appendf(nil, `{"batch":%d,"expires":%d}`, room, int64(pullExpires))
+	expires := pullExpires
+	if after := g.e.opts.GroupExpireAfter; after > 0 && !g.declared {
+		// A waiting request keeps the consumer active: one left by a member that has gone
+		// must lapse well within the group's expiry.
+		expires = min(expires, after/2)
+	}
+	req := fmt.Appendf(nil, `{"batch":%d,"expires":%d}`, room, int64(expires))
 	subj := "$JS.API.CONSUMER.MSG.NEXT." + g.e.opts.Stream + "." + g.consumer
 	if err := g.e.nc.PublishRequest(subj, m.inbox+"."+strconv.FormatUint(rid, 10), req); err != nil {
 		g.e.log.Warn("pull request failed", "group", g.id, "error", err)
 	}
 	// A request JetStream lost (a leader change, a restart) ends here at the latest.
-	time.AfterFunc(pullExpires+2*time.Second, func() {
+	time.AfterFunc(expires+2*time.Second, func() {
 		g.mu.Lock()
 		defer g.mu.Unlock()
 		if m.reqID == rid {
