@@ -71,8 +71,8 @@ func (d *Decoder) Messages(b []byte, dst []Delivery) (_ []Delivery, ok bool, err
 		}
 		b = b[n:]
 		if num != fieldResponseMessages || typ != protowire.BytesType {
-			if num == fieldResponseSubscribed || num == fieldResponseRefused {
-				return dst, false, nil
+			if num == fieldResponseSubscribed || num == fieldResponseRefused || num == fieldResponseEnded {
+				return dst, false, nil // another frame of the oneof: proto decodes it
 			}
 			if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
 				return dst, false, parseErr(n)

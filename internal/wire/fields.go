@@ -29,6 +29,7 @@ const (
 	fieldResponseSubscribed = 1 // SubscribeResponse.subscribed
 	fieldResponseMessages   = 2 // SubscribeResponse.messages
 	fieldResponseRefused    = 3 // SubscribeResponse.refused
+	fieldResponseEnded      = 4 // SubscribeResponse.ended
 
 	fieldBatchMessages = 1 // MessageBatch.messages
 

@@ -55,6 +55,7 @@ func TestFieldNumbers(t *testing.T) {
 		{"fieldResponseSubscribed", fieldResponseSubscribed, number(&pb.SubscribeResponse{}, "subscribed")},
 		{"fieldResponseMessages", fieldResponseMessages, number(&pb.SubscribeResponse{}, "messages")},
 		{"fieldResponseRefused", fieldResponseRefused, number(&pb.SubscribeResponse{}, "refused")},
+		{"fieldResponseEnded", fieldResponseEnded, number(&pb.SubscribeResponse{}, "ended")},
 		{"fieldBatchMessages", fieldBatchMessages, number(&pb.MessageBatch{}, "messages")},
 		{"fieldMessageSystemID", fieldMessageSystemID, number(&pb.Message{}, "system_id")},
 		{"fieldMessageTopic", fieldMessageTopic, number(&pb.Message{}, "topic")},
