@@ -39,6 +39,25 @@ type Limits struct {
 	MaxGroups                  int // consumer groups in all
 }
 
+// GroupDefaults are what a consumer group has when it does not set its own (the config's
+// groups { ... }), for every engine: each engine's Options embed them, so the configuration
+// hands one value to whichever engine runs. Zero values take the engine's defaults (the
+// memory engine's byte bounds follow its memory budget).
+type GroupDefaults struct {
+	GroupMaxQueued      int      // messages a group holds for its members (100,000)
+	GroupMaxQueuedBytes int64    // bytes a group holds: queued, in flight and delayed, by MessageCost
+	GroupOverflow       Overflow // what a full group does with a publish (OverflowReject)
+	// GroupDeadLetterMax and GroupDeadLetterMaxBytes bound the dead letters one group keeps
+	// for the admin API (10,000; 64 MiB).
+	GroupDeadLetterMax      int
+	GroupDeadLetterMaxBytes int64
+	// GroupExpireAfter removes a group (not a declared one) that has had no member this
+	// long, with the messages it holds (0: groups live as long as the broker). A group
+	// abandoned for good otherwise fills up, and with OverflowReject then refuses every
+	// publish to its topics.
+	GroupExpireAfter time.Duration
+}
+
 // WithDefaults returns l with every zero value replaced by its default.
 func (l Limits) WithDefaults() Limits {
 	def := func(v *int, d int) {

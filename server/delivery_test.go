@@ -380,7 +380,7 @@ func TestDeadLetterOnAckDeadline(t *testing.T) {
 // RESOURCE_EXHAUSTED naming the group and the limit.
 func TestOverflowReject(t *testing.T) {
 	needsGroupBounds(t)
-	tb := start(t, brokertest.Options{GroupMaxQueued: 3})
+	tb := start(t, brokertest.Options{GroupDefaults: broker.GroupDefaults{GroupMaxQueued: 3}})
 	watcher := tb.open(t, fanout("w", "o.*"))
 	tb.memberless(t, "full", "o.*")
 	for i := range 3 {
@@ -415,7 +415,7 @@ func TestOverflowReject(t *testing.T) {
 // "drop_oldest" keeps the newest messages and counts what it dropped.
 func TestOverflowDropOldest(t *testing.T) {
 	needsGroupBounds(t)
-	tb := start(t, brokertest.Options{GroupMaxQueued: 3, GroupOverflow: broker.OverflowDropOldest})
+	tb := start(t, brokertest.Options{GroupDefaults: broker.GroupDefaults{GroupMaxQueued: 3, GroupOverflow: broker.OverflowDropOldest}})
 	tb.memberless(t, "d", "d")
 	for i := range 5 {
 		tb.publish(t, "d", strconv.Itoa(i))
@@ -435,7 +435,7 @@ func TestOverflowDropOldest(t *testing.T) {
 // longer blocks publishes to its topics; without it, the group waits for its next member.
 func TestGroupExpiry(t *testing.T) {
 	needs(t, engine.GroupExpiry, "expiry of groups without members (groups { expire_after })")
-	tb := start(t, brokertest.Options{GroupExpireAfter: 500 * time.Millisecond, GroupMaxQueued: 1})
+	tb := start(t, brokertest.Options{GroupDefaults: broker.GroupDefaults{GroupExpireAfter: 500 * time.Millisecond, GroupMaxQueued: 1}})
 	// Until the server has seen the member leave, "held" would go to it, in flight, and the
 	// next publish would be queued instead of refused.
 	tb.memberless(t, "gone", "e")

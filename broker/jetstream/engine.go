@@ -61,19 +61,10 @@ type Options struct {
 	// creation (5s).
 	RequestTimeout time.Duration
 
-	// Bounds of each consumer group (groups { max_queued, max_queued_bytes, overflow }), as
-	// the memory engine's; a declared group's own limits come first. See group.admit.
-	GroupMaxQueued      int             // messages waiting for a member (100,000)
-	GroupMaxQueuedBytes int64           // bytes a group holds, by broker.MessageCost (128 MiB)
-	GroupOverflow       broker.Overflow // what a full group does with a publish (broker.OverflowReject)
-	// The dead letters each group keeps for the admin API (groups { dead_letters_max,
-	// dead_letters_max_bytes }): 10,000 and 64 MiB.
-	GroupDeadLetterMax      int
-	GroupDeadLetterMaxBytes int64
-	// GroupExpireAfter, if set, removes a consumer group (not a declared one) that has had
-	// no activity this long: JetStream's InactiveThreshold of its consumer (groups {
-	// expire_after }).
-	GroupExpireAfter time.Duration
+	// GroupDefaults bound each consumer group as the memory engine's do (a declared group's
+	// own limits come first; see group.admit); GroupMaxQueuedBytes defaults to 128 MiB, and
+	// GroupExpireAfter is JetStream's InactiveThreshold of the group's consumer.
+	broker.GroupDefaults
 
 	FanoutBufferMessages int  // deliveries buffered per stream for fanout subscriptions (262,144)
 	FanoutBufferBytes    int  // payload bytes buffered per stream for fanout subscriptions (64 MiB)

@@ -81,7 +81,7 @@ func TestDeleteGroupWithMembers(t *testing.T) {
 
 // Group describes members with their peers, the oldest message held and the settings.
 func TestGroupInfoAndStreams(t *testing.T) {
-	gt := newGroupTest(t, Options{GroupDeadLetterMax: 7})
+	gt := newGroupTest(t, Options{GroupDefaults: broker.GroupDefaults{GroupDeadLetterMax: 7}})
 	a := gt.member("g", 2, func(o *broker.SubscribeOptions) { o.Peer = "192.0.2.1:4000" }, maxDeliveries(3))
 	gt.publish("1", "2", "3")
 	gi, err := gt.b.Group("g")
@@ -193,7 +193,7 @@ func TestDeadLetterStore(t *testing.T) {
 // The store keeps the newest dead letters within its bounds, counting what it drops; a
 // replay refused by a full group puts the letter back.
 func TestDeadLetterStoreBounds(t *testing.T) {
-	gt := newGroupTest(t, Options{GroupDeadLetterMax: 3})
+	gt := newGroupTest(t, Options{GroupDefaults: broker.GroupDefaults{GroupDeadLetterMax: 3}})
 	a := gt.member("g", 10, maxDeliveries(1))
 	ids := gt.publish("1", "2", "3", "4", "5")
 	next(a)
@@ -208,7 +208,7 @@ func TestDeadLetterStoreBounds(t *testing.T) {
 	a.Close()
 
 	// A byte bound: a letter of 2 KiB does not fit in 1 KiB at all.
-	gt2 := newGroupTest(t, Options{GroupDeadLetterMaxBytes: 1024})
+	gt2 := newGroupTest(t, Options{GroupDefaults: broker.GroupDefaults{GroupDeadLetterMaxBytes: 1024}})
 	b := gt2.member("g", 1, maxDeliveries(1))
 	r, _ := gt2.b.Publish("j.x", make([]byte, 2048), nil)
 	next(b)
@@ -219,7 +219,7 @@ func TestDeadLetterStoreBounds(t *testing.T) {
 	b.Close()
 
 	// A replay that the group refuses (full, overflow reject) stays kept.
-	gt3 := newGroupTest(t, Options{GroupMaxQueued: 1})
+	gt3 := newGroupTest(t, Options{GroupDefaults: broker.GroupDefaults{GroupMaxQueued: 1}})
 	c := gt3.member("g", 1, maxDeliveries(1))
 	id := gt3.publish("x")[0]
 	next(c)

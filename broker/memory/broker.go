@@ -41,19 +41,9 @@ type Options struct {
 	// may use 3/4 of it. Default: DefaultMemoryLimit() (half of GOMEMLIMIT).
 	MaxMemoryBytes int64
 
-	GroupMaxQueued int // messages a consumer group holds for its members (100,000)
-	// GroupMaxQueuedBytes bounds the bytes one consumer group holds (queued, in flight and
-	// delayed; default: 1/8 of MaxMemoryBytes).
-	GroupMaxQueuedBytes int64
-	GroupOverflow       broker.Overflow // what a full group does with a publish (broker.OverflowReject)
-	// GroupDeadLetterMax and GroupDeadLetterMaxBytes bound the dead letters one consumer
-	// group keeps for the admin API (10,000; 64 MiB, at most 1/16 of MaxMemoryBytes).
-	GroupDeadLetterMax      int
-	GroupDeadLetterMaxBytes int64
-	// GroupExpireAfter removes a consumer group that has had no member this long, with the
-	// messages it holds (0: groups live as long as the broker). A group abandoned for good
-	// otherwise fills up, and with OverflowReject then refuses every publish to its topics.
-	GroupExpireAfter time.Duration
+	// GroupDefaults bound each consumer group. Here GroupMaxQueuedBytes defaults to 1/8 of
+	// MaxMemoryBytes, and GroupDeadLetterMaxBytes to at most 1/16 of it.
+	broker.GroupDefaults
 
 	FanoutBufferMessages int                // messages buffered per fanout subscriber (262,144)
 	FanoutBufferBytes    int                // payload bytes buffered per fanout subscriber (64 MiB)

@@ -588,13 +588,13 @@ func TestGroupOverflow(t *testing.T) {
 		accepted int
 		member   []string // what a member joining then gets
 	}{
-		{"reject, max_queued", Options{GroupMaxQueued: 3, GroupOverflow: broker.OverflowReject},
+		{"reject, max_queued", Options{GroupDefaults: broker.GroupDefaults{GroupMaxQueued: 3, GroupOverflow: broker.OverflowReject}},
 			"max_queued }", 3, []string{"0/1", "1/1", "2/1"}},
-		{"reject, max_queued_bytes", Options{GroupMaxQueuedBytes: 3 * cost, GroupOverflow: broker.OverflowReject},
+		{"reject, max_queued_bytes", Options{GroupDefaults: broker.GroupDefaults{GroupMaxQueuedBytes: 3 * cost, GroupOverflow: broker.OverflowReject}},
 			"max_queued_bytes }", 3, []string{"0/1", "1/1", "2/1"}},
-		{"drop_oldest, max_queued", Options{GroupMaxQueued: 3, GroupOverflow: broker.OverflowDropOldest},
+		{"drop_oldest, max_queued", Options{GroupDefaults: broker.GroupDefaults{GroupMaxQueued: 3, GroupOverflow: broker.OverflowDropOldest}},
 			"", 5, []string{"2/1", "3/1", "4/1"}},
-		{"drop_oldest, max_queued_bytes", Options{GroupMaxQueuedBytes: 3 * cost, GroupOverflow: broker.OverflowDropOldest},
+		{"drop_oldest, max_queued_bytes", Options{GroupDefaults: broker.GroupDefaults{GroupMaxQueuedBytes: 3 * cost, GroupOverflow: broker.OverflowDropOldest}},
 			"", 5, []string{"2/1", "3/1", "4/1"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

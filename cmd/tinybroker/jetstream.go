@@ -22,14 +22,8 @@ func jetStreamOptions(cfg config.Config, log hclog.Logger) (jetstream.Options, e
 		FanoutBufferMessages: cfg.Broker.FanoutBufferMessages,
 		FanoutBufferBytes:    cfg.Broker.FanoutBufferBytes,
 		DropSlowConsumers:    cfg.Broker.SlowConsumer == memory.SlowConsumerDrop,
-		// groups { ... }: the same settings as the memory engine's.
-		GroupMaxQueued:          cfg.Broker.GroupMaxQueued,
-		GroupMaxQueuedBytes:     cfg.Broker.GroupMaxQueuedBytes,
-		GroupOverflow:           cfg.Broker.GroupOverflow,
-		GroupDeadLetterMax:      cfg.Broker.GroupDeadLetterMax,
-		GroupDeadLetterMaxBytes: cfg.Broker.GroupDeadLetterMaxBytes,
-		GroupExpireAfter:        cfg.Broker.GroupExpireAfter,
-		Logger:                  log,
+		GroupDefaults:        cfg.Broker.GroupDefaults, // groups { ... }, as for the memory engine
+		Logger:               log,
 		Embedded: jetstream.EmbeddedOptions{DataDir: j.DataDir, Name: j.ServerName, ClusterName: j.ClusterName,
 			ClusterListen: j.ClusterListen, Routes: j.Routes, Listen: j.NATSListen},
 	}

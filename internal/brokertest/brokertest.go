@@ -33,10 +33,7 @@ type Options struct {
 	MaxMemoryBytes int64
 
 	// Consumer groups (groups { ... }).
-	GroupMaxQueued      int
-	GroupMaxQueuedBytes int64
-	GroupOverflow       broker.Overflow
-	GroupExpireAfter    time.Duration
+	broker.GroupDefaults
 
 	// Fanout subscriptions (fanout { ... }).
 	FanoutBufferMessages int
@@ -89,10 +86,7 @@ func newMemory(_ testing.TB, o Options) broker.Engine {
 	mo := memory.Options{
 		Limits:               o.Limits,
 		MaxMemoryBytes:       o.MaxMemoryBytes,
-		GroupMaxQueued:       o.GroupMaxQueued,
-		GroupMaxQueuedBytes:  o.GroupMaxQueuedBytes,
-		GroupOverflow:        o.GroupOverflow,
-		GroupExpireAfter:     o.GroupExpireAfter,
+		GroupDefaults:        o.GroupDefaults,
 		FanoutBufferMessages: o.FanoutBufferMessages,
 		FanoutBufferBytes:    o.FanoutBufferBytes,
 		PublisherWait:        o.PublisherWait,

@@ -185,9 +185,7 @@ func Default() Config {
 		KeepaliveTimeout: 10 * time.Second,
 		Broker: memory.Options{
 			Limits:               broker.Limits{}.WithDefaults(),
-			GroupMaxQueued:       100_000,
-			GroupDeadLetterMax:   10_000,
-			GroupOverflow:        broker.OverflowReject,
+			GroupDefaults:        broker.GroupDefaults{GroupMaxQueued: 100_000, GroupDeadLetterMax: 10_000, GroupOverflow: broker.OverflowReject},
 			FanoutBufferMessages: 262_144,
 			PublisherWait:        time.Second,
 			FanoutBufferBytes:    64 << 20,
