@@ -268,14 +268,16 @@ func (inst *instance) takeWrites() error {
 	for i := range uint64(count) {
 		r := mem[uint64(ptr)+i*writeSize:]
 		op := le.Uint32(r)
-		a, ok := span(mem, le.Uint32(r[4:]), le.Uint32(r[8:]))
-		if !ok {
-			return writesError{fmt.Sprintf("record %d: pointer %d length %d is outside the plugin's memory (%d bytes)", i, le.Uint32(r[4:]), le.Uint32(r[8:]), len(mem))}
+		var pairs [2][]byte // the record's two (pointer, length) pairs
+		for k := range pairs {
+			p, n := le.Uint32(r[4+8*k:]), le.Uint32(r[8+8*k:])
+			v, ok := span(mem, p, n)
+			if !ok {
+				return writesError{fmt.Sprintf("record %d: pointer %d length %d is outside the plugin's memory (%d bytes)", i, p, n, len(mem))}
+			}
+			pairs[k] = v
 		}
-		b, ok := span(mem, le.Uint32(r[12:]), le.Uint32(r[16:]))
-		if !ok {
-			return writesError{fmt.Sprintf("record %d: pointer %d length %d is outside the plugin's memory (%d bytes)", i, le.Uint32(r[12:]), le.Uint32(r[16:]), len(mem))}
-		}
+		a, b := pairs[0], pairs[1]
 		var rc int32
 		switch op {
 		case opSetPayload:
