@@ -1,22 +1,65 @@
 // Package sysid seals a message's sequence number and a secret into a system_id: one AES-128
-// block in URL-safe base64, 22 characters. Both engines use it, each with its own secrets and
-// errors (see RATIONALE.md, "Why unguessable system_ids?").
+// block in the URL-safe base64 alphabet, 22 characters. Both engines use it, each with its own
+// secrets and errors (see RATIONALE.md, "Why unguessable system_ids?").
 package sysid
 
 import (
 	"crypto/aes"
 	"crypto/cipher"
-	"encoding/base64"
 	"encoding/binary"
 	"sync"
 )
 
-// Len is the length of every system_id: base64 of one 16-byte block, without padding.
+// Len is the length of every system_id: the 128 bits of one block, 6 to a character.
 const Len = 22
 
-// encoding decodes ids strictly: the last of the 22 characters carries 2 bits of the block
-// and 4 bits that must be zero; a lenient decoder would take 16 spellings of every id.
-var encoding = base64.RawURLEncoding.Strict()
+// alphabet is URL-safe base64's. An id is the block as one 128-bit number written in it, most
+// significant digit first: 22 digits hold 132 bits, so the first digit is one of A-D (its top
+// 4 bits are zero). Plain base64 would put the spare bits at the end and could start an id
+// with '-', which command lines then take for a flag (`tinybroker dlq replay work -5v2...`).
+// Every id has exactly one spelling: any other first digit, or any character outside the
+// alphabet, is refused.
+const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+
+// digits maps a character to its value in alphabet, or 0xff.
+var digits = func() (d [256]byte) {
+	for i := range d {
+		d[i] = 0xff
+	}
+	for i := range len(alphabet) {
+		d[alphabet[i]] = byte(i)
+	}
+	return d
+}()
+
+// encode writes block as an id.
+func encode(out *[Len]byte, block *[16]byte) {
+	hi, lo := binary.BigEndian.Uint64(block[:8]), binary.BigEndian.Uint64(block[8:])
+	for i := Len - 1; i >= 0; i-- {
+		out[i] = alphabet[lo&63]
+		lo = lo>>6 | hi<<58
+		hi >>= 6
+	}
+}
+
+// decode reads id into block; it is false unless id is spelled exactly as encode writes.
+func decode(block *[16]byte, id string) bool {
+	if len(id) != Len || digits[id[0]] > 3 {
+		return false
+	}
+	var hi, lo uint64
+	for i := range Len {
+		d := digits[id[i]]
+		if d == 0xff {
+			return false
+		}
+		hi = hi<<6 | lo>>58
+		lo = lo<<6 | uint64(d)
+	}
+	binary.BigEndian.PutUint64(block[:8], hi)
+	binary.BigEndian.PutUint64(block[8:], lo)
+	return true
+}
 
 // Codec seals and opens system_ids under one key.
 type Codec struct{ block cipher.Block }
@@ -46,7 +89,7 @@ func (c Codec) FormatIn(seq, secret uint64, block *[16]byte) string {
 	binary.LittleEndian.PutUint64(block[8:], secret)
 	c.block.Encrypt(block[:], block[:])
 	var out [Len]byte
-	base64.RawURLEncoding.Encode(out[:], block[:])
+	encode(&out, block)
 	return string(out[:])
 }
 
@@ -56,12 +99,10 @@ func (c Codec) Parse(id string) (seq, secret uint64, ok bool) {
 	if len(id) != Len {
 		return 0, 0, false
 	}
-	var raw [Len]byte
-	copy(raw[:], id)
 	s := scratch.Get().(*[2][16]byte)
 	defer scratch.Put(s)
 	enc, plain := &s[0], &s[1]
-	if n, err := encoding.Decode(enc[:], raw[:]); err != nil || n != 16 {
+	if !decode(enc, id) {
 		return 0, 0, false
 	}
 	c.block.Decrypt(plain[:], enc[:])
