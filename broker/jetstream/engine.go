@@ -869,21 +869,10 @@ func (e *Engine) allStreams() []*Stream {
 
 // drain waits until no member holds a message, or ctx is done.
 func (e *Engine) drain(ctx context.Context, groups []*group) error {
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		busy := 0
+	return broker.Drain(ctx, e.log, "shutdown grace period over with messages unacked; JetStream redelivers them", func() (busy int) {
 		for _, g := range groups {
 			busy += g.inFlight()
 		}
-		if busy == 0 {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			e.log.Warn("shutdown grace period over with messages unacked; JetStream redelivers them", "messages", busy)
-			return ctx.Err()
-		case <-tick.C:
-		}
-	}
+		return busy
+	})
 }

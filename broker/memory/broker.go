@@ -570,26 +570,15 @@ func (b *Engine) allSubscriptions() []*Subscription {
 
 // drain waits until nothing is in flight or buffered, or ctx is done.
 func (b *Engine) drain(ctx context.Context) error {
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		busy := 0
+	return broker.Drain(ctx, b.log, "shutdown grace period over with messages unacked or unsent", func() (busy int) {
 		b.mu.RLock()
+		defer b.mu.RUnlock()
 		for _, g := range b.groups {
 			busy += g.drain()
 		}
 		for _, s := range b.fanouts {
 			busy += s.stats().Buffered
 		}
-		b.mu.RUnlock()
-		if busy == 0 {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			b.log.Warn("shutdown grace period over with messages unacked or unsent", "messages", busy)
-			return ctx.Err()
-		case <-tick.C:
-		}
-	}
+		return busy
+	})
 }
