@@ -660,6 +660,7 @@ func (e *Engine) join(o broker.SubscribeOptions, patterns []string, s *Subscript
 	_ = sub.SetPendingLimits(-1, -1)
 	m.sub = sub
 	s.m = m
+	s.Acks = broker.MemberAcks(m)
 	g.mu.Lock()
 	g.members = append(g.members, m)
 	g.pumpLocked(m)
@@ -798,6 +799,14 @@ func (m *member) onMsg(msg *nats.Msg) {
 	st.mu.Unlock()
 	g.mu.Unlock()
 }
+
+// The group's side of the member's Subscription.Ack, Nack and Touch (broker.GroupMember).
+func (m *member) ParseID(id string) (uint64, error) { return m.g.e.ids.parse(id) }
+func (m *member) AckSeqs(seqs []uint64) int         { return m.g.ack(m, seqs) }
+func (m *member) NackSeqs(seqs []uint64, delay time.Duration, reason string) int {
+	return m.g.nack(m, seqs, delay, reason)
+}
+func (m *member) TouchSeqs(seqs []uint64) int { return m.g.touch(m, seqs) }
 
 // findLocked returns the delivery seq held on this node and its member: with only set,
 // among pref's alone; otherwise pref's first, then every member's.

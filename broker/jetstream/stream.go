@@ -6,7 +6,6 @@ import (
 	"slices"
 	"strconv"
 	"sync"
-	"time"
 
 	"github.com/tinybroker/tinybroker/broker"
 )
@@ -254,6 +253,8 @@ type Subscription struct {
 	m   *member
 	set broker.Settings
 
+	broker.Acks // Ack, Nack and Touch: by m, if a member
+
 	delivered, dropped uint64 // fanout, under st.mu
 	closed             bool   // under st.mu
 }
@@ -268,42 +269,6 @@ func (s *Subscription) Settings() broker.Settings {
 		return s.set
 	}
 	return broker.Settings{ID: s.id, MemberID: s.id}
-}
-
-// Ack settles this member's deliveries (or the group's, held on this node) by system_id.
-func (s *Subscription) Ack(ids []string) (skipped int) {
-	if s.g == nil {
-		return 0
-	}
-	return s.g.ack(s.m, s.e.parseIDs(ids, &skipped)) + skipped
-}
-
-// Nack gives this member's deliveries back, to be redelivered after delay.
-func (s *Subscription) Nack(ids []string, delay time.Duration, reason string) (skipped int) {
-	if s.g == nil {
-		return 0
-	}
-	return s.g.nack(s.m, s.e.parseIDs(ids, &skipped), delay, reason) + skipped
-}
-
-// Touch restarts the ack deadline of this member's deliveries.
-func (s *Subscription) Touch(ids []string) (skipped int) {
-	if s.g == nil {
-		return 0
-	}
-	return s.g.touch(s.m, s.e.parseIDs(ids, &skipped)) + skipped
-}
-
-func (e *Engine) parseIDs(ids []string, bad *int) []uint64 {
-	seqs := make([]uint64, 0, len(ids))
-	for _, id := range ids {
-		if seq, err := e.ids.parse(id); err == nil {
-			seqs = append(seqs, seq)
-		} else {
-			*bad++
-		}
-	}
-	return seqs
 }
 
 // Close ends the subscription; a member's unacked messages go at once to the others.

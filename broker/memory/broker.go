@@ -179,18 +179,6 @@ func (b *Engine) FormatID(seq uint64) string { return b.ids.format(seq) }
 // ParseID returns the sequence number of a system_id of this broker process.
 func (b *Engine) ParseID(id string) (uint64, error) { return b.ids.parse(id) }
 
-func (b *Engine) parseIDs(ids []string, bad *int) []uint64 {
-	seqs := make([]uint64, 0, len(ids))
-	for _, id := range ids {
-		if seq, err := b.ids.parse(id); err == nil {
-			seqs = append(seqs, seq)
-		} else {
-			*bad++
-		}
-	}
-	return seqs
-}
-
 // Publish validates and routes one message. The broker keeps payload and headers: the caller
 // must not modify them afterwards.
 func (b *Engine) Publish(topic string, payload []byte, headers map[string]string) (broker.PublishResult, error) {
@@ -381,6 +369,7 @@ func (b *Engine) subscribe(o broker.SubscribeOptions, st *Stream) (*Subscription
 		return nil, err
 	}
 	s.m = g.join(s, o.MaxInFlight, o.AckDeadline, o.Peer)
+	s.Acks = broker.MemberAcks(s.m)
 	return s, nil
 }
 

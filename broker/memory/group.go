@@ -77,6 +77,14 @@ type member struct {
 	ended       error // under the stream's out.mu: why the engine ended it (Subscription.evict)
 }
 
+// The group's side of the member's Subscription.Ack, Nack and Touch (broker.GroupMember).
+func (m *member) ParseID(id string) (uint64, error) { return m.s.b.ids.parse(id) }
+func (m *member) AckSeqs(seqs []uint64) int         { return m.s.g.ack(m, seqs) }
+func (m *member) NackSeqs(seqs []uint64, delay time.Duration, reason string) int {
+	return m.s.g.nack(m, seqs, delay, reason)
+}
+func (m *member) TouchSeqs(seqs []uint64) int { return m.s.g.touch(m, seqs) }
+
 type entry struct {
 	msg      *message
 	attempt  uint32
