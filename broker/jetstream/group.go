@@ -652,9 +652,7 @@ func (e *Engine) join(o broker.SubscribeOptions, patterns []string, s *Subscript
 		inbox: nats.NewInbox(), held: make(map[uint64]*held)}
 	sub, err := e.nc.Subscribe(m.inbox+".*", m.onMsg)
 	if err != nil {
-		s.st.mu.Lock()
-		delete(s.st.subs, s.id)
-		s.st.mu.Unlock()
+		s.st.subs.Remove(s.id, s)
 		return nil, fmt.Errorf("%w: %v", broker.ErrUnavailable, err)
 	}
 	_ = sub.SetPendingLimits(-1, -1)
@@ -1110,10 +1108,7 @@ func (e *Engine) forgetGroup(id string, g *group) {
 func (s *Subscription) evict(err error) {
 	st := s.st
 	st.mu.Lock()
-	if st.subs[s.id] == s {
-		delete(st.subs, s.id)
-	}
-	left := len(st.subs)
+	left := st.subs.Remove(s.id, s)
 	s.closed = true
 	st.removeLocked(s, nil)
 	if !st.fin.Ended() {

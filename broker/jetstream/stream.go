@@ -24,9 +24,9 @@ type Stream struct {
 	fanCount  int
 	ready     chan struct{}
 	fin       broker.StreamEnd // whether and why it ended
-	subs      map[string]*Subscription
-	peer      string
 	closeOnce sync.Once
+
+	subs broker.StreamSubs[*Subscription] // open subscriptions by id; its lock is taken under mu
 }
 
 // NewStream opens a stream to carry subscriptions.
@@ -34,8 +34,7 @@ func (e *Engine) NewStream(size func(*broker.Message) int) broker.Stream {
 	if size == nil {
 		size = func(m *broker.Message) int { return len(m.Payload) }
 	}
-	return &Stream{e: e, id: e.streamSeq.Add(1), size: size, ready: make(chan struct{}, 1), fin: broker.NewStreamEnd(),
-		subs: make(map[string]*Subscription, 1)}
+	return &Stream{e: e, id: e.streamSeq.Add(1), size: size, ready: make(chan struct{}, 1), fin: broker.NewStreamEnd()}
 }
 
 // pushLocked appends d and signals ready if the buffer was empty. st.mu must be held.
@@ -79,34 +78,19 @@ func (st *Stream) register(s *Subscription, peer string) error {
 	if st.fin.Ended() {
 		return fmt.Errorf("%w: the stream has ended", broker.ErrSubscriptionClosed)
 	}
-	if _, ok := st.subs[s.id]; ok {
-		return fmt.Errorf("%w: this stream already carries subscription %q; a stream can be one member of a group at most", broker.ErrSubscriptionExists, s.id)
+	if err := st.subs.Add(s.id, s, peer, st.e.opts.MaxSubscriptionsPerStream, nil); err != nil {
+		return err
 	}
-	if n := len(st.subs); n >= st.e.opts.MaxSubscriptionsPerStream {
-		return fmt.Errorf("%w: this stream carries %d subscriptions, its limit (limits { max_subscriptions_per_stream }); close some, open another stream, or raise the limit", broker.ErrLimit, n)
-	}
-	if st.peer == "" {
-		st.peer = peer
-	}
-	st.subs[s.id] = s
 	st.e.streams[st.id] = st
 	st.pushLocked(broker.Delivery{Sub: s})
 	return nil
 }
 
 // Lookup returns the open subscription with this id (the only one, with id empty).
-func (st *Stream) Lookup(id string) (broker.Subscription, int) {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	return broker.LookupIn(st.subs, id)
-}
+func (st *Stream) Lookup(id string) (broker.Subscription, int) { return st.subs.Lookup(id) }
 
 // Subscriptions returns the open subscriptions.
-func (st *Stream) Subscriptions() []broker.Subscription {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	return broker.ListIn(st.subs)
-}
+func (st *Stream) Subscriptions() []broker.Subscription { return st.subs.List() }
 
 // Next takes up to maxN waiting deliveries of at most maxBytes (at least one, if any wait).
 func (st *Stream) Next(dst []broker.Delivery, maxN, maxBytes int) []broker.Delivery {
@@ -174,11 +158,7 @@ func (st *Stream) end(err error) bool {
 // detachAll removes every subscription of an ended stream, once. No lock may be held.
 func (st *Stream) detachAll() {
 	st.closeOnce.Do(func() {
-		st.mu.Lock()
-		subs := st.subs
-		st.subs = nil
-		st.mu.Unlock()
-		for _, s := range subs {
+		for _, s := range st.subs.Take() {
 			s.detach()
 		}
 		st.e.mu.Lock()
@@ -278,9 +258,7 @@ func (s *Subscription) Close() {
 	}
 	st := s.st
 	st.mu.Lock()
-	if st.subs[s.id] == s {
-		delete(st.subs, s.id)
-	}
+	st.subs.Remove(s.id, s)
 	s.closed = true
 	if s.g == nil {
 		st.removeLocked(s, nil)
@@ -399,8 +377,9 @@ func (e *Engine) Streams() []broker.StreamInfo {
 	var out []broker.StreamInfo
 	for _, st := range e.allStreams() {
 		st.mu.Lock()
-		si := broker.StreamInfo{ID: strconv.FormatUint(st.id, 10), Peer: st.peer, Buffered: len(st.buf) - st.head}
-		for _, s := range st.subs {
+		si := broker.StreamInfo{ID: strconv.FormatUint(st.id, 10), Peer: st.subs.Peer(), Buffered: len(st.buf) - st.head}
+		for _, sub := range st.subs.List() {
+			s := sub.(*Subscription)
 			ss := broker.StreamSubscription{ID: s.id, Mode: s.mode, Patterns: s.patterns}
 			if s.g != nil {
 				ss.MemberID, ss.Group = s.set.MemberID, s.g.name

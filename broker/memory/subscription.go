@@ -85,11 +85,7 @@ func (s *Subscription) Close() {
 		return
 	}
 	st := s.st
-	st.mu.Lock()
-	if st.subs[s.id] == s {
-		delete(st.subs, s.id)
-	}
-	st.mu.Unlock()
+	st.subs.Remove(s.id, s)
 	st.out.mu.Lock()
 	s.closed = true
 	if s.g == nil { // a leaving member's deliveries are taken back by group.leave
@@ -108,12 +104,7 @@ func (s *Subscription) evict(err error) {
 		st.end(err)
 		return
 	}
-	st.mu.Lock()
-	if st.subs[s.id] == s {
-		delete(st.subs, s.id)
-	}
-	left := len(st.subs)
-	st.mu.Unlock()
+	left := st.subs.Remove(s.id, s)
 	st.out.mu.Lock()
 	s.closed = true
 	if !st.fin.Ended() {
