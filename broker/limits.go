@@ -58,6 +58,27 @@ type GroupDefaults struct {
 	GroupExpireAfter time.Duration
 }
 
+// WithDefaults returns d with every zero value replaced by its default, the byte bounds by
+// the engine's: maxQueuedBytes and deadLetterMaxBytes.
+func (d GroupDefaults) WithDefaults(maxQueuedBytes, deadLetterMaxBytes int64) GroupDefaults {
+	if d.GroupMaxQueued <= 0 {
+		d.GroupMaxQueued = 100_000
+	}
+	if d.GroupMaxQueuedBytes <= 0 {
+		d.GroupMaxQueuedBytes = maxQueuedBytes
+	}
+	if d.GroupOverflow == OverflowDefault {
+		d.GroupOverflow = OverflowReject
+	}
+	if d.GroupDeadLetterMax <= 0 {
+		d.GroupDeadLetterMax = 10_000
+	}
+	if d.GroupDeadLetterMaxBytes <= 0 {
+		d.GroupDeadLetterMaxBytes = deadLetterMaxBytes
+	}
+	return d
+}
+
 // WithDefaults returns l with every zero value replaced by its default.
 func (l Limits) WithDefaults() Limits {
 	def := func(v *int, d int) {

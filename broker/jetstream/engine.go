@@ -104,21 +104,7 @@ func (o *Options) setDefaults() {
 	if o.RequestTimeout <= 0 {
 		o.RequestTimeout = 5 * time.Second
 	}
-	if o.GroupMaxQueued <= 0 {
-		o.GroupMaxQueued = 100_000
-	}
-	if o.GroupMaxQueuedBytes <= 0 {
-		o.GroupMaxQueuedBytes = 128 << 20
-	}
-	if o.GroupOverflow == broker.OverflowDefault {
-		o.GroupOverflow = broker.OverflowReject
-	}
-	if o.GroupDeadLetterMax <= 0 {
-		o.GroupDeadLetterMax = 10_000
-	}
-	if o.GroupDeadLetterMaxBytes <= 0 {
-		o.GroupDeadLetterMaxBytes = 64 << 20
-	}
+	o.GroupDefaults = o.GroupDefaults.WithDefaults(128<<20, 64<<20)
 	if o.FanoutBufferMessages <= 0 {
 		o.FanoutBufferMessages = 262_144
 	}

@@ -65,31 +65,15 @@ func (o *Options) setDefaults() {
 	if o.MaxMemoryBytes <= 0 {
 		o.MaxMemoryBytes = DefaultMemoryLimit()
 	}
-	if o.GroupMaxQueuedBytes <= 0 {
-		o.GroupMaxQueuedBytes = o.MaxMemoryBytes / 8
-	}
-	if o.GroupDeadLetterMaxBytes <= 0 {
-		o.GroupDeadLetterMaxBytes = min(64<<20, o.MaxMemoryBytes/16)
-	}
-	o.setLimitDefaults()
-}
-
-// setLimitDefaults sets every default but the memory budget's, which reads the machine's
-// memory.
-func (o *Options) setLimitDefaults() {
 	o.Limits = o.Limits.WithDefaults()
+	o.GroupDefaults = o.GroupDefaults.WithDefaults(o.MaxMemoryBytes/8, min(64<<20, o.MaxMemoryBytes/16))
 	def := func(v *int, d int) {
 		if *v <= 0 {
 			*v = d
 		}
 	}
-	def(&o.GroupMaxQueued, 100_000)
-	def(&o.GroupDeadLetterMax, 10_000)
 	def(&o.FanoutBufferMessages, 262_144)
 	def(&o.FanoutBufferBytes, 64<<20)
-	if o.GroupOverflow == broker.OverflowDefault {
-		o.GroupOverflow = broker.OverflowReject
-	}
 	if o.PublisherWait == 0 {
 		o.PublisherWait = time.Second
 	}
