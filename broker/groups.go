@@ -27,16 +27,24 @@ func (gc GroupConfig) CheckMember(o *SubscribeOptions, patterns []string) error 
 	return nil
 }
 
-// CheckFanoutID says why a fanout subscription may not take id: a fanout subscription
-// (open) or a consumer group (group) has it.
-func CheckFanoutID(id string, open, group bool) error {
-	switch {
-	case open:
-		return fmt.Errorf("%w: a fanout subscription %q is open; choose another subscription_id or leave it empty", ErrSubscriptionExists, id)
-	case group:
-		return fmt.Errorf("%w: subscription_id %q belongs to a balanced consumer group; choose another id for a fanout subscription", ErrGroupMismatch, id)
+// FanoutID returns the subscription_id a fanout subscription asking for id takes: id, or
+// with id empty the next "fanout-N" of the engine's *autoID. Or it says why the subscription
+// may not take it: an open fanout subscription (in fanouts) or a consumer group (in groups)
+// has it.
+func FanoutID[F, G comparable](id string, autoID *uint64, fanouts map[string]F, groups map[string]G) (string, error) {
+	if id == "" {
+		*autoID++
+		id = "fanout-" + strconv.FormatUint(*autoID, 10)
 	}
-	return nil
+	var noF F
+	var noG G
+	switch {
+	case fanouts[id] != noF:
+		return "", fmt.Errorf("%w: a fanout subscription %q is open; choose another subscription_id or leave it empty", ErrSubscriptionExists, id)
+	case groups[id] != noG:
+		return "", fmt.Errorf("%w: subscription_id %q belongs to a balanced consumer group; choose another id for a fanout subscription", ErrGroupMismatch, id)
+	}
+	return id, nil
 }
 
 // DeadLetterHeaders returns the headers of m dead-lettered by group (subscription id) after

@@ -142,6 +142,15 @@ func (l Limits) CheckMessage(topic string, payload []byte, headers map[string]st
 	return l.CheckHeaders(headers)
 }
 
+// AdmitSubscribe is the first step of every engine's subscribe: refuse while the engine is
+// closing, then CheckSubscribe.
+func (l Limits) AdmitSubscribe(closing bool, o *SubscribeOptions) ([]string, error) {
+	if closing {
+		return nil, fmt.Errorf("%w: not accepting subscriptions", ErrShuttingDown)
+	}
+	return l.CheckSubscribe(o)
+}
+
 // CheckSubscribe validates o, fills in its defaults and returns its patterns sorted and
 // deduplicated.
 func (l Limits) CheckSubscribe(o *SubscribeOptions) ([]string, error) {

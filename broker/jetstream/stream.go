@@ -279,10 +279,7 @@ func (s *Subscription) firstMatch(topic string) string {
 
 // subscribe opens a subscription on st.
 func (e *Engine) subscribe(o broker.SubscribeOptions, st *Stream) (*Subscription, error) {
-	if e.closing.Load() {
-		return nil, fmt.Errorf("%w: not accepting subscriptions", broker.ErrShuttingDown)
-	}
-	patterns, err := e.opts.CheckSubscribe(&o)
+	patterns, err := e.opts.AdmitSubscribe(e.closing.Load(), &o)
 	if err != nil {
 		return nil, err
 	}
@@ -295,11 +292,7 @@ func (e *Engine) subscribe(o broker.SubscribeOptions, st *Stream) (*Subscription
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if o.ID == "" {
-		e.autoID++
-		o.ID = "fanout-" + strconv.FormatUint(e.autoID, 10)
-	}
-	if err := broker.CheckFanoutID(o.ID, e.fanouts[o.ID] != nil, e.groups[o.ID] != nil); err != nil {
+	if o.ID, err = broker.FanoutID(o.ID, &e.autoID, e.fanouts, e.groups); err != nil {
 		return nil, err
 	}
 	s.id = o.ID

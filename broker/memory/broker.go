@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -311,10 +310,7 @@ func (b *Engine) Subscribe(o broker.SubscribeOptions) (*Subscription, error) {
 
 // subscribe opens a subscription on st.
 func (b *Engine) subscribe(o broker.SubscribeOptions, st *Stream) (*Subscription, error) {
-	if b.closing.Load() {
-		return nil, fmt.Errorf("%w: not accepting subscriptions", broker.ErrShuttingDown)
-	}
-	patterns, err := b.opts.CheckSubscribe(&o)
+	patterns, err := b.opts.AdmitSubscribe(b.closing.Load(), &o)
 	if err != nil {
 		return nil, err
 	}
@@ -324,11 +320,7 @@ func (b *Engine) subscribe(o broker.SubscribeOptions, st *Stream) (*Subscription
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if o.Mode == broker.Fanout {
-		if o.ID == "" {
-			b.autoID++
-			o.ID = "fanout-" + strconv.FormatUint(b.autoID, 10)
-		}
-		if err := broker.CheckFanoutID(o.ID, b.fanouts[o.ID] != nil, b.groups[o.ID] != nil); err != nil {
+		if o.ID, err = broker.FanoutID(o.ID, &b.autoID, b.fanouts, b.groups); err != nil {
 			return nil, err
 		}
 		s.id = o.ID
