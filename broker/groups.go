@@ -63,16 +63,20 @@ func DeadLetterHeaders(m *Message, reason, id, group string, attempts uint32) ma
 	return h
 }
 
-// AckTarget says why a unary Ack or Nack of subscription id cannot find a group: it is a
-// fanout subscription, or no group has the id.
-func AckTarget(id string, fanout, group bool) error {
+// AckTarget returns what a unary Ack or Nack of systemID to subscription id settles: g, the
+// consumer group with the id, and the sequence number parse (the engine's) reads in
+// systemID. Or it says why there is none: the id is a fanout subscription's (fanout), no
+// group has it (g is zero), or systemID is not a message of this engine.
+func AckTarget[G comparable](id, systemID string, fanout bool, g G, parse func(string) (uint64, error)) (G, uint64, error) {
+	var none G
 	switch {
 	case fanout:
-		return fmt.Errorf("%w: subscription %q is fanout; fanout deliveries are not acked", ErrGroupMismatch, id)
-	case !group:
-		return fmt.Errorf("%w %q: no consumer group has this subscription_id", ErrUnknownSubscription, id)
+		return none, 0, fmt.Errorf("%w: subscription %q is fanout; fanout deliveries are not acked", ErrGroupMismatch, id)
+	case g == none:
+		return none, 0, fmt.Errorf("%w %q: no consumer group has this subscription_id", ErrUnknownSubscription, id)
 	}
-	return nil
+	seq, err := parse(systemID)
+	return g, seq, err
 }
 
 // NotHeld refuses a unary Ack of systemID that group id does not hold.

@@ -435,11 +435,7 @@ func (b *Engine) lookupMessage(id, systemID string) (*group, uint64, error) {
 	b.mu.RLock()
 	g, isFanout := b.groups[id], b.fanouts[id] != nil
 	b.mu.RUnlock()
-	if err := broker.AckTarget(id, isFanout, g != nil); err != nil {
-		return nil, 0, err
-	}
-	seq, err := b.ids.parse(systemID)
-	return g, seq, err
+	return broker.AckTarget(id, systemID, isFanout, g, b.ids.parse)
 }
 
 // Ack acknowledges one delivered message of a balanced subscription.
