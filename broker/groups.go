@@ -110,3 +110,17 @@ func FindHeld[M comparable, E any](pref M, members []M, only bool, held func(M) 
 	}
 	return nil, none
 }
+
+// EachHeld calls f on each of seqs that a member of a consumer group holds, found as
+// FindHeld finds it, with the delivery and its holder; it returns how many of seqs no member
+// held.
+func EachHeld[M comparable, E any](pref M, members []M, only bool, held func(M) map[uint64]*E, seqs []uint64, f func(seq uint64, e *E, m M)) (unknown int) {
+	for _, seq := range seqs {
+		if e, m := FindHeld(pref, members, only, held, seq); e != nil {
+			f(seq, e, m)
+		} else {
+			unknown++
+		}
+	}
+	return unknown
+}

@@ -809,8 +809,18 @@ func (m *member) TouchSeqs(seqs []uint64) int { return m.g.touch(m, seqs) }
 // findLocked returns the delivery seq held on this node and its member: with only set,
 // among pref's alone; otherwise pref's first, then every member's.
 func (g *group) findLocked(pref *member, only bool, seq uint64) (*held, *member) {
-	return broker.FindHeld(pref, g.members, only, func(m *member) map[uint64]*held { return m.held }, seq)
+	return broker.FindHeld(pref, g.members, only, heldBy, seq)
 }
+
+// eachHeld calls f, under g.mu, on each of seqs held on this node, found as findLocked finds
+// it, and returns how many were not.
+func (g *group) eachHeld(pref *member, only bool, seqs []uint64, f func(seq uint64, h *held, m *member)) (unknown int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return broker.EachHeld(pref, g.members, only, heldBy, seqs, f)
+}
+
+func heldBy(m *member) map[uint64]*held { return m.held }
 
 // holds says whether a member of this node holds seq, or this node took it back and waits
 // for JetStream to redeliver it.
@@ -881,37 +891,22 @@ func (g *group) nack(owner *member, seqs []uint64, delay time.Duration, reason s
 		reason = broker.ReasonNack
 	}
 	var items []takeItem
-	g.mu.Lock()
-	for _, seq := range seqs {
-		h, m := g.findLocked(owner, owner != nil, seq)
-		if h == nil {
-			unknown++
-			continue
-		}
+	unknown = g.eachHeld(owner, owner != nil, seqs, func(seq uint64, h *held, m *member) {
 		delete(m.held, seq)
 		h.timer.Stop()
 		g.nacked++
 		items = append(items, takeItem{h: h, reason: reason, delay: delay})
-	}
-	g.mu.Unlock()
+	})
 	g.settle(items)
 	return unknown
 }
 
 // touch restarts the deadline of owner's deliveries, here and in JetStream.
 func (g *group) touch(owner *member, seqs []uint64) (unknown int) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	for _, seq := range seqs {
-		h, m := g.findLocked(owner, true, seq)
-		if h == nil {
-			unknown++
-			continue
-		}
+	return g.eachHeld(owner, true, seqs, func(_ uint64, h *held, m *member) {
 		h.timer.Reset(m.ackDeadline)
 		_ = g.e.nc.Publish(h.reply, []byte("+WPI"))
-	}
-	return unknown
+	})
 }
 
 // expire takes back h, past its member's ack deadline.

@@ -316,8 +316,16 @@ func (g *group) scheduleLocked(at int64) {
 // findOwnedLocked returns the in-flight entry seq and its member. With only set it looks at
 // pref alone; otherwise at pref first, then at every member.
 func (g *group) findOwnedLocked(pref *member, only bool, seq uint64) (*entry, *member) {
-	return broker.FindHeld(pref, g.members, only, func(m *member) map[uint64]*entry { return m.owned }, seq)
+	return broker.FindHeld(pref, g.members, only, ownedBy, seq)
 }
+
+// eachOwnedLocked calls f on each of seqs in flight, found as findOwnedLocked finds it, and
+// returns how many were not.
+func (g *group) eachOwnedLocked(pref *member, only bool, seqs []uint64, f func(seq uint64, e *entry, m *member)) (unknown int) {
+	return broker.EachHeld(pref, g.members, only, ownedBy, seqs, f)
+}
+
+func ownedBy(m *member) map[uint64]*entry { return m.owned }
 
 // settleLocked lets go of e, queued or delayed, where it stands: it is marked settled, to be
 // skipped when it reaches the head of the queue or its delay ends, and releases its message
@@ -391,16 +399,11 @@ func (g *group) nack(owner *member, seqs []uint64, delay time.Duration, reason s
 	tb := g.newTakeBack()
 	g.mu.Lock()
 	now := g.b.now()
-	for _, seq := range seqs {
-		e, m := g.findOwnedLocked(owner, owner != nil, seq)
-		if e == nil {
-			unknown++
-			continue
-		}
+	unknown = g.eachOwnedLocked(owner, owner != nil, seqs, func(seq uint64, e *entry, m *member) {
 		delete(m.owned, seq)
 		g.nacked++
 		g.giveBackLocked(e, reason, delay, now, tb)
-	}
+	})
 	g.requeueLocked(tb)
 	g.dispatchLocked(now)
 	g.mu.Unlock()
@@ -413,14 +416,9 @@ func (g *group) touch(owner *member, seqs []uint64) (unknown int) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	now := g.b.now()
-	for _, seq := range seqs {
-		if e, m := g.findOwnedLocked(owner, true, seq); e != nil {
-			e.deadline = now + int64(m.ackDeadline)
-		} else {
-			unknown++
-		}
-	}
-	return unknown
+	return g.eachOwnedLocked(owner, true, seqs, func(_ uint64, e *entry, m *member) {
+		e.deadline = now + int64(m.ackDeadline)
+	})
 }
 
 // giveBackLocked takes back e, no longer owned by any member, for another attempt. With
