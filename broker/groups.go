@@ -124,3 +124,13 @@ func EachHeld[M comparable, E any](pref M, members []M, only bool, held func(M) 
 	}
 	return unknown
 }
+
+// Leave removes m from a consumer group's members and returns where it stood, or -1 if it
+// had left already.
+func Leave[M comparable](members *[]M, m M) int {
+	i := slices.Index(*members, m)
+	if i >= 0 {
+		*members = slices.Delete(*members, i, i+1)
+	}
+	return i
+}

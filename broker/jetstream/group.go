@@ -927,12 +927,10 @@ func (g *group) expire(m *member, seq uint64, h *held) {
 // members.
 func (g *group) leave(m *member) {
 	g.mu.Lock()
-	i := slices.Index(g.members, m)
-	if i < 0 {
+	if broker.Leave(&g.members, m) < 0 {
 		g.mu.Unlock()
 		return
 	}
-	g.members = slices.Delete(g.members, i, i+1)
 	m.left = true
 	st := m.s.st
 	st.mu.Lock()

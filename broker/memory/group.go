@@ -556,12 +556,11 @@ func (g *group) join(s *Subscription, maxInFlight int, ackDeadline time.Duration
 func (g *group) leave(m *member) {
 	tb := g.newTakeBack()
 	g.mu.Lock()
-	i := slices.Index(g.members, m)
+	i := broker.Leave(&g.members, m)
 	if i < 0 {
 		g.mu.Unlock()
 		return
 	}
-	g.members = slices.Delete(g.members, i, i+1)
 	if len(g.members) == 0 && g.b.opts.GroupExpireAfter > 0 && !g.declared {
 		g.emptySince = g.b.now()
 		g.scheduleLocked(g.emptySince + int64(g.b.opts.GroupExpireAfter))
