@@ -26,7 +26,9 @@ type Stream struct {
 	fin       broker.StreamEnd // whether and why it ended
 	closeOnce sync.Once
 
-	subs broker.StreamSubs[*Subscription] // open subscriptions by id; its lock is taken under mu
+	// subs are the open subscriptions by id, under a lock of their own that may be taken
+	// under mu, never the reverse: register adds under mu, so none is added once fin ended.
+	subs broker.StreamSubs[*Subscription]
 }
 
 // NewStream opens a stream to carry subscriptions.

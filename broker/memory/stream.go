@@ -32,7 +32,9 @@ type Stream struct {
 	fin       broker.StreamEnd
 	closeOnce sync.Once
 
-	subs broker.StreamSubs[*Subscription] // open subscriptions by id; its lock is taken before out.mu
+	// subs are the open subscriptions by id. Their lock may be taken before out.mu, never
+	// after: register checks fin and queues the opening event under both.
+	subs broker.StreamSubs[*Subscription]
 }
 
 // NewStream opens a stream to carry subscriptions (broker.Engine). size measures what a
