@@ -32,16 +32,34 @@ func BadPageToken(token string) error {
 	return fmt.Errorf("%w: page token %q is not one this broker gave; leave it empty to list from the start", ErrInvalidSubscription, token)
 }
 
-// DeadLetterPage reads the page token and size of a dead-letter listing: the position after
-// which to list (0 for an empty token) and the limit, 100 if limit is not positive.
-func DeadLetterPage(token string, limit int) (after uint64, n int, err error) {
+// ListDeadLetters is Engine.DeadLetters over one group's store of dead letters, each at a
+// position that grows with its age: up to limit letters (100 if limit is not positive),
+// oldest first, after the position the page token names (from the start if it is empty),
+// and the token of the rest ("" if there is no more). next returns the first letter after a
+// position and its own, and ok false if there is none; it is called with growing positions.
+func ListDeadLetters(token string, limit int, next func(after uint64) (dl DeadLetter, pos uint64, ok bool, err error)) ([]DeadLetter, string, error) {
+	var after uint64
 	if token != "" {
+		var err error
 		if after, err = strconv.ParseUint(token, 10, 64); err != nil {
-			return 0, 0, BadPageToken(token)
+			return nil, "", BadPageToken(token)
 		}
 	}
 	if limit <= 0 {
 		limit = 100
 	}
-	return after, limit, nil
+	var out []DeadLetter
+	for {
+		dl, pos, ok, err := next(after)
+		switch {
+		case err != nil:
+			return nil, "", err
+		case !ok:
+			return out, "", nil
+		case len(out) == limit:
+			return out, strconv.FormatUint(after, 10), nil
+		}
+		out = append(out, dl)
+		after = pos
+	}
 }

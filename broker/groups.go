@@ -27,16 +27,24 @@ func (gc GroupConfig) CheckMember(o *SubscribeOptions, patterns []string) error 
 	return nil
 }
 
-// CheckFanoutID says why a fanout subscription may not take id: a fanout subscription
-// (open) or a consumer group (group) has it.
-func CheckFanoutID(id string, open, group bool) error {
-	switch {
-	case open:
-		return fmt.Errorf("%w: a fanout subscription %q is open; choose another subscription_id or leave it empty", ErrSubscriptionExists, id)
-	case group:
-		return fmt.Errorf("%w: subscription_id %q belongs to a balanced consumer group; choose another id for a fanout subscription", ErrGroupMismatch, id)
+// FanoutID returns the subscription_id a fanout subscription asking for id takes: id, or
+// with id empty the next "fanout-N" of the engine's *autoID. Or it says why the subscription
+// may not take it: an open fanout subscription (in fanouts) or a consumer group (in groups)
+// has it.
+func FanoutID[F, G comparable](id string, autoID *uint64, fanouts map[string]F, groups map[string]G) (string, error) {
+	if id == "" {
+		*autoID++
+		id = "fanout-" + strconv.FormatUint(*autoID, 10)
 	}
-	return nil
+	var noF F
+	var noG G
+	switch {
+	case fanouts[id] != noF:
+		return "", fmt.Errorf("%w: a fanout subscription %q is open; choose another subscription_id or leave it empty", ErrSubscriptionExists, id)
+	case groups[id] != noG:
+		return "", fmt.Errorf("%w: subscription_id %q belongs to a balanced consumer group; choose another id for a fanout subscription", ErrGroupMismatch, id)
+	}
+	return id, nil
 }
 
 // DeadLetterHeaders returns the headers of m dead-lettered by group (subscription id) after
@@ -55,16 +63,20 @@ func DeadLetterHeaders(m *Message, reason, id, group string, attempts uint32) ma
 	return h
 }
 
-// AckTarget says why a unary Ack or Nack of subscription id cannot find a group: it is a
-// fanout subscription, or no group has the id.
-func AckTarget(id string, fanout, group bool) error {
+// AckTarget returns what a unary Ack or Nack of systemID to subscription id settles: g, the
+// consumer group with the id, and the sequence number parse (the engine's) reads in
+// systemID. Or it says why there is none: the id is a fanout subscription's (fanout), no
+// group has it (g is zero), or systemID is not a message of this engine.
+func AckTarget[G comparable](id, systemID string, fanout bool, g G, parse func(string) (uint64, error)) (G, uint64, error) {
+	var none G
 	switch {
 	case fanout:
-		return fmt.Errorf("%w: subscription %q is fanout; fanout deliveries are not acked", ErrGroupMismatch, id)
-	case !group:
-		return fmt.Errorf("%w %q: no consumer group has this subscription_id", ErrUnknownSubscription, id)
+		return none, 0, fmt.Errorf("%w: subscription %q is fanout; fanout deliveries are not acked", ErrGroupMismatch, id)
+	case g == none:
+		return none, 0, fmt.Errorf("%w %q: no consumer group has this subscription_id", ErrUnknownSubscription, id)
 	}
-	return nil
+	seq, err := parse(systemID)
+	return g, seq, err
 }
 
 // NotHeld refuses a unary Ack of systemID that group id does not hold.
@@ -97,4 +109,28 @@ func FindHeld[M comparable, E any](pref M, members []M, only bool, held func(M) 
 		}
 	}
 	return nil, none
+}
+
+// EachHeld calls f on each of seqs that a member of a consumer group holds, found as
+// FindHeld finds it, with the delivery and its holder; it returns how many of seqs no member
+// held.
+func EachHeld[M comparable, E any](pref M, members []M, only bool, held func(M) map[uint64]*E, seqs []uint64, f func(seq uint64, e *E, m M)) (unknown int) {
+	for _, seq := range seqs {
+		if e, m := FindHeld(pref, members, only, held, seq); e != nil {
+			f(seq, e, m)
+		} else {
+			unknown++
+		}
+	}
+	return unknown
+}
+
+// Leave removes m from a consumer group's members and returns where it stood, or -1 if it
+// had left already.
+func Leave[M comparable](members *[]M, m M) int {
+	i := slices.Index(*members, m)
+	if i >= 0 {
+		*members = slices.Delete(*members, i, i+1)
+	}
+	return i
 }

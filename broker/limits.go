@@ -58,6 +58,27 @@ type GroupDefaults struct {
 	GroupExpireAfter time.Duration
 }
 
+// WithDefaults returns d with every zero value replaced by its default, the byte bounds by
+// the engine's: maxQueuedBytes and deadLetterMaxBytes.
+func (d GroupDefaults) WithDefaults(maxQueuedBytes, deadLetterMaxBytes int64) GroupDefaults {
+	if d.GroupMaxQueued <= 0 {
+		d.GroupMaxQueued = 100_000
+	}
+	if d.GroupMaxQueuedBytes <= 0 {
+		d.GroupMaxQueuedBytes = maxQueuedBytes
+	}
+	if d.GroupOverflow == OverflowDefault {
+		d.GroupOverflow = OverflowReject
+	}
+	if d.GroupDeadLetterMax <= 0 {
+		d.GroupDeadLetterMax = 10_000
+	}
+	if d.GroupDeadLetterMaxBytes <= 0 {
+		d.GroupDeadLetterMaxBytes = deadLetterMaxBytes
+	}
+	return d
+}
+
 // WithDefaults returns l with every zero value replaced by its default.
 func (l Limits) WithDefaults() Limits {
 	def := func(v *int, d int) {
@@ -119,6 +140,15 @@ func (l Limits) CheckMessage(topic string, payload []byte, headers map[string]st
 		return 0, err
 	}
 	return l.CheckHeaders(headers)
+}
+
+// AdmitSubscribe is the first step of every engine's subscribe: refuse while the engine is
+// closing, then CheckSubscribe.
+func (l Limits) AdmitSubscribe(closing bool, o *SubscribeOptions) ([]string, error) {
+	if closing {
+		return nil, fmt.Errorf("%w: not accepting subscriptions", ErrShuttingDown)
+	}
+	return l.CheckSubscribe(o)
 }
 
 // CheckSubscribe validates o, fills in its defaults and returns its patterns sorted and

@@ -31,33 +31,3 @@ func (e *StreamEnd) Err() error { return e.err }
 
 // Done is closed when the stream has ended.
 func (e *StreamEnd) Done() <-chan struct{} { return e.done }
-
-// LookupIn is Stream.Lookup over a stream's open subscriptions by id (the caller holds the
-// lock that guards subs): the one with id, or with id empty the only one; nil (not a nil
-// S in an interface) if there is none.
-func LookupIn[S interface {
-	comparable
-	Subscription
-}](subs map[string]S, id string) (Subscription, int) {
-	var none S
-	n := len(subs)
-	if id == "" && n == 1 {
-		for _, s := range subs {
-			return s, n
-		}
-	}
-	if s := subs[id]; id != "" && s != none {
-		return s, n
-	}
-	return nil, n
-}
-
-// ListIn is Stream.Subscriptions over a stream's open subscriptions (the caller holds the
-// lock that guards subs).
-func ListIn[S Subscription](subs map[string]S) []Subscription {
-	out := make([]Subscription, 0, len(subs))
-	for _, s := range subs {
-		out = append(out, s)
-	}
-	return out
-}

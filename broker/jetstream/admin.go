@@ -24,11 +24,7 @@ func (e *Engine) lookup(id, systemID string) (*group, uint64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	if err := broker.AckTarget(id, isFanout, g != nil); err != nil {
-		return nil, 0, err
-	}
-	seq, err := e.ids.parse(systemID)
-	return g, seq, err
+	return broker.AckTarget(id, systemID, isFanout, g, e.ids.parse)
 }
 
 // Ack acknowledges one delivered message of a consumer group. In a cluster, one that no

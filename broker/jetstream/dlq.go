@@ -140,27 +140,18 @@ func (e *Engine) DeadLetters(id, token string, limit int) ([]broker.DeadLetter, 
 	if err != nil {
 		return nil, "", err
 	}
-	after, limit, err := broker.DeadLetterPage(token, limit)
-	if err != nil {
-		return nil, "", err
-	}
 	ctx, cancel := e.ctx()
 	defer cancel()
-	var out []broker.DeadLetter
-	for seq := after + 1; ; {
-		rm, err := e.dlq.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(e.dlqSubject(g.consumer, "*")))
+	return broker.ListDeadLetters(token, limit, func(after uint64) (broker.DeadLetter, uint64, bool, error) {
+		rm, err := e.dlq.GetMsg(ctx, after+1, jetstream.WithGetMsgSubject(e.dlqSubject(g.consumer, "*")))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			return out, "", nil
+			return broker.DeadLetter{}, 0, false, nil
 		}
 		if err != nil {
-			return nil, "", fmt.Errorf("%w: reading the dead letters of consumer group %q: %v", broker.ErrUnavailable, id, err)
+			return broker.DeadLetter{}, 0, false, fmt.Errorf("%w: reading the dead letters of consumer group %q: %v", broker.ErrUnavailable, id, err)
 		}
-		if len(out) == limit {
-			return out, strconv.FormatUint(seq-1, 10), nil
-		}
-		out = append(out, deadLetterOf(rm))
-		seq = rm.Sequence + 1
-	}
+		return deadLetterOf(rm), rm.Sequence, true, nil
+	})
 }
 
 // deadLetterOf reads a letter of the dead-letter stream.

@@ -104,21 +104,7 @@ func (o *Options) setDefaults() {
 	if o.RequestTimeout <= 0 {
 		o.RequestTimeout = 5 * time.Second
 	}
-	if o.GroupMaxQueued <= 0 {
-		o.GroupMaxQueued = 100_000
-	}
-	if o.GroupMaxQueuedBytes <= 0 {
-		o.GroupMaxQueuedBytes = 128 << 20
-	}
-	if o.GroupOverflow == broker.OverflowDefault {
-		o.GroupOverflow = broker.OverflowReject
-	}
-	if o.GroupDeadLetterMax <= 0 {
-		o.GroupDeadLetterMax = 10_000
-	}
-	if o.GroupDeadLetterMaxBytes <= 0 {
-		o.GroupDeadLetterMaxBytes = 64 << 20
-	}
+	o.GroupDefaults = o.GroupDefaults.WithDefaults(128<<20, 64<<20)
 	if o.FanoutBufferMessages <= 0 {
 		o.FanoutBufferMessages = 262_144
 	}
@@ -869,21 +855,10 @@ func (e *Engine) allStreams() []*Stream {
 
 // drain waits until no member holds a message, or ctx is done.
 func (e *Engine) drain(ctx context.Context, groups []*group) error {
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		busy := 0
+	return broker.Drain(ctx, e.log, "shutdown grace period over with messages unacked; JetStream redelivers them", func() (busy int) {
 		for _, g := range groups {
 			busy += g.inFlight()
 		}
-		if busy == 0 {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			e.log.Warn("shutdown grace period over with messages unacked; JetStream redelivers them", "messages", busy)
-			return ctx.Err()
-		case <-tick.C:
-		}
-	}
+		return busy
+	})
 }

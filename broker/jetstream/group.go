@@ -652,14 +652,13 @@ func (e *Engine) join(o broker.SubscribeOptions, patterns []string, s *Subscript
 		inbox: nats.NewInbox(), held: make(map[uint64]*held)}
 	sub, err := e.nc.Subscribe(m.inbox+".*", m.onMsg)
 	if err != nil {
-		s.st.mu.Lock()
-		delete(s.st.subs, s.id)
-		s.st.mu.Unlock()
+		s.st.subs.Remove(s.id, s)
 		return nil, fmt.Errorf("%w: %v", broker.ErrUnavailable, err)
 	}
 	_ = sub.SetPendingLimits(-1, -1)
 	m.sub = sub
 	s.m = m
+	s.Acks = broker.MemberAcks(m)
 	g.mu.Lock()
 	g.members = append(g.members, m)
 	g.pumpLocked(m)
@@ -799,11 +798,29 @@ func (m *member) onMsg(msg *nats.Msg) {
 	g.mu.Unlock()
 }
 
+// The group's side of the member's Subscription.Ack, Nack and Touch (broker.GroupMember).
+func (m *member) ParseID(id string) (uint64, error) { return m.g.e.ids.parse(id) }
+func (m *member) AckSeqs(seqs []uint64) int         { return m.g.ack(m, seqs) }
+func (m *member) NackSeqs(seqs []uint64, delay time.Duration, reason string) int {
+	return m.g.nack(m, seqs, delay, reason)
+}
+func (m *member) TouchSeqs(seqs []uint64) int { return m.g.touch(m, seqs) }
+
 // findLocked returns the delivery seq held on this node and its member: with only set,
 // among pref's alone; otherwise pref's first, then every member's.
 func (g *group) findLocked(pref *member, only bool, seq uint64) (*held, *member) {
-	return broker.FindHeld(pref, g.members, only, func(m *member) map[uint64]*held { return m.held }, seq)
+	return broker.FindHeld(pref, g.members, only, heldBy, seq)
 }
+
+// eachHeld calls f, under g.mu, on each of seqs held on this node, found as findLocked finds
+// it, and returns how many were not.
+func (g *group) eachHeld(pref *member, only bool, seqs []uint64, f func(seq uint64, h *held, m *member)) (unknown int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return broker.EachHeld(pref, g.members, only, heldBy, seqs, f)
+}
+
+func heldBy(m *member) map[uint64]*held { return m.held }
 
 // holds says whether a member of this node holds seq, or this node took it back and waits
 // for JetStream to redeliver it.
@@ -874,37 +891,22 @@ func (g *group) nack(owner *member, seqs []uint64, delay time.Duration, reason s
 		reason = broker.ReasonNack
 	}
 	var items []takeItem
-	g.mu.Lock()
-	for _, seq := range seqs {
-		h, m := g.findLocked(owner, owner != nil, seq)
-		if h == nil {
-			unknown++
-			continue
-		}
+	unknown = g.eachHeld(owner, owner != nil, seqs, func(seq uint64, h *held, m *member) {
 		delete(m.held, seq)
 		h.timer.Stop()
 		g.nacked++
 		items = append(items, takeItem{h: h, reason: reason, delay: delay})
-	}
-	g.mu.Unlock()
+	})
 	g.settle(items)
 	return unknown
 }
 
 // touch restarts the deadline of owner's deliveries, here and in JetStream.
 func (g *group) touch(owner *member, seqs []uint64) (unknown int) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	for _, seq := range seqs {
-		h, m := g.findLocked(owner, true, seq)
-		if h == nil {
-			unknown++
-			continue
-		}
+	return g.eachHeld(owner, true, seqs, func(_ uint64, h *held, m *member) {
 		h.timer.Reset(m.ackDeadline)
 		_ = g.e.nc.Publish(h.reply, []byte("+WPI"))
-	}
-	return unknown
+	})
 }
 
 // expire takes back h, past its member's ack deadline.
@@ -925,12 +927,10 @@ func (g *group) expire(m *member, seq uint64, h *held) {
 // members.
 func (g *group) leave(m *member) {
 	g.mu.Lock()
-	i := slices.Index(g.members, m)
-	if i < 0 {
+	if broker.Leave(&g.members, m) < 0 {
 		g.mu.Unlock()
 		return
 	}
-	g.members = slices.Delete(g.members, i, i+1)
 	m.left = true
 	st := m.s.st
 	st.mu.Lock()
@@ -1101,10 +1101,7 @@ func (e *Engine) forgetGroup(id string, g *group) {
 func (s *Subscription) evict(err error) {
 	st := s.st
 	st.mu.Lock()
-	if st.subs[s.id] == s {
-		delete(st.subs, s.id)
-	}
-	left := len(st.subs)
+	left := st.subs.Remove(s.id, s)
 	s.closed = true
 	st.removeLocked(s, nil)
 	if !st.fin.Ended() {

@@ -6,7 +6,6 @@ import (
 	"slices"
 	"strconv"
 	"sync"
-	"time"
 
 	"github.com/tinybroker/tinybroker/broker"
 )
@@ -25,9 +24,11 @@ type Stream struct {
 	fanCount  int
 	ready     chan struct{}
 	fin       broker.StreamEnd // whether and why it ended
-	subs      map[string]*Subscription
-	peer      string
 	closeOnce sync.Once
+
+	// subs are the open subscriptions by id, under a lock of their own that may be taken
+	// under mu, never the reverse: register adds under mu, so none is added once fin ended.
+	subs broker.StreamSubs[*Subscription]
 }
 
 // NewStream opens a stream to carry subscriptions.
@@ -35,8 +36,7 @@ func (e *Engine) NewStream(size func(*broker.Message) int) broker.Stream {
 	if size == nil {
 		size = func(m *broker.Message) int { return len(m.Payload) }
 	}
-	return &Stream{e: e, id: e.streamSeq.Add(1), size: size, ready: make(chan struct{}, 1), fin: broker.NewStreamEnd(),
-		subs: make(map[string]*Subscription, 1)}
+	return &Stream{e: e, id: e.streamSeq.Add(1), size: size, ready: make(chan struct{}, 1), fin: broker.NewStreamEnd()}
 }
 
 // pushLocked appends d and signals ready if the buffer was empty. st.mu must be held.
@@ -80,34 +80,19 @@ func (st *Stream) register(s *Subscription, peer string) error {
 	if st.fin.Ended() {
 		return fmt.Errorf("%w: the stream has ended", broker.ErrSubscriptionClosed)
 	}
-	if _, ok := st.subs[s.id]; ok {
-		return fmt.Errorf("%w: this stream already carries subscription %q; a stream can be one member of a group at most", broker.ErrSubscriptionExists, s.id)
+	if err := st.subs.Add(s.id, s, peer, st.e.opts.MaxSubscriptionsPerStream, nil); err != nil {
+		return err
 	}
-	if n := len(st.subs); n >= st.e.opts.MaxSubscriptionsPerStream {
-		return fmt.Errorf("%w: this stream carries %d subscriptions, its limit (limits { max_subscriptions_per_stream }); close some, open another stream, or raise the limit", broker.ErrLimit, n)
-	}
-	if st.peer == "" {
-		st.peer = peer
-	}
-	st.subs[s.id] = s
 	st.e.streams[st.id] = st
 	st.pushLocked(broker.Delivery{Sub: s})
 	return nil
 }
 
 // Lookup returns the open subscription with this id (the only one, with id empty).
-func (st *Stream) Lookup(id string) (broker.Subscription, int) {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	return broker.LookupIn(st.subs, id)
-}
+func (st *Stream) Lookup(id string) (broker.Subscription, int) { return st.subs.Lookup(id) }
 
 // Subscriptions returns the open subscriptions.
-func (st *Stream) Subscriptions() []broker.Subscription {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	return broker.ListIn(st.subs)
-}
+func (st *Stream) Subscriptions() []broker.Subscription { return st.subs.List() }
 
 // Next takes up to maxN waiting deliveries of at most maxBytes (at least one, if any wait).
 func (st *Stream) Next(dst []broker.Delivery, maxN, maxBytes int) []broker.Delivery {
@@ -175,11 +160,7 @@ func (st *Stream) end(err error) bool {
 // detachAll removes every subscription of an ended stream, once. No lock may be held.
 func (st *Stream) detachAll() {
 	st.closeOnce.Do(func() {
-		st.mu.Lock()
-		subs := st.subs
-		st.subs = nil
-		st.mu.Unlock()
-		for _, s := range subs {
+		for _, s := range st.subs.Take() {
 			s.detach()
 		}
 		st.e.mu.Lock()
@@ -254,6 +235,8 @@ type Subscription struct {
 	m   *member
 	set broker.Settings
 
+	broker.Acks // Ack, Nack and Touch: by m, if a member
+
 	delivered, dropped uint64 // fanout, under st.mu
 	closed             bool   // under st.mu
 }
@@ -270,42 +253,6 @@ func (s *Subscription) Settings() broker.Settings {
 	return broker.Settings{ID: s.id, MemberID: s.id}
 }
 
-// Ack settles this member's deliveries (or the group's, held on this node) by system_id.
-func (s *Subscription) Ack(ids []string) (skipped int) {
-	if s.g == nil {
-		return 0
-	}
-	return s.g.ack(s.m, s.e.parseIDs(ids, &skipped)) + skipped
-}
-
-// Nack gives this member's deliveries back, to be redelivered after delay.
-func (s *Subscription) Nack(ids []string, delay time.Duration, reason string) (skipped int) {
-	if s.g == nil {
-		return 0
-	}
-	return s.g.nack(s.m, s.e.parseIDs(ids, &skipped), delay, reason) + skipped
-}
-
-// Touch restarts the ack deadline of this member's deliveries.
-func (s *Subscription) Touch(ids []string) (skipped int) {
-	if s.g == nil {
-		return 0
-	}
-	return s.g.touch(s.m, s.e.parseIDs(ids, &skipped)) + skipped
-}
-
-func (e *Engine) parseIDs(ids []string, bad *int) []uint64 {
-	seqs := make([]uint64, 0, len(ids))
-	for _, id := range ids {
-		if seq, err := e.ids.parse(id); err == nil {
-			seqs = append(seqs, seq)
-		} else {
-			*bad++
-		}
-	}
-	return seqs
-}
-
 // Close ends the subscription; a member's unacked messages go at once to the others.
 func (s *Subscription) Close() {
 	if s.refused != nil {
@@ -313,9 +260,7 @@ func (s *Subscription) Close() {
 	}
 	st := s.st
 	st.mu.Lock()
-	if st.subs[s.id] == s {
-		delete(st.subs, s.id)
-	}
+	st.subs.Remove(s.id, s)
 	s.closed = true
 	if s.g == nil {
 		st.removeLocked(s, nil)
@@ -336,10 +281,7 @@ func (s *Subscription) firstMatch(topic string) string {
 
 // subscribe opens a subscription on st.
 func (e *Engine) subscribe(o broker.SubscribeOptions, st *Stream) (*Subscription, error) {
-	if e.closing.Load() {
-		return nil, fmt.Errorf("%w: not accepting subscriptions", broker.ErrShuttingDown)
-	}
-	patterns, err := e.opts.CheckSubscribe(&o)
+	patterns, err := e.opts.AdmitSubscribe(e.closing.Load(), &o)
 	if err != nil {
 		return nil, err
 	}
@@ -352,11 +294,7 @@ func (e *Engine) subscribe(o broker.SubscribeOptions, st *Stream) (*Subscription
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if o.ID == "" {
-		e.autoID++
-		o.ID = "fanout-" + strconv.FormatUint(e.autoID, 10)
-	}
-	if err := broker.CheckFanoutID(o.ID, e.fanouts[o.ID] != nil, e.groups[o.ID] != nil); err != nil {
+	if o.ID, err = broker.FanoutID(o.ID, &e.autoID, e.fanouts, e.groups); err != nil {
 		return nil, err
 	}
 	s.id = o.ID
@@ -434,8 +372,9 @@ func (e *Engine) Streams() []broker.StreamInfo {
 	var out []broker.StreamInfo
 	for _, st := range e.allStreams() {
 		st.mu.Lock()
-		si := broker.StreamInfo{ID: strconv.FormatUint(st.id, 10), Peer: st.peer, Buffered: len(st.buf) - st.head}
-		for _, s := range st.subs {
+		si := broker.StreamInfo{ID: strconv.FormatUint(st.id, 10), Peer: st.subs.Peer(), Buffered: len(st.buf) - st.head}
+		for _, sub := range st.subs.List() {
+			s := sub.(*Subscription)
 			ss := broker.StreamSubscription{ID: s.id, Mode: s.mode, Patterns: s.patterns}
 			if s.g != nil {
 				ss.MemberID, ss.Group = s.set.MemberID, s.g.name

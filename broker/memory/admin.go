@@ -111,7 +111,7 @@ func (b *Engine) Streams() []broker.StreamInfo {
 		st := s.st
 		info := byStream[st]
 		if info == nil {
-			info = &broker.StreamInfo{ID: "stream-" + strconv.FormatUint(st.id, 10), Peer: st.peerAddr()}
+			info = &broker.StreamInfo{ID: "stream-" + strconv.FormatUint(st.id, 10), Peer: st.subs.Peer()}
 			byStream[st] = info
 			order = append(order, st)
 		}

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -65,31 +64,15 @@ func (o *Options) setDefaults() {
 	if o.MaxMemoryBytes <= 0 {
 		o.MaxMemoryBytes = DefaultMemoryLimit()
 	}
-	if o.GroupMaxQueuedBytes <= 0 {
-		o.GroupMaxQueuedBytes = o.MaxMemoryBytes / 8
-	}
-	if o.GroupDeadLetterMaxBytes <= 0 {
-		o.GroupDeadLetterMaxBytes = min(64<<20, o.MaxMemoryBytes/16)
-	}
-	o.setLimitDefaults()
-}
-
-// setLimitDefaults sets every default but the memory budget's, which reads the machine's
-// memory.
-func (o *Options) setLimitDefaults() {
 	o.Limits = o.Limits.WithDefaults()
+	o.GroupDefaults = o.GroupDefaults.WithDefaults(o.MaxMemoryBytes/8, min(64<<20, o.MaxMemoryBytes/16))
 	def := func(v *int, d int) {
 		if *v <= 0 {
 			*v = d
 		}
 	}
-	def(&o.GroupMaxQueued, 100_000)
-	def(&o.GroupDeadLetterMax, 10_000)
 	def(&o.FanoutBufferMessages, 262_144)
 	def(&o.FanoutBufferBytes, 64<<20)
-	if o.GroupOverflow == broker.OverflowDefault {
-		o.GroupOverflow = broker.OverflowReject
-	}
 	if o.PublisherWait == 0 {
 		o.PublisherWait = time.Second
 	}
@@ -178,18 +161,6 @@ func (b *Engine) FormatID(seq uint64) string { return b.ids.format(seq) }
 
 // ParseID returns the sequence number of a system_id of this broker process.
 func (b *Engine) ParseID(id string) (uint64, error) { return b.ids.parse(id) }
-
-func (b *Engine) parseIDs(ids []string, bad *int) []uint64 {
-	seqs := make([]uint64, 0, len(ids))
-	for _, id := range ids {
-		if seq, err := b.ids.parse(id); err == nil {
-			seqs = append(seqs, seq)
-		} else {
-			*bad++
-		}
-	}
-	return seqs
-}
 
 // Publish validates and routes one message. The broker keeps payload and headers: the caller
 // must not modify them afterwards.
@@ -339,10 +310,7 @@ func (b *Engine) Subscribe(o broker.SubscribeOptions) (*Subscription, error) {
 
 // subscribe opens a subscription on st.
 func (b *Engine) subscribe(o broker.SubscribeOptions, st *Stream) (*Subscription, error) {
-	if b.closing.Load() {
-		return nil, fmt.Errorf("%w: not accepting subscriptions", broker.ErrShuttingDown)
-	}
-	patterns, err := b.opts.CheckSubscribe(&o)
+	patterns, err := b.opts.AdmitSubscribe(b.closing.Load(), &o)
 	if err != nil {
 		return nil, err
 	}
@@ -352,11 +320,7 @@ func (b *Engine) subscribe(o broker.SubscribeOptions, st *Stream) (*Subscription
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if o.Mode == broker.Fanout {
-		if o.ID == "" {
-			b.autoID++
-			o.ID = "fanout-" + strconv.FormatUint(b.autoID, 10)
-		}
-		if err := broker.CheckFanoutID(o.ID, b.fanouts[o.ID] != nil, b.groups[o.ID] != nil); err != nil {
+		if o.ID, err = broker.FanoutID(o.ID, &b.autoID, b.fanouts, b.groups); err != nil {
 			return nil, err
 		}
 		s.id = o.ID
@@ -381,6 +345,7 @@ func (b *Engine) subscribe(o broker.SubscribeOptions, st *Stream) (*Subscription
 		return nil, err
 	}
 	s.m = g.join(s, o.MaxInFlight, o.AckDeadline, o.Peer)
+	s.Acks = broker.MemberAcks(s.m)
 	return s, nil
 }
 
@@ -470,11 +435,7 @@ func (b *Engine) lookupMessage(id, systemID string) (*group, uint64, error) {
 	b.mu.RLock()
 	g, isFanout := b.groups[id], b.fanouts[id] != nil
 	b.mu.RUnlock()
-	if err := broker.AckTarget(id, isFanout, g != nil); err != nil {
-		return nil, 0, err
-	}
-	seq, err := b.ids.parse(systemID)
-	return g, seq, err
+	return broker.AckTarget(id, systemID, isFanout, g, b.ids.parse)
 }
 
 // Ack acknowledges one delivered message of a balanced subscription.
@@ -570,26 +531,15 @@ func (b *Engine) allSubscriptions() []*Subscription {
 
 // drain waits until nothing is in flight or buffered, or ctx is done.
 func (b *Engine) drain(ctx context.Context) error {
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		busy := 0
+	return broker.Drain(ctx, b.log, "shutdown grace period over with messages unacked or unsent", func() (busy int) {
 		b.mu.RLock()
+		defer b.mu.RUnlock()
 		for _, g := range b.groups {
 			busy += g.drain()
 		}
 		for _, s := range b.fanouts {
 			busy += s.stats().Buffered
 		}
-		b.mu.RUnlock()
-		if busy == 0 {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			b.log.Warn("shutdown grace period over with messages unacked or unsent", "messages", busy)
-			return ctx.Err()
-		case <-tick.C:
-		}
-	}
+		return busy
+	})
 }

@@ -2,7 +2,6 @@ package memory
 
 import (
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/tinybroker/tinybroker/broker"
@@ -178,25 +177,17 @@ func (b *Engine) DeadLetters(id, token string, limit int) ([]broker.DeadLetter, 
 	if err != nil {
 		return nil, "", err
 	}
-	after, limit, err := broker.DeadLetterPage(token, limit)
-	if err != nil {
-		return nil, "", err
-	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	var out []broker.DeadLetter
-	var last uint64
-	for _, k := range g.dead.list {
-		if k == nil || k.pos <= after {
-			continue
+	i := 0 // where to look on: each call asks for a later position than the last
+	return broker.ListDeadLetters(token, limit, func(after uint64) (broker.DeadLetter, uint64, bool, error) {
+		for ; i < len(g.dead.list); i++ {
+			if k := g.dead.list[i]; k != nil && k.pos > after {
+				return k.dl, k.pos, true, nil
+			}
 		}
-		if len(out) == limit {
-			return out, strconv.FormatUint(last, 10), nil
-		}
-		out = append(out, k.dl)
-		last = k.pos
-	}
-	return out, "", nil
+		return broker.DeadLetter{}, 0, false, nil
+	})
 }
 
 // ReplayDeadLetters publishes the dead letters named by ids (all kept now if ids is empty)

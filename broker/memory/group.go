@@ -77,6 +77,14 @@ type member struct {
 	ended       error // under the stream's out.mu: why the engine ended it (Subscription.evict)
 }
 
+// The group's side of the member's Subscription.Ack, Nack and Touch (broker.GroupMember).
+func (m *member) ParseID(id string) (uint64, error) { return m.s.b.ids.parse(id) }
+func (m *member) AckSeqs(seqs []uint64) int         { return m.s.g.ack(m, seqs) }
+func (m *member) NackSeqs(seqs []uint64, delay time.Duration, reason string) int {
+	return m.s.g.nack(m, seqs, delay, reason)
+}
+func (m *member) TouchSeqs(seqs []uint64) int { return m.s.g.touch(m, seqs) }
+
 type entry struct {
 	msg      *message
 	attempt  uint32
@@ -308,8 +316,16 @@ func (g *group) scheduleLocked(at int64) {
 // findOwnedLocked returns the in-flight entry seq and its member. With only set it looks at
 // pref alone; otherwise at pref first, then at every member.
 func (g *group) findOwnedLocked(pref *member, only bool, seq uint64) (*entry, *member) {
-	return broker.FindHeld(pref, g.members, only, func(m *member) map[uint64]*entry { return m.owned }, seq)
+	return broker.FindHeld(pref, g.members, only, ownedBy, seq)
 }
+
+// eachOwnedLocked calls f on each of seqs in flight, found as findOwnedLocked finds it, and
+// returns how many were not.
+func (g *group) eachOwnedLocked(pref *member, only bool, seqs []uint64, f func(seq uint64, e *entry, m *member)) (unknown int) {
+	return broker.EachHeld(pref, g.members, only, ownedBy, seqs, f)
+}
+
+func ownedBy(m *member) map[uint64]*entry { return m.owned }
 
 // settleLocked lets go of e, queued or delayed, where it stands: it is marked settled, to be
 // skipped when it reaches the head of the queue or its delay ends, and releases its message
@@ -383,16 +399,11 @@ func (g *group) nack(owner *member, seqs []uint64, delay time.Duration, reason s
 	tb := g.newTakeBack()
 	g.mu.Lock()
 	now := g.b.now()
-	for _, seq := range seqs {
-		e, m := g.findOwnedLocked(owner, owner != nil, seq)
-		if e == nil {
-			unknown++
-			continue
-		}
+	unknown = g.eachOwnedLocked(owner, owner != nil, seqs, func(seq uint64, e *entry, m *member) {
 		delete(m.owned, seq)
 		g.nacked++
 		g.giveBackLocked(e, reason, delay, now, tb)
-	}
+	})
 	g.requeueLocked(tb)
 	g.dispatchLocked(now)
 	g.mu.Unlock()
@@ -405,14 +416,9 @@ func (g *group) touch(owner *member, seqs []uint64) (unknown int) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	now := g.b.now()
-	for _, seq := range seqs {
-		if e, m := g.findOwnedLocked(owner, true, seq); e != nil {
-			e.deadline = now + int64(m.ackDeadline)
-		} else {
-			unknown++
-		}
-	}
-	return unknown
+	return g.eachOwnedLocked(owner, true, seqs, func(_ uint64, e *entry, m *member) {
+		e.deadline = now + int64(m.ackDeadline)
+	})
 }
 
 // giveBackLocked takes back e, no longer owned by any member, for another attempt. With
@@ -550,12 +556,11 @@ func (g *group) join(s *Subscription, maxInFlight int, ackDeadline time.Duration
 func (g *group) leave(m *member) {
 	tb := g.newTakeBack()
 	g.mu.Lock()
-	i := slices.Index(g.members, m)
+	i := broker.Leave(&g.members, m)
 	if i < 0 {
 		g.mu.Unlock()
 		return
 	}
-	g.members = slices.Delete(g.members, i, i+1)
 	if len(g.members) == 0 && g.b.opts.GroupExpireAfter > 0 && !g.declared {
 		g.emptySince = g.b.now()
 		g.scheduleLocked(g.emptySince + int64(g.b.opts.GroupExpireAfter))

@@ -32,9 +32,9 @@ type Stream struct {
 	fin       broker.StreamEnd
 	closeOnce sync.Once
 
-	mu   sync.Mutex               // guards subs and peer; never held while calling into the broker
-	subs map[string]*Subscription // open subscriptions by id
-	peer string                   // the first Peer its subscriptions gave
+	// subs are the open subscriptions by id. Their lock may be taken before out.mu, never
+	// after: register checks fin and queues the opening event under both.
+	subs broker.StreamSubs[*Subscription]
 }
 
 // NewStream opens a stream to carry subscriptions (broker.Engine). size measures what a
@@ -49,7 +49,7 @@ func (b *Engine) newStream(size func(*broker.Message) int) *Stream {
 	if size == nil {
 		size = payloadSize
 	}
-	return &Stream{b: b, id: b.streamSeq.Add(1), size: size, out: newOutbox(b.mem), fin: broker.NewStreamEnd(), subs: make(map[string]*Subscription, 1)}
+	return &Stream{b: b, id: b.streamSeq.Add(1), size: size, out: newOutbox(b.mem), fin: broker.NewStreamEnd()}
 }
 
 // payloadSize is the size of a stream that has no transport: its batches are bounded in
@@ -89,49 +89,25 @@ func (st *Stream) refuse(o broker.SubscribeOptions, err error) {
 // register adds s to the stream and queues its opening event; it fails if the stream has
 // ended or already carries s's id. It is called before s is routed to.
 func (st *Stream) register(s *Subscription, peer string) error {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if st.peer == "" {
-		st.peer = peer
-	}
-	if _, ok := st.subs[s.id]; ok {
-		return fmt.Errorf("%w: this stream already carries subscription %q; a stream can be one member of a group at most", broker.ErrSubscriptionExists, s.id)
-	}
-	if n := len(st.subs); n >= st.b.opts.MaxSubscriptionsPerStream {
-		return fmt.Errorf("%w: this stream carries %d subscriptions, its limit (limits { max_subscriptions_per_stream }); close some, open another stream, or raise the limit", broker.ErrLimit, n)
-	}
-	st.out.mu.Lock()
-	defer st.out.mu.Unlock()
-	if st.fin.Ended() {
-		return fmt.Errorf("%w: the stream has ended", broker.ErrSubscriptionClosed)
-	}
-	st.subs[s.id] = s
-	if st.events {
-		st.out.pushLocked(delivery{sub: s})
-	}
-	return nil
-}
-
-func (st *Stream) peerAddr() string {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	return st.peer
+	return st.subs.Add(s.id, s, peer, st.b.opts.MaxSubscriptionsPerStream, func() error {
+		st.out.mu.Lock()
+		defer st.out.mu.Unlock()
+		if st.fin.Ended() {
+			return fmt.Errorf("%w: the stream has ended", broker.ErrSubscriptionClosed)
+		}
+		if st.events {
+			st.out.pushLocked(delivery{sub: s})
+		}
+		return nil
+	})
 }
 
 // Lookup returns the stream's open subscription with this id. With id empty it returns the
 // stream's only subscription, if it has exactly one; n is how many it has.
-func (st *Stream) Lookup(id string) (broker.Subscription, int) {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	return broker.LookupIn(st.subs, id)
-}
+func (st *Stream) Lookup(id string) (broker.Subscription, int) { return st.subs.Lookup(id) }
 
 // Subscriptions returns the stream's open subscriptions, in no order.
-func (st *Stream) Subscriptions() []broker.Subscription {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	return broker.ListIn(st.subs)
-}
+func (st *Stream) Subscriptions() []broker.Subscription { return st.subs.List() }
 
 // Ready is signalled when deliveries may be waiting; call Next until it returns none.
 func (st *Stream) Ready() <-chan struct{} { return st.out.ready }
@@ -174,11 +150,7 @@ func (st *Stream) endLocked(err error) bool { return st.fin.End(err) }
 // held.
 func (st *Stream) detachAll() {
 	st.closeOnce.Do(func() {
-		st.mu.Lock()
-		subs := st.subs
-		st.subs = nil
-		st.mu.Unlock()
-		for _, s := range subs {
+		for _, s := range st.subs.Take() {
 			s.detach()
 		}
 		// Group members took their deliveries back as they left; what is left is fanout

@@ -2,7 +2,6 @@ package memory
 
 import (
 	"fmt"
-	"time"
 
 	"github.com/tinybroker/tinybroker/broker"
 )
@@ -10,8 +9,8 @@ import (
 // Subscription is one open subscription: a fanout subscription, or one member of a consumer
 // group, carried by a Stream. Broker.Subscribe gives it a stream of its own, drained through
 // the Subscription's Next, Ready, Done and Err; Stream.Subscribe shares the caller's stream.
-// Balanced deliveries are settled with Ack, Nack and Touch. Close ends the subscription (and
-// a stream of its own).
+// Balanced deliveries are settled with Ack, Nack and Touch (broker.Acks). Close ends the
+// subscription (and a stream of its own).
 //
 // A broker holding 100,000 subscriptions holds 100,000 of these, so it is kept small: a
 // fanout subscription's settings are its id; a member's live in bal.
@@ -24,6 +23,8 @@ type Subscription struct {
 	m        *member          // broker.Balanced
 	bal      *broker.Settings // broker.Balanced
 	refused  error            // an event for an open that failed: the subscription never existed
+
+	broker.Acks // Ack, Nack and Touch: by m, if balanced
 
 	// Under st.out.mu, the stream's lock, on purpose: a fanout deliver checks that stream and
 	// subscription are open, checks room, pushes and counts in one critical section, so that
@@ -72,34 +73,6 @@ func (s *Subscription) Next(dst []broker.Delivery, maxN, maxBytes int) []broker.
 	return s.st.Next(dst, maxN, maxBytes)
 }
 
-// Ack settles deliveries of a balanced subscription by system_id. Ids that are unknown,
-// already acked or malformed are skipped: a late or duplicate ack never ends a stream. It
-// returns how many ids were skipped. Fanout subscriptions take no acks; they are ignored.
-func (s *Subscription) Ack(ids []string) (skipped int) {
-	if s.g == nil {
-		return 0
-	}
-	return s.g.ack(s.m, s.b.parseIDs(ids, &skipped)) + skipped
-}
-
-// Nack gives this member's deliveries back to the group, to be redelivered after delay (at
-// once if zero). It returns how many ids were skipped as unknown or not this member's.
-func (s *Subscription) Nack(ids []string, delay time.Duration, reason string) (skipped int) {
-	if s.g == nil {
-		return 0
-	}
-	return s.g.nack(s.m, s.b.parseIDs(ids, &skipped), delay, reason) + skipped
-}
-
-// Touch extends the ack deadline of this member's in-flight deliveries by a full
-// AckDeadline from now. It returns how many ids were skipped.
-func (s *Subscription) Touch(ids []string) (skipped int) {
-	if s.g == nil {
-		return 0
-	}
-	return s.g.touch(s.m, s.b.parseIDs(ids, &skipped)) + skipped
-}
-
 // Close ends the subscription: nothing more is delivered for it, and what its stream still
 // buffers for it is dropped. A group member's unacked messages go at once to the other
 // members. Close is idempotent.
@@ -112,11 +85,7 @@ func (s *Subscription) Close() {
 		return
 	}
 	st := s.st
-	st.mu.Lock()
-	if st.subs[s.id] == s {
-		delete(st.subs, s.id)
-	}
-	st.mu.Unlock()
+	st.subs.Remove(s.id, s)
 	st.out.mu.Lock()
 	s.closed = true
 	if s.g == nil { // a leaving member's deliveries are taken back by group.leave
@@ -135,12 +104,7 @@ func (s *Subscription) evict(err error) {
 		st.end(err)
 		return
 	}
-	st.mu.Lock()
-	if st.subs[s.id] == s {
-		delete(st.subs, s.id)
-	}
-	left := len(st.subs)
-	st.mu.Unlock()
+	left := st.subs.Remove(s.id, s)
 	st.out.mu.Lock()
 	s.closed = true
 	if !st.fin.Ended() {
