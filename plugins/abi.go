@@ -104,7 +104,13 @@ const keepStorage = 32
 // it (emits appended elsewhere, newPayload, why) stays valid.
 func (st *callState) reset() {
 	if !st.dirty {
-		st.callInput = callInput{} // no reference to the message is kept past its call
+		// No reference to the message is kept past its call. An on_publish call was given
+		// only these (plugin.publish), the rest being zero since the last reset.
+		if st.hook == abi.HookPublish {
+			st.topic, st.payload, st.headers = "", nil, nil
+		} else {
+			st.callInput = callInput{}
+		}
 		return
 	}
 	names, changes, idx, emits := st.names, st.changes, st.changeIdx, st.emits
@@ -134,6 +140,17 @@ func (st *callState) reset() {
 type callCtx struct {
 	context.Context // context.Background(), or the call's time limit
 	inst            *instance
+	bare            bool // Context is context.Background(): no values
+}
+
+// Value implements context.Context. wazero looks a key up once per call into the guest; for
+// the instance's own context (no time limit) that is answered here, without the call
+// through the embedded interface.
+func (c *callCtx) Value(key any) any {
+	if c.bare {
+		return nil
+	}
+	return c.Context.Value(key)
 }
 
 // read returns a view of guest memory [ptr, ptr+n) (not a copy: use it before the guest
@@ -289,7 +306,19 @@ type hostFunc struct {
 	name    string
 	params  []api.ValueType
 	results []api.ValueType
-	fn      func(inst *instance, stack []uint64)
+	fn      hostFn
+}
+
+// hostFn is a host function's body, and its api.GoModuleFunction: wazero calls it with the
+// call's context (a *callCtx), in which it finds the calling instance, with no closure
+// in between.
+type hostFn func(inst *instance, stack []uint64)
+
+// Call implements api.GoModuleFunction.
+func (f hostFn) Call(ctx context.Context, _ api.Module, stack []uint64) {
+	inst := ctx.(*callCtx).inst
+	inst.hostCalls++
+	f(inst, stack)
 }
 
 var (
@@ -480,12 +509,7 @@ var hostFuncIndex = func() map[string]*hostFunc {
 func instantiateHostModule(ctx context.Context, r wazero.Runtime) error {
 	b := r.NewHostModuleBuilder(hostModule)
 	for i := range hostFuncs {
-		fn := hostFuncs[i].fn
-		b = b.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(func(ctx context.Context, m api.Module, stack []uint64) {
-			inst := ctx.(*callCtx).inst
-			inst.hostCalls++
-			fn(inst, stack)
-		}), hostFuncs[i].params, hostFuncs[i].results).Export(hostFuncs[i].name)
+		b = b.NewFunctionBuilder().WithGoModuleFunction(hostFuncs[i].fn, hostFuncs[i].params, hostFuncs[i].results).Export(hostFuncs[i].name)
 	}
 	_, err := b.Instantiate(ctx)
 	return err

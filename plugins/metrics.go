@@ -83,12 +83,6 @@ type callMetrics struct {
 	hooks [abi.NumHooks]hookMetrics
 }
 
-// timed counts a call of hook k and reports whether to time it: the first call and every
-// latencySample-th after it.
-func (m *callMetrics) timed(k abi.Hook) bool {
-	return m.hooks[k].calls.Add(1)%latencySample == 1
-}
-
 func (m *callMetrics) observe(k abi.Hook, start time.Time) {
 	d := time.Since(start)
 	h := &m.hooks[k]
