@@ -103,33 +103,57 @@ const keepStorage = 32
 // reset clears st, keeping the storage of its slices and index map. What a caller took out of
 // it (emits appended elsewhere, newPayload, why) stays valid.
 func (st *callState) reset() {
+	// No reference to the message is kept past its call. An on_publish call was given only
+	// these (plugin.publish), the rest being zero since the last reset.
+	if st.hook == abi.HookPublish {
+		st.topic, st.payload, st.headers = "", nil, nil
+	} else {
+		st.callInput = callInput{}
+	}
 	if !st.dirty {
-		// No reference to the message is kept past its call. An on_publish call was given
-		// only these (plugin.publish), the rest being zero since the last reset.
-		if st.hook == abi.HookPublish {
-			st.topic, st.payload, st.headers = "", nil, nil
-		} else {
-			st.callInput = callInput{}
-		}
 		return
 	}
-	names, changes, idx, emits := st.names, st.changes, st.changeIdx, st.emits
-	if cap(names) > keepStorage {
-		names = nil
+	// Field by field rather than one assignment of a new callState: the struct copy goes
+	// through the write barrier's bulk path (and clears the input again) when the GC runs,
+	// which a plugin that sets a header on every message makes it do often.
+	st.dirty = false
+	if len(st.names) > 0 || st.namesOK {
+		if cap(st.names) > keepStorage {
+			st.names = nil
+		} else {
+			clear(st.names)
+			st.names = st.names[:0]
+		}
+		st.namesOK = false
 	}
-	if cap(changes) > keepStorage {
-		changes, idx = nil, nil
+	if st.topicSet || st.newTopic != "" {
+		st.newTopic, st.topicSet = "", false
 	}
-	if cap(emits) > keepStorage {
-		emits = nil
+	if st.payloadSet || st.newPayload != nil {
+		st.newPayload, st.payloadSet = nil, false
 	}
-	clear(names)
-	clear(changes)
-	if len(idx) > 0 {
-		clear(idx)
+	if len(st.changes) > 0 {
+		if cap(st.changes) > keepStorage {
+			st.changes, st.changeIdx = nil, nil
+		} else {
+			clear(st.changes)
+			st.changes = st.changes[:0]
+			if len(st.changeIdx) > 0 {
+				clear(st.changeIdx)
+			}
+		}
 	}
-	clear(emits)
-	*st = callState{names: names[:0], changes: changes[:0], changeIdx: idx, emits: emits[:0]}
+	if len(st.emits) > 0 {
+		if cap(st.emits) > keepStorage {
+			st.emits = nil
+		} else {
+			clear(st.emits)
+			st.emits = st.emits[:0]
+		}
+	}
+	if st.why != "" {
+		st.why = ""
+	}
 }
 
 // callCtx is the context of every call into an instance, and of its instantiation: wazero

@@ -372,10 +372,15 @@ func (p *plugin) publishFailed(d *broker.Draft, err error) (bool, error) {
 
 // applyHeaders returns a copy of h with the changes of a call: the message's map may be shared
 // (with the publisher, with a message already delivered), so it is never changed in place.
+//
+// The copy is maps.Clone's, which copies a small map's table as it is, rather than a
+// range loop's (an iterator started at a random slot, and every entry hashed again).
 func applyHeaders(h map[string]string, changes []headerChange) map[string]string {
-	out := make(map[string]string, len(h)+len(changes))
-	for k, v := range h {
-		out[k] = v
+	var out map[string]string
+	if len(h) == 0 {
+		out = make(map[string]string, len(changes))
+	} else {
+		out = maps.Clone(h)
 	}
 	changeHeaders(out, changes)
 	return out

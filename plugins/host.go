@@ -104,6 +104,7 @@ type plugin struct {
 	compiled   wazero.CompiledModule
 	has        [abi.NumHooks]bool
 	hasInbox   bool           // it exports tb_v1_inbox (inbox.go)
+	filled     bool           // calls take invokeFilled's path: a time limit or an inbox
 	topics     []topicPattern // spec.Topics, compiled
 	configText string
 	pool       pool
@@ -147,6 +148,7 @@ func (h *Host) load(ctx context.Context, s Spec) (*plugin, error) {
 	if err := p.check(); err != nil {
 		return fail(err)
 	}
+	p.filled = s.CallTimeout > 0 || p.hasInbox
 	if _, err := wasi_snapshot_preview1.Instantiate(ctx, p.rt); err != nil {
 		return fail(err)
 	}
@@ -340,9 +342,20 @@ func (p *plugin) invoke(inst *instance, k abi.Hook) (uint64, error) {
 	inst.uncounted[k]++ // added to the plugin's counters later (plugin.flush)
 	inst.sampled++
 	if inst.sampled%latencySample == 1 {
-		defer p.metrics.observe(k, time.Now())
+		return p.invokeSampled(inst, k)
 	}
-	if p.spec.CallTimeout > 0 || p.hasInbox {
+	if p.filled {
+		return p.invokeFilled(inst, k)
+	}
+	inst.stack[0] = 0
+	return p.called(inst, inst.fns[k].CallWithStack(&inst.ctx, inst.stack))
+}
+
+// invokeSampled is invoke for a call whose latency is measured (one in latencySample): its
+// deferred observation is kept off the common path.
+func (p *plugin) invokeSampled(inst *instance, k abi.Hook) (uint64, error) {
+	defer p.metrics.observe(k, time.Now())
+	if p.filled {
 		return p.invokeFilled(inst, k)
 	}
 	inst.stack[0] = 0
