@@ -103,27 +103,57 @@ const keepStorage = 32
 // reset clears st, keeping the storage of its slices and index map. What a caller took out of
 // it (emits appended elsewhere, newPayload, why) stays valid.
 func (st *callState) reset() {
+	// No reference to the message is kept past its call. An on_publish call was given only
+	// these (plugin.publish), the rest being zero since the last reset.
+	if st.hook == abi.HookPublish {
+		st.topic, st.payload, st.headers = "", nil, nil
+	} else {
+		st.callInput = callInput{}
+	}
 	if !st.dirty {
-		st.callInput = callInput{} // no reference to the message is kept past its call
 		return
 	}
-	names, changes, idx, emits := st.names, st.changes, st.changeIdx, st.emits
-	if cap(names) > keepStorage {
-		names = nil
+	// Field by field rather than one assignment of a new callState: the struct copy goes
+	// through the write barrier's bulk path (and clears the input again) when the GC runs,
+	// which a plugin that sets a header on every message makes it do often.
+	st.dirty = false
+	if len(st.names) > 0 || st.namesOK {
+		if cap(st.names) > keepStorage {
+			st.names = nil
+		} else {
+			clear(st.names)
+			st.names = st.names[:0]
+		}
+		st.namesOK = false
 	}
-	if cap(changes) > keepStorage {
-		changes, idx = nil, nil
+	if st.topicSet || st.newTopic != "" {
+		st.newTopic, st.topicSet = "", false
 	}
-	if cap(emits) > keepStorage {
-		emits = nil
+	if st.payloadSet || st.newPayload != nil {
+		st.newPayload, st.payloadSet = nil, false
 	}
-	clear(names)
-	clear(changes)
-	if len(idx) > 0 {
-		clear(idx)
+	if len(st.changes) > 0 {
+		if cap(st.changes) > keepStorage {
+			st.changes, st.changeIdx = nil, nil
+		} else {
+			clear(st.changes)
+			st.changes = st.changes[:0]
+			if len(st.changeIdx) > 0 {
+				clear(st.changeIdx)
+			}
+		}
 	}
-	clear(emits)
-	*st = callState{names: names[:0], changes: changes[:0], changeIdx: idx, emits: emits[:0]}
+	if len(st.emits) > 0 {
+		if cap(st.emits) > keepStorage {
+			st.emits = nil
+		} else {
+			clear(st.emits)
+			st.emits = st.emits[:0]
+		}
+	}
+	if st.why != "" {
+		st.why = ""
+	}
 }
 
 // callCtx is the context of every call into an instance, and of its instantiation: wazero
@@ -134,6 +164,17 @@ func (st *callState) reset() {
 type callCtx struct {
 	context.Context // context.Background(), or the call's time limit
 	inst            *instance
+	bare            bool // Context is context.Background(): no values
+}
+
+// Value implements context.Context. wazero looks a key up once per call into the guest; for
+// the instance's own context (no time limit) that is answered here, without the call
+// through the embedded interface.
+func (c *callCtx) Value(key any) any {
+	if c.bare {
+		return nil
+	}
+	return c.Context.Value(key)
 }
 
 // read returns a view of guest memory [ptr, ptr+n) (not a copy: use it before the guest
@@ -289,7 +330,19 @@ type hostFunc struct {
 	name    string
 	params  []api.ValueType
 	results []api.ValueType
-	fn      func(inst *instance, stack []uint64)
+	fn      hostFn
+}
+
+// hostFn is a host function's body, and its api.GoModuleFunction: wazero calls it with the
+// call's context (a *callCtx), in which it finds the calling instance, with no closure
+// in between.
+type hostFn func(inst *instance, stack []uint64)
+
+// Call implements api.GoModuleFunction.
+func (f hostFn) Call(ctx context.Context, _ api.Module, stack []uint64) {
+	inst := ctx.(*callCtx).inst
+	inst.hostCalls++
+	f(inst, stack)
 }
 
 var (
@@ -480,12 +533,7 @@ var hostFuncIndex = func() map[string]*hostFunc {
 func instantiateHostModule(ctx context.Context, r wazero.Runtime) error {
 	b := r.NewHostModuleBuilder(hostModule)
 	for i := range hostFuncs {
-		fn := hostFuncs[i].fn
-		b = b.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(func(ctx context.Context, m api.Module, stack []uint64) {
-			inst := ctx.(*callCtx).inst
-			inst.hostCalls++
-			fn(inst, stack)
-		}), hostFuncs[i].params, hostFuncs[i].results).Export(hostFuncs[i].name)
+		b = b.NewFunctionBuilder().WithGoModuleFunction(hostFuncs[i].fn, hostFuncs[i].params, hostFuncs[i].results).Export(hostFuncs[i].name)
 	}
 	_, err := b.Instantiate(ctx)
 	return err

@@ -71,7 +71,12 @@ type PluginStats struct {
 func (c *Chain) Stats() []PluginStats {
 	var st []PluginStats
 	for _, p := range c.all {
-		st = append(st, PluginStats{Name: p.spec.Name, Calls: p.calls.Load(), Failures: p.failures.Load(),
+		p.collect()
+		var calls uint64
+		for k := range p.metrics.hooks {
+			calls += p.metrics.hooks[k].calls.Load()
+		}
+		st = append(st, PluginStats{Name: p.spec.Name, Calls: calls, Failures: p.failures.Load(),
 			Skipped: p.skipped.Load(), HostCalls: p.hostCalls.Load(), BreakerOpen: p.openUntil.Load() != 0})
 	}
 	return st
@@ -262,14 +267,10 @@ func (c *Chain) OnPublishBatch(ds []broker.Draft, vs []broker.PublishVerdict, er
 			}
 			if inst == nil && !p.breakerOpen() {
 				inst, _ = p.pool.get(p) // on an error, publish gets and counts it again
-				if inst != nil {
-					inst.batch = true
-				}
 			}
 			stopped[i], errs[i] = p.publish(&inst, &ds[i], &vs[i], &owned[i])
 		}
 		if inst != nil {
-			p.countBatch(inst, abi.HookPublish)
 			p.pool.put(inst)
 		}
 	}
@@ -296,7 +297,10 @@ func (p *plugin) publish(inst **instance, d *broker.Draft, out *broker.PublishVe
 		}
 	}
 	if err == nil {
-		in.st.callInput = callInput{hook: abi.HookPublish, topic: d.Topic, payload: d.Payload, headers: d.Headers}
+		// The rest of the call's input is zero since the last reset: four fields, not the
+		// whole input, are written (and cleared by reset) on the path every message takes.
+		st := &in.st
+		st.hook, st.topic, st.payload, st.headers = abi.HookPublish, d.Topic, d.Payload, d.Headers
 		var alive bool
 		if v, alive, err = p.run(in, abi.HookPublish, validPublish); !alive {
 			in = nil
@@ -368,10 +372,15 @@ func (p *plugin) publishFailed(d *broker.Draft, err error) (bool, error) {
 
 // applyHeaders returns a copy of h with the changes of a call: the message's map may be shared
 // (with the publisher, with a message already delivered), so it is never changed in place.
+//
+// The copy is maps.Clone's, which copies a small map's table as it is, rather than a
+// range loop's (an iterator started at a random slot, and every entry hashed again).
 func applyHeaders(h map[string]string, changes []headerChange) map[string]string {
-	out := make(map[string]string, len(h)+len(changes))
-	for k, v := range h {
-		out[k] = v
+	var out map[string]string
+	if len(h) == 0 {
+		out = make(map[string]string, len(changes))
+	} else {
+		out = maps.Clone(h)
 	}
 	changeHeaders(out, changes)
 	return out

@@ -104,13 +104,13 @@ type plugin struct {
 	compiled   wazero.CompiledModule
 	has        [abi.NumHooks]bool
 	hasInbox   bool           // it exports tb_v1_inbox (inbox.go)
+	filled     bool           // calls take invokeFilled's path: a time limit or an inbox
 	topics     []topicPattern // spec.Topics, compiled
 	configText string
 	pool       pool
 
 	consecutive atomic.Int32
-	openUntil   atomic.Int64 // circuit breaker open until (Unix ns); 0: closed
-	calls       atomic.Uint64
+	openUntil   atomic.Int64  // circuit breaker open until (Unix ns); 0: closed
 	hostCalls   atomic.Uint64 // with HostOptions.CountHostCalls
 	failures    atomic.Uint64
 	skipped     atomic.Uint64 // calls not made because the breaker was open
@@ -148,6 +148,7 @@ func (h *Host) load(ctx context.Context, s Spec) (*plugin, error) {
 	if err := p.check(); err != nil {
 		return fail(err)
 	}
+	p.filled = s.CallTimeout > 0 || p.hasInbox
 	if _, err := wasi_snapshot_preview1.Instantiate(ctx, p.rt); err != nil {
 		return fail(err)
 	}
@@ -253,12 +254,13 @@ type instance struct {
 	st    callState // the state of the call in progress, reset after each call
 	box   inbox     // with the plugin's hasInbox
 
-	hostCalls uint64 // made since the last call ended (HostOptions.CountHostCalls)
-
-	// batch: the instance serves a batch of on_publish calls (Chain.OnPublishBatch), whose
-	// calls are counted when it ends; uncounted: how many so far.
-	batch     bool
-	uncounted uint64
+	// The instance counts its calls (per hook) and the host calls they made itself, without
+	// an atomic operation per call; the plugin adds them to its counters when it collects
+	// the idle instances (plugin.collect, for Stats and Metrics) and when one is discarded.
+	// Only the goroutine that holds the instance touches them.
+	uncounted [abi.NumHooks]uint64
+	hostCalls uint64
+	sampled   uint64 // calls made, for the latency sample (one in latencySample)
 
 	strs    [8]string // recently interned strings (instance.intern)
 	nextStr uint8
@@ -266,7 +268,7 @@ type instance struct {
 
 func (p *plugin) newInstance(ctx context.Context) (*instance, error) {
 	inst := &instance{p: p, stack: make([]uint64, 1)}
-	inst.ctx = callCtx{Context: context.Background(), inst: inst}
+	inst.ctx = callCtx{Context: context.Background(), inst: inst, bare: true}
 	inst.st.hook = abi.HookInit
 	mcfg := wazero.NewModuleConfig().WithName("").WithStartFunctions("_initialize").
 		WithSysWalltime().WithSysNanotime().WithRandSource(rand.Reader).
@@ -337,19 +339,23 @@ func (p *plugin) newInstance(ctx context.Context) (*instance, error) {
 // verdict. A failed call discards inst. A call that tried to grow the memory past the
 // plugin's limit failed, even if the plugin went on (memory.grow returned -1 to it).
 func (p *plugin) invoke(inst *instance, k abi.Hook) (uint64, error) {
-	if inst.batch {
-		// Counted when the batch ends (countBatch): two atomic additions per call saved.
-		inst.uncounted++
-		if inst.uncounted%latencySample == 1 {
-			defer p.metrics.observe(k, time.Now())
-		}
-	} else {
-		p.calls.Add(1)
-		if p.metrics.timed(k) {
-			defer p.metrics.observe(k, time.Now())
-		}
+	inst.uncounted[k]++ // added to the plugin's counters later (plugin.flush)
+	inst.sampled++
+	if inst.sampled%latencySample == 1 {
+		return p.invokeSampled(inst, k)
 	}
-	if p.spec.CallTimeout > 0 || p.hasInbox {
+	if p.filled {
+		return p.invokeFilled(inst, k)
+	}
+	inst.stack[0] = 0
+	return p.called(inst, inst.fns[k].CallWithStack(&inst.ctx, inst.stack))
+}
+
+// invokeSampled is invoke for a call whose latency is measured (one in latencySample): its
+// deferred observation is kept off the common path.
+func (p *plugin) invokeSampled(inst *instance, k abi.Hook) (uint64, error) {
+	defer p.metrics.observe(k, time.Now())
+	if p.filled {
 		return p.invokeFilled(inst, k)
 	}
 	inst.stack[0] = 0
@@ -387,29 +393,47 @@ func (p *plugin) callHook(ctx *callCtx, inst *instance, k abi.Hook) error {
 
 // called completes invoke: err is what CallWithStack returned.
 func (p *plugin) called(inst *instance, err error) (uint64, error) {
-	if p.host.opts.CountHostCalls {
-		p.hostCalls.Add(inst.hostCalls)
-		inst.hostCalls = 0
-	}
 	if inst.gmem.refused != 0 {
 		err = inst.memoryRefused()
 	}
 	if err != nil {
-		p.countBatch(inst, abi.HookPublish)
-		p.pool.discard(inst)
+		p.pool.discard(inst) // its calls counted first
 		return 0, err
 	}
 	return inst.stack[0], nil
 }
 
-// countBatch adds the calls inst made in a batch of hook k to the plugin's counters, and
-// ends the batch.
-func (p *plugin) countBatch(inst *instance, k abi.Hook) {
-	if inst.uncounted > 0 {
-		p.calls.Add(inst.uncounted)
-		p.metrics.hooks[k].calls.Add(inst.uncounted)
+// flush adds the calls inst counted, and the host calls they made, to the plugin's counters.
+// The caller holds inst (or the pool's lock while inst is idle).
+func (p *plugin) flush(inst *instance) {
+	for k, n := range inst.uncounted {
+		if n > 0 {
+			p.metrics.hooks[k].calls.Add(n)
+			inst.uncounted[k] = 0
+		}
 	}
-	inst.batch, inst.uncounted = false, 0
+	if inst.hostCalls > 0 {
+		if p.host.opts.CountHostCalls {
+			p.hostCalls.Add(inst.hostCalls)
+		}
+		inst.hostCalls = 0
+	}
+}
+
+// collect brings the plugin's counters up to date with its idle instances' (a busy one's
+// calls are added once it is idle again, by the next collect): every call made so far when no
+// call is in progress.
+func (p *plugin) collect() {
+	pl := &p.pool
+	pl.mu.Lock()
+	for _, inst := range pl.idle {
+		p.flush(inst)
+	}
+	pl.mu.Unlock()
+	if inst := pl.hot.Swap(nil); inst != nil {
+		p.flush(inst)
+		pl.put(inst)
+	}
 }
 
 // errMemoryLimit is the failure of a call that tried to grow the memory past its limit.
@@ -617,6 +641,7 @@ func (pl *pool) put(inst *instance) {
 }
 
 func (pl *pool) discard(inst *instance) {
+	inst.p.flush(inst)
 	_ = inst.mod.Close(context.Background())
 	pl.release()
 }

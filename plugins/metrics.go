@@ -12,7 +12,11 @@ import (
 
 // What the metrics need of the plugins beyond Stats: calls per hook, failures by kind, a
 // histogram of call latency per hook, and instances. Everything is counted with atomic
-// adds on the plugin, and read only when metrics are scraped (Chain.Metrics).
+// adds on the plugin, and read only when metrics are scraped (Chain.Metrics); the calls
+// themselves are counted on each instance first, without an atomic operation, and added
+// when the plugin collects its idle instances (plugin.collect, for Stats and Metrics) or
+// discards one: a scrape sees every call but those of instances busy at that moment, which
+// the next scrape counts.
 
 // Failure kinds, the values of FailureKinds.
 const (
@@ -83,12 +87,6 @@ type callMetrics struct {
 	hooks [abi.NumHooks]hookMetrics
 }
 
-// timed counts a call of hook k and reports whether to time it: the first call and every
-// latencySample-th after it.
-func (m *callMetrics) timed(k abi.Hook) bool {
-	return m.hooks[k].calls.Add(1)%latencySample == 1
-}
-
 func (m *callMetrics) observe(k abi.Hook, start time.Time) {
 	d := time.Since(start)
 	h := &m.hooks[k]
@@ -116,8 +114,8 @@ type HookMetrics struct {
 	Hook     string // on_publish, on_ack or on_redeliver
 	Calls    uint64 // calls made (not those skipped while the breaker was open)
 	Failures [NumFailureKinds]uint64
-	// Latency is a histogram of a sample of the calls (the first, then one in
-	// latencySample): Buckets[i] counts those that took at most LatencyBounds[i] seconds
+	// Latency is a histogram of a sample of the calls (each instance's first, then one in
+	// latencySample of its calls): Buckets[i] counts those that took at most LatencyBounds[i] seconds
 	// (cumulative), Count all of them, Sum their total in seconds.
 	Buckets []uint64
 	Count   uint64
