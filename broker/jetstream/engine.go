@@ -187,6 +187,7 @@ type Engine struct {
 	patSubs                               map[string]*patSub // fanout pattern → its NATS subscription
 	groups                                map[string]*group
 	groupNames                            map[string]string
+	gone                                  map[goneKey]time.Time // consumers deleted, when forgotten (rememberGoneLocked)
 	streams                               map[uint64]*Stream
 	autoID                                uint64
 }

@@ -49,6 +49,9 @@ type group struct {
 	e        *Engine
 	id       string
 	consumer string
+	// created is when JetStream created the consumer (its identity: one deleted and made
+	// again under the same name is another). Written under Engine.mu.
+	created time.Time
 
 	// The definition: written under Engine.mu and group.mu, read under either.
 	name          string
@@ -181,7 +184,7 @@ func (e *Engine) groupFromInfo(ci *jetstream.ConsumerInfo) *group {
 		return nil
 	}
 	g := e.newGroup(id)
-	g.name, g.dlq, g.ackWait = md[metaGroup], md[metaDLQ], ci.Config.AckWait
+	g.name, g.dlq, g.ackWait, g.created = md[metaGroup], md[metaDLQ], ci.Config.AckWait, ci.Created
 	_ = json.Unmarshal([]byte(md[metaPatterns]), &g.patterns)
 	g.maxDeliveries, _ = strconv.Atoi(md[metaMaxDeliveries])
 	g.declared = md[metaDeclared] == "true"
@@ -396,7 +399,7 @@ func (e *Engine) groupLocked(id string) (*group, error) {
 		return nil, fmt.Errorf("%w: reading consumer group %q from JetStream: %v", broker.ErrUnavailable, id, err)
 	}
 	g := e.groupFromInfo(c.CachedInfo())
-	if g == nil {
+	if g == nil || e.goneLocked(g) {
 		return nil, nil
 	}
 	e.addGroupLocked(g)
@@ -413,9 +416,11 @@ func (e *Engine) addGroupLocked(g *group) {
 func (e *Engine) saveLocked(g *group) error {
 	ctx, cancel := e.ctx()
 	defer cancel()
-	if _, err := e.js.CreateOrUpdateConsumer(ctx, e.opts.Stream, e.consumerConfig(g)); err != nil {
+	c, err := e.js.CreateOrUpdateConsumer(ctx, e.opts.Stream, e.consumerConfig(g))
+	if err != nil {
 		return fmt.Errorf("%w: JetStream refused consumer group %q: %v", broker.ErrUnavailable, g.id, err)
 	}
+	g.created = c.CachedInfo().Created
 	e.announce(g.consumer)
 	return nil
 }
@@ -544,8 +549,14 @@ func (e *Engine) learn(ci *jetstream.ConsumerInfo) *group {
 	defer e.mu.Unlock()
 	g := e.groups[ng.id]
 	if g == nil {
+		if e.goneLocked(ng) { // read before JetStream deleted it, and forgotten since
+			return nil
+		}
 		e.addGroupLocked(ng)
 		return ng
+	}
+	if ng.created.After(g.created) { // made again (another node), and its deletion missed here
+		g.created = ng.created
 	}
 	g.mu.Lock()
 	if g.name != ng.name {
@@ -1072,6 +1083,7 @@ func (e *Engine) forgetGroup(id string, g *group) {
 	if e.groupNames[g.name] == id {
 		delete(e.groupNames, g.name)
 	}
+	e.rememberGoneLocked(g)
 	e.changed()
 	e.mu.Unlock()
 	g.mu.Lock()
@@ -1095,6 +1107,43 @@ func (e *Engine) forgetGroup(id string, g *group) {
 		m.s.evict(err)
 	}
 }
+
+// goneKey names a consumer JetStream deleted: its name and its creation time.
+type goneKey struct {
+	consumer string
+	created  int64
+}
+
+// rememberGoneLocked notes that g's consumer was deleted and g forgotten, so that a reading
+// of it from before the deletion (a listing for Stats, an announcement's) does not bring g
+// back: no deletion would follow to forget it again, and an expired group would stay for
+// good. A reading older than goneFor is not in flight any more. Engine.mu must be held.
+func (e *Engine) rememberGoneLocked(g *group) {
+	now := time.Now()
+	for k, t := range e.gone {
+		if now.Sub(t) > e.goneFor() {
+			delete(e.gone, k)
+		}
+	}
+	if g.created.IsZero() {
+		return
+	}
+	if e.gone == nil {
+		e.gone = make(map[goneKey]time.Time)
+	}
+	e.gone[goneKey{g.consumer, g.created.UnixNano()}] = now
+}
+
+// goneLocked says whether g, as just read from JetStream, is a consumer that was deleted
+// and forgotten meanwhile. Engine.mu must be held.
+func (e *Engine) goneLocked(g *group) bool {
+	_, ok := e.gone[goneKey{g.consumer, g.created.UnixNano()}]
+	return ok && !g.created.IsZero()
+}
+
+// goneFor is how long a deleted consumer is remembered: longer than any call to JetStream
+// that read it before it went.
+func (e *Engine) goneFor() time.Duration { return 2*e.opts.RequestTimeout + time.Minute }
 
 // evict ends a member's subscription for the engine: an Ended event on its stream, and the
 // stream ends with err if it carried nothing else.
