@@ -51,7 +51,10 @@ type Options struct {
 	Prefix string
 	// Stream is the JetStream stream holding what consumer groups have not acked ("TB").
 	Stream string
-	// MemoryStorage keeps the stream in memory instead of files (tests).
+	// MemoryStorage keeps the stream, the dead letters and the consumers' state in memory
+	// instead of files (storage = "memory"): nothing is kept across a restart of every node,
+	// but with Replicas 3 the loss of a node is survived without a disk. An existing stream
+	// keeps the storage it was made with, and the consumers follow it.
 	MemoryStorage bool
 	// DeleteStreamOnShutdown removes the stream and its consumers when the engine stops
 	// (tests, on a shared server).
@@ -455,12 +458,26 @@ func (e *Engine) ensureStream() error {
 	if err != nil {
 		return err
 	}
+	if mem := s.CachedInfo().Config.Storage == jetstream.MemoryStorage; mem != e.opts.MemoryStorage {
+		// JetStream cannot change a stream's storage; a consumer group's state is kept as
+		// its messages are.
+		e.log.Warn("the JetStream stream exists with another storage; it keeps it (delete the stream, or choose another stream name, to change it)",
+			"stream", cfg.Name, "storage", storageName(mem), "configured", storageName(e.opts.MemoryStorage))
+		e.opts.MemoryStorage = mem
+	}
 	key := s.CachedInfo().Config.Metadata[metaIDKey]
 	if key == "" {
 		return fmt.Errorf("JetStream stream %s exists but was not made by tinybroker (no %s in its metadata); choose another stream name", cfg.Name, metaIDKey)
 	}
 	e.ids, err = newIDCodec(key)
 	return err
+}
+
+func storageName(memory bool) string {
+	if memory {
+		return "memory"
+	}
+	return "file"
 }
 
 // openStream opens the stream cfg names, creating it as cfg says if there is none.
