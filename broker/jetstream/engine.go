@@ -154,7 +154,8 @@ type Engine struct {
 	nc   *nats.Conn
 	js   jetstream.JetStream
 	ids  idCodec
-	solo bool // one embedded node: every delivery of the stream is held in this process
+	st   *stores // the stores sent to the stream and not yet acknowledged (store.go)
+	solo bool    // one embedded node: every delivery of the stream is held in this process
 	// interest says whether any NATS subscription, on this server or (by its routes) on
 	// another node, wants a subject; nil with an external server, where the engine cannot ask.
 	interest func(subject string) bool
@@ -299,12 +300,14 @@ func (e *Engine) connect() error {
 			e.solo = len(srv.ClusterName()) == 0 || !srv.JetStreamIsClustered()
 		}
 	}
-	js, err := jetstream.New(e.nc, jetstream.WithPublishAsyncMaxPending(maxPendingStores),
-		jetstream.WithPublishAsyncTimeout(o.RequestTimeout))
+	js, err := jetstream.New(e.nc)
 	if err != nil {
 		return err
 	}
 	e.js = js
+	if err := e.startStores(); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), max(o.RequestTimeout, 30*time.Second))
 	defer cancel()
 	for {
@@ -586,7 +589,9 @@ func (r *router) RouteBatch(ms []broker.Routable, out []broker.PublishOutcome) {
 		return
 	}
 	now := time.Now().UnixNano()
+	var deadline time.Time // RequestTimeout from the frame's first store
 	ps := make([]pendingStore, len(ms))
+	var b *storeBatch // made for the frame's first store
 	for i, m := range ms {
 		p := &ps[i]
 		p.mr = e.match(m.Topic)
@@ -601,43 +606,30 @@ func (r *router) RouteBatch(ms []broker.Routable, out []broker.PublishOutcome) {
 		if len(skip) > 0 {
 			h[hdrSkip] = []string{strings.Join(skip, ",")}
 		}
-		f, err := e.js.PublishMsgAsync(&nats.Msg{Subject: e.subjG + m.Topic, Data: m.Payload, Header: h}, jetstream.WithStallWait(e.opts.RequestTimeout))
-		if err != nil {
+		if b == nil {
+			b, deadline = newStoreBatch(len(ms)), time.Now().Add(e.opts.RequestTimeout)
+		}
+		if err := e.st.send(e.nc, b, i, &nats.Msg{Subject: e.subjG + m.Topic, Data: m.Payload, Header: h}, deadline); err != nil {
 			out[i].Err = e.storeError(err)
 			p.unadmit()
 			continue
 		}
-		p.ack = f
+		p.sent = true
 	}
-	timeout := time.NewTimer(e.opts.RequestTimeout)
-	defer timeout.Stop()
-	expired := false
+	if b != nil {
+		e.st.wait(b, deadline)
+	}
 	for i := range ps {
 		p := &ps[i]
-		if p.ack == nil {
+		if !p.sent {
 			continue
 		}
-		if expired { // what has not come by now is answered UNAVAILABLE: it may be stored
-			select {
-			case a := <-p.ack.Ok():
-				p.seq = a.Sequence
-			default:
-				out[i].Err = e.storeError(context.DeadlineExceeded)
-			}
-		} else {
-			select {
-			case a := <-p.ack.Ok():
-				p.seq = a.Sequence
-			case err := <-p.ack.Err():
-				out[i].Err = e.storeError(err)
-			case <-timeout.C:
-				expired = true
-				out[i].Err = e.storeError(context.DeadlineExceeded)
-			}
-		}
-		if out[i].Err != nil {
+		if err := b.errs[i]; err != nil {
+			out[i].Err = e.storeError(err)
 			p.unadmit()
+			continue
 		}
+		p.seq = b.seqs[i]
 	}
 	for i := range ms {
 		if out[i].Err == nil {
@@ -649,10 +641,10 @@ func (r *router) RouteBatch(ms []broker.Routable, out []broker.PublishOutcome) {
 // pendingStore is one message of RouteBatch on its way.
 type pendingStore struct {
 	mr   *matchResult
-	took []*group               // the groups that admitted it (see admit)
-	cost int64                  // what it costs each of them
-	ack  jetstream.PubAckFuture // nil: not stored (no group took it), or refused
-	seq  uint64                 // its stream sequence, once stored
+	took []*group // the groups that admitted it (see admit)
+	cost int64    // what it costs each of them
+	sent bool     // sent to the stream (not: no group took it, or it could not be sent)
+	seq  uint64   // its stream sequence, once stored
 }
 
 // admit asks every group m matches to take it (group.admit). The groups that refuse it are
