@@ -591,7 +591,8 @@ func (r *router) RouteBatch(ms []broker.Routable, out []broker.PublishOutcome) {
 	now := time.Now().UnixNano()
 	var deadline time.Time // RequestTimeout from the frame's first store
 	ps := make([]pendingStore, len(ms))
-	var b *storeBatch // made for the frame's first store
+	var b *storeBatch     // made for the frame's first store
+	var plain nats.Header // the stored headers of a message without headers of its own
 	for i, m := range ms {
 		p := &ps[i]
 		p.mr = e.match(m.Topic)
@@ -602,9 +603,18 @@ func (r *router) RouteBatch(ms []broker.Routable, out []broker.PublishOutcome) {
 		if skip, out[i].Err = e.admit(p, &m); out[i].Err != nil || len(p.took) == 0 {
 			continue
 		}
-		h := encodeHeaders(m.Headers, now)
-		if len(skip) > 0 {
-			h[hdrSkip] = []string{strings.Join(skip, ",")}
+		var h nats.Header
+		if len(m.Headers) == 0 && len(skip) == 0 {
+			// The same for every such message of the frame (nats.go only reads it).
+			if plain == nil {
+				plain = encodeHeaders(nil, now)
+			}
+			h = plain
+		} else {
+			h = encodeHeaders(m.Headers, now)
+			if len(skip) > 0 {
+				h[hdrSkip] = []string{strings.Join(skip, ",")}
+			}
 		}
 		if b == nil {
 			b, deadline = newStoreBatch(len(ms)), time.Now().Add(e.opts.RequestTimeout)

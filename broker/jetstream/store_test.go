@@ -38,3 +38,25 @@ func TestParsePubAck(t *testing.T) {
 		}
 	}
 }
+
+// An ack subject is read in its old and its new (domain, account hash) forms.
+func TestParseAck(t *testing.T) {
+	for _, tt := range []struct {
+		reply string
+		ok    bool
+		want  ackInfo
+	}{
+		{"$JS.ACK.TB.jobs.2.41.7.1700000000000000000.3", true, ackInfo{stream: "TB", consumer: "jobs", delivered: 2, sseq: 41, dseq: 7}},
+		{"$JS.ACK.hub.ACCHASH.TB.jobs.1.5.6.1700000000000000000.0", true, ackInfo{stream: "TB", consumer: "jobs", delivered: 1, sseq: 5, dseq: 6}},
+		{"$JS.ACK.hub.ACCHASH.TB.jobs.1.5.6.1700000000000000000.0.tok", true, ackInfo{stream: "TB", consumer: "jobs", delivered: 1, sseq: 5, dseq: 6}},
+		{"$JS.ACK.hub.ACCHASH.TB.jobs.1.5.6.1700000000000000000.0.tok.more", false, ackInfo{}},
+		{"$JS.ACK.TB.jobs.x.41.7.1.3", false, ackInfo{}},
+		{"_INBOX.abc", false, ackInfo{}},
+		{"", false, ackInfo{}},
+	} {
+		got, ok := parseAck(tt.reply)
+		if ok != tt.ok || got != tt.want {
+			t.Errorf("%q: %+v %v, want %+v %v", tt.reply, got, ok, tt.want, tt.ok)
+		}
+	}
+}
