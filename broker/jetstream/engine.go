@@ -156,6 +156,10 @@ type Engine struct {
 	ids  idCodec
 	st   *stores // the stores sent to the stream and not yet acknowledged (store.go)
 	solo bool    // one embedded node: every delivery of the stream is held in this process
+	// local: the embedded server has no listener (clients, cluster, gateways), so only this
+	// process's connections reach it: fanout copies go straight to the local subscriptions
+	// instead of through NATS and back (see fanout).
+	local bool
 	// interest says whether any NATS subscription, on this server or (by its routes) on
 	// another node, wants a subject; nil with an external server, where the engine cannot ask.
 	interest func(subject string) bool
@@ -299,6 +303,7 @@ func (e *Engine) connect() error {
 		if o.Server != nil {
 			e.solo = len(srv.ClusterName()) == 0 || !srv.JetStreamIsClustered()
 		}
+		e.local = e.solo && srv.Addr() == nil && srv.ClusterAddr() == nil && srv.GatewayAddr() == nil
 	}
 	js, err := jetstream.New(e.nc)
 	if err != nil {
@@ -727,7 +732,13 @@ func (e *Engine) fanout(m *broker.Routable, p *pendingStore, publishedAt int64) 
 		seq = rand.Uint64() | 1
 		id = e.ids.format(seq, e.ids.fanout)
 	}
-	if err := e.publishFanout(m, seq, id, publishedAt); err != nil {
+	var err error
+	if e.local {
+		e.deliverLocal(m, p.mr.subs, seq, id, publishedAt)
+	} else {
+		err = e.publishFanout(m, seq, id, publishedAt)
+	}
+	if err != nil {
 		if len(p.took) == 0 {
 			if errors.Is(err, nats.ErrMaxPayload) {
 				return broker.PublishResult{}, e.storeError(err)
@@ -756,11 +767,27 @@ func (e *Engine) publishFanout(m *broker.Routable, seq uint64, id string, publis
 	return e.nc.Publish(subj, data)
 }
 
-// matchResult is how many local fanout subscriptions and known consumer groups a topic
-// matches, cached per topic and tagged with Engine.gen.
+// deliverLocal gives a fanout copy of m to the local subscriptions that want it, as the
+// dispatcher does with what NATS brings back (Engine.local): the same message, without the
+// envelope and the round trip through the embedded server, which were two fifths of the
+// broker's CPU in W1.
+func (e *Engine) deliverLocal(m *broker.Routable, subs []*Subscription, seq uint64, id string, publishedAt int64) {
+	if len(subs) == 0 {
+		return
+	}
+	msg := &broker.Message{ID: seq, SystemID: id, Topic: m.Topic, Payload: m.Payload, Headers: m.Headers, PublishedAt: publishedAt,
+		HeaderBytes: m.HB, Targets: 1}
+	for _, s := range subs {
+		s.st.deliverFanout(s, msg)
+	}
+}
+
+// matchResult is how many local fanout subscriptions (subs) and known consumer groups a
+// topic matches, cached per topic and tagged with Engine.gen.
 type matchResult struct {
 	gen     uint64
 	fanouts int
+	subs    []*Subscription
 	groups  []*group
 }
 
@@ -777,6 +804,7 @@ func (e *Engine) match(topic string) *matchResult {
 		for _, p := range s.patterns {
 			if broker.MatchPattern(p, topic) {
 				mr.fanouts++
+				mr.subs = append(mr.subs, s)
 				break
 			}
 		}
