@@ -40,7 +40,9 @@ type Options struct {
 	Embedded    EmbeddedOptions
 
 	// Server, if set, is an embedded NATS server already running in this process that the
-	// engine uses and does not stop (tests share one between engines).
+	// engine uses and does not stop (tests share one between engines, each with a Prefix and
+	// Stream of its own: without a listener, an engine's fanout copies do not go through the
+	// server, so engines sharing a prefix there would not see each other's).
 	Server *natsserver.Server
 
 	// Replicas of the stream and consumers: 1, or 3 in a cluster of three or more.
