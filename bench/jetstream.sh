@@ -6,9 +6,11 @@
 #   bench/jetstream.sh [ROUNDS] [W1|W2 ...]          # default: 3 rounds of W1 W2
 #   RUN_FLAGS="-n 100000" bench/jetstream.sh 3 W2     # flags for both benchmark clients
 #   MEMORY=1 bench/jetstream.sh                       # also the memory engine, as a third side
+#   STORAGE=memory bench/jetstream.sh                 # the engine's storage = "memory" (default "file")
 # The NATS peer is $NATS_RUN's directory (default ../shared/bench/peers/nats beside the tree,
 # or beside the main checkout of a worktree).
-# Its W2 JetStream figure ("nats-js") keeps the stream in memory; tinybroker's here in files.
+# Its W2 JetStream figure ("nats-js") keeps the stream in memory (work-queue retention);
+# tinybroker's is in files unless STORAGE=memory, the like-for-like comparison.
 set -euo pipefail
 rounds=${1:-3}; shift $(( $# < 1 ? $# : 1 ))
 workloads=("$@"); [ ${#workloads[@]} -gt 0 ] || workloads=(W1 W2)
@@ -29,7 +31,7 @@ tb() { # engine workload -> the bench's result line
   local log="$tmp/serve.log" addr="" cfg=()
   if [ "$1" = jetstream ]; then
     rm -rf "$tmp/data"
-    printf 'engine "jetstream" {\n  data_dir = "%s"\n}\n' "$tmp/data" >"$tmp/js.hcl"
+    printf 'engine "jetstream" {\n  data_dir = "%s"\n  storage  = "%s"\n}\n' "$tmp/data" "${STORAGE:-file}" >"$tmp/js.hcl"
     cfg=(--config "$tmp/js.hcl")
   fi
   "$tmp/tinybroker" serve "${cfg[@]}" --listen 127.0.0.1:0 2>"$log" & pid=$!
@@ -68,7 +70,7 @@ sides() { # workload -> "label command..." per side
   [ -z "${MEMORY:-}" ] || echo "tb-memory tb memory $1"
 }
 
-echo "# $(date -u '+%Y-%m-%dT%H:%M:%SZ') $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# $(date -u '+%Y-%m-%dT%H:%M:%SZ') $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg), storage ${STORAGE:-file}"
 for r in $(seq "$rounds"); do
   for w in "${workloads[@]}"; do
     while read -r label cmd args; do

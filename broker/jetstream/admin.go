@@ -341,6 +341,9 @@ func (e *Engine) takeQueued(g *group, limit int) (int, error) {
 				g.mu.Unlock()
 			}
 			_ = e.nc.Publish(m.Reply, []byte("+TERM"))
+			if got == batch { // a batch filled ends without a status
+				break
+			}
 		}
 		if got == 0 {
 			return n, nil

@@ -163,7 +163,21 @@ type ackInfo struct {
 // parseAck reads an ack subject: $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<dseq>.<ts>.<pending>,
 // or the newer form with a domain and an account hash after $JS.ACK.
 func parseAck(reply string) (ackInfo, bool) {
-	tok := strings.Split(reply, ".")
+	// The tokens, without strings.Split's allocation (one per delivery).
+	var buf [12]string
+	tok := buf[:0]
+	for rest := reply; ; {
+		i := strings.IndexByte(rest, '.')
+		if i < 0 {
+			tok = append(tok, rest)
+			break
+		}
+		if len(tok) == len(buf)-1 {
+			return ackInfo{}, false
+		}
+		tok = append(tok, rest[:i])
+		rest = rest[i+1:]
+	}
 	var off int
 	switch {
 	case len(tok) == 9:

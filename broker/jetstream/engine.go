@@ -40,7 +40,9 @@ type Options struct {
 	Embedded    EmbeddedOptions
 
 	// Server, if set, is an embedded NATS server already running in this process that the
-	// engine uses and does not stop (tests share one between engines).
+	// engine uses and does not stop (tests share one between engines, each with a Prefix and
+	// Stream of its own: without a listener, an engine's fanout copies do not go through the
+	// server, so engines sharing a prefix there would not see each other's).
 	Server *natsserver.Server
 
 	// Replicas of the stream and consumers: 1, or 3 in a cluster of three or more.
@@ -51,7 +53,10 @@ type Options struct {
 	Prefix string
 	// Stream is the JetStream stream holding what consumer groups have not acked ("TB").
 	Stream string
-	// MemoryStorage keeps the stream in memory instead of files (tests).
+	// MemoryStorage keeps the stream, the dead letters and the consumers' state in memory
+	// instead of files (storage = "memory"): nothing is kept across a restart of every node,
+	// but with Replicas 3 the loss of a node is survived without a disk. An existing stream
+	// keeps the storage it was made with, and the consumers follow it.
 	MemoryStorage bool
 	// DeleteStreamOnShutdown removes the stream and its consumers when the engine stops
 	// (tests, on a shared server).
@@ -137,7 +142,12 @@ type Engine struct {
 	nc   *nats.Conn
 	js   jetstream.JetStream
 	ids  idCodec
-	solo bool // one embedded node: every delivery of the stream is held in this process
+	st   *stores // the stores sent to the stream and not yet acknowledged (store.go)
+	solo bool    // one embedded node: every delivery of the stream is held in this process
+	// local: the embedded server has no listener (clients, cluster, gateways), so only this
+	// process's connections reach it: fanout copies go straight to the local subscriptions
+	// instead of through NATS and back (see fanout).
+	local bool
 	// interest says whether any NATS subscription, on this server or (by its routes) on
 	// another node, wants a subject; nil with an external server, where the engine cannot ask.
 	interest func(subject string) bool
@@ -173,6 +183,7 @@ type Engine struct {
 	patSubs                               map[string]*patSub // fanout pattern → its NATS subscription
 	groups                                map[string]*group
 	groupNames                            map[string]string
+	gone                                  map[goneKey]time.Time // consumers deleted, when forgotten (rememberGoneLocked)
 	streams                               map[uint64]*Stream
 	autoID                                uint64
 }
@@ -280,13 +291,16 @@ func (e *Engine) connect() error {
 		if o.Server != nil {
 			e.solo = len(srv.ClusterName()) == 0 || !srv.JetStreamIsClustered()
 		}
+		e.local = e.solo && srv.Addr() == nil && srv.ClusterAddr() == nil && srv.GatewayAddr() == nil
 	}
-	js, err := jetstream.New(e.nc, jetstream.WithPublishAsyncMaxPending(maxPendingStores),
-		jetstream.WithPublishAsyncTimeout(o.RequestTimeout))
+	js, err := jetstream.New(e.nc)
 	if err != nil {
 		return err
 	}
 	e.js = js
+	if err := e.startStores(); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), max(o.RequestTimeout, 30*time.Second))
 	defer cancel()
 	for {
@@ -440,12 +454,26 @@ func (e *Engine) ensureStream() error {
 	if err != nil {
 		return err
 	}
+	if mem := s.CachedInfo().Config.Storage == jetstream.MemoryStorage; mem != e.opts.MemoryStorage {
+		// JetStream cannot change a stream's storage; a consumer group's state is kept as
+		// its messages are.
+		e.log.Warn("the JetStream stream exists with another storage; it keeps it (delete the stream, or choose another stream name, to change it)",
+			"stream", cfg.Name, "storage", storageName(mem), "configured", storageName(e.opts.MemoryStorage))
+		e.opts.MemoryStorage = mem
+	}
 	key := s.CachedInfo().Config.Metadata[metaIDKey]
 	if key == "" {
 		return fmt.Errorf("JetStream stream %s exists but was not made by tinybroker (no %s in its metadata); choose another stream name", cfg.Name, metaIDKey)
 	}
 	e.ids, err = newIDCodec(key)
 	return err
+}
+
+func storageName(memory bool) string {
+	if memory {
+		return "memory"
+	}
+	return "file"
 }
 
 // openStream opens the stream cfg names, creating it as cfg says if there is none.
@@ -554,7 +582,10 @@ func (r *router) RouteBatch(ms []broker.Routable, out []broker.PublishOutcome) {
 		return
 	}
 	now := time.Now().UnixNano()
+	var deadline time.Time // RequestTimeout from the frame's first store
 	ps := make([]pendingStore, len(ms))
+	var b *storeBatch     // made for the frame's first store
+	var plain nats.Header // the stored headers of a message without headers of its own
 	for i, m := range ms {
 		p := &ps[i]
 		p.mr = e.match(m.Topic)
@@ -565,47 +596,43 @@ func (r *router) RouteBatch(ms []broker.Routable, out []broker.PublishOutcome) {
 		if skip, out[i].Err = e.admit(p, &m); out[i].Err != nil || len(p.took) == 0 {
 			continue
 		}
-		h := encodeHeaders(m.Headers, now)
-		if len(skip) > 0 {
-			h[hdrSkip] = []string{strings.Join(skip, ",")}
+		var h nats.Header
+		if len(m.Headers) == 0 && len(skip) == 0 {
+			// The same for every such message of the frame (nats.go only reads it).
+			if plain == nil {
+				plain = encodeHeaders(nil, now)
+			}
+			h = plain
+		} else {
+			h = encodeHeaders(m.Headers, now)
+			if len(skip) > 0 {
+				h[hdrSkip] = []string{strings.Join(skip, ",")}
+			}
 		}
-		f, err := e.js.PublishMsgAsync(&nats.Msg{Subject: e.subjG + m.Topic, Data: m.Payload, Header: h}, jetstream.WithStallWait(e.opts.RequestTimeout))
-		if err != nil {
+		if b == nil {
+			b, deadline = newStoreBatch(len(ms)), time.Now().Add(e.opts.RequestTimeout)
+		}
+		if err := e.st.send(e.nc, b, i, &nats.Msg{Subject: e.subjG + m.Topic, Data: m.Payload, Header: h}, deadline); err != nil {
 			out[i].Err = e.storeError(err)
 			p.unadmit()
 			continue
 		}
-		p.ack = f
+		p.sent = true
 	}
-	timeout := time.NewTimer(e.opts.RequestTimeout)
-	defer timeout.Stop()
-	expired := false
+	if b != nil {
+		e.st.wait(b, deadline)
+	}
 	for i := range ps {
 		p := &ps[i]
-		if p.ack == nil {
+		if !p.sent {
 			continue
 		}
-		if expired { // what has not come by now is answered UNAVAILABLE: it may be stored
-			select {
-			case a := <-p.ack.Ok():
-				p.seq = a.Sequence
-			default:
-				out[i].Err = e.storeError(context.DeadlineExceeded)
-			}
-		} else {
-			select {
-			case a := <-p.ack.Ok():
-				p.seq = a.Sequence
-			case err := <-p.ack.Err():
-				out[i].Err = e.storeError(err)
-			case <-timeout.C:
-				expired = true
-				out[i].Err = e.storeError(context.DeadlineExceeded)
-			}
-		}
-		if out[i].Err != nil {
+		if err := b.errs[i]; err != nil {
+			out[i].Err = e.storeError(err)
 			p.unadmit()
+			continue
 		}
+		p.seq = b.seqs[i]
 	}
 	for i := range ms {
 		if out[i].Err == nil {
@@ -617,10 +644,10 @@ func (r *router) RouteBatch(ms []broker.Routable, out []broker.PublishOutcome) {
 // pendingStore is one message of RouteBatch on its way.
 type pendingStore struct {
 	mr   *matchResult
-	took []*group               // the groups that admitted it (see admit)
-	cost int64                  // what it costs each of them
-	ack  jetstream.PubAckFuture // nil: not stored (no group took it), or refused
-	seq  uint64                 // its stream sequence, once stored
+	took []*group // the groups that admitted it (see admit)
+	cost int64    // what it costs each of them
+	sent bool     // sent to the stream (not: no group took it, or it could not be sent)
+	seq  uint64   // its stream sequence, once stored
 }
 
 // admit asks every group m matches to take it (group.admit). The groups that refuse it are
@@ -693,7 +720,13 @@ func (e *Engine) fanout(m *broker.Routable, p *pendingStore, publishedAt int64) 
 		seq = rand.Uint64() | 1
 		id = e.ids.format(seq, e.ids.fanout)
 	}
-	if err := e.publishFanout(m, seq, id, publishedAt); err != nil {
+	var err error
+	if e.local {
+		e.deliverLocal(m, p.mr.subs, seq, id, publishedAt)
+	} else {
+		err = e.publishFanout(m, seq, id, publishedAt)
+	}
+	if err != nil {
 		if len(p.took) == 0 {
 			if errors.Is(err, nats.ErrMaxPayload) {
 				return broker.PublishResult{}, e.storeError(err)
@@ -722,11 +755,27 @@ func (e *Engine) publishFanout(m *broker.Routable, seq uint64, id string, publis
 	return e.nc.Publish(subj, data)
 }
 
-// matchResult is how many local fanout subscriptions and known consumer groups a topic
-// matches, cached per topic and tagged with Engine.gen.
+// deliverLocal gives a fanout copy of m to the local subscriptions that want it, as the
+// dispatcher does with what NATS brings back (Engine.local): the same message, without the
+// envelope and the round trip through the embedded server, which were two fifths of the
+// broker's CPU in W1.
+func (e *Engine) deliverLocal(m *broker.Routable, subs []*Subscription, seq uint64, id string, publishedAt int64) {
+	if len(subs) == 0 {
+		return
+	}
+	msg := &broker.Message{ID: seq, SystemID: id, Topic: m.Topic, Payload: m.Payload, Headers: m.Headers, PublishedAt: publishedAt,
+		HeaderBytes: m.HB, Targets: 1}
+	for _, s := range subs {
+		s.st.deliverFanout(s, msg)
+	}
+}
+
+// matchResult is how many local fanout subscriptions (subs) and known consumer groups a
+// topic matches, cached per topic and tagged with Engine.gen.
 type matchResult struct {
 	gen     uint64
 	fanouts int
+	subs    []*Subscription
 	groups  []*group
 }
 
@@ -743,6 +792,7 @@ func (e *Engine) match(topic string) *matchResult {
 		for _, p := range s.patterns {
 			if broker.MatchPattern(p, topic) {
 				mr.fanouts++
+				mr.subs = append(mr.subs, s)
 				break
 			}
 		}

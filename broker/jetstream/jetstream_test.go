@@ -339,3 +339,54 @@ func TestDeadLetterStore(t *testing.T) {
 		t.Fatalf("after the purge: %v %v", dls, err)
 	}
 }
+
+// storage = "memory" keeps the stream, the dead letters and the consumers in memory; an
+// existing stream keeps its storage, and the consumers follow it.
+func TestMemoryStorage(t *testing.T) {
+	srv, err := jetstream.StartEmbedded(jetstream.EmbeddedOptions{DataDir: t.TempDir()}, broker.Limits{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.WaitForShutdown()
+	defer srv.Shutdown()
+	nc, err := nats.Connect("", nats.InProcessServer(srv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := natsjs.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(stream string, memory bool) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		s, err := js.Stream(ctx, stream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := s.CachedInfo().Config.Storage == natsjs.MemoryStorage; got != memory {
+			t.Errorf("stream %s: memory storage %v, want %v", stream, got, memory)
+		}
+		for ci := range s.ListConsumers(ctx).Info() {
+			if ci.Config.MemoryStorage != memory {
+				t.Errorf("consumer %s of %s: memory storage %v, want %v", ci.Name, stream, ci.Config.MemoryStorage, memory)
+			}
+		}
+	}
+	for _, tt := range []struct {
+		stream        string
+		first, second bool // storage asked by the engine that makes the stream, then by the next
+	}{{"M", true, false}, {"F", false, true}} {
+		for i, mem := range []bool{tt.first, tt.second} {
+			e := start(t, jetstream.Options{Server: srv, Stream: tt.stream, Prefix: strings.ToLower(tt.stream), MemoryStorage: mem})
+			if err := e.Declare(broker.GroupConfig{Name: "g" + strconv.Itoa(i), Patterns: []string{"a"}}); err != nil {
+				t.Fatal(err)
+			}
+			stop(t, e)
+		}
+		check(tt.stream, tt.first)
+		check(tt.stream+"_DLQ", tt.first)
+	}
+}

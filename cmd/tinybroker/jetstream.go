@@ -17,6 +17,7 @@ func jetStreamOptions(cfg config.Config, log hclog.Logger) (jetstream.Options, e
 		Limits:               cfg.Broker.Limits,
 		URL:                  j.URL,
 		Replicas:             j.Replicas,
+		MemoryStorage:        j.MemoryStorage,
 		Prefix:               j.Prefix,
 		Stream:               j.Stream,
 		FanoutBufferMessages: cfg.Broker.FanoutBufferMessages,

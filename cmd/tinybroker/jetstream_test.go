@@ -13,7 +13,10 @@ import (
 // The groups block reaches the JetStream engine as it reaches the memory engine.
 func TestJetStreamOptionsTakeGroupSettings(t *testing.T) {
 	cfg, err := config.Parse([]byte(`
-engine "jetstream" { url = "nats://127.0.0.1:4222" }
+engine "jetstream" {
+  url     = "nats://127.0.0.1:4222"
+  storage = "memory"
+}
 groups {
   max_queued             = 7
   max_queued_bytes       = "3MiB"
@@ -33,5 +36,8 @@ groups {
 	if o.GroupMaxQueued != 7 || o.GroupMaxQueuedBytes != 3<<20 || o.GroupOverflow != broker.OverflowDropOldest ||
 		o.GroupExpireAfter != 90*time.Second || o.GroupDeadLetterMax != 5 || o.GroupDeadLetterMaxBytes != 1<<20 {
 		t.Fatalf("groups settings did not reach the JetStream engine: %+v", o)
+	}
+	if !o.MemoryStorage {
+		t.Fatal(`storage = "memory" did not reach the JetStream engine`)
 	}
 }

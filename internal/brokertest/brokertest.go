@@ -77,9 +77,7 @@ type Engine struct {
 // engine use it.
 var Engines = []Engine{
 	{Name: "memory", New: newMemory, MemoryBudget: true, GroupBounds: true, GroupExpiry: true, DeadLetterStore: true, ExactAcks: true},
-	// GroupExpiry is off for JetStream: about one run in ten, a memberless group does not
-	// expire (RATIONALE.md, "Group expiry is JetStream's inactivity").
-	{Name: "jetstream", New: newJetStream, Release: releaseJetStream, GroupBounds: true, DeadLetterStore: true, ExactAcks: true},
+	{Name: "jetstream", New: newJetStream, Release: releaseJetStream, GroupBounds: true, GroupExpiry: true, DeadLetterStore: true, ExactAcks: true},
 }
 
 func newMemory(_ testing.TB, o Options) broker.Engine {

@@ -96,6 +96,7 @@
 //	engine "jetstream" {          # at most one; default engine "memory" {}; see engine.go
 //	  data_dir = "/var/lib/tinybroker"    # an embedded NATS server (or url = "nats://...")
 //	  replicas = 1
+//	  storage  = "file"                   # or "memory"
 //	  cluster { name = "tinybroker", listen = "0.0.0.0:6222", routes = ["n2:6222", "n3:6222"] }
 //	}
 //

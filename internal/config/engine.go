@@ -20,6 +20,7 @@ import (
 //	  # tls_cert_file = "client.pem"       # url only: a client certificate for NATS
 //	  # tls_key_file  = "client-key.pem"
 //	  replicas = 1                        # of the stream and consumers: 1, or 3 in a cluster
+//	  storage  = "file"                   # or "memory": not kept across a restart (replicas still apply)
 //	  prefix   = "tb"                     # NATS subjects: <prefix>.f.<topic>, <prefix>.g.<topic>
 //	  stream   = "TB"                     # the JetStream stream of the consumer groups
 //	  nats_listen = "127.0.0.1:4222"      # embedded only: also serve NATS clients here
@@ -44,6 +45,7 @@ type JetStream struct {
 	Credentials                        string // external: a credentials file
 	TLSCAFile, TLSCertFile, TLSKeyFile string // external: TLS to NATS
 	Replicas                           int    // 1
+	MemoryStorage                      bool   // storage = "memory" (default "file")
 	Prefix, Stream                     string // "tb", "TB"
 	NATSListen                         string // embedded: also serve NATS clients
 	ServerName                         string // embedded: the server's name
@@ -60,12 +62,19 @@ var jetStreamSection = section{
 		pathAttr("tls_cert_file", func(c *Config) *string { return &c.JetStream.TLSCertFile }),
 		pathAttr("tls_key_file", func(c *Config) *string { return &c.JetStream.TLSKeyFile }),
 		positiveIntAttr("replicas", func(c *Config) *int { return &c.JetStream.Replicas }),
+		enumAttr("storage", storageChoices, func(c *Config) *bool { return &c.JetStream.MemoryStorage }),
 		stringAttr("prefix", "a NATS subject prefix such as \"tb\"", func(c *Config) *string { return &c.JetStream.Prefix }),
 		stringAttr("stream", "a JetStream stream name such as \"TB\"", func(c *Config) *string { return &c.JetStream.Stream }),
 		listenAttr("nats_listen", func(c *Config) *string { return &c.JetStream.NATSListen }),
 		stringAttr("server_name", "a name for this NATS server", func(c *Config) *string { return &c.JetStream.ServerName }),
 	},
 	blocks: []blockType{{name: "cluster", decode: sectionBlock(clusterSection)}},
+}
+
+// storageChoices: where JetStream keeps the stream and the consumers' state (false: files).
+var storageChoices = []choice[bool]{
+	{"file", false},
+	{"memory", true},
 }
 
 var clusterSection = section{
