@@ -212,7 +212,7 @@ func TestHeaderHeavyMessagesCounted(t *testing.T) {
 // engines with a memory budget (the memory engine's): see brokertest.Engine.
 func TestManyMemberlessGroupsBounded(t *testing.T) {
 	if !engine.MemoryBudget {
-		t.Skipf("engine %s has no memory budget", engine.Name)
+		t.Skipf("engine %s has no memory budget; it is bounded by its store (JetStream: max_bytes, broker/jetstream TestMaxBytes)", engine.Name)
 	}
 	tb := start(t, brokertest.Options{MaxMemoryBytes: 8 << 20, GroupDefaults: broker.GroupDefaults{GroupMaxQueuedBytes: 8 << 20}})
 	c := newCanary(t, tb)

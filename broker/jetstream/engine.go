@@ -58,6 +58,11 @@ type Options struct {
 	// but with Replicas 3 the loss of a node is survived without a disk. An existing stream
 	// keeps the storage it was made with, and the consumers follow it.
 	MemoryStorage bool
+	// MaxBytes bounds the stream (max_bytes): past it a publish to a group's topic is refused
+	// (ResourceExhausted), never an older message dropped; fanout, which JetStream does not
+	// store, goes on. 0: JetStream's own limits only (the server's max_file_store or
+	// max_memory_store, by default most of the disk or of the memory).
+	MaxBytes int64
 	// DeleteStreamOnShutdown removes the stream and its consumers when the engine stops
 	// (tests, on a shared server).
 	DeleteStreamOnShutdown bool
@@ -450,9 +455,23 @@ func (e *Engine) ensureStream() error {
 	if e.opts.MemoryStorage {
 		cfg.Storage = jetstream.MemoryStorage
 	}
+	if e.opts.MaxBytes > 0 {
+		// Refuse what does not fit: DiscardOld would drop a group's oldest unacked message.
+		cfg.MaxBytes, cfg.Discard = e.opts.MaxBytes, jetstream.DiscardNew
+	}
 	s, err := e.openStream(cfg)
 	if err != nil {
 		return err
+	}
+	if c := s.CachedInfo().Config; c.MaxBytes != max(cfg.MaxBytes, -1) && (cfg.MaxBytes > 0 || c.MaxBytes > 0) {
+		// The stream exists with another bound: take the configured one.
+		c.MaxBytes, c.Discard = max(cfg.MaxBytes, -1), cfg.Discard
+		uctx, ucancel := e.ctx()
+		s, err = e.js.UpdateStream(uctx, c)
+		ucancel()
+		if err != nil {
+			return fmt.Errorf("%w: JetStream stream %s: setting max_bytes to %d: %v", broker.ErrUnavailable, cfg.Name, cfg.MaxBytes, err)
+		}
 	}
 	if mem := s.CachedInfo().Config.Storage == jetstream.MemoryStorage; mem != e.opts.MemoryStorage {
 		// JetStream cannot change a stream's storage; a consumer group's state is kept as
@@ -705,7 +724,26 @@ func (e *Engine) storeError(err error) error {
 	if errors.Is(err, nats.ErrMaxPayload) {
 		return fmt.Errorf("%w: the message is larger than the NATS server's max_payload (%d bytes)", broker.ErrInvalidMessage, e.nc.MaxPayload())
 	}
+	if full(err) {
+		return fmt.Errorf("%w: the consumer groups' store is full (JetStream: %v); wait for members to ack, or raise engine \"jetstream\" { max_bytes } or the NATS server's storage limits", broker.ErrLimit, err)
+	}
 	return fmt.Errorf("%w: JetStream did not store the message for its consumer groups: %v; retry", broker.ErrUnavailable, err)
+}
+
+// full says whether err is JetStream refusing a store for want of room: the stream's
+// max_bytes (with discard new), or the account's or the server's storage.
+func full(err error) bool {
+	var api *jetstream.APIError
+	if !errors.As(err, &api) {
+		return false
+	}
+	switch api.ErrorCode {
+	case 10023, 10028, 10047: // JetStream's JSInsufficientResourcesErr, JSMemoryResourcesExceededErr, JSStorageResourcesExceededErr
+		return true
+	case 10077: // JSStreamStoreFailedF, which also says why
+		return strings.Contains(api.Description, "maximum bytes exceeded") || strings.Contains(api.Description, "maximum messages exceeded")
+	}
+	return false
 }
 
 // fanout publishes m (stored already, as p says, if a group wanted it) to the fanout

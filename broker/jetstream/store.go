@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tinybroker/tinybroker/broker"
 )
@@ -179,13 +180,10 @@ func parsePubAck(m *nats.Msg) (uint64, error) {
 	}
 	if bytes.Contains(d, []byte(`"error"`)) {
 		var r struct {
-			Error *struct {
-				Code        int    `json:"code"`
-				Description string `json:"description"`
-			} `json:"error"`
+			Error *jetstream.APIError `json:"error"`
 		}
 		if err := json.Unmarshal(d, &r); err == nil && r.Error != nil {
-			return 0, fmt.Errorf("JetStream refused it: %s (%d)", r.Error.Description, r.Error.Code)
+			return 0, fmt.Errorf("JetStream refused it: %w", r.Error)
 		}
 	}
 	at := bytes.Index(d, seqKey)

@@ -19,7 +19,7 @@ func TestParsePubAck(t *testing.T) {
 		{data: `{"stream":"TB","seq":42}`, seq: 42},
 		{data: `{"stream":"TB","domain":"hub","seq":18446744073709551615,"duplicate":true}`, seq: 18446744073709551615},
 		{data: `{"stream":"TB", "seq":7}`, seq: 7},
-		{data: `{"error":{"code":503,"err_code":10077,"description":"maximum messages exceeded"}}`, err: "maximum messages exceeded (503)"},
+		{data: `{"error":{"code":503,"err_code":10077,"description":"maximum messages exceeded"}}`, err: "maximum messages exceeded"},
 		{status: "503", err: "no JetStream stream answered"},
 		{status: "408", err: "status 408"},
 		{data: `{"stream":"TB"}`, err: "without a sequence"},

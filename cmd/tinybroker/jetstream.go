@@ -18,6 +18,7 @@ func jetStreamOptions(cfg config.Config, log hclog.Logger) (jetstream.Options, e
 		URL:                  j.URL,
 		Replicas:             j.Replicas,
 		MemoryStorage:        j.MemoryStorage,
+		MaxBytes:             j.MaxBytes,
 		Prefix:               j.Prefix,
 		Stream:               j.Stream,
 		FanoutBufferMessages: cfg.Broker.FanoutBufferMessages,

@@ -16,6 +16,7 @@ func TestJetStreamOptionsTakeGroupSettings(t *testing.T) {
 engine "jetstream" {
   url     = "nats://127.0.0.1:4222"
   storage = "memory"
+  max_bytes = "5MiB"
 }
 groups {
   max_queued             = 7
@@ -37,7 +38,7 @@ groups {
 		o.GroupExpireAfter != 90*time.Second || o.GroupDeadLetterMax != 5 || o.GroupDeadLetterMaxBytes != 1<<20 {
 		t.Fatalf("groups settings did not reach the JetStream engine: %+v", o)
 	}
-	if !o.MemoryStorage {
-		t.Fatal(`storage = "memory" did not reach the JetStream engine`)
+	if !o.MemoryStorage || o.MaxBytes != 5<<20 {
+		t.Fatalf(`storage = "memory" or max_bytes = "5MiB" did not reach the JetStream engine: %v, %d`, o.MemoryStorage, o.MaxBytes)
 	}
 }

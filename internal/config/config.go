@@ -97,6 +97,7 @@
 //	  data_dir = "/var/lib/tinybroker"    # an embedded NATS server (or url = "nats://...")
 //	  replicas = 1
 //	  storage  = "file"                   # or "memory"
+//	  max_bytes = "10GiB"                 # what the consumer groups may hold (default: JetStream's limits)
 //	  cluster { name = "tinybroker", listen = "0.0.0.0:6222", routes = ["n2:6222", "n3:6222"] }
 //	}
 //

@@ -21,6 +21,7 @@ import (
 //	  # tls_key_file  = "client-key.pem"
 //	  replicas = 1                        # of the stream and consumers: 1, or 3 in a cluster
 //	  storage  = "file"                   # or "memory": not kept across a restart (replicas still apply)
+//	  max_bytes = "10GiB"                 # bounds what the consumer groups hold; past it publishes are refused (default: JetStream's own limits)
 //	  prefix   = "tb"                     # NATS subjects: <prefix>.f.<topic>, <prefix>.g.<topic>
 //	  stream   = "TB"                     # the JetStream stream of the consumer groups
 //	  nats_listen = "127.0.0.1:4222"      # embedded only: also serve NATS clients here
@@ -46,6 +47,7 @@ type JetStream struct {
 	TLSCAFile, TLSCertFile, TLSKeyFile string // external: TLS to NATS
 	Replicas                           int    // 1
 	MemoryStorage                      bool   // storage = "memory" (default "file")
+	MaxBytes                           int64  // max_bytes of the stream (0: JetStream's own limits)
 	Prefix, Stream                     string // "tb", "TB"
 	NATSListen                         string // embedded: also serve NATS clients
 	ServerName                         string // embedded: the server's name
@@ -63,6 +65,7 @@ var jetStreamSection = section{
 		pathAttr("tls_key_file", func(c *Config) *string { return &c.JetStream.TLSKeyFile }),
 		positiveIntAttr("replicas", func(c *Config) *int { return &c.JetStream.Replicas }),
 		enumAttr("storage", storageChoices, func(c *Config) *bool { return &c.JetStream.MemoryStorage }),
+		sizeAttr("max_bytes", func(c *Config) *int64 { return &c.JetStream.MaxBytes }),
 		stringAttr("prefix", "a NATS subject prefix such as \"tb\"", func(c *Config) *string { return &c.JetStream.Prefix }),
 		stringAttr("stream", "a JetStream stream name such as \"TB\"", func(c *Config) *string { return &c.JetStream.Stream }),
 		listenAttr("nats_listen", func(c *Config) *string { return &c.JetStream.NATSListen }),

@@ -21,6 +21,7 @@ func TestEngineJetStream(t *testing.T) {
   data_dir = "data"
   replicas = 3
   storage = "memory"
+  max_bytes = "2GiB"
   server_name = "n1"
   cluster {
     name   = "c"
@@ -31,12 +32,12 @@ func TestEngineJetStream(t *testing.T) {
 `
 	c := mustParse(t, src, filepath.Join("etc", "t.hcl"))
 	j := c.JetStream
-	if c.Engine != EngineJetStream || j.DataDir != filepath.Join("etc", "data") || j.Replicas != 3 || !j.MemoryStorage || j.ServerName != "n1" ||
+	if c.Engine != EngineJetStream || j.DataDir != filepath.Join("etc", "data") || j.Replicas != 3 || !j.MemoryStorage || j.MaxBytes != 2<<30 || j.ServerName != "n1" ||
 		j.ClusterName != "c" || j.ClusterListen != "127.0.0.1:6222" || !slices.Equal(j.Routes, []string{"127.0.0.1:6223", "nats://127.0.0.1:6224"}) {
 		t.Fatalf("parsed %+v", j)
 	}
 	c, err := Parse([]byte("engine \"jetstream\" {\n  url = \"nats://127.0.0.1:4222\"\n  credentials = \"/x.creds\"\n}\n"), "t.hcl")
-	if err != nil || c.JetStream.URL != "nats://127.0.0.1:4222" || c.JetStream.Replicas != 1 || c.JetStream.MemoryStorage || c.JetStream.Credentials != "/x.creds" {
+	if err != nil || c.JetStream.URL != "nats://127.0.0.1:4222" || c.JetStream.Replicas != 1 || c.JetStream.MemoryStorage || c.JetStream.MaxBytes != 0 || c.JetStream.Credentials != "/x.creds" {
 		t.Fatalf("url: %+v %v", c.JetStream, err)
 	}
 }
@@ -58,6 +59,8 @@ func TestEngineErrors(t *testing.T) {
 		{"two engines", "engine \"memory\" {}\nengine \"jetstream\" {\n  data_dir = \"d\"\n}\n", []string{"t.hcl:2,", "Duplicate engine block"}},
 		{"bad storage", "engine \"jetstream\" {\n  data_dir = \"d\"\n  storage = \"disk\"\n}\n", []string{"t.hcl:3,13-19", "Invalid storage", `"file" or "memory"`}},
 		{"storage not a string", "engine \"jetstream\" {\n  data_dir = \"d\"\n  storage = 1\n}\n", []string{"t.hcl:3,13-14", "storage"}},
+		{"bad max_bytes", "engine \"jetstream\" {\n  data_dir = \"d\"\n  max_bytes = \"lots\"\n}\n", []string{"t.hcl:3,15-21", "max_bytes"}},
+		{"zero max_bytes", "engine \"jetstream\" {\n  data_dir = \"d\"\n  max_bytes = 0\n}\n", []string{"t.hcl:3,15-16", "max_bytes"}},
 		{"bad stream", "engine \"jetstream\" {\n  data_dir = \"d\"\n  stream = \"a.b\"\n}\n", []string{"t.hcl:3,", "Invalid stream"}},
 	}
 	for _, tt := range tests {
