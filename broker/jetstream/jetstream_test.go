@@ -32,6 +32,20 @@ func start(t *testing.T, o jetstream.Options) *jetstream.Engine {
 	return e
 }
 
+// embedded starts a NATS server in the process, stopped when the test ends.
+func embedded(t *testing.T, o jetstream.EmbeddedOptions) *natsserver.Server {
+	t.Helper()
+	srv, err := jetstream.StartEmbedded(o, broker.Limits{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		srv.Shutdown()
+		srv.WaitForShutdown()
+	})
+	return srv
+}
+
 func stop(t *testing.T, e *jetstream.Engine) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -137,12 +151,7 @@ func TestExternalNATS(t *testing.T) {
 	}
 
 	dir := t.TempDir()
-	srv, err := jetstream.StartEmbedded(jetstream.EmbeddedOptions{DataDir: dir, Listen: "127.0.0.1:0"}, broker.Limits{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.WaitForShutdown()
-	defer srv.Shutdown()
+	srv := embedded(t, jetstream.EmbeddedOptions{DataDir: dir, Listen: "127.0.0.1:0"})
 	addr := strings.TrimPrefix(srv.ClientURL(), "nats://")
 	e := start(t, jetstream.Options{URL: srv.ClientURL(), RequestTimeout: time.Second})
 	defer stop(t, e)
@@ -165,12 +174,7 @@ func TestExternalNATS(t *testing.T) {
 
 	// NATS comes back on the same address and files: the engine reconnects by itself, and
 	// the group still has what was confirmed before.
-	srv2, err := jetstream.StartEmbedded(jetstream.EmbeddedOptions{DataDir: dir, Listen: addr}, broker.Limits{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv2.WaitForShutdown()
-	defer srv2.Shutdown()
+	embedded(t, jetstream.EmbeddedOptions{DataDir: dir, Listen: addr})
 	brokertest.Eventually(t, "publishes accepted again", func() bool {
 		_, err := e.Publish("a", []byte("z"), nil)
 		return err == nil
@@ -190,12 +194,7 @@ func TestExternalNATS(t *testing.T) {
 // same system_ids and headers; and a frame JetStream cannot store is refused, each message
 // saying why.
 func TestPublishBatch(t *testing.T) {
-	srv, err := jetstream.StartEmbedded(jetstream.EmbeddedOptions{DataDir: t.TempDir()}, broker.Limits{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.WaitForShutdown()
-	defer srv.Shutdown()
+	srv := embedded(t, jetstream.EmbeddedOptions{DataDir: t.TempDir()})
 	o := jetstream.Options{Server: srv, RequestTimeout: time.Second}
 	e := start(t, o)
 	defer stop(t, e)
@@ -365,12 +364,7 @@ func TestDeadLetterStore(t *testing.T) {
 // storage = "memory" keeps the stream, the dead letters and the consumers in memory; an
 // existing stream keeps its storage, and the consumers follow it.
 func TestMemoryStorage(t *testing.T) {
-	srv, err := jetstream.StartEmbedded(jetstream.EmbeddedOptions{DataDir: t.TempDir()}, broker.Limits{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.WaitForShutdown()
-	defer srv.Shutdown()
+	srv := embedded(t, jetstream.EmbeddedOptions{DataDir: t.TempDir()})
 	nc, err := nats.Connect("", nats.InProcessServer(srv))
 	if err != nil {
 		t.Fatal(err)
