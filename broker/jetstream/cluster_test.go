@@ -176,9 +176,10 @@ func TestClusterSettleAcrossNodes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if g, _ := a.Group("small"); g.Queued != 2 { // describing it takes JetStream's count
-		t.Fatalf("queued %d, want 2", g.Queued)
-	}
+	brokertest.Eventually(t, "node a to count both", func() bool { // describing it takes JetStream's count,
+		g, _ := a.Group("small") // which follows the stream a moment after the store
+		return g.Queued == 2
+	})
 	if _, err := a.Publish("s", nil, nil); !errors.Is(err, broker.ErrGroupFull) {
 		t.Fatalf("a third message to a group of max_queued 2, on another node: %v", err)
 	}
