@@ -463,9 +463,12 @@ func (e *Engine) ensureStream() error {
 	if err != nil {
 		return err
 	}
-	if c := s.CachedInfo().Config; c.MaxBytes != max(cfg.MaxBytes, -1) && (cfg.MaxBytes > 0 || c.MaxBytes > 0) {
-		// The stream exists with another bound: take the configured one.
-		c.MaxBytes, c.Discard = max(cfg.MaxBytes, -1), cfg.Discard
+	if c := s.CachedInfo().Config; max(c.MaxBytes, 0) != cfg.MaxBytes {
+		// The stream exists with another bound (JetStream's -1 is none): take the configured one.
+		c.MaxBytes, c.Discard = cfg.MaxBytes, cfg.Discard
+		if c.MaxBytes == 0 {
+			c.MaxBytes = -1
+		}
 		uctx, ucancel := e.ctx()
 		s, err = e.js.UpdateStream(uctx, c)
 		ucancel()
@@ -687,7 +690,7 @@ func (e *Engine) admit(p *pendingStore, m *broker.Routable) ([]string, error) {
 		}
 		p.took = append(p.took, g)
 	}
-	if len(p.took) == 0 && p.mr.fanouts == 0 {
+	if len(p.took) == 0 && len(p.mr.subs) == 0 {
 		e.refused.Add(1)
 		return nil, full
 	}
@@ -774,7 +777,7 @@ func (e *Engine) fanout(m *broker.Routable, p *pendingStore, publishedAt int64) 
 		e.log.Warn("fanout publish failed after the message was stored for its groups", "topic", topic, "error", err)
 	}
 	e.published.Add(1)
-	routed := p.mr.fanouts + len(p.took)
+	routed := len(p.mr.subs) + len(p.took)
 	if routed == 0 {
 		e.unrouted.Add(1)
 	}
@@ -808,13 +811,12 @@ func (e *Engine) deliverLocal(m *broker.Routable, subs []*Subscription, seq uint
 	}
 }
 
-// matchResult is how many local fanout subscriptions (subs) and known consumer groups a
-// topic matches, cached per topic and tagged with Engine.gen.
+// matchResult is the local fanout subscriptions and the known consumer groups a topic
+// matches, cached per topic and tagged with Engine.gen.
 type matchResult struct {
-	gen     uint64
-	fanouts int
-	subs    []*Subscription
-	groups  []*group
+	gen    uint64
+	subs   []*Subscription
+	groups []*group
 }
 
 func (e *Engine) match(topic string) *matchResult {
@@ -829,7 +831,6 @@ func (e *Engine) match(topic string) *matchResult {
 	for _, s := range e.fanouts {
 		for _, p := range s.patterns {
 			if broker.MatchPattern(p, topic) {
-				mr.fanouts++
 				mr.subs = append(mr.subs, s)
 				break
 			}

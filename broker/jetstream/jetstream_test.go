@@ -368,15 +368,7 @@ func TestDeadLetterStore(t *testing.T) {
 // existing stream keeps its storage, and the consumers follow it.
 func TestMemoryStorage(t *testing.T) {
 	srv := embedded(t, jetstream.EmbeddedOptions{DataDir: t.TempDir()})
-	nc, err := nats.Connect("", nats.InProcessServer(srv))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := natsjs.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := connect(t, srv)
 	check := func(stream string, memory bool) {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

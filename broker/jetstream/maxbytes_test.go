@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
@@ -84,8 +85,7 @@ func TestMaxBytes(t *testing.T) {
 	})
 
 	// The stream took the bound, with discard new: JetStream refuses rather than drops.
-	nc, js := connect(t, e)
-	defer nc.Close()
+	js := connect(t, e.Server())
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	s, err := js.Stream(ctx, "TB")
@@ -97,17 +97,17 @@ func TestMaxBytes(t *testing.T) {
 	}
 }
 
-// connect is a NATS client of e's embedded server.
-func connect(t *testing.T, e *jetstream.Engine) (*nats.Conn, natsjs.JetStream) {
+// connect returns a JetStream client of srv, an embedded server, closed when the test ends.
+func connect(t *testing.T, srv *natsserver.Server) natsjs.JetStream {
 	t.Helper()
-	nc, err := nats.Connect("", nats.InProcessServer(e.Server()))
+	nc, err := nats.Connect("", nats.InProcessServer(srv))
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(nc.Close)
 	js, err := natsjs.New(nc)
 	if err != nil {
-		nc.Close()
 		t.Fatal(err)
 	}
-	return nc, js
+	return js
 }
