@@ -697,15 +697,15 @@ func (s *Server) Stats(_ context.Context, req *pb.StatsRequest) (*pb.StatsRespon
 	return resp, nil
 }
 
-// Reload re-reads the configuration's plugins, as SIGHUP does.
+// Reload re-reads the configuration (TLS files, users, plugins), as SIGHUP does.
 func (s *Server) Reload(ctx context.Context, _ *pb.ReloadRequest) (*pb.ReloadResponse, error) {
 	if s.opts.Reload == nil {
 		return nil, status.Error(codes.Unimplemented, "this broker has no configuration file to reload; start it with --config FILE")
 	}
 	names, err := s.opts.Reload(ctx)
 	if err != nil {
-		s.log.Error("reload refused; the running plugins stay", "peer", peerOf(ctx), "error", err)
-		return nil, status.Errorf(codes.FailedPrecondition, "reload refused, the running plugins stay: %v", err)
+		s.log.Error("reload refused", "peer", peerOf(ctx), "error", err)
+		return nil, status.Errorf(codes.FailedPrecondition, "reload refused: %v", err)
 	}
 	return &pb.ReloadResponse{Plugins: names}, nil
 }

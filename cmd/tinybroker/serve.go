@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 
 	"github.com/hashicorp/go-hclog"
@@ -215,14 +216,19 @@ func runServe(ctx context.Context, o serveOptions, stdout, stderr io.Writer, lis
 		Plugins:                 pm.stats,
 		Auth:                    guard,
 	}
-	// A reload re-reads the configuration: the TLS files and users, then the plugins.
+	// A reload re-reads the configuration: the TLS files and users, then the plugins. One
+	// at a time (SIGHUP and the Reload RPC may come together), so that what runs after it
+	// is one file's.
+	var reloading sync.Mutex
 	reload := func(ctx context.Context) ([]string, error) {
+		reloading.Lock()
+		defer reloading.Unlock()
 		next, err := config.Load(o.configPath)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("nothing changed: %w", err)
 		}
 		if err := guard.Reload(next.Users); err != nil {
-			return nil, fmt.Errorf("%s: %w", o.configPath, err)
+			return nil, fmt.Errorf("nothing changed: %s: %w", o.configPath, err)
 		}
 		names, err := pm.reload(ctx, next.Plugins)
 		if err != nil {
@@ -261,7 +267,7 @@ func runServe(ctx context.Context, o serveOptions, stdout, stderr io.Writer, lis
 			return fmt.Errorf("serve: %w", err)
 		case <-hup:
 			if _, err := reload(ctx); err != nil {
-				log.Error("reload refused; the running plugins stay", "error", err)
+				log.Error("reload refused", "error", err)
 			}
 		case <-ctx.Done():
 			running = false

@@ -37,9 +37,10 @@ type Options struct {
 // Authenticator authenticates calls and holds each user's permissions, counters and quota.
 // It is safe for concurrent use.
 type Authenticator struct {
-	set atomic.Pointer[userSet] // the users now; Reload swaps it
-	tls *tlsState
-	log hclog.Logger
+	set       atomic.Pointer[userSet] // the users now; Reload swaps it
+	reloading sync.Mutex              // one Reload at a time: each revokes what the last set held
+	tls       *tlsState
+	log       hclog.Logger
 
 	cacheMu sync.Mutex
 	cache   map[[32]byte]*principal // verified tokens, by SHA-256 of "Bearer ..." text
@@ -63,11 +64,19 @@ type principal struct {
 	conns, streams, subs   atomic.Int64
 	tokenHash              []byte
 	hasConnLimit, hasLimit bool
-	// revoked is closed, and isRevoked set, when a reload removed or changed the user: its
-	// calls in progress end, and its callers are refused from then on (they must
-	// authenticate again).
-	revoked   chan struct{}
-	isRevoked atomic.Bool
+	// revoked is closed when a reload removed or changed the user: its calls in progress
+	// end, and its callers are refused from then on (they must authenticate again).
+	revoked chan struct{}
+}
+
+// isRevoked says whether a reload revoked p.
+func (p *principal) isRevoked() bool {
+	select {
+	case <-p.revoked:
+		return true
+	default:
+		return false
+	}
 }
 
 // maxCachedTokens bounds the verified-token cache; past it the cache starts over.
@@ -154,6 +163,8 @@ func (a *Authenticator) Reload(users []User) error {
 		}
 		return nil
 	}
+	a.reloading.Lock()
+	defer a.reloading.Unlock()
 	old := a.set.Load()
 	set, err := newUserSet(users, old)
 	if err != nil {
@@ -178,7 +189,6 @@ func (a *Authenticator) Reload(users []User) error {
 	a.cacheMu.Unlock()
 	for name, p := range old.users {
 		if set.users[name] != p {
-			p.isRevoked.Store(true)
 			close(p.revoked)
 		}
 	}
@@ -218,7 +228,7 @@ func (a *Authenticator) byToken(ctx context.Context, header string) (*principal,
 	a.cacheMu.Lock()
 	p := a.cache[key]
 	a.cacheMu.Unlock()
-	if p != nil && !p.isRevoked.Load() {
+	if p != nil && !p.isRevoked() {
 		return p, nil
 	}
 	cred, ok := strings.CutPrefix(header, "Bearer ")
@@ -323,7 +333,7 @@ func (c *Caller) Revoked() <-chan struct{} {
 
 // Valid returns UNAUTHENTICATED if a reload revoked the caller's user, else nil.
 func (c *Caller) Valid() error {
-	if c == nil || !c.p.isRevoked.Load() {
+	if c == nil || !c.p.isRevoked() {
 		return nil
 	}
 	return status.Errorf(codes.Unauthenticated, "tinybroker: user %q was removed or changed by a configuration reload; call again with the credentials the configuration now gives", c.p.Name)
