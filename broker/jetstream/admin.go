@@ -173,7 +173,7 @@ func (g *group) stats(ci *jetstream.ConsumerInfo) broker.GroupStats {
 	st := broker.GroupStats{ID: g.id, Group: g.name, Patterns: g.patterns, Members: len(g.members),
 		Delivered: g.delivered, Acked: g.acked, Redelivered: g.redelivered, DeadLettered: g.deadLettered, Dropped: g.dropped,
 		Declared: g.declared, Nacked: g.nacked, TimedOut: g.timedOut, LeftBehind: g.leftBehind, Bytes: g.bytes, Rejected: g.rejected,
-		DeadLetters: max(0, g.deadCount), DeadLetterBytes: g.deadBytes, DeadLettersDropped: g.deadDropped}
+		DeadLetters: max(0, g.deadCount), DeadLetterBytes: g.deadBytesLocked(), DeadLettersDropped: g.deadDropped}
 	now := time.Now()
 	for seq, t := range g.delayed {
 		if t.After(now) {
@@ -225,7 +225,7 @@ func (e *Engine) Group(id string) (broker.GroupInfo, error) {
 		e.forgetGroup(id, g)
 		return broker.GroupInfo{}, fmt.Errorf("%w %q: the consumer group was deleted", broker.ErrUnknownSubscription, id)
 	}
-	if _, _, err := e.countDeadLetters(ctx, g); err != nil {
+	if _, err := e.countDeadLetters(ctx, g); err != nil {
 		e.log.Warn("could not count a group's dead letters", "subscription", id, "error", err)
 	}
 	gi := broker.GroupInfo{GroupStats: g.stats(ci)}

@@ -64,18 +64,17 @@ func (e *Engine) keepDeadLetter(g *group, m *broker.Message, headers map[string]
 	counted := g.deadCount >= 0
 	if counted {
 		g.deadCount++
-		g.deadBytes += g.deadAvg
 	}
 	g.mu.Unlock()
 	if !counted {
-		if _, _, err := e.countDeadLetters(ctx, g); err != nil {
+		if _, err := e.countDeadLetters(ctx, g); err != nil {
 			e.log.Warn("could not count a group's dead letters", "subscription", g.id, "error", err)
 			return
 		}
 	}
 	for {
 		g.mu.Lock()
-		over := g.deadCount > 1 && (g.deadCount > g.limits.DeadLetterMax || g.deadBytes > g.limits.DeadLetterMaxBytes)
+		over := g.deadCount > 1 && (g.deadCount > g.limits.DeadLetterMax || g.deadBytesLocked() > g.limits.DeadLetterMaxBytes)
 		g.mu.Unlock()
 		if !over {
 			return
@@ -86,7 +85,6 @@ func (e *Engine) keepDeadLetter(g *group, m *broker.Message, headers map[string]
 		}
 		g.mu.Lock()
 		g.deadCount--
-		g.deadBytes = max(0, g.deadBytes-g.deadAvg)
 		g.deadDropped++
 		if !g.deadFull {
 			g.deadFull = true
@@ -97,26 +95,29 @@ func (e *Engine) keepDeadLetter(g *group, m *broker.Message, headers map[string]
 	}
 }
 
-// countDeadLetters returns how many letters g keeps and about how many bytes they cost
-// (heldCost of the stream's average letter each), and remembers both for Stats.
-func (e *Engine) countDeadLetters(ctx context.Context, g *group) (int, int64, error) {
+// deadBytesLocked is about what g's dead letters cost: JetStream does not count bytes per
+// subject, so each is taken at the stream's average. g.mu must be held.
+func (g *group) deadBytesLocked() int64 { return int64(max(0, g.deadCount)) * g.deadAvg }
+
+// countDeadLetters returns how many letters g keeps, and remembers it for Stats with what a
+// letter costs: heldCost of the stream's average letter.
+func (e *Engine) countDeadLetters(ctx context.Context, g *group) (int, error) {
 	si, err := e.dlq.Info(ctx, jetstream.WithSubjectFilter(e.dlqSubject(g.consumer, "*")))
 	if err != nil {
-		return 0, 0, fmt.Errorf("%w: reading the dead letters of consumer group %q: %v", broker.ErrUnavailable, g.id, err)
+		return 0, fmt.Errorf("%w: reading the dead letters of consumer group %q: %v", broker.ErrUnavailable, g.id, err)
 	}
 	n := len(si.State.Subjects) // a subject per letter
 	var avg int64
 	if si.State.Msgs > 0 {
-		avg = heldCost("", make([]byte, si.State.Bytes/si.State.Msgs), nil, 0)
+		avg = heldCost("", nil, nil, int(si.State.Bytes/si.State.Msgs))
 	}
-	bytes := int64(n) * avg
 	g.mu.Lock()
-	g.deadCount, g.deadBytes, g.deadAvg = n, bytes, avg
+	g.deadCount, g.deadAvg = n, avg
 	if g.deadFull && n < g.limits.DeadLetterMax/2 {
 		g.deadFull = false
 	}
 	g.mu.Unlock()
-	return n, bytes, nil
+	return n, nil
 }
 
 // deadGroup returns the consumer group of subscription id for the dead-letter calls.
@@ -176,7 +177,6 @@ func (e *Engine) takeDeadLetters(g *group, ids []string) ([]*broker.DeadLetter, 
 		g.mu.Lock()
 		if g.deadCount > 0 {
 			g.deadCount--
-			g.deadBytes = max(0, g.deadBytes-g.deadAvg)
 		}
 		g.mu.Unlock()
 		dl := deadLetterOf(rm)
@@ -282,7 +282,7 @@ func (e *Engine) PurgeDeadLetters(id string, ids []string) (int, error) {
 func (e *Engine) purgeDeadLetters(g *group) (int, error) {
 	ctx, cancel := e.ctx()
 	defer cancel()
-	n, _, err := e.countDeadLetters(ctx, g)
+	n, err := e.countDeadLetters(ctx, g)
 	if err != nil {
 		return 0, err
 	}
@@ -293,7 +293,7 @@ func (e *Engine) purgeDeadLetters(g *group) (int, error) {
 		return 0, fmt.Errorf("%w: purging the dead letters of consumer group %q: %v", broker.ErrUnavailable, g.id, err)
 	}
 	g.mu.Lock()
-	g.deadCount, g.deadBytes, g.deadFull = 0, 0, false // deadAvg stays: the size of its letters
+	g.deadCount, g.deadFull = 0, false // deadAvg stays: the size of its letters
 	g.mu.Unlock()
 	return n, nil
 }

@@ -87,8 +87,7 @@ type group struct {
 	full      bool
 	// The dead letters it keeps (dlq.go), as last counted, and those it let go of.
 	deadCount   int   // -1: not counted yet
-	deadBytes   int64 // about: deadCount letters of deadAvg bytes
-	deadAvg     int64
+	deadAvg     int64 // what a letter costs, about (see deadBytesLocked)
 	deadDropped uint64
 	deadFull    bool
 }
@@ -239,7 +238,7 @@ func (g *group) admit(cost int64) error {
 	refreshed := false
 	for {
 		g.mu.Lock()
-		if !refreshed && !g.e.solo && time.Since(g.refreshed) >= refreshEvery {
+		if !refreshed && !g.e.solo && g.claimRefreshLocked() {
 			// In a cluster, other nodes publish to the group too: look at most every
 			// refreshEvery, full or not.
 			g.mu.Unlock()
@@ -256,10 +255,10 @@ func (g *group) admit(cost int64) error {
 			g.quota.AddBytes(cost)
 			return nil
 		}
-		stale := time.Since(g.refreshed) >= refreshEvery
+		stale := !refreshed && g.claimRefreshLocked()
 		drop := g.limits.Overflow == broker.OverflowDropOldest && g.queued > 0
 		g.mu.Unlock()
-		if !refreshed && stale {
+		if stale {
 			refreshed = true
 			g.refresh()
 			continue
@@ -275,6 +274,17 @@ func (g *group) admit(cost int64) error {
 		return fmt.Errorf("%w: consumer group %q (subscription %q) is at %s; add members or ack faster, raise the limit, or use overflow \"drop_oldest\"",
 			broker.ErrGroupFull, name, g.id, over)
 	}
+}
+
+// claimRefreshLocked says whether the group's count is older than refreshEvery, and if so
+// marks it fresh, so that one caller asks JetStream while the others go on with the count
+// they have. g.mu must be held.
+func (g *group) claimRefreshLocked() bool {
+	if time.Since(g.refreshed) < refreshEvery {
+		return false
+	}
+	g.refreshed = time.Now()
+	return true
 }
 
 // overLocked says which bound taking one more message of cost bytes would pass, or "".

@@ -344,8 +344,7 @@ func (b *Engine) subscribe(o broker.SubscribeOptions, st *Stream) (*Subscription
 	if err := st.register(s, o.Peer); err != nil {
 		return nil, err
 	}
-	s.m = g.join(s, o.MaxInFlight, o.AckDeadline, o.Peer)
-	s.Acks = broker.MemberAcks(s.m)
+	g.join(s, o.MaxInFlight, o.AckDeadline, o.Peer)
 	return s, nil
 }
 

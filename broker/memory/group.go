@@ -540,15 +540,15 @@ func (g *group) nextMemberID() string {
 }
 
 // join adds s as a member and gives it work at once.
-func (g *group) join(s *Subscription, maxInFlight int, ackDeadline time.Duration, peer string) *member {
+func (g *group) join(s *Subscription, maxInFlight int, ackDeadline time.Duration, peer string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	m := &member{s: s, maxInFlight: maxInFlight, ackDeadline: ackDeadline, owned: make(map[uint64]*entry),
 		peer: peer, joined: time.Now().UnixNano()}
+	s.m, s.Acks = m, broker.MemberAcks(m) // before its first delivery
 	g.members = append(g.members, m)
 	g.emptySince = 0
 	g.dispatchLocked(g.b.now())
-	return m
 }
 
 // leave removes m and hands its unacked messages at once to the other members (or, with none
