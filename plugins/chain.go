@@ -265,10 +265,7 @@ func (c *Chain) OnPublishBatch(ds []broker.Draft, vs []broker.PublishVerdict, er
 			if stopped[i] || !p.matchesTopic(ds[i].Topic) {
 				continue
 			}
-			if inst == nil && !p.breakerOpen() {
-				inst, _ = p.pool.get(p) // on an error, publish gets and counts it again
-			}
-			stopped[i], errs[i] = p.publish(&inst, &ds[i], &vs[i], &owned[i])
+			stopped[i], errs[i] = p.publish(&inst, &ds[i], &vs[i], &owned[i]) // takes an instance for the frame's first
 		}
 		if inst != nil {
 			p.pool.put(inst)

@@ -296,7 +296,7 @@ func (p *plugin) newInstance(ctx context.Context) (*instance, error) {
 	}
 	inst.mod = mod
 	if p.hasInbox {
-		inst.box.alloc = mod.ExportedFunction(inboxExport)
+		inst.box.alloc = mod.ExportedFunction(abi.InboxExport)
 	}
 	for k := abi.HookInit; k < abi.NumHooks; k++ {
 		if p.has[k] || k == abi.HookInit {

@@ -20,48 +20,12 @@ import (
 // between the host and the guest instead of two or three, and wazero's transitions are most
 // of what a plugin call costs (BENCHMARKS.md). Old plugins, which do not export it, are
 // called as before.
-const inboxExport = "tb_v1_inbox"
 
-// The inbox's layout: little-endian u32 fields at fixed offsets, then the header table, then
-// the bytes. Offsets of values are from the inbox's start.
-const (
-	inWritesPtr   = 0  // the guest's: the write list it leaves, zeroed before every call
-	inWritesCount = 4  //
-	inHook        = 8  // abi.Hook: 1 init, 2 on_publish, 3 on_ack, 4 on_redeliver
-	inMaxMessage  = 12 // the limits the host checks the writes against
-	inMaxHeader   = 16 //
-	inAttempt     = 20 // the event's delivery attempt
-	inInFlight    = 24 // u64: the event's nanoseconds from delivery to ack
-	inTopic       = 32 // (offset, length) pairs
-	inPayload     = 40 //
-	inID          = 48 // length absentLen in on_publish and tb_init
-	inSub         = 56 //
-	inGroup       = 64 //
-	inReason      = 72 //
-	inHeaderCount = 80 //
-	inFlags       = 84 // none yet: 0
-	inHeaders     = 88 // header_count entries (name offset, name length, value offset, value length), sorted by name
-	inEntry       = 16
+// inboxMin is the size asked for first: a message of a few hundred bytes and some headers
+// fits, so most plugins are asked once per instance. The layout is internal/abi's.
+const inboxMin = 4096
 
-	absentLen = math.MaxUint32
-
-	// inboxMin is the size asked for first: a message of a few hundred bytes and some headers
-	// fits, so most plugins are asked once per instance.
-	inboxMin = 4096
-)
-
-// The write list: writeCount records of writeSize bytes, five u32 each: op, then two
-// (pointer, length) pairs into the guest's memory.
-const (
-	writeSize = 20
-
-	opSetPayload = 1 // a
-	opSetHeader  = 2 // name a, value b
-	opDelHeader  = 3 // name a
-	opSetReason  = 4 // a
-)
-
-var opNames = [...]string{opSetPayload: "set_payload", opSetHeader: "set_header", opDelHeader: "del_header", opSetReason: "set_reason"}
+var opNames = [...]string{abi.OpSetPayload: "set_payload", abi.OpSetHeader: "set_header", abi.OpDelHeader: "del_header", abi.OpSetReason: "set_reason"}
 
 // inbox is an instance's inbox, if its module exports tb_v1_inbox.
 type inbox struct {
@@ -72,7 +36,7 @@ type inbox struct {
 // inboxError is an inbox that could not be had: the call fails, like a trap.
 type inboxError struct{ msg string }
 
-func (e inboxError) Error() string { return "tinybroker ABI: " + inboxExport + ": " + e.msg }
+func (e inboxError) Error() string { return "tinybroker ABI: " + abi.InboxExport + ": " + e.msg }
 
 // writesError is a write list the host cannot apply: a malformed answer, like a malformed
 // verdict (the call completed, so the instance stays).
@@ -82,12 +46,12 @@ func (e writesError) Error() string { return "malformed write list: " + e.msg }
 
 // checkInbox verifies the signature of tb_v1_inbox, if the module exports it.
 func (p *plugin) checkInbox(exports map[string]api.FunctionDefinition) error {
-	def, ok := exports[inboxExport]
+	def, ok := exports[abi.InboxExport]
 	if !ok {
 		return nil
 	}
 	if len(def.ParamTypes()) != 1 || def.ParamTypes()[0] != i32 || len(def.ResultTypes()) != 1 || def.ResultTypes()[0] != i32 {
-		return fmt.Errorf("export %s has signature %v -> %v; ABI v1 wants (i32) -> i32 (see docs/ABI.md, \"The inbox\")", inboxExport, def.ParamTypes(), def.ResultTypes())
+		return fmt.Errorf("export %s has signature %v -> %v; ABI v1 wants (i32) -> i32 (see docs/ABI.md, \"The inbox\")", abi.InboxExport, def.ParamTypes(), def.ResultTypes())
 	}
 	p.hasInbox = true
 	return nil
@@ -131,37 +95,37 @@ func (inst *instance) writeInbox() (int, bool) {
 		return inst.inboxNeeds(), false
 	}
 	b := mem[box.ptr:end]
-	fixed := inHeaders + inEntry*len(st.headers)
+	fixed := abi.InHeaders + abi.InEntry*len(st.headers)
 	if fixed+len(st.topic)+len(st.payload)+len(st.sub)+len(st.group)+len(st.reason)+len(st.id) > len(b) {
 		return inst.inboxNeeds(), false
 	}
-	h := b[:inHeaders]
+	h := b[:abi.InHeaders]
 	le := binary.LittleEndian
-	le.PutUint64(h[inWritesPtr:], 0)
-	le.PutUint32(h[inHook:], uint32(st.hook))
-	le.PutUint32(h[inAttempt:], st.attempt)
-	le.PutUint64(h[inInFlight:], uint64(st.inFlight))
-	le.PutUint32(h[inHeaderCount:], uint32(len(st.headers)))
+	le.PutUint64(h[abi.InWritesPtr:], 0)
+	le.PutUint32(h[abi.InHook:], uint32(st.hook))
+	le.PutUint32(h[abi.InAttempt:], st.attempt)
+	le.PutUint64(h[abi.InInFlight:], uint64(st.inFlight))
+	le.PutUint32(h[abi.InHeaderCount:], uint32(len(st.headers)))
 	pos := uint32(fixed)
-	pos = putValue(h, inTopic, b, pos, st.topic)
-	pos = putValue(h, inPayload, b, pos, unsafe.String(unsafe.SliceData(st.payload), len(st.payload))) // only copied
+	pos = putValue(h, abi.InTopic, b, pos, st.topic)
+	pos = putValue(h, abi.InPayload, b, pos, unsafe.String(unsafe.SliceData(st.payload), len(st.payload))) // only copied
 	if st.hook == abi.HookPublish || st.hook == abi.HookInit {
-		le.PutUint64(h[inID:], absentLen<<32)
+		le.PutUint64(h[abi.InID:], abi.AbsentLen<<32)
 	} else {
-		pos = putValue(h, inID, b, pos, st.id)
+		pos = putValue(h, abi.InID, b, pos, st.id)
 	}
-	pos = putValue(h, inSub, b, pos, st.sub)
-	pos = putValue(h, inGroup, b, pos, st.group)
-	pos = putValue(h, inReason, b, pos, st.reason)
-	e := inHeaders
+	pos = putValue(h, abi.InSub, b, pos, st.sub)
+	pos = putValue(h, abi.InGroup, b, pos, st.group)
+	pos = putValue(h, abi.InReason, b, pos, st.reason)
+	e := abi.InHeaders
 	for k, v := range st.headers {
 		if int(pos)+len(k)+len(v) > len(b) {
 			return inst.inboxNeeds(), false
 		}
-		entry := b[e : e+inEntry]
+		entry := b[e : e+abi.InEntry]
 		pos = putValue(entry, 0, b, pos, k)
 		pos = putValue(entry, 8, b, pos, v)
-		e += inEntry
+		e += abi.InEntry
 	}
 	if len(st.headers) > 1 {
 		sortEntries(b, len(st.headers))
@@ -172,9 +136,9 @@ func (inst *instance) writeInbox() (int, bool) {
 // inboxNeeds is the size the call's message and event take in the inbox.
 func (inst *instance) inboxNeeds() int {
 	st := &inst.st
-	n := inHeaders + len(st.topic) + len(st.payload) + len(st.sub) + len(st.group) + len(st.reason) + len(st.id)
+	n := abi.InHeaders + len(st.topic) + len(st.payload) + len(st.sub) + len(st.group) + len(st.reason) + len(st.id)
 	for k, v := range st.headers {
-		n += inEntry + len(k) + len(v)
+		n += abi.InEntry + len(k) + len(v)
 	}
 	return n
 }
@@ -194,14 +158,14 @@ func putValue(h []byte, at int, b []byte, pos uint32, s string) uint32 {
 // for the usual handful costs less than setting up a general sort.
 func sortEntries(b []byte, n int) {
 	name := func(i int) string {
-		e := b[inHeaders+inEntry*i:]
+		e := b[abi.InHeaders+abi.InEntry*i:]
 		off, l := binary.LittleEndian.Uint32(e), binary.LittleEndian.Uint32(e[4:])
 		return unsafe.String(unsafe.SliceData(b[off:off+l]), int(l)) // only compared, and b is not written meanwhile
 	}
-	var tmp [inEntry]byte
+	var tmp [abi.InEntry]byte
 	for i := 1; i < n; i++ {
 		for j := i; j > 0 && name(j) < name(j-1); j-- {
-			x, y := b[inHeaders+inEntry*j:][:inEntry], b[inHeaders+inEntry*(j-1):][:inEntry]
+			x, y := b[abi.InHeaders+abi.InEntry*j:][:abi.InEntry], b[abi.InHeaders+abi.InEntry*(j-1):][:abi.InEntry]
 			copy(tmp[:], x)
 			copy(x, y)
 			copy(y, tmp[:])
@@ -238,9 +202,9 @@ func (inst *instance) growInbox(ctx *callCtx, n uint32) error {
 	inst.box.ptr, inst.box.size = ptr, want
 	// The limits, which never change: written once per inbox.
 	b := inst.gmem.buf[ptr:]
-	binary.LittleEndian.PutUint32(b[inMaxMessage:], uint32(inst.p.host.opts.MaxMessageBytes))
-	binary.LittleEndian.PutUint32(b[inMaxHeader:], uint32(inst.p.host.opts.MaxHeaderBytes))
-	binary.LittleEndian.PutUint32(b[inFlags:], 0)
+	binary.LittleEndian.PutUint32(b[abi.InMaxMessage:], uint32(inst.p.host.opts.MaxMessageBytes))
+	binary.LittleEndian.PutUint32(b[abi.InMaxHeader:], uint32(inst.p.host.opts.MaxHeaderBytes))
+	binary.LittleEndian.PutUint32(b[abi.InFlags:], 0)
 	return nil
 }
 
@@ -256,17 +220,17 @@ func (inst *instance) takeWrites() error {
 		return writesError{"the inbox is outside the plugin's memory"}
 	}
 	le := binary.LittleEndian
-	ptr, count := le.Uint32(mem[head+inWritesPtr:]), le.Uint32(mem[head+inWritesCount:])
+	ptr, count := le.Uint32(mem[head+abi.InWritesPtr:]), le.Uint32(mem[head+abi.InWritesCount:])
 	if count == 0 {
 		return nil
 	}
-	end := uint64(ptr) + uint64(count)*writeSize
+	end := uint64(ptr) + uint64(count)*abi.WriteSize
 	if end > uint64(len(mem)) {
 		return writesError{fmt.Sprintf("%d records at %d end at %d, outside the plugin's memory (%d bytes)", count, ptr, end, len(mem))}
 	}
 	st := &inst.st
 	for i := range uint64(count) {
-		r := mem[uint64(ptr)+i*writeSize:]
+		r := mem[uint64(ptr)+i*abi.WriteSize:]
 		op := le.Uint32(r)
 		var pairs [2][]byte // the record's two (pointer, length) pairs
 		for k := range pairs {
@@ -280,15 +244,15 @@ func (inst *instance) takeWrites() error {
 		a, b := pairs[0], pairs[1]
 		var rc int32
 		switch op {
-		case opSetPayload:
+		case abi.OpSetPayload:
 			if rc = inst.payloadStatus(uint32(len(a))); rc == abi.StatusOK {
 				inst.setPayload(a)
 			}
-		case opSetHeader:
+		case abi.OpSetHeader:
 			rc = inst.setHeader(inst.internBytes(a), inst.internBytes(b))
-		case opDelHeader:
+		case abi.OpDelHeader:
 			rc = inst.delHeader(inst.internBytes(a))
-		case opSetReason:
+		case abi.OpSetReason:
 			st.dirty = true
 			st.why = inst.internBytes(a)
 		default:

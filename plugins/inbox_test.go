@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/internal/abi"
 )
 
 // A plugin with an inbox reads the message there: testdata/inboxpass.wat finds the header
@@ -67,13 +68,13 @@ func TestInboxLayout(t *testing.T) {
 	box := inst.gmem.buf[inst.box.ptr:]
 	u := func(off int) uint32 { return binary.LittleEndian.Uint32(box[off:]) }
 	str := func(off int) string { return string(box[u(off) : u(off)+u(off+4)]) }
-	if u(inHook) != 2 || str(inTopic) != "a.b" || str(inPayload) != "pay" || u(inID+4) != absentLen ||
-		u(inHeaderCount) != 3 || u(inMaxMessage) != broker.DefaultMaxMessageBytes || u(inMaxHeader) != broker.DefaultMaxHeaderBytes {
-		t.Fatalf("inbox header: % x", box[:inHeaders])
+	if u(abi.InHook) != 2 || str(abi.InTopic) != "a.b" || str(abi.InPayload) != "pay" || u(abi.InID+4) != abi.AbsentLen ||
+		u(abi.InHeaderCount) != 3 || u(abi.InMaxMessage) != broker.DefaultMaxMessageBytes || u(abi.InMaxHeader) != broker.DefaultMaxHeaderBytes {
+		t.Fatalf("inbox header: % x", box[:abi.InHeaders])
 	}
 	var got []string
 	for i := range 3 {
-		e := inHeaders + inEntry*i
+		e := abi.InHeaders + abi.InEntry*i
 		got = append(got, str(e)+"="+str(e+8))
 	}
 	if strings.Join(got, ",") != "a=1,m=,z=26" {
@@ -111,10 +112,10 @@ func TestWriteList(t *testing.T) {
 	}
 	mem := []byte("new-payloadkeyvalue")
 	good := msg(4, 1, mem,
-		[5]uint32{opSetPayload, 0, 11},
-		[5]uint32{opSetHeader, 11, 3, 14, 5},
-		[5]uint32{opDelHeader, 100, 0}, // deletes the empty name: nothing
-		[5]uint32{opSetReason, 14, 5})
+		[5]uint32{abi.OpSetPayload, 0, 11},
+		[5]uint32{abi.OpSetHeader, 11, 3, 14, 5},
+		[5]uint32{abi.OpDelHeader, 100, 0}, // deletes the empty name: nothing
+		[5]uint32{abi.OpSetReason, 14, 5})
 	d := broker.Draft{Topic: "a", Payload: good, Headers: map[string]string{"old": "1"}}
 	// DROP: headers and payload changed but the message is dropped; look at a PASS as well.
 	v, err := c.OnPublish(&d)
@@ -130,14 +131,14 @@ func TestWriteList(t *testing.T) {
 	for name, payload := range map[string][]byte{
 		"list out of memory":  func() []byte { p := msg(1, 0, nil); le.PutUint32(p, 65530); return p }(),
 		"huge count":          msg(0xffffffff, 0, nil),
-		"pointer out":         msg(1, 0, nil, [5]uint32{opSetPayload, 65535, 2}),
-		"length wraps":        msg(1, 0, nil, [5]uint32{opSetPayload, 1, 0xffffffff}),
-		"second pair out":     msg(1, 0, nil, [5]uint32{opSetHeader, 0, 1, 0xfffffff0, 0x20}),
+		"pointer out":         msg(1, 0, nil, [5]uint32{abi.OpSetPayload, 65535, 2}),
+		"length wraps":        msg(1, 0, nil, [5]uint32{abi.OpSetPayload, 1, 0xffffffff}),
+		"second pair out":     msg(1, 0, nil, [5]uint32{abi.OpSetHeader, 0, 1, 0xfffffff0, 0x20}),
 		"unknown op":          msg(1, 0, nil, [5]uint32{99, 0, 0}),
 		"op 0":                msg(1, 0, nil, [5]uint32{}),
-		"empty header name":   msg(1, 0, nil, [5]uint32{opSetHeader, 0, 0, 0, 1}),
-		"header too large":    msg(1, 0, nil, [5]uint32{opSetHeader, 0, 1, 0, 1024}),
-		"bad after good ones": msg(2, 0, mem, [5]uint32{opSetPayload, 0, 11}, [5]uint32{7, 0, 0}),
+		"empty header name":   msg(1, 0, nil, [5]uint32{abi.OpSetHeader, 0, 0, 0, 1}),
+		"header too large":    msg(1, 0, nil, [5]uint32{abi.OpSetHeader, 0, 1, 0, 1024}),
+		"bad after good ones": msg(2, 0, mem, [5]uint32{abi.OpSetPayload, 0, 11}, [5]uint32{7, 0, 0}),
 	} {
 		before := c.Stats()[0].Failures
 		d := broker.Draft{Topic: "a", Payload: payload, Headers: map[string]string{"old": "1"}}
@@ -178,12 +179,12 @@ func FuzzWriteList(f *testing.F) {
 		}
 		return p
 	}
-	f.Add(rec(0, 1, 0, opSetPayload, 0, 4))
-	f.Add(rec(0, 1, 1, opSetReason, 0, 4))
-	f.Add(rec(0, 2, 0, opSetHeader, 0, 1, 2, 3, opDelHeader, 0, 1))
+	f.Add(rec(0, 1, 0, abi.OpSetPayload, 0, 4))
+	f.Add(rec(0, 1, 1, abi.OpSetReason, 0, 4))
+	f.Add(rec(0, 2, 0, abi.OpSetHeader, 0, 1, 2, 3, abi.OpDelHeader, 0, 1))
 	f.Add(rec(65530, 1, 0))
 	f.Add(rec(0, 0xffffffff, 0))
-	f.Add(rec(0, 1, 0, opSetHeader, 0xffffffff, 2, 0, 1))
+	f.Add(rec(0, 1, 0, abi.OpSetHeader, 0xffffffff, 2, 0, 1))
 	c := fuzzChain(f, "inboxwrites")
 	f.Fuzz(func(t *testing.T, payload []byte) {
 		before := c.Stats()[0].Failures

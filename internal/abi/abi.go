@@ -54,3 +54,43 @@ var (
 	// Names are the hooks' names in the configuration and in logs.
 	Names = [NumHooks]string{HookInit: "init", HookPublish: NamePublish, HookAck: NameAck, HookRedeliver: NameRedeliver}
 )
+
+// InboxExport is the optional export through which the host asks a plugin for its inbox
+// (docs/ABI.md, "The inbox"): the message and event written into the plugin's memory before
+// each call, and the write list it leaves for the host.
+const InboxExport = "tb_v1_inbox"
+
+// The inbox's layout: little-endian u32 fields at fixed offsets, then the header table, then
+// the bytes. Offsets of values are from the inbox's start.
+const (
+	InWritesPtr   = 0  // the guest's: the write list it leaves, zeroed before every call
+	InWritesCount = 4  //
+	InHook        = 8  // Hook: 1 init, 2 on_publish, 3 on_ack, 4 on_redeliver
+	InMaxMessage  = 12 // the limits the host checks the writes against
+	InMaxHeader   = 16 //
+	InAttempt     = 20 // the event's delivery attempt
+	InInFlight    = 24 // u64: the event's nanoseconds from delivery to ack
+	InTopic       = 32 // (offset, length) pairs
+	InPayload     = 40 //
+	InID          = 48 // length AbsentLen in on_publish and tb_init
+	InSub         = 56 //
+	InGroup       = 64 //
+	InReason      = 72 //
+	InHeaderCount = 80 //
+	InFlags       = 84 // none yet: 0
+	InHeaders     = 88 // InHeaderCount entries (name offset, name length, value offset, value length), sorted by name
+	InEntry       = 16
+
+	AbsentLen = 0xFFFFFFFF // the length of a value that is absent
+)
+
+// The write list: records of WriteSize bytes, five u32 each: an operation, then two
+// (pointer, length) pairs into the guest's memory.
+const (
+	WriteSize = 20
+
+	OpSetPayload = 1 // a
+	OpSetHeader  = 2 // name a, value b
+	OpDelHeader  = 3 // name a
+	OpSetReason  = 4 // a
+)

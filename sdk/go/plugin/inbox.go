@@ -14,33 +14,6 @@ import (
 // broker to apply when the hook returns. A broker that never asks for the inbox is served
 // with host calls, as before: inbox stays nil.
 
-// The inbox's layout: little-endian u32 fields at fixed offsets.
-const (
-	inWritesPtr   = 0
-	inHook        = 8
-	inMaxMessage  = 12
-	inMaxHeader   = 16
-	inAttempt     = 20
-	inInFlight    = 24
-	inTopic       = 32
-	inPayload     = 40
-	inID          = 48
-	inSub         = 56
-	inGroup       = 64
-	inReason      = 72
-	inHeaderCount = 80
-	inHeaders     = 88
-	inEntry       = 16
-)
-
-// The write list's operations.
-const (
-	opSetPayload = 1
-	opSetHeader  = 2
-	opDelHeader  = 3
-	opSetReason  = 4
-)
-
 var (
 	inbox  []byte      // nil: the broker did not ask for one
 	writes [][5]uint32 // the write list of the call in progress
@@ -81,13 +54,13 @@ func inString(off int) (string, bool) {
 // comparison: a function call costs a Go plugin 20–30 ns.
 func inHeader(key string) ([]byte, bool) {
 	b := inbox
-	if len(b) < inHeaders {
+	if len(b) < abi.InHeaders {
 		return nil, false
 	}
-	n := int(*(*uint32)(unsafe.Pointer(&b[inHeaderCount])))
+	n := int(*(*uint32)(unsafe.Pointer(&b[abi.InHeaderCount])))
 	for i := range n {
-		at := inHeaders + inEntry*i
-		_ = b[at+inEntry-1] // the entry is inside the inbox: read it whole
+		at := abi.InHeaders + abi.InEntry*i
+		_ = b[at+abi.InEntry-1] // the entry is inside the inbox: read it whole
 		e := (*[4]uint32)(unsafe.Pointer(&b[at]))
 		if int(e[1]) != len(key) || uint64(e[0])+uint64(e[1]) > uint64(len(b)) {
 			continue
@@ -116,7 +89,7 @@ func addrOf(s string) uint32 { return uint32(uintptr(unsafe.Pointer(unsafe.Strin
 func write(op uint32, a, b string) {
 	kept = append(kept, a, b)
 	writes = append(writes, [5]uint32{op, addrOf(a), uint32(len(a)), addrOf(b), uint32(len(b))})
-	w := inbox[inWritesPtr : inWritesPtr+8]
+	w := inbox[abi.InWritesPtr : abi.InWritesPtr+8]
 	p, n := uint32(uintptr(unsafe.Pointer(unsafe.SliceData(writes)))), uint32(len(writes))
 	w[0], w[1], w[2], w[3] = byte(p), byte(p>>8), byte(p>>16), byte(p>>24)
 	w[4], w[5], w[6], w[7] = byte(n), byte(n>>8), byte(n>>16), byte(n>>24)
@@ -127,17 +100,17 @@ func write(op uint32, a, b string) {
 
 func inSetPayload(p []byte) int32 {
 	switch {
-	case inU32(inHook) != uint32(abi.HookPublish):
+	case inU32(abi.InHook) != uint32(abi.HookPublish):
 		return abi.StatusNotAllowed
-	case uint64(len(p)) > uint64(inU32(inMaxMessage)):
+	case uint64(len(p)) > uint64(inU32(abi.InMaxMessage)):
 		return abi.StatusTooLarge
 	}
-	write(opSetPayload, unsafe.String(unsafe.SliceData(p), len(p)), "") // kept: the Message holds p
+	write(abi.OpSetPayload, unsafe.String(unsafe.SliceData(p), len(p)), "") // kept: the Message holds p
 	return abi.StatusOK
 }
 
 func mayChangeHeaders() bool {
-	h := inU32(inHook)
+	h := inU32(abi.InHook)
 	return h == uint32(abi.HookPublish) || h == uint32(abi.HookRedeliver)
 }
 
@@ -147,10 +120,10 @@ func inSetHeader(key, value string) int32 {
 		return abi.StatusNotAllowed
 	case key == "":
 		return abi.StatusInvalid
-	case uint64(len(key))+uint64(len(value)) > uint64(inU32(inMaxHeader)):
+	case uint64(len(key))+uint64(len(value)) > uint64(inU32(abi.InMaxHeader)):
 		return abi.StatusTooLarge
 	}
-	write(opSetHeader, key, value)
+	write(abi.OpSetHeader, key, value)
 	return abi.StatusOK
 }
 
@@ -158,7 +131,7 @@ func inDelHeader(key string) int32 {
 	if !mayChangeHeaders() {
 		return abi.StatusNotAllowed
 	}
-	write(opDelHeader, key, "")
+	write(abi.OpDelHeader, key, "")
 	return abi.StatusOK
 }
 
@@ -168,5 +141,5 @@ func setReason(reason string) {
 		hostSetReason(reason)
 		return
 	}
-	write(opSetReason, reason, "")
+	write(abi.OpSetReason, reason, "")
 }

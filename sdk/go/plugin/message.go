@@ -71,7 +71,7 @@ func (m *Message) check() {
 }
 
 // Topic returns the message's topic.
-func (m *Message) Topic() string { return m.readOnce(haveTopic, &m.topic, hostMsgTopic, inTopic) }
+func (m *Message) Topic() string { return m.readOnce(haveTopic, &m.topic, hostMsgTopic, abi.InTopic) }
 
 // Payload returns the message's payload. The slice is the Message's own: do not modify it
 // (use SetPayload); it stays valid after the hook returns.
@@ -79,7 +79,7 @@ func (m *Message) Payload() []byte {
 	m.check()
 	if m.have&havePayload == 0 {
 		if inbox != nil {
-			b, _ := inField(inPayload)
+			b, _ := inField(abi.InPayload)
 			m.payload = append([]byte(nil), b...)
 		} else {
 			m.payload, _ = readBytes(hostMsgPayload)
@@ -91,7 +91,7 @@ func (m *Message) Payload() []byte {
 
 // ID returns the message's system_id, the broker's identifier for it. A message being
 // published has none yet: in on_publish ID returns "".
-func (m *Message) ID() string { return m.readOnce(haveID, &m.id, hostMsgID, inID) }
+func (m *Message) ID() string { return m.readOnce(haveID, &m.id, hostMsgID, abi.InID) }
 
 // readOnce returns *v, the field of bit, reading it the first time it is asked for: from the
 // inbox at off, or with r.
@@ -138,13 +138,13 @@ func (m *Message) Header(key string) (value string, ok bool) {
 func (m *Message) Headers() map[string]string {
 	m.check()
 	if m.have&haveHeaders == 0 && inbox != nil {
-		n := int(inU32(inHeaderCount))
+		n := int(inU32(abi.InHeaderCount))
 		if m.headers == nil {
 			m.headers = make(map[string]string, n)
 		}
 		for i := range n {
-			k, _ := inString(inHeaders + inEntry*i)
-			m.headers[k], _ = inString(inHeaders + inEntry*i + 8)
+			k, _ := inString(abi.InHeaders + abi.InEntry*i)
+			m.headers[k], _ = inString(abi.InHeaders + abi.InEntry*i + 8)
 		}
 		m.have |= haveHeaders
 	}
@@ -287,7 +287,7 @@ func (e Event) check() {
 func (e Event) Subscription() string {
 	e.check()
 	if inbox != nil {
-		s, _ := inString(inSub)
+		s, _ := inString(abi.InSub)
 		return s
 	}
 	s, _ := readString(hostEventSubscription)
@@ -298,7 +298,7 @@ func (e Event) Subscription() string {
 func (e Event) Group() string {
 	e.check()
 	if inbox != nil {
-		s, _ := inString(inGroup)
+		s, _ := inString(abi.InGroup)
 		return s
 	}
 	s, _ := readString(hostEventGroup)
@@ -310,7 +310,7 @@ func (e Event) Group() string {
 func (e Event) Attempt() int {
 	e.check()
 	if inbox != nil {
-		return int(inU32(inAttempt))
+		return int(inU32(abi.InAttempt))
 	}
 	return int(hostEventAttempt())
 }
@@ -320,7 +320,7 @@ func (e Event) Attempt() int {
 func (e Event) InFlight() time.Duration {
 	e.check()
 	if inbox != nil {
-		return time.Duration(uint64(inU32(inInFlight)) | uint64(inU32(inInFlight+4))<<32)
+		return time.Duration(uint64(inU32(abi.InInFlight)) | uint64(inU32(abi.InInFlight+4))<<32)
 	}
 	return time.Duration(hostEventInFlightNs())
 }
@@ -330,7 +330,7 @@ func (e Event) InFlight() time.Duration {
 func (e Event) Reason() string {
 	e.check()
 	if inbox != nil {
-		s, _ := inString(inReason)
+		s, _ := inString(abi.InReason)
 		return s
 	}
 	s, _ := readString(hostEventReason)
