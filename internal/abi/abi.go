@@ -94,3 +94,21 @@ const (
 	OpDelHeader  = 3 // name a
 	OpSetReason  = 4 // a
 )
+
+// BatchExport is the optional export that takes a publish frame's messages in one call
+// (docs/ABI.md, "Batches"): () -> i32, with the messages in the inbox.
+const BatchExport = "tb_v1_on_publish_batch"
+
+// The layout of a batch in the inbox: a header, BatchCount entries, then one record per
+// message, each laid out as a single call's inbox (the In* offsets) with its offsets counted
+// from the record's start.
+const (
+	BatchCount   = 0  // u32: how many messages
+	BatchCurrent = 4  // u32: the message host functions act on; the guest's to set
+	BatchEntries = 16 // BatchCount entries of BatchEntry bytes:
+	BatchEntry   = 16 // record offset (from the inbox's start), record length, u64 verdict (the guest's)
+
+	EntryOffset  = 0
+	EntryLength  = 4
+	EntryVerdict = 8
+)
