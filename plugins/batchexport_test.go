@@ -116,7 +116,7 @@ func TestBatchCurrentAndDecline(t *testing.T) {
 // message that alone needs more than that is given in a batch of its own, with its inbox.
 func TestBatchSplits(t *testing.T) {
 	for name, size := range map[string]func(i int) int{
-		"600 small": func(int) int { return 10 },
+		"600 small":    func(int) int { return 10 },
 		"300 of 8 KiB": func(int) int { return 8 << 10 },
 		"one of 3 MiB": func(i int) int {
 			if i == 2 {

@@ -259,7 +259,7 @@ func (c *Chain) OnPublishBatch(ds []broker.Draft, vs []broker.PublishVerdict, er
 	} else {
 		stopped, owned = make([]bool, len(ds)), make([]bool, len(ds))
 	}
-	var idx []int // with batches: the messages p is called on
+	var idx []int         // with batches: the messages p is called on
 	var smallIdx [128]int // a usual frame's (bench and the Go SDK batch 128)
 	for _, p := range c.publish {
 		var inst *instance
