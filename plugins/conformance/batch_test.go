@@ -90,4 +90,3 @@ func TestConformanceFrame(t *testing.T) {
 func brief(d broker.Draft) string {
 	return fmt.Sprintf("{%s %s %v}", d.Topic, show(d.Payload), d.Headers)
 }
-
