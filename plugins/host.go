@@ -104,6 +104,7 @@ type plugin struct {
 	compiled   wazero.CompiledModule
 	has        [abi.NumHooks]bool
 	hasInbox   bool           // it exports tb_v1_inbox (inbox.go)
+	hasBatch   bool           // it exports tb_v1_on_publish_batch, and its on_publish is on (batch.go)
 	filled     bool           // calls take invokeFilled's path: a time limit or an inbox
 	topics     []topicPattern // spec.Topics, compiled
 	configText string
@@ -221,6 +222,9 @@ func (p *plugin) check() error {
 			}
 		}
 	}
+	if err := p.checkBatch(exports); err != nil {
+		return err
+	}
 	if !p.has[abi.HookPublish] && !p.has[abi.HookAck] && !p.has[abi.HookRedeliver] {
 		return fmt.Errorf("it exports no hook: export at least one of tb_on_publish, tb_on_ack, tb_on_redeliver")
 	}
@@ -251,8 +255,10 @@ type instance struct {
 	fns   [abi.NumHooks]api.Function
 	ctx   callCtx // carries the instance to host functions
 	stack []uint64
-	st    callState // the state of the call in progress, reset after each call
-	box   inbox     // with the plugin's hasInbox
+	st    *callState // the state of the call in progress: own, or in a batch the current message's
+	own   callState  // the state of a call of one message, reset after each call
+	box   inbox      // with the plugin's hasInbox
+	batch batchState // with the plugin's hasBatch
 
 	// The instance counts its calls (per hook) and the host calls they made itself, without
 	// an atomic operation per call; the plugin adds them to its counters when it collects
@@ -268,6 +274,7 @@ type instance struct {
 
 func (p *plugin) newInstance(ctx context.Context) (*instance, error) {
 	inst := &instance{p: p, stack: make([]uint64, 1)}
+	inst.st = &inst.own
 	inst.ctx = callCtx{Context: context.Background(), inst: inst, bare: true}
 	inst.st.hook = abi.HookInit
 	mcfg := wazero.NewModuleConfig().WithName("").WithStartFunctions("_initialize").
@@ -297,6 +304,9 @@ func (p *plugin) newInstance(ctx context.Context) (*instance, error) {
 	inst.mod = mod
 	if p.hasInbox {
 		inst.box.alloc = mod.ExportedFunction(abi.InboxExport)
+	}
+	if p.hasBatch {
+		inst.batch.fn = mod.ExportedFunction(abi.BatchExport)
 	}
 	for k := abi.HookInit; k < abi.NumHooks; k++ {
 		if p.has[k] || k == abi.HookInit {
