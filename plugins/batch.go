@@ -132,6 +132,7 @@ func (p *plugin) publishBatch(inst **instance, ds []broker.Draft, idx []int, out
 			idx = idx[m:]
 			continue
 		}
+		in.batched += uint64(m)
 		p.settleBatch(in, ds, idx[:m], out)
 		idx = idx[m:]
 	}

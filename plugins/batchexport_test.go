@@ -63,8 +63,8 @@ func TestBatchDecidesEachMessage(t *testing.T) {
 		}
 	}
 	st := c.Stats()[0]
-	if st.Calls != 8 || st.Failures != 1 || st.HostCalls != 2 { // the emit and the set_topic
-		t.Errorf("stats %+v, want 8 calls, 1 failure (b.5), 2 host calls", st)
+	if st.Calls != 8 || st.Batched != 8 || st.Failures != 1 || st.HostCalls != 2 { // the emit and the set_topic
+		t.Errorf("stats %+v, want 8 calls, all batched, 1 failure (b.5), 2 host calls", st)
 	}
 	d := broker.Draft{Topic: "v.alone"}
 	if _, err := c.OnPublish(&d); err != nil || via(d) != "one" {
@@ -83,8 +83,8 @@ func TestBatchTrapFailsOneMessage(t *testing.T) {
 	if !errors.Is(errs[1], broker.ErrHookFailed) {
 		t.Errorf("x.1: %v, want the hook failed (fail_closed)", errs[1])
 	}
-	if st := c.Stats()[0]; st.Failures != 2 { // the batch, then x.1 alone
-		t.Errorf("stats %+v, want 2 failures", st)
+	if st := c.Stats()[0]; st.Failures != 2 || st.Batched != 0 { // the batch, then x.1 alone
+		t.Errorf("stats %+v, want 2 failures, no call batched", st)
 	}
 	// The pool's one instance was replaced: the next frame is a batch again.
 	if ds, _, _ := frame(c, numbered, "v.0", "v.1"); via(ds[0]) != "batch" || via(ds[1]) != "batch" {

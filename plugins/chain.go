@@ -64,6 +64,7 @@ type PluginStats struct {
 	Name                     string
 	Calls, Failures, Skipped uint64 // Skipped: not called because the circuit breaker was open
 	HostCalls                uint64 // host functions called in those calls, if HostOptions.CountHostCalls
+	Batched                  uint64 // of the on_publish calls, those made in batches (docs/ABI.md, "Batches")
 	BreakerOpen              bool
 }
 
@@ -76,7 +77,7 @@ func (c *Chain) Stats() []PluginStats {
 		for k := range p.metrics.hooks {
 			calls += p.metrics.hooks[k].calls.Load()
 		}
-		st = append(st, PluginStats{Name: p.spec.Name, Calls: calls, Failures: p.failures.Load(),
+		st = append(st, PluginStats{Name: p.spec.Name, Calls: calls, Failures: p.failures.Load(), Batched: p.batched.Load(),
 			Skipped: p.skipped.Load(), HostCalls: p.hostCalls.Load(), BreakerOpen: p.openUntil.Load() != 0})
 	}
 	return st

@@ -113,6 +113,7 @@ type plugin struct {
 	consecutive atomic.Int32
 	openUntil   atomic.Int64  // circuit breaker open until (Unix ns); 0: closed
 	hostCalls   atomic.Uint64 // with HostOptions.CountHostCalls
+	batched     atomic.Uint64 // on_publish calls made in batches that succeeded
 	failures    atomic.Uint64
 	skipped     atomic.Uint64 // calls not made because the breaker was open
 	metrics     callMetrics   // per hook, for Chain.Metrics (metrics.go)
@@ -266,6 +267,7 @@ type instance struct {
 	// Only the goroutine that holds the instance touches them.
 	uncounted [abi.NumHooks]uint64
 	hostCalls uint64
+	batched   uint64 // calls made in batches that succeeded
 	sampled   uint64 // calls made, for the latency sample (one in latencySample)
 
 	strs    [8]string // recently interned strings (instance.intern)
@@ -421,6 +423,10 @@ func (p *plugin) flush(inst *instance) {
 			p.metrics.hooks[k].calls.Add(n)
 			inst.uncounted[k] = 0
 		}
+	}
+	if inst.batched > 0 {
+		p.batched.Add(inst.batched)
+		inst.batched = 0
 	}
 	if inst.hostCalls > 0 {
 		if p.host.opts.CountHostCalls {
