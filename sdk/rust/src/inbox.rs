@@ -3,6 +3,11 @@
 //! host call; payload and header changes and the reason go back in the write list, applied
 //! by the broker when the hook returns. A broker that never asks for the inbox gets the host
 //! calls, as before (`active()` is false).
+//!
+//! A batch (docs/ABI.md, "Batches") is several such inboxes, records, in one: `batch` points
+//! the readers at each record in turn and runs the plugin's on_publish on it, with the
+//! message's index in the batch's `current` for host calls; every message's write list is
+//! kept until the call returns.
 
 use std::ptr::addr_of_mut;
 
@@ -97,9 +102,9 @@ fn u32_at(off: usize) -> u32 {
     le32(bytes(), off)
 }
 
-#[cfg(feature = "inbox")]
 /// Writes a u32 at `off` from the inbox's start (the broker reads what the plugin writes
 /// there: the write lists, a batch's current message and verdicts).
+#[cfg(feature = "inbox")]
 fn put32(off: usize, v: u32) {
     let inbox = unsafe { &mut *addr_of_mut!(INBOX) };
     let w = &mut inbox[off / 8];
@@ -168,9 +173,9 @@ fn write(op: Op, a: &[u8], b: &[u8]) {
     writes.push([op as u32, at as u32, a.len() as u32, (at + a.len()) as u32, b.len() as u32]);
 }
 
-#[cfg(feature = "inbox")]
 /// Ends the current message: its record's write list is the writes listed since it began,
 /// given by their index in WRITES until `seal`.
+#[cfg(feature = "inbox")]
 fn close_message() {
     let n = unsafe { (*addr_of_mut!(WRITES)).len() };
     let (rec, first) = unsafe { (REC.0, FIRST) };
@@ -179,8 +184,8 @@ fn close_message() {
     unsafe { FIRST = n };
 }
 
-#[cfg(feature = "inbox")]
 /// Turns the writes' offsets into addresses, now that neither Vec will grow in this call.
+#[cfg(feature = "inbox")]
 fn seal() {
     let writes = unsafe { &mut *addr_of_mut!(WRITES) };
     let base = unsafe { (*addr_of_mut!(ARENA)).as_ptr() } as u32;
@@ -190,8 +195,8 @@ fn seal() {
     }
 }
 
-#[cfg(feature = "inbox")]
 /// Gives the record at `rec` (closed by `close_message`) the address of its write list.
+#[cfg(feature = "inbox")]
 fn give(rec: usize) {
     let b = whole();
     let (first, count) = (le32(b, rec + WRITES_PTR), le32(b, rec + WRITES_COUNT));

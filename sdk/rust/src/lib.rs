@@ -25,7 +25,16 @@
 //! into the plugin's memory before the call, and the readers take them from there, with no
 //! host call; the setters of the payload and headers, and the reason, are listed there for the
 //! broker to apply when the hook returns. That pays for a plugin that reads several fields of
-//! each message, not for one that reads a single header. Either way, config values are read
+//! each message, not for one that reads a single header. With `inbox`, [`on_publish!`] also
+//! exports `tb_v1_on_publish_batch` (docs/ABI.md, "Batches"): the broker may then give the
+//! messages of one publish frame in a single call, and the crate runs the plugin's on_publish
+//! function on each in turn, exactly as in a `tb_on_publish` call of its own (the readers read
+//! that message, its writes and reason are its own, and host calls such as `set_topic`,
+//! `emit`, `config::get` and `log` act on it); the plugin's code does not change. If the
+//! function traps on one message (a panic, an `Err`), the whole batch fails and the broker
+//! runs each of its messages again alone: the function may run twice for a message, so what
+//! it does besides its verdict and changes (logs, counts kept in a `static`) should not
+//! depend on running once. Either way, config values are read
 //! once per instance and kept (an instance's configuration never changes). Writers
 //! return `Result<(), Error>`. Changes to the message take effect when the hook returns; a
 //! panic traps the call (after logging the panic's message at error level), and the plugin's
