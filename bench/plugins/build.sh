@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # Builds every plugin under bench/plugins/ into bench/bin/<dir>.wasm, by what its directory holds:
 #   main.go  a Go guest: GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared
-#   *.c      a C guest: clang --target=wasm32 -nostdlib -O2 -Wl,--no-entry -Wl,--export-dynamic
-#            (skipped if clang or wasm-ld is missing)
+#            -tags tinybroker_inbox
+#   *.c      a C guest: clang --target=wasm32 -nostdlib -O2 -DTB_INBOX -I sdk/c -Wl,--no-entry,
+#            with sdk/c/tinybroker.c (skipped if clang or wasm-ld is missing)
 #   *.wat    a WAT guest: wat2wasm (skipped if it is missing)
+# Both SDKs are built with the inbox, their fastest mode: the broker writes each message into
+# the plugin's memory, and gives a publish frame's messages in one call (docs/ABI.md, "The
+# inbox" and "Batches").
 #   ./build.sh                 # every plugin
 #   ./build.sh w4-filter ...   # a selection, by directory name
 # A plugin that cannot be built loses its old .wasm, so that run.sh skips its language rather
@@ -12,6 +16,7 @@
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=$(cd "$here/.." && pwd)/bin
+sdk=$(cd "$here/../../sdk/c" && pwd)
 mkdir -p "$out"
 names=("$@")
 if [ ${#names[@]} -eq 0 ]; then
@@ -29,14 +34,14 @@ for name in "${names[@]}"; do
   wats=("$dir"/*.wat)
   shopt -u nullglob
   if [ -f "$dir/main.go" ]; then
-    (cd "$here/../.." && GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -trimpath -o "$wasm" "./bench/plugins/$name") ||
+    (cd "$here/../.." && GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -trimpath -tags tinybroker_inbox -o "$wasm" "./bench/plugins/$name") ||
       { echo "build.sh: $name: go build failed" >&2; failed=1; continue; }
   elif [ ${#cs[@]} -gt 0 ]; then
     if ! have clang || ! have wasm-ld; then
       echo "build.sh: $name: skipped: C plugins need clang and wasm-ld (Debian: clang lld)" >&2
       continue
     fi
-    clang --target=wasm32 -nostdlib -O2 -Wl,--no-entry -Wl,--export-dynamic -I "$dir" -o "$wasm" "${cs[@]}" ||
+    clang --target=wasm32 -nostdlib -O2 -DTB_INBOX -I "$dir" -I "$sdk" -Wl,--no-entry -o "$wasm" "${cs[@]}" "$sdk/tinybroker.c" ||
       { echo "build.sh: $name: clang failed" >&2; rm -f "$wasm"; failed=1; continue; }
   elif [ ${#wats[@]} -eq 1 ]; then
     if ! have wat2wasm; then

@@ -160,7 +160,11 @@ typedef struct {
 /* Hooks. Each defines the export, which empties the arena and calls fn:
  *   TB_ON_PUBLISH(route) { ... return TB_PASS; }                                        */
 #define TB_INIT(fn) TB__HOOK(tb_init, int32_t, fn)
-#define TB_ON_PUBLISH(fn) TB__HOOK(tb_on_publish, int64_t, fn)
+#define TB_ON_PUBLISH(fn)                                                                        \
+	static int64_t fn(void);                                                                 \
+	TB_EXPORT(tb_on_publish) int64_t tb_on_publish(void) { tb_reset(); return fn(); }         \
+	TB_ON_PUBLISH_BATCH(tb_on_publish)                                                       \
+	static int64_t fn(void)
 #define TB_ON_REDELIVER(fn) TB__HOOK(tb_on_redeliver, int64_t, fn)
 #define TB_ON_ACK(fn)                                                                            \
 	static void fn(void);                                                                    \
@@ -170,6 +174,25 @@ typedef struct {
 	static type fn(void);                                                                    \
 	TB_EXPORT(export) type export(void) { tb_reset(); return fn(); }                          \
 	static type fn(void)
+
+/* Batches (docs/ABI.md, "Batches"), with -DTB_INBOX only: TB_ON_PUBLISH also exports
+ * tb_v1_on_publish_batch, through which the broker gives a publish frame's messages in one
+ * call. tb_publish_batch runs hook, the plugin's tb_on_publish, on each of them in turn:
+ * every reader and writer works on that message, and host calls (tb_set_topic, tb_emit_to,
+ * tb_log, ...) act on it. The arena is emptied when the batch begins, not between its
+ * messages: what each message's writes point to must last until the whole batch returns.
+ * A plugin that defines tb_on_publish itself, without TB_ON_PUBLISH, gets batches by writing
+ * TB_ON_PUBLISH_BATCH(tb_on_publish) at file scope, after it (no semicolon); its
+ * tb_on_publish should call tb_reset first, as TB_ON_PUBLISH's does. Without -DTB_INBOX,
+ * TB_ON_PUBLISH_BATCH is empty. */
+#ifdef TB_INBOX
+int32_t tb_publish_batch(int64_t (*hook)(void));
+int32_t tb_v1_on_publish_batch(void);
+#define TB_ON_PUBLISH_BATCH(hook)                                                                \
+	TB_EXPORT(tb_v1_on_publish_batch) int32_t tb_v1_on_publish_batch(void) { return tb_publish_batch(hook); }
+#else
+#define TB_ON_PUBLISH_BATCH(hook)
+#endif
 
 /* Reading. Each returns the value in the arena, valid until the hook returns. */
 tb_str tb_topic(void);
