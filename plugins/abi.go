@@ -293,7 +293,7 @@ func (inst *instance) payloadStatus(n uint32) int32 {
 
 // setPayload replaces the payload with a copy of b, whose payloadStatus was OK.
 func (inst *instance) setPayload(b []byte) {
-	st := &inst.st
+	st := inst.st
 	st.dirty = true
 	st.newPayload = append([]byte(nil), b...)
 	st.payloadSet = true
@@ -342,6 +342,9 @@ type hostFn func(inst *instance, stack []uint64)
 func (f hostFn) Call(ctx context.Context, _ api.Module, stack []uint64) {
 	inst := ctx.(*callCtx).inst
 	inst.hostCalls++
+	if inst.batch.n > 0 {
+		inst.selectCurrent()
+	}
 	f(inst, stack)
 }
 
@@ -412,7 +415,7 @@ var hostFuncs = []hostFunc{
 		putI32(s, int32(len(inst.st.headers)))
 	}},
 	{"v1_msg_header_name", params(3), params(1), func(inst *instance, s []uint64) {
-		st := &inst.st
+		st := inst.st
 		if !st.namesOK {
 			st.dirty = true
 			for k := range st.headers {
@@ -436,7 +439,7 @@ var hostFuncs = []hostFunc{
 		putI32(s, inst.giveString(inst.st.id, u32(s[0]), u32(s[1])))
 	}},
 	{"v1_msg_set_topic", params(2), params(1), func(inst *instance, s []uint64) {
-		st := &inst.st
+		st := inst.st
 		topic := inst.intern(u32(s[0]), u32(s[1]))
 		switch {
 		case st.hook != abi.HookPublish:
@@ -480,7 +483,7 @@ var hostFuncs = []hostFunc{
 		putI32(s, inst.giveString(inst.st.reason, u32(s[0]), u32(s[1])))
 	}},
 	{"v1_emit", params(4), params(1), func(inst *instance, s []uint64) {
-		st := &inst.st
+		st := inst.st
 		topic := inst.intern(u32(s[0]), u32(s[1]))
 		n := u32(s[3])
 		switch {
@@ -502,7 +505,7 @@ var hostFuncs = []hostFunc{
 		}
 	}},
 	{"v1_emit_header", params(5), params(1), func(inst *instance, s []uint64) {
-		st := &inst.st
+		st := inst.st
 		h := int32(u32(s[0]))
 		k, v := inst.intern(u32(s[1]), u32(s[2])), inst.intern(u32(s[3]), u32(s[4]))
 		rc := inst.headerStatus(k, v)

@@ -64,6 +64,7 @@ type PluginStats struct {
 	Name                     string
 	Calls, Failures, Skipped uint64 // Skipped: not called because the circuit breaker was open
 	HostCalls                uint64 // host functions called in those calls, if HostOptions.CountHostCalls
+	Batched                  uint64 // of the on_publish calls, those made in batches (docs/ABI.md, "Batches")
 	BreakerOpen              bool
 }
 
@@ -76,7 +77,7 @@ func (c *Chain) Stats() []PluginStats {
 		for k := range p.metrics.hooks {
 			calls += p.metrics.hooks[k].calls.Load()
 		}
-		st = append(st, PluginStats{Name: p.spec.Name, Calls: calls, Failures: p.failures.Load(),
+		st = append(st, PluginStats{Name: p.spec.Name, Calls: calls, Failures: p.failures.Load(), Batched: p.batched.Load(),
 			Skipped: p.skipped.Load(), HostCalls: p.hostCalls.Load(), BreakerOpen: p.openUntil.Load() != 0})
 	}
 	return st
@@ -253,14 +254,31 @@ func (c *Chain) OnPublish(d *broker.Draft) (broker.PublishVerdict, error) {
 // message). Implements broker.BatchHooks.
 func (c *Chain) OnPublishBatch(ds []broker.Draft, vs []broker.PublishVerdict, errs []error) {
 	var stopped, owned []bool
-	var small [2][16]bool // the flags of a usual frame, without an allocation
+	var small [2][128]bool // the flags of a usual frame, without an allocation
 	if len(ds) <= len(small[0]) {
 		stopped, owned = small[0][:len(ds)], small[1][:len(ds)]
 	} else {
 		stopped, owned = make([]bool, len(ds)), make([]bool, len(ds))
 	}
+	var idx []int         // with batches: the messages p is called on
+	var smallIdx [128]int // a usual frame's (bench and the Go SDK batch 128)
 	for _, p := range c.publish {
 		var inst *instance
+		if p.hasBatch && len(ds) > 1 {
+			idx = smallIdx[:0]
+			for i := range ds {
+				if !stopped[i] && p.matchesTopic(ds[i].Topic) {
+					idx = append(idx, i)
+				}
+			}
+			if len(idx) > 1 {
+				p.publishBatch(&inst, ds, idx, batchOut{vs, errs, stopped, owned})
+				if inst != nil {
+					p.pool.put(inst)
+				}
+				continue
+			}
+		}
 		for i := range ds {
 			if stopped[i] || !p.matchesTopic(ds[i].Topic) {
 				continue
@@ -279,8 +297,7 @@ var _ broker.BatchHooks = (*Chain)(nil)
 // (unless the circuit breaker is open or none can be had, counted as a failure); it leaves in
 // *inst the instance for the caller to use again or put back, nil if there is none (discarded
 // after a failure). It adds to out what the call emitted and its verdict, and reports whether
-// the chain ends for d, with the error that refuses the publish. One function, not two: it
-// runs for every plugin and message.
+// the chain ends for d, with the error that refuses the publish.
 func (p *plugin) publish(inst **instance, d *broker.Draft, out *broker.PublishVerdict, owned *bool) (bool, error) {
 	var v uint64
 	var err error
@@ -296,7 +313,7 @@ func (p *plugin) publish(inst **instance, d *broker.Draft, out *broker.PublishVe
 	if err == nil {
 		// The rest of the call's input is zero since the last reset: four fields, not the
 		// whole input, are written (and cleared by reset) on the path every message takes.
-		st := &in.st
+		st := in.st
 		st.hook, st.topic, st.payload, st.headers = abi.HookPublish, d.Topic, d.Payload, d.Headers
 		var alive bool
 		if v, alive, err = p.run(in, abi.HookPublish, validPublish); !alive {
@@ -307,7 +324,12 @@ func (p *plugin) publish(inst **instance, d *broker.Draft, out *broker.PublishVe
 	if err != nil {
 		return p.publishFailed(d, err)
 	}
-	st := &in.st
+	return p.settle(in.st, v, d, out, owned)
+}
+
+// settle applies to d and out the outcome of p's on_publish call on d, verdict v, whose call
+// state is st, and resets st; it reports what publish does.
+func (p *plugin) settle(st *callState, v uint64, d *broker.Draft, out *broker.PublishVerdict, owned *bool) (bool, error) {
 	if len(st.emits) > 0 {
 		out.Emit = append(out.Emit, st.emits...)
 	}
@@ -452,7 +474,7 @@ func (c *Chain) OnRedeliver(e *broker.RedeliverEvent) broker.RedeliverVerdict {
 			}
 			continue
 		}
-		st := &inst.st
+		st := inst.st
 		why := st.why
 		if len(st.emits) > 0 {
 			out.Emit = append(out.Emit, st.emits...)

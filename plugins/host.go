@@ -104,6 +104,7 @@ type plugin struct {
 	compiled   wazero.CompiledModule
 	has        [abi.NumHooks]bool
 	hasInbox   bool           // it exports tb_v1_inbox (inbox.go)
+	hasBatch   bool           // it exports tb_v1_on_publish_batch, and its on_publish is on (batch.go)
 	filled     bool           // calls take invokeFilled's path: a time limit or an inbox
 	topics     []topicPattern // spec.Topics, compiled
 	configText string
@@ -112,6 +113,7 @@ type plugin struct {
 	consecutive atomic.Int32
 	openUntil   atomic.Int64  // circuit breaker open until (Unix ns); 0: closed
 	hostCalls   atomic.Uint64 // with HostOptions.CountHostCalls
+	batched     atomic.Uint64 // on_publish calls made in batches that succeeded
 	failures    atomic.Uint64
 	skipped     atomic.Uint64 // calls not made because the breaker was open
 	metrics     callMetrics   // per hook, for Chain.Metrics (metrics.go)
@@ -221,6 +223,9 @@ func (p *plugin) check() error {
 			}
 		}
 	}
+	if err := p.checkBatch(exports); err != nil {
+		return err
+	}
 	if !p.has[abi.HookPublish] && !p.has[abi.HookAck] && !p.has[abi.HookRedeliver] {
 		return fmt.Errorf("it exports no hook: export at least one of tb_on_publish, tb_on_ack, tb_on_redeliver")
 	}
@@ -251,8 +256,10 @@ type instance struct {
 	fns   [abi.NumHooks]api.Function
 	ctx   callCtx // carries the instance to host functions
 	stack []uint64
-	st    callState // the state of the call in progress, reset after each call
-	box   inbox     // with the plugin's hasInbox
+	st    *callState // the state of the call in progress: own, or in a batch the current message's
+	own   callState  // the state of a call of one message, reset after each call
+	box   inbox      // with the plugin's hasInbox
+	batch batchState // with the plugin's hasBatch
 
 	// The instance counts its calls (per hook) and the host calls they made itself, without
 	// an atomic operation per call; the plugin adds them to its counters when it collects
@@ -260,6 +267,7 @@ type instance struct {
 	// Only the goroutine that holds the instance touches them.
 	uncounted [abi.NumHooks]uint64
 	hostCalls uint64
+	batched   uint64 // calls made in batches that succeeded
 	sampled   uint64 // calls made, for the latency sample (one in latencySample)
 
 	strs    [8]string // recently interned strings (instance.intern)
@@ -268,6 +276,7 @@ type instance struct {
 
 func (p *plugin) newInstance(ctx context.Context) (*instance, error) {
 	inst := &instance{p: p, stack: make([]uint64, 1)}
+	inst.st = &inst.own
 	inst.ctx = callCtx{Context: context.Background(), inst: inst, bare: true}
 	inst.st.hook = abi.HookInit
 	mcfg := wazero.NewModuleConfig().WithName("").WithStartFunctions("_initialize").
@@ -297,6 +306,9 @@ func (p *plugin) newInstance(ctx context.Context) (*instance, error) {
 	inst.mod = mod
 	if p.hasInbox {
 		inst.box.alloc = mod.ExportedFunction(abi.InboxExport)
+	}
+	if p.hasBatch {
+		inst.batch.fn = mod.ExportedFunction(abi.BatchExport)
 	}
 	for k := abi.HookInit; k < abi.NumHooks; k++ {
 		if p.has[k] || k == abi.HookInit {
@@ -411,6 +423,10 @@ func (p *plugin) flush(inst *instance) {
 			p.metrics.hooks[k].calls.Add(n)
 			inst.uncounted[k] = 0
 		}
+	}
+	if inst.batched > 0 {
+		p.batched.Add(inst.batched)
+		inst.batched = 0
 	}
 	if inst.hostCalls > 0 {
 		if p.host.opts.CountHostCalls {

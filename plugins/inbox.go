@@ -87,17 +87,26 @@ func (inst *instance) fillInbox(ctx *callCtx) error {
 // writeInbox writes the call into the inbox if it fits, and otherwise returns the size it
 // needs.
 func (inst *instance) writeInbox() (int, bool) {
-	st := &inst.st
 	box := &inst.box
 	mem := inst.gmem.buf
 	end := uint64(box.ptr) + uint64(box.size)
 	if end > uint64(len(mem)) { // memory never shrinks: only a bug of ours could get here
-		return inst.inboxNeeds(), false
+		return recordNeeds(inst.st), false
 	}
-	b := mem[box.ptr:end]
+	n, ok := inst.writeRecord(mem[box.ptr:end], inst.st)
+	if !ok {
+		return n, false
+	}
+	return 0, true
+}
+
+// writeRecord writes the message and event of st into b, with offsets from b's start, and
+// the broker's limits, if they fit, and returns the length written; otherwise the length they
+// need.
+func (inst *instance) writeRecord(b []byte, st *callState) (int, bool) {
 	fixed := abi.InHeaders + abi.InEntry*len(st.headers)
 	if fixed+len(st.topic)+len(st.payload)+len(st.sub)+len(st.group)+len(st.reason)+len(st.id) > len(b) {
-		return inst.inboxNeeds(), false
+		return recordNeeds(st), false
 	}
 	h := b[:abi.InHeaders]
 	le := binary.LittleEndian
@@ -106,6 +115,9 @@ func (inst *instance) writeInbox() (int, bool) {
 	le.PutUint32(h[abi.InAttempt:], st.attempt)
 	le.PutUint64(h[abi.InInFlight:], uint64(st.inFlight))
 	le.PutUint32(h[abi.InHeaderCount:], uint32(len(st.headers)))
+	le.PutUint32(h[abi.InMaxMessage:], uint32(inst.p.host.opts.MaxMessageBytes))
+	le.PutUint32(h[abi.InMaxHeader:], uint32(inst.p.host.opts.MaxHeaderBytes))
+	le.PutUint32(h[abi.InFlags:], 0)
 	pos := uint32(fixed)
 	pos = putValue(h, abi.InTopic, b, pos, st.topic)
 	pos = putValue(h, abi.InPayload, b, pos, unsafe.String(unsafe.SliceData(st.payload), len(st.payload))) // only copied
@@ -120,7 +132,7 @@ func (inst *instance) writeInbox() (int, bool) {
 	e := abi.InHeaders
 	for k, v := range st.headers {
 		if int(pos)+len(k)+len(v) > len(b) {
-			return inst.inboxNeeds(), false
+			return recordNeeds(st), false
 		}
 		entry := b[e : e+abi.InEntry]
 		pos = putValue(entry, 0, b, pos, k)
@@ -130,12 +142,11 @@ func (inst *instance) writeInbox() (int, bool) {
 	if len(st.headers) > 1 {
 		sortEntries(b, len(st.headers))
 	}
-	return 0, true
+	return int(pos), true
 }
 
-// inboxNeeds is the size the call's message and event take in the inbox.
-func (inst *instance) inboxNeeds() int {
-	st := &inst.st
+// recordNeeds is the size the call's message and event take in the inbox.
+func recordNeeds(st *callState) int {
 	n := abi.InHeaders + len(st.topic) + len(st.payload) + len(st.sub) + len(st.group) + len(st.reason) + len(st.id)
 	for k, v := range st.headers {
 		n += abi.InEntry + len(k) + len(v)
@@ -200,11 +211,6 @@ func (inst *instance) growInbox(ctx *callCtx, n uint32) error {
 		return inboxError{fmt.Sprintf("asked for %d bytes, it returned %d, whose %d bytes are outside the plugin's memory (%d bytes)", want, ptr, want, size)}
 	}
 	inst.box.ptr, inst.box.size = ptr, want
-	// The limits, which never change: written once per inbox.
-	b := inst.gmem.buf[ptr:]
-	binary.LittleEndian.PutUint32(b[abi.InMaxMessage:], uint32(inst.p.host.opts.MaxMessageBytes))
-	binary.LittleEndian.PutUint32(b[abi.InMaxHeader:], uint32(inst.p.host.opts.MaxHeaderBytes))
-	binary.LittleEndian.PutUint32(b[abi.InFlags:], 0)
 	return nil
 }
 
@@ -213,9 +219,12 @@ func (inst *instance) growInbox(ctx *callCtx, n uint32) error {
 // kind, or that the host function would refuse (it returns no status to the guest, which
 // must check first what it can; docs/ABI.md) makes the answer malformed, and the call fails.
 // Nothing of such a call is applied: the caller resets the call state.
-func (inst *instance) takeWrites() error {
+func (inst *instance) takeWrites() error { return inst.takeWritesAt(uint64(inst.box.ptr)) }
+
+// takeWritesAt is takeWrites for the write list of the record at head, into the call state
+// inst.st.
+func (inst *instance) takeWritesAt(head uint64) error {
 	mem := inst.gmem.buf
-	head := uint64(inst.box.ptr)
 	if head+8 > uint64(len(mem)) {
 		return writesError{"the inbox is outside the plugin's memory"}
 	}
@@ -228,7 +237,7 @@ func (inst *instance) takeWrites() error {
 	if end > uint64(len(mem)) {
 		return writesError{fmt.Sprintf("%d records at %d end at %d, outside the plugin's memory (%d bytes)", count, ptr, end, len(mem))}
 	}
-	st := &inst.st
+	st := inst.st
 	for i := range uint64(count) {
 		r := mem[uint64(ptr)+i*abi.WriteSize:]
 		op := le.Uint32(r)

@@ -87,8 +87,9 @@ type callMetrics struct {
 	hooks [abi.NumHooks]hookMetrics
 }
 
-func (m *callMetrics) observe(k abi.Hook, start time.Time) {
-	d := time.Since(start)
+func (m *callMetrics) observe(k abi.Hook, start time.Time) { m.observeDuration(k, time.Since(start)) }
+
+func (m *callMetrics) observeDuration(k abi.Hook, d time.Duration) {
 	h := &m.hooks[k]
 	i := 0
 	if d > 1 {
@@ -96,6 +97,12 @@ func (m *callMetrics) observe(k abi.Hook, start time.Time) {
 	}
 	h.buckets[min(i, latencyBuckets)].Add(1)
 	h.sumNanos.Add(uint64(max(d, 0)))
+}
+
+// observeEach records, for a call that handled m messages (a batch), the time each took:
+// the call's time divided among them.
+func (m *callMetrics) observeEach(k abi.Hook, start time.Time, n int) {
+	m.observeDuration(k, time.Since(start)/time.Duration(n))
 }
 
 func (m *callMetrics) failed(k abi.Hook, err error) {
