@@ -10,14 +10,16 @@
 # inbox" and "Batches").
 #   ./build.sh                 # every plugin
 #   ./build.sh w4-filter ...   # a selection, by directory name
+#   TB_BENCH_BIN=DIR ./build.sh  # into DIR instead (the SDK's tests build W4's plugins so)
 # A plugin that cannot be built loses its old .wasm, so that run.sh skips its language rather
 # than measuring a stale build. Messages go to stderr; exits 1 if any build failed (a missing
 # tool is not a failure).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-out=$(cd "$here/.." && pwd)/bin
-sdk=$(cd "$here/../../sdk/c" && pwd)
+out=${TB_BENCH_BIN:-$here/../bin}
 mkdir -p "$out"
+out=$(cd "$out" && pwd)
+sdk=$(cd "$here/../../sdk/c" && pwd)
 names=("$@")
 if [ ${#names[@]} -eq 0 ]; then
   for d in "$here"/*/; do names+=("$(basename "$d")"); done
@@ -54,6 +56,6 @@ for name in "${names[@]}"; do
     failed=1
     continue
   fi
-  echo "build.sh: built bin/$name.wasm" >&2
+  echo "build.sh: built $wasm" >&2
 done
 exit "$failed"
