@@ -180,23 +180,30 @@ type member struct {
 }
 
 // run acks every received batch with one AckBatch frame and calls finish when acked reaches n.
+// It decodes frames as the Go client does (internal/wire), like the sinks of W1.
 func (m *member) run(n int64, acked *atomic.Int64, finish func(time.Time)) {
 	defer close(m.exited)
 	var ids []string
+	var f wire.Frame
+	var dec wire.Decoder
+	var msgs []wire.Delivery
 	for {
-		resp, err := m.stream.Recv()
-		if err != nil {
+		if err := m.stream.RecvMsg(&f); err != nil {
 			m.err = err
 			return
 		}
-		msgs := resp.GetMessages().GetMessages()
+		var err error
+		if msgs, _, err = dec.Messages(f.B, msgs[:0]); err != nil {
+			m.err = err
+			return
+		}
 		if len(msgs) == 0 {
 			continue
 		}
 		ids = ids[:0]
-		for _, msg := range msgs {
-			ids = append(ids, msg.GetSystemId())
-			m.seen = append(m.seen, delivery{msg.GetSystemId(), msg.GetAttempt()})
+		for i := range msgs {
+			ids = append(ids, msgs[i].SystemID)
+			m.seen = append(m.seen, delivery{msgs[i].SystemID, msgs[i].Attempt})
 		}
 		// Send encodes the frame before it returns, so ids can be reused.
 		if err := m.stream.Send(&pb.SubscribeRequest{Frame: &pb.SubscribeRequest_Ack{Ack: &pb.AckBatch{SystemIds: ids}}}); err != nil {

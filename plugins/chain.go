@@ -64,7 +64,7 @@ type PluginStats struct {
 	Name                     string
 	Calls, Failures, Skipped uint64 // Skipped: not called because the circuit breaker was open
 	HostCalls                uint64 // host functions called in those calls, if HostOptions.CountHostCalls
-	Batched                  uint64 // of the on_publish calls, those made in batches (docs/ABI.md, "Batches")
+	Batched                  uint64 // of the on_publish calls, those made in batches that did not fail as a whole (docs/ABI.md, "Batches")
 	BreakerOpen              bool
 }
 

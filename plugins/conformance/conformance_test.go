@@ -78,6 +78,9 @@ func runRows(t *testing.T, wasm []byte) {
 // its length, then its bytes.
 var inboxName = []byte("\x0btb_v1_inbox")
 
+// batchName is tb_v1_on_publish_batch as an export section spells it.
+var batchName = []byte("\x16tb_v1_on_publish_batch")
+
 func exportsInbox(wasm []byte) bool { return bytes.Contains(wasm, inboxName) }
 
 // withoutInbox returns wasm with its export tb_v1_inbox renamed (same length, so the module
@@ -87,7 +90,9 @@ func withoutInbox(t *testing.T, wasm []byte) []byte {
 	if !exportsInbox(wasm) {
 		t.Fatal("the module does not export tb_v1_inbox")
 	}
-	return bytes.ReplaceAll(wasm, inboxName, []byte("\x0btb_v1_inbo_"))
+	wasm = bytes.ReplaceAll(wasm, inboxName, []byte("\x0btb_v1_inbo_"))
+	// Batches come through the inbox: a module that exports them without it is refused.
+	return bytes.ReplaceAll(wasm, batchName, []byte("\x16tb_v1_on_publish_batc_"))
 }
 
 // inCI reports whether the test runs under CI (CI=true), where no language may be skipped.

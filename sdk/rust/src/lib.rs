@@ -25,7 +25,16 @@
 //! into the plugin's memory before the call, and the readers take them from there, with no
 //! host call; the setters of the payload and headers, and the reason, are listed there for the
 //! broker to apply when the hook returns. That pays for a plugin that reads several fields of
-//! each message, not for one that reads a single header. Either way, config values are read
+//! each message, not for one that reads a single header. With `inbox`, [`on_publish!`] also
+//! exports `tb_v1_on_publish_batch` (docs/ABI.md, "Batches"): the broker may then give the
+//! messages of one publish frame in a single call, and the crate runs the plugin's on_publish
+//! function on each in turn, exactly as in a `tb_on_publish` call of its own (the readers read
+//! that message, its writes and reason are its own, and host calls such as `set_topic`,
+//! `emit`, `config::get` and `log` act on it); the plugin's code does not change. If the
+//! function traps on one message (a panic, an `Err`), the whole batch fails and the broker
+//! runs each of its messages again alone: the function may run twice for a message, so what
+//! it does besides its verdict and changes (logs, counts kept in a `static`) should not
+//! depend on running once. Either way, config values are read
 //! once per instance and kept (an instance's configuration never changes). Writers
 //! return `Result<(), Error>`. Changes to the message take effect when the hook returns; a
 //! panic traps the call (after logging the panic's message at error level), and the plugin's
@@ -580,10 +589,15 @@ fn fail(e: &dyn fmt::Display) -> ! {
 
 #[doc(hidden)]
 pub mod __private {
-    /// Called first in every hook: makes a panic log its message at error level before the
-    /// call traps, once per instance.
+    /// Called first in every hook: empties the inbox's write list, and makes a panic log its
+    /// message at error level before the call traps.
     pub fn enter() {
         crate::inbox::begin();
+        hook_panics();
+    }
+
+    /// Installs the panic hook, once per instance.
+    fn hook_panics() {
         static mut HOOKED: bool = false;
         // SAFETY: one thread.
         unsafe {
@@ -624,27 +638,69 @@ pub mod __private {
     /// verdict, a `V`, packed.
     pub fn hook<V: Verdict, R: crate::HookResult<V>, F: FnOnce() -> R>(f: F) -> i64 {
         enter();
+        let v = run::<V, R, F>(f);
+        crate::inbox::end();
+        v
+    }
+
+    /// Runs `f` and returns its verdict, packed.
+    pub fn run<V: Verdict, R: crate::HookResult<V>, F: FnOnce() -> R>(f: F) -> i64 {
         f().into_verdict().raw()
     }
 
+    /// The body of `tb_v1_on_publish_batch` (see `__export_batch!`): `on_publish` runs once
+    /// per message of the batch, each time as in its own `tb_on_publish` call.
+    #[cfg(feature = "inbox")]
+    pub fn publish_batch<F: FnMut() -> i64>(on_publish: F) -> i32 {
+        hook_panics();
+        crate::inbox::batch(on_publish)
+    }
+
     pub fn init_result(r: Result<(), String>) -> i32 {
-        match r {
+        let status = match r {
             Ok(()) => 0,
             Err(reason) => {
                 crate::set_reason(&reason);
                 1
             }
-        }
+        };
+        crate::inbox::end();
+        status
     }
 }
 
 /// Exports `fn() -> Publish` (or `-> Result<Publish, E>`, see [`HookResult`]) as the
-/// plugin's `tb_on_publish` hook.
+/// plugin's `tb_on_publish` hook. With the feature `inbox`, it also exports
+/// `tb_v1_on_publish_batch`, which runs the same function on each message of a batch (see
+/// the crate's documentation).
 #[macro_export]
 macro_rules! on_publish {
     ($f:path) => {
         $crate::__export_hook!(tb_on_publish, $crate::Publish, $f);
+        $crate::__export_batch!($f);
     };
+}
+
+/// What `on_publish!` adds with the feature `inbox`: the export `tb_v1_on_publish_batch`,
+/// which runs the hook `$f` on each message of a batch.
+#[cfg(feature = "inbox")]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __export_batch {
+    ($f:path) => {
+        #[no_mangle]
+        pub extern "C" fn tb_v1_on_publish_batch() -> i32 {
+            $crate::__private::publish_batch(|| $crate::__private::run::<$crate::Publish, _, _>($f))
+        }
+    };
+}
+
+/// Without the feature `inbox`, `on_publish!` exports `tb_on_publish` alone.
+#[cfg(not(feature = "inbox"))]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __export_batch {
+    ($f:path) => {};
 }
 
 /// Exports `fn()` (or `-> Result<(), E>`) as the plugin's `tb_on_ack` hook.
