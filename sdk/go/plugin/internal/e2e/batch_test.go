@@ -54,7 +54,11 @@ func w4Specs(t testing.TB, root, lang string) []plugins.Spec {
 		if err != nil {
 			t.Fatal(err)
 		}
-		specs = append(specs, plugins.Spec{Name: name, Wasm: bin, Topics: []string{"bench.>"}, PoolSize: 1})
+		spec := plugins.Spec{Name: name, Wasm: bin, Topics: []string{"bench.>"}, PoolSize: 1}
+		if lang == "c" {
+			spec.MemoryLimitBytes = 1 << 20 // the arena must not grow from batch to batch
+		}
+		specs = append(specs, spec)
 	}
 	return specs
 }
@@ -176,6 +180,21 @@ func runW4Batch(t *testing.T, specs []plugins.Spec) {
 				s.Name, s.Calls, s.Batched, s.HostCalls, s.Failures, seen[k])
 		}
 	}
+
+	// Many frames on the same instance: what a batch takes (arena, write lists) is given back.
+	const frames = 2000
+	for range frames {
+		for i := range ds {
+			ds[i] = broker.Draft{Topic: "bench.w1", Payload: []byte("p"), Headers: map[string]string{"tenant": "acme"}}
+		}
+		c.OnPublishBatch(ds, vs, errs)
+	}
+	for k, s := range c.Stats() {
+		if s.Failures != 0 || s.Batched != st[k].Batched+frames*n {
+			t.Errorf("%s, after %d frames: %d failures, %d more batched; want none, %d", s.Name, frames, s.Failures, s.Batched-st[k].Batched, frames*n)
+		}
+	}
+	st = c.Stats()
 
 	// A message alone is a tb_on_publish call, still without a host call.
 	d := broker.Draft{Topic: "bench.w2", Payload: []byte("p"), Headers: map[string]string{"tenant": "acme"}}
