@@ -7,11 +7,12 @@ package broker
 // count with MessageCost, so that a bound admits the same messages on either.
 
 const (
-	// messageOverhead is what a Message costs besides its bytes: the struct, its header map's
-	// fixed part and the allocator's rounding.
+	// messageOverhead is what a Message costs besides its bytes: the struct, its headers'
+	// slice and the allocator's rounding.
 	messageOverhead = 256
-	// headerOverhead is what one header costs besides its key and value bytes: the map slot
-	// and two string allocations. Measured by the memory engine's TestMessageCostCoversHeap.
+	// headerOverhead is what one header costs besides its key and value bytes: its Header (32
+	// bytes) and two string allocations, rounded up. Measured by the memory engine's
+	// TestMessageCostCoversHeap.
 	headerOverhead = 112
 	// HolderOverhead is what a target spends to hold one message: a consumer group's entry,
 	// its slot in the queue ring and in the member's in-flight map (~128 bytes), or a
@@ -19,13 +20,13 @@ const (
 	HolderOverhead = 128
 )
 
-// MessageCost is what holding a message costs while any of its targets holds it; a group
-// is charged this plus HolderOverhead.
-func MessageCost(topic, systemID string, payload []byte, headers map[string]string, headerBytes, targets int) int64 {
+// MessageCost is what holding a message costs while any of its targets holds it (headers:
+// how many it has); a group is charged this plus HolderOverhead.
+func MessageCost(topic, systemID string, payload []byte, headers, headerBytes, targets int) int64 {
 	body := int64(len(payload) + headerBytes + len(topic) + len(systemID))
-	n := int64(messageOverhead) + body + int64(headerOverhead*len(headers))
+	n := int64(messageOverhead) + body + int64(headerOverhead*headers)
 	if targets > 1 { // the server caches its encoding to share it between deliveries
-		n += body + int64(8*len(headers))
+		n += body + int64(8*headers)
 	}
 	return n
 }

@@ -139,7 +139,7 @@ type Message struct {
 	SystemID string // ID as the protocol's system_id, formatted once
 	Topic    string
 	Payload  []byte
-	Headers  map[string]string
+	Headers  Headers
 	// PublishedAt is when the engine accepted the message, in Unix nanoseconds.
 	PublishedAt int64
 	// Targets is how many fanout subscriptions and groups the message was routed to.

@@ -51,8 +51,8 @@ func FanoutID[F, G comparable](id string, autoID *uint64, fanouts map[string]F, 
 // attempts deliveries, for reason: m's own and the tb-dead-letter-* ones.
 func DeadLetterHeaders(m *Message, reason, id, group string, attempts uint32) map[string]string {
 	h := make(map[string]string, len(m.Headers)+6)
-	for k, v := range m.Headers {
-		h[k] = v
+	for _, x := range m.Headers {
+		h[x.Key] = x.Value
 	}
 	h[HeaderDeadLetterReason] = reason
 	h[HeaderDeadLetterTopic] = m.Topic

@@ -34,7 +34,7 @@ type Hooks interface {
 type Draft struct {
 	Topic   string
 	Payload []byte
-	Headers map[string]string
+	Headers Headers
 }
 
 // PublishVerdict is what OnPublish decided for a message it did not refuse.

@@ -111,18 +111,21 @@ func (l Limits) CheckPayload(n int, after bool) error {
 	return fmt.Errorf("%w: payload is %d bytes, the limit is %d (max_message_bytes); split the message or raise the limit", ErrInvalidMessage, n, l.MaxMessageBytes)
 }
 
-// CheckHeaders checks a message's headers in one pass — how many, valid UTF-8 (subscribers
-// decode them as strings), how many bytes — and returns the sum of their keys' and values'
-// lengths (Message.HeaderBytes).
-func (l Limits) CheckHeaders(h map[string]string) (headerBytes int, err error) {
+// CheckHeaders checks a message's headers in one pass — how many, sorted with each key once
+// (as Headers must be), valid UTF-8 (subscribers decode them as strings), how many bytes — and
+// returns the sum of their keys' and values' lengths (Message.HeaderBytes).
+func (l Limits) CheckHeaders(h Headers) (headerBytes int, err error) {
 	if len(h) > l.MaxHeaders {
 		return 0, fmt.Errorf("%w: the message has %d headers, the limit is %d (max_headers); put the data in the payload or in fewer headers", ErrInvalidMessage, len(h), l.MaxHeaders)
 	}
-	for k, v := range h {
-		if !utf8.ValidString(k) || !utf8.ValidString(v) {
-			return 0, fmt.Errorf("%w: header %q is not valid UTF-8", ErrInvalidMessage, k)
+	for i, x := range h {
+		if i > 0 && h[i-1].Key >= x.Key {
+			return 0, fmt.Errorf("%w: headers %q and %q are out of order or the same: Headers are sorted by key, each key once (broker.SortHeaders)", ErrInvalidMessage, h[i-1].Key, x.Key)
 		}
-		headerBytes += len(k) + len(v)
+		if !utf8.ValidString(x.Key) || !utf8.ValidString(x.Value) {
+			return 0, fmt.Errorf("%w: header %q is not valid UTF-8", ErrInvalidMessage, x.Key)
+		}
+		headerBytes += len(x.Key) + len(x.Value)
 	}
 	if headerBytes > l.MaxHeaderBytes {
 		return 0, fmt.Errorf("%w: headers take %d bytes, the limit is %d (max_header_bytes)", ErrInvalidMessage, headerBytes, l.MaxHeaderBytes)
@@ -132,7 +135,7 @@ func (l Limits) CheckHeaders(h map[string]string) (headerBytes int, err error) {
 
 // CheckMessage checks a message as published, before the plugins see it: its topic, payload
 // and headers. It returns the headers' size.
-func (l Limits) CheckMessage(topic string, payload []byte, headers map[string]string) (headerBytes int, err error) {
+func (l Limits) CheckMessage(topic string, payload []byte, headers Headers) (headerBytes int, err error) {
 	if err := ValidateTopic(topic); err != nil {
 		return 0, err
 	}

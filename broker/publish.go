@@ -11,7 +11,7 @@ import (
 type Publication struct {
 	Topic   string
 	Payload []byte
-	Headers map[string]string
+	Headers Headers
 }
 
 // PublishOutcome is what became of one message of a PublishBatch: what Publish would have
@@ -32,7 +32,7 @@ type BatchHooks interface {
 // Router is the part of a publish that differs from engine to engine; Publisher does the rest.
 type Router interface {
 	// Route delivers a valid message (hb: the sum of its headers' lengths) to its targets.
-	Route(topic string, payload []byte, headers map[string]string, hb int) (PublishResult, error)
+	Route(topic string, payload []byte, headers Headers, hb int) (PublishResult, error)
 	// Dropped returns the result of a message an OnPublish verdict dropped, and counts it.
 	Dropped(v PublishVerdict) PublishResult
 }
@@ -48,7 +48,7 @@ type BatchRouter interface {
 type Routable struct {
 	Topic   string
 	Payload []byte
-	Headers map[string]string
+	Headers Headers
 	HB      int // the sum of its headers' lengths
 }
 
@@ -72,6 +72,10 @@ type Publisher struct {
 
 // Publish publishes one message: Engine.Publish.
 func (p *Publisher) Publish(topic string, payload []byte, headers map[string]string) (PublishResult, error) {
+	return p.publish(topic, payload, MakeHeaders(headers))
+}
+
+func (p *Publisher) publish(topic string, payload []byte, headers Headers) (PublishResult, error) {
 	hb, err := p.admit(topic, payload, headers)
 	if err != nil {
 		return PublishResult{}, err
@@ -100,7 +104,7 @@ func emits(err error) bool {
 	return err == nil || errors.As(err, &rej)
 }
 
-func (p *Publisher) admit(topic string, payload []byte, headers map[string]string) (int, error) {
+func (p *Publisher) admit(topic string, payload []byte, headers Headers) (int, error) {
 	if p.Closing.Load() {
 		return 0, fmt.Errorf("%w: not accepting publishes; retry against the restarted broker", ErrShuttingDown)
 	}
@@ -168,7 +172,7 @@ func (p *Publisher) PublishBatch(msgs []Publication, out []PublishOutcome) {
 	br, _ := p.Router.(BatchRouter)
 	if (h != nil && bh == nil) || (h == nil && br == nil) || len(msgs) == 1 {
 		for i, m := range msgs {
-			out[i].Result, out[i].Err = p.Publish(m.Topic, m.Payload, m.Headers)
+			out[i].Result, out[i].Err = p.publish(m.Topic, m.Payload, m.Headers)
 		}
 		return
 	}

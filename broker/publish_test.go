@@ -14,7 +14,7 @@ type recordingRouter struct {
 	batches int
 }
 
-func (r *recordingRouter) Route(topic string, _ []byte, _ map[string]string, _ int) (PublishResult, error) {
+func (r *recordingRouter) Route(topic string, _ []byte, _ Headers, _ int) (PublishResult, error) {
 	if strings.HasPrefix(topic, "full.") {
 		return PublishResult{}, ErrGroupFull
 	}
@@ -47,7 +47,7 @@ type scriptHooks struct {
 func (h *scriptHooks) OnPublish(d *Draft) (PublishVerdict, error) {
 	h.calls++
 	var v PublishVerdict
-	if d.Headers["emit"] != "" {
+	if d.Headers.Map()["emit"] != "" {
 		v.Emit = []Draft{{Topic: "emit." + d.Topic}}
 	}
 	first, rest, _ := strings.Cut(d.Topic, ".")
@@ -61,7 +61,7 @@ func (h *scriptHooks) OnPublish(d *Draft) (PublishVerdict, error) {
 	case "grow":
 		d.Payload = make([]byte, DefaultMaxMessageBytes+1)
 	case "badhdr":
-		d.Headers = map[string]string{"k": "\xff"}
+		d.Headers = MakeHeaders(map[string]string{"k": "\xff"})
 	case "move":
 		d.Topic = "moved." + rest
 	}
@@ -87,11 +87,11 @@ func (h *scriptBatchHooks) OnPublishBatch(ds []Draft, vs []PublishVerdict, errs 
 func TestPublishBatchMatchesPublish(t *testing.T) {
 	emit := map[string]string{"emit": "1"}
 	frame := []Publication{
-		{Topic: "a.b", Headers: emit},
+		{Topic: "a.b", Headers: MakeHeaders(emit)},
 		{Topic: "bad..topic"},
-		{Topic: "drop.x", Headers: emit},
-		{Topic: "reject.x", Headers: emit},
-		{Topic: "fail.x", Headers: emit},
+		{Topic: "drop.x", Headers: MakeHeaders(emit)},
+		{Topic: "reject.x", Headers: MakeHeaders(emit)},
+		{Topic: "fail.x", Headers: MakeHeaders(emit)},
 		{Topic: "grow.x"},
 		{Topic: "badhdr.x"},
 		{Topic: "move.y"},

@@ -228,10 +228,10 @@ func newCaptureAdmin(b broker.Engine) ops.Admin {
 }
 
 func (a *captureAdmin) add(m *broker.Message) {
-	attempts, _ := strconv.Atoi(m.Headers[broker.HeaderDeadLetterAttempts])
-	dl := ops.DeadLetter{ID: m.SystemID, Topic: m.Headers[broker.HeaderDeadLetterTopic], Reason: m.Headers[broker.HeaderDeadLetterReason],
-		Attempts: attempts, At: time.Unix(0, m.PublishedAt), Headers: m.Headers, Payload: m.Payload, Size: len(m.Payload)}
-	group := m.Headers[broker.HeaderDeadLetterSubscription]
+	attempts, _ := strconv.Atoi(m.Headers.Map()[broker.HeaderDeadLetterAttempts])
+	dl := ops.DeadLetter{ID: m.SystemID, Topic: m.Headers.Map()[broker.HeaderDeadLetterTopic], Reason: m.Headers.Map()[broker.HeaderDeadLetterReason],
+		Attempts: attempts, At: time.Unix(0, m.PublishedAt), Headers: m.Headers.Map(), Payload: m.Payload, Size: len(m.Payload)}
+	group := m.Headers.Map()[broker.HeaderDeadLetterSubscription]
 	a.mu.Lock()
 	a.dead[group] = append(a.dead[group], dl)
 	a.msgs[dl.ID] = m
@@ -255,7 +255,7 @@ func (a *captureAdmin) Replay(group string, ids []string) (int, error) {
 			continue
 		}
 		m := a.msgs[dl.ID]
-		h := maps.Clone(m.Headers)
+		h := m.Headers.Map()
 		maps.DeleteFunc(h, func(k, _ string) bool { return strings.HasPrefix(k, "tb-dead-letter-") })
 		if _, err := a.b.Publish(dl.Topic, m.Payload, h); err != nil {
 			return n, err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"unsafe"
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
@@ -30,9 +31,6 @@ type callState struct {
 	callInput
 	dirty bool // something below was written in this call: reset clears it all
 
-	names   []string // sorted header names, built on first use (namesOK)
-	namesOK bool
-
 	newTopic   string
 	topicSet   bool
 	newPayload []byte
@@ -48,7 +46,7 @@ type callInput struct {
 	hook    abi.Hook
 	topic   string
 	payload []byte
-	headers map[string]string
+	headers broker.Headers
 	id      string
 
 	sub, group, reason string
@@ -117,15 +115,6 @@ func (st *callState) reset() {
 	// through the write barrier's bulk path (and clears the input again) when the GC runs,
 	// which a plugin that sets a header on every message makes it do often.
 	st.dirty = false
-	if len(st.names) > 0 || st.namesOK {
-		if cap(st.names) > keepStorage {
-			st.names = nil
-		} else {
-			clear(st.names)
-			st.names = st.names[:0]
-		}
-		st.namesOK = false
-	}
 	if st.topicSet || st.newTopic != "" {
 		st.newTopic, st.topicSet = "", false
 	}
@@ -175,6 +164,11 @@ func (c *callCtx) Value(key any) any {
 		return nil
 	}
 	return c.Context.Value(key)
+}
+
+// getHeader looks key, bytes of guest memory, up in h without copying it.
+func getHeader(h broker.Headers, key []byte) (string, bool) {
+	return h.Get(unsafe.String(unsafe.SliceData(key), len(key))) // only compared
 }
 
 // read returns a view of guest memory [ptr, ptr+n) (not a copy: use it before the guest
@@ -404,7 +398,7 @@ var hostFuncs = []hostFunc{
 		putI32(s, inst.give(inst.st.payload, u32(s[0]), u32(s[1])))
 	}},
 	{"v1_msg_header", params(4), params(1), func(inst *instance, s []uint64) {
-		v, ok := inst.st.headers[string(inst.read(u32(s[0]), u32(s[1])))] // looked up without a copy
+		v, ok := getHeader(inst.st.headers, inst.read(u32(s[0]), u32(s[1])))
 		if !ok {
 			putI32(s, -1)
 			return
@@ -415,21 +409,13 @@ var hostFuncs = []hostFunc{
 		putI32(s, int32(len(inst.st.headers)))
 	}},
 	{"v1_msg_header_name", params(3), params(1), func(inst *instance, s []uint64) {
-		st := inst.st
-		if !st.namesOK {
-			st.dirty = true
-			for k := range st.headers {
-				st.names = append(st.names, k)
-			}
-			slices.Sort(st.names)
-			st.namesOK = true
-		}
+		h := inst.st.headers // sorted by name
 		i := int32(u32(s[0]))
-		if i < 0 || int(i) >= len(st.names) {
+		if i < 0 || int(i) >= len(h) {
 			putI32(s, -1)
 			return
 		}
-		putI32(s, inst.giveString(st.names[i], u32(s[1]), u32(s[2])))
+		putI32(s, inst.giveString(h[i].Key, u32(s[1]), u32(s[2])))
 	}},
 	{"v1_msg_id", params(2), params(1), func(inst *instance, s []uint64) {
 		if inst.st.hook == abi.HookPublish { // absent: a message being published has no id yet
@@ -514,10 +500,7 @@ var hostFuncs = []hostFunc{
 		}
 		if rc == abi.StatusOK {
 			d := &st.emits[h]
-			if d.Headers == nil {
-				d.Headers = make(map[string]string)
-			}
-			d.Headers[k] = v
+			d.Headers = d.Headers.Set(k, v) // the emit's own, made by this call
 		}
 		putI32(s, rc)
 	}},

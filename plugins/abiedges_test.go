@@ -14,7 +14,7 @@ import (
 // otherwise.
 func TestABIEdges(t *testing.T) {
 	c := load(t, newHost(t), Spec{Name: "edges", Wasm: fixture(t, "edges"), FailurePolicy: FailClosed})
-	d := broker.Draft{Topic: "a.b", Payload: []byte("old"), Headers: map[string]string{"x": "1"}}
+	d := broker.Draft{Topic: "a.b", Payload: []byte("old"), Headers: broker.MakeHeaders(map[string]string{"x": "1"})}
 	v, err := c.OnPublish(&d)
 	if err != nil {
 		t.Fatalf("the call failed: %v", err)
@@ -22,7 +22,7 @@ func TestABIEdges(t *testing.T) {
 	if v.Drop {
 		t.Fatal("v1_msg_id did not return -1 in tb_on_publish")
 	}
-	if len(d.Payload) != 0 || d.Headers["empty"] != "" || len(d.Headers) != 2 {
+	if len(d.Payload) != 0 || d.Headers.Map()["empty"] != "" || len(d.Headers) != 2 {
 		t.Fatalf("message after empty writes: %+v", d)
 	}
 }

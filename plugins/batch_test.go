@@ -36,7 +36,7 @@ func TestOnPublishBatchMatchesOnPublish(t *testing.T) {
 			if tn := tenants[(i*7+n)%len(tenants)]; tn != "" {
 				h["tenant"] = tn
 			}
-			ds = append(ds, broker.Draft{Topic: topics[(i*3+n)%len(topics)], Payload: []byte(fmt.Sprint("p", i)), Headers: h})
+			ds = append(ds, broker.Draft{Topic: topics[(i*3+n)%len(topics)], Payload: []byte(fmt.Sprint("p", i)), Headers: broker.MakeHeaders(h)})
 		}
 		want := make([]broker.Draft, n)
 		wantV := make([]broker.PublishVerdict, n)
@@ -88,7 +88,7 @@ func BenchmarkOnPublishBatch(b *testing.B) {
 	cpu := cpuTime()
 	for b.Loop() {
 		for i := range ds {
-			ds[i] = broker.Draft{Topic: "orders.1", Payload: payload, Headers: headers}
+			ds[i] = broker.Draft{Topic: "orders.1", Payload: payload, Headers: broker.MakeHeaders(headers)}
 		}
 		c.OnPublishBatch(ds, vs, errs)
 	}
@@ -127,7 +127,7 @@ func BenchmarkOnPublishWATBatch(b *testing.B) {
 			cpu := cpuTime()
 			for b.Loop() {
 				for i := range ds {
-					ds[i] = broker.Draft{Topic: "orders.1", Payload: payload, Headers: headers[i]}
+					ds[i] = broker.Draft{Topic: "orders.1", Payload: payload, Headers: broker.MakeHeaders(headers[i])}
 				}
 				c.OnPublishBatch(ds, vs, errs)
 			}

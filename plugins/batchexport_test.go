@@ -26,7 +26,7 @@ func frame(c *Chain, payload func(i int) []byte, topics ...string) ([]broker.Dra
 func numbered(i int) []byte { return []byte(fmt.Sprint("p", i)) }
 
 // via is the path that decided message d of batch.wat: "batch" or "one".
-func via(d broker.Draft) string { return d.Headers["via"] }
+func via(d broker.Draft) string { return d.Headers.Map()["via"] }
 
 // A plugin with batches is called once for a frame: every message is decided in the batch,
 // with its own write list, verdict, emits and topic change, and without a host call of its
@@ -45,7 +45,7 @@ func TestBatchDecidesEachMessage(t *testing.T) {
 	if !vs[1].Drop || vs[1].Reason != "dropped" || vs[1].Plugin != "batch" {
 		t.Errorf("d.1: %+v, want dropped with its reason", vs[1])
 	}
-	if ds[2].Headers["x"] != "1" || len(ds[2].Headers) != 1 {
+	if ds[2].Headers.Map()["x"] != "1" || len(ds[2].Headers) != 1 {
 		t.Errorf("t.2: headers %v, want x=1", ds[2].Headers)
 	}
 	if len(vs[3].Emit) != 1 || vs[3].Emit[0].Topic != "e.out" || string(vs[3].Emit[0].Payload) != "p3" {
@@ -150,7 +150,7 @@ func TestBatchSplits(t *testing.T) {
 func TestBatchTimeLimit(t *testing.T) {
 	c := load(t, newHost(t), Spec{Name: "batch", Wasm: fixture(t, "batch"), CallTimeout: time.Second})
 	ds, _, errs := frame(c, numbered, "v.0", "t.1")
-	if errs[0] != nil || via(ds[0]) != "batch" || ds[1].Headers["x"] != "1" {
+	if errs[0] != nil || via(ds[0]) != "batch" || ds[1].Headers.Map()["x"] != "1" {
 		t.Errorf("%v via %q, %v", errs[0], via(ds[0]), ds[1].Headers)
 	}
 }

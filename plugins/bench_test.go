@@ -67,7 +67,7 @@ func benchmarkOnPublish(b *testing.B, specs ...Spec) {
 	b.ReportAllocs()
 	cpu := cpuTime()
 	for b.Loop() {
-		d := broker.Draft{Topic: "orders.1", Payload: payload, Headers: headers}
+		d := broker.Draft{Topic: "orders.1", Payload: payload, Headers: broker.MakeHeaders(headers)}
 		v, err := c.OnPublish(&d)
 		if err != nil || v.Drop {
 			b.Fatalf("verdict %+v %v", v, err)
@@ -180,7 +180,7 @@ func benchmarkW4Chain(b *testing.B, c *Chain) {
 	cpu := cpuTime()
 	for b.Loop() {
 		d := broker.Draft{Topic: "bench.w1", Payload: payload}
-		if _, err := c.OnPublish(&d); err != nil || d.Headers["x-w4"] != "1" {
+		if _, err := c.OnPublish(&d); err != nil || d.Headers.Map()["x-w4"] != "1" {
 			b.Fatalf("%v %v", d.Headers, err)
 		}
 	}

@@ -77,7 +77,7 @@ func TestW4PluginsInC(t *testing.T) {
 		{"blocked tenant", "bench.w1", map[string]string{"tenant": "blocked"}, true, map[string]string{"tenant": "blocked"}},
 		{"other topic", "orders.1", nil, false, nil},
 	} {
-		d := broker.Draft{Topic: tc.topic, Payload: []byte("p"), Headers: tc.headers}
+		d := broker.Draft{Topic: tc.topic, Payload: []byte("p"), Headers: broker.MakeHeaders(tc.headers)}
 		v, err := c.OnPublish(&d)
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
@@ -89,7 +89,7 @@ func TestW4PluginsInC(t *testing.T) {
 			t.Errorf("%s: headers %v, want %v", tc.name, d.Headers, tc.want)
 		}
 		for k, want := range tc.want {
-			if d.Headers[k] != want {
+			if got, _ := d.Headers.Get(k); got != want {
 				t.Errorf("%s: headers %v, want %v", tc.name, d.Headers, tc.want)
 			}
 		}
@@ -142,12 +142,12 @@ TB_EXPORT(tb_on_redeliver) int64_t tb_on_redeliver(void) { return TB_DELAY(5) ==
 		t.Fatal(err)
 	}
 	c := load(t, newHost(t), Spec{Name: "all", Wasm: cGuest(t, dir)})
-	d := broker.Draft{Topic: "c.in", Payload: []byte("old"), Headers: map[string]string{"gone": "x"}}
+	d := broker.Draft{Topic: "c.in", Payload: []byte("old"), Headers: broker.MakeHeaders(map[string]string{"gone": "x"})}
 	v, err := c.OnPublish(&d)
-	if err != nil || v.Drop || len(v.Emit) != 1 || v.Emit[0].Headers["from"] != "c" {
+	if err != nil || v.Drop || len(v.Emit) != 1 || v.Emit[0].Headers.Map()["from"] != "c" {
 		t.Fatalf("verdict %+v %v", v, err)
 	}
-	if d.Topic != "c.out" || string(d.Payload) != "new" || d.Headers["h"] != "v" || len(d.Headers) != 1 {
+	if d.Topic != "c.out" || string(d.Payload) != "new" || d.Headers.Map()["h"] != "v" || len(d.Headers) != 1 {
 		t.Fatalf("message %+v", d)
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -361,7 +360,7 @@ func (p *plugin) settle(st *callState, v uint64, d *broker.Draft, out *broker.Pu
 	}
 	if len(st.changes) > 0 {
 		if *owned {
-			changeHeaders(d.Headers, st.changes)
+			d.Headers = changeHeaders(d.Headers, st.changes)
 		} else {
 			d.Headers, *owned = applyHeaders(d.Headers, st.changes), true
 		}
@@ -377,42 +376,35 @@ func (p *plugin) publishFailed(d *broker.Draft, err error) (bool, error) {
 	case FailClosed:
 		return true, fmt.Errorf("%w: %q on %s: %v; the message was not published", broker.ErrHookFailed, p.spec.Name, d.Topic, err)
 	case FailDeadLetter:
-		h := maps.Clone(d.Headers)
-		if h == nil {
-			h = map[string]string{}
-		}
-		h[broker.HeaderDeadLetterTopic] = d.Topic
-		h[broker.HeaderDeadLetterReason] = p.failure(err)
+		h := d.Headers.With(broker.HeaderDeadLetterTopic, d.Topic).Set(broker.HeaderDeadLetterReason, p.failure(err))
 		d.Topic, d.Headers = "dlq.plugin."+p.spec.Name, h
 		return true, nil
 	}
 	return false, nil // fail open: unchanged
 }
 
-// applyHeaders returns a copy of h with the changes of a call: the message's map may be shared
-// (with the publisher, with a message already delivered), so it is never changed in place.
-//
-// The copy is maps.Clone's, which copies a small map's table as it is, rather than a
-// range loop's (an iterator started at a random slot, and every entry hashed again).
-func applyHeaders(h map[string]string, changes []headerChange) map[string]string {
-	var out map[string]string
-	if len(h) == 0 {
-		out = make(map[string]string, len(changes))
-	} else {
-		out = maps.Clone(h)
-	}
-	changeHeaders(out, changes)
-	return out
+// applyHeaders returns a copy of h with the changes of a call: the message's headers may be
+// shared (with the publisher, with a message already delivered), so they are never changed in
+// place.
+func applyHeaders(h broker.Headers, changes []headerChange) broker.Headers {
+	out := make(broker.Headers, len(h), len(h)+len(changes))
+	copy(out, h)
+	return changeHeaders(out, changes)
 }
 
-func changeHeaders(h map[string]string, changes []headerChange) {
+// changeHeaders applies changes to h, which the caller owns, in place, and returns it.
+func changeHeaders(h broker.Headers, changes []headerChange) broker.Headers {
 	for _, c := range changes {
 		if c.deleted {
-			delete(h, c.key)
+			h = h.Delete(c.key)
 		} else {
-			h[c.key] = c.value
+			h = h.Set(c.key, c.value)
 		}
 	}
+	if len(h) == 0 {
+		return nil
+	}
+	return h
 }
 
 // WantsAck implements broker.Hooks.

@@ -89,7 +89,7 @@ func BenchmarkPluginFile(b *testing.B) {
 			headers := map[string]string{"tenant": "acme"}
 			payload := make([]byte, 256)
 			publish := func(c *Chain) {
-				d := broker.Draft{Topic: "bench.w1", Payload: payload, Headers: headers}
+				d := broker.Draft{Topic: "bench.w1", Payload: payload, Headers: broker.MakeHeaders(headers)}
 				if _, err := c.OnPublish(&d); err != nil {
 					b.Fatal(err)
 				}

@@ -31,7 +31,7 @@ func FuzzABI(f *testing.F) {
 	c := fuzzChain(f, "fuzzcall")
 	f.Fuzz(func(t *testing.T, payload []byte) {
 		before := c.Stats()[0].Failures
-		d := broker.Draft{Topic: "fuzz.topic", Payload: payload, Headers: map[string]string{"k": "v"}}
+		d := broker.Draft{Topic: "fuzz.topic", Payload: payload, Headers: broker.MakeHeaders(map[string]string{"k": "v"})}
 		v, err := c.OnPublish(&d)
 		failed := c.Stats()[0].Failures > before
 		var rej *broker.RejectError

@@ -121,7 +121,7 @@ func (inst *instance) writeRecord(b []byte, st *callState) (int, bool) {
 	pos := uint32(fixed)
 	pos = putValue(h, abi.InTopic, b, pos, st.topic)
 	pos = putValue(h, abi.InPayload, b, pos, unsafe.String(unsafe.SliceData(st.payload), len(st.payload))) // only copied
-	if st.hook == abi.HookPublish { // no event: the id absent, the rest empty (at offset 0)
+	if st.hook == abi.HookPublish {                                                                        // no event: the id absent, the rest empty (at offset 0)
 		le.PutUint64(h[abi.InID:], abi.AbsentLen<<32)
 		le.PutUint64(h[abi.InSub:], 0)
 		le.PutUint64(h[abi.InGroup:], 0)
@@ -137,17 +137,14 @@ func (inst *instance) writeRecord(b []byte, st *callState) (int, bool) {
 		pos = putValue(h, abi.InReason, b, pos, st.reason)
 	}
 	e := abi.InHeaders
-	for k, v := range st.headers {
-		if int(pos)+len(k)+len(v) > len(b) {
+	for _, x := range st.headers { // sorted by name, as the inbox wants them
+		if int(pos)+len(x.Key)+len(x.Value) > len(b) {
 			return recordNeeds(st), false
 		}
 		entry := b[e : e+abi.InEntry]
-		pos = putValue(entry, 0, b, pos, k)
-		pos = putValue(entry, 8, b, pos, v)
+		pos = putValue(entry, 0, b, pos, x.Key)
+		pos = putValue(entry, 8, b, pos, x.Value)
 		e += abi.InEntry
-	}
-	if len(st.headers) > 1 {
-		sortEntries(b, len(st.headers))
 	}
 	return int(pos), true
 }
@@ -155,8 +152,8 @@ func (inst *instance) writeRecord(b []byte, st *callState) (int, bool) {
 // recordNeeds is the size the call's message and event take in the inbox.
 func recordNeeds(st *callState) int {
 	n := abi.InHeaders + len(st.topic) + len(st.payload) + len(st.sub) + len(st.group) + len(st.reason) + len(st.id)
-	for k, v := range st.headers {
-		n += abi.InEntry + len(k) + len(v)
+	for _, x := range st.headers {
+		n += abi.InEntry + len(x.Key) + len(x.Value)
 	}
 	return n
 }
@@ -170,25 +167,6 @@ func putValue(h []byte, at int, b []byte, pos uint32, s string) uint32 {
 		copy(b[pos:], s)
 	}
 	return pos + uint32(len(s))
-}
-
-// sortEntries sorts the inbox's n header entries by name, in place: an insertion sort, which
-// for the usual handful costs less than setting up a general sort.
-func sortEntries(b []byte, n int) {
-	name := func(i int) string {
-		e := b[abi.InHeaders+abi.InEntry*i:]
-		off, l := binary.LittleEndian.Uint32(e), binary.LittleEndian.Uint32(e[4:])
-		return unsafe.String(unsafe.SliceData(b[off:off+l]), int(l)) // only compared, and b is not written meanwhile
-	}
-	var tmp [abi.InEntry]byte
-	for i := 1; i < n; i++ {
-		for j := i; j > 0 && name(j) < name(j-1); j-- {
-			x, y := b[abi.InHeaders+abi.InEntry*j:][:abi.InEntry], b[abi.InHeaders+abi.InEntry*(j-1):][:abi.InEntry]
-			copy(tmp[:], x)
-			copy(x, y)
-			copy(y, tmp[:])
-		}
-	}
 }
 
 // growInbox asks the guest, through tb_v1_inbox, for an inbox of at least n bytes (a power of

@@ -38,7 +38,7 @@ func TestInbox(t *testing.T) {
 		{map[string]string{"tenant": "blocked"}, 1, true},
 		{map[string]string{"big": big}, 0, false},
 	} {
-		d := broker.Draft{Topic: "orders.1", Payload: make([]byte, tc.payload), Headers: tc.headers}
+		d := broker.Draft{Topic: "orders.1", Payload: make([]byte, tc.payload), Headers: broker.MakeHeaders(tc.headers)}
 		v, err := c.OnPublish(&d)
 		if err != nil || v.Drop != tc.drop {
 			t.Fatalf("message %d: verdict %+v, %v; want drop %v", i, v, err, tc.drop)
@@ -61,7 +61,7 @@ func TestInboxLayout(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.publish[0].pool.put(inst)
-	inst.st.callInput = callInput{hook: 2, topic: "a.b", payload: []byte("pay"), headers: map[string]string{"z": "26", "a": "1", "m": ""}}
+	inst.st.callInput = callInput{hook: 2, topic: "a.b", payload: []byte("pay"), headers: broker.MakeHeaders(map[string]string{"z": "26", "a": "1", "m": ""})}
 	if err := inst.fillInbox(&inst.ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -116,16 +116,16 @@ func TestWriteList(t *testing.T) {
 		[5]uint32{abi.OpSetHeader, 11, 3, 14, 5},
 		[5]uint32{abi.OpDelHeader, 100, 0}, // deletes the empty name: nothing
 		[5]uint32{abi.OpSetReason, 14, 5})
-	d := broker.Draft{Topic: "a", Payload: good, Headers: map[string]string{"old": "1"}}
+	d := broker.Draft{Topic: "a", Payload: good, Headers: broker.MakeHeaders(map[string]string{"old": "1"})}
 	// DROP: headers and payload changed but the message is dropped; look at a PASS as well.
 	v, err := c.OnPublish(&d)
 	if err != nil || !v.Drop || v.Reason != "value" {
 		t.Fatalf("verdict %+v %v", v, err)
 	}
 	le.PutUint64(good[8:], 0)
-	d = broker.Draft{Topic: "a", Payload: good, Headers: map[string]string{"old": "1"}}
+	d = broker.Draft{Topic: "a", Payload: good, Headers: broker.MakeHeaders(map[string]string{"old": "1"})}
 	if v, err = c.OnPublish(&d); err != nil || v.Drop || string(d.Payload) != "new-payload" ||
-		!maps.Equal(d.Headers, map[string]string{"old": "1", "key": "value"}) {
+		!maps.Equal(d.Headers.Map(), map[string]string{"old": "1", "key": "value"}) {
 		t.Fatalf("after a good write list: %+v %v: payload %q headers %v", v, err, d.Payload, d.Headers)
 	}
 	for name, payload := range map[string][]byte{
@@ -141,12 +141,12 @@ func TestWriteList(t *testing.T) {
 		"bad after good ones": msg(2, 0, mem, [5]uint32{abi.OpSetPayload, 0, 11}, [5]uint32{7, 0, 0}),
 	} {
 		before := c.Stats()[0].Failures
-		d := broker.Draft{Topic: "a", Payload: payload, Headers: map[string]string{"old": "1"}}
+		d := broker.Draft{Topic: "a", Payload: payload, Headers: broker.MakeHeaders(map[string]string{"old": "1"})}
 		_, err := c.OnPublish(&d)
 		if err == nil || !strings.Contains(err.Error(), "malformed write list") {
 			t.Errorf("%s: %v; want the call failed for a malformed write list", name, err)
 		}
-		if c.Stats()[0].Failures != before+1 || string(d.Payload) != string(payload) || !maps.Equal(d.Headers, map[string]string{"old": "1"}) {
+		if c.Stats()[0].Failures != before+1 || string(d.Payload) != string(payload) || !maps.Equal(d.Headers.Map(), map[string]string{"old": "1"}) {
 			t.Errorf("%s: stats %+v; or the message changed: topic %q, headers %v", name, c.Stats()[0], d.Topic, d.Headers)
 		}
 	}
@@ -188,7 +188,7 @@ func FuzzWriteList(f *testing.F) {
 	c := fuzzChain(f, "inboxwrites")
 	f.Fuzz(func(t *testing.T, payload []byte) {
 		before := c.Stats()[0].Failures
-		d := broker.Draft{Topic: "fuzz.topic", Payload: payload, Headers: map[string]string{"k": "v"}}
+		d := broker.Draft{Topic: "fuzz.topic", Payload: payload, Headers: broker.MakeHeaders(map[string]string{"k": "v"})}
 		v, err := c.OnPublish(&d)
 		if err != nil {
 			if _, ok := err.(*broker.RejectError); !ok {
@@ -196,14 +196,14 @@ func FuzzWriteList(f *testing.F) {
 			}
 		}
 		if c.Stats()[0].Failures > before {
-			if v.Drop || d.Topic != "fuzz.topic" || string(d.Payload) != string(payload) || !maps.Equal(d.Headers, map[string]string{"k": "v"}) {
+			if v.Drop || d.Topic != "fuzz.topic" || string(d.Payload) != string(payload) || !maps.Equal(d.Headers.Map(), map[string]string{"k": "v"}) {
 				t.Fatalf("a failed call changed the message: %+v %+v", d, v)
 			}
 			return
 		}
-		for k, v := range d.Headers {
-			if k == "" || len(k)+len(v) > broker.DefaultMaxHeaderBytes {
-				t.Fatalf("header %q: %d bytes applied", k, len(v))
+		for _, x := range d.Headers {
+			if x.Key == "" || len(x.Key)+len(x.Value) > broker.DefaultMaxHeaderBytes {
+				t.Fatalf("header %q: %d bytes applied", x.Key, len(x.Value))
 			}
 		}
 	})

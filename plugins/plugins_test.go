@@ -111,7 +111,7 @@ func TestOnPublishVerdicts(t *testing.T) {
 		t.Fatalf("pass: %+v %v", res, err)
 	}
 	d := all.Next(t)
-	if d.Msg.Topic != "orders.1" || d.Msg.Headers["filtered"] != "yes" || d.Msg.Headers["tenant"] != "acme" {
+	if d.Msg.Topic != "orders.1" || d.Msg.Headers.Map()["filtered"] != "yes" || d.Msg.Headers.Map()["tenant"] != "acme" {
 		t.Fatalf("passed message %+v", d.Msg)
 	}
 	if e := all.Next(t); e.Msg.Topic != "audit.copy" || string(e.Msg.Payload) != "acme" {
@@ -153,7 +153,7 @@ func TestChainOrder(t *testing.T) {
 	if _, err := b.Publish("a", nil, nil); err != nil {
 		t.Fatal(err)
 	}
-	if d := s.Next(t); d.Msg.Headers["chain"] != "second" {
+	if d := s.Next(t); d.Msg.Headers.Map()["chain"] != "second" {
 		t.Fatalf("headers %v: the last plugin's change must win", d.Msg.Headers)
 	}
 	// Alone, "second" sees no "chain" header and drops the message.
@@ -166,10 +166,10 @@ func TestChainOrder(t *testing.T) {
 	b.SetHooks(c3)
 	b.Publish("a", nil, nil)
 	b.Publish("b.1", nil, nil)
-	if d := s.Next(t); d.Msg.Headers["chain"] != "" {
+	if d := s.Next(t); d.Msg.Headers.Map()["chain"] != "" {
 		t.Fatalf("plugin ran on a topic outside its patterns: %v", d.Msg.Headers)
 	}
-	if d := s.Next(t); d.Msg.Headers["chain"] != "b" {
+	if d := s.Next(t); d.Msg.Headers.Map()["chain"] != "b" {
 		t.Fatalf("plugin did not run on its topic: %v", d.Msg.Headers)
 	}
 }
@@ -196,12 +196,12 @@ func TestAckAndRedeliverHooks(t *testing.T) {
 	nacked := time.Now()
 	m.Nack([]string{id}, 0, "")
 	d := m.Next(t) // the plugin turned an immediate nack into a 50ms delay
-	if time.Since(nacked) < 50*time.Millisecond || d.Attempt != 2 || d.Msg.Headers["retried"] != "yes" {
+	if time.Since(nacked) < 50*time.Millisecond || d.Attempt != 2 || d.Msg.Headers.Map()["retried"] != "yes" {
 		t.Fatalf("redelivery after %v attempt %d headers %v", time.Since(nacked), d.Attempt, d.Msg.Headers)
 	}
 	m.Nack([]string{id}, 0, "")
 	dl := watch.Next(t)
-	if dl.Msg.Topic != "dlq.jobs" || dl.Msg.Headers[broker.HeaderDeadLetterReason] != "gave up" || dl.Msg.Headers["retried"] != "yes" {
+	if dl.Msg.Topic != "dlq.jobs" || dl.Msg.Headers.Map()[broker.HeaderDeadLetterReason] != "gave up" || dl.Msg.Headers.Map()["retried"] != "yes" {
 		t.Fatalf("dead letter %s %v", dl.Msg.Topic, dl.Msg.Headers)
 	}
 	// Groups outside the plugin's list are not hooked.
@@ -258,7 +258,7 @@ func TestHostilePlugins(t *testing.T) {
 						t.Fatal(err)
 					}
 					d := s.Next(t)
-					if d.Msg.Topic != "dlq.plugin.bad" || d.Msg.Headers[broker.HeaderDeadLetterTopic] != "orders.x" || !strings.Contains(d.Msg.Headers[broker.HeaderDeadLetterReason], "plugin bad failed") {
+					if d.Msg.Topic != "dlq.plugin.bad" || d.Msg.Headers.Map()[broker.HeaderDeadLetterTopic] != "orders.x" || !strings.Contains(d.Msg.Headers.Map()[broker.HeaderDeadLetterReason], "plugin bad failed") {
 						t.Fatalf("dead letter %s %v", d.Msg.Topic, d.Msg.Headers)
 					}
 				}
@@ -377,7 +377,7 @@ func TestSwapChainsUnderLoad(t *testing.T) {
 	}()
 	got := map[string]int{}
 	for range n {
-		got[s.Next(t).Msg.Headers["chain"]]++
+		got[s.Next(t).Msg.Headers.Map()["chain"]]++
 	}
 	wg.Wait()
 	if got["a"]+got["b"] != n || got["a"] == 0 || got["b"] == 0 {

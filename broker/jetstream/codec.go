@@ -29,21 +29,21 @@ const (
 // encodeHeaders turns a message's headers into NATS headers. A header whose key or value a
 // NATS header cannot carry exactly (a colon, line breaks, spaces at either end, an empty key,
 // a "Tb-" key) sends them all as one JSON header instead.
-func encodeHeaders(h map[string]string, publishedAt int64) nats.Header {
+func encodeHeaders(h broker.Headers, publishedAt int64) nats.Header {
 	out := make(nats.Header, len(h)+2)
 	plain := true
-	for k, v := range h {
-		if !natsSafe(k, true) || !natsSafe(v, false) {
+	for _, x := range h {
+		if !natsSafe(x.Key, true) || !natsSafe(x.Value, false) {
 			plain = false
 			break
 		}
 	}
 	if plain {
-		for k, v := range h {
-			out[k] = []string{v}
+		for _, x := range h {
+			out[x.Key] = []string{x.Value}
 		}
 	} else {
-		j, _ := json.Marshal(h) // a map of strings always marshals
+		j, _ := json.Marshal(h.Map()) // a map of strings always marshals
 		out[hdrJSON] = []string{string(j)}
 	}
 	out[hdrTime] = []string{strconv.FormatInt(publishedAt, 10)}
@@ -69,25 +69,25 @@ func natsSafe(s string, key bool) bool {
 }
 
 // decodeHeaders returns a NATS message's tinybroker headers and when it was published.
-func decodeHeaders(nh nats.Header) (h map[string]string, publishedAt int64, hb int) {
+func decodeHeaders(nh nats.Header) (h broker.Headers, publishedAt int64, hb int) {
 	if t := nh[hdrTime]; len(t) > 0 {
 		publishedAt, _ = strconv.ParseInt(t[0], 10, 64)
 	}
 	if j := nh[hdrJSON]; len(j) > 0 {
-		_ = json.Unmarshal([]byte(j[0]), &h)
+		var m map[string]string
+		_ = json.Unmarshal([]byte(j[0]), &m)
+		h = broker.MakeHeaders(m)
 	} else {
 		for k, vs := range nh {
 			if strings.HasPrefix(k, "Tb-") || k == "Nats-Msg-Id" || len(vs) == 0 {
 				continue
 			}
-			if h == nil {
-				h = make(map[string]string, len(nh))
-			}
-			h[k] = vs[0]
+			h = append(h, broker.Header{Key: k, Value: vs[0]})
 		}
+		h = broker.SortHeaders(h)
 	}
-	for k, v := range h {
-		hb += len(k) + len(v)
+	for _, x := range h {
+		hb += len(x.Key) + len(x.Value)
 	}
 	return h, publishedAt, hb
 }
@@ -219,27 +219,27 @@ const (
 )
 
 // appendEnvelope encodes a fanout message into dst.
-func appendEnvelope(dst []byte, seq uint64, publishedAt int64, id string, headers map[string]string, payload []byte) []byte {
+func appendEnvelope(dst []byte, seq uint64, publishedAt int64, id string, headers broker.Headers, payload []byte) []byte {
 	dst = append(dst, envMagic, envVersion)
 	dst = binary.AppendUvarint(dst, seq)
 	dst = binary.AppendVarint(dst, publishedAt)
 	dst = binary.AppendUvarint(dst, uint64(len(id)))
 	dst = append(dst, id...)
 	dst = binary.AppendUvarint(dst, uint64(len(headers)))
-	for k, v := range headers {
-		dst = binary.AppendUvarint(dst, uint64(len(k)))
-		dst = append(dst, k...)
-		dst = binary.AppendUvarint(dst, uint64(len(v)))
-		dst = append(dst, v...)
+	for _, x := range headers {
+		dst = binary.AppendUvarint(dst, uint64(len(x.Key)))
+		dst = append(dst, x.Key...)
+		dst = binary.AppendUvarint(dst, uint64(len(x.Value)))
+		dst = append(dst, x.Value...)
 	}
 	return append(dst, payload...)
 }
 
 // envelopeSize bounds what appendEnvelope adds to a payload, for sizing its buffer.
-func envelopeSize(id string, headers map[string]string) int {
+func envelopeSize(id string, headers broker.Headers) int {
 	n := 2 + 3*binary.MaxVarintLen64 + len(id)
-	for k, v := range headers {
-		n += 2*binary.MaxVarintLen64 + len(k) + len(v)
+	for _, x := range headers {
+		n += 2*binary.MaxVarintLen64 + len(x.Key) + len(x.Value)
 	}
 	return n
 }
@@ -289,16 +289,17 @@ func parseEnvelope(topic string, data []byte) (*broker.Message, error) {
 		return nil, bad("bad header count")
 	}
 	if nh > 0 {
-		m.Headers = make(map[string]string, nh)
+		m.Headers = make(broker.Headers, 0, nh)
 		for range nh {
 			k, ok1 := str()
 			v, ok2 := str()
 			if !ok1 || !ok2 {
 				return nil, bad("bad header")
 			}
-			m.Headers[k] = v
+			m.Headers = append(m.Headers, broker.Header{Key: k, Value: v})
 			m.HeaderBytes += len(k) + len(v)
 		}
+		m.Headers = broker.SortHeaders(m.Headers) // an older broker wrote them in a map's order
 	}
 	m.Payload = r
 	return m, nil

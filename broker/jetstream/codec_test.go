@@ -2,6 +2,7 @@ package jetstream
 
 import (
 	"bytes"
+	"github.com/tinybroker/tinybroker/broker"
 	"maps"
 	"strings"
 	"testing"
@@ -12,15 +13,15 @@ import (
 func TestEnvelope(t *testing.T) {
 	h := map[string]string{"a": "1", "key: with\nline": " spaces ", "": "empty key", "Tb-Id": "x"}
 	payload := []byte("payload\x00bytes")
-	data := appendEnvelope(nil, 42, -7, "system-id", h, payload)
-	if n := envelopeSize("system-id", h) + len(payload); len(data) > n {
+	data := appendEnvelope(nil, 42, -7, "system-id", broker.MakeHeaders(h), payload)
+	if n := envelopeSize("system-id", broker.MakeHeaders(h)) + len(payload); len(data) > n {
 		t.Fatalf("envelope of %d bytes, sized %d", len(data), n)
 	}
 	m, err := parseEnvelope("a.b", data)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m.ID != 42 || m.PublishedAt != -7 || m.SystemID != "system-id" || m.Topic != "a.b" || !bytes.Equal(m.Payload, payload) || !maps.Equal(m.Headers, h) {
+	if m.ID != 42 || m.PublishedAt != -7 || m.SystemID != "system-id" || m.Topic != "a.b" || !bytes.Equal(m.Payload, payload) || !maps.Equal(m.Headers.Map(), h) {
 		t.Fatalf("got %+v", m)
 	}
 	hb := 0

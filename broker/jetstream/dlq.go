@@ -50,7 +50,7 @@ func (e *Engine) ensureDLQ() error {
 func (e *Engine) keepDeadLetter(g *group, m *broker.Message, headers map[string]string) {
 	ctx, cancel := e.ctx()
 	defer cancel()
-	msg := &nats.Msg{Subject: e.dlqSubject(g.consumer, m.SystemID), Data: m.Payload, Header: encodeHeaders(headers, time.Now().UnixNano())}
+	msg := &nats.Msg{Subject: e.dlqSubject(g.consumer, m.SystemID), Data: m.Payload, Header: encodeHeaders(broker.MakeHeaders(headers), time.Now().UnixNano())}
 	if _, err := e.js.PublishMsg(ctx, msg); err != nil {
 		e.log.Warn("dead letter not kept for the admin API (it was published to the dead-letter topic)", "subscription", g.id, "error", err)
 		g.mu.Lock()
@@ -157,7 +157,8 @@ func (e *Engine) DeadLetters(id, token string, limit int) ([]broker.DeadLetter, 
 
 // deadLetterOf reads a letter of the dead-letter stream.
 func deadLetterOf(rm *jetstream.RawStreamMsg) broker.DeadLetter {
-	h, at, _ := decodeHeaders(rm.Header)
+	hs, at, _ := decodeHeaders(rm.Header)
+	h := hs.Map()
 	attempts, _ := strconv.Atoi(h[broker.HeaderDeadLetterAttempts])
 	return broker.DeadLetter{ID: rm.Subject[strings.LastIndexByte(rm.Subject, '.')+1:], Topic: h[broker.HeaderDeadLetterTopic], Payload: rm.Data,
 		Headers: h, Reason: h[broker.HeaderDeadLetterReason], Attempts: attempts, DeadAt: at}

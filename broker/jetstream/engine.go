@@ -570,7 +570,7 @@ func (e *Engine) PublishBatch(msgs []broker.Publication, out []broker.PublishOut
 // router is the Engine as the broker.Publisher's Router.
 type router Engine
 
-func (r *router) Route(topic string, payload []byte, headers map[string]string, hb int) (broker.PublishResult, error) {
+func (r *router) Route(topic string, payload []byte, headers broker.Headers, hb int) (broker.PublishResult, error) {
 	return (*Engine)(r).route(topic, payload, headers, hb)
 }
 
@@ -582,7 +582,7 @@ func (r *router) Dropped(v broker.PublishVerdict) broker.PublishResult {
 }
 
 // route publishes one valid message, as RouteBatch does a frame.
-func (e *Engine) route(topic string, payload []byte, headers map[string]string, hb int) (broker.PublishResult, error) {
+func (e *Engine) route(topic string, payload []byte, headers broker.Headers, hb int) (broker.PublishResult, error) {
 	var out [1]broker.PublishOutcome
 	(*router)(e).RouteBatch([]broker.Routable{{Topic: topic, Payload: payload, Headers: headers, HB: hb}}, out[:])
 	return out[0].Result, out[0].Err
@@ -706,8 +706,8 @@ func (e *Engine) admit(p *pendingStore, m *broker.Routable) ([]string, error) {
 
 // heldCost is what a group holding a message is charged (broker.MessageCost and a holder,
 // as in the memory engine), computed alike at publish and when the message is settled.
-func heldCost(topic string, payload []byte, headers map[string]string, hb int) int64 {
-	return broker.MessageCost(topic, "", payload, headers, hb, 1) + idLen + broker.HolderOverhead
+func heldCost(topic string, payload []byte, headers broker.Headers, hb int) int64 {
+	return broker.MessageCost(topic, "", payload, len(headers), hb, 1) + idLen + broker.HolderOverhead
 }
 
 // unadmit gives back what admit charged, for a message that was not stored after all.

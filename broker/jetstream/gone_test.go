@@ -104,7 +104,7 @@ func TestLocalFanout(t *testing.T) {
 			time.Sleep(time.Millisecond)
 		}
 		time.Sleep(50 * time.Millisecond) // a second copy, if any, would have come
-		if len(got) != 1 || got[0].Msg == nil || string(got[0].Msg.Payload) != "x" || got[0].Msg.Headers["k"] != "v" ||
+		if len(got) != 1 || got[0].Msg == nil || string(got[0].Msg.Payload) != "x" || got[0].Msg.Headers.Map()["k"] != "v" ||
 			got[0].Msg.SystemID != res.SystemID || got[0].Msg.HeaderBytes != 2 || got[0].Msg.PublishedAt == 0 {
 			t.Fatalf("listen %q: got %+v", tt.listen, got)
 		}

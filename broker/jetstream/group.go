@@ -1094,7 +1094,7 @@ func (g *group) deadLetter(h *held, reason string) {
 	name, dlq := g.name, g.dlq
 	g.mu.Unlock()
 	hd := broker.DeadLetterHeaders(h.msg, reason, g.id, name, h.attempt)
-	if _, err := g.e.route(dlq, h.msg.Payload, hd, 0); err != nil {
+	if _, err := g.e.route(dlq, h.msg.Payload, broker.MakeHeaders(hd), 0); err != nil {
 		g.e.log.Warn("dead letter refused; it stays in the group for another attempt", "topic", dlq, "error", err)
 		_ = g.e.nc.Publish(h.reply, []byte(`-NAK {"delay":1000000000}`))
 		return

@@ -104,7 +104,7 @@ func TestDurableAcrossRestart(t *testing.T) {
 	}
 	for i := range n {
 		d := receive(t, st)
-		if string(d.Msg.Payload) != strconv.Itoa(i) || d.Msg.Headers["n"] != strconv.Itoa(i) || d.Msg.SystemID != ids[i] || d.Attempt != 1 {
+		if string(d.Msg.Payload) != strconv.Itoa(i) || d.Msg.Headers.Map()["n"] != strconv.Itoa(i) || d.Msg.SystemID != ids[i] || d.Attempt != 1 {
 			t.Fatalf("message %d: %q %v %s attempt %d", i, d.Msg.Payload, d.Msg.Headers, d.Msg.SystemID, d.Attempt)
 		}
 		if sub.Ack([]string{d.Msg.SystemID}) != 0 {
@@ -209,7 +209,7 @@ func TestPublishBatch(t *testing.T) {
 	const n = 300 // more than one frame's worth of the bench, fewer than the pending bound
 	msgs := make([]broker.Publication, n)
 	for i := range msgs {
-		msgs[i] = broker.Publication{Topic: "jobs.a", Payload: []byte(strconv.Itoa(i)), Headers: map[string]string{"i": strconv.Itoa(i)}}
+		msgs[i] = broker.Publication{Topic: "jobs.a", Payload: []byte(strconv.Itoa(i)), Headers: broker.MakeHeaders(map[string]string{"i": strconv.Itoa(i)})}
 		if i%3 == 2 { // not a group's: fanout only
 			msgs[i].Topic = "other"
 		}
@@ -242,7 +242,7 @@ func TestPublishBatch(t *testing.T) {
 	})
 	for i := range n {
 		d := receive(t, st)
-		if string(d.Msg.Payload) != strconv.Itoa(i) || d.Msg.Headers["i"] != strconv.Itoa(i) || d.Msg.SystemID != out[i].Result.SystemID || d.Msg.Topic != msgs[i].Topic {
+		if string(d.Msg.Payload) != strconv.Itoa(i) || d.Msg.Headers.Map()["i"] != strconv.Itoa(i) || d.Msg.SystemID != out[i].Result.SystemID || d.Msg.Topic != msgs[i].Topic {
 			t.Fatalf("fanout %d: %q %v %s on %s", i, d.Msg.Payload, d.Msg.Headers, d.Msg.SystemID, d.Msg.Topic)
 		}
 	}
@@ -353,7 +353,7 @@ func TestDeadLetterStore(t *testing.T) {
 	if _, err := st.Subscribe(broker.SubscribeOptions{Mode: broker.Balanced, Group: "jobs", Patterns: []string{"jobs"}}); err != nil {
 		t.Fatal(err)
 	}
-	if d := receive(t, st); string(d.Msg.Payload) != "2" || d.Msg.Headers[broker.HeaderReplayCount] != "1" || d.Msg.Headers[broker.HeaderDeadLetterReason] != "" {
+	if d := receive(t, st); string(d.Msg.Payload) != "2" || d.Msg.Headers.Map()[broker.HeaderReplayCount] != "1" || d.Msg.Headers.Map()[broker.HeaderDeadLetterReason] != "" {
 		t.Fatalf("replayed: %q %v", d.Msg.Payload, d.Msg.Headers)
 	}
 	if n, err := e.PurgeDeadLetters("jobs", nil); err != nil || n != 1 {

@@ -156,7 +156,7 @@ func TestDeadLetterStore(t *testing.T) {
 		t.Fatalf("member got %v after replay", got(a))
 	}
 	for _, d := range ds {
-		if d.Msg.Headers[broker.HeaderReplayCount] != "1" || d.Msg.Headers[broker.HeaderDeadLetterReason] != "" || d.Msg.SystemID == ids[1] {
+		if d.Msg.Headers.Map()[broker.HeaderReplayCount] != "1" || d.Msg.Headers.Map()[broker.HeaderDeadLetterReason] != "" || d.Msg.SystemID == ids[1] {
 			t.Fatalf("replayed message %+v", d.Msg)
 		}
 	}
@@ -166,7 +166,7 @@ func TestDeadLetterStore(t *testing.T) {
 		t.Fatal(res[0].Err)
 	}
 	d := next(a)
-	if len(d) != 1 || d[0].Msg.Headers[broker.HeaderReplayCount] != "2" {
+	if len(d) != 1 || d[0].Msg.Headers.Map()[broker.HeaderReplayCount] != "2" {
 		t.Fatalf("second replay: %v", d)
 	}
 	a.Ack([]string{ds[1].Msg.SystemID, d[0].Msg.SystemID})

@@ -175,7 +175,7 @@ func (b *Engine) PublishBatch(msgs []broker.Publication, out []broker.PublishOut
 
 // route checks the headers of a message whose topic and payload are valid (a dead letter,
 // for example), then routes it.
-func (b *Engine) route(topic string, payload []byte, headers map[string]string) (broker.PublishResult, error) {
+func (b *Engine) route(topic string, payload []byte, headers broker.Headers) (broker.PublishResult, error) {
 	hb, err := b.opts.CheckHeaders(headers)
 	if err != nil {
 		return broker.PublishResult{}, err
@@ -186,7 +186,7 @@ func (b *Engine) route(topic string, payload []byte, headers map[string]string) 
 // router is the Engine as the broker.Publisher's Router.
 type router Engine
 
-func (r *router) Route(topic string, payload []byte, headers map[string]string, hb int) (broker.PublishResult, error) {
+func (r *router) Route(topic string, payload []byte, headers broker.Headers, hb int) (broker.PublishResult, error) {
 	return (*Engine)(r).routeChecked(topic, payload, headers, hb)
 }
 
@@ -198,12 +198,12 @@ func (r *router) Dropped(v broker.PublishVerdict) broker.PublishResult {
 
 // routeChecked delivers a valid message to every matching target that takes it; a consumer
 // group at its bounds refuses it for itself only (see group.deliver). hb is the headers' size.
-func (b *Engine) routeChecked(topic string, payload []byte, headers map[string]string, hb int) (broker.PublishResult, error) {
+func (b *Engine) routeChecked(topic string, payload []byte, headers broker.Headers, hb int) (broker.PublishResult, error) {
 	targets := b.index.match(topic)
 	seq := b.seq.Add(1)
 	m := &message{Message: broker.Message{ID: seq, Topic: topic, Payload: payload, Headers: headers, PublishedAt: time.Now().UnixNano(), Targets: len(targets), HeaderBytes: hb}}
 	m.SystemID = b.ids.formatIn(seq, &m.idBlock)
-	m.cost = broker.MessageCost(topic, m.SystemID, payload, headers, hb, len(targets))
+	m.cost = broker.MessageCost(topic, m.SystemID, payload, len(headers), hb, len(targets))
 	b.charge(m, len(targets))
 	var wait []target
 	var rooms []<-chan struct{}
@@ -255,7 +255,7 @@ func (b *Engine) logRoute(m *message, targets []target, routed int, full error) 
 		}
 	}
 	args := []any{"topic", m.Topic, "system_id", m.SystemID, "targets", names, "routed", routed}
-	if tp, ok := m.Headers["traceparent"]; ok {
+	if tp, ok := m.Headers.Get("traceparent"); ok {
 		args = append(args, "traceparent", tp)
 	}
 	if full != nil {
@@ -290,7 +290,7 @@ func (b *Engine) waitForRoom(ts []target, rooms []<-chan struct{}) {
 // publishDeadLetters publishes dead letters as ordinary messages. No lock may be held.
 func (b *Engine) publishDeadLetters(dead []deadLetter) {
 	for _, d := range dead {
-		if _, err := b.route(d.topic, d.payload, d.headers); err != nil {
+		if _, err := b.route(d.topic, d.payload, broker.MakeHeaders(d.headers)); err != nil {
 			b.dlqFailed.Add(1)
 			b.log.Warn("dead letter refused; it is lost", "topic", d.topic, "error", err)
 		}

@@ -156,7 +156,7 @@ func (gt *groupTest) settled(id string) {
 // msgCost is what the group charges for a message of payload p published to "j.x" that
 // only the group takes.
 func msgCost(p string) int64 {
-	return broker.MessageCost("j.x", strings.Repeat("x", idLen), []byte(p), nil, 0, 1) + groupEntryOverhead
+	return broker.MessageCost("j.x", strings.Repeat("x", idLen), []byte(p), 0, 0, 1) + groupEntryOverhead
 }
 
 // Messages go round-robin to the members, skipping those without room: max_in_flight bounds
@@ -345,7 +345,7 @@ func TestGroupDeadLetter(t *testing.T) {
 				broker.HeaderDeadLetterReason: tc.reason, broker.HeaderDeadLetterTopic: "j.x",
 				broker.HeaderDeadLetterSystemID: r.SystemID, broker.HeaderDeadLetterSubscription: "g",
 				broker.HeaderDeadLetterGroup: "g", broker.HeaderDeadLetterAttempts: "2"}
-			if m.Topic != tc.topic || string(m.Payload) != "1" || fmt.Sprint(m.Headers) != fmt.Sprint(wantHeaders) {
+			if m.Topic != tc.topic || string(m.Payload) != "1" || fmt.Sprint(m.Headers.Map()) != fmt.Sprint(wantHeaders) {
 				t.Fatalf("dead letter to %q, payload %q, headers %v; want to %q, payload \"1\", headers %v",
 					m.Topic, m.Payload, m.Headers, tc.topic, wantHeaders)
 			}
@@ -683,7 +683,7 @@ func TestGroupRedeliverHook(t *testing.T) {
 				var out []string
 				for _, d := range next(a) {
 					out = append(out, string(d.Msg.Payload)+"/"+strconv.Itoa(int(d.Attempt)))
-					if fmt.Sprint(d.Msg.Headers) != "map[tried:yes]" {
+					if fmt.Sprint(d.Msg.Headers.Map()) != "map[tried:yes]" {
 						t.Errorf("redelivered with headers %v, want the hook's changes", d.Msg.Headers)
 					}
 					a.Ack([]string{d.Msg.SystemID})
@@ -698,8 +698,8 @@ func TestGroupRedeliverHook(t *testing.T) {
 			var watched []string
 			for _, d := range next(watch) {
 				w := d.Msg.Topic
-				if reason := d.Msg.Headers[broker.HeaderDeadLetterReason]; reason != "" {
-					w += " " + reason + " " + d.Msg.Headers["tried"]
+				if reason := d.Msg.Headers.Map()[broker.HeaderDeadLetterReason]; reason != "" {
+					w += " " + reason + " " + d.Msg.Headers.Map()["tried"]
 				}
 				watched = append(watched, w)
 			}

@@ -3,6 +3,7 @@ package memory
 import (
 	"crypto/rand"
 	"encoding/binary"
+	"slices"
 	"sync/atomic"
 	"unicode/utf8"
 
@@ -37,24 +38,24 @@ const endedEvent = 1
 // withHeaders returns a copy of m with headers set and deleted; m itself is shared and
 // never changes. Headers that are not UTF-8 are not set (subscribers decode them as strings).
 func (m *message) withHeaders(set map[string]string, del []string) *message {
-	h := make(map[string]string, len(m.Headers)+len(set))
-	for k, v := range m.Headers {
-		h[k] = v
-	}
+	h := slices.Clone(m.Headers)
 	for _, k := range del {
-		delete(h, k)
+		h = h.Delete(k)
 	}
 	for k, v := range set {
 		if utf8.ValidString(k) && utf8.ValidString(v) {
-			h[k] = v
+			h = h.Set(k, v)
 		}
 	}
+	if len(h) == 0 {
+		h = nil
+	}
 	hb := 0
-	for k, v := range h {
-		hb += len(k) + len(v)
+	for _, x := range h {
+		hb += len(x.Key) + len(x.Value)
 	}
 	n := &message{Message: broker.Message{ID: m.ID, SystemID: m.SystemID, Topic: m.Topic, Payload: m.Payload, Headers: h, PublishedAt: m.PublishedAt, HeaderBytes: hb}}
-	n.cost = broker.MessageCost(n.Topic, n.SystemID, n.Payload, n.Headers, hb, 1)
+	n.cost = broker.MessageCost(n.Topic, n.SystemID, n.Payload, len(n.Headers), hb, 1)
 	return n
 }
 

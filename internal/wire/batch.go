@@ -36,8 +36,8 @@ func sharedSize(m *broker.Message) int {
 	if len(m.Payload) > 0 {
 		n += protowire.SizeTag(fieldMessagePayload) + protowire.SizeBytes(len(m.Payload))
 	}
-	for k, v := range m.Headers {
-		n += protowire.SizeTag(fieldMessageHeaders) + protowire.SizeBytes(mapEntrySize(k, v))
+	for _, x := range m.Headers {
+		n += protowire.SizeTag(fieldMessageHeaders) + protowire.SizeBytes(mapEntrySize(x.Key, x.Value))
 	}
 	if m.PublishedAt != 0 {
 		n += protowire.SizeTag(fieldMessagePublishTime) + protowire.SizeVarint(uint64(m.PublishedAt))
@@ -66,13 +66,13 @@ func appendShared(b []byte, m *broker.Message) []byte {
 		b = protowire.AppendTag(b, fieldMessagePayload, protowire.BytesType)
 		b = protowire.AppendBytes(b, m.Payload)
 	}
-	for k, v := range m.Headers {
+	for _, x := range m.Headers {
 		b = protowire.AppendTag(b, fieldMessageHeaders, protowire.BytesType)
-		b = protowire.AppendVarint(b, uint64(mapEntrySize(k, v)))
+		b = protowire.AppendVarint(b, uint64(mapEntrySize(x.Key, x.Value)))
 		b = protowire.AppendTag(b, fieldMapKey, protowire.BytesType)
-		b = protowire.AppendString(b, k)
+		b = protowire.AppendString(b, x.Key)
 		b = protowire.AppendTag(b, fieldMapValue, protowire.BytesType)
-		b = protowire.AppendString(b, v)
+		b = protowire.AppendString(b, x.Value)
 	}
 	if m.PublishedAt != 0 {
 		b = protowire.AppendTag(b, fieldMessagePublishTime, protowire.VarintType)

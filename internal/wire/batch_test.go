@@ -13,7 +13,7 @@ import (
 
 // A frame built from cached encodings decodes to what marshalling it whole would give.
 func TestEncodeBatch(t *testing.T) {
-	m1 := &broker.Message{ID: 1, SystemID: "e-1", Topic: "a.b", Payload: []byte("one"), Headers: map[string]string{"k": "v", "x": ""}, PublishedAt: 42, Targets: 2}
+	m1 := &broker.Message{ID: 1, SystemID: "e-1", Topic: "a.b", Payload: []byte("one"), Headers: broker.MakeHeaders(map[string]string{"k": "v", "x": ""}), PublishedAt: 42, Targets: 2}
 	m2 := &broker.Message{ID: 2, SystemID: "e-2", Topic: "a.c", PublishedAt: 43, Targets: 1} // written straight into frames
 	b := memory.New(memory.Options{})
 	defer b.Shutdown(t.Context())
@@ -81,7 +81,7 @@ func BenchmarkEncodeBatchGroupHeader(b *testing.B) {
 	batch := make([]broker.Delivery, 100)
 	for i := range batch {
 		m := &broker.Message{ID: uint64(i), SystemID: "deadbeef-123456", Topic: "bench.w2", Payload: make([]byte, 256),
-			Headers: map[string]string{"x-w4": "1"}, PublishedAt: 1, Targets: 1}
+			Headers: broker.MakeHeaders(map[string]string{"x-w4": "1"}), PublishedAt: 1, Targets: 1}
 		batch[i] = broker.Delivery{Msg: m, Sub: s, Attempt: 1}
 	}
 	b.ReportAllocs()

@@ -108,10 +108,7 @@ func (f *PublishFrame) decodeMessage(b []byte) (PublishMessage, error) {
 				if err != nil {
 					return m, fmt.Errorf("%w: %v", errFrame, err)
 				}
-				if m.Headers == nil {
-					m.Headers = make(map[string]string)
-				}
-				m.Headers[string(k)] = string(val)
+				m.Headers = append(m.Headers, broker.Header{Key: f.topics.String(k), Value: string(val)}) // names repeat: interned
 			}
 		default:
 			n = protowire.ConsumeFieldValue(num, typ, b)
@@ -121,6 +118,7 @@ func (f *PublishFrame) decodeMessage(b []byte) (PublishMessage, error) {
 		}
 		b = b[n:]
 	}
+	m.Headers = broker.SortHeaders(m.Headers) // a name given twice keeps its last value, as in a protobuf map
 	return m, nil
 }
 

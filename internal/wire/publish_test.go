@@ -41,7 +41,7 @@ func FuzzPublishFrame(f *testing.F) {
 		results := make([]PublishResult, len(got.Msgs))
 		for i, m := range got.Msgs {
 			w := want.GetMessages()[i]
-			if m.Topic != w.GetTopic() || !bytes.Equal(m.Payload, w.GetPayload()) || !maps.Equal(m.Headers, w.GetHeaders()) {
+			if m.Topic != w.GetTopic() || !bytes.Equal(m.Payload, w.GetPayload()) || !maps.Equal(m.Headers.Map(), w.GetHeaders()) {
 				t.Fatalf("message %d: decoded %q %q %v, want %q %q %v", i, m.Topic, m.Payload, m.Headers, w.GetTopic(), w.GetPayload(), w.GetHeaders())
 			}
 			results[i] = PublishResult{SystemID: m.Topic, Routed: uint32(len(m.Payload)), Code: uint32(i % 3), Err: m.Topic}

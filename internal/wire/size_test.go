@@ -43,21 +43,21 @@ func TestDeliverySize(t *testing.T) {
 		{},
 		{SystemID: "0123456789abcdef0123456789abcdef", Topic: "bench.w1", Payload: make([]byte, 256), PublishedAt: time.Now().UnixNano()},
 		{SystemID: "e-1", Topic: "a", Payload: []byte("x"), PublishedAt: 1},
-		{Topic: "a.b", Headers: headers("k", "v")},
-		{Topic: "a.b", Headers: headers("", "")},
-		{Topic: "a.b", Headers: headers("x-trace", strings.Repeat("t", 100), "k", "v")},
-		{Topic: "a.b", Headers: headers(strings.Repeat("k", 127), "")},
-		{Topic: "a.b", Headers: headers(strings.Repeat("k", 128), strings.Repeat("v", 128))},
-		{Topic: "a.b", Headers: headers(strings.Repeat("k", 200), strings.Repeat("v", 70000), "a", "b")},
-		{Topic: "a.b", Headers: many},
+		{Topic: "a.b", Headers: broker.MakeHeaders(headers("k", "v"))},
+		{Topic: "a.b", Headers: broker.MakeHeaders(headers("", ""))},
+		{Topic: "a.b", Headers: broker.MakeHeaders(headers("x-trace", strings.Repeat("t", 100), "k", "v"))},
+		{Topic: "a.b", Headers: broker.MakeHeaders(headers(strings.Repeat("k", 127), ""))},
+		{Topic: "a.b", Headers: broker.MakeHeaders(headers(strings.Repeat("k", 128), strings.Repeat("v", 128)))},
+		{Topic: "a.b", Headers: broker.MakeHeaders(headers(strings.Repeat("k", 200), strings.Repeat("v", 70000), "a", "b"))},
+		{Topic: "a.b", Headers: broker.MakeHeaders(many)},
 		{SystemID: "e-2", Topic: strings.Repeat("t", 127), Payload: make([]byte, 127)},
 		{SystemID: "e-2", Topic: strings.Repeat("t", 128), Payload: make([]byte, 128)},
 		{SystemID: "e-3", Topic: "a", Payload: make([]byte, 16384-20), PublishedAt: -1},
 		{SystemID: "e-4", Topic: "a", Payload: make([]byte, 1<<20), PublishedAt: time.Now().UnixNano()},
 	}
 	for i, m := range msgs {
-		for k, v := range m.Headers {
-			m.HeaderBytes += len(k) + len(v)
+		for _, x := range m.Headers {
+			m.HeaderBytes += len(x.Key) + len(x.Value)
 		}
 		for _, attempt := range []uint32{1, 2, 127, 128, math.MaxUint32} {
 			for _, d := range subs {

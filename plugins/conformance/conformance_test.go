@@ -252,7 +252,7 @@ func nothing(t *testing.T, s *brokertest.Sub, what string) {
 func expect(t *testing.T, d broker.Delivery, topic, payload string, headers map[string]string) {
 	t.Helper()
 	m := d.Msg
-	if m.Topic != topic || string(m.Payload) != payload || !sameHeaders(m.Headers, headers) {
+	if m.Topic != topic || string(m.Payload) != payload || !sameHeaders(m.Headers.Map(), headers) {
 		t.Errorf("delivered %s %s %v\n           want %s %s %v", m.Topic, show(m.Payload), m.Headers, topic, show([]byte(payload)), headers)
 	}
 }
@@ -270,7 +270,7 @@ func show(p []byte) string {
 // reason).
 func (e *env) verdict(t *testing.T, topic string, headers map[string]string) broker.PublishVerdict {
 	t.Helper()
-	d := broker.Draft{Topic: topic, Payload: []byte("p"), Headers: headers}
+	d := broker.Draft{Topic: topic, Payload: []byte("p"), Headers: broker.MakeHeaders(headers)}
 	v, err := e.chain.OnPublish(&d)
 	if err != nil {
 		t.Fatalf("on_publish %s: %v", topic, err)
@@ -485,8 +485,8 @@ var rows = []row{
 		m, id, _ := redelivered(t, e, "dead")
 		d := dlq.Next(t)
 		h := d.Msg.Headers
-		if d.Msg.Topic != "dlq."+subID || string(d.Msg.Payload) != "job" || h["retry"] != "dead" || h["reason"] != "nack" ||
-			h[broker.HeaderDeadLetterReason] != "conformance dead-letter" || h[broker.HeaderDeadLetterSystemID] != id {
+		if d.Msg.Topic != "dlq."+subID || string(d.Msg.Payload) != "job" || h.Map()["retry"] != "dead" || h.Map()["reason"] != "nack" ||
+			h.Map()[broker.HeaderDeadLetterReason] != "conformance dead-letter" || h.Map()[broker.HeaderDeadLetterSystemID] != id {
 			t.Errorf("dead letter %s %q %v", d.Msg.Topic, d.Msg.Payload, h)
 		}
 		if g := e.groupStats(t); g.DeadLettered != 1 || g.Queued+g.InFlight+g.Delayed != 0 {
@@ -534,7 +534,7 @@ func TestInboxMakesNoHostCall(t *testing.T) {
 			}
 			t.Cleanup(func() { c.Close(context.Background()) })
 			publish := func(topic string, headers map[string]string) {
-				d := broker.Draft{Topic: topic, Payload: []byte("p"), Headers: headers}
+				d := broker.Draft{Topic: topic, Payload: []byte("p"), Headers: broker.MakeHeaders(headers)}
 				if _, err := c.OnPublish(&d); err != nil {
 					t.Fatalf("%s: %v", topic, err)
 				}

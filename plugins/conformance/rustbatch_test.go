@@ -27,7 +27,7 @@ func TestRustBatchTrapRunsTwice(t *testing.T) {
 	ds := []broker.Draft{{Topic: "c.log", Payload: []byte("twice")}, {Topic: "c.trap"}, {Topic: "c.headers"}}
 	vs, errs := make([]broker.PublishVerdict, len(ds)), make([]error, len(ds))
 	l.chain.OnPublishBatch(ds, vs, errs)
-	if errs[0] != nil || errs[1] != nil || errs[2] != nil || ds[1].Topic != "c.trap" || ds[2].Headers["added"] != "1" {
+	if errs[0] != nil || errs[1] != nil || errs[2] != nil || ds[1].Topic != "c.trap" || ds[2].Headers.Map()["added"] != "1" {
 		t.Errorf("a frame with c.trap (fail_open): %+v %v", ds, errs)
 	}
 	if st := l.chain.Stats()[0]; st.Calls != 6 || st.Failures != 2 {
@@ -386,14 +386,14 @@ func TestRustBatchMemoryStaysFlat(t *testing.T) {
 	for f := range frames {
 		for i := range ds {
 			ds[i] = broker.Draft{Topic: topics[i%len(topics)], Payload: []byte(strings.Repeat("p", 100+f%300)),
-				Headers: map[string]string{"changed": "old", "removed": "x", "b": strings.Repeat("x", 300)}}
+				Headers: broker.MakeHeaders(map[string]string{"changed": "old", "removed": "x", "b": strings.Repeat("x", 300)})}
 			vs[i], errs[i] = broker.PublishVerdict{}, nil
 		}
 		c.OnPublishBatch(ds, vs, errs)
 		if st := c.Stats()[0]; st.Failures != 0 {
 			t.Fatalf("frame %d: %+v", f, st)
 		}
-		if ds[0].Headers["added"] != "1" || len(ds[2].Payload) != 2*(100+f%300) || !vs[3].Drop || errs[5] == nil {
+		if ds[0].Headers.Map()["added"] != "1" || len(ds[2].Payload) != 2*(100+f%300) || !vs[3].Drop || errs[5] == nil {
 			t.Fatalf("frame %d: %+v %+v %v", f, ds[:3], vs[3], errs[5])
 		}
 	}

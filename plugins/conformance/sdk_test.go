@@ -67,7 +67,7 @@ func checkTenants(t *testing.T, wasm []byte, cfg map[string]string, cases []tena
 		t.Fatal(err)
 	}
 	for _, tc := range cases {
-		d := broker.Draft{Topic: "orders.1", Payload: []byte("p"), Headers: tc.headers}
+		d := broker.Draft{Topic: "orders.1", Payload: []byte("p"), Headers: broker.MakeHeaders(tc.headers)}
 		v, err := c.OnPublish(&d)
 		if err != nil || v.Drop != (tc.drop != "") || v.Reason != tc.drop {
 			t.Errorf("headers %v: verdict %+v %v, want drop reason %q", tc.headers, v, err, tc.drop)
@@ -225,7 +225,7 @@ TB_ON_PUBLISH(check) {
 	// (the last number is the memory's size in pages).
 	var first string
 	for i := range 2000 {
-		d := broker.Draft{Topic: "orders.1", Payload: []byte("p"), Headers: map[string]string{"empty": "", "z": "1"}}
+		d := broker.Draft{Topic: "orders.1", Payload: []byte("p"), Headers: broker.MakeHeaders(map[string]string{"empty": "", "z": "1"})}
 		if _, err := c.OnPublish(&d); err != nil {
 			t.Fatal(err)
 		}

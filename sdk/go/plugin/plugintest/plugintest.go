@@ -301,7 +301,7 @@ var ErrNoHook = errors.New("the plugin does not implement this hook")
 func (p *Plugin) Publish(m Message) PublishResult {
 	m = m.clone()
 	r := PublishResult{Message: m}
-	if _, err := p.limits.CheckMessage(m.Topic, m.Payload, m.Headers); err != nil {
+	if _, err := p.limits.CheckMessage(m.Topic, m.Payload, broker.MakeHeaders(m.Headers)); err != nil {
 		r.Err = refused(err)
 		return r
 	}
@@ -311,13 +311,13 @@ func (p *Plugin) Publish(m Message) PublishResult {
 		r.Err = errClosed
 		return r
 	}
-	d := broker.Draft{Topic: m.Topic, Payload: m.Payload, Headers: m.Headers}
+	d := broker.Draft{Topic: m.Topic, Payload: m.Payload, Headers: broker.MakeHeaders(m.Headers)}
 	var (
 		v   broker.PublishVerdict
 		err error
 	)
 	r.Err = p.call(plugins.HookPublish, func() { v, err = p.chain.OnPublish(&d) })
-	r.Message = Message{Topic: d.Topic, Payload: d.Payload, Headers: d.Headers}
+	r.Message = Message{Topic: d.Topic, Payload: d.Payload, Headers: d.Headers.Map()}
 	var rej *broker.RejectError
 	switch {
 	case errors.As(err, &rej): // the chain reports a plugin's code 0 as INVALID_ARGUMENT
@@ -368,7 +368,7 @@ func messages(ds []broker.Draft) []Message {
 	}
 	ms := make([]Message, len(ds))
 	for i, d := range ds {
-		ms[i] = Message{Topic: d.Topic, Payload: d.Payload, Headers: d.Headers}
+		ms[i] = Message{Topic: d.Topic, Payload: d.Payload, Headers: d.Headers.Map()}
 	}
 	return ms
 }
@@ -542,5 +542,5 @@ func (p *Plugin) event(m Message, e Event) (event, error) {
 	}
 	m = m.clone()
 	return event{Event: e, msg: &broker.Message{ID: p.ids, SystemID: e.ID, Topic: m.Topic, Payload: m.Payload,
-		Headers: m.Headers, PublishedAt: time.Now().UnixNano()}}, nil
+		Headers: broker.MakeHeaders(m.Headers), PublishedAt: time.Now().UnixNano()}}, nil
 }

@@ -36,8 +36,9 @@ func (p *Plugin) TimePublish(m Message, d time.Duration) (Timing, error) {
 		return Timing{}, refused(err)
 	}
 	m = m.clone()
+	headers := broker.MakeHeaders(m.Headers)
 	return p.time(plugins.HookPublish, d, func() {
-		dr := broker.Draft{Topic: m.Topic, Payload: m.Payload, Headers: m.Headers}
+		dr := broker.Draft{Topic: m.Topic, Payload: m.Payload, Headers: headers}
 		_, _ = p.chain.OnPublish(&dr)
 	})
 }
@@ -59,12 +60,13 @@ func (p *Plugin) TimePublishFrame(m Message, size int, d time.Duration) (Timing,
 		return Timing{}, fmt.Errorf("plugin %q: a frame of %d messages", p.name, size)
 	}
 	m = m.clone()
+	headers := broker.MakeHeaders(m.Headers)
 	ds := make([]broker.Draft, size)
 	vs, errs := make([]broker.PublishVerdict, size), make([]error, size)
 	before := p.Stats()
 	t, err := p.time(plugins.HookPublish, d, func() {
 		for i := range ds {
-			ds[i] = broker.Draft{Topic: m.Topic, Payload: m.Payload, Headers: m.Headers}
+			ds[i] = broker.Draft{Topic: m.Topic, Payload: m.Payload, Headers: headers}
 		}
 		clear(vs)
 		p.chain.OnPublishBatch(ds, vs, errs)

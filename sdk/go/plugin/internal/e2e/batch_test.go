@@ -86,7 +86,7 @@ func BenchmarkW4Frame(b *testing.B) {
 		payload := make([]byte, 256)
 		frame := func() {
 			for i := range ds {
-				ds[i] = broker.Draft{Topic: "bench.w1", Payload: payload, Headers: hs}
+				ds[i] = broker.Draft{Topic: "bench.w1", Payload: payload, Headers: broker.MakeHeaders(hs)}
 			}
 		}
 		b.Run(lang+"/batch", func(b *testing.B) {
@@ -133,9 +133,9 @@ func runW4Batch(t *testing.T, specs []plugins.Spec) {
 		ds[i] = broker.Draft{Topic: "bench.w1", Payload: fmt.Appendf(nil, "p%d", i)}
 		switch i % 3 {
 		case 0:
-			ds[i].Headers = map[string]string{"tenant": "acme", "n": fmt.Sprint(i)}
+			ds[i].Headers = broker.MakeHeaders(map[string]string{"tenant": "acme", "n": fmt.Sprint(i)})
 		case 1:
-			ds[i].Headers = map[string]string{"tenant": "blocked"}
+			ds[i].Headers = broker.MakeHeaders(map[string]string{"tenant": "blocked"})
 		}
 	}
 	ds[n-1].Topic = "other.w1"
@@ -154,11 +154,11 @@ func runW4Batch(t *testing.T, specs []plugins.Spec) {
 		v := vs[i]
 		switch {
 		case i == n-1:
-			if v.Drop || d.Headers["x-w4"] != "" {
+			if v.Drop || d.Headers.Map()["x-w4"] != "" {
 				t.Errorf("message %d, on a topic the plugins do not see: %+v, headers %v", i, v, d.Headers)
 			}
 		case i%3 == 1:
-			if !v.Drop || v.Reason != "blocked tenant" || v.Plugin != specs[0].Name || d.Headers["x-w4"] != "" {
+			if !v.Drop || v.Reason != "blocked tenant" || v.Plugin != specs[0].Name || d.Headers.Map()["x-w4"] != "" {
 				t.Errorf("message %d, tenant blocked: %+v, headers %v; want dropped by %s, not transformed", i, v, d.Headers, specs[0].Name)
 			}
 		default:
@@ -167,7 +167,7 @@ func runW4Batch(t *testing.T, specs []plugins.Spec) {
 			if i%3 == 0 {
 				want["tenant"], want["n"] = "acme", fmt.Sprint(i)
 			}
-			if v.Drop || fmt.Sprint(d.Headers) != fmt.Sprint(want) {
+			if v.Drop || fmt.Sprint(d.Headers.Map()) != fmt.Sprint(want) {
 				t.Errorf("message %d: %+v, headers %v; want passed, headers %v", i, v, d.Headers, want)
 			}
 		}
@@ -185,7 +185,7 @@ func runW4Batch(t *testing.T, specs []plugins.Spec) {
 	const frames = 2000
 	for range frames {
 		for i := range ds {
-			ds[i] = broker.Draft{Topic: "bench.w1", Payload: []byte("p"), Headers: map[string]string{"tenant": "acme"}}
+			ds[i] = broker.Draft{Topic: "bench.w1", Payload: []byte("p"), Headers: broker.MakeHeaders(map[string]string{"tenant": "acme"})}
 		}
 		c.OnPublishBatch(ds, vs, errs)
 	}
@@ -197,8 +197,8 @@ func runW4Batch(t *testing.T, specs []plugins.Spec) {
 	st = c.Stats()
 
 	// A message alone is a tb_on_publish call, still without a host call.
-	d := broker.Draft{Topic: "bench.w2", Payload: []byte("p"), Headers: map[string]string{"tenant": "acme"}}
-	if v, err := c.OnPublish(&d); err != nil || v.Drop || d.Headers["x-w4"] != "1" {
+	d := broker.Draft{Topic: "bench.w2", Payload: []byte("p"), Headers: broker.MakeHeaders(map[string]string{"tenant": "acme"})}
+	if v, err := c.OnPublish(&d); err != nil || v.Drop || d.Headers.Map()["x-w4"] != "1" {
 		t.Errorf("a message alone: %+v, %v, headers %v", v, err, d.Headers)
 	}
 	for k, s := range c.Stats() {

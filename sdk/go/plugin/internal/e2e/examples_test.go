@@ -60,7 +60,7 @@ func TestContentRouter(t *testing.T) {
 			h = map[string]string{"priority": tc.priority}
 		}
 		e.publish(t, tc.topic, "order", h)
-		if d := s.Next(t); d.Msg.Topic != tc.want || d.Msg.Headers["priority"] != tc.priority {
+		if d := s.Next(t); d.Msg.Topic != tc.want || d.Msg.Headers.Map()["priority"] != tc.priority {
 			t.Errorf("%s priority=%q went to %s %v, want %s", tc.topic, tc.priority, d.Msg.Topic, d.Msg.Headers, tc.want)
 		}
 	}
@@ -130,7 +130,7 @@ func TestRetryBackoff(t *testing.T) {
 	// Attempt 3 fails: max_attempts used up.
 	m.Nack([]string{id}, 0, "")
 	d := dlq.Next(t)
-	if d.Msg.Topic != "dlq.jobs" || !strings.Contains(d.Msg.Headers[broker.HeaderDeadLetterReason], "gave up after 3 attempts") {
+	if d.Msg.Topic != "dlq.jobs" || !strings.Contains(d.Msg.Headers.Map()[broker.HeaderDeadLetterReason], "gave up after 3 attempts") {
 		t.Errorf("dead letter on %s with headers %v", d.Msg.Topic, d.Msg.Headers)
 	}
 
@@ -160,8 +160,8 @@ func TestAudit(t *testing.T) {
 		t.Errorf("audit payload %q, want %q followed by at least 5", p, prefix)
 	}
 	h := d.Msg.Headers
-	if h["audit-group"] != "resizers" || h["audit-subscription"] != "thumbs" || h["audit-id"] != id ||
-		h["audit-topic"] != "jobs.thumb.1" || h["audit-attempt"] != "1" || h["audit-in-flight-ms"] == "" {
+	if h.Map()["audit-group"] != "resizers" || h.Map()["audit-subscription"] != "thumbs" || h.Map()["audit-id"] != id ||
+		h.Map()["audit-topic"] != "jobs.thumb.1" || h.Map()["audit-attempt"] != "1" || h.Map()["audit-in-flight-ms"] == "" {
 		t.Errorf("audit headers %v", h)
 	}
 

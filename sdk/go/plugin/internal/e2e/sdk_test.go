@@ -21,7 +21,7 @@ func sdkcheck(t *testing.T, cfg map[string]string) *env {
 
 func report(t *testing.T, d broker.Delivery) []string {
 	t.Helper()
-	r, ok := d.Msg.Headers["report"]
+	r, ok := d.Msg.Headers.Map()["report"]
 	if !ok {
 		t.Fatalf("%s: no report header in %v", d.Msg.Topic, d.Msg.Headers)
 	}
@@ -60,7 +60,7 @@ func TestSDKMessageView(t *testing.T) {
 		t.Errorf("topic %s, want sdk.view.done", d.Msg.Topic)
 	}
 	h := d.Msg.Headers
-	if _, ok := h["a"]; ok || h["b"] != "2" || h["c"] != "3" || h["big"] != big || len(h) != 4 {
+	if _, ok := h.Map()["a"]; ok || h.Map()["b"] != "2" || h.Map()["c"] != "3" || h.Map()["big"] != big || len(h) != 4 {
 		t.Errorf("headers %v", h)
 	}
 
@@ -109,7 +109,7 @@ func TestSDKErrorsAndEmits(t *testing.T) {
 	)
 	for i := range 3 {
 		d := emitted.Next(t)
-		if string(d.Msg.Payload) != strconv.Itoa(i) || d.Msg.Headers["n"] != strconv.Itoa(i) {
+		if string(d.Msg.Payload) != strconv.Itoa(i) || d.Msg.Headers.Map()["n"] != strconv.Itoa(i) {
 			t.Errorf("emitted message %d: %q %v", i, d.Msg.Payload, d.Msg.Headers)
 		}
 	}
@@ -222,8 +222,8 @@ func TestSDKAckAndRedeliver(t *testing.T) {
 	}
 	m.Nack([]string{id}, 0, "")
 	dl := watch.Next(t)
-	if dl.Msg.Topic != "dlq.jobs" || dl.Msg.Headers[broker.HeaderDeadLetterReason] != "sdkcheck gave up after attempt 2" ||
-		dl.Msg.Headers["report"] == "" {
+	if dl.Msg.Topic != "dlq.jobs" || dl.Msg.Headers.Map()[broker.HeaderDeadLetterReason] != "sdkcheck gave up after attempt 2" ||
+		dl.Msg.Headers.Map()["report"] == "" {
 		t.Errorf("dead letter %s %v", dl.Msg.Topic, dl.Msg.Headers)
 	}
 }
