@@ -1,7 +1,7 @@
 // A plugin that exercises the SDK for sdk.test.js: it reads, allocates and writes on every
 // call, as a real plugin does.
-import { config, emitString, msg, Code, Init, Publish, Redeliver } from "../index";
-export { tinybroker_abi_v1 } from "../index";
+import { config, emitString, event, log, msg, publishBatch, Code, Init, Level, Publish, Redeliver } from "../index";
+export { tinybroker_abi_v1, tb_v1_inbox } from "../index";
 
 export function tb_init(): i32 {
   return config.get("refuse") == null ? Init.ok() : Init.refuse("refused");
@@ -30,4 +30,8 @@ export function tb_on_publish(): i64 {
 
 export function tb_on_redeliver(): i64 {
   return Redeliver.delay(0);
+}
+
+export function tb_v1_on_publish_batch(): i32 {
+  return publishBatch(tb_on_publish);
 }
