@@ -685,15 +685,21 @@ export namespace config {
   // Values read, by key: an instance's configuration never changes, and a filter that
   // compares a header with a config value would otherwise pay a host call per message.
   const CACHED = 32;
-  const cache = new Map<string, string | null>();
+  const cachedKeys = new Array<string>();
+  const cachedValues = new Array<string | null>();
 
   /** One value by key, or null if it is not set; read from the host once per key (for up to
    *  32 keys), then kept for the instance's life. */
   export function get(key: string): string | null {
-    if (cache.has(key)) return cache.get(key);
+    for (let i = 0, n = cachedKeys.length; i < n; i++) {
+      if (cachedKeys[i] == key) return cachedValues[i];
+    }
     encode(key, encodeKey, true);
     const v = readString(R_CONFIG_GET, encPtr, encLen);
-    if (cache.size < CACHED) cache.set(key, v);
+    if (cachedKeys.length < CACHED) {
+      cachedKeys.push(key);
+      cachedValues.push(v);
+    }
     return v;
   }
 
