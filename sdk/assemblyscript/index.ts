@@ -1,9 +1,10 @@
 // tinybroker plugin ABI v1 for AssemblyScript (docs/ABI.md is the contract).
 //
-// A plugin's entry file re-exports the version marker and exports the hooks it implements:
+// A plugin's entry file re-exports the version marker and the inbox, exports the hooks it
+// implements, and takes batches with its own tb_on_publish:
 //
-//   import { msg, config, Publish } from "tinybroker";
-//   export { tinybroker_abi_v1 } from "tinybroker";
+//   import { msg, config, publishBatch, Publish } from "tinybroker";
+//   export { tinybroker_abi_v1, tb_v1_inbox } from "tinybroker";
 //
 //   export function tb_on_publish(): i64 {
 //     const want = config.get("tenant");
@@ -11,15 +12,21 @@
 //     return Publish.drop("wrong tenant");
 //   }
 //
+//   export function tb_v1_on_publish_batch(): i32 { return publishBatch(tb_on_publish); }
+//
 // Build with the incremental runtime (a garbage collector: what a call allocates is freed)
 // and this package's abort, which logs the message and traps:
 //
-//   asc plugin.ts -o plugin.wasm -O --runtime incremental --use abort=tinybroker/abort
+//   asc plugin.ts -o plugin.wasm -O3 --runtime incremental --use abort=~lib/tinybroker/index/abort
 //
-// Strings cross the boundary as UTF-8; payloads as Uint8Array. Readers read through a 1 KiB
-// static scratch buffer, so a value that fits costs one host call and one allocation (the
-// string or array returned); a longer one a second host call. Writers return a Status
-// (0 = OK, negative = refused).
+// With tb_v1_inbox exported (docs/ABI.md, "The inbox") the broker writes each call's message
+// into a buffer of the plugin's before the call: the readers read it there, and payload and
+// header changes and the reason go back in the inbox's write list, with no host call. A
+// broker that never calls tb_v1_inbox (one older than the inbox), or an entry file that does
+// not export it, gets host calls: readers read through a 1 KiB static scratch buffer, so a
+// value that fits costs one host call and one allocation (the string or array returned); a
+// longer one a second host call. Either way, strings cross the boundary as UTF-8, payloads as
+// Uint8Array, and writers return a Status (0 = OK, negative = refused).
 
 // ---- host functions (module "tinybroker") ----
 
@@ -67,6 +74,9 @@
 @external("tinybroker", "v1_emit") declare function v1_emit(topic: usize, topicLen: usize, payload: usize, payloadLen: usize): i32;
 // @ts-ignore: decorator
 @external("tinybroker", "v1_emit_header") declare function v1_emit_header(handle: i32, key: usize, keyLen: usize, val: usize, valLen: usize): i32;
+
+// Whether abort() is logging, declared before any global that allocates (and might abort).
+let aborting = false;
 
 /** The version marker the broker looks for: re-export it from the plugin's entry file. */
 export function tinybroker_abi_v1(): void {}
@@ -156,6 +166,332 @@ function readBytes(kind: i32): Uint8Array {
   return out;
 }
 
+// ---- the inbox (docs/ABI.md, "The inbox" and "Batches") ----
+
+// A record's layout: little-endian u32s at fixed offsets from its start, (offset, length)
+// pairs of its values (offsets from the record's start too), then the header table.
+const IN_WRITES_PTR: usize = 0;
+const IN_WRITES_COUNT: usize = 4;
+const IN_HOOK: usize = 8;
+const IN_MAX_MESSAGE: usize = 12;
+const IN_MAX_HEADER: usize = 16;
+const IN_ATTEMPT: usize = 20;
+const IN_IN_FLIGHT: usize = 24; // a u64
+const IN_TOPIC: usize = 32;
+const IN_PAYLOAD: usize = 40;
+const IN_ID: usize = 48;
+const IN_SUB: usize = 56;
+const IN_GROUP: usize = 64;
+const IN_REASON: usize = 72;
+const IN_HEADER_COUNT: usize = 80;
+const IN_HEADERS: usize = 88; // entries of IN_ENTRY bytes: name (offset, length), value (offset, length)
+const IN_ENTRY: usize = 16;
+const ABSENT: u32 = 0xFFFFFFFF;
+
+const HOOK_PUBLISH: u32 = 2;
+const HOOK_REDELIVER: u32 = 4;
+
+// A batch: a header (count, current), count entries (record offset, record length, u64
+// verdict), then the records.
+const BATCH_COUNT: usize = 0;
+const BATCH_CURRENT: usize = 4;
+const BATCH_ENTRIES: usize = 16;
+const BATCH_ENTRY: usize = 16;
+const ENTRY_VERDICT: usize = 8;
+
+// The write list's records: five u32s, an operation and two (pointer, length) pairs.
+const WRITE_SIZE: usize = 20;
+const OP_SET_PAYLOAD: u32 = 1;
+const OP_SET_HEADER: u32 = 2;
+const OP_DEL_HEADER: u32 = 3;
+const OP_SET_REASON: u32 = 4;
+
+// The inbox: 0 until the broker asks for one (a broker without the inbox never does), and
+// then the readers and writers use it instead of host calls. inboxBuf keeps it alive.
+let inboxBuf: ArrayBuffer | null = null;
+let inbox: usize = 0;
+let inboxSize: usize = 0;
+// The record the readers read: the inbox in a single call, message i's record in a batch.
+let rec: usize = 0;
+
+/** The broker asks for an inbox of `size` bytes, between calls: re-export it from the entry
+ *  file to have the message written into memory before each call (docs/ABI.md, "The inbox").
+ *  The last inbox becomes garbage. */
+export function tb_v1_inbox(size: u32): usize {
+  const buf = new ArrayBuffer(<i32>size + 8);
+  inboxBuf = buf;
+  inbox = (changetype<usize>(buf) + 7) & ~7; // the ABI wants a multiple of 8
+  inboxSize = size;
+  rec = inbox;
+  return inbox;
+}
+
+/** Whether the broker writes the message into the inbox: the readers and writers of the
+ *  payload, headers and reason then make no host call. */
+export function inboxActive(): bool {
+  return inbox != 0;
+}
+
+function u32At(off: usize): u32 {
+  return load<u32>(rec + off);
+}
+
+function fieldLen(off: usize): u32 {
+  return load<u32>(rec + off + 4);
+}
+
+function fieldPtr(off: usize): usize {
+  return rec + <usize>load<u32>(rec + off);
+}
+
+function fieldString(off: usize): string | null {
+  const n = fieldLen(off);
+  return n == ABSENT ? null : String.UTF8.decodeUnsafe(fieldPtr(off), n);
+}
+
+function fieldStringOrEmpty(off: usize): string {
+  const s = fieldString(off);
+  return s == null ? "" : s;
+}
+
+// Whether the value at off is exactly the UTF-8 bytes of s (false if absent).
+function fieldIs(off: usize, s: string): bool {
+  const n = fieldLen(off);
+  if (n == ABSENT) return false;
+  encode(s, encodeVal, false);
+  return <usize>n == encLen && memory.compare(fieldPtr(off), encPtr, encLen) == 0;
+}
+
+// The header entry whose name is name, or 0: a binary search, the table being sorted by name.
+function findHeader(name: string): usize {
+  encode(name, encodeKey, true);
+  const k = encPtr, kl = encLen;
+  let lo: u32 = 0, hi = u32At(IN_HEADER_COUNT);
+  while (lo < hi) {
+    const mid = lo + ((hi - lo) >> 1);
+    const e = IN_HEADERS + <usize>mid * IN_ENTRY;
+    const nl = <usize>fieldLen(e);
+    let c = memory.compare(fieldPtr(e), k, min(nl, kl));
+    if (c == 0) c = nl < kl ? -1 : nl > kl ? 1 : 0;
+    if (c == 0) return e;
+    if (c < 0) lo = mid + 1;
+    else hi = mid;
+  }
+  return 0;
+}
+
+// The write list of the call (or of the batch, message after message): records of
+// WRITE_SIZE bytes in writesBuf, kept across calls, and the bytes they point to, copied into
+// the arena, where nothing moves until the call ends. The broker zeroes a record's
+// writes_count before each call: the first write of a call, seeing 0, starts a new list; a
+// batch starts one for all its messages.
+const KEEP_WRITES: i32 = 64 << 10;
+let writesBuf: ArrayBuffer | null = null;
+let nwrites: u32 = 0;
+let first: u32 = 0; // the current message's first record
+let batching = false;
+
+// The arena: a static area, then chunks that are garbage once the next call has begun.
+const AREA_BYTES: usize = 4096;
+const area: usize = memory.data(<i32>AREA_BYTES, 8);
+let top: usize = area;
+let end: usize = area + AREA_BYTES;
+const held = new Array<ArrayBuffer>();
+
+function resetWrites(): void {
+  nwrites = 0;
+  first = 0;
+  top = area;
+  end = area + AREA_BYTES;
+  if (held.length != 0) held.length = 0;
+  const w = writesBuf;
+  if (w != null && w.byteLength > KEEP_WRITES) writesBuf = null;
+}
+
+// Called by every writer that lists a write, before it copies anything.
+function writing(): void {
+  if (!batching && u32At(IN_WRITES_COUNT) == 0) resetWrites();
+}
+
+// n bytes of the arena, valid until the call ends.
+function reserve(n: usize): usize {
+  if (end - top < n) {
+    const size = max<usize>(n, AREA_BYTES);
+    const chunk = new ArrayBuffer(<i32>size);
+    held.push(chunk);
+    top = changetype<usize>(chunk);
+    end = top + size;
+  }
+  const p = top;
+  top += n;
+  return p;
+}
+
+// Copies n bytes at p into the arena and returns where.
+function stash(p: usize, n: usize): usize {
+  if (n == 0) return 0;
+  const q = reserve(n);
+  memory.copy(q, p, n);
+  return q;
+}
+
+// s's UTF-8 bytes in the arena, at encPtr, encLen.
+function stashString(s: string): void {
+  const units = s.length;
+  if (units == 0) {
+    encPtr = 0;
+    encLen = 0;
+    return;
+  }
+  const p = reserve(<usize>units * 3);
+  encLen = String.UTF8.encodeUnsafe(changetype<usize>(s), units, p);
+  encPtr = p;
+  top = p + encLen; // give back what the encoding did not use
+}
+
+function listWrite(op: u32, a: usize, al: usize, b: usize, bl: usize): void {
+  let buf = writesBuf;
+  const cap = buf == null ? 0 : <u32>(<usize>buf.byteLength / WRITE_SIZE);
+  if (nwrites == cap) {
+    const grown = new ArrayBuffer(<i32>(<usize>max<u32>(16, cap * 2) * WRITE_SIZE));
+    if (buf != null) memory.copy(changetype<usize>(grown), changetype<usize>(buf), <usize>nwrites * WRITE_SIZE);
+    writesBuf = buf = grown;
+  }
+  const base = changetype<usize>(buf);
+  const r = base + <usize>nwrites * WRITE_SIZE;
+  store<u32>(r, op);
+  store<u32>(r, <u32>a, 4);
+  store<u32>(r, <u32>al, 8);
+  store<u32>(r, <u32>b, 12);
+  store<u32>(r, <u32>bl, 16);
+  nwrites++;
+  // The list of the message so far: a batch's are given again once it ends (the buffer may
+  // have moved since).
+  store<u32>(rec + IN_WRITES_PTR, <u32>(base + <usize>first * WRITE_SIZE));
+  store<u32>(rec + IN_WRITES_COUNT, nwrites - first);
+}
+
+function mayChangeHeaders(): bool {
+  const h = u32At(IN_HOOK);
+  return h == HOOK_PUBLISH || h == HOOK_REDELIVER;
+}
+
+// The writers check what the broker would refuse (a write list has no statuses): each
+// returns the status the host function would have.
+
+function inboxSetPayload(p: usize, n: usize): i32 {
+  if (u32At(IN_HOOK) != HOOK_PUBLISH) return Status.NOT_ALLOWED;
+  if (n > <usize>u32At(IN_MAX_MESSAGE)) return Status.TOO_LARGE;
+  writing();
+  listWrite(OP_SET_PAYLOAD, stash(p, n), n, 0, 0);
+  return Status.OK;
+}
+
+function inboxSetPayloadString(s: string): i32 {
+  if (u32At(IN_HOOK) != HOOK_PUBLISH) return Status.NOT_ALLOWED;
+  if (<usize>String.UTF8.byteLength(s) > <usize>u32At(IN_MAX_MESSAGE)) return Status.TOO_LARGE;
+  writing();
+  stashString(s);
+  listWrite(OP_SET_PAYLOAD, encPtr, encLen, 0, 0);
+  return Status.OK;
+}
+
+function inboxSetHeader(name: string, value: string): i32 {
+  if (!mayChangeHeaders()) return Status.NOT_ALLOWED;
+  if (name.length == 0) return Status.INVALID;
+  const size = <u64>String.UTF8.byteLength(name) + <u64>String.UTF8.byteLength(value);
+  if (size > <u64>u32At(IN_MAX_HEADER)) return Status.TOO_LARGE;
+  writing();
+  stashString(name);
+  const k = encPtr, kl = encLen;
+  stashString(value);
+  listWrite(OP_SET_HEADER, k, kl, encPtr, encLen);
+  return Status.OK;
+}
+
+function inboxDelHeader(name: string): i32 {
+  if (!mayChangeHeaders()) return Status.NOT_ALLOWED;
+  writing();
+  stashString(name);
+  listWrite(OP_DEL_HEADER, encPtr, encLen, 0, 0);
+  return Status.OK;
+}
+
+function inboxSetReason(reason: string): void {
+  writing();
+  stashString(reason);
+  listWrite(OP_SET_REASON, encPtr, encLen, 0, 0);
+}
+
+/** Runs `onPublish`, the plugin's own tb_on_publish, on each message of a batch (docs/ABI.md,
+ *  "Batches"), as the broker would call it on that message alone: the readers read that
+ *  message, host calls (setTopic, emit, log) act on it, and its changes are its own. Export
+ *  it from the entry file, with the inbox:
+ *
+ *    export function tb_v1_on_publish_batch(): i32 { return publishBatch(tb_on_publish); }
+ *
+ *  Returns 0, or 1 to decline a batch this SDK cannot read (the broker then calls
+ *  tb_on_publish on each message). */
+// @ts-ignore: decorator
+@inline export function publishBatch(onPublish: () => i64): i32 {
+  const n = batchBegin();
+  if (n < 0) return 1;
+  for (let i = 0; i < n; i++) {
+    batchMessage(i);
+    batchVerdict(i, onPublish());
+  }
+  batchEnd(n);
+  return 0;
+}
+
+function batchEntry(i: i32): usize {
+  return inbox + BATCH_ENTRIES + <usize>i * BATCH_ENTRY;
+}
+
+// Checks the batch's layout and starts its write list; returns its count, or -1 to decline.
+function batchBegin(): i32 {
+  if (inbox == 0 || inboxSize < BATCH_ENTRIES) return -1;
+  const n = load<u32>(inbox + BATCH_COUNT);
+  const table = <u64>BATCH_ENTRIES + <u64>n * <u64>BATCH_ENTRY;
+  if (table > <u64>inboxSize) return -1;
+  for (let i: i32 = 0; i < <i32>n; i++) {
+    const e = batchEntry(i);
+    const at = <u64>load<u32>(e), len = <u64>load<u32>(e, 4);
+    // A record is 8-aligned, after the table, inside the inbox, and a publish's.
+    if ((at & 7) != 0 || at < table || len < <u64>IN_HEADERS || at + len > <u64>inboxSize ||
+      load<u32>(inbox + <usize>at + IN_HOOK) != HOOK_PUBLISH) return -1;
+  }
+  resetWrites();
+  batching = true;
+  return <i32>n;
+}
+
+// Points the readers, the writers and the host (current) at message i.
+function batchMessage(i: i32): void {
+  rec = inbox + <usize>load<u32>(batchEntry(i));
+  first = nwrites;
+  store<u32>(inbox + BATCH_CURRENT, <u32>i);
+}
+
+function batchVerdict(i: i32, verdict: i64): void {
+  store<i64>(batchEntry(i) + ENTRY_VERDICT, verdict);
+  store<u32>(rec + IN_WRITES_COUNT, nwrites - first);
+}
+
+// Gives each record the address of its write list, now that the buffer will not move.
+function batchEnd(n: i32): void {
+  const base = changetype<usize>(writesBuf);
+  let at: u32 = 0;
+  for (let i = 0; i < n; i++) {
+    const r = inbox + <usize>load<u32>(batchEntry(i));
+    const count = load<u32>(r + IN_WRITES_COUNT);
+    store<u32>(r + IN_WRITES_PTR, count == 0 ? 0 : <u32>(base + <usize>at * WRITE_SIZE));
+    at += count;
+  }
+  batching = false;
+  rec = inbox;
+}
+
 // ---- statuses and errors ----
 
 /** The writers' statuses (docs/ABI.md). */
@@ -190,12 +526,14 @@ export namespace Status {
 export namespace msg {
   /** The topic. */
   export function topic(): string {
+    if (inbox != 0) return fieldStringOrEmpty(IN_TOPIC);
     const s = readString(R_TOPIC);
     return s == null ? "" : s;
   }
 
   /** Whether the topic is exactly `t`; allocates nothing for short topics. */
   export function topicIs(t: string): bool {
+    if (inbox != 0) return fieldIs(IN_TOPIC, t);
     const n = read(R_TOPIC);
     const ok = n >= 0 && bytesEqualLen(n, t);
     readBuf = null;
@@ -204,23 +542,38 @@ export namespace msg {
 
   /** The payload. */
   export function payload(): Uint8Array {
+    if (inbox != 0) {
+      const n = fieldLen(IN_PAYLOAD);
+      const out = new Uint8Array(n == ABSENT ? 0 : <i32>n);
+      if (out.length != 0) memory.copy(out.dataStart, fieldPtr(IN_PAYLOAD), <usize>n);
+      return out;
+    }
     return readBytes(R_PAYLOAD);
   }
 
   /** The payload as a UTF-8 string. */
   export function payloadString(): string {
+    if (inbox != 0) return fieldStringOrEmpty(IN_PAYLOAD);
     const s = readString(R_PAYLOAD);
     return s == null ? "" : s;
   }
 
   /** One header's value, or null if it is not set. */
   export function header(name: string): string | null {
+    if (inbox != 0) {
+      const e = findHeader(name);
+      return e == 0 ? null : fieldString(e + 8);
+    }
     encode(name, encodeKey, true);
     return readString(R_HEADER, encPtr, encLen);
   }
 
   /** Whether header `name` is set to exactly `value`; allocates nothing for short values. */
   export function headerIs(name: string, value: string): bool {
+    if (inbox != 0) {
+      const e = findHeader(name);
+      return e != 0 && fieldIs(e + 8, value);
+    }
     encode(name, encodeKey, true);
     const n = read(R_HEADER, encPtr, encLen);
     const ok = n >= 0 && bytesEqualLen(n, value);
@@ -230,17 +583,22 @@ export namespace msg {
 
   /** How many headers the message has. */
   export function headerCount(): i32 {
+    if (inbox != 0) return <i32>u32At(IN_HEADER_COUNT);
     return v1_msg_header_count();
   }
 
   /** The name of header `index` (0-based, sorted by name), or null past the end. */
   export function headerName(index: i32): string | null {
+    if (inbox != 0) {
+      if (index < 0 || <u32>index >= u32At(IN_HEADER_COUNT)) return null;
+      return fieldString(IN_HEADERS + <usize>index * IN_ENTRY);
+    }
     return readString(R_HEADER_NAME, <usize>index);
   }
 
   /** The message's system_id in on_ack and on_redeliver; null in on_publish. */
   export function id(): string | null {
-    const s = readString(R_ID);
+    const s = inbox != 0 ? fieldString(IN_ID) : readString(R_ID);
     return s == null || s.length == 0 ? null : s;
   }
 
@@ -252,17 +610,20 @@ export namespace msg {
 
   /** Replaces the payload (on_publish). */
   export function setPayload(p: Uint8Array): i32 {
+    if (inbox != 0) return inboxSetPayload(p.dataStart, <usize>p.byteLength);
     return v1_msg_set_payload(p.dataStart, <usize>p.byteLength);
   }
 
   /** Replaces the payload with a string's UTF-8 bytes (on_publish). */
   export function setPayloadString(p: string): i32 {
+    if (inbox != 0) return inboxSetPayloadString(p);
     encode(p, encodeVal, false);
     return v1_msg_set_payload(encPtr, encLen);
   }
 
   /** Adds or replaces a header (on_publish, on_redeliver). */
   export function setHeader(name: string, value: string): i32 {
+    if (inbox != 0) return inboxSetHeader(name, value);
     encode(name, encodeKey, true);
     const k = encPtr, kl = encLen;
     encode(value, encodeVal, false);
@@ -271,6 +632,7 @@ export namespace msg {
 
   /** Removes a header; OK if it was not set (on_publish, on_redeliver). */
   export function delHeader(name: string): i32 {
+    if (inbox != 0) return inboxDelHeader(name);
     encode(name, encodeKey, true);
     return v1_msg_del_header(encPtr, encLen);
   }
@@ -288,24 +650,29 @@ function bytesEqualLen(n: i32, s: string): bool {
 export namespace event {
   /** The consumer group's subscription_id. */
   export function subscription(): string {
+    if (inbox != 0) return fieldStringOrEmpty(IN_SUB);
     const s = readString(R_SUBSCRIPTION);
     return s == null ? "" : s;
   }
   /** The consumer group's name. */
   export function group(): string {
+    if (inbox != 0) return fieldStringOrEmpty(IN_GROUP);
     const s = readString(R_GROUP);
     return s == null ? "" : s;
   }
   /** The delivery attempt that was acked, or that failed (1 = first). */
   export function attempt(): i32 {
+    if (inbox != 0) return <i32>u32At(IN_ATTEMPT);
     return v1_event_attempt();
   }
   /** Nanoseconds from the acked delivery to its ack (on_ack). */
   export function inFlightNs(): i64 {
+    if (inbox != 0) return load<i64>(rec + IN_IN_FLIGHT);
     return v1_event_in_flight_ns();
   }
   /** Why the message is redelivered (on_redeliver). */
   export function reason(): string {
+    if (inbox != 0) return fieldStringOrEmpty(IN_REASON);
     const s = readString(R_REASON);
     return s == null ? "" : s;
   }
@@ -315,10 +682,25 @@ export namespace event {
 
 /** The plugin's config block. */
 export namespace config {
-  /** One value by key, or null if it is not set. */
+  // Values read, by key: an instance's configuration never changes, and a filter that
+  // compares a header with a config value would otherwise pay a host call per message.
+  const CACHED = 32;
+  const cachedKeys = new Array<string>();
+  const cachedValues = new Array<string | null>();
+
+  /** One value by key, or null if it is not set; read from the host once per key (for up to
+   *  32 keys), then kept for the instance's life. */
   export function get(key: string): string | null {
+    for (let i = 0, n = cachedKeys.length; i < n; i++) {
+      if (cachedKeys[i] == key) return cachedValues[i];
+    }
     encode(key, encodeKey, true);
-    return readString(R_CONFIG_GET, encPtr, encLen);
+    const v = readString(R_CONFIG_GET, encPtr, encLen);
+    if (cachedKeys.length < CACHED) {
+      cachedKeys.push(key);
+      cachedValues.push(v);
+    }
+    return v;
   }
 
   /** The whole configuration as the ABI gives it: "key=value\n" lines sorted by key, with
@@ -379,6 +761,10 @@ export function nowNs(): i64 {
 
 /** The reason for this call's verdict; the last call wins. */
 export function setReason(reason: string): void {
+  if (inbox != 0) {
+    inboxSetReason(reason);
+    return;
+  }
   encode(reason, encodeVal, false);
   v1_set_reason(encPtr, encLen);
 }
@@ -466,8 +852,6 @@ export namespace Init {
 }
 
 // ---- abort ----
-
-let aborting = false;
 
 /** The abort of `--use abort=tinybroker/abort`: logs the message at error level, then traps
  *  (the plugin's failure_policy decides the message's fate). */

@@ -1,6 +1,7 @@
-// The conformance plugin (plugins/conformance/SPEC.md) written with the AssemblyScript SDK.
-import { config, emit, emitString, event, log, msg, Code, Init, Level, Publish, Redeliver } from "tinybroker";
-export { tinybroker_abi_v1 } from "tinybroker";
+// The conformance plugin (plugins/conformance/SPEC.md) written with the AssemblyScript SDK,
+// with the inbox and batches (docs/ABI.md): the test also runs it with them hidden.
+import { config, emit, emitString, event, log, msg, publishBatch, Code, Init, Level, Publish, Redeliver } from "tinybroker";
+export { tinybroker_abi_v1, tb_v1_inbox } from "tinybroker";
 
 export function tb_init(): i32 {
   const refuse = config.get("refuse");
@@ -48,6 +49,10 @@ export function tb_on_publish(): i64 {
     if (want == null || !msg.headerIs("tenant", want)) return Publish.drop("wrong tenant");
   } else if (topic == "c.trap") throw new Error("conformance trap");
   return Publish.pass();
+}
+
+export function tb_v1_on_publish_batch(): i32 {
+  return publishBatch(tb_on_publish);
 }
 
 export function tb_on_ack(): i64 {

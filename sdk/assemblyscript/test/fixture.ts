@@ -1,7 +1,8 @@
 // A plugin that exercises the SDK for sdk.test.js: it reads, allocates and writes on every
-// call, as a real plugin does.
-import { config, emitString, msg, Code, Init, Publish, Redeliver } from "../index";
-export { tinybroker_abi_v1 } from "../index";
+// call, as a real plugin does. It exports the inbox and batches, which sdk.test.js uses or not
+// (a host that never calls tb_v1_inbox gets host calls).
+import { config, emitString, event, msg, publishBatch, Code, Init, Publish, Redeliver } from "../index";
+export { tinybroker_abi_v1, tb_v1_inbox } from "../index";
 
 export function tb_init(): i32 {
   return config.get("refuse") == null ? Init.ok() : Init.refuse("refused");
@@ -14,6 +15,34 @@ export function tb_on_publish(): i64 {
   if (topic == "t.tenant") {
     const want = config.get("tenant");
     return want != null && msg.headerIs("tenant", want) ? Publish.pass() : Publish.drop("wrong tenant");
+  }
+  if (topic == "t.headers") {
+    // Every header by index and by name, and what is not there.
+    const parts = new Array<string>();
+    const n = msg.headerCount();
+    for (let i = 0; i < n; i++) {
+      const name = msg.headerName(i)!;
+      const value = msg.header(name)!;
+      if (!msg.headerIs(name, value) || msg.headerIs(name, value + "x")) throw new Error("headerIs " + name);
+      parts.push(name + "=" + value);
+    }
+    if (msg.headerName(n) != null || msg.headerName(-1) != null) throw new Error("headerName past the end");
+    const missing = msg.header("missing");
+    parts.push("missing=" + (missing == null ? "null" : missing));
+    parts.push("topicIs=" + (msg.topicIs("t.headers") ? "1" : "0") + (msg.topicIs("t.header") ? "1" : "0"));
+    msg.setPayloadString(parts.join(","));
+    return Publish.pass();
+  }
+  if (topic == "t.limits") {
+    // What the host would refuse, refused before it is listed; then writes of every kind.
+    const big = msg.header("big")!;
+    const statuses = [
+      msg.setHeader("", "v"), msg.setHeader("k", big), msg.setPayloadString(big + big),
+      msg.setPayload(Uint8Array.wrap(String.UTF8.encode(big + big))),
+      msg.setHeader("k", "é"), msg.delHeader("gone"), msg.setPayload(Uint8Array.wrap(String.UTF8.encode("raw"))),
+    ];
+    emitString("t.statuses", statuses.join(","));
+    return Publish.drop("limits");
   }
   if (topic == "t.config") {
     const all = config.all();
@@ -28,6 +57,19 @@ export function tb_on_publish(): i64 {
   return Publish.pass();
 }
 
+export function tb_on_ack(): i64 {
+  const id = msg.id();
+  emitString("t.acked", [id == null ? "null" : id, event.subscription(), event.group(), event.attempt().toString(),
+    event.inFlightNs().toString(), msg.setHeader("h", "1").toString(), msg.setPayloadString("p").toString()].join("|"));
+  return 0;
+}
+
 export function tb_on_redeliver(): i64 {
+  msg.setHeader("why", event.reason());
+  emitString("t.redelivered", msg.setPayloadString("p").toString());
   return Redeliver.delay(0);
+}
+
+export function tb_v1_on_publish_batch(): i32 {
+  return publishBatch(tb_on_publish);
 }
