@@ -154,9 +154,9 @@ func (p *plugin) settleBatch(inst *instance, ds []broker.Draft, idx []int, out b
 		var err error
 		if !validPublish(uint32(v), uint32(v>>32)) {
 			err = malformedError{v}
-		} else {
-			inst.st = st
-			err = inst.takeWritesAt(box + uint64(le.Uint32(entry[abi.EntryOffset:])))
+		} else if rec := box + uint64(le.Uint32(entry[abi.EntryOffset:])); rec+8 > uint64(len(mem)) || le.Uint32(mem[rec+abi.InWritesCount:]) != 0 {
+			inst.st = st // a write list to apply (or a record the guest moved out of memory)
+			err = inst.takeWritesAt(rec)
 			inst.st = &inst.own
 		}
 		if err != nil {

@@ -10,7 +10,8 @@ import (
 	"github.com/tinybroker/tinybroker/broker"
 )
 
-// The W4 plugins in C (bench/plugins/w4-*-c), written against the ABI with sdk/c/tinybroker.h.
+// The W4 plugins in C (bench/plugins/w4-*-c), written with the C SDK (sdk/c) and built on its
+// inbox, with batches, as bench/plugins/build.sh builds them.
 
 // cGuests are the C plugins built so far, by folder.
 var cGuests struct {
@@ -37,8 +38,8 @@ func cGuest(tb testing.TB, dir string) []byte {
 		tb.Fatalf("no C source in %s", dir)
 	}
 	out := filepath.Join(tb.TempDir(), "plugin.wasm")
-	args := append([]string{"--target=wasm32", "-nostdlib", "-O2", "-Wall", "-Werror",
-		"-Wl,--no-entry", "-Wl,--export-dynamic", "-o", out}, srcs...)
+	args := append([]string{"--target=wasm32", "-nostdlib", "-O2", "-Wall", "-Werror", "-DTB_INBOX",
+		"-I", "../sdk/c", "-Wl,--no-entry", "-o", out}, append(srcs, "../sdk/c/tinybroker.c")...)
 	if msg, err := exec.Command("clang", args...).CombinedOutput(); err != nil {
 		tb.Fatalf("clang %v: %v\n%s", args, err, msg)
 	}

@@ -121,14 +121,21 @@ func (inst *instance) writeRecord(b []byte, st *callState) (int, bool) {
 	pos := uint32(fixed)
 	pos = putValue(h, abi.InTopic, b, pos, st.topic)
 	pos = putValue(h, abi.InPayload, b, pos, unsafe.String(unsafe.SliceData(st.payload), len(st.payload))) // only copied
-	if st.hook == abi.HookPublish || st.hook == abi.HookInit {
+	if st.hook == abi.HookPublish { // no event: the id absent, the rest empty (at offset 0)
 		le.PutUint64(h[abi.InID:], abi.AbsentLen<<32)
+		le.PutUint64(h[abi.InSub:], 0)
+		le.PutUint64(h[abi.InGroup:], 0)
+		le.PutUint64(h[abi.InReason:], 0)
 	} else {
-		pos = putValue(h, abi.InID, b, pos, st.id)
+		if st.hook == abi.HookInit {
+			le.PutUint64(h[abi.InID:], abi.AbsentLen<<32)
+		} else {
+			pos = putValue(h, abi.InID, b, pos, st.id)
+		}
+		pos = putValue(h, abi.InSub, b, pos, st.sub)
+		pos = putValue(h, abi.InGroup, b, pos, st.group)
+		pos = putValue(h, abi.InReason, b, pos, st.reason)
 	}
-	pos = putValue(h, abi.InSub, b, pos, st.sub)
-	pos = putValue(h, abi.InGroup, b, pos, st.group)
-	pos = putValue(h, abi.InReason, b, pos, st.reason)
 	e := abi.InHeaders
 	for k, v := range st.headers {
 		if int(pos)+len(k)+len(v) > len(b) {

@@ -1,18 +1,25 @@
 #!/usr/bin/env bash
 # Builds every plugin under bench/plugins/ into bench/bin/<dir>.wasm, by what its directory holds:
 #   main.go  a Go guest: GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared
-#   *.c      a C guest: clang --target=wasm32 -nostdlib -O2 -Wl,--no-entry -Wl,--export-dynamic
-#            (skipped if clang or wasm-ld is missing)
+#            -tags tinybroker_inbox
+#   *.c      a C guest: clang --target=wasm32 -nostdlib -O2 -DTB_INBOX -I sdk/c -Wl,--no-entry,
+#            with sdk/c/tinybroker.c (skipped if clang or wasm-ld is missing)
 #   *.wat    a WAT guest: wat2wasm (skipped if it is missing)
+# Both SDKs are built with the inbox, their fastest mode: the broker writes each message into
+# the plugin's memory, and gives a publish frame's messages in one call (docs/ABI.md, "The
+# inbox" and "Batches").
 #   ./build.sh                 # every plugin
 #   ./build.sh w4-filter ...   # a selection, by directory name
+#   TB_BENCH_BIN=DIR ./build.sh  # into DIR instead (the SDK's tests build W4's plugins so)
 # A plugin that cannot be built loses its old .wasm, so that run.sh skips its language rather
 # than measuring a stale build. Messages go to stderr; exits 1 if any build failed (a missing
 # tool is not a failure).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-out=$(cd "$here/.." && pwd)/bin
+out=${TB_BENCH_BIN:-$here/../bin}
 mkdir -p "$out"
+out=$(cd "$out" && pwd)
+sdk=$(cd "$here/../../sdk/c" && pwd)
 names=("$@")
 if [ ${#names[@]} -eq 0 ]; then
   for d in "$here"/*/; do names+=("$(basename "$d")"); done
@@ -29,14 +36,14 @@ for name in "${names[@]}"; do
   wats=("$dir"/*.wat)
   shopt -u nullglob
   if [ -f "$dir/main.go" ]; then
-    (cd "$here/../.." && GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -trimpath -o "$wasm" "./bench/plugins/$name") ||
+    (cd "$here/../.." && GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -trimpath -tags tinybroker_inbox -o "$wasm" "./bench/plugins/$name") ||
       { echo "build.sh: $name: go build failed" >&2; failed=1; continue; }
   elif [ ${#cs[@]} -gt 0 ]; then
     if ! have clang || ! have wasm-ld; then
       echo "build.sh: $name: skipped: C plugins need clang and wasm-ld (Debian: clang lld)" >&2
       continue
     fi
-    clang --target=wasm32 -nostdlib -O2 -Wl,--no-entry -Wl,--export-dynamic -I "$dir" -o "$wasm" "${cs[@]}" ||
+    clang --target=wasm32 -nostdlib -O2 -DTB_INBOX -I "$dir" -I "$sdk" -Wl,--no-entry -o "$wasm" "${cs[@]}" "$sdk/tinybroker.c" ||
       { echo "build.sh: $name: clang failed" >&2; rm -f "$wasm"; failed=1; continue; }
   elif [ ${#wats[@]} -eq 1 ]; then
     if ! have wat2wasm; then
@@ -49,6 +56,6 @@ for name in "${names[@]}"; do
     failed=1
     continue
   fi
-  echo "build.sh: built bin/$name.wasm" >&2
+  echo "build.sh: built $wasm" >&2
 done
 exit "$failed"

@@ -83,7 +83,15 @@ type pluginTestTiming struct {
 	NsPerCall        float64 `json:"ns_per_call"`
 	HostCallsPerCall float64 `json:"host_calls_per_call"`
 	Failures         int     `json:"failures,omitempty"`
+	// on_publish: the same message in PublishStream frames of frameSize, per message, and
+	// the part of those calls the plugin took in batches (docs/ABI.md, "Batches").
+	NsPerMessageInFrames float64 `json:"ns_per_message_in_frames,omitempty"`
+	Batched              float64 `json:"batched"`
 }
+
+// frameSize is the frame --bench times on_publish in besides one message at a time: what the
+// Go SDK's publisher and `tinybroker bench` send.
+const frameSize = 128
 
 const pluginTestUsage = `Loads the plugin PLUGIN.wasm into the broker's plugin host, as "tinybroker serve" would, and
 runs one of its hooks on each message read from standard input: one JSON object a line,
@@ -211,6 +219,8 @@ func pluginTestRun(path string, config map[string]string, o pluginTestOptions, s
 			total.NsPerCall += tm.NsPerCall * float64(tm.Calls)
 			total.HostCallsPerCall += tm.HostCallsPerCall * float64(tm.Calls)
 			total.Failures += tm.Failures
+			total.NsPerMessageInFrames += tm.NsPerMessageInFrames // averaged over the lines
+			total.Batched += tm.Batched
 		}
 		if err := out.Encode(res.out); err != nil {
 			return err
@@ -225,6 +235,13 @@ func pluginTestRun(path string, config map[string]string, o pluginTestOptions, s
 			*hook, messages, total.Calls, total.NsPerCall/n, total.HostCallsPerCall/n)
 		if total.Failures > 0 {
 			fmt.Fprintf(stderr, ", %d failed", total.Failures)
+		}
+		if *hook == plugins.HookPublish {
+			how := "one call per message: the plugin has no batches (docs/ABI.md, \"Batches\")"
+			if b := total.Batched / float64(messages); b > 0 {
+				how = fmt.Sprintf("%.0f%% of them in batches", 100*b)
+			}
+			fmt.Fprintf(stderr, "; in frames of %d: %.0f ns per message, %s", frameSize, total.NsPerMessageInFrames/float64(messages), how)
 		}
 		if timeout < 0 {
 			fmt.Fprint(stderr, " (no time limit)")
@@ -330,5 +347,13 @@ func timeHook(p *plugintest.Plugin, hook string, in pluginTestInput, d time.Dura
 	if err != nil {
 		return nil, err
 	}
-	return &pluginTestTiming{Calls: t.Calls, NsPerCall: float64(t.PerCall.Nanoseconds()), HostCallsPerCall: t.HostCalls, Failures: t.Failures}, nil
+	tm := &pluginTestTiming{Calls: t.Calls, NsPerCall: float64(t.PerCall.Nanoseconds()), HostCallsPerCall: t.HostCalls, Failures: t.Failures}
+	if hook == plugins.HookPublish {
+		f, err := p.TimePublishFrame(m, frameSize, d)
+		if err != nil {
+			return nil, err
+		}
+		tm.NsPerMessageInFrames, tm.Batched = float64(f.PerCall.Nanoseconds()), f.Batched
+	}
+	return tm, nil
 }

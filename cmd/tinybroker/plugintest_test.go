@@ -9,7 +9,10 @@ import (
 )
 
 // goodWasm is the host's hand-written test plugin (see plugins/testdata/good.wat).
-const goodWasm = "../../plugins/testdata/good.wasm"
+const (
+	goodWasm  = "../../plugins/testdata/good.wasm"
+	batchWasm = "../../plugins/testdata/batchpass.wasm" // takes frames in batches
+)
 
 // pluginTest runs `tinybroker plugin test args...` with input on stdin.
 func pluginTest(t *testing.T, input string, args ...string) (stdout, stderr string, err error) {
@@ -158,8 +161,24 @@ func TestPluginTestBench(t *testing.T) {
 			t.Errorf("line %d: timing %+v, want %v host calls per call", i+1, tm, want)
 		}
 	}
-	if !strings.Contains(stderr, "bench: on_publish: 2 messages, ") || !strings.Contains(stderr, "host calls per call (no time limit)") {
+	if !strings.Contains(stderr, "bench: on_publish: 2 messages, ") || !strings.Contains(stderr, "host calls per call; in frames of 128: ") ||
+		!strings.Contains(stderr, "one call per message: the plugin has no batches") || !strings.Contains(stderr, "(no time limit)") {
 		t.Errorf("summary on stderr:\n%s", stderr)
+	}
+	// A plugin with batches takes the frames in batches, with no host call.
+	stdout, stderr, err = pluginTest(t, input, "--bench", "--bench-time", "1ms", "--log-level", "off", batchWasm)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	var out pluginTestOutput
+	if err := json.Unmarshal([]byte(strings.SplitN(stdout, "\n", 2)[0]), &out); err != nil {
+		t.Fatal(err)
+	}
+	if tm := out.Timing; tm == nil || tm.Batched != 1 || tm.NsPerMessageInFrames <= 0 || tm.HostCallsPerCall != 0 {
+		t.Errorf("batches: timing %+v, want every call in frames batched", tm)
+	}
+	if !strings.Contains(stderr, "in frames of 128: ") || !strings.Contains(stderr, "100% of them in batches") {
+		t.Errorf("batches: summary on stderr:\n%s", stderr)
 	}
 	// Without --bench, no timing.
 	stdout, _, err = pluginTest(t, input, "--log-level", "off", goodWasm)

@@ -16,10 +16,24 @@ extern unsigned char __heap_base; /* defined by wasm-ld: the first byte after da
 static uint32_t tb__base; /* where the arena starts; 0 until the first tb_reset */
 static uint32_t tb__top;  /* the arena's first free byte */
 static uint32_t tb__nwrites, tb__capwrites; /* the write list's (below) */
+#ifdef TB_INBOX
+static int tb__batching;     /* in tb_publish_batch: tb_reset keeps the arena (below) */
+static uint32_t tb__wfirst;  /* the current message's first record in the write list */
+#endif
 
 void tb_reset(void) {
 	if (tb__base == 0)
 		tb__base = ((uint32_t)(uintptr_t)&__heap_base + 7u) & ~7u;
+#ifdef TB_INBOX
+	/* In a batch, each message starts a write list of its own at the end of the batch's,
+	 * and the arena keeps what the messages before it put there: the broker reads every
+	 * message's write list, and the bytes it points to, when the whole batch returns. */
+	if (tb__batching) {
+		tb__wfirst = tb__nwrites;
+		return;
+	}
+	tb__wfirst = 0;
+#endif
 	tb__top = tb__base;
 	tb__nwrites = tb__capwrites = 0;
 }
@@ -70,6 +84,9 @@ enum {
 enum { TB__HOOK_PUBLISH = 2, TB__HOOK_REDELIVER = 4 };
 
 static unsigned char *tb__inbox; /* NULL: the broker never asked for one; use host calls */
+#ifdef TB_INBOX
+static unsigned char *tb__box; /* the inbox itself; tb__inbox is a batch's current record */
+#endif
 
 static uint32_t tb__u32(uint32_t off) { return *(const uint32_t *)(tb__inbox + off); }
 
@@ -91,6 +108,9 @@ uint32_t tb_v1_inbox(uint32_t size);
 uint32_t tb_v1_inbox(uint32_t size) {
 	tb_reset();
 	tb__inbox = (unsigned char *)tb__keep(size);
+#ifdef TB_INBOX
+	tb__box = tb__inbox;
+#endif
 	tb_reset();
 	return (uint32_t)(uintptr_t)tb__inbox;
 }
@@ -116,9 +136,46 @@ static void tb__write(uint32_t op, tb_str a, tb_str b) {
 	r[2] = a.len;
 	r[3] = (uint32_t)(uintptr_t)b.ptr;
 	r[4] = b.len;
+#ifdef TB_INBOX
+	/* A batch's messages share the list, each its own part from tb__wfirst: when the list
+	 * moves to a larger array, the messages before keep theirs in the old one, which the
+	 * arena still holds. */
+	*(uint32_t *)(tb__inbox + TB__WRITES_PTR) = (uint32_t)(uintptr_t)(tb__writes + 5u * tb__wfirst);
+	*(uint32_t *)(tb__inbox + TB__WRITES_COUNT) = tb__nwrites - tb__wfirst;
+#else
 	*(uint32_t *)(tb__inbox + TB__WRITES_PTR) = (uint32_t)(uintptr_t)tb__writes;
 	*(uint32_t *)(tb__inbox + TB__WRITES_COUNT) = tb__nwrites;
+#endif
 }
+
+#ifdef TB_INBOX
+/* ---- Batches (docs/ABI.md, "Batches"): the inbox starts with the message count, the
+ * current message (the one host calls act on), 8 reserved bytes, then an entry of 16 bytes
+ * per message: its record's offset and length, and its verdict (a u64, ours to write). Each
+ * record is laid out as a single call's inbox, its offsets counted from its own start: with
+ * tb__inbox pointing at it, every reader and writer above works on that message. ---- */
+
+enum { TB__BATCH_COUNT = 0, TB__BATCH_CURRENT = 4, TB__BATCH_ENTRIES = 16, TB__BATCH_ENTRY = 16 };
+
+int32_t tb_publish_batch(int64_t (*on_publish)(void)) {
+	unsigned char *box = tb__box;
+	if (!box)
+		return 1; /* no inbox (the broker gives one first): decline, one call per message */
+	uint32_t n = *(const uint32_t *)(box + TB__BATCH_COUNT);
+	tb_reset();
+	tb__batching = 1;
+	for (uint32_t i = 0; i < n; i++) {
+		unsigned char *e = box + TB__BATCH_ENTRIES + TB__BATCH_ENTRY * i;
+		*(uint32_t *)(box + TB__BATCH_CURRENT) = i;
+		tb__inbox = box + *(const uint32_t *)e;
+		tb__wfirst = tb__nwrites; /* as tb_reset does, for a hook that does not call it */
+		*(int64_t *)(e + 8) = on_publish();
+	}
+	tb__batching = 0;
+	tb__inbox = box;
+	return 0;
+}
+#endif
 
 static int tb__may_change_headers(void) {
 	uint32_t h = tb__u32(TB__HOOK);

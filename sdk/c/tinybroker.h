@@ -43,6 +43,13 @@
  * read is a host call. Either way, config values are read once per instance and kept (the
  * configuration never changes under an instance).
  *
+ * The inbox build also takes batches (docs/ABI.md, "Batches"): TB_ON_PUBLISH exports
+ * tb_v1_on_publish_batch too, through which the broker gives a publish frame's messages in one
+ * call, and the SDK runs the plugin's on_publish function on each in turn (see "Batches" below).
+ * The plugin's code does not change, but it may run twice for a message (a batch that traps is
+ * run again one message at a time), and several messages go through one call: keep nothing per
+ * message in static variables that assumes one call per export.
+ *
  * What the plugin exports:
  *
  *   TB_ABI_V1             the version marker (required; write it once, at file scope)
@@ -56,7 +63,8 @@
  *
  * Export at least one hook; the broker calls only the hooks exported. Each instance serves one
  * call at a time, so static variables need no locking; they persist between the calls of an
- * instance (the broker runs several instances: do not count on seeing every message).
+ * instance (the broker runs several instances: do not count on seeing every message, nor, with
+ * -DTB_INBOX, on seeing each message once).
  *
  * Below the SDK are the host functions themselves (tb_msg_topic, tb_emit, ...), declared with
  * their import names, for plugins that manage their own buffers (see "Raw ABI"). A reader
@@ -160,7 +168,11 @@ typedef struct {
 /* Hooks. Each defines the export, which empties the arena and calls fn:
  *   TB_ON_PUBLISH(route) { ... return TB_PASS; }                                        */
 #define TB_INIT(fn) TB__HOOK(tb_init, int32_t, fn)
-#define TB_ON_PUBLISH(fn) TB__HOOK(tb_on_publish, int64_t, fn)
+#define TB_ON_PUBLISH(fn)                                                                        \
+	static int64_t fn(void);                                                                 \
+	TB_EXPORT(tb_on_publish) int64_t tb_on_publish(void) { tb_reset(); return fn(); }         \
+	TB_ON_PUBLISH_BATCH(tb_on_publish)                                                       \
+	static int64_t fn(void)
 #define TB_ON_REDELIVER(fn) TB__HOOK(tb_on_redeliver, int64_t, fn)
 #define TB_ON_ACK(fn)                                                                            \
 	static void fn(void);                                                                    \
@@ -170,6 +182,30 @@ typedef struct {
 	static type fn(void);                                                                    \
 	TB_EXPORT(export) type export(void) { tb_reset(); return fn(); }                          \
 	static type fn(void)
+
+/* Batches (docs/ABI.md, "Batches"), with -DTB_INBOX only: TB_ON_PUBLISH also exports
+ * tb_v1_on_publish_batch, through which the broker gives a publish frame's messages in one
+ * call. tb_publish_batch runs hook, the plugin's tb_on_publish, on each of them in turn:
+ * every reader and writer works on that message, and host calls (tb_set_topic, tb_emit_to,
+ * tb_log, ...) act on it. The arena is emptied when the batch begins, not between its
+ * messages: what each message's writes point to must last until the whole batch returns, so
+ * a batch needs as much arena as its messages' values together (tb_reset, in a batch, starts
+ * the message's write list and leaves the arena alone). If the batch traps, the broker runs
+ * each of its messages again alone, on another instance: the plugin's code may run twice for a
+ * message. A plugin that defines tb_on_publish itself, without TB_ON_PUBLISH, gets batches by
+ * writing TB_ON_PUBLISH_BATCH(tb_on_publish) at file scope, after it (no semicolon); its
+ * tb_on_publish should call tb_reset first, as TB_ON_PUBLISH's does. Without -DTB_INBOX,
+ * TB_ON_PUBLISH_BATCH is empty. The export is the macro's, not tinybroker.c's, so that a
+ * plugin without on_publish does not export it (the broker refuses a module that exports
+ * tb_v1_on_publish_batch without tb_on_publish). */
+#ifdef TB_INBOX
+int32_t tb_publish_batch(int64_t (*hook)(void));
+int32_t tb_v1_on_publish_batch(void);
+#define TB_ON_PUBLISH_BATCH(hook)                                                                \
+	TB_EXPORT(tb_v1_on_publish_batch) int32_t tb_v1_on_publish_batch(void) { return tb_publish_batch(hook); }
+#else
+#define TB_ON_PUBLISH_BATCH(hook)
+#endif
 
 /* Reading. Each returns the value in the arena, valid until the hook returns. */
 tb_str tb_topic(void);

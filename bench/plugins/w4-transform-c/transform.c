@@ -1,16 +1,17 @@
 /* w4-transform-c is workload W4's transform plugin in C (bench/plugins/w4-transform in Go):
- * it adds the header x-w4: 1.
+ * it adds the header x-w4: 1. It is built with the SDK in its fastest mode, the inbox
+ * (-DTB_INBOX), which also takes a publish frame's messages in one call
+ * (tb_v1_on_publish_batch), as bench/plugins/build.sh does:
  *
- *   clang --target=wasm32 -nostdlib -O2 -I ../../../sdk/c \
- *         -Wl,--no-entry -Wl,--export-dynamic -o w4-transform-c.wasm transform.c
+ *   clang --target=wasm32 -nostdlib -O2 -DTB_INBOX -I ../../../sdk/c -Wl,--no-entry \
+ *         -o w4-transform-c.wasm transform.c ../../../sdk/c/tinybroker.c
  */
-#include "../../../sdk/c/tinybroker.h"
+#include "tinybroker.h"
 
 TB_ABI_V1
 
-TB_EXPORT(tb_on_publish) int64_t tb_on_publish(void) {
-	if (tb_msg_set_header(TB_STR("x-w4"), TB_STR("1")) != TB_OK) {
-		tb_log(TB_ERROR, TB_STR("w4-transform-c: v1_msg_set_header failed"));
-	}
+TB_ON_PUBLISH(transform) {
+	if (tb_set_header(TB_S("x-w4"), TB_S("1")) != TB_OK)
+		tb_log_str(TB_ERROR, TB_S("w4-transform-c: tb_set_header failed"));
 	return TB_PASS;
 }

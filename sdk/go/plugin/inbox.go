@@ -15,8 +15,10 @@ import (
 // with host calls, as before: inbox stays nil.
 
 var (
-	inbox  []byte      // nil: the broker did not ask for one
-	writes [][5]uint32 // the write list of the call in progress
+	inbox  []byte      // nil: the broker did not ask for one; in a batch, the current message's record
+	box    []byte      // the whole inbox, which a batch's records are in (batch.go)
+	writes [][5]uint32 // the write list of the call in progress (of a batch: of all its messages)
+	from   int         // the first record of the current message's write list: 0 but in a batch
 	kept   []string    // what its records point to, kept alive until the next call
 )
 
@@ -25,6 +27,7 @@ var (
 func newInbox(size uint32) uint32 {
 	words := make([]uint64, (uint64(size)+7)/8)
 	inbox = unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(words))), len(words)*8)
+	box = inbox
 	return uint32(uintptr(unsafe.Pointer(unsafe.SliceData(inbox))))
 }
 
@@ -79,18 +82,23 @@ func inHeader(key string) ([]byte, bool) {
 func beginWrites() {
 	if len(writes) > 0 {
 		clear(kept)
-		writes, kept = writes[:0], kept[:0]
+		writes, kept, from = writes[:0], kept[:0], 0
 	}
 }
 
 func addrOf(s string) uint32 { return uint32(uintptr(unsafe.Pointer(unsafe.StringData(s)))) }
 
-// write lists a write whose values are a and b.
+// write lists a write whose values are a and b: the current message's list is writes[from:].
 func write(op uint32, a, b string) {
 	kept = append(kept, a, b)
 	writes = append(writes, [5]uint32{op, addrOf(a), uint32(len(a)), addrOf(b), uint32(len(b))})
-	w := inbox[abi.InWritesPtr : abi.InWritesPtr+8]
-	p, n := uint32(uintptr(unsafe.Pointer(unsafe.SliceData(writes)))), uint32(len(writes))
+	setWrites(inbox, writes[from:])
+}
+
+// setWrites points the write list of rec, an inbox or a batch's record, at list.
+func setWrites(rec []byte, list [][5]uint32) {
+	w := rec[abi.InWritesPtr : abi.InWritesPtr+8]
+	p, n := uint32(uintptr(unsafe.Pointer(unsafe.SliceData(list)))), uint32(len(list))
 	w[0], w[1], w[2], w[3] = byte(p), byte(p>>8), byte(p>>16), byte(p>>24)
 	w[4], w[5], w[6], w[7] = byte(n), byte(n>>8), byte(n>>16), byte(n>>24)
 }

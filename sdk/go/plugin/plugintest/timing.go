@@ -15,6 +15,7 @@ type Timing struct {
 	PerCall   time.Duration // wall-clock time per call, on the broker's own path
 	HostCalls float64       // host functions (v1_*) the plugin called per call
 	Failures  int           // calls that failed (included in PerCall)
+	Batched   float64       // TimePublishFrame: the part of the calls made in batches (0 to 1)
 }
 
 // TimePublish calls on_publish on m over and over for about d (at least 10 calls), the way
@@ -39,6 +40,45 @@ func (p *Plugin) TimePublish(m Message, d time.Duration) (Timing, error) {
 		dr := broker.Draft{Topic: m.Topic, Payload: m.Payload, Headers: m.Headers}
 		_, _ = p.chain.OnPublish(&dr)
 	})
+}
+
+// TimePublishFrame is TimePublish for m published in frames of size copies of it (as
+// PublishStream frames are: the Go SDK's publisher and `tinybroker bench` send up to 128
+// messages a frame): Calls and PerCall count messages. A plugin with batches (docs/ABI.md,
+// "Batches") takes each frame in one call; Batched says which part of the calls were.
+func (p *Plugin) TimePublishFrame(m Message, size int, d time.Duration) (Timing, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return Timing{}, errClosed
+	}
+	if err := broker.ValidateTopic(m.Topic); err != nil {
+		return Timing{}, refused(err)
+	}
+	if size < 1 {
+		return Timing{}, fmt.Errorf("plugin %q: a frame of %d messages", p.name, size)
+	}
+	m = m.clone()
+	ds := make([]broker.Draft, size)
+	vs, errs := make([]broker.PublishVerdict, size), make([]error, size)
+	before := p.Stats()
+	t, err := p.time(plugins.HookPublish, d, func() {
+		for i := range ds {
+			ds[i] = broker.Draft{Topic: m.Topic, Payload: m.Payload, Headers: m.Headers}
+		}
+		clear(vs)
+		p.chain.OnPublishBatch(ds, vs, errs)
+	})
+	if err != nil {
+		return t, err
+	}
+	after := p.Stats()
+	t.Calls *= size
+	t.PerCall /= time.Duration(size)
+	if made := after.Calls - before.Calls; made > 0 {
+		t.Batched = float64(after.Batched-before.Batched) / float64(made)
+	}
+	return t, nil
 }
 
 // TimeAck is TimePublish for on_ack.

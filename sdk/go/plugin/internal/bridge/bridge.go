@@ -58,3 +58,8 @@ func MisuseInit(s string) { misuse(s) }
 // function type (nil if none was registered), and returns the encoded verdict. Package
 // plugin sets it in its init, which runs before the hook packages' (they import plugin).
 var Run [NumHooks]func(fn any) int64
+
+// RunPublishBatch runs the user's on_publish function, passed as Run[Publish]'s is, on each
+// message of a batch (tb_v1_on_publish_batch, exported by package onpublish when the plugin
+// is built with the inbox), and returns the batch's answer. Package plugin sets it too.
+var RunPublishBatch func(fn any) int32
