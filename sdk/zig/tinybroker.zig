@@ -863,3 +863,80 @@ test "config text is unescaped" {
     }
     try std.testing.expect((try it.next()) == null);
 }
+
+/// A test record: the fixed fields, then the headers (sorted by the caller) and values.
+fn testRecord(buf: []align(8) u8, hook: u32, topic: []const u8, headers: []const Header) Record {
+    @memset(buf, 0);
+    const r = Record{ .b = buf };
+    r.put(In.hook, hook);
+    r.put(In.id + 4, In.absent);
+    r.put(In.header_count, @intCast(headers.len));
+    var pos: u32 = @intCast(In.headers + In.entry * headers.len);
+    const put = struct {
+        fn value(rec: Record, at: usize, p_: *u32, v: []const u8) void {
+            rec.put(at, p_.*);
+            rec.put(at + 4, @intCast(v.len));
+            @memcpy(rec.b[p_.*..][0..v.len], v);
+            p_.* += @intCast(v.len);
+        }
+    };
+    put.value(r, In.topic, &pos, topic);
+    for (headers, 0..) |h, i| {
+        put.value(r, In.headers + In.entry * i, &pos, h[0]);
+        put.value(r, In.headers + In.entry * i + 8, &pos, h[1]);
+    }
+    return r;
+}
+
+test "a record's fields and headers" {
+    var buf: [512]u8 align(8) = undefined;
+    const r = testRecord(&buf, hook_publish, "orders.1", &.{ .{ "a", "1" }, .{ "b-long", "" }, .{ "c", "three" }, .{ "tenant", "acme" } });
+    try std.testing.expectEqualStrings("orders.1", r.field(In.topic).?);
+    try std.testing.expect(r.field(In.id) == null);
+    try std.testing.expectEqualStrings("", r.field(In.payload).?);
+    try std.testing.expectEqual(@as(usize, 4), r.headerCount());
+    try std.testing.expectEqualStrings("c", r.headerName(2).?);
+    try std.testing.expect(r.headerName(4) == null);
+    for ([_]Header{ .{ "a", "1" }, .{ "b-long", "" }, .{ "c", "three" }, .{ "tenant", "acme" } }) |h| {
+        try std.testing.expectEqualStrings(h[1], r.header(h[0]).?);
+    }
+    for ([_][]const u8{ "", "0", "b", "b-longer", "d", "tenant2", "z" }) |absent_name| {
+        try std.testing.expect(r.header(absent_name) == null);
+    }
+    try std.testing.expect(r.mayChangeHeaders());
+    // A value that points outside the record is absent.
+    r.put(In.topic + 4, 600);
+    try std.testing.expect(r.field(In.topic) == null);
+}
+
+test "a batch is read only if laid out as the ABI says" {
+    var buf: [1024]u8 align(8) = undefined;
+    @memset(&buf, 0);
+    const all = Record{ .b = &buf };
+    all.put(Batch.count, 2);
+    const recs = [2]usize{ 48, 512 };
+    for (recs, 0..) |at, i| {
+        _ = testRecord(@alignCast(buf[at..][0..256]), hook_publish, "t", &.{});
+        all.put(Batch.entries + Batch.entry * i, @intCast(at));
+        all.put(Batch.entries + Batch.entry * i + 4, 256);
+    }
+    try std.testing.expectEqual(@as(?usize, 2), batchCount(&buf));
+    all.put(Batch.entries + 4, 2000); // outside the inbox
+    try std.testing.expect(batchCount(&buf) == null);
+    all.put(Batch.entries + 4, 256);
+    all.put(Batch.entries, 52); // not 8-aligned, though a publish's record is there
+    Record.put(.{ .b = buf[52..] }, In.hook, hook_publish);
+    try std.testing.expect(batchCount(&buf) == null);
+    Record.put(.{ .b = buf[52..] }, In.hook, 0);
+    all.put(Batch.entries, 40); // over the entries
+    try std.testing.expect(batchCount(&buf) == null);
+    all.put(Batch.entries, 48);
+    Record.put(.{ .b = buf[512..] }, In.hook, 3); // an on_ack record
+    try std.testing.expect(batchCount(&buf) == null);
+    Record.put(.{ .b = buf[512..] }, In.hook, hook_publish);
+    all.put(Batch.count, 1 << 30); // more entries than fit
+    try std.testing.expect(batchCount(&buf) == null);
+    all.put(Batch.count, 0);
+    try std.testing.expectEqual(@as(?usize, 0), batchCount(&buf));
+    try std.testing.expect(batchCount(buf[0..8]) == null);
+}
