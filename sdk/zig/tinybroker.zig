@@ -85,6 +85,21 @@ fn p(s: []const u8) [*]const u8 {
     return if (s.len == 0) &empty else s.ptr;
 }
 
+/// Whether a and b hold the same bytes: std.mem.eql, four bytes at a time (a plugin's
+/// comparisons of names and values are most of what it does with the inbox, and a byte loop
+/// is not unrolled in ReleaseSmall).
+fn same(a: []const u8, b: []const u8) bool {
+    if (a.len != b.len) return false;
+    var i: usize = 0;
+    while (i + 4 <= a.len) : (i += 4) {
+        if (std.mem.readIntNative(u32, a[i..][0..4]) != std.mem.readIntNative(u32, b[i..][0..4])) return false;
+    }
+    while (i < a.len) : (i += 1) {
+        if (a[i] != b[i]) return false;
+    }
+    return true;
+}
+
 // ---- memory ----
 
 // The page allocator of wasm32 (memory.grow); the native one only for this file's tests.
@@ -205,10 +220,18 @@ const Record = struct {
         return r.field(In.headers + In.entry * i + 8);
     }
 
-    /// The value of header name: a binary search, the table being sorted by name.
+    /// The value of header name: the table is sorted by name, but most messages have a few
+    /// headers, which a scan comparing lengths first finds sooner than a binary search.
     fn header(r: Record, name: []const u8) ?[]const u8 {
         var lo: usize = 0;
         var hi = r.headerCount();
+        if (hi <= 16) {
+            for (0..hi) |i| {
+                const e = In.headers + In.entry * i;
+                if (r.get(e + 4) == name.len and same(r.field(e) orelse continue, name)) return r.headerValue(i);
+            }
+            return null;
+        }
         while (lo < hi) {
             const mid = lo + (hi - lo) / 2;
             switch (std.mem.order(u8, r.headerName(mid) orelse "", name)) {
@@ -407,7 +430,7 @@ pub const msg = struct {
 
     /// Whether the topic is exactly t; allocates nothing.
     pub fn topicIs(t: []const u8) bool {
-        if (active()) return std.mem.eql(u8, inbox.rec.field(In.topic) orelse return false, t);
+        if (active()) return same(inbox.rec.field(In.topic) orelse return false, t);
         return readEql(host.v1_msg_topic, .{}, t);
     }
 
@@ -426,7 +449,7 @@ pub const msg = struct {
     /// Whether header name is set to exactly value; allocates nothing for values up to
     /// scratch_bytes.
     pub fn headerIs(name: []const u8, value: []const u8) bool {
-        if (active()) return std.mem.eql(u8, inbox.rec.header(name) orelse return false, value);
+        if (active()) return same(inbox.rec.header(name) orelse return false, value);
         return readEql(host.v1_msg_header, .{ p(name), name.len }, value);
     }
 
@@ -526,7 +549,7 @@ pub const config = struct {
     /// life (the slice returned for them outlives the hook).
     pub fn get(key: []const u8) !?[]const u8 {
         for (cache[0..cached]) |c| {
-            if (std.mem.eql(u8, c.key, key)) return c.value;
+            if (same(c.key, key)) return c.value;
         }
         const v = try read(host.v1_config_get, .{ p(key), key.len });
         if (cached < cache_keys) keep: {
@@ -907,6 +930,26 @@ test "a record's fields and headers" {
     // A value that points outside the record is absent.
     r.put(In.topic + 4, 600);
     try std.testing.expect(r.field(In.topic) == null);
+}
+
+test "same compares like std.mem.eql" {
+    const words = [_][]const u8{ "", "a", "ab", "abc", "abcd", "abcde", "abcdefgh", "abcdefgi", "bbcdefgh", "abcdefghi", "tenant", "tenanT" };
+    for (words) |a| for (words) |b| try std.testing.expectEqual(std.mem.eql(u8, a, b), same(a, b));
+}
+
+test "a header among many is found by a binary search" {
+    var buf: [2048]u8 align(8) = undefined;
+    var hs: [40]Header = undefined;
+    var names: [40][3]u8 = undefined;
+    for (&hs, &names, 0..) |*h, *n, i| {
+        n.* = .{ 'h', '0' + @as(u8, @intCast(i / 10)), '0' + @as(u8, @intCast(i % 10)) };
+        h.* = .{ n, n[1..] };
+    }
+    const r = testRecord(&buf, hook_publish, "t", &hs);
+    for (hs) |h| try std.testing.expectEqualStrings(h[1], r.header(h[0]).?);
+    for ([_][]const u8{ "", "h", "h0", "h000", "h40", "h99", "i" }) |absent_name| {
+        try std.testing.expect(r.header(absent_name) == null);
+    }
 }
 
 test "a batch is read only if laid out as the ABI says" {
