@@ -213,14 +213,14 @@ func TestAssemblyScriptBatchMemoryStaysFlat(t *testing.T) {
 		n := 8 + f%41 // frames of 8 to 48 messages: inboxes of several sizes
 		for i := range n {
 			ds[i] = broker.Draft{Topic: topics[i%len(topics)], Payload: []byte(strings.Repeat("p", 100+f%300)),
-				Headers: map[string]string{"changed": "old", "removed": "x", "b": strings.Repeat("x", 300)}}
+				Headers: broker.MakeHeaders(map[string]string{"changed": "old", "removed": "x", "b": strings.Repeat("x", 300)})}
 			vs[i], errs[i] = broker.PublishVerdict{}, nil
 		}
 		c.OnPublishBatch(ds[:n], vs[:n], errs[:n])
 		if st := c.Stats()[0]; st.Failures != 0 {
 			t.Fatalf("frame %d: %+v", f, st)
 		}
-		if ds[0].Headers["added"] != "1" || len(ds[2].Payload) != 2*(100+f%300) || !vs[3].Drop || errs[5] == nil {
+		if ds[0].Headers.Map()["added"] != "1" || len(ds[2].Payload) != 2*(100+f%300) || !vs[3].Drop || errs[5] == nil {
 			t.Fatalf("frame %d: %+v %+v %v", f, ds[:3], vs[3], errs[5])
 		}
 	}
@@ -292,7 +292,7 @@ func BenchmarkAssemblyScriptFrame(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				for i := range ds {
-					ds[i] = broker.Draft{Topic: "orders.1", Payload: payload, Headers: headers}
+					ds[i] = broker.Draft{Topic: "orders.1", Payload: payload, Headers: broker.MakeHeaders(headers)}
 				}
 				c.OnPublishBatch(ds, vs, errs)
 			}

@@ -11,7 +11,7 @@ import (
 
 // batchLanguages are the languages whose SDK exports tb_v1_on_publish_batch (docs/ABI.md,
 // "Batches"): their inbox builds.
-var batchLanguages = map[string]bool{"c": true, "rust": true, "go": true, "assemblyscript": true}
+var batchLanguages = map[string]bool{"c": true, "rust": true, "go": true, "assemblyscript": true, "zig": true}
 
 // frameMessages are SPEC.md's tb_on_publish rows as one publish frame, in order, with the
 // headers each row is published with.

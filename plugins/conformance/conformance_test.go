@@ -44,7 +44,7 @@ func TestMain(m *testing.M) {
 // inboxLanguages are the languages whose SDK exports tb_v1_inbox (docs/ABI.md, "The inbox").
 // Their plugin runs every row twice: as built, on the inbox, and with the export hidden, on
 // host calls alone, as a broker that does not know the inbox would run it.
-var inboxLanguages = map[string]bool{"c": true, "rust": true, "go": true, "assemblyscript": true}
+var inboxLanguages = map[string]bool{"c": true, "rust": true, "go": true, "assemblyscript": true, "zig": true}
 
 // TestConformance builds each language's plugin with its build.sh and runs every row of
 // SPEC.md against it, in the real plugin host and a real broker: TestConformance/<lang>/<row>

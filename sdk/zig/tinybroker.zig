@@ -21,6 +21,13 @@
 //! returns; the arena is reset after every call, keeping up to 64 KiB for the next one, so
 //! nothing leaks between calls. A hook may return an error: it is logged at error level and
 //! the call traps, and the plugin's failure_policy decides the message's fate.
+//!
+//! The inbox and batches (docs/ABI.md, "The inbox", "Batches") are an option, set in the
+//! plugin's root file: `pub const tinybroker_options = tb.Options{ .inbox = true };`. The SDK
+//! then exports tb_v1_inbox, and tb_v1_on_publish_batch with onPublish: readers read the
+//! message from the inbox, payload and header changes and reasons go to the write list, and a
+//! batch runs the plugin's on_publish function on each of its messages. A broker that never
+//! asks for the inbox gets host calls, as without the option.
 
 const std = @import("std");
 
@@ -54,12 +61,43 @@ const host = struct {
 /// The version marker the broker looks for. It is never called.
 export fn tinybroker_abi_v1() void {}
 
+/// The SDK's options, which a plugin sets in its root file (as std_options):
+/// `pub const tinybroker_options = tb.Options{ .inbox = true };`.
+pub const Options = struct {
+    /// Export tb_v1_inbox and, with onPublish, tb_v1_on_publish_batch (docs/ABI.md, "The
+    /// inbox", "Batches"): the broker writes each call's message into the plugin's memory and
+    /// may give a publish frame's messages in one call. It saves host calls and, in frames,
+    /// most of a call's cost, but for a message published alone the broker pays for writing
+    /// it: a filter that reads one header costs about the same or a little more.
+    inbox: bool = false,
+};
+
+const root = @import("root");
+
+/// The options the plugin set (tinybroker_options in its root file), or the defaults.
+pub const options: Options = if (@hasDecl(root, "tinybroker_options")) root.tinybroker_options else .{};
+
 // A slice's pointer as the host should see it: an empty slice's pointer may be anything
 // (Zig may leave it undefined, 0xaaaaaaaa); pass one inside memory rather than rely on the
 // host ignoring it.
 const empty = [1]u8{0};
 fn p(s: []const u8) [*]const u8 {
     return if (s.len == 0) &empty else s.ptr;
+}
+
+/// Whether a and b hold the same bytes: std.mem.eql, four bytes at a time (a plugin's
+/// comparisons of names and values are most of what it does with the inbox, and a byte loop
+/// is not unrolled in ReleaseSmall).
+fn same(a: []const u8, b: []const u8) bool {
+    if (a.len != b.len) return false;
+    var i: usize = 0;
+    while (i + 4 <= a.len) : (i += 4) {
+        if (std.mem.readIntNative(u32, a[i..][0..4]) != std.mem.readIntNative(u32, b[i..][0..4])) return false;
+    }
+    while (i < a.len) : (i += 1) {
+        if (a[i] != b[i]) return false;
+    }
+    return true;
 }
 
 // ---- memory ----
@@ -100,6 +138,260 @@ fn readEql(comptime f: anytype, args: anytype, want: []const u8) bool {
     return std.mem.eql(u8, v, want);
 }
 
+// ---- the inbox (docs/ABI.md, "The inbox", "Batches"; the offsets are internal/abi's) ----
+
+/// The layout of a message's inbox: little-endian u32s at fixed offsets.
+const In = struct {
+    const writes_ptr = 0;
+    const writes_count = 4;
+    const hook = 8;
+    const max_message = 12;
+    const max_header = 16;
+    const attempt = 20;
+    const in_flight = 24; // a u64
+    // (offset, length) pairs of the values
+    const topic = 32;
+    const payload = 40;
+    const id = 48;
+    const sub = 56;
+    const group = 64;
+    const reason = 72;
+    const header_count = 80;
+    const headers = 88; // header_count entries: name offset, name length, value offset, value length
+    const entry = 16;
+    const absent: u32 = 0xFFFFFFFF;
+};
+
+/// The hooks, as the inbox names them.
+const hook_publish = 2;
+const hook_redeliver = 4;
+
+/// The layout of a batch: count, current, 8 reserved bytes, then count entries (record
+/// offset, record length, u64 verdict), then the records.
+const Batch = struct {
+    const count = 0;
+    const current = 4;
+    const entries = 16;
+    const entry = 16;
+    const verdict = 8; // in an entry
+};
+
+/// The write list's operations.
+const Op = enum(u32) { set_payload = 1, set_header = 2, del_header = 3, set_reason = 4 };
+
+/// A record of the write list: five u32s, (pointer, length) pairs into memory.
+const Write = extern struct { op: u32, a_ptr: u32, a_len: u32, b_ptr: u32, b_len: u32 };
+
+comptime {
+    std.debug.assert(@sizeOf(Write) == 20);
+}
+
+/// One message as the broker wrote it: a single call's inbox, or one record of a batch.
+/// Offsets in it count from its start; a value that points outside it is absent.
+const Record = struct {
+    b: []u8,
+
+    fn get(r: Record, off: usize) u32 {
+        return std.mem.readIntLittle(u32, r.b[off..][0..4]);
+    }
+
+    fn put(r: Record, off: usize, v: u32) void {
+        std.mem.writeIntLittle(u32, r.b[off..][0..4], v);
+    }
+
+    /// The value whose (offset, length) pair is at off; null if absent.
+    fn field(r: Record, off: usize) ?[]const u8 {
+        const at = r.get(off);
+        const len = r.get(off + 4);
+        if (len == In.absent or at > r.b.len or len > r.b.len - at) return null;
+        return r.b[at..][0..len];
+    }
+
+    fn headerCount(r: Record) usize {
+        return @min(r.get(In.header_count), (r.b.len - In.headers) / In.entry);
+    }
+
+    fn headerName(r: Record, i: usize) ?[]const u8 {
+        if (i >= r.headerCount()) return null;
+        return r.field(In.headers + In.entry * i);
+    }
+
+    fn headerValue(r: Record, i: usize) ?[]const u8 {
+        return r.field(In.headers + In.entry * i + 8);
+    }
+
+    /// The value of header name: the table is sorted by name, but most messages have a few
+    /// headers, which a scan comparing lengths first finds sooner than a binary search.
+    fn header(r: Record, name: []const u8) ?[]const u8 {
+        var lo: usize = 0;
+        var hi = r.headerCount();
+        if (hi <= 16) {
+            for (0..hi) |i| {
+                const e = In.headers + In.entry * i;
+                if (r.get(e + 4) == name.len and same(r.field(e) orelse continue, name)) return r.headerValue(i);
+            }
+            return null;
+        }
+        while (lo < hi) {
+            const mid = lo + (hi - lo) / 2;
+            switch (std.mem.order(u8, r.headerName(mid) orelse "", name)) {
+                .eq => return r.headerValue(mid),
+                .lt => lo = mid + 1,
+                .gt => hi = mid,
+            }
+        }
+        return null;
+    }
+
+    fn hook(r: Record) u32 {
+        return r.get(In.hook);
+    }
+
+    fn mayChangeHeaders(r: Record) bool {
+        return r.hook() == hook_publish or r.hook() == hook_redeliver;
+    }
+};
+
+/// The batch in an inbox, if it is laid out as the ABI says: each record 8-aligned, after the
+/// entries, inside the inbox, and a publish's. Returns how many messages it has.
+fn batchCount(whole: []u8) ?usize {
+    if (whole.len < Batch.entries) return null;
+    const all = Record{ .b = whole };
+    const n: usize = all.get(Batch.count);
+    if (n > (whole.len - Batch.entries) / Batch.entry) return null;
+    const table = Batch.entries + Batch.entry * n;
+    for (0..n) |i| {
+        const e = Batch.entries + Batch.entry * i;
+        const at: usize = all.get(e);
+        const len: usize = all.get(e + 4);
+        if (at % 8 != 0 or at < table or len < In.headers or at > whole.len or len > whole.len - at) return null;
+        if ((Record{ .b = whole[at..][0..len] }).hook() != hook_publish) return null;
+    }
+    return n;
+}
+
+/// The inbox's state. Only with options.inbox; buf is null until the broker asks for one.
+const inbox = struct {
+    /// The inbox the broker gave the last tb_v1_inbox.
+    var buf: ?[]align(8) u8 = null;
+    /// The message the readers read: the whole inbox, or record i while a batch runs message i.
+    var rec: Record = undefined;
+    /// The write lists of the call in progress, one message's after another's (a batch's
+    /// message i lists its writes after message i-1's), and copies of the bytes they point to
+    /// (the plugin's may be on its stack, or in the arena that is reset after each message).
+    /// Both are emptied when the next call begins (the broker reads them after the call
+    /// returns), keeping up to arena_retain_bytes each for it.
+    var writes: std.ArrayListUnmanaged(Write) = .{};
+    var bytes = std.heap.ArenaAllocator.init(backing);
+    /// Where the current message's writes start in writes.
+    var first: usize = 0;
+};
+
+/// Whether the readers and writers use the inbox: the option is set and the broker asked for
+/// one (an older broker never does).
+inline fn active() bool {
+    return options.inbox and inbox.buf != null;
+}
+
+/// tb_v1_inbox: the broker asks for an inbox of size bytes, between calls.
+fn giveInbox(size: u32) callconv(.C) u32 {
+    if (inbox.buf) |old| backing.free(old);
+    inbox.buf = null;
+    const n = std.mem.alignForward(usize, @max(size, In.headers), 8);
+    const b = backing.alignedAlloc(u8, 8, n) catch return 0; // 0 fails the call
+    @memset(b, 0);
+    inbox.buf = b;
+    inbox.rec = .{ .b = b };
+    return @intCast(@intFromPtr(b.ptr));
+}
+
+comptime {
+    if (options.inbox) @export(giveInbox, .{ .name = "tb_v1_inbox" });
+}
+
+/// An address for the write list: a zero-length value gets one inside memory.
+fn addr(s: []const u8) u32 {
+    return @intCast(@intFromPtr(p(s)));
+}
+
+/// Lists a write of the current message, with copies of its bytes kept until the next call.
+/// Out of memory traps: past the memory limit the call has failed anyway.
+fn write(op: Op, a: []const u8, b: []const u8) void {
+    const copy = inbox.bytes.allocator().alloc(u8, a.len + b.len) catch |e| fail(e);
+    @memcpy(copy[0..a.len], a);
+    @memcpy(copy[a.len..], b);
+    const ca = copy[0..a.len];
+    const cb = copy[a.len..];
+    inbox.writes.append(backing, .{ .op = @intFromEnum(op), .a_ptr = addr(ca), .a_len = @intCast(a.len), .b_ptr = addr(cb), .b_len = @intCast(b.len) }) catch |e| fail(e);
+}
+
+/// Empties the write list and has the readers read the whole inbox: every hook's first step.
+fn begin() void {
+    if (!options.inbox) return;
+    if (inbox.writes.items.len != 0) {
+        reset(&inbox.bytes);
+        if (inbox.writes.capacity * @sizeOf(Write) > arena_retain_bytes) {
+            inbox.writes.clearAndFree(backing);
+        } else {
+            inbox.writes.clearRetainingCapacity();
+        }
+    }
+    inbox.first = 0;
+    if (inbox.buf) |b| inbox.rec = .{ .b = b };
+}
+
+/// Ends the current message: its record's writes_ptr holds the index of its first write, until
+/// give() makes it an address (the list may still move as it grows).
+fn closeMessage() void {
+    const n = inbox.writes.items.len;
+    inbox.rec.put(In.writes_ptr, @intCast(inbox.first));
+    inbox.rec.put(In.writes_count, @intCast(n - inbox.first));
+    inbox.first = n;
+}
+
+/// Gives a record closed by closeMessage the address of its write list.
+fn give(r: Record) void {
+    const count = r.get(In.writes_count);
+    const at = r.get(In.writes_ptr);
+    r.put(In.writes_ptr, if (count == 0) 0 else addr(std.mem.sliceAsBytes(inbox.writes.items[at..][0..count])));
+}
+
+/// Ends a single call: gives the broker its write list.
+fn end() void {
+    if (!active() or inbox.writes.items.len == 0) return;
+    closeMessage();
+    give(inbox.rec);
+}
+
+/// tb_v1_on_publish_batch's body: runs one (the plugin's on_publish, returning its raw
+/// verdict) on each message of the batch in the inbox, as tb_on_publish would run it on that
+/// message alone: the readers read its record, host calls act on it (current), its writes are
+/// its record's write list, and its verdict goes into its entry. Every write list, and the
+/// bytes they point to, stay until the next call. Returns 0, or 1 (the broker then calls
+/// tb_on_publish on each message) for a batch this SDK cannot read.
+fn publishBatch(comptime one: fn () i64) i32 {
+    const whole = inbox.buf orelse return 1;
+    const n = batchCount(whole) orelse return 1;
+    const all = Record{ .b = whole };
+    begin();
+    for (0..n) |i| {
+        const e = Batch.entries + Batch.entry * i;
+        inbox.rec = .{ .b = whole[all.get(e)..][0..all.get(e + 4)] };
+        inbox.first = inbox.writes.items.len;
+        all.put(Batch.current, @intCast(i));
+        const v: u64 = @bitCast(one());
+        all.put(e + Batch.verdict, @truncate(v));
+        all.put(e + Batch.verdict + 4, @truncate(v >> 32));
+        closeMessage();
+    }
+    for (0..n) |i| {
+        const e = Batch.entries + Batch.entry * i;
+        give(.{ .b = whole[all.get(e)..][0..all.get(e + 4)] });
+    }
+    inbox.rec = all;
+    return 0;
+}
+
 // ---- statuses ----
 
 /// Why the broker refused a write or an emit: the ABI's statuses -1 to -4.
@@ -132,43 +424,51 @@ fn check(status: i32) Error!i32 {
 pub const msg = struct {
     /// The topic.
     pub fn topic() ![]const u8 {
+        if (active()) return inbox.rec.field(In.topic) orelse "";
         return (try read(host.v1_msg_topic, .{})) orelse "";
     }
 
     /// Whether the topic is exactly t; allocates nothing.
     pub fn topicIs(t: []const u8) bool {
+        if (active()) return same(inbox.rec.field(In.topic) orelse return false, t);
         return readEql(host.v1_msg_topic, .{}, t);
     }
 
     /// The payload.
     pub fn payload() ![]const u8 {
+        if (active()) return inbox.rec.field(In.payload) orelse "";
         return (try read(host.v1_msg_payload, .{})) orelse "";
     }
 
     /// One header's value, or null if it is not set.
     pub fn header(name: []const u8) !?[]const u8 {
+        if (active()) return inbox.rec.header(name);
         return read(host.v1_msg_header, .{ p(name), name.len });
     }
 
     /// Whether header name is set to exactly value; allocates nothing for values up to
     /// scratch_bytes.
     pub fn headerIs(name: []const u8, value: []const u8) bool {
+        if (active()) return same(inbox.rec.header(name) orelse return false, value);
         return readEql(host.v1_msg_header, .{ p(name), name.len }, value);
     }
 
     /// How many headers the message has.
     pub fn headerCount() usize {
+        if (active()) return inbox.rec.headerCount();
         return @intCast(@max(host.v1_msg_header_count(), 0));
     }
 
     /// The name of header index (0-based, sorted by name), or null past the end.
     pub fn headerName(index: usize) !?[]const u8 {
+        if (active()) return inbox.rec.headerName(index);
         return read(host.v1_msg_header_name, .{@as(i32, @intCast(index))});
     }
 
     /// The message's system_id in on_ack and on_redeliver; null in on_publish.
     pub fn id() !?[]const u8 {
-        const v = (try read(host.v1_msg_id, .{})) orelse return null;
+        const got = if (active()) inbox.rec.field(In.id) else try read(host.v1_msg_id, .{});
+        const v = got orelse return null;
         return if (v.len == 0) null else v;
     }
 
@@ -179,16 +479,32 @@ pub const msg = struct {
 
     /// Replaces the payload (on_publish).
     pub fn setPayload(b: []const u8) Error!void {
+        if (active()) {
+            // The write list has no statuses: check what the host would refuse.
+            if (inbox.rec.hook() != hook_publish) return error.NotAllowed;
+            if (b.len > inbox.rec.get(In.max_message)) return error.TooLarge;
+            return write(.set_payload, b, "");
+        }
         _ = try check(host.v1_msg_set_payload(p(b), b.len));
     }
 
     /// Adds or replaces a header (on_publish, on_redeliver).
     pub fn setHeader(name: []const u8, value: []const u8) Error!void {
+        if (active()) {
+            if (!inbox.rec.mayChangeHeaders()) return error.NotAllowed;
+            if (name.len == 0) return error.Invalid;
+            if (name.len + value.len > inbox.rec.get(In.max_header)) return error.TooLarge;
+            return write(.set_header, name, value);
+        }
         _ = try check(host.v1_msg_set_header(p(name), name.len, p(value), value.len));
     }
 
     /// Removes a header; fine if it was not set (on_publish, on_redeliver).
     pub fn delHeader(name: []const u8) Error!void {
+        if (active()) {
+            if (!inbox.rec.mayChangeHeaders()) return error.NotAllowed;
+            return write(.del_header, name, "");
+        }
         _ = try check(host.v1_msg_del_header(p(name), name.len));
     }
 };
@@ -199,22 +515,27 @@ pub const msg = struct {
 pub const event = struct {
     /// The consumer group's subscription_id.
     pub fn subscription() ![]const u8 {
+        if (active()) return inbox.rec.field(In.sub) orelse "";
         return (try read(host.v1_event_subscription, .{})) orelse "";
     }
     /// The consumer group's name.
     pub fn group() ![]const u8 {
+        if (active()) return inbox.rec.field(In.group) orelse "";
         return (try read(host.v1_event_group, .{})) orelse "";
     }
     /// The delivery attempt that was acked, or that failed (1 = first).
     pub fn attempt() u32 {
+        if (active()) return inbox.rec.get(In.attempt);
         return @intCast(@max(host.v1_event_attempt(), 0));
     }
     /// Nanoseconds from the acked delivery to its ack (on_ack).
     pub fn inFlightNs() i64 {
+        if (active()) return @bitCast(@as(u64, inbox.rec.get(In.in_flight)) | @as(u64, inbox.rec.get(In.in_flight + 4)) << 32);
         return host.v1_event_in_flight_ns();
     }
     /// Why the message is redelivered (on_redeliver).
     pub fn reason() ![]const u8 {
+        if (active()) return inbox.rec.field(In.reason) orelse "";
         return (try read(host.v1_event_reason, .{})) orelse "";
     }
 };
@@ -223,10 +544,31 @@ pub const event = struct {
 
 /// The plugin's config block.
 pub const config = struct {
-    /// One value by key, or null if it is not set.
+    /// One value by key, or null if it is not set. An instance's configuration never
+    /// changes: the first cache_keys keys asked for are read once and kept for the instance's
+    /// life (the slice returned for them outlives the hook).
     pub fn get(key: []const u8) !?[]const u8 {
-        return read(host.v1_config_get, .{ p(key), key.len });
+        for (cache[0..cached]) |c| {
+            if (same(c.key, key)) return c.value;
+        }
+        const v = try read(host.v1_config_get, .{ p(key), key.len });
+        if (cached < cache_keys) keep: {
+            const k = backing.dupe(u8, key) catch break :keep;
+            const kv = if (v) |x| (backing.dupe(u8, x) catch {
+                backing.free(k);
+                break :keep;
+            }) else null;
+            cache[cached] = .{ .key = k, .value = kv };
+            cached += 1;
+            return kv;
+        }
+        return v;
     }
+
+    /// How many keys get() keeps.
+    pub const cache_keys = 16;
+    var cache: [cache_keys]struct { key: []const u8, value: ?[]const u8 } = undefined;
+    var cached: usize = 0;
 
     /// The whole configuration as the ABI gives it: "key=value\n" lines sorted by key, with
     /// backslash, newline and carriage return escaped. iterate() decodes it.
@@ -321,6 +663,7 @@ pub fn nowNs() i64 {
 
 /// Sets the reason for this call's verdict; the last call wins.
 pub fn setReason(reason: []const u8) void {
+    if (active()) return write(.set_reason, reason, "");
     host.v1_set_reason(p(reason), reason.len);
 }
 
@@ -432,13 +775,30 @@ fn fail(e: anyerror) noreturn {
 }
 
 fn done() void {
-    _ = arena_state.reset(.{ .retain_with_limit = arena_retain_bytes });
+    reset(&arena_state);
+}
+
+/// Empties an arena, keeping up to arena_retain_bytes; nothing to do (the common case of a
+/// filter) if nothing was allocated since it was last emptied.
+fn reset(a: *std.heap.ArenaAllocator) void {
+    if (a.state.end_index != 0) _ = a.reset(.{ .retain_with_limit = arena_retain_bytes });
 }
 
 /// Exports f, a `fn () Publish` or `fn () !Publish`, as tb_on_publish. Call it in a
 /// comptime block of the plugin's root file.
 pub fn onPublish(comptime f: anytype) void {
     exportHook(Publish, f, "tb_on_publish");
+    if (options.inbox) {
+        const S = struct {
+            fn one() i64 {
+                return run(Publish, f);
+            }
+            fn batch() callconv(.C) i32 {
+                return publishBatch(one);
+            }
+        };
+        @export(S.batch, .{ .name = "tb_v1_on_publish_batch" });
+    }
 }
 
 /// Exports f, a `fn () void` or `fn () !void`, as tb_on_ack.
@@ -456,12 +816,20 @@ pub fn onRedeliver(comptime f: anytype) void {
 fn exportHook(comptime V: type, comptime f: anytype, comptime name: []const u8) void {
     const S = struct {
         fn hook() callconv(.C) i64 {
-            defer done();
-            const v: V = unwrap(f());
-            return if (V == void) 0 else v.raw;
+            begin();
+            const v = run(V, f);
+            end();
+            return v;
         }
     };
     @export(S.hook, .{ .name = name });
+}
+
+/// Runs the hook f and returns its verdict, a V, as the ABI's raw value; then resets the arena.
+fn run(comptime V: type, comptime f: anytype) i64 {
+    defer done();
+    const v: V = unwrap(f());
+    return if (V == void) 0 else v.raw;
 }
 
 /// Exports f as tb_init, run once per instance before any hook. f returns null (or void)
@@ -469,6 +837,8 @@ fn exportHook(comptime V: type, comptime f: anytype, comptime name: []const u8) 
 pub fn onInit(comptime f: anytype) void {
     const S = struct {
         fn hook() callconv(.C) i32 {
+            begin();
+            defer end();
             defer done();
             const r = unwrap(f());
             if (@TypeOf(r) == void) return 0;
@@ -515,4 +885,101 @@ test "config text is unescaped" {
         try std.testing.expectEqualStrings(w.value, e.value);
     }
     try std.testing.expect((try it.next()) == null);
+}
+
+/// A test record: the fixed fields, then the headers (sorted by the caller) and values.
+fn testRecord(buf: []align(8) u8, hook: u32, topic: []const u8, headers: []const Header) Record {
+    @memset(buf, 0);
+    const r = Record{ .b = buf };
+    r.put(In.hook, hook);
+    r.put(In.id + 4, In.absent);
+    r.put(In.header_count, @intCast(headers.len));
+    var pos: u32 = @intCast(In.headers + In.entry * headers.len);
+    const put = struct {
+        fn value(rec: Record, at: usize, p_: *u32, v: []const u8) void {
+            rec.put(at, p_.*);
+            rec.put(at + 4, @intCast(v.len));
+            @memcpy(rec.b[p_.*..][0..v.len], v);
+            p_.* += @intCast(v.len);
+        }
+    };
+    put.value(r, In.topic, &pos, topic);
+    for (headers, 0..) |h, i| {
+        put.value(r, In.headers + In.entry * i, &pos, h[0]);
+        put.value(r, In.headers + In.entry * i + 8, &pos, h[1]);
+    }
+    return r;
+}
+
+test "a record's fields and headers" {
+    var buf: [512]u8 align(8) = undefined;
+    const r = testRecord(&buf, hook_publish, "orders.1", &.{ .{ "a", "1" }, .{ "b-long", "" }, .{ "c", "three" }, .{ "tenant", "acme" } });
+    try std.testing.expectEqualStrings("orders.1", r.field(In.topic).?);
+    try std.testing.expect(r.field(In.id) == null);
+    try std.testing.expectEqualStrings("", r.field(In.payload).?);
+    try std.testing.expectEqual(@as(usize, 4), r.headerCount());
+    try std.testing.expectEqualStrings("c", r.headerName(2).?);
+    try std.testing.expect(r.headerName(4) == null);
+    for ([_]Header{ .{ "a", "1" }, .{ "b-long", "" }, .{ "c", "three" }, .{ "tenant", "acme" } }) |h| {
+        try std.testing.expectEqualStrings(h[1], r.header(h[0]).?);
+    }
+    for ([_][]const u8{ "", "0", "b", "b-longer", "d", "tenant2", "z" }) |absent_name| {
+        try std.testing.expect(r.header(absent_name) == null);
+    }
+    try std.testing.expect(r.mayChangeHeaders());
+    // A value that points outside the record is absent.
+    r.put(In.topic + 4, 600);
+    try std.testing.expect(r.field(In.topic) == null);
+}
+
+test "same compares like std.mem.eql" {
+    const words = [_][]const u8{ "", "a", "ab", "abc", "abcd", "abcde", "abcdefgh", "abcdefgi", "bbcdefgh", "abcdefghi", "tenant", "tenanT" };
+    for (words) |a| for (words) |b| try std.testing.expectEqual(std.mem.eql(u8, a, b), same(a, b));
+}
+
+test "a header among many is found by a binary search" {
+    var buf: [2048]u8 align(8) = undefined;
+    var hs: [40]Header = undefined;
+    var names: [40][3]u8 = undefined;
+    for (&hs, &names, 0..) |*h, *n, i| {
+        n.* = .{ 'h', '0' + @as(u8, @intCast(i / 10)), '0' + @as(u8, @intCast(i % 10)) };
+        h.* = .{ n, n[1..] };
+    }
+    const r = testRecord(&buf, hook_publish, "t", &hs);
+    for (hs) |h| try std.testing.expectEqualStrings(h[1], r.header(h[0]).?);
+    for ([_][]const u8{ "", "h", "h0", "h000", "h40", "h99", "i" }) |absent_name| {
+        try std.testing.expect(r.header(absent_name) == null);
+    }
+}
+
+test "a batch is read only if laid out as the ABI says" {
+    var buf: [1024]u8 align(8) = undefined;
+    @memset(&buf, 0);
+    const all = Record{ .b = &buf };
+    all.put(Batch.count, 2);
+    const recs = [2]usize{ 48, 512 };
+    for (recs, 0..) |at, i| {
+        _ = testRecord(@alignCast(buf[at..][0..256]), hook_publish, "t", &.{});
+        all.put(Batch.entries + Batch.entry * i, @intCast(at));
+        all.put(Batch.entries + Batch.entry * i + 4, 256);
+    }
+    try std.testing.expectEqual(@as(?usize, 2), batchCount(&buf));
+    all.put(Batch.entries + 4, 2000); // outside the inbox
+    try std.testing.expect(batchCount(&buf) == null);
+    all.put(Batch.entries + 4, 256);
+    all.put(Batch.entries, 52); // not 8-aligned, though a publish's record is there
+    Record.put(.{ .b = buf[52..] }, In.hook, hook_publish);
+    try std.testing.expect(batchCount(&buf) == null);
+    Record.put(.{ .b = buf[52..] }, In.hook, 0);
+    all.put(Batch.entries, 40); // over the entries
+    try std.testing.expect(batchCount(&buf) == null);
+    all.put(Batch.entries, 48);
+    Record.put(.{ .b = buf[512..] }, In.hook, 3); // an on_ack record
+    try std.testing.expect(batchCount(&buf) == null);
+    Record.put(.{ .b = buf[512..] }, In.hook, hook_publish);
+    all.put(Batch.count, 1 << 30); // more entries than fit
+    try std.testing.expect(batchCount(&buf) == null);
+    all.put(Batch.count, 0);
+    try std.testing.expectEqual(@as(?usize, 0), batchCount(&buf));
+    try std.testing.expect(batchCount(buf[0..8]) == null);
 }

@@ -3,6 +3,9 @@ const std = @import("std");
 const tb = @import("tinybroker");
 
 pub const panic = tb.panic;
+/// Built with the inbox and batches: the suite runs it on the inbox, and with tb_v1_inbox
+/// hidden on host calls.
+pub const tinybroker_options = tb.Options{ .inbox = true };
 
 comptime {
     tb.onInit(init);
