@@ -80,7 +80,7 @@ func TestOnPublishBatchMatchesOnPublish(t *testing.T) {
 // instance per plugin per frame. Compare BenchmarkOnPublishChain, one message at a time.
 func BenchmarkOnPublishBatch(b *testing.B) {
 	c := load(b, newHost(b), chainSpecs(b)...)
-	headers := map[string]string{"tenant": "acme"}
+	headers := broker.Headers{{Key: "tenant", Value: "acme"}}
 	payload := make([]byte, 256)
 	ds := make([]broker.Draft, 16)
 	vs, errs := make([]broker.PublishVerdict, 16), make([]error, 16)
@@ -88,7 +88,7 @@ func BenchmarkOnPublishBatch(b *testing.B) {
 	cpu := cpuTime()
 	for b.Loop() {
 		for i := range ds {
-			ds[i] = broker.Draft{Topic: "orders.1", Payload: payload, Headers: broker.MakeHeaders(headers)}
+			ds[i] = broker.Draft{Topic: "orders.1", Payload: payload, Headers: headers}
 		}
 		c.OnPublishBatch(ds, vs, errs)
 	}
@@ -116,9 +116,9 @@ func BenchmarkOnPublishWATBatch(b *testing.B) {
 		n := bc.n
 		b.Run(bc.name, func(b *testing.B) {
 			c := load(b, newHost(b), Spec{Name: "filter", Wasm: fixture(b, bc.wasm)})
-			headers := make([]map[string]string, n) // a map of its own each, as decoded from a frame
+			headers := make([]broker.Headers, n) // headers of its own each, as decoded from a frame
 			for i := range headers {
-				headers[i] = map[string]string{"tenant": "acme"}
+				headers[i] = broker.Headers{{Key: "tenant", Value: "acme"}}
 			}
 			payload := make([]byte, 256)
 			ds := make([]broker.Draft, n)
@@ -127,7 +127,7 @@ func BenchmarkOnPublishWATBatch(b *testing.B) {
 			cpu := cpuTime()
 			for b.Loop() {
 				for i := range ds {
-					ds[i] = broker.Draft{Topic: "orders.1", Payload: payload, Headers: broker.MakeHeaders(headers[i])}
+					ds[i] = broker.Draft{Topic: "orders.1", Payload: payload, Headers: headers[i]}
 				}
 				c.OnPublishBatch(ds, vs, errs)
 			}

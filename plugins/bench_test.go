@@ -62,12 +62,12 @@ func benchmarkOnPublish(b *testing.B, specs ...Spec) {
 		b.Fatal(err)
 	}
 	defer c.Close(context.Background())
-	headers := map[string]string{"tenant": "acme"}
+	headers := broker.Headers{{Key: "tenant", Value: "acme"}}
 	payload := make([]byte, 256)
 	b.ReportAllocs()
 	cpu := cpuTime()
 	for b.Loop() {
-		d := broker.Draft{Topic: "orders.1", Payload: payload, Headers: broker.MakeHeaders(headers)}
+		d := broker.Draft{Topic: "orders.1", Payload: payload, Headers: headers}
 		v, err := c.OnPublish(&d)
 		if err != nil || v.Drop {
 			b.Fatalf("verdict %+v %v", v, err)

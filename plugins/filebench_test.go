@@ -86,10 +86,10 @@ func BenchmarkPluginFile(b *testing.B) {
 		})
 		b.Run(name+"/instantiate", func(b *testing.B) { benchInstantiate(b, spec) })
 		b.Run(name+"/on_publish", func(b *testing.B) {
-			headers := map[string]string{"tenant": "acme"}
+			headers := broker.Headers{{Key: "tenant", Value: "acme"}}
 			payload := make([]byte, 256)
 			publish := func(c *Chain) {
-				d := broker.Draft{Topic: "bench.w1", Payload: payload, Headers: broker.MakeHeaders(headers)}
+				d := broker.Draft{Topic: "bench.w1", Payload: payload, Headers: headers}
 				if _, err := c.OnPublish(&d); err != nil {
 					b.Fatal(err)
 				}
@@ -122,6 +122,42 @@ func BenchmarkPluginFile(b *testing.B) {
 				}
 			}
 			b.ReportMetric(hostCalls, "hostcalls/op")
+		})
+		// The same message in PublishStream frames of 128, each with headers of its own (as
+		// the server decodes them), per message: in batches if the plugin has them.
+		b.Run(name+"/frame", func(b *testing.B) {
+			const n = 128
+			h, _ := NewHost(HostOptions{})
+			defer h.Close(context.Background())
+			c, err := h.Load(context.Background(), []Spec{spec})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close(context.Background())
+			headers := make([]broker.Headers, n)
+			for i := range headers {
+				headers[i] = broker.Headers{{Key: "tenant", Value: "acme"}}
+			}
+			payload := make([]byte, 256)
+			ds := make([]broker.Draft, n)
+			vs, errs := make([]broker.PublishVerdict, n), make([]error, n)
+			b.ReportAllocs()
+			cpu := cpuTime()
+			for b.Loop() {
+				for i := range ds {
+					ds[i] = broker.Draft{Topic: "bench.w1", Payload: payload, Headers: headers[i]}
+				}
+				clear(vs)
+				c.OnPublishBatch(ds, vs, errs)
+			}
+			if used := cpuTime() - cpu; cpu > 0 {
+				b.ReportMetric(float64(used)/float64(b.N*n), "cpu-ns/msg")
+			}
+			st := c.Stats()[0]
+			if st.Failures != 0 {
+				b.Fatalf("failures: %+v", st)
+			}
+			b.ReportMetric(float64(st.Batched)/float64(st.Calls), "batched")
 		})
 	}
 }

@@ -82,11 +82,11 @@ func BenchmarkW4Frame(b *testing.B) {
 		}
 		const n = 64
 		ds, vs, errs := make([]broker.Draft, n), make([]broker.PublishVerdict, n), make([]error, n)
-		hs := map[string]string{"tenant": "acme"}
+		hs := broker.Headers{{Key: "tenant", Value: "acme"}}
 		payload := make([]byte, 256)
 		frame := func() {
 			for i := range ds {
-				ds[i] = broker.Draft{Topic: "bench.w1", Payload: payload, Headers: broker.MakeHeaders(hs)}
+				ds[i] = broker.Draft{Topic: "bench.w1", Payload: payload, Headers: hs}
 			}
 		}
 		b.Run(lang+"/batch", func(b *testing.B) {
