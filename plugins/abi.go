@@ -327,13 +327,14 @@ type hostFunc struct {
 	fn      hostFn
 }
 
-// hostFn is a host function's body, and its api.GoModuleFunction: wazero calls it with the
+// hostFn is a host function's body, and its api.GoFunction: wazero calls it with the
 // call's context (a *callCtx), in which it finds the calling instance, with no closure
 // in between.
 type hostFn func(inst *instance, stack []uint64)
 
-// Call implements api.GoModuleFunction.
-func (f hostFn) Call(ctx context.Context, _ api.Module, stack []uint64) {
+// Call implements api.GoFunction: not api.GoModuleFunction, whose calling module a host
+// function of ours does not need and wazero would look up on every call.
+func (f hostFn) Call(ctx context.Context, stack []uint64) {
 	inst := ctx.(*callCtx).inst
 	inst.hostCalls++
 	if inst.batch.n > 0 {
@@ -519,7 +520,7 @@ var hostFuncIndex = func() map[string]*hostFunc {
 func instantiateHostModule(ctx context.Context, r wazero.Runtime) error {
 	b := r.NewHostModuleBuilder(hostModule)
 	for i := range hostFuncs {
-		b = b.NewFunctionBuilder().WithGoModuleFunction(hostFuncs[i].fn, hostFuncs[i].params, hostFuncs[i].results).Export(hostFuncs[i].name)
+		b = b.NewFunctionBuilder().WithGoFunction(hostFuncs[i].fn, hostFuncs[i].params, hostFuncs[i].results).Export(hostFuncs[i].name)
 	}
 	_, err := b.Instantiate(ctx)
 	return err
