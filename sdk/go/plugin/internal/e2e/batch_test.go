@@ -1,11 +1,16 @@
 package e2e_test
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"testing"
 
 	"github.com/tinybroker/tinybroker/broker"
@@ -13,50 +18,74 @@ import (
 	"github.com/tinybroker/tinybroker/sdk/go/plugin/internal/wasmbuild"
 )
 
-// W4's plugins (bench/plugins), built by bench/plugins/build.sh with the C and Go SDKs'
-// inbox, take a publish frame in one batch call per plugin (docs/ABI.md, "Batches"): each
-// message is decided as alone, and neither plugin makes a host call, in a batch or alone.
+type w4Lang struct {
+	lang, suffix string
+	memoryLimit  int
+}
+
+// w4Langs are the languages of W4's plugins (bench/plugins/w4-{filter,transform}<suffix>), each
+// with the memory limit its plugins run within here: what a batch takes (arena, write lists,
+// the SDK's own memory) must be given back, so memory must not grow from batch to batch. 0 is
+// the host's default (Go's runtime reserves more than the others need).
+var w4Langs = []w4Lang{
+	{"c", "-c", 1 << 20},
+	{"go", "", 0},
+	{"rust", "-rust", 2 << 20},
+	{"as", "-as", 2 << 20},
+	{"zig", "-zig", 2 << 20}, // Zig's stack alone takes 1 MiB
+	{"wat", "-wat", 1 << 20},
+}
+
+// W4's plugins (bench/plugins), built by bench/plugins/build.sh in each language with its
+// SDK's inbox (and the WAT plugins by hand on it), take a publish frame in one batch call per
+// plugin (docs/ABI.md, "Batches"): each message is decided as alone, and neither plugin makes a
+// host call, in a batch or alone.
 func TestW4PluginsBatch(t *testing.T) {
 	if testing.Short() {
-		t.Skip("builds W4's plugins (Go plugins take several seconds); skipped under -short")
+		t.Skip("builds W4's plugins (Go and Rust plugins take several seconds); skipped under -short")
 	}
 	root, err := wasmbuild.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, lang := range []string{"c", "go"} {
-		t.Run(lang, func(t *testing.T) { runW4Batch(t, w4Specs(t, root, lang)) })
+	for _, l := range w4Langs {
+		t.Run(l.lang, func(t *testing.T) { runW4Batch(t, w4Specs(t, root, l.lang)) })
 	}
 }
 
-// w4Specs builds W4's filter and transform in lang ("c" or "go") with bench/plugins/build.sh,
-// and returns them as the chain filter, transform on bench.>.
+// w4Specs builds W4's filter and transform in lang (one of w4Langs) with bench/plugins/build.sh,
+// and returns them as the chain filter, transform on bench.>. A language whose toolchain is
+// missing (build.sh skips it) is skipped, except under CI, which installs every toolchain.
 func w4Specs(t testing.TB, root, lang string) []plugins.Spec {
-	suffix := ""
-	if lang == "c" {
-		suffix = "-c"
-		for _, tool := range []string{"clang", "wasm-ld"} {
-			if _, err := exec.LookPath(tool); err != nil {
-				t.Skipf("%s not installed (Debian: apt-get install clang lld)", tool)
-			}
-		}
+	i := slices.IndexFunc(w4Langs, func(l w4Lang) bool { return l.lang == lang })
+	if i < 0 {
+		t.Fatalf("no W4 plugins in %q", lang)
 	}
+	l := w4Langs[i]
 	dir := t.TempDir()
-	filter, transform := "w4-filter"+suffix, "w4-transform"+suffix
+	filter, transform := "w4-filter"+l.suffix, "w4-transform"+l.suffix
 	cmd := exec.Command("bash", filepath.Join(root, "bench/plugins/build.sh"), filter, transform)
 	cmd.Env = append(os.Environ(), "TB_BENCH_BIN="+dir)
-	if out, err := cmd.CombinedOutput(); err != nil {
+	out, err := cmd.CombinedOutput()
+	if err != nil {
 		t.Fatalf("bench/plugins/build.sh: %v\n%s", err, out)
 	}
 	var specs []plugins.Spec
 	for _, name := range []string{filter, transform} {
 		bin, err := os.ReadFile(filepath.Join(dir, name+".wasm"))
+		if errors.Is(err, fs.ErrNotExist) && bytes.Contains(out, []byte(name+": skipped")) {
+			// build.sh skips a plugin whose toolchain is missing, and says which.
+			if ci, _ := strconv.ParseBool(os.Getenv("CI")); ci {
+				t.Fatalf("under CI every toolchain is installed, but bench/plugins/build.sh skipped %s:\n%s", name, out)
+			}
+			t.Skipf("bench/plugins/build.sh skipped %s:\n%s", name, out)
+		}
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("%v\nbench/plugins/build.sh:\n%s", err, out)
 		}
 		spec := plugins.Spec{Name: name, Wasm: bin, Topics: []string{"bench.>"}, PoolSize: 1}
-		if lang == "c" {
-			spec.MemoryLimitBytes = 1 << 20 // the arena must not grow from batch to batch
+		if l.memoryLimit != 0 {
+			spec.MemoryLimitBytes = l.memoryLimit
 		}
 		specs = append(specs, spec)
 	}
@@ -64,52 +93,56 @@ func w4Specs(t testing.TB, root, lang string) []plugins.Spec {
 }
 
 // BenchmarkW4Frame measures W4's filter alone per message (ns/msg) on a frame of 64 messages
-// with the header tenant=acme: in one batch call (batch), and one call per message (alone).
+// with the header tenant=acme, in each language: in one batch call (batch), and one call per
+// message (alone).
 func BenchmarkW4Frame(b *testing.B) {
 	root, err := wasmbuild.RepoRoot()
 	if err != nil {
 		b.Fatal(err)
 	}
-	for _, lang := range []string{"c", "go"} {
-		specs := w4Specs(b, root, lang)[:1]
-		h, err := plugins.NewHost(plugins.HostOptions{})
-		if err != nil {
-			b.Fatal(err)
+	for _, l := range w4Langs {
+		b.Run(l.lang, func(b *testing.B) { benchW4Frame(b, w4Specs(b, root, l.lang)[:1]) })
+	}
+}
+
+func benchW4Frame(b *testing.B, specs []plugins.Spec) {
+	h, err := plugins.NewHost(plugins.HostOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer h.Close(context.Background())
+	c, err := h.Load(context.Background(), specs)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	const n = 64
+	ds, vs, errs := make([]broker.Draft, n), make([]broker.PublishVerdict, n), make([]error, n)
+	hs := broker.Headers{{Key: "tenant", Value: "acme"}}
+	payload := make([]byte, 256)
+	frame := func() {
+		for i := range ds {
+			ds[i] = broker.Draft{Topic: "bench.w1", Payload: payload, Headers: hs}
 		}
-		c, err := h.Load(context.Background(), specs)
-		if err != nil {
-			b.Fatal(err)
+	}
+	b.Run("batch", func(b *testing.B) {
+		for b.Loop() {
+			frame()
+			c.OnPublishBatch(ds, vs, errs)
 		}
-		const n = 64
-		ds, vs, errs := make([]broker.Draft, n), make([]broker.PublishVerdict, n), make([]error, n)
-		hs := broker.Headers{{Key: "tenant", Value: "acme"}}
-		payload := make([]byte, 256)
-		frame := func() {
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/msg")
+	})
+	b.Run("alone", func(b *testing.B) {
+		for b.Loop() {
+			frame()
 			for i := range ds {
-				ds[i] = broker.Draft{Topic: "bench.w1", Payload: payload, Headers: hs}
+				vs[i], errs[i] = c.OnPublish(&ds[i])
 			}
 		}
-		b.Run(lang+"/batch", func(b *testing.B) {
-			for b.Loop() {
-				frame()
-				c.OnPublishBatch(ds, vs, errs)
-			}
-			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/msg")
-		})
-		b.Run(lang+"/alone", func(b *testing.B) {
-			for b.Loop() {
-				frame()
-				for i := range ds {
-					vs[i], errs[i] = c.OnPublish(&ds[i])
-				}
-			}
-			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/msg")
-		})
-		if st := c.Stats()[0]; st.Failures != 0 {
-			b.Errorf("%s: %d failures", lang, st.Failures)
-		}
-		c.Close(context.Background())
-		h.Close(context.Background())
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/msg")
+	})
+	if st := c.Stats()[0]; st.Failures != 0 {
+		b.Errorf("%d failures", st.Failures)
 	}
 }
 
