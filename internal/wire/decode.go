@@ -38,8 +38,9 @@ var ErrMalformed = errors.New("malformed tinybroker.v1 frame")
 // Decoder decodes frames of one stream. It interns topics and subscription ids, which
 // repeat. It is not safe for concurrent use.
 type Decoder struct {
-	strs interner
-	hdr  []byte // scratch: a message's header fields
+	strs    interner
+	hdr     []byte // scratch: a message's header fields
+	lastHdr string // the last message's header fields, checked
 }
 
 const (
@@ -145,10 +146,7 @@ func (d *Decoder) message(b []byte, m *Delivery) error {
 				m.Topic = d.strs.String(v)
 			case fieldMessagePayload:
 				m.Payload = append(m.Payload[:0], v...)
-			case fieldMessageHeaders:
-				if _, _, err := mapEntry(v); err != nil {
-					return err
-				}
+			case fieldMessageHeaders: // checked below, unless they are the last message's
 				hdr = protowire.AppendTag(hdr, fieldMessageHeaders, protowire.BytesType)
 				hdr = append(hdr, b[:n]...) // length prefix and entry
 			case fieldMessageSubscriptionID:
@@ -173,10 +171,34 @@ func (d *Decoder) message(b []byte, m *Delivery) error {
 		}
 		b = b[n:]
 	}
-	if len(hdr) > 0 {
-		m.Headers = d.strs.String(hdr) // a publisher's messages tend to carry the same headers
-	}
 	d.hdr = hdr
+	if len(hdr) > 0 {
+		// A publisher's messages tend to carry the same headers: the same bytes as the last
+		// message's, checked then, are taken as they are, without a check or a lookup.
+		if string(hdr) == d.lastHdr {
+			m.Headers = d.lastHdr
+			return nil
+		}
+		if err := checkHeaders(hdr); err != nil {
+			return err
+		}
+		m.Headers = d.strs.String(hdr)
+		d.lastHdr = m.Headers
+	}
+	return nil
+}
+
+// checkHeaders checks every map entry of a message's header fields, hdr (as message keeps
+// them: tag, length, entry).
+func checkHeaders(hdr []byte) error {
+	for len(hdr) > 0 {
+		_, _, n := consumeTag(hdr)
+		v, m := protowire.ConsumeBytes(hdr[n:])
+		if _, _, err := mapEntry(v); err != nil {
+			return err
+		}
+		hdr = hdr[n+m:]
+	}
 	return nil
 }
 
