@@ -7,7 +7,9 @@ import (
 	"sync/atomic"
 )
 
-// Publication is one message of a PublishBatch.
+// Publication is one message of a PublishBatch. Its Headers must be sorted, each key once
+// (MakeHeaders from a map, SortHeaders from pairs in any order): the batch refuses them
+// otherwise.
 type Publication struct {
 	Topic   string
 	Payload []byte
