@@ -187,48 +187,6 @@ func TestAssemblyScriptBatchExport(t *testing.T) {
 	}
 }
 
-// TestAssemblyScriptBatchMemoryStaysFlat runs many batches that write (headers, payloads,
-// reasons) under a 2 MiB memory limit, on one instance: a batch that kept anything of the last
-// (write lists, their bytes, inboxes outgrown) would outgrow the limit and fail.
-func TestAssemblyScriptBatchMemoryStaysFlat(t *testing.T) {
-	frames := 2000
-	if testing.Short() {
-		frames = 200
-	}
-	h, err := plugins.NewHost(plugins.HostOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close(context.Background())
-	s := spec(build(t, "assemblyscript"), pluginConfig)
-	s.MemoryLimitBytes, s.PoolSize = 2<<20, 1
-	c, err := h.Load(context.Background(), []plugins.Spec{s})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close(context.Background())
-	topics := []string{"c.headers", "c.enum", "c.payload", "c.drop", "c.config", "c.reject"}
-	ds, vs, errs := make([]broker.Draft, 48), make([]broker.PublishVerdict, 48), make([]error, 48)
-	for f := range frames {
-		n := 8 + f%41 // frames of 8 to 48 messages: inboxes of several sizes
-		for i := range n {
-			ds[i] = broker.Draft{Topic: topics[i%len(topics)], Payload: []byte(strings.Repeat("p", 100+f%300)),
-				Headers: broker.MakeHeaders(map[string]string{"changed": "old", "removed": "x", "b": strings.Repeat("x", 300)})}
-			vs[i], errs[i] = broker.PublishVerdict{}, nil
-		}
-		c.OnPublishBatch(ds[:n], vs[:n], errs[:n])
-		if st := c.Stats()[0]; st.Failures != 0 {
-			t.Fatalf("frame %d: %+v", f, st)
-		}
-		if ds[0].Headers.Map()["added"] != "1" || len(ds[2].Payload) != 2*(100+f%300) || !vs[3].Drop || errs[5] == nil {
-			t.Fatalf("frame %d: %+v %+v %v", f, ds[:3], vs[3], errs[5])
-		}
-	}
-	if st := c.Stats()[0]; st.Batched == 0 || st.Batched != st.Calls {
-		t.Errorf("%d of %d calls batched", st.Batched, st.Calls)
-	}
-}
-
 // buildASTenantFilter builds sdk/assemblyscript/examples/tenant-filter.ts as its guide says,
 // or skips (fails under CI) without asc.
 func buildASTenantFilter(tb testing.TB) []byte {

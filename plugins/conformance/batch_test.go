@@ -1,12 +1,15 @@
 package conformance
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/plugins"
 )
 
 // batchLanguages are the languages whose SDK exports tb_v1_on_publish_batch (docs/ABI.md,
@@ -89,4 +92,51 @@ func TestConformanceFrame(t *testing.T) {
 // brief shows a draft with a long payload cut.
 func brief(d broker.Draft) string {
 	return fmt.Sprintf("{%s %s %v}", d.Topic, show(d.Payload), d.Headers)
+}
+
+// TestBatchMemoryStaysFlat runs, in each language with batches but Go (whose runtime alone
+// needs more), many batches that write (headers, payloads, reasons) under a 2 MiB memory
+// limit, on one instance: an SDK whose batches kept anything of the last (write lists, their
+// bytes, inboxes outgrown) would outgrow the limit and fail.
+func TestBatchMemoryStaysFlat(t *testing.T) {
+	frames := 2000
+	if testing.Short() {
+		frames = 200
+	}
+	for _, lang := range []string{"c", "rust", "assemblyscript", "zig"} {
+		t.Run(lang, func(t *testing.T) {
+			h, err := plugins.NewHost(plugins.HostOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer h.Close(context.Background())
+			s := spec(build(t, lang), pluginConfig)
+			s.MemoryLimitBytes, s.PoolSize = 2<<20, 1
+			c, err := h.Load(context.Background(), []plugins.Spec{s})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close(context.Background())
+			topics := []string{"c.headers", "c.enum", "c.payload", "c.drop", "c.config", "c.reject"}
+			ds, vs, errs := make([]broker.Draft, 48), make([]broker.PublishVerdict, 48), make([]error, 48)
+			for f := range frames {
+				n := 8 + f%41 // frames of 8 to 48 messages: inboxes of several sizes
+				for i := range n {
+					ds[i] = broker.Draft{Topic: topics[i%len(topics)], Payload: []byte(strings.Repeat("p", 100+f%300)),
+						Headers: broker.MakeHeaders(map[string]string{"changed": "old", "removed": "x", "b": strings.Repeat("x", 300)})}
+					vs[i], errs[i] = broker.PublishVerdict{}, nil
+				}
+				c.OnPublishBatch(ds[:n], vs[:n], errs[:n])
+				if st := c.Stats()[0]; st.Failures != 0 {
+					t.Fatalf("frame %d: %+v: %v", f, st, errors.Join(errs[:n]...))
+				}
+				if ds[0].Headers.Map()["added"] != "1" || len(ds[2].Payload) != 2*(100+f%300) || !vs[3].Drop || errs[5] == nil {
+					t.Fatalf("frame %d: %+v %+v %v", f, ds[:3], vs[3], errs[5])
+				}
+			}
+			if st := c.Stats()[0]; st.Batched == 0 || st.Batched != st.Calls {
+				t.Errorf("%d of %d calls batched", st.Batched, st.Calls)
+			}
+		})
+	}
 }

@@ -15,7 +15,6 @@ import (
 
 	"github.com/tinybroker/tinybroker/broker"
 	"github.com/tinybroker/tinybroker/internal/abi"
-	"github.com/tinybroker/tinybroker/plugins"
 )
 
 // TestRustBatchTrapRunsTwice checks, through the real host, what docs/plugins/rust.md tells
@@ -357,47 +356,5 @@ func (g *batchGuest) hostCall(name string, m api.Module, stack []uint64) {
 		for i := range stack {
 			stack[i] = 0
 		}
-	}
-}
-
-// TestRustBatchMemoryStaysFlat runs many batches that write (headers, payloads, reasons)
-// under a 2 MiB memory limit, on one instance: a batch that kept anything of the last (write
-// lists, their bytes) would outgrow the limit and fail.
-func TestRustBatchMemoryStaysFlat(t *testing.T) {
-	frames := 2000
-	if testing.Short() {
-		frames = 200
-	}
-	h, err := plugins.NewHost(plugins.HostOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close(context.Background())
-	s := spec(build(t, "rust"), pluginConfig)
-	s.MemoryLimitBytes, s.PoolSize = 2<<20, 1
-	c, err := h.Load(context.Background(), []plugins.Spec{s})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close(context.Background())
-	topics := []string{"c.headers", "c.enum", "c.payload", "c.drop", "c.config", "c.reject"}
-	const n = 48
-	ds, vs, errs := make([]broker.Draft, n), make([]broker.PublishVerdict, n), make([]error, n)
-	for f := range frames {
-		for i := range ds {
-			ds[i] = broker.Draft{Topic: topics[i%len(topics)], Payload: []byte(strings.Repeat("p", 100+f%300)),
-				Headers: broker.MakeHeaders(map[string]string{"changed": "old", "removed": "x", "b": strings.Repeat("x", 300)})}
-			vs[i], errs[i] = broker.PublishVerdict{}, nil
-		}
-		c.OnPublishBatch(ds, vs, errs)
-		if st := c.Stats()[0]; st.Failures != 0 {
-			t.Fatalf("frame %d: %+v", f, st)
-		}
-		if ds[0].Headers.Map()["added"] != "1" || len(ds[2].Payload) != 2*(100+f%300) || !vs[3].Drop || errs[5] == nil {
-			t.Fatalf("frame %d: %+v %+v %v", f, ds[:3], vs[3], errs[5])
-		}
-	}
-	if st := c.Stats()[0]; st.Batched != uint64(frames*n) {
-		t.Errorf("%d of %d calls batched", st.Batched, frames*n)
 	}
 }

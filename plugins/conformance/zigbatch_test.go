@@ -142,48 +142,6 @@ func TestZigTenantFilterBatch(t *testing.T) {
 	}
 }
 
-// TestZigBatchMemoryStaysFlat runs many batches that write (headers, payloads, reasons)
-// under a 2 MiB memory limit, on one instance: a batch that kept anything of the last (write
-// lists, the copies of their bytes, the arena) would outgrow the limit and fail.
-func TestZigBatchMemoryStaysFlat(t *testing.T) {
-	frames := 2000
-	if testing.Short() {
-		frames = 200
-	}
-	h, err := plugins.NewHost(plugins.HostOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close(context.Background())
-	s := spec(build(t, "zig"), pluginConfig)
-	s.MemoryLimitBytes, s.PoolSize = 2<<20, 1
-	c, err := h.Load(context.Background(), []plugins.Spec{s})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close(context.Background())
-	topics := []string{"c.headers", "c.enum", "c.payload", "c.drop", "c.config", "c.reject"}
-	const n = 48
-	ds, vs, errs := make([]broker.Draft, n), make([]broker.PublishVerdict, n), make([]error, n)
-	for f := range frames {
-		for i := range ds {
-			ds[i] = broker.Draft{Topic: topics[i%len(topics)], Payload: []byte(strings.Repeat("p", 100+f%300)),
-				Headers: broker.MakeHeaders(map[string]string{"changed": "old", "removed": "x", "b": strings.Repeat("x", 300)})}
-			vs[i], errs[i] = broker.PublishVerdict{}, nil
-		}
-		c.OnPublishBatch(ds, vs, errs)
-		if st := c.Stats()[0]; st.Failures != 0 {
-			t.Fatalf("frame %d: %+v", f, st)
-		}
-		if ds[0].Headers.Map()["added"] != "1" || len(ds[2].Payload) != 2*(100+f%300) || !vs[3].Drop || errs[5] == nil {
-			t.Fatalf("frame %d: %+v %+v %v", f, ds[:3], vs[3], errs[5])
-		}
-	}
-	if st := c.Stats()[0]; st.Batched != uint64(frames*n) {
-		t.Errorf("%d of %d calls batched", st.Batched, frames*n)
-	}
-}
-
 // The write list has no statuses, so the SDK checks a write against the broker's limits
 // before listing it, and refuses it as the host function would: the conformance plugin then
 // fails with the same error (it `try`s its writes) on the inbox as with host calls, rather

@@ -69,6 +69,8 @@ void *tb_alloc(uint32_t n) {
 /* tb__keep moves the arena's start past what it holds now and n more bytes, which it returns:
  * they are the instance's for good. What the arena held stays valid until the hook returns. */
 static char *tb__keep(uint32_t n) {
+	(void)tb__room();                         /* the arena set up */
+	tb_alloc((8u - (tb__top & 7u)) & 7u);    /* 8-aligned: the inbox must be (docs/ABI.md) */
 	char *p = tb_alloc((n + 7u) & ~7u);
 	tb__base = tb__top;
 	return p;
