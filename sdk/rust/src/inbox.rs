@@ -95,7 +95,9 @@ pub(crate) fn active() -> bool {
 }
 
 fn le32(b: &[u8], off: usize) -> u32 {
-    u32::from_le_bytes([b[off], b[off + 1], b[off + 2], b[off + 3]])
+    // One bounds check for the four bytes (a trap past the record, as before).
+    let w: [u8; 4] = b[off..off + 4].try_into().unwrap();
+    u32::from_le_bytes(w)
 }
 
 fn u32_at(off: usize) -> u32 {
@@ -143,7 +145,19 @@ pub(crate) fn header_at(i: usize) -> Option<(&'static [u8], &'static [u8])> {
 }
 
 pub(crate) fn header(name: &[u8]) -> Option<&'static [u8]> {
-    (0..header_count()).filter_map(header_at).find(|(k, _)| *k == name).map(|(_, v)| v)
+    // The record taken once, and each entry's name compared by its length first: the lookup
+    // every filter makes, once per message.
+    let b = bytes();
+    let n = le32(b, HEADER_COUNT) as usize;
+    for i in 0..n {
+        let e = HEADERS + ENTRY * i;
+        let (ko, kl) = (le32(b, e) as usize, le32(b, e + 4) as usize);
+        if kl == name.len() && b.get(ko..ko + kl) == Some(name) {
+            let (vo, vl) = (le32(b, e + 8) as usize, le32(b, e + 12) as usize);
+            return b.get(vo..vo + vl);
+        }
+    }
+    None
 }
 
 /// Empties the write lists, and has the readers read the whole inbox: every hook calls it
@@ -179,6 +193,9 @@ fn write(op: Op, a: &[u8], b: &[u8]) {
 fn close_message() {
     let n = unsafe { (*addr_of_mut!(WRITES)).len() };
     let (rec, first) = unsafe { (REC.0, FIRST) };
+    if n == first {
+        return; // no write: the broker zeroed the record's list before the call
+    }
     put32(rec + WRITES_PTR, first as u32);
     put32(rec + WRITES_COUNT, (n - first) as u32);
     unsafe { FIRST = n };
@@ -200,8 +217,11 @@ fn seal() {
 fn give(rec: usize) {
     let b = whole();
     let (first, count) = (le32(b, rec + WRITES_PTR), le32(b, rec + WRITES_COUNT));
+    if count == 0 {
+        return; // its list is empty, and its pointer still the broker's 0
+    }
     let list = unsafe { (*addr_of_mut!(WRITES)).as_ptr() } as u32;
-    put32(rec + WRITES_PTR, if count == 0 { 0 } else { list + first * 20 });
+    put32(rec + WRITES_PTR, list + first * 20);
 }
 
 /// Ends a single call (every hook, after its function returned): gives the broker the write
