@@ -183,8 +183,15 @@ func TestPluginNewBuildsAndPasses(t *testing.T) {
 					t.Fatalf("make test did not finish:\n%s", out)
 				}
 			}
-			if _, err := os.Stat(filepath.Join(dir, "tenant-"+lang+".wasm")); err != nil {
-				t.Error(err)
+			wasm, err := os.ReadFile(filepath.Join(dir, "tenant-"+lang+".wasm"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Every template builds the SDK's fastest mode: the inbox and batches (docs/ABI.md).
+			for _, export := range []string{"tb_v1_inbox", "tb_v1_on_publish_batch"} {
+				if !bytes.Contains(wasm, []byte(export)) {
+					t.Errorf("the %s project's module does not export %s", lang, export)
+				}
 			}
 		})
 	}
