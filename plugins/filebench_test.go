@@ -134,25 +134,7 @@ func BenchmarkPluginFile(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer c.Close(context.Background())
-			headers := make([]broker.Headers, n)
-			for i := range headers {
-				headers[i] = broker.Headers{{Key: "tenant", Value: "acme"}}
-			}
-			payload := make([]byte, 256)
-			ds := make([]broker.Draft, n)
-			vs, errs := make([]broker.PublishVerdict, n), make([]error, n)
-			b.ReportAllocs()
-			cpu := cpuTime()
-			for b.Loop() {
-				for i := range ds {
-					ds[i] = broker.Draft{Topic: "bench.w1", Payload: payload, Headers: headers[i]}
-				}
-				clear(vs)
-				c.OnPublishBatch(ds, vs, errs)
-			}
-			if used := cpuTime() - cpu; cpu > 0 {
-				b.ReportMetric(float64(used)/float64(b.N*n), "cpu-ns/msg")
-			}
+			benchmarkFrames(b, c, n, "bench.w1")
 			st := c.Stats()[0]
 			if st.Failures != 0 {
 				b.Fatalf("failures: %+v", st)

@@ -4,13 +4,11 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"os"
 	"slices"
 	"sort"
 	"strings"
 	"testing"
 
-	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 
 	"github.com/tinybroker/tinybroker/broker"
@@ -46,44 +44,11 @@ func TestRustBatchTrapRunsTwice(t *testing.T) {
 // SDK cannot read is declined.
 func TestRustBatchExport(t *testing.T) {
 	ctx := context.Background()
-	wasm, err := os.ReadFile(buildFile(t, "rust"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := wazero.NewRuntime(ctx)
-	defer r.Close(ctx)
-	compiled, err := r.CompileModule(ctx, wasm)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := &batchGuest{t: t}
-	host := r.NewHostModuleBuilder("tinybroker")
-	for _, def := range compiled.ImportedFunctions() {
-		mod, name, _ := def.Import()
-		if mod != "tinybroker" {
-			t.Fatalf("the plugin imports %s.%s", mod, name)
-		}
-		host.NewFunctionBuilder().
-			WithGoModuleFunction(api.GoModuleFunc(func(_ context.Context, m api.Module, stack []uint64) { g.hostCall(name, m, stack) }), def.ParamTypes(), def.ResultTypes()).
-			Export(name)
-	}
-	if _, err := host.Instantiate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	mod, err := r.InstantiateModule(ctx, compiled, wazero.NewModuleConfig().WithName("rust"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	g.mem = mod.Memory()
+	g, mod := instantiateGuest(t, "rust")
 	batchFn := mod.ExportedFunction(abi.BatchExport)
 	if batchFn == nil {
 		t.Fatalf("the rust plugin does not export %s", abi.BatchExport)
 	}
-	res, err := mod.ExportedFunction(abi.InboxExport).Call(ctx, 1<<16)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g.inbox = uint32(res[0])
 
 	msgs := []batchMsg{
 		{topic: "c.headers", headers: map[string]string{"changed": "old", "removed": "x", "kept": "k"}},
@@ -144,7 +109,7 @@ func TestRustBatchExport(t *testing.T) {
 	// A single call after a batch reads the whole inbox again, with a write list of its own.
 	g.calls = nil
 	g.writeSingle(batchMsg{topic: "c.reject", headers: map[string]string{"why": "single"}})
-	res, err = mod.ExportedFunction("tb_on_publish").Call(ctx)
+	res, err := mod.ExportedFunction("tb_on_publish").Call(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -80,36 +80,7 @@ func BenchmarkZigTenantFilterBatch(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			h, err := plugins.NewHost(plugins.HostOptions{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer h.Close(context.Background())
-			c, err := h.Load(context.Background(), []plugins.Spec{{Name: "filter", Wasm: wasm, Config: map[string]string{"tenant": "acme"}, PoolSize: 1}})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer c.Close(context.Background())
-			const n = 128
-			headers := map[string]string{"tenant": "acme"}
-			payload := make([]byte, 256)
-			ds := make([]broker.Draft, n)
-			vs, errs := make([]broker.PublishVerdict, n), make([]error, n)
-			b.ReportAllocs()
-			for b.Loop() {
-				for i := range ds {
-					ds[i] = broker.Draft{Topic: "orders.1", Payload: payload, Headers: broker.MakeHeaders(headers)}
-				}
-				c.OnPublishBatch(ds, vs, errs)
-			}
-			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/msg")
-			st := c.Stats()[0]
-			if st.Failures != 0 || vs[0].Drop || errs[0] != nil {
-				b.Fatalf("stats %+v, verdict %+v, error %v", st, vs[0], errs[0])
-			}
-			if batched := st.Batched == st.Calls; batched != inbox {
-				b.Fatalf("stats %+v: every call batched is %v, want %v", st, batched, inbox)
-			}
+			benchmarkFrames(b, wasm, inbox)
 		})
 	}
 }

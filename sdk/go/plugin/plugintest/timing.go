@@ -29,18 +29,26 @@ type Timing struct {
 func (p *Plugin) TimePublish(m Message, d time.Duration) (Timing, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed {
-		return Timing{}, errClosed
+	d0, err := p.timedDraft(m)
+	if err != nil {
+		return Timing{}, err
 	}
-	if err := broker.ValidateTopic(m.Topic); err != nil {
-		return Timing{}, refused(err)
-	}
-	m = m.clone()
-	headers := broker.MakeHeaders(m.Headers)
 	return p.time(plugins.HookPublish, d, func() {
-		dr := broker.Draft{Topic: m.Topic, Payload: m.Payload, Headers: headers}
+		dr := d0
 		_, _ = p.chain.OnPublish(&dr)
 	})
+}
+
+// timedDraft is m as the message a timing publishes again and again, checked as a publish
+// would be, with headers of its own. p.mu is held.
+func (p *Plugin) timedDraft(m Message) (broker.Draft, error) {
+	if p.closed {
+		return broker.Draft{}, errClosed
+	}
+	if err := broker.ValidateTopic(m.Topic); err != nil {
+		return broker.Draft{}, refused(err)
+	}
+	return broker.Draft{Topic: m.Topic, Payload: m.Payload, Headers: broker.MakeHeaders(m.Headers)}, nil
 }
 
 // TimePublishFrame is TimePublish for m published in frames of size copies of it (as
@@ -50,23 +58,19 @@ func (p *Plugin) TimePublish(m Message, d time.Duration) (Timing, error) {
 func (p *Plugin) TimePublishFrame(m Message, size int, d time.Duration) (Timing, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed {
-		return Timing{}, errClosed
-	}
-	if err := broker.ValidateTopic(m.Topic); err != nil {
-		return Timing{}, refused(err)
+	d0, err := p.timedDraft(m)
+	if err != nil {
+		return Timing{}, err
 	}
 	if size < 1 {
 		return Timing{}, fmt.Errorf("plugin %q: a frame of %d messages", p.name, size)
 	}
-	m = m.clone()
-	headers := broker.MakeHeaders(m.Headers)
 	ds := make([]broker.Draft, size)
 	vs, errs := make([]broker.PublishVerdict, size), make([]error, size)
 	before := p.Stats()
 	t, err := p.time(plugins.HookPublish, d, func() {
 		for i := range ds {
-			ds[i] = broker.Draft{Topic: m.Topic, Payload: m.Payload, Headers: headers}
+			ds[i] = d0
 		}
 		clear(vs)
 		p.chain.OnPublishBatch(ds, vs, errs)
