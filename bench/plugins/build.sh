@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds every plugin under bench/plugins/ into bench/bin/<dir>.wasm, by what its directory holds,
 # with the toolchains of the conformance suite (plugins/conformance/<lang>/build.sh):
-#   main.go     a Go guest: GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared
-#               -tags tinybroker_inbox
+#   main.go     a Go guest: GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared (the SDK
+#               builds the inbox and batches by default)
 #   *.c         a C guest: clang --target=wasm32 -nostdlib -O2 -DTB_INBOX -I sdk/c -Wl,--no-entry,
 #               with sdk/c/tinybroker.c (skipped if clang or wasm-ld is missing)
 #   Cargo.toml  a Rust guest (its Cargo.toml asks for the SDK's feature inbox): RUSTC=/usr/bin/rustc
@@ -51,7 +51,7 @@ for name in "${names[@]}"; do
   zigs=("$dir"/*.zig)
   shopt -u nullglob
   if [ -f "$dir/main.go" ]; then
-    (cd "$root" && GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -trimpath -tags tinybroker_inbox -o "$wasm" "./bench/plugins/$name") ||
+    (cd "$root" && GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -trimpath -o "$wasm" "./bench/plugins/$name") ||
       { echo "build.sh: $name: go build failed" >&2; failed=1; continue; }
   elif [ ${#cs[@]} -gt 0 ]; then
     if ! have clang || ! have wasm-ld; then

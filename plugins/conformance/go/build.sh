@@ -6,6 +6,6 @@ cd "$(dirname "$0")"
 out=${1:?usage: build.sh OUT.wasm}
 . ../need.sh
 need go "https://go.dev/dl, Go 1.26"
-# With the inbox (-tags tinybroker_inbox): the suite runs the plugin on it and, with its
+# With the inbox (the SDK's default): the suite runs the plugin on it and, with its
 # export hidden, on host calls.
-GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -trimpath -tags tinybroker_inbox -o "$out" .
+GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -trimpath -o "$out" .

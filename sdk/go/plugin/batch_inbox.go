@@ -1,4 +1,4 @@
-//go:build tinybroker_inbox
+//go:build !tinybroker_noinbox
 
 package plugin
 

@@ -5,6 +5,7 @@ package plugin_test
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -184,6 +185,11 @@ func TestExamplesABI(t *testing.T) {
 			for _, h := range exampleHooks[name] {
 				want[h] = "()->i64"
 			}
+			// The inbox and, with on_publish, batches: the SDK's default.
+			want["tb_v1_inbox"] = "(i32)->i32"
+			if slices.Contains(exampleHooks[name], "tb_on_publish") {
+				want["tb_v1_on_publish_batch"] = "()->i32"
+			}
 			got := make(map[string]string)
 			for n, f := range cm.ExportedFunctions() {
 				got[n] = funcSignature(f)
@@ -217,4 +223,47 @@ func TestExamplesABI(t *testing.T) {
 		})
 	}
 	t.Logf("built %d example plugins in %v", len(wasm), examples.took.Round(time.Millisecond))
+}
+
+// TestNoInboxTag checks that the tag tinybroker_noinbox builds a plugin without the inbox and
+// batches (every field then read with a host call), and that without it they are there: the
+// SDK's default.
+func TestNoInboxTag(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a plugin with GOOS=wasip1 GOARCH=wasm; skipped under -short")
+	}
+	root := repoRoot(t)
+	out := filepath.Join(t.TempDir(), "tenant-filter.wasm")
+	cmd := exec.Command("go", "build", "-buildmode=c-shared", "-trimpath", "-tags", "tinybroker_noinbox", "-o", out, "./examples/plugins/tenant-filter")
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%v: %v\n%s", cmd.Args, err, b)
+	}
+	bin, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	r := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfigInterpreter())
+	defer r.Close(ctx)
+	exports := func(wasm []byte) map[string]api.FunctionDefinition {
+		cm, err := r.CompileModule(ctx, wasm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cm.ExportedFunctions()
+	}
+	without, with := exports(bin), exports(builtExamples(t)["tenant-filter"])
+	for _, name := range []string{"tb_v1_inbox", "tb_v1_on_publish_batch"} {
+		if _, ok := without[name]; ok {
+			t.Errorf("built with tinybroker_noinbox, it exports %s", name)
+		}
+		if _, ok := with[name]; !ok {
+			t.Errorf("built by default, it does not export %s", name)
+		}
+	}
+	if _, ok := without["tb_on_publish"]; !ok {
+		t.Error("built with tinybroker_noinbox, it does not export tb_on_publish")
+	}
 }

@@ -36,7 +36,7 @@
 // needs no locking; globals persist between the calls one instance serves, but the broker
 // runs several instances and a plugin must not rely on seeing every message in one of them.
 //
-// Built with the tag tinybroker_inbox, the SDK reads each message from the plugin's memory,
+// By default the SDK reads each message from the plugin's memory,
 // where the broker writes it before the call, rather than asking the broker for each field
 // (docs/ABI.md, "The inbox"), and takes batches: [onpublish] also exports
 // tb_v1_on_publish_batch, through which the broker gives a publish frame's messages in one
@@ -44,7 +44,9 @@
 // "Batches"). The plugin's code does not change, but its on_publish function may run twice
 // for a message (a batch that panics or traps is run again one message at a time), and one
 // call serves several messages: keep nothing per message in globals that assumes one call per
-// export.
+// export. The tag tinybroker_noinbox builds a plugin without the inbox and batches, which
+// reads each field with a host call (the tag tinybroker_inbox, which once turned them on, is
+// still accepted and changes nothing).
 //
 // The package builds on every platform, so that a plugin's packages can be vetted and their
 // pure functions tested natively, but its host functions work only in a WebAssembly plugin:

@@ -3,8 +3,8 @@
 // change, re-route, drop or reject it.
 //
 // Importing this package is what makes the plugin export tb_on_publish: import it only in a
-// plugin that implements the hook, and call Handle in func init(). Built with the tag
-// tinybroker_inbox, it also exports tb_v1_on_publish_batch, through which the broker gives a
+// plugin that implements the hook, and call Handle in func init(). Unless built with the tag
+// tinybroker_noinbox, it also exports tb_v1_on_publish_batch, through which the broker gives a
 // publish frame's messages in one call: the function given to Handle runs on each of them in
 // turn, and may run twice for a message (a batch that fails is run again message by message).
 package onpublish
