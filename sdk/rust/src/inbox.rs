@@ -289,10 +289,42 @@ fn write(op: Op, a: &[u8], b: &[u8]) {
     let writes = unsafe { &mut *addr_of_mut!(WRITES) };
     let arena = unsafe { &mut *addr_of_mut!(ARENA) };
     let at = arena.len();
-    arena.extend_from_slice(a);
-    arena.extend_from_slice(b);
+    append(arena, a);
+    append(arena, b);
     // Offsets into ARENA until the call ends (see `seal`).
     writes.push([op as u32, at as u32, a.len() as u32, (at + a.len()) as u32, b.len() as u32]);
+}
+
+/// Appends `s` to `arena`. Header names and values are short: up to 16 bytes they are copied
+/// inline, as four 4-byte words (the later ones may overlap) or, below 4 bytes, the first,
+/// middle and last byte, then the length set once; `extend_from_slice` calls memcpy through
+/// two functions in WebAssembly, and a loop would be turned into that call.
+#[inline(always)]
+fn append(arena: &mut Vec<u8>, s: &[u8]) {
+    let n = s.len();
+    if n > 16 {
+        return arena.extend_from_slice(s);
+    }
+    arena.reserve(n);
+    let at = arena.len();
+    // SAFETY: `reserve` made room for n more bytes after `at`; every byte of dst[..n] is
+    // written below (the word offsets are at most n - 4, the byte offsets below n) before
+    // `set_len` makes them part of the Vec.
+    unsafe {
+        let dst = arena.as_mut_ptr().add(at);
+        if n >= 4 {
+            let word = |i: usize| std::ptr::write_unaligned(dst.add(i) as *mut [u8; 4], [s[i], s[i + 1], s[i + 2], s[i + 3]]);
+            word(0);
+            word(4.min(n - 4));
+            word(8.min(n - 4));
+            word(n - 4);
+        } else if n > 0 {
+            *dst = s[0];
+            *dst.add(n / 2) = s[n / 2];
+            *dst.add(n - 1) = s[n - 1];
+        }
+        arena.set_len(at + n);
+    }
 }
 
 /// How many writes the call has listed so far.
@@ -329,6 +361,7 @@ fn seal() {
 
 /// Gives the record `rec` (closed by `close_message`) the address of its write list.
 #[cfg(feature = "inbox")]
+#[inline(always)]
 fn give(rec: Span) {
     let (first, count) = (rec.u32(WRITES_PTR), rec.u32(WRITES_COUNT));
     if count == 0 {
@@ -477,6 +510,19 @@ pub(crate) fn set_reason(r: &[u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn append_copies_every_length() {
+        let text: Vec<u8> = (1..=40).collect();
+        for n in 0..text.len() {
+            let mut arena = b"head".to_vec();
+            append(&mut arena, &text[..n]);
+            append(&mut arena, &text[..n / 3]);
+            assert_eq!(&arena[..4], b"head");
+            assert_eq!(&arena[4..4 + n], &text[..n], "{} bytes", n);
+            assert_eq!(&arena[4 + n..], &text[..n / 3], "{} bytes", n / 3);
+        }
+    }
 
     #[test]
     fn same_is_slice_equality() {
