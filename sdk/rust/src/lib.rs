@@ -180,7 +180,7 @@ pub mod msg {
     /// [`SCRATCH_BYTES`].
     pub fn header_is(name: &str, value: &str) -> bool {
         if inbox::active() {
-            return inbox::header(name.as_bytes()) == Some(value.as_bytes());
+            return inbox::header(name.as_bytes()).map_or(false, |v| inbox::same(v, value.as_bytes()));
         }
         let (k, kl) = ptr(name.as_bytes());
         read_eq(|b, c| unsafe { sys::msg_header(k, kl, b, c) }, value.as_bytes())
@@ -189,7 +189,7 @@ pub mod msg {
     /// Whether the topic is exactly `topic`; allocates nothing.
     pub fn topic_is(topic: &str) -> bool {
         if inbox::active() {
-            return inbox::field(inbox::TOPIC) == Some(topic.as_bytes());
+            return inbox::field(inbox::TOPIC).map_or(false, |t| inbox::same(t, topic.as_bytes()));
         }
         read_eq(|b, c| unsafe { sys::msg_topic(b, c) }, topic.as_bytes())
     }
