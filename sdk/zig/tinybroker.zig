@@ -147,6 +147,18 @@ fn read(comptime f: anytype, args: anytype) error{OutOfMemory}!?[]u8 {
     return buf[0..@min(len, @as(usize, @intCast(@max(got, 0))))];
 }
 
+/// topicIs and headerIs with host calls. They are not inline, and take slices (which Zig
+/// passes as a pointer and a length) rather than readEql's tuple (which it passes through
+/// memory): an inline reader's host path would otherwise give its caller a stack frame, set
+/// up on every call, even one that reads the inbox.
+noinline fn hostTopicIs(t: []const u8) bool {
+    return readEql(host.v1_msg_topic, .{}, t);
+}
+
+noinline fn hostHeaderIs(name: []const u8, value: []const u8) bool {
+    return readEql(host.v1_msg_header, .{ p(name), name.len }, value);
+}
+
 /// Whether the value equals want, without allocating when it fits the scratch buffer.
 fn readEql(comptime f: anytype, args: anytype, want: []const u8) bool {
     const n = @call(.auto, f, args ++ .{ @as([*]u8, &scratch), @as(usize, scratch_bytes) });
@@ -219,11 +231,13 @@ const Record = struct {
         std.mem.writeIntLittle(u32, r.b[off..][0..4], v);
     }
 
-    /// The value whose (offset, length) pair is at off; null if absent.
+    /// The value whose (offset, length) pair is at off; null if absent. One comparison
+    /// checks both: an absent value's length, 0xFFFFFFFF, ends past any record (one starts
+    /// above address 0, so none can be that long).
     inline fn field(r: Record, off: usize) ?[]const u8 {
         const at = r.get(off);
         const len = r.get(off + 4);
-        if (len == In.absent or at > r.b.len or len > r.b.len - at) return null;
+        if (@as(u64, at) + len > r.b.len) return null;
         return r.b[at..][0..len];
     }
 
@@ -238,19 +252,20 @@ const Record = struct {
 
     /// The value of header name: the table is sorted by name, but most messages have a few
     /// headers, which a scan comparing lengths first finds sooner than a binary search (and
-    /// the scan is inline, so a literal name is compared as constants).
+    /// the scan is inline, so a literal name is compared as constants). The scan takes the
+    /// table as the broker wrote it, as the ABI says it is (a name outside the record would
+    /// be read where it points, or trap outside memory); the value it returns is checked, as
+    /// every field is.
     inline fn header(r: Record, name: []const u8) ?[]const u8 {
-        const n = r.headerCount();
+        const n: usize = r.get(In.header_count);
         if (n > 16) {
-            const e = headerSearch(r.b, n, name);
+            const e = headerSearch(r.b, r.headerCount(), name);
             return if (e == 0) null else r.field(e + 8);
         }
         var e: usize = In.headers;
         const stop = e + In.entry * n;
         while (e < stop) : (e += In.entry) {
-            if (r.get(e + 4) != name.len) continue;
-            const at = r.get(e);
-            if (at <= r.b.len and name.len <= r.b.len - at and sameBytes(r.b.ptr + at, name.ptr, name.len)) {
+            if (r.get(e + 4) == name.len and sameBytes(r.b.ptr + r.get(e), name.ptr, name.len)) {
                 return r.field(e + 8);
             }
         }
@@ -475,7 +490,7 @@ pub const msg = struct {
     /// Whether the topic is exactly t; allocates nothing.
     pub inline fn topicIs(t: []const u8) bool {
         if (active()) return same(inbox.rec.field(In.topic) orelse return false, t);
-        return readEql(host.v1_msg_topic, .{}, t);
+        return hostTopicIs(t);
     }
 
     /// The payload.
@@ -494,7 +509,7 @@ pub const msg = struct {
     /// scratch_bytes.
     pub inline fn headerIs(name: []const u8, value: []const u8) bool {
         if (active()) return same(inbox.rec.header(name) orelse return false, value);
-        return readEql(host.v1_msg_header, .{ p(name), name.len }, value);
+        return hostHeaderIs(name, value);
     }
 
     /// How many headers the message has.
@@ -766,13 +781,13 @@ pub const Publish = struct {
     pub const pass = Publish{ .raw = verdict(0, 0) };
 
     /// Drop the message, saying why.
-    pub fn drop(reason: []const u8) Publish {
+    pub inline fn drop(reason: []const u8) Publish {
         setReason(reason);
         return .{ .raw = verdict(1, 0) };
     }
 
     /// Refuse the publish with gRPC status c (see code) and a reason.
-    pub fn reject(c: u32, reason: []const u8) Publish {
+    pub inline fn reject(c: u32, reason: []const u8) Publish {
         setReason(reason);
         return .{ .raw = verdict(2, c) };
     }
@@ -793,7 +808,7 @@ pub const Redeliver = struct {
     }
 
     /// Dead-letter now, saying why.
-    pub fn deadLetter(reason: []const u8) Redeliver {
+    pub inline fn deadLetter(reason: []const u8) Redeliver {
         setReason(reason);
         return .{ .raw = verdict(2, 0) };
     }
@@ -830,7 +845,8 @@ inline fn reset(a: *std.heap.ArenaAllocator) void {
 }
 
 /// Exports f, a `fn () Publish` or `fn () !Publish`, as tb_on_publish. Call it in a
-/// comptime block of the plugin's root file.
+/// comptime block of the plugin's root file. The hooks' exports inline f (so f is not
+/// recursive and not noinline; it may call functions that are).
 pub fn onPublish(comptime f: anytype) void {
     exportHook(Publish, f, "tb_on_publish");
     if (options.inbox) {
@@ -862,7 +878,7 @@ fn exportHook(comptime V: type, comptime f: anytype, comptime name: []const u8) 
     const S = struct {
         fn hook() callconv(.C) i64 {
             begin();
-            const v = run(V, f);
+            const v = @call(.always_inline, run, .{ V, f });
             end();
             return v;
         }
@@ -871,9 +887,13 @@ fn exportHook(comptime V: type, comptime f: anytype, comptime name: []const u8) 
 }
 
 /// Runs the hook f and returns its verdict, a V, as the ABI's raw value; then resets the arena.
+/// f is inlined, as run is into the export: a filter is then one function, whose readers'
+/// loads and comparisons with literals are compiled where it calls them, with no call to make
+/// and no verdict to return through memory (which Zig would do for a Publish, and ReleaseSmall
+/// would not inline on its own). So f cannot be recursive, nor marked noinline.
 fn run(comptime V: type, comptime f: anytype) i64 {
     defer done();
-    const v: V = unwrap(f());
+    const v: V = unwrap(@call(.always_inline, f, .{}));
     return if (V == void) 0 else v.raw;
 }
 
