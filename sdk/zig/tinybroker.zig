@@ -605,24 +605,34 @@ pub const event = struct {
 pub const config = struct {
     /// One value by key, or null if it is not set. An instance's configuration never
     /// changes: the first cache_keys keys asked for are read once and kept for the instance's
-    /// life (the slice returned for them outlives the hook).
-    pub fn get(key: []const u8) !?[]const u8 {
+    /// life (the slice returned for them outlives the hook). Inline: a key kept is found
+    /// where get is called, its name compared as constants if it is a literal.
+    pub inline fn get(key: []const u8) !?[]const u8 {
         for (cache[0..cached]) |c| {
             if (same(c.key, key)) return c.value;
         }
-        const v = try read(host.v1_config_get, .{ p(key), key.len });
-        if (cached < cache_keys) keep: {
-            const k = backing.dupe(u8, key) catch break :keep;
-            const kv = if (v) |x| (backing.dupe(u8, x) catch {
+        try fetch(key);
+        return fetched;
+    }
+
+    /// get's host call: reads key's value into fetched, and keeps it if there is room. It
+    /// returns only an error (a scalar) and the value through a variable: a result that Zig
+    /// returns through memory would give every hook that calls get a stack frame, set up on
+    /// every call, though the value is fetched once.
+    noinline fn fetch(key: []const u8) error{OutOfMemory}!void {
+        fetched = try read(host.v1_config_get, .{ p(key), key.len });
+        if (cached < cache_keys) {
+            const k = backing.dupe(u8, key) catch return;
+            const kv = if (fetched) |x| (backing.dupe(u8, x) catch {
                 backing.free(k);
-                break :keep;
+                return;
             }) else null;
             cache[cached] = .{ .key = k, .value = kv };
             cached += 1;
-            return kv;
+            fetched = kv;
         }
-        return v;
     }
+    var fetched: ?[]const u8 = null;
 
     /// How many keys get() keeps.
     pub const cache_keys = 16;
