@@ -8,43 +8,25 @@
 
 #include <stddef.h> /* clang's own: size_t */
 
-/* ---- The arena: [tb__base, end of memory), grown with memory.grow. Below tb__base, from
- * __heap_base, what the SDK keeps for the instance's life: the inbox, cached config values. */
+/* The SDK's state (tinybroker.h, where the inline functions that use it are). */
+struct tb__state tb__state;
+
+/* ---- The arena: [tb__state.base, end of memory), grown with memory.grow, its first free byte
+ * tb__state.top (both 0 until it is first used). Below its base, from __heap_base, what the
+ * SDK keeps for the instance's life: the inbox, cached config values. tb_reset (tinybroker.h)
+ * empties it. ---- */
 
 extern unsigned char __heap_base; /* defined by wasm-ld: the first byte after data and stack */
 
-static uint32_t tb__base; /* where the arena starts; 0 until the first tb_reset */
-static uint32_t tb__top;  /* the arena's first free byte */
-static uint32_t tb__nwrites, tb__capwrites; /* the write list's (below) */
-#ifdef TB_INBOX
-static int tb__batching;     /* in tb_publish_batch: tb_reset keeps the arena (below) */
-static uint32_t tb__wfirst;  /* the current message's first record in the write list */
-#endif
-
-void tb_reset(void) {
-	if (tb__base == 0)
-		tb__base = ((uint32_t)(uintptr_t)&__heap_base + 7u) & ~7u;
-#ifdef TB_INBOX
-	/* In a batch, each message starts a write list of its own at the end of the batch's,
-	 * and the arena keeps what the messages before it put there: the broker reads every
-	 * message's write list, and the bytes it points to, when the whole batch returns. */
-	if (tb__batching) {
-		tb__wfirst = tb__nwrites;
-		return;
-	}
-	tb__wfirst = 0;
-#endif
-	tb__top = tb__base;
-	tb__nwrites = tb__capwrites = 0;
-}
-
 static uint32_t tb__memory_end(void) { return (uint32_t)__builtin_wasm_memory_size(0) * 65536u; }
 
-/* tb__room is how many bytes the arena can hand out without growing memory. */
+/* tb__room is how many bytes the arena can hand out without growing memory. Everything that
+ * takes from the arena asks it first: the arena is then in use, until the next tb_reset. */
 static uint32_t tb__room(void) {
-	if (tb__top == 0)
-		tb_reset();
-	return tb__memory_end() - tb__top;
+	if (tb__state.top == 0) /* the first use: the arena starts after the data and the stack */
+		tb__state.top = tb__state.base = ((uint32_t)(uintptr_t)&__heap_base + 7u) & ~7u;
+	tb__state.used = 1;
+	return tb__memory_end() - tb__state.top;
 }
 
 /* tb__reserve makes n bytes from the arena's top part of memory, growing it if need be. A
@@ -57,22 +39,22 @@ static char *tb__reserve(uint32_t n) {
 		if (n - room > 0xFFFFFFFFu - 65535u || __builtin_wasm_memory_grow(0, pages) == (size_t)-1)
 			__builtin_trap();
 	}
-	return (char *)(uintptr_t)tb__top;
+	return (char *)(uintptr_t)tb__state.top;
 }
 
 void *tb_alloc(uint32_t n) {
 	char *p = tb__reserve(n);
-	tb__top += n;
+	tb__state.top += n;
 	return p;
 }
 
 /* tb__keep moves the arena's start past what it holds now and n more bytes, which it returns:
  * they are the instance's for good. What the arena held stays valid until the hook returns. */
 static char *tb__keep(uint32_t n) {
-	(void)tb__room();                         /* the arena set up */
-	tb_alloc((8u - (tb__top & 7u)) & 7u);    /* 8-aligned: the inbox must be (docs/ABI.md) */
+	(void)tb__room();                                 /* the arena set up */
+	tb_alloc((8u - (tb__state.top & 7u)) & 7u); /* 8-aligned: the inbox must be (docs/ABI.md) */
 	char *p = tb_alloc((n + 7u) & ~7u);
-	tb__base = tb__top;
+	tb__state.base = tb__state.top;
 	return p;
 }
 
@@ -85,19 +67,14 @@ enum {
 };
 enum { TB__HOOK_PUBLISH = 2, TB__HOOK_REDELIVER = 4 };
 
-static unsigned char *tb__inbox; /* NULL: the broker never asked for one; use host calls */
-#ifdef TB_INBOX
-static unsigned char *tb__box; /* the inbox itself; tb__inbox is a batch's current record */
-#endif
-
-static uint32_t tb__u32(uint32_t off) { return *(const uint32_t *)(tb__inbox + off); }
+static uint32_t tb__u32(uint32_t off) { return *(const uint32_t *)(tb__state.inbox + off); }
 
 /* tb__field is the (offset, length) pair at off as a string; length 0xFFFFFFFF is absent. */
 static tb_str tb__field(uint32_t off) {
 	uint32_t len = tb__u32(off + 4);
 	if (len == 0xFFFFFFFFu)
 		return TB_NONE;
-	return (tb_str){(const char *)tb__inbox + tb__u32(off), len};
+	return (tb_str){(const char *)tb__state.inbox + tb__u32(off), len};
 }
 
 /* The broker asks for an inbox of size bytes between calls (the arena is empty then), before
@@ -109,75 +86,58 @@ TB_EXPORT(tb_v1_inbox)
 uint32_t tb_v1_inbox(uint32_t size);
 uint32_t tb_v1_inbox(uint32_t size) {
 	tb_reset();
-	tb__inbox = (unsigned char *)tb__keep(size);
-#ifdef TB_INBOX
-	tb__box = tb__inbox;
-#endif
+	tb__state.inbox = tb__state.box = (unsigned char *)tb__keep(size);
 	tb_reset();
-	return (uint32_t)(uintptr_t)tb__inbox;
+	return (uint32_t)(uintptr_t)tb__state.inbox;
 }
 
-/* The write list: records of five u32s (operation, two pointer/length pairs) in the arena,
- * moved to a larger array when full; the inbox's first two fields say where it is. */
+/* The write list: records of five u32s (operation, two pointer/length pairs), the first 8 of
+ * a call in a static array (most calls list fewer: no allocation), then in the arena, moved to
+ * a larger array when full; the inbox's first two fields say where it is. */
 enum { TB__SET_PAYLOAD = 1, TB__SET_HEADER = 2, TB__DEL_HEADER = 3, TB__SET_REASON = 4 };
+enum { TB__FIRST_WRITES = 8 };
 
+static uint32_t tb__writes0[TB__FIRST_WRITES * 5];
 static uint32_t *tb__writes;
 
 static void tb__write(uint32_t op, tb_str a, tb_str b) {
-	if (tb__nwrites == tb__capwrites) {
-		uint32_t cap = tb__capwrites ? 2 * tb__capwrites : 8;
-		uint32_t *nw = tb_alloc(cap * 20u);
-		for (uint32_t i = 0; i < tb__nwrites * 5u; i++)
-			nw[i] = tb__writes[i];
-		tb__writes = nw;
-		tb__capwrites = cap;
+	uint32_t n = tb__state.nwrites;
+	if (n == tb__state.capwrites) {
+		if (n == 0) {
+			tb__writes = tb__writes0;
+			tb__state.capwrites = TB__FIRST_WRITES;
+		} else {
+			uint32_t cap = 2 * n;
+			uint32_t *nw = tb_alloc(cap * 20u);
+#pragma clang loop unroll(disable) /* rare: keep it short */
+			for (uint32_t i = 0; i < n * 5u; i++)
+				nw[i] = tb__writes[i];
+			tb__writes = nw;
+			tb__state.capwrites = cap;
+		}
 	}
-	uint32_t *r = tb__writes + 5u * tb__nwrites++;
+	tb__state.nwrites = n + 1;
+	tb__state.used = 1;
+	uint32_t *r = tb__writes + 5u * n;
 	r[0] = op;
 	r[1] = (uint32_t)(uintptr_t)a.ptr;
 	r[2] = a.len;
 	r[3] = (uint32_t)(uintptr_t)b.ptr;
 	r[4] = b.len;
 #ifdef TB_INBOX
-	/* A batch's messages share the list, each its own part from tb__wfirst: when the list
-	 * moves to a larger array, the messages before keep theirs in the old one, which the
-	 * arena still holds. */
-	*(uint32_t *)(tb__inbox + TB__WRITES_PTR) = (uint32_t)(uintptr_t)(tb__writes + 5u * tb__wfirst);
-	*(uint32_t *)(tb__inbox + TB__WRITES_COUNT) = tb__nwrites - tb__wfirst;
+	/* A batch's messages share the list, each its own part from tb__state.wfirst: when the list
+	 * moves to a larger array, the messages before keep theirs in the old one (the static
+	 * array, or the arena), which nothing changes until the batch returns. */
+	*(uint32_t *)(tb__state.inbox + TB__WRITES_PTR) = (uint32_t)(uintptr_t)(tb__writes + 5u * tb__state.wfirst);
+	*(uint32_t *)(tb__state.inbox + TB__WRITES_COUNT) = n + 1 - tb__state.wfirst;
 #else
-	*(uint32_t *)(tb__inbox + TB__WRITES_PTR) = (uint32_t)(uintptr_t)tb__writes;
-	*(uint32_t *)(tb__inbox + TB__WRITES_COUNT) = tb__nwrites;
+	*(uint32_t *)(tb__state.inbox + TB__WRITES_PTR) = (uint32_t)(uintptr_t)tb__writes;
+	*(uint32_t *)(tb__state.inbox + TB__WRITES_COUNT) = n + 1;
 #endif
 }
 
-#ifdef TB_INBOX
-/* ---- Batches (docs/ABI.md, "Batches"): the inbox starts with the message count, the
- * current message (the one host calls act on), 8 reserved bytes, then an entry of 16 bytes
- * per message: its record's offset and length, and its verdict (a u64, ours to write). Each
- * record is laid out as a single call's inbox, its offsets counted from its own start: with
- * tb__inbox pointing at it, every reader and writer above works on that message. ---- */
-
-enum { TB__BATCH_COUNT = 0, TB__BATCH_CURRENT = 4, TB__BATCH_ENTRIES = 16, TB__BATCH_ENTRY = 16 };
-
-int32_t tb_publish_batch(int64_t (*on_publish)(void)) {
-	unsigned char *box = tb__box;
-	if (!box)
-		return 1; /* no inbox (the broker gives one first): decline, one call per message */
-	uint32_t n = *(const uint32_t *)(box + TB__BATCH_COUNT);
-	tb_reset();
-	tb__batching = 1;
-	for (uint32_t i = 0; i < n; i++) {
-		unsigned char *e = box + TB__BATCH_ENTRIES + TB__BATCH_ENTRY * i;
-		*(uint32_t *)(box + TB__BATCH_CURRENT) = i;
-		tb__inbox = box + *(const uint32_t *)e;
-		tb__wfirst = tb__nwrites; /* as tb_reset does, for a hook that does not call it */
-		*(int64_t *)(e + 8) = on_publish();
-	}
-	tb__batching = 0;
-	tb__inbox = box;
-	return 0;
-}
-#endif
+/* Batches: tb_publish_batch is in tinybroker.h, inline, so that it calls the plugin's
+ * tb_on_publish directly. */
 
 static int tb__may_change_headers(void) {
 	uint32_t h = tb__u32(TB__HOOK);
@@ -186,7 +146,7 @@ static int tb__may_change_headers(void) {
 
 /* The writers check what the broker would (the write list has no statuses) and list it. */
 int32_t tb_set_payload(tb_str p) {
-	if (!tb__inbox)
+	if (!tb__state.inbox)
 		return tb_msg_set_payload(p.ptr, p.len);
 	if (tb__u32(TB__HOOK) != TB__HOOK_PUBLISH)
 		return TB_ERR_NOT_ALLOWED;
@@ -197,7 +157,7 @@ int32_t tb_set_payload(tb_str p) {
 }
 
 int32_t tb_set_header(tb_str k, tb_str v) {
-	if (!tb__inbox)
+	if (!tb__state.inbox)
 		return tb_msg_set_header(k.ptr, k.len, v.ptr, v.len);
 	if (!tb__may_change_headers())
 		return TB_ERR_NOT_ALLOWED;
@@ -210,7 +170,7 @@ int32_t tb_set_header(tb_str k, tb_str v) {
 }
 
 int32_t tb_del_header(tb_str k) {
-	if (!tb__inbox)
+	if (!tb__state.inbox)
 		return tb_msg_del_header(k.ptr, k.len);
 	if (!tb__may_change_headers())
 		return TB_ERR_NOT_ALLOWED;
@@ -218,11 +178,13 @@ int32_t tb_del_header(tb_str k) {
 	return TB_OK;
 }
 
-void tb_reason(tb_str why) {
-	if (!tb__inbox)
-		tb_set_reason(why.ptr, why.len);
+void tb_reason(tb_str why) { tb__set_reason(why.ptr, why.len); }
+
+void tb__set_reason(const char *why, uint32_t len) {
+	if (!tb__state.inbox)
+		tb_set_reason(why, len);
 	else
-		tb__write(TB__SET_REASON, why, TB_NONE);
+		tb__write(TB__SET_REASON, (tb_str){why, len}, TB_NONE);
 }
 
 /* ---- Reading with the ABI's convention: offer all the room there is; if the value is
@@ -232,13 +194,13 @@ typedef int32_t (*tb__reader)(const void *arg, char *buf, uint32_t cap);
 
 static tb_str tb__read(tb__reader read, const void *arg) {
 	uint32_t room = tb__room();
-	char *buf = (char *)(uintptr_t)tb__top;
+	char *buf = (char *)(uintptr_t)tb__state.top;
 	int32_t n = read(arg, buf, room);
 	if (n < 0)
 		return TB_NONE;
 	if ((uint32_t)n > room)
 		read(arg, tb__reserve((uint32_t)n), (uint32_t)n);
-	tb__top += (uint32_t)n;
+	tb__state.top += (uint32_t)n;
 	return (tb_str){buf, (uint32_t)n};
 }
 
@@ -265,39 +227,28 @@ static int32_t tb__header_name(const void *arg, char *buf, uint32_t cap) {
 }
 
 /* The readers: from the inbox if there is one, otherwise with a host call. */
-tb_str tb_topic(void) { return tb__inbox ? tb__field(TB__TOPIC) : tb__read(tb__topic, 0); }
-tb_str tb_payload(void) { return tb__inbox ? tb__field(TB__PAYLOAD) : tb__read(tb__payload, 0); }
-tb_str tb_id(void) { return tb__inbox ? tb__field(TB__ID) : tb__read(tb__id, 0); }
-tb_str tb_subscription(void) { return tb__inbox ? tb__field(TB__SUB) : tb__read(tb__sub, 0); }
-tb_str tb_group(void) { return tb__inbox ? tb__field(TB__GROUP) : tb__read(tb__group, 0); }
-tb_str tb_redeliver_reason(void) { return tb__inbox ? tb__field(TB__REASON) : tb__read(tb__reason, 0); }
+tb_str tb_topic(void) { return tb__state.inbox ? tb__field(TB__TOPIC) : tb__read(tb__topic, 0); }
+tb_str tb_payload(void) { return tb__state.inbox ? tb__field(TB__PAYLOAD) : tb__read(tb__payload, 0); }
+tb_str tb_id(void) { return tb__state.inbox ? tb__field(TB__ID) : tb__read(tb__id, 0); }
+tb_str tb_subscription(void) { return tb__state.inbox ? tb__field(TB__SUB) : tb__read(tb__sub, 0); }
+tb_str tb_group(void) { return tb__state.inbox ? tb__field(TB__GROUP) : tb__read(tb__group, 0); }
+tb_str tb_redeliver_reason(void) { return tb__state.inbox ? tb__field(TB__REASON) : tb__read(tb__reason, 0); }
 tb_str tb_config_text(void) { return tb__read(tb__config, 0); }
 
-int32_t tb_header_count(void) { return tb__inbox ? (int32_t)tb__u32(TB__HEADER_COUNT) : tb_msg_header_count(); }
-int32_t tb_attempt(void) { return tb__inbox ? (int32_t)tb__u32(TB__ATTEMPT) : tb_event_attempt(); }
+int32_t tb_header_count(void) { return tb__state.inbox ? (int32_t)tb__u32(TB__HEADER_COUNT) : tb_msg_header_count(); }
+int32_t tb_attempt(void) { return tb__state.inbox ? (int32_t)tb__u32(TB__ATTEMPT) : tb_event_attempt(); }
 int64_t tb_in_flight_ns(void) {
-	return tb__inbox ? (int64_t)(tb__u32(TB__IN_FLIGHT) | (uint64_t)tb__u32(TB__IN_FLIGHT + 4) << 32) : tb_event_in_flight_ns();
+	return tb__state.inbox ? (int64_t)(tb__u32(TB__IN_FLIGHT) | (uint64_t)tb__u32(TB__IN_FLIGHT + 4) << 32) : tb_event_in_flight_ns();
 }
 
-tb_str tb_header(tb_str name) {
-	if (!tb__inbox)
-		return tb__read(tb__header, &name);
-	uint32_t n = tb__u32(TB__HEADER_COUNT);
-	for (uint32_t i = 0; i < n; i++) {
-		tb_str k = tb__field(TB__HEADERS + 16u * i);
-		if (k.len != name.len)
-			continue;
-		uint32_t j = 0;
-		while (j < k.len && k.ptr[j] == name.ptr[j])
-			j++;
-		if (j == k.len)
-			return tb__field(TB__HEADERS + 16u * i + 8u);
-	}
-	return TB_NONE;
+/* tb_header is in tinybroker.h (inline): from the inbox, or with this host call. */
+uint64_t tb__header_call(const char *name, uint32_t len) {
+	tb_str v = tb__read(tb__header, &(tb_str){name, len});
+	return (uint32_t)(uintptr_t)v.ptr | (uint64_t)v.len << 32;
 }
 
 tb_str tb_header_name_at(int32_t index) {
-	if (!tb__inbox)
+	if (!tb__state.inbox)
 		return tb__read(tb__header_name, &index);
 	if (index < 0 || (uint32_t)index >= tb__u32(TB__HEADER_COUNT))
 		return TB_NONE;
@@ -336,13 +287,13 @@ tb_str tb_config_value(tb_str key) {
 
 /* ---- Strings. ---- */
 
-int tb_eq(tb_str a, tb_str b) {
-	if (a.len != b.len || TB_ABSENT(a) != TB_ABSENT(b))
-		return 0;
-	for (uint32_t i = 0; i < a.len; i++)
-		if (a.ptr[i] != b.ptr[i])
+/* tb_eq is in tinybroker.h (inline); tb__same_long is its part for more than 16 bytes: eight
+ * at a time, the last eight overlapping. */
+int tb__same_long(const char *a, const char *b, uint32_t n) {
+	for (uint32_t i = 0; i + 8 < n; i += 8)
+		if (tb__ld64(a + i) != tb__ld64(b + i))
 			return 0;
-	return 1;
+	return tb__ld64(a + n - 8) == tb__ld64(b + n - 8);
 }
 
 int tb_starts_with(tb_str s, tb_str prefix) {

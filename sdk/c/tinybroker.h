@@ -37,10 +37,10 @@
  * writes each call's message and event into the plugin's memory before the call, the readers
  * find them there without a host call, and tb_set_payload, tb_set_header, tb_del_header and
  * the verdicts' reasons are listed for the broker to apply when the hook returns. It pays for
- * a plugin that reads several fields of each message (three: ~14% less per call); for one that
- * reads a single header it costs a little more than the host call it saves (BENCHMARKS.md), so
- * it is not the default. Without it, or under a broker that never calls tb_v1_inbox, every
- * read is a host call. Either way, config values are read once per instance and kept (the
+ * a plugin that reads several fields of each message; for one that reads a single header alone
+ * it costs about what the host call it saves does (the broker writes the whole message), and
+ * in publish frames, below, much less (docs/plugins/c.md). It is not the default. Without it,
+ * or under a broker that never calls tb_v1_inbox, every read is a host call. Either way, config values are read once per instance and kept (the
  * configuration never changes under an instance).
  *
  * The inbox build also takes batches (docs/ABI.md, "Batches"): TB_ON_PUBLISH exports
@@ -199,7 +199,7 @@ typedef struct {
  * plugin without on_publish does not export it (the broker refuses a module that exports
  * tb_v1_on_publish_batch without tb_on_publish). */
 #ifdef TB_INBOX
-int32_t tb_publish_batch(int64_t (*hook)(void));
+static inline int32_t tb_publish_batch(int64_t (*hook)(void)); /* inline: it calls hook directly */
 int32_t tb_v1_on_publish_batch(void);
 #define TB_ON_PUBLISH_BATCH(hook)                                                                \
 	TB_EXPORT(tb_v1_on_publish_batch) int32_t tb_v1_on_publish_batch(void) { return tb_publish_batch(hook); }
@@ -210,7 +210,7 @@ int32_t tb_v1_on_publish_batch(void);
 /* Reading. Each returns the value in the arena, valid until the hook returns. */
 tb_str tb_topic(void);
 tb_str tb_payload(void);
-tb_str tb_header(tb_str name);            /* TB_NONE if absent */
+static inline tb_str tb_header(tb_str name); /* TB_NONE if absent (inline: see the end of this file) */
 tb_str tb_header_name_at(int32_t index);  /* 0-based, sorted by name; TB_NONE past the end */
 tb_str tb_id(void);                       /* the system_id (on_ack, on_redeliver) */
 tb_str tb_config_value(tb_str key);       /* TB_NONE if absent */
@@ -224,7 +224,7 @@ int64_t tb_in_flight_ns(void);            /* on_ack: nanoseconds from delivery t
 /* tb_now() needs no buffer: call it directly. */
 
 /* Strings. */
-int tb_eq(tb_str a, tb_str b);                  /* same bytes (TB_NONE equals only TB_NONE) */
+static inline int tb_eq(tb_str a, tb_str b);    /* same bytes (TB_NONE equals only TB_NONE) */
 int tb_starts_with(tb_str s, tb_str prefix);
 int tb_list_has(tb_str list, char sep, tb_str item); /* item is one of list's sep-separated
                                                         entries, spaces around them ignored;
@@ -233,7 +233,7 @@ tb_str tb_cstr(const char *nul_terminated);
 tb_str tb_concat(tb_str a, tb_str b);           /* a new string in the arena */
 tb_str tb_utoa(uint64_t v);                     /* v in decimal, in the arena */
 void *tb_alloc(uint32_t n);                     /* n bytes of the arena, until the hook returns */
-void tb_reset(void);                            /* empty the arena (the hook macros do it) */
+static inline void tb_reset(void);              /* empty the arena (the hook macros do it) */
 
 /* Changing the message (on_publish; headers also in on_redeliver). TB_OK or TB_ERR_*. What
  * tb_set_payload and tb_set_header are given must stay valid until the hook returns (a
@@ -251,11 +251,130 @@ static inline int32_t tb_emit_set_header(int32_t handle, tb_str k, tb_str v) { r
 /* Logging. */
 static inline void tb_log_str(int32_t level, tb_str msg) { tb_log(level, msg.ptr, msg.len); }
 
-/* Verdicts with a reason. */
-static inline int64_t tb_drop(tb_str reason) { tb_reason(reason); return TB_DROP; }
-static inline int64_t tb_reject(int32_t grpc_code, tb_str reason) { tb_reason(reason); return TB_REJECT(grpc_code); }
-static inline int64_t tb_dead_letter(tb_str reason) { tb_reason(reason); return TB_DEAD_LETTER; }
-static inline int64_t tb_drop_message(tb_str reason) { tb_reason(reason); return TB_DROP_MESSAGE; }
-static inline int32_t tb_refuse(tb_str reason) { tb_reason(reason); return 1; } /* from TB_INIT */
+/* Verdicts with a reason. (They call tb_reason's internal form, which takes the pointer and
+ * length rather than a tb_str: clang passes a struct through the stack, which a hook would
+ * then set up on every call, even one that returns TB_PASS.) */
+void tb__set_reason(const char *why, uint32_t len);
+static inline int64_t tb_drop(tb_str reason) { tb__set_reason(TB_ARGS(reason)); return TB_DROP; }
+static inline int64_t tb_reject(int32_t grpc_code, tb_str reason) { tb__set_reason(TB_ARGS(reason)); return TB_REJECT(grpc_code); }
+static inline int64_t tb_dead_letter(tb_str reason) { tb__set_reason(TB_ARGS(reason)); return TB_DEAD_LETTER; }
+static inline int64_t tb_drop_message(tb_str reason) { tb__set_reason(TB_ARGS(reason)); return TB_DROP_MESSAGE; }
+static inline int32_t tb_refuse(tb_str reason) { tb__set_reason(TB_ARGS(reason)); return 1; } /* from TB_INIT */
+
+/* ---- The inline part of the SDK. What a filter does on every call is here rather than in
+ * tinybroker.c, so that clang compiles it into the hook: emptying the arena, looking a header
+ * up in the inbox, comparing strings, and a batch's loop. A comparison with a literal, as in
+ * tb_eq(tb_header(TB_S("tenant")), TB_S("blocked")), then comes down to a few loads compared
+ * with constants. The names with two underscores are the SDK's internals, not its API. ---- */
+
+/* What tinybroker.c keeps, that the inline functions use. */
+extern struct tb__state {
+	unsigned char *inbox; /* the message the readers read: the inbox, a batch's record while
+	                         it runs, or NULL (the broker never asked: host calls) */
+	unsigned char *box;   /* the inbox itself */
+	uint32_t base, top;   /* the arena: [base, end of memory), top its first free byte */
+	uint32_t nwrites;     /* records in the write list */
+	uint32_t capwrites;   /* and its room */
+	uint32_t wfirst;      /* the current message's first record in it */
+	int used;             /* the arena or the write list holds something tb_reset empties */
+	int batching;         /* in tb_publish_batch: tb_reset keeps the arena */
+} tb__state;
+
+/* tb_header with a host call: the value's pointer in the low half, its length in the high
+ * (a tb_str result would go through the stack). */
+uint64_t tb__header_call(const char *name, uint32_t len);
+int tb__same_long(const char *a, const char *b, uint32_t n); /* tb__same past 16 bytes */
+
+/* tb_reset empties the arena and the write list, if the call before used them: a filter
+ * that allocates and writes nothing pays a load for it. In a batch, each message starts a
+ * write list of its own at the end of the batch's, and the arena keeps what the messages
+ * before it put there: the broker reads every message's write list, and the bytes it points
+ * to, when the whole batch returns. */
+static inline void tb_reset(void) {
+	if (!tb__state.used)
+		return;
+	if (tb__state.batching) {
+		tb__state.wfirst = tb__state.nwrites;
+		return;
+	}
+	tb__state.top = tb__state.base;
+	tb__state.nwrites = tb__state.capwrites = tb__state.wfirst = 0;
+	tb__state.used = 0;
+}
+
+/* Unaligned little-endian loads (wasm is little-endian): clang makes each one instruction. */
+static inline uint16_t tb__ld16(const void *p) { uint16_t v; __builtin_memcpy(&v, p, 2); return v; }
+static inline uint32_t tb__ld32(const void *p) { uint32_t v; __builtin_memcpy(&v, p, 4); return v; }
+static inline uint64_t tb__ld64(const void *p) { uint64_t v; __builtin_memcpy(&v, p, 8); return v; }
+
+/* tb__same says whether the n bytes at a and b are equal: up to 16 bytes with no loop, two
+ * loads of each side (overlapping where n is not a whole number of them), so that with a
+ * literal, whose length and bytes clang knows, it is two loads compared with constants. */
+static inline int tb__same(const char *a, const char *b, uint32_t n) {
+	if (n > 16)
+		return tb__same_long(a, b, n);
+	if (n >= 8)
+		return tb__ld64(a) == tb__ld64(b) && tb__ld64(a + n - 8) == tb__ld64(b + n - 8);
+	if (n >= 4)
+		return tb__ld32(a) == tb__ld32(b) && tb__ld32(a + n - 4) == tb__ld32(b + n - 4);
+	if (n >= 2)
+		return tb__ld16(a) == tb__ld16(b) && tb__ld16(a + n - 2) == tb__ld16(b + n - 2);
+	return n == 0 || *a == *b;
+}
+
+static inline int tb_eq(tb_str a, tb_str b) {
+	return a.len == b.len && TB_ABSENT(a) == TB_ABSENT(b) && tb__same(a.ptr, b.ptr, a.len);
+}
+
+/* tb_header in the inbox (docs/ABI.md, "The inbox"): header_count at 80, then from 88 an entry
+ * of 16 bytes per header, name offset, name length, value offset, value length (a length of
+ * 0xFFFFFFFF: absent), the offsets from the record's start. Names are compared by length
+ * first; most messages have a few headers, so a scan, not a binary search. */
+static inline tb_str tb_header(tb_str name) {
+	const unsigned char *r = tb__state.inbox;
+	if (!r) {
+		uint64_t v = tb__header_call(name.ptr, name.len);
+		return (tb_str){(const char *)(uintptr_t)(uint32_t)v, (uint32_t)(v >> 32)};
+	}
+	const unsigned char *e = r + 88, *end = e + 16u * tb__ld32(r + 80);
+	for (; e < end; e += 16) {
+		if (tb__ld32(e + 4) == name.len && tb__same((const char *)r + tb__ld32(e), name.ptr, name.len)) {
+			uint32_t len = tb__ld32(e + 12);
+			if (len == 0xFFFFFFFFu)
+				return TB_NONE;
+			return (tb_str){(const char *)r + tb__ld32(e + 8), len};
+		}
+	}
+	return TB_NONE;
+}
+
+#ifdef TB_INBOX
+/* Batches (docs/ABI.md, "Batches"): the inbox starts with the message count, the current
+ * message (the one host calls act on), 8 reserved bytes, then an entry of 16 bytes per message:
+ * its record's offset and length, and its verdict (a u64, ours to write). Each record is laid
+ * out as a single call's inbox, its offsets counted from its own start: with tb__state.inbox
+ * pointing at it, every reader and writer works on that message. A message's write list
+ * starts where the one before it ended (tb__state.wfirst), and tb__write records it in the
+ * message's record. */
+static inline int32_t tb_publish_batch(int64_t (*on_publish)(void)) {
+	unsigned char *box = tb__state.box;
+	if (!box)
+		return 1; /* no inbox (the broker gives one first): decline, one call per message */
+	uint32_t n = tb__ld32(box);
+	tb_reset();
+	tb__state.batching = 1;
+	for (uint32_t i = 0; i < n; i++) {
+		unsigned char *e = box + 16 + 16 * i;
+		__builtin_memcpy(box + 4, &i, 4); /* current */
+		tb__state.inbox = box + tb__ld32(e);
+		tb__state.wfirst = tb__state.nwrites; /* as tb_reset does, for a hook that does not call it */
+		int64_t v = on_publish();
+		__builtin_memcpy(e + 8, &v, 8);
+	}
+	tb__state.batching = 0;
+	tb__state.inbox = box;
+	return 0;
+}
+#endif
 
 #endif
