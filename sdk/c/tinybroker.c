@@ -79,7 +79,7 @@ static tb_str tb__field(uint32_t off) {
 
 /* The broker asks for an inbox of size bytes between calls (the arena is empty then), before
  * the first call and whenever a message does not fit: a new one above the last. Exported
- * only when the plugin is built with -DTB_INBOX (see tinybroker.h). */
+ * unless the plugin is built with -DTB_NO_INBOX (see tinybroker.h). */
 #ifdef TB_INBOX
 TB_EXPORT(tb_v1_inbox)
 #endif

@@ -33,15 +33,16 @@
  * when a call begins). A value that is absent (a header not set, a config key not given) is
  * TB_NONE: its ptr is NULL; an empty one has a ptr and length 0.
  *
- * Built with -DTB_INBOX, the SDK exports tb_v1_inbox (docs/ABI.md, "The inbox"): the broker
- * writes each call's message and event into the plugin's memory before the call, the readers
- * find them there without a host call, and tb_set_payload, tb_set_header, tb_del_header and
- * the verdicts' reasons are listed for the broker to apply when the hook returns. It pays for
- * a plugin that reads several fields of each message; for one that reads a single header alone
- * it costs about what the host call it saves does (the broker writes the whole message), and
- * in publish frames, below, much less (docs/plugins/c.md). It is not the default. Without it,
- * or under a broker that never calls tb_v1_inbox, every read is a host call. Either way, config values are read once per instance and kept (the
- * configuration never changes under an instance).
+ * By default the SDK exports tb_v1_inbox (docs/ABI.md, "The inbox"): the broker writes each
+ * call's message and event into the plugin's memory before the call, the readers find them
+ * there without a host call, and tb_set_payload, tb_set_header, tb_del_header and the
+ * verdicts' reasons are listed for the broker to apply when the hook returns. For a filter
+ * that reads a single header of a message published alone it costs about what the host call
+ * it saves does (the broker writes the whole message); in publish frames, below, much less
+ * (docs/plugins/c.md). Built with -DTB_NO_INBOX (both files), the SDK leaves it out, and, as
+ * under a broker that never calls tb_v1_inbox, every read is a host call; -DTB_INBOX, which
+ * once turned it on, changes nothing. Either way, config values are read once per instance and
+ * kept (the configuration never changes under an instance).
  *
  * The inbox build also takes batches (docs/ABI.md, "Batches"): TB_ON_PUBLISH exports
  * tb_v1_on_publish_batch too, through which the broker gives a publish frame's messages in one
@@ -64,7 +65,7 @@
  * Export at least one hook; the broker calls only the hooks exported. Each instance serves one
  * call at a time, so static variables need no locking; they persist between the calls of an
  * instance (the broker runs several instances: do not count on seeing every message, nor, with
- * -DTB_INBOX, on seeing each message once).
+ * the inbox, on seeing each message once).
  *
  * Below the SDK are the host functions themselves (tb_msg_topic, tb_emit, ...), declared with
  * their import names, for plugins that manage their own buffers (see "Raw ABI"). A reader
@@ -73,6 +74,11 @@
  */
 #ifndef TINYBROKER_H
 #define TINYBROKER_H
+
+/* The inbox and batches are the default; -DTB_NO_INBOX leaves them out. */
+#if !defined(TB_NO_INBOX) && !defined(TB_INBOX)
+#define TB_INBOX 1
+#endif
 
 #include <stdint.h> /* clang's own: needs no libc */
 
@@ -183,7 +189,7 @@ typedef struct {
 	TB_EXPORT(export) type export(void) { tb_reset(); return fn(); }                          \
 	static type fn(void)
 
-/* Batches (docs/ABI.md, "Batches"), with -DTB_INBOX only: TB_ON_PUBLISH also exports
+/* Batches (docs/ABI.md, "Batches"), with the inbox only: TB_ON_PUBLISH also exports
  * tb_v1_on_publish_batch, through which the broker gives a publish frame's messages in one
  * call. tb_publish_batch runs hook, the plugin's tb_on_publish, on each of them in turn:
  * every reader and writer works on that message, and host calls (tb_set_topic, tb_emit_to,
@@ -194,7 +200,7 @@ typedef struct {
  * each of its messages again alone, on another instance: the plugin's code may run twice for a
  * message. A plugin that defines tb_on_publish itself, without TB_ON_PUBLISH, gets batches by
  * writing TB_ON_PUBLISH_BATCH(tb_on_publish) at file scope, after it (no semicolon); its
- * tb_on_publish should call tb_reset first, as TB_ON_PUBLISH's does. Without -DTB_INBOX,
+ * tb_on_publish should call tb_reset first, as TB_ON_PUBLISH's does. With -DTB_NO_INBOX,
  * TB_ON_PUBLISH_BATCH is empty. The export is the macro's, not tinybroker.c's, so that a
  * plugin without on_publish does not export it (the broker refuses a module that exports
  * tb_v1_on_publish_batch without tb_on_publish). */

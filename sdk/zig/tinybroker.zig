@@ -22,9 +22,9 @@
 //! nothing leaks between calls. A hook may return an error: it is logged at error level and
 //! the call traps, and the plugin's failure_policy decides the message's fate.
 //!
-//! The inbox and batches (docs/ABI.md, "The inbox", "Batches") are an option, set in the
-//! plugin's root file: `pub const tinybroker_options = tb.Options{ .inbox = true };`. The SDK
-//! then exports tb_v1_inbox, and tb_v1_on_publish_batch with onPublish: readers read the
+//! The inbox and batches (docs/ABI.md, "The inbox", "Batches") are on by default, an option
+//! set in the plugin's root file (`pub const tinybroker_options = tb.Options{ .inbox = false };`
+//! turns them off). The SDK then exports tb_v1_inbox, and tb_v1_on_publish_batch with onPublish: readers read the
 //! message from the inbox, payload and header changes and reasons go to the write list, and a
 //! batch runs the plugin's on_publish function on each of its messages. A broker that never
 //! asks for the inbox gets host calls, as without the option.
@@ -62,14 +62,15 @@ const host = struct {
 export fn tinybroker_abi_v1() void {}
 
 /// The SDK's options, which a plugin sets in its root file (as std_options):
-/// `pub const tinybroker_options = tb.Options{ .inbox = true };`.
+/// `pub const tinybroker_options = tb.Options{ .inbox = false };`.
 pub const Options = struct {
     /// Export tb_v1_inbox and, with onPublish, tb_v1_on_publish_batch (docs/ABI.md, "The
     /// inbox", "Batches"): the broker writes each call's message into the plugin's memory and
     /// may give a publish frame's messages in one call. It saves host calls and, in frames,
-    /// most of a call's cost, but for a message published alone the broker pays for writing
-    /// it: a filter that reads one header costs about the same or a little more.
-    inbox: bool = false,
+    /// most of a call's cost; for a message published alone the broker pays for writing it, and
+    /// a filter that reads one header costs about the same. On by default; `.inbox = false`
+    /// reads every field with a host call.
+    inbox: bool = true,
 };
 
 const root = @import("root");
