@@ -76,19 +76,32 @@ func checkTenants(t *testing.T, wasm []byte, cfg map[string]string, cases []tena
 }
 
 // sdk/c/examples/tenant-filter.c, built with the SDK as docs/plugins/c.md says.
+// Built as the guide says (the SDK's default: the inbox and batches), and with -DTB_NO_INBOX,
+// which leaves them out.
 func TestCExampleTenantFilter(t *testing.T) {
-	wasm, msg, err := cc(t, nil, "../../sdk/c/examples/tenant-filter.c", "../../sdk/c/tinybroker.c")
-	if err != nil {
-		t.Fatalf("clang: %v\n%s", err, msg)
+	for _, inbox := range []bool{true, false} {
+		t.Run(map[bool]string{true: "inbox", false: "no-inbox"}[inbox], func(t *testing.T) {
+			var flags []string
+			if !inbox {
+				flags = []string{"-DTB_NO_INBOX"}
+			}
+			wasm, msg, err := cc(t, flags, "../../sdk/c/examples/tenant-filter.c", "../../sdk/c/tinybroker.c")
+			if err != nil {
+				t.Fatalf("clang: %v\n%s", err, msg)
+			}
+			if exportsInbox(wasm) != inbox {
+				t.Fatalf("exports tb_v1_inbox: %v, want %v", exportsInbox(wasm), inbox)
+			}
+			checkTenants(t, wasm, map[string]string{"allow": "acme, globex"}, []tenantCase{
+				{map[string]string{"tenant": "acme"}, ""},
+				{map[string]string{"tenant": "globex"}, ""},
+				{map[string]string{"tenant": "evil"}, "tenant not allowed: evil"},
+				{map[string]string{"tenant": "acme, globex"}, "tenant not allowed: acme, globex"},
+				{map[string]string{"tenant": ""}, "tenant not allowed: "},
+				{nil, "tenant not allowed: "},
+			})
+		})
 	}
-	checkTenants(t, wasm, map[string]string{"allow": "acme, globex"}, []tenantCase{
-		{map[string]string{"tenant": "acme"}, ""},
-		{map[string]string{"tenant": "globex"}, ""},
-		{map[string]string{"tenant": "evil"}, "tenant not allowed: evil"},
-		{map[string]string{"tenant": "acme, globex"}, "tenant not allowed: acme, globex"},
-		{map[string]string{"tenant": ""}, "tenant not allowed: "},
-		{nil, "tenant not allowed: "},
-	})
 }
 
 // sdk/wat/tenant-filter.wat, the hand-written plugin docs/plugins/wat.md walks through.

