@@ -350,23 +350,34 @@ func (p *plugin) newInstance(ctx context.Context) (*instance, error) {
 // invoke runs hook k on inst, whose call state the caller has set up, and returns the raw
 // verdict. A failed call discards inst. A call that tried to grow the memory past the
 // plugin's limit failed, even if the plugin went on (memory.grow returned -1 to it).
+//
+// Every plugin call goes through here, so the common path (no time limit, the call not
+// sampled, the message fitting the inbox if there is one) is written out in this one
+// function: each layer of calls it went through cost the broker some 20–30 instructions a
+// plugin call (BENCHMARKS.md, "Plugin calls, fifth pass").
 func (p *plugin) invoke(inst *instance, k abi.Hook) (uint64, error) {
 	inst.uncounted[k]++ // added to the plugin's counters later (plugin.flush)
 	inst.sampled++
-	if inst.sampled%latencySample == 1 {
+	if inst.sampled%latencySample == 1 || p.spec.CallTimeout > 0 {
 		return p.invokeSampled(inst, k)
 	}
-	if p.filled {
-		return p.invokeFilled(inst, k)
+	var err error
+	if p.hasInbox && !inst.writeInbox() {
+		err = inst.fillInbox(&inst.ctx)
 	}
-	inst.stack[0] = 0
-	return p.called(inst, inst.fns[k].CallWithStack(&inst.ctx, inst.stack))
+	if err == nil {
+		inst.stack[0] = 0
+		err = inst.fns[k].CallWithStack(&inst.ctx, inst.stack)
+	}
+	return p.called(inst, err)
 }
 
-// invokeSampled is invoke for a call whose latency is measured (one in latencySample): its
-// deferred observation is kept off the common path.
+// invokeSampled is invoke for a call whose latency is measured (one in latencySample) or that
+// has a time limit: its deferred observation is kept off the common path.
 func (p *plugin) invokeSampled(inst *instance, k abi.Hook) (uint64, error) {
-	defer p.metrics.observe(k, time.Now())
+	if inst.sampled%latencySample == 1 {
+		defer p.metrics.observe(k, time.Now())
+	}
 	if p.filled {
 		return p.invokeFilled(inst, k)
 	}
@@ -405,14 +416,20 @@ func (p *plugin) callHook(ctx *callCtx, inst *instance, k abi.Hook) error {
 
 // called completes invoke: err is what CallWithStack returned.
 func (p *plugin) called(inst *instance, err error) (uint64, error) {
+	if err != nil || inst.gmem.refused != 0 {
+		return 0, p.callFailed(inst, err)
+	}
+	return inst.stack[0], nil
+}
+
+// callFailed discards inst, whose call failed with err or tried to grow its memory past the
+// limit, and returns why the call failed.
+func (p *plugin) callFailed(inst *instance, err error) error {
 	if inst.gmem.refused != 0 {
 		err = inst.memoryRefused()
 	}
-	if err != nil {
-		p.pool.discard(inst) // its calls counted first
-		return 0, err
-	}
-	return inst.stack[0], nil
+	p.pool.discard(inst) // its calls counted first
+	return err
 }
 
 // flush adds the calls inst counted, and the host calls they made, to the plugin's counters.

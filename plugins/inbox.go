@@ -65,39 +65,32 @@ func (p *plugin) checkInbox(exports map[string]api.FunctionDefinition) error {
 // (a second pass, to size a larger one, only if they did not fit), and sorted there; the
 // fixed fields are written through a slice whose length the compiler knows.
 func (inst *instance) fillInbox(ctx *callCtx) error {
-	if inst.box.size == 0 {
-		if err := inst.growInbox(ctx, 0); err != nil {
-			return err
-		}
-	}
-	for {
-		n, ok := inst.writeInbox()
-		if ok {
-			return nil
-		}
+	for !inst.writeInbox() {
+		n := recordNeeds(inst.st)
 		if n > math.MaxUint32 {
 			return inboxError{fmt.Sprintf("the message needs %d bytes, more than a 32-bit memory holds", n)}
+		}
+		if inst.box.size == 0 {
+			n = 0 // the first inbox: the usual size
 		}
 		if err := inst.growInbox(ctx, uint32(n)); err != nil {
 			return err
 		}
 	}
+	return nil
 }
 
-// writeInbox writes the call into the inbox if it fits, and otherwise returns the size it
-// needs.
-func (inst *instance) writeInbox() (int, bool) {
+// writeInbox writes the call into the inbox and reports whether it fitted (false also when
+// the guest has not been asked for an inbox yet).
+func (inst *instance) writeInbox() bool {
 	box := &inst.box
 	mem := inst.gmem.buf
 	end := uint64(box.ptr) + uint64(box.size)
-	if end > uint64(len(mem)) { // memory never shrinks: only a bug of ours could get here
-		return recordNeeds(inst.st), false
+	if box.size == 0 || end > uint64(len(mem)) { // memory never shrinks: only a bug of ours could get the second
+		return false
 	}
-	n, ok := inst.writeRecord(mem[box.ptr:end], inst.st)
-	if !ok {
-		return n, false
-	}
-	return 0, true
+	_, ok := inst.writeRecord(mem[box.ptr:end], inst.st)
+	return ok
 }
 
 // writeRecord writes the message and event of st into b, with offsets from b's start, and
@@ -204,7 +197,14 @@ func (inst *instance) growInbox(ctx *callCtx, n uint32) error {
 // kind, or that the host function would refuse (it returns no status to the guest, which
 // must check first what it can; docs/ABI.md) makes the answer malformed, and the call fails.
 // Nothing of such a call is applied: the caller resets the call state.
-func (inst *instance) takeWrites() error { return inst.takeWritesAt(uint64(inst.box.ptr)) }
+func (inst *instance) takeWrites() error {
+	// Most calls write nothing: one load tells, without a call.
+	if at := uint64(inst.box.ptr) + abi.InWritesCount; at+4 <= uint64(len(inst.gmem.buf)) &&
+		binary.LittleEndian.Uint32(inst.gmem.buf[at:]) == 0 {
+		return nil
+	}
+	return inst.takeWritesAt(uint64(inst.box.ptr))
+}
 
 // takeWritesAt is takeWrites for the write list of the record at head, into the call state
 // inst.st.
