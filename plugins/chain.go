@@ -115,8 +115,13 @@ func compilePatterns(patterns []string) []topicPattern {
 	return out
 }
 
-// matchesTopic reports whether the valid topic matches one of p's topics.
+// matchesTopic reports whether the valid topic matches one of p's topics: inlined for a
+// plugin on every topic (">", the default), which it answers with one load.
 func (p *plugin) matchesTopic(topic string) bool {
+	return p.anyTopic || p.matchesSome(topic)
+}
+
+func (p *plugin) matchesSome(topic string) bool {
 	for _, tp := range p.topics {
 		switch tp.kind {
 		case kindAny:
@@ -154,7 +159,7 @@ func (p *plugin) run(inst *instance, k abi.Hook, valid func(action, arg uint32) 
 	if err == nil {
 		if !valid(uint32(v), uint32(v>>32)) {
 			err = malformedError{v}
-		} else if p.hasInbox {
+		} else if p.hasInbox && inst.wroteSome() {
 			err = inst.takeWrites()
 		}
 		if err != nil {

@@ -107,6 +107,7 @@ type plugin struct {
 	hasBatch   bool           // it exports tb_v1_on_publish_batch, and its on_publish is on (batch.go)
 	filled     bool           // calls take invokeFilled's path: a time limit or an inbox
 	topics     []topicPattern // spec.Topics, compiled
+	anyTopic   bool           // one of them is ">"
 	configText string
 	pool       pool
 
@@ -139,6 +140,7 @@ func (h *Host) load(ctx context.Context, s Spec) (*plugin, error) {
 		WithCloseOnContextDone(s.CallTimeout > 0)
 	p := &plugin{spec: s, host: h, log: h.log.Named(s.Name), rt: wazero.NewRuntimeWithConfig(ctx, cfg),
 		topics: compilePatterns(s.Topics), configText: configText(s.Config)}
+	p.anyTopic = slices.ContainsFunc(p.topics, func(tp topicPattern) bool { return tp.kind == kindAny })
 	fail := func(err error) (*plugin, error) {
 		_ = p.rt.Close(ctx)
 		return nil, s.located(fmt.Errorf("plugin %q refused: %w", s.Name, err))

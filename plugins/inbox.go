@@ -197,13 +197,14 @@ func (inst *instance) growInbox(ctx *callCtx, n uint32) error {
 // kind, or that the host function would refuse (it returns no status to the guest, which
 // must check first what it can; docs/ABI.md) makes the answer malformed, and the call fails.
 // Nothing of such a call is applied: the caller resets the call state.
-func (inst *instance) takeWrites() error {
-	// Most calls write nothing: one load tells, without a call.
-	if at := uint64(inst.box.ptr) + abi.InWritesCount; at+4 <= uint64(len(inst.gmem.buf)) &&
-		binary.LittleEndian.Uint32(inst.gmem.buf[at:]) == 0 {
-		return nil
-	}
-	return inst.takeWritesAt(uint64(inst.box.ptr))
+func (inst *instance) takeWrites() error { return inst.takeWritesAt(uint64(inst.box.ptr)) }
+
+// wroteSome reports whether the call may have left a write list: false only if its count in
+// the inbox is 0, which is most calls, told with one load instead of a call of takeWrites.
+func (inst *instance) wroteSome() bool {
+	at := uint64(inst.box.ptr) + abi.InWritesCount
+	mem := inst.gmem.buf
+	return at+4 > uint64(len(mem)) || binary.LittleEndian.Uint32(mem[at:]) != 0
 }
 
 // takeWritesAt is takeWrites for the write list of the record at head, into the call state
