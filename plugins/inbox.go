@@ -112,7 +112,13 @@ func (inst *instance) writeRecord(b []byte, st *callState) (int, bool) {
 	le.PutUint32(h[abi.InMaxHeader:], uint32(inst.p.host.opts.MaxHeaderBytes))
 	le.PutUint32(h[abi.InFlags:], 0)
 	pos := uint32(fixed)
-	pos = putValue(h, abi.InTopic, b, pos, st.topic)
+	// The topic and the headers' names and values, most often short, are copied by
+	// copyShort, written out here rather than in a function of ours: the call would cost more.
+	le.PutUint64(h[abi.InTopic:], uint64(len(st.topic))<<32|uint64(pos))
+	if !copyShort(b, pos, st.topic) {
+		copy(b[pos:], st.topic)
+	}
+	pos += uint32(len(st.topic))
 	pos = putValue(h, abi.InPayload, b, pos, unsafe.String(unsafe.SliceData(st.payload), len(st.payload))) // only copied
 	if st.hook == abi.HookPublish {                                                                        // no event: the id absent, the rest empty (at offset 0)
 		le.PutUint64(h[abi.InID:], abi.AbsentLen<<32)
@@ -135,8 +141,16 @@ func (inst *instance) writeRecord(b []byte, st *callState) (int, bool) {
 			return recordNeeds(st), false
 		}
 		entry := b[e : e+abi.InEntry]
-		pos = putValue(entry, 0, b, pos, x.Key)
-		pos = putValue(entry, 8, b, pos, x.Value)
+		le.PutUint64(entry[0:], uint64(len(x.Key))<<32|uint64(pos))
+		if !copyShort(b, pos, x.Key) {
+			copy(b[pos:], x.Key)
+		}
+		pos += uint32(len(x.Key))
+		le.PutUint64(entry[8:], uint64(len(x.Value))<<32|uint64(pos))
+		if !copyShort(b, pos, x.Value) {
+			copy(b[pos:], x.Value)
+		}
+		pos += uint32(len(x.Value))
 		e += abi.InEntry
 	}
 	return int(pos), true

@@ -1,9 +1,11 @@
 package plugins
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"maps"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -213,4 +215,31 @@ func FuzzWriteList(f *testing.F) {
 // BenchmarkOnPublishWATPass (read one header of a 256-byte message, pass) with no host call.
 func BenchmarkOnPublishWATInbox(b *testing.B) {
 	benchmarkOnPublish(b, Spec{Name: "inboxpass", Wasm: fixture(b, "inboxpass")})
+}
+
+// copyShort copies what it says it copies, and nothing around it, at every length and offset
+// it takes; writeRecord falls back to copy for the rest.
+func TestCopyShort(t *testing.T) {
+	src := "abcdefghijklmnopqrstuvwxyz0123456789"
+	for n := 0; n <= 20; n++ {
+		for pos := uint32(0); pos < 8; pos++ {
+			b := bytes.Repeat([]byte{0xee}, 40)
+			s := src[3 : 3+n]
+			if copyShort(b, pos, s) {
+				if n < 4 || n > 16 {
+					t.Fatalf("len %d: copyShort copied; it takes 4 to 16 bytes", n)
+				}
+			} else {
+				if n >= 4 && n <= 16 && runtime.GOARCH == "amd64" {
+					t.Fatalf("len %d: copyShort did not copy", n)
+				}
+				copy(b[pos:], s)
+			}
+			want := bytes.Repeat([]byte{0xee}, 40)
+			copy(want[pos:], s)
+			if !bytes.Equal(b, want) {
+				t.Fatalf("len %d at %d: %q, want %q", n, pos, b, want)
+			}
+		}
+	}
 }
