@@ -3,8 +3,9 @@
 # bench/bin (w4-filter-<lang>.wasm; Go's is w4-filter.wasm), its module size, compile time
 # (cold, and cached on disk), instantiate time, CPU ns per message alone (one tb_on_publish
 # call) and in frames of 128 (tb_v1_on_publish_batch where the SDK has it), and host calls
-# per message; then the host call's cost. Each figure is the median of COUNT repetitions of
-# `go test -bench 'PluginFile|HostCall' ./plugins`, run once for every file together.
+# per message; then the host call's cost. Each figure is the median of COUNT alternating
+# repetitions: the test binary of ./plugins runs `-test.bench 'PluginFile|HostCall'` over every
+# file COUNT times in turn, so that a noisy moment of a shared machine spreads over all of them.
 #   ./table.sh            # builds the filters first (build.sh), COUNT=3
 #   COUNT=5 NOBUILD=1 ./table.sh
 # Run it on a quiet machine: the figures are CPU time. W4's ratios come from ../run.sh W4.
@@ -23,9 +24,13 @@ for f in "$bin"/w4-filter*.wasm; do [ -f "$f" ] && files+=("$f"); done
 [ ${#files[@]} -gt 0 ] || { echo "table.sh: no filter in $bin (run build.sh)" >&2; exit 1; }
 list=$(IFS=:; echo "${files[*]}")
 out=$(mktemp)
-trap 'rm -f "$out"' EXIT
+testbin=$(mktemp)
+trap 'rm -f "$out" "$testbin"' EXIT
 echo "== $(date -u '+%Y-%m-%d %H:%M UTC'), $(git -C "$root" rev-parse --short HEAD), load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
-(cd "$root" && TB_BENCH_WASM=$list go test -run '^$' -bench 'PluginFile|HostCall' -count "$count" ./plugins) | tee "$out" >&2
+(cd "$root" && go test -c -o "$testbin" ./plugins)
+for _ in $(seq "$count"); do
+  (cd "$root/plugins" && TB_BENCH_WASM=$list "$testbin" -test.run '^$' -test.bench 'PluginFile|HostCall')
+done | tee "$out" >&2
 awk '
 function med(key,   n, i, j, t, a) {
   n = cnt[key]; if (n == 0) return "";
