@@ -19,13 +19,14 @@
 //! ```
 //!
 //! Readers return owned values (`String` for topics, headers, ids and config values,
-//! `Vec<u8>` for payloads), read through a 1 KiB scratch buffer: a value that fits costs one
-//! host call, a longer one a second. With the feature `inbox`, the crate exports
+//! `Vec<u8>` for payloads). Without the feature `inbox` (`default-features = false`) they read
+//! through a 1 KiB scratch buffer: a value that fits costs one host call, a longer one a
+//! second. With it, the crate's default, the crate exports
 //! `tb_v1_inbox` (docs/ABI.md, "The inbox"): the broker writes each call's message and event
 //! into the plugin's memory before the call, and the readers take them from there, with no
 //! host call; the setters of the payload and headers, and the reason, are listed there for the
-//! broker to apply when the hook returns. That pays for a plugin that reads several fields of
-//! each message, not for one that reads a single header. With `inbox`, [`on_publish!`] also
+//! broker to apply when the hook returns. It is the cheaper way even for a filter that reads
+//! one header (BENCHMARKS.md). With `inbox`, [`on_publish!`] also
 //! exports `tb_v1_on_publish_batch` (docs/ABI.md, "Batches"): the broker may then give the
 //! messages of one publish frame in a single call, and the crate runs the plugin's on_publish
 //! function on each in turn, exactly as in a `tb_on_publish` call of its own (the readers read
