@@ -392,6 +392,9 @@ func (p *plugin) publishFailed(d *broker.Draft, err error) (bool, error) {
 // shared (with the publisher, with a message already delivered), so they are never changed in
 // place.
 func applyHeaders(h broker.Headers, changes []headerChange) broker.Headers {
+	if len(changes) == 1 && !changes[0].deleted { // the usual transform: one header set, one copy
+		return h.With(changes[0].key, changes[0].value)
+	}
 	out := make(broker.Headers, len(h), len(h)+len(changes))
 	copy(out, h)
 	return changeHeaders(out, changes)

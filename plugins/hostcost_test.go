@@ -3,7 +3,9 @@ package plugins
 import (
 	"maps"
 	"math/rand/v2"
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/tinybroker/tinybroker/broker"
@@ -119,10 +121,14 @@ func TestHeaderChanges(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for round := range 200 {
 		st := &callState{callInput: callInput{hook: abi.HookPublish}}
-		in := map[string]string{"a": "0", "b": "0"}
+		in := map[string]string{"0": "x", "a": "0", "b": "0"} // "0" is also a name the changes use
 		want := maps.Clone(in)
 		names := 1 + rng.IntN(3*maxLinear)
-		for range rng.IntN(60) {
+		changes := rng.IntN(60)
+		if round < 20 {
+			changes = 1 // applyHeaders' own path for one change
+		}
+		for range changes {
 			k := strconv.Itoa(rng.IntN(names))
 			if rng.IntN(3) == 0 {
 				st.changeHeader(headerChange{key: k, deleted: true})
@@ -140,11 +146,19 @@ func TestHeaderChanges(t *testing.T) {
 			}
 			seen[c.key] = true
 		}
-		got := applyHeaders(broker.MakeHeaders(in), st.changes)
+		shared := broker.MakeHeaders(in)
+		kept := slices.Clone(shared)
+		got := applyHeaders(shared, st.changes)
+		if !slices.Equal(shared, kept) {
+			t.Fatalf("round %d: the message's headers changed in place: %v, were %v", round, shared, kept)
+		}
 		if !maps.Equal(got.Map(), want) && (len(got) > 0 || len(want) > 0) {
 			t.Fatalf("round %d: headers %v, want %v", round, got, want)
 		}
-		if in["a"] != "0" || in["b"] != "0" || len(in) != 2 {
+		if !slices.IsSortedFunc(got, func(a, b broker.Header) int { return strings.Compare(a.Key, b.Key) }) {
+			t.Fatalf("round %d: headers %v are not sorted by name", round, got)
+		}
+		if in["0"] != "x" || in["a"] != "0" || in["b"] != "0" || len(in) != 3 {
 			t.Fatalf("round %d: the message's headers changed: %v", round, in)
 		}
 		st.reset()

@@ -238,19 +238,20 @@ func (inst *instance) takeWritesAt(head uint64) error {
 		return writesError{fmt.Sprintf("%d records at %d end at %d, outside the plugin's memory (%d bytes)", count, ptr, end, len(mem))}
 	}
 	st := inst.st
+	recs := mem[ptr:end]
 	for i := range uint64(count) {
-		r := mem[uint64(ptr)+i*abi.WriteSize:]
-		op := le.Uint32(r)
-		var pairs [2][]byte // the record's two (pointer, length) pairs
-		for k := range pairs {
-			p, n := le.Uint32(r[4+8*k:]), le.Uint32(r[8+8*k:])
-			v, ok := span(mem, p, n)
-			if !ok {
-				return writesError{fmt.Sprintf("record %d: pointer %d length %d is outside the plugin's memory (%d bytes)", i, p, n, len(mem))}
+		r := (*[abi.WriteSize]byte)(recs[i*abi.WriteSize:]) // one bounds check for the record's five fields
+		op := le.Uint32(r[0:])
+		a, aOK := span(mem, le.Uint32(r[4:]), le.Uint32(r[8:]))
+		b, bOK := span(mem, le.Uint32(r[12:]), le.Uint32(r[16:]))
+		if !aOK || !bOK {
+			k := 0
+			if aOK {
+				k = 1
 			}
-			pairs[k] = v
+			p, n := le.Uint32(r[4+8*k:]), le.Uint32(r[8+8*k:])
+			return writesError{fmt.Sprintf("record %d: pointer %d length %d is outside the plugin's memory (%d bytes)", i, p, n, len(mem))}
 		}
-		a, b := pairs[0], pairs[1]
 		var rc int32
 		switch op {
 		case abi.OpSetPayload:

@@ -148,6 +148,13 @@ func TestWriteList(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "malformed write list") {
 			t.Errorf("%s: %v; want the call failed for a malformed write list", name, err)
 		}
+		if want := map[string]string{ // the reason names the pair that is out of bounds
+			"pointer out":     "record 0: pointer 65535 length 2 is outside",
+			"length wraps":    "record 0: pointer 1 length 4294967295 is outside",
+			"second pair out": "record 0: pointer 4294967280 length 32 is outside",
+		}[name]; err != nil && !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v; want it to say %q", name, err, want)
+		}
 		if c.Stats()[0].Failures != before+1 || string(d.Payload) != string(payload) || !maps.Equal(d.Headers.Map(), map[string]string{"old": "1"}) {
 			t.Errorf("%s: stats %+v; or the message changed: topic %q, headers %v", name, c.Stats()[0], d.Topic, d.Headers)
 		}
