@@ -166,6 +166,11 @@ func (p *plugin) settleBatch(inst *instance, ds []broker.Draft, idx []int, out b
 			continue
 		}
 		p.succeeded()
+		if v == 0 && !st.dirty { // passed, nothing written: settle's answer, and reset's work, without the call
+			st.topic, st.payload, st.headers = "", nil, nil
+			out.stopped[i], out.errs[i] = false, nil
+			continue
+		}
 		out.stopped[i], out.errs[i] = p.settle(st, v, &ds[i], &out.vs[i], &out.owned[i])
 	}
 }

@@ -66,6 +66,18 @@ func TestBatchDecidesEachMessage(t *testing.T) {
 	if st.Calls != 8 || st.Batched != 8 || st.Failures != 1 || st.HostCalls != 2 { // the emit and the set_topic
 		t.Errorf("stats %+v, want 8 calls, all batched, 1 failure (b.5), 2 host calls", st)
 	}
+	// Once the call is settled, its instance holds nothing of the frame's messages.
+	p := c.publish[0]
+	inst, err := p.pool.get(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, st := range inst.batch.states {
+		if st.topic != "" || st.payload != nil || st.headers != nil || st.dirty || len(st.changes) > 0 || len(st.emits) > 0 {
+			t.Errorf("message %d's call state was kept after the frame: %+v", k, st)
+		}
+	}
+	p.pool.put(inst)
 	d := broker.Draft{Topic: "v.alone"}
 	if _, err := c.OnPublish(&d); err != nil || via(d) != "one" {
 		t.Errorf("a message alone: %v, via %q; want tb_on_publish", err, via(d))
