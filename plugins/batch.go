@@ -147,6 +147,7 @@ func (p *plugin) settleBatch(inst *instance, ds []broker.Draft, idx []int, out b
 	mem := inst.gmem.buf
 	box := uint64(inst.box.ptr)
 	le := binary.LittleEndian
+	var memo headerMemo
 	for k, i := range idx {
 		st := &inst.batch.states[k]
 		entry := mem[box+abi.BatchEntries+abi.BatchEntry*uint64(k):][:abi.BatchEntry]
@@ -171,7 +172,7 @@ func (p *plugin) settleBatch(inst *instance, ds []broker.Draft, idx []int, out b
 			out.stopped[i], out.errs[i] = false, nil
 			continue
 		}
-		out.stopped[i], out.errs[i] = p.settle(st, v, &ds[i], &out.vs[i], &out.owned[i])
+		out.stopped[i], out.errs[i] = p.settle(st, v, &ds[i], &out.vs[i], &out.owned[i], &memo)
 	}
 }
 

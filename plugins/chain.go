@@ -328,12 +328,12 @@ func (p *plugin) publish(inst **instance, d *broker.Draft, out *broker.PublishVe
 	if err != nil {
 		return p.publishFailed(d, err)
 	}
-	return p.settle(in.st, v, d, out, owned)
+	return p.settle(in.st, v, d, out, owned, nil)
 }
 
 // settle applies to d and out the outcome of p's on_publish call on d, verdict v, whose call
-// state is st, and resets st; it reports what publish does.
-func (p *plugin) settle(st *callState, v uint64, d *broker.Draft, out *broker.PublishVerdict, owned *bool) (bool, error) {
+// state is st, and resets st; it reports what publish does. A batch's calls share memo.
+func (p *plugin) settle(st *callState, v uint64, d *broker.Draft, out *broker.PublishVerdict, owned *bool, memo *headerMemo) (bool, error) {
 	if len(st.emits) > 0 {
 		out.Emit = append(out.Emit, st.emits...)
 	}
@@ -364,9 +364,12 @@ func (p *plugin) settle(st *callState, v uint64, d *broker.Draft, out *broker.Pu
 		d.Payload = st.newPayload
 	}
 	if len(st.changes) > 0 {
-		if *owned {
+		switch {
+		case *owned:
 			d.Headers = changeHeaders(d.Headers, st.changes)
-		} else {
+		case memo != nil: // the result may be shared with the batch's other messages: not owned
+			d.Headers = memo.apply(d.Headers, st.changes)
+		default:
 			d.Headers, *owned = applyHeaders(d.Headers, st.changes), true
 		}
 	}
@@ -398,6 +401,30 @@ func applyHeaders(h broker.Headers, changes []headerChange) broker.Headers {
 	out := make(broker.Headers, len(h), len(h)+len(changes))
 	copy(out, h)
 	return changeHeaders(out, changes)
+}
+
+// headerMemo is the last header change of a batch's calls, the headers it was applied to
+// and the result. A frame's messages mostly come with the same headers and get the same
+// change (a transform that tags every message), and then share one copy rather than each
+// allocating its own: headers are never changed in place once shared (broker.Headers), and
+// a later plugin that changes them copies them first. It lives as long as the batch's call.
+type headerMemo struct {
+	in, out broker.Headers
+	change  headerChange
+	set     bool
+}
+
+// apply returns applyHeaders(h, changes), the memo's result if h and changes are the same.
+func (m *headerMemo) apply(h broker.Headers, changes []headerChange) broker.Headers {
+	if len(changes) != 1 {
+		return applyHeaders(h, changes)
+	}
+	if m.set && changes[0] == m.change && h.Equal(m.in) {
+		return m.out
+	}
+	out := applyHeaders(h, changes)
+	m.in, m.out, m.change, m.set = h, out, changes[0], true
+	return out
 }
 
 // changeHeaders applies changes to h, which the caller owns, in place, and returns it.

@@ -167,3 +167,51 @@ func TestHeaderChanges(t *testing.T) {
 		}
 	}
 }
+
+// A batch's messages that come with the same headers and get the same change share one
+// copy of the result, which no later plugin changes in place: each message still ends with
+// its own headers, and the published ones are never touched.
+func TestBatchSharesHeaderChange(t *testing.T) {
+	p := &plugin{}
+	var memo headerMemo
+	a1 := broker.MakeHeaders(map[string]string{"a": "1"})
+	a1too := broker.MakeHeaders(map[string]string{"a": "1"})
+	a2 := broker.MakeHeaders(map[string]string{"a": "2"})
+	ds := []broker.Draft{{Topic: "t", Headers: a1}, {Topic: "t", Headers: a1too}, {Topic: "t", Headers: a2}, {Topic: "t", Headers: a1}}
+	owned := make([]bool, len(ds))
+	set := func(st *callState, k, v string) { st.hook = abi.HookPublish; st.changeHeader(headerChange{key: k, value: v}) }
+	for i := range ds {
+		st := &callState{}
+		v := "1"
+		if i == 3 {
+			v = "other" // the same headers as the first, another change
+		}
+		set(st, "x", v)
+		var out broker.PublishVerdict
+		if stop, err := p.settle(st, 0, &ds[i], &out, &owned[i], &memo); stop || err != nil {
+			t.Fatalf("message %d: %v %v", i, stop, err)
+		}
+	}
+	want := []map[string]string{{"a": "1", "x": "1"}, {"a": "1", "x": "1"}, {"a": "2", "x": "1"}, {"a": "1", "x": "other"}}
+	for i := range ds {
+		if !maps.Equal(ds[i].Headers.Map(), want[i]) || owned[i] {
+			t.Errorf("message %d: headers %v owned %v, want %v and not owned (maybe shared)", i, ds[i].Headers, owned[i], want[i])
+		}
+	}
+	if &ds[0].Headers[0] != &ds[1].Headers[0] {
+		t.Error("the first two messages' equal results are not shared")
+	}
+	// A later plugin (outside a batch) that changes a header of the first message.
+	st := &callState{}
+	set(st, "x", "2")
+	var out broker.PublishVerdict
+	p.settle(st, 0, &ds[0], &out, &owned[0], nil)
+	if ds[0].Headers.Map()["x"] != "2" || ds[1].Headers.Map()["x"] != "1" {
+		t.Errorf("after a later change of the first message: %v and %v; the second must keep x=1", ds[0].Headers, ds[1].Headers)
+	}
+	for _, h := range []broker.Headers{a1, a1too, a2} {
+		if len(h) != 1 || h[0].Key != "a" {
+			t.Errorf("published headers changed: %v", h)
+		}
+	}
+}
