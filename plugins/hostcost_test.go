@@ -179,7 +179,10 @@ func TestBatchSharesHeaderChange(t *testing.T) {
 	a2 := broker.MakeHeaders(map[string]string{"a": "2"})
 	ds := []broker.Draft{{Topic: "t", Headers: a1}, {Topic: "t", Headers: a1too}, {Topic: "t", Headers: a2}, {Topic: "t", Headers: a1}}
 	owned := make([]bool, len(ds))
-	set := func(st *callState, k, v string) { st.hook = abi.HookPublish; st.changeHeader(headerChange{key: k, value: v}) }
+	set := func(st *callState, k, v string) {
+		st.hook = abi.HookPublish
+		st.changeHeader(headerChange{key: k, value: v})
+	}
 	for i := range ds {
 		st := &callState{}
 		v := "1"
