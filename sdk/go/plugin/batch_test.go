@@ -272,3 +272,62 @@ func TestPublishBatchAllocs(t *testing.T) {
 		t.Errorf("a batch of %d messages allocates %v times", len(msgs), a)
 	}
 }
+
+// A batch whose write list does not move to a larger array (it has the capacity from an
+// earlier batch) leaves each record pointing at its own part of it, set when its message was
+// done; and a Message that a message left changes in is reset for the next.
+func TestPublishBatchWritesInPlace(t *testing.T) {
+	msgs := []testMsg{
+		{"a", "", [][2]string{{"tenant", "acme"}}},
+		{"b", "", nil},
+		{"c", "", [][2]string{{"tenant", "globex"}}},
+	}
+	b := newBatch(t, msgs)
+	h := func(m *Message) Verdict {
+		if v, ok := m.Header("x"); ok {
+			t.Errorf("%s: a change of the message before shows: x = %q", m.Topic(), v)
+		}
+		if m.Topic() != "b" {
+			m.SetHeader("x", m.Topic())
+		}
+		return Pass()
+	}
+	runPublishBatch(h) // writes gets its capacity
+	for i := range msgs {
+		le.PutUint64(record(b, i)[abi.InWritesPtr:], 0) // as the broker zeroes them
+	}
+	array := unsafe.SliceData(writes)
+	if rc := runPublishBatch(h); rc != 0 {
+		t.Fatalf("the batch returned %d", rc)
+	}
+	if unsafe.SliceData(writes) != array {
+		t.Fatal("the write list moved: this test needs it not to")
+	}
+	for i, want := range [][]string{{"2 x=a"}, nil, {"2 x=c"}} {
+		if got := listOf(t, record(b, i)); !slices.Equal(got, want) {
+			t.Errorf("%s: write list %q, want %q", msgs[i].topic, got, want)
+		}
+	}
+}
+
+// sameBytes agrees with == for every length up to past two words, with a difference at
+// every position.
+func TestSameBytes(t *testing.T) {
+	for n := range 40 {
+		a := make([]byte, n)
+		for i := range a {
+			a[i] = byte('a' + i)
+		}
+		p := unsafe.Pointer(unsafe.SliceData(a))
+		if b := slices.Clone(a); !sameBytes(p, unsafe.Pointer(unsafe.SliceData(b)), uintptr(n)) {
+			t.Errorf("%d equal bytes: not the same", n)
+		}
+		for i := range n {
+			b := slices.Clone(a)
+			b[i] ^= 0x20
+			if sameBytes(p, unsafe.Pointer(unsafe.SliceData(b)), uintptr(n)) {
+				t.Errorf("%d bytes differing at %d: the same", n, i)
+			}
+		}
+	}
+}

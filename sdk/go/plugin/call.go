@@ -31,10 +31,7 @@ func begin(h abi.Hook) uint32 {
 func end() { call.hook = abi.HookNone }
 
 func init() {
-	bridge.Run[bridge.Publish] = func(fn any) int64 {
-		f, _ := fn.(func(*Message) Verdict)
-		return runPublish(f)
-	}
+	bridge.Run[bridge.Publish] = runPublish
 	bridge.Run[bridge.Ack] = func(fn any) int64 {
 		f, _ := fn.(func(*Message, Event))
 		return runAck(f)
@@ -50,20 +47,39 @@ func init() {
 // its own, so that a Message kept from one hook and used in another is caught.
 var messages [3]Message
 
-// message resets the Message of hook h for the call gen, keeping its storage. A map is
-// cleared only if it was used: clearing even an empty map costs a Go plugin a random reseed.
+// message makes the Message of hook h the one of the call gen. It is reset, keeping its
+// storage, only if the last call left something in it: a hook that only reads headers one by
+// one (Header) leaves nothing, and its next call costs one store.
 func message(h abi.Hook, gen uint32) *Message {
 	m := &messages[h-abi.HookPublish]
-	headers, changes, changed := m.headers, m.changes[:0], m.changed
-	if len(headers) > 0 {
-		clear(headers)
+	if m.have != 0 || len(m.changes) != 0 || len(m.headers) != 0 {
+		m.reset()
 	}
-	clear(m.changes)
-	if len(changed) > 0 {
-		clear(changed)
-	}
-	*m = Message{gen: gen, headers: headers, changes: changes, changed: changed}
+	m.gen = gen
 	return m
+}
+
+// reset empties m for its next call, keeping its storage. A map is cleared only if it was
+// used: clearing even an empty map costs a Go plugin a random reseed. A few changes are
+// zeroed in a loop, cheaper than clear's three function calls (as assigning a whole Message
+// would be: the loop sets each change's fields, and reset each field, because assigning zero
+// values in whole is compiled into clear).
+func (m *Message) reset() {
+	if len(m.headers) > 0 {
+		clear(m.headers)
+	}
+	if len(m.changes) <= maxLinear {
+		for i := range m.changes {
+			c := &m.changes[i]
+			c.key, c.value = "", ""
+		}
+	} else {
+		clear(m.changes)
+	}
+	if len(m.changed) > 0 {
+		clear(m.changed)
+	}
+	m.have, m.topic, m.payload, m.id, m.changes = 0, "", nil, "", m.changes[:0]
 }
 
 // The hooks' functions run between begin and end: each defers finish, which ends the call
@@ -73,6 +89,7 @@ func run(h abi.Hook, body func(gen uint32) int64) (v int64) {
 	returned := false
 	defer finish(&returned)
 	v = body(gen)
+	endWrites()
 	returned = true
 	return v
 }
@@ -88,11 +105,20 @@ func finish(returned *bool) {
 
 // runPublish is run written out for on_publish, the hook every message may pay for: each
 // function call costs a Go plugin some 20–30 ns (Go's WebAssembly code keeps its own stack in
-// linear memory and can unwind and resume any call), so the common path makes few.
-func runPublish(f func(*Message) Verdict) (v int64) {
+// linear memory and can unwind and resume any call), so the common path makes few. It is
+// bridge.Run[bridge.Publish] itself, fn the function given to onpublish.Handle (nil if none
+// was), with no wrapper between; its deferred function is a literal, called directly, where
+// defer finish(&returned) would call a wrapper that calls finish.
+func runPublish(fn any) (v int64) {
+	f, _ := fn.(func(*Message) Verdict)
 	gen := begin(abi.HookPublish)
 	returned := false
-	defer finish(&returned)
+	defer func() {
+		if !returned {
+			repanic(recover())
+		}
+		end()
+	}()
 	if f != nil {
 		vd := f(message(abi.HookPublish, gen))
 		if vd.reason != "" {
@@ -100,6 +126,7 @@ func runPublish(f func(*Message) Verdict) (v int64) {
 		}
 		v = int64(uint64(vd.action) | uint64(vd.arg)<<32)
 	}
+	endWrites()
 	returned = true
 	return v
 }
@@ -150,6 +177,7 @@ func runInit() (rc int32) {
 	returned := false
 	defer finish(&returned)
 	rc = initCall()
+	endWrites()
 	returned = true
 	return rc
 }
@@ -285,8 +313,8 @@ func intern(b []byte) string {
 	if len(b) > internMax {
 		return string(b)
 	}
-	for _, s := range interned {
-		if equal(s, b) {
+	for _, s := range interned { // the comparison written out: a function for it would not be inlined
+		if len(s) == len(b) && sameBytes(unsafe.Pointer(unsafe.StringData(s)), unsafe.Pointer(unsafe.SliceData(b)), uintptr(len(b))) {
 			return s
 		}
 	}
@@ -310,17 +338,3 @@ func readBytes(r reader) (p []byte, ok bool) {
 
 // bytesPtr returns the address of p's first byte, as the host functions take it.
 func bytesPtr(p []byte) unsafe.Pointer { return unsafe.Pointer(unsafe.SliceData(p)) }
-
-// equal reports whether s and b hold the same bytes, without a call to the runtime's memequal
-// for the short values intern sees.
-func equal(s string, b []byte) bool {
-	if len(s) != len(b) {
-		return false
-	}
-	for i := range len(b) {
-		if s[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}

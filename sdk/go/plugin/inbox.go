@@ -53,18 +53,14 @@ func inString(off int) (string, bool) {
 	return intern(b), ok
 }
 
-// inHeader returns the value of header key, not copied. Written out, with no call but the
-// comparison: a function call costs a Go plugin 20–30 ns.
+// inHeader returns the value of header key, not copied. Header has the common case, a key
+// that is not empty, written out; this is for the rest.
 func inHeader(key string) ([]byte, bool) {
 	b := inbox
 	if len(b) < abi.InHeaders {
 		return nil, false
 	}
-	n := int(*(*uint32)(unsafe.Pointer(&b[abi.InHeaderCount])))
-	for i := range n {
-		at := abi.InHeaders + abi.InEntry*i
-		_ = b[at+abi.InEntry-1] // the entry is inside the inbox: read it whole
-		e := (*[4]uint32)(unsafe.Pointer(&b[at]))
+	for _, e := range inEntries(b) {
 		if int(e[1]) != len(key) || uint64(e[0])+uint64(e[1]) > uint64(len(b)) {
 			continue
 		}
@@ -78,10 +74,62 @@ func inHeader(key string) ([]byte, bool) {
 	return nil, false
 }
 
+// inEntries returns the header entries (name offset, name length, value offset, value
+// length) of rec, an inbox or a batch's record at least abi.InHeaders long: as many as its
+// count says, but no more than rec holds, so that ranging over them needs no bounds check.
+// The entries are 4-byte aligned: rec is 8-byte aligned (as the inbox, and a batch's records
+// are checked to be) and abi.InHeaders a multiple of 8. They are sliced from an array pointer
+// rather than made with unsafe.Slice, which would call the runtime to check n*16.
+func inEntries(rec []byte) [][4]uint32 {
+	n := uint64(*(*uint32)(unsafe.Pointer(&rec[abi.InHeaderCount])))
+	n = min(n, uint64(len(rec)-abi.InHeaders)/abi.InEntry)
+	return (*[maxInEntries][4]uint32)(unsafe.Pointer(&rec[abi.InHeaders]))[:n:n]
+}
+
+// maxInEntries bounds the entries of an inbox: more would not fit the 4 GiB of a wasm32 memory.
+const maxInEntries = 1 << 28
+
+// sameBytes reports whether the n bytes at p and at q are equal, with no function call
+// (comparing strings with == calls runtime.memequal, which calls memeqbody: two calls, which
+// cost a Go plugin more than the comparison) and few branches, each of which may cost a Go
+// plugin a jump through its function's br_table: 8 bytes at a time, then the rest in one or
+// two 4-byte words (the last of which may overlap bytes already compared); under 4 bytes,
+// byte by byte. Both must hold n bytes: every pointer it forms points inside them. Equality
+// does not depend on the byte order, and WebAssembly loads unaligned words (as do the native
+// targets the tests run on). Small enough to be inlined.
+func sameBytes(p, q unsafe.Pointer, n uintptr) bool {
+	i := uintptr(0)
+	for ; i+8 <= n; i += 8 {
+		if *(*uint64)(unsafe.Add(p, i)) != *(*uint64)(unsafe.Add(q, i)) {
+			return false
+		}
+	}
+	if n >= 4 {
+		return (i+4 >= n || *(*uint32)(unsafe.Add(p, i)) == *(*uint32)(unsafe.Add(q, i))) &&
+			*(*uint32)(unsafe.Add(p, n-4)) == *(*uint32)(unsafe.Add(q, n-4))
+	}
+	for j := range n {
+		if *(*byte)(unsafe.Add(p, j)) != *(*byte)(unsafe.Add(q, j)) {
+			return false
+		}
+	}
+	return true
+}
+
 // beginWrites empties the write list: each call starts one of its own.
 func beginWrites() {
 	if len(writes) > 0 {
-		clear(kept)
+		// What the last call kept is let go: by a loop for the few a call or two keep, cheaper
+		// than clear's three function calls (a loop of kept[i] = "" would be compiled into
+		// clear).
+		if len(kept) <= 16 {
+			for i := range kept {
+				k := &kept[i]
+				*k = ""
+			}
+		} else {
+			clear(kept)
+		}
 		writes, kept, from = writes[:0], kept[:0], 0
 	}
 }
@@ -89,18 +137,29 @@ func beginWrites() {
 func addrOf(s string) uint32 { return uint32(uintptr(unsafe.Pointer(unsafe.StringData(s)))) }
 
 // write lists a write whose values are a and b: the current message's list is writes[from:].
+// The inbox (or the batch's record) is pointed at the list once the hook has returned
+// (endWrites, and the batch loop), not at every write: writes may still move to a larger
+// array.
 func write(op uint32, a, b string) {
 	kept = append(kept, a, b)
 	writes = append(writes, [5]uint32{op, addrOf(a), uint32(len(a)), addrOf(b), uint32(len(b))})
-	setWrites(inbox, writes[from:])
 }
 
-// setWrites points the write list of rec, an inbox or a batch's record, at list.
+// endWrites points the inbox at the call's write list, if it has one, when the hook has
+// returned (not in a batch: the batch loop points each record at its own).
+func endWrites() {
+	if len(writes) > 0 {
+		setWrites(inbox, writes)
+	}
+}
+
+// setWrites points the write list of rec, an inbox or a batch's record, at list: its address
+// and its length, the two u32s at abi.InWritesPtr, in one little-endian store (WebAssembly is
+// little-endian, and so are the hosts the SDK's native tests run on, as inU32 assumes).
 func setWrites(rec []byte, list [][5]uint32) {
-	w := rec[abi.InWritesPtr : abi.InWritesPtr+8]
-	p, n := uint32(uintptr(unsafe.Pointer(unsafe.SliceData(list)))), uint32(len(list))
-	w[0], w[1], w[2], w[3] = byte(p), byte(p>>8), byte(p>>16), byte(p>>24)
-	w[4], w[5], w[6], w[7] = byte(n), byte(n>>8), byte(n>>16), byte(n>>24)
+	_ = rec[abi.InWritesPtr+7]
+	p := uint64(uint32(uintptr(unsafe.Pointer(unsafe.SliceData(list)))))
+	*(*uint64)(unsafe.Pointer(&rec[abi.InWritesPtr])) = p | uint64(len(list))<<32
 }
 
 // The writers check what the broker would (the write list carries no statuses) and return

@@ -110,6 +110,38 @@ func (m *Message) readOnce(bit uint8, v *string, r reader, off int) string {
 
 // Header returns the value of the header key, and whether the message has it.
 func (m *Message) Header(key string) (value string, ok bool) {
+	// The common case, a header of the inbox's message that the hook has not changed, is
+	// written out here: each function call costs a Go plugin more than the lookup. The
+	// entries are read in place, the name compared without a call (sameBytes), and a value
+	// read recently found among the interned ones, also without a call.
+	b := inbox
+	if m.gen != call.gen || call.hook == abi.HookNone || len(m.changes) != 0 || m.have&haveHeaders != 0 ||
+		len(b) < abi.InHeaders || key == "" {
+		return m.header(key)
+	}
+	base := unsafe.Pointer(unsafe.SliceData(b))
+	for _, e := range inEntries(b) {
+		if int(e[1]) != len(key) || uint64(e[0])+uint64(e[1]) > uint64(len(b)) ||
+			!sameBytes(unsafe.Add(base, e[0]), unsafe.Pointer(unsafe.StringData(key)), uintptr(len(key))) {
+			continue
+		}
+		if uint64(e[2])+uint64(e[3]) > uint64(len(b)) {
+			return "", false
+		}
+		v := b[e[2] : e[2]+e[3]]
+		for _, s := range interned { // intern's lookup, written out: a value read recently
+			if len(s) == len(v) && len(v) > 0 &&
+				sameBytes(unsafe.Pointer(unsafe.StringData(s)), unsafe.Pointer(unsafe.SliceData(v)), uintptr(len(v))) {
+				return s, true
+			}
+		}
+		return intern(v), true
+	}
+	return "", false
+}
+
+// header is Header for the cases it does not write out.
+func (m *Message) header(key string) (value string, ok bool) {
 	m.check()
 	if i := m.findChange(key); i >= 0 {
 		return m.changes[i].value, !m.changes[i].deleted
@@ -211,8 +243,19 @@ func (m *Message) SetPayload(p []byte) error {
 // max_header_bytes ErrTooLarge.
 func (m *Message) SetHeader(key, value string) error {
 	m.check()
-	if st := setHeader(key, value); st != abi.StatusOK {
+	var st int32
+	if inbox != nil {
+		st = inSetHeader(key, value)
+	} else {
+		st = hostMsgSetHeader(key, value)
+	}
+	if st != abi.StatusOK {
 		return &StatusError{Op: "SetHeader " + strconv.Quote(key), Status: st}
+	}
+	if len(m.changes) == 0 && cap(m.changes) > 0 { // the first change of the call, written out
+		m.changes = m.changes[:1]
+		m.changes[0] = headerChange{key: key, value: value}
+		return nil
 	}
 	m.change(headerChange{key: key, value: value})
 	return nil
@@ -229,19 +272,12 @@ func (m *Message) DelHeader(key string) error {
 	return nil
 }
 
-// setPayload, setHeader and delHeader write through the inbox's write list, or the host.
+// setPayload and delHeader write through the inbox's write list, or the host.
 func setPayload(p []byte) int32 {
 	if inbox != nil {
 		return inSetPayload(p)
 	}
 	return hostMsgSetPayload(bytesPtr(p), uint32(len(p)))
-}
-
-func setHeader(key, value string) int32 {
-	if inbox != nil {
-		return inSetHeader(key, value)
-	}
-	return hostMsgSetHeader(key, value)
 }
 
 func delHeader(key string) int32 {
