@@ -25,7 +25,8 @@
 //! The inbox and batches (docs/ABI.md, "The inbox", "Batches") are on by default, an option
 //! set in the plugin's root file (`pub const tinybroker_options = tb.Options{ .inbox = false };`
 //! turns them off). The SDK then exports tb_v1_inbox, and tb_v1_on_publish_batch with onPublish: readers read the
-//! message from the inbox, payload and header changes and reasons go to the write list, and a
+//! message from the inbox, payload and header changes and reasons go to the write list (with
+//! copies of their bytes, so the slices given need not outlive the writer's call), and a
 //! batch runs the plugin's on_publish function on each of its messages. A broker that never
 //! asks for the inbox gets host calls, as without the option.
 
@@ -378,8 +379,8 @@ fn addr(s: []const u8) u32 {
 
 /// Lists a write of the current message, pointing at bytes that stay unchanged until the
 /// broker has read them (keep). Out of memory traps: past the memory limit the call has failed
-/// anyway. Never inline: it needs a stack frame, which a hook it was inlined into would set
-/// up on every call, even one that writes nothing.
+/// anyway. Never inline: it is long (two copies and the list), and a hook that writes on some
+/// paths would carry it on all of them.
 noinline fn write(op: Op, a: []const u8, b: []const u8) void {
     const ka = keep(a);
     const kb = keep(b);
@@ -387,9 +388,9 @@ noinline fn write(op: Op, a: []const u8, b: []const u8) void {
     inbox.writes.appendAssumeCapacity(.{ .op = @intFromEnum(op), .a_ptr = addr(ka), .a_len = @intCast(a.len), .b_ptr = addr(kb), .b_len = @intCast(b.len) });
 }
 
-/// Makes room in inbox.writes for one more write. Apart from write and clearWrites, as the
-/// other rare paths: Zig passes an Allocator through memory, which would give them a stack
-/// frame, set up on every call.
+/// Makes room in inbox.writes for one more write. A function of its own, as freeWrites and
+/// moreRoom, the other rare paths: Zig passes an Allocator through memory, which would give
+/// write and clearWrites a stack frame, set up on every call.
 noinline fn growWrites() void {
     inbox.writes.ensureUnusedCapacity(backing, 1) catch |e| fail(e);
 }
@@ -622,7 +623,9 @@ pub const msg = struct {
         _ = try check(host.v1_msg_set_payload(p(b), b.len));
     }
 
-    /// Adds or replaces a header (on_publish, on_redeliver).
+    /// Adds or replaces a header (on_publish, on_redeliver). Like every writer, it takes the
+    /// bytes when called (a copy, or on host calls the broker's): the slices given may be
+    /// reused or freed at once.
     pub fn setHeader(name: []const u8, value: []const u8) Error!void {
         if (active()) {
             if (!inbox.rec.mayChangeHeaders()) return error.NotAllowed;
