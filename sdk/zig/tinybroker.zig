@@ -25,7 +25,8 @@
 //! The inbox and batches (docs/ABI.md, "The inbox", "Batches") are on by default, an option
 //! set in the plugin's root file (`pub const tinybroker_options = tb.Options{ .inbox = false };`
 //! turns them off). The SDK then exports tb_v1_inbox, and tb_v1_on_publish_batch with onPublish: readers read the
-//! message from the inbox, payload and header changes and reasons go to the write list, and a
+//! message from the inbox, payload and header changes and reasons go to the write list (with
+//! copies of their bytes, so the slices given need not outlive the writer's call), and a
 //! batch runs the plugin's on_publish function on each of its messages. A broker that never
 //! asks for the inbox gets host calls, as without the option.
 
@@ -117,6 +118,11 @@ fn sameLong(a: [*]const u8, b: [*]const u8, n: usize) bool {
 /// The T at s + at, unaligned.
 inline fn load(comptime T: type, s: [*]const u8, at: usize) T {
     return std.mem.readIntNative(T, s[at..][0..@sizeOf(T)]);
+}
+
+/// Stores v at d + at, unaligned.
+inline fn store(comptime T: type, d: [*]u8, at: usize, v: T) void {
+    std.mem.writeIntNative(T, d[at..][0..@sizeOf(T)], v);
 }
 
 // ---- memory ----
@@ -302,22 +308,22 @@ noinline fn headerSearch(b: []u8, n: usize, name: []const u8) usize {
     return 0;
 }
 
-/// The batch in an inbox, if it is laid out as the ABI says: each record 8-aligned, after the
-/// entries, inside the inbox, and a publish's. Returns how many messages it has.
-fn batchCount(whole: []u8) ?usize {
-    if (whole.len < Batch.entries) return null;
-    const all = Record{ .b = whole };
-    const n: usize = all.get(Batch.count);
-    if (n > (whole.len - Batch.entries) / Batch.entry) return null;
-    const table = Batch.entries + Batch.entry * n;
-    for (0..n) |i| {
-        const e = Batch.entries + Batch.entry * i;
-        const at: usize = all.get(e);
-        const len: usize = all.get(e + 4);
-        if (at % 8 != 0 or at < table or len < In.headers or at > whole.len or len > whole.len - at) return null;
-        if ((Record{ .b = whole[at..][0..len] }).hook() != hook_publish) return null;
-    }
-    return n;
+/// Whether a batch's table of n entries fits in an inbox of size bytes (which holds at least
+/// the count). The checks of a batch take and return scalars: Zig would build an optional
+/// (?usize, ?Record) in memory, giving tb_v1_on_publish_batch a stack frame and a store and
+/// loads for each message.
+inline fn tableFits(size: usize, n: usize) bool {
+    return n <= (size - Batch.entries) / Batch.entry;
+}
+
+/// Whether a record of a batch, len bytes at offset at of an inbox of size bytes whose table
+/// ends at table, lies after the table, inside the inbox, and holds the fixed fields: what
+/// keeps the SDK's reads and writes of a message inside the inbox, and off the table. The rest
+/// of the layout is taken as the ABI gives it (records 8-aligned, each a publish's): checks
+/// cost every message of a batch (each record is checked as the batch reaches it, with the
+/// loads that find it), and those would protect nothing.
+inline fn recordFits(size: usize, table: usize, at: usize, len: usize) bool {
+    return at >= table and len >= In.headers and @as(u64, at) + len <= size;
 }
 
 /// The inbox's state. Only with options.inbox; buf is null until the broker asks for one.
@@ -328,15 +334,21 @@ const inbox = struct {
     /// otherwise (giveInbox sets it, and publishBatch sets it back when it returns).
     var rec: Record = undefined;
     /// The write lists of the call in progress, one message's after another's (a batch's
-    /// message i lists its writes after message i-1's), and copies of the bytes they point to
-    /// (the plugin's may be on its stack, or in the arena that is reset after each message).
-    /// Both are emptied when the next call begins (the broker reads them after the call
-    /// returns), keeping up to arena_retain_bytes each for it.
+    /// message i lists its writes after message i-1's). Emptied when the next call begins
+    /// (the broker reads it after the call returns), keeping up to arena_retain_bytes for it.
     var writes: std.ArrayListUnmanaged(Write) = .{};
-    var bytes = std.heap.ArenaAllocator.init(backing);
     /// Where the current message's writes start in writes: 0 whenever writes is empty.
     var first: usize = 0;
+    /// Copies of the bytes the write lists point to (see keep): room is what is left of kept,
+    /// then, once kept is full, of the last chunk taken from more. Both are emptied with
+    /// writes (more keeping up to arena_retain_bytes).
+    var kept: [kept_bytes]u8 = undefined;
+    var room: []u8 = &kept;
+    var more = std.heap.ArenaAllocator.init(backing);
 };
+
+/// The size of the static buffer that a call's writes copy their bytes into first.
+const kept_bytes = 4096;
 
 /// Whether the readers and writers use the inbox: the option is set and the broker asked for
 /// one (an older broker never does).
@@ -365,17 +377,69 @@ fn addr(s: []const u8) u32 {
     return @intCast(@intFromPtr(p(s)));
 }
 
-/// Lists a write of the current message, with copies of its bytes kept until the next call.
-/// Out of memory traps: past the memory limit the call has failed anyway. Never inline: it
-/// needs a stack frame, which a hook it was inlined into would set up on every call, even
-/// one that writes nothing.
+/// Lists a write of the current message, pointing at bytes that stay unchanged until the
+/// broker has read them (keep). Out of memory traps: past the memory limit the call has failed
+/// anyway. Never inline: it is long (two copies and the list), and a hook that writes on some
+/// paths would carry it on all of them.
 noinline fn write(op: Op, a: []const u8, b: []const u8) void {
-    const copy = inbox.bytes.allocator().alloc(u8, a.len + b.len) catch |e| fail(e);
-    @memcpy(copy[0..a.len], a);
-    @memcpy(copy[a.len..], b);
-    const ca = copy[0..a.len];
-    const cb = copy[a.len..];
-    inbox.writes.append(backing, .{ .op = @intFromEnum(op), .a_ptr = addr(ca), .a_len = @intCast(a.len), .b_ptr = addr(cb), .b_len = @intCast(b.len) }) catch |e| fail(e);
+    const ka = keep(a);
+    const kb = keep(b);
+    if (inbox.writes.items.len == inbox.writes.capacity) growWrites();
+    inbox.writes.appendAssumeCapacity(.{ .op = @intFromEnum(op), .a_ptr = addr(ka), .a_len = @intCast(a.len), .b_ptr = addr(kb), .b_len = @intCast(b.len) });
+}
+
+/// Makes room in inbox.writes for one more write. A function of its own, as freeWrites and
+/// moreRoom, the other rare paths: Zig passes an Allocator through memory, which would give
+/// write and clearWrites a stack frame, set up on every call.
+noinline fn growWrites() void {
+    inbox.writes.ensureUnusedCapacity(backing, 1) catch |e| fail(e);
+}
+
+/// s, or a copy of it, that stays unchanged until the next call begins (the broker applies
+/// the write list when the call returns). The plugin's bytes may be on its stack, or in the
+/// arena, which a batch resets after each message: they are copied into inbox.room, a bump
+/// of a pointer and a few loads and stores for a header's name or value. Bytes of the inbox
+/// (a value the plugin read) are not copied past 16 bytes: nothing changes them during the
+/// call, and a payload may be long.
+inline fn keep(s: []const u8) []const u8 {
+    if (s.len > 16 and within(s, inbox.buf.?)) return s;
+    if (s.len > inbox.room.len) moreRoom(s.len);
+    const c = inbox.room[0..s.len];
+    inbox.room = inbox.room[s.len..];
+    copyBytes(c.ptr, s.ptr, s.len);
+    return c;
+}
+
+/// Whether s lies inside b.
+inline fn within(s: []const u8, b: []const u8) bool {
+    const at = @intFromPtr(s.ptr);
+    const start = @intFromPtr(b.ptr);
+    return at >= start and at - start <= b.len and s.len <= b.len - (at - start);
+}
+
+/// keep's room when inbox.room has less than n bytes left: a new chunk (of kept_bytes, or n
+/// if more) from the arena inbox.more. The bytes already kept stay where they are.
+noinline fn moreRoom(n: usize) void {
+    inbox.room = inbox.more.allocator().alloc(u8, @max(n, kept_bytes)) catch |e| fail(e);
+}
+
+/// Copies n bytes from s to d (which do not overlap), as @memcpy. Inline, and without a loop
+/// up to 16 bytes, as sameBytes: a header's name or value is a load or two and a store or two.
+inline fn copyBytes(d: [*]u8, s: [*]const u8, n: usize) void {
+    if (n > 16) return @memcpy(d[0..n], s[0..n]);
+    if (n >= 8) return copyEnds(u64, d, s, n);
+    if (n >= 4) return copyEnds(u32, d, s, n);
+    if (n >= 2) return copyEnds(u16, d, s, n);
+    if (n == 1) d[0] = s[0];
+}
+
+/// Copies the first and the last @sizeOf(T) of n bytes, which overlap if n is less than twice
+/// that: all of them, for n from @sizeOf(T) to twice that.
+inline fn copyEnds(comptime T: type, d: [*]u8, s: [*]const u8, n: usize) void {
+    const head = load(T, s, 0);
+    const tail = load(T, s, n - @sizeOf(T));
+    store(T, d, 0, head);
+    store(T, d, n - @sizeOf(T), tail);
 }
 
 /// Every hook's first step: empties the write list the last call left, if it left one (a
@@ -385,13 +449,16 @@ inline fn begin() void {
 }
 
 fn clearWrites() void {
-    reset(&inbox.bytes);
-    if (inbox.writes.capacity * @sizeOf(Write) > arena_retain_bytes) {
-        inbox.writes.clearAndFree(backing);
-    } else {
-        inbox.writes.clearRetainingCapacity();
-    }
+    inbox.room = &inbox.kept;
+    reset(&inbox.more);
+    if (inbox.writes.capacity * @sizeOf(Write) > arena_retain_bytes) freeWrites();
+    inbox.writes.clearRetainingCapacity();
     inbox.first = 0;
+}
+
+/// Gives back the write list's memory past arena_retain_bytes (see growWrites).
+noinline fn freeWrites() void {
+    inbox.writes.clearAndFree(backing);
 }
 
 /// Ends the current message: if it listed writes, its record's writes_ptr holds the index of
@@ -427,17 +494,26 @@ fn endWrites() void {
 /// verdict) on each message of the batch in the inbox, as tb_on_publish would run it on that
 /// message alone: the readers read its record, host calls act on it (current), its writes are
 /// its record's write list, and its verdict goes into its entry. Every write list, and the
-/// bytes they point to, stay until the next call. Returns 0, or 1 (the broker then calls
-/// tb_on_publish on each message) for a batch this SDK cannot read, before any message runs.
+/// bytes they point to, stay until the next call. Returns 0, or 1 at the first message whose
+/// record this SDK cannot read (or for a table that does not fit): the broker then disregards
+/// what the call did and calls tb_on_publish on each message.
 fn publishBatch(comptime one: fn () i64) i32 {
     const whole = inbox.buf orelse return 1;
-    const n = batchCount(whole) orelse return 1;
     const all = Record{ .b = whole };
+    if (whole.len < Batch.entries) return 1;
+    const n: usize = all.get(Batch.count);
+    if (!tableFits(whole.len, n)) return 1;
+    const table = Batch.entries + Batch.entry * n;
+    defer inbox.rec = all;
     begin();
     for (0..n) |i| {
         const e = Batch.entries + Batch.entry * i;
-        inbox.rec = .{ .b = whole[all.get(e)..][0..all.get(e + 4)] };
+        const at: usize = all.get(e);
+        const len: usize = all.get(e + 4);
+        if (!recordFits(whole.len, table, at, len)) return 1;
+        // current first: the store through a pointer would make the hook load rec again.
         all.put(Batch.current, @intCast(i));
+        inbox.rec = .{ .b = whole[at..][0..len] };
         std.mem.writeIntLittle(u64, whole[e + Batch.verdict ..][0..8], @as(u64, @bitCast(one())));
         closeMessage();
     }
@@ -447,7 +523,6 @@ fn publishBatch(comptime one: fn () i64) i32 {
             give(.{ .b = whole[all.get(e)..][0..all.get(e + 4)] });
         }
     }
-    inbox.rec = all;
     return 0;
 }
 
@@ -548,7 +623,9 @@ pub const msg = struct {
         _ = try check(host.v1_msg_set_payload(p(b), b.len));
     }
 
-    /// Adds or replaces a header (on_publish, on_redeliver).
+    /// Adds or replaces a header (on_publish, on_redeliver). Like every writer, it takes the
+    /// bytes when called (a copy, or on host calls the broker's): the slices given may be
+    /// reused or freed at once.
     pub fn setHeader(name: []const u8, value: []const u8) Error!void {
         if (active()) {
             if (!inbox.rec.mayChangeHeaders()) return error.NotAllowed;
@@ -699,6 +776,8 @@ pub const Level = enum(i32) { trace = 0, debug = 1, info = 2, warn = 3, err = 4 
 
 /// Logs a line through the broker's logger, tagged with the plugin's name.
 pub fn logLine(level: Level, line: []const u8) void {
+    // Natively (this file's tests) there is no broker: stderr.
+    if (comptime !@import("builtin").target.isWasm()) return std.debug.print("{s}: {s}\n", .{ @tagName(level), line });
     host.v1_log(@intFromEnum(level), p(line), line.len);
 }
 
@@ -1043,33 +1122,69 @@ test "a header among many is found by a binary search" {
 }
 
 test "a batch is read only if laid out as the ABI says" {
-    var buf: [1024]u8 align(8) = undefined;
-    @memset(&buf, 0);
-    const all = Record{ .b = &buf };
-    all.put(Batch.count, 2);
-    const recs = [2]usize{ 48, 512 };
-    for (recs, 0..) |at, i| {
-        _ = testRecord(@alignCast(buf[at..][0..256]), hook_publish, "t", &.{});
-        all.put(Batch.entries + Batch.entry * i, @intCast(at));
-        all.put(Batch.entries + Batch.entry * i + 4, 256);
+    try std.testing.expect(tableFits(16, 0));
+    try std.testing.expect(tableFits(16 + 2 * 16, 2));
+    try std.testing.expect(!tableFits(16 + 2 * 16 - 1, 2));
+    try std.testing.expect(!tableFits(1024, 1 << 30));
+    // A batch of two entries (its table ends at 48) in 1024 bytes.
+    try std.testing.expect(recordFits(1024, 48, 48, 256));
+    try std.testing.expect(recordFits(1024, 48, 512, 512)); // up to the end
+    try std.testing.expect(!recordFits(1024, 48, 512, 513)); // past it
+    try std.testing.expect(!recordFits(1024, 48, 40, 256)); // over the table
+    try std.testing.expect(!recordFits(1024, 48, 48, In.headers - 1)); // too short for the fixed fields
+    try std.testing.expect(!recordFits(1024, 48, 2048, 0)); // outside the inbox
+    try std.testing.expect(!recordFits(1024, 48, 48, 0xFFFFFFFF)); // at + len would wrap
+}
+
+test "a write's bytes are kept until the next call, whatever the plugin does with its own" {
+    var box: [512]u8 align(8) = undefined;
+    for (&box, 0..) |*c, i| c.* = @truncate(i);
+    inbox.buf = &box;
+    defer inbox.buf = null;
+    defer clearWrites();
+    // Every length up to 40 (each way of copying it), from one buffer the plugin reuses.
+    var buf: [40]u8 = undefined;
+    var got: [41][]const u8 = undefined;
+    for (&got, 0..) |*g, n| {
+        @memset(&buf, @as(u8, @intCast(n)));
+        g.* = keep(buf[0..n]);
     }
-    try std.testing.expectEqual(@as(?usize, 2), batchCount(&buf));
-    all.put(Batch.entries + 4, 2000); // outside the inbox
-    try std.testing.expect(batchCount(&buf) == null);
-    all.put(Batch.entries + 4, 256);
-    all.put(Batch.entries, 52); // not 8-aligned, though a publish's record is there
-    Record.put(.{ .b = buf[52..] }, In.hook, hook_publish);
-    try std.testing.expect(batchCount(&buf) == null);
-    Record.put(.{ .b = buf[52..] }, In.hook, 0);
-    all.put(Batch.entries, 40); // over the entries
-    try std.testing.expect(batchCount(&buf) == null);
-    all.put(Batch.entries, 48);
-    Record.put(.{ .b = buf[512..] }, In.hook, 3); // an on_ack record
-    try std.testing.expect(batchCount(&buf) == null);
-    Record.put(.{ .b = buf[512..] }, In.hook, hook_publish);
-    all.put(Batch.count, 1 << 30); // more entries than fit
-    try std.testing.expect(batchCount(&buf) == null);
-    all.put(Batch.count, 0);
-    try std.testing.expectEqual(@as(?usize, 0), batchCount(&buf));
-    try std.testing.expect(batchCount(buf[0..8]) == null);
+    @memset(&buf, 0xff);
+    for (got, 0..) |g, n| {
+        try std.testing.expectEqual(n, g.len);
+        for (g) |c| try std.testing.expectEqual(@as(u8, @intCast(n)), c);
+    }
+    // Past the static buffer: a value longer than it, then small ones in a new chunk.
+    var long: [kept_bytes + 100]u8 = undefined;
+    @memset(&long, 'l');
+    const kept_long = keep(&long);
+    @memset(&buf, 's');
+    const kept_short = keep(buf[0..5]);
+    @memset(&long, 0);
+    @memset(&buf, 0);
+    try std.testing.expect(std.mem.allEqual(u8, kept_long, 'l') and kept_long.len == long.len);
+    try std.testing.expectEqualStrings("sssss", kept_short);
+    for (got, 0..) |g, n| {
+        for (g) |c| try std.testing.expectEqual(@as(u8, @intCast(n)), c);
+    }
+    // The inbox's bytes are not copied past 16 bytes (nothing changes them during the call).
+    try std.testing.expect(keep(box[100..200]).ptr == box[100..].ptr);
+    try std.testing.expect(keep(box[8..24]).ptr != box[8..].ptr);
+    try std.testing.expect(keep(box[480..]).ptr == box[480..].ptr);
+    try std.testing.expectEqualSlices(u8, box[8..24], keep(box[8..24]));
+    // The next call starts with the static buffer again.
+    clearWrites();
+    try std.testing.expectEqual(@intFromPtr(&inbox.kept), @intFromPtr(inbox.room.ptr));
+    try std.testing.expectEqual(@as(usize, kept_bytes), inbox.room.len);
+}
+
+test "within" {
+    const b = [_]u8{0} ** 64;
+    try std.testing.expect(within(b[0..], &b));
+    try std.testing.expect(within(b[10..20], &b));
+    try std.testing.expect(within(b[64..], &b));
+    const other = [_]u8{0} ** 8;
+    try std.testing.expect(!within(&other, &b));
+    try std.testing.expect(!within(b[0..], b[1..]));
+    try std.testing.expect(!within(b[0..], b[0..63]));
 }

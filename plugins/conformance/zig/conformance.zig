@@ -33,8 +33,13 @@ fn onPublish() !tb.Publish {
     }
     if (is(topic, "c.retopic")) try tb.msg.setTopic("c.retopic.done");
     if (is(topic, "c.headers")) {
-        try tb.msg.setHeader("added", "1");
-        try tb.msg.setHeader("changed", "new");
+        // Both values from one buffer, reused: the SDK keeps a copy of what it lists (in
+        // frames, the buffer is reused for every message too).
+        var value: [3]u8 = undefined;
+        value[0] = '1';
+        try tb.msg.setHeader("added", value[0..1]);
+        value = "new".*;
+        try tb.msg.setHeader("changed", &value);
         try tb.msg.delHeader("removed");
     }
     if (is(topic, "c.enum")) {
