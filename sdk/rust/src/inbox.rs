@@ -50,7 +50,8 @@ enum Op {
 /// A stretch of the inbox: the whole of it, or one message's record in a batch. Reads and
 /// writes through it are bounds-checked against `len` and inlined: a filter's path through
 /// this module is a few loads per message, with no function call (a call costs more than
-/// the load it makes in a WebAssembly runtime).
+/// the load it makes in a WebAssembly runtime). A check against a constant offset is one
+/// comparison, which the compiler drops when an earlier one covered it.
 #[derive(Clone, Copy)]
 struct Span {
     ptr: *mut u8,
@@ -64,7 +65,10 @@ impl Span {
     /// Whether the `n` bytes at `off` are inside the span.
     #[inline(always)]
     fn holds(self, off: usize, n: usize) -> bool {
-        off <= self.len && self.len - off >= n
+        match off.checked_add(n) {
+            Some(end) => end <= self.len,
+            None => false,
+        }
     }
 
     /// The little-endian u32 at `off`; a read past the span traps, as a slice index would.
@@ -73,9 +77,17 @@ impl Span {
         if !self.holds(off, 4) {
             past_the_end();
         }
-        // SAFETY: the four bytes are inside the span, hence inside INBOX's buffer, which lives
-        // until the broker asks for another inbox (between calls).
-        u32::from_le_bytes(unsafe { std::ptr::read_unaligned(self.ptr.add(off) as *const [u8; 4]) })
+        // SAFETY: inside the span (checked above).
+        unsafe { self.u32_within(off) }
+    }
+
+    /// The little-endian u32 at `off`, which the caller has checked is inside the span.
+    ///
+    /// SAFETY: `off + 4 <= self.len`. The span is inside INBOX's buffer, which lives until the
+    /// broker asks for another inbox (between calls).
+    #[inline(always)]
+    unsafe fn u32_within(self, off: usize) -> u32 {
+        u32::from_le_bytes(std::ptr::read_unaligned(self.ptr.add(off) as *const [u8; 4]))
     }
 
     /// The `len` bytes at `off`, or None if they are not all inside the span.
@@ -84,14 +96,14 @@ impl Span {
         if !self.holds(off, len) {
             return None;
         }
-        // SAFETY: as in `u32`. Nothing writes these bytes until the call returns: the plugin
-        // writes only the fields of `put32` and `put64` (docs/ABI.md), which no value overlaps.
+        // SAFETY: as in `u32_within`. Nothing writes these bytes until the call returns: the
+        // plugin writes only the fields of `put32` and `put64_within` (docs/ABI.md), which no
+        // value overlaps.
         Some(unsafe { std::slice::from_raw_parts(self.ptr.add(off), len) })
     }
 
     /// The record of `len` bytes at `off`.
-    #[cfg(feature = "inbox")]
-    #[inline(always)]
+    #[cfg(all(feature = "inbox", test))]
     fn sub(self, off: usize, len: usize) -> Span {
         if !self.holds(off, len) {
             past_the_end();
@@ -113,15 +125,14 @@ impl Span {
         unsafe { std::ptr::write_unaligned(self.ptr.add(off) as *mut [u8; 4], v.to_le_bytes()) }
     }
 
-    /// Writes the little-endian u64 `v` at `off` (a batch's verdicts).
+    /// Writes the little-endian u64 `v` at `off` (a batch's verdicts), which the caller has
+    /// checked is inside the span.
+    ///
+    /// SAFETY: `off + 8 <= self.len`; then as in `put32`.
     #[cfg(feature = "inbox")]
     #[inline(always)]
-    fn put64(self, off: usize, v: u64) {
-        if !self.holds(off, 8) {
-            past_the_end();
-        }
-        // SAFETY: as in `put32`.
-        unsafe { std::ptr::write_unaligned(self.ptr.add(off) as *mut [u8; 8], v.to_le_bytes()) }
+    unsafe fn put64_within(self, off: usize, v: u64) {
+        std::ptr::write_unaligned(self.ptr.add(off) as *mut [u8; 8], v.to_le_bytes())
     }
 }
 
@@ -136,22 +147,27 @@ fn past_the_end() -> ! {
 #[cfg(feature = "inbox")]
 static mut INBOX: Vec<u64> = Vec::new();
 /// INBOX's bytes, as a span (EMPTY until the broker asks for an inbox).
+#[cfg(feature = "inbox")]
 static mut BOX: Span = Span::EMPTY;
 /// The message the readers read: the whole inbox in a single call, and always between calls;
 /// message `i`'s record while a batch runs it.
 static mut REC: Span = Span::EMPTY;
+
+/// A record of a write list: op, a's address and length, b's address and length.
+type Write = [u32; 5];
 /// The write lists of the call in progress, one after the other (a batch's message `i`
 /// lists its writes after message `i - 1`'s), and the bytes their records point to, one
-/// after the other in ARENA. Until the call ends a record holds offsets into ARENA, so that
-/// growing either Vec moves nothing a record has been given; `end` and `batch` turn them
-/// into addresses and give each message's record its list. Both are kept until the next
-/// call begins, and their capacity across calls (up to KEEP bytes): a message that writes
-/// allocates nothing once an instance has served a few.
-static mut WRITES: Vec<[u32; 5]> = Vec::new();
+/// after the other in ARENA. A record holds the addresses it gives the broker from the
+/// start, and a message's record gets its list's address when the message ends (see
+/// `close_message`), so neither Vec may move what it has given: when one is full, a larger
+/// one takes its place (a list's with a copy of its records, so that indexes into it stay
+/// valid), and the full one is kept in FULL_LISTS or FULL_ARENAS until the next call
+/// begins. Both are kept across calls, with their capacity (up to KEEP bytes): a message
+/// that writes allocates nothing once an instance has served a few.
+static mut WRITES: Vec<Write> = Vec::new();
 static mut ARENA: Vec<u8> = Vec::new();
-/// Where the current message's writes start in WRITES: its length when the message began,
-/// and after any message without writes.
-static mut FIRST: usize = 0;
+static mut FULL_LISTS: Vec<Vec<Write>> = Vec::new();
+static mut FULL_ARENAS: Vec<Vec<u8>> = Vec::new();
 const KEEP: usize = 64 << 10;
 
 /// The broker asks for an inbox of `size` bytes, between calls (exported with the feature
@@ -178,9 +194,11 @@ fn rec() -> Span {
     unsafe { REC }
 }
 
+/// Whether the broker gave an inbox. Told by REC, which the readers load next (so that the
+/// compiler loads it once): it is BOX, or in a batch a record, which is not empty either.
 #[inline(always)]
 pub(crate) fn active() -> bool {
-    unsafe { BOX.len != 0 }
+    rec().len != 0
 }
 
 #[inline(always)]
@@ -220,19 +238,45 @@ pub(crate) fn header_at(i: usize) -> Option<(&'static [u8], &'static [u8])> {
     Some((field(e)?, field(e + 8)?))
 }
 
-/// Header `name`'s value. The lookup every filter makes, once per message: the record taken
-/// once, each entry's name compared by its length first, inlined.
-#[inline]
+/// Header `name`'s value.
+#[inline(always)]
 pub(crate) fn header(name: &[u8]) -> Option<&'static [u8]> {
+    let (r, e) = find(name)?;
+    // SAFETY: the entry is inside the record (`find`).
+    let (at, len) = unsafe { (r.u32_within(e + 8), r.u32_within(e + 12)) };
+    r.bytes(at as usize, len as usize)
+}
+
+/// Whether header `name` is set to `value`: its length compared first, before the value's
+/// bounds are checked.
+#[inline(always)]
+pub(crate) fn header_is(name: &[u8], value: &[u8]) -> bool {
+    let (r, e) = match find(name) {
+        Some(found) => found,
+        None => return false,
+    };
+    // SAFETY: the entry is inside the record (`find`).
+    let (at, len) = unsafe { (r.u32_within(e + 8) as usize, r.u32_within(e + 12) as usize) };
+    len == value.len() && r.bytes(at, len).map_or(false, |v| same(v, value))
+}
+
+/// The record, and the offset in it of header `name`'s entry, which is inside it. The
+/// lookup every filter makes, once per message, inlined: the record taken once, the table
+/// checked once against it (a count past the record traps), each entry's name compared by
+/// its length first.
+#[inline(always)]
+fn find(name: &[u8]) -> Option<(Span, usize)> {
     let r = rec();
+    let count = r.u32(HEADER_COUNT) as usize;
+    if count > r.len.saturating_sub(HEADERS) / ENTRY {
+        past_the_end();
+    }
     let mut e = HEADERS;
-    for _ in 0..r.u32(HEADER_COUNT) {
-        if r.u32(e + 4) as usize == name.len() {
-            if let Some(k) = r.bytes(r.u32(e) as usize, name.len()) {
-                if same(k, name) {
-                    return r.bytes(r.u32(e + 8) as usize, r.u32(e + 12) as usize);
-                }
-            }
+    for _ in 0..count {
+        // SAFETY: e + ENTRY <= HEADERS + count * ENTRY <= r.len (checked above).
+        let (at, len) = unsafe { (r.u32_within(e) as usize, r.u32_within(e + 4) as usize) };
+        if len == name.len() && r.bytes(at, len).map_or(false, |k| same(k, name)) {
+            return Some((r, e));
         }
         e += ENTRY;
     }
@@ -241,20 +285,33 @@ pub(crate) fn header(name: &[u8]) -> Option<&'static [u8]> {
 
 /// Whether `a` and `b` are the same bytes. `==` on slices calls memcmp, a function call per
 /// comparison in WebAssembly; this compares in 4-byte words, inline (the last word may overlap
-/// the one before), and bytes below 4.
+/// the one before), and bytes below 4. Up to 16 bytes, the usual length of a header's name or
+/// value, it is four words with no loop, which for a literal (the name a filter looks for)
+/// become constants, and the same word twice is loaded once.
 #[inline(always)]
 pub(crate) fn same(a: &[u8], b: &[u8]) -> bool {
     let n = a.len();
     if n != b.len() {
         return false;
     }
+    /// The 4 bytes at `i`, in one load (built from bytes, overlapping words would be loaded
+    /// byte by byte).
     #[inline(always)]
     fn word(s: &[u8], i: usize) -> u32 {
-        u32::from_le_bytes([s[i], s[i + 1], s[i + 2], s[i + 3]])
+        assert!(i + 4 <= s.len()); // always true of the callers' offsets: it folds away
+        // SAFETY: the 4 bytes are inside s (asserted above).
+        u32::from_le_bytes(unsafe { std::ptr::read_unaligned(s.as_ptr().add(i) as *const [u8; 4]) })
     }
     if n < 4 {
         // 0 to 3 bytes: the first, the middle and the last cover them all.
         return n == 0 || (a[0] == b[0] && a[n / 2] == b[n / 2] && a[n - 1] == b[n - 1]);
+    }
+    if n <= 16 {
+        let (j, k) = (4.min(n - 4), 8.min(n - 4));
+        return word(a, 0) == word(b, 0)
+            && word(a, j) == word(b, j)
+            && word(a, k) == word(b, k)
+            && word(a, n - 4) == word(b, n - 4);
     }
     let mut i = 0;
     while i + 4 < n {
@@ -271,9 +328,21 @@ pub(crate) fn same(a: &[u8], b: &[u8]) -> bool {
 #[inline(always)]
 pub(crate) fn begin() {
     // SAFETY: one thread, and no reference to WRITES or ARENA outlives this function.
-    let (writes, arena) = unsafe { (&mut *addr_of_mut!(WRITES), &mut *addr_of_mut!(ARENA)) };
+    let writes = unsafe { &mut *addr_of_mut!(WRITES) };
     if writes.is_empty() {
-        return; // nothing was written, nothing grew: FIRST is 0 already
+        return; // nothing was written, nothing filled up
+    }
+    restart(writes);
+}
+
+/// The rest of `begin`, after a call that wrote.
+#[inline(never)]
+fn restart(writes: &mut Vec<Write>) {
+    // SAFETY: as in `begin`.
+    let arena = unsafe { &mut *addr_of_mut!(ARENA) };
+    unsafe {
+        (*addr_of_mut!(FULL_LISTS)).clear();
+        (*addr_of_mut!(FULL_ARENAS)).clear();
     }
     if arena.capacity() > KEEP || writes.capacity() * 20 > KEEP {
         *arena = Vec::new();
@@ -281,94 +350,121 @@ pub(crate) fn begin() {
     }
     writes.clear();
     arena.clear();
-    unsafe { FIRST = 0 };
 }
 
 /// Lists a write of the current message, with copies of its bytes kept until the next call.
+#[inline(always)]
 fn write(op: Op, a: &[u8], b: &[u8]) {
-    let writes = unsafe { &mut *addr_of_mut!(WRITES) };
+    // SAFETY: one thread, and no reference to ARENA or WRITES outlives this function.
     let arena = unsafe { &mut *addr_of_mut!(ARENA) };
+    // No overflow: a and b are in memory, each at most isize::MAX bytes.
+    let n = a.len() + b.len();
+    if arena.capacity() - arena.len() < n {
+        new_arena(n);
+    }
     let at = arena.len();
-    append(arena, a);
-    append(arena, b);
-    // Offsets into ARENA until the call ends (see `seal`).
-    writes.push([op as u32, at as u32, a.len() as u32, (at + a.len()) as u32, b.len() as u32]);
+    // SAFETY: the arena has room for n more bytes after `at` (checked above), and `copy`
+    // writes every one of them before `set_len` makes them part of the Vec.
+    let a_at = unsafe {
+        let dst = arena.as_mut_ptr().add(at);
+        copy(dst, a);
+        copy(dst.add(a.len()), b);
+        arena.set_len(at + n);
+        dst as usize
+    };
+    push([op as u32, a_at as u32, a.len() as u32, (a_at + a.len()) as u32, b.len() as u32]);
 }
 
-/// Appends `s` to `arena`. Header names and values are short: up to 16 bytes they are copied
-/// inline, as four 4-byte words (the later ones may overlap) or, below 4 bytes, the first,
-/// middle and last byte, then the length set once; `extend_from_slice` calls memcpy through
-/// two functions in WebAssembly, and a loop would be turned into that call.
+/// Replaces ARENA, which lacks room for `n` more bytes, by a larger one, keeping the full one
+/// until the next call if a record points into it.
+#[cold]
+#[inline(never)]
+fn new_arena(n: usize) {
+    // SAFETY: one thread, and no reference to ARENA or FULL_ARENAS outlives this function.
+    let arena = unsafe { &mut *addr_of_mut!(ARENA) };
+    let full = std::mem::replace(arena, Vec::with_capacity(n.max(2 * arena.capacity()).max(256)));
+    if !full.is_empty() {
+        unsafe { (*addr_of_mut!(FULL_ARENAS)).push(full) };
+    }
+}
+
+/// Appends the record `w` to WRITES.
 #[inline(always)]
-fn append(arena: &mut Vec<u8>, s: &[u8]) {
+fn push(w: Write) {
+    // SAFETY: one thread, and no reference to WRITES outlives this function.
+    let writes = unsafe { &mut *addr_of_mut!(WRITES) };
+    if writes.len() == writes.capacity() {
+        new_list();
+    }
+    // SAFETY: there is room for one more (checked above); `set_len` counts it once written.
+    unsafe {
+        writes.as_mut_ptr().add(writes.len()).write(w);
+        writes.set_len(writes.len() + 1);
+    }
+}
+
+/// Replaces WRITES, which is full, by a larger copy of it, keeping the full one until the next
+/// call: messages that ended were given their lists in it.
+#[cold]
+#[inline(never)]
+fn new_list() {
+    // SAFETY: one thread, and no reference to WRITES or FULL_LISTS outlives this function.
+    let writes = unsafe { &mut *addr_of_mut!(WRITES) };
+    let mut list = Vec::with_capacity((2 * writes.capacity()).max(8));
+    list.extend_from_slice(writes);
+    let full = std::mem::replace(writes, list);
+    if !full.is_empty() {
+        unsafe { (*addr_of_mut!(FULL_LISTS)).push(full) };
+    }
+}
+
+/// Copies `s` to `dst`. Header names and values are short: up to 16 bytes they are copied
+/// inline, as four 4-byte words (the later ones may overlap) or, below 4 bytes, the first,
+/// middle and last byte; `copy_nonoverlapping` calls memcpy in WebAssembly, and a loop would
+/// be turned into that call.
+///
+/// SAFETY: `dst` is valid for `s.len()` bytes of writes, which do not overlap `s`.
+#[inline(always)]
+unsafe fn copy(dst: *mut u8, s: &[u8]) {
     let n = s.len();
     if n > 16 {
-        return arena.extend_from_slice(s);
+        return std::ptr::copy_nonoverlapping(s.as_ptr(), dst, n);
     }
-    arena.reserve(n);
-    let at = arena.len();
-    // SAFETY: `reserve` made room for n more bytes after `at`; every byte of dst[..n] is
-    // written below (the word offsets are at most n - 4, the byte offsets below n) before
-    // `set_len` makes them part of the Vec.
-    unsafe {
-        let dst = arena.as_mut_ptr().add(at);
-        if n >= 4 {
-            let word = |i: usize| std::ptr::write_unaligned(dst.add(i) as *mut [u8; 4], [s[i], s[i + 1], s[i + 2], s[i + 3]]);
-            word(0);
-            word(4.min(n - 4));
-            word(8.min(n - 4));
-            word(n - 4);
-        } else if n > 0 {
-            *dst = s[0];
-            *dst.add(n / 2) = s[n / 2];
-            *dst.add(n - 1) = s[n - 1];
-        }
-        arena.set_len(at + n);
+    // Every offset written is below n: the words' at most n - 4, the bytes' at most n - 1.
+    if n >= 4 {
+        let word = |i: usize| std::ptr::write_unaligned(dst.add(i) as *mut [u8; 4], [s[i], s[i + 1], s[i + 2], s[i + 3]]);
+        word(0);
+        word(4.min(n - 4));
+        word(8.min(n - 4));
+        word(n - 4);
+    } else if n > 0 {
+        *dst = s[0];
+        *dst.add(n / 2) = s[n / 2];
+        *dst.add(n - 1) = s[n - 1];
     }
 }
 
-/// How many writes the call has listed so far.
+/// How many writes the call has listed so far, in WRITES.
 #[cfg(feature = "inbox")]
 #[inline(always)]
 fn listed() -> usize {
     unsafe { (*addr_of_mut!(WRITES)).len() }
 }
 
-/// Ends the message whose record is `rec`: its write list is the writes listed since it
-/// began, given by their index in WRITES until `seal`.
+/// Ends the message whose record is `rec`, whose writes are WRITES from index `first` on:
+/// gives them to it as its write list (none: the broker zeroed the record's list before the
+/// call). Returns where the next message's writes start.
 #[cfg(feature = "inbox")]
 #[inline(always)]
-fn close_message(rec: Span) {
-    let (n, first) = (listed(), unsafe { FIRST });
-    if n == first {
-        return; // no write: the broker zeroed the record's list before the call
+fn close_message(rec: Span, first: usize) -> usize {
+    // SAFETY: one thread; no reference to WRITES outlives this function.
+    let writes = unsafe { &*addr_of_mut!(WRITES) };
+    let n = writes.len();
+    if n != first {
+        rec.put32(WRITES_PTR, writes.as_ptr() as u32 + first as u32 * 20);
+        rec.put32(WRITES_COUNT, (n - first) as u32);
     }
-    rec.put32(WRITES_PTR, first as u32);
-    rec.put32(WRITES_COUNT, (n - first) as u32);
-    unsafe { FIRST = n };
-}
-
-/// Turns the writes' offsets into addresses, now that neither Vec will grow in this call.
-#[cfg(feature = "inbox")]
-fn seal() {
-    let writes = unsafe { &mut *addr_of_mut!(WRITES) };
-    let base = unsafe { (*addr_of_mut!(ARENA)).as_ptr() } as u32;
-    for w in writes.iter_mut() {
-        w[1] = w[1].wrapping_add(base);
-        w[3] = w[3].wrapping_add(base);
-    }
-}
-
-/// Gives the record `rec` (closed by `close_message`) the address of its write list.
-#[cfg(feature = "inbox")]
-#[inline(always)]
-fn give(rec: Span) {
-    let (first, count) = (rec.u32(WRITES_PTR), rec.u32(WRITES_COUNT));
-    if count == 0 {
-        return; // its list is empty, and its pointer still the broker's 0
-    }
-    let list = unsafe { (*addr_of_mut!(WRITES)).as_ptr() } as u32;
-    rec.put32(WRITES_PTR, list + first * 20);
+    n
 }
 
 /// Ends a single call (every hook, after its function returned): gives the broker the write
@@ -382,13 +478,9 @@ pub(crate) fn end() {}
 #[cfg(feature = "inbox")]
 #[inline(always)]
 pub(crate) fn end() {
-    if listed() == 0 {
-        return; // nothing to give (and without an inbox nothing is ever listed)
+    if listed() != 0 {
+        close_message(rec(), 0); // without an inbox nothing is ever listed
     }
-    let r = rec();
-    close_message(r);
-    seal();
-    give(r);
 }
 
 // A batch (docs/ABI.md, "Batches"): a header (count, current), count entries (record offset,
@@ -404,60 +496,55 @@ const BATCH_ENTRY: usize = 16; // record offset, record length, then the u64 ver
 #[cfg(feature = "inbox")]
 const BATCH_VERDICT: usize = 8;
 
-/// The record of the batch entry at `e`.
-#[cfg(feature = "inbox")]
-#[inline(always)]
-fn record(b: Span, e: usize) -> Span {
-    b.sub(b.u32(e) as usize, b.u32(e + 4) as usize)
-}
-
 /// Runs `on_publish` on each message of the batch in the inbox, as tb_on_publish would run it
 /// on that message alone: the readers read its record, host calls act on it (`current`), and
 /// its writes are its record's write list. Every list, and the bytes they point to, stay put
 /// until the next call, since the broker reads them all when the batch returns. Returns 0
-/// with every entry's verdict written, or 1 (the broker then calls tb_on_publish on each
-/// message) for a batch this SDK cannot read.
+/// with every entry's verdict written, or 1, before any message has run, for a batch this
+/// SDK cannot read: the broker then calls tb_on_publish on each message.
 #[cfg(feature = "inbox")]
 #[inline(always)]
 pub(crate) fn batch<F: FnMut() -> i64>(mut on_publish: F) -> i32 {
     let b = unsafe { BOX };
-    if b.len < BATCH_ENTRIES {
+    if !b.holds(0, BATCH_ENTRIES) {
         return 1;
     }
     let n = b.u32(BATCH_COUNT) as usize;
-    let table = match n.checked_mul(BATCH_ENTRY).map(|t| t + BATCH_ENTRIES) {
+    let table = match n.checked_mul(BATCH_ENTRY).and_then(|t| t.checked_add(BATCH_ENTRIES)) {
         Some(end) if end <= b.len => end,
         _ => return 1,
     };
     let mut e = BATCH_ENTRIES;
     while e < table {
-        let (at, len) = (b.u32(e) as usize, b.u32(e + 4) as usize);
-        // A record is 8-aligned, after the table, inside the inbox, and a publish's.
-        if at % 8 != 0 || at < table || len < HEADERS || !b.holds(at, len) || b.u32(at + HOOK) != HOOK_PUBLISH {
+        // SAFETY: e + BATCH_ENTRY <= table <= b.len: the entry is inside the inbox.
+        let (at, len) = unsafe { (b.u32_within(e) as usize, b.u32_within(e + 4) as usize) };
+        // A record is 8-aligned (as the ABI has it; the reads would not need it), after the
+        // table (where the verdicts are written), inside the inbox, and holds the fixed
+        // fields. Its hook is the broker's to get right: the writers check it, as the host
+        // functions would.
+        if at % 8 != 0 || at < table || len < HEADERS || !b.holds(at, len) {
             return 1;
         }
         e += BATCH_ENTRY;
     }
     begin();
+    let mut first = 0;
     let mut e = BATCH_ENTRIES;
-    for i in 0..n as u32 {
-        let r = record(b, e);
+    for i in 0..n {
+        // SAFETY: the entry is inside the inbox, and its record too (both checked above).
+        let r = unsafe {
+            let (at, len) = (b.u32_within(e) as usize, b.u32_within(e + 4) as usize);
+            Span { ptr: b.ptr.add(at), len }
+        };
         unsafe { REC = r };
-        b.put32(BATCH_CURRENT, i);
+        b.put32(BATCH_CURRENT, i as u32);
         let v = on_publish();
-        b.put64(e + BATCH_VERDICT, v as u64);
-        close_message(r);
+        // SAFETY: inside the entry, as above.
+        unsafe { b.put64_within(e + BATCH_VERDICT, v as u64) };
+        first = close_message(r, first);
         e += BATCH_ENTRY;
     }
     unsafe { REC = b };
-    if listed() != 0 {
-        seal();
-        let mut e = BATCH_ENTRIES;
-        while e < table {
-            give(record(b, e));
-            e += BATCH_ENTRY;
-        }
-    }
     0
 }
 
@@ -512,15 +599,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn append_copies_every_length() {
+    fn copy_copies_every_length() {
         let text: Vec<u8> = (1..=40).collect();
         for n in 0..text.len() {
-            let mut arena = b"head".to_vec();
-            append(&mut arena, &text[..n]);
-            append(&mut arena, &text[..n / 3]);
-            assert_eq!(&arena[..4], b"head");
-            assert_eq!(&arena[4..4 + n], &text[..n], "{} bytes", n);
-            assert_eq!(&arena[4 + n..], &text[..n / 3], "{} bytes", n / 3);
+            // Guard bytes on both sides: nothing outside dst[..n] is written.
+            let mut buf = vec![0xEEu8; n + 8];
+            unsafe { copy(buf.as_mut_ptr().add(4), &text[..n]) };
+            assert_eq!(&buf[4..4 + n], &text[..n], "{} bytes", n);
+            assert!(buf[..4].iter().chain(&buf[4 + n..]).all(|&b| b == 0xEE), "{} bytes", n);
         }
     }
 
@@ -540,58 +626,204 @@ mod tests {
         }
     }
 
-    /// A batch of two publishes, the second with the header tenant=blocked: each message's
-    /// record is read, the verdicts written, and the write list given to the message that
-    /// wrote (the broker's side of this is the conformance suite's).
+    /// The tests below use the module's statics (the inbox, the write lists): one at a time.
     #[cfg(feature = "inbox")]
-    #[test]
-    fn batch_runs_each_record() {
-        let at = tb_v1_inbox(4096) as usize;
+    fn statics() -> std::sync::MutexGuard<'static, ()> {
+        static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        LOCK.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Writes a batch of publishes into a new inbox of `size` bytes, message `i` with the
+    /// headers `headers[i]`, and returns the records' offsets (each record 1 KiB).
+    #[cfg(feature = "inbox")]
+    fn batch_inbox(size: u32, headers: &[&[(&str, &str)]]) -> (Span, Vec<usize>) {
+        tb_v1_inbox(size);
         let b = unsafe { BOX };
-        assert!(active() && b.len == 4096 && (b.ptr as usize) as u32 as usize == at);
-        let records = [64usize, 64 + 512];
-        b.put32(BATCH_COUNT, 2);
-        for (i, (&rec, value)) in records.iter().zip(["acme", "blocked"]).enumerate() {
-            let (e, r) = (BATCH_ENTRIES + BATCH_ENTRY * i, b.sub(rec, 512));
+        let table = BATCH_ENTRIES + BATCH_ENTRY * headers.len();
+        let records: Vec<usize> = (0..headers.len()).map(|i| (table + 7) / 8 * 8 + 1024 * i).collect();
+        b.put32(BATCH_COUNT, headers.len() as u32);
+        for (i, (&rec, hs)) in records.iter().zip(headers).enumerate() {
+            let (e, r) = (BATCH_ENTRIES + BATCH_ENTRY * i, b.sub(rec, 1024));
             b.put32(e, rec as u32);
-            b.put32(e + 4, 512);
+            b.put32(e + 4, 1024);
             r.put32(HOOK, HOOK_PUBLISH);
             r.put32(MAX_MESSAGE, 1 << 20);
             r.put32(MAX_HEADER, 1 << 10);
             for f in [TOPIC, PAYLOAD, ID, SUB, GROUP, REASON] {
                 r.put32(f + 4, u32::MAX);
             }
-            r.put32(HEADER_COUNT, 1);
-            let (name, val) = (HEADERS + ENTRY, HEADERS + ENTRY + 8);
-            for (k, &byte) in b"tenant".iter().enumerate() {
-                unsafe { *r.ptr.add(name + k) = byte };
+            r.put32(HEADER_COUNT, hs.len() as u32);
+            let mut at = HEADERS + ENTRY * hs.len();
+            for (h, (k, v)) in hs.iter().enumerate() {
+                for (field, text) in [(0, k), (8, v)] {
+                    for (j, &byte) in text.as_bytes().iter().enumerate() {
+                        unsafe { *r.ptr.add(at + j) = byte };
+                    }
+                    r.put32(HEADERS + ENTRY * h + field, at as u32);
+                    r.put32(HEADERS + ENTRY * h + field + 4, text.len() as u32);
+                    at += text.len();
+                }
             }
-            for (k, &byte) in value.as_bytes().iter().enumerate() {
-                unsafe { *r.ptr.add(val + k) = byte };
-            }
-            r.put32(HEADERS, name as u32);
-            r.put32(HEADERS + 4, 6);
-            r.put32(HEADERS + 8, val as u32);
-            r.put32(HEADERS + 12, value.len() as u32);
         }
-        let status = batch(|| match header(b"tenant") {
-            Some(v) if same(v, b"blocked") => {
-                set_reason(b"blocked tenant");
-                1
+        (b, records)
+    }
+
+    /// The bytes at the address `at` (as a record gives it, 32 bits) of one of `bufs`, found
+    /// by their addresses' low 32 bits (the tests run on a 64-bit host).
+    #[cfg(feature = "inbox")]
+    fn resolve<T: Copy>(bufs: &[&Vec<T>], at: u32, n: usize) -> Vec<T> {
+        if n == 0 {
+            return Vec::new(); // anywhere will do: the broker reads nothing there
+        }
+        let size = std::mem::size_of::<T>() as u32;
+        for buf in bufs {
+            let start = buf.as_ptr() as u32;
+            let off = at.wrapping_sub(start);
+            if off % size == 0 && (off / size) as usize + n <= buf.len() {
+                return buf[(off / size) as usize..][..n].to_vec();
             }
-            Some(_) => 0,
-            None => 2,
+        }
+        panic!("{:#x}: no list or arena of this call holds {} items there", at, n)
+    }
+
+    /// Message `i`'s write list, as its record gives it: (op, a, b) each.
+    #[cfg(feature = "inbox")]
+    fn writes_of(rec: Span) -> Vec<(u32, Vec<u8>, Vec<u8>)> {
+        let (at, count) = (rec.u32(WRITES_PTR), rec.u32(WRITES_COUNT) as usize);
+        if count == 0 {
+            assert_eq!(at, 0);
+            return Vec::new();
+        }
+        let lists = unsafe {
+            let mut lists = vec![&*addr_of_mut!(WRITES)];
+            lists.extend((*addr_of_mut!(FULL_LISTS)).iter());
+            lists
+        };
+        let arenas = unsafe {
+            let mut arenas = vec![&*addr_of_mut!(ARENA)];
+            arenas.extend((*addr_of_mut!(FULL_ARENAS)).iter());
+            arenas
+        };
+        resolve(&lists, at, count)
+            .into_iter()
+            .map(|w| (w[0], resolve(&arenas, w[1], w[2] as usize), resolve(&arenas, w[3], w[4] as usize)))
+            .collect()
+    }
+
+    /// A batch of two publishes, the second with the header tenant=blocked: each message's
+    /// record is read, the verdicts written, and the write list given to the message that
+    /// wrote (the broker's side of this is the conformance suite's).
+    #[cfg(feature = "inbox")]
+    #[test]
+    fn batch_runs_each_record() {
+        let _lock = statics();
+        let (b, records) = batch_inbox(4096, &[&[("tenant", "acme")], &[("tenant", "blocked")]]);
+        assert!(active() && b.len == 4096);
+        let status = batch(|| {
+            if header_is(b"tenant", b"blocked") {
+                set_reason(b"blocked tenant");
+                return 1;
+            }
+            match header(b"tenant") {
+                Some(v) if same(v, b"acme") => 0,
+                _ => 2,
+            }
         });
         assert_eq!(status, 0);
         let verdict = |i: usize| b.u32(BATCH_ENTRIES + BATCH_ENTRY * i + BATCH_VERDICT);
         assert_eq!((verdict(0), verdict(1)), (0, 1));
         assert_eq!(b.u32(BATCH_CURRENT), 1);
-        let count = |i: usize| b.sub(records[i], 512).u32(WRITES_COUNT);
-        assert_eq!((count(0), count(1)), (0, 1));
-        assert_eq!(b.sub(records[0], 512).u32(WRITES_PTR), 0);
+        assert_eq!(writes_of(b.sub(records[0], 1024)), vec![]);
+        assert_eq!(writes_of(b.sub(records[1], 1024)), vec![(Op::SetReason as u32, b"blocked tenant".to_vec(), vec![])]);
         assert_eq!(rec().len, b.len); // the readers read the whole inbox again
         // The next call starts with empty lists.
         begin();
-        assert_eq!((listed(), unsafe { FIRST }), (0, 0));
+        assert_eq!(listed(), 0);
+    }
+
+    /// Enough writes, and bytes, for the list and the arena to fill up several times within
+    /// one batch, and in the middle of a message's writes: every message still has its own
+    /// writes, in one list, pointing at the bytes it wrote.
+    #[cfg(feature = "inbox")]
+    #[test]
+    fn write_lists_stay_put_as_they_grow() {
+        let _lock = statics();
+        begin();
+        unsafe {
+            *addr_of_mut!(WRITES) = Vec::new();
+            *addr_of_mut!(ARENA) = Vec::new();
+        }
+        let n = 40;
+        let (b, records) = batch_inbox(64 << 10, &vec![&[][..]; n]);
+        let value = |i: usize| "v".repeat(i * 7);
+        let mut i = 0;
+        let status = batch(|| {
+            // Message i writes i % 4 headers and, every third message, a reason.
+            for k in 0..i % 4 {
+                assert_eq!(set_header(format!("h{}", k).as_bytes(), value(i + k).as_bytes()), 0);
+            }
+            if i % 3 == 0 {
+                set_reason(value(i).as_bytes());
+            }
+            i += 1;
+            0
+        });
+        assert_eq!(status, 0);
+        assert!(unsafe { (*addr_of_mut!(FULL_LISTS)).len() > 1 && (*addr_of_mut!(FULL_ARENAS)).len() > 1 });
+        for (i, &rec) in records.iter().enumerate() {
+            let mut want: Vec<_> = (0..i % 4)
+                .map(|k| (Op::SetHeader as u32, format!("h{}", k).into_bytes(), value(i + k).into_bytes()))
+                .collect();
+            if i % 3 == 0 {
+                want.push((Op::SetReason as u32, value(i).into_bytes(), vec![]));
+            }
+            assert_eq!(writes_of(b.sub(rec, 1024)), want, "message {}", i);
+        }
+        begin();
+        assert!(unsafe { (*addr_of_mut!(FULL_LISTS)).is_empty() && (*addr_of_mut!(FULL_ARENAS)).is_empty() });
+        assert_eq!(listed(), 0);
+    }
+
+    /// A single call's writes are the inbox's list; its hook decides what may be written.
+    #[cfg(feature = "inbox")]
+    #[test]
+    fn single_call_lists_its_writes() {
+        let _lock = statics();
+        tb_v1_inbox(4096);
+        let r = rec();
+        r.put32(HOOK, HOOK_REDELIVER);
+        r.put32(MAX_MESSAGE, 8);
+        r.put32(MAX_HEADER, 8);
+        begin();
+        assert_eq!(set_payload(b"x"), -3); // not in on_redeliver
+        assert_eq!(set_header(b"", b"x"), -1);
+        assert_eq!(set_header(b"name", b"value"), -2); // 9 bytes, over max_header_bytes
+        assert_eq!(set_header(b"k", b"v"), 0);
+        assert_eq!(del_header(b"gone"), 0);
+        end();
+        let want = vec![(Op::SetHeader as u32, b"k".to_vec(), b"v".to_vec()), (Op::DelHeader as u32, b"gone".to_vec(), vec![])];
+        assert_eq!(writes_of(r), want);
+        begin();
+        end();
+        assert_eq!(listed(), 0);
+    }
+
+    /// A record outside the inbox, over the entries, too short or not 8-aligned declines
+    /// the batch before any message runs.
+    #[cfg(feature = "inbox")]
+    #[test]
+    fn batch_declines_bad_records() {
+        let _lock = statics();
+        for (entry, bad) in [(0, 4000u32), (4, 1u32 << 20), (0, 8), (4, 40), (0, 1028)] {
+            let (b, _) = batch_inbox(4096, &[&[], &[]]);
+            b.put32(BATCH_ENTRIES + BATCH_ENTRY + entry, bad); // message 1's offset or length
+            let mut ran = 0;
+            assert_eq!(batch(|| { ran += 1; 0 }), 1, "entry field {} = {}", entry, bad);
+            assert_eq!(ran, 0);
+            assert_eq!(rec().len, b.len);
+        }
+        let (b, _) = batch_inbox(4096, &[&[]]);
+        b.put32(BATCH_COUNT, 1000); // more entries than the inbox holds
+        assert_eq!(batch(|| 0), 1);
     }
 }

@@ -181,7 +181,7 @@ pub mod msg {
     /// [`SCRATCH_BYTES`].
     pub fn header_is(name: &str, value: &str) -> bool {
         if inbox::active() {
-            return inbox::header(name.as_bytes()).map_or(false, |v| inbox::same(v, value.as_bytes()));
+            return inbox::header_is(name.as_bytes(), value.as_bytes());
         }
         let (k, kl) = ptr(name.as_bytes());
         read_eq(|b, c| unsafe { sys::msg_header(k, kl, b, c) }, value.as_bytes())
