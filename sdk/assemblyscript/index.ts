@@ -255,16 +255,72 @@ function fieldStringOrEmpty(off: usize): string {
 }
 
 // Whether the value at off is exactly the UTF-8 bytes of s (false if absent).
-function fieldIs(off: usize, s: string): bool {
+// @ts-ignore: decorator
+@inline function fieldIs(off: usize, s: string): bool {
   const n = fieldLen(off);
-  if (n == ABSENT) return false;
-  encode(s, encodeVal, false);
-  return <usize>n == encLen && memory.compare(fieldPtr(off), encPtr, encLen) == 0;
+  return n != ABSENT && bytesAre(fieldPtr(off), <usize>n, changetype<usize>(s), <usize>s.length);
+}
+
+// Whether the n bytes at p are the UTF-8 bytes of the string at q, of units units. An ASCII
+// string, the usual name or value, is compared unit by unit, with no encoding and no call:
+// its UTF-8 bytes are its units, and any other string's UTF-8 is longer than its units (so
+// n == units means equal only if every unit is ASCII and matches). The string comes as a
+// pointer, not a reference: a function that takes none needs no frame on the runtime's shadow
+// stack, which costs more than this comparison.
+function bytesAre(p: usize, n: usize, q: usize, units: usize): bool {
+  if (n < units) return false;
+  if (n > units) return bytesAreEncoded(p, n, q);
+  for (let i: usize = 0; i < n; i++) {
+    const c = <u32>load<u16>(q + (i << 1));
+    if (c >= 0x80 || c != <u32>load<u8>(p + i)) return false;
+  }
+  return true;
+}
+
+// bytesAre for a string that is not ASCII: encoded, then compared.
+function bytesAreEncoded(p: usize, n: usize, q: usize): bool {
+  encode(changetype<string>(q), encodeVal, false);
+  return n == encLen && memory.compare(p, encPtr, n) == 0;
+}
+
+// The order of the n bytes at p against the ASCII string at q, of units units, as
+// memory.compare would give it against the string's UTF-8 bytes (which are its units).
+function compareAscii(p: usize, n: usize, q: usize, units: usize): i32 {
+  const m = min(n, units);
+  for (let i: usize = 0; i < m; i++) {
+    const a = <i32>load<u8>(p + i), b = <i32>load<u16>(q + (i << 1));
+    if (a != b) return a - b;
+  }
+  return n < units ? -1 : n > units ? 1 : 0;
 }
 
 // The header entry whose name is name, or 0: a binary search, the table being sorted by name.
-function findHeader(name: string): usize {
-  encode(name, encodeKey, true);
+// @ts-ignore: decorator
+@inline function findHeader(name: string): usize {
+  return findHeaderAt(changetype<usize>(name), <usize>name.length);
+}
+
+// findHeader for the string at q, of units units (a pointer: see bytesAre).
+function findHeaderAt(q: usize, units: usize): usize {
+  for (let i: usize = 0; i < units; i++) {
+    if (load<u16>(q + (i << 1)) >= 0x80) return findHeaderEncoded(q);
+  }
+  // ASCII, the usual name: compared with no encoding and no call.
+  let lo: u32 = 0, hi = u32At(IN_HEADER_COUNT);
+  while (lo < hi) {
+    const mid = lo + ((hi - lo) >> 1);
+    const e = IN_HEADERS + <usize>mid * IN_ENTRY;
+    const c = compareAscii(fieldPtr(e), <usize>fieldLen(e), q, units);
+    if (c == 0) return e;
+    if (c < 0) lo = mid + 1;
+    else hi = mid;
+  }
+  return 0;
+}
+
+// findHeader for a name that is not ASCII: encoded, then compared.
+function findHeaderEncoded(q: usize): usize {
+  encode(changetype<string>(q), encodeKey, true);
   const k = encPtr, kl = encLen;
   let lo: u32 = 0, hi = u32At(IN_HEADER_COUNT);
   while (lo < hi) {
@@ -344,7 +400,14 @@ function stashString(s: string): void {
     return;
   }
   const p = reserve(<usize>units * 3);
-  encLen = String.UTF8.encodeUnsafe(changetype<usize>(s), units, p);
+  const q = changetype<usize>(s);
+  let i: i32 = 0;
+  for (; i < units; i++) { // ASCII, the usual header name or value: copied with no call
+    const c = load<u16>(q + (<usize>i << 1));
+    if (c >= 0x80) break;
+    store<u8>(p + <usize>i, <u8>c);
+  }
+  encLen = i == units ? <usize>units : String.UTF8.encodeUnsafe(q, units, p);
   encPtr = p;
   top = p + encLen; // give back what the encoding did not use
 }
@@ -399,12 +462,11 @@ function inboxSetPayloadString(s: string): i32 {
 function inboxSetHeader(name: string, value: string): i32 {
   if (!mayChangeHeaders()) return Status.NOT_ALLOWED;
   if (name.length == 0) return Status.INVALID;
-  const size = <u64>String.UTF8.byteLength(name) + <u64>String.UTF8.byteLength(value);
-  if (size > <u64>u32At(IN_MAX_HEADER)) return Status.TOO_LARGE;
   writing();
-  stashString(name);
+  stashString(name); // then measured: a header refused leaves only arena space, reclaimed at the next call
   const k = encPtr, kl = encLen;
   stashString(value);
+  if (<u64>kl + <u64>encLen > <u64>u32At(IN_MAX_HEADER)) return Status.TOO_LARGE;
   listWrite(OP_SET_HEADER, k, kl, encPtr, encLen);
   return Status.OK;
 }
