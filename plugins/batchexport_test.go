@@ -228,3 +228,27 @@ func FuzzBatch(f *testing.F) {
 		}
 	})
 }
+
+// A message published alone that the plugin passes without writing is settled in place, and
+// leaves nothing of itself in the instance either.
+func TestPassAloneKeepsNothing(t *testing.T) {
+	h, err := NewHost(HostOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close(t.Context())
+	c := load(t, h, Spec{Name: "pass", Wasm: fixture(t, "pass"), PoolSize: 1})
+	d := broker.Draft{Topic: "a.b", Payload: []byte("body"), Headers: broker.MakeHeaders(map[string]string{"k": "v"})}
+	if v, err := c.OnPublish(&d); err != nil || v.Drop || d.Topic != "a.b" || string(d.Payload) != "body" || len(d.Headers) != 1 {
+		t.Fatalf("pass: %+v %v, message %+v", v, err, d)
+	}
+	p := c.publish[0]
+	inst, err := p.pool.get(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.pool.put(inst)
+	if st := inst.st; st.topic != "" || st.payload != nil || st.headers != nil || st.dirty {
+		t.Errorf("the call state was kept after the call: %+v", st)
+	}
+}
