@@ -94,6 +94,21 @@ func (st *callState) changeHeader(c headerChange) {
 	}
 }
 
+// clearPublishInput lets go of the message an on_publish call was given (plugin.publish and
+// fillBatch set only these fields).
+func (st *callState) clearPublishInput() { st.topic, st.payload, st.headers = "", nil, nil }
+
+// passedClean reports whether an on_publish call whose verdict is v passed with nothing
+// written, and if so clears its input, as settle and reset would: their answer without their
+// calls, on the path of every message a filter passes.
+func (st *callState) passedClean(v uint64) bool {
+	if v != 0 || st.dirty {
+		return false
+	}
+	st.clearPublishInput()
+	return true
+}
+
 // Storage a call state keeps between calls; more than this is dropped on reset, so that one
 // call that set thousands of headers does not make every later call clear them.
 const keepStorage = 32
@@ -104,7 +119,7 @@ func (st *callState) reset() {
 	// No reference to the message is kept past its call. An on_publish call was given only
 	// these (plugin.publish), the rest being zero since the last reset.
 	if st.hook == abi.HookPublish {
-		st.topic, st.payload, st.headers = "", nil, nil
+		st.clearPublishInput()
 	} else {
 		st.callInput = callInput{}
 	}

@@ -167,8 +167,7 @@ func (p *plugin) settleBatch(inst *instance, ds []broker.Draft, idx []int, out b
 			continue
 		}
 		p.succeeded()
-		if v == 0 && !st.dirty { // passed, nothing written: settle's answer, and reset's work, without the call
-			st.topic, st.payload, st.headers = "", nil, nil
+		if st.passedClean(v) {
 			out.stopped[i], out.errs[i] = false, nil
 			continue
 		}

@@ -328,8 +328,7 @@ func (p *plugin) publish(inst **instance, d *broker.Draft, out *broker.PublishVe
 	if err != nil {
 		return p.publishFailed(d, err)
 	}
-	if st := in.st; v == 0 && !st.dirty { // passed, nothing written: settle's answer, and reset's work, without the call
-		st.topic, st.payload, st.headers = "", nil, nil
+	if in.st.passedClean(v) {
 		return false, nil
 	}
 	return p.settle(in.st, v, d, out, owned, nil)
