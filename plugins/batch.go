@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"time"
+	"unsafe"
 
 	"github.com/tetratelabs/wazero/api"
 
@@ -236,7 +237,7 @@ func (inst *instance) writeBatch(m int) (n, need int) {
 	le := binary.LittleEndian
 	pos := align8(abi.BatchEntries + abi.BatchEntry*m)
 	for n < m && pos < len(b) {
-		l, ok := inst.writeRecord(b[pos:], &inst.batch.states[n])
+		l, ok := inst.writeRecord(unsafe.Pointer(&b[pos]), len(b)-pos, &inst.batch.states[n])
 		if !ok {
 			break
 		}

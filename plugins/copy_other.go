@@ -2,5 +2,7 @@
 
 package plugins
 
+import "unsafe"
+
 // copyShort copies nothing where unaligned loads and stores may fault: the caller copies.
-func copyShort(b []byte, pos uint32, s string) bool { return false }
+func copyShort(r unsafe.Pointer, pos uint32, s string) bool { return false }

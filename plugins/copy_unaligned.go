@@ -4,18 +4,18 @@ package plugins
 
 import "unsafe"
 
-// copyShort copies s to b[pos:], if s is 4 to 16 bytes long, and reports whether it did: two
-// loads and two stores of 8 or 4 bytes that may overlap, with no bounds check. For such a
-// value (a topic, a header's name or value, most often) a call to memmove, with the checks
-// around it and the registers its caller saves, costs several times the copy, and the inbox is
-// written before every plugin call. The caller has checked that b[pos:] has room for s. Only
-// where unaligned loads and stores are allowed (copy_other.go elsewhere).
-func copyShort(b []byte, pos uint32, s string) bool {
+// copyShort copies s to r+pos, if s is 4 to 16 bytes long, and reports whether it did: two
+// loads and two stores of 8 or 4 bytes that may overlap. For such a value (a topic, a
+// header's name or value, most often) a call to memmove, with the registers its caller saves,
+// costs several times the copy, and the inbox is written before every plugin call. The caller
+// has checked that r+pos has room for s. Only where unaligned loads and stores are allowed
+// (copy_other.go elsewhere).
+func copyShort(r unsafe.Pointer, pos uint32, s string) bool {
 	n := uintptr(len(s))
 	if n-4 > 12 {
 		return false
 	}
-	p := unsafe.Add(unsafe.Pointer(unsafe.SliceData(b)), pos)
+	p := unsafe.Add(r, pos)
 	src := unsafe.Pointer(unsafe.StringData(s))
 	if n >= 8 {
 		*(*uint64)(p) = *(*uint64)(src)

@@ -347,25 +347,8 @@ func (p *plugin) newInstance(ctx context.Context) (*instance, error) {
 	return inst, nil
 }
 
-// invoke runs hook k on inst, whose call state the caller has set up, and returns the raw
-// verdict. A failed call discards inst. A call that tried to grow the memory past the
-// plugin's limit failed, even if the plugin went on (memory.grow returned -1 to it).
-//
-// Every plugin call goes through here, so the common path (no time limit, the call not
-// sampled, the message fitting the inbox if there is one) is inlined into this one function:
-// each layer of calls it went through cost the broker some 20–30 instructions a plugin call
-// (BENCHMARKS.md, "Plugin calls, fifth pass").
-func (p *plugin) invoke(inst *instance, k abi.Hook) (uint64, error) {
-	inst.uncounted[k]++ // added to the plugin's counters later (plugin.flush)
-	inst.sampled++
-	if inst.sampled%latencySample == 1 || p.spec.CallTimeout > 0 {
-		return p.invokeSampled(inst, k)
-	}
-	return p.called(inst, p.callHook(&inst.ctx, inst, k))
-}
-
-// invokeSampled is invoke for a call whose latency is measured (one in latencySample) or that
-// has a time limit: its deferred observation is kept off the common path.
+// invokeSampled is run's call of the guest when its latency is measured (one call in
+// latencySample) or it has a time limit: its deferred observation is kept off the common path.
 func (p *plugin) invokeSampled(inst *instance, k abi.Hook) (uint64, error) {
 	if inst.sampled%latencySample == 1 {
 		defer p.metrics.observe(k, time.Now())
@@ -384,8 +367,8 @@ func (p *plugin) invokeTimed(inst *instance, k abi.Hook) (uint64, error) {
 	return p.called(inst, p.callHook(&callCtx{Context: tctx, inst: inst}, inst, k))
 }
 
-// callHook fills the inbox, if the plugin has one, and calls hook k. Small enough to be
-// inlined into invoke: the message that fits the inbox costs no call of ours but writeInbox.
+// callHook fills the inbox, if the plugin has one, and calls hook k (written out in run, for
+// the common path).
 func (p *plugin) callHook(ctx *callCtx, inst *instance, k abi.Hook) error {
 	if p.hasInbox && !inst.writeInbox() {
 		if err := inst.fillInbox(ctx); err != nil {
@@ -396,7 +379,8 @@ func (p *plugin) callHook(ctx *callCtx, inst *instance, k abi.Hook) error {
 	return inst.fns[k].CallWithStack(ctx, inst.stack)
 }
 
-// called completes invoke: err is what CallWithStack returned.
+// called completes a call of the guest: err is what CallWithStack returned. A failed call
+// discards inst.
 func (p *plugin) called(inst *instance, err error) (uint64, error) {
 	if err != nil || inst.gmem.refused != 0 {
 		return 0, p.callFailed(inst, err)

@@ -60,10 +60,8 @@ func (p *plugin) checkInbox(exports map[string]api.FunctionDefinition) error {
 // fillInbox writes the call's message and event into the inbox, first asking the guest for a
 // larger one if they do not fit. ctx is the call's.
 //
-// What it costs is what a plugin call saves by not calling the host, so it is written for
-// speed: the message's headers are copied in one pass over the map, straight into the inbox
-// (a second pass, to size a larger one, only if they did not fit), and sorted there; the
-// fixed fields are written through a slice whose length the compiler knows.
+// What it costs is what a plugin call saves by not calling the host, so writeRecord is
+// written for speed.
 func (inst *instance) fillInbox(ctx *callCtx) error {
 	for !inst.writeInbox() {
 		n := recordNeeds(inst.st)
@@ -83,77 +81,88 @@ func (inst *instance) fillInbox(ctx *callCtx) error {
 // writeInbox writes the call into the inbox and reports whether it fitted (false also when
 // the guest has not been asked for an inbox yet).
 func (inst *instance) writeInbox() bool {
-	box := &inst.box
-	mem := inst.gmem.buf
-	end := uint64(box.ptr) + uint64(box.size)
-	if box.size == 0 || end > uint64(len(mem)) { // memory never shrinks: only a bug of ours could get the second
+	r, size := inst.inbox()
+	if r == nil {
 		return false
 	}
-	_, ok := inst.writeRecord(mem[box.ptr:end], inst.st)
+	_, ok := inst.writeRecord(r, size, inst.st)
 	return ok
 }
 
-// writeRecord writes the message and event of st into b, with offsets from b's start, and
-// the broker's limits, if they fit, and returns the length written; otherwise the length they
-// need.
-func (inst *instance) writeRecord(b []byte, st *callState) (int, bool) {
-	fixed := abi.InHeaders + abi.InEntry*len(st.headers)
-	if fixed+len(st.topic)+len(st.payload)+len(st.sub)+len(st.group)+len(st.reason)+len(st.id) > len(b) {
-		return recordNeeds(st), false
+// inbox returns the address and size of the inbox in guest memory, or nil if the guest has not
+// been asked for one yet.
+func (inst *instance) inbox() (unsafe.Pointer, int) {
+	box := inst.box
+	mem := inst.gmem.buf
+	if box.size == 0 || uint64(box.ptr)+uint64(box.size) > uint64(len(mem)) { // memory never shrinks: only a bug of ours could get the second
+		return nil, 0
 	}
-	h := b[:abi.InHeaders]
-	le := binary.LittleEndian
-	le.PutUint64(h[abi.InWritesPtr:], 0)
-	le.PutUint32(h[abi.InHook:], uint32(st.hook))
-	le.PutUint32(h[abi.InAttempt:], st.attempt)
-	le.PutUint64(h[abi.InInFlight:], uint64(st.inFlight))
-	le.PutUint32(h[abi.InHeaderCount:], uint32(len(st.headers)))
-	le.PutUint32(h[abi.InMaxMessage:], uint32(inst.p.host.opts.MaxMessageBytes))
-	le.PutUint32(h[abi.InMaxHeader:], uint32(inst.p.host.opts.MaxHeaderBytes))
-	le.PutUint32(h[abi.InFlags:], 0)
-	pos := uint32(fixed)
-	// The topic and the headers' names and values, most often short, are copied by
-	// copyShort, written out here rather than in a function of ours: the call would cost more.
-	le.PutUint64(h[abi.InTopic:], uint64(len(st.topic))<<32|uint64(pos))
-	if !copyShort(b, pos, st.topic) {
-		copy(b[pos:], st.topic)
+	return unsafe.Add(unsafe.Pointer(unsafe.SliceData(mem)), box.ptr), int(box.size)
+}
+
+// writeRecord writes the message and event of st into the size bytes at r, with offsets from
+// r, and the broker's limits, if they fit, and returns the length written; otherwise the
+// length they need.
+//
+// It runs before every plugin call, and for each message of a batch, so it is written for
+// speed: once the size is checked, every store goes through a pointer, with no bounds check,
+// and the payload, the one long value, is copied last, so that nothing else is live across
+// the call to memmove. The order of the values is the host's to choose: docs/ABI.md gives
+// each one's offset.
+func (inst *instance) writeRecord(r unsafe.Pointer, size int, st *callState) (int, bool) {
+	n := recordNeeds(st)
+	if n > size {
+		return n, false
+	}
+	limits := &inst.p.host.opts
+	put64(r, abi.InWritesPtr, 0)
+	put32(r, abi.InHook, uint32(st.hook))
+	put32(r, abi.InMaxMessage, uint32(limits.MaxMessageBytes))
+	put32(r, abi.InMaxHeader, uint32(limits.MaxHeaderBytes))
+	put32(r, abi.InAttempt, st.attempt)
+	put64(r, abi.InInFlight, uint64(st.inFlight))
+	put32(r, abi.InHeaderCount, uint32(len(st.headers)))
+	put32(r, abi.InFlags, 0)
+	pos := uint32(abi.InHeaders + abi.InEntry*len(st.headers))
+	// The topic and the headers' names and values, most often short, are copied by copyShort,
+	// written out here rather than through putValue: the call would cost more than the copy.
+	put64(r, abi.InTopic, uint64(len(st.topic))<<32|uint64(pos))
+	if !copyShort(r, pos, st.topic) {
+		copyAt(r, pos, st.topic)
 	}
 	pos += uint32(len(st.topic))
-	pos = putValue(h, abi.InPayload, b, pos, unsafe.String(unsafe.SliceData(st.payload), len(st.payload))) // only copied
-	if st.hook == abi.HookPublish {                                                                        // no event: the id absent, the rest empty (at offset 0)
-		le.PutUint64(h[abi.InID:], abi.AbsentLen<<32)
-		le.PutUint64(h[abi.InSub:], 0)
-		le.PutUint64(h[abi.InGroup:], 0)
-		le.PutUint64(h[abi.InReason:], 0)
-	} else {
-		if st.hook == abi.HookInit {
-			le.PutUint64(h[abi.InID:], abi.AbsentLen<<32)
-		} else {
-			pos = putValue(h, abi.InID, b, pos, st.id)
-		}
-		pos = putValue(h, abi.InSub, b, pos, st.sub)
-		pos = putValue(h, abi.InGroup, b, pos, st.group)
-		pos = putValue(h, abi.InReason, b, pos, st.reason)
-	}
-	e := abi.InHeaders
+	e := uintptr(abi.InHeaders)
 	for _, x := range st.headers { // sorted by name, as the inbox wants them
-		if int(pos)+len(x.Key)+len(x.Value) > len(b) {
-			return recordNeeds(st), false
-		}
-		entry := b[e : e+abi.InEntry]
-		le.PutUint64(entry[0:], uint64(len(x.Key))<<32|uint64(pos))
-		if !copyShort(b, pos, x.Key) {
-			copy(b[pos:], x.Key)
+		put64(r, e, uint64(len(x.Key))<<32|uint64(pos))
+		if !copyShort(r, pos, x.Key) {
+			copyAt(r, pos, x.Key)
 		}
 		pos += uint32(len(x.Key))
-		le.PutUint64(entry[8:], uint64(len(x.Value))<<32|uint64(pos))
-		if !copyShort(b, pos, x.Value) {
-			copy(b[pos:], x.Value)
+		put64(r, e+8, uint64(len(x.Value))<<32|uint64(pos))
+		if !copyShort(r, pos, x.Value) {
+			copyAt(r, pos, x.Value)
 		}
 		pos += uint32(len(x.Value))
 		e += abi.InEntry
 	}
-	return int(pos), true
+	if st.hook == abi.HookPublish { // no event: the id absent, the rest empty (at offset 0)
+		put64(r, abi.InID, abi.AbsentLen<<32)
+		put64(r, abi.InSub, 0)
+		put64(r, abi.InGroup, 0)
+		put64(r, abi.InReason, 0)
+	} else {
+		if st.hook == abi.HookInit {
+			put64(r, abi.InID, abi.AbsentLen<<32)
+		} else {
+			pos = putValue(r, abi.InID, pos, st.id)
+		}
+		pos = putValue(r, abi.InSub, pos, st.sub)
+		pos = putValue(r, abi.InGroup, pos, st.group)
+		pos = putValue(r, abi.InReason, pos, st.reason)
+	}
+	put64(r, abi.InPayload, uint64(len(st.payload))<<32|uint64(pos))
+	copyAt(r, pos, unsafe.String(unsafe.SliceData(st.payload), len(st.payload))) // only copied
+	return n, true
 }
 
 // recordNeeds is the size the call's message and event take in the inbox.
@@ -165,15 +174,27 @@ func recordNeeds(st *callState) int {
 	return n
 }
 
-// putValue writes s at pos in b, its (offset, length) at h[at:], and returns the next pos;
+// put32 and put64 store v, little-endian, at r+off, which the caller has checked is inside
+// the record.
+func put32(r unsafe.Pointer, off uintptr, v uint32) {
+	binary.LittleEndian.PutUint32((*[4]byte)(unsafe.Add(r, off))[:], v)
+}
+
+func put64(r unsafe.Pointer, off uintptr, v uint64) {
+	binary.LittleEndian.PutUint64((*[8]byte)(unsafe.Add(r, off))[:], v)
+}
+
+// putValue copies s to r+pos, writes its (offset, length) at r+at, and returns the next pos;
 // the caller has checked that s fits.
-func putValue(h []byte, at int, b []byte, pos uint32, s string) uint32 {
-	binary.LittleEndian.PutUint32(h[at:], pos)
-	binary.LittleEndian.PutUint32(h[at+4:], uint32(len(s)))
-	if len(s) > 0 {
-		copy(b[pos:], s)
-	}
+func putValue(r unsafe.Pointer, at uintptr, pos uint32, s string) uint32 {
+	put64(r, at, uint64(len(s))<<32|uint64(pos))
+	copyAt(r, pos, s)
 	return pos + uint32(len(s))
+}
+
+// copyAt copies s to r+pos, which the caller has checked has room for it.
+func copyAt(r unsafe.Pointer, pos uint32, s string) {
+	copy(unsafe.Slice((*byte)(unsafe.Add(r, pos)), len(s)), s)
 }
 
 // growInbox asks the guest, through tb_v1_inbox, for an inbox of at least n bytes (a power of

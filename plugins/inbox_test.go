@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/tinybroker/tinybroker/broker"
 	"github.com/tinybroker/tinybroker/internal/abi"
@@ -225,14 +226,14 @@ func BenchmarkOnPublishWATInbox(b *testing.B) {
 }
 
 // copyShort copies what it says it copies, and nothing around it, at every length and offset
-// it takes; writeRecord falls back to copy for the rest.
+// it takes; putValue falls back to copy for the rest.
 func TestCopyShort(t *testing.T) {
 	src := "abcdefghijklmnopqrstuvwxyz0123456789"
 	for n := 0; n <= 20; n++ {
 		for pos := uint32(0); pos < 8; pos++ {
 			b := bytes.Repeat([]byte{0xee}, 40)
 			s := src[3 : 3+n]
-			if copyShort(b, pos, s) {
+			if copyShort(unsafe.Pointer(&b[0]), pos, s) {
 				if n < 4 || n > 16 {
 					t.Fatalf("len %d: copyShort copied; it takes 4 to 16 bytes", n)
 				}
