@@ -3,7 +3,8 @@
 # bench/bin (w4-filter-<lang>.wasm; Go's is w4-filter.wasm), its module size, compile time
 # (cold, and cached on disk), instantiate time, CPU ns per message alone (one tb_on_publish
 # call) and in frames of 128 (tb_v1_on_publish_batch where the SDK has it), and host calls
-# per message; then the host call's cost. Each figure is the median of COUNT alternating
+# per message; then the host call's cost, and wazero's floor under it (the same calls into a
+# bare GoFunction of the benchmark's own). Each figure is the median of COUNT alternating
 # repetitions: the test binary of ./plugins runs `-test.bench 'PluginFile|HostCall'` over every
 # file COUNT times in turn, so that a noisy moment of a shared machine spreads over all of them.
 #   ./table.sh            # builds the filters first (build.sh), COUNT=3
@@ -40,10 +41,11 @@ function med(key,   n, i, j, t, a) {
 }
 function put(key, v) { cnt[key]++; val[key, cnt[key]] = v }
 function dur(ns) { return ns >= 1e6 ? sprintf("%.1f ms", ns / 1e6) : sprintf("%.0f µs", ns / 1e3) }
-/^Benchmark(PluginFile|HostCall)\// {
+/^Benchmark(PluginFile|HostCall|HostCallFloor)\// {
   split($1, part, "/"); sub(/-[0-9]+$/, "", part[3]); sub(/-[0-9]+$/, "", part[2])
   name = part[2]; sub_ = part[3]
   if (part[1] == "BenchmarkHostCall") { sub_ = name; name = "hostcall" }
+  else if (part[1] == "BenchmarkHostCallFloor") { sub_ = name; name = "floor" }
   else if (!(name in seen)) { seen[name] = 1; order[++names] = name }
   for (i = 3; i < NF; i += 2) put(name SUBSEP sub_ SUBSEP $(i + 1), $i)
 }
@@ -61,4 +63,6 @@ END {
   none = med("hostcall" SUBSEP "none" SUBSEP "cpu-ns/op"); c = med("hostcall" SUBSEP "count" SUBSEP "cpu-ns/op")
   h = med("hostcall" SUBSEP "header" SUBSEP "cpu-ns/op")
   if (c != "") printf "\nHost call (BenchmarkHostCall, (count − none) ÷ 100, CPU): %.1f ns a no-op call (v1_msg_header_count), %.1f ns reading a header (v1_msg_header)\n", (c - none) / 100, (h - none) / 100
+  fn = med("floor" SUBSEP "none" SUBSEP "cpu-ns/op"); fc = med("floor" SUBSEP "count" SUBSEP "cpu-ns/op")
+  if (fc != "") printf "wazero\x27s floor (BenchmarkHostCallFloor, the same loop into a bare api.GoFunction, not the broker\x27s): %.1f ns a call\n", (fc - fn) / 100
 }' "$out"
