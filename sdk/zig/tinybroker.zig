@@ -97,12 +97,14 @@ inline fn same(a: []const u8, b: []const u8) bool {
     return a.len == b.len and sameBytes(a.ptr, b.ptr, a.len);
 }
 
-/// Whether the n bytes at a and b are the same (see same).
+/// Whether the n bytes at a and b are the same (see same). The last bytes are compared first:
+/// the JIT checks the bounds of a load, and not again for a load below it from the same
+/// address.
 inline fn sameBytes(a: [*]const u8, b: [*]const u8, n: usize) bool {
     if (n > 16) return sameLong(a, b, n);
-    if (n >= 8) return load(u64, a, 0) == load(u64, b, 0) and load(u64, a, n - 8) == load(u64, b, n - 8);
-    if (n >= 4) return load(u32, a, 0) == load(u32, b, 0) and load(u32, a, n - 4) == load(u32, b, n - 4);
-    if (n >= 2) return load(u16, a, 0) == load(u16, b, 0) and load(u16, a, n - 2) == load(u16, b, n - 2);
+    if (n >= 8) return load(u64, a, n - 8) == load(u64, b, n - 8) and load(u64, a, 0) == load(u64, b, 0);
+    if (n >= 4) return load(u32, a, n - 4) == load(u32, b, n - 4) and load(u32, a, 0) == load(u32, b, 0);
+    if (n >= 2) return load(u16, a, n - 2) == load(u16, b, n - 2) and load(u16, a, 0) == load(u16, b, 0);
     return n == 0 or a[0] == b[0];
 }
 
@@ -113,6 +115,14 @@ fn sameLong(a: [*]const u8, b: [*]const u8, n: usize) bool {
         if (load(u64, a, i) != load(u64, b, i)) return false;
     }
     return load(u64, a, n - 8) == load(u64, b, n - 8);
+}
+
+/// x, which the compiler cannot see through: no code, but no assumption either.
+inline fn hidden(x: usize) usize {
+    return asm (""
+        : [ret] "=r" (-> usize),
+        : [x] "0" (x),
+    );
 }
 
 /// The T at s + at, unaligned.
@@ -242,8 +252,11 @@ const Record = struct {
     /// checks both: an absent value's length, 0xFFFFFFFF, ends past any record (one starts
     /// above address 0, so none can be that long).
     inline fn field(r: Record, off: usize) ?[]const u8 {
-        const at = r.get(off);
-        const len = r.get(off + 4);
+        return r.value(r.get(off), r.get(off + 4));
+    }
+
+    /// The value at offset at, len bytes long, of the record; null if it ends past it.
+    inline fn value(r: Record, at: u32, len: u32) ?[]const u8 {
         if (@as(u64, at) + len > r.b.len) return null;
         return r.b[at..][0..len];
     }
@@ -269,11 +282,17 @@ const Record = struct {
             const e = headerSearch(r.b, r.headerCount(), name);
             return if (e == 0) null else r.field(e + 8);
         }
-        var e: usize = In.headers;
+        // An entry's fields are loaded at offsets from its address (not from the record's
+        // start): the JIT checks the bounds of the first load from an address, and not again
+        // for loads below it. hidden keeps the compiler from counting the loop with a pointer
+        // into the middle of an entry, from which the fields would be at negative offsets,
+        // each an address of its own.
+        var e = @intFromPtr(r.b.ptr) + In.headers;
         const stop = e + In.entry * n;
-        while (e < stop) : (e += In.entry) {
-            if (r.get(e + 4) == name.len and sameBytes(r.b.ptr + r.get(e), name.ptr, name.len)) {
-                return r.field(e + 8);
+        while (e != stop) : (e = hidden(e + In.entry)) {
+            const entry: *align(1) const [4]u32 = @ptrFromInt(e);
+            if (std.mem.littleToNative(u32, entry[1]) == name.len and sameBytes(r.b.ptr + std.mem.littleToNative(u32, entry[0]), name.ptr, name.len)) {
+                return r.value(std.mem.littleToNative(u32, entry[2]), std.mem.littleToNative(u32, entry[3]));
             }
         }
         return null;
@@ -331,14 +350,19 @@ const inbox = struct {
     /// The inbox the broker gave the last tb_v1_inbox.
     var buf: ?[]align(8) u8 = null;
     /// The message the readers read: record i while a batch runs message i, the whole inbox
-    /// otherwise (giveInbox sets it, and publishBatch sets it back when it returns).
-    var rec: Record = undefined;
+    /// otherwise (giveInbox sets it, and publishBatch sets it back when it returns). Empty
+    /// until the broker gives an inbox, and only then: a record is never shorter than its
+    /// fixed fields, so its length is what active() looks at, a load the readers make anyway.
+    var rec: Record = .{ .b = &.{} };
     /// The write lists of the call in progress, one message's after another's (a batch's
-    /// message i lists its writes after message i-1's). Emptied when the next call begins
-    /// (the broker reads it after the call returns), keeping up to arena_retain_bytes for it.
+    /// message i lists its writes after message i-1's). The broker reads them after the call
+    /// returns, so they are emptied later, by the first write of the next call (or the next
+    /// batch), keeping up to arena_retain_bytes: a call that writes nothing spends nothing on
+    /// them, before or after.
     var writes: std.ArrayListUnmanaged(Write) = .{};
-    /// Where the current message's writes start in writes: 0 whenever writes is empty.
-    var first: usize = 0;
+    /// Whether a batch is running: its messages' writes go on one list, which only the batch
+    /// empties, when it starts.
+    var batching = false;
     /// Copies of the bytes the write lists point to (see keep): room is what is left of kept,
     /// then, once kept is full, of the last chunk taken from more. Both are emptied with
     /// writes (more keeping up to arena_retain_bytes).
@@ -353,13 +377,14 @@ const kept_bytes = 4096;
 /// Whether the readers and writers use the inbox: the option is set and the broker asked for
 /// one (an older broker never does).
 inline fn active() bool {
-    return options.inbox and inbox.buf != null;
+    return options.inbox and inbox.rec.b.len != 0;
 }
 
 /// tb_v1_inbox: the broker asks for an inbox of size bytes, between calls.
 fn giveInbox(size: u32) callconv(.C) u32 {
     if (inbox.buf) |old| backing.free(old);
     inbox.buf = null;
+    inbox.rec = .{ .b = &.{} };
     const n = std.mem.alignForward(usize, @max(size, In.headers), 8);
     const b = backing.alignedAlloc(u8, 8, n) catch return 0; // 0 fails the call
     @memset(b, 0);
@@ -372,20 +397,31 @@ comptime {
     if (options.inbox) @export(giveInbox, .{ .name = "tb_v1_inbox" });
 }
 
-/// An address for the write list: a zero-length value gets one inside memory.
+/// An address for the write list: a zero-length value gets one inside memory. (Natively, in
+/// this file's tests, its low 32 bits.)
 fn addr(s: []const u8) u32 {
-    return @intCast(@intFromPtr(p(s)));
+    return @truncate(@intFromPtr(p(s)));
 }
 
 /// Lists a write of the current message, pointing at bytes that stay unchanged until the
-/// broker has read them (keep). Out of memory traps: past the memory limit the call has failed
-/// anyway. Never inline: it is long (two copies and the list), and a hook that writes on some
-/// paths would carry it on all of them.
+/// broker has read them (keep), and gives the message's record its list as it now is, so
+/// that the hook has nothing left to do when it returns: the message's writes are the last
+/// ones of inbox.writes, as many as its record's count. The first write of a message finds
+/// the count the broker wrote, 0; outside a batch, it empties the last call's list first.
+/// Out of memory traps: past the memory limit the call has failed anyway. Never inline: it
+/// is long (two copies and the list), and a hook that writes on some paths would carry it on
+/// all of them.
 noinline fn write(op: Op, a: []const u8, b: []const u8) void {
+    const r = inbox.rec;
+    const count = r.get(In.writes_count) + 1;
+    if (count == 1 and !inbox.batching) clearWrites();
     const ka = keep(a);
     const kb = keep(b);
     if (inbox.writes.items.len == inbox.writes.capacity) growWrites();
     inbox.writes.appendAssumeCapacity(.{ .op = @intFromEnum(op), .a_ptr = addr(ka), .a_len = @intCast(a.len), .b_ptr = addr(kb), .b_len = @intCast(b.len) });
+    const items = inbox.writes.items;
+    r.put(In.writes_count, count);
+    r.put(In.writes_ptr, addr(std.mem.sliceAsBytes(items[items.len - count ..])));
 }
 
 /// Makes room in inbox.writes for one more write. A function of its own, as freeWrites and
@@ -395,8 +431,8 @@ noinline fn growWrites() void {
     inbox.writes.ensureUnusedCapacity(backing, 1) catch |e| fail(e);
 }
 
-/// s, or a copy of it, that stays unchanged until the next call begins (the broker applies
-/// the write list when the call returns). The plugin's bytes may be on its stack, or in the
+/// s, or a copy of it, that stays unchanged until the broker has read the write list, when
+/// the call returns (the copies are emptied with the list, by the next call's first write). The plugin's bytes may be on its stack, or in the
 /// arena, which a batch resets after each message: they are copied into inbox.room, a bump
 /// of a pointer and a few loads and stores for a header's name or value. Bytes of the inbox
 /// (a value the plugin read) are not copied past 16 bytes: nothing changes them during the
@@ -442,18 +478,13 @@ inline fn copyEnds(comptime T: type, d: [*]u8, s: [*]const u8, n: usize) void {
     store(T, d, n - @sizeOf(T), tail);
 }
 
-/// Every hook's first step: empties the write list the last call left, if it left one (a
-/// call that writes nothing, a filter's pass, costs one load here).
-inline fn begin() void {
-    if (options.inbox and inbox.writes.items.len != 0) clearWrites();
-}
-
+/// Empties the write lists and what they point to (the last call's, which the broker has
+/// read).
 fn clearWrites() void {
     inbox.room = &inbox.kept;
     reset(&inbox.more);
     if (inbox.writes.capacity * @sizeOf(Write) > arena_retain_bytes) freeWrites();
     inbox.writes.clearRetainingCapacity();
-    inbox.first = 0;
 }
 
 /// Gives back the write list's memory past arena_retain_bytes (see growWrites).
@@ -461,34 +492,6 @@ noinline fn freeWrites() void {
     inbox.writes.clearAndFree(backing);
 }
 
-/// Ends the current message: if it listed writes, its record's writes_ptr holds the index of
-/// its first write, until give() makes it an address (the list may still move as it grows);
-/// if not, its record's list stays as the broker wrote it, empty.
-inline fn closeMessage() void {
-    const n = inbox.writes.items.len;
-    if (n == inbox.first) return;
-    inbox.rec.put(In.writes_ptr, @intCast(inbox.first));
-    inbox.rec.put(In.writes_count, @intCast(n - inbox.first));
-    inbox.first = n;
-}
-
-/// Gives a record closed by closeMessage the address of its write list.
-fn give(r: Record) void {
-    const count = r.get(In.writes_count);
-    if (count == 0) return;
-    const at = r.get(In.writes_ptr);
-    r.put(In.writes_ptr, addr(std.mem.sliceAsBytes(inbox.writes.items[at..][0..count])));
-}
-
-/// Ends a single call: gives the broker its write list, if it has one.
-inline fn end() void {
-    if (options.inbox and inbox.writes.items.len != 0) endWrites();
-}
-
-fn endWrites() void {
-    closeMessage();
-    give(inbox.rec);
-}
 
 /// tb_v1_on_publish_batch's body: runs one (the plugin's on_publish, returning its raw
 /// verdict) on each message of the batch in the inbox, as tb_on_publish would run it on that
@@ -504,26 +507,47 @@ fn publishBatch(comptime one: fn () i64) i32 {
     const n: usize = all.get(Batch.count);
     if (!tableFits(whole.len, n)) return 1;
     const table = Batch.entries + Batch.entry * n;
-    defer inbox.rec = all;
-    begin();
+    if (inbox.writes.items.len != 0) clearWrites();
+    const list = inbox.writes.items.ptr;
+    inbox.batching = true;
+    defer {
+        inbox.rec = all;
+        inbox.batching = false;
+    }
     for (0..n) |i| {
         const e = Batch.entries + Batch.entry * i;
-        const at: usize = all.get(e);
-        const len: usize = all.get(e + 4);
+        // The record's offset and length in one load (the JIT checks the bounds of each
+        // load), at the entry's address (see Record.header).
+        const entry: *align(1) const u64 = @ptrFromInt(hidden(@intFromPtr(whole.ptr + e)));
+        const both = std.mem.littleToNative(u64, entry.*);
+        const at: usize = @as(u32, @truncate(both));
+        const len: usize = @as(u32, @truncate(both >> 32));
         if (!recordFits(whole.len, table, at, len)) return 1;
         // current first: the store through a pointer would make the hook load rec again.
         all.put(Batch.current, @intCast(i));
         inbox.rec = .{ .b = whole[at..][0..len] };
         std.mem.writeIntLittle(u64, whole[e + Batch.verdict ..][0..8], @as(u64, @bitCast(one())));
-        closeMessage();
     }
-    if (inbox.writes.items.len != 0) {
-        for (0..n) |i| {
-            const e = Batch.entries + Batch.entry * i;
-            give(.{ .b = whole[all.get(e)..][0..all.get(e + 4)] });
-        }
-    }
+    if (inbox.writes.items.ptr != list) giveLists(whole, n);
     return 0;
+}
+
+/// Gives each record of a batch of n messages, in the inbox whole, the address of its write
+/// list as the list is now: write gave each one as it went, but the batch's list has moved
+/// since, as it grew (it does not otherwise, its memory being kept between calls). The
+/// messages' lists follow one another in the order of the messages, each as long as its
+/// record's count.
+fn giveLists(whole: []align(8) u8, n: usize) void {
+    const all = Record{ .b = whole };
+    var at: usize = 0;
+    for (0..n) |i| {
+        const e = Batch.entries + Batch.entry * i;
+        const r = Record{ .b = whole[all.get(e)..][0..all.get(e + 4)] };
+        const count = r.get(In.writes_count);
+        if (count == 0) continue;
+        r.put(In.writes_ptr, addr(std.mem.sliceAsBytes(inbox.writes.items[at..][0..count])));
+        at += count;
+    }
 }
 
 // ---- statuses ----
@@ -967,10 +991,7 @@ pub fn onRedeliver(comptime f: anytype) void {
 fn exportHook(comptime V: type, comptime f: anytype, comptime name: []const u8) void {
     const S = struct {
         fn hook() callconv(.C) i64 {
-            begin();
-            const v = @call(.always_inline, run, .{ V, f });
-            end();
-            return v;
+            return @call(.always_inline, run, .{ V, f });
         }
     };
     @export(S.hook, .{ .name = name });
@@ -992,8 +1013,6 @@ fn run(comptime V: type, comptime f: anytype) i64 {
 pub fn onInit(comptime f: anytype) void {
     const S = struct {
         fn hook() callconv(.C) i32 {
-            begin();
-            defer end();
             defer done();
             const r = unwrap(f());
             if (@TypeOf(r) == void) return 0;
@@ -1134,6 +1153,75 @@ test "a batch is read only if laid out as the ABI says" {
     try std.testing.expect(!recordFits(1024, 48, 48, In.headers - 1)); // too short for the fixed fields
     try std.testing.expect(!recordFits(1024, 48, 2048, 0)); // outside the inbox
     try std.testing.expect(!recordFits(1024, 48, 48, 0xFFFFFFFF)); // at + len would wrap
+}
+
+test "each message's write list is given to its record as it is written" {
+    var box: [1024]u8 align(8) = undefined;
+    const whole = testRecord(&box, hook_publish, "t", &.{});
+    inbox.buf = &box;
+    inbox.rec = whole;
+    defer {
+        clearWrites();
+        inbox.buf = null;
+        inbox.rec = .{ .b = &.{} };
+    }
+    // Addresses are 64-bit natively, and the record keeps their low 32 bits: the list and
+    // the bytes are found by those among inbox.writes and in inbox.kept.
+    const list = struct {
+        fn of(r: Record) []const Write {
+            const items = inbox.writes.items;
+            for (0..items.len + 1) |i| {
+                if (addr(std.mem.sliceAsBytes(items[i..])) == r.get(In.writes_ptr)) return items[i..][0..r.get(In.writes_count)];
+            }
+            return &.{};
+        }
+        fn name(w: Write) []const u8 {
+            return inbox.kept[w.a_ptr -% addr(&inbox.kept)..][0..w.a_len];
+        }
+    };
+    // A call: two writes, both in its record's list.
+    write(.set_header, "a", "1");
+    write(.del_header, "b", "");
+    try std.testing.expectEqual(@as(usize, 2), list.of(whole).len);
+    try std.testing.expectEqual(@as(u32, @intFromEnum(Op.del_header)), list.of(whole)[1].op);
+    try std.testing.expectEqualStrings("b", list.name(list.of(whole)[1]));
+    // The next call (the broker wrote the record again, its list empty): its first write
+    // starts a new list.
+    whole.put(In.writes_ptr, 0);
+    whole.put(In.writes_count, 0);
+    write(.set_reason, "why", "");
+    try std.testing.expectEqual(@as(usize, 1), inbox.writes.items.len);
+    try std.testing.expectEqualStrings("why", list.name(list.of(whole)[0]));
+    // A batch of three records: the first and the last write, as publishBatch runs them;
+    // each record has its own part. giveLists gives the addresses again, for a list that has
+    // moved as it grew (which the page allocator here does not do: they are spoiled first).
+    clearWrites();
+    freeWrites();
+    const recs = [_]Record{
+        testRecord(box[128..384], hook_publish, "t", &.{}),
+        testRecord(box[384..640], hook_publish, "t", &.{}),
+        testRecord(box[640..896], hook_publish, "t", &.{}),
+    };
+    whole.put(Batch.count, recs.len);
+    for (recs, 0..) |r, i| {
+        whole.put(Batch.entries + Batch.entry * i, @intCast(@intFromPtr(r.b.ptr) - @intFromPtr(&box)));
+        whole.put(Batch.entries + Batch.entry * i + 4, @intCast(r.b.len));
+    }
+    inbox.batching = true;
+    defer inbox.batching = false;
+    const names = [_][]const u8{ "x0", "x1", "x2", "x3", "x4", "x5", "x6", "x7", "x8", "x9", "x10", "x11" };
+    inbox.rec = recs[0];
+    write(.set_header, "first", "1");
+    inbox.rec = recs[1];
+    inbox.rec = recs[2];
+    for (names) |n| write(.set_header, n, "v");
+    for (recs) |r| r.put(In.writes_ptr, 8);
+    giveLists(&box, recs.len);
+    try std.testing.expectEqual(@as(u32, 8), recs[1].get(In.writes_ptr)); // no list, left alone
+    try std.testing.expectEqual(@as(usize, 1), list.of(recs[0]).len);
+    try std.testing.expectEqual(@as(usize, names.len), list.of(recs[2]).len);
+    try std.testing.expectEqualStrings("first", list.name(list.of(recs[0])[0]));
+    for (names, list.of(recs[2])) |n, w| try std.testing.expectEqualStrings(n, list.name(w));
 }
 
 test "a write's bytes are kept until the next call, whatever the plugin does with its own" {
