@@ -141,10 +141,35 @@ inline fn store(comptime T: type, d: [*]u8, at: usize, v: T) void {
 const backing = if (@import("builtin").target.isWasm()) std.heap.wasm_allocator else std.heap.page_allocator;
 var arena_state = std.heap.ArenaAllocator.init(backing);
 
-/// The per-call arena: what it allocates lives until the hook returns.
+/// The per-call arena: what it allocates lives until the hook returns. It is arena_state's,
+/// but its allocations first note that the arena is in use (arena_used), which is what a hook
+/// looks at when it returns: a global, where the arena's own state is in memory.
 pub fn allocator() std.mem.Allocator {
-    return arena_state.allocator();
+    return .{ .ptr = &arena_state, .vtable = &arena_vtable };
 }
+
+/// 1 once the arena has given memory since it was last emptied, else 0.
+const arena_used = Global("tinybroker_arena_used");
+
+const arena_vtable = std.mem.Allocator.VTable{
+    .alloc = struct {
+        fn alloc(ctx: *anyopaque, len: usize, ptr_align: u8, ret_addr: usize) ?[*]u8 {
+            arena_used.set(1);
+            return arena_state.allocator().vtable.alloc(ctx, len, ptr_align, ret_addr);
+        }
+    }.alloc,
+    .resize = struct {
+        fn resize(ctx: *anyopaque, buf: []u8, buf_align: u8, new_len: usize, ret_addr: usize) bool {
+            arena_used.set(1);
+            return arena_state.allocator().vtable.resize(ctx, buf, buf_align, new_len, ret_addr);
+        }
+    }.resize,
+    .free = struct {
+        fn free(ctx: *anyopaque, buf: []u8, buf_align: u8, ret_addr: usize) void {
+            arena_state.allocator().vtable.free(ctx, buf, buf_align, ret_addr);
+        }
+    }.free,
+};
 
 /// What the arena keeps between calls; more is given back to the page allocator.
 pub const arena_retain_bytes = 64 << 10;
@@ -349,11 +374,6 @@ inline fn recordFits(size: usize, table: usize, at: usize, len: usize) bool {
 const inbox = struct {
     /// The inbox the broker gave the last tb_v1_inbox.
     var buf: ?[]align(8) u8 = null;
-    /// The message the readers read: record i while a batch runs message i, the whole inbox
-    /// otherwise (giveInbox sets it, and publishBatch sets it back when it returns). Empty
-    /// until the broker gives an inbox, and only then: a record is never shorter than its
-    /// fixed fields, so its length is what active() looks at, a load the readers make anyway.
-    var rec: Record = .{ .b = &.{} };
     /// The write lists of the call in progress, one message's after another's (a batch's
     /// message i lists its writes after message i-1's). The broker reads them after the call
     /// returns, so they are emptied later, by the first write of the next call (or the next
@@ -374,22 +394,86 @@ const inbox = struct {
 /// The size of the static buffer that a call's writes copy their bytes into first.
 const kept_bytes = 4096;
 
+/// The message the readers read: record i while a batch runs message i, the whole inbox
+/// otherwise (giveInbox sets it, and publishBatch sets it back when it returns). None (length
+/// 0) until the broker gives an inbox, and only then: a record is never shorter than its
+/// fixed fields, so its length is what active() looks at. In two globals of the module (see
+/// Global), which every reader gets.
+const current = struct {
+    const at = Global("tinybroker_rec_at");
+    const length = Global("tinybroker_rec_len");
+
+    inline fn len() usize {
+        return length.get();
+    }
+
+    /// The record; only while there is one (len() != 0).
+    inline fn get() Record {
+        return .{ .b = @as([*]u8, @ptrFromInt(at.get()))[0..len()] };
+    }
+
+    inline fn set(r: Record) void {
+        at.set(@intFromPtr(r.b.ptr));
+        length.set(r.b.len);
+    }
+};
+
+/// A usize (a u32 on wasm32) that the SDK reads or writes on every call, in a global of the wasm module (declared
+/// in assembly: Zig puts its own globals in memory) rather than in memory: wazero checks the
+/// bounds of every load and store to memory, even at a constant address, which costs several
+/// instructions more than reading or writing a global. The global is read and written with
+/// volatile assembly, which the compiler neither moves nor merges (a batch changes the record
+/// between messages). Natively, in this file's tests, a variable.
+fn Global(comptime name: []const u8) type {
+    if (!is_wasm) return struct {
+        var v: usize = 0;
+
+        inline fn get() usize {
+            return v;
+        }
+
+        inline fn set(x: usize) void {
+            v = x;
+        }
+    };
+    return struct {
+        comptime {
+            asm (".globaltype " ++ name ++ ", i32\n" ++ name ++ ":\n");
+        }
+
+        inline fn get() usize {
+            return asm volatile ("global.get " ++ name ++ "\nlocal.set %[ret]"
+                : [ret] "=r" (-> usize),
+            );
+        }
+
+        inline fn set(x: usize) void {
+            asm volatile ("local.get %[x]\nglobal.set " ++ name
+                :
+                : [x] "r" (x),
+            );
+        }
+    };
+}
+
+const is_wasm = @import("builtin").target.isWasm();
+
 /// Whether the readers and writers use the inbox: the option is set and the broker asked for
 /// one (an older broker never does).
 inline fn active() bool {
-    return options.inbox and inbox.rec.b.len != 0;
+    return options.inbox and current.len() != 0;
 }
 
 /// tb_v1_inbox: the broker asks for an inbox of size bytes, between calls.
 fn giveInbox(size: u32) callconv(.C) u32 {
     if (inbox.buf) |old| backing.free(old);
     inbox.buf = null;
-    inbox.rec = .{ .b = &.{} };
+    current.set(.{ .b = &.{} });
     const n = std.mem.alignForward(usize, @max(size, In.headers), 8);
     const b = backing.alignedAlloc(u8, 8, n) catch return 0; // 0 fails the call
     @memset(b, 0);
     inbox.buf = b;
-    inbox.rec = .{ .b = b };
+    current.set(.{ .b = b });
     return @intCast(@intFromPtr(b.ptr));
 }
 
@@ -412,7 +496,7 @@ fn addr(s: []const u8) u32 {
 /// is long (two copies and the list), and a hook that writes on some paths would carry it on
 /// all of them.
 noinline fn write(op: Op, a: []const u8, b: []const u8) void {
-    const r = inbox.rec;
+    const r = current.get();
     const count = r.get(In.writes_count) + 1;
     if (count == 1 and !inbox.batching) clearWrites();
     const ka = keep(a);
@@ -511,7 +595,7 @@ fn publishBatch(comptime one: fn () i64) i32 {
     const list = inbox.writes.items.ptr;
     inbox.batching = true;
     defer {
-        inbox.rec = all;
+        current.set(all);
         inbox.batching = false;
     }
     for (0..n) |i| {
@@ -525,7 +609,7 @@ fn publishBatch(comptime one: fn () i64) i32 {
         if (!recordFits(whole.len, table, at, len)) return 1;
         // current first: the store through a pointer would make the hook load rec again.
         all.put(Batch.current, @intCast(i));
-        inbox.rec = .{ .b = whole[at..][0..len] };
+        current.set(.{ .b = whole[at..][0..len] });
         std.mem.writeIntLittle(u64, whole[e + Batch.verdict ..][0..8], @as(u64, @bitCast(one())));
     }
     if (inbox.writes.items.ptr != list) giveLists(whole, n);
@@ -583,50 +667,50 @@ fn check(status: i32) Error!i32 {
 pub const msg = struct {
     /// The topic.
     pub inline fn topic() ![]const u8 {
-        if (active()) return inbox.rec.field(In.topic) orelse "";
+        if (active()) return current.get().field(In.topic) orelse "";
         return (try read(host.v1_msg_topic, .{})) orelse "";
     }
 
     /// Whether the topic is exactly t; allocates nothing.
     pub inline fn topicIs(t: []const u8) bool {
-        if (active()) return same(inbox.rec.field(In.topic) orelse return false, t);
+        if (active()) return same(current.get().field(In.topic) orelse return false, t);
         return hostTopicIs(t);
     }
 
     /// The payload.
     pub inline fn payload() ![]const u8 {
-        if (active()) return inbox.rec.field(In.payload) orelse "";
+        if (active()) return current.get().field(In.payload) orelse "";
         return (try read(host.v1_msg_payload, .{})) orelse "";
     }
 
     /// One header's value, or null if it is not set.
     pub inline fn header(name: []const u8) !?[]const u8 {
-        if (active()) return inbox.rec.header(name);
+        if (active()) return current.get().header(name);
         return read(host.v1_msg_header, .{ p(name), name.len });
     }
 
     /// Whether header name is set to exactly value; allocates nothing for values up to
     /// scratch_bytes.
     pub inline fn headerIs(name: []const u8, value: []const u8) bool {
-        if (active()) return same(inbox.rec.header(name) orelse return false, value);
+        if (active()) return same(current.get().header(name) orelse return false, value);
         return hostHeaderIs(name, value);
     }
 
     /// How many headers the message has.
     pub inline fn headerCount() usize {
-        if (active()) return inbox.rec.headerCount();
+        if (active()) return current.get().headerCount();
         return @intCast(@max(host.v1_msg_header_count(), 0));
     }
 
     /// The name of header index (0-based, sorted by name), or null past the end.
     pub inline fn headerName(index: usize) !?[]const u8 {
-        if (active()) return inbox.rec.headerName(index);
+        if (active()) return current.get().headerName(index);
         return read(host.v1_msg_header_name, .{@as(i32, @intCast(index))});
     }
 
     /// The message's system_id in on_ack and on_redeliver; null in on_publish.
     pub fn id() !?[]const u8 {
-        const got = if (active()) inbox.rec.field(In.id) else try read(host.v1_msg_id, .{});
+        const got = if (active()) current.get().field(In.id) else try read(host.v1_msg_id, .{});
         const v = got orelse return null;
         return if (v.len == 0) null else v;
     }
@@ -640,8 +724,8 @@ pub const msg = struct {
     pub fn setPayload(b: []const u8) Error!void {
         if (active()) {
             // The write list has no statuses: check what the host would refuse.
-            if (inbox.rec.hook() != hook_publish) return error.NotAllowed;
-            if (b.len > inbox.rec.get(In.max_message)) return error.TooLarge;
+            if (current.get().hook() != hook_publish) return error.NotAllowed;
+            if (b.len > current.get().get(In.max_message)) return error.TooLarge;
             return write(.set_payload, b, "");
         }
         _ = try check(host.v1_msg_set_payload(p(b), b.len));
@@ -652,9 +736,9 @@ pub const msg = struct {
     /// reused or freed at once.
     pub fn setHeader(name: []const u8, value: []const u8) Error!void {
         if (active()) {
-            if (!inbox.rec.mayChangeHeaders()) return error.NotAllowed;
+            if (!current.get().mayChangeHeaders()) return error.NotAllowed;
             if (name.len == 0) return error.Invalid;
-            if (name.len + value.len > inbox.rec.get(In.max_header)) return error.TooLarge;
+            if (name.len + value.len > current.get().get(In.max_header)) return error.TooLarge;
             return write(.set_header, name, value);
         }
         _ = try check(host.v1_msg_set_header(p(name), name.len, p(value), value.len));
@@ -663,7 +747,7 @@ pub const msg = struct {
     /// Removes a header; fine if it was not set (on_publish, on_redeliver).
     pub fn delHeader(name: []const u8) Error!void {
         if (active()) {
-            if (!inbox.rec.mayChangeHeaders()) return error.NotAllowed;
+            if (!current.get().mayChangeHeaders()) return error.NotAllowed;
             return write(.del_header, name, "");
         }
         _ = try check(host.v1_msg_del_header(p(name), name.len));
@@ -676,27 +760,27 @@ pub const msg = struct {
 pub const event = struct {
     /// The consumer group's subscription_id.
     pub fn subscription() ![]const u8 {
-        if (active()) return inbox.rec.field(In.sub) orelse "";
+        if (active()) return current.get().field(In.sub) orelse "";
         return (try read(host.v1_event_subscription, .{})) orelse "";
     }
     /// The consumer group's name.
     pub fn group() ![]const u8 {
-        if (active()) return inbox.rec.field(In.group) orelse "";
+        if (active()) return current.get().field(In.group) orelse "";
         return (try read(host.v1_event_group, .{})) orelse "";
     }
     /// The delivery attempt that was acked, or that failed (1 = first).
     pub fn attempt() u32 {
-        if (active()) return inbox.rec.get(In.attempt);
+        if (active()) return current.get().get(In.attempt);
         return @intCast(@max(host.v1_event_attempt(), 0));
     }
     /// Nanoseconds from the acked delivery to its ack (on_ack).
     pub fn inFlightNs() i64 {
-        if (active()) return @bitCast(@as(u64, inbox.rec.get(In.in_flight)) | @as(u64, inbox.rec.get(In.in_flight + 4)) << 32);
+        if (active()) return @bitCast(@as(u64, current.get().get(In.in_flight)) | @as(u64, current.get().get(In.in_flight + 4)) << 32);
         return host.v1_event_in_flight_ns();
     }
     /// Why the message is redelivered (on_redeliver).
     pub fn reason() ![]const u8 {
-        if (active()) return inbox.rec.field(In.reason) orelse "";
+        if (active()) return current.get().field(In.reason) orelse "";
         return (try read(host.v1_event_reason, .{})) orelse "";
     }
 };
@@ -947,13 +1031,18 @@ fn fail(e: anyerror) noreturn {
     @trap();
 }
 
+/// A hook's last step, and a batch's after each message: empties the arena if it was used.
 inline fn done() void {
-    reset(&arena_state);
+    if (arena_used.get() != 0) emptyArena();
 }
 
-/// Empties an arena, keeping up to arena_retain_bytes; nothing to do (the common case of a
-/// filter) if nothing was allocated since it was last emptied, which costs a load where it is
-/// called.
+fn emptyArena() void {
+    arena_used.set(0);
+    _ = arena_state.reset(.{ .retain_with_limit = arena_retain_bytes });
+}
+
+/// Empties an arena, keeping up to arena_retain_bytes; nothing to do if nothing was allocated
+/// since it was last emptied.
 inline fn reset(a: *std.heap.ArenaAllocator) void {
     if (a.state.end_index != 0) _ = a.reset(.{ .retain_with_limit = arena_retain_bytes });
 }
@@ -1159,11 +1248,11 @@ test "each message's write list is given to its record as it is written" {
     var box: [1024]u8 align(8) = undefined;
     const whole = testRecord(&box, hook_publish, "t", &.{});
     inbox.buf = &box;
-    inbox.rec = whole;
+    current.set(whole);
     defer {
         clearWrites();
         inbox.buf = null;
-        inbox.rec = .{ .b = &.{} };
+        current.set(.{ .b = &.{} });
     }
     // Addresses are 64-bit natively, and the record keeps their low 32 bits: the list and
     // the bytes are found by those among inbox.writes and in inbox.kept.
@@ -1210,10 +1299,10 @@ test "each message's write list is given to its record as it is written" {
     inbox.batching = true;
     defer inbox.batching = false;
     const names = [_][]const u8{ "x0", "x1", "x2", "x3", "x4", "x5", "x6", "x7", "x8", "x9", "x10", "x11" };
-    inbox.rec = recs[0];
+    current.set(recs[0]);
     write(.set_header, "first", "1");
-    inbox.rec = recs[1];
-    inbox.rec = recs[2];
+    current.set(recs[1]);
+    current.set(recs[2]);
     for (names) |n| write(.set_header, n, "v");
     for (recs) |r| r.put(In.writes_ptr, 8);
     giveLists(&box, recs.len);
