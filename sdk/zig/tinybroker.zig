@@ -125,6 +125,15 @@ inline fn hidden(x: usize) usize {
     );
 }
 
+/// x, computed here: the compiler may neither move its computation (a load) past this point
+/// nor leave it out. No code.
+inline fn here(x: u32) u32 {
+    return asm volatile (""
+        : [ret] "=r" (-> u32),
+        : [x] "0" (x),
+    );
+}
+
 /// The T at s + at, unaligned.
 inline fn load(comptime T: type, s: [*]const u8, at: usize) T {
     return std.mem.readIntNative(T, s[at..][0..@sizeOf(T)]);
@@ -302,10 +311,22 @@ const Record = struct {
     /// be read where it points, or trap outside memory); the value it returns is checked, as
     /// every field is.
     inline fn header(r: Record, name: []const u8) ?[]const u8 {
+        return r.lookup(name, false, "");
+    }
+
+    /// Whether header name is set to exactly want.
+    inline fn headerIs(r: Record, name: []const u8, want: []const u8) bool {
+        return r.lookup(name, true, want);
+    }
+
+    /// header (compare false), or headerIs (compare true): the comparison is made where the
+    /// header is found, so that the scan's ends do not meet before it (which would cost a
+    /// filter a branch on a value that each of them knows).
+    inline fn lookup(r: Record, name: []const u8, comptime compare: bool, want: []const u8) if (compare) bool else ?[]const u8 {
         const n: usize = r.get(In.header_count);
         if (n > 16) {
             const e = headerSearch(r.b, r.headerCount(), name);
-            return if (e == 0) null else r.field(e + 8);
+            return if (e == 0) absent(compare) else r.found(compare, r.get(e + 8), r.get(e + 12), want);
         }
         // An entry's fields are loaded at offsets from its address (not from the record's
         // start): the JIT checks the bounds of the first load from an address, and not again
@@ -316,11 +337,26 @@ const Record = struct {
         const stop = e + In.entry * n;
         while (e != stop) : (e = hidden(e + In.entry)) {
             const entry: *align(1) const [4]u32 = @ptrFromInt(e);
+            // The last field first, where it is (see here): the JIT then checks the bounds
+            // of the entry once.
+            const value_len = here(entry[3]);
             if (std.mem.littleToNative(u32, entry[1]) == name.len and sameBytes(r.b.ptr + std.mem.littleToNative(u32, entry[0]), name.ptr, name.len)) {
-                return r.value(std.mem.littleToNative(u32, entry[2]), std.mem.littleToNative(u32, entry[3]));
+                return r.found(compare, std.mem.littleToNative(u32, entry[2]), std.mem.littleToNative(u32, value_len), want);
             }
         }
-        return null;
+        return absent(compare);
+    }
+
+    /// The header found, whose value is len bytes at offset at: the value (null if it
+    /// ends past the record), or whether it is want (the lengths compared first, which
+    /// decides most comparisons).
+    inline fn found(r: Record, comptime compare: bool, at: u32, len: u32, want: []const u8) if (compare) bool else ?[]const u8 {
+        if (!compare) return r.value(at, len);
+        return len == want.len and @as(u64, at) + len <= r.b.len and sameBytes(r.b.ptr + at, want.ptr, len);
+    }
+
+    inline fn absent(comptime compare: bool) if (compare) bool else ?[]const u8 {
+        return if (compare) false else null;
     }
 
     inline fn hook(r: Record) u32 {
@@ -692,7 +728,7 @@ pub const msg = struct {
     /// Whether header name is set to exactly value; allocates nothing for values up to
     /// scratch_bytes.
     pub inline fn headerIs(name: []const u8, value: []const u8) bool {
-        if (active()) return same(current.get().header(name) orelse return false, value);
+        if (active()) return current.get().headerIs(name, value);
         return hostHeaderIs(name, value);
     }
 
@@ -1185,14 +1221,25 @@ test "a record's fields and headers" {
     try std.testing.expect(r.headerName(4) == null);
     for ([_]Header{ .{ "a", "1" }, .{ "b-long", "" }, .{ "c", "three" }, .{ "tenant", "acme" } }) |h| {
         try std.testing.expectEqualStrings(h[1], r.header(h[0]).?);
+        try std.testing.expect(r.headerIs(h[0], h[1]));
+        try std.testing.expect(!r.headerIs(h[0], "acmf"));
+        try std.testing.expect(!r.headerIs(h[0], "thre"));
     }
     for ([_][]const u8{ "", "0", "b", "b-longer", "d", "tenant2", "z" }) |absent_name| {
         try std.testing.expect(r.header(absent_name) == null);
+        try std.testing.expect(!r.headerIs(absent_name, ""));
     }
     try std.testing.expect(r.mayChangeHeaders());
     // A value that points outside the record is absent.
     r.put(In.topic + 4, 600);
     try std.testing.expect(r.field(In.topic) == null);
+    // A value that ends past a shorter record is absent from it, whatever bytes follow.
+    @memcpy(buf[298..302], "acme");
+    r.put(In.headers + In.entry * 3 + 8, 298);
+    try std.testing.expect(r.headerIs("tenant", "acme"));
+    const short = Record{ .b = buf[0..300] };
+    try std.testing.expect(short.header("tenant") == null);
+    try std.testing.expect(!short.headerIs("tenant", "acme"));
 }
 
 test "same compares like std.mem.eql" {
@@ -1223,10 +1270,19 @@ test "a header among many is found by a binary search" {
         h.* = .{ n, n[1..] };
     }
     const r = testRecord(&buf, hook_publish, "t", &hs);
-    for (hs) |h| try std.testing.expectEqualStrings(h[1], r.header(h[0]).?);
+    for (hs) |h| {
+        try std.testing.expectEqualStrings(h[1], r.header(h[0]).?);
+        try std.testing.expect(r.headerIs(h[0], h[1]));
+        try std.testing.expect(!r.headerIs(h[0], "0"));
+    }
     for ([_][]const u8{ "", "h", "h0", "h000", "h40", "h99", "i" }) |absent_name| {
         try std.testing.expect(r.header(absent_name) == null);
+        try std.testing.expect(!r.headerIs(absent_name, ""));
     }
+    // A value that ends past the record is absent, to headerIs as to header.
+    r.put(In.headers + In.entry * 7 + 8, 2047);
+    try std.testing.expect(r.header("h07") == null);
+    try std.testing.expect(!r.headerIs("h07", "07"));
 }
 
 test "a batch is read only if laid out as the ABI says" {
