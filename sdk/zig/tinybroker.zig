@@ -411,19 +411,25 @@ const inbox = struct {
     /// The inbox the broker gave the last tb_v1_inbox.
     var buf: ?[]align(8) u8 = null;
     /// The write lists of the call in progress, one message's after another's (a batch's
-    /// message i lists its writes after message i-1's). The broker reads them after the call
-    /// returns, so they are emptied later, by the first write of the next call (or the next
-    /// batch), keeping up to arena_retain_bytes: a call that writes nothing spends nothing on
-    /// them, before or after.
-    var writes: std.ArrayListUnmanaged(Write) = .{};
+    /// message i lists its writes after message i-1's): writes_len Writes at the address
+    /// writes_at, which has room for writes_cap (none at first: writes_at is 0). The broker
+    /// reads them after the call returns, so they are emptied later, by the first write of the
+    /// next call (or the next batch), keeping up to arena_retain_bytes: a call that writes
+    /// nothing spends nothing on them, before or after. In globals (see Global), as the
+    /// copies' room is: a write reads and sets them.
+    const writes_at = Global("tinybroker_writes_at");
+    const writes_len = Global("tinybroker_writes_len");
+    const writes_cap = Global("tinybroker_writes_cap");
     /// Whether a batch is running: its messages' writes go on one list, which only the batch
     /// empties, when it starts.
     var batching = false;
-    /// Copies of the bytes the write lists point to (see keep): room is what is left of kept,
-    /// then, once kept is full, of the last chunk taken from more. Both are emptied with
-    /// writes (more keeping up to arena_retain_bytes).
+    /// Copies of the bytes the write lists point to (see keep): room_len bytes at room_at
+    /// are what is left of kept, then, once kept is full, of the last chunk taken from more.
+    /// Both are emptied with the lists (more keeping up to arena_retain_bytes), and the room
+    /// is kept again: giveInbox empties them first, before any write.
     var kept: [kept_bytes]u8 = undefined;
-    var room: []u8 = &kept;
+    const room_at = Global("tinybroker_room_at");
+    const room_len = Global("tinybroker_room_len");
     var more = std.heap.ArenaAllocator.init(backing);
 };
 
@@ -504,6 +510,8 @@ inline fn active() bool {
 fn giveInbox(size: u32) callconv(.C) u32 {
     if (inbox.buf) |old| backing.free(old);
     inbox.buf = null;
+    clearWrites(); // the last call's lists have been read; and the room is set
+
     current.set(.{ .b = &.{} });
     const n = std.mem.alignForward(usize, @max(size, In.headers), 8);
     const b = backing.alignedAlloc(u8, 8, n) catch return 0; // 0 fails the call
@@ -526,7 +534,7 @@ fn addr(s: []const u8) u32 {
 /// Lists a write of the current message, pointing at bytes that stay unchanged until the
 /// broker has read them (keep), and gives the message's record its list as it now is, so
 /// that the hook has nothing left to do when it returns: the message's writes are the last
-/// ones of inbox.writes, as many as its record's count. The first write of a message finds
+/// ones of the write lists, as many as its record's count. The first write of a message finds
 /// the count the broker wrote, 0; outside a batch, it empties the last call's list first.
 /// Out of memory traps: past the memory limit the call has failed anyway. Never inline: it
 /// is long (two copies and the list), and a hook that writes on some paths would carry it on
@@ -537,33 +545,47 @@ noinline fn write(op: Op, a: []const u8, b: []const u8) void {
     if (count == 1 and !inbox.batching) clearWrites();
     const ka = keep(a);
     const kb = keep(b);
-    if (inbox.writes.items.len == inbox.writes.capacity) growWrites();
-    inbox.writes.appendAssumeCapacity(.{ .op = @intFromEnum(op), .a_ptr = addr(ka), .a_len = @intCast(a.len), .b_ptr = addr(kb), .b_len = @intCast(b.len) });
-    const items = inbox.writes.items;
+    const n = inbox.writes_len.get();
+    if (n == inbox.writes_cap.get()) growWrites();
+    const list = inbox.writes_at.get();
+    const w: *Write = @ptrFromInt(list + @sizeOf(Write) * n);
+    w.* = .{ .op = @intFromEnum(op), .a_ptr = addr(ka), .a_len = @intCast(a.len), .b_ptr = addr(kb), .b_len = @intCast(b.len) };
+    inbox.writes_len.set(n + 1);
     r.put(In.writes_count, count);
-    r.put(In.writes_ptr, addr(std.mem.sliceAsBytes(items[items.len - count ..])));
+    r.put(In.writes_ptr, @truncate(list + @sizeOf(Write) * (n + 1 - count)));
 }
 
-/// Makes room in inbox.writes for one more write. A function of its own, as freeWrites and
-/// moreRoom, the other rare paths: Zig passes an Allocator through memory, which would give
-/// write and clearWrites a stack frame, set up on every call.
+/// The write lists, n Writes; only while there is room for them (writes_cap != 0).
+fn writeList(n: usize) []Write {
+    return @as([*]Write, @ptrFromInt(inbox.writes_at.get()))[0..n];
+}
+
+/// Makes room in the write lists for one more write (half as much again, and 8). A function
+/// of its own, as freeWrites and moreRoom, the other rare paths: Zig passes an Allocator
+/// through memory, which would give write and clearWrites a stack frame, set up on every
+/// call.
 noinline fn growWrites() void {
-    inbox.writes.ensureUnusedCapacity(backing, 1) catch |e| fail(e);
+    const cap = inbox.writes_cap.get();
+    const old: []Write = if (cap == 0) &.{} else writeList(cap);
+    const grown = backing.realloc(old, cap + cap / 2 + 8) catch |e| fail(e);
+    inbox.writes_at.set(@intFromPtr(grown.ptr));
+    inbox.writes_cap.set(grown.len);
 }
 
 /// s, or a copy of it, that stays unchanged until the broker has read the write list, when
 /// the call returns (the copies are emptied with the list, by the next call's first write). The plugin's bytes may be on its stack, or in the
-/// arena, which a batch resets after each message: they are copied into inbox.room, a bump
+/// arena, which a batch resets after each message: they are copied into the room, a bump
 /// of a pointer and a few loads and stores for a header's name or value. Bytes of the inbox
 /// (a value the plugin read) are not copied past 16 bytes: nothing changes them during the
 /// call, and a payload may be long.
 inline fn keep(s: []const u8) []const u8 {
     if (s.len > 16 and within(s, inbox.buf.?)) return s;
-    if (s.len > inbox.room.len) moreRoom(s.len);
-    const c = inbox.room[0..s.len];
-    inbox.room = inbox.room[s.len..];
-    copyBytes(c.ptr, s.ptr, s.len);
-    return c;
+    if (s.len > inbox.room_len.get()) moreRoom(s.len);
+    const c: [*]u8 = @ptrFromInt(inbox.room_at.get());
+    inbox.room_at.set(@intFromPtr(c + s.len));
+    inbox.room_len.set(inbox.room_len.get() - s.len);
+    copyBytes(c, s.ptr, s.len);
+    return c[0..s.len];
 }
 
 /// Whether s lies inside b.
@@ -573,10 +595,12 @@ inline fn within(s: []const u8, b: []const u8) bool {
     return at >= start and at - start <= b.len and s.len <= b.len - (at - start);
 }
 
-/// keep's room when inbox.room has less than n bytes left: a new chunk (of kept_bytes, or n
-/// if more) from the arena inbox.more. The bytes already kept stay where they are.
+/// keep's room when it has less than n bytes left: a new chunk (of kept_bytes, or n if more)
+/// from the arena inbox.more. The bytes already kept stay where they are.
 noinline fn moreRoom(n: usize) void {
-    inbox.room = inbox.more.allocator().alloc(u8, @max(n, kept_bytes)) catch |e| fail(e);
+    const chunk = inbox.more.allocator().alloc(u8, @max(n, kept_bytes)) catch |e| fail(e);
+    inbox.room_at.set(@intFromPtr(chunk.ptr));
+    inbox.room_len.set(chunk.len);
 }
 
 /// Copies n bytes from s to d (which do not overlap), as @memcpy. Inline, and without a loop
@@ -601,15 +625,18 @@ inline fn copyEnds(comptime T: type, d: [*]u8, s: [*]const u8, n: usize) void {
 /// Empties the write lists and what they point to (the last call's, which the broker has
 /// read).
 fn clearWrites() void {
-    inbox.room = &inbox.kept;
+    inbox.room_at.set(@intFromPtr(&inbox.kept));
+    inbox.room_len.set(kept_bytes);
     reset(&inbox.more);
-    if (inbox.writes.capacity * @sizeOf(Write) > arena_retain_bytes) freeWrites();
-    inbox.writes.clearRetainingCapacity();
+    if (inbox.writes_cap.get() * @sizeOf(Write) > arena_retain_bytes) freeWrites();
+    inbox.writes_len.set(0);
 }
 
 /// Gives back the write list's memory past arena_retain_bytes (see growWrites).
 noinline fn freeWrites() void {
-    inbox.writes.clearAndFree(backing);
+    backing.free(writeList(inbox.writes_cap.get()));
+    inbox.writes_at.set(0);
+    inbox.writes_cap.set(0);
 }
 
 
@@ -627,8 +654,8 @@ fn publishBatch(comptime one: fn () i64) i32 {
     const n: usize = all.get(Batch.count);
     if (!tableFits(whole.len, n)) return 1;
     const table = Batch.entries + Batch.entry * n;
-    if (inbox.writes.items.len != 0) clearWrites();
-    const list = inbox.writes.items.ptr;
+    if (inbox.writes_len.get() != 0) clearWrites();
+    const list = inbox.writes_at.get();
     inbox.batching = true;
     defer {
         current.set(all);
@@ -648,7 +675,7 @@ fn publishBatch(comptime one: fn () i64) i32 {
         current.set(.{ .b = whole[at..][0..len] });
         std.mem.writeIntLittle(u64, whole[e + Batch.verdict ..][0..8], @as(u64, @bitCast(one())));
     }
-    if (inbox.writes.items.ptr != list) giveLists(whole, n);
+    if (inbox.writes_at.get() != list) giveLists(whole, n);
     return 0;
 }
 
@@ -665,7 +692,7 @@ fn giveLists(whole: []align(8) u8, n: usize) void {
         const r = Record{ .b = whole[all.get(e)..][0..all.get(e + 4)] };
         const count = r.get(In.writes_count);
         if (count == 0) continue;
-        r.put(In.writes_ptr, addr(std.mem.sliceAsBytes(inbox.writes.items[at..][0..count])));
+        r.put(In.writes_ptr, @truncate(inbox.writes_at.get() + @sizeOf(Write) * at));
         at += count;
     }
 }
@@ -1311,10 +1338,10 @@ test "each message's write list is given to its record as it is written" {
         current.set(.{ .b = &.{} });
     }
     // Addresses are 64-bit natively, and the record keeps their low 32 bits: the list and
-    // the bytes are found by those among inbox.writes and in inbox.kept.
+    // the bytes are found by those among the lists and in inbox.kept.
     const list = struct {
         fn of(r: Record) []const Write {
-            const items = inbox.writes.items;
+            const items = writeList(inbox.writes_len.get());
             for (0..items.len + 1) |i| {
                 if (addr(std.mem.sliceAsBytes(items[i..])) == r.get(In.writes_ptr)) return items[i..][0..r.get(In.writes_count)];
             }
@@ -1335,7 +1362,7 @@ test "each message's write list is given to its record as it is written" {
     whole.put(In.writes_ptr, 0);
     whole.put(In.writes_count, 0);
     write(.set_reason, "why", "");
-    try std.testing.expectEqual(@as(usize, 1), inbox.writes.items.len);
+    try std.testing.expectEqual(@as(usize, 1), inbox.writes_len.get());
     try std.testing.expectEqualStrings("why", list.name(list.of(whole)[0]));
     // A batch of three records: the first and the last write, as publishBatch runs them;
     // each record has its own part. giveLists gives the addresses again, for a list that has
@@ -1374,6 +1401,7 @@ test "a write's bytes are kept until the next call, whatever the plugin does wit
     for (&box, 0..) |*c, i| c.* = @truncate(i);
     inbox.buf = &box;
     defer inbox.buf = null;
+    clearWrites();
     defer clearWrites();
     // Every length up to 40 (each way of copying it), from one buffer the plugin reuses.
     var buf: [40]u8 = undefined;
@@ -1407,8 +1435,8 @@ test "a write's bytes are kept until the next call, whatever the plugin does wit
     try std.testing.expectEqualSlices(u8, box[8..24], keep(box[8..24]));
     // The next call starts with the static buffer again.
     clearWrites();
-    try std.testing.expectEqual(@intFromPtr(&inbox.kept), @intFromPtr(inbox.room.ptr));
-    try std.testing.expectEqual(@as(usize, kept_bytes), inbox.room.len);
+    try std.testing.expectEqual(@intFromPtr(&inbox.kept), inbox.room_at.get());
+    try std.testing.expectEqual(@as(usize, kept_bytes), inbox.room_len.get());
 }
 
 test "within" {
