@@ -420,9 +420,9 @@ const inbox = struct {
     const writes_at = Global("tinybroker_writes_at");
     const writes_len = Global("tinybroker_writes_len");
     const writes_cap = Global("tinybroker_writes_cap");
-    /// Whether a batch is running: its messages' writes go on one list, which only the batch
-    /// empties, when it starts.
-    var batching = false;
+    /// 1 while a batch is running, else 0: its messages' writes go on one list, which only
+    /// the batch empties, when it starts.
+    const batching = Global("tinybroker_batching");
     /// Copies of the bytes the write lists point to (see keep): room_len bytes at room_at
     /// are what is left of kept, then, once kept is full, of the last chunk taken from more.
     /// Both are emptied with the lists (more keeping up to arena_retain_bytes), and the room
@@ -542,7 +542,7 @@ fn addr(s: []const u8) u32 {
 noinline fn write(op: Op, a: []const u8, b: []const u8) void {
     const r = current.get();
     const count = r.get(In.writes_count) + 1;
-    if (count == 1 and !inbox.batching) clearWrites();
+    if (count == 1 and inbox.batching.get() == 0) clearWrites();
     const ka = keep(a);
     const kb = keep(b);
     const n = inbox.writes_len.get();
@@ -656,10 +656,10 @@ fn publishBatch(comptime one: fn () i64) i32 {
     const table = Batch.entries + Batch.entry * n;
     if (inbox.writes_len.get() != 0) clearWrites();
     const list = inbox.writes_at.get();
-    inbox.batching = true;
+    inbox.batching.set(1);
     defer {
         current.set(all);
-        inbox.batching = false;
+        inbox.batching.set(0);
     }
     for (0..n) |i| {
         const e = Batch.entries + Batch.entry * i;
@@ -786,9 +786,13 @@ pub const msg = struct {
     /// Replaces the payload (on_publish).
     pub fn setPayload(b: []const u8) Error!void {
         if (active()) {
-            // The write list has no statuses: check what the host would refuse.
-            if (current.get().hook() != hook_publish) return error.NotAllowed;
-            if (b.len > current.get().get(In.max_message)) return error.TooLarge;
+            // The write list has no statuses: check what the host would refuse. The limit is
+            // loaded first, where it is (see here), the hook's field being below it: the JIT
+            // then checks the bounds once.
+            const r = current.get();
+            const max = here(r.get(In.max_message));
+            if (r.hook() != hook_publish) return error.NotAllowed;
+            if (b.len > max) return error.TooLarge;
             return write(.set_payload, b, "");
         }
         _ = try check(host.v1_msg_set_payload(p(b), b.len));
@@ -799,9 +803,11 @@ pub const msg = struct {
     /// reused or freed at once.
     pub fn setHeader(name: []const u8, value: []const u8) Error!void {
         if (active()) {
-            if (!current.get().mayChangeHeaders()) return error.NotAllowed;
+            const r = current.get();
+            const max = here(r.get(In.max_header)); // first: see setPayload
+            if (!r.mayChangeHeaders()) return error.NotAllowed;
             if (name.len == 0) return error.Invalid;
-            if (name.len + value.len > current.get().get(In.max_header)) return error.TooLarge;
+            if (name.len + value.len > max) return error.TooLarge;
             return write(.set_header, name, value);
         }
         _ = try check(host.v1_msg_set_header(p(name), name.len, p(value), value.len));
@@ -1379,8 +1385,8 @@ test "each message's write list is given to its record as it is written" {
         whole.put(Batch.entries + Batch.entry * i, @intCast(@intFromPtr(r.b.ptr) - @intFromPtr(&box)));
         whole.put(Batch.entries + Batch.entry * i + 4, @intCast(r.b.len));
     }
-    inbox.batching = true;
-    defer inbox.batching = false;
+    inbox.batching.set(1);
+    defer inbox.batching.set(0);
     const names = [_][]const u8{ "x0", "x1", "x2", "x3", "x4", "x5", "x6", "x7", "x8", "x9", "x10", "x11" };
     current.set(recs[0]);
     write(.set_header, "first", "1");
