@@ -961,24 +961,62 @@ pub fn logLine(level: Level, line: []const u8) void {
 /// Formatted logging: tb.log.warn("tenant {s}", .{t}). A line that cannot be formatted
 /// (out of memory) is logged as its format string.
 pub const log = struct {
-    pub fn trace(comptime fmt: []const u8, args: anytype) void {
+    pub inline fn trace(comptime fmt: []const u8, args: anytype) void {
         print(.trace, fmt, args);
     }
-    pub fn debug(comptime fmt: []const u8, args: anytype) void {
+    pub inline fn debug(comptime fmt: []const u8, args: anytype) void {
         print(.debug, fmt, args);
     }
-    pub fn info(comptime fmt: []const u8, args: anytype) void {
+    pub inline fn info(comptime fmt: []const u8, args: anytype) void {
         print(.info, fmt, args);
     }
-    pub fn warn(comptime fmt: []const u8, args: anytype) void {
+    pub inline fn warn(comptime fmt: []const u8, args: anytype) void {
         print(.warn, fmt, args);
     }
-    pub fn err(comptime fmt: []const u8, args: anytype) void {
+    pub inline fn err(comptime fmt: []const u8, args: anytype) void {
         print(.err, fmt, args);
     }
-    fn print(level: Level, comptime fmt: []const u8, args: anytype) void {
-        const line = std.fmt.allocPrint(allocator(), fmt, args) catch fmt;
-        logLine(level, line);
+
+    /// Formats and logs the line in a function of its own, given the arguments one by one
+    /// (up to three, of a tuple of runtime values): Zig passes a tuple through memory, which
+    /// would give the caller a stack frame, set up on every call, even where it logs only on
+    /// an error path (a hook catching a writer's error).
+    inline fn print(level: Level, comptime fmt: []const u8, args: anytype) void {
+        const A = @TypeOf(args);
+        const L = Line(fmt, A);
+        if (comptime !L.by_one) return @call(.never_inline, L.tuple, .{ level, args });
+        switch (comptime std.meta.fields(A).len) {
+            0 => @call(.never_inline, L.tuple, .{ level, args }),
+            1 => @call(.never_inline, L.one, .{ level, args[0] }),
+            2 => @call(.never_inline, L.two, .{ level, args[0], args[1] }),
+            3 => @call(.never_inline, L.three, .{ level, args[0], args[1], args[2] }),
+            else => unreachable,
+        }
+    }
+
+    fn Line(comptime fmt: []const u8, comptime A: type) type {
+        const type_info = @typeInfo(A);
+        const fs = std.meta.fields(A);
+        return struct {
+            /// Whether args can be given one by one: a tuple of up to three runtime values.
+            const by_one = type_info == .Struct and type_info.Struct.is_tuple and fs.len <= 3 and for (fs) |f| {
+                if (f.is_comptime) break false;
+            } else true;
+
+            fn tuple(level: Level, args: A) void {
+                const line = std.fmt.allocPrint(allocator(), fmt, args) catch fmt;
+                logLine(level, line);
+            }
+            fn one(level: Level, a: fs[0].type) void {
+                tuple(level, .{a});
+            }
+            fn two(level: Level, a: fs[0].type, b: fs[1].type) void {
+                tuple(level, .{ a, b });
+            }
+            fn three(level: Level, a: fs[0].type, b: fs[1].type, c: fs[2].type) void {
+                tuple(level, .{ a, b, c });
+            }
+        };
     }
 };
 
@@ -1443,6 +1481,20 @@ test "a write's bytes are kept until the next call, whatever the plugin does wit
     clearWrites();
     try std.testing.expectEqual(@intFromPtr(&inbox.kept), inbox.room_at.get());
     try std.testing.expectEqual(@as(usize, kept_bytes), inbox.room_len.get());
+}
+
+test "log takes any arguments" {
+    // Natively the lines go to stderr; what is checked is that every shape compiles and
+    // formats: none, one to three runtime values (given one by one), more, comptime ones.
+    var n: u32 = 7;
+    const s: []const u8 = "x";
+    log.debug("log test: none", .{});
+    log.debug("log test: {d}", .{n});
+    log.debug("log test: {d} {s}", .{ n, s });
+    log.debug("log test: {d} {s} {d}", .{ n, s, n });
+    log.debug("log test: {d} {s} {d} {s}", .{ n, s, n, s });
+    log.debug("log test: {d} {s}", .{ 1, s });
+    n += 1;
 }
 
 test "within" {
