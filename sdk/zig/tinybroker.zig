@@ -134,6 +134,14 @@ inline fn here(x: u32) u32 {
     );
 }
 
+/// here for a u64.
+inline fn here64(x: u64) u64 {
+    return asm volatile (""
+        : [ret] "=r" (-> u64),
+        : [x] "0" (x),
+    );
+}
+
 /// The T at s + at, unaligned.
 inline fn load(comptime T: type, s: [*]const u8, at: usize) T {
     return std.mem.readIntNative(T, s[at..][0..@sizeOf(T)]);
@@ -663,17 +671,19 @@ fn publishBatch(comptime one: fn () i64) i32 {
     }
     for (0..n) |i| {
         const e = Batch.entries + Batch.entry * i;
-        // The record's offset and length in one load (the JIT checks the bounds of each
-        // load), at the entry's address (see Record.header).
-        const entry: *align(1) const u64 = @ptrFromInt(hidden(@intFromPtr(whole.ptr + e)));
-        const both = std.mem.littleToNative(u64, entry.*);
+        // The entry's fields at offsets from its address (see Record.header), its verdict
+        // loaded first (0; see here): the JIT then checks the bounds of the entry once, for
+        // the record's offset and length (one load) and the verdict's store as well.
+        const entry: *align(1) [2]u64 = @ptrFromInt(hidden(@intFromPtr(whole.ptr + e)));
+        _ = here64(entry[1]);
+        const both = std.mem.littleToNative(u64, entry[0]);
         const at: usize = @as(u32, @truncate(both));
         const len: usize = @as(u32, @truncate(both >> 32));
         if (!recordFits(whole.len, table, at, len)) return 1;
         // current first: the store through a pointer would make the hook load rec again.
         all.put(Batch.current, @intCast(i));
         current.set(.{ .b = whole[at..][0..len] });
-        std.mem.writeIntLittle(u64, whole[e + Batch.verdict ..][0..8], @as(u64, @bitCast(one())));
+        entry[1] = std.mem.nativeToLittle(u64, @as(u64, @bitCast(one())));
     }
     if (inbox.writes_at.get() != list) giveLists(whole, n);
     return 0;
