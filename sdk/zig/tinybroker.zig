@@ -214,6 +214,21 @@ noinline fn hostTopicIs(t: []const u8) bool {
     return readEql(host.v1_msg_topic, .{}, t);
 }
 
+/// The writers' host calls. The writers are inline (with the inbox, a few loads and a call
+/// of write), their host calls not: check's result, an error union of an i32, is returned
+/// through memory, which would give the hook a stack frame.
+noinline fn hostSetHeader(name: []const u8, value: []const u8) Error!void {
+    _ = try check(host.v1_msg_set_header(p(name), name.len, p(value), value.len));
+}
+
+noinline fn hostSetPayload(b: []const u8) Error!void {
+    _ = try check(host.v1_msg_set_payload(p(b), b.len));
+}
+
+noinline fn hostDelHeader(name: []const u8) Error!void {
+    _ = try check(host.v1_msg_del_header(p(name), name.len));
+}
+
 noinline fn hostHeaderIs(name: []const u8, value: []const u8) bool {
     return readEql(host.v1_msg_header, .{ p(name), name.len }, value);
 }
@@ -794,7 +809,7 @@ pub const msg = struct {
     }
 
     /// Replaces the payload (on_publish).
-    pub fn setPayload(b: []const u8) Error!void {
+    pub inline fn setPayload(b: []const u8) Error!void {
         if (active()) {
             // The write list has no statuses: check what the host would refuse. The limit is
             // loaded first, where it is (see here), the hook's field being below it: the JIT
@@ -805,13 +820,13 @@ pub const msg = struct {
             if (b.len > max) return error.TooLarge;
             return write(.set_payload, b, "");
         }
-        _ = try check(host.v1_msg_set_payload(p(b), b.len));
+        return hostSetPayload(b);
     }
 
     /// Adds or replaces a header (on_publish, on_redeliver). Like every writer, it takes the
     /// bytes when called (a copy, or on host calls the broker's): the slices given may be
     /// reused or freed at once.
-    pub fn setHeader(name: []const u8, value: []const u8) Error!void {
+    pub inline fn setHeader(name: []const u8, value: []const u8) Error!void {
         if (active()) {
             const r = current.get();
             const max = here(r.get(In.max_header)); // first: see setPayload
@@ -820,16 +835,16 @@ pub const msg = struct {
             if (name.len + value.len > max) return error.TooLarge;
             return write(.set_header, name, value);
         }
-        _ = try check(host.v1_msg_set_header(p(name), name.len, p(value), value.len));
+        return hostSetHeader(name, value);
     }
 
     /// Removes a header; fine if it was not set (on_publish, on_redeliver).
-    pub fn delHeader(name: []const u8) Error!void {
+    pub inline fn delHeader(name: []const u8) Error!void {
         if (active()) {
             if (!current.get().mayChangeHeaders()) return error.NotAllowed;
             return write(.del_header, name, "");
         }
-        _ = try check(host.v1_msg_del_header(p(name), name.len));
+        return hostDelHeader(name);
     }
 };
 
