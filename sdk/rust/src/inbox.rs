@@ -151,16 +151,20 @@ static mut REC: Span = Span::EMPTY;
 
 /// A record of a write list: op, a's address and length, b's address and length.
 type Write = [u32; 5];
-/// The write lists of the call in progress, one after the other (a batch's message `i`
-/// lists its writes after message `i - 1`'s), and the bytes their records point to, one
-/// after the other in ARENA. A record holds the addresses it gives the broker from the
-/// start, and a message's record (`writes_ptr`, `writes_count`) is kept up to date at each
-/// write (see `write`), so neither Vec may move what it has given: when one is full, a larger
-/// one takes its place (a list's with a copy of its records, the message's record pointed at
-/// the copy), and the full one is kept in FULL_LISTS or FULL_ARENAS until the lists are
-/// emptied: by the first write of a later single call, or when a batch begins. A call that
-/// writes nothing touches none of this. Both are kept across calls, with their capacity (up
-/// to KEEP bytes): a message that writes allocates nothing once an instance has served a few.
+/// The write lists, one after the other (a batch's message `i` lists its writes after
+/// message `i - 1`'s, a single call after the previous calls'), and the bytes their records
+/// point to, one after the other in ARENA. A record holds the addresses it gives the broker
+/// from the start, and a message's record (`writes_ptr`, `writes_count`) is kept up to date at
+/// each write (see `write`), so nothing given may move while the call runs. When a Vec is
+/// full: at the first write of a single call nothing in it is in use, and both are emptied
+/// (WRITES alone if it is the full one); later in a single call, the call's own records or
+/// bytes move to a new Vec and are pointed at there; in a batch, a larger Vec takes the full
+/// one's place (a list's with a copy of its records, the message's record pointed at the
+/// copy), and the full one is kept in FULL_LISTS or FULL_ARENAS until the lists are emptied,
+/// when the next batch begins or a single call's first write finds one full. A call that
+/// writes nothing touches none of this, and one that writes does not empty anything first.
+/// Both are kept across calls, with their capacity (up to KEEP bytes, when emptied): a message
+/// that writes allocates nothing once an instance has served a few.
 static mut WRITES: Vec<Write> = Vec::new();
 static mut ARENA: Vec<u8> = Vec::new();
 static mut FULL_LISTS: Vec<Vec<Write>> = Vec::new();
@@ -562,7 +566,8 @@ const BATCH_VERDICT: usize = 8;
 /// Runs `on_publish` on each message of the batch in the inbox, as tb_on_publish would run it
 /// on that message alone: the readers read its record, host calls act on it (`current`), and
 /// its writes are its record's write list. Every list, and the bytes they point to, stay put
-/// until the next call, since the broker reads them all when the batch returns. Returns 0
+/// until the call returns, since the broker reads them all then (the lists are emptied when
+/// the batch begins, and grow as it needs). Returns 0
 /// with every entry's verdict written, or 1, before any message has run, for a batch this
 /// SDK cannot read: the broker then calls tb_on_publish on each message.
 #[cfg(feature = "inbox")]

@@ -593,8 +593,8 @@ pub mod __private {
     /// Called first in every hook: makes a panic log its message at error level before the
     /// call traps. With an inbox, `tb_v1_inbox` did so before the instance's first call, and
     /// this costs nothing more than the test whether there is one, which the readers make
-    /// anyway (the compiler makes it once). The write list needs nothing: the first write of a
-    /// call empties the previous call's (see inbox.rs).
+    /// anyway (the compiler makes it once). The write list needs nothing: a call's first write
+    /// starts its list, and each write gives it to the broker (see inbox.rs).
     #[inline(always)]
     pub fn enter() {
         if !crate::inbox::active() {
