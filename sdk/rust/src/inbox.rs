@@ -13,9 +13,7 @@ use std::ptr::addr_of_mut;
 
 // The inbox's layout: little-endian u32 fields at fixed offsets (docs/ABI.md): the write
 // list's pointer and count, the hook, the limits, the event's attempt and time in flight.
-#[cfg(feature = "inbox")]
 const WRITES_PTR: usize = 0;
-#[cfg(feature = "inbox")]
 const WRITES_COUNT: usize = 4;
 const HOOK: usize = 8;
 const MAX_MESSAGE: usize = 12; // then max_header_bytes
@@ -62,13 +60,12 @@ impl Span {
     /// No inbox: a well-aligned, non-null pointer to no bytes.
     const EMPTY: Span = Span { ptr: std::ptr::NonNull::<u64>::dangling().as_ptr() as *mut u8, len: 0 };
 
-    /// Whether the `n` bytes at `off` are inside the span.
+    /// Whether the `n` bytes at `off` are inside the span. Written so that it cannot
+    /// overflow: where `n` is a constant no larger than what the span is known to hold (a
+    /// header's name, once its length matched), it is one comparison.
     #[inline(always)]
     fn holds(self, off: usize, n: usize) -> bool {
-        match off.checked_add(n) {
-            Some(end) => end <= self.len,
-            None => false,
-        }
+        n <= self.len && off <= self.len - n
     }
 
     /// The little-endian u32 at `off`; a read past the span traps, as a slice index would.
@@ -114,7 +111,6 @@ impl Span {
 
     /// Writes the little-endian u32 `v` at `off` (the fields the broker reads back: write
     /// lists, a batch's current message).
-    #[cfg(feature = "inbox")]
     #[inline(always)]
     fn put32(self, off: usize, v: u32) {
         if !self.holds(off, 4) {
@@ -146,8 +142,8 @@ fn past_the_end() -> ! {
 /// The inbox: 8-byte words, so that it is aligned as the ABI asks.
 #[cfg(feature = "inbox")]
 static mut INBOX: Vec<u64> = Vec::new();
-/// INBOX's bytes, as a span (EMPTY until the broker asks for an inbox).
-#[cfg(feature = "inbox")]
+/// INBOX's bytes, as a span (EMPTY until the broker asks for an inbox, and without the
+/// feature `inbox`).
 static mut BOX: Span = Span::EMPTY;
 /// The message the readers read: the whole inbox in a single call, and always between calls;
 /// message `i`'s record while a batch runs it.
@@ -155,14 +151,19 @@ static mut REC: Span = Span::EMPTY;
 
 /// A record of a write list: op, a's address and length, b's address and length.
 type Write = [u32; 5];
-/// The write lists of the call in progress, one after the other (a batch's message `i`
-/// lists its writes after message `i - 1`'s), and the bytes their records point to, one
-/// after the other in ARENA. A record holds the addresses it gives the broker from the
-/// start, and a message's record gets its list's address when the message ends (see
-/// `close_message`), so neither Vec may move what it has given: when one is full, a larger
-/// one takes its place (a list's with a copy of its records, so that indexes into it stay
-/// valid), and the full one is kept in FULL_LISTS or FULL_ARENAS until the next call
-/// begins. Both are kept across calls, with their capacity (up to KEEP bytes): a message
+/// The write lists, one after the other (a batch's message `i` lists its writes after
+/// message `i - 1`'s, a single call after the previous calls'), and the bytes their records
+/// point to, one after the other in ARENA. A record holds the addresses it gives the broker
+/// from the start, and a message's record (`writes_ptr`, `writes_count`) is kept up to date at
+/// each write (see `write`), so nothing given may move while the call runs. When a Vec is
+/// full: at the first write of a single call nothing in it is in use, and both are emptied
+/// (WRITES alone if it is the full one); later in a single call, the call's own records or
+/// bytes move to a new Vec and are pointed at there; in a batch, a larger Vec takes the full
+/// one's place (a list's with a copy of its records, the message's record pointed at the
+/// copy), and the full one is kept in FULL_LISTS or FULL_ARENAS until the lists are emptied,
+/// when the next batch begins or a single call's first write finds one full. A call that
+/// writes nothing touches none of this, and one that writes does not empty anything first.
+/// Both are kept across calls, with their capacity (up to KEEP bytes, when emptied): a message
 /// that writes allocates nothing once an instance has served a few.
 static mut WRITES: Vec<Write> = Vec::new();
 static mut ARENA: Vec<u8> = Vec::new();
@@ -178,12 +179,18 @@ pub extern "C" fn tb_v1_inbox(size: u32) -> u32 {
     // SAFETY: one thread, and no reference to INBOX outlives a function of this module (the
     // old inbox's values, which readers handed out, are only valid until the call ends).
     let inbox = unsafe { &mut *addr_of_mut!(INBOX) };
-    *inbox = vec![0u64; (size as usize + 7) / 8];
+    // At least the fixed fields, whatever the size (4096 and up, as the ABI has it): an
+    // inbox, like a batch's record, always holds them (see `active`).
+    *inbox = vec![0u64; ((size as usize).max(HEADERS) + 7) / 8];
     let whole = Span { ptr: inbox.as_mut_ptr() as *mut u8, len: inbox.len() * 8 };
     unsafe {
         BOX = whole;
         REC = whole;
     }
+    // Before the instance's first call, then never again: the hooks need not ask (`enter`).
+    // (Not in the crate's own tests, off wasm: the hook would log through the host.)
+    #[cfg(target_arch = "wasm32")]
+    crate::__private::hook_panics();
     whole.ptr as u32
 }
 
@@ -195,10 +202,13 @@ fn rec() -> Span {
 }
 
 /// Whether the broker gave an inbox. Told by REC, which the readers load next (so that the
-/// compiler loads it once): it is BOX, or in a batch a record, which is not empty either.
+/// compiler loads it once): it is BOX, or in a batch a record. Either holds at least the
+/// fixed fields (`tb_v1_inbox` and `batch` see to it), so REC's length is 0 or at least
+/// HEADERS: tested so, the compiler knows the fixed fields are inside the record, and
+/// drops the bounds checks of reading them.
 #[inline(always)]
 pub(crate) fn active() -> bool {
-    rec().len != 0
+    rec().len >= HEADERS
 }
 
 #[inline(always)]
@@ -323,8 +333,9 @@ pub(crate) fn same(a: &[u8], b: &[u8]) -> bool {
     word(a, n - 4) == word(b, n - 4)
 }
 
-/// Empties the write lists: every hook calls it first, a batch once. (The readers read the
-/// whole inbox outside a batch already.)
+/// Empties the write lists: a batch calls it first. (The readers read the whole inbox
+/// outside a batch already.)
+#[cfg(feature = "inbox")]
 #[inline(always)]
 pub(crate) fn begin() {
     // SAFETY: one thread, and no reference to WRITES or ARENA outlives this function.
@@ -352,15 +363,41 @@ fn restart(writes: &mut Vec<Write>) {
     arena.clear();
 }
 
-/// Lists a write of the current message, with copies of its bytes kept until the next call.
+/// Whether the current message is a single call's (its record is the whole inbox), not one
+/// of a batch's. Asked only when a list is full: the lists are then handled differently.
+#[inline(always)]
+fn single() -> bool {
+    // SAFETY: one thread; a Span is a copy.
+    rec().ptr == unsafe { BOX }.ptr
+}
+
+/// Where the current single call's records start in WRITES: the index of the record at the
+/// address its inbox gives. A single call's records are always in WRITES, one after the
+/// other (`new_list` moves them together), and their bytes in ARENA (`new_arena`).
+#[inline(always)]
+fn first_of_call(writes: &[Write]) -> usize {
+    (rec().u32(WRITES_PTR).wrapping_sub(writes.as_ptr() as u32) / 20) as usize
+}
+
+/// Lists a write of the current message, with copies of its bytes, and gives the broker the
+/// message's list as it now is, in the message's record: nothing is left to do when the hook
+/// returns, and a call that writes nothing pays nothing. The broker zeroes `writes_count`
+/// before each call (docs/ABI.md), and this writes it at each write: 0 says that this is the
+/// message's first write, whose record gets its list's address. A message's writes follow
+/// the previous one's in the lists, in a batch (emptied when it began) as from one single
+/// call to the next, until a list is full: then, at the first write of a single call, when
+/// none of what the lists hold is in use, they are emptied; so a message that writes costs
+/// no emptying either (see `new_arena` and `new_list`).
 #[inline(always)]
 fn write(op: Op, a: &[u8], b: &[u8]) {
+    let r = rec();
+    let count = r.u32(WRITES_COUNT);
     // SAFETY: one thread, and no reference to ARENA or WRITES outlives this function.
     let arena = unsafe { &mut *addr_of_mut!(ARENA) };
     // No overflow: a and b are in memory, each at most isize::MAX bytes.
     let n = a.len() + b.len();
     if arena.capacity() - arena.len() < n {
-        new_arena(n);
+        new_arena(n, count);
     }
     let at = arena.len();
     // SAFETY: the arena has room for n more bytes after `at` (checked above), and `copy`
@@ -372,49 +409,112 @@ fn write(op: Op, a: &[u8], b: &[u8]) {
         arena.set_len(at + n);
         dst as usize
     };
-    push([op as u32, a_at as u32, a.len() as u32, (a_at + a.len()) as u32, b.len() as u32]);
+    let at = push([op as u32, a_at as u32, a.len() as u32, (a_at + a.len()) as u32, b.len() as u32], count);
+    if count == 0 {
+        r.put32(WRITES_PTR, at as u32);
+    }
+    r.put32(WRITES_COUNT, count + 1);
 }
 
-/// Replaces ARENA, which lacks room for `n` more bytes, by a larger one, keeping the full one
-/// until the next call if a record points into it.
+/// Makes room in ARENA, which lacks it for `n` more bytes, for a write of the current message,
+/// which has made `count` before. At the first write of a single call nothing in the lists is
+/// in use: they are emptied (and the arena replaced by a larger one only if `n` bytes are
+/// more than it holds). Later in a single call, the call's bytes so far move to a new arena,
+/// twice as large as the call needs, and its records are pointed at them: nothing else is in
+/// use, and the old arenas go. In a batch, whose earlier messages' records point into the
+/// arena, a larger one takes its place, the full one kept until the lists are emptied.
 #[cold]
 #[inline(never)]
-fn new_arena(n: usize) {
-    // SAFETY: one thread, and no reference to ARENA or FULL_ARENAS outlives this function.
+fn new_arena(n: usize, count: u32) {
+    // SAFETY: one thread, and no reference to ARENA, WRITES or FULL_ARENAS outlives this
+    // function (nor `restart`'s, called here, to them).
     let arena = unsafe { &mut *addr_of_mut!(ARENA) };
-    let full = std::mem::replace(arena, Vec::with_capacity(n.max(2 * arena.capacity()).max(256)));
+    let writes = unsafe { &mut *addr_of_mut!(WRITES) };
+    let full_arenas = unsafe { &mut *addr_of_mut!(FULL_ARENAS) };
+    if single() {
+        if count == 0 {
+            restart(writes);
+            if arena.capacity() < n {
+                *arena = Vec::with_capacity(n.max(1024));
+            }
+            return;
+        }
+        let first = first_of_call(writes);
+        let from = (writes[first][1].wrapping_sub(arena.as_ptr() as u32) as usize).min(arena.len());
+        let mut next = Vec::with_capacity((2 * (arena.len() - from + n)).max(1024));
+        next.extend_from_slice(&arena[from..]);
+        let shift = (next.as_ptr() as u32).wrapping_sub(arena.as_ptr() as u32).wrapping_sub(from as u32);
+        for w in &mut writes[first..] {
+            w[1] = w[1].wrapping_add(shift);
+            w[3] = w[3].wrapping_add(shift);
+        }
+        *arena = next;
+        full_arenas.clear();
+        return;
+    }
+    let full = std::mem::replace(arena, Vec::with_capacity(n.max(2 * arena.capacity()).max(1024)));
     if !full.is_empty() {
-        unsafe { (*addr_of_mut!(FULL_ARENAS)).push(full) };
+        full_arenas.push(full);
     }
 }
 
-/// Appends the record `w` to WRITES.
+/// Appends the record `w` of a message with `count` writes before it to WRITES, and returns
+/// its address.
 #[inline(always)]
-fn push(w: Write) {
+fn push(w: Write, count: u32) -> usize {
     // SAFETY: one thread, and no reference to WRITES outlives this function.
     let writes = unsafe { &mut *addr_of_mut!(WRITES) };
     if writes.len() == writes.capacity() {
-        new_list();
+        new_list(count);
     }
     // SAFETY: there is room for one more (checked above); `set_len` counts it once written.
     unsafe {
-        writes.as_mut_ptr().add(writes.len()).write(w);
+        let at = writes.as_mut_ptr().add(writes.len());
+        at.write(w);
         writes.set_len(writes.len() + 1);
+        at as usize
     }
 }
 
-/// Replaces WRITES, which is full, by a larger copy of it, keeping the full one until the next
-/// call: messages that ended were given their lists in it.
+/// Makes room in WRITES, which is full, for a record of the current message, which has made
+/// `count` writes before. In a single call, only the call's records are in use: at its first
+/// write none, and WRITES is emptied (the arena, which holds this write's bytes already, is
+/// left alone); later, its records move to a new list, twice as long as the call needs, and
+/// its inbox is pointed at them. In a batch, a larger copy of WRITES takes its place, the full
+/// one kept until the lists are emptied (messages that ended were given their lists in it),
+/// and the message's record, if it has writes already, is pointed at their copy, so that its
+/// list stays whole.
 #[cold]
 #[inline(never)]
-fn new_list() {
+fn new_list(count: u32) {
     // SAFETY: one thread, and no reference to WRITES or FULL_LISTS outlives this function.
     let writes = unsafe { &mut *addr_of_mut!(WRITES) };
-    let mut list = Vec::with_capacity((2 * writes.capacity()).max(8));
+    let full_lists = unsafe { &mut *addr_of_mut!(FULL_LISTS) };
+    let r = rec();
+    if single() {
+        full_lists.clear();
+        if count == 0 && writes.capacity() != 0 && writes.capacity() * 20 <= KEEP {
+            writes.clear();
+            return;
+        }
+        let first = if count == 0 { writes.len() } else { first_of_call(writes) };
+        let mut list = Vec::with_capacity((2 * (writes.len() - first + 1)).max(64));
+        list.extend_from_slice(&writes[first..]);
+        if count != 0 {
+            r.put32(WRITES_PTR, list.as_ptr() as u32);
+        }
+        *writes = list;
+        return;
+    }
+    let mut list = Vec::with_capacity((2 * writes.capacity()).max(64));
     list.extend_from_slice(writes);
+    if count != 0 {
+        let moved = r.u32(WRITES_PTR).wrapping_sub(writes.as_ptr() as u32);
+        r.put32(WRITES_PTR, (list.as_ptr() as u32).wrapping_add(moved));
+    }
     let full = std::mem::replace(writes, list);
     if !full.is_empty() {
-        unsafe { (*addr_of_mut!(FULL_LISTS)).push(full) };
+        full_lists.push(full);
     }
 }
 
@@ -445,42 +545,9 @@ unsafe fn copy(dst: *mut u8, s: &[u8]) {
 }
 
 /// How many writes the call has listed so far, in WRITES.
-#[cfg(feature = "inbox")]
-#[inline(always)]
+#[cfg(all(feature = "inbox", test))]
 fn listed() -> usize {
     unsafe { (*addr_of_mut!(WRITES)).len() }
-}
-
-/// Ends the message whose record is `rec`, whose writes are WRITES from index `first` on:
-/// gives them to it as its write list (none: the broker zeroed the record's list before the
-/// call). Returns where the next message's writes start.
-#[cfg(feature = "inbox")]
-#[inline(always)]
-fn close_message(rec: Span, first: usize) -> usize {
-    // SAFETY: one thread; no reference to WRITES outlives this function.
-    let writes = unsafe { &*addr_of_mut!(WRITES) };
-    let n = writes.len();
-    if n != first {
-        rec.put32(WRITES_PTR, writes.as_ptr() as u32 + first as u32 * 20);
-        rec.put32(WRITES_COUNT, (n - first) as u32);
-    }
-    n
-}
-
-/// Ends a single call (every hook, after its function returned): gives the broker the write
-/// list. Without the feature there is no inbox, and nothing to give.
-#[cfg(not(feature = "inbox"))]
-#[inline(always)]
-pub(crate) fn end() {}
-
-/// Ends a single call (every hook, after its function returned): gives the broker the write
-/// list.
-#[cfg(feature = "inbox")]
-#[inline(always)]
-pub(crate) fn end() {
-    if listed() != 0 {
-        close_message(rec(), 0); // without an inbox nothing is ever listed
-    }
 }
 
 // A batch (docs/ABI.md, "Batches"): a header (count, current), count entries (record offset,
@@ -499,7 +566,8 @@ const BATCH_VERDICT: usize = 8;
 /// Runs `on_publish` on each message of the batch in the inbox, as tb_on_publish would run it
 /// on that message alone: the readers read its record, host calls act on it (`current`), and
 /// its writes are its record's write list. Every list, and the bytes they point to, stay put
-/// until the next call, since the broker reads them all when the batch returns. Returns 0
+/// until the call returns, since the broker reads them all then (the lists are emptied when
+/// the batch begins, and grow as it needs). Returns 0
 /// with every entry's verdict written, or 1, before any message has run, for a batch this
 /// SDK cannot read: the broker then calls tb_on_publish on each message.
 #[cfg(feature = "inbox")]
@@ -528,7 +596,6 @@ pub(crate) fn batch<F: FnMut() -> i64>(mut on_publish: F) -> i32 {
         e += BATCH_ENTRY;
     }
     begin();
-    let mut first = 0;
     let mut e = BATCH_ENTRIES;
     for i in 0..n {
         // SAFETY: the entry is inside the inbox, and its record too (both checked above).
@@ -541,7 +608,6 @@ pub(crate) fn batch<F: FnMut() -> i64>(mut on_publish: F) -> i32 {
         let v = on_publish();
         // SAFETY: inside the entry, as above.
         unsafe { b.put64_within(e + BATCH_VERDICT, v as u64) };
-        first = close_message(r, first);
         e += BATCH_ENTRY;
     }
     unsafe { REC = b };
@@ -753,8 +819,8 @@ mod tests {
             *addr_of_mut!(WRITES) = Vec::new();
             *addr_of_mut!(ARENA) = Vec::new();
         }
-        let n = 40;
-        let (b, records) = batch_inbox(64 << 10, &vec![&[][..]; n]);
+        let n = 100;
+        let (b, records) = batch_inbox(128 << 10, &vec![&[][..]; n]);
         let value = |i: usize| "v".repeat(i * 7);
         let mut i = 0;
         let status = batch(|| {
@@ -784,7 +850,15 @@ mod tests {
         assert_eq!(listed(), 0);
     }
 
-    /// A single call's writes are the inbox's list; its hook decides what may be written.
+    /// What the broker does before a single call: the inbox's write list is empty.
+    #[cfg(feature = "inbox")]
+    fn next_call(r: Span) {
+        r.put32(WRITES_PTR, 0);
+        r.put32(WRITES_COUNT, 0);
+    }
+
+    /// A single call's writes are the inbox's list, given at each write; its hook decides
+    /// what may be written. The next call's list is its own.
     #[cfg(feature = "inbox")]
     #[test]
     fn single_call_lists_its_writes() {
@@ -794,18 +868,60 @@ mod tests {
         r.put32(HOOK, HOOK_REDELIVER);
         r.put32(MAX_MESSAGE, 8);
         r.put32(MAX_HEADER, 8);
-        begin();
         assert_eq!(set_payload(b"x"), -3); // not in on_redeliver
         assert_eq!(set_header(b"", b"x"), -1);
         assert_eq!(set_header(b"name", b"value"), -2); // 9 bytes, over max_header_bytes
+        assert_eq!(writes_of(r), vec![]);
         assert_eq!(set_header(b"k", b"v"), 0);
         assert_eq!(del_header(b"gone"), 0);
-        end();
         let want = vec![(Op::SetHeader as u32, b"k".to_vec(), b"v".to_vec()), (Op::DelHeader as u32, b"gone".to_vec(), vec![])];
         assert_eq!(writes_of(r), want);
-        begin();
-        end();
-        assert_eq!(listed(), 0);
+        next_call(r);
+        assert_eq!(writes_of(r), vec![]);
+        set_reason(b"why");
+        assert_eq!(writes_of(r), vec![(Op::SetReason as u32, b"why".to_vec(), vec![])]);
+    }
+
+    /// Single calls one after the other, writing more and more, so that the lists fill up at
+    /// a call's first write and in the middle of its writes, many times: each call's list is
+    /// whole, and what the lists keep stays bounded by what one call needs.
+    #[cfg(feature = "inbox")]
+    #[test]
+    fn single_calls_reuse_the_lists() {
+        let _lock = statics();
+        tb_v1_inbox(4096);
+        let r = rec();
+        r.put32(HOOK, HOOK_PUBLISH);
+        r.put32(MAX_MESSAGE, 1 << 20);
+        r.put32(MAX_HEADER, 1 << 20);
+        let value = |i: usize, k: usize| format!("{}-{}-", i, k).repeat((i * 7 + k) % 300);
+        for i in 0..400 {
+            next_call(r);
+            let writes = 1 + i % 40;
+            let mut want = Vec::new();
+            for k in 0..writes {
+                let (name, v) = (format!("h{}", k), value(i, k));
+                assert_eq!(set_header(name.as_bytes(), v.as_bytes()), 0);
+                want.push((Op::SetHeader as u32, name.into_bytes(), v.into_bytes()));
+            }
+            assert_eq!(writes_of(r), want, "call {}", i);
+            unsafe {
+                // A single call never keeps a full list or arena, and neither list grows past
+                // twice what a call needs (40 records; 40 values of up to ~2,700 bytes).
+                assert!((*addr_of_mut!(FULL_LISTS)).is_empty() && (*addr_of_mut!(FULL_ARENAS)).is_empty());
+                assert!((*addr_of_mut!(WRITES)).capacity() <= 128, "call {}", i);
+                assert!((*addr_of_mut!(ARENA)).capacity() <= 2 * 40 * 2800, "call {}", i);
+            }
+        }
+        // A batch after them starts with empty lists, and a single call after it reuses them.
+        let (b, records) = batch_inbox(4096, &[&[], &[]]);
+        assert_eq!(batch(|| { set_reason(b"batch"); 0 }), 0);
+        assert_eq!(writes_of(b.sub(records[1], 1024)), vec![(Op::SetReason as u32, b"batch".to_vec(), vec![])]);
+        assert_eq!(listed(), 2);
+        b.sub(0, 4096).put32(HOOK, HOOK_PUBLISH);
+        next_call(b);
+        set_reason(b"alone");
+        assert_eq!(writes_of(b), vec![(Op::SetReason as u32, b"alone".to_vec(), vec![])]);
     }
 
     /// A record outside the inbox, over the entries, too short or not 8-aligned declines

@@ -590,15 +590,20 @@ fn fail(e: &dyn fmt::Display) -> ! {
 
 #[doc(hidden)]
 pub mod __private {
-    /// Called first in every hook: empties the inbox's write list, and makes a panic log its
-    /// message at error level before the call traps.
+    /// Called first in every hook: makes a panic log its message at error level before the
+    /// call traps. With an inbox, `tb_v1_inbox` did so before the instance's first call, and
+    /// this costs nothing more than the test whether there is one, which the readers make
+    /// anyway (the compiler makes it once). The write list needs nothing: a call's first write
+    /// starts its list, and each write gives it to the broker (see inbox.rs).
+    #[inline(always)]
     pub fn enter() {
-        crate::inbox::begin();
-        hook_panics();
+        if !crate::inbox::active() {
+            hook_panics();
+        }
     }
 
     /// Installs the panic hook, once per instance.
-    fn hook_panics() {
+    pub(crate) fn hook_panics() {
         static mut HOOKED: bool = false;
         // SAFETY: one thread.
         unsafe {
@@ -637,14 +642,14 @@ pub mod __private {
 
     /// The body of every hook's export (see `__export_hook!`): runs `f` and returns its
     /// verdict, a `V`, packed.
+    #[inline(always)]
     pub fn hook<V: Verdict, R: crate::HookResult<V>, F: FnOnce() -> R>(f: F) -> i64 {
         enter();
-        let v = run::<V, R, F>(f);
-        crate::inbox::end();
-        v
+        run::<V, R, F>(f)
     }
 
     /// Runs `f` and returns its verdict, packed.
+    #[inline(always)]
     pub fn run<V: Verdict, R: crate::HookResult<V>, F: FnOnce() -> R>(f: F) -> i64 {
         f().into_verdict().raw()
     }
@@ -653,8 +658,7 @@ pub mod __private {
     /// per message of the batch, each time as in its own `tb_on_publish` call.
     #[cfg(feature = "inbox")]
     pub fn publish_batch<F: FnMut() -> i64>(on_publish: F) -> i32 {
-        hook_panics();
-        crate::inbox::batch(on_publish)
+        crate::inbox::batch(on_publish) // tb_v1_inbox installed the panic hook
     }
 
     pub fn init_result(r: Result<(), String>) -> i32 {
@@ -665,7 +669,6 @@ pub mod __private {
                 1
             }
         };
-        crate::inbox::end();
         status
     }
 }
@@ -678,20 +681,23 @@ pub mod __private {
 macro_rules! on_publish {
     ($f:path) => {
         $crate::__export_hook!(tb_on_publish, $crate::Publish, $f);
-        $crate::__export_batch!($f);
+        $crate::__export_batch!(tb_on_publish);
     };
 }
 
 /// What `on_publish!` adds with the feature `inbox`: the export `tb_v1_on_publish_batch`,
-/// which runs the hook `$f` on each message of a batch.
+/// which runs `$hook`, the export `tb_on_publish`, on each message of a batch. Calling the
+/// export rather than the plugin's function leaves that function one caller, into which the
+/// compiler inlines it: a message published alone then costs one call into the plugin, not
+/// two (each call between WebAssembly functions costs a prologue in the broker's runtime).
 #[cfg(feature = "inbox")]
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __export_batch {
-    ($f:path) => {
+    ($hook:ident) => {
         #[no_mangle]
         pub extern "C" fn tb_v1_on_publish_batch() -> i32 {
-            $crate::__private::publish_batch(|| $crate::__private::run::<$crate::Publish, _, _>($f))
+            $crate::__private::publish_batch(|| $hook())
         }
     };
 }
@@ -701,7 +707,7 @@ macro_rules! __export_batch {
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __export_batch {
-    ($f:path) => {};
+    ($hook:ident) => {};
 }
 
 /// Exports `fn()` (or `-> Result<(), E>`) as the plugin's `tb_on_ack` hook.
