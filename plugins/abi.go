@@ -339,23 +339,25 @@ type hostFunc struct {
 	name    string
 	params  []api.ValueType
 	results []api.ValueType
-	fn      hostFn
+	fn      api.GoFunction
 }
 
-// hostFn is a host function's body, and its api.GoFunction: wazero calls it with the
-// call's context (a *callCtx), in which it finds the calling instance, with no closure
-// in between.
-type hostFn func(inst *instance, stack []uint64)
+// Each host function is a type of its own whose Call method is its whole body: wazero calls
+// it through the api.GoFunction interface with the call's context (a *callCtx), in which
+// enter finds the calling instance. Not api.GoModuleFunction, whose calling module a host
+// function of ours does not need and wazero would look up on every call; and not one
+// function type with the bodies as closures, which costs a second indirect call, a stack
+// frame and the arguments' spills on every host call (RATIONALE.md).
 
-// Call implements api.GoFunction: not api.GoModuleFunction, whose calling module a host
-// function of ours does not need and wazero would look up on every call.
-func (f hostFn) Call(ctx context.Context, stack []uint64) {
+// enter is the start of every host function: it finds the calling instance, counts the call
+// and, in a frame (batch.go), selects the message the guest is on.
+func enter(ctx context.Context) *instance {
 	inst := ctx.(*callCtx).inst
 	inst.hostCalls++
 	if inst.batch.n > 0 {
 		inst.selectCurrent()
 	}
-	f(inst, stack)
+	return inst
 }
 
 var (
@@ -367,159 +369,269 @@ func params(n int) []api.ValueType { return slices.Repeat([]api.ValueType{i32}, 
 
 // hostFuncs lists the ABI v1 host functions; docs/ABI.md is their specification.
 var hostFuncs = []hostFunc{
-	{"v1_log", params(3), nil, func(inst *instance, s []uint64) {
-		b := inst.read(u32(s[1]), u32(s[2])) // bounds-checked even when the level is off
-		log := inst.p.log
-		switch lvl := int32(u32(s[0])); {
-		case lvl == 0:
-			if log.IsTrace() {
-				log.Trace(string(b))
-			}
-		case lvl == 1:
-			if log.IsDebug() {
-				log.Debug(string(b))
-			}
-		case lvl == 2:
-			if log.IsInfo() {
-				log.Info(string(b))
-			}
-		case lvl == 3:
-			log.Warn(string(b))
-		default:
-			log.Error(string(b))
+	{"v1_log", params(3), nil, new(hostLog)},
+	{"v1_now", nil, []api.ValueType{i64}, new(hostNow)},
+	{"v1_config", params(2), params(1), new(hostConfig)},
+	{"v1_config_get", params(4), params(1), new(hostConfigGet)},
+	{"v1_set_reason", params(2), nil, new(hostSetReason)},
+	{"v1_msg_topic", params(2), params(1), new(hostMsgTopic)},
+	{"v1_msg_payload", params(2), params(1), new(hostMsgPayload)},
+	{"v1_msg_header", params(4), params(1), new(hostMsgHeader)},
+	{"v1_msg_header_count", nil, params(1), new(hostMsgHeaderCount)},
+	{"v1_msg_header_name", params(3), params(1), new(hostMsgHeaderName)},
+	{"v1_msg_id", params(2), params(1), new(hostMsgID)},
+	{"v1_msg_set_topic", params(2), params(1), new(hostMsgSetTopic)},
+	{"v1_msg_set_payload", params(2), params(1), new(hostMsgSetPayload)},
+	{"v1_msg_set_header", params(4), params(1), new(hostMsgSetHeader)},
+	{"v1_msg_del_header", params(2), params(1), new(hostMsgDelHeader)},
+	{"v1_event_subscription", params(2), params(1), new(hostEventSubscription)},
+	{"v1_event_group", params(2), params(1), new(hostEventGroup)},
+	{"v1_event_attempt", nil, params(1), new(hostEventAttempt)},
+	{"v1_event_in_flight_ns", nil, []api.ValueType{i64}, new(hostEventInFlightNs)},
+	{"v1_event_reason", params(2), params(1), new(hostEventReason)},
+	{"v1_emit", params(4), params(1), new(hostEmit)},
+	{"v1_emit_header", params(5), params(1), new(hostEmitHeader)},
+}
+
+type hostLog struct{}
+
+func (*hostLog) Call(ctx context.Context, s []uint64) {
+	inst := enter(ctx)
+	b := inst.read(u32(s[1]), u32(s[2])) // bounds-checked even when the level is off
+	log := inst.p.log
+	switch lvl := int32(u32(s[0])); {
+	case lvl == 0:
+		if log.IsTrace() {
+			log.Trace(string(b))
 		}
-	}},
-	{"v1_now", nil, []api.ValueType{i64}, func(inst *instance, s []uint64) {
-		s[0] = uint64(nowNanos())
-	}},
-	{"v1_config", params(2), params(1), func(inst *instance, s []uint64) {
-		putI32(s, inst.giveString(inst.p.configText, u32(s[0]), u32(s[1])))
-	}},
-	{"v1_config_get", params(4), params(1), func(inst *instance, s []uint64) {
-		v, ok := inst.p.spec.Config[string(inst.read(u32(s[0]), u32(s[1])))] // looked up without a copy
-		if !ok {
-			putI32(s, -1)
-			return
+	case lvl == 1:
+		if log.IsDebug() {
+			log.Debug(string(b))
 		}
-		putI32(s, inst.giveString(v, u32(s[2]), u32(s[3])))
-	}},
-	{"v1_set_reason", params(2), nil, func(inst *instance, s []uint64) {
-		inst.st.dirty = true
-		inst.st.why = inst.intern(u32(s[0]), u32(s[1]))
-	}},
-	{"v1_msg_topic", params(2), params(1), func(inst *instance, s []uint64) {
-		putI32(s, inst.giveString(inst.st.topic, u32(s[0]), u32(s[1])))
-	}},
-	{"v1_msg_payload", params(2), params(1), func(inst *instance, s []uint64) {
-		putI32(s, inst.give(inst.st.payload, u32(s[0]), u32(s[1])))
-	}},
-	{"v1_msg_header", params(4), params(1), func(inst *instance, s []uint64) {
-		v, ok := getHeader(inst.st.headers, inst.read(u32(s[0]), u32(s[1])))
-		if !ok {
-			putI32(s, -1)
-			return
+	case lvl == 2:
+		if log.IsInfo() {
+			log.Info(string(b))
 		}
-		putI32(s, inst.giveString(v, u32(s[2]), u32(s[3])))
-	}},
-	{"v1_msg_header_count", nil, params(1), func(inst *instance, s []uint64) {
-		putI32(s, int32(len(inst.st.headers)))
-	}},
-	{"v1_msg_header_name", params(3), params(1), func(inst *instance, s []uint64) {
-		h := inst.st.headers // sorted by name
-		i := int32(u32(s[0]))
-		if i < 0 || int(i) >= len(h) {
-			putI32(s, -1)
-			return
-		}
-		putI32(s, inst.giveString(h[i].Key, u32(s[1]), u32(s[2])))
-	}},
-	{"v1_msg_id", params(2), params(1), func(inst *instance, s []uint64) {
-		if inst.st.hook == abi.HookPublish { // absent: a message being published has no id yet
-			putI32(s, -1)
-			return
-		}
-		putI32(s, inst.giveString(inst.st.id, u32(s[0]), u32(s[1])))
-	}},
-	{"v1_msg_set_topic", params(2), params(1), func(inst *instance, s []uint64) {
-		st := inst.st
-		topic := inst.intern(u32(s[0]), u32(s[1]))
-		switch {
-		case st.hook != abi.HookPublish:
-			putI32(s, abi.StatusNotAllowed)
-		case broker.ValidateTopic(topic) != nil:
-			putI32(s, abi.StatusInvalid)
-		case !inst.p.spec.mayEmit(topic):
-			putI32(s, abi.StatusNotAllowed)
-		default:
-			st.dirty = true
-			st.newTopic, st.topicSet = topic, true
-			putI32(s, abi.StatusOK)
-		}
-	}},
-	{"v1_msg_set_payload", params(2), params(1), func(inst *instance, s []uint64) {
-		rc := inst.payloadStatus(u32(s[1])) // first: a length over the limit is refused, not trapped
-		if rc == abi.StatusOK {
-			inst.setPayload(inst.read(u32(s[0]), u32(s[1])))
-		}
-		putI32(s, rc)
-	}},
-	{"v1_msg_set_header", params(4), params(1), func(inst *instance, s []uint64) {
-		putI32(s, inst.setHeader(inst.intern(u32(s[0]), u32(s[1])), inst.intern(u32(s[2]), u32(s[3]))))
-	}},
-	{"v1_msg_del_header", params(2), params(1), func(inst *instance, s []uint64) {
-		putI32(s, inst.delHeader(inst.intern(u32(s[0]), u32(s[1]))))
-	}},
-	{"v1_event_subscription", params(2), params(1), func(inst *instance, s []uint64) {
-		putI32(s, inst.giveString(inst.st.sub, u32(s[0]), u32(s[1])))
-	}},
-	{"v1_event_group", params(2), params(1), func(inst *instance, s []uint64) {
-		putI32(s, inst.giveString(inst.st.group, u32(s[0]), u32(s[1])))
-	}},
-	{"v1_event_attempt", nil, params(1), func(inst *instance, s []uint64) {
-		putI32(s, int32(inst.st.attempt))
-	}},
-	{"v1_event_in_flight_ns", nil, []api.ValueType{i64}, func(inst *instance, s []uint64) {
-		s[0] = uint64(inst.st.inFlight)
-	}},
-	{"v1_event_reason", params(2), params(1), func(inst *instance, s []uint64) {
-		putI32(s, inst.giveString(inst.st.reason, u32(s[0]), u32(s[1])))
-	}},
-	{"v1_emit", params(4), params(1), func(inst *instance, s []uint64) {
-		st := inst.st
-		topic := inst.intern(u32(s[0]), u32(s[1]))
-		n := u32(s[3])
-		switch {
-		case st.hook == abi.HookInit:
-			putI32(s, abi.StatusNotAllowed)
-		case len(st.emits) >= inst.p.spec.MaxEmits:
-			putI32(s, abi.StatusLimit)
-		case broker.ValidateTopic(topic) != nil:
-			putI32(s, abi.StatusInvalid)
-		case !inst.p.spec.mayEmit(topic):
-			putI32(s, abi.StatusNotAllowed)
-		case int(n) > inst.p.host.opts.MaxMessageBytes:
-			putI32(s, abi.StatusTooLarge)
-		default:
-			st.dirty = true
-			payload := append([]byte(nil), inst.read(u32(s[2]), n)...)
-			st.emits = append(st.emits, broker.Draft{Topic: topic, Payload: payload})
-			putI32(s, int32(len(st.emits)-1))
-		}
-	}},
-	{"v1_emit_header", params(5), params(1), func(inst *instance, s []uint64) {
-		st := inst.st
-		h := int32(u32(s[0]))
-		k, v := inst.intern(u32(s[1]), u32(s[2])), inst.intern(u32(s[3]), u32(s[4]))
-		rc := inst.headerStatus(k, v)
-		if h < 0 || int(h) >= len(st.emits) {
-			rc = abi.StatusInvalid
-		}
-		if rc == abi.StatusOK {
-			d := &st.emits[h]
-			d.Headers = d.Headers.Set(k, v) // the emit's own, made by this call
-		}
-		putI32(s, rc)
-	}},
+	case lvl == 3:
+		log.Warn(string(b))
+	default:
+		log.Error(string(b))
+	}
+}
+
+type hostNow struct{}
+
+func (*hostNow) Call(ctx context.Context, s []uint64) {
+	enter(ctx)
+	s[0] = uint64(nowNanos())
+}
+
+type hostConfig struct{}
+
+func (*hostConfig) Call(ctx context.Context, s []uint64) {
+	inst := enter(ctx)
+	putI32(s, inst.giveString(inst.p.configText, u32(s[0]), u32(s[1])))
+}
+
+type hostConfigGet struct{}
+
+func (*hostConfigGet) Call(ctx context.Context, s []uint64) {
+	inst := enter(ctx)
+	v, ok := inst.p.spec.Config[string(inst.read(u32(s[0]), u32(s[1])))] // looked up without a copy
+	if !ok {
+		putI32(s, -1)
+		return
+	}
+	putI32(s, inst.giveString(v, u32(s[2]), u32(s[3])))
+}
+
+type hostSetReason struct{}
+
+func (*hostSetReason) Call(ctx context.Context, s []uint64) {
+	inst := enter(ctx)
+	inst.st.dirty = true
+	inst.st.why = inst.intern(u32(s[0]), u32(s[1]))
+}
+
+type hostMsgTopic struct{}
+
+func (*hostMsgTopic) Call(ctx context.Context, s []uint64) {
+	inst := enter(ctx)
+	putI32(s, inst.giveString(inst.st.topic, u32(s[0]), u32(s[1])))
+}
+
+type hostMsgPayload struct{}
+
+func (*hostMsgPayload) Call(ctx context.Context, s []uint64) {
+	inst := enter(ctx)
+	putI32(s, inst.give(inst.st.payload, u32(s[0]), u32(s[1])))
+}
+
+type hostMsgHeader struct{}
+
+func (*hostMsgHeader) Call(ctx context.Context, s []uint64) {
+	inst := enter(ctx)
+	v, ok := getHeader(inst.st.headers, inst.read(u32(s[0]), u32(s[1])))
+	if !ok {
+		putI32(s, -1)
+		return
+	}
+	putI32(s, inst.giveString(v, u32(s[2]), u32(s[3])))
+}
+
+type hostMsgHeaderCount struct{}
+
+func (*hostMsgHeaderCount) Call(ctx context.Context, s []uint64) {
+	inst := enter(ctx)
+	putI32(s, int32(len(inst.st.headers)))
+}
+
+type hostMsgHeaderName struct{}
+
+func (*hostMsgHeaderName) Call(ctx context.Context, s []uint64) {
+	inst := enter(ctx)
+	h := inst.st.headers // sorted by name
+	i := int32(u32(s[0]))
+	if i < 0 || int(i) >= len(h) {
+		putI32(s, -1)
+		return
+	}
+	putI32(s, inst.giveString(h[i].Key, u32(s[1]), u32(s[2])))
+}
+
+type hostMsgID struct{}
+
+func (*hostMsgID) Call(ctx context.Context, s []uint64) {
+	inst := enter(ctx)
+	if inst.st.hook == abi.HookPublish { // absent: a message being published has no id yet
+		putI32(s, -1)
+		return
+	}
+	putI32(s, inst.giveString(inst.st.id, u32(s[0]), u32(s[1])))
+}
+
+type hostMsgSetTopic struct{}
+
+func (*hostMsgSetTopic) Call(ctx context.Context, s []uint64) {
+	inst := enter(ctx)
+	st := inst.st
+	topic := inst.intern(u32(s[0]), u32(s[1]))
+	switch {
+	case st.hook != abi.HookPublish:
+		putI32(s, abi.StatusNotAllowed)
+	case broker.ValidateTopic(topic) != nil:
+		putI32(s, abi.StatusInvalid)
+	case !inst.p.spec.mayEmit(topic):
+		putI32(s, abi.StatusNotAllowed)
+	default:
+		st.dirty = true
+		st.newTopic, st.topicSet = topic, true
+		putI32(s, abi.StatusOK)
+	}
+}
+
+type hostMsgSetPayload struct{}
+
+func (*hostMsgSetPayload) Call(ctx context.Context, s []uint64) {
+	inst := enter(ctx)
+	rc := inst.payloadStatus(u32(s[1])) // first: a length over the limit is refused, not trapped
+	if rc == abi.StatusOK {
+		inst.setPayload(inst.read(u32(s[0]), u32(s[1])))
+	}
+	putI32(s, rc)
+}
+
+type hostMsgSetHeader struct{}
+
+func (*hostMsgSetHeader) Call(ctx context.Context, s []uint64) {
+	inst := enter(ctx)
+	putI32(s, inst.setHeader(inst.intern(u32(s[0]), u32(s[1])), inst.intern(u32(s[2]), u32(s[3]))))
+}
+
+type hostMsgDelHeader struct{}
+
+func (*hostMsgDelHeader) Call(ctx context.Context, s []uint64) {
+	inst := enter(ctx)
+	putI32(s, inst.delHeader(inst.intern(u32(s[0]), u32(s[1]))))
+}
+
+type hostEventSubscription struct{}
+
+func (*hostEventSubscription) Call(ctx context.Context, s []uint64) {
+	inst := enter(ctx)
+	putI32(s, inst.giveString(inst.st.sub, u32(s[0]), u32(s[1])))
+}
+
+type hostEventGroup struct{}
+
+func (*hostEventGroup) Call(ctx context.Context, s []uint64) {
+	inst := enter(ctx)
+	putI32(s, inst.giveString(inst.st.group, u32(s[0]), u32(s[1])))
+}
+
+type hostEventAttempt struct{}
+
+func (*hostEventAttempt) Call(ctx context.Context, s []uint64) {
+	inst := enter(ctx)
+	putI32(s, int32(inst.st.attempt))
+}
+
+type hostEventInFlightNs struct{}
+
+func (*hostEventInFlightNs) Call(ctx context.Context, s []uint64) {
+	inst := enter(ctx)
+	s[0] = uint64(inst.st.inFlight)
+}
+
+type hostEventReason struct{}
+
+func (*hostEventReason) Call(ctx context.Context, s []uint64) {
+	inst := enter(ctx)
+	putI32(s, inst.giveString(inst.st.reason, u32(s[0]), u32(s[1])))
+}
+
+type hostEmit struct{}
+
+func (*hostEmit) Call(ctx context.Context, s []uint64) {
+	inst := enter(ctx)
+	st := inst.st
+	topic := inst.intern(u32(s[0]), u32(s[1]))
+	n := u32(s[3])
+	switch {
+	case st.hook == abi.HookInit:
+		putI32(s, abi.StatusNotAllowed)
+	case len(st.emits) >= inst.p.spec.MaxEmits:
+		putI32(s, abi.StatusLimit)
+	case broker.ValidateTopic(topic) != nil:
+		putI32(s, abi.StatusInvalid)
+	case !inst.p.spec.mayEmit(topic):
+		putI32(s, abi.StatusNotAllowed)
+	case int(n) > inst.p.host.opts.MaxMessageBytes:
+		putI32(s, abi.StatusTooLarge)
+	default:
+		st.dirty = true
+		payload := append([]byte(nil), inst.read(u32(s[2]), n)...)
+		st.emits = append(st.emits, broker.Draft{Topic: topic, Payload: payload})
+		putI32(s, int32(len(st.emits)-1))
+	}
+}
+
+type hostEmitHeader struct{}
+
+func (*hostEmitHeader) Call(ctx context.Context, s []uint64) {
+	inst := enter(ctx)
+	st := inst.st
+	h := int32(u32(s[0]))
+	k, v := inst.intern(u32(s[1]), u32(s[2])), inst.intern(u32(s[3]), u32(s[4]))
+	rc := inst.headerStatus(k, v)
+	if h < 0 || int(h) >= len(st.emits) {
+		rc = abi.StatusInvalid
+	}
+	if rc == abi.StatusOK {
+		d := &st.emits[h]
+		d.Headers = d.Headers.Set(k, v) // the emit's own, made by this call
+	}
+	putI32(s, rc)
 }
 
 var hostFuncIndex = func() map[string]*hostFunc {

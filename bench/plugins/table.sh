@@ -3,9 +3,9 @@
 # bench/bin (w4-filter-<lang>.wasm; Go's is w4-filter.wasm), its module size, compile time
 # (cold, and cached on disk), instantiate time, CPU ns per message alone (one tb_on_publish
 # call) and in frames of 128 (tb_v1_on_publish_batch where the SDK has it), and host calls
-# per message; then the host call's cost, and wazero's floor under it (the same calls into a
-# bare GoFunction of the benchmark's own). Each figure is the median of COUNT alternating
-# repetitions: the test binary of ./plugins runs `-test.bench 'PluginFile|HostCall'` over every
+# per message; then the host call's cost, and wazero's floor under it (the same calls into
+# the cheapest api.GoFunction there is, the benchmark's own). Each figure is the median of
+# COUNT alternating repetitions: the test binary of ./plugins runs `-test.bench 'PluginFile|HostCall'` over every
 # file COUNT times in turn, so that a noisy moment of a shared machine spreads over all of them.
 #   ./table.sh            # builds the filters first (build.sh), COUNT=3
 #   COUNT=5 NOBUILD=1 ./table.sh
@@ -64,5 +64,5 @@ END {
   h = med("hostcall" SUBSEP "header" SUBSEP "cpu-ns/op")
   if (c != "") printf "\nHost call (BenchmarkHostCall, (count − none) ÷ 100, CPU): %.1f ns a no-op call (v1_msg_header_count), %.1f ns reading a header (v1_msg_header)\n", (c - none) / 100, (h - none) / 100
   fn = med("floor" SUBSEP "none" SUBSEP "cpu-ns/op"); fc = med("floor" SUBSEP "count" SUBSEP "cpu-ns/op")
-  if (fc != "") printf "wazero\x27s floor (BenchmarkHostCallFloor, the same loop into a bare api.GoFunction, not the broker\x27s): %.1f ns a call\n", (fc - fn) / 100
+  if (fc != "") printf "wazero\x27s floor (BenchmarkHostCallFloor, the same loop into the cheapest api.GoFunction, not the broker\x27s): %.1f ns a call\n", (fc - fn) / 100
 }' "$out"

@@ -1,6 +1,6 @@
 ;; The floor wazero sets under a host call (BenchmarkHostCallFloor): not a plugin. run(n) calls
 ;; the host function env.noop n times, in the loop testdata/hostcalls.wat makes its calls in;
-;; the benchmark's noop is a bare api.GoFunction that writes its result and returns, so
+;; the benchmark's noop is the cheapest api.GoFunction: it writes its result and returns, so
 ;; (run(100) − run(0)) ÷ 100 is what any host function costs on wazero before it does
 ;; anything, to compare with BenchmarkHostCall's v1_msg_header_count.
 (module
