@@ -14,7 +14,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
@@ -389,18 +388,16 @@ func schedP99(a, b *metrics.Float64Histogram) float64 {
 
 func (r *runner) w6CPU() (cpuTimes, error) {
 	var c cpuTimes
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return c, fmt.Errorf("getrusage: %w", err)
+	var err error
+	if c.client, err = selfCPU(); err != nil {
+		return c, err
 	}
-	c.client = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 	sample := []metrics.Sample{{Name: schedLatencies}}
 	metrics.Read(sample)
 	if sample[0].Value.Kind() == metrics.KindFloat64Histogram {
 		c.sched = sample[0].Value.Float64Histogram()
 	}
 	if r.cfg.ServerPID != 0 {
-		var err error
 		if c.server, err = procCPU(r.cfg.ServerPID); err != nil {
 			return c, err
 		}

@@ -223,7 +223,7 @@ func (inst *instance) fillBatch(ds []broker.Draft, idx []int) (int, error) {
 			inst.clearBatch(1, m)
 			m = 1
 		default:
-			err = inst.growInbox(&inst.ctx, uint32(min(need, 1<<31)))
+			err = inst.growInbox(&inst.ctx, uint32(min(uint64(need), 1<<31)))
 		}
 		if err != nil {
 			inst.clearBatch(0, m)

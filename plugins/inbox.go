@@ -65,7 +65,7 @@ func (p *plugin) checkInbox(exports map[string]api.FunctionDefinition) error {
 func (inst *instance) fillInbox(ctx *callCtx) error {
 	for !inst.writeInbox() {
 		n := recordNeeds(inst.st)
-		if n > math.MaxUint32 {
+		if uint64(n) > math.MaxUint32 {
 			return inboxError{fmt.Sprintf("the message needs %d bytes, more than a 32-bit memory holds", n)}
 		}
 		if inst.box.size == 0 {

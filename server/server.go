@@ -145,7 +145,7 @@ func New(b broker.Engine, maxMessageBytes int, opts Options) *Server {
 		grpc.ForceServerCodecV2(wire.ServerCodec()),
 		experimental.BufferPool(grpcbuf.Pool),
 		grpc.MaxRecvMsgSize(opts.MaxRecvBytes),
-		grpc.MaxConcurrentStreams(uint32(min(opts.MaxStreamsPerConnection, math.MaxUint32))),
+		grpc.MaxConcurrentStreams(uint32(min(uint64(opts.MaxStreamsPerConnection), math.MaxUint32))),
 		grpc.ConnectionTimeout(opts.HandshakeTimeout),
 		grpc.InitialWindowSize(grpcbuf.StreamWindow),
 		grpc.InitialConnWindowSize(grpcbuf.ConnWindow),

@@ -99,7 +99,7 @@ func (d *decoder) check() hcl.Diagnostics {
 			Subject: d.rangeOf("fanout.buffer_bytes", "max_message_bytes"),
 		})
 	}
-	if n := d.cfg.Limits.MaxStreamsPerConnection; n > math.MaxUint32 {
+	if n := d.cfg.Limits.MaxStreamsPerConnection; uint64(n) > math.MaxUint32 {
 		diags = append(diags, &hcl.Diagnostic{
 			Severity: hcl.DiagError,
 			Summary:  "Invalid max_streams_per_connection",

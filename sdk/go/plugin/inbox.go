@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"math"
 	"unsafe"
 
 	"github.com/tinybroker/tinybroker/internal/abi"
@@ -87,7 +88,9 @@ func inEntries(rec []byte) [][4]uint32 {
 }
 
 // maxInEntries bounds the entries of an inbox: more would not fit the 4 GiB of a wasm32 memory.
-const maxInEntries = 1 << 28
+// Where int has 32 bits (plugintest on 386 or arm), an array type of 4 GiB is larger than the
+// address space: there the bound is 1 GiB of entries, far above the broker's max_headers.
+const maxInEntries = min(1<<28, math.MaxInt/32)
 
 // sameBytes reports whether the n bytes at p and at q are equal, with no function call
 // (comparing strings with == calls runtime.memequal, which calls memeqbody: two calls, which
