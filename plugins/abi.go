@@ -393,7 +393,31 @@ var hostFuncs = []hostFunc{
 	{"v1_emit_header", params(5), params(1), new(hostEmitHeader)},
 }
 
-type hostLog struct{}
+// The host functions' types: each Call below is one function's whole body.
+type (
+	hostLog               struct{}
+	hostNow               struct{}
+	hostConfig            struct{}
+	hostConfigGet         struct{}
+	hostSetReason         struct{}
+	hostMsgTopic          struct{}
+	hostMsgPayload        struct{}
+	hostMsgHeader         struct{}
+	hostMsgHeaderCount    struct{}
+	hostMsgHeaderName     struct{}
+	hostMsgID             struct{}
+	hostMsgSetTopic       struct{}
+	hostMsgSetPayload     struct{}
+	hostMsgSetHeader      struct{}
+	hostMsgDelHeader      struct{}
+	hostEventSubscription struct{}
+	hostEventGroup        struct{}
+	hostEventAttempt      struct{}
+	hostEventInFlightNs   struct{}
+	hostEventReason       struct{}
+	hostEmit              struct{}
+	hostEmitHeader        struct{}
+)
 
 func (*hostLog) Call(ctx context.Context, s []uint64) {
 	inst := enter(ctx)
@@ -419,21 +443,15 @@ func (*hostLog) Call(ctx context.Context, s []uint64) {
 	}
 }
 
-type hostNow struct{}
-
 func (*hostNow) Call(ctx context.Context, s []uint64) {
 	enter(ctx)
 	s[0] = uint64(nowNanos())
 }
 
-type hostConfig struct{}
-
 func (*hostConfig) Call(ctx context.Context, s []uint64) {
 	inst := enter(ctx)
 	putI32(s, inst.giveString(inst.p.configText, u32(s[0]), u32(s[1])))
 }
-
-type hostConfigGet struct{}
 
 func (*hostConfigGet) Call(ctx context.Context, s []uint64) {
 	inst := enter(ctx)
@@ -445,29 +463,21 @@ func (*hostConfigGet) Call(ctx context.Context, s []uint64) {
 	putI32(s, inst.giveString(v, u32(s[2]), u32(s[3])))
 }
 
-type hostSetReason struct{}
-
 func (*hostSetReason) Call(ctx context.Context, s []uint64) {
 	inst := enter(ctx)
 	inst.st.dirty = true
 	inst.st.why = inst.intern(u32(s[0]), u32(s[1]))
 }
 
-type hostMsgTopic struct{}
-
 func (*hostMsgTopic) Call(ctx context.Context, s []uint64) {
 	inst := enter(ctx)
 	putI32(s, inst.giveString(inst.st.topic, u32(s[0]), u32(s[1])))
 }
 
-type hostMsgPayload struct{}
-
 func (*hostMsgPayload) Call(ctx context.Context, s []uint64) {
 	inst := enter(ctx)
 	putI32(s, inst.give(inst.st.payload, u32(s[0]), u32(s[1])))
 }
-
-type hostMsgHeader struct{}
 
 func (*hostMsgHeader) Call(ctx context.Context, s []uint64) {
 	inst := enter(ctx)
@@ -479,14 +489,10 @@ func (*hostMsgHeader) Call(ctx context.Context, s []uint64) {
 	putI32(s, inst.giveString(v, u32(s[2]), u32(s[3])))
 }
 
-type hostMsgHeaderCount struct{}
-
 func (*hostMsgHeaderCount) Call(ctx context.Context, s []uint64) {
 	inst := enter(ctx)
 	putI32(s, int32(len(inst.st.headers)))
 }
-
-type hostMsgHeaderName struct{}
 
 func (*hostMsgHeaderName) Call(ctx context.Context, s []uint64) {
 	inst := enter(ctx)
@@ -499,8 +505,6 @@ func (*hostMsgHeaderName) Call(ctx context.Context, s []uint64) {
 	putI32(s, inst.giveString(h[i].Key, u32(s[1]), u32(s[2])))
 }
 
-type hostMsgID struct{}
-
 func (*hostMsgID) Call(ctx context.Context, s []uint64) {
 	inst := enter(ctx)
 	if inst.st.hook == abi.HookPublish { // absent: a message being published has no id yet
@@ -509,8 +513,6 @@ func (*hostMsgID) Call(ctx context.Context, s []uint64) {
 	}
 	putI32(s, inst.giveString(inst.st.id, u32(s[0]), u32(s[1])))
 }
-
-type hostMsgSetTopic struct{}
 
 func (*hostMsgSetTopic) Call(ctx context.Context, s []uint64) {
 	inst := enter(ctx)
@@ -530,8 +532,6 @@ func (*hostMsgSetTopic) Call(ctx context.Context, s []uint64) {
 	}
 }
 
-type hostMsgSetPayload struct{}
-
 func (*hostMsgSetPayload) Call(ctx context.Context, s []uint64) {
 	inst := enter(ctx)
 	rc := inst.payloadStatus(u32(s[1])) // first: a length over the limit is refused, not trapped
@@ -541,56 +541,40 @@ func (*hostMsgSetPayload) Call(ctx context.Context, s []uint64) {
 	putI32(s, rc)
 }
 
-type hostMsgSetHeader struct{}
-
 func (*hostMsgSetHeader) Call(ctx context.Context, s []uint64) {
 	inst := enter(ctx)
 	putI32(s, inst.setHeader(inst.intern(u32(s[0]), u32(s[1])), inst.intern(u32(s[2]), u32(s[3]))))
 }
-
-type hostMsgDelHeader struct{}
 
 func (*hostMsgDelHeader) Call(ctx context.Context, s []uint64) {
 	inst := enter(ctx)
 	putI32(s, inst.delHeader(inst.intern(u32(s[0]), u32(s[1]))))
 }
 
-type hostEventSubscription struct{}
-
 func (*hostEventSubscription) Call(ctx context.Context, s []uint64) {
 	inst := enter(ctx)
 	putI32(s, inst.giveString(inst.st.sub, u32(s[0]), u32(s[1])))
 }
-
-type hostEventGroup struct{}
 
 func (*hostEventGroup) Call(ctx context.Context, s []uint64) {
 	inst := enter(ctx)
 	putI32(s, inst.giveString(inst.st.group, u32(s[0]), u32(s[1])))
 }
 
-type hostEventAttempt struct{}
-
 func (*hostEventAttempt) Call(ctx context.Context, s []uint64) {
 	inst := enter(ctx)
 	putI32(s, int32(inst.st.attempt))
 }
-
-type hostEventInFlightNs struct{}
 
 func (*hostEventInFlightNs) Call(ctx context.Context, s []uint64) {
 	inst := enter(ctx)
 	s[0] = uint64(inst.st.inFlight)
 }
 
-type hostEventReason struct{}
-
 func (*hostEventReason) Call(ctx context.Context, s []uint64) {
 	inst := enter(ctx)
 	putI32(s, inst.giveString(inst.st.reason, u32(s[0]), u32(s[1])))
 }
-
-type hostEmit struct{}
 
 func (*hostEmit) Call(ctx context.Context, s []uint64) {
 	inst := enter(ctx)
@@ -615,8 +599,6 @@ func (*hostEmit) Call(ctx context.Context, s []uint64) {
 		putI32(s, int32(len(st.emits)-1))
 	}
 }
-
-type hostEmitHeader struct{}
 
 func (*hostEmitHeader) Call(ctx context.Context, s []uint64) {
 	inst := enter(ctx)

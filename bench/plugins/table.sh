@@ -5,8 +5,9 @@
 # call) and in frames of 128 (tb_v1_on_publish_batch where the SDK has it), and host calls
 # per message; then the host call's cost, and wazero's floor under it (the same calls into
 # the cheapest api.GoFunction there is, the benchmark's own). Each figure is the median of
-# COUNT alternating repetitions: the test binary of ./plugins runs `-test.bench 'PluginFile|HostCall'` over every
-# file COUNT times in turn, so that a noisy moment of a shared machine spreads over all of them.
+# COUNT alternating repetitions: the test binary of ./plugins runs
+# `-test.bench 'PluginFile|HostCall'` over every file COUNT times in turn, so that a noisy
+# moment of a shared machine spreads over all of them.
 #   ./table.sh            # builds the filters first (build.sh), COUNT=3
 #   COUNT=5 NOBUILD=1 ./table.sh
 # Run it on a quiet machine: the figures are CPU time. W4's ratios come from ../run.sh W4.
