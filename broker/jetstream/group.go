@@ -782,11 +782,6 @@ func (m *member) onMsg(msg *nats.Msg) {
 			m.reqID = 0
 		}
 	}
-	if m.left || g.draining || g.removed {
-		g.mu.Unlock()
-		_ = e.nc.Publish(msg.Reply, []byte("-NAK"))
-		return
-	}
 	if skips(msg, g) { // stored while the group was full: it refused it
 		if info.delivered == 1 && g.skipped > 0 {
 			g.skipped--
@@ -794,6 +789,24 @@ func (m *member) onMsg(msg *nats.Msg) {
 		g.pumpLocked(m)
 		g.mu.Unlock()
 		_ = e.nc.Publish(msg.Reply, []byte("+TERM"))
+		return
+	}
+	if m.left || g.draining || g.removed {
+		if m.left && !g.draining && !g.removed {
+			// A pull request of a member that has left, answered before JetStream saw its
+			// inbox go: the message goes back and waits here for JetStream to redeliver it,
+			// as what a leaving member held does (leave). Counted as waiting, not queued:
+			// JetStream no longer counts it as pending, and a refresh of the count would
+			// otherwise lose it and let the group take one message past its bound.
+			if info.delivered == 1 && g.queued > 0 {
+				g.queued--
+			}
+			if g.waiting[info.sseq] == nil {
+				g.waiting[info.sseq] = e.decode(msg, info.sseq)
+			}
+		}
+		g.mu.Unlock()
+		_ = e.nc.Publish(msg.Reply, []byte("-NAK"))
 		return
 	}
 	if info.delivered == 1 && g.queued > 0 {

@@ -1,0 +1,88 @@
+package jetstream
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/tinybroker/tinybroker/broker"
+)
+
+// eventually polls cond until it holds; after 20 s (brokertest.Patience, which this
+// package's internal tests cannot import) it fails the test.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for pause := time.Millisecond; !cond(); pause = min(2*pause, 10*time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(pause)
+	}
+}
+
+// A message JetStream hands to the pull request of a member that has just left (its inbox
+// not yet gone from the server) goes back to JetStream, and the group still counts it: a
+// refresh of the count from JetStream does not let the group take one message past
+// max_queued. Before, such a message was counted neither as queued (JetStream no longer
+// counts it pending) nor as waiting, and a full group accepted one more publish
+// (TestAbandonedGroupDoesNotBlockOthers on this engine, on a loaded machine: "got OK, want
+// ResourceExhausted").
+func TestLeftMembersLateDeliveryStaysCounted(t *testing.T) {
+	o := Options{Embedded: EmbeddedOptions{DataDir: t.TempDir()}, MemoryStorage: true}
+	o.GroupMaxQueued = 3
+	e, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		_ = e.Shutdown(ctx)
+	}()
+	st := e.NewStream(func(*broker.Message) int { return 1 })
+	defer st.Close()
+	if _, err := st.Subscribe(broker.SubscribeOptions{ID: "g", Group: "g", Mode: broker.Balanced, Patterns: []string{"j"}, MaxInFlight: 1}); err != nil {
+		t.Fatal(err)
+	}
+	e.mu.Lock()
+	g := e.groups["g"]
+	e.mu.Unlock()
+	waiting := func() int {
+		ctx, cancel := e.ctx()
+		defer cancel()
+		c, err := e.js.Consumer(ctx, e.opts.Stream, g.consumer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.CachedInfo().NumWaiting
+	}
+	eventually(t, "the member's pull request reaches JetStream", func() bool { return waiting() == 1 })
+
+	// The member leaves, and JetStream has not yet seen its inbox go: its pull request
+	// stays open (leave's drain, held back here so that the race is certain).
+	g.mu.Lock()
+	m := g.members[0]
+	broker.Leave(&g.members, m)
+	m.left = true
+	g.mu.Unlock()
+	defer func() { _ = m.sub.Unsubscribe() }()
+
+	for range 3 {
+		if _, err := e.Publish("j", []byte("x"), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, "the left member's request is answered and given back", func() bool {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		return len(g.waiting) == 1
+	})
+	g.mu.Lock()
+	g.refreshed = time.Time{} // the next admission asks JetStream for the count
+	g.mu.Unlock()
+	if _, err := e.Publish("j", []byte("x"), nil); !errors.Is(err, broker.ErrGroupFull) {
+		t.Fatalf("publish to a group holding max_queued (3) messages: %v, want %v", err, broker.ErrGroupFull)
+	}
+}
