@@ -6,10 +6,17 @@ PROTOC   ?= protoc
 # Pinned generator versions: `make generate` must reproduce the committed code exactly.
 PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
+# Pinned linters (make lint): staticcheck, and deadcode from golang.org/x/tools.
+STATICCHECK_VERSION := v0.8.2
+DEADCODE_VERSION    := v0.52.0
+# The Go SDK's guest packages, which build only for GOOS=wasip1 (lint's second pass).
+GUEST_PKGS := ./sdk/go/plugin ./sdk/go/plugin/onack ./sdk/go/plugin/onpublish ./sdk/go/plugin/onredeliver \
+	./sdk/go/plugin/internal/bridge ./sdk/go/plugin/internal/e2e/nohandle ./sdk/go/plugin/internal/e2e/sdkcheck \
+	./examples/plugins/... ./bench/plugins/...
 PROTO_INCLUDE ?= /usr/include
 TESTFLAGS ?=
 
-.PHONY: run run-plugins build test test-short fuzz chaos generate tools check bench bench-peers bench-w4 bench-w6 wasm-fixtures screenshots
+.PHONY: run run-plugins build test test-short fuzz chaos generate tools lint check bench bench-peers bench-w4 bench-w6 wasm-fixtures screenshots
 
 run: ## start the broker on its embedded in-memory default (127.0.0.1:7878)
 	$(GO) run ./cmd/tinybroker serve
@@ -57,6 +64,17 @@ chaos: ## hostile clients against a real server: memory budget, canary latency, 
 tools:
 	GOBIN=$(BIN) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
 	GOBIN=$(BIN) $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
+	GOBIN=$(BIN) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	GOBIN=$(BIN) $(GO) install golang.org/x/tools/cmd/deadcode@$(DEADCODE_VERSION)
+
+# staticcheck on the host's build and, for the Go SDK's guest code, on GOOS=wasip1; then
+# deadcode -test, whose findings must each match a line of .lint/deadcode.allow (which says why).
+lint: tools ## staticcheck (host and wasip1) and deadcode, pinned versions
+	$(BIN)/staticcheck ./...
+	GOOS=wasip1 GOARCH=wasm $(BIN)/staticcheck $(GUEST_PKGS)
+	@allow=$$(mktemp); trap 'rm -f "$$allow"' EXIT; grep -v '^#' .lint/deadcode.allow >"$$allow"; \
+	out=$$($(BIN)/deadcode -test ./... | grep -v -E -f "$$allow"); \
+	if [ -n "$$out" ]; then echo "$$out"; echo "deadcode: unreachable functions above: remove them, or add a line that says why to .lint/deadcode.allow"; exit 1; fi
 
 generate: tools
 	PATH="$(BIN):$$PATH" $(PROTOC) -I proto -I $(PROTO_INCLUDE) \
@@ -64,9 +82,10 @@ generate: tools
 		--go-grpc_out=proto --go-grpc_opt=paths=source_relative \
 		proto/tinybroker/v1/broker.proto proto/tinybroker/admin/v1/admin.proto
 
-check: generate ## build, vet, gofmt, go mod tidy, regenerate; fails on any diff
+check: generate ## build, vet, lint, gofmt, go mod tidy, regenerate; fails on any diff
 	$(GO) build ./...
 	$(GO) vet ./...
+	$(MAKE) lint
 	@# The broker where int has 32 bits, and on the other systems Go targets (chaos/ is Unix-only).
 	GOARCH=386 $(GO) build ./...
 	GOOS=windows $(GO) build ./cmd/... ./server/... ./plugins/... ./sdk/...

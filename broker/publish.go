@@ -190,7 +190,7 @@ func (p *Publisher) PublishBatch(msgs []Publication, out []PublishOutcome) {
 			b.route(i, Routable{Topic: m.Topic, Payload: m.Payload, Headers: m.Headers, HB: hb})
 			continue
 		}
-		b.drafts = append(b.drafts, Draft{Topic: m.Topic, Payload: m.Payload, Headers: m.Headers})
+		b.drafts = append(b.drafts, Draft(m))
 		b.at = append(b.at, i)
 	}
 	if bh != nil && len(b.drafts) > 0 {

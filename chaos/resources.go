@@ -118,13 +118,6 @@ func manyPatterns(e *env) error {
 	return errors.Join(fails...)
 }
 
-func codeOrOK(err error) string {
-	if err == nil {
-		return "accepted"
-	}
-	return status.Code(err).String()
-}
-
 func manyStreams(e *env) error {
 	n := e.o.n(20_000, 500)
 	h, err := dialH2(e.addr)
@@ -316,7 +309,7 @@ func detachMany(e *env) error {
 		if n, limit, ok := tooLarge(err); ok {
 			e.r.figure("Stats: %d bytes, over the %d a default gRPC client reads", n, limit)
 		}
-		fails = append(fails, fmt.Errorf("Stats with a default gRPC client: %v", truncate(err.Error(), 160)))
+		fails = append(fails, fmt.Errorf("the Stats call of a default gRPC client: %v", truncate(err.Error(), 160)))
 	} else {
 		e.r.figure("Stats: %d bytes, %d subscriptions listed", proto.Size(st), len(st.GetSubscriptions()))
 	}

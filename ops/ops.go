@@ -130,9 +130,6 @@ func New(opts Options) *Ops {
 	return o
 }
 
-// Handler is the listener's handler, for tests and for mounting elsewhere.
-func (o *Ops) Handler() http.Handler { return o.http.Handler }
-
 // Serve serves HTTP on lis until Shutdown; it returns nil after a Shutdown.
 func (o *Ops) Serve(lis net.Listener) error {
 	return server.ServeError(o.http.Serve(lis), http.ErrServerClosed)

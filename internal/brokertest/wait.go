@@ -61,9 +61,6 @@ func Subscribe(tb testing.TB, b broker.Engine, o broker.SubscribeOptions) *Sub {
 	return &Sub{Subscription: s, stream: st}
 }
 
-// Close closes the subscription and its stream.
-func (s *Sub) Close() { s.stream.Close() }
-
 // Poll returns the delivery waiting on the stream, if any; it passes over the stream's
 // events (Delivery.Msg nil).
 func (s *Sub) Poll() (broker.Delivery, bool) {

@@ -53,7 +53,7 @@ func runPublishBatch(fn any) (rc int32) {
 	}()
 	current := (*uint32)(unsafe.Pointer(&b[abi.BatchCurrent]))
 	call.hook = abi.HookPublish
-	m := &messages[abi.HookPublish-abi.HookPublish]
+	m := &messages[0] // on_publish's (messages is indexed from abi.HookPublish)
 	for i := range entries {
 		e := &entries[i]
 		*current = uint32(i)

@@ -8,5 +8,6 @@ package plugin
 // reads everything through host calls (BENCHMARKS.md, "Plugin calls, fifth pass": with the
 // inbox a Go filter costs about the same alone and ~40% less in frames).
 //
+//lint:ignore U1000 the host calls it: exported by go:wasmexport, which staticcheck does not read
 //go:wasmexport tb_v1_inbox
 func tbV1Inbox(size uint32) uint32 { return newInbox(size) }

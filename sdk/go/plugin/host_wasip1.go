@@ -76,11 +76,13 @@ func hostEmitHeader(handle int32, key, value string) int32
 
 // abiV1 is the ABI version marker. The broker never calls it.
 //
+//lint:ignore U1000 the host calls it: exported by go:wasmexport, which staticcheck does not read
 //go:wasmexport tinybroker_abi_v1
 func abiV1() {}
 
 // tbInit is called by the broker once per instance, after the Go runtime's _initialize has
 // run every package's init function.
 //
+//lint:ignore U1000 the host calls it: exported by go:wasmexport, which staticcheck does not read
 //go:wasmexport tb_init
 func tbInit() int32 { return runInit() }

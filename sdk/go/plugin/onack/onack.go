@@ -28,5 +28,6 @@ func Handle(f func(m *plugin.Message, ev plugin.Event)) {
 	}
 }
 
+//lint:ignore U1000 the host calls it: exported by go:wasmexport, which staticcheck does not read
 //go:wasmexport tb_on_ack
 func tbOnAck() int64 { return bridge.Run[bridge.Ack](handler) }

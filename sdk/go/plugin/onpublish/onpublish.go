@@ -33,5 +33,6 @@ func Handle(f func(m *plugin.Message) plugin.Verdict) {
 	}
 }
 
+//lint:ignore U1000 the host calls it: exported by go:wasmexport, which staticcheck does not read
 //go:wasmexport tb_on_publish
 func tbOnPublish() int64 { return bridge.Run[bridge.Publish](handler) }

@@ -30,5 +30,6 @@ func Handle(f func(m *plugin.Message, ev plugin.Event) plugin.RedeliverVerdict) 
 	}
 }
 
+//lint:ignore U1000 the host calls it: exported by go:wasmexport, which staticcheck does not read
 //go:wasmexport tb_on_redeliver
 func tbOnRedeliver() int64 { return bridge.Run[bridge.Redeliver](handler) }
