@@ -139,12 +139,10 @@ func TestEventsEndOnShutdown(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	began := time.Now()
+	// Shutdown must end the open event stream itself: if it waited for the client to hang
+	// up, it would run into ctx's deadline and fail.
 	if err := s.ops.Shutdown(ctx); err != nil {
 		t.Fatalf("shutdown with an event stream open: %v", err)
-	}
-	if d := time.Since(began); d > 2*time.Second {
-		t.Errorf("shutdown took %v", d)
 	}
 	if _, err := io.Copy(io.Discard, r); err != nil && !strings.Contains(err.Error(), "EOF") {
 		t.Logf("stream ended with %v", err)
