@@ -2,17 +2,24 @@ package server_test
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"strconv"
 	"strings"
 	"testing"
 	"unicode/utf8"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 
+	"github.com/tinybroker/tinybroker/broker"
 	"github.com/tinybroker/tinybroker/internal/brokertest"
 	"github.com/tinybroker/tinybroker/internal/brokertest/headercases"
 	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
+	"github.com/tinybroker/tinybroker/server"
 )
 
 // One header grammar on every engine (issue 23, finding 5): each header of the one table is
@@ -88,3 +95,92 @@ func TestHeaderGrammarEveryEngine(t *testing.T) {
 	}
 	canary.check()
 }
+
+// headersOf returns n headers, 6-byte names and 50-byte values: 21,000 of them make a
+// 1.3 MB message, under the default receive limit.
+func headersOf(n int) map[string]string {
+	h := make(map[string]string, n)
+	for i := range n {
+		h[fmt.Sprintf("h%05d", i)] = strings.Repeat("v", 50)
+	}
+	return h
+}
+
+// A message of 21,000 headers (issue 23: a flood of them, decoded whole before their
+// refusal, slowed everyone) is refused with INVALID_ARGUMENT naming max_headers, by Publish
+// and in a PublishStream frame beside accepted messages; a message at the limit is
+// delivered whole. The decoders stop at the first header past the limit
+// (TestHeadersDecodedUpToTheLimit in internal/wire shows they read no further).
+func TestTooManyHeadersRefusedEveryEngine(t *testing.T) {
+	tb := start(t, brokertest.Options{})
+	canary := newCanary(t, tb)
+	s := tb.open(t, balanced("th", "th", 100, "th.>"))
+	big, full := headersOf(21_000), headersOf(broker.DefaultMaxHeaders)
+	if n := proto.Size(&pb.PublishRequest{Topic: "th.big", Headers: big}); n < 1_000_000 || n > server.ReceiveLimit(broker.DefaultMaxMessageBytes, broker.DefaultMaxHeaderBytes) {
+		t.Fatalf("a request of %d bytes", n)
+	}
+	_, err := tb.c.Publish(context.Background(), &pb.PublishRequest{Topic: "th.big", Headers: big})
+	wantCode(t, err, codes.InvalidArgument, "more than 1024 headers, the limit (max_headers)")
+	// The same, sent as bytes with a last header that is not UTF-8: the server refuses it for
+	// its headers' number without reading that far (reading it: INTERNAL, malformed).
+	var raw []byte
+	err = tb.conn.Invoke(context.Background(), pb.Broker_Publish_FullMethodName, badLastHeader(21_000), &raw, grpc.ForceCodecV2(rawCodec{}))
+	wantCode(t, err, codes.InvalidArgument, "max_headers")
+	canary.check()
+
+	stream := tb.publishStream(t)
+	if err := stream.Send(&pb.PublishStreamRequest{Sequence: 1, Messages: []*pb.PublishRequest{
+		{Topic: "th.a", Payload: []byte("a")}, {Topic: "th.big", Headers: big}, {Topic: "th.full", Payload: []byte("full"), Headers: full},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := resp.GetResults()
+	if len(rs) != 3 || rs[0].GetCode() != 0 || rs[2].GetCode() != 0 || rs[1].GetCode() != int32(codes.InvalidArgument) || !strings.Contains(rs[1].GetError(), "max_headers") {
+		t.Fatalf("frame results: %v", rs)
+	}
+	if _, err := tb.c.Publish(context.Background(), &pb.PublishRequest{Topic: "th.full", Payload: []byte("unary"), Headers: full}); err != nil {
+		t.Fatalf("a message at max_headers: %v", err)
+	}
+	for _, want := range []string{"a", "full", "unary"} {
+		m := s.next()
+		if string(m.GetPayload()) != want || (want != "a" && !maps.Equal(m.GetHeaders(), full)) {
+			t.Fatalf("got %q with %d headers, want %q", m.GetPayload(), len(m.GetHeaders()), want)
+		}
+		s.ack(m.GetSystemId())
+	}
+	canary.check()
+}
+
+// badLastHeader is an encoded PublishRequest of n headers whose last value is not UTF-8.
+func badLastHeader(n int) *[]byte {
+	b := protowire.AppendTag(nil, 1, protowire.BytesType) // topic
+	b = protowire.AppendString(b, "th.big")
+	for i := range n {
+		v := strings.Repeat("v", 50)
+		if i == n-1 {
+			v = "\xff"
+		}
+		e := protowire.AppendString(protowire.AppendTag(nil, 1, protowire.BytesType), fmt.Sprintf("h%05d", i))
+		e = protowire.AppendString(protowire.AppendTag(e, 2, protowire.BytesType), v)
+		b = protowire.AppendBytes(protowire.AppendTag(b, 3, protowire.BytesType), e)
+	}
+	return &b
+}
+
+// rawCodec sends and receives a call's messages as the bytes they are.
+type rawCodec struct{}
+
+func (rawCodec) Marshal(v any) (mem.BufferSlice, error) {
+	return mem.BufferSlice{mem.SliceBuffer(*v.(*[]byte))}, nil
+}
+
+func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	*v.(*[]byte) = data.Materialize()
+	return nil
+}
+
+func (rawCodec) Name() string { return "proto" }
