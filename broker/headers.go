@@ -39,7 +39,11 @@ func SortHeaders(h Headers) Headers {
 	if len(h) < 2 {
 		return h
 	}
-	slices.SortStableFunc(h, func(a, b Header) int { return strings.Compare(a.Key, b.Key) })
+	if len(h) <= 32 {
+		slices.SortStableFunc(h, func(a, b Header) int { return strings.Compare(a.Key, b.Key) })
+	} else {
+		sortLarge(h)
+	}
 	out := h[:1]
 	for _, x := range h[1:] {
 		if x.Key == out[len(out)-1].Key {
@@ -50,6 +54,42 @@ func SortHeaders(h Headers) Headers {
 	}
 	clear(h[len(out):])
 	return out
+}
+
+// sortLarge sorts h stably by key. A stable sort of the headers themselves (an insertion
+// sort, then merges by rotation that move 32-byte headers again and again) made sorting a
+// message's 1,000 headers two fifths of decoding it; this sorts their positions by key and
+// position (pdqsort on 4-byte indices), then moves each header once, following the
+// permutation's cycles.
+func sortLarge(h Headers) {
+	idx := make([]int32, len(h))
+	for i := range idx {
+		idx[i] = int32(i)
+	}
+	slices.SortFunc(idx, func(a, b int32) int {
+		if c := strings.Compare(h[a].Key, h[b].Key); c != 0 {
+			return c
+		}
+		return int(a - b)
+	})
+	// h[k] takes h[idx[k]]; idx[k] = -1 once done.
+	for k := range idx {
+		if idx[k] < 0 {
+			continue
+		}
+		first := h[k]
+		j := k
+		for {
+			src := int(idx[j])
+			idx[j] = -1
+			if src == k {
+				h[j] = first
+				break
+			}
+			h[j] = h[src]
+			j = src
+		}
+	}
 }
 
 // Map returns h as a new map (nil if h is empty).

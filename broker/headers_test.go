@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -107,4 +108,48 @@ func TestCheckHeadersOrder(t *testing.T) {
 	if hb, err := l.CheckHeaders(Headers{{"a", "1"}, {"bb", "22"}}); err != nil || hb != 6 {
 		t.Errorf("sorted headers: %d %v", hb, err)
 	}
+}
+
+// SortHeaders agrees with a stable sort, keeping a repeated key's last value, at every size
+// (the larger ones are sorted another way) and with many repeats.
+func TestSortHeadersLarge(t *testing.T) {
+	for _, n := range []int{2, 31, 32, 33, 100, 1000} {
+		for _, keys := range []int{3, n} {
+			h := make(Headers, n)
+			for i := range h {
+				h[i] = Header{fmt.Sprint("k", (i*7919)%keys), fmt.Sprint(i)}
+			}
+			want := map[string]string{}
+			for _, x := range h {
+				want[x.Key] = x.Value
+			}
+			got := SortHeaders(slices.Clone(h))
+			if !sorted(got) || !maps.Equal(got.Map(), want) {
+				t.Fatalf("%d headers, %d keys: %v", n, keys, got)
+			}
+		}
+	}
+}
+
+// BenchmarkSortHeaders1000 sorts 1,000 headers in random order (a message at the default
+// max_headers, as the server decodes it): a stable sort of the headers, and sortLarge.
+func BenchmarkSortHeaders1000(b *testing.B) {
+	h := make(Headers, 1000)
+	for i := range h {
+		h[i] = Header{fmt.Sprintf("header-%06d", i), "v"}
+	}
+	rand.New(rand.NewPCG(1, 2)).Shuffle(len(h), func(i, j int) { h[i], h[j] = h[j], h[i] })
+	work := make(Headers, len(h))
+	b.Run("stable", func(b *testing.B) {
+		for b.Loop() {
+			copy(work, h)
+			slices.SortStableFunc(work, func(a, b Header) int { return strings.Compare(a.Key, b.Key) })
+		}
+	})
+	b.Run("large", func(b *testing.B) {
+		for b.Loop() {
+			copy(work, h)
+			sortLarge(work)
+		}
+	})
 }

@@ -111,19 +111,46 @@ func (l Limits) CheckPayload(n int, after bool) error {
 	return fmt.Errorf("%w: payload is %d bytes, the limit is %d (max_message_bytes); split the message or raise the limit", ErrInvalidMessage, n, l.MaxMessageBytes)
 }
 
+// The header grammar, the same on every engine (README.md, "Headers"): a header's name is
+// any non-empty string of valid UTF-8, its value any string of valid UTF-8 (empty included);
+// names are case-sensitive and each occurs once in a message; a message has at most
+// max_headers of them, their names and values at most max_header_bytes together. Nothing
+// else is refused: an engine whose store has a narrower grammar carries every valid header
+// anyway (the JetStream engine, RATIONALE.md, "Why may a header be any UTF-8?").
+
+// CheckHeader checks one header against the grammar, whatever the limits: the publish path
+// (CheckHeaders) and the plugins' host functions, as a plugin writes a header, call it. The
+// error wraps ErrInvalidMessage and names the header and the rule it breaks.
+func CheckHeader(key, value string) error {
+	switch {
+	case key == "":
+		return fmt.Errorf("%w: a header has an empty name (value %.40q); give every header a name", ErrInvalidMessage, value)
+	case !utf8.ValidString(key):
+		return fmt.Errorf("%w: header name %q is not valid UTF-8; header names and values are text", ErrInvalidMessage, key)
+	case !utf8.ValidString(value):
+		return fmt.Errorf("%w: the value of header %q is not valid UTF-8; header values are text: put bytes in the payload, or encode them (base64)", ErrInvalidMessage, key)
+	}
+	return nil
+}
+
+// TooManyHeaders is the refusal of a message with more than max headers (max_headers).
+func TooManyHeaders(max int) error {
+	return fmt.Errorf("%w: the message has more than %d headers, the limit (max_headers); put the data in the payload or in fewer headers", ErrInvalidMessage, max)
+}
+
 // CheckHeaders checks a message's headers in one pass — how many, sorted with each key once
-// (as Headers must be), valid UTF-8 (subscribers decode them as strings), how many bytes — and
-// returns the sum of their keys' and values' lengths (Message.HeaderBytes).
+// (as Headers must be), each by CheckHeader, how many bytes — and returns the sum of their
+// keys' and values' lengths (Message.HeaderBytes).
 func (l Limits) CheckHeaders(h Headers) (headerBytes int, err error) {
 	if len(h) > l.MaxHeaders {
-		return 0, fmt.Errorf("%w: the message has %d headers, the limit is %d (max_headers); put the data in the payload or in fewer headers", ErrInvalidMessage, len(h), l.MaxHeaders)
+		return 0, TooManyHeaders(l.MaxHeaders)
 	}
 	for i, x := range h {
 		if i > 0 && h[i-1].Key >= x.Key {
 			return 0, fmt.Errorf("%w: headers %q and %q are out of order or the same: Headers are sorted by key, each key once (broker.SortHeaders)", ErrInvalidMessage, h[i-1].Key, x.Key)
 		}
-		if !utf8.ValidString(x.Key) || !utf8.ValidString(x.Value) {
-			return 0, fmt.Errorf("%w: header %q is not valid UTF-8", ErrInvalidMessage, x.Key)
+		if err := CheckHeader(x.Key, x.Value); err != nil {
+			return 0, err
 		}
 		headerBytes += len(x.Key) + len(x.Value)
 	}

@@ -277,11 +277,12 @@ func (st *callState) mayChangeHeaders() bool {
 }
 
 // headerStatus is the status of a header a plugin writes, k: v, as far as its content goes:
-// an empty name is invalid, and a header over max_header_bytes alone could never be sent.
-// The sum of a message's headers is the broker's to check (broker.Limits.CheckHeaders).
+// one outside the header grammar (broker.CheckHeader: an empty name, text that is not
+// UTF-8) is invalid, and a header over max_header_bytes alone could never be sent. The sum
+// of a message's headers is the broker's to check (broker.Limits.CheckHeaders).
 func (inst *instance) headerStatus(k, v string) int32 {
 	switch {
-	case k == "":
+	case broker.CheckHeader(k, v) != nil:
 		return abi.StatusInvalid
 	case len(k)+len(v) > inst.p.host.opts.MaxHeaderBytes:
 		return abi.StatusTooLarge

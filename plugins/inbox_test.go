@@ -132,16 +132,19 @@ func TestWriteList(t *testing.T) {
 		t.Fatalf("after a good write list: %+v %v: payload %q headers %v", v, err, d.Payload, d.Headers)
 	}
 	for name, payload := range map[string][]byte{
-		"list out of memory":  func() []byte { p := msg(1, 0, nil); le.PutUint32(p, 65530); return p }(),
-		"huge count":          msg(0xffffffff, 0, nil),
-		"pointer out":         msg(1, 0, nil, [5]uint32{abi.OpSetPayload, 65535, 2}),
-		"length wraps":        msg(1, 0, nil, [5]uint32{abi.OpSetPayload, 1, 0xffffffff}),
-		"second pair out":     msg(1, 0, nil, [5]uint32{abi.OpSetHeader, 0, 1, 0xfffffff0, 0x20}),
-		"unknown op":          msg(1, 0, nil, [5]uint32{99, 0, 0}),
-		"op 0":                msg(1, 0, nil, [5]uint32{}),
-		"empty header name":   msg(1, 0, nil, [5]uint32{abi.OpSetHeader, 0, 0, 0, 1}),
-		"header too large":    msg(1, 0, nil, [5]uint32{abi.OpSetHeader, 0, 1, 0, 1024}),
-		"bad after good ones": msg(2, 0, mem, [5]uint32{abi.OpSetPayload, 0, 11}, [5]uint32{7, 0, 0}),
+		"list out of memory": func() []byte { p := msg(1, 0, nil); le.PutUint32(p, 65530); return p }(),
+		"huge count":         msg(0xffffffff, 0, nil),
+		"pointer out":        msg(1, 0, nil, [5]uint32{abi.OpSetPayload, 65535, 2}),
+		"length wraps":       msg(1, 0, nil, [5]uint32{abi.OpSetPayload, 1, 0xffffffff}),
+		"second pair out":    msg(1, 0, nil, [5]uint32{abi.OpSetHeader, 0, 1, 0xfffffff0, 0x20}),
+		"unknown op":         msg(1, 0, nil, [5]uint32{99, 0, 0}),
+		"op 0":               msg(1, 0, nil, [5]uint32{}),
+		"empty header name":  msg(1, 0, nil, [5]uint32{abi.OpSetHeader, 0, 0, 0, 1}),
+		// the header grammar (broker.CheckHeader): the plugin's fault, not the publisher's
+		"header name not UTF-8":  msg(1, 0, []byte("\xffv"), [5]uint32{abi.OpSetHeader, 0, 1, 1, 1}),
+		"header value not UTF-8": msg(1, 0, []byte("k\xff"), [5]uint32{abi.OpSetHeader, 0, 1, 1, 1}),
+		"header too large":       msg(1, 0, nil, [5]uint32{abi.OpSetHeader, 0, 1, 0, 1024}),
+		"bad after good ones":    msg(2, 0, mem, [5]uint32{abi.OpSetPayload, 0, 11}, [5]uint32{7, 0, 0}),
 	} {
 		before := c.Stats()[0].Failures
 		d := broker.Draft{Topic: "a", Payload: payload, Headers: broker.MakeHeaders(map[string]string{"old": "1"})}

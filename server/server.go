@@ -49,6 +49,10 @@ type Options struct {
 	MaxRecvBytes int
 	// MaxHeaderBytes is the broker's header limit (64 KiB), used to size MaxRecvBytes.
 	MaxHeaderBytes int
+	// MaxHeaders is the broker's max_headers (broker.DefaultMaxHeaders): a message's headers
+	// are decoded up to the first past it, the rest skipped, and the message refused by
+	// the broker (INVALID_ARGUMENT).
+	MaxHeaders int
 	// MaxPublishBatch is the most messages one PublishStream frame may carry (4,096); a frame
 	// with more ends its stream with RESOURCE_EXHAUSTED.
 	MaxPublishBatch int
@@ -115,6 +119,9 @@ func New(b broker.Engine, maxMessageBytes int, opts Options) *Server {
 	if opts.MaxHeaderBytes <= 0 {
 		opts.MaxHeaderBytes = 64 << 10
 	}
+	if opts.MaxHeaders <= 0 {
+		opts.MaxHeaders = broker.DefaultMaxHeaders
+	}
 	if opts.MaxRecvBytes <= 0 {
 		opts.MaxRecvBytes = ReceiveLimit(maxMessageBytes, opts.MaxHeaderBytes)
 	}
@@ -142,7 +149,7 @@ func New(b broker.Engine, maxMessageBytes int, opts Options) *Server {
 		return &b
 	}
 	grpcOpts := []grpc.ServerOption{
-		grpc.ForceServerCodecV2(wire.ServerCodec()),
+		grpc.ForceServerCodecV2(wire.ServerCodec(opts.MaxHeaders)),
 		experimental.BufferPool(grpcbuf.Pool),
 		grpc.MaxRecvMsgSize(opts.MaxRecvBytes),
 		grpc.MaxConcurrentStreams(uint32(min(uint64(opts.MaxStreamsPerConnection), math.MaxUint32))),
@@ -225,7 +232,11 @@ func (s *Server) Publish(ctx context.Context, req *pb.PublishRequest) (*pb.Publi
 	if err := auth.FromContext(ctx).Publish(req.GetTopic()); err != nil {
 		return nil, err
 	}
-	res, err := s.b.Publish(req.GetTopic(), req.GetPayload(), req.GetHeaders())
+	var res broker.PublishResult
+	err := s.tooManyHeaders(len(req.GetHeaders()))
+	if err == nil {
+		res, err = s.b.Publish(req.GetTopic(), req.GetPayload(), req.GetHeaders())
+	}
 	if err != nil {
 		s.traffic.refuse(codeOf(err))
 		return nil, toStatus(err)
@@ -270,7 +281,7 @@ func (s *Server) PublishStream(stream grpc.BidiStreamingServer[pb.PublishStreamR
 
 // servePublish reads, publishes and answers a PublishStream's frames until it ends.
 func (s *Server) servePublish(stream grpc.BidiStreamingServer[pb.PublishStreamRequest, pb.PublishStreamResponse]) error {
-	f := &wire.PublishFrame{MaxMsgs: s.opts.MaxPublishBatch}
+	f := &wire.PublishFrame{MaxMsgs: s.opts.MaxPublishBatch, MaxHeaders: s.opts.MaxHeaders}
 	var results []wire.PublishResult
 	var outs []broker.PublishOutcome
 	caller := auth.FromContext(stream.Context()) // nil without authentication: no check
@@ -288,7 +299,7 @@ func (s *Server) servePublish(stream grpc.BidiStreamingServer[pb.PublishStreamRe
 		n := len(f.Msgs)
 		results = slices.Grow(results[:0], n)[:n]
 		outs = slices.Grow(outs[:0], n)[:n]
-		if caller == nil {
+		if caller == nil && !f.HeadersOver {
 			s.b.PublishBatch(f.Msgs, outs)
 		} else {
 			s.publishAllowed(caller, f.Msgs, outs)
@@ -326,12 +337,30 @@ func (s *Server) servePublish(stream grpc.BidiStreamingServer[pb.PublishStreamRe
 	}
 }
 
-// publishAllowed publishes the messages of msgs the caller may publish, as one batch, and
-// writes every message's outcome to out: a refusal for the others.
+// tooManyHeaders refuses a message of n headers past max_headers. The decoders stop at the
+// first header past it (wire.PublishFrame, wire.ServerCodec), so the server, not the engine,
+// refuses such a message: it holds only part of its headers.
+func (s *Server) tooManyHeaders(n int) error {
+	if n > s.opts.MaxHeaders {
+		return broker.TooManyHeaders(s.opts.MaxHeaders)
+	}
+	return nil
+}
+
+// publishAllowed publishes the messages of msgs the caller (nil: anyone) may publish and
+// that have at most max_headers headers, as one batch, and writes every message's outcome
+// to out: a refusal for the others.
 func (s *Server) publishAllowed(caller *auth.Caller, msgs []broker.Publication, out []broker.PublishOutcome) {
 	refused := 0
 	for i, m := range msgs {
-		if err := caller.Publish(m.Topic); err != nil {
+		var err error
+		if caller != nil {
+			err = caller.Publish(m.Topic)
+		}
+		if err == nil {
+			err = s.tooManyHeaders(len(m.Headers))
+		}
+		if err != nil {
 			out[i] = broker.PublishOutcome{Err: err}
 			refused++
 		}

@@ -26,14 +26,17 @@ const (
 	hdrJSON = "Tb-Hx"   // every header of the message, as JSON, when one cannot be a NATS header
 )
 
-// encodeHeaders turns a message's headers into NATS headers. A header whose key or value a
-// NATS header cannot carry exactly (a colon, line breaks, spaces at either end, an empty key,
-// a "Tb-" key) sends them all as one JSON header instead.
+// encodeHeaders turns a message's headers into NATS headers. Every header the broker accepts
+// (broker.CheckHeader: any UTF-8) must come back unchanged from decodeHeaders, through
+// nats.go and JetStream, and none may make them act on the message. When every header is a
+// plain NATS header (natsKey, natsValue) they go as NATS headers, which other NATS tools
+// read; otherwise all of them go as one JSON header (hdrJSON), which carries any string.
+// RATIONALE.md, "Why may a header be any UTF-8?".
 func encodeHeaders(h broker.Headers, publishedAt int64) nats.Header {
 	out := make(nats.Header, len(h)+2)
 	plain := true
 	for _, x := range h {
-		if !natsSafe(x.Key, true) || !natsSafe(x.Value, false) {
+		if !natsKey(x.Key) || !natsValue(x.Value) {
 			plain = false
 			break
 		}
@@ -50,22 +53,48 @@ func encodeHeaders(h broker.Headers, publishedAt int64) nats.Header {
 	return out
 }
 
-func natsSafe(s string, key bool) bool {
-	if key && (s == "" || strings.HasPrefix(s, "Tb-")) {
+// natsKeyChars are the bytes of a NATS header name as nats.go sends it (an HTTP token:
+// printable ASCII without separators); nats.go refuses to publish a message with any other.
+var natsKeyChars = func() (t [256]bool) {
+	for c := byte(33); c <= 126; c++ {
+		t[c] = !strings.ContainsRune(`"(),/:;<=>?@[\]{}`, rune(c))
+	}
+	return t
+}()
+
+// natsKey says whether a tinybroker header name can be a plain NATS header: nats.go sends it
+// (natsKeyChars), it is not the engine's (Tb-), nor one JetStream acts on (Nats-: Nats-Msg-Id
+// would deduplicate messages, Nats-Rollup purge others, Nats-Expected-* refuse them), nor
+// one the engine reads as JetStream's own answer (Status, Description).
+func natsKey(k string) bool {
+	if k == "" || strings.HasPrefix(k, "Tb-") || hasPrefixFold(k, "nats-") || strings.EqualFold(k, "Status") || strings.EqualFold(k, "Description") {
 		return false
 	}
-	if s != strings.TrimSpace(s) {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c == '\r' || c == '\n' || c == 0:
-			return false
-		case key && (c == ':' || c == ' ' || c == '\t' || c < 0x20 || c == 0x7f):
+	for i := 0; i < len(k); i++ {
+		if !natsKeyChars[k[i]] {
 			return false
 		}
 	}
 	return true
+}
+
+// natsValue says whether a header value survives a NATS header exactly: nats.go trims spaces
+// and tabs at its ends and turns CR and LF into spaces; other control characters (NUL
+// included) are sent as JSON too, for other NATS tools' sake.
+func natsValue(v string) bool {
+	if v != strings.TrimSpace(v) {
+		return false
+	}
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c < 0x20 && c != '\t' || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+func hasPrefixFold(s, prefix string) bool {
+	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
 }
 
 // decodeHeaders returns a NATS message's tinybroker headers and when it was published.
@@ -79,7 +108,9 @@ func decodeHeaders(nh nats.Header) (h broker.Headers, publishedAt int64, hb int)
 		h = broker.MakeHeaders(m)
 	} else {
 		for k, vs := range nh {
-			if strings.HasPrefix(k, "Tb-") || k == "Nats-Msg-Id" || len(vs) == 0 {
+			// The engine's own, and JetStream's (natsKey never sends a header of the
+			// message as either).
+			if strings.HasPrefix(k, "Tb-") || strings.HasPrefix(k, "Nats-") || len(vs) == 0 {
 				continue
 			}
 			h = append(h, broker.Header{Key: k, Value: vs[0]})

@@ -2,10 +2,16 @@ package jetstream
 
 import (
 	"bytes"
-	"github.com/tinybroker/tinybroker/broker"
+	"context"
+	"errors"
+	"fmt"
 	"maps"
 	"strings"
 	"testing"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/tinybroker/tinybroker/broker"
 )
 
 // A fanout envelope carries every field back, headers of any bytes included, and a
@@ -43,5 +49,17 @@ func TestEnvelope(t *testing.T) {
 	}
 	if _, err := parseEnvelope("t", []byte("plain payload")); err == nil || !strings.Contains(err.Error(), "version") {
 		t.Fatalf("foreign payload: %v", err)
+	}
+}
+
+// A store that nats.go cannot even encode is not transient: the publisher hears INTERNAL
+// (no broker error) without "retry", not UNAVAILABLE "...; retry" (issue 23).
+func TestStoreErrorNotTransient(t *testing.T) {
+	err := (&Engine{}).storeError(fmt.Errorf("sending: %w", nats.ErrBadHeaderMsg))
+	if errors.Is(err, broker.ErrUnavailable) || strings.Contains(err.Error(), "retry") || !strings.Contains(err.Error(), "bug") {
+		t.Fatalf("codec error: %v", err)
+	}
+	if err := (&Engine{}).storeError(context.DeadlineExceeded); !errors.Is(err, broker.ErrUnavailable) {
+		t.Fatalf("timeout: %v; want ErrUnavailable", err)
 	}
 }

@@ -51,7 +51,9 @@ func (e *Engine) keepDeadLetter(g *group, m *broker.Message, headers map[string]
 	ctx, cancel := e.ctx()
 	defer cancel()
 	msg := &nats.Msg{Subject: e.dlqSubject(g.consumer, m.SystemID), Data: m.Payload, Header: encodeHeaders(broker.MakeHeaders(headers), time.Now().UnixNano())}
+	g.deadMu.RLock()
 	if _, err := e.js.PublishMsg(ctx, msg); err != nil {
+		g.deadMu.RUnlock()
 		e.log.Warn("dead letter not kept for the admin API (it was published to the dead-letter topic)", "subscription", g.id, "error", err)
 		g.mu.Lock()
 		g.deadDropped++
@@ -66,33 +68,42 @@ func (e *Engine) keepDeadLetter(g *group, m *broker.Message, headers map[string]
 		g.deadCount++
 	}
 	g.mu.Unlock()
+	g.deadMu.RUnlock()
 	if !counted {
 		if _, err := e.countDeadLetters(ctx, g); err != nil {
 			e.log.Warn("could not count a group's dead letters", "subscription", g.id, "error", err)
 			return
 		}
 	}
-	for {
-		g.mu.Lock()
-		over := g.deadCount > 1 && (g.deadCount > g.limits.DeadLetterMax || g.deadBytesLocked() > g.limits.DeadLetterMaxBytes)
-		g.mu.Unlock()
-		if !over {
-			return
-		}
-		first, err := e.dlq.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(e.dlqSubject(g.consumer, "*")))
-		if err != nil || e.dlq.DeleteMsg(ctx, first.Sequence) != nil {
-			return
-		}
-		g.mu.Lock()
-		g.deadCount--
-		g.deadDropped++
-		if !g.deadFull {
-			g.deadFull = true
-			e.log.Warn("dead-letter store full: the group drops its oldest dead letters to keep new ones (they are still published to the dead-letter topic)",
-				"subscription", g.id, "group", g.name, "kept", g.deadCount, "dropped_total", g.deadDropped)
-		}
-		g.mu.Unlock()
+	for e.dropOldestDeadLetter(ctx, g) {
 	}
+}
+
+// dropOldestDeadLetter deletes g's oldest letter if g keeps more than its bounds allow, and
+// says whether it did.
+func (e *Engine) dropOldestDeadLetter(ctx context.Context, g *group) bool {
+	g.deadMu.RLock()
+	defer g.deadMu.RUnlock()
+	g.mu.Lock()
+	over := g.deadCount > 1 && (g.deadCount > g.limits.DeadLetterMax || g.deadBytesLocked() > g.limits.DeadLetterMaxBytes)
+	g.mu.Unlock()
+	if !over {
+		return false
+	}
+	first, err := e.dlq.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(e.dlqSubject(g.consumer, "*")))
+	if err != nil || e.dlq.DeleteMsg(ctx, first.Sequence) != nil {
+		return false
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.deadCount--
+	g.deadDropped++
+	if !g.deadFull {
+		g.deadFull = true
+		e.log.Warn("dead-letter store full: the group drops its oldest dead letters to keep new ones (they are still published to the dead-letter topic)",
+			"subscription", g.id, "group", g.name, "kept", g.deadCount, "dropped_total", g.deadDropped)
+	}
+	return true
 }
 
 // deadBytesLocked is about what g's dead letters cost: JetStream does not count bytes per
@@ -102,6 +113,13 @@ func (g *group) deadBytesLocked() int64 { return int64(max(0, g.deadCount)) * g.
 // countDeadLetters returns how many letters g keeps, and remembers it for Stats with what a
 // letter costs: heldCost of the stream's average letter.
 func (e *Engine) countDeadLetters(ctx context.Context, g *group) (int, error) {
+	g.deadMu.Lock()
+	defer g.deadMu.Unlock()
+	return e.countDeadLettersLocked(ctx, g)
+}
+
+// countDeadLettersLocked is countDeadLetters with g.deadMu held alone.
+func (e *Engine) countDeadLettersLocked(ctx context.Context, g *group) (int, error) {
 	si, err := e.dlq.Info(ctx, jetstream.WithSubjectFilter(e.dlqSubject(g.consumer, "*")))
 	if err != nil {
 		return 0, fmt.Errorf("%w: reading the dead letters of consumer group %q: %v", broker.ErrUnavailable, g.id, err)
@@ -172,6 +190,8 @@ func (e *Engine) takeDeadLetters(g *group, ids []string) ([]*broker.DeadLetter, 
 	defer cancel()
 	var out []*broker.DeadLetter
 	take := func(rm *jetstream.RawStreamMsg) *broker.DeadLetter {
+		g.deadMu.RLock()
+		defer g.deadMu.RUnlock()
 		if err := e.dlq.DeleteMsg(ctx, rm.Sequence); err != nil { // another call took it
 			return nil
 		}
@@ -283,7 +303,9 @@ func (e *Engine) PurgeDeadLetters(id string, ids []string) (int, error) {
 func (e *Engine) purgeDeadLetters(g *group) (int, error) {
 	ctx, cancel := e.ctx()
 	defer cancel()
-	n, err := e.countDeadLetters(ctx, g)
+	g.deadMu.Lock()
+	defer g.deadMu.Unlock()
+	n, err := e.countDeadLettersLocked(ctx, g)
 	if err != nil {
 		return 0, err
 	}

@@ -730,7 +730,19 @@ func (e *Engine) storeError(err error) error {
 	if full(err) {
 		return fmt.Errorf("%w: the consumer groups' store is full (JetStream: %v); wait for members to ack, or raise engine \"jetstream\" { max_bytes } or the NATS server's storage limits", broker.ErrLimit, err)
 	}
+	if permanent(err) {
+		// Not the publisher's doing (broker.CheckHeaders admitted the message) and not
+		// transient: INTERNAL, without the "retry" that would never succeed.
+		return fmt.Errorf("JetStream cannot store this message for its consumer groups: %v; storing it again cannot succeed: this is a bug of tinybroker's JetStream engine, please report it with the message's topic and header names", err)
+	}
 	return fmt.Errorf("%w: JetStream did not store the message for its consumer groups: %v; retry", broker.ErrUnavailable, err)
+}
+
+// permanent says whether err, from a store, is one that storing the same message again
+// would meet again: nats.go could not encode it. (A refusal by JetStream stays UNAVAILABLE:
+// the stream's configuration, which an operator may change, decides it.)
+func permanent(err error) bool {
+	return errors.Is(err, nats.ErrBadHeaderMsg) || errors.Is(err, nats.ErrInvalidMsg) || errors.Is(err, nats.ErrBadSubject)
 }
 
 // full says whether err is JetStream refusing a store for want of room: the stream's

@@ -86,6 +86,11 @@ type group struct {
 	rejected  uint64
 	full      bool
 	// The dead letters it keeps (dlq.go), as last counted, and those it let go of.
+	// deadMu orders counting them against changing them: every change of the store this
+	// node makes (a letter stored, deleted) holds it shared until deadCount has it too; a
+	// count (JetStream's, which replaces deadCount) holds it alone, so that it neither
+	// misses nor counts twice a change made while JetStream was asked.
+	deadMu      sync.RWMutex
 	deadCount   int   // -1: not counted yet
 	deadAvg     int64 // what a letter costs, about (see deadBytesLocked)
 	deadDropped uint64

@@ -208,6 +208,7 @@ func runServe(ctx context.Context, o serveOptions, stdout, stderr io.Writer, lis
 		KeepaliveTime:           cfg.KeepaliveTime,
 		KeepaliveTimeout:        cfg.KeepaliveTimeout,
 		MaxHeaderBytes:          cfg.Broker.MaxHeaderBytes,
+		MaxHeaders:              cfg.Broker.MaxHeaders,
 		MaxPublishBatch:         cfg.Limits.MaxPublishBatch,
 		MaxStreamsPerConnection: cfg.Limits.MaxStreamsPerConnection,
 		MaxConnections:          cfg.Limits.MaxConnections,

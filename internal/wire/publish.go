@@ -32,6 +32,14 @@ type PublishFrame struct {
 	MaxMsgs int  // the most messages a frame may carry (0: any number)
 	TooMany bool // the frame carries more than MaxMsgs: decoding stopped, the frame is refused
 	Size    int  // the frame's encoded size, which bounds the size of its answer
+
+	// MaxHeaders is the broker's max_headers (0: any number). A message's headers are
+	// decoded up to the first past it (MaxHeaders+1 distinct names), the rest skipped, and
+	// HeadersOver set: the server refuses the message (broker.TooManyHeaders) without the
+	// cost of decoding, interning and sorting tens of thousands of headers it would never
+	// keep (issue 23).
+	MaxHeaders  int
+	HeadersOver bool
 }
 
 // PublishMessage is one PublishRequest of a frame, as Engine.PublishBatch takes it.
@@ -42,7 +50,7 @@ var errFrame = errors.New("malformed PublishStreamRequest")
 // decode parses b into f. Payloads are copied: b is gRPC's buffer.
 func (f *PublishFrame) decode(b []byte) error {
 	clear(f.Msgs)
-	f.Seq, f.ErrorsOnly, f.Msgs, f.TooMany, f.Size = 0, false, f.Msgs[:0], false, len(b)
+	f.Seq, f.ErrorsOnly, f.Msgs, f.TooMany, f.HeadersOver, f.Size = 0, false, f.Msgs[:0], false, false, len(b)
 	for len(b) > 0 {
 		num, typ, n := consumeTag(b)
 		if n < 0 {
@@ -83,6 +91,7 @@ func (f *PublishFrame) decode(b []byte) error {
 
 func (f *PublishFrame) decodeMessage(b []byte) (PublishMessage, error) {
 	var m PublishMessage
+	var hs headerSet
 	for len(b) > 0 {
 		num, typ, n := consumeTag(b)
 		if n < 0 {
@@ -103,12 +112,12 @@ func (f *PublishFrame) decodeMessage(b []byte) (PublishMessage, error) {
 				m.Payload = append(m.Payload[:0], v...) // the last occurrence wins, as in protobuf
 			}
 		case num == fieldPublishHeaders && typ == protowire.BytesType:
-			if v, n = protowire.ConsumeBytes(b); n >= 0 {
+			if v, n = protowire.ConsumeBytes(b); n >= 0 && !hs.over {
 				k, val, err := mapEntry(v)
 				if err != nil {
 					return m, fmt.Errorf("%w: %v", errFrame, err)
 				}
-				m.Headers = append(m.Headers, broker.Header{Key: f.topics.String(k), Value: string(val)}) // names repeat: interned
+				hs.add(&m.Headers, f.topics.String(k), string(val), f.MaxHeaders) // names repeat: interned
 			}
 		default:
 			n = protowire.ConsumeFieldValue(num, typ, b)
@@ -118,8 +127,29 @@ func (f *PublishFrame) decodeMessage(b []byte) (PublishMessage, error) {
 		}
 		b = b[n:]
 	}
-	m.Headers = broker.SortHeaders(m.Headers) // a name given twice keeps its last value, as in a protobuf map
+	if !hs.sorted {
+		m.Headers = broker.SortHeaders(m.Headers) // a name given twice keeps its last value, as in a protobuf map
+	}
+	f.HeadersOver = f.HeadersOver || hs.over
 	return m, nil
+}
+
+// headerSet gathers a message's headers as they are decoded, counting distinct names (a
+// protobuf map keeps the last value of a name given twice) up to max+1.
+type headerSet struct {
+	sorted bool // past max entries: h is sorted, each name once, and kept so
+	over   bool // more than max names: the message is to be refused, h holds max+1
+}
+
+func (s *headerSet) add(h *broker.Headers, k, v string, max int) {
+	if s.sorted {
+		*h = h.Set(k, v)
+	} else if *h = append(*h, broker.Header{Key: k, Value: v}); max > 0 && len(*h) > max {
+		// Names given twice are rare: sorted once here, then each further one costs a
+		// binary search, however many follow.
+		*h, s.sorted = broker.SortHeaders(*h), true
+	}
+	s.over = s.sorted && len(*h) > max
 }
 
 // unmarshal decodes a frame as it arrived from gRPC, in one buffer or several.

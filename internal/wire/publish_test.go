@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/tinybroker/tinybroker/broker"
 	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
 )
 
@@ -24,11 +25,13 @@ func FuzzPublishFrame(f *testing.F) {
 	f.Add([]byte{0x12, 0x05, 0x1a, 0x03, 0x0a, 0x01, 0x80}) // header key not UTF-8
 	f.Add([]byte{0x08, 0x80})                               // truncated varint
 	f.Add([]byte{0x12, 0x02, 0x08, 0x01, 0x18, 0x05})       // unknown fields
+	f.Add(marshal(f, &pb.PublishStreamRequest{Messages: []*pb.PublishRequest{{Headers: map[string]string{"a": "", "b": "", "c": ""}}}}))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var want pb.PublishStreamRequest
 		wantErr := proto.Unmarshal(b, &want)
 		var got PublishFrame
 		gotErr := got.decode(b)
+		checkCapped(t, b, &want, wantErr)
 		if (wantErr == nil) != (gotErr == nil) {
 			t.Fatalf("proto.Unmarshal: %v; decode: %v", wantErr, gotErr)
 		}
@@ -106,4 +109,55 @@ func TestPublishFrameTooMany(t *testing.T) {
 	if err := f.decode(frame(1)); err != nil || f.TooMany || len(f.Msgs) != 1 {
 		t.Fatalf("the next frame: err %v, tooMany %v, %d messages", err, f.TooMany, len(f.Msgs))
 	}
+}
+
+// checkCapped decodes frame b with MaxHeaders 2 and holds it to proto.Unmarshal's want: a
+// message of at most 2 headers decodes the same, one of more is marked with 3 of its headers
+// (distinct names) decoded; a frame proto refuses may be accepted only if it is marked (the
+// headers past the third are skipped unread).
+func checkCapped(t *testing.T, b []byte, want *pb.PublishStreamRequest, wantErr error) {
+	t.Helper()
+	const max = 2
+	capped := PublishFrame{MaxHeaders: max}
+	err := capped.decode(b)
+	if wantErr != nil {
+		if err == nil && !capped.HeadersOver {
+			t.Fatalf("capped decode accepted what proto.Unmarshal refuses (%v), unmarked", wantErr)
+		}
+		return
+	}
+	if err != nil || len(capped.Msgs) != len(want.GetMessages()) {
+		t.Fatalf("capped decode: %v, %d messages; want %d", err, len(capped.Msgs), len(want.GetMessages()))
+	}
+	over := false
+	for i, m := range capped.Msgs {
+		w := want.GetMessages()[i].GetHeaders()
+		if len(w) <= max {
+			if !maps.Equal(m.Headers.Map(), w) {
+				t.Fatalf("message %d: capped decode %v, want %v", i, m.Headers, w)
+			}
+			continue
+		}
+		over = true
+		if len(m.Headers) != max+1 || !sortedHeaders(m.Headers) {
+			t.Fatalf("message %d of %d headers: capped decode kept %v", i, len(w), m.Headers)
+		}
+		for _, h := range m.Headers {
+			if _, ok := w[h.Key]; !ok {
+				t.Fatalf("message %d: capped decode made up header %q", i, h.Key)
+			}
+		}
+	}
+	if over != capped.HeadersOver {
+		t.Fatalf("HeadersOver %v, want %v", capped.HeadersOver, over)
+	}
+}
+
+func sortedHeaders(h broker.Headers) bool {
+	for i := 1; i < len(h); i++ {
+		if h[i-1].Key >= h[i].Key {
+			return false
+		}
+	}
+	return true
 }

@@ -560,7 +560,7 @@ function batchEnd(n: i32): void {
 export namespace Status {
   /** Done. */
   export const OK: i32 = 0;
-  /** Malformed: a bad topic, an empty header name. */
+  /** Malformed: a bad topic, an empty or non-UTF-8 header. */
   export const INVALID: i32 = -1;
   /** Over max_message_bytes or max_header_bytes. */
   export const TOO_LARGE: i32 = -2;

@@ -90,7 +90,7 @@
 
 /* Statuses of the writers. */
 #define TB_OK 0
-#define TB_ERR_INVALID (-1)     /* malformed: a bad topic, an empty header name */
+#define TB_ERR_INVALID (-1)     /* malformed: a bad topic, an empty or non-UTF-8 header */
 #define TB_ERR_TOO_LARGE (-2)   /* over max_message_bytes / max_header_bytes */
 #define TB_ERR_NOT_ALLOWED (-3) /* not in this hook */
 #define TB_ERR_LIMIT (-4)       /* max_emits used up */

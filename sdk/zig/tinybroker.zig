@@ -726,7 +726,8 @@ fn giveLists(whole: []align(8) u8, n: usize) void {
 
 /// Why the broker refused a write or an emit: the ABI's statuses -1 to -4.
 pub const Error = error{
-    /// ERR_INVALID: a topic that is not a valid topic, an empty header name.
+    /// ERR_INVALID: a topic that is not a valid topic, an empty header name, a header name or
+    /// value that is not UTF-8.
     Invalid,
     /// ERR_TOO_LARGE: over max_message_bytes or max_header_bytes.
     TooLarge,

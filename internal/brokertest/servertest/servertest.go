@@ -23,7 +23,7 @@ import (
 type Options struct {
 	brokertest.Options                   // the engine's settings, plugin hooks included
 	Engine             brokertest.Engine // brokertest.Engines[0]
-	Server             server.Options    // MaxHeaderBytes defaults to the engine's
+	Server             server.Options    // MaxHeaderBytes and MaxHeaders default to the engine's
 	Addr               string            // where to listen: "127.0.0.1:0", any free port
 }
 
@@ -58,6 +58,9 @@ func Start(tb testing.TB, o Options) *Broker {
 	limits := o.Limits.WithDefaults()
 	if o.Server.MaxHeaderBytes == 0 {
 		o.Server.MaxHeaderBytes = limits.MaxHeaderBytes
+	}
+	if o.Server.MaxHeaders == 0 {
+		o.Server.MaxHeaders = limits.MaxHeaders
 	}
 	b := &Broker{Addr: lis.Addr().String(), Engine: e, Server: server.New(e, limits.MaxMessageBytes, o.Server),
 		tb: tb, served: make(chan error, 1)}

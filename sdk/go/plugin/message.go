@@ -406,7 +406,8 @@ func Now() time.Time {
 
 // The errors a write can fail with, by status (docs/ABI.md): test for them with errors.Is.
 var (
-	// ErrInvalid: the value is malformed, e.g. a topic that is not valid or an empty header name.
+	// ErrInvalid: the value is malformed, e.g. a topic that is not valid, an empty header name,
+	// or a header name or value that is not UTF-8.
 	ErrInvalid = errors.New("invalid value")
 	// ErrTooLarge: over a broker limit (max_message_bytes, max_header_bytes).
 	ErrTooLarge = errors.New("over a broker limit")

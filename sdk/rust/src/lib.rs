@@ -108,7 +108,8 @@ fn ptr(s: &[u8]) -> (*const u8, usize) {
 /// Why the broker refused a write or an emit: the ABI's status codes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Error {
-    /// `ERR_INVALID` (-1): a topic that is not a valid topic, an empty header name.
+    /// `ERR_INVALID` (-1): a topic that is not a valid topic, an empty header name, a header
+    /// name or value that is not UTF-8.
     Invalid,
     /// `ERR_TOO_LARGE` (-2): over `max_message_bytes` or `max_header_bytes`.
     TooLarge,
