@@ -1,7 +1,6 @@
 package plugins
 
 import (
-	"context"
 	"encoding/binary"
 	"fmt"
 	"time"
@@ -282,11 +281,13 @@ func (p *plugin) invokeBatch(inst *instance, m int) (uint64, error) {
 	}
 	inst.batch.n = uint32(m)
 	inst.stack[0] = 0
-	var err error
-	if p.spec.CallTimeout > 0 {
-		err = p.callBatchTimed(inst)
-	} else {
+	err := p.host.cores.acquire(p)
+	if err == nil {
+		inst.phase.Add(1) // call_timeout limits the batch's call as a whole
 		err = inst.batch.fn.CallWithStack(&inst.ctx, inst.stack)
+		inst.phase.Add(1)
+		p.host.cores.release()
+		err = inst.stoppedWhy(err)
 	}
 	inst.batch.n = 0
 	inst.st = &inst.own
@@ -302,11 +303,4 @@ func (p *plugin) invokeBatch(inst *instance, m int) (uint64, error) {
 		return 0, err
 	}
 	return inst.stack[0], nil
-}
-
-// callBatchTimed is the batch's call with the plugin's time limit, for the batch as a whole.
-func (p *plugin) callBatchTimed(inst *instance) error {
-	tctx, cancel := context.WithTimeout(context.Background(), p.spec.CallTimeout)
-	defer cancel()
-	return inst.batch.fn.CallWithStack(&callCtx{Context: tctx, inst: inst}, inst.stack)
 }

@@ -160,9 +160,14 @@ var errBreakerOpen = errors.New("circuit breaker open")
 // each layer of calls it went through cost the broker some 20–30 instructions a plugin call
 // (BENCHMARKS.md, "Plugin calls, fifth pass" and "seventh pass").
 func (p *plugin) run(inst *instance, k abi.Hook) (v uint64, alive bool, err error) {
+	if err = p.host.cores.acquire(p); err != nil {
+		p.failed(k, err)
+		return 0, true, err
+	}
+	inst.phase.Add(1) // the watchdog's: a call runs
 	inst.uncounted[k]++ // added to the plugin's counters later (plugin.flush)
 	inst.sampled++
-	if inst.sampled%latencySample == 1 || p.spec.CallTimeout > 0 {
+	if inst.sampled%latencySample == 1 {
 		v, err = p.invokeSampled(inst, k)
 	} else { // callHook and writeInbox, written out
 		if p.hasInbox {
@@ -181,6 +186,8 @@ func (p *plugin) run(inst *instance, k abi.Hook) (v uint64, alive bool, err erro
 		}
 		v, err = p.called(inst, err)
 	}
+	inst.phase.Add(1)
+	p.host.cores.release()
 	alive = err == nil
 	if err == nil {
 		// Tested by hook rather than with a function value, so that the check is inlined.

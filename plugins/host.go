@@ -42,6 +42,7 @@ type Host struct {
 	opts  HostOptions
 	log   hclog.Logger
 	cache wazero.CompilationCache
+	cores *cores // the goroutines guest code may run on at once (bounds.go)
 }
 
 // NewHost returns a Host. Close it when done.
@@ -58,7 +59,7 @@ func NewHost(opts HostOptions) (*Host, error) {
 	if opts.MaxPluginBytes <= 0 {
 		opts.MaxPluginBytes = DefaultMaxPluginBytes
 	}
-	h := &Host{opts: opts, log: opts.Logger}
+	h := &Host{opts: opts, log: opts.Logger, cores: newCores()}
 	if opts.CacheDir != "" {
 		c, err := wazero.NewCompilationCacheWithDir(opts.CacheDir)
 		if err != nil {
@@ -117,6 +118,12 @@ type plugin struct {
 	failures    atomic.Uint64
 	skipped     atomic.Uint64 // calls not made because the breaker was open
 	metrics     callMetrics   // per hook, for Chain.Metrics (metrics.go)
+
+	// base is the parent of every instance's context: cancelled when the plugin is closed,
+	// it stops the calls still running (bounds.go).
+	base       context.Context
+	cancelBase context.CancelFunc
+	watch      watch
 }
 
 func (h *Host) load(ctx context.Context, s Spec) (*plugin, error) {
@@ -136,11 +143,13 @@ func (h *Host) load(ctx context.Context, s Spec) (*plugin, error) {
 	// which refuses it and notes it, so that the call fails with the reason.
 	cfg := wazero.NewRuntimeConfig().
 		WithCompilationCache(h.cache).
-		WithCloseOnContextDone(s.CallTimeout > 0)
+		WithCloseOnContextDone(true) // always: see bounds.go
 	p := &plugin{spec: s, host: h, log: h.log.Named(s.Name), rt: wazero.NewRuntimeWithConfig(ctx, cfg),
 		topics: compilePatterns(s.Topics), configText: configText(s.Config)}
+	p.base, p.cancelBase = context.WithCancel(context.Background())
 	p.anyTopic = slices.ContainsFunc(p.topics, func(tp topicPattern) bool { return tp.kind == kindAny })
 	fail := func(err error) (*plugin, error) {
+		p.cancelBase()
 		_ = p.rt.Close(ctx)
 		return nil, s.located(fmt.Errorf("plugin %q refused: %w", s.Name, err))
 	}
@@ -164,6 +173,7 @@ func (h *Host) load(ctx context.Context, s Spec) (*plugin, error) {
 		return fail(err)
 	}
 	p.pool.put(inst)
+	p.startWatchdog()
 	hooks := []string{}
 	for k := abi.HookPublish; k < abi.NumHooks; k++ {
 		if p.has[k] {
@@ -271,27 +281,37 @@ type instance struct {
 	sampled   uint64 // calls made, for the latency sample (one in latencySample)
 
 	strs    [8]string // recently interned strings (instance.intern)
+
+	// Its context, which wazero watches during its calls: cancelled, with a cause, by the
+	// watchdog when a call runs past call_timeout, and when the plugin is closed (bounds.go).
+	ictx   context.Context
+	cancel context.CancelCauseFunc
+	// phase is counted up as each call starts and ends (odd: a call runs); seenPhase and
+	// seenFor are the watchdog's, under watch.mu.
+	phase     atomic.Uint64
+	seenPhase uint64
+	seenFor   time.Duration
 	nextStr uint8
 }
 
 func (p *plugin) newInstance(ctx context.Context) (*instance, error) {
 	inst := &instance{p: p, stack: make([]uint64, 1)}
 	inst.st = &inst.own
-	inst.ctx = callCtx{Context: context.Background(), inst: inst, bare: true}
+	inst.ictx, inst.cancel = context.WithCancelCause(p.base)
+	inst.ctx = callCtx{Context: inst.ictx, inst: inst, bare: true}
 	inst.st.hook = abi.HookInit
 	mcfg := wazero.NewModuleConfig().WithName("").WithStartFunctions("_initialize").
 		WithSysWalltime().WithSysNanotime().WithRandSource(rand.Reader).
 		WithStderr(stderrLog{p.log}) // a Go guest's fatal errors ("out of memory") land here
 	limit := uint64(p.spec.MemoryLimitBytes)
-	ictx := experimental.WithMemoryAllocator(context.Background(), experimental.MemoryAllocatorFunc(func(_, _ uint64) experimental.LinearMemory {
+	ictx := experimental.WithMemoryAllocator(inst.ictx, experimental.MemoryAllocatorFunc(func(_, _ uint64) experimental.LinearMemory {
 		inst.gmem = &guardedMemory{limit: limit}
 		return inst.gmem
 	}))
-	if p.spec.CallTimeout > 0 {
-		var cancel context.CancelFunc
-		ictx, cancel = context.WithTimeout(ictx, max(p.spec.CallTimeout, 5*time.Second))
-		defer cancel()
-	}
+	// Instantiation (_initialize and tb_init) has a limit of its own, at least 5 s: a
+	// runtime's start-up takes longer than a message's call.
+	ictx, cancel := context.WithTimeout(ictx, max(p.spec.CallTimeout, 5*time.Second))
+	defer cancel()
 	cctx := &callCtx{Context: ictx, inst: inst}
 	mod, err := p.rt.InstantiateModule(cctx, p.compiled, mcfg)
 	if err == nil {
@@ -301,6 +321,7 @@ func (p *plugin) newInstance(ctx context.Context) (*instance, error) {
 		}
 	}
 	if err != nil {
+		inst.cancel(nil)
 		return nil, fmt.Errorf("instantiate: %w", err)
 	}
 	inst.mod = mod
@@ -331,10 +352,12 @@ func (p *plugin) newInstance(ctx context.Context) (*instance, error) {
 		}
 		if err != nil {
 			_ = mod.Close(context.Background())
+			inst.cancel(nil)
 			return nil, fmt.Errorf("tb_init failed: %w", err)
 		}
 		if rc := int32(uint32(inst.stack[0])); rc != 0 {
 			_ = mod.Close(context.Background())
+			inst.cancel(nil)
 			why := inst.st.why
 			if why == "" {
 				why = "no reason given (call v1_set_reason before returning)"
@@ -344,27 +367,15 @@ func (p *plugin) newInstance(ctx context.Context) (*instance, error) {
 	}
 	inst.st.reset()
 	inst.hostCalls = 0
+	p.track(inst)
 	return inst, nil
 }
 
 // invokeSampled is run's call of the guest when its latency is measured (one call in
-// latencySample) or it has a time limit: its deferred observation is kept off the common path.
+// latencySample): its deferred observation is kept off the common path.
 func (p *plugin) invokeSampled(inst *instance, k abi.Hook) (uint64, error) {
-	if inst.sampled%latencySample == 1 {
-		defer p.metrics.observe(k, time.Now())
-	}
-	if p.spec.CallTimeout > 0 {
-		return p.invokeTimed(inst, k)
-	}
+	defer p.metrics.observe(k, time.Now())
 	return p.called(inst, p.callHook(&inst.ctx, inst, k))
-}
-
-// invokeTimed is invoke with a time limit: a context of its own for the call, whose deferred
-// cancel stays off the common path.
-func (p *plugin) invokeTimed(inst *instance, k abi.Hook) (uint64, error) {
-	tctx, cancel := context.WithTimeout(context.Background(), p.spec.CallTimeout)
-	defer cancel()
-	return p.called(inst, p.callHook(&callCtx{Context: tctx, inst: inst}, inst, k))
 }
 
 // callHook fills the inbox, if the plugin has one, and calls hook k (written out in run, for
@@ -393,6 +404,8 @@ func (p *plugin) called(inst *instance, err error) (uint64, error) {
 func (p *plugin) callFailed(inst *instance, err error) error {
 	if inst.gmem.refused != 0 {
 		err = inst.memoryRefused()
+	} else {
+		err = inst.stoppedWhy(err)
 	}
 	p.pool.discard(inst) // its calls counted first
 	return err
@@ -517,8 +530,11 @@ func (p *plugin) succeeded() {
 	}
 }
 
+// close unloads p: calls still running when ctx is done are stopped.
 func (p *plugin) close(ctx context.Context) error {
 	p.pool.close(ctx)
+	p.cancelBase()
+	p.stopWatchdog()
 	return p.rt.Close(ctx)
 }
 
@@ -642,6 +658,7 @@ func (pl *pool) put(inst *instance) {
 func (pl *pool) discard(inst *instance) {
 	inst.p.flush(inst)
 	_ = inst.mod.Close(context.Background())
+	inst.p.untrack(inst)
 	pl.release()
 }
 

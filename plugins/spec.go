@@ -50,7 +50,7 @@ type Spec struct {
 	EmitTopics []string
 
 	MemoryLimitBytes int           // largest linear memory of one instance (64 MiB)
-	CallTimeout      time.Duration // time limit per call; zero or negative: none (see RATIONALE.md)
+	CallTimeout      time.Duration // time limit per call (DefaultCallTimeout); NoCallTimeout: none (bounds.go)
 	PoolSize         int           // instances, i.e. concurrent calls (4)
 	FailurePolicy    FailurePolicy // FailOpen
 	MaxEmits         int           // messages one call may emit (16)
@@ -68,6 +68,9 @@ func (s *Spec) setDefaults() {
 	def(&s.PoolSize, 4)
 	def(&s.MaxEmits, 16)
 	def(&s.BreakerFailures, 5)
+	if s.CallTimeout == 0 {
+		s.CallTimeout = DefaultCallTimeout
+	}
 	if s.BreakerCooldown <= 0 {
 		s.BreakerCooldown = 30 * time.Second
 	}

@@ -33,7 +33,7 @@ var pluginSection = section{
 		stringListAttr("emit_topics", patternProblem, func(c *Config) *[]string { return &lastPlugin(c).EmitTopics }),
 		stringMapAttr("config", func(c *Config) *map[string]string { return &lastPlugin(c).Config }),
 		positiveIntAttr("memory_limit_mb", func(c *Config) *int { return &lastPlugin(c).MemoryLimitBytes }),
-		timeoutAttr("call_timeout", 0, func(c *Config) *time.Duration { return &lastPlugin(c).CallTimeout }),
+		timeoutAttr("call_timeout", plugins.NoCallTimeout, func(c *Config) *time.Duration { return &lastPlugin(c).CallTimeout }),
 		positiveIntAttr("pool_size", func(c *Config) *int { return &lastPlugin(c).PoolSize }),
 		enumAttr("failure_policy", []choice[plugins.FailurePolicy]{
 			{"fail_open", plugins.FailOpen},

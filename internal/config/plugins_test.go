@@ -42,7 +42,7 @@ plugin "audit" {
 		MemoryLimitBytes: 16 << 20, CallTimeout: 50 * time.Millisecond, PoolSize: 2,
 		FailurePolicy: plugins.FailDeadLetter, MaxEmits: 3, BreakerFailures: 7, BreakerCooldown: time.Minute,
 	}, {
-		Name: "audit", Path: "/abs/audit.wasm", Source: "/etc/tinybroker/tb.hcl:19,18-35", Groups: []string{"billing"}, CallTimeout: 0,
+		Name: "audit", Path: "/abs/audit.wasm", Source: "/etc/tinybroker/tb.hcl:19,18-35", Groups: []string{"billing"}, CallTimeout: plugins.NoCallTimeout,
 	}}
 	if !reflect.DeepEqual(c.Plugins, want) {
 		t.Fatalf("plugins\n got %+v\nwant %+v", c.Plugins, want)
