@@ -601,7 +601,7 @@ func (e *Engine) createLocked(gc broker.GroupConfig, patterns []string, declared
 	g.own, g.limits, g.refreshed = gc.Limits, e.groupLimits(gc.Limits), time.Now()
 	g.dlq = gc.DeadLetterTopic
 	if g.dlq == "" {
-		g.dlq = "dlq." + gc.ID
+		g.dlq = broker.DefaultDeadLetterTopic(gc.ID)
 	}
 	g.ackWait = max(ackDeadline, e.opts.AckDeadline) + ackWaitPad
 	if err := e.saveLocked(g); err != nil {
@@ -632,7 +632,7 @@ func (e *Engine) join(o broker.SubscribeOptions, patterns []string, s *Subscript
 		g.name, g.patterns, g.maxDeliveries = o.Group, patterns, o.MaxDeliveries
 		g.dlq = o.DeadLetterTopic
 		if g.dlq == "" {
-			g.dlq = "dlq." + o.ID
+			g.dlq = broker.DefaultDeadLetterTopic(o.ID)
 		}
 		g.mu.Unlock()
 		for name, id := range e.groupNames {
