@@ -207,9 +207,7 @@ func (e *Engine) groupFromInfo(ci *jetstream.ConsumerInfo) *group {
 
 // groupLimits fills l's zero values with the engine's defaults.
 func (e *Engine) groupLimits(l broker.GroupLimits) broker.GroupLimits {
-	o := &e.opts
-	return l.Or(broker.GroupLimits{MaxQueued: o.GroupMaxQueued, MaxQueuedBytes: o.GroupMaxQueuedBytes, Overflow: o.GroupOverflow,
-		DeadLetterMax: o.GroupDeadLetterMax, DeadLetterMaxBytes: o.GroupDeadLetterMaxBytes})
+	return l.Or(e.opts.GroupDefaults.Limits())
 }
 
 // avgCost is the heldCost of the stream's average message, for messages stored before
@@ -904,6 +902,10 @@ func (g *group) ack(pref *member, seqs []uint64) (unknown int) {
 	return unknown
 }
 
+// atOnce is the delay of a delivery whose member left: it goes back to JetStream for the
+// other members at once, without the redelivery back-off (it did not fail).
+const atOnce time.Duration = -1
+
 // takeItem is a delivery taken back from its member, to be redelivered or dead-lettered.
 type takeItem struct {
 	h      *held
@@ -1008,7 +1010,7 @@ func (g *group) leave(m *member) {
 		g.leftBehind++
 		// Waiting from now on, as the member is gone from the group (settle decides its fate).
 		g.waiting[seq] = h.msg
-		items = append(items, takeItem{h: h, reason: broker.ReasonMemberLeft})
+		items = append(items, takeItem{h: h, reason: broker.ReasonMemberLeft, delay: atOnce})
 	}
 	g.mu.Unlock()
 	if err := m.sub.Drain(); err != nil {
@@ -1031,7 +1033,7 @@ func (g *group) settle(items []takeItem) {
 	slices.SortFunc(items, func(a, b takeItem) int { return cmp.Compare(a.h.info.sseq, b.h.info.sseq) })
 	hooks := g.e.currentHooks()
 	g.mu.Lock()
-	name := g.name
+	name, limits := g.name, g.limits
 	g.mu.Unlock()
 	if hooks != nil && !hooks.WantsRedeliver(name) {
 		hooks = nil
@@ -1054,6 +1056,9 @@ func (g *group) settle(items []takeItem) {
 		}
 		if action == broker.RedeliverDefault && g.maxDeliveries > 0 && int(h.attempt) >= g.maxDeliveries {
 			action = broker.RedeliverDeadLetter
+		}
+		if delay != atOnce || action == broker.RedeliverDelay { // the redelivery back-off
+			delay = limits.RedeliveryDelay(delay, h.attempt)
 		}
 		switch action {
 		case broker.RedeliverDeadLetter:
