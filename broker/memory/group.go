@@ -50,12 +50,12 @@ type group struct {
 	full                                                 bool // refused or dropped since it last drained
 	fullSince                                            uint64
 	members                                              []*member
-	rr                                                   int      // index of the member to try first
+	rr                                                   int       // index of the member to try first
 	delayed                                              delayHeap // nacked with a delay, by deadline: when they are requeued
-	wake                                                 int64    // earliest time registered with the scheduler; 0 if none
-	draining                                             bool     // shutting down: deliver nothing new
-	emptySince                                           int64    // when the last member left (Broker.now clock); 0 while it has members
-	removed                                              bool     // expired: no longer routed to
+	wake                                                 int64     // earliest time registered with the scheduler; 0 if none
+	draining                                             bool      // shutting down: deliver nothing new
+	emptySince                                           int64     // when the last member left (Broker.now clock); 0 while it has members
+	removed                                              bool      // expired: no longer routed to
 	memberSeq                                            uint64
 	delivered, acked, redelivered, deadLettered, dropped uint64
 	rejected                                             uint64 // publishes refused while full (broker.OverflowReject)
