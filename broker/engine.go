@@ -201,7 +201,7 @@ type SubscribeOptions struct {
 	// Balanced only; zero values take the defaults.
 	MaxInFlight     int           // unacked messages this member may hold (default 1)
 	AckDeadline     time.Duration // default Limits.AckDeadline
-	MaxDeliveries   int           // 0: unlimited; the group's first member sets it
+	MaxDeliveries   int           // 0: unlimited (at most Limits.MaxDeliveriesCap); the group's first member sets it
 	DeadLetterTopic string        // default "dlq.<ID>"; the group's first member sets it
 	// Quota, if not nil, is the quota of the member's owner: a group this member creates
 	// is counted against it, and so is everything the group holds (see Quota).
@@ -254,6 +254,10 @@ type GroupLimits struct {
 	// either, the oldest kept is dropped to make room (counted).
 	DeadLetterMax      int
 	DeadLetterMaxBytes int64
+	// RedeliveryDelayMin and RedeliveryDelayMax are the group's redelivery back-off (see
+	// RedeliveryDelay); a negative min turns it off.
+	RedeliveryDelayMin time.Duration
+	RedeliveryDelayMax time.Duration
 }
 
 // Overflow is what a consumer group does with a publish when its queue is at its bound.

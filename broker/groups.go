@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"unicode/utf8"
 )
 
 // What every engine says the same way about consumer groups: who may join one, the
@@ -26,6 +27,10 @@ func (gc GroupConfig) CheckMember(o *SubscribeOptions, patterns []string) error 
 	}
 	return nil
 }
+
+// DefaultDeadLetterTopic is where consumer group id dead-letters when it names no topic:
+// "dlq.<subscription_id>".
+func DefaultDeadLetterTopic(id string) string { return "dlq." + id }
 
 // FanoutID returns the subscription_id a fanout subscription asking for id takes: id, or
 // with id empty the next "fanout-N" of the engine's *autoID. Or it says why the subscription
@@ -54,13 +59,31 @@ func DeadLetterHeaders(m *Message, reason, id, group string, attempts uint32) ma
 	for _, x := range m.Headers {
 		h[x.Key] = x.Value
 	}
-	h[HeaderDeadLetterReason] = reason
+	h[HeaderDeadLetterReason] = TruncateReason(reason)
 	h[HeaderDeadLetterTopic] = m.Topic
 	h[HeaderDeadLetterSystemID] = m.SystemID
 	h[HeaderDeadLetterSubscription] = id
 	h[HeaderDeadLetterGroup] = group
 	h[HeaderDeadLetterAttempts] = strconv.FormatUint(uint64(attempts), 10)
 	return h
+}
+
+// MaxReasonBytes bounds the reason a dead letter's tb-dead-letter-reason header carries: a
+// nack's reason is the member's text, and one as large as a frame would push the dead letter
+// past max_header_bytes, so that its publish to the dead-letter topic failed.
+const MaxReasonBytes = 1024
+
+// TruncateReason cuts reason to MaxReasonBytes, on a UTF-8 boundary, marking the cut.
+func TruncateReason(reason string) string {
+	if len(reason) <= MaxReasonBytes {
+		return reason
+	}
+	const mark = "…"
+	cut := MaxReasonBytes - len(mark)
+	for cut > 0 && !utf8.RuneStart(reason[cut]) {
+		cut--
+	}
+	return reason[:cut] + mark
 }
 
 // AckTarget returns what a unary Ack or Nack of systemID to subscription id settles: g, the

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"time"
 	"unicode/utf8"
@@ -17,6 +18,13 @@ const (
 	DefaultMaxPatternsPerSubscription = 1_024  // limits { max_patterns_per_subscription }
 	DefaultMaxGroups                  = 10_000 // limits { max_groups }
 	DefaultAckDeadline                = 30 * time.Second
+	DefaultMaxDeliveriesCap           = 1_000 // groups { max_deliveries_cap }
+	// The redelivery back-off (groups { redelivery_delay_min, redelivery_delay_max }): a
+	// message taken back from a member for another attempt waits at least
+	// min × 2^(attempt-1), at most max, before it is redelivered. See RATIONALE.md, "Why is
+	// there a floor on redelivery?".
+	DefaultRedeliveryDelayMin = 100 * time.Millisecond
+	DefaultRedeliveryDelayMax = 10 * time.Second
 )
 
 // Limits are the rules on what a client may send and make an engine hold that do not depend
@@ -32,6 +40,10 @@ type Limits struct {
 
 	AckDeadline    time.Duration // default ack deadline of balanced subscriptions
 	MaxInFlightCap int           // largest max_in_flight a member may ask for
+	// MaxDeliveriesCap is the largest max_deliveries a group may have (0, unlimited, is
+	// always allowed): a larger one is a mistake for "unlimited", or a poison message kept
+	// in circulation for days.
+	MaxDeliveriesCap int
 
 	// What one client can make an engine hold (see RATIONALE.md, "Limits").
 	MaxSubscriptionsPerStream  int // subscriptions one stream carries at once
@@ -56,6 +68,17 @@ type GroupDefaults struct {
 	// abandoned for good otherwise fills up, and with OverflowReject then refuses every
 	// publish to its topics.
 	GroupExpireAfter time.Duration
+	// GroupRedeliveryDelayMin and GroupRedeliveryDelayMax are the redelivery back-off
+	// (DefaultRedeliveryDelayMin, DefaultRedeliveryDelayMax); a negative min turns it off.
+	GroupRedeliveryDelayMin time.Duration
+	GroupRedeliveryDelayMax time.Duration
+}
+
+// Limits returns the group limits of d, for GroupLimits.Or.
+func (d GroupDefaults) Limits() GroupLimits {
+	return GroupLimits{MaxQueued: d.GroupMaxQueued, MaxQueuedBytes: d.GroupMaxQueuedBytes, Overflow: d.GroupOverflow,
+		DeadLetterMax: d.GroupDeadLetterMax, DeadLetterMaxBytes: d.GroupDeadLetterMaxBytes,
+		RedeliveryDelayMin: d.GroupRedeliveryDelayMin, RedeliveryDelayMax: d.GroupRedeliveryDelayMax}
 }
 
 // WithDefaults returns d with every zero value replaced by its default, the byte bounds by
@@ -76,6 +99,12 @@ func (d GroupDefaults) WithDefaults(maxQueuedBytes, deadLetterMaxBytes int64) Gr
 	if d.GroupDeadLetterMaxBytes <= 0 {
 		d.GroupDeadLetterMaxBytes = deadLetterMaxBytes
 	}
+	if d.GroupRedeliveryDelayMin == 0 {
+		d.GroupRedeliveryDelayMin = DefaultRedeliveryDelayMin
+	}
+	if d.GroupRedeliveryDelayMax <= 0 {
+		d.GroupRedeliveryDelayMax = DefaultRedeliveryDelayMax
+	}
 	return d
 }
 
@@ -93,6 +122,7 @@ func (l Limits) WithDefaults() Limits {
 	def(&l.MaxSubscriptionsPerStream, DefaultMaxSubscriptionsPerStream)
 	def(&l.MaxPatternsPerSubscription, DefaultMaxPatternsPerSubscription)
 	def(&l.MaxGroups, DefaultMaxGroups)
+	def(&l.MaxDeliveriesCap, DefaultMaxDeliveriesCap)
 	if l.AckDeadline <= 0 {
 		l.AckDeadline = DefaultAckDeadline
 	}
@@ -239,8 +269,12 @@ func (l Limits) CheckSubscribe(o *SubscribeOptions) ([]string, error) {
 	case o.AckDeadline < time.Millisecond:
 		return nil, bad("ack_deadline %v is under the 1ms minimum", o.AckDeadline)
 	}
-	if o.MaxDeliveries < 0 {
+	switch {
+	case o.MaxDeliveries < 0:
 		return nil, bad("max_deliveries %d is negative; 0 means unlimited", o.MaxDeliveries)
+	case o.MaxDeliveries > l.MaxDeliveriesCap:
+		return nil, bad("max_deliveries %d is over the limit of %d (groups { max_deliveries_cap }); set at most %d, or 0 for no limit (redeliveries back off up to groups { redelivery_delay_max } each)",
+			o.MaxDeliveries, l.MaxDeliveriesCap, l.MaxDeliveriesCap)
 	}
 	if o.DeadLetterTopic != "" {
 		if err := ValidateTopic(o.DeadLetterTopic); err != nil {
@@ -250,10 +284,16 @@ func (l Limits) CheckSubscribe(o *SubscribeOptions) ([]string, error) {
 	return patterns, nil
 }
 
-// CheckGroupConfig validates a group declaration without creating it.
+// CheckGroupConfig validates a group declaration without creating it. Its max_deliveries
+// is not held to a cap here: the configuration checks it against its own
+// max_deliveries_cap, and the engine against its.
 func CheckGroupConfig(gc GroupConfig) error {
 	o := gc.SubscribeOptions()
-	_, err := Limits{}.WithDefaults().CheckSubscribe(&o)
+	l := Limits{MaxDeliveriesCap: math.MaxInt}.WithDefaults()
+	_, err := l.CheckSubscribe(&o)
+	if err == nil {
+		err = gc.Limits.CheckRedelivery()
+	}
 	return err
 }
 
@@ -297,5 +337,40 @@ func (l GroupLimits) Or(d GroupLimits) GroupLimits {
 	if l.DeadLetterMaxBytes <= 0 {
 		l.DeadLetterMaxBytes = d.DeadLetterMaxBytes
 	}
+	if l.RedeliveryDelayMin == 0 {
+		l.RedeliveryDelayMin = d.RedeliveryDelayMin
+	}
+	if l.RedeliveryDelayMax <= 0 {
+		l.RedeliveryDelayMax = d.RedeliveryDelayMax
+	}
 	return l
+}
+
+// CheckRedelivery reports a back-off whose max is below its min.
+func (l GroupLimits) CheckRedelivery() error {
+	if l.RedeliveryDelayMin > 0 && l.RedeliveryDelayMax > 0 && l.RedeliveryDelayMax < l.RedeliveryDelayMin {
+		return fmt.Errorf("%w: redelivery_delay_max %v is under redelivery_delay_min %v", ErrInvalidSubscription, l.RedeliveryDelayMax, l.RedeliveryDelayMin)
+	}
+	return nil
+}
+
+// RedeliveryDelay is how long a message taken back from a member after its attempt-th
+// delivery waits before it is redelivered, when the member (or a plugin) asked for
+// requested: at least the back-off, RedeliveryDelayMin × 2^(attempt-1) up to
+// RedeliveryDelayMax; a longer request is honoured. With RedeliveryDelayMin negative (off),
+// requested.
+func (l GroupLimits) RedeliveryDelay(requested time.Duration, attempt uint32) time.Duration {
+	lo, hi := l.RedeliveryDelayMin, max(l.RedeliveryDelayMax, l.RedeliveryDelayMin)
+	if lo <= 0 {
+		return requested
+	}
+	floor := lo
+	for i := uint32(1); i < attempt && floor < hi; i++ {
+		if floor > hi/2 {
+			floor = hi
+			break
+		}
+		floor *= 2
+	}
+	return max(requested, min(floor, hi))
 }

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
+	"github.com/tinybroker/tinybroker/sdk/go/client"
 )
 
 // The canary runs in a process of its own, so that the attacking goroutines of the harness
@@ -52,13 +53,16 @@ type canaryStats struct {
 
 // runCanary is the canary process's main.
 func runCanary(addr string) error {
-	dialOpt := grpc.WithTransportCredentials(insecure.NewCredentials())
-	pubConn, err := grpc.NewClient(addr, dialOpt)
+	dialOpts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	if tok := os.Getenv(canaryTokenEnv); tok != "" {
+		dialOpts = append(dialOpts, grpc.WithPerRPCCredentials(client.TokenCredentials(tok)))
+	}
+	pubConn, err := grpc.NewClient(addr, dialOpts...)
 	if err != nil {
 		return err
 	}
 	defer pubConn.Close()
-	subConn, err := grpc.NewClient(addr, dialOpt)
+	subConn, err := grpc.NewClient(addr, dialOpts...)
 	if err != nil {
 		return err
 	}
@@ -205,13 +209,19 @@ type canary struct {
 	out   *bufio.Reader
 }
 
+// canaryTokenEnv passes the canary its USER:TOKEN (a scenario's canaryToken), if any.
+const canaryTokenEnv = "CHAOS_CANARY_TOKEN"
+
 // startCanary starts the canary process against addr and waits until it is subscribed.
-func startCanary(addr string) (*canary, error) {
+func startCanary(addr, token string) (*canary, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
 	cmd := exec.Command(self, "-canary", addr)
+	if token != "" {
+		cmd.Env = append(os.Environ(), canaryTokenEnv+"="+token)
+	}
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {

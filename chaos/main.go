@@ -182,7 +182,9 @@ type scenario struct {
 	config func(o *options, dir string) (string, error)
 	// noServer: run starts (and checks) the server itself, e.g. one that must refuse to start.
 	noServer bool
-	run      func(e *env) error
+	// canaryToken is the USER:TOKEN the canary sends, for a config that declares users.
+	canaryToken string
+	run         func(e *env) error
 }
 
 // env is what a scenario's run gets.
@@ -337,7 +339,7 @@ func runScenario(o *options, s *scenario) *result {
 		return r
 	}
 	e.addr = e.srv.addr
-	c, err := startCanary(e.addr)
+	c, err := startCanary(e.addr, s.canaryToken)
 	if err != nil {
 		r.fail("%v", err)
 		e.srv.terminate(5 * time.Second)

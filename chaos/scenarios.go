@@ -45,4 +45,8 @@ var scenarios = []*scenario{
 		what: "serve with a plugin path naming a 1 GiB (sparse) file"},
 	{name: "plugin-sighup-load", finding: "6", limits: true, run: pluginReload, config: reloadConfig,
 		what: "SIGHUP to a 1 GiB file, /dev/zero and a FIFO in turn, under publishing load, with 2,000 messages queued and a plugin running"},
+	{name: "dead-letter topic escape", finding: "23.2", run: deadLetterEscape, config: escapeConfig, canaryToken: escapeTokens["canary"],
+		what: "alice, denied canary.bal, opens 1,000 groups dead-lettering to bob's group there, to her deny list, and under bob's group name (first and later opens), then dead-letters 1,000 of her own; bob's group gets only his 200"},
+	{name: "zero-delay nack loop", finding: "23.6", run: nackLoop,
+		what: "max_deliveries 4294967295, then a member nacking each of 1,000 messages at once for 20 s, max_deliveries unlimited, beside a group receiving 500 first deliveries a second"},
 }

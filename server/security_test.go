@@ -217,7 +217,7 @@ func TestPermissions(t *testing.T) {
 	g := s.openAs(t, alice, balanced("billing", "billing", 1, "orders.*"))
 	_, err = openOn(t, alice, balanced("audit", "audit", 1, "orders.*"))
 	wantCode(t, err, codes.PermissionDenied, `join consumer group "audit"`)
-	if _, err := openOn(t, alice, balanced("shipping.eu", "shipping-eu", 1, "orders.*")); err != nil {
+	if _, err := openOn(t, alice, balanced("shipping.eu", "shipping.eu", 1, "orders.*")); err != nil {
 		t.Fatalf("alice joins shipping.eu (allowed by shipping.*): %v", err)
 	}
 	if _, err := alice.Publish(ctx, &pb.PublishRequest{Topic: "orders.4"}); err != nil {

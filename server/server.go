@@ -646,7 +646,7 @@ func subscribeOptions(o *pb.OpenSubscription, peerAddr string) broker.SubscribeO
 		Group:           o.GetConsumerGroup(),
 		MaxInFlight:     int(o.GetMaxInFlight()),
 		AckDeadline:     o.GetAckDeadline().AsDuration(),
-		MaxDeliveries:   int(o.GetMaxDeliveries()),
+		MaxDeliveries:   int(min(uint64(o.GetMaxDeliveries()), math.MaxInt)), // where int has 32 bits: over the cap, not wrapped negative
 		DeadLetterTopic: o.GetDeadLetterTopic(),
 		Peer:            peerAddr,
 	}

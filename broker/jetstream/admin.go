@@ -126,7 +126,7 @@ func (e *Engine) Declare(gc broker.GroupConfig) error {
 		_, err = e.createLocked(gc, patterns, true, 0, nil)
 		return err
 	}
-	if !g.sameDefinition(o, patterns) || (gc.DeadLetterTopic == "" && g.dlq != "dlq."+gc.ID) || gc.MaxDeliveries != g.maxDeliveries {
+	if !g.sameDefinition(o, patterns) || (gc.DeadLetterTopic == "" && g.dlq != broker.DefaultDeadLetterTopic(gc.ID)) || gc.MaxDeliveries != g.maxDeliveries {
 		if g.declared || g.memberCount() > 0 {
 			return fmt.Errorf("%w: consumer group %q exists with other settings (patterns %q, max_deliveries %d, dead-letter topic %q)", broker.ErrGroupMismatch, g.id, g.patterns, g.maxDeliveries, g.dlq)
 		}
@@ -136,7 +136,7 @@ func (e *Engine) Declare(gc broker.GroupConfig) error {
 	g.own, g.limits = gc.Limits, e.groupLimits(gc.Limits)
 	g.dlq = gc.DeadLetterTopic
 	if g.dlq == "" {
-		g.dlq = "dlq." + gc.ID
+		g.dlq = broker.DefaultDeadLetterTopic(gc.ID)
 	}
 	g.mu.Unlock()
 	e.changed()

@@ -212,9 +212,7 @@ func (e *Engine) groupFromInfo(ci *jetstream.ConsumerInfo) *group {
 
 // groupLimits fills l's zero values with the engine's defaults.
 func (e *Engine) groupLimits(l broker.GroupLimits) broker.GroupLimits {
-	o := &e.opts
-	return l.Or(broker.GroupLimits{MaxQueued: o.GroupMaxQueued, MaxQueuedBytes: o.GroupMaxQueuedBytes, Overflow: o.GroupOverflow,
-		DeadLetterMax: o.GroupDeadLetterMax, DeadLetterMaxBytes: o.GroupDeadLetterMaxBytes})
+	return l.Or(e.opts.GroupDefaults.Limits())
 }
 
 // avgCost is the heldCost of the stream's average message, for messages stored before
@@ -606,7 +604,7 @@ func (e *Engine) createLocked(gc broker.GroupConfig, patterns []string, declared
 	g.own, g.limits, g.refreshed = gc.Limits, e.groupLimits(gc.Limits), time.Now()
 	g.dlq = gc.DeadLetterTopic
 	if g.dlq == "" {
-		g.dlq = "dlq." + gc.ID
+		g.dlq = broker.DefaultDeadLetterTopic(gc.ID)
 	}
 	g.ackWait = max(ackDeadline, e.opts.AckDeadline) + ackWaitPad
 	if err := e.saveLocked(g); err != nil {
@@ -637,7 +635,7 @@ func (e *Engine) join(o broker.SubscribeOptions, patterns []string, s *Subscript
 		g.name, g.patterns, g.maxDeliveries = o.Group, patterns, o.MaxDeliveries
 		g.dlq = o.DeadLetterTopic
 		if g.dlq == "" {
-			g.dlq = "dlq." + o.ID
+			g.dlq = broker.DefaultDeadLetterTopic(o.ID)
 		}
 		g.mu.Unlock()
 		for name, id := range e.groupNames {
@@ -922,6 +920,10 @@ func (g *group) ack(pref *member, seqs []uint64) (unknown int) {
 	return unknown
 }
 
+// atOnce is the delay of a delivery whose member left: it goes back to JetStream for the
+// other members at once, without the redelivery back-off (it did not fail).
+const atOnce time.Duration = -1
+
 // takeItem is a delivery taken back from its member, to be redelivered or dead-lettered.
 type takeItem struct {
 	h      *held
@@ -1026,7 +1028,7 @@ func (g *group) leave(m *member) {
 		g.leftBehind++
 		// Waiting from now on, as the member is gone from the group (settle decides its fate).
 		g.waiting[seq] = h.msg
-		items = append(items, takeItem{h: h, reason: broker.ReasonMemberLeft})
+		items = append(items, takeItem{h: h, reason: broker.ReasonMemberLeft, delay: atOnce})
 	}
 	g.mu.Unlock()
 	if err := m.sub.Drain(); err != nil {
@@ -1049,7 +1051,7 @@ func (g *group) settle(items []takeItem) {
 	slices.SortFunc(items, func(a, b takeItem) int { return cmp.Compare(a.h.info.sseq, b.h.info.sseq) })
 	hooks := g.e.currentHooks()
 	g.mu.Lock()
-	name := g.name
+	name, limits := g.name, g.limits
 	g.mu.Unlock()
 	if hooks != nil && !hooks.WantsRedeliver(name) {
 		hooks = nil
@@ -1072,6 +1074,9 @@ func (g *group) settle(items []takeItem) {
 		}
 		if action == broker.RedeliverDefault && g.maxDeliveries > 0 && int(h.attempt) >= g.maxDeliveries {
 			action = broker.RedeliverDeadLetter
+		}
+		if delay != atOnce || action == broker.RedeliverDelay { // the redelivery back-off
+			delay = limits.RedeliveryDelay(delay, h.attempt)
 		}
 		switch action {
 		case broker.RedeliverDeadLetter:

@@ -48,7 +48,7 @@ func deadLetterCost(dl *broker.DeadLetter) int64 {
 // within the group's bounds and the engine's memory budget. g.mu must be held.
 func (g *group) keepDeadLetterLocked(e *entry, d deadLetter, reason string) {
 	dl := broker.DeadLetter{ID: e.msg.SystemID, Topic: e.msg.Topic, Payload: e.msg.Payload, Headers: d.headers,
-		Reason: reason, Attempts: int(e.attempt), DeadAt: time.Now().UnixNano()}
+		Reason: broker.TruncateReason(reason), Attempts: int(e.attempt), DeadAt: time.Now().UnixNano()}
 	k := &keptLetter{dl: dl, cost: deadLetterCost(&dl)}
 	s := &g.dead
 	over := func() string {

@@ -63,7 +63,7 @@ func (g *group) declare(limits broker.GroupLimits) {
 func (b *Engine) newGroupLocked(gc broker.GroupConfig, quota *broker.Quota) *group {
 	dlq := gc.DeadLetterTopic
 	if dlq == "" {
-		dlq = "dlq." + gc.ID
+		dlq = broker.DefaultDeadLetterTopic(gc.ID)
 	}
 	g := &group{b: b, id: gc.ID, name: gc.Name, patterns: gc.Patterns, maxDeliveries: gc.MaxDeliveries, dlq: dlq,
 		limits: b.groupLimits(gc.Limits), waiting: make(map[uint64]*entry), quota: quota}
@@ -100,7 +100,7 @@ func (b *Engine) rebindLocked(g *group, o *broker.SubscribeOptions, patterns []s
 	g.name, g.patterns, g.maxDeliveries = o.Group, patterns, o.MaxDeliveries
 	g.dlq = o.DeadLetterTopic
 	if g.dlq == "" {
-		g.dlq = "dlq." + g.id
+		g.dlq = broker.DefaultDeadLetterTopic(g.id)
 	}
 	dropped := g.dropUnmatchedLocked()
 	if g.quota != o.Quota { // the caller took the group from o.Quota

@@ -2,6 +2,7 @@ package memory
 
 import (
 	"cmp"
+	"container/heap"
 	"errors"
 	"fmt"
 	"slices"
@@ -49,12 +50,12 @@ type group struct {
 	full                                                 bool // refused or dropped since it last drained
 	fullSince                                            uint64
 	members                                              []*member
-	rr                                                   int      // index of the member to try first
-	delayed                                              []*entry // nacked with a delay; deadline is when they are requeued
-	wake                                                 int64    // earliest time registered with the scheduler; 0 if none
-	draining                                             bool     // shutting down: deliver nothing new
-	emptySince                                           int64    // when the last member left (Broker.now clock); 0 while it has members
-	removed                                              bool     // expired: no longer routed to
+	rr                                                   int       // index of the member to try first
+	delayed                                              delayHeap // nacked with a delay, by deadline: when they are requeued
+	wake                                                 int64     // earliest time registered with the scheduler; 0 if none
+	draining                                             bool      // shutting down: deliver nothing new
+	emptySince                                           int64     // when the last member left (Broker.now clock); 0 while it has members
+	removed                                              bool      // expired: no longer routed to
 	memberSeq                                            uint64
 	delivered, acked, redelivered, deadLettered, dropped uint64
 	rejected                                             uint64 // publishes refused while full (broker.OverflowReject)
@@ -63,8 +64,7 @@ type group struct {
 }
 
 func (b *Engine) groupLimits(l broker.GroupLimits) broker.GroupLimits {
-	return l.Or(broker.GroupLimits{MaxQueued: b.opts.GroupMaxQueued, MaxQueuedBytes: b.opts.GroupMaxQueuedBytes, Overflow: b.opts.GroupOverflow,
-		DeadLetterMax: b.opts.GroupDeadLetterMax, DeadLetterMaxBytes: b.opts.GroupDeadLetterMaxBytes})
+	return l.Or(b.opts.GroupDefaults.Limits())
 }
 
 type member struct {
@@ -431,21 +431,29 @@ func (g *group) giveBackLocked(e *entry, reason string, delay time.Duration, now
 	g.defaultGiveBackLocked(e, reason, delay, now, tb)
 }
 
-// defaultGiveBackLocked redelivers e at once (appended to tb.requeue), after delay (to
-// g.delayed) or, past maxDeliveries, dead-letters it (to tb.dead, published by finish).
+// defaultGiveBackLocked redelivers e after delay, no sooner than the group's redelivery
+// back-off allows (to g.delayed), or with delay atOnce at once (appended to tb.requeue);
+// past maxDeliveries it dead-letters it (to tb.dead, published by finish).
 func (g *group) defaultGiveBackLocked(e *entry, reason string, delay time.Duration, now int64, tb *takeBack) {
 	if g.maxDeliveries > 0 && int(e.attempt) >= g.maxDeliveries {
 		g.deadLetterLocked(e, reason, tb)
 		return
 	}
+	if delay != atOnce {
+		delay = g.limits.RedeliveryDelay(delay, e.attempt)
+	}
 	g.delayLocked(e, delay, now, tb)
 }
+
+// atOnce is the delay of a message whose member left: it goes to the other members at
+// once, without the redelivery back-off (it did not fail; its member went away).
+const atOnce time.Duration = -1
 
 func (g *group) delayLocked(e *entry, delay time.Duration, now int64, tb *takeBack) {
 	if delay > 0 {
 		e.deadline = now + int64(delay)
 		e.delayed = true
-		g.delayed = append(g.delayed, e)
+		heap.Push(&g.delayed, e)
 		g.waitLocked(e)
 		g.scheduleLocked(e.deadline)
 		return
@@ -503,8 +511,8 @@ func (g *group) finish(tb *takeBack) {
 				g.replaceMsgLocked(e, e.msg.withHeaders(v.SetHeaders, v.DelHeaders))
 			}
 			switch v.Action {
-			case broker.RedeliverDelay:
-				g.delayLocked(e, v.Delay, now, tb)
+			case broker.RedeliverDelay: // a plugin's delay, no shorter than the back-off
+				g.delayLocked(e, g.limits.RedeliveryDelay(v.Delay, e.attempt), now, tb)
 			case broker.RedeliverDeadLetter:
 				reason := v.Reason
 				if reason == "" {
@@ -581,7 +589,7 @@ func (g *group) leave(m *member) {
 	for seq, e := range m.owned {
 		delete(m.owned, seq)
 		g.leftBehind++
-		g.giveBackLocked(e, broker.ReasonMemberLeft, 0, now, tb)
+		g.giveBackLocked(e, broker.ReasonMemberLeft, atOnce, now, tb)
 	}
 	g.requeueLocked(tb)
 	g.dispatchLocked(now)
@@ -613,20 +621,19 @@ func (g *group) onTimer() {
 			g.giveBackLocked(e, broker.ReasonAckDeadline, 0, now, tb)
 		}
 	}
-	kept := g.delayed[:0]
-	for _, e := range g.delayed {
-		if e.settled {
-			continue
-		}
-		if e.deadline > now {
+	// Delayed messages are a heap by deadline: a wake-up takes those due, not a scan of all
+	// (with the redelivery back-off, every nacked message waits there).
+	for len(g.delayed) > 0 {
+		e := g.delayed[0]
+		if !e.settled && e.deadline > now {
 			later(e.deadline)
-			kept = append(kept, e)
-		} else {
+			break
+		}
+		heap.Pop(&g.delayed)
+		if !e.settled {
 			tb.requeue = append(tb.requeue, e)
 		}
 	}
-	clear(g.delayed[len(kept):])
-	g.delayed = kept
 	g.requeueLocked(tb)
 	expired := false
 	if g.emptySince != 0 {
@@ -771,5 +778,20 @@ func (r *ring) popFront() *entry {
 	if r.size == 0 && len(r.buf) > 4096 { // give a burst's memory back
 		r.buf, r.head = nil, 0
 	}
+	return e
+}
+
+// delayHeap holds the delayed entries of a group, earliest deadline first.
+type delayHeap []*entry
+
+func (h delayHeap) Len() int           { return len(h) }
+func (h delayHeap) Less(i, j int) bool { return h[i].deadline < h[j].deadline }
+func (h delayHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *delayHeap) Push(x any)        { *h = append(*h, x.(*entry)) }
+func (h *delayHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
 	return e
 }

@@ -29,6 +29,9 @@ func newGroupTest(t *testing.T, opts Options) *groupTest {
 	if opts.AckDeadline == 0 {
 		opts.AckDeadline = 30 * time.Second
 	}
+	if opts.GroupRedeliveryDelayMin == 0 { // these tests count redeliveries at a standstill; the back-off has its own
+		opts.GroupRedeliveryDelayMin = -1
+	}
 	return &groupTest{t: t, b: newTestBroker(t, opts), clock: clock}
 }
 

@@ -180,7 +180,7 @@ func TestFanoutBufferCountsHeaders(t *testing.T) {
 // their kept copies purged), nacked and taken by fanout subscribers, the budget is back to
 // zero.
 func TestBudgetReturnsToZero(t *testing.T) {
-	b := newTestBroker(t, Options{GroupDefaults: broker.GroupDefaults{GroupMaxQueued: 5, GroupOverflow: broker.OverflowDropOldest}})
+	b := newTestBroker(t, Options{GroupDefaults: broker.GroupDefaults{GroupMaxQueued: 5, GroupOverflow: broker.OverflowDropOldest, GroupRedeliveryDelayMin: -1}})
 	fan, _ := b.Subscribe(broker.SubscribeOptions{Patterns: []string{">"}, Mode: broker.Fanout})
 	m, err := b.Subscribe(broker.SubscribeOptions{ID: "g", Group: "g", Patterns: []string{"t.>"}, Mode: broker.Balanced, MaxInFlight: 2, MaxDeliveries: 2})
 	if err != nil {

@@ -69,6 +69,18 @@ groups {
   # bytes: 64 MiB, at most 1/16 of memory.max_bytes.
   dead_letters_max = 10000
   # dead_letters_max_bytes = "64MiB"
+
+  # The redelivery back-off: a message taken back from a member for another attempt (a nack,
+  # however short its delay, a passed ack deadline, a plugin's redelivery) waits at least
+  # redelivery_delay_min × 2^(attempt-1), at most redelivery_delay_max; a longer nack delay is
+  # honoured. A message whose member left goes to the others at once. "none": no back-off
+  # (a consumer that nacks at once then loops as fast as the broker can deliver).
+  redelivery_delay_min = "100ms"
+  redelivery_delay_max = "10s"
+
+  # The largest max_deliveries a group may have; larger ones are refused (INVALID_ARGUMENT at
+  # subscribe, an error here for a declared group). 0, unlimited, is always allowed.
+  max_deliveries_cap = 1000
 }
 
 # Consumer groups declared up front: they exist from start-up, so what is published before
@@ -77,12 +89,14 @@ groups {
 # group "resizers" {
 #   topics            = ["jobs.thumb.*"]   # required
 #   subscription_id   = "resizers"         # default: the group's name
-#   max_deliveries    = 5                  # default: unlimited
+#   max_deliveries    = 5                  # default: unlimited; at most groups.max_deliveries_cap
 #   dead_letter_topic = "dlq.resizers"     # default: dlq.<subscription_id>
 #   max_queued        = 100000             # these default to the groups block's
 #   max_queued_bytes  = "512MiB"
 #   overflow          = "reject"
 #   dead_letters_max  = 10000
+#   redelivery_delay_min = "1s"
+#   redelivery_delay_max = "1m"
 # }
 
 # Fanout subscriptions: every subscriber gets every message.

@@ -26,6 +26,9 @@
 //	  expire_after      = "none"    # remove a group without members this long ("1h")
 //	  dead_letters_max       = 10000    # dead letters each group keeps for the admin API
 //	  dead_letters_max_bytes = "64MiB"  # (default: 64 MiB, at most 1/16 of memory.max_bytes)
+//	  redelivery_delay_min   = "100ms"  # a redelivery waits min × 2^(attempt-1); "none": no back-off
+//	  redelivery_delay_max   = "10s"    # up to this
+//	  max_deliveries_cap     = 1000     # the largest max_deliveries a group may have (0: unlimited)
 //	}
 //
 //	fanout {                      # at most one
@@ -40,11 +43,13 @@
 //	  subscription_id   = "resizers"         # default: the group's name
 //	  max_deliveries    = 5
 //	  dead_letter_topic = "dlq.resizers"
-//	  max_queued        = 100000             # these five default to the groups block's
+//	  max_queued        = 100000             # these seven default to the groups block's
 //	  max_queued_bytes  = "512MiB"
 //	  overflow          = "reject"
 //	  dead_letters_max       = 10000
 //	  dead_letters_max_bytes = "64MiB"
+//	  redelivery_delay_min   = "100ms"
+//	  redelivery_delay_max   = "10s"
 //	}
 //
 //	limits {                      # at most one; see RATIONALE.md, "Limits"
@@ -186,8 +191,9 @@ func Default() Config {
 		KeepaliveTime:    30 * time.Second,
 		KeepaliveTimeout: 10 * time.Second,
 		Broker: memory.Options{
-			Limits:               broker.Limits{}.WithDefaults(),
-			GroupDefaults:        broker.GroupDefaults{GroupMaxQueued: 100_000, GroupDeadLetterMax: 10_000, GroupOverflow: broker.OverflowReject},
+			Limits: broker.Limits{}.WithDefaults(),
+			GroupDefaults: broker.GroupDefaults{GroupMaxQueued: 100_000, GroupDeadLetterMax: 10_000, GroupOverflow: broker.OverflowReject,
+				GroupRedeliveryDelayMin: broker.DefaultRedeliveryDelayMin, GroupRedeliveryDelayMax: broker.DefaultRedeliveryDelayMax},
 			FanoutBufferMessages: 262_144,
 			PublisherWait:        time.Second,
 			FanoutBufferBytes:    64 << 20,

@@ -32,11 +32,13 @@ func TestDefault(t *testing.T) {
 				MaxHeaders:                 1024,
 				AckDeadline:                30 * time.Second,
 				MaxInFlightCap:             65536,
+				MaxDeliveriesCap:           1000,
 				MaxSubscriptionsPerStream:  65536,
 				MaxPatternsPerSubscription: 1024,
 				MaxGroups:                  10000,
 			},
-			GroupDefaults:        broker.GroupDefaults{GroupMaxQueued: 100000, GroupDeadLetterMax: 10000, GroupOverflow: broker.OverflowReject},
+			GroupDefaults: broker.GroupDefaults{GroupMaxQueued: 100000, GroupDeadLetterMax: 10000, GroupOverflow: broker.OverflowReject,
+				GroupRedeliveryDelayMin: 100 * time.Millisecond, GroupRedeliveryDelayMax: 10 * time.Second},
 			FanoutBufferMessages: 262144,
 			PublisherWait:        time.Second,
 			FanoutBufferBytes:    64 << 20,
@@ -252,6 +254,14 @@ func TestParseErrors(t *testing.T) {
 			[]string{"t.hcl:1,21-25", "Number out of range", "less than 2^64"}},
 		{"just too large", "groups {\n  max_in_flight_cap = 9223372036854775808\n}\n",
 			[]string{"t.hcl:2,23-42", "max_in_flight_cap is too large", "the most is 9223372036854775807"}},
+		{"max_deliveries over the cap", "group \"g\" {\n  topics = [\"a\"]\n  max_deliveries = 4294967295\n}\n",
+			[]string{"t.hcl:3,20-30", "Invalid max_deliveries", "over the limit of 1000 (groups { max_deliveries_cap })"}},
+		{"max_deliveries over a cap set later", "group \"g\" {\n  topics = [\"a\"]\n  max_deliveries = 11\n}\ngroups {\n  max_deliveries_cap = 10\n}\n",
+			[]string{"t.hcl:3,20-22", "over the limit of 10"}},
+		{"redelivery max under min", "groups {\n  redelivery_delay_min = \"1s\"\n  redelivery_delay_max = \"10ms\"\n}\n",
+			[]string{"t.hcl:3,26-32", "redelivery_delay_max (10ms) is under redelivery_delay_min (1s)"}},
+		{"group redelivery max under the groups min", "groups {\n  redelivery_delay_min = \"1s\"\n}\ngroup \"g\" {\n  topics = [\"a\"]\n  redelivery_delay_max = \"10ms\"\n}\n",
+			[]string{"t.hcl:6,26-32", "is under redelivery_delay_min"}},
 		{"wrong type", "groups {\n  max_queued = \"many\"\n}\n",
 			[]string{"t.hcl:2,16-22", "Wrong type for max_queued", "must be a whole number greater than zero, written without quotes; got a string"}},
 		{"quoted number", "max_header_bytes = \"100\"\n",
@@ -507,5 +517,27 @@ func TestParseSize(t *testing.T) {
 		if _, err := ParseSize(in); err == nil {
 			t.Errorf("ParseSize(%q) succeeded", in)
 		}
+	}
+}
+
+// The redelivery settings (issue 23, finding 6): the groups block's, a declared group's own,
+// "none" turning the back-off off, and a max_deliveries cap that a declared group may reach.
+func TestRedeliverySettings(t *testing.T) {
+	c := mustParse(t, `groups {
+  redelivery_delay_min = "none"
+  redelivery_delay_max = "1m"
+  max_deliveries_cap   = 5000
+}
+group "g" {
+  topics               = ["a"]
+  max_deliveries       = 5000
+  redelivery_delay_min = "2s"
+}
+`, "t.hcl")
+	if o := c.Broker; o.GroupRedeliveryDelayMin != -1 || o.GroupRedeliveryDelayMax != time.Minute || o.MaxDeliveriesCap != 5000 {
+		t.Errorf("groups: %+v", o.GroupDefaults)
+	}
+	if l := c.Groups[0].Limits; l.RedeliveryDelayMin != 2*time.Second || c.Groups[0].MaxDeliveries != 5000 {
+		t.Errorf("group: %+v", c.Groups[0])
 	}
 }

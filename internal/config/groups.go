@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/big"
 	"strings"
+	"time"
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/zclconf/go-cty/cty"
@@ -29,6 +30,8 @@ var groupSection = section{
 		enumAttr("overflow", overflowChoices, func(c *Config) *broker.Overflow { return &lastGroup(c).Limits.Overflow }),
 		positiveIntAttr("dead_letters_max", func(c *Config) *int { return &lastGroup(c).Limits.DeadLetterMax }),
 		sizeAttr("dead_letters_max_bytes", func(c *Config) *int64 { return &lastGroup(c).Limits.DeadLetterMaxBytes }),
+		timeoutAttr("redelivery_delay_min", -1, func(c *Config) *time.Duration { return &lastGroup(c).Limits.RedeliveryDelayMin }),
+		durationAttr("redelivery_delay_max", func(c *Config) *time.Duration { return &lastGroup(c).Limits.RedeliveryDelayMax }),
 	},
 }
 

@@ -53,6 +53,9 @@ var groupsSection = section{
 		timeoutAttr("expire_after", 0, func(c *Config) *time.Duration { return &c.Broker.GroupExpireAfter }),
 		positiveIntAttr("dead_letters_max", func(c *Config) *int { return &c.Broker.GroupDeadLetterMax }),
 		sizeAttr("dead_letters_max_bytes", func(c *Config) *int64 { return &c.Broker.GroupDeadLetterMaxBytes }),
+		positiveIntAttr("max_deliveries_cap", func(c *Config) *int { return &c.Broker.MaxDeliveriesCap }),
+		timeoutAttr("redelivery_delay_min", -1, func(c *Config) *time.Duration { return &c.Broker.GroupRedeliveryDelayMin }),
+		durationAttr("redelivery_delay_max", func(c *Config) *time.Duration { return &c.Broker.GroupRedeliveryDelayMax }),
 	},
 }
 
@@ -108,5 +111,38 @@ func (d *decoder) check() hcl.Diagnostics {
 		})
 	}
 	diags = append(diags, d.checkHTTP()...)
+	diags = append(diags, d.checkRedelivery()...)
+	return diags
+}
+
+// checkRedelivery holds every declared group's max_deliveries to groups { max_deliveries_cap }
+// (which may come later in the file), and each redelivery back-off's max to its min.
+func (d *decoder) checkRedelivery() hcl.Diagnostics {
+	var diags hcl.Diagnostics
+	o := d.cfg.Broker
+	backoff := func(l broker.GroupLimits, path string) {
+		if err := l.CheckRedelivery(); err != nil {
+			diags = append(diags, &hcl.Diagnostic{Severity: hcl.DiagError, Summary: "Invalid redelivery_delay_max",
+				Detail:  fmt.Sprintf("redelivery_delay_max (%v) is under redelivery_delay_min (%v): the back-off starts at the min and doubles up to the max; raise the max or lower the min.", l.RedeliveryDelayMax, l.RedeliveryDelayMin),
+				Subject: d.rangeOf(path+".redelivery_delay_max", path+".redelivery_delay_min")})
+		}
+	}
+	def := o.GroupDefaults.WithDefaults(1, 1).Limits()
+	backoff(def, "groups")
+	cap := o.MaxDeliveriesCap
+	if cap <= 0 {
+		cap = broker.DefaultMaxDeliveriesCap
+	}
+	for _, g := range d.cfg.Groups {
+		path := "group." + g.Name
+		if g.MaxDeliveries > cap {
+			diags = append(diags, &hcl.Diagnostic{Severity: hcl.DiagError, Summary: "Invalid max_deliveries",
+				Detail:  fmt.Sprintf("group %q: max_deliveries %d is over the limit of %d (groups { max_deliveries_cap }); set at most %d, leave it out for no limit, or raise max_deliveries_cap.", g.Name, g.MaxDeliveries, cap, cap),
+				Subject: d.rangeOf(path + ".max_deliveries")})
+		}
+		if g.Limits.RedeliveryDelayMin != 0 || g.Limits.RedeliveryDelayMax != 0 {
+			backoff(g.Limits.Or(def), path)
+		}
+	}
 	return diags
 }

@@ -386,11 +386,7 @@ func (c *Caller) Subscribe(o *broker.SubscribeOptions) error {
 		}
 	}
 	if o.Mode == broker.Balanced {
-		id := o.ID
-		if id == "" {
-			id = o.Group
-		}
-		if err := c.Join(id); err != nil {
+		if err := c.balanced(o); err != nil {
 			return err
 		}
 	}

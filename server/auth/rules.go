@@ -70,3 +70,32 @@ func quoteAll(ps []string) string {
 	}
 	return strings.Join(q, ", ")
 }
+
+// balanced checks what an open of a consumer group names besides its patterns: its
+// subscription_id and its consumer_group, which the groups rules must both allow (plugins
+// select groups by consumer_group, and a name is held by one group at a time), and an
+// explicit dead_letter_topic, which the broker publishes to on the group's behalf and so
+// needs the caller's publish rules. The default dead-letter topic, "dlq.<subscription_id>",
+// derives from a name the groups rules allowed, and needs nothing more. See RATIONALE.md,
+// "Threat model".
+func (c *Caller) balanced(o *broker.SubscribeOptions) error {
+	id := o.ID
+	if id == "" {
+		id = o.Group
+	}
+	if err := c.Join(id); err != nil {
+		return err
+	}
+	if o.Group != "" && o.Group != id {
+		if err := c.check(c.p.Groups.Topic, "groups", "name consumer_group", o.Group); err != nil {
+			return err
+		}
+	}
+	if t := o.DeadLetterTopic; t != "" && t != broker.DefaultDeadLetterTopic(id) {
+		if ok, why := c.p.Publish.Topic(t); !ok {
+			return c.deny(fmt.Sprintf("set dead_letter_topic %q", t), fmt.Sprintf("user %q publish rules", c.p.Name),
+				why+"; the broker publishes the group's dead letters there on behalf of whoever names it, so it needs the right to publish there: leave dead_letter_topic empty for the default \""+broker.DefaultDeadLetterTopic(id)+"\"")
+		}
+	}
+	return nil
+}
