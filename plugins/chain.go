@@ -164,7 +164,7 @@ func (p *plugin) run(inst *instance, k abi.Hook) (v uint64, alive bool, err erro
 		p.failed(k, err)
 		return 0, true, err
 	}
-	inst.phase.Add(1) // the watchdog's: a call runs
+	inst.phase.Add(1)   // the watchdog's: a call runs
 	inst.uncounted[k]++ // added to the plugin's counters later (plugin.flush)
 	inst.sampled++
 	if inst.sampled%latencySample == 1 {

@@ -280,7 +280,7 @@ type instance struct {
 	batched   uint64 // calls made in batches that succeeded
 	sampled   uint64 // calls made, for the latency sample (one in latencySample)
 
-	strs    [8]string // recently interned strings (instance.intern)
+	strs [8]string // recently interned strings (instance.intern)
 
 	// Its context, which wazero watches during its calls: cancelled, with a cause, by the
 	// watchdog when a call runs past call_timeout, and when the plugin is closed (bounds.go).
@@ -291,7 +291,7 @@ type instance struct {
 	phase     atomic.Uint64
 	seenPhase uint64
 	seenFor   time.Duration
-	nextStr uint8
+	nextStr   uint8
 }
 
 func (p *plugin) newInstance(ctx context.Context) (*instance, error) {
