@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -44,7 +43,7 @@ type Authenticator struct {
 
 	cacheMu sync.Mutex
 	cache   map[[32]byte]*principal // verified tokens, by SHA-256 of "Bearer ..." text
-	verify  chan struct{}           // bounds concurrent bcrypt comparisons
+	verify  *verifier               // schedules bcrypt comparisons fairly across user names (verify.go)
 
 	authFailures, denials atomic.Uint64
 	logs                  logLimiter
@@ -88,7 +87,7 @@ var dummyHash, _ = bcrypt.GenerateFromPassword([]byte("tinybroker: no such user"
 
 // New checks the users and loads the TLS files.
 func New(o Options) (*Authenticator, error) {
-	a := &Authenticator{log: o.Logger, cache: make(map[[32]byte]*principal), verify: make(chan struct{}, max(1, runtime.GOMAXPROCS(0)/2))}
+	a := &Authenticator{log: o.Logger, cache: make(map[[32]byte]*principal), verify: newVerifier()}
 	if a.log == nil {
 		a.log = hclog.NewNullLogger()
 	}
@@ -244,14 +243,20 @@ func (a *Authenticator) byToken(ctx context.Context, header string) (*principal,
 	if p != nil && len(p.tokenHash) > 0 {
 		hash = p.tokenHash
 	}
-	select { // bcrypt takes tens of milliseconds of CPU: bound how many run at once
-	case a.verify <- struct{}{}:
-	case <-ctx.Done():
-		return nil, status.FromContextError(ctx.Err()).Err()
+	queue := name // bcrypt takes tens of milliseconds of CPU: its turns are shared out by name
+	if p == nil || len(p.tokenHash) == 0 {
+		queue = unknownName
+	}
+	if err := a.verify.acquire(ctx, queue); err != nil {
+		if r, ok := err.(refusal); ok {
+			return nil, a.refuse(ctx, name, codes.Unavailable, r.msg)
+		}
+		return nil, status.FromContextError(err).Err()
 	}
 	err := bcrypt.CompareHashAndPassword(hash, []byte(token))
-	<-a.verify
-	if err != nil || p == nil || len(p.tokenHash) == 0 {
+	matched := err == nil && p != nil && len(p.tokenHash) > 0
+	a.verify.release(queue, matched)
+	if !matched {
 		return nil, a.unauthenticated(ctx, name, "unknown user or wrong token for user %q", name)
 	}
 	a.cacheMu.Lock()
@@ -308,10 +313,14 @@ func peerAddr(ctx context.Context) string {
 
 // unauthenticated counts and logs an authentication failure and returns its status.
 func (a *Authenticator) unauthenticated(ctx context.Context, user, format string, args ...any) error {
-	msg := fmt.Sprintf(format, args...)
+	return a.refuse(ctx, user, codes.Unauthenticated, fmt.Sprintf(format, args...))
+}
+
+// refuse counts and logs an authentication failure and returns its status with code.
+func (a *Authenticator) refuse(ctx context.Context, user string, code codes.Code, msg string) error {
 	n := a.authFailures.Add(1)
 	a.logs.warn(a.log, "authentication failed", "user", user, "peer", peerAddr(ctx), "reason", msg, "auth_failures_total", n)
-	return status.Error(codes.Unauthenticated, "tinybroker: "+msg)
+	return status.Error(code, "tinybroker: "+msg)
 }
 
 // Caller is an authenticated caller of one RPC or stream. A nil *Caller (authentication
