@@ -42,6 +42,13 @@ type verifier struct {
 	ring    []string              // the names with callers waiting, in turn order
 	next    int
 	now     func() time.Time
+	done    uint64 // comparisons made, for tests
+}
+
+func (v *verifier) comparisons() uint64 {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.done
 }
 
 type nameQueue struct {
@@ -111,6 +118,7 @@ func (v *verifier) acquire(ctx context.Context, name string) error {
 func (v *verifier) release(name string, ok bool) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	v.done++
 	q := v.queues[name]
 	switch {
 	case ok && q != nil:
