@@ -37,7 +37,7 @@ type Options struct {
 	// MaxMemoryBytes is the budget, in bytes, for everything the broker holds for later:
 	// messages queued, in flight or delayed in consumer groups and buffered for fanout
 	// subscribers, counted as what they really cost (see memory.go). Consumer groups together
-	// may use 3/4 of it. Default: DefaultMemoryLimit() (half of GOMEMLIMIT).
+	// may use 3/4 of it. Default: DefaultMemoryLimit() (a quarter of GOMEMLIMIT).
 	MaxMemoryBytes int64
 
 	// GroupDefaults bound each consumer group. Here GroupMaxQueuedBytes defaults to 1/8 of

@@ -43,17 +43,27 @@ func newMemBudget(limit int64) *memBudget {
 
 func (m *memBudget) add(n int64) { m.used.Add(n) }
 
-// DefaultMemoryLimit is the budget a broker gets when Options.MaxMemoryBytes is 0: half of
-// the Go runtime's memory limit (GOMEMLIMIT, see SetMemoryLimit) if one is set, otherwise
-// a third of the machine's (or the cgroup's) memory, and never less than 64 MiB.
+// DefaultMemoryLimit is the budget a broker gets when Options.MaxMemoryBytes is 0:
+// defaultBudget of the Go runtime's memory limit (GOMEMLIMIT, see SetMemoryLimit).
 func DefaultMemoryLimit() int64 {
+	return defaultBudget(debug.SetMemoryLimit(-1), SystemMemory())
+}
+
+// defaultBudget is a quarter of the Go runtime's memory limit gomemlimit if one is set,
+// otherwise a sixth of the machine's (or the cgroup's) memory phys, and never less than
+// 64 MiB. A byte the budget counts costs about two of RSS at its peak (the garbage
+// collector lets the heap grow to about twice what is live; RELIABILITY.md), so a full
+// budget keeps the process near half of GOMEMLIMIT, well inside it and physical memory:
+// 3/8 of the machine's memory with serve's GOMEMLIMIT of 3/4 (RATIONALE.md, "Why a memory
+// budget in bytes?").
+func defaultBudget(gomemlimit, phys int64) int64 {
 	var n int64
-	if lim := debug.SetMemoryLimit(-1); lim > 0 && lim < math.MaxInt64 {
-		n = lim / 2
-	} else if phys := SystemMemory(); phys > 0 {
-		n = phys / 3
+	if gomemlimit > 0 && gomemlimit < math.MaxInt64 {
+		n = gomemlimit / 4
+	} else if phys > 0 {
+		n = phys / 6
 	} else {
-		n = 1 << 30
+		n = 512 << 20
 	}
 	return max(n, 64<<20)
 }
