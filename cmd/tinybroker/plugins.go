@@ -25,6 +25,10 @@ type pluginManager struct {
 	mu    sync.Mutex // serialises reloads
 	chain *plugins.Chain
 	wg    sync.WaitGroup // closing old chains
+	// stopping is cancelled by close: old chains still closing stop their calls at once.
+	stopping context.Context
+	stop     context.CancelFunc
+	closed   sync.Once
 }
 
 func newPluginManager(cfg config.Config, b broker.Engine, log hclog.Logger) (*pluginManager, error) {
@@ -36,6 +40,7 @@ func newPluginManager(cfg config.Config, b broker.Engine, log hclog.Logger) (*pl
 		return nil, err
 	}
 	pm := &pluginManager{host: host, b: b, log: log}
+	pm.stopping, pm.stop = context.WithCancel(context.Background())
 	if len(cfg.Plugins) > 0 {
 		if _, err := pm.swap(context.Background(), cfg.Plugins); err != nil {
 			_ = host.Close(context.Background())
@@ -80,7 +85,7 @@ func (pm *pluginManager) swap(ctx context.Context, specs []plugins.Spec) ([]stri
 		pm.wg.Add(1)
 		go func() {
 			defer pm.wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			ctx, cancel := context.WithTimeout(pm.stopping, 30*time.Second)
 			defer cancel()
 			_ = old.Close(ctx)
 		}()
@@ -116,14 +121,21 @@ func (pm *pluginManager) current() *plugins.Chain {
 }
 
 // close unloads everything; the broker must be shut down first.
+// close unloads the plugins: calls still running when ctx is done are stopped, and so are
+// those of old chains at once.
+// Calls after close fail as the plugins' calls do when unloaded (their failure policies).
+// Later calls do nothing.
 func (pm *pluginManager) close(ctx context.Context) {
-	pm.mu.Lock()
-	c := pm.chain
-	pm.chain = nil
-	pm.mu.Unlock()
-	if c != nil {
-		_ = c.Close(ctx)
-	}
-	pm.wg.Wait()
-	_ = pm.host.Close(ctx)
+	pm.closed.Do(func() {
+		pm.stop()
+		pm.mu.Lock()
+		c := pm.chain
+		pm.chain = nil
+		pm.mu.Unlock()
+		if c != nil {
+			_ = c.Close(ctx)
+		}
+		pm.wg.Wait()
+		_ = pm.host.Close(ctx)
+	})
 }

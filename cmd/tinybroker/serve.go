@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/spf13/cobra"
@@ -203,7 +204,13 @@ func runServe(ctx context.Context, o serveOptions, stdout, stderr io.Writer, lis
 		_ = b.Shutdown(context.Background())
 		return err
 	}
-	defer pm.close(context.Background())
+	defer func() {
+		// By now the server has stopped (after its grace period): a plugin call still
+		// running (one that loops, with call_timeout = "none") is given a second, then stopped.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		pm.close(ctx)
+	}()
 	srvOpts := server.Options{
 		KeepaliveTime:           cfg.KeepaliveTime,
 		KeepaliveTimeout:        cfg.KeepaliveTimeout,
@@ -277,6 +284,14 @@ func runServe(ctx context.Context, o serveOptions, stdout, stderr io.Writer, lis
 	log.Info("shutting down", "grace", cfg.ShutdownGrace)
 	grace, cancel := context.WithTimeout(context.Background(), cfg.ShutdownGrace)
 	defer cancel()
+	// Once the grace period is over, plugin calls still running (a plugin that loops, with
+	// call_timeout = "none") are given a second more and stopped: the publishes waiting on
+	// them end, and so can the server.
+	defer context.AfterFunc(grace, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		pm.close(ctx)
+	})()
 	if err := srv.Shutdown(grace); err != nil {
 		log.Warn("grace period ended with messages unacked", "error", err)
 	}
