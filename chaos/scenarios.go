@@ -51,6 +51,8 @@ var scenarios = []*scenario{
 		what: "alice, denied canary.bal, opens 1,000 groups dead-lettering to bob's group there, to her deny list, and under bob's group name (first and later opens), then dead-letters 1,000 of her own; bob's group gets only his 200"},
 	{name: "zero-delay nack loop", finding: "23.6", run: nackLoop,
 		what: "max_deliveries 4294967295, then a member nacking each of 1,000 messages at once for 20 s, max_deliveries unlimited, beside a group receiving 500 first deliveries a second"},
+	{name: "wrong-token flood", finding: "23.3", run: tokenFlood, config: floodConfig, canaryToken: escapeTokens["canary"],
+		what: "200 callers guess tokens for bob and for unknown names (bcrypt's default cost); after 3 s, three users log in for the first time, one after another"},
 	{name: "plugin-loop-default", finding: "23.1", run: loopingPublishes(5*time.Second, 0), config: loopConfig(""),
 		what: "a plugin whose on_publish loops forever, at the defaults (call_timeout 100ms, fail_open), on loop.>; 8 publishers send to loop.x for 5 s"},
 	{name: "plugin-loop-none", finding: "23.1", run: loopingPublishes(3*time.Second, 4), config: loopConfig("  call_timeout = \"none\"\n"),
