@@ -48,16 +48,17 @@ import (
 )
 
 type options struct {
-	bin      string
-	budget   int64
-	overhead int64
-	scale    float64
-	run      *regexp.Regexp
-	killRSS  int64
-	timeout  time.Duration
-	plugin   string
-	keep     bool
-	env      []string
+	gomemlimit int64 // a scenario's, with the default budget (scenario.gomemlimit)
+	bin        string
+	budget     int64
+	overhead   int64
+	scale      float64
+	run        *regexp.Regexp
+	killRSS    int64
+	timeout    time.Duration
+	plugin     string
+	keep       bool
+	env        []string
 	// minAttack is how long the short attacks are repeated, and minCanary the least time the
 	// canary runs in a scenario: a p99 needs a few hundred samples.
 	minAttack, minCanary time.Duration
@@ -184,7 +185,11 @@ type scenario struct {
 	noServer bool
 	// canaryToken is the USER:TOKEN the canary sends, for a config that declares users.
 	canaryToken string
-	run         func(e *env) error
+	// gomemlimit, if set, runs the server with the default memory budget: no memory block
+	// in its config file, and this GOMEMLIMIT, as serve sets it on a machine (or cgroup) of
+	// 4/3 of it. The scenario's budget is then the default's, a quarter of it.
+	gomemlimit int64
+	run        func(e *env) error
 }
 
 // env is what a scenario's run gets.
@@ -279,10 +284,18 @@ func (r *result) verdict() string {
 
 // baseConfig is every scenario's config file before its own part.
 func baseConfig(o *options) string {
+	if o.gomemlimit > 0 {
+		return "# written by the chaos harness, with the default memory budget\nshutdown_grace = \"2s\"\n\n"
+	}
 	return fmt.Sprintf("# written by the chaos harness\nshutdown_grace = \"2s\"\n\nmemory {\n  max_bytes = %d\n}\n\n", o.budget)
 }
 
 func runScenario(o *options, s *scenario) *result {
+	if s.gomemlimit > 0 {
+		oc := *o
+		oc.gomemlimit, oc.budget = s.gomemlimit, s.gomemlimit/4
+		o = &oc
+	}
 	r := &result{s: s, limit: o.rssLimit()}
 	start := time.Now()
 	load0 := loadAvg()
@@ -406,7 +419,11 @@ func runScenario(o *options, s *scenario) *result {
 
 // startServer starts the scenario's server with its config file.
 func (e *env) startServer(wantExit bool) (*server, error) {
-	env := append([]string{fmt.Sprintf("GOMEMLIMIT=%dMiB", 2*e.o.budget>>20)}, e.o.env...)
+	limit := 2 * e.o.budget
+	if e.o.gomemlimit > 0 {
+		limit = e.o.gomemlimit
+	}
+	env := append([]string{fmt.Sprintf("GOMEMLIMIT=%dMiB", limit>>20)}, e.o.env...)
 	return startServer(e.o.bin, e.dir, e.cfg, env,
 		e.o.killRSS, wantExit, "reload refused", "reload", "slow consumer")
 }
