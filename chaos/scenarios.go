@@ -56,7 +56,7 @@ var scenarios = []*scenario{
 	{name: "memberless-default-budget", finding: "23.4", run: memberlessLarge, gomemlimit: 768 << 20,
 		what: "memberless-1MiB with the default memory budget, on what serve sets for a 1 GiB machine (GOMEMLIMIT 768 MiB, so a budget of 192 MiB): peak RSS must stay under 2 × budget + 64 MiB = 448 MiB"},
 	{name: "plugin-loop-default", finding: "23.1", run: loopingPublishes(5*time.Second, 0), config: loopConfig(""),
-		what: "a plugin whose on_publish loops forever, at the defaults (call_timeout 100ms, fail_open), on loop.>; 8 publishers send to loop.x for 5 s"},
+		what: "a plugin whose on_publish loops forever, at the defaults (call_timeout 1s, fail_open), on loop.>; 8 publishers send to loop.x for 5 s"},
 	{name: "plugin-loop-none", finding: "23.1", run: loopingPublishes(3*time.Second, 4), config: loopConfig("  call_timeout = \"none\"\n"),
 		what: "the same plugin with call_timeout = \"none\": its first call loops until shutdown; 8 publishers send to loop.x for 5 s"},
 }

@@ -27,7 +27,7 @@ import (
 //     period its caller gives is over.
 
 // DefaultCallTimeout is call_timeout when the config file does not set it (RATIONALE.md).
-const DefaultCallTimeout = 100 * time.Millisecond
+const DefaultCallTimeout = time.Second
 
 // NoCallTimeout is call_timeout = "none": no time limit per call. The calls are still
 // stopped when the plugin is closed, and still count against the broker's cores.

@@ -113,7 +113,7 @@
 //	  groups         = ["billing"]      # on_ack/on_redeliver see these groups (default all)
 //	  config         = { allow = "acme,globex" }
 //	  memory_limit_mb = 64
-//	  call_timeout   = "100ms"          # default "none": no time limit (costs ~5µs a call)
+//	  call_timeout   = "100ms"          # default "1s"; "none": no time limit
 //	  pool_size      = 4
 //	  failure_policy = "fail_open"      # fail_open | fail_closed | dead_letter
 //	  max_emits      = 16

@@ -39,7 +39,7 @@ func TestABIConfigExample(t *testing.T) {
 		BreakerFailures: 5, BreakerCooldown: 30 * time.Second}
 	if p.Name != want.Name || p.Path != want.Path || !slices.Equal(p.Topics, want.Topics) || !slices.Equal(p.Groups, want.Groups) ||
 		!slices.Equal(p.Hooks, want.Hooks) || !maps.Equal(p.Config, want.Config) || p.MemoryLimitBytes != want.MemoryLimitBytes ||
-		p.PoolSize != want.PoolSize || p.CallTimeout != 0 || p.FailurePolicy != want.FailurePolicy || p.MaxEmits != want.MaxEmits ||
+		p.PoolSize != want.PoolSize || p.CallTimeout != time.Second || p.FailurePolicy != want.FailurePolicy || p.MaxEmits != want.MaxEmits ||
 		p.BreakerFailures != want.BreakerFailures || p.BreakerCooldown != want.BreakerCooldown {
 		t.Errorf("docs/ABI.md's plugin block parses as\n%+v\nwant\n%+v", p, want)
 	}
