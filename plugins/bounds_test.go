@@ -2,6 +2,7 @@ package plugins
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -87,5 +88,34 @@ func TestCoresBoundPluginCalls(t *testing.T) {
 	wg.Wait()
 	if n := h.cores.busy.Load(); n != 0 {
 		t.Fatalf("%d cores still taken after the calls ended", n)
+	}
+}
+
+// A plugin whose header changes leave a message over max_headers fails its call: its
+// failure policy applies (and its breaker counts it), and the error names the plugin and
+// the limit. Before, the publish failed INVALID_ARGUMENT, blamed on the publisher.
+func TestHeaderChangesPastTheLimitsFailThePlugin(t *testing.T) {
+	h, err := NewHost(HostOptions{MaxHeaders: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.Close(context.Background()) })
+	for _, policy := range []FailurePolicy{FailClosed, FailOpen} {
+		c := load(t, h, Spec{Name: "tag", Wasm: fixture(t, "tag"), Config: map[string]string{"tag": "x"}, FailurePolicy: policy})
+		d := broker.Draft{Topic: "a", Headers: broker.Headers{{Key: "tenant", Value: "acme"}}}
+		v, err := c.OnPublish(&d)
+		switch policy {
+		case FailClosed:
+			if err == nil || !strings.Contains(err.Error(), `"tag"`) || !strings.Contains(err.Error(), "max_headers") || !errors.Is(err, broker.ErrHookFailed) {
+				t.Fatalf("fail_closed: %v, want the plugin's failure naming max_headers", err)
+			}
+		case FailOpen:
+			if err != nil || v.Drop || len(d.Headers) != 1 {
+				t.Fatalf("fail_open: %v %+v, headers %v: want the message unchanged", err, v, d.Headers)
+			}
+		}
+		if st := c.Stats()[0]; st.Failures != 1 {
+			t.Fatalf("%s: failures %d, want 1", policy, st.Failures)
+		}
 	}
 }

@@ -412,6 +412,12 @@ func (p *plugin) settle(st *callState, v uint64, d *broker.Draft, out *broker.Pu
 		d.Payload = st.newPayload
 	}
 	if len(st.changes) > 0 {
+		if err := p.headersFit(d.Headers, st.changes); err != nil {
+			// The plugin's failure, not the publisher's: its failure policy and breaker apply.
+			st.reset()
+			p.failed(abi.HookPublish, err)
+			return p.publishFailed(d, err)
+		}
 		switch {
 		case *owned:
 			d.Headers = changeHeaders(d.Headers, st.changes)
@@ -423,6 +429,35 @@ func (p *plugin) settle(st *callState, v uint64, d *broker.Draft, out *broker.Pu
 	}
 	st.reset()
 	return false, nil
+}
+
+// headersFit says whether h with a call's changes stays within the broker's limits on the
+// number of headers and their bytes (each change was checked alone as it was made). An
+// upper bound first, the changes counted as additions; the exact figures, on a copy, only
+// when that bound is over a limit.
+func (p *plugin) headersFit(h broker.Headers, changes []headerChange) error {
+	maxN, maxB := p.host.opts.MaxHeaders, p.host.opts.MaxHeaderBytes
+	n, size := len(h), 0
+	for _, x := range h {
+		size += len(x.Key) + len(x.Value)
+	}
+	for _, c := range changes {
+		if !c.deleted {
+			n, size = n+1, size+len(c.key)+len(c.value)
+		}
+	}
+	if n <= maxN && size <= maxB {
+		return nil
+	}
+	out := applyHeaders(h, changes)
+	n, size = len(out), 0
+	for _, x := range out {
+		size += len(x.Key) + len(x.Value)
+	}
+	if n <= maxN && size <= maxB {
+		return nil
+	}
+	return fmt.Errorf("its header changes leave the message with %d headers of %d bytes, over the broker's limits of %d headers (max_headers) or %d bytes (max_header_bytes)", n, size, maxN, maxB)
 }
 
 // publishFailed applies p's failure policy to d, on which p failed with err, as publish

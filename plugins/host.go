@@ -30,6 +30,9 @@ type HostOptions struct {
 	Logger          hclog.Logger
 	MaxMessageBytes int // the broker's limits, which plugin output must respect (default:
 	MaxHeaderBytes  int // broker.DefaultMaxMessageBytes and DefaultMaxHeaderBytes)
+	// MaxHeaders is the most headers a message may have (broker.DefaultMaxHeaders): a
+	// plugin whose header changes leave more fails its call.
+	MaxHeaders int
 	// MaxPluginBytes is the largest .wasm file read (DefaultMaxPluginBytes, 64 MiB).
 	MaxPluginBytes int64
 	// CountHostCalls counts the host calls plugins make, in PluginStats.HostCalls: for
@@ -55,6 +58,9 @@ func NewHost(opts HostOptions) (*Host, error) {
 	}
 	if opts.MaxHeaderBytes <= 0 {
 		opts.MaxHeaderBytes = broker.DefaultMaxHeaderBytes
+	}
+	if opts.MaxHeaders <= 0 {
+		opts.MaxHeaders = broker.DefaultMaxHeaders
 	}
 	if opts.MaxPluginBytes <= 0 {
 		opts.MaxPluginBytes = DefaultMaxPluginBytes

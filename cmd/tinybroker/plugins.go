@@ -34,7 +34,7 @@ type pluginManager struct {
 func newPluginManager(cfg config.Config, b broker.Engine, log hclog.Logger) (*pluginManager, error) {
 	dir := pluginCacheDir(cfg)
 	host, err := plugins.NewHost(plugins.HostOptions{CacheDir: dir, Logger: log,
-		MaxMessageBytes: cfg.Broker.MaxMessageBytes, MaxHeaderBytes: cfg.Broker.MaxHeaderBytes,
+		MaxMessageBytes: cfg.Broker.MaxMessageBytes, MaxHeaderBytes: cfg.Broker.MaxHeaderBytes, MaxHeaders: cfg.Broker.MaxHeaders,
 		MaxPluginBytes: int64(cfg.Limits.MaxPluginBytes)})
 	if err != nil {
 		return nil, err
