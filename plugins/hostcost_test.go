@@ -176,7 +176,7 @@ func TestHeaderChanges(t *testing.T) {
 // copy of the result, which no later plugin changes in place: each message still ends with
 // its own headers, and the published ones are never touched.
 func TestBatchSharesHeaderChange(t *testing.T) {
-	p := &plugin{}
+	p := &plugin{host: &Host{opts: HostOptions{MaxHeaders: broker.DefaultMaxHeaders, MaxHeaderBytes: broker.DefaultMaxHeaderBytes}}}
 	var memo headerMemo
 	a1 := broker.MakeHeaders(map[string]string{"a": "1"})
 	a1too := broker.MakeHeaders(map[string]string{"a": "1"})
