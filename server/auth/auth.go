@@ -183,14 +183,21 @@ func (a *Authenticator) Reload(users []User) error {
 		}
 	}
 	a.set.Store(set)
-	a.cacheMu.Lock()
-	clear(a.cache) // verified tokens name the old principals
-	a.cacheMu.Unlock()
 	for name, p := range old.users {
 		if set.users[name] != p {
 			close(p.revoked)
 		}
 	}
+	// The verified tokens of users declared as before stay verified (newUserSet kept their
+	// principals): a reload does not send every client back to bcrypt, where a flood of
+	// wrong tokens would make each wait its turn. Those of removed or changed users go.
+	a.cacheMu.Lock()
+	for k, p := range a.cache {
+		if p.isRevoked() {
+			delete(a.cache, k)
+		}
+	}
+	a.cacheMu.Unlock()
 	return nil
 }
 

@@ -168,3 +168,42 @@ func TestValidLoginDuringFlood(t *testing.T) {
 		t.Fatalf("a guess during the flood: %v", err)
 	}
 }
+
+// A reload keeps the verified tokens of users it leaves unchanged: their clients are not
+// sent back to bcrypt (nor, under a flood, to the queues). A changed user's go.
+func TestReloadKeepsVerifiedTokens(t *testing.T) {
+	hash := func(tok string) string {
+		h, err := bcrypt.GenerateFromPassword([]byte(tok), bcrypt.MinCost)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(h)
+	}
+	alice, bob := User{Name: "alice", TokenHash: hash("a")}, User{Name: "bob", TokenHash: hash("b")}
+	a, err := New(Options{Users: []User{alice, bob}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	login := func(token string) {
+		t.Helper()
+		ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("authorization", "Bearer "+token))
+		if _, err := a.authenticate(ctx); err != nil {
+			t.Fatalf("%s: %v", token, err)
+		}
+	}
+	login("alice:a")
+	login("bob:b")
+	before := a.verify.comparisons()
+	bob.TokenHash = hash("b2")
+	if err := a.Reload([]User{alice, bob}); err != nil {
+		t.Fatal(err)
+	}
+	login("alice:a")
+	if n := a.verify.comparisons() - before; n != 0 {
+		t.Fatalf("alice, unchanged by the reload, was compared again (%d comparisons)", n)
+	}
+	login("bob:b2")
+	if n := a.verify.comparisons() - before; n != 1 {
+		t.Fatalf("bob, changed by the reload: %d comparisons, want 1", n)
+	}
+}
