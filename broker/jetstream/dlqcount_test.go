@@ -1,7 +1,6 @@
 package jetstream
 
 import (
-	"context"
 	"strconv"
 	"sync"
 	"testing"
@@ -18,15 +17,7 @@ import (
 // against 10,000), or one under.
 func TestDeadLetterCountWhileStoring(t *testing.T) {
 	const max, keepers, each = 3, 8, 20
-	e, err := New(Options{Embedded: EmbeddedOptions{DataDir: t.TempDir()}, MemoryStorage: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		ctx, cancel := context.WithCancel(context.Background())
-		cancel()
-		_ = e.Shutdown(ctx)
-	}()
+	e := newEngine(t, Options{})
 	if err := e.Declare(broker.GroupConfig{ID: "jobs", Name: "jobs", Patterns: []string{"jobs"}, Limits: broker.GroupLimits{DeadLetterMax: max}}); err != nil {
 		t.Fatal(err)
 	}

@@ -16,15 +16,7 @@ import (
 // group again, and with no deletion left to forget it, it never expired (TestGroupExpiry on
 // this engine, about one run in five).
 func TestStaleReadingDoesNotBringBackAGroup(t *testing.T) {
-	e, err := New(Options{Embedded: EmbeddedOptions{DataDir: t.TempDir()}, MemoryStorage: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		ctx, cancel := context.WithCancel(context.Background())
-		cancel()
-		_ = e.Shutdown(ctx)
-	}()
+	e := newEngine(t, Options{})
 	gc := broker.GroupConfig{ID: "jobs", Name: "jobs", Patterns: []string{"jobs"}}
 	if err := e.Declare(gc); err != nil {
 		t.Fatal(err)

@@ -9,6 +9,23 @@ import (
 	"github.com/tinybroker/tinybroker/broker"
 )
 
+// newEngine starts an engine with o on an embedded server of its own, in memory, stopped
+// (without waiting for acks) when the test ends.
+func newEngine(t *testing.T, o Options) *Engine {
+	t.Helper()
+	o.Embedded, o.MemoryStorage = EmbeddedOptions{DataDir: t.TempDir()}, true
+	e, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		_ = e.Shutdown(ctx)
+	})
+	return e
+}
+
 // eventually polls cond until it holds; after 20 s (brokertest.Patience, which this
 // package's internal tests cannot import) it fails the test.
 func eventually(t *testing.T, what string, cond func() bool) {
@@ -30,17 +47,9 @@ func eventually(t *testing.T, what string, cond func() bool) {
 // (TestAbandonedGroupDoesNotBlockOthers on this engine, on a loaded machine: "got OK, want
 // ResourceExhausted").
 func TestLeftMembersLateDeliveryStaysCounted(t *testing.T) {
-	o := Options{Embedded: EmbeddedOptions{DataDir: t.TempDir()}, MemoryStorage: true}
+	o := Options{}
 	o.GroupMaxQueued = 3
-	e, err := New(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		ctx, cancel := context.WithCancel(context.Background())
-		cancel()
-		_ = e.Shutdown(ctx)
-	}()
+	e := newEngine(t, o)
 	st := e.NewStream(func(*broker.Message) int { return 1 })
 	defer st.Close()
 	if _, err := st.Subscribe(broker.SubscribeOptions{ID: "g", Group: "g", Mode: broker.Balanced, Patterns: []string{"j"}, MaxInFlight: 1}); err != nil {
