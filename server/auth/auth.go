@@ -204,6 +204,10 @@ func (a *Authenticator) Reload(users []User) error {
 // Enabled reports whether calls must be authenticated: whether any user is configured.
 func (a *Authenticator) Enabled() bool { return a != nil && len(a.set.Load().users) > 0 }
 
+// Comparisons returns how many tokens were compared with a bcrypt hash since New: the work
+// logins cost (a flood of wrong tokens refused at once costs none).
+func (a *Authenticator) Comparisons() uint64 { return a.verify.comparisons() }
+
 // Counts returns the authentication failures and permission denials since New.
 func (a *Authenticator) Counts() (authFailures, denials uint64) {
 	return a.authFailures.Load(), a.denials.Load()
