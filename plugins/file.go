@@ -73,7 +73,12 @@ func readModule(ctx context.Context, path string, maxBytes int64) ([]byte, error
 		if err != nil {
 			return nil, err
 		}
-		if ctx.Err() != nil || time.Now().After(deadline) {
+		if ctx.Err() != nil {
+			// Called off, not slow: say why (serve: "terminated signal received" when a SIGTERM
+			// cuts a reload short; the Reload RPC's caller gone).
+			return nil, fmt.Errorf("reading %s was called off %d bytes in: %w", path, len(buf), context.Cause(ctx))
+		}
+		if time.Now().After(deadline) {
 			return nil, fmt.Errorf("reading %s took longer than %v; it was read %d bytes in", path, moduleReadTimeout, len(buf))
 		}
 	}

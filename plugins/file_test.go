@@ -3,6 +3,7 @@ package plugins
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -66,5 +67,30 @@ func TestLoadRefusesBadFile(t *testing.T) {
 	_, err := h.Load(context.Background(), []Spec{{Name: "p", Path: path, Source: "tb.hcl:3,10-20"}})
 	if err == nil || !strings.HasPrefix(err.Error(), "tb.hcl:3,10-20: plugin \"p\": ") || !strings.Contains(err.Error(), "not a WebAssembly module") {
 		t.Fatalf("Load = %v", err)
+	}
+}
+
+// Reading stopped because its context was cancelled (serve's, by a SIGTERM during a reload)
+// says so, with the cause, not that the file took longer than the read timeout. Issue 23,
+// finding 8: a reload cut short by SIGTERM 20 ms after SIGHUP was logged as "reading …
+// took longer than 10s".
+func TestReadModuleCalledOff(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "big.wasm")
+	b := make([]byte, 3<<20) // past one read of 1 MiB: the context is checked between reads
+	copy(b, "\x00asm\x01\x00\x00\x00")
+	if err := os.WriteFile(p, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancelCause(context.Background())
+	cancel(errors.New("terminated signal received"))
+	_, err := readModule(ctx, p, DefaultMaxPluginBytes)
+	if err == nil || !strings.Contains(err.Error(), "was called off") || !strings.Contains(err.Error(), "terminated signal received") ||
+		strings.Contains(err.Error(), "took longer") {
+		t.Fatalf("readModule with a cancelled context = %v; want it called off, naming the cause", err)
+	}
+	h := newHost(t)
+	_, err = h.Load(ctx, []Spec{{Name: "p", Path: p, Source: "tb.hcl:3,10-20"}})
+	if err == nil || !strings.Contains(err.Error(), "was called off") || strings.Contains(err.Error(), "took longer") {
+		t.Fatalf("Load with a cancelled context = %v; want it called off", err)
 	}
 }

@@ -275,7 +275,7 @@ func runServe(ctx context.Context, o serveOptions, stdout, stderr io.Writer, lis
 			return fmt.Errorf("serve: %w", err)
 		case <-hup:
 			if _, err := reload(ctx); err != nil {
-				log.Error("reload refused", "error", err)
+				logReloadFailure(ctx, log, err)
 			}
 		case <-ctx.Done():
 			running = false
@@ -300,6 +300,17 @@ func runServe(ctx context.Context, o serveOptions, stdout, stderr io.Writer, lis
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// logReloadFailure logs why a SIGHUP's reload did not happen: refused (a bad file), or cut
+// short because the broker is shutting down (ctx, serve's, is done: a SIGTERM that came
+// during the reload), which is not the configuration's fault.
+func logReloadFailure(ctx context.Context, log hclog.Logger, err error) {
+	if ctx.Err() != nil {
+		log.Warn("reload cut short: the broker is shutting down", "cause", context.Cause(ctx).Error(), "error", err)
+		return
+	}
+	log.Error("reload refused", "error", err)
 }
 
 func cfgName(path string) string {
