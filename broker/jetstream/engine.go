@@ -98,6 +98,10 @@ type EmbeddedOptions struct {
 	// Listen, if set, also serves NATS clients on host:port (nats CLI, other tools). The
 	// engine itself connects in-process.
 	Listen string
+	// MaxMemoryStore bounds what JetStream keeps in memory storage, in bytes (its
+	// max_memory_store): with Options.MemoryStorage, the stream and the dead letters. 0:
+	// JetStream's default, 3/4 of the machine's memory, whose heap at GOGC=100 is twice that.
+	MaxMemoryStore int64
 }
 
 func (o *Options) setDefaults() {
@@ -316,8 +320,14 @@ func (e *Engine) connect() error {
 		if err == nil {
 			// What JetStream may store is the budget Stats reports beside what the groups hold.
 			e.storeLimit = ai.Limits.MaxStore
+			if o.MemoryStorage {
+				e.storeLimit = ai.Limits.MaxMemory
+			}
 			if cfg := srvConfig(srv); e.storeLimit <= 0 && cfg != nil {
 				e.storeLimit = cfg.MaxStore
+				if o.MemoryStorage {
+					e.storeLimit = cfg.MaxMemory
+				}
 			}
 			return nil
 		}
@@ -374,7 +384,7 @@ func startEmbedded(eo EmbeddedOptions, limits broker.Limits, log hclog.Logger) (
 	// (counted twice, for their framing) and room for the engine's own.
 	maxPayload := limits.MaxMessageBytes + 2*limits.MaxHeaderBytes + 4096
 	so := &natsserver.Options{ServerName: eo.Name, JetStream: true, StoreDir: abs, NoSigs: true,
-		MaxPayload: int32(min(maxPayload, 64<<20)), DontListen: eo.Listen == ""}
+		MaxPayload: int32(min(maxPayload, 64<<20)), DontListen: eo.Listen == "", JetStreamMaxMemory: eo.MaxMemoryStore}
 	if eo.Listen != "" {
 		host, port, err := splitHostPort(eo.Listen)
 		if err != nil {
@@ -726,6 +736,9 @@ func (p *pendingStore) unadmit() {
 func (e *Engine) storeError(err error) error {
 	if errors.Is(err, nats.ErrMaxPayload) {
 		return fmt.Errorf("%w: the message is larger than the NATS server's max_payload (%d bytes)", broker.ErrInvalidMessage, e.nc.MaxPayload())
+	}
+	if full(err) && e.opts.MemoryStorage && e.opts.URL == "" && e.opts.Server == nil {
+		return fmt.Errorf("%w: the consumer groups' store is full (JetStream: %v); wait for members to ack, or raise engine \"jetstream\" { max_bytes } (the embedded server keeps at most %d bytes in memory storage: max_bytes + 64 MiB, by default a quarter of GOMEMLIMIT)", broker.ErrLimit, err, e.storeLimit)
 	}
 	if full(err) {
 		return fmt.Errorf("%w: the consumer groups' store is full (JetStream: %v); wait for members to ack, or raise engine \"jetstream\" { max_bytes } or the NATS server's storage limits", broker.ErrLimit, err)

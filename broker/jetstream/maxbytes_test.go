@@ -111,3 +111,34 @@ func connect(t *testing.T, srv *natsserver.Server) natsjs.JetStream {
 	}
 	return js
 }
+
+// With memory storage, the embedded server keeps at most EmbeddedOptions.MaxMemoryStore in
+// memory (serve sets it to the memory engine's default budget, not JetStream's 3/4 of the
+// machine): past it a publish to a group is refused as a limit, and Stats reports the bound
+// as the budget. Issue 23: nothing bounded it below JetStream's default.
+func TestMemoryStoreBound(t *testing.T) {
+	const bound = 1 << 20
+	e := start(t, jetstream.Options{MemoryStorage: true, Embedded: jetstream.EmbeddedOptions{DataDir: t.TempDir(), MaxMemoryStore: bound}})
+	defer stop(t, e)
+	if err := e.Declare(broker.GroupConfig{Name: "jobs", Patterns: []string{"jobs.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	payload := make([]byte, 1024)
+	stored := 0
+	var err error
+	for ; stored < 4*bound/1024; stored++ {
+		if _, err = e.Publish("jobs.x", payload, nil); err != nil {
+			break
+		}
+	}
+	if !errors.Is(err, broker.ErrLimit) {
+		t.Fatalf("publish past the memory store's %d bytes, after %d stored: %v, want ErrLimit", bound, stored, err)
+	}
+	t.Logf("%d messages of 1 KiB stored, then: %v", stored, err)
+	if stored > bound/1024 {
+		t.Fatalf("%d messages of 1 KiB stored in a memory store of %d bytes", stored, bound)
+	}
+	if b := e.Stats().MemoryBudget; b != bound {
+		t.Fatalf("Stats().MemoryBudget = %d, want the memory store's %d", b, bound)
+	}
+}

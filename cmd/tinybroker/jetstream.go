@@ -29,6 +29,13 @@ func jetStreamOptions(cfg config.Config, log hclog.Logger) (jetstream.Options, e
 		Embedded: jetstream.EmbeddedOptions{DataDir: j.DataDir, Name: j.ServerName, ClusterName: j.ClusterName,
 			ClusterListen: j.ClusterListen, Routes: j.Routes, Listen: j.NATSListen},
 	}
+	if j.MemoryStorage && j.URL == "" {
+		// What the embedded server keeps in memory storage is held as the memory engine's
+		// budget is: by default a quarter of GOMEMLIMIT (its heap is twice what it holds),
+		// not JetStream's default of 3/4 of the machine. A larger max_bytes is the operator's
+		// choice; the dead letters then get 64 MiB beside it.
+		o.Embedded.MaxMemoryStore = max(memory.DefaultMemoryLimit(), j.MaxBytes+64<<20)
+	}
 	if j.Credentials != "" {
 		o.NATSOptions = append(o.NATSOptions, nats.UserCredentials(j.Credentials))
 	}
