@@ -245,32 +245,3 @@ func TestSystemIDOneSpelling(t *testing.T) {
 		}
 	}
 }
-
-// The default budget fits the machine: on a 24 GiB machine, serve's GOMEMLIMIT is 18 GiB and
-// the budget 4.5 GiB, so a full budget at its measured ~2 bytes of RSS per byte counted
-// (plus the broker's own 64 MiB) stays near half of GOMEMLIMIT and under half of the
-// machine. Before, the budget was half of GOMEMLIMIT (9 GiB) and a full one reached ~19 GB
-// of RSS, past GOMEMLIMIT.
-func TestDefaultBudgetFitsTheMachine(t *testing.T) {
-	const gib = int64(1) << 30
-	for _, phys := range []int64{1 * gib, 4 * gib, 24 * gib, 256 * gib} {
-		gomemlimit := phys / 4 * 3 // what SetMemoryLimit gives the runtime
-		budget := defaultBudget(gomemlimit, phys)
-		peak := 2*budget + 64<<20
-		if peak > gomemlimit*6/10 || peak > phys/2 {
-			t.Errorf("%d GiB: budget %d, peak RSS ~%d: over 60%% of GOMEMLIMIT %d or half of memory", phys/gib, budget, peak, gomemlimit)
-		}
-	}
-	if got := defaultBudget(24*gib/4*3, 24*gib); got != 24*gib*3/16 {
-		t.Errorf("24 GiB machine: budget %d, want %d (3/16 of memory)", got, 24*gib*3/16)
-	}
-	if got := defaultBudget(0, 24*gib); got != 4*gib {
-		t.Errorf("no GOMEMLIMIT: budget %d, want a sixth of memory", got)
-	}
-	if got := defaultBudget(0, 0); got != 512<<20 {
-		t.Errorf("nothing known: budget %d, want 512 MiB", got)
-	}
-	if got := defaultBudget(100<<20, 0); got != 64<<20 {
-		t.Errorf("small GOMEMLIMIT: budget %d, want the 64 MiB floor", got)
-	}
-}

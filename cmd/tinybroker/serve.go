@@ -188,7 +188,8 @@ func runServe(ctx context.Context, o serveOptions, stdout, stderr io.Writer, lis
 	// turns it off.
 	defer gctuner.Start(gcHeapFloor)()
 	// A soft memory limit for the Go runtime (3/4 of the machine's or cgroup's memory unless
-	// GOMEMLIMIT is set), and the broker's budget for what it holds, half of that by default.
+	// GOMEMLIMIT is set), and the broker's budget for what it holds, a quarter of that by
+	// default: a full budget's heap is twice what it holds (memory.DefaultBudget).
 	memLimit := memory.SetMemoryLimit()
 	b, err := newEngine(cfg, o.configPath, log)
 	if err != nil {
