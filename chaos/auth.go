@@ -51,7 +51,7 @@ func (e *env) dialToken(token string) pb.BrokerClient {
 	c, err := grpc.NewClient(e.addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithPerRPCCredentials(client.TokenCredentials(token)))
 	if err != nil {
-		panic(err)
+		panic(err) // only a malformed address makes NewClient fail
 	}
 	e.mu.Lock()
 	e.conns = append(e.conns, c)

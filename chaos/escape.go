@@ -13,13 +13,10 @@ import (
 	"time"
 
 	"golang.org/x/crypto/bcrypt"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
-	"github.com/tinybroker/tinybroker/sdk/go/client"
 )
 
 // escapeTokens are the scenario's users' tokens (USER:TOKEN), hashed into its config.
@@ -59,17 +56,7 @@ func escapeConfig(*options, string) (string, error) {
 
 // clientAs is a client of the broker authenticated as user (escapeTokens), closed when the
 // scenario ends.
-func (e *env) clientAs(user string) pb.BrokerClient {
-	c, err := grpc.NewClient(e.addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithPerRPCCredentials(client.TokenCredentials(escapeTokens[user])))
-	if err != nil {
-		panic(err) // only a malformed address makes NewClient fail
-	}
-	e.mu.Lock()
-	e.conns = append(e.conns, c)
-	e.mu.Unlock()
-	return pb.NewBrokerClient(c)
-}
+func (e *env) clientAs(user string) pb.BrokerClient { return e.dialToken(escapeTokens[user]) }
 
 func withDLQ(req *pb.SubscribeRequest, topic string, maxDeliveries uint32) *pb.SubscribeRequest {
 	o := req.GetOpen()
