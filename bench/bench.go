@@ -29,7 +29,6 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/experimental"
 
-	"github.com/tinybroker/tinybroker/broker"
 	"github.com/tinybroker/tinybroker/broker/memory"
 	"github.com/tinybroker/tinybroker/internal/grpcbuf"
 	"github.com/tinybroker/tinybroker/plugins"
@@ -362,7 +361,7 @@ func closeAll(conns []*grpc.ClientConn) {
 }
 
 // inProcessOptions configure the in-process broker: the defaults; tests change them.
-var inProcessOptions = memory.Options{Limits: broker.Limits{MaxMessageBytes: broker.DefaultMaxMessageBytes}}
+var inProcessOptions = memory.Options{}
 
 // startBroker starts a broker with default options and its gRPC server on a free loopback
 // port, and returns its address and a function that shuts both down.

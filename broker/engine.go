@@ -1,11 +1,15 @@
-// Package broker is the seam between tinybroker's gRPC server and its engines: the interface
-// an engine implements (Engine, Stream, Subscription), the values that cross it (Message,
-// Delivery, SubscribeOptions, Stats...), the rules every engine applies the same way (topic
-// and pattern syntax, Limits and their defaults), the errors (errors.go) and the Hooks
-// through which the WebAssembly plugins see messages. It knows nothing of gRPC or Wasm.
+// Package broker is the contract between tinybroker's gRPC server and its engines, and
+// nothing else: the interfaces an engine implements (Engine with its Admin part, Stream,
+// Subscription), the values that cross them (Message, Delivery, SubscribeOptions, Stats...),
+// the rules every engine applies the same way (the topic and pattern grammar, Limits and
+// their defaults), the errors (errors.go), and the Hooks through which the WebAssembly plugins
+// see messages. It knows nothing of gRPC or Wasm.
 //
-// The engines live below it: broker/memory, the embedded in-memory default. See
-// RATIONALE.md, "Architecture".
+// The engines live below it: broker/memory, the embedded in-memory default, and
+// broker/jetstream, on NATS JetStream. What both do the same way they share through
+// broker/internal (publishing, grouping, streaming), which they call and which never calls
+// them back. broker/deadletter names the headers of a dead letter. See RATIONALE.md,
+// "Architecture".
 package broker
 
 import (
@@ -14,18 +18,21 @@ import (
 	"time"
 )
 
-// Engine is what the server needs from a message engine. Its methods are safe for concurrent
-// use. Every engine runs the plugins' Hooks at the same points (see Hooks), so a plugin
-// behaves the same whatever the engine.
+// Engine is what the server needs from a message engine: the data path (Publish,
+// PublishBatch, NewStream, Ack, Nack), its Admin part, and its lifecycle (SetHooks,
+// Shutdown). Its methods are safe for concurrent use. Every engine runs the plugins' Hooks at
+// the same points (see Hooks), so a plugin behaves the same whatever the engine.
 type Engine interface {
 	// Publish validates (Limits.CheckMessage), runs the OnPublish hook and routes one
 	// message. The engine keeps payload and headers: the caller must not modify them.
 	Publish(topic string, payload []byte, headers map[string]string) (PublishResult, error)
-	// PublishBatch publishes msgs in order as Publish would one by one (a PublishStream
-	// frame), writing each one's outcome to out[i]; len(out) == len(msgs). It lets an engine
-	// and the hooks amortise per-message costs over the batch (see Publisher); the messages
-	// emitted by the hooks are routed after the batch.
-	PublishBatch(msgs []Publication, out []PublishOutcome)
+	// PublishBatch publishes frame in order as Publish would one message at a time (a
+	// PublishStream frame), writing each one's result to res[i] and error to errs[i];
+	// len(res) == len(errs) == len(frame). Each message's Headers must be sorted, each key
+	// once (MakeHeaders, Headers.Sorted). It lets an engine and the hooks amortise per-message
+	// costs over the frame (Hooks.OnPublishBatch); the messages the hooks emit are routed
+	// after the frame.
+	PublishBatch(frame []Draft, res []PublishResult, errs []error)
 	// NewStream opens a stream to carry subscriptions; see Stream. size bounds what one
 	// delivery of a message adds to a frame of the transport, so that Next can fill frames
 	// up to a size without knowing the encoding.
@@ -34,6 +41,21 @@ type Engine interface {
 	// outside the stream it was delivered on.
 	Ack(subscriptionID, systemID string) error
 	Nack(subscriptionID, systemID string, delay time.Duration, reason string) error
+
+	Admin
+
+	// SetHooks installs the plugin chain (nil removes it). A swap never runs one message
+	// through two chains.
+	SetHooks(h Hooks)
+	// Shutdown refuses new work, waits until ctx is done for in-flight acks, then ends every
+	// stream with ErrShuttingDown. Idempotent.
+	Shutdown(ctx context.Context) error
+}
+
+// Admin is the part of an Engine the administration API and the configuration use:
+// consumer groups declared, described, purged and deleted, the open streams, the dead-letter
+// stores, and the counters.
+type Admin interface {
 	// Declare creates the consumer group gc describes, or checks that the existing group of
 	// that id matches it.
 	Declare(gc GroupConfig) error
@@ -61,7 +83,7 @@ type Engine interface {
 	DeadLetters(id, token string, limit int) (dls []DeadLetter, next string, err error)
 	// ReplayDeadLetters publishes the dead letters of group id named by ids (every one kept
 	// now, if ids is empty) again to their original topic through Publish (so the plugins
-	// see them), with their original headers and HeaderReplayCount one higher. One replayed
+	// see them), with their original headers and deadletter.HeaderReplayCount one higher. One replayed
 	// leaves the store; one refused stays in it. A result per id, in order; an id the store
 	// does not hold gets ErrUnknownMessage.
 	ReplayDeadLetters(id string, ids []string) ([]Replayed, error)
@@ -70,12 +92,6 @@ type Engine interface {
 	PurgeDeadLetters(id string, ids []string) (int, error)
 	// Stats returns a snapshot of the counters, subscriptions and groups sorted by id.
 	Stats() Stats
-	// SetHooks installs the plugin chain (nil removes it). A swap never runs one message
-	// through two chains.
-	SetHooks(h Hooks)
-	// Shutdown refuses new work, waits until ctx is done for in-flight acks, then ends every
-	// stream with ErrShuttingDown. Idempotent.
-	Shutdown(ctx context.Context) error
 }
 
 // Stream is one subscriber connection (a Subscribe stream of the protocol) carrying any
@@ -212,10 +228,16 @@ type SubscribeOptions struct {
 	Peer string
 }
 
-// Settings are a subscription's options after defaults.
+// Settings are a subscription's options after defaults: what Subscription.Settings
+// returns, and how StreamInfo lists a stream's subscriptions.
 type Settings struct {
-	ID              string
-	MemberID        string
+	ID       string
+	MemberID string // balanced: the member's id
+	Mode     Mode
+	Group    string // balanced: the consumer group
+	Patterns []string
+
+	// Balanced only.
 	MaxInFlight     int
 	AckDeadline     time.Duration
 	MaxDeliveries   int
@@ -263,11 +285,10 @@ type GroupLimits struct {
 // Overflow is what a consumer group does with a publish when its queue is at its bound.
 type Overflow int
 
+// The zero Overflow takes the engine's default (itself OverflowReject by default).
 const (
-	// OverflowDefault takes the engine's default (itself OverflowReject by default).
-	OverflowDefault Overflow = iota
 	// OverflowReject refuses the publish with ErrGroupFull.
-	OverflowReject
+	OverflowReject Overflow = iota + 1
 	// OverflowDropOldest accepts it and drops the group's oldest queued message (counted).
 	OverflowDropOldest
 )
@@ -339,16 +360,7 @@ type StreamInfo struct {
 	ID            string // chosen by the engine, unique while it runs
 	Peer          string // the Peer of its subscriptions' SubscribeOptions
 	Buffered      int    // deliveries waiting to be sent
-	Subscriptions []StreamSubscription
-}
-
-// StreamSubscription is one subscription of a stream.
-type StreamSubscription struct {
-	ID       string
-	MemberID string // balanced: the member's id
-	Mode     Mode
-	Group    string // balanced: the consumer group
-	Patterns []string
+	Subscriptions []Settings
 }
 
 // DeadLetter is a message a consumer group dead-lettered, as its store keeps it.
@@ -369,24 +381,3 @@ type Replayed struct {
 	Routed   int
 	Err      error
 }
-
-// Headers an engine sets on a dead letter.
-const (
-	HeaderDeadLetterReason       = "tb-dead-letter-reason"
-	HeaderDeadLetterTopic        = "tb-dead-letter-topic"     // the message's original topic
-	HeaderDeadLetterSystemID     = "tb-dead-letter-system-id" // the message's original system_id
-	HeaderDeadLetterSubscription = "tb-dead-letter-subscription"
-	HeaderDeadLetterGroup        = "tb-dead-letter-group"
-	HeaderDeadLetterAttempts     = "tb-dead-letter-attempts"
-	// HeaderDeadLetterPrefix starts every header above; a replay removes them.
-	HeaderDeadLetterPrefix = "tb-dead-letter-"
-	// HeaderReplayCount is set on a replayed dead letter: how many times it was replayed.
-	HeaderReplayCount = "tb-replay-count"
-)
-
-// Reasons given for a redelivery or dead letter.
-const (
-	ReasonNack        = "nack"
-	ReasonAckDeadline = "ack deadline exceeded"
-	ReasonMemberLeft  = "member left"
-)

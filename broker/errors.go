@@ -4,7 +4,8 @@ import "errors"
 
 // Errors returned by every engine. Each is wrapped with %w and a message that says what was
 // wrong and how to fix it; compare with errors.Is. The gRPC server maps each to one status code
-// (see server/status.go).
+// (see server/status.go). An engine that does not implement a call returns
+// errors.ErrUnsupported (UNIMPLEMENTED).
 var (
 	// ErrInvalidTopic: a topic to publish to is empty, too long, has an empty token,
 	// whitespace or a wildcard. (INVALID_ARGUMENT)
@@ -43,10 +44,6 @@ var (
 	ErrLimit = errors.New("limit reached")
 	// ErrSubscriptionClosed: the subscription was closed by its owner.
 	ErrSubscriptionClosed = errors.New("subscription closed")
-	// ErrGroupInUse: a consumer group with members cannot be deleted. (FAILED_PRECONDITION)
-	// The memory engine deletes groups with members (ErrGroupDeleted); an engine that
-	// cannot may still refuse with it.
-	ErrGroupInUse = errors.New("consumer group in use")
 	// ErrGroupDeleted ends the subscriptions of a consumer group's members when the group is
 	// deleted (Engine.DeleteGroup). (NOT_FOUND: the group is gone; re-subscribing creates a
 	// new, empty one)
@@ -54,7 +51,4 @@ var (
 	// ErrUnavailable: the engine cannot reach what it stores messages in (the JetStream
 	// engine's NATS server); a retry may succeed. (UNAVAILABLE)
 	ErrUnavailable = errors.New("engine unavailable")
-	// ErrUnsupported: this engine does not implement the call (the JetStream engine's
-	// dead-letter store, for one). (UNIMPLEMENTED)
-	ErrUnsupported = errors.New("not supported by this engine")
 )

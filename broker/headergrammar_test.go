@@ -4,25 +4,22 @@ import (
 	"errors"
 	"maps"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	"github.com/tinybroker/tinybroker/internal/brokertest/headercases"
 )
 
 // The header grammar at the seam: every header of the one table (headercases) is accepted
-// or refused as the table says, by CheckHeader (which the plugins' host functions call too)
-// and by a publish, alone or all together; a refusal is INVALID_ARGUMENT
+// or refused as the table says, by Header.Check (which the plugins' host functions call too)
+// and by a publish's check (Limits.CheckMessage), alone or all together; a refusal is INVALID_ARGUMENT
 // (ErrInvalidMessage) and names the header's rule. The engines run the same table through
 // the real server (server/headers_test.go).
 func TestHeaderGrammar(t *testing.T) {
 	limits := Limits{}.WithDefaults()
-	r := &recordingRouter{}
-	p := &Publisher{Limits: &limits, Hooks: new(HookSlot), Closing: new(atomic.Bool), Router: r, Log: nopWarner{}}
 	valid := map[string]string{}
 	for _, c := range headercases.Cases {
-		err := CheckHeader(c.Key, c.Value)
-		_, pubErr := p.Publish("t", nil, map[string]string{c.Key: c.Value})
+		err := Header{Key: c.Key, Value: c.Value}.Check()
+		_, pubErr := limits.CheckMessage("t", nil, MakeHeaders(map[string]string{c.Key: c.Value}))
 		if c.Valid() {
 			if err != nil || pubErr != nil {
 				t.Errorf("header %q: %q refused: %v; publish: %v", c.Key, c.Value, err, pubErr)

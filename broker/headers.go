@@ -33,9 +33,9 @@ func MakeHeaders(m map[string]string) Headers {
 	return h
 }
 
-// SortHeaders sorts h, built in any order, by key, keeping of a key that occurs more than
+// Sorted sorts h, built in any order, by key, keeping of a key that occurs more than
 // once its last value (as protobuf does for a map field), and returns it.
-func SortHeaders(h Headers) Headers {
+func (h Headers) Sorted() Headers {
 	if len(h) < 2 {
 		return h
 	}

@@ -82,13 +82,13 @@ func TestHeadersNeverChangedInPlace(t *testing.T) {
 	}
 }
 
-// SortHeaders sorts pairs given in any order and keeps a repeated key's last value, as
+// Headers.Sorted sorts pairs given in any order and keeps a repeated key's last value, as
 // protobuf does for a map field given a key twice.
 func TestSortHeaders(t *testing.T) {
-	got := SortHeaders(Headers{{"c", "1"}, {"a", "1"}, {"c", "2"}, {"b", "1"}, {"a", "2"}, {"c", "3"}})
+	got := (Headers{{"c", "1"}, {"a", "1"}, {"c", "2"}, {"b", "1"}, {"a", "2"}, {"c", "3"}}).Sorted()
 	want := Headers{{"a", "2"}, {"b", "1"}, {"c", "3"}}
 	if !got.Equal(want) {
-		t.Errorf("SortHeaders = %v, want %v", got, want)
+		t.Errorf("Sorted = %v, want %v", got, want)
 	}
 	if got := MakeHeaders(nil); got != nil {
 		t.Errorf("MakeHeaders(nil) = %v", got)
@@ -101,8 +101,8 @@ func TestCheckHeadersOrder(t *testing.T) {
 	l := Limits{}.WithDefaults()
 	for _, h := range []Headers{{{"b", "1"}, {"a", "1"}}, {{"a", "1"}, {"a", "2"}}} {
 		_, err := l.CheckHeaders(h)
-		if !errors.Is(err, ErrInvalidMessage) || !strings.Contains(err.Error(), "SortHeaders") {
-			t.Errorf("%v: %v, want refused naming SortHeaders", h, err)
+		if !errors.Is(err, ErrInvalidMessage) || !strings.Contains(err.Error(), "Headers.Sorted") {
+			t.Errorf("%v: %v, want refused naming Headers.Sorted", h, err)
 		}
 	}
 	if hb, err := l.CheckHeaders(Headers{{"a", "1"}, {"bb", "22"}}); err != nil || hb != 6 {
@@ -110,7 +110,7 @@ func TestCheckHeadersOrder(t *testing.T) {
 	}
 }
 
-// SortHeaders agrees with a stable sort, keeping a repeated key's last value, at every size
+// Headers.Sorted agrees with a stable sort, keeping a repeated key's last value, at every size
 // (the larger ones are sorted another way) and with many repeats.
 func TestSortHeadersLarge(t *testing.T) {
 	for _, n := range []int{2, 31, 32, 33, 100, 1000} {
@@ -123,7 +123,7 @@ func TestSortHeadersLarge(t *testing.T) {
 			for _, x := range h {
 				want[x.Key] = x.Value
 			}
-			got := SortHeaders(slices.Clone(h))
+			got := slices.Clone(h).Sorted()
 			if !sorted(got) || !maps.Equal(got.Map(), want) {
 				t.Fatalf("%d headers, %d keys: %v", n, keys, got)
 			}

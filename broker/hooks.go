@@ -2,7 +2,6 @@ package broker
 
 import (
 	"fmt"
-	"sync/atomic"
 	"time"
 )
 
@@ -20,6 +19,11 @@ type Hooks interface {
 	// OnPublish runs before routing and may change d. An error refuses the publish and is
 	// returned to the publisher (use *RejectError for a chosen status).
 	OnPublish(d *Draft) (PublishVerdict, error)
+	// OnPublishBatch runs OnPublish over the messages of a PublishBatch frame at once, which
+	// may be cheaper than one by one (the plugin chain takes one instance of each plugin for
+	// the whole frame): vs[i] and errs[i] are what OnPublish(&ds[i]) would have returned; the
+	// three slices have the same length.
+	OnPublishBatch(ds []Draft, vs []PublishVerdict, errs []error)
 	// WantsAck and WantsRedeliver say whether a consumer group's acks and redeliveries are
 	// hooked, so the engine can skip building events nobody reads.
 	WantsAck(group string) bool
@@ -73,7 +77,7 @@ type RedeliverEvent struct {
 	SubscriptionID string
 	Group          string
 	Attempt        uint32 // the attempt that failed
-	Reason         string // ReasonNack (or the nack's reason), ReasonAckDeadline, ReasonMemberLeft
+	Reason         string // deadletter.ReasonNack (or the nack's reason), ReasonAckDeadline, ReasonMemberLeft
 }
 
 // RedeliverAction is what becomes of a message taken back from a member.
@@ -99,26 +103,4 @@ type RedeliverVerdict struct {
 	SetHeaders map[string]string // header changes kept on the message
 	DelHeaders []string
 	Emit       []Draft
-}
-
-// HookSlot holds the Hooks an engine has installed (Engine.SetHooks). Every publish, ack and
-// redelivery loads it once, so a swap never runs a message through two chains, or one chain
-// twice. The zero value holds none.
-type HookSlot struct{ p atomic.Pointer[Hooks] }
-
-// Set installs h; nil removes the hooks.
-func (s *HookSlot) Set(h Hooks) {
-	if h == nil {
-		s.p.Store(nil)
-		return
-	}
-	s.p.Store(&h)
-}
-
-// Load returns the hooks installed now, or nil.
-func (s *HookSlot) Load() Hooks {
-	if p := s.p.Load(); p != nil {
-		return *p
-	}
-	return nil
 }

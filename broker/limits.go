@@ -8,28 +8,9 @@ import (
 	"unicode/utf8"
 )
 
-// Defaults of Limits, and of the configuration file's settings of the same names.
-const (
-	DefaultMaxMessageBytes            = 1 << 20  // max_message_bytes
-	DefaultMaxHeaderBytes             = 64 << 10 // max_header_bytes
-	DefaultMaxHeaders                 = 1_024    // max_headers
-	DefaultMaxInFlightCap             = 65_536
-	DefaultMaxSubscriptionsPerStream  = 65_536 // limits { max_subscriptions_per_stream }
-	DefaultMaxPatternsPerSubscription = 1_024  // limits { max_patterns_per_subscription }
-	DefaultMaxGroups                  = 10_000 // limits { max_groups }
-	DefaultAckDeadline                = 30 * time.Second
-	DefaultMaxDeliveriesCap           = 1_000 // groups { max_deliveries_cap }
-	// The redelivery back-off (groups { redelivery_delay_min, redelivery_delay_max }): a
-	// message taken back from a member for another attempt waits at least
-	// min × 2^(attempt-1), at most max, before it is redelivered. See RATIONALE.md, "Why is
-	// there a floor on redelivery?".
-	DefaultRedeliveryDelayMin = 100 * time.Millisecond
-	DefaultRedeliveryDelayMax = 10 * time.Second
-)
-
 // Limits are the rules on what a client may send and make an engine hold that do not depend
 // on the engine: every engine checks messages and subscriptions with them, as do the plugin
-// test harness and the configuration. Zero values take the defaults above.
+// test harness and the configuration. Zero values take the defaults (WithDefaults).
 type Limits struct {
 	MaxMessageBytes int // largest payload accepted
 	MaxHeaderBytes  int // largest sum of header keys and values
@@ -49,13 +30,11 @@ type Limits struct {
 	MaxSubscriptionsPerStream  int // subscriptions one stream carries at once
 	MaxPatternsPerSubscription int // topic_patterns of one subscription
 	MaxGroups                  int // consumer groups in all
-}
 
-// GroupDefaults are what a consumer group has when it does not set its own (the config's
-// groups { ... }), for every engine: each engine's Options embed them, so the configuration
-// hands one value to whichever engine runs. Zero values take the engine's defaults (the
-// memory engine's byte bounds follow its memory budget).
-type GroupDefaults struct {
+	// What a consumer group has when it does not set its own (the configuration's
+	// groups { ... }), for every engine: the configuration hands one Limits to whichever
+	// engine runs. Zero values take the engine's defaults (WithGroupDefaults: the memory
+	// engine's byte bounds follow its memory budget).
 	GroupMaxQueued      int      // messages a group holds for its members (100,000)
 	GroupMaxQueuedBytes int64    // bytes a group holds: queued, in flight and delayed, by MessageCost
 	GroupOverflow       Overflow // what a full group does with a publish (OverflowReject)
@@ -69,28 +48,28 @@ type GroupDefaults struct {
 	// publish to its topics.
 	GroupExpireAfter time.Duration
 	// GroupRedeliveryDelayMin and GroupRedeliveryDelayMax are the redelivery back-off
-	// (DefaultRedeliveryDelayMin, DefaultRedeliveryDelayMax); a negative min turns it off.
+	// (100ms doubling up to 10s); a negative min turns it off.
 	GroupRedeliveryDelayMin time.Duration
 	GroupRedeliveryDelayMax time.Duration
 }
 
-// Limits returns the group limits of d, for GroupLimits.Or.
-func (d GroupDefaults) Limits() GroupLimits {
+// GroupLimits returns the group limits of l, for GroupLimits.Or.
+func (d Limits) GroupLimits() GroupLimits {
 	return GroupLimits{MaxQueued: d.GroupMaxQueued, MaxQueuedBytes: d.GroupMaxQueuedBytes, Overflow: d.GroupOverflow,
 		DeadLetterMax: d.GroupDeadLetterMax, DeadLetterMaxBytes: d.GroupDeadLetterMaxBytes,
 		RedeliveryDelayMin: d.GroupRedeliveryDelayMin, RedeliveryDelayMax: d.GroupRedeliveryDelayMax}
 }
 
-// WithDefaults returns d with every zero value replaced by its default, the byte bounds by
-// the engine's: maxQueuedBytes and deadLetterMaxBytes.
-func (d GroupDefaults) WithDefaults(maxQueuedBytes, deadLetterMaxBytes int64) GroupDefaults {
+// WithGroupDefaults returns l with every zero value of its Group fields replaced by its
+// default, the byte bounds by the engine's: maxQueuedBytes and deadLetterMaxBytes.
+func (d Limits) WithGroupDefaults(maxQueuedBytes, deadLetterMaxBytes int64) Limits {
 	if d.GroupMaxQueued <= 0 {
 		d.GroupMaxQueued = 100_000
 	}
 	if d.GroupMaxQueuedBytes <= 0 {
 		d.GroupMaxQueuedBytes = maxQueuedBytes
 	}
-	if d.GroupOverflow == OverflowDefault {
+	if d.GroupOverflow == 0 {
 		d.GroupOverflow = OverflowReject
 	}
 	if d.GroupDeadLetterMax <= 0 {
@@ -99,11 +78,14 @@ func (d GroupDefaults) WithDefaults(maxQueuedBytes, deadLetterMaxBytes int64) Gr
 	if d.GroupDeadLetterMaxBytes <= 0 {
 		d.GroupDeadLetterMaxBytes = deadLetterMaxBytes
 	}
+	// The redelivery back-off: a message taken back from a member for another attempt
+	// waits at least min × 2^(attempt-1), at most max, before it is redelivered. See
+	// RATIONALE.md, "Why is there a floor on redelivery?".
 	if d.GroupRedeliveryDelayMin == 0 {
-		d.GroupRedeliveryDelayMin = DefaultRedeliveryDelayMin
+		d.GroupRedeliveryDelayMin = 100 * time.Millisecond
 	}
 	if d.GroupRedeliveryDelayMax <= 0 {
-		d.GroupRedeliveryDelayMax = DefaultRedeliveryDelayMax
+		d.GroupRedeliveryDelayMax = 10 * time.Second
 	}
 	return d
 }
@@ -115,16 +97,16 @@ func (l Limits) WithDefaults() Limits {
 			*v = d
 		}
 	}
-	def(&l.MaxMessageBytes, DefaultMaxMessageBytes)
-	def(&l.MaxHeaderBytes, DefaultMaxHeaderBytes)
-	def(&l.MaxHeaders, DefaultMaxHeaders)
-	def(&l.MaxInFlightCap, DefaultMaxInFlightCap)
-	def(&l.MaxSubscriptionsPerStream, DefaultMaxSubscriptionsPerStream)
-	def(&l.MaxPatternsPerSubscription, DefaultMaxPatternsPerSubscription)
-	def(&l.MaxGroups, DefaultMaxGroups)
-	def(&l.MaxDeliveriesCap, DefaultMaxDeliveriesCap)
+	def(&l.MaxMessageBytes, 1<<20)
+	def(&l.MaxHeaderBytes, 64<<10)
+	def(&l.MaxHeaders, 1_024)
+	def(&l.MaxInFlightCap, 65_536)
+	def(&l.MaxSubscriptionsPerStream, 65_536)
+	def(&l.MaxPatternsPerSubscription, 1_024)
+	def(&l.MaxGroups, 10_000)
+	def(&l.MaxDeliveriesCap, 1_000)
 	if l.AckDeadline <= 0 {
-		l.AckDeadline = DefaultAckDeadline
+		l.AckDeadline = 30 * time.Second
 	}
 	return l
 }
@@ -148,10 +130,11 @@ func (l Limits) CheckPayload(n int, after bool) error {
 // else is refused: an engine whose store has a narrower grammar carries every valid header
 // anyway (the JetStream engine, RATIONALE.md, "Why may a header be any UTF-8?").
 
-// CheckHeader checks one header against the grammar, whatever the limits: the publish path
+// Check checks one header against the grammar, whatever the limits: the publish path
 // (CheckHeaders) and the plugins' host functions, as a plugin writes a header, call it. The
 // error wraps ErrInvalidMessage and names the header and the rule it breaks.
-func CheckHeader(key, value string) error {
+func (h Header) Check() error {
+	key, value := h.Key, h.Value
 	switch {
 	case key == "":
 		return fmt.Errorf("%w: a header has an empty name (value %.40q); give every header a name", ErrInvalidMessage, value)
@@ -163,23 +146,24 @@ func CheckHeader(key, value string) error {
 	return nil
 }
 
-// TooManyHeaders is the refusal of a message with more than max headers (max_headers).
-func TooManyHeaders(max int) error {
+// TooManyHeaders is the refusal of a message with more than l.MaxHeaders headers (max_headers).
+func (l Limits) TooManyHeaders() error {
+	max := l.MaxHeaders
 	return fmt.Errorf("%w: the message has more than %d headers, the limit (max_headers); put the data in the payload or in fewer headers", ErrInvalidMessage, max)
 }
 
 // CheckHeaders checks a message's headers in one pass — how many, sorted with each key once
-// (as Headers must be), each by CheckHeader, how many bytes — and returns the sum of their
+// (as Headers must be), each by Header.Check, how many bytes — and returns the sum of their
 // keys' and values' lengths (Message.HeaderBytes).
 func (l Limits) CheckHeaders(h Headers) (headerBytes int, err error) {
 	if len(h) > l.MaxHeaders {
-		return 0, TooManyHeaders(l.MaxHeaders)
+		return 0, l.TooManyHeaders()
 	}
 	for i, x := range h {
 		if i > 0 && h[i-1].Key >= x.Key {
-			return 0, fmt.Errorf("%w: headers %q and %q are out of order or the same: Headers are sorted by key, each key once (broker.SortHeaders)", ErrInvalidMessage, h[i-1].Key, x.Key)
+			return 0, fmt.Errorf("%w: headers %q and %q are out of order or the same: Headers are sorted by key, each key once (Headers.Sorted)", ErrInvalidMessage, h[i-1].Key, x.Key)
 		}
-		if err := CheckHeader(x.Key, x.Value); err != nil {
+		if err := x.Check(); err != nil {
 			return 0, err
 		}
 		headerBytes += len(x.Key) + len(x.Value)
@@ -234,7 +218,7 @@ func (l Limits) CheckSubscribe(o *SubscribeOptions) ([]string, error) {
 	}
 	patterns := slices.Clone(o.Patterns)
 	for _, p := range patterns {
-		if err := ValidatePattern(p); err != nil {
+		if err := Pattern(p).Validate(); err != nil {
 			return nil, err
 		}
 	}
@@ -284,10 +268,10 @@ func (l Limits) CheckSubscribe(o *SubscribeOptions) ([]string, error) {
 	return patterns, nil
 }
 
-// CheckGroupConfig validates a group declaration without creating it. Its max_deliveries
+// Check validates a group declaration without creating it. Its max_deliveries
 // is not held to a cap here: the configuration checks it against its own
 // max_deliveries_cap, and the engine against its.
-func CheckGroupConfig(gc GroupConfig) error {
+func (gc GroupConfig) Check() error {
 	o := gc.SubscribeOptions()
 	l := Limits{MaxDeliveriesCap: math.MaxInt}.WithDefaults()
 	_, err := l.CheckSubscribe(&o)
@@ -328,7 +312,7 @@ func (l GroupLimits) Or(d GroupLimits) GroupLimits {
 	if l.MaxQueuedBytes <= 0 {
 		l.MaxQueuedBytes = d.MaxQueuedBytes
 	}
-	if l.Overflow == OverflowDefault {
+	if l.Overflow == 0 {
 		l.Overflow = d.Overflow
 	}
 	if l.DeadLetterMax <= 0 {
@@ -373,4 +357,22 @@ func (l GroupLimits) RedeliveryDelay(requested time.Duration, attempt uint32) ti
 		floor *= 2
 	}
 	return max(requested, min(floor, hi))
+}
+
+// CheckMember says why a member asking for o (its patterns checked and sorted by
+// Limits.CheckSubscribe) may not join the group gc defines (gc.DeadLetterTopic after its
+// default), or nil: members share the group's name and patterns, and may leave
+// max_deliveries and the dead-letter topic unset or repeat them, not change them.
+func (gc GroupConfig) CheckMember(o *SubscribeOptions, patterns []string) error {
+	switch {
+	case gc.Name != o.Group:
+		return fmt.Errorf("%w: subscription_id %q is consumer group %q, not %q; members must share both", ErrGroupMismatch, o.ID, gc.Name, o.Group)
+	case !slices.Equal(gc.Patterns, patterns):
+		return fmt.Errorf("%w: consumer group %q subscribes to %q, this member asked for %q; every member must use the same topic_patterns", ErrGroupMismatch, gc.Name, gc.Patterns, patterns)
+	case o.MaxDeliveries != 0 && o.MaxDeliveries != gc.MaxDeliveries:
+		return fmt.Errorf("%w: consumer group %q has max_deliveries %d, this member asked for %d; leave it 0 to take the group's", ErrGroupMismatch, gc.Name, gc.MaxDeliveries, o.MaxDeliveries)
+	case o.DeadLetterTopic != "" && o.DeadLetterTopic != gc.DeadLetterTopic:
+		return fmt.Errorf("%w: consumer group %q dead-letters to %q, this member asked for %q; leave it empty to take the group's", ErrGroupMismatch, gc.Name, gc.DeadLetterTopic, o.DeadLetterTopic)
+	}
+	return nil
 }

@@ -7,8 +7,9 @@ import "strings"
 // topics, which are patterns that match themselves). RATIONALE.md, "Security", says how
 // permissions use them.
 
-// PatternCovers reports whether every topic inner matches is also matched by outer.
-func PatternCovers(outer, inner string) bool {
+// Covers reports whether every topic inner matches is also matched by p.
+func (p Pattern) Covers(inner string) bool {
+	outer := string(p)
 	for {
 		otok, orest, omore := strings.Cut(outer, ".")
 		itok, irest, imore := strings.Cut(inner, ".")
@@ -29,8 +30,9 @@ func PatternCovers(outer, inner string) bool {
 	}
 }
 
-// PatternsOverlap reports whether some topic matches both a and b.
-func PatternsOverlap(a, b string) bool {
+// Overlaps reports whether some topic matches both p and b.
+func (p Pattern) Overlaps(b string) bool {
+	a := string(p)
 	for {
 		atok, arest, amore := strings.Cut(a, ".")
 		btok, brest, bmore := strings.Cut(b, ".")

@@ -28,14 +28,14 @@ func TestPatternRelations(t *testing.T) {
 		{"a.*.c", "a.>", false, true},
 		{"a.b.c", "a.b.c", true, true},
 	} {
-		if got := PatternCovers(c.a, c.b); got != c.covers {
-			t.Errorf("PatternCovers(%q, %q) = %v, want %v", c.a, c.b, got, c.covers)
+		if got := Pattern(c.a).Covers(c.b); got != c.covers {
+			t.Errorf("Covers(%q, %q) = %v, want %v", c.a, c.b, got, c.covers)
 		}
-		if got := PatternsOverlap(c.a, c.b); got != c.overlaps {
-			t.Errorf("PatternsOverlap(%q, %q) = %v, want %v", c.a, c.b, got, c.overlaps)
+		if got := Pattern(c.a).Overlaps(c.b); got != c.overlaps {
+			t.Errorf("Overlaps(%q, %q) = %v, want %v", c.a, c.b, got, c.overlaps)
 		}
-		if got := PatternsOverlap(c.b, c.a); got != c.overlaps {
-			t.Errorf("PatternsOverlap(%q, %q) = %v, want %v (symmetric)", c.b, c.a, got, c.overlaps)
+		if got := Pattern(c.b).Overlaps(c.a); got != c.overlaps {
+			t.Errorf("Overlaps(%q, %q) = %v, want %v (symmetric)", c.b, c.a, got, c.overlaps)
 		}
 	}
 }
@@ -63,14 +63,14 @@ func topicsUpTo(alphabet []string, n int) []string {
 	return out
 }
 
-// FuzzPatternRelations holds PatternCovers and PatternsOverlap to their definitions, checked
+// FuzzPatternRelations holds Pattern.Covers and Pattern.Overlaps to their definitions, checked
 // by brute force over every topic long enough to tell.
 func FuzzPatternRelations(f *testing.F) {
 	for _, s := range [][2]string{{">", "a"}, {"a.*", "a.>"}, {"*.b", "a.*"}, {"a.b.c", "a.*.>"}} {
 		f.Add(s[0], s[1])
 	}
 	f.Fuzz(func(t *testing.T, a, b string) {
-		if ValidatePattern(a) != nil || ValidatePattern(b) != nil {
+		if Pattern(a).Validate() != nil || Pattern(b).Validate() != nil {
 			return
 		}
 		na, nb := strings.Count(a, ".")+1, strings.Count(b, ".")+1
@@ -85,7 +85,7 @@ func FuzzPatternRelations(f *testing.F) {
 		}
 		covers, overlaps := true, false
 		for _, topic := range topicsUpTo(alphabet, max(na, nb)+1) {
-			ma, mb := MatchPattern(a, topic), MatchPattern(b, topic)
+			ma, mb := Pattern(a).Match(topic), Pattern(b).Match(topic)
 			if mb && !ma {
 				covers = false
 			}
@@ -93,11 +93,11 @@ func FuzzPatternRelations(f *testing.F) {
 				overlaps = true
 			}
 		}
-		if got := PatternCovers(a, b); got != covers {
-			t.Errorf("PatternCovers(%q, %q) = %v; brute force says %v", a, b, got, covers)
+		if got := Pattern(a).Covers(b); got != covers {
+			t.Errorf("Covers(%q, %q) = %v; brute force says %v", a, b, got, covers)
 		}
-		if got := PatternsOverlap(a, b); got != overlaps {
-			t.Errorf("PatternsOverlap(%q, %q) = %v; brute force says %v", a, b, got, overlaps)
+		if got := Pattern(a).Overlaps(b); got != overlaps {
+			t.Errorf("Overlaps(%q, %q) = %v; brute force says %v", a, b, got, overlaps)
 		}
 	})
 }

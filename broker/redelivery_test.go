@@ -35,7 +35,7 @@ func TestRedeliveryDelay(t *testing.T) {
 // itself are not.
 func TestMaxDeliveriesCap(t *testing.T) {
 	l := Limits{}.WithDefaults()
-	for _, n := range []int{0, 1, DefaultMaxDeliveriesCap} {
+	for _, n := range []int{0, 1, Limits{}.WithDefaults().MaxDeliveriesCap} {
 		o := SubscribeOptions{ID: "g", Group: "g", Patterns: []string{"a"}, Mode: Balanced, MaxDeliveries: n}
 		if _, err := l.CheckSubscribe(&o); err != nil {
 			t.Errorf("max_deliveries %d: %v", n, err)
@@ -46,7 +46,7 @@ func TestMaxDeliveriesCap(t *testing.T) {
 	if !errors.Is(err, ErrInvalidSubscription) || !strings.Contains(err.Error(), "groups { max_deliveries_cap }") {
 		t.Fatalf("max_deliveries 4294967295: %v", err)
 	}
-	if err := CheckGroupConfig(GroupConfig{Name: "g", Patterns: []string{"a"}, MaxDeliveries: 5000}); err != nil {
+	if err := (GroupConfig{Name: "g", Patterns: []string{"a"}, MaxDeliveries: 5000}).Check(); err != nil {
 		t.Fatalf("a declaration is held to the configuration's cap, not the default: %v", err)
 	}
 }

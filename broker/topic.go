@@ -7,12 +7,12 @@ import (
 	"unicode/utf8"
 )
 
-// MaxTopicBytes is the longest topic or pattern accepted, in bytes.
-const MaxTopicBytes = 255
+// maxTopicBytes is the longest topic or pattern accepted, in bytes.
+const maxTopicBytes = 255
 
 // ValidateTopic reports whether topic can be published to: one or more non-empty tokens
 // separated by '.', no whitespace or control characters, no '*' or '>' anywhere (they are the
-// wildcards of patterns), valid UTF-8, at most MaxTopicBytes long. Every valid topic is also
+// wildcards of patterns), valid UTF-8, at most maxTopicBytes long. Every valid topic is also
 // a valid pattern that matches exactly itself (see RATIONALE.md, "one grammar").
 func ValidateTopic(topic string) error {
 	if plainTopic(topic) { // the common case, in one pass
@@ -32,10 +32,13 @@ func ValidateTopic(topic string) error {
 	return nil
 }
 
-// ValidatePattern reports whether pattern is a valid subscription pattern: tokens as in a
-// topic, where a token "*" matches exactly one token and a last token ">" matches one or more
-// trailing tokens.
-func ValidatePattern(pattern string) error {
+// Pattern is a subscription's topic pattern: tokens as in a topic, where a token "*" matches
+// exactly one token and a last token ">" matches one or more trailing tokens. Every valid topic is also a valid pattern, that matches only itself.
+type Pattern string
+
+// Validate reports whether p is a valid pattern, and if not, why, with ErrInvalidPattern.
+func (p Pattern) Validate() error {
+	pattern := string(p)
 	if msg := checkSubject(pattern); msg != "" {
 		return fmt.Errorf("%w %q: %s", ErrInvalidPattern, pattern, msg)
 	}
@@ -58,7 +61,7 @@ func ValidatePattern(pattern string) error {
 // plainTopic reports whether topic is a valid topic of printable ASCII: it says nothing of
 // the others, which ValidateTopic then checks in full.
 func plainTopic(topic string) bool {
-	if len(topic) == 0 || len(topic) > MaxTopicBytes {
+	if len(topic) == 0 || len(topic) > maxTopicBytes {
 		return false
 	}
 	prev := byte('.')
@@ -77,8 +80,8 @@ func checkSubject(s string) string {
 	switch {
 	case s == "":
 		return "empty; use dot-separated tokens such as \"jobs.thumb.1\""
-	case len(s) > MaxTopicBytes:
-		return fmt.Sprintf("%d bytes long; the limit is %d", len(s), MaxTopicBytes)
+	case len(s) > maxTopicBytes:
+		return fmt.Sprintf("%d bytes long; the limit is %d", len(s), maxTopicBytes)
 	case !utf8.ValidString(s):
 		return "not valid UTF-8"
 	case s[0] == '.' || s[len(s)-1] == '.' || strings.Contains(s, ".."):
@@ -92,9 +95,10 @@ func checkSubject(s string) string {
 	return ""
 }
 
-// MatchPattern reports whether topic matches pattern. Both are assumed valid. It is the
+// Match reports whether topic matches p. Both are assumed valid. It is the
 // reference the index is tested against; routing uses the index.
-func MatchPattern(pattern, topic string) bool {
+func (p Pattern) Match(topic string) bool {
+	pattern := string(p)
 	for {
 		ptok, prest, pmore := strings.Cut(pattern, ".")
 		if ptok == ">" {

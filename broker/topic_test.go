@@ -7,12 +7,12 @@ import (
 )
 
 func TestValidateTopic(t *testing.T) {
-	for _, ok := range []string{"a", "jobs.thumb.1", "a-b_c.$sys.ü", strings.Repeat("a", MaxTopicBytes)} {
+	for _, ok := range []string{"a", "jobs.thumb.1", "a-b_c.$sys.ü", strings.Repeat("a", maxTopicBytes)} {
 		if err := ValidateTopic(ok); err != nil {
 			t.Errorf("ValidateTopic(%q) = %v", ok, err)
 		}
 	}
-	for _, bad := range []string{"", ".", "a.", ".a", "a..b", "a.*", ">", "a.>", "*0", "orders.*x", "a.b>", "a>b.c", "x.*y.z", "a b", "a\tb", "a\n", "\xff", strings.Repeat("a", MaxTopicBytes+1)} {
+	for _, bad := range []string{"", ".", "a.", ".a", "a..b", "a.*", ">", "a.>", "*0", "orders.*x", "a.b>", "a>b.c", "x.*y.z", "a b", "a\tb", "a\n", "\xff", strings.Repeat("a", maxTopicBytes+1)} {
 		if err := ValidateTopic(bad); !errors.Is(err, ErrInvalidTopic) {
 			t.Errorf("ValidateTopic(%q) = %v, want ErrInvalidTopic", bad, err)
 		}
@@ -21,13 +21,13 @@ func TestValidateTopic(t *testing.T) {
 
 func TestValidatePattern(t *testing.T) {
 	for _, ok := range []string{"a", ">", "*", "a.*.c", "a.>", "*.*.>", "jobs.thumb.*"} {
-		if err := ValidatePattern(ok); err != nil {
-			t.Errorf("ValidatePattern(%q) = %v", ok, err)
+		if err := Pattern(ok).Validate(); err != nil {
+			t.Errorf("Validate(%q) = %v", ok, err)
 		}
 	}
 	for _, bad := range []string{"", "a..b", ">.a", "a.>.b", "a*", "a.b*", "*a", "a.>>", "a b", "a."} {
-		if err := ValidatePattern(bad); !errors.Is(err, ErrInvalidPattern) {
-			t.Errorf("ValidatePattern(%q) = %v, want ErrInvalidPattern", bad, err)
+		if err := Pattern(bad).Validate(); !errors.Is(err, ErrInvalidPattern) {
+			t.Errorf("Validate(%q) = %v, want ErrInvalidPattern", bad, err)
 		}
 	}
 }
@@ -46,7 +46,7 @@ func TestMatchPattern(t *testing.T) {
 		{"a.b", "a", false}, {"a.b", "a.bc", false},
 	}
 	for _, c := range cases {
-		if got := MatchPattern(c.pattern, c.topic); got != c.want {
+		if got := Pattern(c.pattern).Match(c.topic); got != c.want {
 			t.Errorf("MatchPattern(%q, %q) = %v, want %v", c.pattern, c.topic, got, c.want)
 		}
 	}

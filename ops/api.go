@@ -81,8 +81,6 @@ func adminError(w http.ResponseWriter, err error) {
 	switch {
 	case errors.Is(err, broker.ErrUnknownSubscription), errors.Is(err, broker.ErrUnknownMessage):
 		status = http.StatusNotFound
-	case errors.Is(err, broker.ErrGroupInUse):
-		status = http.StatusConflict
 	case errors.Is(err, broker.ErrShuttingDown):
 		status = http.StatusServiceUnavailable
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/broker/deadletter"
 	"github.com/tinybroker/tinybroker/ops"
 	"github.com/tinybroker/tinybroker/plugins"
 	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
@@ -228,10 +229,10 @@ func newCaptureAdmin(b broker.Engine) ops.Admin {
 }
 
 func (a *captureAdmin) add(m *broker.Message) {
-	attempts, _ := strconv.Atoi(m.Headers.Map()[broker.HeaderDeadLetterAttempts])
-	dl := ops.DeadLetter{ID: m.SystemID, Topic: m.Headers.Map()[broker.HeaderDeadLetterTopic], Reason: m.Headers.Map()[broker.HeaderDeadLetterReason],
+	attempts, _ := strconv.Atoi(m.Headers.Map()[deadletter.HeaderAttempts])
+	dl := ops.DeadLetter{ID: m.SystemID, Topic: m.Headers.Map()[deadletter.HeaderTopic], Reason: m.Headers.Map()[deadletter.HeaderReason],
 		Attempts: attempts, At: time.Unix(0, m.PublishedAt), Headers: m.Headers.Map(), Payload: m.Payload, Size: len(m.Payload)}
-	group := m.Headers.Map()[broker.HeaderDeadLetterSubscription]
+	group := m.Headers.Map()[deadletter.HeaderSubscription]
 	a.mu.Lock()
 	a.dead[group] = append(a.dead[group], dl)
 	a.msgs[dl.ID] = m

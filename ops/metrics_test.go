@@ -99,7 +99,7 @@ func TestMetricsRedelivery(t *testing.T) {
 
 // Refusals by status code, and a full group's rejections.
 func TestMetricsRefusals(t *testing.T) {
-	s := start(t, stackOptions{engine: brokertest.Options{GroupDefaults: broker.GroupDefaults{GroupMaxQueued: 1}}})
+	s := start(t, stackOptions{engine: brokertest.Options{Limits: broker.Limits{GroupMaxQueued: 1}}})
 	if _, err := s.c.Publish(context.Background(), &pb.PublishRequest{Topic: "bad topic"}); err == nil {
 		t.Fatal("a topic with a space was published")
 	}

@@ -282,7 +282,7 @@ func (st *callState) mayChangeHeaders() bool {
 // of a message's headers is the broker's to check (broker.Limits.CheckHeaders).
 func (inst *instance) headerStatus(k, v string) int32 {
 	switch {
-	case broker.CheckHeader(k, v) != nil:
+	case broker.Header{Key: k, Value: v}.Check() != nil:
 		return abi.StatusInvalid
 	case len(k)+len(v) > inst.p.host.opts.MaxHeaderBytes:
 		return abi.StatusTooLarge

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/broker/deadletter"
 	"github.com/tinybroker/tinybroker/internal/abi"
 )
 
@@ -135,7 +136,7 @@ func (p *plugin) matchesSome(topic string) bool {
 				return true
 			}
 		default:
-			if broker.MatchPattern(tp.pattern, topic) {
+			if broker.Pattern(tp.pattern).Match(topic) {
 				return true
 			}
 		}
@@ -340,7 +341,7 @@ func (c *Chain) OnPublishBatch(ds []broker.Draft, vs []broker.PublishVerdict, er
 	}
 }
 
-var _ broker.BatchHooks = (*Chain)(nil)
+var _ broker.Hooks = (*Chain)(nil)
 
 // publish runs p's on_publish on d, on *inst, or on an instance from the pool if it is nil
 // (unless the circuit breaker is open or none can be had, counted as a failure); it leaves in
@@ -467,7 +468,7 @@ func (p *plugin) publishFailed(d *broker.Draft, err error) (bool, error) {
 	case FailClosed:
 		return true, fmt.Errorf("%w: %q on %s: %v; the message was not published", broker.ErrHookFailed, p.spec.Name, d.Topic, err)
 	case FailDeadLetter:
-		h := d.Headers.With(broker.HeaderDeadLetterTopic, d.Topic).Set(broker.HeaderDeadLetterReason, p.failure(err))
+		h := d.Headers.With(deadletter.HeaderTopic, d.Topic).Set(deadletter.HeaderReason, p.failure(err))
 		d.Topic, d.Headers = "dlq.plugin."+p.spec.Name, h
 		return true, nil
 	}

@@ -29,8 +29,8 @@ type HostOptions struct {
 	CacheDir        string
 	Logger          hclog.Logger
 	MaxMessageBytes int // the broker's limits, which plugin output must respect (default:
-	MaxHeaderBytes  int // broker.DefaultMaxMessageBytes and DefaultMaxHeaderBytes)
-	// MaxHeaders is the most headers a message may have (broker.DefaultMaxHeaders): a
+	MaxHeaderBytes  int // broker.Limits' defaults)
+	// MaxHeaders is the most headers a message may have (broker.Limits' default): a
 	// plugin whose header changes leave more fails its call.
 	MaxHeaders int
 	// MaxPluginBytes is the largest .wasm file read (DefaultMaxPluginBytes, 64 MiB).
@@ -53,15 +53,8 @@ func NewHost(opts HostOptions) (*Host, error) {
 	if opts.Logger == nil {
 		opts.Logger = hclog.NewNullLogger()
 	}
-	if opts.MaxMessageBytes <= 0 {
-		opts.MaxMessageBytes = broker.DefaultMaxMessageBytes
-	}
-	if opts.MaxHeaderBytes <= 0 {
-		opts.MaxHeaderBytes = broker.DefaultMaxHeaderBytes
-	}
-	if opts.MaxHeaders <= 0 {
-		opts.MaxHeaders = broker.DefaultMaxHeaders
-	}
+	def := broker.Limits{MaxMessageBytes: opts.MaxMessageBytes, MaxHeaderBytes: opts.MaxHeaderBytes, MaxHeaders: opts.MaxHeaders}.WithDefaults()
+	opts.MaxMessageBytes, opts.MaxHeaderBytes, opts.MaxHeaders = def.MaxMessageBytes, def.MaxHeaderBytes, def.MaxHeaders
 	if opts.MaxPluginBytes <= 0 {
 		opts.MaxPluginBytes = DefaultMaxPluginBytes
 	}

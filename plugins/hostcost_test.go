@@ -107,12 +107,12 @@ func TestCompiledPatterns(t *testing.T) {
 	patterns := []string{">", "a", "a.b", "a.>", "a.b.>", "*", "*.b", "a.*", "a.*.>", "*.>", "ab.>", "a.b.c"}
 	topics := []string{"a", "b", "ab", "a.b", "a.c", "ab.c", "a.b.c", "a.b.c.d", "b.b", "abc.d", "a.bc", "x.y.z"}
 	for _, pat := range patterns {
-		if err := broker.ValidatePattern(pat); err != nil {
+		if err := broker.Pattern(pat).Validate(); err != nil {
 			t.Fatalf("%s: %v", pat, err)
 		}
 		p := &plugin{topics: compilePatterns([]string{pat})}
 		for _, topic := range topics {
-			if got, want := p.matchesTopic(topic), broker.MatchPattern(pat, topic); got != want {
+			if got, want := p.matchesTopic(topic), broker.Pattern(pat).Match(topic); got != want {
 				t.Errorf("pattern %q, topic %q: matched %v, want %v", pat, topic, got, want)
 			}
 		}
@@ -176,7 +176,7 @@ func TestHeaderChanges(t *testing.T) {
 // copy of the result, which no later plugin changes in place: each message still ends with
 // its own headers, and the published ones are never touched.
 func TestBatchSharesHeaderChange(t *testing.T) {
-	p := &plugin{host: &Host{opts: HostOptions{MaxHeaders: broker.DefaultMaxHeaders, MaxHeaderBytes: broker.DefaultMaxHeaderBytes}}}
+	p := &plugin{host: &Host{opts: HostOptions{MaxHeaders: broker.Limits{}.WithDefaults().MaxHeaders, MaxHeaderBytes: broker.Limits{}.WithDefaults().MaxHeaderBytes}}}
 	var memo headerMemo
 	a1 := broker.MakeHeaders(map[string]string{"a": "1"})
 	a1too := broker.MakeHeaders(map[string]string{"a": "1"})

@@ -72,7 +72,7 @@ func TestInboxLayout(t *testing.T) {
 	u := func(off int) uint32 { return binary.LittleEndian.Uint32(box[off:]) }
 	str := func(off int) string { return string(box[u(off) : u(off)+u(off+4)]) }
 	if u(abi.InHook) != 2 || str(abi.InTopic) != "a.b" || str(abi.InPayload) != "pay" || u(abi.InID+4) != abi.AbsentLen ||
-		u(abi.InHeaderCount) != 3 || u(abi.InMaxMessage) != broker.DefaultMaxMessageBytes || u(abi.InMaxHeader) != broker.DefaultMaxHeaderBytes {
+		u(abi.InHeaderCount) != 3 || int(u(abi.InMaxMessage)) != (broker.Limits{}).WithDefaults().MaxMessageBytes || int(u(abi.InMaxHeader)) != (broker.Limits{}).WithDefaults().MaxHeaderBytes {
 		t.Fatalf("inbox header: % x", box[:abi.InHeaders])
 	}
 	var got []string
@@ -215,7 +215,7 @@ func FuzzWriteList(f *testing.F) {
 			return
 		}
 		for _, x := range d.Headers {
-			if x.Key == "" || len(x.Key)+len(x.Value) > broker.DefaultMaxHeaderBytes {
+			if x.Key == "" || len(x.Key)+len(x.Value) > (broker.Limits{}).WithDefaults().MaxHeaderBytes {
 				t.Fatalf("header %q: %d bytes applied", x.Key, len(x.Value))
 			}
 		}

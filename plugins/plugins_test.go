@@ -15,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/broker/deadletter"
 	"github.com/tinybroker/tinybroker/internal/brokertest"
 )
 
@@ -201,7 +202,7 @@ func TestAckAndRedeliverHooks(t *testing.T) {
 	}
 	m.Nack([]string{id}, 0, "")
 	dl := watch.Next(t)
-	if dl.Msg.Topic != "dlq.jobs" || dl.Msg.Headers.Map()[broker.HeaderDeadLetterReason] != "gave up" || dl.Msg.Headers.Map()["retried"] != "yes" {
+	if dl.Msg.Topic != "dlq.jobs" || dl.Msg.Headers.Map()[deadletter.HeaderReason] != "gave up" || dl.Msg.Headers.Map()["retried"] != "yes" {
 		t.Fatalf("dead letter %s %v", dl.Msg.Topic, dl.Msg.Headers)
 	}
 	// Groups outside the plugin's list are not hooked.
@@ -258,7 +259,7 @@ func TestHostilePlugins(t *testing.T) {
 						t.Fatal(err)
 					}
 					d := s.Next(t)
-					if d.Msg.Topic != "dlq.plugin.bad" || d.Msg.Headers.Map()[broker.HeaderDeadLetterTopic] != "orders.x" || !strings.Contains(d.Msg.Headers.Map()[broker.HeaderDeadLetterReason], "plugin bad failed") {
+					if d.Msg.Topic != "dlq.plugin.bad" || d.Msg.Headers.Map()[deadletter.HeaderTopic] != "orders.x" || !strings.Contains(d.Msg.Headers.Map()[deadletter.HeaderReason], "plugin bad failed") {
 						t.Fatalf("dead letter %s %v", d.Msg.Topic, d.Msg.Headers)
 					}
 				}

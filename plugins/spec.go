@@ -106,12 +106,12 @@ func (s *Spec) validate() error {
 		}
 	}
 	for _, t := range s.Topics {
-		if err := broker.ValidatePattern(t); err != nil {
+		if err := broker.Pattern(t).Validate(); err != nil {
 			return fmt.Errorf("plugin %q: topics: %w", s.Name, err)
 		}
 	}
 	for _, t := range s.EmitTopics {
-		if err := broker.ValidatePattern(t); err != nil {
+		if err := broker.Pattern(t).Validate(); err != nil {
 			return fmt.Errorf("plugin %q: emit_topics: %w", s.Name, err)
 		}
 	}
@@ -135,7 +135,7 @@ func (s *Spec) mayEmit(topic string) bool {
 		return true
 	}
 	for _, p := range s.EmitTopics {
-		if broker.MatchPattern(p, topic) {
+		if broker.Pattern(p).Match(topic) {
 			return true
 		}
 	}

@@ -9,7 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/broker/deadletter"
 	"github.com/tinybroker/tinybroker/internal/brokertest"
 	adminpb "github.com/tinybroker/tinybroker/proto/tinybroker/admin/v1"
 	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
@@ -172,7 +172,7 @@ func TestAdminDeadLetters(t *testing.T) {
 	}
 	dl := ls.GetDeadLetters()[0]
 	if dl.GetSystemId() != ids[0] || dl.GetTopic() != "jobs.a" || string(dl.GetPayload()) != "1" || dl.GetReason() != "cannot parse" ||
-		dl.GetHeaders()[broker.HeaderDeadLetterReason] != "cannot parse" || dl.GetHeaders()[broker.HeaderDeadLetterAttempts] != "1" ||
+		dl.GetHeaders()[deadletter.HeaderReason] != "cannot parse" || dl.GetHeaders()[deadletter.HeaderAttempts] != "1" ||
 		dl.GetHeaders()["traceparent"] != "00-abc-def-01" || dl.GetDeadLetteredUnixNano() == 0 {
 		t.Fatalf("dead letter %v", dl)
 	}
@@ -191,8 +191,8 @@ func TestAdminDeadLetters(t *testing.T) {
 		t.Fatalf("replay: %v %v", rp, err)
 	}
 	got := m.next()
-	if string(got.GetPayload()) != "2" || got.GetTopic() != "jobs.a" || got.GetHeaders()[broker.HeaderReplayCount] != "1" ||
-		got.GetHeaders()[broker.HeaderDeadLetterReason] != "" || got.GetHeaders()["traceparent"] != "00-abc-def-01" ||
+	if string(got.GetPayload()) != "2" || got.GetTopic() != "jobs.a" || got.GetHeaders()[deadletter.HeaderReplayCount] != "1" ||
+		got.GetHeaders()[deadletter.HeaderReason] != "" || got.GetHeaders()["traceparent"] != "00-abc-def-01" ||
 		got.GetSystemId() != rp.GetResults()[0].GetNewSystemId() {
 		t.Fatalf("replayed message %v", got)
 	}
@@ -204,7 +204,7 @@ func TestAdminDeadLetters(t *testing.T) {
 	}
 	for range 2 {
 		msg := m.next()
-		if msg.GetHeaders()[broker.HeaderReplayCount] != "1" {
+		if msg.GetHeaders()[deadletter.HeaderReplayCount] != "1" {
 			t.Fatalf("replayed %v", msg)
 		}
 		// Nacked once more: dead-lettered again, with the replay count kept.
@@ -212,7 +212,7 @@ func TestAdminDeadLetters(t *testing.T) {
 	}
 	brokertest.Eventually(t, "two dead letters again", func() bool { return tb.group(t, "work").GetDeadLettered() == 5 })
 	ls, _ = a.ListDeadLetters(ctx, &adminpb.ListDeadLettersRequest{SubscriptionId: "work"})
-	if len(ls.GetDeadLetters()) != 2 || ls.GetDeadLetters()[0].GetHeaders()[broker.HeaderReplayCount] != "1" {
+	if len(ls.GetDeadLetters()) != 2 || ls.GetDeadLetters()[0].GetHeaders()[deadletter.HeaderReplayCount] != "1" {
 		t.Fatalf("dead letters after a failed replay: %v", ls)
 	}
 	pg, err := a.PurgeDeadLetters(ctx, &adminpb.PurgeDeadLettersRequest{SubscriptionId: "work", SystemIds: []string{ls.GetDeadLetters()[0].GetSystemId()}})

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/broker/deadletter"
 	"github.com/tinybroker/tinybroker/internal/brokertest"
 	"github.com/tinybroker/tinybroker/internal/brokertest/servertest"
 	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
@@ -348,9 +349,9 @@ func TestDeadLetter(t *testing.T) {
 	d := dlq.next()
 	h := d.GetHeaders()
 	if d.GetTopic() != "dlq.pay" || string(d.GetPayload()) != "charge" || h["tenant"] != "acme" ||
-		h[broker.HeaderDeadLetterReason] != "card declined" || h[broker.HeaderDeadLetterAttempts] != "2" ||
-		h[broker.HeaderDeadLetterTopic] != "pay.card" || h[broker.HeaderDeadLetterSystemID] != id ||
-		h[broker.HeaderDeadLetterGroup] != "payments" || h[broker.HeaderDeadLetterSubscription] != "pay" {
+		h[deadletter.HeaderReason] != "card declined" || h[deadletter.HeaderAttempts] != "2" ||
+		h[deadletter.HeaderTopic] != "pay.card" || h[deadletter.HeaderSystemID] != id ||
+		h[deadletter.HeaderGroup] != "payments" || h[deadletter.HeaderSubscription] != "pay" {
 		t.Fatalf("dead letter %v", d)
 	}
 	a.none(50 * time.Millisecond)
@@ -369,7 +370,7 @@ func TestDeadLetterOnAckDeadline(t *testing.T) {
 	a := tb.open(t, open)
 	tb.publish(t, "j", "x")
 	a.next()
-	if d := dlq.next(); d.GetHeaders()[broker.HeaderDeadLetterReason] != broker.ReasonAckDeadline {
+	if d := dlq.next(); d.GetHeaders()[deadletter.HeaderReason] != deadletter.ReasonAckDeadline {
 		t.Fatalf("dead letter headers %v", d.GetHeaders())
 	}
 }
@@ -380,7 +381,7 @@ func TestDeadLetterOnAckDeadline(t *testing.T) {
 // RESOURCE_EXHAUSTED naming the group and the limit.
 func TestOverflowReject(t *testing.T) {
 	needsGroupBounds(t)
-	tb := start(t, brokertest.Options{GroupDefaults: broker.GroupDefaults{GroupMaxQueued: 3}})
+	tb := start(t, brokertest.Options{Limits: broker.Limits{GroupMaxQueued: 3}})
 	watcher := tb.open(t, fanout("w", "o.*"))
 	tb.memberless(t, "full", "o.*")
 	for i := range 3 {
@@ -415,7 +416,7 @@ func TestOverflowReject(t *testing.T) {
 // "drop_oldest" keeps the newest messages and counts what it dropped.
 func TestOverflowDropOldest(t *testing.T) {
 	needsGroupBounds(t)
-	tb := start(t, brokertest.Options{GroupDefaults: broker.GroupDefaults{GroupMaxQueued: 3, GroupOverflow: broker.OverflowDropOldest}})
+	tb := start(t, brokertest.Options{Limits: broker.Limits{GroupMaxQueued: 3, GroupOverflow: broker.OverflowDropOldest}})
 	tb.memberless(t, "d", "d")
 	for i := range 5 {
 		tb.publish(t, "d", strconv.Itoa(i))
@@ -435,7 +436,7 @@ func TestOverflowDropOldest(t *testing.T) {
 // longer blocks publishes to its topics; without it, the group waits for its next member.
 func TestGroupExpiry(t *testing.T) {
 	needs(t, engine.GroupExpiry, "expiry of groups without members (groups { expire_after })")
-	tb := start(t, brokertest.Options{GroupDefaults: broker.GroupDefaults{GroupExpireAfter: 500 * time.Millisecond, GroupMaxQueued: 1}})
+	tb := start(t, brokertest.Options{Limits: broker.Limits{GroupExpireAfter: 500 * time.Millisecond, GroupMaxQueued: 1}})
 	// Until the server has seen the member leave, "held" would go to it, in flight, and the
 	// next publish would be queued instead of refused.
 	tb.memberless(t, "gone", "e")

@@ -7,7 +7,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 
-	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/broker/deadletter"
 	"github.com/tinybroker/tinybroker/internal/brokertest"
 	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
 	"github.com/tinybroker/tinybroker/server/auth"
@@ -77,7 +77,7 @@ func TestDeadLetterTopicNeedsPublishRights(t *testing.T) {
 		m := sb.next()
 		sb.send(&pb.SubscribeRequest{Frame: &pb.SubscribeRequest_Nack{Nack: &pb.NackBatch{SystemIds: []string{m.GetSystemId()}}}})
 	}
-	if m := mine.next(); string(m.GetPayload()) != "alice's payload" || m.GetHeaders()[broker.HeaderDeadLetterSubscription] != "alice.esc" {
+	if m := mine.next(); string(m.GetPayload()) != "alice's payload" || m.GetHeaders()[deadletter.HeaderSubscription] != "alice.esc" {
 		t.Fatalf("alice's dead letter: %v", m)
 	}
 
@@ -106,7 +106,7 @@ func TestConsumerGroupNameNeedsGroupRights(t *testing.T) {
 
 // TestDeadLetterReasonBounded (issue 23, audit): a member's nack reason goes into the dead
 // letter's tb-dead-letter-reason header; one larger than max_header_bytes is cut to
-// broker.MaxReasonBytes, so the dead letter still reaches its topic.
+// deadletter.MaxReasonBytes, so the dead letter still reaches its topic.
 func TestDeadLetterReasonBounded(t *testing.T) {
 	tb := start(t, brokertest.Options{})
 	dlq := tb.open(t, fanout("", "dlq.jobs"))
@@ -116,8 +116,8 @@ func TestDeadLetterReasonBounded(t *testing.T) {
 	reason := strings.Repeat("é", 40_000) // 80 KB, over the 64 KiB max_header_bytes
 	g.send(&pb.SubscribeRequest{Frame: &pb.SubscribeRequest_Nack{Nack: &pb.NackBatch{SystemIds: []string{m.GetSystemId()}, Reason: reason}}})
 	d := dlq.next()
-	got := d.GetHeaders()[broker.HeaderDeadLetterReason]
-	if len(got) > broker.MaxReasonBytes || !strings.HasPrefix(reason, strings.TrimSuffix(got, "…")) {
+	got := d.GetHeaders()[deadletter.HeaderReason]
+	if len(got) > deadletter.MaxReasonBytes || !strings.HasPrefix(reason, strings.TrimSuffix(got, "…")) {
 		t.Fatalf("dead letter reason of %d bytes: %.40q", len(got), got)
 	}
 }

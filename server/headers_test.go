@@ -115,8 +115,8 @@ func TestTooManyHeadersRefusedEveryEngine(t *testing.T) {
 	tb := start(t, brokertest.Options{})
 	canary := newCanary(t, tb)
 	s := tb.open(t, balanced("th", "th", 100, "th.>"))
-	big, full := headersOf(21_000), headersOf(broker.DefaultMaxHeaders)
-	if n := proto.Size(&pb.PublishRequest{Topic: "th.big", Headers: big}); n < 1_000_000 || n > server.ReceiveLimit(broker.DefaultMaxMessageBytes, broker.DefaultMaxHeaderBytes) {
+	big, full := headersOf(21_000), headersOf(broker.Limits{}.WithDefaults().MaxHeaders)
+	if n := proto.Size(&pb.PublishRequest{Topic: "th.big", Headers: big}); n < 1_000_000 || n > server.ReceiveLimit(broker.Limits{}.WithDefaults().MaxMessageBytes, broker.Limits{}.WithDefaults().MaxHeaderBytes) {
 		t.Fatalf("a request of %d bytes", n)
 	}
 	_, err := tb.c.Publish(context.Background(), &pb.PublishRequest{Topic: "th.big", Headers: big})

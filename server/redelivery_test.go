@@ -22,8 +22,9 @@ func TestMaxDeliveriesOverTheCap(t *testing.T) {
 	o.MaxDeliveries = 4294967295
 	_, err := openOn(t, tb.c, o)
 	wantCode(t, err, codes.InvalidArgument, "max_deliveries 4294967295 is over the limit of 1000 (groups { max_deliveries_cap })")
-	o.MaxDeliveries = broker.DefaultMaxDeliveriesCap
-	if got := tb.open(t, o).subscribed.GetMaxDeliveries(); got != broker.DefaultMaxDeliveriesCap {
+	capN := (broker.Limits{}).WithDefaults().MaxDeliveriesCap
+	o.MaxDeliveries = uint32(capN)
+	if got := tb.open(t, o).subscribed.GetMaxDeliveries(); int(got) != capN {
 		t.Fatalf("max_deliveries in force %d", got)
 	}
 }
@@ -36,7 +37,7 @@ func TestMaxDeliveriesOverTheCap(t *testing.T) {
 // where without a floor they were thousands a second.
 func TestZeroDelayNackLoopIsBounded(t *testing.T) {
 	const loopMsgs, otherMsgs = 20, 500
-	tb := start(t, brokertest.Options{GroupDefaults: broker.GroupDefaults{GroupRedeliveryDelayMin: time.Second}})
+	tb := start(t, brokertest.Options{Limits: broker.Limits{GroupRedeliveryDelayMin: time.Second}})
 	loop := tb.open(t, balanced("loop", "loop", loopMsgs, "loop.>"))
 	other := tb.open(t, balanced("other", "other", 16, "other.>"))
 	begin := time.Now()

@@ -21,7 +21,7 @@ import (
 // in danger; the canary keeps working.
 func TestMemberlessGroupByteBound(t *testing.T) {
 	needsGroupBounds(t)
-	tb := start(t, brokertest.Options{GroupDefaults: broker.GroupDefaults{GroupMaxQueuedBytes: 2 << 20}})
+	tb := start(t, brokertest.Options{Limits: broker.Limits{GroupMaxQueuedBytes: 2 << 20}})
 	c := newCanary(t, tb)
 	tb.memberless(t, "bulk", "bulk.>")
 	payload := make([]byte, 256<<10)
@@ -55,7 +55,7 @@ func TestMemberlessGroupByteBound(t *testing.T) {
 // subscription and group keeps getting what is published, even on topics it matches.
 func TestAbandonedGroupDoesNotBlockOthers(t *testing.T) {
 	needsGroupBounds(t)
-	tb := start(t, brokertest.Options{GroupDefaults: broker.GroupDefaults{GroupMaxQueued: 50}})
+	tb := start(t, brokertest.Options{Limits: broker.Limits{GroupMaxQueued: 50}})
 	c := newCanary(t, tb)
 	tb.memberless(t, "abandoned", ">")
 	for i := range 50 {
@@ -187,7 +187,7 @@ func codeOf(err error) codes.Code { return status.Code(err) }
 // cost in memory, not as their bytes alone; the canary keeps working.
 func TestHeaderHeavyMessagesCounted(t *testing.T) {
 	needsGroupBounds(t)
-	tb := start(t, brokertest.Options{GroupDefaults: broker.GroupDefaults{GroupMaxQueuedBytes: 1 << 20}})
+	tb := start(t, brokertest.Options{Limits: broker.Limits{GroupMaxQueuedBytes: 1 << 20}})
 	c := newCanary(t, tb)
 	tb.memberless(t, "hdr", "hdr.>")
 	h := map[string]string{}
@@ -216,7 +216,7 @@ func TestManyMemberlessGroupsBounded(t *testing.T) {
 	if !engine.MemoryBudget {
 		t.Skipf("engine %s has no memory budget; it is bounded by its store (JetStream: max_bytes, broker/jetstream TestMaxBytes)", engine.Name)
 	}
-	tb := start(t, brokertest.Options{MaxMemoryBytes: 8 << 20, GroupDefaults: broker.GroupDefaults{GroupMaxQueuedBytes: 8 << 20}})
+	tb := start(t, brokertest.Options{MaxMemoryBytes: 8 << 20, Limits: broker.Limits{GroupMaxQueuedBytes: 8 << 20}})
 	c := newCanary(t, tb)
 	for i := range 100 {
 		id := "m" + strconv.Itoa(i)

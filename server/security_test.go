@@ -116,6 +116,9 @@ func (h *countingHooks) OnPublish(*broker.Draft) (broker.PublishVerdict, error) 
 	h.n.Add(1)
 	return broker.PublishVerdict{}, nil
 }
+func (h *countingHooks) OnPublishBatch(ds []broker.Draft, _ []broker.PublishVerdict, _ []error) {
+	h.n.Add(int64(len(ds)))
+}
 func (h *countingHooks) WantsAck(string) bool                  { return false }
 func (h *countingHooks) WantsRedeliver(string) bool            { return false }
 func (h *countingHooks) OnAck(*broker.AckEvent) []broker.Draft { return nil }

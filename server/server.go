@@ -120,7 +120,7 @@ func New(b broker.Engine, maxMessageBytes int, opts Options) *Server {
 		opts.MaxHeaderBytes = 64 << 10
 	}
 	if opts.MaxHeaders <= 0 {
-		opts.MaxHeaders = broker.DefaultMaxHeaders
+		opts.MaxHeaders = broker.Limits{}.WithDefaults().MaxHeaders
 	}
 	if opts.MaxRecvBytes <= 0 {
 		opts.MaxRecvBytes = ReceiveLimit(maxMessageBytes, opts.MaxHeaderBytes)
@@ -283,7 +283,8 @@ func (s *Server) PublishStream(stream grpc.BidiStreamingServer[pb.PublishStreamR
 func (s *Server) servePublish(stream grpc.BidiStreamingServer[pb.PublishStreamRequest, pb.PublishStreamResponse]) error {
 	f := &wire.PublishFrame{MaxMsgs: s.opts.MaxPublishBatch, MaxHeaders: s.opts.MaxHeaders}
 	var results []wire.PublishResult
-	var outs []broker.PublishOutcome
+	var res []broker.PublishResult
+	var errs []error
 	caller := auth.FromContext(stream.Context()) // nil without authentication: no check
 	for {
 		if err := stream.RecvMsg(f); err != nil {
@@ -298,17 +299,17 @@ func (s *Server) servePublish(stream grpc.BidiStreamingServer[pb.PublishStreamRe
 		}
 		n := len(f.Msgs)
 		results = slices.Grow(results[:0], n)[:n]
-		outs = slices.Grow(outs[:0], n)[:n]
+		res, errs = slices.Grow(res[:0], n)[:n], slices.Grow(errs[:0], n)[:n]
 		if caller == nil && !f.HeadersOver {
-			s.b.PublishBatch(f.Msgs, outs)
+			s.b.PublishBatch(f.Msgs, res, errs)
 		} else {
-			s.publishAllowed(caller, f.Msgs, outs)
+			s.publishAllowed(caller, f.Msgs, res, errs)
 		}
 		failed := false
 		budget := answerBudget(f.Size)
 		published := 0
-		for i, o := range outs {
-			if err := o.Err; err != nil {
+		for i, err := range errs {
+			if err != nil {
 				code := codeOf(err)
 				s.traffic.refuse(code)
 				msg := omittedError
@@ -319,11 +320,12 @@ func (s *Server) servePublish(stream grpc.BidiStreamingServer[pb.PublishStreamRe
 				results[i] = wire.PublishResult{Code: uint32(code), Err: msg}
 				failed = true
 			} else {
-				results[i] = wire.PublishResult{SystemID: o.Result.SystemID, Routed: uint32(o.Result.Routed)}
+				results[i] = wire.PublishResult{SystemID: res[i].SystemID, Routed: uint32(res[i].Routed)}
 				published += len(f.Msgs[i].Payload)
 			}
 		}
-		clear(outs)
+		clear(res)
+		clear(errs)
 		s.traffic.publishedBytes.Add(uint64(published))
 		if f.ErrorsOnly && !failed {
 			clear(results)
@@ -342,15 +344,15 @@ func (s *Server) servePublish(stream grpc.BidiStreamingServer[pb.PublishStreamRe
 // refuses such a message: it holds only part of its headers.
 func (s *Server) tooManyHeaders(n int) error {
 	if n > s.opts.MaxHeaders {
-		return broker.TooManyHeaders(s.opts.MaxHeaders)
+		return broker.Limits{MaxHeaders: s.opts.MaxHeaders}.TooManyHeaders()
 	}
 	return nil
 }
 
 // publishAllowed publishes the messages of msgs the caller (nil: anyone) may publish and
 // that have at most max_headers headers, as one batch, and writes every message's outcome
-// to out: a refusal for the others.
-func (s *Server) publishAllowed(caller *auth.Caller, msgs []broker.Publication, out []broker.PublishOutcome) {
+// to res and errs: a refusal for the others.
+func (s *Server) publishAllowed(caller *auth.Caller, msgs []broker.Draft, res []broker.PublishResult, errs []error) {
 	refused := 0
 	for i, m := range msgs {
 		var err error
@@ -360,26 +362,26 @@ func (s *Server) publishAllowed(caller *auth.Caller, msgs []broker.Publication, 
 		if err == nil {
 			err = s.tooManyHeaders(len(m.Headers))
 		}
+		res[i], errs[i] = broker.PublishResult{}, err
 		if err != nil {
-			out[i] = broker.PublishOutcome{Err: err}
 			refused++
 		}
 	}
 	if refused == 0 {
-		s.b.PublishBatch(msgs, out)
+		s.b.PublishBatch(msgs, res, errs)
 		return
 	}
 	at := make([]int, 0, len(msgs)-refused) // a frame with refusals: rare, so allocated
-	var some []broker.Publication
+	var some []broker.Draft
 	for i, m := range msgs {
-		if out[i].Err == nil {
+		if errs[i] == nil {
 			some, at = append(some, m), append(at, i)
 		}
 	}
-	part := make([]broker.PublishOutcome, len(some))
-	s.b.PublishBatch(some, part)
+	partRes, partErrs := make([]broker.PublishResult, len(some)), make([]error, len(some))
+	s.b.PublishBatch(some, partRes, partErrs)
 	for j, i := range at {
-		out[i] = part[j]
+		res[i], errs[i] = partRes[j], partErrs[j]
 	}
 }
 

@@ -18,10 +18,10 @@ var errorCodes = []struct {
 	{codes.InvalidArgument, []error{broker.ErrInvalidTopic, broker.ErrInvalidPattern, broker.ErrInvalidSubscription, broker.ErrInvalidMessage}},
 	{codes.ResourceExhausted, []error{broker.ErrGroupFull, broker.ErrSlowConsumer, broker.ErrLimit}},
 	{codes.Unavailable, []error{broker.ErrShuttingDown, broker.ErrHookFailed, broker.ErrUnavailable}},
-	{codes.Unimplemented, []error{broker.ErrUnsupported}},
+	{codes.Unimplemented, []error{errors.ErrUnsupported}},
 	{codes.NotFound, []error{broker.ErrUnknownSubscription, broker.ErrUnknownMessage, broker.ErrGroupDeleted}},
 	{codes.AlreadyExists, []error{broker.ErrSubscriptionExists}},
-	{codes.FailedPrecondition, []error{broker.ErrGroupMismatch, broker.ErrGroupInUse}},
+	{codes.FailedPrecondition, []error{broker.ErrGroupMismatch}},
 	{codes.Canceled, []error{broker.ErrSubscriptionClosed, context.Canceled}},
 	{codes.DeadlineExceeded, []error{context.DeadlineExceeded}},
 }

@@ -12,6 +12,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/broker/deadletter"
+	"github.com/tinybroker/tinybroker/broker/internal/grouping"
 )
 
 // lookup returns the consumer group of subscription id (read from JetStream if another node
@@ -24,7 +26,7 @@ func (e *Engine) lookup(id, systemID string) (*group, uint64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	return broker.AckTarget(id, systemID, isFanout, g, e.ids.parse)
+	return grouping.AckTarget(id, systemID, isFanout, g, e.ids.parse)
 }
 
 // Ack acknowledges one delivered message of a consumer group. In a cluster, one that no
@@ -39,7 +41,7 @@ func (e *Engine) Ack(subscriptionID, systemID string) error {
 	}
 	if e.solo || g.holds(seq) {
 		if g.ack(nil, []uint64{seq}) > 0 {
-			return broker.NotHeld(systemID, subscriptionID)
+			return grouping.NotHeld(systemID, subscriptionID)
 		}
 		return nil
 	}
@@ -47,7 +49,7 @@ func (e *Engine) Ack(subscriptionID, systemID string) error {
 		return nil
 	}
 	_ = e.nc.Publish(ackSubject(e.opts.Stream, g.consumer, seq, 0), []byte("+ACK"))
-	return broker.NotHeld(systemID, subscriptionID)
+	return grouping.NotHeld(systemID, subscriptionID)
 }
 
 // Nack gives one delivered message back to its group, to be redelivered after delay; in a
@@ -59,14 +61,14 @@ func (e *Engine) Nack(subscriptionID, systemID string, delay time.Duration, reas
 	}
 	if e.solo || g.holds(seq) {
 		if g.nack(nil, []uint64{seq}, delay, reason) > 0 {
-			return broker.NotInFlight(systemID, subscriptionID)
+			return grouping.NotInFlight(systemID, subscriptionID)
 		}
 		return nil
 	}
 	if e.forward(g, fmt.Appendf(nil, "nack %d %d %s", seq, int64(delay), reason)) {
 		return nil
 	}
-	return broker.NotInFlight(systemID, subscriptionID)
+	return grouping.NotInFlight(systemID, subscriptionID)
 }
 
 // forwardTimeout bounds the wait for the node holding a forwarded delivery to answer.
@@ -126,7 +128,7 @@ func (e *Engine) Declare(gc broker.GroupConfig) error {
 		_, err = e.createLocked(gc, patterns, true, 0, nil)
 		return err
 	}
-	if !g.sameDefinition(o, patterns) || (gc.DeadLetterTopic == "" && g.dlq != broker.DefaultDeadLetterTopic(gc.ID)) || gc.MaxDeliveries != g.maxDeliveries {
+	if !g.sameDefinition(o, patterns) || (gc.DeadLetterTopic == "" && g.dlq != deadletter.DefaultTopic(gc.ID)) || gc.MaxDeliveries != g.maxDeliveries {
 		if g.declared || g.memberCount() > 0 {
 			return fmt.Errorf("%w: consumer group %q exists with other settings (patterns %q, max_deliveries %d, dead-letter topic %q)", broker.ErrGroupMismatch, g.id, g.patterns, g.maxDeliveries, g.dlq)
 		}
@@ -136,7 +138,7 @@ func (e *Engine) Declare(gc broker.GroupConfig) error {
 	g.own, g.limits = gc.Limits, e.groupLimits(gc.Limits)
 	g.dlq = gc.DeadLetterTopic
 	if g.dlq == "" {
-		g.dlq = broker.DefaultDeadLetterTopic(gc.ID)
+		g.dlq = deadletter.DefaultTopic(gc.ID)
 	}
 	g.mu.Unlock()
 	e.changed()
@@ -241,7 +243,7 @@ func (e *Engine) Group(id string) (broker.GroupInfo, error) {
 
 // Stats returns the counters of this node and the consumer groups of the cluster.
 func (e *Engine) Stats() broker.Stats {
-	st := broker.Stats{Published: e.published.Load(), Unrouted: e.unrouted.Load(), Dropped: e.dropped.Load(), Refused: e.refused.Load(),
+	st := broker.Stats{Published: e.published.Load(), Unrouted: e.unrouted.Load(), Dropped: e.hookDropped.Load(), Refused: e.refused.Load(),
 		Delivered: e.fanoutDelivered.Load(), MemoryBudget: e.storeLimit}
 	infos, err := e.refreshGroups()
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/broker/internal/grouping"
 	"github.com/tinybroker/tinybroker/internal/sysid"
 )
 
@@ -115,7 +116,7 @@ func decodeHeaders(nh nats.Header) (h broker.Headers, publishedAt int64, hb int)
 			}
 			h = append(h, broker.Header{Key: k, Value: vs[0]})
 		}
-		h = broker.SortHeaders(h)
+		h = h.Sorted()
 	}
 	for _, x := range h {
 		hb += len(x.Key) + len(x.Value)
@@ -163,7 +164,7 @@ func (c idCodec) format(seq, secret uint64) string { return c.ids.Format(seq, se
 
 // parse returns the stream sequence number of a stored message's system_id.
 func (c idCodec) parse(id string) (uint64, error) {
-	return broker.ParseID(c.ids, c.stored, id, "a message this broker stored for a consumer group", "")
+	return grouping.ParseID(c.ids, c.stored, id, "a message this broker stored for a consumer group", "")
 }
 
 // encodeName turns a subscription_id (letters, digits, '-', '_', '.') into a JetStream
@@ -330,7 +331,7 @@ func parseEnvelope(topic string, data []byte) (*broker.Message, error) {
 			m.Headers = append(m.Headers, broker.Header{Key: k, Value: v})
 			m.HeaderBytes += len(k) + len(v)
 		}
-		m.Headers = broker.SortHeaders(m.Headers) // an older broker wrote them in a map's order
+		m.Headers = m.Headers.Sorted() // an older broker wrote them in a map's order
 	}
 	m.Payload = r
 	return m, nil

@@ -12,6 +12,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/broker/deadletter"
+	"github.com/tinybroker/tinybroker/broker/internal/grouping"
 )
 
 // Every consumer group keeps what it dead-letters, besides publishing it to its dead-letter
@@ -161,7 +163,7 @@ func (e *Engine) DeadLetters(id, token string, limit int) ([]broker.DeadLetter, 
 	}
 	ctx, cancel := e.ctx()
 	defer cancel()
-	return broker.ListDeadLetters(token, limit, func(after uint64) (broker.DeadLetter, uint64, bool, error) {
+	return grouping.ListDeadLetters(token, limit, func(after uint64) (broker.DeadLetter, uint64, bool, error) {
 		rm, err := e.dlq.GetMsg(ctx, after+1, jetstream.WithGetMsgSubject(e.dlqSubject(g.consumer, "*")))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			return broker.DeadLetter{}, 0, false, nil
@@ -177,9 +179,9 @@ func (e *Engine) DeadLetters(id, token string, limit int) ([]broker.DeadLetter, 
 func deadLetterOf(rm *jetstream.RawStreamMsg) broker.DeadLetter {
 	hs, at, _ := decodeHeaders(rm.Header)
 	h := hs.Map()
-	attempts, _ := strconv.Atoi(h[broker.HeaderDeadLetterAttempts])
-	return broker.DeadLetter{ID: rm.Subject[strings.LastIndexByte(rm.Subject, '.')+1:], Topic: h[broker.HeaderDeadLetterTopic], Payload: rm.Data,
-		Headers: h, Reason: h[broker.HeaderDeadLetterReason], Attempts: attempts, DeadAt: at}
+	attempts, _ := strconv.Atoi(h[deadletter.HeaderAttempts])
+	return broker.DeadLetter{ID: rm.Subject[strings.LastIndexByte(rm.Subject, '.')+1:], Topic: h[deadletter.HeaderTopic], Payload: rm.Data,
+		Headers: h, Reason: h[deadletter.HeaderReason], Attempts: attempts, DeadAt: at}
 }
 
 // takeDeadLetters deletes the letters of g named by ids (every one kept now, if empty) from
@@ -264,10 +266,10 @@ func (e *Engine) ReplayDeadLetters(id string, ids []string) ([]broker.Replayed, 
 	out := make([]broker.Replayed, len(taken))
 	for i, dl := range taken {
 		if dl == nil {
-			out[i] = broker.Replayed{ID: ids[i], Err: broker.UnknownDeadLetter(id, ids[i])}
+			out[i] = broker.Replayed{ID: ids[i], Err: grouping.UnknownDeadLetter(id, ids[i])}
 			continue
 		}
-		res, perr := e.Publish(dl.Topic, dl.Payload, broker.ReplayHeaders(dl.Headers))
+		res, perr := e.Publish(dl.Topic, dl.Payload, grouping.ReplayHeaders(dl.Headers))
 		out[i] = broker.Replayed{ID: dl.ID, SystemID: res.SystemID, Routed: res.Routed, Err: perr}
 		if perr != nil {
 			e.keepDeadLetter(g, &broker.Message{SystemID: dl.ID, Payload: dl.Payload}, dl.Headers)

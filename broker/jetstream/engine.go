@@ -26,6 +26,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/broker/internal/grouping"
+	"github.com/tinybroker/tinybroker/broker/internal/publishing"
+	"github.com/tinybroker/tinybroker/broker/internal/streaming"
 )
 
 // Options configure an Engine. Zero values take the defaults shown.
@@ -71,11 +74,6 @@ type Options struct {
 	// creation (5s).
 	RequestTimeout time.Duration
 
-	// GroupDefaults bound each consumer group as the memory engine's do (a declared group's
-	// own limits come first; see group.admit); GroupMaxQueuedBytes defaults to 128 MiB, and
-	// GroupExpireAfter is JetStream's InactiveThreshold of the group's consumer.
-	broker.GroupDefaults
-
 	FanoutBufferMessages int  // deliveries buffered per stream for fanout subscriptions (262,144)
 	FanoutBufferBytes    int  // payload bytes buffered per stream for fanout subscriptions (64 MiB)
 	DropSlowConsumers    bool // drop what a full buffer cannot take instead of ending the stream
@@ -118,7 +116,7 @@ func (o *Options) setDefaults() {
 	if o.RequestTimeout <= 0 {
 		o.RequestTimeout = 5 * time.Second
 	}
-	o.GroupDefaults = o.GroupDefaults.WithDefaults(128<<20, 64<<20)
+	o.Limits = o.Limits.WithGroupDefaults(128<<20, 64<<20)
 	if o.FanoutBufferMessages <= 0 {
 		o.FanoutBufferMessages = 262_144
 	}
@@ -175,26 +173,26 @@ type Engine struct {
 	dlq        jetstream.Stream
 	closing    atomic.Bool
 
-	hooks                                 broker.HookSlot
-	pub                                   broker.Publisher // the steps of a publish every engine shares
-	published, unrouted, dropped, refused atomic.Uint64
-	streamSeq                             atomic.Uint64
-	fanoutDelivered                       atomic.Uint64
-	gen                                   atomic.Uint64 // bumped when subscriptions or groups change: the match cache's tag
-	cache                                 sync.Map      // topic → *matchResult
-	cacheSize                             atomic.Int64
-	fanCh                                 chan *nats.Msg
-	stop                                  chan struct{}
-	wg                                    sync.WaitGroup
-	shutdownOnce                          sync.Once
-	mu                                    sync.RWMutex
-	fanouts                               map[string]*Subscription
-	patSubs                               map[string]*patSub // fanout pattern → its NATS subscription
-	groups                                map[string]*group
-	groupNames                            map[string]string
-	gone                                  map[goneKey]time.Time // consumers deleted, when forgotten (rememberGoneLocked)
-	streams                               map[uint64]*Stream
-	autoID                                uint64
+	hooks                                     publishing.HookSlot
+	gate                                      publishing.Gate // the steps of a publish every engine shares
+	published, unrouted, hookDropped, refused atomic.Uint64
+	streamSeq                                 atomic.Uint64
+	fanoutDelivered                           atomic.Uint64
+	gen                                       atomic.Uint64 // bumped when subscriptions or groups change: the match cache's tag
+	cache                                     sync.Map      // topic → *matchResult
+	cacheSize                                 atomic.Int64
+	fanCh                                     chan *nats.Msg
+	stop                                      chan struct{}
+	wg                                        sync.WaitGroup
+	shutdownOnce                              sync.Once
+	mu                                        sync.RWMutex
+	fanouts                                   map[string]*Subscription
+	patSubs                                   map[string]*patSub // fanout pattern → its NATS subscription
+	groups                                    map[string]*group
+	groupNames                                map[string]string
+	gone                                      map[goneKey]time.Time // consumers deleted, when forgotten (rememberGoneLocked)
+	streams                                   map[uint64]*Stream
+	autoID                                    uint64
 }
 
 // patSub is one NATS subscription for a fanout pattern, shared by the local subscriptions
@@ -215,7 +213,7 @@ func New(opts Options) (*Engine, error) {
 		fanCh: make(chan *nats.Msg, 1<<16), stop: make(chan struct{}),
 		fanouts: make(map[string]*Subscription), patSubs: make(map[string]*patSub),
 		groups: make(map[string]*group), groupNames: make(map[string]string), streams: make(map[uint64]*Stream)}
-	e.pub = broker.Publisher{Limits: &e.opts.Limits, Hooks: &e.hooks, Closing: &e.closing, Router: (*router)(e), Log: e.log}
+	e.gate = publishing.Gate{Limits: &e.opts.Limits, Hooks: &e.hooks, Closing: &e.closing}
 	if err := e.connect(); err != nil {
 		e.close()
 		return nil, err
@@ -569,47 +567,81 @@ func (e *Engine) unavailable() error {
 
 // Publish validates the message, runs the OnPublish hook and routes it.
 func (e *Engine) Publish(topic string, payload []byte, headers map[string]string) (broker.PublishResult, error) {
-	return e.pub.Publish(topic, payload, headers)
+	m, emit, err := e.gate.One(topic, payload, broker.MakeHeaders(headers))
+	var res [1]broker.PublishResult
+	if err == nil {
+		errs := [1]error{}
+		e.routeBatch([]publishing.Msg{m}, res[:], errs[:])
+		err = errs[0]
+	}
+	e.emit(emit)
+	return res[0], err
 }
 
-// PublishBatch publishes several messages in order; see broker.Engine.
-func (e *Engine) PublishBatch(msgs []broker.Publication, out []broker.PublishOutcome) {
-	e.pub.PublishBatch(msgs, out)
+// PublishBatch publishes a frame in order; see broker.Engine.
+func (e *Engine) PublishBatch(frame []broker.Draft, res []broker.PublishResult, errs []error) {
+	clear(res)
+	bt := e.gate.Batch(frame, errs)
+	defer bt.Release()
+	if len(bt.Msgs) == len(frame) { // every message passed: route in place
+		e.routeBatch(bt.Msgs, res, errs)
+	} else if len(bt.Msgs) > 0 {
+		r, er := make([]broker.PublishResult, len(bt.Msgs)), make([]error, len(bt.Msgs))
+		e.routeBatch(bt.Msgs, r, er)
+		for j, i := range bt.At {
+			res[i], errs[i] = r[j], er[j]
+		}
+	}
+	e.emit(bt.Emitted())
 }
 
-// router is the Engine as the broker.Publisher's Router.
-type router Engine
-
-func (r *router) Route(topic string, payload []byte, headers broker.Headers, hb int) (broker.PublishResult, error) {
-	return (*Engine)(r).route(topic, payload, headers, hb)
+// emit routes the messages hooks emitted, without OnPublish; one refused is logged.
+func (e *Engine) emit(ds []broker.Draft) {
+	for m, err := range e.gate.Emitted(ds) {
+		if err == nil {
+			_, err = e.route(&m)
+		}
+		if err != nil {
+			e.log.Warn("message emitted by a plugin refused", "topic", m.Topic, "error", err)
+		}
+	}
 }
 
-func (r *router) Dropped(v broker.PublishVerdict) broker.PublishResult {
-	r.dropped.Add(1)
-	r.published.Add(1)
+// dropped answers a message dropped by a plugin's verdict, and counts it.
+func (e *Engine) dropped(m *publishing.Msg) broker.PublishResult {
+	e.hookDropped.Add(1)
+	e.published.Add(1)
 	seq := rand.Uint64() | 1
-	return broker.PublishResult{Seq: seq, SystemID: r.ids.format(seq, r.ids.fanout), DroppedBy: v.Plugin, DropReason: v.Reason}
+	return broker.PublishResult{Seq: seq, SystemID: e.ids.format(seq, e.ids.fanout), DroppedBy: m.DroppedBy, DropReason: m.DropReason}
 }
 
-// route publishes one valid message, as RouteBatch does a frame.
-func (e *Engine) route(topic string, payload []byte, headers broker.Headers, hb int) (broker.PublishResult, error) {
-	var out [1]broker.PublishOutcome
-	(*router)(e).RouteBatch([]broker.Routable{{Topic: topic, Payload: payload, Headers: headers, HB: hb}}, out[:])
-	return out[0].Result, out[0].Err
+// route publishes one valid message, as routeBatch does a frame.
+func (e *Engine) route(m *publishing.Msg) (broker.PublishResult, error) {
+	var res [1]broker.PublishResult
+	var errs [1]error
+	e.routeBatch([]publishing.Msg{*m}, res[:], errs[:])
+	return res[0], errs[0]
 }
 
-// RouteBatch routes valid messages in order. Those a consumer group this node knows matches
+// routeBatch routes messages that passed the gate in order, writing each one's result and
+// error to res[i] and errs[i]; one a plugin dropped is counted and answered (dropped). Those a consumer group this node knows matches
 // are stored in the stream first: every store of the batch is sent at once (asynchronous
 // JetStream publishes, at most maxPendingStores outstanding in the engine), then every
 // acknowledgement is awaited, so that a message is answered OK only once JetStream has it
 // (with replicas 3, a quorum). Then each message goes to fanout subscribers by core NATS,
 // in order, carrying its system_id. One round trip to JetStream per frame instead of one
 // per message is what makes a frame of 128 publishes to a group cheap (BENCHMARKS.md).
-func (r *router) RouteBatch(ms []broker.Routable, out []broker.PublishOutcome) {
-	e := (*Engine)(r)
+func (e *Engine) routeBatch(ms []publishing.Msg, res []broker.PublishResult, errs []error) {
+	for i := range ms {
+		if ms[i].Drop {
+			res[i] = e.dropped(&ms[i])
+		}
+	}
 	if err := e.unavailable(); err != nil {
-		for i := range out {
-			out[i].Err = err
+		for i := range errs {
+			if !ms[i].Drop {
+				errs[i] = err
+			}
 		}
 		return
 	}
@@ -619,13 +651,16 @@ func (r *router) RouteBatch(ms []broker.Routable, out []broker.PublishOutcome) {
 	var b *storeBatch     // made for the frame's first store
 	var plain nats.Header // the stored headers of a message without headers of its own
 	for i, m := range ms {
+		if m.Drop {
+			continue
+		}
 		p := &ps[i]
 		p.mr = e.match(m.Topic)
 		if len(p.mr.groups) == 0 {
 			continue
 		}
 		var skip []string
-		if skip, out[i].Err = e.admit(p, &m); out[i].Err != nil || len(p.took) == 0 {
+		if skip, errs[i] = e.admit(p, &m); errs[i] != nil || len(p.took) == 0 {
 			continue
 		}
 		var h nats.Header
@@ -645,7 +680,7 @@ func (r *router) RouteBatch(ms []broker.Routable, out []broker.PublishOutcome) {
 			b, deadline = newStoreBatch(len(ms)), time.Now().Add(e.opts.RequestTimeout)
 		}
 		if err := e.st.send(e.nc, b, i, &nats.Msg{Subject: e.subjG + m.Topic, Data: m.Payload, Header: h}, deadline); err != nil {
-			out[i].Err = e.storeError(err)
+			errs[i] = e.storeError(err)
 			p.unadmit()
 			continue
 		}
@@ -660,15 +695,15 @@ func (r *router) RouteBatch(ms []broker.Routable, out []broker.PublishOutcome) {
 			continue
 		}
 		if err := b.errs[i]; err != nil {
-			out[i].Err = e.storeError(err)
+			errs[i] = e.storeError(err)
 			p.unadmit()
 			continue
 		}
 		p.seq = b.seqs[i]
 	}
 	for i := range ms {
-		if out[i].Err == nil {
-			out[i].Result, out[i].Err = e.fanout(&ms[i], &ps[i], now)
+		if errs[i] == nil && !ms[i].Drop {
+			res[i], errs[i] = e.fanout(&ms[i], &ps[i], now)
 		}
 	}
 }
@@ -686,7 +721,7 @@ type pendingStore struct {
 // named in the stored message (skip), so that their members end it unseen; if every group
 // refused it and no fanout subscription here wants it either, the publish is refused with
 // the first group's reason, as the memory engine does.
-func (e *Engine) admit(p *pendingStore, m *broker.Routable) ([]string, error) {
+func (e *Engine) admit(p *pendingStore, m *publishing.Msg) ([]string, error) {
 	p.cost = heldCost(m.Topic, m.Payload, m.Headers, m.HB)
 	var full error
 	var skip []string
@@ -714,10 +749,10 @@ func (e *Engine) admit(p *pendingStore, m *broker.Routable) ([]string, error) {
 	return skip, nil
 }
 
-// heldCost is what a group holding a message is charged (broker.MessageCost and a holder,
+// heldCost is what a group holding a message is charged (grouping.MessageCost and a holder,
 // as in the memory engine), computed alike at publish and when the message is settled.
 func heldCost(topic string, payload []byte, headers broker.Headers, hb int) int64 {
-	return broker.MessageCost(topic, "", payload, len(headers), hb, 1) + idLen + broker.HolderOverhead
+	return grouping.MessageCost(topic, "", payload, len(headers), hb, 1) + idLen + grouping.HolderOverhead
 }
 
 // unadmit gives back what admit charged, for a message that was not stored after all.
@@ -776,7 +811,7 @@ func full(err error) bool {
 
 // fanout publishes m (stored already, as p says, if a group wanted it) to the fanout
 // subscribers and returns its result.
-func (e *Engine) fanout(m *broker.Routable, p *pendingStore, publishedAt int64) (broker.PublishResult, error) {
+func (e *Engine) fanout(m *publishing.Msg, p *pendingStore, publishedAt int64) (broker.PublishResult, error) {
 	topic := m.Topic
 	seq := p.seq
 	var id string
@@ -812,7 +847,7 @@ func (e *Engine) fanout(m *broker.Routable, p *pendingStore, publishedAt int64) 
 // publishFanout publishes m as a fanout envelope, unless no fanout subscription anywhere
 // wants it: a consumer group's topic usually has none, and its message then costs no second
 // trip through NATS.
-func (e *Engine) publishFanout(m *broker.Routable, seq uint64, id string, publishedAt int64) error {
+func (e *Engine) publishFanout(m *publishing.Msg, seq uint64, id string, publishedAt int64) error {
 	subj := e.subjF + m.Topic
 	if e.interest != nil && !e.interest(subj) {
 		return nil
@@ -825,7 +860,7 @@ func (e *Engine) publishFanout(m *broker.Routable, seq uint64, id string, publis
 // dispatcher does with what NATS brings back (Engine.local): the same message, without the
 // envelope and the round trip through the embedded server, which were two fifths of the
 // broker's CPU in W1.
-func (e *Engine) deliverLocal(m *broker.Routable, subs []*Subscription, seq uint64, id string, publishedAt int64) {
+func (e *Engine) deliverLocal(m *publishing.Msg, subs []*Subscription, seq uint64, id string, publishedAt int64) {
 	if len(subs) == 0 {
 		return
 	}
@@ -855,7 +890,7 @@ func (e *Engine) match(topic string) *matchResult {
 	e.mu.RLock()
 	for _, s := range e.fanouts {
 		for _, p := range s.patterns {
-			if broker.MatchPattern(p, topic) {
+			if broker.Pattern(p).Match(topic) {
 				mr.subs = append(mr.subs, s)
 				break
 			}
@@ -969,7 +1004,7 @@ func (e *Engine) allStreams() []*Stream {
 
 // drain waits until no member holds a message, or ctx is done.
 func (e *Engine) drain(ctx context.Context, groups []*group) error {
-	return broker.Drain(ctx, e.log, "shutdown grace period over with messages unacked; JetStream redelivers them", func() (busy int) {
+	return streaming.Drain(ctx, e.log, "shutdown grace period over with messages unacked; JetStream redelivers them", func() (busy int) {
 		for _, g := range groups {
 			busy += g.inFlight()
 		}

@@ -15,6 +15,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/broker/deadletter"
+	"github.com/tinybroker/tinybroker/broker/internal/grouping"
+	"github.com/tinybroker/tinybroker/broker/internal/publishing"
 )
 
 // A consumer group is a durable JetStream pull consumer of the stream, named after its
@@ -132,7 +135,7 @@ type held struct {
 
 func (g *group) matches(topic string) bool {
 	for _, p := range g.patterns {
-		if broker.MatchPattern(p, topic) {
+		if broker.Pattern(p).Match(topic) {
 			return true
 		}
 	}
@@ -146,7 +149,7 @@ func (e *Engine) filters(patterns []string) []string {
 	for i, p := range patterns {
 		covered := false
 		for j, q := range patterns {
-			if i != j && broker.PatternCovers(q, p) && (!broker.PatternCovers(p, q) || j < i) {
+			if i != j && broker.Pattern(q).Covers(p) && (!broker.Pattern(p).Covers(q) || j < i) {
 				covered = true
 				break
 			}
@@ -212,7 +215,7 @@ func (e *Engine) groupFromInfo(ci *jetstream.ConsumerInfo) *group {
 
 // groupLimits fills l's zero values with the engine's defaults.
 func (e *Engine) groupLimits(l broker.GroupLimits) broker.GroupLimits {
-	return l.Or(e.opts.GroupDefaults.Limits())
+	return l.Or(e.opts.GroupLimits())
 }
 
 // avgCost is the heldCost of the stream's average message, for messages stored before
@@ -604,7 +607,7 @@ func (e *Engine) createLocked(gc broker.GroupConfig, patterns []string, declared
 	g.own, g.limits, g.refreshed = gc.Limits, e.groupLimits(gc.Limits), time.Now()
 	g.dlq = gc.DeadLetterTopic
 	if g.dlq == "" {
-		g.dlq = broker.DefaultDeadLetterTopic(gc.ID)
+		g.dlq = deadletter.DefaultTopic(gc.ID)
 	}
 	g.ackWait = max(ackDeadline, e.opts.AckDeadline) + ackWaitPad
 	if err := e.saveLocked(g); err != nil {
@@ -635,7 +638,7 @@ func (e *Engine) join(o broker.SubscribeOptions, patterns []string, s *Subscript
 		g.name, g.patterns, g.maxDeliveries = o.Group, patterns, o.MaxDeliveries
 		g.dlq = o.DeadLetterTopic
 		if g.dlq == "" {
-			g.dlq = broker.DefaultDeadLetterTopic(o.ID)
+			g.dlq = deadletter.DefaultTopic(o.ID)
 		}
 		g.mu.Unlock()
 		for name, id := range e.groupNames {
@@ -671,7 +674,7 @@ func (e *Engine) join(o broker.SubscribeOptions, patterns []string, s *Subscript
 	if !e.solo { // unique in the cluster
 		memberID = g.name + "-" + e.nc.ConnectedServerName() + "-" + strconv.FormatUint(g.memberSeq, 10)
 	}
-	s.set = broker.Settings{ID: o.ID, MemberID: memberID,
+	s.set = broker.Settings{ID: o.ID, MemberID: memberID, Mode: broker.Balanced, Group: g.name, Patterns: s.patterns,
 		MaxInFlight: o.MaxInFlight, AckDeadline: o.AckDeadline, MaxDeliveries: g.maxDeliveries, DeadLetterTopic: g.dlq}
 	g.mu.Unlock()
 	if err := s.st.register(s, o.Peer); err != nil {
@@ -687,7 +690,6 @@ func (e *Engine) join(o broker.SubscribeOptions, patterns []string, s *Subscript
 	_ = sub.SetPendingLimits(-1, -1)
 	m.sub = sub
 	s.m = m
-	s.Acks = broker.MemberAcks(m)
 	g.mu.Lock()
 	g.members = append(g.members, m)
 	g.pumpLocked(m)
@@ -822,7 +824,7 @@ func (m *member) onMsg(msg *nats.Msg) {
 		// max_deliveries: it is dead.
 		h.attempt--
 		g.mu.Unlock()
-		g.settle([]takeItem{{h: h, reason: broker.ReasonAckDeadline}})
+		g.settle([]takeItem{{h: h, reason: deadletter.ReasonAckDeadline}})
 		return
 	}
 	m.held[info.sseq] = h
@@ -841,18 +843,10 @@ func (m *member) onMsg(msg *nats.Msg) {
 	g.mu.Unlock()
 }
 
-// The group's side of the member's Subscription.Ack, Nack and Touch (broker.GroupMember).
-func (m *member) ParseID(id string) (uint64, error) { return m.g.e.ids.parse(id) }
-func (m *member) AckSeqs(seqs []uint64) int         { return m.g.ack(m, seqs) }
-func (m *member) NackSeqs(seqs []uint64, delay time.Duration, reason string) int {
-	return m.g.nack(m, seqs, delay, reason)
-}
-func (m *member) TouchSeqs(seqs []uint64) int { return m.g.touch(m, seqs) }
-
 // findLocked returns the delivery seq held on this node and its member: with only set,
 // among pref's alone; otherwise pref's first, then every member's.
 func (g *group) findLocked(pref *member, only bool, seq uint64) (*held, *member) {
-	return broker.FindHeld(pref, g.members, only, heldBy, seq)
+	return grouping.FindHeld(pref, g.members, only, heldBy, seq)
 }
 
 // eachHeld calls f, under g.mu, on each of seqs held on this node, found as findLocked finds
@@ -860,7 +854,7 @@ func (g *group) findLocked(pref *member, only bool, seq uint64) (*held, *member)
 func (g *group) eachHeld(pref *member, only bool, seqs []uint64, f func(seq uint64, h *held, m *member)) (unknown int) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return broker.EachHeld(pref, g.members, only, heldBy, seqs, f)
+	return grouping.EachHeld(pref, g.members, only, heldBy, seqs, f)
 }
 
 func heldBy(m *member) map[uint64]*held { return m.held }
@@ -915,7 +909,7 @@ func (g *group) ack(pref *member, seqs []uint64) (unknown int) {
 	g.pumpAllLocked()
 	g.mu.Unlock()
 	for i := range events {
-		g.e.pub.Emit(hooks.OnAck(&events[i]))
+		g.e.emit(hooks.OnAck(&events[i]))
 	}
 	return unknown
 }
@@ -934,7 +928,7 @@ type takeItem struct {
 // nack takes back seqs for redelivery after delay; with owner set, only its own.
 func (g *group) nack(owner *member, seqs []uint64, delay time.Duration, reason string) (unknown int) {
 	if reason == "" {
-		reason = broker.ReasonNack
+		reason = deadletter.ReasonNack
 	}
 	var items []takeItem
 	unknown = g.eachHeld(owner, owner != nil, seqs, func(seq uint64, h *held, m *member) {
@@ -987,7 +981,7 @@ func (g *group) sweep(m *member) {
 		if !h.due.After(now) {
 			delete(m.held, seq)
 			g.timedOut++
-			items = append(items, takeItem{h: h, reason: broker.ReasonAckDeadline})
+			items = append(items, takeItem{h: h, reason: deadletter.ReasonAckDeadline})
 		} else if next.IsZero() || h.due.Before(next) {
 			next = h.due
 		}
@@ -1012,7 +1006,7 @@ func (m *member) stopTimerLocked() {
 // members.
 func (g *group) leave(m *member) {
 	g.mu.Lock()
-	if broker.Leave(&g.members, m) < 0 {
+	if grouping.Leave(&g.members, m) < 0 {
 		g.mu.Unlock()
 		return
 	}
@@ -1028,7 +1022,7 @@ func (g *group) leave(m *member) {
 		g.leftBehind++
 		// Waiting from now on, as the member is gone from the group (settle decides its fate).
 		g.waiting[seq] = h.msg
-		items = append(items, takeItem{h: h, reason: broker.ReasonMemberLeft, delay: atOnce})
+		items = append(items, takeItem{h: h, reason: deadletter.ReasonMemberLeft, delay: atOnce})
 	}
 	g.mu.Unlock()
 	if err := m.sub.Drain(); err != nil {
@@ -1106,7 +1100,7 @@ func (g *group) settle(items []takeItem) {
 	g.mu.Lock()
 	g.pumpAllLocked()
 	g.mu.Unlock()
-	g.e.pub.Emit(emits)
+	g.e.emit(emits)
 }
 
 // deadLetter publishes h's message to the group's dead-letter topic with the
@@ -1116,8 +1110,8 @@ func (g *group) deadLetter(h *held, reason string) {
 	g.deadLettered++
 	name, dlq := g.name, g.dlq
 	g.mu.Unlock()
-	hd := broker.DeadLetterHeaders(h.msg, reason, g.id, name, h.attempt)
-	if _, err := g.e.route(dlq, h.msg.Payload, broker.MakeHeaders(hd), 0); err != nil {
+	hd := grouping.DeadLetterHeaders(h.msg, reason, g.id, name, h.attempt)
+	if _, err := g.e.route(&publishing.Msg{Topic: dlq, Payload: h.msg.Payload, Headers: broker.MakeHeaders(hd)}); err != nil {
 		g.e.log.Warn("dead letter refused; it stays in the group for another attempt", "topic", dlq, "error", err)
 		_ = g.e.nc.Publish(h.reply, []byte(`-NAK {"delay":1000000000}`))
 		return

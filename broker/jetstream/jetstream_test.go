@@ -17,6 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/broker/deadletter"
 	"github.com/tinybroker/tinybroker/broker/jetstream"
 	"github.com/tinybroker/tinybroker/internal/brokertest"
 )
@@ -207,31 +208,31 @@ func TestPublishBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	const n = 300 // more than one frame's worth of the bench, fewer than the pending bound
-	msgs := make([]broker.Publication, n)
+	msgs := make([]broker.Draft, n)
 	for i := range msgs {
-		msgs[i] = broker.Publication{Topic: "jobs.a", Payload: []byte(strconv.Itoa(i)), Headers: broker.MakeHeaders(map[string]string{"i": strconv.Itoa(i)})}
+		msgs[i] = broker.Draft{Topic: "jobs.a", Payload: []byte(strconv.Itoa(i)), Headers: broker.MakeHeaders(map[string]string{"i": strconv.Itoa(i)})}
 		if i%3 == 2 { // not a group's: fanout only
 			msgs[i].Topic = "other"
 		}
 	}
-	out := make([]broker.PublishOutcome, n)
-	e.PublishBatch(msgs, out)
+	res, errs := make([]broker.PublishResult, n), make([]error, n)
+	e.PublishBatch(msgs, res, errs)
 	var last uint64
 	stored := 0
-	for i, o := range out {
-		if o.Err != nil {
-			t.Fatalf("message %d: %v", i, o.Err)
+	for i, o := range res {
+		if errs[i] != nil {
+			t.Fatalf("message %d: %v", i, errs[i])
 		}
 		if msgs[i].Topic == "other" {
-			if o.Result.Routed != 1 {
-				t.Fatalf("message %d routed to %d", i, o.Result.Routed)
+			if o.Routed != 1 {
+				t.Fatalf("message %d routed to %d", i, o.Routed)
 			}
 			continue
 		}
-		if o.Result.Seq <= last || o.Result.Routed != 2 {
-			t.Fatalf("message %d: seq %d after %d, routed %d", i, o.Result.Seq, last, o.Result.Routed)
+		if o.Seq <= last || o.Routed != 2 {
+			t.Fatalf("message %d: seq %d after %d, routed %d", i, o.Seq, last, o.Routed)
 		}
-		last = o.Result.Seq
+		last = o.Seq
 		stored++
 	}
 	// Every store was confirmed with its sequence number above; the consumer's pending count,
@@ -242,7 +243,7 @@ func TestPublishBatch(t *testing.T) {
 	})
 	for i := range n {
 		d := receive(t, st)
-		if string(d.Msg.Payload) != strconv.Itoa(i) || d.Msg.Headers.Map()["i"] != strconv.Itoa(i) || d.Msg.SystemID != out[i].Result.SystemID || d.Msg.Topic != msgs[i].Topic {
+		if string(d.Msg.Payload) != strconv.Itoa(i) || d.Msg.Headers.Map()["i"] != strconv.Itoa(i) || d.Msg.SystemID != res[i].SystemID || d.Msg.Topic != msgs[i].Topic {
 			t.Fatalf("fanout %d: %q %v %s on %s", i, d.Msg.Payload, d.Msg.Headers, d.Msg.SystemID, d.Msg.Topic)
 		}
 	}
@@ -255,15 +256,15 @@ func TestPublishBatch(t *testing.T) {
 	if err := shrinkStream(ctx, srv, "TB"); err != nil {
 		t.Fatal(err)
 	}
-	out = make([]broker.PublishOutcome, 3)
-	e.PublishBatch(msgs[:3], out)
-	for i, o := range out {
-		if want := msgs[i].Topic == "jobs.a"; want != errors.Is(o.Err, broker.ErrUnavailable) {
-			t.Fatalf("without the stream, message %d: %+v %v", i, o.Result, o.Err)
+	res, errs = make([]broker.PublishResult, 3), make([]error, 3)
+	e.PublishBatch(msgs[:3], res, errs)
+	for i, err := range errs {
+		if want := msgs[i].Topic == "jobs.a"; want != errors.Is(err, broker.ErrUnavailable) {
+			t.Fatalf("without the stream, message %d: %+v %v", i, res[i], err)
 		}
 	}
-	if !strings.Contains(out[0].Err.Error(), "JetStream did not store the message") {
-		t.Fatalf("error says: %v", out[0].Err)
+	if !strings.Contains(errs[0].Error(), "JetStream did not store the message") {
+		t.Fatalf("error says: %v", errs[0])
 	}
 }
 
@@ -337,7 +338,7 @@ func TestDeadLetterStore(t *testing.T) {
 	for i, dl := range dls { // the oldest (message 0) was let go of
 		n := strconv.Itoa(i + 1)
 		if dl.ID != ids[i+1] || dl.Topic != "jobs" || string(dl.Payload) != n || dl.Reason != "bad "+n || dl.Attempts != 1 ||
-			dl.Headers["n"] != n || dl.Headers[broker.HeaderDeadLetterGroup] != "jobs" || dl.DeadAt == 0 {
+			dl.Headers["n"] != n || dl.Headers[deadletter.HeaderGroup] != "jobs" || dl.DeadAt == 0 {
 			t.Fatalf("dead letter %d: %+v", i, dl)
 		}
 	}
@@ -353,7 +354,7 @@ func TestDeadLetterStore(t *testing.T) {
 	if _, err := st.Subscribe(broker.SubscribeOptions{Mode: broker.Balanced, Group: "jobs", Patterns: []string{"jobs"}}); err != nil {
 		t.Fatal(err)
 	}
-	if d := receive(t, st); string(d.Msg.Payload) != "2" || d.Msg.Headers.Map()[broker.HeaderReplayCount] != "1" || d.Msg.Headers.Map()[broker.HeaderDeadLetterReason] != "" {
+	if d := receive(t, st); string(d.Msg.Payload) != "2" || d.Msg.Headers.Map()[deadletter.HeaderReplayCount] != "1" || d.Msg.Headers.Map()[deadletter.HeaderReason] != "" {
 		t.Fatalf("replayed: %q %v", d.Msg.Payload, d.Msg.Headers)
 	}
 	if n, err := e.PurgeDeadLetters("jobs", nil); err != nil || n != 1 {

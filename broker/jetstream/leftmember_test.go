@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/broker/internal/grouping"
 )
 
 // newEngine starts an engine with o on an embedded server of its own, in memory, stopped
@@ -73,7 +74,7 @@ func TestLeftMembersLateDeliveryStaysCounted(t *testing.T) {
 	// stays open (leave's drain, held back here so that the race is certain).
 	g.mu.Lock()
 	m := g.members[0]
-	broker.Leave(&g.members, m)
+	grouping.Leave(&g.members, m)
 	m.left = true
 	g.mu.Unlock()
 	defer func() { _ = m.sub.Unsubscribe() }()

@@ -6,8 +6,11 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/broker/internal/grouping"
+	"github.com/tinybroker/tinybroker/broker/internal/streaming"
 )
 
 // Stream is one subscriber connection carrying any number of subscriptions (broker.Stream).
@@ -23,12 +26,12 @@ type Stream struct {
 	fanBytes  int // payload bytes of the fanout deliveries buffered
 	fanCount  int
 	ready     chan struct{}
-	fin       broker.StreamEnd // whether and why it ended
+	fin       streaming.End // whether and why it ended
 	closeOnce sync.Once
 
 	// subs are the open subscriptions by id, under a lock of their own that may be taken
 	// under mu, never the reverse: register adds under mu, so none is added once fin ended.
-	subs broker.StreamSubs[*Subscription]
+	subs streaming.Subs[*Subscription]
 }
 
 // NewStream opens a stream to carry subscriptions.
@@ -36,7 +39,7 @@ func (e *Engine) NewStream(size func(*broker.Message) int) broker.Stream {
 	if size == nil {
 		size = func(m *broker.Message) int { return len(m.Payload) }
 	}
-	return &Stream{e: e, id: e.streamSeq.Add(1), size: size, ready: make(chan struct{}, 1), fin: broker.NewStreamEnd()}
+	return &Stream{e: e, id: e.streamSeq.Add(1), size: size, ready: make(chan struct{}, 1), fin: streaming.NewEnd()}
 }
 
 // pushLocked appends d and signals ready if the buffer was empty. st.mu must be held.
@@ -235,8 +238,6 @@ type Subscription struct {
 	m   *member
 	set broker.Settings
 
-	broker.Acks // Ack, Nack and Touch: by m, if a member
-
 	delivered, dropped uint64 // fanout, under st.mu
 	closed             bool   // under st.mu
 }
@@ -250,7 +251,7 @@ func (s *Subscription) Settings() broker.Settings {
 	if s.g != nil {
 		return s.set
 	}
-	return broker.Settings{ID: s.id, MemberID: s.id}
+	return broker.Settings{ID: s.id, MemberID: s.id, Mode: broker.Fanout, Patterns: s.patterns}
 }
 
 // Close ends the subscription; a member's unacked messages go at once to the others.
@@ -272,7 +273,7 @@ func (s *Subscription) Close() {
 // firstMatch returns the first of s's patterns that matches topic.
 func (s *Subscription) firstMatch(topic string) string {
 	for _, p := range s.patterns {
-		if broker.MatchPattern(p, topic) {
+		if broker.Pattern(p).Match(topic) {
 			return p
 		}
 	}
@@ -294,7 +295,7 @@ func (e *Engine) subscribe(o broker.SubscribeOptions, st *Stream) (*Subscription
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if o.ID, err = broker.FanoutID(o.ID, &e.autoID, e.fanouts, e.groups); err != nil {
+	if o.ID, err = grouping.FanoutID(o.ID, &e.autoID, e.fanouts, e.groups); err != nil {
 		return nil, err
 	}
 	s.id = o.ID
@@ -374,18 +375,13 @@ func (e *Engine) Streams() []broker.StreamInfo {
 		st.mu.Lock()
 		si := broker.StreamInfo{ID: strconv.FormatUint(st.id, 10), Peer: st.subs.Peer(), Buffered: len(st.buf) - st.head}
 		for _, sub := range st.subs.List() {
-			s := sub.(*Subscription)
-			ss := broker.StreamSubscription{ID: s.id, Mode: s.mode, Patterns: s.patterns}
-			if s.g != nil {
-				ss.MemberID, ss.Group = s.set.MemberID, s.g.name
-			}
-			si.Subscriptions = append(si.Subscriptions, ss)
+			si.Subscriptions = append(si.Subscriptions, sub.Settings())
 		}
 		st.mu.Unlock()
 		if len(si.Subscriptions) == 0 {
 			continue
 		}
-		slices.SortFunc(si.Subscriptions, func(a, b broker.StreamSubscription) int { return cmp.Compare(a.ID, b.ID) })
+		slices.SortFunc(si.Subscriptions, func(a, b broker.Settings) int { return cmp.Compare(a.ID, b.ID) })
 		out = append(out, si)
 	}
 	slices.SortFunc(out, func(a, b broker.StreamInfo) int {
@@ -394,4 +390,35 @@ func (e *Engine) Streams() []broker.StreamInfo {
 		return cmp.Compare(x, y)
 	})
 	return out
+}
+
+// Ack settles deliveries by system_id: the member's, or another member's of its group (a
+// message redelivered elsewhere that this member processed after all). Ids the group does
+// not hold (unknown, malformed, already acked, redelivered to another member) are skipped
+// and counted: a late or duplicate ack never ends a stream. A fanout subscription takes none.
+func (s *Subscription) Ack(ids []string) (skipped int) {
+	if s.m == nil {
+		return 0
+	}
+	seqs, bad := grouping.Seqs(ids, s.e.ids.parse)
+	return s.m.g.ack(s.m, seqs) + bad
+}
+
+// Nack gives the member's deliveries back to the group, to be redelivered after delay (at
+// once if zero, the group's back-off permitting); skipped as Ack.
+func (s *Subscription) Nack(ids []string, delay time.Duration, reason string) (skipped int) {
+	if s.m == nil {
+		return 0
+	}
+	seqs, bad := grouping.Seqs(ids, s.e.ids.parse)
+	return s.m.g.nack(s.m, seqs, delay, reason) + bad
+}
+
+// Touch restarts the ack deadline of the member's deliveries: a full AckDeadline from now.
+func (s *Subscription) Touch(ids []string) (skipped int) {
+	if s.m == nil {
+		return 0
+	}
+	seqs, bad := grouping.Seqs(ids, s.e.ids.parse)
+	return s.m.g.touch(s.m, seqs) + bad
 }

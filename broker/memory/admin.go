@@ -115,11 +115,7 @@ func (b *Engine) Streams() []broker.StreamInfo {
 			byStream[st] = info
 			order = append(order, st)
 		}
-		ss := broker.StreamSubscription{ID: s.id, MemberID: s.id, Mode: s.mode, Patterns: s.patterns}
-		if s.g != nil {
-			ss.MemberID, ss.Group = s.bal.MemberID, s.g.hookName()
-		}
-		info.Subscriptions = append(info.Subscriptions, ss)
+		info.Subscriptions = append(info.Subscriptions, s.Settings())
 	}
 	slices.SortFunc(order, func(a, b *Stream) int { return cmp.Compare(a.id, b.id) })
 	out := make([]broker.StreamInfo, 0, len(order))
@@ -128,7 +124,7 @@ func (b *Engine) Streams() []broker.StreamInfo {
 		st.out.mu.Lock()
 		info.Buffered = st.out.lenLocked()
 		st.out.mu.Unlock()
-		slices.SortFunc(info.Subscriptions, func(a, b broker.StreamSubscription) int { return cmp.Compare(a.ID, b.ID) })
+		slices.SortFunc(info.Subscriptions, func(a, b broker.Settings) int { return cmp.Compare(a.ID, b.ID) })
 		out = append(out, *info)
 	}
 	return out

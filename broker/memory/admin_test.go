@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/broker/deadletter"
 )
 
 // Deleting a group with members ends them with ErrGroupDeleted: a member alone on its stream
@@ -81,7 +82,7 @@ func TestDeleteGroupWithMembers(t *testing.T) {
 
 // Group describes members with their peers, the oldest message held and the settings.
 func TestGroupInfoAndStreams(t *testing.T) {
-	gt := newGroupTest(t, Options{GroupDefaults: broker.GroupDefaults{GroupDeadLetterMax: 7}})
+	gt := newGroupTest(t, Options{Limits: broker.Limits{GroupDeadLetterMax: 7}})
 	a := gt.member("g", 2, func(o *broker.SubscribeOptions) { o.Peer = "192.0.2.1:4000" }, maxDeliveries(3))
 	gt.publish("1", "2", "3")
 	gi, err := gt.b.Group("g")
@@ -138,7 +139,7 @@ func TestDeadLetterStore(t *testing.T) {
 	all := append(page, rest...)
 	for i, dl := range all {
 		if dl.ID != ids[i] || dl.Topic != "j.x" || string(dl.Payload) != fmt.Sprint(i+1) || dl.Reason != "bad input" || dl.Attempts != 1 ||
-			dl.Headers[broker.HeaderDeadLetterReason] != "bad input" || dl.Headers[broker.HeaderDeadLetterTopic] != "j.x" {
+			dl.Headers[deadletter.HeaderReason] != "bad input" || dl.Headers[deadletter.HeaderTopic] != "j.x" {
 			t.Fatalf("dead letter %d: %+v", i, dl)
 		}
 	}
@@ -156,7 +157,7 @@ func TestDeadLetterStore(t *testing.T) {
 		t.Fatalf("member got %v after replay", got(a))
 	}
 	for _, d := range ds {
-		if d.Msg.Headers.Map()[broker.HeaderReplayCount] != "1" || d.Msg.Headers.Map()[broker.HeaderDeadLetterReason] != "" || d.Msg.SystemID == ids[1] {
+		if d.Msg.Headers.Map()[deadletter.HeaderReplayCount] != "1" || d.Msg.Headers.Map()[deadletter.HeaderReason] != "" || d.Msg.SystemID == ids[1] {
 			t.Fatalf("replayed message %+v", d.Msg)
 		}
 	}
@@ -166,7 +167,7 @@ func TestDeadLetterStore(t *testing.T) {
 		t.Fatal(res[0].Err)
 	}
 	d := next(a)
-	if len(d) != 1 || d[0].Msg.Headers.Map()[broker.HeaderReplayCount] != "2" {
+	if len(d) != 1 || d[0].Msg.Headers.Map()[deadletter.HeaderReplayCount] != "2" {
 		t.Fatalf("second replay: %v", d)
 	}
 	a.Ack([]string{ds[1].Msg.SystemID, d[0].Msg.SystemID})
@@ -193,7 +194,7 @@ func TestDeadLetterStore(t *testing.T) {
 // The store keeps the newest dead letters within its bounds, counting what it drops; a
 // replay refused by a full group puts the letter back.
 func TestDeadLetterStoreBounds(t *testing.T) {
-	gt := newGroupTest(t, Options{GroupDefaults: broker.GroupDefaults{GroupDeadLetterMax: 3}})
+	gt := newGroupTest(t, Options{Limits: broker.Limits{GroupDeadLetterMax: 3}})
 	a := gt.member("g", 10, maxDeliveries(1))
 	ids := gt.publish("1", "2", "3", "4", "5")
 	next(a)
@@ -208,7 +209,7 @@ func TestDeadLetterStoreBounds(t *testing.T) {
 	a.Close()
 
 	// A byte bound: a letter of 2 KiB does not fit in 1 KiB at all.
-	gt2 := newGroupTest(t, Options{GroupDefaults: broker.GroupDefaults{GroupDeadLetterMaxBytes: 1024}})
+	gt2 := newGroupTest(t, Options{Limits: broker.Limits{GroupDeadLetterMaxBytes: 1024}})
 	b := gt2.member("g", 1, maxDeliveries(1))
 	r, _ := gt2.b.Publish("j.x", make([]byte, 2048), nil)
 	next(b)
@@ -219,7 +220,7 @@ func TestDeadLetterStoreBounds(t *testing.T) {
 	b.Close()
 
 	// A replay that the group refuses (full, overflow reject) stays kept.
-	gt3 := newGroupTest(t, Options{GroupDefaults: broker.GroupDefaults{GroupMaxQueued: 1}})
+	gt3 := newGroupTest(t, Options{Limits: broker.Limits{GroupMaxQueued: 1}})
 	c := gt3.member("g", 1, maxDeliveries(1))
 	id := gt3.publish("x")[0]
 	next(c)

@@ -16,6 +16,9 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/broker/internal/grouping"
+	"github.com/tinybroker/tinybroker/broker/internal/publishing"
+	"github.com/tinybroker/tinybroker/broker/internal/streaming"
 )
 
 // SlowConsumerPolicy is what happens to a fanout subscriber whose buffer is full.
@@ -40,10 +43,6 @@ type Options struct {
 	// may use 3/4 of it. Default: DefaultMemoryLimit() (a quarter of GOMEMLIMIT).
 	MaxMemoryBytes int64
 
-	// GroupDefaults bound each consumer group. Here GroupMaxQueuedBytes defaults to 1/8 of
-	// MaxMemoryBytes, and GroupDeadLetterMaxBytes to at most 1/16 of it.
-	broker.GroupDefaults
-
 	FanoutBufferMessages int                // messages buffered per fanout subscriber (262,144)
 	FanoutBufferBytes    int                // payload bytes buffered per fanout subscriber (64 MiB)
 	SlowConsumer         SlowConsumerPolicy // what a full fanout buffer does (SlowConsumerDisconnect)
@@ -65,7 +64,7 @@ func (o *Options) setDefaults() {
 		o.MaxMemoryBytes = DefaultMemoryLimit()
 	}
 	o.Limits = o.Limits.WithDefaults()
-	o.GroupDefaults = o.GroupDefaults.WithDefaults(o.MaxMemoryBytes/8, min(64<<20, o.MaxMemoryBytes/16))
+	o.Limits = o.Limits.WithGroupDefaults(o.MaxMemoryBytes/8, min(64<<20, o.MaxMemoryBytes/16))
 	def := func(v *int, d int) {
 		if *v <= 0 {
 			*v = d
@@ -96,8 +95,8 @@ type Engine struct {
 	index *index
 	sched *scheduler
 
-	hooks        broker.HookSlot
-	pub          broker.Publisher // the steps of a publish every engine shares
+	hooks        publishing.HookSlot
+	gate         publishing.Gate // the steps of a publish every engine shares
 	unrouted     atomic.Uint64
 	hookDropped  atomic.Uint64 // messages dropped by an OnPublish verdict
 	refused      atomic.Uint64 // publishes refused by every consumer group they matched
@@ -134,7 +133,7 @@ func New(opts Options) *Engine {
 		groups:     make(map[string]*group),
 		groupNames: make(map[string]string),
 	}
-	b.pub = broker.Publisher{Limits: &b.opts.Limits, Hooks: &b.hooks, Closing: &b.closing, Router: (*router)(b), Log: b.log}
+	b.gate = publishing.Gate{Limits: &b.opts.Limits, Hooks: &b.hooks, Closing: &b.closing}
 	if opts.clock != nil {
 		opts.clock.b = b
 		return b
@@ -165,12 +164,48 @@ func (b *Engine) ParseID(id string) (uint64, error) { return b.ids.parse(id) }
 // Publish validates and routes one message. The broker keeps payload and headers: the caller
 // must not modify them afterwards.
 func (b *Engine) Publish(topic string, payload []byte, headers map[string]string) (broker.PublishResult, error) {
-	return b.pub.Publish(topic, payload, headers)
+	m, emit, err := b.gate.One(topic, payload, broker.MakeHeaders(headers))
+	res, err := b.routeMsg(&m, err)
+	b.emit(emit)
+	return res, err
 }
 
-// PublishBatch publishes several messages in order; see broker.Engine.
-func (b *Engine) PublishBatch(msgs []broker.Publication, out []broker.PublishOutcome) {
-	b.pub.PublishBatch(msgs, out)
+// PublishBatch publishes a frame in order; see broker.Engine.
+func (b *Engine) PublishBatch(frame []broker.Draft, res []broker.PublishResult, errs []error) {
+	clear(res)
+	bt := b.gate.Batch(frame, errs)
+	defer bt.Release()
+	for j := range bt.Msgs {
+		i := bt.At[j]
+		res[i], errs[i] = b.routeMsg(&bt.Msgs[j], nil)
+	}
+	b.emit(bt.Emitted())
+}
+
+// routeMsg routes a message that passed the gate (err nil), or counts it dropped by a
+// plugin's verdict.
+func (b *Engine) routeMsg(m *publishing.Msg, err error) (broker.PublishResult, error) {
+	switch {
+	case err != nil:
+		return broker.PublishResult{}, err
+	case m.Drop:
+		b.hookDropped.Add(1)
+		seq := b.seq.Add(1)
+		return broker.PublishResult{Seq: seq, SystemID: b.ids.format(seq), DroppedBy: m.DroppedBy, DropReason: m.DropReason}, nil
+	}
+	return b.routeChecked(m.Topic, m.Payload, m.Headers, m.HB)
+}
+
+// emit routes the messages hooks emitted, without OnPublish; one refused is logged.
+func (b *Engine) emit(ds []broker.Draft) {
+	for m, err := range b.gate.Emitted(ds) {
+		if err == nil {
+			_, err = b.routeChecked(m.Topic, m.Payload, m.Headers, m.HB)
+		}
+		if err != nil {
+			b.log.Warn("message emitted by a plugin refused", "topic", m.Topic, "error", err)
+		}
+	}
 }
 
 // route checks the headers of a message whose topic and payload are valid (a dead letter,
@@ -183,19 +218,6 @@ func (b *Engine) route(topic string, payload []byte, headers broker.Headers) (br
 	return b.routeChecked(topic, payload, headers, hb)
 }
 
-// router is the Engine as the broker.Publisher's Router.
-type router Engine
-
-func (r *router) Route(topic string, payload []byte, headers broker.Headers, hb int) (broker.PublishResult, error) {
-	return (*Engine)(r).routeChecked(topic, payload, headers, hb)
-}
-
-func (r *router) Dropped(v broker.PublishVerdict) broker.PublishResult {
-	r.hookDropped.Add(1)
-	seq := r.seq.Add(1)
-	return broker.PublishResult{Seq: seq, SystemID: r.ids.format(seq), DroppedBy: v.Plugin, DropReason: v.Reason}
-}
-
 // routeChecked delivers a valid message to every matching target that takes it; a consumer
 // group at its bounds refuses it for itself only (see group.deliver). hb is the headers' size.
 func (b *Engine) routeChecked(topic string, payload []byte, headers broker.Headers, hb int) (broker.PublishResult, error) {
@@ -203,7 +225,7 @@ func (b *Engine) routeChecked(topic string, payload []byte, headers broker.Heade
 	seq := b.seq.Add(1)
 	m := &message{Message: broker.Message{ID: seq, Topic: topic, Payload: payload, Headers: headers, PublishedAt: time.Now().UnixNano(), Targets: len(targets), HeaderBytes: hb}}
 	m.SystemID = b.ids.formatIn(seq, &m.idBlock)
-	m.cost = broker.MessageCost(topic, m.SystemID, payload, len(headers), hb, len(targets))
+	m.cost = grouping.MessageCost(topic, m.SystemID, payload, len(headers), hb, len(targets))
 	b.charge(m, len(targets))
 	var wait []target
 	var rooms []<-chan struct{}
@@ -320,7 +342,7 @@ func (b *Engine) subscribe(o broker.SubscribeOptions, st *Stream) (*Subscription
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if o.Mode == broker.Fanout {
-		if o.ID, err = broker.FanoutID(o.ID, &b.autoID, b.fanouts, b.groups); err != nil {
+		if o.ID, err = grouping.FanoutID(o.ID, &b.autoID, b.fanouts, b.groups); err != nil {
 			return nil, err
 		}
 		s.id = o.ID
@@ -339,8 +361,8 @@ func (b *Engine) subscribe(o broker.SubscribeOptions, st *Stream) (*Subscription
 	}
 	s.g = g
 	s.id = o.ID
-	s.bal = &broker.Settings{ID: o.ID, MemberID: g.nextMemberID(), MaxInFlight: o.MaxInFlight, AckDeadline: o.AckDeadline,
-		MaxDeliveries: g.maxDeliveries, DeadLetterTopic: g.dlq}
+	s.bal = &broker.Settings{ID: o.ID, MemberID: g.nextMemberID(), Mode: broker.Balanced, Group: g.hookName(), Patterns: s.patterns,
+		MaxInFlight: o.MaxInFlight, AckDeadline: o.AckDeadline, MaxDeliveries: g.maxDeliveries, DeadLetterTopic: g.dlq}
 	if err := st.register(s, o.Peer); err != nil {
 		return nil, err
 	}
@@ -434,7 +456,7 @@ func (b *Engine) lookupMessage(id, systemID string) (*group, uint64, error) {
 	b.mu.RLock()
 	g, isFanout := b.groups[id], b.fanouts[id] != nil
 	b.mu.RUnlock()
-	return broker.AckTarget(id, systemID, isFanout, g, b.ids.parse)
+	return grouping.AckTarget(id, systemID, isFanout, g, b.ids.parse)
 }
 
 // Ack acknowledges one delivered message of a balanced subscription.
@@ -444,7 +466,7 @@ func (b *Engine) Ack(subscriptionID, systemID string) error {
 		return err
 	}
 	if g.ack(nil, []uint64{seq}) > 0 {
-		return broker.NotHeld(systemID, subscriptionID)
+		return grouping.NotHeld(systemID, subscriptionID)
 	}
 	return nil
 }
@@ -456,7 +478,7 @@ func (b *Engine) Nack(subscriptionID, systemID string, delay time.Duration, reas
 		return err
 	}
 	if g.nack(nil, []uint64{seq}, delay, reason) > 0 {
-		return broker.NotInFlight(systemID, subscriptionID)
+		return grouping.NotInFlight(systemID, subscriptionID)
 	}
 	return nil
 }
@@ -530,7 +552,7 @@ func (b *Engine) allSubscriptions() []*Subscription {
 
 // drain waits until nothing is in flight or buffered, or ctx is done.
 func (b *Engine) drain(ctx context.Context) error {
-	return broker.Drain(ctx, b.log, "shutdown grace period over with messages unacked or unsent", func() (busy int) {
+	return streaming.Drain(ctx, b.log, "shutdown grace period over with messages unacked or unsent", func() (busy int) {
 		b.mu.RLock()
 		defer b.mu.RUnlock()
 		for _, g := range b.groups {

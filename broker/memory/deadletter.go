@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/broker/deadletter"
+	"github.com/tinybroker/tinybroker/broker/internal/grouping"
 )
 
 // Every consumer group keeps what it dead-letters in a deadStore, besides publishing it to
@@ -41,14 +43,14 @@ func deadLetterCost(dl *broker.DeadLetter) int64 {
 	for k, v := range dl.Headers {
 		hb += len(k) + len(v)
 	}
-	return broker.MessageCost(dl.Topic, dl.ID, dl.Payload, len(dl.Headers), hb, 1) + holderOverhead
+	return grouping.MessageCost(dl.Topic, dl.ID, dl.Payload, len(dl.Headers), hb, 1) + holderOverhead
 }
 
 // keepDeadLetterLocked adds a dead letter of e to g's store, dropping the oldest kept to stay
 // within the group's bounds and the engine's memory budget. g.mu must be held.
 func (g *group) keepDeadLetterLocked(e *entry, d deadLetter, reason string) {
 	dl := broker.DeadLetter{ID: e.msg.SystemID, Topic: e.msg.Topic, Payload: e.msg.Payload, Headers: d.headers,
-		Reason: broker.TruncateReason(reason), Attempts: int(e.attempt), DeadAt: time.Now().UnixNano()}
+		Reason: deadletter.TruncateReason(reason), Attempts: int(e.attempt), DeadAt: time.Now().UnixNano()}
 	k := &keptLetter{dl: dl, cost: deadLetterCost(&dl)}
 	s := &g.dead
 	over := func() string {
@@ -180,7 +182,7 @@ func (b *Engine) DeadLetters(id, token string, limit int) ([]broker.DeadLetter, 
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	i := 0 // where to look on: each call asks for a later position than the last
-	return broker.ListDeadLetters(token, limit, func(after uint64) (broker.DeadLetter, uint64, bool, error) {
+	return grouping.ListDeadLetters(token, limit, func(after uint64) (broker.DeadLetter, uint64, bool, error) {
 		for ; i < len(g.dead.list); i++ {
 			if k := g.dead.list[i]; k != nil && k.pos > after {
 				return k.dl, k.pos, true, nil
@@ -205,10 +207,10 @@ func (b *Engine) ReplayDeadLetters(id string, ids []string) ([]broker.Replayed, 
 	out := make([]broker.Replayed, len(taken))
 	for i, k := range taken {
 		if k.cost == 0 { // a stand-in for an id the store does not hold
-			out[i] = broker.Replayed{ID: k.dl.ID, Err: broker.UnknownDeadLetter(id, k.dl.ID)}
+			out[i] = broker.Replayed{ID: k.dl.ID, Err: grouping.UnknownDeadLetter(id, k.dl.ID)}
 			continue
 		}
-		res, err := b.Publish(k.dl.Topic, k.dl.Payload, broker.ReplayHeaders(k.dl.Headers))
+		res, err := b.Publish(k.dl.Topic, k.dl.Payload, grouping.ReplayHeaders(k.dl.Headers))
 		out[i] = broker.Replayed{ID: k.dl.ID, SystemID: res.SystemID, Routed: res.Routed, Err: err}
 		if err != nil {
 			g.mu.Lock()

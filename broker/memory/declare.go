@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/broker/deadletter"
 )
 
 // Declare creates the consumer group gc describes, or checks that an existing group of that
@@ -63,7 +64,7 @@ func (g *group) declare(limits broker.GroupLimits) {
 func (b *Engine) newGroupLocked(gc broker.GroupConfig, quota *broker.Quota) *group {
 	dlq := gc.DeadLetterTopic
 	if dlq == "" {
-		dlq = broker.DefaultDeadLetterTopic(gc.ID)
+		dlq = deadletter.DefaultTopic(gc.ID)
 	}
 	g := &group{b: b, id: gc.ID, name: gc.Name, patterns: gc.Patterns, maxDeliveries: gc.MaxDeliveries, dlq: dlq,
 		limits: b.groupLimits(gc.Limits), waiting: make(map[uint64]*entry), quota: quota}
@@ -100,7 +101,7 @@ func (b *Engine) rebindLocked(g *group, o *broker.SubscribeOptions, patterns []s
 	g.name, g.patterns, g.maxDeliveries = o.Group, patterns, o.MaxDeliveries
 	g.dlq = o.DeadLetterTopic
 	if g.dlq == "" {
-		g.dlq = broker.DefaultDeadLetterTopic(g.id)
+		g.dlq = deadletter.DefaultTopic(g.id)
 	}
 	dropped := g.dropUnmatchedLocked()
 	if g.quota != o.Quota { // the caller took the group from o.Quota
@@ -123,7 +124,7 @@ func (b *Engine) rebindLocked(g *group, o *broker.SubscribeOptions, patterns []s
 func (g *group) dropUnmatchedLocked() int {
 	n := g.dropWaitingLocked(func(e *entry) bool {
 		for _, p := range g.patterns {
-			if broker.MatchPattern(p, e.msg.Topic) {
+			if broker.Pattern(p).Match(e.msg.Topic) {
 				return false
 			}
 		}

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/broker/deadletter"
+	"github.com/tinybroker/tinybroker/broker/internal/grouping"
 )
 
 // group is a consumer group: the members of one balanced subscription_id. Messages wait in
@@ -64,7 +66,7 @@ type group struct {
 }
 
 func (b *Engine) groupLimits(l broker.GroupLimits) broker.GroupLimits {
-	return l.Or(b.opts.GroupDefaults.Limits())
+	return l.Or(b.opts.GroupLimits())
 }
 
 type member struct {
@@ -76,14 +78,6 @@ type member struct {
 	joined      int64 // Unix nanoseconds
 	ended       error // under the stream's out.mu: why the engine ended it (Subscription.evict)
 }
-
-// The group's side of the member's Subscription.Ack, Nack and Touch (broker.GroupMember).
-func (m *member) ParseID(id string) (uint64, error) { return m.s.b.ids.parse(id) }
-func (m *member) AckSeqs(seqs []uint64) int         { return m.s.g.ack(m, seqs) }
-func (m *member) NackSeqs(seqs []uint64, delay time.Duration, reason string) int {
-	return m.s.g.nack(m, seqs, delay, reason)
-}
-func (m *member) TouchSeqs(seqs []uint64) int { return m.s.g.touch(m, seqs) }
 
 type entry struct {
 	msg      *message
@@ -316,13 +310,13 @@ func (g *group) scheduleLocked(at int64) {
 // findOwnedLocked returns the in-flight entry seq and its member. With only set it looks at
 // pref alone; otherwise at pref first, then at every member.
 func (g *group) findOwnedLocked(pref *member, only bool, seq uint64) (*entry, *member) {
-	return broker.FindHeld(pref, g.members, only, ownedBy, seq)
+	return grouping.FindHeld(pref, g.members, only, ownedBy, seq)
 }
 
 // eachOwnedLocked calls f on each of seqs in flight, found as findOwnedLocked finds it, and
 // returns how many were not.
 func (g *group) eachOwnedLocked(pref *member, only bool, seqs []uint64, f func(seq uint64, e *entry, m *member)) (unknown int) {
-	return broker.EachHeld(pref, g.members, only, ownedBy, seqs, f)
+	return grouping.EachHeld(pref, g.members, only, ownedBy, seqs, f)
 }
 
 func ownedBy(m *member) map[uint64]*entry { return m.owned }
@@ -377,7 +371,7 @@ func (g *group) ack(pref *member, seqs []uint64) (unknown int) {
 	g.mu.Unlock()
 	for i := range events {
 		events[i].SystemID = events[i].Msg.SystemID
-		g.b.pub.Emit(h.OnAck(&events[i]))
+		g.b.emit(h.OnAck(&events[i]))
 	}
 	return unknown
 }
@@ -394,7 +388,7 @@ func (g *group) nack(owner *member, seqs []uint64, delay time.Duration, reason s
 		return 0
 	}
 	if reason == "" {
-		reason = broker.ReasonNack
+		reason = deadletter.ReasonNack
 	}
 	tb := g.newTakeBack()
 	g.mu.Lock()
@@ -531,11 +525,11 @@ func (g *group) finish(tb *takeBack) {
 		g.mu.Unlock()
 	}
 	g.b.publishDeadLetters(tb.dead)
-	g.b.pub.Emit(tb.emits)
+	g.b.emit(tb.emits)
 }
 
 func (g *group) deadLetter(e *entry, reason string) deadLetter {
-	h := broker.DeadLetterHeaders(&e.msg.Message, reason, g.id, g.name, e.attempt)
+	h := grouping.DeadLetterHeaders(&e.msg.Message, reason, g.id, g.name, e.attempt)
 	return deadLetter{topic: g.dlq, payload: e.msg.Payload, headers: h}
 }
 
@@ -553,7 +547,7 @@ func (g *group) join(s *Subscription, maxInFlight int, ackDeadline time.Duration
 	defer g.mu.Unlock()
 	m := &member{s: s, maxInFlight: maxInFlight, ackDeadline: ackDeadline, owned: make(map[uint64]*entry),
 		peer: peer, joined: time.Now().UnixNano()}
-	s.m, s.Acks = m, broker.MemberAcks(m) // before its first delivery
+	s.m = m // before its first delivery
 	g.members = append(g.members, m)
 	g.emptySince = 0
 	g.dispatchLocked(g.b.now())
@@ -564,7 +558,7 @@ func (g *group) join(s *Subscription, maxInFlight int, ackDeadline time.Duration
 func (g *group) leave(m *member) {
 	tb := g.newTakeBack()
 	g.mu.Lock()
-	i := broker.Leave(&g.members, m)
+	i := grouping.Leave(&g.members, m)
 	if i < 0 {
 		g.mu.Unlock()
 		return
@@ -589,7 +583,7 @@ func (g *group) leave(m *member) {
 	for seq, e := range m.owned {
 		delete(m.owned, seq)
 		g.leftBehind++
-		g.giveBackLocked(e, broker.ReasonMemberLeft, atOnce, now, tb)
+		g.giveBackLocked(e, deadletter.ReasonMemberLeft, atOnce, now, tb)
 	}
 	g.requeueLocked(tb)
 	g.dispatchLocked(now)
@@ -618,7 +612,7 @@ func (g *group) onTimer() {
 			}
 			delete(m.owned, seq)
 			g.timedOut++
-			g.giveBackLocked(e, broker.ReasonAckDeadline, 0, now, tb)
+			g.giveBackLocked(e, deadletter.ReasonAckDeadline, 0, now, tb)
 		}
 	}
 	// Delayed messages are a heap by deadline: a wake-up takes those due, not a scan of all

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/broker/deadletter"
+	"github.com/tinybroker/tinybroker/broker/internal/grouping"
 )
 
 // Consumer-group unit tests on a fake clock: no goroutine, no sleep, no gRPC. Time moves only
@@ -159,7 +161,7 @@ func (gt *groupTest) settled(id string) {
 // msgCost is what the group charges for a message of payload p published to "j.x" that
 // only the group takes.
 func msgCost(p string) int64 {
-	return broker.MessageCost("j.x", strings.Repeat("x", idLen), []byte(p), 0, 0, 1) + groupEntryOverhead
+	return grouping.MessageCost("j.x", strings.Repeat("x", idLen), []byte(p), 0, 0, 1) + groupEntryOverhead
 }
 
 // Messages go round-robin to the members, skipping those without room: max_in_flight bounds
@@ -320,11 +322,11 @@ func TestGroupDeadLetter(t *testing.T) {
 		{"nack", "dead.g", func(_ *groupTest, a *Subscription, id string) { a.Nack([]string{id}, 0, "bad input") },
 			"dead.g", "bad input"},
 		{"unary nack", "", func(gt *groupTest, _ *Subscription, id string) { _ = gt.b.Nack("g", id, 0, "") },
-			"dlq.g", broker.ReasonNack},
+			"dlq.g", deadletter.ReasonNack},
 		{"ack deadline", "dead.g", func(gt *groupTest, _ *Subscription, _ string) { gt.clock.Advance(30 * time.Second) },
-			"dead.g", broker.ReasonAckDeadline},
+			"dead.g", deadletter.ReasonAckDeadline},
 		{"member left", "dead.g", func(_ *groupTest, a *Subscription, _ string) { a.Close() },
-			"dead.g", broker.ReasonMemberLeft},
+			"dead.g", deadletter.ReasonMemberLeft},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			gt := newGroupTest(t, Options{})
@@ -345,9 +347,9 @@ func TestGroupDeadLetter(t *testing.T) {
 			}
 			m := d[0].Msg
 			wantHeaders := map[string]string{"k": "v",
-				broker.HeaderDeadLetterReason: tc.reason, broker.HeaderDeadLetterTopic: "j.x",
-				broker.HeaderDeadLetterSystemID: r.SystemID, broker.HeaderDeadLetterSubscription: "g",
-				broker.HeaderDeadLetterGroup: "g", broker.HeaderDeadLetterAttempts: "2"}
+				deadletter.HeaderReason: tc.reason, deadletter.HeaderTopic: "j.x",
+				deadletter.HeaderSystemID: r.SystemID, deadletter.HeaderSubscription: "g",
+				deadletter.HeaderGroup: "g", deadletter.HeaderAttempts: "2"}
 			if m.Topic != tc.topic || string(m.Payload) != "1" || fmt.Sprint(m.Headers.Map()) != fmt.Sprint(wantHeaders) {
 				t.Fatalf("dead letter to %q, payload %q, headers %v; want to %q, payload \"1\", headers %v",
 					m.Topic, m.Payload, m.Headers, tc.topic, wantHeaders)
@@ -591,13 +593,13 @@ func TestGroupOverflow(t *testing.T) {
 		accepted int
 		member   []string // what a member joining then gets
 	}{
-		{"reject, max_queued", Options{GroupDefaults: broker.GroupDefaults{GroupMaxQueued: 3, GroupOverflow: broker.OverflowReject}},
+		{"reject, max_queued", Options{Limits: broker.Limits{GroupMaxQueued: 3, GroupOverflow: broker.OverflowReject}},
 			"max_queued }", 3, []string{"0/1", "1/1", "2/1"}},
-		{"reject, max_queued_bytes", Options{GroupDefaults: broker.GroupDefaults{GroupMaxQueuedBytes: 3 * cost, GroupOverflow: broker.OverflowReject}},
+		{"reject, max_queued_bytes", Options{Limits: broker.Limits{GroupMaxQueuedBytes: 3 * cost, GroupOverflow: broker.OverflowReject}},
 			"max_queued_bytes }", 3, []string{"0/1", "1/1", "2/1"}},
-		{"drop_oldest, max_queued", Options{GroupDefaults: broker.GroupDefaults{GroupMaxQueued: 3, GroupOverflow: broker.OverflowDropOldest}},
+		{"drop_oldest, max_queued", Options{Limits: broker.Limits{GroupMaxQueued: 3, GroupOverflow: broker.OverflowDropOldest}},
 			"", 5, []string{"2/1", "3/1", "4/1"}},
-		{"drop_oldest, max_queued_bytes", Options{GroupDefaults: broker.GroupDefaults{GroupMaxQueuedBytes: 3 * cost, GroupOverflow: broker.OverflowDropOldest}},
+		{"drop_oldest, max_queued_bytes", Options{Limits: broker.Limits{GroupMaxQueuedBytes: 3 * cost, GroupOverflow: broker.OverflowDropOldest}},
 			"", 5, []string{"2/1", "3/1", "4/1"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -635,8 +637,9 @@ type testHooks struct {
 func (*testHooks) OnPublish(*broker.Draft) (broker.PublishVerdict, error) {
 	return broker.PublishVerdict{}, nil
 }
-func (h *testHooks) WantsAck(string) bool       { return h.ack != nil }
-func (h *testHooks) WantsRedeliver(string) bool { return h.redeliver != nil }
+func (*testHooks) OnPublishBatch([]broker.Draft, []broker.PublishVerdict, []error) {}
+func (h *testHooks) WantsAck(string) bool                                          { return h.ack != nil }
+func (h *testHooks) WantsRedeliver(string) bool                                    { return h.redeliver != nil }
 
 func (h *testHooks) OnAck(e *broker.AckEvent) []broker.Draft {
 	h.events = append(h.events, fmt.Sprintf("ack %s/%d %t %s/%s after %v", e.Msg.Payload, e.Attempt, e.SystemID == e.Msg.SystemID, e.SubscriptionID, e.Group, e.InFlight))
@@ -701,7 +704,7 @@ func TestGroupRedeliverHook(t *testing.T) {
 			var watched []string
 			for _, d := range next(watch) {
 				w := d.Msg.Topic
-				if reason := d.Msg.Headers.Map()[broker.HeaderDeadLetterReason]; reason != "" {
+				if reason := d.Msg.Headers.Map()[deadletter.HeaderReason]; reason != "" {
 					w += " " + reason + " " + d.Msg.Headers.Map()["tried"]
 				}
 				watched = append(watched, w)

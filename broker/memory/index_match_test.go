@@ -22,7 +22,7 @@ func checkIndex(t testing.TB, ix *index, subs map[*probe][]string, topic string)
 	var want []string
 	for p, patterns := range subs {
 		for _, pat := range patterns {
-			if broker.MatchPattern(pat, topic) {
+			if broker.Pattern(pat).Match(topic) {
 				want = append(want, p.name)
 				break
 			}
@@ -104,8 +104,8 @@ func FuzzTopicMatch(f *testing.F) {
 		f.Add(s[0], s[1])
 	}
 	f.Fuzz(func(t *testing.T, pattern, topic string) {
-		perr, terr := broker.ValidatePattern(pattern), broker.ValidateTopic(topic)
-		if terr == nil && broker.ValidatePattern(topic) != nil {
+		perr, terr := broker.Pattern(pattern).Validate(), broker.ValidateTopic(topic)
+		if terr == nil && broker.Pattern(topic).Validate() != nil {
 			t.Fatalf("topic %q valid but not as a pattern", topic)
 		}
 		if terr == nil && strings.ContainsAny(topic, "*>") {
@@ -115,7 +115,7 @@ func FuzzTopicMatch(f *testing.F) {
 			ix := newIndex()
 			p := &probe{name: "exact"}
 			ix.add(topic, p)
-			if got := ix.match(topic); len(got) != 1 || !broker.MatchPattern(topic, topic) {
+			if got := ix.match(topic); len(got) != 1 || !broker.Pattern(topic).Match(topic) {
 				t.Fatalf("topic %q is not matched by itself as a pattern (index %v)", topic, got)
 			}
 		}

@@ -10,12 +10,12 @@ import (
 	"strings"
 	"sync/atomic"
 
-	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/broker/internal/grouping"
 )
 
 // What the broker holds for later — messages queued, in flight or delayed in consumer groups,
 // and messages buffered for fanout subscribers — is charged to one budget in bytes, counted
-// as the memory a message really costs (broker.MessageCost), plus a fixed overhead per
+// as the memory a message really costs (grouping.MessageCost), plus a fixed overhead per
 // holder. A message shared by many targets is charged once, plus the small overhead of each
 // holder (see Message.cost and holders).
 //
@@ -23,9 +23,9 @@ import (
 // and in-flight work, so that an abandoned group cannot starve live subscribers. See
 // RATIONALE.md, "Why a memory budget in bytes?".
 
-// holderOverhead is what a target spends to hold one message (broker.HolderOverhead).
+// holderOverhead is what a target spends to hold one message (grouping.HolderOverhead).
 const (
-	holderOverhead     = broker.HolderOverhead
+	holderOverhead     = grouping.HolderOverhead
 	groupEntryOverhead = holderOverhead
 )
 

@@ -78,7 +78,7 @@ func TestMessageCostCoversHeap(t *testing.T) {
 // A group's byte bound refuses publishes once the group holds that much, counting headers;
 // the refusal names the group and the setting.
 func TestGroupByteBound(t *testing.T) {
-	b := newTestBroker(t, Options{GroupDefaults: broker.GroupDefaults{GroupMaxQueuedBytes: 1 << 20}})
+	b := newTestBroker(t, Options{Limits: broker.Limits{GroupMaxQueuedBytes: 1 << 20}})
 	g, err := b.Subscribe(broker.SubscribeOptions{ID: "g", Group: "g", Patterns: []string{"t"}, Mode: broker.Balanced})
 	if err != nil {
 		t.Fatal(err)
@@ -108,7 +108,7 @@ func TestGroupByteBound(t *testing.T) {
 // Consumer groups together stay within 3/4 of the broker's budget, however many there are;
 // a fanout subscriber that keeps up still gets every message.
 func TestGroupsShareOfBudget(t *testing.T) {
-	b := newTestBroker(t, Options{MaxMemoryBytes: 4 << 20, GroupDefaults: broker.GroupDefaults{GroupMaxQueuedBytes: 4 << 20}})
+	b := newTestBroker(t, Options{MaxMemoryBytes: 4 << 20, Limits: broker.Limits{GroupMaxQueuedBytes: 4 << 20}})
 	for i := range 100 {
 		id := "g" + strconv.Itoa(i)
 		s, err := b.Subscribe(broker.SubscribeOptions{ID: id, Group: id, Patterns: []string{"t"}, Mode: broker.Balanced})
@@ -180,7 +180,7 @@ func TestFanoutBufferCountsHeaders(t *testing.T) {
 // their kept copies purged), nacked and taken by fanout subscribers, the budget is back to
 // zero.
 func TestBudgetReturnsToZero(t *testing.T) {
-	b := newTestBroker(t, Options{GroupDefaults: broker.GroupDefaults{GroupMaxQueued: 5, GroupOverflow: broker.OverflowDropOldest, GroupRedeliveryDelayMin: -1}})
+	b := newTestBroker(t, Options{Limits: broker.Limits{GroupMaxQueued: 5, GroupOverflow: broker.OverflowDropOldest, GroupRedeliveryDelayMin: -1}})
 	fan, _ := b.Subscribe(broker.SubscribeOptions{Patterns: []string{">"}, Mode: broker.Fanout})
 	m, err := b.Subscribe(broker.SubscribeOptions{ID: "g", Group: "g", Patterns: []string{"t.>"}, Mode: broker.Balanced, MaxInFlight: 2, MaxDeliveries: 2})
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/broker/internal/grouping"
 	"github.com/tinybroker/tinybroker/internal/sysid"
 )
 
@@ -18,7 +19,7 @@ type message struct {
 	// idBlock is where the system_id is encrypted (in place: a buffer passed to cipher.Block
 	// escapes, and this one is on the heap already).
 	idBlock [16]byte
-	// cost is what holding the message costs (broker.MessageCost), charged to the engine's memory
+	// cost is what holding the message costs (grouping.MessageCost), charged to the engine's memory
 	// budget from its publish until its last holder lets go of it; holders counts them.
 	cost    int64
 	holders atomic.Int32
@@ -55,7 +56,7 @@ func (m *message) withHeaders(set map[string]string, del []string) *message {
 		hb += len(x.Key) + len(x.Value)
 	}
 	n := &message{Message: broker.Message{ID: m.ID, SystemID: m.SystemID, Topic: m.Topic, Payload: m.Payload, Headers: h, PublishedAt: m.PublishedAt, HeaderBytes: hb}}
-	n.cost = broker.MessageCost(n.Topic, n.SystemID, n.Payload, len(n.Headers), hb, 1)
+	n.cost = grouping.MessageCost(n.Topic, n.SystemID, n.Payload, len(n.Headers), hb, 1)
 	return n
 }
 
@@ -93,5 +94,5 @@ func (c idCodec) formatIn(seq uint64, block *[16]byte) string {
 }
 
 func (c idCodec) parse(id string) (uint64, error) {
-	return broker.ParseID(c.ids, c.secret, id, "this broker process", "the broker may have restarted")
+	return grouping.ParseID(c.ids, c.secret, id, "this broker process", "the broker may have restarted")
 }

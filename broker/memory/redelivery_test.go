@@ -14,7 +14,7 @@ import (
 // nack delay is honoured; a message whose member left goes to the others at once.
 
 func backoffTest(t *testing.T) *groupTest {
-	return newGroupTest(t, Options{GroupDefaults: broker.GroupDefaults{
+	return newGroupTest(t, Options{Limits: broker.Limits{
 		GroupRedeliveryDelayMin: 100 * time.Millisecond, GroupRedeliveryDelayMax: time.Second}})
 }
 
@@ -76,7 +76,7 @@ func TestRedeliveryMemberLeftAtOnce(t *testing.T) {
 // attempt), while another group's first deliveries all flow. Without the floor the looping
 // group's deliveries grow with every nack, without bound.
 func TestRedeliveryCannotStarveOthers(t *testing.T) {
-	gt := newGroupTest(t, Options{GroupDefaults: broker.GroupDefaults{GroupRedeliveryDelayMin: 100 * time.Millisecond}})
+	gt := newGroupTest(t, Options{Limits: broker.Limits{GroupRedeliveryDelayMin: 100 * time.Millisecond}})
 	loop := gt.member("loop", 100)
 	other, err := gt.b.Subscribe(broker.SubscribeOptions{ID: "other", Group: "other", Patterns: []string{"o.>"}, Mode: broker.Balanced, MaxInFlight: 1})
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/broker/internal/streaming"
 )
 
 // Stream is one subscriber connection (a Subscribe stream of the protocol) carrying any
@@ -29,12 +30,12 @@ type Stream struct {
 	out outbox
 	// fin, under out.mu: whether and why it ended; nothing more is pushed after but group
 	// deliveries, taken back as members leave.
-	fin       broker.StreamEnd
+	fin       streaming.End
 	closeOnce sync.Once
 
 	// subs are the open subscriptions by id. Their lock may be taken before out.mu, never
 	// after: register checks fin and queues the opening event under both.
-	subs broker.StreamSubs[*Subscription]
+	subs streaming.Subs[*Subscription]
 }
 
 // NewStream opens a stream to carry subscriptions (broker.Engine). size measures what a
@@ -49,7 +50,7 @@ func (b *Engine) newStream(size func(*broker.Message) int) *Stream {
 	if size == nil {
 		size = payloadSize
 	}
-	return &Stream{b: b, id: b.streamSeq.Add(1), size: size, out: newOutbox(b.mem), fin: broker.NewStreamEnd()}
+	return &Stream{b: b, id: b.streamSeq.Add(1), size: size, out: newOutbox(b.mem), fin: streaming.NewEnd()}
 }
 
 // payloadSize is the size of a stream that has no transport: its batches are bounded in

@@ -2,14 +2,16 @@ package memory
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/broker/internal/grouping"
 )
 
 // Subscription is one open subscription: a fanout subscription, or one member of a consumer
 // group, carried by a Stream. Broker.Subscribe gives it a stream of its own, drained through
 // the Subscription's Next, Ready, Done and Err; Stream.Subscribe shares the caller's stream.
-// Balanced deliveries are settled with Ack, Nack and Touch (broker.Acks). Close ends the
+// Balanced deliveries are settled with Ack, Nack and Touch. Close ends the
 // subscription (and a stream of its own).
 //
 // A broker holding 100,000 subscriptions holds 100,000 of these, so it is kept small: a
@@ -23,8 +25,6 @@ type Subscription struct {
 	m        *member          // broker.Balanced
 	bal      *broker.Settings // broker.Balanced
 	refused  error            // an event for an open that failed: the subscription never existed
-
-	broker.Acks // Ack, Nack and Touch: by m, if balanced
 
 	// Under st.out.mu, the stream's lock, on purpose: a fanout deliver checks that stream and
 	// subscription are open, checks room, pushes and counts in one critical section, so that
@@ -43,7 +43,38 @@ func (s *Subscription) Settings() broker.Settings {
 	if s.bal != nil {
 		return *s.bal
 	}
-	return broker.Settings{ID: s.id, MemberID: s.id}
+	return broker.Settings{ID: s.id, MemberID: s.id, Mode: broker.Fanout, Patterns: s.patterns}
+}
+
+// Ack settles deliveries by system_id: the member's, or another member's of its group (a
+// message redelivered elsewhere that this member processed after all). Ids the group does
+// not hold (unknown, malformed, already acked, redelivered to another member) are skipped
+// and counted: a late or duplicate ack never ends a stream. A fanout subscription takes none.
+func (s *Subscription) Ack(ids []string) (skipped int) {
+	if s.m == nil {
+		return 0
+	}
+	seqs, bad := grouping.Seqs(ids, s.b.ids.parse)
+	return s.g.ack(s.m, seqs) + bad
+}
+
+// Nack gives the member's deliveries back to the group, to be redelivered after delay (at
+// once if zero, the group's back-off permitting); skipped as Ack.
+func (s *Subscription) Nack(ids []string, delay time.Duration, reason string) (skipped int) {
+	if s.m == nil {
+		return 0
+	}
+	seqs, bad := grouping.Seqs(ids, s.b.ids.parse)
+	return s.g.nack(s.m, seqs, delay, reason) + bad
+}
+
+// Touch restarts the ack deadline of the member's deliveries: a full AckDeadline from now.
+func (s *Subscription) Touch(ids []string) (skipped int) {
+	if s.m == nil {
+		return 0
+	}
+	seqs, bad := grouping.Seqs(ids, s.b.ids.parse)
+	return s.g.touch(s.m, seqs) + bad
 }
 
 // ID returns the subscription's id (Settings().ID, without copying the settings).

@@ -24,7 +24,6 @@ func jetStreamOptions(cfg config.Config, log hclog.Logger) (jetstream.Options, e
 		FanoutBufferMessages: cfg.Broker.FanoutBufferMessages,
 		FanoutBufferBytes:    cfg.Broker.FanoutBufferBytes,
 		DropSlowConsumers:    cfg.Broker.SlowConsumer == memory.SlowConsumerDrop,
-		GroupDefaults:        cfg.Broker.GroupDefaults, // groups { ... }, as for the memory engine
 		Logger:               log,
 		Embedded: jetstream.EmbeddedOptions{DataDir: j.DataDir, Name: j.ServerName, ClusterName: j.ClusterName,
 			ClusterListen: j.ClusterListen, Routes: j.Routes, Listen: j.NATSListen},

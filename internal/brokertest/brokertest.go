@@ -32,9 +32,6 @@ type Options struct {
 	// MaxMemoryBytes is the budget for everything the engine holds for later.
 	MaxMemoryBytes int64
 
-	// Consumer groups (groups { ... }).
-	broker.GroupDefaults
-
 	// Fanout subscriptions (fanout { ... }).
 	FanoutBufferMessages int
 	FanoutBufferBytes    int
@@ -84,7 +81,6 @@ func newMemory(_ testing.TB, o Options) broker.Engine {
 	mo := memory.Options{
 		Limits:               o.Limits,
 		MaxMemoryBytes:       o.MaxMemoryBytes,
-		GroupDefaults:        o.GroupDefaults,
 		FanoutBufferMessages: o.FanoutBufferMessages,
 		FanoutBufferBytes:    o.FanoutBufferBytes,
 		PublisherWait:        o.PublisherWait,

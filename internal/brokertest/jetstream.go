@@ -62,7 +62,6 @@ func newJetStream(tb testing.TB, o Options) broker.Engine {
 		Prefix:                 "t" + n,
 		Stream:                 "T" + n,
 		DeleteStreamOnShutdown: true,
-		GroupDefaults:          o.GroupDefaults,
 		FanoutBufferMessages:   o.FanoutBufferMessages,
 		FanoutBufferBytes:      o.FanoutBufferBytes,
 		DropSlowConsumers:      o.DropSlowConsumers,

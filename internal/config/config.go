@@ -191,9 +191,8 @@ func Default() Config {
 		KeepaliveTime:    30 * time.Second,
 		KeepaliveTimeout: 10 * time.Second,
 		Broker: memory.Options{
-			Limits: broker.Limits{}.WithDefaults(),
-			GroupDefaults: broker.GroupDefaults{GroupMaxQueued: 100_000, GroupDeadLetterMax: 10_000, GroupOverflow: broker.OverflowReject,
-				GroupRedeliveryDelayMin: broker.DefaultRedeliveryDelayMin, GroupRedeliveryDelayMax: broker.DefaultRedeliveryDelayMax},
+			// The group byte bounds stay 0: the engine's own defaults (its memory budget).
+			Limits:               broker.Limits{}.WithDefaults().WithGroupDefaults(0, 0),
 			FanoutBufferMessages: 262_144,
 			PublisherWait:        time.Second,
 			FanoutBufferBytes:    64 << 20,

@@ -36,9 +36,9 @@ func TestDefault(t *testing.T) {
 				MaxSubscriptionsPerStream:  65536,
 				MaxPatternsPerSubscription: 1024,
 				MaxGroups:                  10000,
+				GroupMaxQueued:             100000, GroupDeadLetterMax: 10000, GroupOverflow: broker.OverflowReject,
+				GroupRedeliveryDelayMin: 100 * time.Millisecond, GroupRedeliveryDelayMax: 10 * time.Second,
 			},
-			GroupDefaults: broker.GroupDefaults{GroupMaxQueued: 100000, GroupDeadLetterMax: 10000, GroupOverflow: broker.OverflowReject,
-				GroupRedeliveryDelayMin: 100 * time.Millisecond, GroupRedeliveryDelayMax: 10 * time.Second},
 			FanoutBufferMessages: 262144,
 			PublisherWait:        time.Second,
 			FanoutBufferBytes:    64 << 20,
@@ -535,7 +535,7 @@ group "g" {
 }
 `, "t.hcl")
 	if o := c.Broker; o.GroupRedeliveryDelayMin != -1 || o.GroupRedeliveryDelayMax != time.Minute || o.MaxDeliveriesCap != 5000 {
-		t.Errorf("groups: %+v", o.GroupDefaults)
+		t.Errorf("groups: %+v", o.Limits)
 	}
 	if l := c.Groups[0].Limits; l.RedeliveryDelayMin != 2*time.Second || c.Groups[0].MaxDeliveries != 5000 {
 		t.Errorf("group: %+v", c.Groups[0])

@@ -57,7 +57,7 @@ func decodeGroup(d *decoder, b *hcl.Block, path string) hcl.Diagnostics {
 		return append(diags, &hcl.Diagnostic{Severity: hcl.DiagError, Summary: "Missing group topics",
 			Detail: fmt.Sprintf("group %q needs topics = [\"pattern\", ...]: the topic patterns its members subscribe to.", name), Subject: b.DefRange.Ptr()})
 	}
-	if err := broker.CheckGroupConfig(*g); err != nil {
+	if err := (*g).Check(); err != nil {
 		return append(diags, &hcl.Diagnostic{Severity: hcl.DiagError, Summary: "Invalid group",
 			Detail: err.Error() + ".", Subject: b.DefRange.Ptr()})
 	}

@@ -98,7 +98,7 @@ func timeoutAttr(name string, none time.Duration, field func(*Config) *time.Dura
 
 // patternProblem is a stringListAttr check for topic patterns.
 func patternProblem(s string) string {
-	if err := broker.ValidatePattern(s); err != nil {
+	if err := broker.Pattern(s).Validate(); err != nil {
 		return err.Error()
 	}
 	return ""

@@ -127,12 +127,9 @@ func (d *decoder) checkRedelivery() hcl.Diagnostics {
 				Subject: d.rangeOf(path+".redelivery_delay_max", path+".redelivery_delay_min")})
 		}
 	}
-	def := o.GroupDefaults.WithDefaults(1, 1).Limits()
+	def := o.WithGroupDefaults(1, 1).GroupLimits()
 	backoff(def, "groups")
-	cap := o.MaxDeliveriesCap
-	if cap <= 0 {
-		cap = broker.DefaultMaxDeliveriesCap
-	}
+	cap := broker.Limits{MaxDeliveriesCap: o.MaxDeliveriesCap}.WithDefaults().MaxDeliveriesCap
 	for _, g := range d.cfg.Groups {
 		path := "group." + g.Name
 		if g.MaxDeliveries > cap {

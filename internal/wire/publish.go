@@ -43,7 +43,7 @@ type PublishFrame struct {
 }
 
 // PublishMessage is one PublishRequest of a frame, as Engine.PublishBatch takes it.
-type PublishMessage = broker.Publication
+type PublishMessage = broker.Draft
 
 var errFrame = errors.New("malformed PublishStreamRequest")
 
@@ -128,7 +128,7 @@ func (f *PublishFrame) decodeMessage(b []byte) (PublishMessage, error) {
 		b = b[n:]
 	}
 	if !hs.sorted {
-		m.Headers = broker.SortHeaders(m.Headers) // a name given twice keeps its last value, as in a protobuf map
+		m.Headers = m.Headers.Sorted() // a name given twice keeps its last value, as in a protobuf map
 	}
 	f.HeadersOver = f.HeadersOver || hs.over
 	return m, nil
@@ -147,7 +147,7 @@ func (s *headerSet) add(h *broker.Headers, k, v string, max int) {
 	} else if *h = append(*h, broker.Header{Key: k, Value: v}); max > 0 && len(*h) > max {
 		// Names given twice are rare: sorted once here, then each further one costs a
 		// binary search, however many follow.
-		*h, s.sorted = broker.SortHeaders(*h), true
+		*h, s.sorted = (*h).Sorted(), true
 	}
 	s.over = s.sorted && len(*h) > max
 }

@@ -18,6 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/broker/deadletter"
 	"github.com/tinybroker/tinybroker/internal/brokertest"
 	"github.com/tinybroker/tinybroker/plugins"
 )
@@ -486,7 +487,7 @@ var rows = []row{
 		d := dlq.Next(t)
 		h := d.Msg.Headers
 		if d.Msg.Topic != "dlq."+subID || string(d.Msg.Payload) != "job" || h.Map()["retry"] != "dead" || h.Map()["reason"] != "nack" ||
-			h.Map()[broker.HeaderDeadLetterReason] != "conformance dead-letter" || h.Map()[broker.HeaderDeadLetterSystemID] != id {
+			h.Map()[deadletter.HeaderReason] != "conformance dead-letter" || h.Map()[deadletter.HeaderSystemID] != id {
 			t.Errorf("dead letter %s %q %v", d.Msg.Topic, d.Msg.Payload, h)
 		}
 		if g := e.groupStats(t); g.DeadLettered != 1 || g.Queued+g.InFlight+g.Delayed != 0 {

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/broker/deadletter"
 )
 
 // Rules are one permission of a user, NATS-style: patterns in the topic syntax that allow,
@@ -17,7 +18,7 @@ type Rules struct {
 // Check reports whether every pattern is valid, naming the first that is not.
 func (r Rules) Check() error {
 	for _, p := range append(append([]string(nil), r.Allow...), r.Deny...) {
-		if err := broker.ValidatePattern(p); err != nil {
+		if err := broker.Pattern(p).Validate(); err != nil {
 			return err
 		}
 	}
@@ -28,7 +29,7 @@ func (r Rules) Check() error {
 // allowed: some Allow pattern matches it and no Deny pattern does. When it is not, why names
 // the rule that decided, for the caller's error.
 func (r Rules) Topic(topic string) (ok bool, why string) {
-	return r.decide(topic, broker.MatchPattern, broker.MatchPattern, "it matches deny %q")
+	return r.decide(topic, broker.Pattern.Match, broker.Pattern.Match, "it matches deny %q")
 }
 
 // Pattern reports whether a subscription to pattern is allowed: some Allow pattern covers
@@ -37,19 +38,19 @@ func (r Rules) Topic(topic string) (ok bool, why string) {
 // deliver it everything else (NATS subscribes it and filters at delivery; see RATIONALE.md,
 // "Security").
 func (r Rules) Pattern(pattern string) (ok bool, why string) {
-	return r.decide(pattern, broker.PatternsOverlap, broker.PatternCovers, "it can match topics of deny %q")
+	return r.decide(pattern, broker.Pattern.Overlaps, broker.Pattern.Covers, "it can match topics of deny %q")
 }
 
 // decide allows s unless denies(d, s) for a Deny pattern d (why: denied, formatted with d),
-// and if allows(a, s) for an Allow pattern a.
-func (r Rules) decide(s string, denies, allows func(rule, s string) bool, denied string) (ok bool, why string) {
+// and if allows(broker.Pattern(a), s) for an Allow pattern a.
+func (r Rules) decide(s string, denies, allows func(rule broker.Pattern, s string) bool, denied string) (ok bool, why string) {
 	for _, d := range r.Deny {
-		if denies(d, s) {
+		if denies(broker.Pattern(d), s) {
 			return false, fmt.Sprintf(denied, d)
 		}
 	}
 	for _, a := range r.Allow {
-		if allows(a, s) {
+		if allows(broker.Pattern(a), s) {
 			return true, ""
 		}
 	}
@@ -91,10 +92,10 @@ func (c *Caller) balanced(o *broker.SubscribeOptions) error {
 			return err
 		}
 	}
-	if t := o.DeadLetterTopic; t != "" && t != broker.DefaultDeadLetterTopic(id) {
+	if t := o.DeadLetterTopic; t != "" && t != deadletter.DefaultTopic(id) {
 		if ok, why := c.p.Publish.Topic(t); !ok {
 			return c.deny(fmt.Sprintf("set dead_letter_topic %q", t), fmt.Sprintf("user %q publish rules", c.p.Name),
-				why+"; the broker publishes the group's dead letters there on behalf of whoever names it, so it needs the right to publish there: leave dead_letter_topic empty for the default \""+broker.DefaultDeadLetterTopic(id)+"\"")
+				why+"; the broker publishes the group's dead letters there on behalf of whoever names it, so it needs the right to publish there: leave dead_letter_topic empty for the default \""+deadletter.DefaultTopic(id)+"\"")
 		}
 	}
 	return nil

@@ -45,6 +45,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/broker/deadletter"
 	"github.com/tinybroker/tinybroker/plugins"
 )
 
@@ -511,7 +512,7 @@ func (ev event) ack(inFlight time.Duration) *broker.AckEvent {
 // redeliver is the event of a redelivery for reason (default: a nack).
 func (ev event) redeliver(reason string) *broker.RedeliverEvent {
 	if reason == "" {
-		reason = broker.ReasonNack
+		reason = deadletter.ReasonNack
 	}
 	return &broker.RedeliverEvent{Msg: ev.msg, SystemID: ev.ID, SubscriptionID: ev.Subscription,
 		Group: ev.Group, Attempt: uint32(ev.Attempt), Reason: reason}

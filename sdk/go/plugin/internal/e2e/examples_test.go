@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/broker/deadletter"
 	"github.com/tinybroker/tinybroker/plugins"
 )
 
@@ -130,7 +131,7 @@ func TestRetryBackoff(t *testing.T) {
 	// Attempt 3 fails: max_attempts used up.
 	m.Nack([]string{id}, 0, "")
 	d := dlq.Next(t)
-	if d.Msg.Topic != "dlq.jobs" || !strings.Contains(d.Msg.Headers.Map()[broker.HeaderDeadLetterReason], "gave up after 3 attempts") {
+	if d.Msg.Topic != "dlq.jobs" || !strings.Contains(d.Msg.Headers.Map()[deadletter.HeaderReason], "gave up after 3 attempts") {
 		t.Errorf("dead letter on %s with headers %v", d.Msg.Topic, d.Msg.Headers)
 	}
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/broker/deadletter"
 	"github.com/tinybroker/tinybroker/plugins"
 )
 
@@ -222,7 +223,7 @@ func TestSDKAckAndRedeliver(t *testing.T) {
 	}
 	m.Nack([]string{id}, 0, "")
 	dl := watch.Next(t)
-	if dl.Msg.Topic != "dlq.jobs" || dl.Msg.Headers.Map()[broker.HeaderDeadLetterReason] != "sdkcheck gave up after attempt 2" ||
+	if dl.Msg.Topic != "dlq.jobs" || dl.Msg.Headers.Map()[deadletter.HeaderReason] != "sdkcheck gave up after attempt 2" ||
 		dl.Msg.Headers.Map()["report"] == "" {
 		t.Errorf("dead letter %s %v", dl.Msg.Topic, dl.Msg.Headers)
 	}

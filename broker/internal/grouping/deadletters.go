@@ -1,35 +1,36 @@
-package broker
+package grouping
 
 import (
 	"fmt"
 	"strconv"
 	"strings"
-)
 
-// What every engine's dead-letter store says the same way.
+	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/broker/deadletter"
+)
 
 // ReplayHeaders returns a dead letter's headers as its replay carries them: without
 // tb-dead-letter-*, with tb-replay-count one higher.
 func ReplayHeaders(h map[string]string) map[string]string {
 	out := make(map[string]string, len(h))
 	for k, v := range h {
-		if !strings.HasPrefix(k, HeaderDeadLetterPrefix) {
+		if !strings.HasPrefix(k, deadletter.HeaderPrefix) {
 			out[k] = v
 		}
 	}
-	n, _ := strconv.Atoi(h[HeaderReplayCount])
-	out[HeaderReplayCount] = strconv.Itoa(max(n, 0) + 1)
+	n, _ := strconv.Atoi(h[deadletter.HeaderReplayCount])
+	out[deadletter.HeaderReplayCount] = strconv.Itoa(max(n, 0) + 1)
 	return out
 }
 
 // UnknownDeadLetter refuses a replay of id, which group (subscription id) does not keep.
 func UnknownDeadLetter(group, id string) error {
-	return fmt.Errorf("%w %q: consumer group %q keeps no dead letter of this system_id (replayed or purged already?)", ErrUnknownMessage, id, group)
+	return fmt.Errorf("%w %q: consumer group %q keeps no dead letter of this system_id (replayed or purged already?)", broker.ErrUnknownMessage, id, group)
 }
 
 // BadPageToken refuses a page token of a listing that the engine did not give.
 func BadPageToken(token string) error {
-	return fmt.Errorf("%w: page token %q is not one this broker gave; leave it empty to list from the start", ErrInvalidSubscription, token)
+	return fmt.Errorf("%w: page token %q is not one this broker gave; leave it empty to list from the start", broker.ErrInvalidSubscription, token)
 }
 
 // ListDeadLetters is Engine.DeadLetters over one group's store of dead letters, each at a
@@ -37,7 +38,7 @@ func BadPageToken(token string) error {
 // oldest first, after the position the page token names (from the start if it is empty),
 // and the token of the rest ("" if there is no more). next returns the first letter after a
 // position and its own, and ok false if there is none; it is called with growing positions.
-func ListDeadLetters(token string, limit int, next func(after uint64) (dl DeadLetter, pos uint64, ok bool, err error)) ([]DeadLetter, string, error) {
+func ListDeadLetters(token string, limit int, next func(after uint64) (dl broker.DeadLetter, pos uint64, ok bool, err error)) ([]broker.DeadLetter, string, error) {
 	var after uint64
 	if token != "" {
 		var err error
@@ -48,7 +49,7 @@ func ListDeadLetters(token string, limit int, next func(after uint64) (dl DeadLe
 	if limit <= 0 {
 		limit = 100
 	}
-	var out []DeadLetter
+	var out []broker.DeadLetter
 	for {
 		dl, pos, ok, err := next(after)
 		switch {

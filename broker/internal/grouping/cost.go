@@ -1,4 +1,4 @@
-package broker
+package grouping
 
 // What an engine holds for a consumer group is counted against the group's max_queued_bytes
 // (and its owner's Quota) as the memory a message really costs, whatever the engine keeps

@@ -1,16 +1,18 @@
-package broker
+package streaming
 
 import (
 	"fmt"
 	"sync"
+
+	"github.com/tinybroker/tinybroker/broker"
 )
 
-// StreamSubs are a Stream's open subscriptions by id, and the peer they came from, as both
+// Subs are a Stream's open subscriptions by id, and the peer they came from, as both
 // engines keep them, under a lock of their own. It is a leaf lock but for Add's open; the
 // zero value is empty.
-type StreamSubs[S interface {
+type Subs[S interface {
 	comparable
-	Subscription
+	broker.Subscription
 }] struct {
 	mu   sync.Mutex
 	subs map[string]S
@@ -21,14 +23,14 @@ type StreamSubs[S interface {
 // subscriptions. open, if not nil, runs last under the lock, so that no Add or Take comes
 // between: s is added if it returns nil (an engine checks there that the stream has not
 // ended, and queues the subscription's opening event).
-func (r *StreamSubs[S]) Add(id string, s S, peer string, max int, open func() error) error {
+func (r *Subs[S]) Add(id string, s S, peer string, max int, open func() error) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if _, ok := r.subs[id]; ok {
-		return fmt.Errorf("%w: this stream already carries subscription %q; a stream can be one member of a group at most", ErrSubscriptionExists, id)
+		return fmt.Errorf("%w: this stream already carries subscription %q; a stream can be one member of a group at most", broker.ErrSubscriptionExists, id)
 	}
 	if n := len(r.subs); n >= max {
-		return fmt.Errorf("%w: this stream carries %d subscriptions, its limit (limits { max_subscriptions_per_stream }); close some, open another stream, or raise the limit", ErrLimit, n)
+		return fmt.Errorf("%w: this stream carries %d subscriptions, its limit (limits { max_subscriptions_per_stream }); close some, open another stream, or raise the limit", broker.ErrLimit, n)
 	}
 	if open != nil {
 		if err := open(); err != nil {
@@ -46,7 +48,7 @@ func (r *StreamSubs[S]) Add(id string, s S, peer string, max int, open func() er
 }
 
 // Remove removes s if id is still s's, and returns how many subscriptions are left.
-func (r *StreamSubs[S]) Remove(id string, s S) (left int) {
+func (r *Subs[S]) Remove(id string, s S) (left int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.subs[id] == s {
@@ -56,7 +58,7 @@ func (r *StreamSubs[S]) Remove(id string, s S) (left int) {
 }
 
 // Take removes every subscription and returns them, for an ended stream to detach.
-func (r *StreamSubs[S]) Take() map[string]S {
+func (r *Subs[S]) Take() map[string]S {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	subs := r.subs
@@ -66,7 +68,7 @@ func (r *StreamSubs[S]) Take() map[string]S {
 
 // Lookup is Stream.Lookup: the open subscription with id, or with id empty the only one (nil,
 // not a nil S in an interface, if there is none); and how many are open.
-func (r *StreamSubs[S]) Lookup(id string) (Subscription, int) {
+func (r *Subs[S]) Lookup(id string) (broker.Subscription, int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var none S
@@ -83,10 +85,10 @@ func (r *StreamSubs[S]) Lookup(id string) (Subscription, int) {
 }
 
 // List is Stream.Subscriptions: the open subscriptions, in no order.
-func (r *StreamSubs[S]) List() []Subscription {
+func (r *Subs[S]) List() []broker.Subscription {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make([]Subscription, 0, len(r.subs))
+	out := make([]broker.Subscription, 0, len(r.subs))
 	for _, s := range r.subs {
 		out = append(out, s)
 	}
@@ -94,7 +96,7 @@ func (r *StreamSubs[S]) List() []Subscription {
 }
 
 // Peer returns the peer of the stream's first subscription.
-func (r *StreamSubs[S]) Peer() string {
+func (r *Subs[S]) Peer() string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.peer

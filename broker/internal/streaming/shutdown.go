@@ -1,4 +1,4 @@
-package broker
+package streaming
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 // messages the engine still holds for subscribers: in flight, or buffered) every 5 ms until
 // it reports none, and returns nil; or, if ctx is done first, warns on log with msg and the
 // count busy last reported, and returns ctx's error.
-func Drain(ctx context.Context, log Warner, msg string, busy func() int) error {
+func Drain(ctx context.Context, log interface{ Warn(msg string, args ...any) }, msg string, busy func() int) error {
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
 	for {

@@ -1,8 +1,9 @@
-package broker
+package grouping
 
 import (
 	"fmt"
 
+	"github.com/tinybroker/tinybroker/broker"
 	"github.com/tinybroker/tinybroker/internal/sysid"
 )
 
@@ -15,17 +16,17 @@ func ParseID(ids sysid.Codec, secret uint64, id, whose, other string) (uint64, e
 		other = "; " + other
 	}
 	if len(id) != sysid.Len {
-		return 0, fmt.Errorf("%w %q: not a system_id of %s (a system_id is the %d characters the broker sent with the message%s)", ErrUnknownMessage, truncate(id, 64), whose, sysid.Len, other)
+		return 0, fmt.Errorf("%w %q: not a system_id of %s (a system_id is the %d characters the broker sent with the message%s)", broker.ErrUnknownMessage, truncate(id, 64), whose, sysid.Len, other)
 	}
 	seq, s, ok := ids.Parse(id)
 	if !ok {
-		return 0, fmt.Errorf("%w %q: malformed system_id", ErrUnknownMessage, id)
+		return 0, fmt.Errorf("%w %q: malformed system_id", broker.ErrUnknownMessage, id)
 	}
 	if s != secret || seq == 0 {
 		if other != "" {
 			other = " (" + other[2:] + ")"
 		}
-		return 0, fmt.Errorf("%w %q: not a system_id of %s%s", ErrUnknownMessage, id, whose, other)
+		return 0, fmt.Errorf("%w %q: not a system_id of %s%s", broker.ErrUnknownMessage, id, whose, other)
 	}
 	return seq, nil
 }

@@ -1,0 +1,51 @@
+// Package deadletter names what clients, plugins and engines read on a dead-lettered or
+// redelivered message the same way: the tb-dead-letter-* headers an engine sets on a dead
+// letter, the reasons it gives for a redelivery, and a consumer group's default dead-letter
+// topic. It imports nothing of tinybroker, so that every layer may use it.
+package deadletter
+
+import "unicode/utf8"
+
+// Headers an engine sets on a dead letter.
+const (
+	HeaderReason       = "tb-dead-letter-reason"
+	HeaderTopic        = "tb-dead-letter-topic"     // the message's original topic
+	HeaderSystemID     = "tb-dead-letter-system-id" // the message's original system_id
+	HeaderSubscription = "tb-dead-letter-subscription"
+	HeaderGroup        = "tb-dead-letter-group"
+	HeaderAttempts     = "tb-dead-letter-attempts"
+	// HeaderPrefix starts every header above; a replay removes them.
+	HeaderPrefix = "tb-dead-letter-"
+	// HeaderReplayCount is set on a replayed dead letter: how many times it was replayed.
+	HeaderReplayCount = "tb-replay-count"
+)
+
+// Reasons given for a redelivery or dead letter (broker.RedeliverEvent.Reason, HeaderReason).
+// A nack gives its own reason, or ReasonNack if it has none.
+const (
+	ReasonNack        = "nack"
+	ReasonAckDeadline = "ack deadline exceeded"
+	ReasonMemberLeft  = "member left"
+)
+
+// DefaultTopic is where consumer group id (its subscription_id) dead-letters when it names no
+// topic: "dlq.<subscription_id>".
+func DefaultTopic(id string) string { return "dlq." + id }
+
+// MaxReasonBytes bounds the reason HeaderReason carries: a nack's reason is the member's
+// text, and one as large as a frame would push the dead letter past max_header_bytes, so that
+// its publish to the dead-letter topic failed.
+const MaxReasonBytes = 1024
+
+// TruncateReason cuts reason to MaxReasonBytes, on a UTF-8 boundary, marking the cut.
+func TruncateReason(reason string) string {
+	if len(reason) <= MaxReasonBytes {
+		return reason
+	}
+	const mark = "…"
+	cut := MaxReasonBytes - len(mark)
+	for cut > 0 && !utf8.RuneStart(reason[cut]) {
+		cut--
+	}
+	return reason[:cut] + mark
+}

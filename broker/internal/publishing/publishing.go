@@ -1,0 +1,198 @@
+// Package publishing holds the steps of a publish that every engine takes the same way
+// before it routes a message, so that a message meets the same checks and the same plugins
+// whatever the engine: refuse while shutting down, check the message against the Limits, run
+// the OnPublish hooks, check what they changed. The engine calls these steps and routes what
+// comes out of them itself, then the messages the hooks emitted: the flow of a publish goes
+// from the engine down to this package and back with a value, never through a callback.
+package publishing
+
+import (
+	"errors"
+	"fmt"
+	"iter"
+	"sync"
+	"sync/atomic"
+
+	"github.com/tinybroker/tinybroker/broker"
+)
+
+// HookSlot holds an engine's plugin chain (broker.Engine.SetHooks), swapped atomically: a
+// message runs through the chain it loaded, whole.
+type HookSlot struct{ p atomic.Pointer[broker.Hooks] }
+
+// Set installs h; nil removes the chain.
+func (s *HookSlot) Set(h broker.Hooks) {
+	if h == nil {
+		s.p.Store(nil)
+		return
+	}
+	s.p.Store(&h)
+}
+
+// Load returns the chain installed, or nil.
+func (s *HookSlot) Load() broker.Hooks {
+	if p := s.p.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// Gate is an engine's side of the steps before routing. Its fields are the engine's own.
+type Gate struct {
+	Limits  *broker.Limits
+	Hooks   *HookSlot
+	Closing *atomic.Bool // set when the engine no longer accepts publishes
+}
+
+// Msg is a message through the gate: to route, or, with Drop set, dropped by a plugin's
+// verdict (DroppedBy and DropReason say which and why), which the engine counts and answers
+// as broker.PublishResult says.
+type Msg struct {
+	Topic   string
+	Payload []byte
+	Headers broker.Headers
+	HB      int // the sum of the lengths of its header names and values
+
+	Drop                  bool
+	DroppedBy, DropReason string
+}
+
+// One passes one message through the gate: it returns the message to route, or why it may
+// not be routed, and what the hooks emitted, to be routed after it (see Emitted) whatever
+// became of the message, unless a plugin failed.
+func (g *Gate) One(topic string, payload []byte, headers broker.Headers) (Msg, []broker.Draft, error) {
+	hb, err := g.admit(topic, payload, headers)
+	if err != nil {
+		return Msg{}, nil, err
+	}
+	h := g.Hooks.Load()
+	if h == nil {
+		return Msg{Topic: topic, Payload: payload, Headers: headers, HB: hb}, nil, nil
+	}
+	d := broker.Draft{Topic: topic, Payload: payload, Headers: headers}
+	v, herr := h.OnPublish(&d)
+	m, err := g.afterHooks(&d, v, herr)
+	return m, emits(v, herr), err
+}
+
+// Emitted checks the messages hooks emitted, one by one as the engine routes them: each comes
+// with nil, ready to route (without OnPublish, so that a plugin cannot loop), or with why it
+// may not be; the engine logs the latter, as no publisher is there to be told.
+func (g *Gate) Emitted(ds []broker.Draft) iter.Seq2[Msg, error] {
+	return func(yield func(Msg, error) bool) {
+		for _, d := range ds {
+			hb, err := g.Limits.CheckMessage(d.Topic, d.Payload, d.Headers)
+			if !yield(Msg{Topic: d.Topic, Payload: d.Payload, Headers: d.Headers, HB: hb}, err) {
+				return
+			}
+		}
+	}
+}
+
+func (g *Gate) admit(topic string, payload []byte, headers broker.Headers) (int, error) {
+	if g.Closing.Load() {
+		return 0, fmt.Errorf("%w: not accepting publishes; retry against the restarted broker", broker.ErrShuttingDown)
+	}
+	return g.Limits.CheckMessage(topic, payload, headers)
+}
+
+// afterHooks checks what the hooks made of d, given their verdict v and error err.
+func (g *Gate) afterHooks(d *broker.Draft, v broker.PublishVerdict, err error) (Msg, error) {
+	if err != nil {
+		return Msg{}, err
+	}
+	if err := g.Limits.CheckPayload(len(d.Payload), true); err != nil {
+		return Msg{}, err
+	}
+	if v.Drop {
+		return Msg{Topic: d.Topic, Drop: true, DroppedBy: v.Plugin, DropReason: v.Reason}, nil
+	}
+	hb, err := g.Limits.CheckHeaders(d.Headers)
+	if err != nil {
+		return Msg{}, err
+	}
+	return Msg{Topic: d.Topic, Payload: d.Payload, Headers: d.Headers, HB: hb}, nil
+}
+
+// emits returns what the hooks emitted, given the error they returned: nothing if they
+// failed (a plugin's refusal, a RejectError, is a verdict like any other).
+func emits(v broker.PublishVerdict, err error) []broker.Draft {
+	var rej *broker.RejectError
+	if err == nil || errors.As(err, &rej) {
+		return v.Emit
+	}
+	return nil
+}
+
+// Batch is the gate's work on one PublishBatch frame: the messages that passed, in the
+// frame's order, for the engine to route (or count as dropped), and what the hooks emitted.
+type Batch struct {
+	Msgs []Msg
+	At   []int // At[j] is the index in the frame of Msgs[j]
+
+	drafts   []broker.Draft
+	verdicts []broker.PublishVerdict
+	errs     []error
+	at       []int // index in the frame of drafts[i]
+	emitted  []broker.Draft
+}
+
+var batches = sync.Pool{New: func() any { return new(Batch) }}
+
+// Batch passes a frame through the gate, as One would message by message, writing why a
+// message may not be routed to errs[i] (len(errs) == len(frame)); the hooks see the whole
+// frame in one OnPublishBatch call. The engine routes b.Msgs, then b.Emitted(), then calls
+// b.Release.
+func (g *Gate) Batch(frame []broker.Draft, errs []error) *Batch {
+	b := batches.Get().(*Batch)
+	h := g.Hooks.Load()
+	for i, m := range frame {
+		hb, err := g.admit(m.Topic, m.Payload, m.Headers)
+		errs[i] = err
+		switch {
+		case err != nil:
+		case h == nil:
+			b.Msgs = append(b.Msgs, Msg{Topic: m.Topic, Payload: m.Payload, Headers: m.Headers, HB: hb})
+			b.At = append(b.At, i)
+		default:
+			b.drafts = append(b.drafts, m)
+			b.at = append(b.at, i)
+		}
+	}
+	if len(b.drafts) == 0 {
+		return b
+	}
+	b.verdicts = append(b.verdicts, make([]broker.PublishVerdict, len(b.drafts))...)
+	b.errs = append(b.errs, make([]error, len(b.drafts))...)
+	if len(b.drafts) == 1 {
+		b.verdicts[0], b.errs[0] = h.OnPublish(&b.drafts[0])
+	} else {
+		h.OnPublishBatch(b.drafts, b.verdicts, b.errs)
+	}
+	for j := range b.drafts {
+		m, err := g.afterHooks(&b.drafts[j], b.verdicts[j], b.errs[j])
+		b.emitted = append(b.emitted, emits(b.verdicts[j], b.errs[j])...)
+		if err != nil {
+			errs[b.at[j]] = err
+			continue
+		}
+		b.Msgs = append(b.Msgs, m)
+		b.At = append(b.At, b.at[j])
+	}
+	return b
+}
+
+// Emitted returns what the hooks emitted over the frame, in order, for Gate.Emitted.
+func (b *Batch) Emitted() []broker.Draft { return b.emitted }
+
+// Release clears the batch (it holds messages) and returns it to the pool.
+func (b *Batch) Release() {
+	clear(b.Msgs)
+	clear(b.drafts)
+	clear(b.verdicts)
+	clear(b.errs)
+	clear(b.emitted)
+	b.Msgs, b.At, b.emitted = b.Msgs[:0], b.At[:0], b.emitted[:0]
+	b.drafts, b.verdicts, b.errs, b.at = b.drafts[:0], b.verdicts[:0], b.errs[:0], b.at[:0]
+	batches.Put(b)
+}
