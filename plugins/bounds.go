@@ -102,7 +102,7 @@ type watch struct {
 	mu    sync.Mutex
 	insts map[*instance]struct{}
 	stop  chan struct{}
-	done  chan struct{}
+	wg    sync.WaitGroup // the watchdog
 }
 
 // track registers inst, made with a context of its own (cancel stops its calls).
@@ -131,10 +131,9 @@ func (p *plugin) startWatchdog() {
 	if limit <= 0 {
 		return
 	}
-	p.watch.stop, p.watch.done = make(chan struct{}), make(chan struct{})
+	p.watch.stop = make(chan struct{})
 	tick := max(limit/4, time.Millisecond)
-	go func() { // stopped by stopWatchdog, which waits for it
-		defer close(p.watch.done)
+	p.watch.wg.Go(func() { // stopped by stopWatchdog, which waits for it
 		t := time.NewTicker(tick)
 		defer t.Stop()
 		for {
@@ -156,13 +155,13 @@ func (p *plugin) startWatchdog() {
 			}
 			p.watch.mu.Unlock()
 		}
-	}()
+	})
 }
 
 func (p *plugin) stopWatchdog() {
 	if p.watch.stop != nil {
 		close(p.watch.stop)
-		<-p.watch.done
+		p.watch.wg.Wait()
 	}
 }
 

@@ -67,12 +67,10 @@ func (l *connLimiter) refuse(c net.Conn) {
 		c.Close()
 		return
 	}
-	l.wg.Add(1)
-	go func() {
-		defer l.wg.Done()
+	l.wg.Go(func() {
 		defer func() { <-l.refusing }()
 		goodbye(c, l.max)
-	}()
+	})
 }
 
 // goodbye answers a refused client's first call with a gRPC status saying why, then closes

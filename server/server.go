@@ -210,10 +210,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.health.Shutdown()
 		err = s.b.Shutdown(ctx)
 		stopped := make(chan struct{})
-		go func() {
+		s.wg.Go(func() { // waited for below, with the handlers' goroutines
 			s.grpc.GracefulStop()
 			close(stopped)
-		}()
+		})
 		t := time.NewTimer(time.Second) // idle publish streams would hold GracefulStop forever
 		select {
 		case <-stopped:
@@ -258,11 +258,9 @@ func (s *Server) PublishStream(stream grpc.BidiStreamingServer[pb.PublishStreamR
 	s.traffic.publishStreams.Add(1)
 	defer s.traffic.publishStreams.Add(-1)
 	done := make(chan error, 1)
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
+	s.wg.Go(func() {
 		done <- s.servePublish(stream)
-	}()
+	})
 	ctx := stream.Context()
 	caller := auth.FromContext(ctx)
 	select {
@@ -418,11 +416,9 @@ func (s *Server) Subscribe(stream grpc.BidiStreamingServer[pb.SubscribeRequest, 
 	unanswered := &opens{answered: make(chan struct{}, 1)}
 	unanswered.n.Store(1) // the first
 	recvErr := make(chan error, 1)
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
+	s.wg.Go(func() {
 		recvErr <- s.receive(stream, st, unanswered, subs, peerAddr)
-	}()
+	})
 
 	ctx := stream.Context()
 	caller := auth.FromContext(ctx)

@@ -138,11 +138,9 @@ func New(opts Options) *Engine {
 		opts.clock.b = b
 		return b
 	}
-	b.wg.Add(1)
-	go func() {
-		defer b.wg.Done()
+	b.wg.Go(func() {
 		b.sched.run(b.stop, b.now)
-	}()
+	})
 	return b
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -49,8 +50,9 @@ func startOps(cfg config.HTTP, b broker.Engine, srv *server.Server, pm *pluginMa
 		}
 	}
 	o := ops.New(opts)
-	served := make(chan error, 1)
-	go func() { served <- o.Serve(lis) }()
+	served := make(chan error, 1) // the stop function receives from it: the wait for Serve
+	var serving sync.WaitGroup
+	serving.Go(func() { served <- o.Serve(lis) })
 	return func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()

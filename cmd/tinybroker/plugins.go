@@ -82,13 +82,11 @@ func (pm *pluginManager) swap(ctx context.Context, specs []plugins.Spec) ([]stri
 	old := pm.chain
 	pm.chain = next
 	if old != nil {
-		pm.wg.Add(1)
-		go func() {
-			defer pm.wg.Done()
+		pm.wg.Go(func() {
 			ctx, cancel := context.WithTimeout(pm.stopping, 30*time.Second)
 			defer cancel()
 			_ = old.Close(ctx)
-		}()
+		})
 	}
 	if next == nil {
 		return nil, nil

@@ -259,8 +259,9 @@ func runServe(ctx context.Context, o serveOptions, stdout, stderr io.Writer, lis
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(lis) }()
+	served := make(chan error, 1) // every return below receives from it: the wait for Serve
+	var serving sync.WaitGroup
+	serving.Go(func() { served <- srv.Serve(lis) })
 	log.Info("listening", "addr", lis.Addr().String(), "config", cfgName(o.configPath), "tls", cfg.TLS != nil, "users", len(cfg.Users))
 	if httpAddr != nil { // after the gRPC address, which scripts take from the first such line
 		log.Named("http").Info("http listening", "addr", httpAddr.String(), "metrics", "/metrics", "dashboard", "/", "pprof", "/debug/pprof/")

@@ -64,7 +64,8 @@ func Start(tb testing.TB, o Options) *Broker {
 	}
 	b := &Broker{Addr: lis.Addr().String(), Engine: e, Server: server.New(e, limits.MaxMessageBytes, o.Server),
 		tb: tb, served: make(chan error, 1)}
-	go func() { b.served <- b.Server.Serve(lis) }()
+	var serving sync.WaitGroup // Stop receives from b.served: the wait for Serve
+	serving.Go(func() { b.served <- b.Server.Serve(lis) })
 	tb.Cleanup(b.Stop)
 	return b
 }

@@ -135,9 +135,8 @@ func (c *Client) NewPublisher(ctx context.Context, opts PublisherOptions) (*Publ
 		cancel()
 		return nil, err
 	}
-	p.wg.Add(2)
-	go p.send()
-	go p.receive()
+	p.wg.Go(p.send)
+	p.wg.Go(p.receive)
 	return p, nil
 }
 
@@ -254,7 +253,6 @@ func (p *Publisher) Close() error {
 
 // send is the one goroutine that writes to the stream: it drains the queue into frames.
 func (p *Publisher) send() {
-	defer p.wg.Done()
 	for {
 		select {
 		case <-p.wake:
@@ -328,7 +326,6 @@ func (p *Publisher) send() {
 
 // receive matches response frames to sent frames and settles their messages.
 func (p *Publisher) receive() {
-	defer p.wg.Done()
 	for {
 		resp, err := p.stream.Recv()
 		if err != nil {

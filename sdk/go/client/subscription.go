@@ -164,11 +164,10 @@ func (c *Client) Subscribe(ctx context.Context, opts SubscribeOptions, h Handler
 		return nil, err
 	}
 	s.workers.Add(opts.Concurrency)
-	s.wg.Add(opts.Concurrency + 1)
 	for range opts.Concurrency {
-		go s.worker()
+		s.wg.Go(s.worker)
 	}
-	go s.run(st)
+	s.wg.Go(func() { s.run(st) })
 	return s, nil
 }
 
@@ -292,14 +291,12 @@ func retryable(err error, reconnect bool) bool {
 // run supervises the streams: it starts each one's goroutines, re-opens broken streams
 // with backoff, and shuts the subscription down.
 func (s *Subscription) run(st *stream) {
-	defer s.wg.Done()
 	defer close(s.done)
 	defer s.c.untrack(s)
 	delay := s.c.cfg.backoffMin
 	for {
-		s.wg.Add(2)
-		go s.receive(st)
-		go s.send(st)
+		s.wg.Go(func() { s.receive(st) })
+		s.wg.Go(func() { s.send(st) })
 		var err error
 		select {
 		case err = <-st.recvErr:
@@ -430,7 +427,6 @@ func (s *Subscription) flushUnary(acks []string, left []settlement) {
 
 // receive reads the stream and hands messages to the workers.
 func (s *Subscription) receive(st *stream) {
-	defer s.wg.Done()
 	defer close(st.receiverDone)
 	var f wire.Frame
 	var dec wire.Decoder
@@ -457,7 +453,6 @@ func (s *Subscription) receive(st *stream) {
 
 // worker runs the handler on messages until the subscription ends.
 func (s *Subscription) worker() {
-	defer s.wg.Done()
 	defer s.workers.Done()
 	for {
 		select {
@@ -495,7 +490,6 @@ const maxAcksPerFrame = 4096
 // send is the one goroutine writing acks and nacks to st: it sends whatever is queued as soon
 // as it is idle, so acks coalesce into batches only while it is busy.
 func (s *Subscription) send(st *stream) {
-	defer s.wg.Done()
 	defer close(st.senderDone)
 	for {
 		select {
