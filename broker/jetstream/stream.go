@@ -193,7 +193,7 @@ func (st *Stream) deliverFanout(s *Subscription, m *broker.Message) {
 		st.mu.Unlock()
 		if st.end(fmt.Errorf("%w: the subscriber fell behind by more than its buffer (fanout { buffer_messages, buffer_bytes }); read faster, or raise the limits", broker.ErrSlowConsumer)) {
 			st.e.log.Warn("disconnecting slow consumer", "subscription", s.id, "limit_messages", o.FanoutBufferMessages, "limit_bytes", o.FanoutBufferBytes)
-			go st.detachAll() // not on the dispatcher, which detaching waits for
+			st.e.wg.Go(st.detachAll) // not on the dispatcher, which detaching waits for
 		}
 		return
 	}
