@@ -19,8 +19,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/tinybroker/tinybroker/broker/memory"
-	"github.com/tinybroker/tinybroker/internal/brokertest/servertest"
-	"github.com/tinybroker/tinybroker/internal/config"
+	"github.com/tinybroker/tinybroker/cmd/tinybroker/config"
+	"github.com/tinybroker/tinybroker/internal/testing/servertest"
 	"github.com/tinybroker/tinybroker/plugins"
 )
 

@@ -10,7 +10,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/tinybroker/tinybroker/internal/config"
+	"github.com/tinybroker/tinybroker/cmd/tinybroker/config"
 	"github.com/tinybroker/tinybroker/plugins"
 	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
 )

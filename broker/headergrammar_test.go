@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tinybroker/tinybroker/internal/brokertest/headercases"
+	"github.com/tinybroker/tinybroker/internal/testing/headercases"
 )
 
 // The header grammar at the seam: every header of the one table (headercases) is accepted

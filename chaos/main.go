@@ -43,7 +43,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/tinybroker/tinybroker/internal/config"
+	"github.com/tinybroker/tinybroker/cmd/tinybroker/config"
 	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
 )
 

@@ -19,8 +19,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/tinybroker/tinybroker/broker"
-	"github.com/tinybroker/tinybroker/internal/brokertest"
-	"github.com/tinybroker/tinybroker/internal/brokertest/servertest"
+	"github.com/tinybroker/tinybroker/internal/testing/brokertest"
+	"github.com/tinybroker/tinybroker/internal/testing/servertest"
 	"github.com/tinybroker/tinybroker/ops"
 	"github.com/tinybroker/tinybroker/plugins"
 	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/tinybroker/tinybroker/broker"
-	"github.com/tinybroker/tinybroker/internal/brokertest"
+	"github.com/tinybroker/tinybroker/internal/testing/brokertest"
 )
 
 // callInBackground runs c.OnPublish in a goroutine and returns where its error will come.

@@ -16,7 +16,7 @@ import (
 
 	"github.com/tinybroker/tinybroker/broker"
 	"github.com/tinybroker/tinybroker/broker/deadletter"
-	"github.com/tinybroker/tinybroker/internal/brokertest"
+	"github.com/tinybroker/tinybroker/internal/testing/brokertest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

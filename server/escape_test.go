@@ -8,7 +8,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/tinybroker/tinybroker/broker/deadletter"
-	"github.com/tinybroker/tinybroker/internal/brokertest"
+	"github.com/tinybroker/tinybroker/internal/testing/brokertest"
 	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
 	"github.com/tinybroker/tinybroker/server/auth"
 )

@@ -16,8 +16,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tinybroker/tinybroker/broker"
-	"github.com/tinybroker/tinybroker/internal/brokertest"
-	"github.com/tinybroker/tinybroker/internal/brokertest/headercases"
+	"github.com/tinybroker/tinybroker/internal/testing/brokertest"
+	"github.com/tinybroker/tinybroker/internal/testing/headercases"
 	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
 	"github.com/tinybroker/tinybroker/server"
 )

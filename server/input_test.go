@@ -11,7 +11,7 @@ import (
 	reflectpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 
 	"github.com/tinybroker/tinybroker/broker"
-	"github.com/tinybroker/tinybroker/internal/brokertest"
+	"github.com/tinybroker/tinybroker/internal/testing/brokertest"
 	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
 )
 

@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
-	"github.com/tinybroker/tinybroker/internal/brokertest"
+	"github.com/tinybroker/tinybroker/internal/testing/brokertest"
 	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
 	"github.com/tinybroker/tinybroker/sdk/go/client"
 	"github.com/tinybroker/tinybroker/server"

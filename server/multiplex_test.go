@@ -6,7 +6,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 
-	"github.com/tinybroker/tinybroker/internal/brokertest"
+	"github.com/tinybroker/tinybroker/internal/testing/brokertest"
 	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
 )
 

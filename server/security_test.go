@@ -17,8 +17,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tinybroker/tinybroker/broker"
-	"github.com/tinybroker/tinybroker/internal/brokertest"
-	"github.com/tinybroker/tinybroker/internal/testcerts"
+	"github.com/tinybroker/tinybroker/internal/testing/brokertest"
+	"github.com/tinybroker/tinybroker/internal/testing/testcerts"
 	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
 	"github.com/tinybroker/tinybroker/sdk/go/client"
 	"github.com/tinybroker/tinybroker/server"

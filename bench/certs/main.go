@@ -10,7 +10,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/tinybroker/tinybroker/internal/testcerts"
+	"github.com/tinybroker/tinybroker/internal/testing/testcerts"
 )
 
 func main() {

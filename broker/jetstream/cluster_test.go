@@ -12,7 +12,7 @@ import (
 
 	"github.com/tinybroker/tinybroker/broker"
 	"github.com/tinybroker/tinybroker/broker/jetstream"
-	"github.com/tinybroker/tinybroker/internal/brokertest"
+	"github.com/tinybroker/tinybroker/internal/testing/brokertest"
 )
 
 // freeAddrs returns n loopback addresses nothing listens on (for now).

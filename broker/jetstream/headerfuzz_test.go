@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tinybroker/tinybroker/broker"
-	"github.com/tinybroker/tinybroker/internal/brokertest/headercases"
+	"github.com/tinybroker/tinybroker/internal/testing/headercases"
 )
 
 // FuzzHeaderCodec: every set of headers the broker accepts (broker.CheckHeaders, the one

@@ -13,7 +13,7 @@ import (
 
 	"github.com/tinybroker/tinybroker/broker"
 	"github.com/tinybroker/tinybroker/broker/jetstream"
-	"github.com/tinybroker/tinybroker/internal/brokertest"
+	"github.com/tinybroker/tinybroker/internal/testing/brokertest"
 )
 
 // max_bytes bounds what the consumer groups hold: a publish past it is refused as a limit

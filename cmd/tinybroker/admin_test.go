@@ -16,7 +16,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/tinybroker/tinybroker/internal/brokertest"
+	"github.com/tinybroker/tinybroker/internal/testing/brokertest"
 	adminpb "github.com/tinybroker/tinybroker/proto/tinybroker/admin/v1"
 	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
 )

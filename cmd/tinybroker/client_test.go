@@ -11,8 +11,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/tinybroker/tinybroker/broker"
-	"github.com/tinybroker/tinybroker/internal/brokertest"
-	"github.com/tinybroker/tinybroker/internal/brokertest/servertest"
+	"github.com/tinybroker/tinybroker/internal/testing/brokertest"
+	"github.com/tinybroker/tinybroker/internal/testing/servertest"
 )
 
 // startBroker serves a new broker on a free port for the rest of the test and checks, at the

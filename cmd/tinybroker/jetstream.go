@@ -6,7 +6,7 @@ import (
 
 	"github.com/tinybroker/tinybroker/broker/jetstream"
 	"github.com/tinybroker/tinybroker/broker/memory"
-	"github.com/tinybroker/tinybroker/internal/config"
+	"github.com/tinybroker/tinybroker/cmd/tinybroker/config"
 )
 
 // jetStreamOptions maps the configuration onto the JetStream engine's options: its engine

@@ -10,7 +10,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/tinybroker/tinybroker/broker"
-	"github.com/tinybroker/tinybroker/internal/config"
+	"github.com/tinybroker/tinybroker/cmd/tinybroker/config"
 	"github.com/tinybroker/tinybroker/plugins"
 )
 

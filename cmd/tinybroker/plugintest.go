@@ -15,7 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tinybroker/tinybroker/plugins"
-	"github.com/tinybroker/tinybroker/sdk/go/plugin/plugintest"
+	"github.com/tinybroker/tinybroker/plugins/plugintest"
 )
 
 // pluginTestInput is one line of `plugin test`'s input: a message, and for on_ack and

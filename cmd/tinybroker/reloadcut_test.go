@@ -11,8 +11,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/tinybroker/tinybroker/broker/memory"
-	"github.com/tinybroker/tinybroker/internal/brokertest"
-	"github.com/tinybroker/tinybroker/internal/config"
+	"github.com/tinybroker/tinybroker/cmd/tinybroker/config"
+	"github.com/tinybroker/tinybroker/internal/testing/brokertest"
 )
 
 // A SIGHUP's reload cut short by shutdown (serve's context cancelled by SIGTERM while a

@@ -13,7 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
-	"github.com/tinybroker/tinybroker/internal/config"
+	"github.com/tinybroker/tinybroker/cmd/tinybroker/config"
 	"github.com/tinybroker/tinybroker/server/auth"
 )
 

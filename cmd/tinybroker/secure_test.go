@@ -11,8 +11,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/crypto/bcrypt"
 
-	"github.com/tinybroker/tinybroker/internal/config"
-	"github.com/tinybroker/tinybroker/internal/testcerts"
+	"github.com/tinybroker/tinybroker/cmd/tinybroker/config"
+	"github.com/tinybroker/tinybroker/internal/testing/testcerts"
 	"github.com/tinybroker/tinybroker/server/auth"
 )
 

@@ -17,7 +17,7 @@ import (
 	"github.com/tinybroker/tinybroker/broker"
 	"github.com/tinybroker/tinybroker/broker/jetstream"
 	"github.com/tinybroker/tinybroker/broker/memory"
-	"github.com/tinybroker/tinybroker/internal/config"
+	"github.com/tinybroker/tinybroker/cmd/tinybroker/config"
 	"github.com/tinybroker/tinybroker/internal/gctuner"
 	"github.com/tinybroker/tinybroker/server"
 	"github.com/tinybroker/tinybroker/server/auth"

@@ -11,7 +11,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/tinybroker/tinybroker/internal/brokertest/servertest"
+	"github.com/tinybroker/tinybroker/internal/testing/servertest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

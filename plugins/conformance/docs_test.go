@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tinybroker/tinybroker/internal/config"
+	"github.com/tinybroker/tinybroker/cmd/tinybroker/config"
 	"github.com/tinybroker/tinybroker/plugins"
 )
 

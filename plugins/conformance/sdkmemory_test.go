@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tinybroker/tinybroker/sdk/go/plugin/plugintest"
+	"github.com/tinybroker/tinybroker/plugins/plugintest"
 )
 
 // TestSDKMemoryStaysFlat runs the Rust, AssemblyScript and Zig conformance plugins for many

@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/tinybroker/tinybroker/sdk/go/plugin/plugintest"
+	"github.com/tinybroker/tinybroker/plugins/plugintest"
 )
 
 // The tenant-filter examples of the Rust, AssemblyScript and Zig SDKs, built with the

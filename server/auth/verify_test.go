@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/tinybroker/tinybroker/internal/brokertest"
+	"github.com/tinybroker/tinybroker/internal/testing/brokertest"
 )
 
 // grants records the order in which callers got their turn.

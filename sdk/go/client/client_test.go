@@ -14,8 +14,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/tinybroker/tinybroker/internal/brokertest"
-	"github.com/tinybroker/tinybroker/internal/brokertest/servertest"
+	"github.com/tinybroker/tinybroker/internal/testing/brokertest"
+	"github.com/tinybroker/tinybroker/internal/testing/servertest"
 	"github.com/tinybroker/tinybroker/sdk/go/client"
 )
 

@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/tinybroker/tinybroker/broker"
-	"github.com/tinybroker/tinybroker/internal/brokertest"
+	"github.com/tinybroker/tinybroker/internal/testing/brokertest"
 	"github.com/tinybroker/tinybroker/plugins"
 )
 

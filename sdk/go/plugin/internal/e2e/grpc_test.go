@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tinybroker/tinybroker/internal/brokertest"
-	"github.com/tinybroker/tinybroker/internal/brokertest/servertest"
-	"github.com/tinybroker/tinybroker/internal/config"
+	"github.com/tinybroker/tinybroker/cmd/tinybroker/config"
+	"github.com/tinybroker/tinybroker/internal/testing/brokertest"
+	"github.com/tinybroker/tinybroker/internal/testing/servertest"
 	"github.com/tinybroker/tinybroker/sdk/go/client"
 	"github.com/tinybroker/tinybroker/sdk/go/plugin/internal/wasmbuild"
 )

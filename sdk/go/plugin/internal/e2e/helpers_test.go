@@ -11,7 +11,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/tinybroker/tinybroker/broker"
-	"github.com/tinybroker/tinybroker/internal/brokertest"
+	"github.com/tinybroker/tinybroker/internal/testing/brokertest"
 	"github.com/tinybroker/tinybroker/plugins"
 	"github.com/tinybroker/tinybroker/sdk/go/plugin/internal/wasmbuild"
 )

@@ -78,7 +78,7 @@ func TestPluginBlockErrors(t *testing.T) {
 
 // The example configuration with plugins parses, and names every example plugin.
 func TestExamplePluginsConfig(t *testing.T) {
-	c, err := Load("../../examples/config/plugins.hcl")
+	c, err := Load("../../../examples/config/plugins.hcl")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -424,7 +424,7 @@ func TestLoadMissing(t *testing.T) {
 
 // TestExampleFile checks that the example configuration parses and shows the defaults.
 func TestExampleFile(t *testing.T) {
-	c, err := Load("../../examples/config/tinybroker.hcl")
+	c, err := Load("../../../examples/config/tinybroker.hcl")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -435,7 +435,7 @@ func TestExampleFile(t *testing.T) {
 
 func FuzzConfig(f *testing.F) {
 	f.Add([]byte(fullFile))
-	if src, err := os.ReadFile("../../examples/config/tinybroker.hcl"); err == nil {
+	if src, err := os.ReadFile("../../../examples/config/tinybroker.hcl"); err == nil {
 		f.Add(src)
 	}
 	for _, s := range []string{

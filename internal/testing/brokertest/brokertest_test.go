@@ -8,8 +8,8 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/tinybroker/tinybroker/broker"
-	"github.com/tinybroker/tinybroker/internal/brokertest"
-	"github.com/tinybroker/tinybroker/internal/brokertest/servertest"
+	"github.com/tinybroker/tinybroker/internal/testing/brokertest"
+	"github.com/tinybroker/tinybroker/internal/testing/servertest"
 	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
 )
 

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tinybroker/tinybroker/sdk/go/plugin/plugintest"
+	"github.com/tinybroker/tinybroker/plugins/plugintest"
 )
 
 // TimePublish reports the calls it made and the host calls per call; timing a hook the plugin

@@ -11,7 +11,7 @@ import (
 
 // The secure example parses to what its comments say.
 func TestExampleSecureConfig(t *testing.T) {
-	c, err := Load("../../examples/config/secure.hcl")
+	c, err := Load("../../../examples/config/secure.hcl")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -82,7 +82,7 @@ func TestEngineErrors(t *testing.T) {
 // The cluster example's three files parse, each its own node of one cluster.
 func TestClusterExample(t *testing.T) {
 	for i, name := range []string{"node1", "node2", "node3"} {
-		c, err := Load(filepath.Join("..", "..", "examples", "cluster", name+".hcl"))
+		c, err := Load(filepath.Join("..", "..", "..", "examples", "cluster", name+".hcl"))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -12,7 +12,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/tinybroker/tinybroker/sdk/go/plugin/plugintest"
+	"github.com/tinybroker/tinybroker/plugins/plugintest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m, goleak.Cleanup(removeExamples)) }
@@ -20,7 +20,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m, goleak.Cleanup(removeExam
 // fixture is one of the host's hand-written WAT plugins (plugins/testdata): fast to load,
 // no Go build needed.
 func fixture(name string) string {
-	return filepath.Join("..", "..", "..", "..", "plugins", "testdata", name+".wasm")
+	return filepath.Join("..", "testdata", name+".wasm")
 }
 
 // examplePkgs are the example plugins these tests run, one for each hook (internal/e2e
@@ -303,7 +303,7 @@ func TestAudit(t *testing.T) {
 // test's directory.
 func TestBuild(t *testing.T) {
 	example(t, "audit") // skips under -short; the same module is in the cache
-	path := plugintest.Build(t, "../../../../examples/plugins/audit")
+	path := plugintest.Build(t, "../../examples/plugins/audit")
 	if filepath.Base(path) != "audit.wasm" {
 		t.Errorf("built %s, want audit.wasm", path)
 	}
