@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/broker/internal/lockrank"
 	"github.com/tinybroker/tinybroker/broker/internal/publishing"
 	"github.com/tinybroker/tinybroker/broker/internal/streaming"
 )
@@ -108,7 +109,8 @@ var _ broker.Engine = (*Engine)(nil)
 
 // Engine is the JetStream engine. Its methods are safe for concurrent use.
 //
-// Lock order: Engine.mu → group.mu → Stream.mu. No lock is held while calling JetStream's
+// Locks: their order is broker/internal/lockrank's ranks (RATIONALE.md, "Lock order"),
+// checked under the lockrank tag. No lock is held while calling JetStream's
 // API or a hook, except Engine.mu while a consumer group is created or changed (so that
 // two members cannot create it twice).
 type Engine struct {
@@ -154,7 +156,7 @@ type Engine struct {
 	stop                                      chan struct{}
 	wg                                        sync.WaitGroup
 	shutdownOnce                              sync.Once
-	mu                                        sync.RWMutex
+	mu                                        lockrank.RWMutex[lockrank.JetStreamEngine]
 	fanouts                                   map[string]*Subscription
 	patSubs                                   map[string]*patSub // fanout pattern → its NATS subscription
 	groups                                    map[string]*group

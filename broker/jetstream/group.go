@@ -3,13 +3,13 @@ package jetstream
 import (
 	"encoding/json"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/broker/internal/lockrank"
 )
 
 // A consumer group is a durable JetStream pull consumer of the stream, named after its
@@ -59,7 +59,7 @@ type group struct {
 	own           broker.GroupLimits // as declared (zero: the engine's defaults)
 	limits        broker.GroupLimits // in force: own, then the engine's defaults
 
-	mu        sync.Mutex
+	mu        lockrank.Mutex[lockrank.JetStreamGroup]
 	members   []*member
 	memberSeq uint64
 	// waiting holds what this node took back from its members until JetStream redelivers
@@ -85,7 +85,7 @@ type group struct {
 	// node makes (a letter stored, deleted) holds it shared until deadCount has it too; a
 	// count (JetStream's, which replaces deadCount) holds it alone, so that it neither
 	// misses nor counts twice a change made while JetStream was asked.
-	deadMu      sync.RWMutex
+	deadMu      lockrank.RWMutex[lockrank.JetStreamDead]
 	deadCount   int   // -1: not counted yet
 	deadAvg     int64 // what a letter costs, about (see deadBytesLocked)
 	deadDropped uint64

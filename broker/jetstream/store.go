@@ -7,13 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/broker/internal/lockrank"
 )
 
 // The engine's asynchronous stores: each message of a frame a group takes is published to
@@ -28,7 +28,7 @@ type stores struct {
 	prefix  string             // the reply subjects' prefix, "<inbox>."
 	slots   chan struct{}      // one per store outstanding: at most maxPendingStores
 	sub     *nats.Subscription // prefix + "*"
-	mu      sync.Mutex
+	mu      lockrank.Mutex[lockrank.Stores]
 	next    uint64
 	awaited map[uint64]storeRef
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/tinybroker/tinybroker/broker"
 	"github.com/tinybroker/tinybroker/broker/internal/grouping"
+	"github.com/tinybroker/tinybroker/broker/internal/lockrank"
 	"github.com/tinybroker/tinybroker/broker/internal/streaming"
 )
 
@@ -20,7 +21,7 @@ type Stream struct {
 	id   uint64
 	size func(*broker.Message) int
 
-	mu        sync.Mutex // guards everything below; taken under group.mu, never the reverse
+	mu        lockrank.Mutex[lockrank.JetStreamStream] // guards everything below; taken under group.mu, never the reverse
 	buf       []broker.Delivery
 	head      int
 	fanBytes  int // payload bytes of the fanout deliveries buffered
@@ -31,7 +32,7 @@ type Stream struct {
 
 	// subs are the open subscriptions by id, under a lock of their own that may be taken
 	// under mu, never the reverse: register adds under mu, so none is added once fin ended.
-	subs streaming.Subs[*Subscription]
+	subs streaming.Subs[*Subscription, lockrank.JetStreamStreamSubs]
 }
 
 // NewStream opens a stream to carry subscriptions.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/tinybroker/tinybroker/broker"
 	"github.com/tinybroker/tinybroker/broker/internal/grouping"
+	"github.com/tinybroker/tinybroker/broker/internal/lockrank"
 	"github.com/tinybroker/tinybroker/broker/internal/publishing"
 	"github.com/tinybroker/tinybroker/broker/internal/streaming"
 )
@@ -82,8 +83,8 @@ func (o *Options) setDefaults() {
 
 // Engine routes published messages to subscriptions. Its methods are safe for concurrent use.
 //
-// Lock order (see RATIONALE.md): b.mu → group.mu → outbox.mu; index.mu and scheduler.mu are
-// leaves. The publish path takes no broker-wide lock: it reads the index (its cache is
+// Locks: their order, for both engines, is broker/internal/lockrank's ranks (RATIONALE.md,
+// "Lock order"), checked under the lockrank tag. The publish path takes no broker-wide lock: it reads the index (its cache is
 // lock-free), then locks each matching target on its own.
 type Engine struct {
 	opts  Options
@@ -107,7 +108,7 @@ type Engine struct {
 	stop         chan struct{}
 	wg           sync.WaitGroup
 
-	mu         sync.RWMutex
+	mu         lockrank.RWMutex[lockrank.MemoryEngine]
 	fanouts    map[string]*Subscription // fanout subscriptions by id
 	groups     map[string]*group        // consumer groups by subscription id
 	groupNames map[string]string        // consumer group name → subscription id

@@ -7,12 +7,12 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/tinybroker/tinybroker/broker"
 	"github.com/tinybroker/tinybroker/broker/deadletter"
 	"github.com/tinybroker/tinybroker/broker/internal/grouping"
+	"github.com/tinybroker/tinybroker/broker/internal/lockrank"
 )
 
 // group is a consumer group: the members of one balanced subscription_id. Messages wait in
@@ -21,7 +21,7 @@ import (
 // left behind by a member goes back to the head of the queue (or to delayed, for a nack with
 // a delay), or to the dead-letter topic after maxDeliveries attempts.
 //
-// Lock order: b.mu → group.mu → outbox.mu, scheduler.mu. Dead letters are published after
+// Locks (lockrank): group.mu ranks below outbox.mu and scheduler.mu. Dead letters are published after
 // group.mu is released, since their topic may route back to this group. A group never takes
 // a stream's outbox.mu itself: it calls its members' Subscription methods (handOver,
 // takeUnsent), which do.
@@ -38,8 +38,8 @@ type group struct {
 	declared      bool          // declared in the configuration: never expires, never rebound
 	quota         *broker.Quota // of the member that created it (nil: none); written under b.mu and g.mu
 
-	mu     sync.Mutex         // guards everything below
-	limits broker.GroupLimits // after defaults
+	mu     lockrank.Mutex[lockrank.MemoryGroup] // guards everything below
+	limits broker.GroupLimits                   // after defaults
 	queue  ring
 	// queued counts the unsettled entries of queue; bytes is what the group holds (queued,
 	// in flight, delayed, waiting for a hook): Message.cost + groupEntryOverhead each.

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+
+	"github.com/tinybroker/tinybroker/broker/internal/lockrank"
 )
 
 // target is what the index routes to: a fanout subscription or a consumer group.
@@ -19,9 +21,9 @@ type target interface {
 // matching costs O(topic tokens × wildcard branches), not O(subscriptions). Results are cached
 // per topic until the next change to the trie.
 //
-// Lock order: index.mu is a leaf; nothing else is locked while it is held.
+// Locks (lockrank): index.mu is a leaf; nothing else is locked while it is held.
 type index struct {
-	mu   sync.RWMutex
+	mu   lockrank.RWMutex[lockrank.Index]
 	root *node
 	gen  atomic.Uint64 // bumped (under mu) on every change; cache entries of older gens are stale
 

@@ -1,9 +1,8 @@
 package memory
 
 import (
-	"sync"
-
 	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/broker/internal/lockrank"
 )
 
 // outbox holds the deliveries waiting to be sent on one subscription's stream. Producers
@@ -11,12 +10,12 @@ import (
 // signalled when the outbox goes from empty to non-empty, so a sender that found it empty
 // and then waits on ready never misses a message.
 //
-// Lock order: outbox.mu is a leaf, taken under b.mu, group.mu or Stream.mu. It guards the
+// Locks (lockrank): outbox.mu is taken under b.mu, group.mu or Stream.subs.mu. It guards the
 // outbox and, on purpose, the state that decides whether a push may happen (Stream.closed,
 // Subscription.closed and a fanout subscription's counters), so that a publish takes one
 // lock per subscriber. Only outbox, Stream and Subscription methods take it.
 type outbox struct {
-	mu    sync.Mutex
+	mu    lockrank.Mutex[lockrank.Outbox]
 	buf   []delivery
 	head  int
 	bytes int // what the buffered messages cost (broker.Message.cost)

@@ -3,17 +3,18 @@ package memory
 import (
 	"container/heap"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/tinybroker/tinybroker/broker/internal/lockrank"
 )
 
 // scheduler wakes groups at the times they registered (ack deadlines, nack delays). One
 // goroutine serves the whole broker: no timer or goroutine per message.
 //
-// Lock order: scheduler.mu is a leaf; groups are called with it released.
+// Locks (lockrank): scheduler.mu is a leaf; groups are called with it released.
 type scheduler struct {
-	mu    sync.Mutex
+	mu    lockrank.Mutex[lockrank.Scheduler]
 	items wakeHeap
 	kick  chan struct{}
 }

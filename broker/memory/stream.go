@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/broker/internal/lockrank"
 	"github.com/tinybroker/tinybroker/broker/internal/streaming"
 )
 
@@ -35,7 +36,7 @@ type Stream struct {
 
 	// subs are the open subscriptions by id. Their lock may be taken before out.mu, never
 	// after: register checks fin and queues the opening event under both.
-	subs streaming.Subs[*Subscription]
+	subs streaming.Subs[*Subscription, lockrank.MemoryStreamSubs]
 }
 
 // NewStream opens a stream to carry subscriptions (broker.Engine). size measures what a

@@ -2,9 +2,9 @@ package streaming
 
 import (
 	"fmt"
-	"sync"
 
 	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/broker/internal/lockrank"
 )
 
 // Subs are a Stream's open subscriptions by id, and the peer they came from, as both
@@ -13,8 +13,8 @@ import (
 type Subs[S interface {
 	comparable
 	broker.Subscription
-}] struct {
-	mu   sync.Mutex
+}, R lockrank.Rank] struct {
+	mu   lockrank.Mutex[R] // its rank is the engine's
 	subs map[string]S
 	peer string // the peer of the first subscription added
 }
@@ -23,7 +23,7 @@ type Subs[S interface {
 // subscriptions. open, if not nil, runs last under the lock, so that no Add or Take comes
 // between: s is added if it returns nil (an engine checks there that the stream has not
 // ended, and queues the subscription's opening event).
-func (r *Subs[S]) Add(id string, s S, peer string, max int, open func() error) error {
+func (r *Subs[S, R]) Add(id string, s S, peer string, max int, open func() error) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if _, ok := r.subs[id]; ok {
@@ -48,7 +48,7 @@ func (r *Subs[S]) Add(id string, s S, peer string, max int, open func() error) e
 }
 
 // Remove removes s if id is still s's, and returns how many subscriptions are left.
-func (r *Subs[S]) Remove(id string, s S) (left int) {
+func (r *Subs[S, R]) Remove(id string, s S) (left int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.subs[id] == s {
@@ -58,7 +58,7 @@ func (r *Subs[S]) Remove(id string, s S) (left int) {
 }
 
 // Take removes every subscription and returns them, for an ended stream to detach.
-func (r *Subs[S]) Take() map[string]S {
+func (r *Subs[S, R]) Take() map[string]S {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	subs := r.subs
@@ -68,7 +68,7 @@ func (r *Subs[S]) Take() map[string]S {
 
 // Lookup is Stream.Lookup: the open subscription with id, or with id empty the only one (nil,
 // not a nil S in an interface, if there is none); and how many are open.
-func (r *Subs[S]) Lookup(id string) (broker.Subscription, int) {
+func (r *Subs[S, R]) Lookup(id string) (broker.Subscription, int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var none S
@@ -85,7 +85,7 @@ func (r *Subs[S]) Lookup(id string) (broker.Subscription, int) {
 }
 
 // List is Stream.Subscriptions: the open subscriptions, in no order.
-func (r *Subs[S]) List() []broker.Subscription {
+func (r *Subs[S, R]) List() []broker.Subscription {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	out := make([]broker.Subscription, 0, len(r.subs))
@@ -96,7 +96,7 @@ func (r *Subs[S]) List() []broker.Subscription {
 }
 
 // Peer returns the peer of the stream's first subscription.
-func (r *Subs[S]) Peer() string {
+func (r *Subs[S, R]) Peer() string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.peer
