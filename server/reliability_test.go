@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"runtime"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"testing"
@@ -241,5 +243,49 @@ func TestManyMemberlessGroupsBounded(t *testing.T) {
 	if st := tb.stats(t); st.GetMemoryUsedBytes() > 6<<20+256<<10 {
 		t.Fatalf("the broker holds %d bytes; groups may use 6 MiB", st.GetMemoryUsedBytes())
 	}
+	c.check()
+}
+
+// Issue 23, finding 4: with the default settings the memory budget follows the Go memory
+// limit (GOMEMLIMIT; here 512 MiB, set before the engine starts as the environment would):
+// a quarter of it, so that memberless groups flooded until the budget refuses them leave the
+// heap well inside the limit, and the canary keeps working. Before, the default was half of
+// the limit, and a full budget's heap (about twice what it holds) reached the limit.
+func TestDefaultBudgetFitsTheMemoryLimit(t *testing.T) {
+	if !engine.MemoryBudget {
+		t.Skipf("engine %s has no memory budget; JetStream's memory store is bounded by the same default (broker/jetstream TestMemoryStoreBound)", engine.Name)
+	}
+	const limit = 512 << 20
+	defer debug.SetMemoryLimit(debug.SetMemoryLimit(limit))
+	tb := start(t, brokertest.Options{}) // MaxMemoryBytes and the group bounds at their defaults
+	if got, want := tb.stats(t).GetMemoryBudgetBytes(), uint64(limit/4); got != want {
+		t.Fatalf("memory budget %d with GOMEMLIMIT %d; want %d, a quarter", got, limit, want)
+	}
+	c := newCanary(t, tb)
+	const groups = 10 // each may hold an eighth of the budget: together more than the groups' 3/4
+	for i := range groups {
+		tb.memberless(t, "def"+strconv.Itoa(i), "def."+strconv.Itoa(i))
+	}
+	payload := make([]byte, 256<<10)
+	var err error
+	n := 0
+	for ; n < 2000 && err == nil; n++ {
+		_, err = tb.c.Publish(context.Background(), &pb.PublishRequest{Topic: "def." + strconv.Itoa(n%groups), Payload: payload})
+		if n%20 == 0 {
+			c.check()
+		}
+	}
+	wantCode(t, err, codes.ResourceExhausted, "memory budget for consumer groups")
+	st := tb.stats(t)
+	if used, budget := st.GetMemoryUsedBytes(), st.GetMemoryBudgetBytes(); used > budget || used < budget/2 {
+		t.Fatalf("the broker holds %d bytes at refusal; budget %d", used, budget)
+	}
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	if ms.HeapAlloc > limit/2 { // the stated bound: a full budget's heap is half the limit
+		t.Fatalf("heap %d MiB with a full default budget, GOMEMLIMIT %d MiB", ms.HeapAlloc>>20, limit>>20)
+	}
+	t.Logf("full default budget: %d messages of 256 KiB accepted, %d MiB held, heap %d MiB of a %d MiB limit",
+		n-1, st.GetMemoryUsedBytes()>>20, ms.HeapAlloc>>20, limit>>20)
 	c.check()
 }
