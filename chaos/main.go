@@ -66,6 +66,7 @@ type options struct {
 
 func main() {
 	canaryAddr := flag.String("canary", "", "run as the canary process against this address (used by the harness itself)")
+	guessAddr := flag.String("guess", "", "run as the wrong-token attacker against this address until stdin closes (used by the harness itself)")
 	bin := flag.String("bin", ".bin/tinybroker", "the tinybroker binary to test")
 	budget := flag.String("budget", "256MiB", "the server's memory { max_bytes }")
 	overhead := flag.String("overhead", "64MiB", "RSS allowed besides 2 × budget (see the package comment)")
@@ -84,6 +85,13 @@ func main() {
 	if *canaryAddr != "" {
 		if err := runCanary(*canaryAddr); err != nil {
 			fmt.Fprintln(os.Stderr, "canary:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if *guessAddr != "" {
+		if err := runGuesser(*guessAddr); err != nil {
+			fmt.Fprintln(os.Stderr, "attacker:", err)
 			os.Exit(1)
 		}
 		return

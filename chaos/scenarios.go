@@ -52,7 +52,7 @@ var scenarios = []*scenario{
 	{name: "zero-delay nack loop", finding: "23.6", run: nackLoop,
 		what: "max_deliveries 4294967295, then a member nacking each of 1,000 messages at once for 20 s, max_deliveries unlimited, beside a group receiving 500 first deliveries a second"},
 	{name: "wrong-token flood", finding: "23.3", run: tokenFlood, config: floodConfig, canaryToken: escapeTokens["canary"],
-		what: "200 callers guess tokens for bob and for unknown names (bcrypt's default cost); after 3 s, three users log in for the first time, one after another"},
+		what: "200 callers in a process under nice -n 19 guess tokens for bob and for unknown names (bcrypt's default cost); after 3 s, three users log in for the first time, one after another"},
 	{name: "memberless-default-budget", finding: "23.4", run: memberlessLarge, gomemlimit: 768 << 20,
 		what: "memberless-1MiB with the default memory budget, on what serve sets for a 1 GiB machine (GOMEMLIMIT 768 MiB, so a budget of 192 MiB): peak RSS must stay under 2 × budget + 64 MiB = 448 MiB"},
 	{name: "plugin-loop-default", finding: "23.1", run: loopingPublishes(5*time.Second, 0), config: loopConfig(""),
