@@ -1,5 +1,8 @@
 package jetstream
 
+// A consumer group's bounds: what it admits (max_queued, max_queued_bytes, the owner's quota),
+// counted here and corrected from JetStream's own counts, and what a full group does.
+
 import (
 	"fmt"
 	"time"

@@ -1,5 +1,7 @@
 package jetstream
 
+// The NATS server the engine may start in its own process: one node, or a node of a cluster.
+
 import (
 	"errors"
 	"fmt"

@@ -1,5 +1,8 @@
 package jetstream
 
+// A group's members: pulling messages for them, holding their deliveries, acks, nacks,
+// touches, ack deadlines, leaving, and redeliveries and dead letters.
+
 import (
 	"cmp"
 	"fmt"

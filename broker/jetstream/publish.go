@@ -1,5 +1,8 @@
 package jetstream
 
+// The path of a publish: through the gate every engine shares (broker/internal/publishing),
+// stored in JetStream for the groups that match, then to the local fanout subscriptions.
+
 import (
 	"errors"
 	"fmt"

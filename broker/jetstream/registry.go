@@ -1,5 +1,8 @@
 package jetstream
 
+// The engine's consumer groups across the nodes of a cluster: created, learned from
+// JetStream and announced to the other nodes, joined by members, forgotten when deleted.
+
 import (
 	"errors"
 	"fmt"
