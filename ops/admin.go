@@ -39,8 +39,8 @@ type DeadLetter struct {
 const previewBytes = 256
 
 // EngineAdmin is the Admin of an engine: groups are described, purged and deleted, and dead
-// letters listed and replayed, through broker.Engine.
-type EngineAdmin struct{ Engine broker.Engine }
+// letters listed and replayed, through the engine's broker.Admin.
+type EngineAdmin struct{ Engine broker.Admin }
 
 func (a EngineAdmin) Group(id string) (broker.GroupStats, error) {
 	g, err := a.Engine.Group(id)

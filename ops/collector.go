@@ -24,7 +24,7 @@ type collector struct {
 }
 
 type sources struct {
-	engine  broker.Engine
+	engine  broker.Admin
 	server  Server
 	plugins func() []plugins.PluginMetrics
 }

@@ -41,8 +41,8 @@ type Server interface {
 
 // Options configure an ops listener. Engine is required; the rest is optional.
 type Options struct {
-	Engine broker.Engine
-	Server Server // nil: no connection, stream, byte or refusal metrics
+	Engine broker.Admin // what ops reads and changes: stats, groups, dead letters
+	Server Server       // nil: no connection, stream, byte or refusal metrics
 	// Plugins reports the loaded plugins' metrics (nil: none), e.g. the current
 	// plugins.Chain's Metrics.
 	Plugins func() []plugins.PluginMetrics
