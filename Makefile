@@ -83,6 +83,7 @@ generate: tools
 		--go_out=proto --go_opt=paths=source_relative \
 		--go-grpc_out=proto --go-grpc_opt=paths=source_relative \
 		proto/tinybroker/v1/broker.proto proto/tinybroker/admin/v1/admin.proto
+	$(GO) run ./internal/abi/gen
 
 check: generate ## build, vet, lint, gofmt, go mod tidy, regenerate; fails on any diff
 	$(GO) build ./...

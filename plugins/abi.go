@@ -3,7 +3,6 @@ package plugins
 import (
 	"context"
 	"fmt"
-	"slices"
 	"unsafe"
 
 	"github.com/tetratelabs/wazero"
@@ -11,13 +10,6 @@ import (
 
 	"github.com/tinybroker/tinybroker/broker"
 	"github.com/tinybroker/tinybroker/internal/abi"
-)
-
-// The ABI v1 names (docs/ABI.md).
-const (
-	hostModule   = "tinybroker"
-	abiMarker    = "tinybroker_abi_v1"
-	markerPrefix = "tinybroker_abi_v"
 )
 
 // callState is what the host functions of one call read and write. Readers see the message
@@ -366,33 +358,62 @@ var (
 	i64 = api.ValueTypeI64
 )
 
-func params(n int) []api.ValueType { return slices.Repeat([]api.ValueType{i32}, n) }
-
-// hostFuncs lists the ABI v1 host functions; docs/ABI.md is their specification.
-var hostFuncs = []hostFunc{
-	{"v1_log", params(3), nil, new(hostLog)},
-	{"v1_now", nil, []api.ValueType{i64}, new(hostNow)},
-	{"v1_config", params(2), params(1), new(hostConfig)},
-	{"v1_config_get", params(4), params(1), new(hostConfigGet)},
-	{"v1_set_reason", params(2), nil, new(hostSetReason)},
-	{"v1_msg_topic", params(2), params(1), new(hostMsgTopic)},
-	{"v1_msg_payload", params(2), params(1), new(hostMsgPayload)},
-	{"v1_msg_header", params(4), params(1), new(hostMsgHeader)},
-	{"v1_msg_header_count", nil, params(1), new(hostMsgHeaderCount)},
-	{"v1_msg_header_name", params(3), params(1), new(hostMsgHeaderName)},
-	{"v1_msg_id", params(2), params(1), new(hostMsgID)},
-	{"v1_msg_set_topic", params(2), params(1), new(hostMsgSetTopic)},
-	{"v1_msg_set_payload", params(2), params(1), new(hostMsgSetPayload)},
-	{"v1_msg_set_header", params(4), params(1), new(hostMsgSetHeader)},
-	{"v1_msg_del_header", params(2), params(1), new(hostMsgDelHeader)},
-	{"v1_event_subscription", params(2), params(1), new(hostEventSubscription)},
-	{"v1_event_group", params(2), params(1), new(hostEventGroup)},
-	{"v1_event_attempt", nil, params(1), new(hostEventAttempt)},
-	{"v1_event_in_flight_ns", nil, []api.ValueType{i64}, new(hostEventInFlightNs)},
-	{"v1_event_reason", params(2), params(1), new(hostEventReason)},
-	{"v1_emit", params(4), params(1), new(hostEmit)},
-	{"v1_emit_header", params(5), params(1), new(hostEmitHeader)},
+// hostImpls are the bodies of the ABI v1 host functions, by name; their signatures and docs
+// are internal/abi's table (docs/ABI.md is generated from it).
+var hostImpls = map[string]api.GoFunction{
+	"v1_log":                new(hostLog),
+	"v1_now":                new(hostNow),
+	"v1_config":             new(hostConfig),
+	"v1_config_get":         new(hostConfigGet),
+	"v1_set_reason":         new(hostSetReason),
+	"v1_msg_topic":          new(hostMsgTopic),
+	"v1_msg_payload":        new(hostMsgPayload),
+	"v1_msg_header":         new(hostMsgHeader),
+	"v1_msg_header_count":   new(hostMsgHeaderCount),
+	"v1_msg_header_name":    new(hostMsgHeaderName),
+	"v1_msg_id":             new(hostMsgID),
+	"v1_msg_set_topic":      new(hostMsgSetTopic),
+	"v1_msg_set_payload":    new(hostMsgSetPayload),
+	"v1_msg_set_header":     new(hostMsgSetHeader),
+	"v1_msg_del_header":     new(hostMsgDelHeader),
+	"v1_event_subscription": new(hostEventSubscription),
+	"v1_event_group":        new(hostEventGroup),
+	"v1_event_attempt":      new(hostEventAttempt),
+	"v1_event_in_flight_ns": new(hostEventInFlightNs),
+	"v1_event_reason":       new(hostEventReason),
+	"v1_emit":               new(hostEmit),
+	"v1_emit_header":        new(hostEmitHeader),
 }
+
+// hostFuncs lists the ABI v1 host functions, from internal/abi's table and hostImpls; a
+// function in one and not the other stops the program at start (TestHostFuncsMatchTable).
+var hostFuncs = func() []hostFunc {
+	valueType := func(k abi.Kind) api.ValueType {
+		if k == abi.I64 {
+			return i64
+		}
+		return i32
+	}
+	out := make([]hostFunc, 0, len(abi.HostFuncs))
+	for _, f := range abi.HostFuncs {
+		fn, ok := hostImpls[f.Name]
+		if !ok {
+			panic("plugins: no implementation of the ABI's host function " + f.Name)
+		}
+		hf := hostFunc{name: f.Name, fn: fn}
+		for _, p := range f.Params {
+			hf.params = append(hf.params, valueType(p.Kind))
+		}
+		if f.Result != abi.None {
+			hf.results = []api.ValueType{valueType(f.Result)}
+		}
+		out = append(out, hf)
+	}
+	if len(out) != len(hostImpls) {
+		panic("plugins: a host function is implemented that internal/abi's table does not declare")
+	}
+	return out
+}()
 
 // The host functions' types: each Call below is one function's whole body.
 type (
@@ -628,7 +649,7 @@ var hostFuncIndex = func() map[string]*hostFunc {
 // instantiateHostModule defines the "tinybroker" module in r. Its functions serve every
 // instance of the runtime's plugin: each finds the calling instance in the call's context.
 func instantiateHostModule(ctx context.Context, r wazero.Runtime) error {
-	b := r.NewHostModuleBuilder(hostModule)
+	b := r.NewHostModuleBuilder(abi.HostModule)
 	for i := range hostFuncs {
 		b = b.NewFunctionBuilder().WithGoFunction(hostFuncs[i].fn, hostFuncs[i].params, hostFuncs[i].results).Export(hostFuncs[i].name)
 	}

@@ -10,7 +10,7 @@ import (
 )
 
 // A zero-length (ptr, len) pair is valid whatever ptr is, for readers and writers alike, and
-// v1_msg_id returns -1 (absent) in tb_on_publish: testdata/edges.wat traps or drops
+// v1_msg_id returns -1 (absent) in tb_v1_on_publish: testdata/edges.wat traps or drops
 // otherwise.
 func TestABIEdges(t *testing.T) {
 	c := load(t, newHost(t), Spec{Name: "edges", Wasm: fixture(t, "edges"), FailurePolicy: FailClosed})
@@ -20,7 +20,7 @@ func TestABIEdges(t *testing.T) {
 		t.Fatalf("the call failed: %v", err)
 	}
 	if v.Drop {
-		t.Fatal("v1_msg_id did not return -1 in tb_on_publish")
+		t.Fatal("v1_msg_id did not return -1 in tb_v1_on_publish")
 	}
 	if len(d.Payload) != 0 || d.Headers.Map()["empty"] != "" || len(d.Headers) != 2 {
 		t.Fatalf("message after empty writes: %+v", d)
@@ -28,7 +28,7 @@ func TestABIEdges(t *testing.T) {
 }
 
 // A plugin that grows its memory past its limit fails the call, even when it goes on after
-// memory.grow returned -1, and the failure says why; its instance is not reused. In tb_init
+// memory.grow returned -1, and the failure says why; its instance is not reused. In tb_v1_init
 // it refuses the load.
 func TestMemoryLimitFailsCall(t *testing.T) {
 	h := newHost(t)

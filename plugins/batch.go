@@ -13,8 +13,8 @@ import (
 )
 
 // Batches are ABI v1's second optional fast path (docs/ABI.md, "Batches"): a plugin that
-// exports tb_v1_on_publish_batch, with tb_v1_inbox and tb_on_publish, is given a publish
-// frame's messages in one call instead of one tb_on_publish call each. The messages are
+// exports tb_v1_on_publish_batch, with tb_v1_inbox and tb_v1_on_publish, is given a publish
+// frame's messages in one call instead of one tb_v1_on_publish call each. The messages are
 // written into the inbox one after the other, each as a single call's inbox (a record);
 // each has a call state of its own on the host, which the host functions called during the
 // batch act on (the guest says which message it is on in the batch's header), and each is
@@ -49,8 +49,8 @@ func (p *plugin) checkBatch(exports map[string]api.FunctionDefinition) error {
 	if !p.hasInbox {
 		return fmt.Errorf("it exports %s but not %s, through which batches are given (see docs/ABI.md, \"Batches\")", abi.BatchExport, abi.InboxExport)
 	}
-	if _, ok := exports[abi.Exports[abi.HookPublish]]; !ok {
-		return fmt.Errorf("it exports %s but not tb_on_publish, which the broker calls for a message published alone (see docs/ABI.md, \"Batches\")", abi.BatchExport)
+	if p.exportName[abi.HookPublish] == "" {
+		return fmt.Errorf("it exports %s but not tb_v1_on_publish, which the broker calls for a message published alone (see docs/ABI.md, \"Batches\")", abi.BatchExport)
 	}
 	p.hasBatch = p.has[abi.HookPublish] // not if the plugin's hooks leave on_publish out
 	return nil
@@ -88,7 +88,7 @@ type batchOut struct {
 	owned   []bool
 }
 
-// one runs p on message i alone (tb_on_publish), on *inst or an instance from the pool.
+// one runs p on message i alone (tb_v1_on_publish), on *inst or an instance from the pool.
 func (p *plugin) one(inst **instance, ds []broker.Draft, i int, out batchOut) {
 	out.stopped[i], out.errs[i] = p.publish(inst, &ds[i], &out.vs[i], &out.owned[i])
 }

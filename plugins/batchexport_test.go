@@ -30,7 +30,7 @@ func via(d broker.Draft) string { return d.Headers.Map()["via"] }
 
 // A plugin with batches is called once for a frame: every message is decided in the batch,
 // with its own write list, verdict, emits and topic change, and without a host call of its
-// own for what it reads; a message published alone is given to tb_on_publish.
+// own for what it reads; a message published alone is given to tb_v1_on_publish.
 func TestBatchDecidesEachMessage(t *testing.T) {
 	h, err := NewHost(HostOptions{CountHostCalls: true})
 	if err != nil {
@@ -80,7 +80,7 @@ func TestBatchDecidesEachMessage(t *testing.T) {
 	p.pool.put(inst)
 	d := broker.Draft{Topic: "v.alone"}
 	if _, err := c.OnPublish(&d); err != nil || via(d) != "one" {
-		t.Errorf("a message alone: %v, via %q; want tb_on_publish", err, via(d))
+		t.Errorf("a message alone: %v, via %q; want tb_v1_on_publish", err, via(d))
 	}
 }
 

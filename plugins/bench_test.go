@@ -132,7 +132,7 @@ func BenchmarkCompileGoGuest(b *testing.B) {
 	})
 }
 
-// Creating one more instance of a compiled Go guest (_initialize and tb_init included).
+// Creating one more instance of a compiled Go guest (_initialize and tb_v1_init included).
 func BenchmarkInstantiateGoGuest(b *testing.B) {
 	benchInstantiate(b, Spec{Name: "tenant-filter", Wasm: goGuest(b, "tenant-filter"), Config: map[string]string{"allow": "acme"}})
 }

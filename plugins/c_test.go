@@ -117,8 +117,8 @@ func TestCHeaderMatchesABI(t *testing.T) {
 	src := `#include "` + mustAbs(t, "../sdk/c/tinybroker.h") + `"
 TB_ABI_V1
 static char buf[256];
-TB_EXPORT(tb_init) int32_t tb_init(void) { return tb_config(buf, sizeof buf) < 0; }
-TB_EXPORT(tb_on_publish) int64_t tb_on_publish(void) {
+TB_EXPORT(tb_v1_init) int32_t tb_v1_init(void) { return tb_config(buf, sizeof buf) < 0; }
+TB_EXPORT(tb_v1_on_publish) int64_t tb_v1_on_publish(void) {
 	int32_t n = 0;
 	tb_log(TB_DEBUG, TB_STR("all"));
 	n += (int32_t)tb_now() & 1;
@@ -135,8 +135,8 @@ TB_EXPORT(tb_on_publish) int64_t tb_on_publish(void) {
 	tb_set_reason(TB_STR("all"));
 	return n == -12345 ? TB_REJECT(7) : TB_PASS;
 }
-TB_EXPORT(tb_on_ack) int64_t tb_on_ack(void) { return 0; }
-TB_EXPORT(tb_on_redeliver) int64_t tb_on_redeliver(void) { return TB_DELAY(5) == TB_FORGET ? TB_DEAD_LETTER : TB_REDELIVER; }
+TB_EXPORT(tb_v1_on_ack) int64_t tb_v1_on_ack(void) { return 0; }
+TB_EXPORT(tb_v1_on_redeliver) int64_t tb_v1_on_redeliver(void) { return TB_DELAY(5) == TB_FORGET ? TB_DEAD_LETTER : TB_REDELIVER; }
 `
 	if err := os.WriteFile(filepath.Join(dir, "all.c"), []byte(src), 0o644); err != nil {
 		t.Fatal(err)

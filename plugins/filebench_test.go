@@ -23,7 +23,7 @@ import (
 //
 //	compile-cold     compile the module with an empty compilation cache (module-bytes: its size)
 //	compile-cached   compile it again in a new runtime, from a warm on-disk cache (a restart)
-//	instantiate      create one more instance: _initialize and tb_init
+//	instantiate      create one more instance: _initialize and tb_v1_init
 //	on_publish       one Chain.OnPublish of a 256-byte message on topic bench.w1 with the
 //	                 header tenant=acme: what the broker pays per message for a filter that
 //	                 reads one header (hostcalls/op: host functions it called)

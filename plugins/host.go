@@ -74,7 +74,7 @@ func NewHost(opts HostOptions) (*Host, error) {
 // Close releases the compilation cache. Chains loaded by h must be closed first.
 func (h *Host) Close(ctx context.Context) error { return h.cache.Close(ctx) }
 
-// Load compiles, checks and warms up every plugin of specs (one instance each, its tb_init
+// Load compiles, checks and warms up every plugin of specs (one instance each, its tb_v1_init
 // run), and returns them as a chain in the order given. On any error nothing is kept.
 func (h *Host) Load(ctx context.Context, specs []Spec) (*Chain, error) {
 	c := &Chain{}
@@ -103,10 +103,11 @@ type plugin struct {
 	rt         wazero.Runtime
 	compiled   wazero.CompiledModule
 	has        [abi.NumHooks]bool
-	hasInbox   bool           // it exports tb_v1_inbox (inbox.go)
-	hasBatch   bool           // it exports tb_v1_on_publish_batch, and its on_publish is on (batch.go)
-	topics     []topicPattern // spec.Topics, compiled
-	anyTopic   bool           // one of them is ">"
+	exportName [abi.NumHooks]string // the export of each hook the module has: its versioned name, or its first
+	hasInbox   bool                 // it exports tb_v1_inbox (inbox.go)
+	hasBatch   bool                 // it exports tb_v1_on_publish_batch, and its on_publish is on (batch.go)
+	topics     []topicPattern       // spec.Topics, compiled
+	anyTopic   bool                 // one of them is ">"
 	configText string
 	pool       pool
 
@@ -166,7 +167,7 @@ func (h *Host) load(ctx context.Context, s Spec) (*plugin, error) {
 		return fail(err)
 	}
 	p.pool.init(s.PoolSize)
-	p.pool.reserve() // warm up one instance now: a bad tb_init refuses the load
+	p.pool.reserve() // warm up one instance now: a bad tb_v1_init refuses the load
 	inst, err := p.newInstance(ctx)
 	if err != nil {
 		return fail(err)
@@ -190,13 +191,13 @@ func (h *Host) load(ctx context.Context, s Spec) (*plugin, error) {
 // check verifies the module against ABI v1: marker, memory, hook signatures, imports.
 func (p *plugin) check() error {
 	exports := p.compiled.ExportedFunctions()
-	if _, ok := exports[abiMarker]; !ok {
+	if _, ok := exports[abi.Marker]; !ok {
 		for name := range exports {
-			if v, ok := strings.CutPrefix(name, markerPrefix); ok {
+			if v, ok := strings.CutPrefix(name, abi.MarkerPrefix); ok {
 				return fmt.Errorf("plugin built for ABI v%s; this broker speaks v1 (rebuild it with an SDK for ABI v1)", v)
 			}
 		}
-		return fmt.Errorf("not a tinybroker plugin: it does not export %s (see docs/ABI.md)", abiMarker)
+		return fmt.Errorf("not a tinybroker plugin: it does not export %s (see docs/ABI.md)", abi.Marker)
 	}
 	if err := p.checkInbox(exports); err != nil {
 		return err
@@ -209,16 +210,25 @@ func (p *plugin) check() error {
 		return fmt.Errorf("its memory starts at %d bytes, over the plugin's memory limit of %d bytes (raise memory_limit_mb)", min, p.spec.MemoryLimitBytes)
 	}
 	for k := abi.HookInit; k < abi.NumHooks; k++ {
-		def, ok := exports[abi.Exports[k]]
+		// Every hook's export carries the version (tb_v1_on_publish); a plugin built before
+		// they did exports the first name (tb_on_publish), still accepted. With both, the
+		// versioned one is called (docs/ABI.md, "Export names").
+		name, old := abi.HookExport(k)
+		def, ok := exports[name]
+		if !ok {
+			name = old
+			def, ok = exports[old]
+		}
 		if !ok {
 			continue
 		}
+		p.exportName[k] = name
 		want := api.ValueTypeI64
 		if k == abi.HookInit {
 			want = api.ValueTypeI32
 		}
 		if len(def.ParamTypes()) != 0 || !slices.Equal(def.ResultTypes(), []api.ValueType{want}) {
-			return fmt.Errorf("export %s has signature %v -> %v; ABI v1 wants () -> %s", abi.Exports[k], def.ParamTypes(), def.ResultTypes(), api.ValueTypeName(want))
+			return fmt.Errorf("export %s has signature %v -> %v; ABI v1 wants () -> %s", name, def.ParamTypes(), def.ResultTypes(), api.ValueTypeName(want))
 		}
 		p.has[k] = true
 	}
@@ -228,7 +238,8 @@ func (p *plugin) check() error {
 			if p.has[k] && !slices.Contains(enabled, abi.Names[k]) {
 				p.has[k] = false
 			} else if !p.has[k] && slices.Contains(enabled, abi.Names[k]) {
-				return fmt.Errorf("hooks lists %s but the module does not export %s", abi.Names[k], abi.Exports[k])
+				name, _ := abi.HookExport(k)
+				return fmt.Errorf("hooks lists %s but the module does not export %s", abi.Names[k], name)
 			}
 		}
 	}
@@ -236,13 +247,18 @@ func (p *plugin) check() error {
 		return err
 	}
 	if !p.has[abi.HookPublish] && !p.has[abi.HookAck] && !p.has[abi.HookRedeliver] {
-		return fmt.Errorf("it exports no hook: export at least one of tb_on_publish, tb_on_ack, tb_on_redeliver")
+		var names []string
+		for k := abi.HookPublish; k < abi.NumHooks; k++ {
+			name, _ := abi.HookExport(k)
+			names = append(names, name)
+		}
+		return fmt.Errorf("it exports no hook: export at least one of %s", strings.Join(names, ", "))
 	}
 	for _, def := range p.compiled.ImportedFunctions() {
 		mod, name, _ := def.Import()
 		switch mod {
 		case "wasi_snapshot_preview1":
-		case hostModule:
+		case abi.HostModule:
 			f := hostFuncIndex[name]
 			if f == nil {
 				return fmt.Errorf("it imports %s.%s, which ABI v1 does not have", mod, name)
@@ -251,7 +267,7 @@ func (p *plugin) check() error {
 				return fmt.Errorf("it imports %s.%s as %v -> %v; ABI v1 defines %v -> %v", mod, name, def.ParamTypes(), def.ResultTypes(), f.params, f.results)
 			}
 		default:
-			return fmt.Errorf("it imports %s.%s; plugins may import only %q and wasi_snapshot_preview1", mod, name, hostModule)
+			return fmt.Errorf("it imports %s.%s; plugins may import only %q and wasi_snapshot_preview1", mod, name, abi.HostModule)
 		}
 	}
 	return nil
@@ -307,7 +323,7 @@ func (p *plugin) newInstance(ctx context.Context) (*instance, error) {
 		inst.gmem = &guardedMemory{limit: limit}
 		return inst.gmem
 	}))
-	// Instantiation (_initialize and tb_init) has a limit of its own, at least 5 s: a
+	// Instantiation (_initialize and tb_v1_init) has a limit of its own, at least 5 s: a
 	// runtime's start-up takes longer than a message's call.
 	ictx, cancel := context.WithTimeout(ictx, max(p.spec.CallTimeout, 5*time.Second))
 	defer cancel()
@@ -331,8 +347,8 @@ func (p *plugin) newInstance(ctx context.Context) (*instance, error) {
 		inst.batch.fn = mod.ExportedFunction(abi.BatchExport)
 	}
 	for k := abi.HookInit; k < abi.NumHooks; k++ {
-		if p.has[k] || k == abi.HookInit {
-			inst.fns[k] = mod.ExportedFunction(abi.Exports[k])
+		if name := p.exportName[k]; name != "" && (p.has[k] || k == abi.HookInit) {
+			inst.fns[k] = mod.ExportedFunction(name)
 		}
 	}
 	if f := inst.fns[abi.HookInit]; f != nil {
@@ -352,7 +368,7 @@ func (p *plugin) newInstance(ctx context.Context) (*instance, error) {
 		if err != nil {
 			_ = mod.Close(context.Background())
 			inst.cancel(nil)
-			return nil, fmt.Errorf("tb_init failed: %w", err)
+			return nil, fmt.Errorf("tb_v1_init failed: %w", err)
 		}
 		if rc := int32(uint32(inst.stack[0])); rc != 0 {
 			_ = mod.Close(context.Background())
@@ -361,7 +377,7 @@ func (p *plugin) newInstance(ctx context.Context) (*instance, error) {
 			if why == "" {
 				why = "no reason given (call v1_set_reason before returning)"
 			}
-			return nil, fmt.Errorf("tb_init returned %d: %s", rc, why)
+			return nil, fmt.Errorf("tb_v1_init returned %d: %s", rc, why)
 		}
 	}
 	inst.st.reset()

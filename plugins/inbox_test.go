@@ -163,7 +163,7 @@ func TestWriteList(t *testing.T) {
 			t.Errorf("%s: stats %+v; or the message changed: topic %q, headers %v", name, c.Stats()[0], d.Topic, d.Headers)
 		}
 	}
-	// In tb_on_ack a payload write is not allowed (ERR_NOT_ALLOWED): malformed too. The on_ack
+	// In tb_v1_on_ack a payload write is not allowed (ERR_NOT_ALLOWED): malformed too. The on_ack
 	// hook is not exported by this fixture, so check the same rule directly.
 	if inst := (&instance{p: c.publish[0], st: &callState{callInput: callInput{hook: 3}}}); inst.payloadStatus(1) == 0 {
 		t.Error("a payload write is allowed in on_ack")

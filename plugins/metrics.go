@@ -23,7 +23,7 @@ const (
 	FailTimeout    = iota // the call ran past call_timeout
 	FailMemory            // it tried to grow its memory past memory_limit_mb
 	FailMalformed         // it returned a verdict the ABI does not define
-	FailNoInstance        // no instance could be had: instantiating or tb_init failed, or the plugin was unloading
+	FailNoInstance        // no instance could be had: instantiating or tb_v1_init failed, or the plugin was unloading
 	FailTrap              // it trapped (unreachable, out-of-bounds access, a Go guest's panic...)
 	NumFailureKinds
 )

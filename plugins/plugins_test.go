@@ -84,7 +84,7 @@ func TestLoadRefusesBadPlugins(t *testing.T) {
 		{"init refuses", Spec{Name: "p", Wasm: fixture(t, "initfail")}, "config key allow is missing"},
 		{"not wasm", Spec{Name: "p", Wasm: []byte("hello")}, "not a valid WebAssembly module"},
 		{"missing file", Spec{Name: "p", Path: "testdata/nope.wasm"}, "nope.wasm"},
-		{"hook not exported", Spec{Name: "p", Wasm: fixture(t, "loop"), Hooks: []string{HookAck}}, "does not export tb_on_ack"},
+		{"hook not exported", Spec{Name: "p", Wasm: fixture(t, "loop"), Hooks: []string{HookAck}}, "does not export tb_v1_on_ack"},
 		{"bad name", Spec{Name: "a b", Wasm: fixture(t, "loop")}, "plugin name"},
 		{"bad topic pattern", Spec{Name: "p", Wasm: fixture(t, "loop"), Topics: []string{"a.>.b"}}, "topics"},
 	}

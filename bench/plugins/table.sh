@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Prints BENCHMARKS.md's per-language plugin table from one run: for each W4 filter built in
 # bench/bin (w4-filter-<lang>.wasm; Go's is w4-filter.wasm), its module size, compile time
-# (cold, and cached on disk), instantiate time, CPU ns per message alone (one tb_on_publish
+# (cold, and cached on disk), instantiate time, CPU ns per message alone (one tb_v1_on_publish
 # call) and in frames of 128 (tb_v1_on_publish_batch where the SDK has it), and host calls
 # per message; then the host call's cost, and wazero's floor under it (the same calls into
 # the cheapest api.GoFunction there is, the benchmark's own). Each figure is the median of

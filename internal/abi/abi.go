@@ -16,12 +16,12 @@ const (
 // Verdict actions: the low 32 bits of the i64 a hook returns; the high 32 bits are the
 // action's argument.
 const (
-	// tb_on_publish
+	// tb_v1_on_publish
 	ActPass   = 0
 	ActDrop   = 1
 	ActReject = 2 // argument: a gRPC status code
 
-	// tb_on_redeliver
+	// tb_v1_on_redeliver
 	ActRedeliver  = 0
 	ActDelay      = 1 // argument: milliseconds
 	ActDeadLetter = 2
@@ -48,12 +48,9 @@ const (
 	NameRedeliver = "on_redeliver"
 )
 
-var (
-	// Exports are the hooks' export names.
-	Exports = [NumHooks]string{HookInit: "tb_init", HookPublish: "tb_on_publish", HookAck: "tb_on_ack", HookRedeliver: "tb_on_redeliver"}
-	// Names are the hooks' names in the configuration and in logs.
-	Names = [NumHooks]string{HookInit: "init", HookPublish: NamePublish, HookAck: NameAck, HookRedeliver: NameRedeliver}
-)
+// Names are the hooks' names in the configuration and in logs; their exports are in Exports
+// (table.go).
+var Names = [NumHooks]string{HookInit: "init", HookPublish: NamePublish, HookAck: NameAck, HookRedeliver: NameRedeliver}
 
 // InboxExport is the optional export through which the host asks a plugin for its inbox
 // (docs/ABI.md, "The inbox"): the message and event written into the plugin's memory before
@@ -72,7 +69,7 @@ const (
 	InInFlight    = 24 // u64: the event's nanoseconds from delivery to ack
 	InTopic       = 32 // (offset, length) pairs
 	InPayload     = 40 //
-	InID          = 48 // length AbsentLen in on_publish and tb_init
+	InID          = 48 // length AbsentLen in on_publish and tb_v1_init
 	InSub         = 56 //
 	InGroup       = 64 //
 	InReason      = 72 //

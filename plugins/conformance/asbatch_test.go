@@ -143,19 +143,19 @@ func TestAssemblyScriptBatchExport(t *testing.T) {
 	for _, m := range []batchMsg{{topic: "c.reject", headers: map[string]string{"why": "single"}}, {topic: "c.pass"}} {
 		g.calls = nil
 		g.writeSingle(m)
-		res, err := mod.ExportedFunction("tb_on_publish").Call(context.Background())
+		res, err := mod.ExportedFunction("tb_v1_on_publish").Call(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}
 		if m.topic == "c.reject" && res[0] != 2|7<<32 {
-			t.Errorf("tb_on_publish after a batch: verdict %#x; want %#x", res[0], uint64(2|7<<32))
+			t.Errorf("tb_v1_on_publish after a batch: verdict %#x; want %#x", res[0], uint64(2|7<<32))
 		}
 		wantW := []string{"set_reason rejected: single"}
 		if m.topic == "c.pass" {
 			wantW = nil // the last call's list is not this one's
 		}
 		if w := g.writeList(g.inbox); !slices.Equal(w, wantW) {
-			t.Errorf("tb_on_publish %s after a batch: write list %q; want %q", m.topic, w, wantW)
+			t.Errorf("tb_v1_on_publish %s after a batch: write list %q; want %q", m.topic, w, wantW)
 		}
 	}
 

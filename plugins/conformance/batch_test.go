@@ -16,7 +16,7 @@ import (
 // "Batches"): their inbox builds.
 var batchLanguages = map[string]bool{"c": true, "rust": true, "go": true, "assemblyscript": true, "zig": true}
 
-// frameMessages are SPEC.md's tb_on_publish rows as one publish frame, in order, with the
+// frameMessages are SPEC.md's tb_v1_on_publish rows as one publish frame, in order, with the
 // headers each row is published with.
 func frameMessages() []broker.Draft {
 	big := make([]byte, 40000)

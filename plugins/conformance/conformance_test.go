@@ -465,7 +465,7 @@ var rows = []row{
 			t.Fatal("loaded with refuse set")
 		}
 		if !strings.Contains(err.Error(), "refused: bad config") {
-			t.Errorf("load error %q does not give tb_init's reason %q", err, "refused: bad config")
+			t.Errorf("load error %q does not give tb_v1_init's reason %q", err, "refused: bad config")
 		}
 	}},
 	{"ack", func(t *testing.T, e *env) { acked(t, e, 1) }},

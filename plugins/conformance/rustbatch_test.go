@@ -40,7 +40,7 @@ func TestRustBatchTrapRunsTwice(t *testing.T) {
 // is current when each is called. It checks each message's verdict, its write list (read
 // after the whole call, so that a later message's writes cannot have overwritten an earlier
 // one's), that host calls act on the message being run, that no reader makes a host call,
-// that a single tb_on_publish after a batch reads the whole inbox again, and that a batch the
+// that a single tb_v1_on_publish after a batch reads the whole inbox again, and that a batch the
 // SDK cannot read is declined.
 func TestRustBatchExport(t *testing.T) {
 	ctx := context.Background()
@@ -109,15 +109,15 @@ func TestRustBatchExport(t *testing.T) {
 	// A single call after a batch reads the whole inbox again, with a write list of its own.
 	g.calls = nil
 	g.writeSingle(batchMsg{topic: "c.reject", headers: map[string]string{"why": "single"}})
-	res, err := mod.ExportedFunction("tb_on_publish").Call(ctx)
+	res, err := mod.ExportedFunction("tb_v1_on_publish").Call(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if res[0] != 2|7<<32 {
-		t.Errorf("tb_on_publish after a batch: verdict %#x; want %#x", res[0], uint64(2|7<<32))
+		t.Errorf("tb_v1_on_publish after a batch: verdict %#x; want %#x", res[0], uint64(2|7<<32))
 	}
 	if w := g.writeList(g.inbox); !slices.Equal(w, []string{"set_reason rejected: single"}) {
-		t.Errorf("tb_on_publish after a batch: write list %q", w)
+		t.Errorf("tb_v1_on_publish after a batch: write list %q", w)
 	}
 
 	// A second batch starts with empty write lists.
@@ -189,7 +189,7 @@ func (g *batchGuest) put32(off, v uint32) {
 	binary.LittleEndian.PutUint32(g.read(g.inbox+off, 4), v)
 }
 
-// record lays out one message as a single tb_on_publish inbox, its offsets from its start.
+// record lays out one message as a single tb_v1_on_publish inbox, its offsets from its start.
 func record(m batchMsg) []byte {
 	names := make([]string, 0, len(m.headers))
 	for k := range m.headers {

@@ -133,7 +133,7 @@ func TestWATExampleTenantFilter(t *testing.T) {
 				{nil, "tenant not allowed"},
 			})
 			if _, err := loadChain(t, wasm, nil); err == nil || !strings.Contains(err.Error(), "set config tenant") {
-				t.Errorf("loaded without config: %v, want tb_init's refusal", err)
+				t.Errorf("loaded without config: %v, want tb_v1_init's refusal", err)
 			}
 		})
 	}
@@ -151,7 +151,7 @@ static void copy(char *restrict d, const char *restrict s, uint32_t n) {
 	for (uint32_t i = 0; i < n; i++)
 		d[i] = s[i];
 }
-TB_EXPORT(tb_on_publish) int64_t tb_on_publish(void) {
+TB_EXPORT(tb_v1_on_publish) int64_t tb_v1_on_publish(void) {
 	int32_t n = tb_msg_payload(in, sizeof in);
 	if (n > (int32_t)sizeof in)
 		n = sizeof in;

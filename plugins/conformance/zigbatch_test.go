@@ -66,7 +66,7 @@ func buildZigTenantFilter(tb testing.TB, inbox bool) string {
 
 // BenchmarkZigTenantFilterBatch measures the Zig tenant filter on publish frames of 128
 // messages (256-byte payload, header tenant=acme), per message: built with the inbox, a frame
-// is one call (tb_v1_on_publish_batch); without it, the host calls tb_on_publish for each.
+// is one call (tb_v1_on_publish_batch); without it, the host calls tb_v1_on_publish for each.
 //
 //	go test -run '^$' -bench ZigTenantFilterBatch -count 3 ./plugins/conformance
 func BenchmarkZigTenantFilterBatch(b *testing.B) {

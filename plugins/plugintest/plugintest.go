@@ -104,7 +104,7 @@ type Plugin struct {
 
 // New loads the plugin module at path with configuration config (what a plugin block's
 // config sets; nil for none), as the broker does: it compiles the module, checks it against
-// the ABI, creates an instance and runs its tb_init, so a module the broker would refuse is
+// the ABI, creates an instance and runs its tb_v1_init, so a module the broker would refuse is
 // refused here with the broker's reason. Close the Plugin when done.
 func New(path string, config map[string]string, opts Options) (*Plugin, error) {
 	if opts.Name == "" {
@@ -195,7 +195,7 @@ func nameOf(path string) string {
 
 // Load loads the plugin module at path with configuration config, with the default
 // Options, for the rest of the test: a load error (a module the broker would refuse, a
-// tb_init that refuses config) fails the test, the plugin's log lines go to t.Log, and the
+// tb_v1_init that refuses config) fails the test, the plugin's log lines go to t.Log, and the
 // Plugin is closed when the test ends. To test that a load fails, use New.
 func Load(t testing.TB, path string, config map[string]string) *Plugin {
 	t.Helper()
@@ -293,7 +293,7 @@ type PublishResult struct {
 }
 
 // ErrNoHook is the Err of a call to a hook the plugin does not implement (its module does
-// not export tb_on_publish, tb_on_ack or tb_on_redeliver; a Go plugin does not call
+// not export tb_v1_on_publish, tb_v1_on_ack or tb_v1_on_redeliver; a Go plugin does not call
 // onpublish.Handle, onack.Handle or onredeliver.Handle in an init function).
 var ErrNoHook = errors.New("the plugin does not implement this hook")
 

@@ -61,7 +61,7 @@ func example(t *testing.T, name string) string {
 				if errs[i] = plugintest.BuildTo("github.com/tinybroker/tinybroker/examples/plugins/"+n, file); errs[i] != nil {
 					return
 				}
-				// Compiling comes first: the load may fail after it (tb_init wants its config).
+				// Compiling comes first: the load may fail after it (tb_v1_init wants its config).
 				if p, err := plugintest.New(file, nil, plugintest.Options{}); err == nil {
 					p.Close()
 				}
@@ -201,7 +201,7 @@ func TestFailures(t *testing.T) {
 
 func TestNew(t *testing.T) {
 	if _, err := plugintest.New(fixture("initfail"), nil, plugintest.Options{}); err == nil || !strings.Contains(err.Error(), "config key allow is missing") {
-		t.Errorf("initfail: %v, want tb_init's reason", err)
+		t.Errorf("initfail: %v, want tb_v1_init's reason", err)
 	}
 	if _, err := plugintest.New(fixture("nomarker"), nil, plugintest.Options{}); err == nil || !strings.Contains(err.Error(), "not a tinybroker plugin") {
 		t.Errorf("nomarker: %v", err)

@@ -137,7 +137,7 @@ static void tb__write(uint32_t op, tb_str a, tb_str b) {
 }
 
 /* Batches: tb_publish_batch is in tinybroker.h, inline, so that it calls the plugin's
- * tb_on_publish directly. */
+ * tb_v1_on_publish directly. */
 
 static int tb__may_change_headers(void) {
 	uint32_t h = tb__u32(TB__HOOK);

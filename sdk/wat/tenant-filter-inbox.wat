@@ -1,7 +1,7 @@
 ;; tenant-filter-inbox: tenant-filter.wat on the inbox (docs/ABI.md, "The inbox"). The broker
-;; writes each message into this module's memory before calling tb_on_publish, so the filter
+;; writes each message into this module's memory before calling tb_v1_on_publish, so the filter
 ;; reads the header "tenant" there and gives its reason in the write list: no host call per
-;; message. The configured tenant is read once, by tb_init.
+;; message. The configured tenant is read once, by tb_v1_init.
 ;;
 ;;   wat2wasm tenant-filter-inbox.wat -o tenant-filter-inbox.wasm
 (module
@@ -11,7 +11,7 @@
   (memory (export "memory") 1)
   (data (i32.const 0) "tenant")                   ;; 6 bytes: the header and config key
   (data (i32.const 16) "tenant not allowed")      ;; 18 bytes: the reason for a drop
-  (data (i32.const 48) "set config tenant")       ;; 17 bytes: why tb_init refuses
+  (data (i32.const 48) "set config tenant")       ;; 17 bytes: why tb_v1_init refuses
   ;; 96 .. 115: the write list's one record, "set reason" (op 4) to the 18 bytes at 16.
   (data (i32.const 96) "\04\00\00\00\10\00\00\00\12\00\00\00\00\00\00\00\00\00\00\00")
   ;; 512 .. 767: the configured tenant, whose length is $want.
@@ -33,8 +33,8 @@
     (global.set $inbox (i32.const 4096))
     (i32.const 4096))
 
-  ;; tb_init keeps the configured tenant (at most 256 bytes), or refuses to load without one.
-  (func (export "tb_init") (result i32)
+  ;; tb_v1_init keeps the configured tenant (at most 256 bytes), or refuses to load without one.
+  (func (export "tb_v1_init") (result i32)
     (local $n i32)
     (local.set $n (call $config_get (i32.const 0) (i32.const 6) (i32.const 512) (i32.const 256)))
     (if (i32.or (i32.lt_s (local.get $n) (i32.const 0)) (i32.gt_s (local.get $n) (i32.const 256)))
@@ -56,8 +56,8 @@
         (br $byte)))
     (i32.const 0))
 
-  ;; tb_on_publish: PASS (0) if the header "tenant" is the configured one, else DROP (1).
-  (func (export "tb_on_publish") (result i64)
+  ;; tb_v1_on_publish: PASS (0) if the header "tenant" is the configured one, else DROP (1).
+  (func (export "tb_v1_on_publish") (result i64)
     (local $box i32) (local $e i32) (local $end i32)
     (local.set $box (global.get $inbox))
     ;; The header entries: 16 bytes each from offset 88, sorted by name, as many as the

@@ -13,14 +13,14 @@
   (memory (export "memory") 1)
   (data (i32.const 0) "tenant")                   ;; 6 bytes: the header and config key
   (data (i32.const 16) "tenant not allowed")      ;; 18 bytes: the reason for a drop
-  (data (i32.const 48) "set config tenant")       ;; 17 bytes: why tb_init refuses
+  (data (i32.const 48) "set config tenant")       ;; 17 bytes: why tb_v1_init refuses
   ;; 256 .. 511: the header's value; 512 .. 767: the configured tenant.
 
   ;; The ABI version marker: exported, never called.
   (func (export "tinybroker_abi_v1"))
 
-  ;; tb_init refuses to load without a "tenant" to allow.
-  (func (export "tb_init") (result i32)
+  ;; tb_v1_init refuses to load without a "tenant" to allow.
+  (func (export "tb_v1_init") (result i32)
     (if (i32.lt_s (call $config_get (i32.const 0) (i32.const 6) (i32.const 512) (i32.const 0))
                   (i32.const 0))
       (then
@@ -28,8 +28,8 @@
         (return (i32.const 1))))
     (i32.const 0))
 
-  ;; tb_on_publish: PASS (0) or DROP (1) with a reason.
-  (func (export "tb_on_publish") (result i64)
+  ;; tb_v1_on_publish: PASS (0) or DROP (1) with a reason.
+  (func (export "tb_v1_on_publish") (result i64)
     (local $n i32) (local $want i32) (local $i i32)
     ;; Readers return the value's full length (-1: absent) and copy at most 256 bytes.
     (local.set $n (call $msg_header (i32.const 0) (i32.const 6) (i32.const 256) (i32.const 256)))

@@ -11,7 +11,7 @@
   (data (i32.const 0) "tenant")                   ;; 6 bytes: the header's name
   (data (i32.const 16) "blocked")                 ;; 7 bytes: the value that drops
   (data (i32.const 32) "blocked tenant")          ;; 14 bytes: the reason
-  ;; 1024 .. 1043: tb_on_publish's write list (one record). 4096 + 32 * i: the write list of
+  ;; 1024 .. 1043: tb_v1_on_publish's write list (one record). 4096 + 32 * i: the write list of
   ;; message i of a batch (at most 256 messages, so below 12288): each message's record must
   ;; stay as written until the call returns. 65536 and up: the inbox.
   (global $inbox (mut i32) (i32.const 0))
@@ -69,7 +69,7 @@
     (i64.const 0))                                                 ;; PASS
 
   ;; A message alone: the inbox is its record.
-  (func (export "tb_on_publish") (result i64)
+  (func (export "tb_v1_on_publish") (result i64)
     (call $filter (global.get $inbox) (i32.const 1024)))
 
   ;; A batch: count at offset 0, then from 16 an entry of 16 bytes per message: its record's

@@ -7,13 +7,13 @@
 import { log, msg, publishBatch, Level, Publish, Status } from "tinybroker";
 export { tinybroker_abi_v1, tb_v1_inbox } from "tinybroker";
 
-export function tb_on_publish(): i64 {
+export function tb_v1_on_publish(): i64 {
   const s = msg.setHeader("x-w4", "1");
   if (s != Status.OK) log(Level.Error, "w4-transform-as: setHeader: " + Status.name(s));
   return Publish.pass();
 }
 
-// The messages of a publish frame in one call, each decided by tb_on_publish as if alone.
+// The messages of a publish frame in one call, each decided by tb_v1_on_publish as if alone.
 export function tb_v1_on_publish_batch(): i32 {
-  return publishBatch(tb_on_publish);
+  return publishBatch(tb_v1_on_publish);
 }

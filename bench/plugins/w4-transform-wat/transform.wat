@@ -9,7 +9,7 @@
   (memory (export "memory") 1)
   (data (i32.const 0) "x-w4")                     ;; 4 bytes: the header's name
   (data (i32.const 8) "1")                        ;; 1 byte: its value
-  ;; 1024 .. 1043: tb_on_publish's write list (one record). 4096 + 32 * i: the write list of
+  ;; 1024 .. 1043: tb_v1_on_publish's write list (one record). 4096 + 32 * i: the write list of
   ;; message i of a batch (at most 256 messages, so below 12288): each message has its own,
   ;; unchanged until the call returns. 65536 and up: the inbox.
   (global $inbox (mut i32) (i32.const 0))
@@ -46,7 +46,7 @@
     (i64.const 0))
 
   ;; A message alone: the inbox is its record.
-  (func (export "tb_on_publish") (result i64)
+  (func (export "tb_v1_on_publish") (result i64)
     (call $transform (global.get $inbox) (i32.const 1024)))
 
   ;; A batch: count at offset 0, then from 16 an entry of 16 bytes per message: its record's

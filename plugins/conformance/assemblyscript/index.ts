@@ -3,12 +3,12 @@
 import { config, emit, emitString, event, log, msg, publishBatch, Code, Init, Level, Publish, Redeliver } from "tinybroker";
 export { tinybroker_abi_v1, tb_v1_inbox } from "tinybroker";
 
-export function tb_init(): i32 {
+export function tb_v1_init(): i32 {
   const refuse = config.get("refuse");
   return refuse == null ? Init.ok() : Init.refuse("refused: " + refuse);
 }
 
-export function tb_on_publish(): i64 {
+export function tb_v1_on_publish(): i64 {
   const topic = msg.topic();
   if (topic == "c.drop") return Publish.drop("dropped by conformance");
   if (topic == "c.reject") {
@@ -52,10 +52,10 @@ export function tb_on_publish(): i64 {
 }
 
 export function tb_v1_on_publish_batch(): i32 {
-  return publishBatch(tb_on_publish);
+  return publishBatch(tb_v1_on_publish);
 }
 
-export function tb_on_ack(): i64 {
+export function tb_v1_on_ack(): i64 {
   const id = msg.id();
   const payload = event.subscription() + "|" + event.group() + "|" + event.attempt().toString() + "|" +
     (id == null ? "" : id);
@@ -63,7 +63,7 @@ export function tb_on_ack(): i64 {
   return 0;
 }
 
-export function tb_on_redeliver(): i64 {
+export function tb_v1_on_redeliver(): i64 {
   check(msg.setHeader("reason", event.reason()));
   const retry = msg.header("retry");
   if (retry == "delay") {

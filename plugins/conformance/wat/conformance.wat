@@ -161,8 +161,8 @@
         (drop (call $msg_payload (global.get $big) (local.get $n)))))
     (local.get $n))
 
-  ;; tb_init refuses the load if the config has the key refuse.
-  (func (export "tb_init") (result i32)
+  ;; tb_v1_init refuses the load if the config has the key refuse.
+  (func (export "tb_v1_init") (result i32)
     (local $n i32)
     (local.set $n (call $config_get (i32.const 960) (i32.const 6) (i32.const 3081) (i32.const 1024)))
     (if (i32.lt_s (local.get $n) (i32.const 0)) (then (return (i32.const 0))))
@@ -170,7 +170,7 @@
     (call $set_reason (i32.const 3072) (i32.add (i32.const 9) (local.get $n)))
     (i32.const 1))
 
-  (func (export "tb_on_publish") (result i64)
+  (func (export "tb_v1_on_publish") (result i64)
     (local $t i32) (local $n i32) (local $m i32) (local $h i32) (local $i i32) (local $count i32) (local $pos i32)
     (local.set $t (call $msg_topic (global.get $topic) (i32.const 256)))
 
@@ -326,8 +326,8 @@
     (if (i32.gt_u (local.get $n) (i32.const 1024)) (then unreachable))
     (local.get $n))
 
-  ;; tb_on_ack emits <subscription>|<group>|<attempt>|<system_id> to c.acked.
-  (func (export "tb_on_ack") (result i64)
+  ;; tb_v1_on_ack emits <subscription>|<group>|<attempt>|<system_id> to c.acked.
+  (func (export "tb_v1_on_ack") (result i64)
     (local $pos i32) (local $h i32)
     (local.set $pos (global.get $big))
     (local.set $pos (i32.add (local.get $pos) (call $fits (call $event_subscription (local.get $pos) (i32.const 1024)))))
@@ -347,8 +347,8 @@
       (else (drop (call $emit_header (local.get $h) (i32.const 992) (i32.const 9) (i32.const 1056) (i32.const 2)))))
     (i64.const 0))
 
-  ;; tb_on_redeliver: header reason := the event's reason; then by header retry.
-  (func (export "tb_on_redeliver") (result i64)
+  ;; tb_v1_on_redeliver: header reason := the event's reason; then by header retry.
+  (func (export "tb_v1_on_redeliver") (result i64)
     (local $n i32)
     (local.set $n (call $event_reason (global.get $rbuf) (i32.const 1024)))
     (if (i32.gt_u (local.get $n) (i32.const 1024)) (then (local.set $n (i32.const 1024))))

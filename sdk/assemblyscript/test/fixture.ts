@@ -4,11 +4,11 @@
 import { config, emitString, event, msg, publishBatch, Code, Init, Publish, Redeliver } from "../index";
 export { tinybroker_abi_v1, tb_v1_inbox } from "../index";
 
-export function tb_init(): i32 {
+export function tb_v1_init(): i32 {
   return config.get("refuse") == null ? Init.ok() : Init.refuse("refused");
 }
 
-export function tb_on_publish(): i64 {
+export function tb_v1_on_publish(): i64 {
   const topic = msg.topic();
   if (topic == "t.abort") throw new Error("boom");
   if (topic == "t.reject") return Publish.reject(Code.PERMISSION_DENIED, "no " + topic);
@@ -57,19 +57,19 @@ export function tb_on_publish(): i64 {
   return Publish.pass();
 }
 
-export function tb_on_ack(): i64 {
+export function tb_v1_on_ack(): i64 {
   const id = msg.id();
   emitString("t.acked", [id == null ? "null" : id, event.subscription(), event.group(), event.attempt().toString(),
     event.inFlightNs().toString(), msg.setHeader("h", "1").toString(), msg.setPayloadString("p").toString()].join("|"));
   return 0;
 }
 
-export function tb_on_redeliver(): i64 {
+export function tb_v1_on_redeliver(): i64 {
   msg.setHeader("why", event.reason());
   emitString("t.redelivered", msg.setPayloadString("p").toString());
   return Redeliver.delay(0);
 }
 
 export function tb_v1_on_publish_batch(): i32 {
-  return publishBatch(tb_on_publish);
+  return publishBatch(tb_v1_on_publish);
 }

@@ -81,7 +81,7 @@ const verdict = (v) => ({ action: Number(v & 0xffffffffn), arg: Number(v >> 32n)
 
 test("reads a header, the payload, and writes them", () => {
   const { h, exports } = load({ topic: "t.echo", payload: "body", headers: { h: "héllo" } });
-  assert.deepEqual(verdict(exports.tb_on_publish()), { action: 0, arg: 0 });
+  assert.deepEqual(verdict(exports.tb_v1_on_publish()), { action: 0, arg: 0 });
   assert.equal(h.payload, "héllo:body");
   assert.deepEqual(h.emitted, [{ topic: "t.copy", payload: "body", headers: { from: "t.echo" }, current: 0 }]);
 });
@@ -89,13 +89,13 @@ test("reads a header, the payload, and writes them", () => {
 test("values longer than the scratch buffer are read whole", () => {
   const long = "x".repeat(5000), payload = "y".repeat(40000);
   const { h, exports } = load({ topic: "t.echo", payload, headers: { h: long } });
-  exports.tb_on_publish();
+  exports.tb_v1_on_publish();
   assert.equal(h.payload, long + ":" + payload);
 });
 
 test("a missing header is null", () => {
   const { h, exports } = load({ topic: "t.echo", payload: "", headers: {} });
-  exports.tb_on_publish();
+  exports.tb_v1_on_publish();
   assert.equal(h.payload, "<none>:");
 });
 
@@ -103,37 +103,37 @@ test("tenant filter: headerIs and the drop and pass verdicts", () => {
   for (const [headers, want, reason] of [[{ tenant: "acme" }, 0, ""], [{ tenant: "acm" }, 1, "wrong tenant"],
     [{ tenant: "acmex" }, 1, "wrong tenant"], [{}, 1, "wrong tenant"]]) {
     const { h, exports } = load({ topic: "t.tenant", payload: "", headers });
-    assert.equal(verdict(exports.tb_on_publish()).action, want, JSON.stringify(headers));
+    assert.equal(verdict(exports.tb_v1_on_publish()).action, want, JSON.stringify(headers));
     assert.equal(h.reason, reason);
   }
 });
 
 test("reject packs its code and sets the reason", () => {
   const { h, exports } = load({ topic: "t.reject", payload: "", headers: {} });
-  assert.deepEqual(verdict(exports.tb_on_publish()), { action: 2, arg: 7 });
+  assert.deepEqual(verdict(exports.tb_v1_on_publish()), { action: 2, arg: 7 });
   assert.equal(h.reason, "no t.reject");
 });
 
 test("the whole config is unescaped", () => {
   const { h, exports } = load({ topic: "t.config", payload: "", headers: {} });
-  exports.tb_on_publish();
+  exports.tb_v1_on_publish();
   assert.equal(h.payload, "a\nb|multi,tenant");
 });
 
 test("a delay of 0 ms is sent as 1 ms, a valid verdict", () => {
   const { exports } = load({ topic: "t", payload: "", headers: {} });
-  assert.deepEqual(verdict(exports.tb_on_redeliver()), { action: 1, arg: 1 });
+  assert.deepEqual(verdict(exports.tb_v1_on_redeliver()), { action: 1, arg: 1 });
 });
 
 test("init refuses with a reason", () => {
   const { h, exports } = load({ topic: "t", payload: "", headers: {} }, { refuse: "1" });
-  assert.equal(exports.tb_init(), 1);
+  assert.equal(exports.tb_v1_init(), 1);
   assert.equal(h.reason, "refused");
 });
 
 test("an abort logs its message at error level and traps", () => {
   const { h, exports } = load({ topic: "t.abort", payload: "", headers: {} });
-  assert.throws(() => exports.tb_on_publish(), WebAssembly.RuntimeError);
+  assert.throws(() => exports.tb_v1_on_publish(), WebAssembly.RuntimeError);
   assert.equal(h.logs.length, 1);
   assert.equal(h.logs[0][0], 4);
   assert.match(h.logs[0][1], /^plugin aborted: boom at test\/fixture\.ts:\d+:\d+$/);
@@ -141,11 +141,11 @@ test("an abort logs its message at error level and traps", () => {
 
 test("a million calls do not grow memory", () => {
   const { h, exports } = load({ topic: "t.echo", payload: "p".repeat(200), headers: { h: "v".repeat(300) } });
-  for (let i = 0; i < 10000; i++) exports.tb_on_publish();
+  for (let i = 0; i < 10000; i++) exports.tb_v1_on_publish();
   const warm = exports.memory.buffer.byteLength;
   for (let i = 0; i < 1000000; i++) {
     h.emitted.length = 0;
-    exports.tb_on_publish();
+    exports.tb_v1_on_publish();
   }
   assert.equal(exports.memory.buffer.byteLength, warm, `memory grew from ${warm} to ${exports.memory.buffer.byteLength} bytes`);
 });
@@ -225,7 +225,7 @@ function loadInbox(cfg = config) {
   const call = (hook, m) => {
     h.batch = false;
     put(record({ hook, ...m }));
-    const fn = { init: "tb_init", publish: "tb_on_publish", ack: "tb_on_ack", redeliver: "tb_on_redeliver" }[hook];
+    const fn = { init: "tb_v1_init", publish: "tb_v1_on_publish", ack: "tb_v1_on_ack", redeliver: "tb_v1_on_redeliver" }[hook];
     const v = exports[fn]();
     return { verdict: typeof v === "bigint" ? verdict(v) : v, writes: writes(h.inbox) };
   };
@@ -309,7 +309,7 @@ test("inbox: on_ack and on_redeliver read the event; changes not allowed there a
   assert.deepEqual(saved(h), []);
 });
 
-test("inbox: tb_init gives its reason in the write list; config values are read once", () => {
+test("inbox: tb_v1_init gives its reason in the write list; config values are read once", () => {
   const { h, exports, call } = loadInbox({ refuse: "1", tenant: "acme" });
   assert.deepEqual(call("init", {}), { verdict: 1, writes: [["set_reason", "refused"]] });
   for (let i = 0; i < 3; i++) call("publish", { topic: "t.tenant", headers: { tenant: "acme" } });
@@ -387,7 +387,7 @@ test("a million inbox calls and 20,000 batches do not grow memory", () => {
   for (let i = 0; i < 1000000; i++) {
     if (i % 1000 == 0) h.emitted.length = 0;
     words[0] = words[1] = 0; // the broker writes the message before each call: the same one here
-    exports.tb_on_publish();
+    exports.tb_v1_on_publish();
   }
   for (let i = 0; i < 20000; i++) {
     h.emitted.length = 0;

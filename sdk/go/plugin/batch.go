@@ -17,7 +17,7 @@ import (
 
 // runPublishBatch implements tb_v1_on_publish_batch: 0 when every entry holds its message's
 // verdict; 1 declines the batch (a batch that does not fit the inbox, which only a broker's
-// bug could give), and the broker calls tb_on_publish on each message instead. It is
+// bug could give), and the broker calls tb_v1_on_publish on each message instead. It is
 // bridge.RunPublishBatch itself; fn is the function given to onpublish.Handle.
 //
 // What every message pays is the loop's body and the plugin's function: the checks are made

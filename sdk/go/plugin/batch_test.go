@@ -224,7 +224,7 @@ func panics(f func()) (p bool) {
 }
 
 // A batch the SDK cannot read is declined before any message is run: the broker then calls
-// tb_on_publish on each.
+// tb_v1_on_publish on each.
 func TestPublishBatchDeclined(t *testing.T) {
 	for _, tc := range []struct {
 		name  string

@@ -22,11 +22,11 @@ import (
 // exampleHooks lists the example plugins (examples/plugins/<name>) and the hooks each
 // implements, i.e. must export.
 var exampleHooks = map[string][]string{
-	"tenant-filter":  {"tb_on_publish"},
-	"content-router": {"tb_on_publish"},
-	"redact":         {"tb_on_publish"},
-	"retry-backoff":  {"tb_on_redeliver"},
-	"audit":          {"tb_on_ack"},
+	"tenant-filter":  {"tb_v1_on_publish"},
+	"content-router": {"tb_v1_on_publish"},
+	"redact":         {"tb_v1_on_publish"},
+	"retry-backoff":  {"tb_v1_on_redeliver"},
+	"audit":          {"tb_v1_on_ack"},
 }
 
 // repoRoot is the repository's root directory, where go.mod is.
@@ -148,7 +148,7 @@ func funcSignature(f api.FunctionDefinition) string {
 }
 
 // TestExamplesABI checks each example plugin's exports and imports against docs/ABI.md: the
-// memory, the marker, tb_init, exactly the hooks it implements, and imports from tinybroker
+// memory, the marker, tb_v1_init, exactly the hooks it implements, and imports from tinybroker
 // (each a v1_ function of the ABI, with its signature) and wasi_snapshot_preview1 only.
 func TestExamplesABI(t *testing.T) {
 	wasm := builtExamples(t)
@@ -179,14 +179,14 @@ func TestExamplesABI(t *testing.T) {
 			want := map[string]string{
 				"_initialize":       "()->",
 				"tinybroker_abi_v1": "()->",
-				"tb_init":           "()->i32",
+				"tb_v1_init":        "()->i32",
 			}
 			for _, h := range exampleHooks[name] {
 				want[h] = "()->i64"
 			}
 			// The inbox and, with on_publish, batches: the SDK's default.
 			want["tb_v1_inbox"] = "(i32)->i32"
-			if slices.Contains(exampleHooks[name], "tb_on_publish") {
+			if slices.Contains(exampleHooks[name], "tb_v1_on_publish") {
 				want["tb_v1_on_publish_batch"] = "()->i32"
 			}
 			got := make(map[string]string)
@@ -258,7 +258,7 @@ func TestNoInboxTag(t *testing.T) {
 			t.Errorf("built by default, it does not export %s", name)
 		}
 	}
-	if _, ok := without["tb_on_publish"]; !ok {
-		t.Error("built with tinybroker_noinbox, it does not export tb_on_publish")
+	if _, ok := without["tb_v1_on_publish"]; !ok {
+		t.Error("built with tinybroker_noinbox, it does not export tb_v1_on_publish")
 	}
 }

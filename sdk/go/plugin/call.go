@@ -171,9 +171,9 @@ func Init(f func(cfg map[string]string) error) {
 	}
 }
 
-// runInit implements tb_init.
+// runInit implements tb_v1_init.
 //
-//lint:ignore U1000 called by tb_init in host_wasip1.go, which the host's pass does not build
+//lint:ignore U1000 called by tb_v1_init in host_wasip1.go, which the host's pass does not build
 func runInit() (rc int32) {
 	begin(abi.HookInit)
 	returned := false
@@ -192,7 +192,8 @@ func initCall() int32 {
 	for h := range bridge.NumHooks {
 		if bridge.Linked[h] && !bridge.Handled[h] {
 			pkg := bridge.Packages[h]
-			setReason("the plugin imports sdk/go/plugin/" + pkg + ", so it exports " + abi.Exports[h] +
+			export, _ := abi.HookExport(abi.Hook(h))
+			setReason("the plugin imports sdk/go/plugin/" + pkg + ", so it exports " + export +
 				", but never calls " + pkg + ".Handle: call it in func init() (a plugin's main function is never run)")
 			return 1
 		}

@@ -84,5 +84,5 @@ func abiV1() {}
 // run every package's init function.
 //
 //lint:ignore U1000 the host calls it: exported by go:wasmexport, which staticcheck does not read
-//go:wasmexport tb_init
+//go:wasmexport tb_v1_init
 func tbInit() int32 { return runInit() }

@@ -563,13 +563,13 @@ const BATCH_ENTRY: usize = 16; // record offset, record length, then the u64 ver
 #[cfg(feature = "inbox")]
 const BATCH_VERDICT: usize = 8;
 
-/// Runs `on_publish` on each message of the batch in the inbox, as tb_on_publish would run it
+/// Runs `on_publish` on each message of the batch in the inbox, as tb_v1_on_publish would run it
 /// on that message alone: the readers read its record, host calls act on it (`current`), and
 /// its writes are its record's write list. Every list, and the bytes they point to, stay put
 /// until the call returns, since the broker reads them all then (the lists are emptied when
 /// the batch begins, and grow as it needs). Returns 0
 /// with every entry's verdict written, or 1, before any message has run, for a batch this
-/// SDK cannot read: the broker then calls tb_on_publish on each message.
+/// SDK cannot read: the broker then calls tb_v1_on_publish on each message.
 #[cfg(feature = "inbox")]
 #[inline(always)]
 pub(crate) fn batch<F: FnMut() -> i64>(mut on_publish: F) -> i32 {

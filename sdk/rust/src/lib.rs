@@ -29,7 +29,7 @@
 //! one header (BENCHMARKS.md). With `inbox`, [`on_publish!`] also
 //! exports `tb_v1_on_publish_batch` (docs/ABI.md, "Batches"): the broker may then give the
 //! messages of one publish frame in a single call, and the crate runs the plugin's on_publish
-//! function on each in turn, exactly as in a `tb_on_publish` call of its own (the readers read
+//! function on each in turn, exactly as in a `tb_v1_on_publish` call of its own (the readers read
 //! that message, its writes and reason are its own, and host calls such as `set_topic`,
 //! `emit`, `config::get` and `log` act on it); the plugin's code does not change. If the
 //! function traps on one message (a panic, an `Err`), the whole batch fails and the broker
@@ -656,7 +656,7 @@ pub mod __private {
     }
 
     /// The body of `tb_v1_on_publish_batch` (see `__export_batch!`): `on_publish` runs once
-    /// per message of the batch, each time as in its own `tb_on_publish` call.
+    /// per message of the batch, each time as in its own `tb_v1_on_publish` call.
     #[cfg(feature = "inbox")]
     pub fn publish_batch<F: FnMut() -> i64>(on_publish: F) -> i32 {
         crate::inbox::batch(on_publish) // tb_v1_inbox installed the panic hook
@@ -675,19 +675,19 @@ pub mod __private {
 }
 
 /// Exports `fn() -> Publish` (or `-> Result<Publish, E>`, see [`HookResult`]) as the
-/// plugin's `tb_on_publish` hook. With the feature `inbox`, it also exports
+/// plugin's `tb_v1_on_publish` hook. With the feature `inbox`, it also exports
 /// `tb_v1_on_publish_batch`, which runs the same function on each message of a batch (see
 /// the crate's documentation).
 #[macro_export]
 macro_rules! on_publish {
     ($f:path) => {
-        $crate::__export_hook!(tb_on_publish, $crate::Publish, $f);
-        $crate::__export_batch!(tb_on_publish);
+        $crate::__export_hook!(tb_v1_on_publish, $crate::Publish, $f);
+        $crate::__export_batch!(tb_v1_on_publish);
     };
 }
 
 /// What `on_publish!` adds with the feature `inbox`: the export `tb_v1_on_publish_batch`,
-/// which runs `$hook`, the export `tb_on_publish`, on each message of a batch. Calling the
+/// which runs `$hook`, the export `tb_v1_on_publish`, on each message of a batch. Calling the
 /// export rather than the plugin's function leaves that function one caller, into which the
 /// compiler inlines it: a message published alone then costs one call into the plugin, not
 /// two (each call between WebAssembly functions costs a prologue in the broker's runtime).
@@ -703,7 +703,7 @@ macro_rules! __export_batch {
     };
 }
 
-/// Without the feature `inbox`, `on_publish!` exports `tb_on_publish` alone.
+/// Without the feature `inbox`, `on_publish!` exports `tb_v1_on_publish` alone.
 #[cfg(not(feature = "inbox"))]
 #[doc(hidden)]
 #[macro_export]
@@ -711,20 +711,20 @@ macro_rules! __export_batch {
     ($hook:ident) => {};
 }
 
-/// Exports `fn()` (or `-> Result<(), E>`) as the plugin's `tb_on_ack` hook.
+/// Exports `fn()` (or `-> Result<(), E>`) as the plugin's `tb_v1_on_ack` hook.
 #[macro_export]
 macro_rules! on_ack {
     ($f:path) => {
-        $crate::__export_hook!(tb_on_ack, (), $f);
+        $crate::__export_hook!(tb_v1_on_ack, (), $f);
     };
 }
 
 /// Exports `fn() -> Redeliver` (or `-> Result<Redeliver, E>`) as the plugin's
-/// `tb_on_redeliver` hook.
+/// `tb_v1_on_redeliver` hook.
 #[macro_export]
 macro_rules! on_redeliver {
     ($f:path) => {
-        $crate::__export_hook!(tb_on_redeliver, $crate::Redeliver, $f);
+        $crate::__export_hook!(tb_v1_on_redeliver, $crate::Redeliver, $f);
     };
 }
 
@@ -741,13 +741,13 @@ macro_rules! __export_hook {
     };
 }
 
-/// Exports `fn() -> Result<(), String>` as the plugin's `tb_init`, run once per instance
+/// Exports `fn() -> Result<(), String>` as the plugin's `tb_v1_init`, run once per instance
 /// before any hook: `Err(reason)` refuses the load with that reason.
 #[macro_export]
 macro_rules! init {
     ($f:path) => {
         #[no_mangle]
-        pub extern "C" fn tb_init() -> i32 {
+        pub extern "C" fn tb_v1_init() -> i32 {
             $crate::__private::enter();
             $crate::__private::init_result($f())
         }

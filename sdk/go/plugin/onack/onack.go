@@ -2,7 +2,7 @@
 // of a matching consumer group acked a message, to continue a workflow by emitting messages,
 // count, or audit.
 //
-// Importing this package is what makes the plugin export tb_on_ack: import it only in a
+// Importing this package is what makes the plugin export tb_v1_on_ack: import it only in a
 // plugin that implements the hook, and call Handle in func init().
 package onack
 
@@ -29,5 +29,5 @@ func Handle(f func(m *plugin.Message, ev plugin.Event)) {
 }
 
 //lint:ignore U1000 the host calls it: exported by go:wasmexport, which staticcheck does not read
-//go:wasmexport tb_on_ack
+//go:wasmexport tb_v1_on_ack
 func tbOnAck() int64 { return bridge.Run[bridge.Ack](handler) }

@@ -2,7 +2,7 @@
 // every published message whose topic matches the plugin's topics, before routing, to pass,
 // change, re-route, drop or reject it.
 //
-// Importing this package is what makes the plugin export tb_on_publish: import it only in a
+// Importing this package is what makes the plugin export tb_v1_on_publish: import it only in a
 // plugin that implements the hook, and call Handle in func init(). Unless built with the tag
 // tinybroker_noinbox, it also exports tb_v1_on_publish_batch, through which the broker gives a
 // publish frame's messages in one call: the function given to Handle runs on each of them in
@@ -34,5 +34,5 @@ func Handle(f func(m *plugin.Message) plugin.Verdict) {
 }
 
 //lint:ignore U1000 the host calls it: exported by go:wasmexport, which staticcheck does not read
-//go:wasmexport tb_on_publish
+//go:wasmexport tb_v1_on_publish
 func tbOnPublish() int64 { return bridge.Run[bridge.Publish](handler) }

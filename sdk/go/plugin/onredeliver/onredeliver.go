@@ -2,7 +2,7 @@
 // when a message of a matching consumer group is about to be redelivered — after a nack, an
 // ack deadline, or when its member left — to implement a retry policy.
 //
-// Importing this package is what makes the plugin export tb_on_redeliver: import it only in
+// Importing this package is what makes the plugin export tb_v1_on_redeliver: import it only in
 // a plugin that implements the hook, and call Handle in func init().
 package onredeliver
 
@@ -31,5 +31,5 @@ func Handle(f func(m *plugin.Message, ev plugin.Event) plugin.RedeliverVerdict) 
 }
 
 //lint:ignore U1000 the host calls it: exported by go:wasmexport, which staticcheck does not read
-//go:wasmexport tb_on_redeliver
+//go:wasmexport tb_v1_on_redeliver
 func tbOnRedeliver() int64 { return bridge.Run[bridge.Redeliver](handler) }

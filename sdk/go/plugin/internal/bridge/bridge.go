@@ -27,7 +27,7 @@ var (
 
 // Misuse is the first mistake made registering the plugin's functions (a nil function, a
 // hook registered twice). Those happen in package init functions, where a panic would only
-// reach the plugin's stderr, which the broker discards; tb_init reports it instead, refusing
+// reach the plugin's stderr, which the broker discards; tb_v1_init reports it instead, refusing
 // the load.
 var Misuse string
 

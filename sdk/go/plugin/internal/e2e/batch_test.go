@@ -229,7 +229,7 @@ func runW4Batch(t *testing.T, specs []plugins.Spec) {
 	}
 	st = c.Stats()
 
-	// A message alone is a tb_on_publish call, still without a host call.
+	// A message alone is a tb_v1_on_publish call, still without a host call.
 	d := broker.Draft{Topic: "bench.w2", Payload: []byte("p"), Headers: broker.MakeHeaders(map[string]string{"tenant": "acme"})}
 	if v, err := c.OnPublish(&d); err != nil || v.Drop || d.Headers.Map()["x-w4"] != "1" {
 		t.Errorf("a message alone: %+v, %v, headers %v", v, err, d.Headers)

@@ -81,7 +81,7 @@ func precompile() {
 				return
 			}
 			defer h.Close(context.Background())
-			// Compiling comes first: the load may fail after it (tb_init wants its configuration).
+			// Compiling comes first: the load may fail after it (tb_v1_init wants its configuration).
 			if c, err := h.Load(context.Background(), []plugins.Spec{{Name: name, Wasm: bin}}); err == nil {
 				c.Close(context.Background())
 			}

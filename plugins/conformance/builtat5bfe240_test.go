@@ -1,0 +1,30 @@
+package conformance
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// The conformance plugins as built at 5bfe240 (testdata/v1-5bfe240), before every export
+// carried the ABI version: each still loads, under its hooks' first names, and passes every
+// row, on the inbox and, for the languages that have one, on host calls alone. The test fails
+// if the broker stops accepting the first names (docs/ABI.md, "Export names").
+func TestBuiltAt5bfe240(t *testing.T) {
+	for _, lang := range languages {
+		t.Run(lang, func(t *testing.T) {
+			wasm, err := os.ReadFile(filepath.Join("testdata", "v1-5bfe240", lang+".wasm"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Contains(wasm, []byte("\x0dtb_on_publish")) || bytes.Contains(wasm, []byte("\x10tb_v1_on_publish")) {
+				t.Fatal("not a plugin built before the versioned export names: it should export tb_on_publish, not tb_v1_on_publish")
+			}
+			runRows(t, wasm)
+			if inboxLanguages[lang] {
+				t.Run("calls", func(t *testing.T) { runRows(t, withoutInbox(t, wasm)) })
+			}
+		})
+	}
+}
