@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds every plugin under bench/plugins/ into bench/bin/<dir>.wasm, by what its directory holds,
-# with the toolchains of the conformance suite (plugins/conformance/<lang>/build.sh):
+# with the toolchains of the conformance suite (sdk/conformance/<lang>/build.sh):
 #   main.go     a Go guest: GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared (the SDK
 #               builds the inbox and batches by default)
 #   *.c         a C guest: clang --target=wasm32 -nostdlib -O2 -DTB_INBOX -I sdk/c -Wl,--no-entry,

@@ -320,7 +320,7 @@ func docConsts() string {
 // watFiles are the hand-written WAT plugins whose import lines gen rewrites.
 func watFiles() ([]string, error) {
 	var out []string
-	for _, pat := range []string{"sdk/wat/*.wat", "plugins/conformance/wat/*.wat", "bench/plugins/*/*.wat", "examples/plugins/*/*.wat", "plugins/testdata/*.wat"} {
+	for _, pat := range []string{"sdk/wat/*.wat", "sdk/conformance/wat/*.wat", "bench/plugins/*/*.wat", "examples/plugins/*/*.wat", "plugins/testdata/*.wat"} {
 		m, err := filepath.Glob(pat)
 		if err != nil {
 			return nil, err

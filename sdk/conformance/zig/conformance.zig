@@ -1,4 +1,4 @@
-//! The conformance plugin (plugins/conformance/SPEC.md) written with the Zig SDK.
+//! The conformance plugin (sdk/conformance/SPEC.md) written with the Zig SDK.
 const std = @import("std");
 const tb = @import("tinybroker");
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the C conformance plugin into $1 (plugins/conformance/SPEC.md), with the SDK in sdk/c
+# Builds the C conformance plugin into $1 (sdk/conformance/SPEC.md), with the SDK in sdk/c
 # and the build line docs/plugins/c.md gives, warnings as errors, with the inbox (-DTB_INBOX):
 # the suite runs it on the inbox and, with its export hidden, on host calls.
 set -euo pipefail

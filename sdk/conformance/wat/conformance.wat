@@ -1,4 +1,4 @@
-;; The conformance plugin (plugins/conformance/SPEC.md) written by hand in WebAssembly text:
+;; The conformance plugin (sdk/conformance/SPEC.md) written by hand in WebAssembly text:
 ;; no SDK, no runtime, no allocator. Built with `wat2wasm conformance.wat -o conformance.wasm`.
 ;;
 ;; Memory (2 pages, grown when a payload needs more):

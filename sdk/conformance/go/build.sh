@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the Go conformance plugin into $1 (plugins/conformance/SPEC.md), with the SDK in
+# Builds the Go conformance plugin into $1 (sdk/conformance/SPEC.md), with the SDK in
 # sdk/go/plugin, as its README says.
 set -euo pipefail
 cd "$(dirname "$0")"

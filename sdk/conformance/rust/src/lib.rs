@@ -1,4 +1,4 @@
-//! The conformance plugin (plugins/conformance/SPEC.md) written with the Rust SDK.
+//! The conformance plugin (sdk/conformance/SPEC.md) written with the Rust SDK.
 
 use tinybroker::{code, config, emit, emit_with, event, log, msg, Error, Level, Publish, Redeliver};
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the hand-written WAT conformance plugin into $1 (plugins/conformance/SPEC.md).
+# Builds the hand-written WAT conformance plugin into $1 (sdk/conformance/SPEC.md).
 set -euo pipefail
 cd "$(dirname "$0")"
 out=${1:?usage: build.sh OUT.wasm}

@@ -1,4 +1,4 @@
-/* The conformance plugin (plugins/conformance/SPEC.md) in C, with the SDK in sdk/c. */
+/* The conformance plugin (sdk/conformance/SPEC.md) in C, with the SDK in sdk/c. */
 #include "tinybroker.h"
 
 TB_ABI_V1

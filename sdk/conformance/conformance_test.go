@@ -132,7 +132,7 @@ func buildFile(t *testing.T, lang string) string {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "build.sh")); err != nil {
-		unavailable(t, fmt.Sprintf("%s: no plugins/conformance/%s/build.sh yet", lang, lang))
+		unavailable(t, fmt.Sprintf("%s: no sdk/conformance/%s/build.sh yet", lang, lang))
 	}
 	out := filepath.Join(t.TempDir(), lang+".wasm")
 	cmd := exec.Command("bash", "build.sh", out)

@@ -1,4 +1,4 @@
-// Command conformance is the conformance plugin (plugins/conformance/SPEC.md) in Go, with the
+// Command conformance is the conformance plugin (sdk/conformance/SPEC.md) in Go, with the
 // SDK in sdk/go/plugin. Built by build.sh with
 //
 //	GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -trimpath -o OUT .

@@ -68,7 +68,7 @@ func buildZigTenantFilter(tb testing.TB, inbox bool) string {
 // messages (256-byte payload, header tenant=acme), per message: built with the inbox, a frame
 // is one call (tb_v1_on_publish_batch); without it, the host calls tb_v1_on_publish for each.
 //
-//	go test -run '^$' -bench ZigTenantFilterBatch -count 3 ./plugins/conformance
+//	go test -run '^$' -bench ZigTenantFilterBatch -count 3 ./sdk/conformance
 func BenchmarkZigTenantFilterBatch(b *testing.B) {
 	for _, inbox := range []bool{false, true} {
 		name := "calls"

@@ -1,4 +1,4 @@
-// The conformance plugin (plugins/conformance/SPEC.md) written with the AssemblyScript SDK,
+// The conformance plugin (sdk/conformance/SPEC.md) written with the AssemblyScript SDK,
 // with the inbox and batches (docs/ABI.md): the test also runs it with them hidden.
 import { config, emit, emitString, event, log, msg, publishBatch, Code, Init, Level, Publish, Redeliver } from "tinybroker";
 export { tinybroker_abi_v1, tb_v1_inbox } from "tinybroker";
