@@ -77,52 +77,52 @@
 @external("tinybroker", "v1_emit_header") declare function v1_emit_header(handle: i32, key: usize, keyLen: usize, val: usize, valLen: usize): i32;
 
 // The numbers of the ABI (docs/ABI.md).
-export const ABI_STATUS_OK: i32 = 0; // status: done
-export const ABI_STATUS_INVALID: i32 = -1; // status: a malformed value
-export const ABI_STATUS_TOO_LARGE: i32 = -2; // status: over a broker limit
-export const ABI_STATUS_NOT_ALLOWED: i32 = -3; // status: not in this hook
-export const ABI_STATUS_LIMIT: i32 = -4; // status: too many emits
-export const ABI_ACT_PASS: i32 = 0; // on_publish action: continue with the message as changed
-export const ABI_ACT_DROP: i32 = 1; // on_publish action: drop the message (counted)
-export const ABI_ACT_REJECT: i32 = 2; // on_publish action: refuse the publish; argument: a gRPC status code
-export const ABI_ACT_REDELIVER: i32 = 0; // on_redeliver action: the broker's default
-export const ABI_ACT_DELAY: i32 = 1; // on_redeliver action: redeliver after the argument, in milliseconds
-export const ABI_ACT_DEAD_LETTER: i32 = 2; // on_redeliver action: dead-letter now
-export const ABI_ACT_FORGET: i32 = 3; // on_redeliver action: drop the message (counted)
-export const ABI_HOOK_INIT: i32 = 1; // hook: the init hook (the inbox's hook field)
-export const ABI_HOOK_PUBLISH: i32 = 2; // hook: on_publish
-export const ABI_HOOK_ACK: i32 = 3; // hook: on_ack
-export const ABI_HOOK_REDELIVER: i32 = 4; // hook: on_redeliver
-export const ABI_IN_WRITES_PTR: i32 = 0; // inbox: u32: the write list the guest leaves
-export const ABI_IN_WRITES_COUNT: i32 = 4; // inbox: u32: its records
-export const ABI_IN_HOOK: i32 = 8; // inbox: u32: the hook called
-export const ABI_IN_MAX_MESSAGE: i32 = 12; // inbox: u32: max_message_bytes
-export const ABI_IN_MAX_HEADER: i32 = 16; // inbox: u32: max_header_bytes
-export const ABI_IN_ATTEMPT: i32 = 20; // inbox: u32: the event's delivery attempt
-export const ABI_IN_IN_FLIGHT: i32 = 24; // inbox: u64: the event's nanoseconds from delivery to ack
-export const ABI_IN_TOPIC: i32 = 32; // inbox: (offset, length)
-export const ABI_IN_PAYLOAD: i32 = 40; // inbox: (offset, length)
-export const ABI_IN_ID: i32 = 48; // inbox: (offset, length)
-export const ABI_IN_SUB: i32 = 56; // inbox: (offset, length)
-export const ABI_IN_GROUP: i32 = 64; // inbox: (offset, length)
-export const ABI_IN_REASON: i32 = 72; // inbox: (offset, length)
-export const ABI_IN_HEADER_COUNT: i32 = 80; // inbox: u32
-export const ABI_IN_FLAGS: i32 = 84; // inbox: u32: none yet
-export const ABI_IN_HEADERS: i32 = 88; // inbox: the header table
-export const ABI_IN_ENTRY: i32 = 16; // inbox: bytes of one header entry
-export const ABI_ABSENT_LEN: u32 = 4294967295; // inbox: the length of an absent value
-export const ABI_WRITE_SIZE: i32 = 20; // write list: bytes of one record
-export const ABI_OP_SET_PAYLOAD: i32 = 1; // write list: a: the payload
-export const ABI_OP_SET_HEADER: i32 = 2; // write list: a: name, b: value
-export const ABI_OP_DEL_HEADER: i32 = 3; // write list: a: name
-export const ABI_OP_SET_REASON: i32 = 4; // write list: a: the reason
-export const ABI_BATCH_COUNT: i32 = 0; // batch: u32: how many messages
-export const ABI_BATCH_CURRENT: i32 = 4; // batch: u32: the message host functions act on
-export const ABI_BATCH_ENTRIES: i32 = 16; // batch: the entries
-export const ABI_BATCH_ENTRY: i32 = 16; // batch: bytes of one entry
-export const ABI_ENTRY_OFFSET: i32 = 0; // batch: u32: record offset
-export const ABI_ENTRY_LENGTH: i32 = 4; // batch: u32: record length
-export const ABI_ENTRY_VERDICT: i32 = 8; // batch: u64: the guest's verdict
+const ABI_STATUS_OK: i32 = 0; // status: done
+const ABI_STATUS_INVALID: i32 = -1; // status: a malformed value
+const ABI_STATUS_TOO_LARGE: i32 = -2; // status: over a broker limit
+const ABI_STATUS_NOT_ALLOWED: i32 = -3; // status: not in this hook
+const ABI_STATUS_LIMIT: i32 = -4; // status: too many emits
+const ABI_ACT_PASS: i32 = 0; // on_publish action: continue with the message as changed
+const ABI_ACT_DROP: i32 = 1; // on_publish action: drop the message (counted)
+const ABI_ACT_REJECT: i32 = 2; // on_publish action: refuse the publish; argument: a gRPC status code
+const ABI_ACT_REDELIVER: i32 = 0; // on_redeliver action: the broker's default
+const ABI_ACT_DELAY: i32 = 1; // on_redeliver action: redeliver after the argument, in milliseconds
+const ABI_ACT_DEAD_LETTER: i32 = 2; // on_redeliver action: dead-letter now
+const ABI_ACT_FORGET: i32 = 3; // on_redeliver action: drop the message (counted)
+const ABI_HOOK_INIT: i32 = 1; // hook: the init hook (the inbox's hook field)
+const ABI_HOOK_PUBLISH: i32 = 2; // hook: on_publish
+const ABI_HOOK_ACK: i32 = 3; // hook: on_ack
+const ABI_HOOK_REDELIVER: i32 = 4; // hook: on_redeliver
+const ABI_IN_WRITES_PTR: i32 = 0; // inbox: u32: the write list the guest leaves
+const ABI_IN_WRITES_COUNT: i32 = 4; // inbox: u32: its records
+const ABI_IN_HOOK: i32 = 8; // inbox: u32: the hook called
+const ABI_IN_MAX_MESSAGE: i32 = 12; // inbox: u32: max_message_bytes
+const ABI_IN_MAX_HEADER: i32 = 16; // inbox: u32: max_header_bytes
+const ABI_IN_ATTEMPT: i32 = 20; // inbox: u32: the event's delivery attempt
+const ABI_IN_IN_FLIGHT: i32 = 24; // inbox: u64: the event's nanoseconds from delivery to ack
+const ABI_IN_TOPIC: i32 = 32; // inbox: (offset, length)
+const ABI_IN_PAYLOAD: i32 = 40; // inbox: (offset, length)
+const ABI_IN_ID: i32 = 48; // inbox: (offset, length)
+const ABI_IN_SUB: i32 = 56; // inbox: (offset, length)
+const ABI_IN_GROUP: i32 = 64; // inbox: (offset, length)
+const ABI_IN_REASON: i32 = 72; // inbox: (offset, length)
+const ABI_IN_HEADER_COUNT: i32 = 80; // inbox: u32
+const ABI_IN_FLAGS: i32 = 84; // inbox: u32: none yet
+const ABI_IN_HEADERS: i32 = 88; // inbox: the header table
+const ABI_IN_ENTRY: i32 = 16; // inbox: bytes of one header entry
+const ABI_ABSENT_LEN: u32 = 4294967295; // inbox: the length of an absent value
+const ABI_WRITE_SIZE: i32 = 20; // write list: bytes of one record
+const ABI_OP_SET_PAYLOAD: i32 = 1; // write list: a: the payload
+const ABI_OP_SET_HEADER: i32 = 2; // write list: a: name, b: value
+const ABI_OP_DEL_HEADER: i32 = 3; // write list: a: name
+const ABI_OP_SET_REASON: i32 = 4; // write list: a: the reason
+const ABI_BATCH_COUNT: i32 = 0; // batch: u32: how many messages
+const ABI_BATCH_CURRENT: i32 = 4; // batch: u32: the message host functions act on
+const ABI_BATCH_ENTRIES: i32 = 16; // batch: the entries
+const ABI_BATCH_ENTRY: i32 = 16; // batch: bytes of one entry
+const ABI_ENTRY_OFFSET: i32 = 0; // batch: u32: record offset
+const ABI_ENTRY_LENGTH: i32 = 4; // batch: u32: record length
+const ABI_ENTRY_VERDICT: i32 = 8; // batch: u64: the guest's verdict
 // END ABI
 
 // Whether abort() is logging, declared before any global that allocates (and might abort).
@@ -220,41 +220,41 @@ function readBytes(kind: i32): Uint8Array {
 
 // A record's layout: little-endian u32s at fixed offsets from its start, (offset, length)
 // pairs of its values (offsets from the record's start too), then the header table.
-const IN_WRITES_PTR: usize = 0;
-const IN_WRITES_COUNT: usize = 4;
-const IN_HOOK: usize = 8;
-const IN_MAX_MESSAGE: usize = 12;
-const IN_MAX_HEADER: usize = 16;
-const IN_ATTEMPT: usize = 20;
-const IN_IN_FLIGHT: usize = 24; // a u64
-const IN_TOPIC: usize = 32;
-const IN_PAYLOAD: usize = 40;
-const IN_ID: usize = 48;
-const IN_SUB: usize = 56;
-const IN_GROUP: usize = 64;
-const IN_REASON: usize = 72;
-const IN_HEADER_COUNT: usize = 80;
-const IN_HEADERS: usize = 88; // entries of IN_ENTRY bytes: name (offset, length), value (offset, length)
-const IN_ENTRY: usize = 16;
-const ABSENT: u32 = 0xFFFFFFFF;
+const IN_WRITES_PTR: usize = <usize>ABI_IN_WRITES_PTR;
+const IN_WRITES_COUNT: usize = <usize>ABI_IN_WRITES_COUNT;
+const IN_HOOK: usize = <usize>ABI_IN_HOOK;
+const IN_MAX_MESSAGE: usize = <usize>ABI_IN_MAX_MESSAGE;
+const IN_MAX_HEADER: usize = <usize>ABI_IN_MAX_HEADER;
+const IN_ATTEMPT: usize = <usize>ABI_IN_ATTEMPT;
+const IN_IN_FLIGHT: usize = <usize>ABI_IN_IN_FLIGHT; // a u64
+const IN_TOPIC: usize = <usize>ABI_IN_TOPIC;
+const IN_PAYLOAD: usize = <usize>ABI_IN_PAYLOAD;
+const IN_ID: usize = <usize>ABI_IN_ID;
+const IN_SUB: usize = <usize>ABI_IN_SUB;
+const IN_GROUP: usize = <usize>ABI_IN_GROUP;
+const IN_REASON: usize = <usize>ABI_IN_REASON;
+const IN_HEADER_COUNT: usize = <usize>ABI_IN_HEADER_COUNT;
+const IN_HEADERS: usize = <usize>ABI_IN_HEADERS; // entries of IN_ENTRY bytes: name (offset, length), value (offset, length)
+const IN_ENTRY: usize = <usize>ABI_IN_ENTRY;
+const ABSENT: u32 = <u32>ABI_ABSENT_LEN;
 
-const HOOK_PUBLISH: u32 = 2;
-const HOOK_REDELIVER: u32 = 4;
+const HOOK_PUBLISH: u32 = <u32>ABI_HOOK_PUBLISH;
+const HOOK_REDELIVER: u32 = <u32>ABI_HOOK_REDELIVER;
 
 // A batch: a header (count, current), count entries (record offset, record length, u64
 // verdict), then the records.
-const BATCH_COUNT: usize = 0;
-const BATCH_CURRENT: usize = 4;
-const BATCH_ENTRIES: usize = 16;
-const BATCH_ENTRY: usize = 16;
-const ENTRY_VERDICT: usize = 8;
+const BATCH_COUNT: usize = <usize>ABI_BATCH_COUNT;
+const BATCH_CURRENT: usize = <usize>ABI_BATCH_CURRENT;
+const BATCH_ENTRIES: usize = <usize>ABI_BATCH_ENTRIES;
+const BATCH_ENTRY: usize = <usize>ABI_BATCH_ENTRY;
+const ENTRY_VERDICT: usize = <usize>ABI_ENTRY_VERDICT;
 
 // The write list's records: five u32s, an operation and two (pointer, length) pairs.
-const WRITE_SIZE: usize = 20;
-const OP_SET_PAYLOAD: u32 = 1;
-const OP_SET_HEADER: u32 = 2;
-const OP_DEL_HEADER: u32 = 3;
-const OP_SET_REASON: u32 = 4;
+const WRITE_SIZE: usize = <usize>ABI_WRITE_SIZE;
+const OP_SET_PAYLOAD: u32 = <u32>ABI_OP_SET_PAYLOAD;
+const OP_SET_HEADER: u32 = <u32>ABI_OP_SET_HEADER;
+const OP_DEL_HEADER: u32 = <u32>ABI_OP_DEL_HEADER;
+const OP_SET_REASON: u32 = <u32>ABI_OP_SET_REASON;
 
 // The inbox: 0 until the broker asks for one (a broker without the inbox never does), and
 // then the readers and writers use it instead of host calls. inboxBuf keeps it alive.

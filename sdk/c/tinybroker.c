@@ -61,18 +61,20 @@ static char *tb__keep(uint32_t n) {
 /* ---- The inbox (docs/ABI.md, "The inbox"): little-endian u32 fields at fixed offsets. ---- */
 
 enum {
-	TB__WRITES_PTR = 0, TB__WRITES_COUNT = 4, TB__HOOK = 8, TB__MAX_MESSAGE = 12, TB__MAX_HEADER = 16,
-	TB__ATTEMPT = 20, TB__IN_FLIGHT = 24, TB__TOPIC = 32, TB__PAYLOAD = 40, TB__ID = 48, TB__SUB = 56,
-	TB__GROUP = 64, TB__REASON = 72, TB__HEADER_COUNT = 80, TB__HEADERS = 88,
+	TB__WRITES_PTR = TB_ABI_IN_WRITES_PTR, TB__WRITES_COUNT = TB_ABI_IN_WRITES_COUNT, TB__HOOK = TB_ABI_IN_HOOK,
+	TB__MAX_MESSAGE = TB_ABI_IN_MAX_MESSAGE, TB__MAX_HEADER = TB_ABI_IN_MAX_HEADER, TB__ATTEMPT = TB_ABI_IN_ATTEMPT,
+	TB__IN_FLIGHT = TB_ABI_IN_IN_FLIGHT, TB__TOPIC = TB_ABI_IN_TOPIC, TB__PAYLOAD = TB_ABI_IN_PAYLOAD, TB__ID = TB_ABI_IN_ID,
+	TB__SUB = TB_ABI_IN_SUB, TB__GROUP = TB_ABI_IN_GROUP, TB__REASON = TB_ABI_IN_REASON,
+	TB__HEADER_COUNT = TB_ABI_IN_HEADER_COUNT, TB__HEADERS = TB_ABI_IN_HEADERS,
 };
-enum { TB__HOOK_PUBLISH = 2, TB__HOOK_REDELIVER = 4 };
+enum { TB__HOOK_PUBLISH = TB_ABI_HOOK_PUBLISH, TB__HOOK_REDELIVER = TB_ABI_HOOK_REDELIVER };
 
 static uint32_t tb__u32(uint32_t off) { return *(const uint32_t *)(tb__state.inbox + off); }
 
 /* tb__field is the (offset, length) pair at off as a string; length 0xFFFFFFFF is absent. */
 static tb_str tb__field(uint32_t off) {
 	uint32_t len = tb__u32(off + 4);
-	if (len == 0xFFFFFFFFu)
+	if (len == TB_ABI_ABSENT_LEN)
 		return TB_NONE;
 	return (tb_str){(const char *)tb__state.inbox + tb__u32(off), len};
 }
@@ -94,7 +96,7 @@ uint32_t tb_v1_inbox(uint32_t size) {
 /* The write list: records of five u32s (operation, two pointer/length pairs), the first 8 of
  * a call in a static array (most calls list fewer: no allocation), then in the arena, moved to
  * a larger array when full; the inbox's first two fields say where it is. */
-enum { TB__SET_PAYLOAD = 1, TB__SET_HEADER = 2, TB__DEL_HEADER = 3, TB__SET_REASON = 4 };
+enum { TB__SET_PAYLOAD = TB_ABI_OP_SET_PAYLOAD, TB__SET_HEADER = TB_ABI_OP_SET_HEADER, TB__DEL_HEADER = TB_ABI_OP_DEL_HEADER, TB__SET_REASON = TB_ABI_OP_SET_REASON };
 enum { TB__FIRST_WRITES = 8 };
 
 static uint32_t tb__writes0[TB__FIRST_WRITES * 5];
@@ -252,7 +254,7 @@ tb_str tb_header_name_at(int32_t index) {
 		return tb__read(tb__header_name, &index);
 	if (index < 0 || (uint32_t)index >= tb__u32(TB__HEADER_COUNT))
 		return TB_NONE;
-	return tb__field(TB__HEADERS + 16u * (uint32_t)index);
+	return tb__field(TB__HEADERS + TB_ABI_IN_ENTRY * (uint32_t)index);
 }
 
 /* Config values, kept once read: the configuration of an instance never changes, and a

@@ -389,11 +389,11 @@ static inline tb_str tb_header(tb_str name) {
 		uint64_t v = tb__header_call(name.ptr, name.len);
 		return (tb_str){(const char *)(uintptr_t)(uint32_t)v, (uint32_t)(v >> 32)};
 	}
-	const unsigned char *e = r + 88, *end = e + 16u * tb__ld32(r + 80);
-	for (; e < end; e += 16) {
+	const unsigned char *e = r + TB_ABI_IN_HEADERS, *end = e + TB_ABI_IN_ENTRY * tb__ld32(r + TB_ABI_IN_HEADER_COUNT);
+	for (; e < end; e += TB_ABI_IN_ENTRY) {
 		if (tb__ld32(e + 4) == name.len && tb__same((const char *)r + tb__ld32(e), name.ptr, name.len)) {
 			uint32_t len = tb__ld32(e + 12);
-			if (len == 0xFFFFFFFFu)
+			if (len == TB_ABI_ABSENT_LEN)
 				return TB_NONE;
 			return (tb_str){(const char *)r + tb__ld32(e + 8), len};
 		}
@@ -413,16 +413,16 @@ static inline int32_t tb_publish_batch(int64_t (*on_publish)(void)) {
 	unsigned char *box = tb__state.box;
 	if (!box)
 		return 1; /* no inbox (the broker gives one first): decline, one call per message */
-	uint32_t n = tb__ld32(box);
+	uint32_t n = tb__ld32(box + TB_ABI_BATCH_COUNT);
 	tb_reset();
 	tb__state.batching = 1;
 	for (uint32_t i = 0; i < n; i++) {
-		unsigned char *e = box + 16 + 16 * i;
-		__builtin_memcpy(box + 4, &i, 4); /* current */
-		tb__state.inbox = box + tb__ld32(e);
+		unsigned char *e = box + TB_ABI_BATCH_ENTRIES + TB_ABI_BATCH_ENTRY * i;
+		__builtin_memcpy(box + TB_ABI_BATCH_CURRENT, &i, 4);
+		tb__state.inbox = box + tb__ld32(e + TB_ABI_ENTRY_OFFSET);
 		tb__state.wfirst = tb__state.nwrites; /* as tb_reset does, for a hook that does not call it */
 		int64_t v = on_publish();
-		__builtin_memcpy(e + 8, &v, 8);
+		__builtin_memcpy(e + TB_ABI_ENTRY_VERDICT, &v, 8);
 	}
 	tb__state.batching = 0;
 	tb__state.inbox = box;

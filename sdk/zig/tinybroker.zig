@@ -63,97 +63,97 @@ const host = struct {
 /// The numbers of the ABI (docs/ABI.md).
 pub const abi = struct {
     /// status: done
-    pub const STATUS_OK: i32 = 0;
+    pub const STATUS_OK = 0;
     /// status: a malformed value
-    pub const STATUS_INVALID: i32 = -1;
+    pub const STATUS_INVALID = -1;
     /// status: over a broker limit
-    pub const STATUS_TOO_LARGE: i32 = -2;
+    pub const STATUS_TOO_LARGE = -2;
     /// status: not in this hook
-    pub const STATUS_NOT_ALLOWED: i32 = -3;
+    pub const STATUS_NOT_ALLOWED = -3;
     /// status: too many emits
-    pub const STATUS_LIMIT: i32 = -4;
+    pub const STATUS_LIMIT = -4;
     /// on_publish action: continue with the message as changed
-    pub const ACT_PASS: i32 = 0;
+    pub const ACT_PASS = 0;
     /// on_publish action: drop the message (counted)
-    pub const ACT_DROP: i32 = 1;
+    pub const ACT_DROP = 1;
     /// on_publish action: refuse the publish; argument: a gRPC status code
-    pub const ACT_REJECT: i32 = 2;
+    pub const ACT_REJECT = 2;
     /// on_redeliver action: the broker's default
-    pub const ACT_REDELIVER: i32 = 0;
+    pub const ACT_REDELIVER = 0;
     /// on_redeliver action: redeliver after the argument, in milliseconds
-    pub const ACT_DELAY: i32 = 1;
+    pub const ACT_DELAY = 1;
     /// on_redeliver action: dead-letter now
-    pub const ACT_DEAD_LETTER: i32 = 2;
+    pub const ACT_DEAD_LETTER = 2;
     /// on_redeliver action: drop the message (counted)
-    pub const ACT_FORGET: i32 = 3;
+    pub const ACT_FORGET = 3;
     /// hook: the init hook (the inbox's hook field)
-    pub const HOOK_INIT: i32 = 1;
+    pub const HOOK_INIT = 1;
     /// hook: on_publish
-    pub const HOOK_PUBLISH: i32 = 2;
+    pub const HOOK_PUBLISH = 2;
     /// hook: on_ack
-    pub const HOOK_ACK: i32 = 3;
+    pub const HOOK_ACK = 3;
     /// hook: on_redeliver
-    pub const HOOK_REDELIVER: i32 = 4;
+    pub const HOOK_REDELIVER = 4;
     /// inbox: u32: the write list the guest leaves
-    pub const IN_WRITES_PTR: i32 = 0;
+    pub const IN_WRITES_PTR = 0;
     /// inbox: u32: its records
-    pub const IN_WRITES_COUNT: i32 = 4;
+    pub const IN_WRITES_COUNT = 4;
     /// inbox: u32: the hook called
-    pub const IN_HOOK: i32 = 8;
+    pub const IN_HOOK = 8;
     /// inbox: u32: max_message_bytes
-    pub const IN_MAX_MESSAGE: i32 = 12;
+    pub const IN_MAX_MESSAGE = 12;
     /// inbox: u32: max_header_bytes
-    pub const IN_MAX_HEADER: i32 = 16;
+    pub const IN_MAX_HEADER = 16;
     /// inbox: u32: the event's delivery attempt
-    pub const IN_ATTEMPT: i32 = 20;
+    pub const IN_ATTEMPT = 20;
     /// inbox: u64: the event's nanoseconds from delivery to ack
-    pub const IN_IN_FLIGHT: i32 = 24;
+    pub const IN_IN_FLIGHT = 24;
     /// inbox: (offset, length)
-    pub const IN_TOPIC: i32 = 32;
+    pub const IN_TOPIC = 32;
     /// inbox: (offset, length)
-    pub const IN_PAYLOAD: i32 = 40;
+    pub const IN_PAYLOAD = 40;
     /// inbox: (offset, length)
-    pub const IN_ID: i32 = 48;
+    pub const IN_ID = 48;
     /// inbox: (offset, length)
-    pub const IN_SUB: i32 = 56;
+    pub const IN_SUB = 56;
     /// inbox: (offset, length)
-    pub const IN_GROUP: i32 = 64;
+    pub const IN_GROUP = 64;
     /// inbox: (offset, length)
-    pub const IN_REASON: i32 = 72;
+    pub const IN_REASON = 72;
     /// inbox: u32
-    pub const IN_HEADER_COUNT: i32 = 80;
+    pub const IN_HEADER_COUNT = 80;
     /// inbox: u32: none yet
-    pub const IN_FLAGS: i32 = 84;
+    pub const IN_FLAGS = 84;
     /// inbox: the header table
-    pub const IN_HEADERS: i32 = 88;
+    pub const IN_HEADERS = 88;
     /// inbox: bytes of one header entry
-    pub const IN_ENTRY: i32 = 16;
+    pub const IN_ENTRY = 16;
     /// inbox: the length of an absent value
-    pub const ABSENT_LEN: u32 = 4294967295;
+    pub const ABSENT_LEN = 4294967295;
     /// write list: bytes of one record
-    pub const WRITE_SIZE: i32 = 20;
+    pub const WRITE_SIZE = 20;
     /// write list: a: the payload
-    pub const OP_SET_PAYLOAD: i32 = 1;
+    pub const OP_SET_PAYLOAD = 1;
     /// write list: a: name, b: value
-    pub const OP_SET_HEADER: i32 = 2;
+    pub const OP_SET_HEADER = 2;
     /// write list: a: name
-    pub const OP_DEL_HEADER: i32 = 3;
+    pub const OP_DEL_HEADER = 3;
     /// write list: a: the reason
-    pub const OP_SET_REASON: i32 = 4;
+    pub const OP_SET_REASON = 4;
     /// batch: u32: how many messages
-    pub const BATCH_COUNT: i32 = 0;
+    pub const BATCH_COUNT = 0;
     /// batch: u32: the message host functions act on
-    pub const BATCH_CURRENT: i32 = 4;
+    pub const BATCH_CURRENT = 4;
     /// batch: the entries
-    pub const BATCH_ENTRIES: i32 = 16;
+    pub const BATCH_ENTRIES = 16;
     /// batch: bytes of one entry
-    pub const BATCH_ENTRY: i32 = 16;
+    pub const BATCH_ENTRY = 16;
     /// batch: u32: record offset
-    pub const ENTRY_OFFSET: i32 = 0;
+    pub const ENTRY_OFFSET = 0;
     /// batch: u32: record length
-    pub const ENTRY_LENGTH: i32 = 4;
+    pub const ENTRY_LENGTH = 4;
     /// batch: u64: the guest's verdict
-    pub const ENTRY_VERDICT: i32 = 8;
+    pub const ENTRY_VERDICT = 8;
 };
 // END ABI
 
@@ -344,38 +344,38 @@ fn readEql(comptime f: anytype, args: anytype, want: []const u8) bool {
 
 /// The layout of a message's inbox: little-endian u32s at fixed offsets.
 const In = struct {
-    const writes_ptr = 0;
-    const writes_count = 4;
-    const hook = 8;
-    const max_message = 12;
-    const max_header = 16;
-    const attempt = 20;
-    const in_flight = 24; // a u64
+    const writes_ptr = abi.IN_WRITES_PTR;
+    const writes_count = abi.IN_WRITES_COUNT;
+    const hook = abi.IN_HOOK;
+    const max_message = abi.IN_MAX_MESSAGE;
+    const max_header = abi.IN_MAX_HEADER;
+    const attempt = abi.IN_ATTEMPT;
+    const in_flight = abi.IN_IN_FLIGHT; // a u64
     // (offset, length) pairs of the values
-    const topic = 32;
-    const payload = 40;
-    const id = 48;
-    const sub = 56;
-    const group = 64;
-    const reason = 72;
-    const header_count = 80;
-    const headers = 88; // header_count entries: name offset, name length, value offset, value length
-    const entry = 16;
-    const absent: u32 = 0xFFFFFFFF;
+    const topic = abi.IN_TOPIC;
+    const payload = abi.IN_PAYLOAD;
+    const id = abi.IN_ID;
+    const sub = abi.IN_SUB;
+    const group = abi.IN_GROUP;
+    const reason = abi.IN_REASON;
+    const header_count = abi.IN_HEADER_COUNT;
+    const headers = abi.IN_HEADERS; // header_count entries: name offset, name length, value offset, value length
+    const entry = abi.IN_ENTRY;
+    const absent: u32 = abi.ABSENT_LEN;
 };
 
 /// The hooks, as the inbox names them.
-const hook_publish = 2;
-const hook_redeliver = 4;
+const hook_publish = abi.HOOK_PUBLISH;
+const hook_redeliver = abi.HOOK_REDELIVER;
 
 /// The layout of a batch: count, current, 8 reserved bytes, then count entries (record
 /// offset, record length, u64 verdict), then the records.
 const Batch = struct {
-    const count = 0;
-    const current = 4;
-    const entries = 16;
-    const entry = 16;
-    const verdict = 8; // in an entry
+    const count = abi.BATCH_COUNT;
+    const current = abi.BATCH_CURRENT;
+    const entries = abi.BATCH_ENTRIES;
+    const entry = abi.BATCH_ENTRY;
+    const verdict = abi.ENTRY_VERDICT; // in an entry
 };
 
 /// The write list's operations.

@@ -222,12 +222,8 @@ func zigDecls() string {
 		fmt.Fprintf(&b, "    extern %q fn %s(%s) %s;\n", abi.HostModule, f.Name, strings.Join(ps, ", "), res)
 	}
 	b.WriteString("};\n\n/// The numbers of the ABI (docs/ABI.md).\npub const abi = struct {\n")
-	for _, c := range abi.Consts {
-		t := "i32"
-		if c.Value > 1<<31-1 {
-			t = "u32"
-		}
-		fmt.Fprintf(&b, "    /// %s: %s\n    pub const %s: %s = %d;\n", c.Group, c.Doc, c.Name, t, c.Value)
+	for _, c := range abi.Consts { // comptime_int: each use gives it its type
+		fmt.Fprintf(&b, "    /// %s: %s\n    pub const %s = %d;\n", c.Group, c.Doc, c.Name, c.Value)
 	}
 	b.WriteString("};\n")
 	return b.String()
@@ -249,7 +245,7 @@ func asDecls() string {
 		if c.Value > 1<<31-1 {
 			t = "u32"
 		}
-		fmt.Fprintf(&b, "export const ABI_%s: %s = %d; // %s: %s\n", c.Name, t, c.Value, c.Group, c.Doc)
+		fmt.Fprintf(&b, "const ABI_%s: %s = %d; // %s: %s\n", c.Name, t, c.Value, c.Group, c.Doc)
 	}
 	return b.String()
 }

@@ -13,27 +13,27 @@ use std::ptr::addr_of_mut;
 
 // The inbox's layout: little-endian u32 fields at fixed offsets (docs/ABI.md): the write
 // list's pointer and count, the hook, the limits, the event's attempt and time in flight.
-const WRITES_PTR: usize = 0;
-const WRITES_COUNT: usize = 4;
-const HOOK: usize = 8;
-const MAX_MESSAGE: usize = 12; // then max_header_bytes
+const WRITES_PTR: usize = crate::sys::consts::IN_WRITES_PTR as usize;
+const WRITES_COUNT: usize = crate::sys::consts::IN_WRITES_COUNT as usize;
+const HOOK: usize = crate::sys::consts::IN_HOOK as usize;
+const MAX_MESSAGE: usize = crate::sys::consts::IN_MAX_MESSAGE as usize; // then max_header_bytes
 const MAX_HEADER: usize = MAX_MESSAGE + 4;
-const ATTEMPT: usize = 20; // then in_flight_ns, a u64
+const ATTEMPT: usize = crate::sys::consts::IN_ATTEMPT as usize; // then in_flight_ns, a u64
 const IN_FLIGHT: usize = ATTEMPT + 4;
 // Then (offset, length) pairs of the values, the header count and the header table.
-pub(crate) const TOPIC: usize = 32;
-pub(crate) const PAYLOAD: usize = 40;
-pub(crate) const ID: usize = 48;
-pub(crate) const SUB: usize = 56;
-pub(crate) const GROUP: usize = 64;
-pub(crate) const REASON: usize = 72;
-const HEADER_COUNT: usize = 80; // then a reserved u32 and the table, 16 bytes an entry
+pub(crate) const TOPIC: usize = crate::sys::consts::IN_TOPIC as usize;
+pub(crate) const PAYLOAD: usize = crate::sys::consts::IN_PAYLOAD as usize;
+pub(crate) const ID: usize = crate::sys::consts::IN_ID as usize;
+pub(crate) const SUB: usize = crate::sys::consts::IN_SUB as usize;
+pub(crate) const GROUP: usize = crate::sys::consts::IN_GROUP as usize;
+pub(crate) const REASON: usize = crate::sys::consts::IN_REASON as usize;
+const HEADER_COUNT: usize = crate::sys::consts::IN_HEADER_COUNT as usize; // then a reserved u32 and the table, 16 bytes an entry
 const HEADERS: usize = HEADER_COUNT + 8;
-const ENTRY: usize = 16;
+const ENTRY: usize = crate::sys::consts::IN_ENTRY as usize;
 
 /// The hooks that may change headers.
-const HOOK_PUBLISH: u32 = 2;
-const HOOK_REDELIVER: u32 = 4;
+const HOOK_PUBLISH: u32 = crate::sys::consts::HOOK_PUBLISH as u32;
+const HOOK_REDELIVER: u32 = crate::sys::consts::HOOK_REDELIVER as u32;
 
 /// The write list's operations.
 #[repr(u32)]
@@ -553,15 +553,15 @@ fn listed() -> usize {
 // A batch (docs/ABI.md, "Batches"): a header (count, current), count entries (record offset,
 // record length, verdict), then one record per message, laid out as a single call's inbox.
 #[cfg(feature = "inbox")]
-const BATCH_COUNT: usize = 0;
+const BATCH_COUNT: usize = crate::sys::consts::BATCH_COUNT as usize;
 #[cfg(feature = "inbox")]
-const BATCH_CURRENT: usize = 4;
+const BATCH_CURRENT: usize = crate::sys::consts::BATCH_CURRENT as usize;
 #[cfg(feature = "inbox")]
-const BATCH_ENTRIES: usize = 16;
+const BATCH_ENTRIES: usize = crate::sys::consts::BATCH_ENTRIES as usize;
 #[cfg(feature = "inbox")]
-const BATCH_ENTRY: usize = 16; // record offset, record length, then the u64 verdict at 8
+const BATCH_ENTRY: usize = crate::sys::consts::BATCH_ENTRY as usize; // record offset, record length, then the u64 verdict at 8
 #[cfg(feature = "inbox")]
-const BATCH_VERDICT: usize = 8;
+const BATCH_VERDICT: usize = crate::sys::consts::ENTRY_VERDICT as usize;
 
 /// Runs `on_publish` on each message of the batch in the inbox, as tb_v1_on_publish would run it
 /// on that message alone: the readers read its record, host calls act on it (`current`), and
