@@ -696,7 +696,17 @@ mod tests {
     #[cfg(feature = "inbox")]
     fn statics() -> std::sync::MutexGuard<'static, ()> {
         static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-        LOCK.lock().unwrap_or_else(|e| e.into_inner())
+        let guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        // Each test starts from the write lists a new instance has, whatever test ran before
+        // it (the order is the harness's): a list kept full by one test made another's first
+        // call see records it did not write, now and then.
+        unsafe {
+            *addr_of_mut!(WRITES) = Vec::new();
+            *addr_of_mut!(ARENA) = Vec::new();
+            *addr_of_mut!(FULL_LISTS) = Vec::new();
+            *addr_of_mut!(FULL_ARENAS) = Vec::new();
+        }
+        guard
     }
 
     /// Writes a batch of publishes into a new inbox of `size` bytes, message `i` with the
