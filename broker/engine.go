@@ -92,6 +92,10 @@ type Admin interface {
 	PurgeDeadLetters(id string, ids []string) (int, error)
 	// Stats returns a snapshot of the counters, subscriptions and groups sorted by id.
 	Stats() Stats
+	// Ready says whether the engine serves: nil, or why not (ErrShuttingDown, or
+	// ErrUnavailable while the JetStream engine cannot reach its NATS server). Readiness
+	// probes (the HTTP listener's /readyz) ask it.
+	Ready() error
 }
 
 // Stream is one subscriber connection (a Subscribe stream of the protocol) carrying any

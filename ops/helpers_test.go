@@ -49,6 +49,7 @@ type stackOptions struct {
 	maxGroups int
 	interval  time.Duration // of the event stream (100ms)
 	auth      *auth.Authenticator
+	httpAuth  func(*http.Request) error // the listener's Authenticate
 }
 
 func start(t *testing.T, so stackOptions) *stack {
@@ -77,7 +78,7 @@ func start(t *testing.T, so stackOptions) *stack {
 	if so.interval == 0 {
 		so.interval = 100 * time.Millisecond
 	}
-	opts := ops.Options{Engine: s.b, Server: s.srv, Interval: so.interval, MaxGroupSeries: so.maxGroups}
+	opts := ops.Options{Engine: s.b, Server: s.srv, Interval: so.interval, MaxGroupSeries: so.maxGroups, Authenticate: so.httpAuth}
 	if s.chain != nil {
 		opts.Plugins = s.chain.Metrics
 	}

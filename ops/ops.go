@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/pprof"
@@ -122,7 +123,7 @@ func New(opts Options) *Ops {
 	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	o.routes(mux)
 	o.http = &http.Server{
-		Handler:           o.authenticate(http.NewCrossOriginProtection().Handler(mux)),
+		Handler:           o.probes(o.authenticate(http.NewCrossOriginProtection().Handler(mux))),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          o.log.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
@@ -203,3 +204,32 @@ func (o *Ops) authenticate(h http.Handler) http.Handler {
 type promLog struct{ log hclog.Logger }
 
 func (l promLog) Println(v ...any) { l.log.Warn("metrics", "error", fmt.Sprint(v...)) }
+
+// probes serves the liveness and readiness probes, /healthz and /readyz, before next (the
+// authenticated routes): an orchestrator's probe carries no token, and the answers say only
+// whether the process serves HTTP and whether the engine serves. /healthz is 200 while the
+// process answers; /readyz is 200 while the engine serves (broker.Admin.Ready), 503 with the
+// reason otherwise: shutting down, or the JetStream engine cut off from its NATS server.
+func (o *Ops) probes(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			next.ServeHTTP(w, r)
+			return
+		}
+		switch r.URL.Path {
+		case "/healthz":
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			_, _ = io.WriteString(w, "ok\n")
+		case "/readyz":
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			if err := o.opts.Engine.Ready(); err != nil {
+				w.WriteHeader(http.StatusServiceUnavailable)
+				_, _ = io.WriteString(w, "not ready: "+err.Error()+"\n")
+				return
+			}
+			_, _ = io.WriteString(w, "ready\n")
+		default:
+			next.ServeHTTP(w, r)
+		}
+	})
+}

@@ -387,3 +387,12 @@ func (e *Engine) DeleteGroup(id string) error {
 	}
 	return nil
 }
+
+// Ready says whether the engine serves: nil while it is connected to its NATS server and not
+// shutting down.
+func (e *Engine) Ready() error {
+	if e.closing.Load() {
+		return fmt.Errorf("%w: the broker is shutting down", broker.ErrShuttingDown)
+	}
+	return e.unavailable()
+}

@@ -162,11 +162,17 @@ func TestExternalNATS(t *testing.T) {
 	if _, err := e.Publish("a", []byte("x"), nil); err != nil {
 		t.Fatal(err)
 	}
+	if err := e.Ready(); err != nil {
+		t.Fatalf("ready with NATS up: %v", err)
+	}
 	srv.Shutdown()
 	brokertest.Eventually(t, "publishes refused", func() bool {
 		_, err := e.Publish("a", []byte("y"), nil)
 		return errors.Is(err, broker.ErrUnavailable)
 	})
+	if err := e.Ready(); !errors.Is(err, broker.ErrUnavailable) {
+		t.Fatalf("ready with NATS down: %v; want ErrUnavailable (the HTTP listener's /readyz answers 503)", err)
+	}
 	st := e.NewStream(nil)
 	defer st.Close()
 	if _, err := st.Subscribe(broker.SubscribeOptions{Mode: broker.Fanout, Patterns: []string{"b"}}); !errors.Is(err, broker.ErrUnavailable) {
@@ -180,6 +186,9 @@ func TestExternalNATS(t *testing.T) {
 		_, err := e.Publish("a", []byte("z"), nil)
 		return err == nil
 	})
+	if err := e.Ready(); err != nil {
+		t.Fatalf("ready after NATS came back: %v", err)
+	}
 	if _, err := st.Subscribe(broker.SubscribeOptions{Mode: broker.Fanout, Patterns: []string{"b"}}); err != nil {
 		t.Fatalf("subscribe after NATS came back: %v", err)
 	}

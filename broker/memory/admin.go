@@ -129,3 +129,11 @@ func (b *Engine) Streams() []broker.StreamInfo {
 	}
 	return out
 }
+
+// Ready says whether the broker serves: nil until Shutdown starts.
+func (b *Engine) Ready() error {
+	if b.closing.Load() {
+		return fmt.Errorf("%w: the broker is shutting down", broker.ErrShuttingDown)
+	}
+	return nil
+}
