@@ -4,9 +4,11 @@ import (
 	"embed"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io/fs"
 	"net"
 	"net/http"
+	"runtime"
 	"strconv"
 	"sync"
 	"time"
@@ -24,6 +26,8 @@ var webFS embed.FS
 //
 //	GET    /api/snapshot                          everything the dashboard shows, at once
 //	GET    /api/events                            the same as server-sent events, every Interval
+//	GET    /api/server                            version, uptime, readiness, connections (as /varz)
+//	GET    /api/streams?offset=N&limit=M          the open streams and their subscriptions (as /connz)
 //	GET    /api/groups/{id}                       one group
 //	POST   /api/groups/{id}/purge                 drop what it holds for its members
 //	DELETE /api/groups/{id}                       remove a group without members
@@ -37,6 +41,8 @@ func (o *Ops) routes(mux *http.ServeMux) {
 	mux.Handle("GET /", o.hostCheck(files))
 	mux.Handle("GET /api/snapshot", o.hostCheck(http.HandlerFunc(o.getSnapshot)))
 	mux.Handle("GET /api/events", o.hostCheck(http.HandlerFunc(o.events)))
+	mux.Handle("GET /api/server", o.hostCheck(http.HandlerFunc(o.getServer)))
+	mux.Handle("GET /api/streams", o.hostCheck(http.HandlerFunc(o.getStreams)))
 	mux.Handle("GET /api/groups/{id}", o.hostCheck(http.HandlerFunc(o.getGroup)))
 	mux.Handle("POST /api/groups/{id}/purge", o.hostCheck(http.HandlerFunc(o.purgeGroup)))
 	mux.Handle("DELETE /api/groups/{id}", o.hostCheck(http.HandlerFunc(o.deleteGroup)))
@@ -231,6 +237,14 @@ type Snapshot struct {
 	Refused       map[string]int64 `json:"refused"` // publishes refused, by gRPC code
 }
 
+// serverJSON reads the gRPC server's counters.
+func serverJSON(srv Server) *ServerJSON {
+	t := srv.Traffic()
+	open, refused := srv.Connections()
+	return &ServerJSON{Connections: open, ConnectionsRefused: refused, PublishStreams: t.PublishStreams,
+		SubscribeStreams: t.SubscribeStreams, PublishedBytes: t.PublishedBytes, DeliveredBytes: t.DeliveredBytes}
+}
+
 // ServerJSON is the gRPC server's part of a Snapshot.
 type ServerJSON struct {
 	Connections        int    `json:"connections"`
@@ -361,9 +375,7 @@ func (s *snapshotter) take() *Snapshot {
 	snap.Backlog = groupJSON(all, now.UnixNano())
 	if srv := s.src.server; srv != nil {
 		t := srv.Traffic()
-		open, refused := srv.Connections()
-		snap.Server = &ServerJSON{Connections: open, ConnectionsRefused: refused, PublishStreams: t.PublishStreams,
-			SubscribeStreams: t.SubscribeStreams, PublishedBytes: t.PublishedBytes, DeliveredBytes: t.DeliveredBytes}
+		snap.Server = serverJSON(srv)
 		for c, n := range t.Refused {
 			if n > 0 {
 				snap.Refused[codes.Code(c).String()] = int64(n)
@@ -409,4 +421,90 @@ func quantile(h plugins.HookMetrics, q float64) float64 {
 		lower, below = upper, n
 	}
 	return plugins.LatencyBounds[len(plugins.LatencyBounds)-1] // past the largest bound
+}
+
+// ServerInfo is GET /api/server: the broker as a whole, as NATS's /varz is.
+type ServerInfo struct {
+	Version   string      `json:"version"`
+	Go        string      `json:"go"`
+	Started   int64       `json:"started"` // Unix ms
+	UptimeSec float64     `json:"uptime_seconds"`
+	Ready     bool        `json:"ready"`
+	NotReady  string      `json:"not_ready,omitempty"` // why not (broker.Admin.Ready)
+	Server    *ServerJSON `json:"server,omitempty"`
+	Streams   int         `json:"streams"` // open streams carrying subscriptions
+}
+
+func (o *Ops) getServer(w http.ResponseWriter, _ *http.Request) {
+	info := ServerInfo{Version: o.opts.Version, Go: runtime.Version(), Started: o.started.UnixMilli(),
+		UptimeSec: time.Since(o.started).Seconds(), Ready: true, Streams: len(o.opts.Engine.Streams())}
+	if err := o.opts.Engine.Ready(); err != nil {
+		info.Ready, info.NotReady = false, err.Error()
+	}
+	if srv := o.opts.Server; srv != nil {
+		info.Server = serverJSON(srv)
+	}
+	writeJSON(w, http.StatusOK, info)
+}
+
+// StreamsPage is GET /api/streams?offset=N&limit=M: the open streams (a client's connection
+// of subscriptions, as `tinybroker streams ls` lists them), as NATS's /connz is, by id.
+type StreamsPage struct {
+	Total   int          `json:"total"`
+	Offset  int          `json:"offset"`
+	Streams []StreamJSON `json:"streams"`
+}
+
+// StreamJSON is one stream.
+type StreamJSON struct {
+	ID            string                   `json:"id"`
+	Peer          string                   `json:"peer"`
+	Buffered      int                      `json:"buffered"`
+	Subscriptions []StreamSubscriptionJSON `json:"subscriptions"`
+}
+
+// StreamSubscriptionJSON is one subscription of a stream.
+type StreamSubscriptionJSON struct {
+	ID       string   `json:"id"`
+	MemberID string   `json:"member_id,omitempty"`
+	Mode     string   `json:"mode"`
+	Group    string   `json:"group,omitempty"`
+	Patterns []string `json:"patterns"`
+}
+
+// maxStreamsPage bounds a page of GET /api/streams (limit's default is 100).
+const maxStreamsPage = 1000
+
+func (o *Ops) getStreams(w http.ResponseWriter, r *http.Request) {
+	offset, limit := 0, 100
+	for name, v := range map[string]*int{"offset": &offset, "limit": &limit} {
+		if s := r.URL.Query().Get(name); s != "" {
+			n, err := strconv.Atoi(s)
+			if err != nil || n < 0 {
+				writeError(w, http.StatusBadRequest, fmt.Errorf("%s %q is not a count; give a number from 0", name, s))
+				return
+			}
+			*v = n
+		}
+	}
+	switch {
+	case limit == 0:
+		limit = 100
+	case limit > maxStreamsPage:
+		limit = maxStreamsPage
+	}
+	all := o.opts.Engine.Streams()
+	page := StreamsPage{Total: len(all), Offset: offset, Streams: []StreamJSON{}}
+	for _, st := range all[min(offset, len(all)):min(offset+limit, len(all))] {
+		sj := StreamJSON{ID: st.ID, Peer: st.Peer, Buffered: st.Buffered, Subscriptions: make([]StreamSubscriptionJSON, 0, len(st.Subscriptions))}
+		for _, s := range st.Subscriptions {
+			ss := StreamSubscriptionJSON{ID: s.ID, Mode: s.Mode.String(), Group: s.Group, Patterns: s.Patterns}
+			if s.Mode == broker.Balanced {
+				ss.MemberID = s.MemberID
+			}
+			sj.Subscriptions = append(sj.Subscriptions, ss)
+		}
+		page.Streams = append(page.Streams, sj)
+	}
+	writeJSON(w, http.StatusOK, page)
 }

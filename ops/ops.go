@@ -69,12 +69,13 @@ type Options struct {
 
 // Ops serves the ops HTTP listener.
 type Ops struct {
-	opts  Options
-	log   hclog.Logger
-	http  *http.Server
-	snaps snapshotter
-	quit  chan struct{} // closed when Shutdown starts: ends event streams
-	once  sync.Once
+	opts    Options
+	log     hclog.Logger
+	http    *http.Server
+	snaps   snapshotter
+	quit    chan struct{} // closed when Shutdown starts: ends event streams
+	started time.Time
+	once    sync.Once
 
 	mu      sync.Mutex
 	closing bool           // set when Shutdown starts: no more event streams
@@ -101,7 +102,7 @@ func New(opts Options) *Ops {
 			opts.Version = bi.Main.Version
 		}
 	}
-	o := &Ops{opts: opts, log: opts.Logger, quit: make(chan struct{})}
+	o := &Ops{opts: opts, log: opts.Logger, quit: make(chan struct{}), started: time.Now()}
 	o.snaps.src = &sources{engine: opts.Engine, server: opts.Server, plugins: opts.Plugins}
 	o.snaps.maxAge = opts.Interval / 2
 
