@@ -14,19 +14,24 @@ GUEST_PKGS := ./sdk/go/plugin ./sdk/go/plugin/onack ./sdk/go/plugin/onpublish ./
 	./sdk/go/plugin/internal/bridge ./sdk/go/plugin/internal/e2e/nohandle ./sdk/go/plugin/internal/e2e/sdkcheck \
 	./examples/plugins/... ./bench/plugins/...
 PROTO_INCLUDE ?= /usr/include
+# The version and commit stamped into the binary (tinybroker version, tinybroker_build_info),
+# from git when there is a checkout; a build without them says "devel".
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null)
+LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 TESTFLAGS ?=
 
 .PHONY: run run-plugins build test test-short fuzz chaos generate tools lint check bench bench-peers bench-w4 bench-w6 wasm-fixtures screenshots
 
 run: ## start the broker on its embedded in-memory default (127.0.0.1:7878)
-	$(GO) run ./cmd/tinybroker serve
+	$(GO) run -ldflags "$(LDFLAGS)" ./cmd/tinybroker serve
 
 run-plugins: plugins ## start the broker with the example plugins (examples/config/plugins.hcl)
 	$(GO) run ./cmd/tinybroker serve --config examples/config/plugins.hcl
 
 build:
 	$(GO) build ./...
-	$(GO) build -o $(BIN)/tinybroker ./cmd/tinybroker
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/tinybroker ./cmd/tinybroker
 
 test: ## the whole suite, under the race detector; then the engines' lock order, checked
 	$(GO) test -race -count=1 -timeout 15m $(TESTFLAGS) ./...

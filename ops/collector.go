@@ -245,8 +245,8 @@ func b2f(b bool) float64 {
 }
 
 // buildInfo is tinybroker_build_info, a constant 1 labelled with the binary's version.
-func buildInfo(version, goVersion string) prometheus.Collector {
+func buildInfo(version, revision, goVersion string) prometheus.Collector {
 	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tinybroker_build_info",
-		Help:        "A constant 1, labelled with the version of tinybroker and of Go it was built with.",
-		ConstLabels: prometheus.Labels{"version": version, "go_version": goVersion}}, func() float64 { return 1 })
+		Help:        "A constant 1, labelled with the version and revision of tinybroker and the version of Go it was built with.",
+		ConstLabels: prometheus.Labels{"version": version, "revision": revision, "go_version": goVersion}}, func() float64 { return 1 })
 }

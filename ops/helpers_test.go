@@ -50,6 +50,7 @@ type stackOptions struct {
 	interval  time.Duration // of the event stream (100ms)
 	auth      *auth.Authenticator
 	httpAuth  func(*http.Request) error // the listener's Authenticate
+	commit    string
 }
 
 func start(t *testing.T, so stackOptions) *stack {
@@ -78,7 +79,7 @@ func start(t *testing.T, so stackOptions) *stack {
 	if so.interval == 0 {
 		so.interval = 100 * time.Millisecond
 	}
-	opts := ops.Options{Engine: s.b, Server: s.srv, Interval: so.interval, MaxGroupSeries: so.maxGroups, Authenticate: so.httpAuth}
+	opts := ops.Options{Engine: s.b, Server: s.srv, Interval: so.interval, MaxGroupSeries: so.maxGroups, Authenticate: so.httpAuth, Version: "v1.2.3", Commit: so.commit}
 	if s.chain != nil {
 		opts.Plugins = s.chain.Metrics
 	}

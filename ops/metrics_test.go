@@ -197,7 +197,7 @@ func TestMetricsPlugins(t *testing.T) {
 // Past metrics_max_groups, groups are summed under group="_other"; runtime and build
 // metrics are there.
 func TestMetricsBoundedGroupsAndRuntime(t *testing.T) {
-	s := start(t, stackOptions{maxGroups: 2})
+	s := start(t, stackOptions{maxGroups: 2, commit: "0123abc"})
 	for _, g := range []string{"a", "b", "c", "d"} {
 		if err := s.b.Declare(broker.GroupConfig{Name: g, Patterns: []string{"t"}}); err != nil {
 			t.Fatal(err)
@@ -218,6 +218,9 @@ func TestMetricsBoundedGroupsAndRuntime(t *testing.T) {
 	}
 	if v, _ := value(mfs, "tinybroker_group_series_groups"); v != 2 {
 		t.Errorf("tinybroker_group_series_groups = %v", v)
+	}
+	if v, ok := value(mfs, "tinybroker_build_info", "version=v1.2.3", "revision=0123abc"); !ok || v != 1 {
+		t.Errorf("tinybroker_build_info{version=v1.2.3, revision=0123abc} = %v %v", v, ok)
 	}
 	for _, name := range []string{"go_goroutines", "go_memstats_heap_alloc_bytes", "process_resident_memory_bytes", "go_build_info", "tinybroker_build_info"} {
 		if _, ok := value(mfs, name); !ok {

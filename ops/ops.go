@@ -62,8 +62,9 @@ type Options struct {
 	// AllowRemote accepts requests for any host name; without it, and without Authenticate,
 	// only requests for an IP address or localhost are answered (against DNS rebinding).
 	AllowRemote bool
-	// Version labels tinybroker_build_info (default: the main module's version).
-	Version string
+	// Version labels tinybroker_build_info (default: the main module's version), and Commit
+	// its revision label (default: Go's VCS stamping, if any).
+	Version, Commit string
 	Logger  hclog.Logger
 }
 
@@ -96,11 +97,18 @@ func New(opts Options) *Ops {
 	if opts.Logger == nil {
 		opts.Logger = hclog.NewNullLogger()
 	}
-	if opts.Version == "" {
-		opts.Version = "(devel)"
-		if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		if opts.Version == "" && bi.Main.Version != "" {
 			opts.Version = bi.Main.Version
 		}
+		for _, kv := range bi.Settings {
+			if kv.Key == "vcs.revision" && opts.Commit == "" {
+				opts.Commit = kv.Value
+			}
+		}
+	}
+	if opts.Version == "" {
+		opts.Version = "(devel)"
 	}
 	o := &Ops{opts: opts, log: opts.Logger, quit: make(chan struct{}), started: time.Now()}
 	o.snaps.src = &sources{engine: opts.Engine, server: opts.Server, plugins: opts.Plugins}
@@ -112,7 +120,7 @@ func New(opts Options) *Ops {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		collectors.NewBuildInfoCollector(),
-		buildInfo(opts.Version, runtime.Version()),
+		buildInfo(opts.Version, opts.Commit, runtime.Version()),
 	)
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: promLog{o.log}}))

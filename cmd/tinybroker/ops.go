@@ -38,8 +38,9 @@ func startOps(cfg config.HTTP, b broker.Engine, srv *server.Server, pm *pluginMa
 	if tc := guard.TLSConfig(); tc != nil {
 		lis = tls.NewListener(lis, tc)
 	}
+	bv := buildVersion()
 	opts := ops.Options{Engine: b, Server: srv, Plugins: pm.metrics, AllowRemote: cfg.AllowRemote,
-		MaxGroupSeries: cfg.MetricsMaxGroups, Logger: log}
+		MaxGroupSeries: cfg.MetricsMaxGroups, Logger: log, Version: bv.Version, Commit: bv.Commit}
 	if guard.Enabled() {
 		opts.Authenticate = func(r *http.Request) error {
 			c, err := guard.HTTP(r)

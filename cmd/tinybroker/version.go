@@ -9,9 +9,11 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// version is the release, set at build time with
-// -ldflags "-X main.version=v1.2.3"; otherwise the module's version or "devel".
-var version = ""
+// version is the release and commit the commit it was built from, set at build time with
+// -ldflags "-X main.version=v1.2.3 -X main.commit=<sha>" (make build, make run); otherwise
+// the module's version or "devel", and the commit Go's VCS stamping recorded, if any (none
+// under -buildvcs=false, or outside a git checkout).
+var version, commit = "", ""
 
 type versionInfo struct {
 	Version  string `json:"version"`
@@ -38,6 +40,9 @@ func buildVersion() versionInfo {
 	}
 	if v.Version == "" {
 		v.Version = "devel"
+	}
+	if v.Commit == "" {
+		v.Commit = commit
 	}
 	return v
 }
