@@ -65,7 +65,7 @@ type Options struct {
 	// Version labels tinybroker_build_info (default: the main module's version), and Commit
 	// its revision label (default: Go's VCS stamping, if any).
 	Version, Commit string
-	Logger  hclog.Logger
+	Logger          hclog.Logger
 }
 
 // Ops serves the ops HTTP listener.
