@@ -144,9 +144,9 @@ func goStyleFlags(root *cobra.Command, args []string) []string {
 func (a *app) newRoot() *cobra.Command {
 	root := &cobra.Command{
 		Use:   "tinybroker",
-		Short: "A single-node, in-memory message broker spoken to over gRPC",
-		Long: `tinybroker: a single-node, in-memory message broker spoken to over gRPC, and its client
-and admin tool. "tinybroker serve" runs the broker; the other commands speak to one (--addr,
+		Short: "A message broker spoken to over gRPC: in memory by default, or on NATS JetStream",
+		Long: `tinybroker: a message broker spoken to over gRPC (in memory on one node by default, or on
+NATS JetStream, one node or a cluster), and its client and admin tool. "tinybroker serve" runs the broker; the other commands speak to one (--addr,
 default 127.0.0.1:7878; for a secured broker, --tls-ca FILE, --tls-cert FILE --tls-key FILE,
 --tls-server-name NAME and --token-file FILE, or TINYBROKER_TOKEN=USER:TOKEN).
 

@@ -37,7 +37,7 @@ const (
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
-// Broker is a single-node, in-memory message broker.
+// Broker is a message broker: in memory on one node by default, or on NATS JetStream.
 type BrokerClient interface {
 	// Publish routes one message and returns its system_id and how many subscriptions and
 	// consumer groups it went to. INVALID_ARGUMENT for a bad topic or an oversize payload,
@@ -155,7 +155,7 @@ func (c *brokerClient) Reload(ctx context.Context, in *ReloadRequest, opts ...gr
 // All implementations must embed UnimplementedBrokerServer
 // for forward compatibility.
 //
-// Broker is a single-node, in-memory message broker.
+// Broker is a message broker: in memory on one node by default, or on NATS JetStream.
 type BrokerServer interface {
 	// Publish routes one message and returns its system_id and how many subscriptions and
 	// consumer groups it went to. INVALID_ARGUMENT for a bad topic or an oversize payload,
