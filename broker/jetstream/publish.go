@@ -51,6 +51,9 @@ func (e *Engine) PublishBatch(frame []broker.Draft, res []broker.PublishResult, 
 
 // emit routes the messages hooks emitted, without OnPublish; one refused is logged.
 func (e *Engine) emit(ds []broker.Draft) {
+	if len(ds) == 0 { // most publishes: no hook emitted anything
+		return
+	}
 	for m, err := range e.gate.Emitted(ds) {
 		if err == nil {
 			_, err = e.route(&m)

@@ -197,6 +197,9 @@ func (b *Engine) routeMsg(m *publishing.Msg, err error) (broker.PublishResult, e
 
 // emit routes the messages hooks emitted, without OnPublish; one refused is logged.
 func (b *Engine) emit(ds []broker.Draft) {
+	if len(ds) == 0 { // most publishes: no hook emitted anything
+		return
+	}
 	for m, err := range b.gate.Emitted(ds) {
 		if err == nil {
 			_, err = b.routeChecked(m.Topic, m.Payload, m.Headers, m.HB)

@@ -174,31 +174,31 @@ enum {
 
 /* The host functions (module "tinybroker"), one for one. */
 /* Everywhere. */
-__attribute__((import_module("tinybroker"), import_name("v1_log"))) void tb_log(int32_t level, const char *ptr, uint32_t len);
-__attribute__((import_module("tinybroker"), import_name("v1_now"))) int64_t tb_now(void);
-__attribute__((import_module("tinybroker"), import_name("v1_config"))) int32_t tb_config(char *buf, uint32_t cap);
-__attribute__((import_module("tinybroker"), import_name("v1_config_get"))) int32_t tb_config_get(const char *key, uint32_t key_len, char *buf, uint32_t cap);
-__attribute__((import_module("tinybroker"), import_name("v1_set_reason"))) void tb_set_reason(const char *ptr, uint32_t len);
+TB_IMPORT(v1_log) void tb_log(int32_t level, const char *ptr, uint32_t len);
+TB_IMPORT(v1_now) int64_t tb_now(void);
+TB_IMPORT(v1_config) int32_t tb_config(char *buf, uint32_t cap);
+TB_IMPORT(v1_config_get) int32_t tb_config_get(const char *key, uint32_t key_len, char *buf, uint32_t cap);
+TB_IMPORT(v1_set_reason) void tb_set_reason(const char *ptr, uint32_t len);
 /* The message of the hook. */
-__attribute__((import_module("tinybroker"), import_name("v1_msg_topic"))) int32_t tb_msg_topic(char *buf, uint32_t cap);
-__attribute__((import_module("tinybroker"), import_name("v1_msg_payload"))) int32_t tb_msg_payload(char *buf, uint32_t cap);
-__attribute__((import_module("tinybroker"), import_name("v1_msg_header"))) int32_t tb_msg_header(const char *key, uint32_t key_len, char *buf, uint32_t cap);
-__attribute__((import_module("tinybroker"), import_name("v1_msg_header_count"))) int32_t tb_msg_header_count(void);
-__attribute__((import_module("tinybroker"), import_name("v1_msg_header_name"))) int32_t tb_msg_header_name(int32_t index, char *buf, uint32_t cap);
-__attribute__((import_module("tinybroker"), import_name("v1_msg_id"))) int32_t tb_msg_id(char *buf, uint32_t cap); /* ack, redeliver */
-__attribute__((import_module("tinybroker"), import_name("v1_msg_set_topic"))) int32_t tb_msg_set_topic(const char *ptr, uint32_t len); /* publish */
-__attribute__((import_module("tinybroker"), import_name("v1_msg_set_payload"))) int32_t tb_msg_set_payload(const char *ptr, uint32_t len); /* publish */
-__attribute__((import_module("tinybroker"), import_name("v1_msg_set_header"))) int32_t tb_msg_set_header(const char *key, uint32_t key_len, const char *val, uint32_t val_len); /* publish, redeliver */
-__attribute__((import_module("tinybroker"), import_name("v1_msg_del_header"))) int32_t tb_msg_del_header(const char *key, uint32_t key_len); /* publish, redeliver */
+TB_IMPORT(v1_msg_topic) int32_t tb_msg_topic(char *buf, uint32_t cap);
+TB_IMPORT(v1_msg_payload) int32_t tb_msg_payload(char *buf, uint32_t cap);
+TB_IMPORT(v1_msg_header) int32_t tb_msg_header(const char *key, uint32_t key_len, char *buf, uint32_t cap);
+TB_IMPORT(v1_msg_header_count) int32_t tb_msg_header_count(void);
+TB_IMPORT(v1_msg_header_name) int32_t tb_msg_header_name(int32_t index, char *buf, uint32_t cap);
+TB_IMPORT(v1_msg_id) int32_t tb_msg_id(char *buf, uint32_t cap); /* ack, redeliver */
+TB_IMPORT(v1_msg_set_topic) int32_t tb_msg_set_topic(const char *ptr, uint32_t len); /* publish */
+TB_IMPORT(v1_msg_set_payload) int32_t tb_msg_set_payload(const char *ptr, uint32_t len); /* publish */
+TB_IMPORT(v1_msg_set_header) int32_t tb_msg_set_header(const char *key, uint32_t key_len, const char *val, uint32_t val_len); /* publish, redeliver */
+TB_IMPORT(v1_msg_del_header) int32_t tb_msg_del_header(const char *key, uint32_t key_len); /* publish, redeliver */
 /* The event of the hook. */
-__attribute__((import_module("tinybroker"), import_name("v1_event_subscription"))) int32_t tb_event_subscription(char *buf, uint32_t cap); /* ack, redeliver */
-__attribute__((import_module("tinybroker"), import_name("v1_event_group"))) int32_t tb_event_group(char *buf, uint32_t cap); /* ack, redeliver */
-__attribute__((import_module("tinybroker"), import_name("v1_event_attempt"))) int32_t tb_event_attempt(void); /* ack, redeliver */
-__attribute__((import_module("tinybroker"), import_name("v1_event_in_flight_ns"))) int64_t tb_event_in_flight_ns(void); /* ack */
-__attribute__((import_module("tinybroker"), import_name("v1_event_reason"))) int32_t tb_event_reason(char *buf, uint32_t cap); /* redeliver */
+TB_IMPORT(v1_event_subscription) int32_t tb_event_subscription(char *buf, uint32_t cap); /* ack, redeliver */
+TB_IMPORT(v1_event_group) int32_t tb_event_group(char *buf, uint32_t cap); /* ack, redeliver */
+TB_IMPORT(v1_event_attempt) int32_t tb_event_attempt(void); /* ack, redeliver */
+TB_IMPORT(v1_event_in_flight_ns) int64_t tb_event_in_flight_ns(void); /* ack */
+TB_IMPORT(v1_event_reason) int32_t tb_event_reason(char *buf, uint32_t cap); /* redeliver */
 /* Emitting messages. */
-__attribute__((import_module("tinybroker"), import_name("v1_emit"))) int32_t tb_emit(const char *topic, uint32_t topic_len, const char *payload, uint32_t payload_len);
-__attribute__((import_module("tinybroker"), import_name("v1_emit_header"))) int32_t tb_emit_header(int32_t handle, const char *key, uint32_t key_len, const char *val, uint32_t val_len);
+TB_IMPORT(v1_emit) int32_t tb_emit(const char *topic, uint32_t topic_len, const char *payload, uint32_t payload_len);
+TB_IMPORT(v1_emit_header) int32_t tb_emit_header(int32_t handle, const char *key, uint32_t key_len, const char *val, uint32_t val_len);
 /* END ABI */
 
 /* TB_STR("literal") expands to the literal and its length, for the functions above. */

@@ -42,27 +42,32 @@ func main() {
 			}
 		}
 	}
-	block := func(path, begin, end, content string) {
+	// blocks fills a file's generated blocks, each {begin, end, content}: one read, one write.
+	blocks := func(path string, bs ...[3]string) {
 		b, err := os.ReadFile(path)
 		if err != nil {
 			fail(err)
 		}
-		out, err := replaceBlock(b, begin, end, content)
-		if err != nil {
-			fail(fmt.Errorf("%s: %w", path, err))
+		for _, bl := range bs {
+			if b, err = replaceBlock(b, bl[0], bl[1], bl[2]); err != nil {
+				fail(fmt.Errorf("%s: %w", path, err))
+			}
 		}
-		write(path, out)
+		write(path, b)
 	}
 
-	block("sdk/c/tinybroker.h", "/* BEGIN ABI: "+generated+" */", "/* END ABI */", cDecls())
-	block("sdk/rust/src/sys.rs", "// BEGIN ABI: "+generated, "// END ABI", rustDecls())
-	block("sdk/zig/tinybroker.zig", "// BEGIN ABI: "+generated, "// END ABI", zigDecls())
-	block("sdk/assemblyscript/index.ts", "// BEGIN ABI: "+generated, "// END ABI", asDecls())
+	blocks("sdk/c/tinybroker.h", [3]string{"/* BEGIN ABI: " + generated + " */", "/* END ABI */", cDecls()})
+	blocks("sdk/rust/src/sys.rs", [3]string{"// BEGIN ABI: " + generated, "// END ABI", rustDecls()})
+	blocks("sdk/zig/tinybroker.zig", [3]string{"// BEGIN ABI: " + generated, "// END ABI", zigDecls()})
+	blocks("sdk/assemblyscript/index.ts", [3]string{"// BEGIN ABI: " + generated, "// END ABI", asDecls()})
+	var doc [][3]string
 	for _, sec := range []string{abi.GroupEverywhere, abi.GroupMessage, abi.GroupEvent, abi.GroupEmit} {
-		block("docs/ABI.md", "<!-- BEGIN ABI host functions: "+sec+" ("+generated+") -->", "<!-- END ABI -->", docHostTable(sec))
+		doc = append(doc, [3]string{"<!-- BEGIN ABI host functions: " + sec + " (" + generated + ") -->", "<!-- END ABI -->", docHostTable(sec)})
 	}
-	block("docs/ABI.md", "<!-- BEGIN ABI exports ("+generated+") -->", "<!-- END ABI -->", docExports())
-	block("docs/ABI.md", "<!-- BEGIN ABI constants ("+generated+") -->", "<!-- END ABI -->", docConsts())
+	doc = append(doc,
+		[3]string{"<!-- BEGIN ABI exports (" + generated + ") -->", "<!-- END ABI -->", docExports()},
+		[3]string{"<!-- BEGIN ABI constants (" + generated + ") -->", "<!-- END ABI -->", docConsts()})
+	blocks("docs/ABI.md", doc...)
 
 	wats, err := watFiles()
 	if err != nil {
@@ -123,8 +128,26 @@ func replaceBlock(b []byte, begin, end, content string) ([]byte, error) {
 	return []byte(s[:i] + content + s[j:]), nil
 }
 
-// cName is a host function's C name: tb_ and its name without the version.
+// bare is a host function's name without the version: C's tb_<bare>, Rust's sys::<bare>.
 func bare(f abi.Func) string { return strings.TrimPrefix(f.Name, "v1_") }
+
+// params renders f's parameters as a language spells them: each name (through rename, if
+// any) and its type, joined by sep ("name type", "name: type"), or after it with typeFirst.
+func params(f abi.Func, types map[abi.Kind]string, sep string, typeFirst bool, rename func(string) string) string {
+	var ps []string
+	for _, p := range f.Params {
+		name := p.Name
+		if rename != nil {
+			name = rename(name)
+		}
+		if typeFirst {
+			ps = append(ps, types[p.Kind]+name)
+		} else {
+			ps = append(ps, name+sep+types[p.Kind])
+		}
+	}
+	return strings.Join(ps, ", ")
+}
 
 func cDecls() string {
 	var b strings.Builder
@@ -139,16 +162,12 @@ func cDecls() string {
 			group = f.Group
 			fmt.Fprintf(&b, "/* %s. */\n", group)
 		}
-		var ps []string
-		for _, p := range f.Params {
-			ps = append(ps, cType(p.Kind)+p.Name)
-		}
-		if len(ps) == 0 {
-			ps = []string{"void"}
+		ps := params(f, cTypes, "", true, nil)
+		if ps == "" {
+			ps = "void"
 		}
 		res := map[abi.Kind]string{abi.None: "void", abi.I32: "int32_t", abi.I64: "int64_t"}[f.Result]
-		fmt.Fprintf(&b, "__attribute__((import_module(\"%s\"), import_name(\"%s\"))) %s tb_%s(%s);%s\n",
-			abi.HostModule, f.Name, res, bare(f), strings.Join(ps, ", "), hooksNote(f, " /* ", " */"))
+		fmt.Fprintf(&b, "TB_IMPORT(%s) %s tb_%s(%s);%s\n", f.Name, res, bare(f), ps, hooksNote(f, " /* ", " */"))
 	}
 	return b.String()
 }
@@ -163,19 +182,8 @@ func cInt(v int64) string {
 	return fmt.Sprint(v)
 }
 
-func cType(k abi.Kind) string {
-	switch k {
-	case abi.In:
-		return "const char *"
-	case abi.Out:
-		return "char *"
-	case abi.Len:
-		return "uint32_t "
-	case abi.I64:
-		return "int64_t "
-	}
-	return "int32_t "
-}
+// cTypes are C's parameter types, each followed by what comes before the name.
+var cTypes = map[abi.Kind]string{abi.In: "const char *", abi.Out: "char *", abi.Len: "uint32_t ", abi.I32: "int32_t ", abi.I64: "int64_t "}
 
 func hooksNote(f abi.Func, open, close string) string {
 	if f.Hooks == "" || f.Hooks == "all" {
@@ -188,12 +196,9 @@ func rustDecls() string {
 	var b strings.Builder
 	b.WriteString("imports! {\n")
 	for _, f := range abi.HostFuncs {
-		var ps []string
-		for _, p := range f.Params {
-			ps = append(ps, p.Name+": "+map[abi.Kind]string{abi.In: "*const u8", abi.Out: "*mut u8", abi.Len: "usize", abi.I32: "i32", abi.I64: "i64"}[p.Kind])
-		}
+		ps := params(f, map[abi.Kind]string{abi.In: "*const u8", abi.Out: "*mut u8", abi.Len: "usize", abi.I32: "i32", abi.I64: "i64"}, ": ", false, nil)
 		res := map[abi.Kind]string{abi.None: "", abi.I32: " -> i32", abi.I64: " -> i64"}[f.Result]
-		fmt.Fprintf(&b, "    fn %s = %q (%s)%s;\n", bare(f), f.Name, strings.Join(ps, ", "), res)
+		fmt.Fprintf(&b, "    fn %s = %q (%s)%s;\n", bare(f), f.Name, ps, res)
 	}
 	b.WriteString("}\n\n/// The numbers of the ABI (docs/ABI.md).\n#[allow(dead_code)]\npub mod consts {\n")
 	for _, c := range abi.Consts {
@@ -214,12 +219,9 @@ func zigDecls() string {
 	var b strings.Builder
 	b.WriteString("const host = struct {\n")
 	for _, f := range abi.HostFuncs {
-		var ps []string
-		for _, p := range f.Params {
-			ps = append(ps, p.Name+": "+map[abi.Kind]string{abi.In: "[*]const u8", abi.Out: "[*]u8", abi.Len: "usize", abi.I32: "i32", abi.I64: "i64"}[p.Kind])
-		}
+		ps := params(f, map[abi.Kind]string{abi.In: "[*]const u8", abi.Out: "[*]u8", abi.Len: "usize", abi.I32: "i32", abi.I64: "i64"}, ": ", false, nil)
 		res := map[abi.Kind]string{abi.None: "void", abi.I32: "i32", abi.I64: "i64"}[f.Result]
-		fmt.Fprintf(&b, "    extern %q fn %s(%s) %s;\n", abi.HostModule, f.Name, strings.Join(ps, ", "), res)
+		fmt.Fprintf(&b, "    extern %q fn %s(%s) %s;\n", abi.HostModule, f.Name, ps, res)
 	}
 	b.WriteString("};\n\n/// The numbers of the ABI (docs/ABI.md).\npub const abi = struct {\n")
 	for _, c := range abi.Consts { // comptime_int: each use gives it its type
@@ -232,12 +234,9 @@ func zigDecls() string {
 func asDecls() string {
 	var b strings.Builder
 	for _, f := range abi.HostFuncs {
-		var ps []string
-		for _, p := range f.Params {
-			ps = append(ps, camel(p.Name)+": "+map[abi.Kind]string{abi.In: "usize", abi.Out: "usize", abi.Len: "usize", abi.I32: "i32", abi.I64: "i64"}[p.Kind])
-		}
+		ps := params(f, map[abi.Kind]string{abi.In: "usize", abi.Out: "usize", abi.Len: "usize", abi.I32: "i32", abi.I64: "i64"}, ": ", false, camel)
 		res := map[abi.Kind]string{abi.None: "void", abi.I32: "i32", abi.I64: "i64"}[f.Result]
-		fmt.Fprintf(&b, "// @ts-ignore: decorator\n@external(%q, %q) declare function %s(%s): %s;\n", abi.HostModule, f.Name, f.Name, strings.Join(ps, ", "), res)
+		fmt.Fprintf(&b, "// @ts-ignore: decorator\n@external(%q, %q) declare function %s(%s): %s;\n", abi.HostModule, f.Name, f.Name, ps, res)
 	}
 	b.WriteString("\n// The numbers of the ABI (docs/ABI.md).\n")
 	for _, c := range abi.Consts {
