@@ -257,21 +257,11 @@ func camel(s string) string {
 	return strings.Join(parts, "")
 }
 
-func wasmSig(f abi.Func, named bool) string {
-	var ps []string
-	for _, p := range f.Params {
-		t := "i32"
-		if p.Kind == abi.I64 {
-			t = "i64"
-		}
-		if named {
-			ps = append(ps, p.Name+" "+t)
-		} else {
-			ps = append(ps, t)
-		}
-	}
+// wasmSig is f's signature as docs/ABI.md shows it: "(level i32, ptr i32, len i32) -> ()".
+func wasmSig(f abi.Func) string {
+	types := map[abi.Kind]string{abi.In: "i32", abi.Out: "i32", abi.Len: "i32", abi.I32: "i32", abi.I64: "i64"}
 	res := map[abi.Kind]string{abi.None: "()", abi.I32: "i32", abi.I64: "i64"}[f.Result]
-	return "(" + strings.Join(ps, ", ") + ") -> " + res
+	return "(" + params(f, types, " ", false, nil) + ") -> " + res
 }
 
 func docHostTable(group string) string {
@@ -285,7 +275,7 @@ func docHostTable(group string) string {
 		if hooks == "" {
 			hooks = "all"
 		}
-		fmt.Fprintf(&b, "| `%s` | `%s` | %s | %s |\n", f.Name, wasmSig(f, true), hooks, f.Doc)
+		fmt.Fprintf(&b, "| `%s` | `%s` | %s | %s |\n", f.Name, wasmSig(f), hooks, f.Doc)
 	}
 	return b.String()
 }
@@ -298,7 +288,7 @@ func docExports() string {
 		if e.Old != "" {
 			old = "`" + e.Old + "`"
 		}
-		fmt.Fprintf(&b, "| `%s` | `%s` | %s | %s |\n", e.Name, wasmSig(e.Func, true), old, e.Doc)
+		fmt.Fprintf(&b, "| `%s` | `%s` | %s | %s |\n", e.Name, wasmSig(e.Func), old, e.Doc)
 	}
 	return b.String()
 }
