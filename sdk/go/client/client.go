@@ -25,6 +25,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"time"
@@ -36,6 +37,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/resolver/manual"
 	"google.golang.org/grpc/status"
 
 	"github.com/tinybroker/tinybroker/internal/grpcbuf"
@@ -117,6 +120,13 @@ type closer interface{ Close() error }
 // Dial returns a Client for the broker at addr ("host:port"), without TLS unless WithTLS. It does not wait
 // for the connection: the first call connects, and fails with codes.Unavailable if no broker
 // listens there.
+//
+// addr may list several nodes of a cluster, separated by commas ("a:7878,b:7878,c:7878"), as
+// NATS clients take them. The client connects to the first that answers, in the order given,
+// and when that connection breaks it connects to the next node that answers: unary calls
+// made meanwhile fail with codes.Unavailable, and subscriptions re-open on the new node
+// (with the backoff of WithReconnectBackoff). Under WithTLS each node's certificate is
+// checked against its own host name, unless the tls.Config sets ServerName.
 func Dial(addr string, opts ...Option) (*Client, error) {
 	cfg := config{keepaliveTime: 20 * time.Second, keepaliveTimeout: 10 * time.Second,
 		backoffMin: 50 * time.Millisecond, backoffMax: 5 * time.Second}
@@ -144,11 +154,45 @@ func Dial(addr string, opts ...Option) (*Client, error) {
 		grpc.WithInitialWindowSize(grpcbuf.StreamWindow), grpc.WithInitialConnWindowSize(grpcbuf.ConnWindow),
 		grpc.WithConnectParams(grpc.ConnectParams{Backoff: bo, MinConnectTimeout: 5 * time.Second})),
 		cfg.dialOpts...)
-	conn, err := grpc.NewClient(addr, dialOpts...)
+	target, resolverOpt, err := targetOf(addr)
+	if err != nil {
+		return nil, err
+	}
+	if resolverOpt != nil {
+		dialOpts = append([]grpc.DialOption{resolverOpt}, dialOpts...)
+	}
+	conn, err := grpc.NewClient(target, dialOpts...)
 	if err != nil {
 		return nil, fmt.Errorf("tinybroker: dial %q: %w", addr, err)
 	}
 	return &Client{addr: addr, cfg: cfg, conn: conn, api: pb.NewBrokerClient(conn), closers: make(map[closer]struct{})}, nil
+}
+
+// targetOf turns Dial's address into a gRPC target: one address as it is; a comma list into
+// a resolver of this client's own that gives the nodes in order, for gRPC's pick_first
+// policy (the first node that answers; the next one when its connection breaks).
+func targetOf(addr string) (string, grpc.DialOption, error) {
+	if !strings.Contains(addr, ",") {
+		return addr, nil, nil
+	}
+	var state resolver.State
+	for a := range strings.SplitSeq(addr, ",") {
+		a = strings.TrimSpace(a)
+		if a == "" {
+			continue
+		}
+		host, _, err := net.SplitHostPort(a)
+		if err != nil {
+			return "", nil, fmt.Errorf("tinybroker: dial %q: node %q: %v (want host:port, commas between nodes)", addr, a, err)
+		}
+		state.Addresses = append(state.Addresses, resolver.Address{Addr: a, ServerName: host})
+	}
+	if len(state.Addresses) == 0 {
+		return "", nil, fmt.Errorf("tinybroker: dial %q: no address (want host:port, commas between nodes)", addr)
+	}
+	r := manual.NewBuilderWithScheme("tinybroker-nodes")
+	r.InitialState(state)
+	return r.Scheme() + ":///nodes", grpc.WithResolvers(r), nil
 }
 
 // Addr returns the address the client was dialed with.

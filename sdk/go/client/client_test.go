@@ -640,3 +640,46 @@ func TestPublisherHeaderHeavyFrames(t *testing.T) {
 		t.Fatalf("%d confirmed, %d failed; want %d confirmed", confirmed.Load(), failed.Load(), n)
 	}
 }
+
+// TestFailover dials two brokers as one cluster: the client uses the first, and when it
+// stops, publishes and subscriptions go on through the second.
+func TestFailover(t *testing.T) {
+	a := servertest.Start(t, servertest.Options{})
+	b := servertest.Start(t, servertest.Options{})
+	c := dial(t, a.Addr+", "+b.Addr)
+	var got recorder[string]
+	subscribe(t, c, client.SubscribeOptions{ID: "watcher", Patterns: []string{"f.*"}}, payloadsTo(&got))
+	if res, err := c.Publish(context.Background(), "f.1", []byte("on a"), nil); err != nil || res.Routed != 1 {
+		t.Fatalf("Publish before the failover = %+v, %v, want routed to the subscription", res, err)
+	}
+	if pa, pb := a.Engine.Stats().Published, b.Engine.Stats().Published; pa != 1 || pb != 0 {
+		t.Fatalf("published on a, b = %d, %d, want 1, 0: the first node listed is used first", pa, pb)
+	}
+
+	a.Stop()
+	brokertest.Eventually(t, "the subscription re-opened on b", func() bool {
+		res, err := c.Publish(context.Background(), "f.2", []byte("on b"), nil)
+		return err == nil && res.Routed == 1
+	})
+	brokertest.Eventually(t, "the message published through b", func() bool {
+		l := got.all()
+		return l[len(l)-1] == "on b"
+	})
+	if pb := b.Engine.Stats().Published; pb == 0 {
+		t.Fatal("nothing published on b after a stopped")
+	}
+}
+
+func TestDialAddressList(t *testing.T) {
+	for _, addr := range []string{",", " , ", "127.0.0.1:1,nohost", "127.0.0.1:1,,[::1"} {
+		c, err := client.Dial(addr)
+		if err == nil {
+			c.Close()
+			t.Errorf("Dial(%q) = nil error, want one saying what is wrong", addr)
+			continue
+		}
+		if !strings.Contains(err.Error(), "host:port") {
+			t.Errorf("Dial(%q) = %v, want it to say the form host:port", addr, err)
+		}
+	}
+}
