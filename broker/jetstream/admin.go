@@ -172,6 +172,9 @@ func (e *Engine) refreshGroups() (map[string]*jetstream.ConsumerInfo, error) {
 func (g *group) stats(ci *jetstream.ConsumerInfo) broker.GroupStats {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if ci != nil {
+		g.pruneWaitingLocked(ci)
+	}
 	st := broker.GroupStats{ID: g.id, Group: g.name, Patterns: g.patterns, Members: len(g.members),
 		Delivered: g.delivered, Acked: g.acked, Redelivered: g.redelivered, DeadLettered: g.deadLettered, Dropped: g.dropped,
 		Declared: g.declared, Nacked: g.nacked, TimedOut: g.timedOut, LeftBehind: g.leftBehind, Bytes: g.bytes, Rejected: g.rejected,

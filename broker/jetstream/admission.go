@@ -146,9 +146,24 @@ func (g *group) counted(ci *jetstream.ConsumerInfo) {
 	defer g.mu.Unlock()
 	g.refreshed = time.Now()
 	g.queued = max(0, int(ci.NumPending)-g.skipped)
+	g.pruneWaitingLocked(ci)
 	if ci.NumPending == 0 && ci.NumAckPending == 0 { // holds nothing: no drift left either
 		g.quota.AddBytes(-g.bytes)
 		g.bytes = 0
+	}
+}
+
+// pruneWaitingLocked forgets the messages this node took back that have since been acked,
+// as ci's ack floor shows: in a cluster, JetStream may redeliver one to a member on another
+// node, and this node would otherwise count it as waiting for ever (queued in its stats, and
+// against max_queued). g.mu must be held.
+func (g *group) pruneWaitingLocked(ci *jetstream.ConsumerInfo) {
+	floor := ci.AckFloor.Stream
+	for seq := range g.waiting {
+		if seq <= floor {
+			delete(g.waiting, seq)
+			delete(g.delayed, seq)
+		}
 	}
 }
 

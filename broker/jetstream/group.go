@@ -109,6 +109,9 @@ type member struct {
 	reqSeq    uint64
 	remaining int
 	left      bool
+	// inboxClosed: the inbox of a member that has left is unsubscribed (closeInbox). It
+	// stays open while a pull request of the member's may still bring messages.
+	inboxClosed bool
 	// One timer per member takes back what it holds past its deadline (sweep): a timer per
 	// delivery was a third of a delivery's CPU in the engine (W2 profile). timerAt is when
 	// it fires (zero: not armed).

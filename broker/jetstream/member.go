@@ -46,12 +46,54 @@ func (g *group) pumpLocked(m *member) {
 	// A request JetStream lost (a leader change, a restart) ends here at the latest.
 	time.AfterFunc(expires+2*time.Second, func() {
 		g.mu.Lock()
-		defer g.mu.Unlock()
+		closeInbox := false
 		if m.reqID == rid {
 			m.reqID = 0
 			g.pumpLocked(m)
+			closeInbox = m.inboxDoneLocked()
+		}
+		g.mu.Unlock()
+		if closeInbox {
+			m.closeInbox()
 		}
 	})
+}
+
+// inboxDoneLocked says whether the inbox of m, a member that has left, may go now: when no
+// pull request of m's is open. Until then JetStream may still send it messages, which onMsg
+// passes on: a clustered consumer replicates a delivery before it sends it, so a message
+// sent to an inbox that had just gone would be lost to the group until the consumer's
+// AckWait (issue 25, finding 1). One node alone replicates nothing, and its inbox goes at
+// once: what the server sent before is drained. It returns true once; the caller then
+// calls closeInbox without g.mu. g.mu must be held.
+func (m *member) inboxDoneLocked() bool {
+	if !m.left || m.reqID != 0 && !m.g.e.solo || m.inboxClosed {
+		return false
+	}
+	m.inboxClosed = true
+	return true
+}
+
+// closeInbox unsubscribes m's inbox, after what the server has already sent it.
+func (m *member) closeInbox() {
+	if err := m.sub.Drain(); err != nil {
+		_ = m.sub.Unsubscribe()
+	}
+}
+
+// takerLocked returns a member on this node with room for one more message beyond what its
+// open pull request may still bring, or nil. g.mu must be held.
+func (g *group) takerLocked() *member {
+	for _, t := range g.members {
+		pending := 0
+		if t.reqID != 0 {
+			pending = t.remaining
+		}
+		if t.maxInFlight-len(t.held)-pending > 0 {
+			return t
+		}
+	}
+	return nil
 }
 
 func (g *group) pumpAllLocked() {
@@ -78,7 +120,11 @@ func (m *member) onMsg(msg *nats.Msg) {
 		if !deleted {
 			g.pumpLocked(m)
 		}
+		closeInbox := m.inboxDoneLocked()
 		g.mu.Unlock()
+		if closeInbox {
+			m.closeInbox()
+		}
 		if deleted {
 			e.wg.Go(func() { e.forgetGroup(g.id, g) })
 		}
@@ -94,6 +140,10 @@ func (m *member) onMsg(msg *nats.Msg) {
 			m.reqID = 0
 		}
 	}
+	// A member that has left: its inbox goes once this was its request's last message.
+	if owner := m; m.inboxDoneLocked() {
+		defer owner.closeInbox() // every path below lets go of g.mu first
+	}
 	if skips(msg, g) { // stored while the group was full: it refused it
 		if info.delivered == 1 && g.skipped > 0 {
 			g.skipped--
@@ -103,13 +153,20 @@ func (m *member) onMsg(msg *nats.Msg) {
 		_ = e.nc.Publish(msg.Reply, []byte("+TERM"))
 		return
 	}
+	if m.left && !g.draining && !g.removed {
+		// The open pull request of a member that has left (leave keeps its inbox until the
+		// request ends): a member on this node with room takes the message as it is, the
+		// way JetStream would have sent it.
+		if t := g.takerLocked(); t != nil {
+			m = t
+		}
+	}
 	if m.left || g.draining || g.removed {
 		if m.left && !g.draining && !g.removed {
-			// A pull request of a member that has left, answered before JetStream saw its
-			// inbox go: the message goes back and waits here for JetStream to redeliver it,
-			// as what a leaving member held does (leave). Counted as waiting, not queued:
-			// JetStream no longer counts it as pending, and a refresh of the count would
-			// otherwise lose it and let the group take one message past its bound.
+			// Otherwise the message goes back and waits here for JetStream to redeliver it
+			// at once, as what a leaving member held does (leave). Counted as waiting, not
+			// queued: JetStream no longer counts it as pending, and a refresh of the count
+			// would otherwise lose it and let the group take one message past its bound.
 			if info.delivered == 1 && g.queued > 0 {
 				g.queued--
 			}
@@ -308,9 +365,9 @@ func (m *member) stopTimerLocked() {
 	m.timerAt = time.Time{}
 }
 
-// leave removes m: its inbox is drained first (what JetStream still sends it is given
-// back), then what it held goes back to JetStream at once, oldest first, for the other
-// members.
+// leave removes m: what it held goes back to JetStream at once, oldest first, for the other
+// members. Its inbox stays until its open pull request ends (inboxDoneLocked): what
+// JetStream still sends it goes to a member on this node with room, or back to JetStream.
 func (g *group) leave(m *member) {
 	g.mu.Lock()
 	if grouping.Leave(&g.members, m) < 0 {
@@ -331,9 +388,10 @@ func (g *group) leave(m *member) {
 		g.waiting[seq] = h.msg
 		items = append(items, takeItem{h: h, reason: deadletter.ReasonMemberLeft, delay: atOnce})
 	}
+	closeInbox := m.inboxDoneLocked()
 	g.mu.Unlock()
-	if err := m.sub.Drain(); err != nil {
-		_ = m.sub.Unsubscribe()
+	if closeInbox {
+		m.closeInbox()
 	}
 	g.settle(items)
 }
