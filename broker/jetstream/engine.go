@@ -122,6 +122,7 @@ type Engine struct {
 	ids  idCodec
 	st   *stores // the stores sent to the stream and not yet acknowledged (store.go)
 	solo bool    // one embedded node: every delivery of the stream is held in this process
+	marks *marks // delivery marks that survive a crash, on an embedded file store (marks.go)
 	// local: the embedded server has no listener (clients, cluster, gateways), so only this
 	// process's connections reach it: fanout copies go straight to the local subscriptions
 	// instead of through NATS and back (see fanout).
@@ -255,6 +256,11 @@ func (e *Engine) connect() error {
 			}
 			e.srv = srv
 			e.solo = len(o.Embedded.Routes) == 0
+			if !o.MemoryStorage {
+				if e.marks, err = openMarks(o.Embedded.DataDir); err != nil {
+					return fmt.Errorf("delivery marks in %s: %w", o.Embedded.DataDir, err)
+				}
+			}
 		}
 		nc, err := nats.Connect("", append(nopts, nats.InProcessServer(srv))...)
 		if err != nil {
@@ -452,6 +458,9 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 			_ = e.nc.FlushTimeout(time.Second) // the acks and naks of the streams' ends
 		}
 		e.close()
+		if e.marks != nil {
+			e.marks.clear()
+		}
 	})
 	return err
 }

@@ -22,7 +22,12 @@ import (
 	"github.com/tinybroker/tinybroker/internal/testing/brokertest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if dir := os.Getenv(crashChildEnv); dir != "" {
+		crashChild(dir) // never returns: the parent kills it
+	}
+	goleak.VerifyTestMain(m)
+}
 
 func start(t *testing.T, o jetstream.Options) *jetstream.Engine {
 	t.Helper()

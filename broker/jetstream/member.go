@@ -182,7 +182,7 @@ func (m *member) onMsg(msg *nats.Msg) {
 		g.queued--
 	}
 	bm := e.decode(msg, info.sseq)
-	h := &held{msg: bm, reply: msg.Reply, info: info, attempt: info.delivered, sentAt: time.Now()}
+	h := &held{msg: bm, reply: msg.Reply, info: info, attempt: g.markLocked(info.sseq, info.delivered), sentAt: time.Now()}
 	if g.maxDeliveries > 0 && int(info.delivered) > g.maxDeliveries {
 		// JetStream redelivered it by itself (the node that held it went away) past
 		// max_deliveries: it is dead.
