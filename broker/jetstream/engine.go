@@ -114,15 +114,15 @@ var _ broker.Engine = (*Engine)(nil)
 // API or a hook, except Engine.mu while a consumer group is created or changed (so that
 // two members cannot create it twice).
 type Engine struct {
-	opts Options
-	log  hclog.Logger
-	srv  *natsserver.Server // the embedded server, if the engine started it
-	nc   *nats.Conn
-	js   jetstream.JetStream
-	ids  idCodec
-	st   *stores // the stores sent to the stream and not yet acknowledged (store.go)
-	solo bool    // one embedded node: every delivery of the stream is held in this process
-	marks *marks // delivery marks that survive a crash, on an embedded file store (marks.go)
+	opts  Options
+	log   hclog.Logger
+	srv   *natsserver.Server // the embedded server, if the engine started it
+	nc    *nats.Conn
+	js    jetstream.JetStream
+	ids   idCodec
+	st    *stores // the stores sent to the stream and not yet acknowledged (store.go)
+	solo  bool    // one embedded node: every delivery of the stream is held in this process
+	marks *marks  // delivery marks that survive a crash, on an embedded file store (marks.go)
 	// local: the embedded server has no listener (clients, cluster, gateways), so only this
 	// process's connections reach it: fanout copies go straight to the local subscriptions
 	// instead of through NATS and back (see fanout).

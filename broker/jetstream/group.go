@@ -58,9 +58,9 @@ type group struct {
 	// Delivery marks (marks.go): the mark the last run left, and how far this run's goes.
 	markRead           bool
 	markPrev, markNext uint64
-	quota         *broker.Quota
-	own           broker.GroupLimits // as declared (zero: the engine's defaults)
-	limits        broker.GroupLimits // in force: own, then the engine's defaults
+	quota              *broker.Quota
+	own                broker.GroupLimits // as declared (zero: the engine's defaults)
+	limits             broker.GroupLimits // in force: own, then the engine's defaults
 
 	mu        lockrank.Mutex[lockrank.JetStreamGroup]
 	members   []*member
