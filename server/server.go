@@ -171,9 +171,39 @@ func New(b broker.Engine, maxMessageBytes int, opts Options) *Server {
 	adminpb.RegisterAdminServer(s.grpc, &adminServer{s: s})
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)
-	s.health.SetServingStatus(pb.Broker_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
-	s.health.SetServingStatus(adminpb.Admin_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	s.setHealth()
+	s.wg.Go(s.watchReady)
 	return s
+}
+
+// readyEvery is how often the health service asks the engine whether it serves.
+const readyEvery = time.Second
+
+// setHealth sets the health service's status from the engine's readiness: SERVING, or
+// NOT_SERVING while the engine cannot serve (a JetStream engine that cannot reach its NATS
+// server or its cluster), the state the HTTP listener's /readyz reports too.
+func (s *Server) setHealth() {
+	st := healthpb.HealthCheckResponse_SERVING
+	if s.b.Ready() != nil {
+		st = healthpb.HealthCheckResponse_NOT_SERVING
+	}
+	s.health.SetServingStatus("", st)
+	s.health.SetServingStatus(pb.Broker_ServiceDesc.ServiceName, st)
+	s.health.SetServingStatus(adminpb.Admin_ServiceDesc.ServiceName, st)
+}
+
+// watchReady keeps the health service's status up to date until Shutdown.
+func (s *Server) watchReady() {
+	t := time.NewTicker(readyEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.quit:
+			return
+		case <-t.C:
+			s.setHealth()
+		}
+	}
 }
 
 // ReceiveLimit is the largest client frame the server accepts by default: a message at both

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -114,23 +115,39 @@ func newEngine(cfg config.Config, configPath string, log hclog.Logger) (broker.E
 		if err != nil {
 			return nil, fmt.Errorf("%s: engine \"jetstream\": %w", cfgName(configPath), err)
 		}
+		log.Info("engine", "kind", "jetstream", "url", opts.URL, "data_dir", opts.Embedded.DataDir, "cluster", opts.Embedded.ClusterListen, "replicas", opts.Replicas)
 		e, err := jetstream.New(opts)
+		if err != nil && errors.Is(err, broker.ErrUnavailable) && len(opts.Embedded.Routes) > 0 {
+			// A node of a cluster that cannot be reached yet (its meta leader is being
+			// elected, another node is down) waits for it, answering NOT_SERVING meanwhile.
+			log.Warn("the cluster cannot be reached yet: serving NOT_SERVING and retrying", "error", err)
+			start := func() (broker.Engine, error) { return jetstream.New(opts) }
+			declare := func(b broker.Engine) error { return declareGroups(b, cfg, configPath) }
+			return newStartingEngine(err, start, declare, log.Named("engine")), nil
+		}
 		if err != nil {
 			return nil, fmt.Errorf("%s: engine \"jetstream\": %w", cfgName(configPath), err)
 		}
-		log.Info("engine", "kind", "jetstream", "url", opts.URL, "data_dir", opts.Embedded.DataDir, "cluster", opts.Embedded.ClusterListen, "replicas", opts.Replicas)
 		b = e
 	default:
 		cfg.Broker.Logger = log.Named("broker")
 		b = memory.New(cfg.Broker)
 	}
-	for _, g := range cfg.Groups {
-		if err := b.Declare(g); err != nil {
-			_ = b.Shutdown(context.Background())
-			return nil, fmt.Errorf("%s: group %q: %w", cfgName(configPath), g.Name, err)
-		}
+	if err := declareGroups(b, cfg, configPath); err != nil {
+		_ = b.Shutdown(context.Background())
+		return nil, err
 	}
 	return b, nil
+}
+
+// declareGroups declares the configuration's groups on b.
+func declareGroups(b broker.Engine, cfg config.Config, configPath string) error {
+	for _, g := range cfg.Groups {
+		if err := b.Declare(g); err != nil {
+			return fmt.Errorf("%s: group %q: %w", cfgName(configPath), g.Name, err)
+		}
+	}
+	return nil
 }
 
 // newAuth checks that the broker is not exposed without users and builds its authenticator.
