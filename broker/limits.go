@@ -31,6 +31,14 @@ type Limits struct {
 	MaxPatternsPerSubscription int // topic_patterns of one subscription
 	MaxGroups                  int // consumer groups in all
 
+	// Idempotent publishing (Draft.ID): a message id is remembered for DedupeWindow after
+	// its first publish (2m, as JetStream's duplicate window), in a table of at most
+	// DedupeMaxBytes (the engine's default: 64 MiB, or less on a small memory budget);
+	// past it the oldest ids are forgotten early, never a publish refused. See RATIONALE.md,
+	// "Why does the broker deduplicate message ids itself?".
+	DedupeWindow   time.Duration
+	DedupeMaxBytes int64
+
 	// What a consumer group has when it does not set its own (the configuration's
 	// groups { ... }), for every engine: the configuration hands one Limits to whichever
 	// engine runs. Zero values take the engine's defaults (WithGroupDefaults: the memory
@@ -107,6 +115,12 @@ func (l Limits) WithDefaults() Limits {
 	def(&l.MaxDeliveriesCap, 1_000)
 	if l.AckDeadline <= 0 {
 		l.AckDeadline = 30 * time.Second
+	}
+	if l.DedupeWindow <= 0 {
+		l.DedupeWindow = 2 * time.Minute
+	}
+	if l.DedupeMaxBytes <= 0 {
+		l.DedupeMaxBytes = 64 << 20
 	}
 	return l
 }

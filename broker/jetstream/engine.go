@@ -146,6 +146,7 @@ type Engine struct {
 
 	hooks                                     publishing.HookSlot
 	gate                                      publishing.Gate // the steps of a publish every engine shares
+	dedupe                                    *publishing.Dedupe
 	published, unrouted, hookDropped, refused atomic.Uint64
 	streamSeq                                 atomic.Uint64
 	fanoutDelivered                           atomic.Uint64
@@ -184,7 +185,8 @@ func New(opts Options) (*Engine, error) {
 		fanCh: make(chan *nats.Msg, 1<<16), stop: make(chan struct{}),
 		fanouts: make(map[string]*Subscription), patSubs: make(map[string]*patSub),
 		groups: make(map[string]*group), groupNames: make(map[string]string), streams: make(map[uint64]*Stream)}
-	e.gate = publishing.Gate{Limits: &e.opts.Limits, Hooks: &e.hooks, Closing: &e.closing}
+	e.dedupe = publishing.NewDedupe(opts.DedupeWindow, opts.DedupeMaxBytes, nil, e.dedupeEvicted)
+	e.gate = publishing.Gate{Limits: &e.opts.Limits, Hooks: &e.hooks, Closing: &e.closing, Dedupe: e.dedupe}
 	if err := e.connect(); err != nil {
 		e.close()
 		return nil, err

@@ -42,6 +42,7 @@ type Gate struct {
 	Limits  *broker.Limits
 	Hooks   *HookSlot
 	Closing *atomic.Bool // set when the engine no longer accepts publishes
+	Dedupe  *Dedupe      // the message ids published (nil: ids are ignored)
 }
 
 // Msg is a message through the gate: to route, or, with Drop set, dropped by a plugin's
@@ -135,20 +136,40 @@ type Batch struct {
 	errs     []error
 	at       []int // index in the frame of drafts[i]
 	emitted  []broker.Draft
+
+	dedupe *Dedupe
+	own    []idAt // the ids this frame publishes first
+	dups   []idAt // the ids of this frame published already, or being published
+}
+
+// idAt is the dedupe entry of message i of a frame.
+type idAt struct {
+	i int
+	e *idEntry
 }
 
 var batches = sync.Pool{New: func() any { return new(Batch) }}
 
 // Batch passes a frame through the gate, as One would message by message, writing why a
 // message may not be routed to errs[i] (len(errs) == len(frame)); the hooks see the whole
-// frame in one OnPublishBatch call. The engine routes b.Msgs, then b.Emitted(), then calls
-// b.Release.
+// frame in one OnPublishBatch call. A message whose ID was published already (or is being
+// published) goes neither to the hooks nor into b.Msgs: Settle answers it. The engine routes
+// b.Msgs, calls b.Settle, routes b.Emitted(), then calls b.Release.
 func (g *Gate) Batch(frame []broker.Draft, errs []error) *Batch {
 	b := batches.Get().(*Batch)
+	b.dedupe = g.Dedupe
 	h := g.Hooks.Load()
 	for i, m := range frame {
 		hb, err := g.admit(m.Topic, m.Payload, m.Headers)
 		errs[i] = err
+		if err == nil && m.ID != "" && b.dedupe != nil {
+			e, mine := b.dedupe.begin(m.ID)
+			if !mine {
+				b.dups = append(b.dups, idAt{i, e})
+				continue
+			}
+			b.own = append(b.own, idAt{i, e})
+		}
 		switch {
 		case err != nil:
 		case h == nil:
@@ -185,6 +206,20 @@ func (g *Gate) Batch(frame []broker.Draft, errs []error) *Batch {
 // Emitted returns what the hooks emitted over the frame, in order, for Gate.Emitted.
 func (b *Batch) Emitted() []broker.Draft { return b.emitted }
 
+// Settle records the outcome of the frame's messages with ids in the dedupe table, given
+// every message's result and error as the engine routed the frame (res[i], errs[i]), then
+// answers the frame's duplicates with their first publish's result, waiting for those still
+// under way elsewhere. It settles the frame's own ids first: a frame never waits for an id
+// it holds itself, and two frames never wait for each other.
+func (b *Batch) Settle(res []broker.PublishResult, errs []error) {
+	for _, x := range b.own {
+		b.dedupe.settle(x.e, res[x.i], errs[x.i])
+	}
+	for _, x := range b.dups {
+		res[x.i], errs[x.i] = duplicate(x.e)
+	}
+}
+
 // Release clears the batch (it holds messages) and returns it to the pool.
 func (b *Batch) Release() {
 	clear(b.Msgs)
@@ -192,7 +227,10 @@ func (b *Batch) Release() {
 	clear(b.verdicts)
 	clear(b.errs)
 	clear(b.emitted)
+	clear(b.own)
+	clear(b.dups)
 	b.Msgs, b.At, b.emitted = b.Msgs[:0], b.At[:0], b.emitted[:0]
+	b.own, b.dups, b.dedupe = b.own[:0], b.dups[:0], nil
 	b.drafts, b.verdicts, b.errs, b.at = b.drafts[:0], b.verdicts[:0], b.errs[:0], b.at[:0]
 	batches.Put(b)
 }
