@@ -22,7 +22,7 @@ func FuzzPublishFrame(f *testing.F) {
 	seed(f, &pb.PublishStreamRequest{})
 	seed(f, &pb.PublishStreamRequest{Sequence: 1, ErrorsOnly: true, Messages: []*pb.PublishRequest{{Topic: "a"}}})
 	seed(f, &pb.PublishStreamRequest{Sequence: 2, Messages: []*pb.PublishRequest{{Topic: "a", MessageId: "id-1"}, {Topic: "b", MessageId: "ü"}, {Topic: "c"}}})
-	f.Add([]byte{0x12, 0x03, 0x22, 0x01, 0xff}) // message_id not UTF-8
+	f.Add([]byte{0x12, 0x03, 0x22, 0x01, 0xff})             // message_id not UTF-8
 	f.Add([]byte{0x12, 0x03, 0x0a, 0x01, 0xff})             // topic not UTF-8
 	f.Add([]byte{0x12, 0x05, 0x1a, 0x03, 0x0a, 0x01, 0x80}) // header key not UTF-8
 	f.Add([]byte{0x08, 0x80})                               // truncated varint
