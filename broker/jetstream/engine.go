@@ -315,7 +315,8 @@ func (e *Engine) connect() error {
 func (e *Engine) ensureStream() error {
 	cfg := jetstream.StreamConfig{Name: e.opts.Stream, Subjects: []string{e.subjG + ">"}, Retention: jetstream.InterestPolicy,
 		Storage: jetstream.FileStorage, Replicas: e.opts.Replicas, Discard: jetstream.DiscardOld,
-		Metadata: map[string]string{metaIDKey: newIDSecret()}, Description: "tinybroker: messages of consumer groups not yet acked"}
+		Metadata: map[string]string{metaIDKey: newIDSecret()}, Description: "tinybroker: messages of consumer groups not yet acked",
+		Duplicates: e.opts.DedupeWindow} // message ids (Nats-Msg-Id) are remembered as long as the engine's own table does
 	if e.opts.MemoryStorage {
 		cfg.Storage = jetstream.MemoryStorage
 	}
@@ -327,9 +328,10 @@ func (e *Engine) ensureStream() error {
 	if err != nil {
 		return err
 	}
-	if c := s.CachedInfo().Config; max(c.MaxBytes, 0) != cfg.MaxBytes {
-		// The stream exists with another bound (JetStream's -1 is none): take the configured one.
-		c.MaxBytes, c.Discard = cfg.MaxBytes, cfg.Discard
+	if c := s.CachedInfo().Config; max(c.MaxBytes, 0) != cfg.MaxBytes || c.Duplicates != cfg.Duplicates {
+		// The stream exists with another bound (JetStream's -1 is none) or dedupe window:
+		// take the configured ones.
+		c.MaxBytes, c.Discard, c.Duplicates = cfg.MaxBytes, cfg.Discard, cfg.Duplicates
 		if c.MaxBytes == 0 {
 			c.MaxBytes = -1
 		}
@@ -337,7 +339,7 @@ func (e *Engine) ensureStream() error {
 		s, err = e.js.UpdateStream(uctx, c)
 		ucancel()
 		if err != nil {
-			return fmt.Errorf("%w: JetStream stream %s: setting max_bytes to %d: %v", broker.ErrUnavailable, cfg.Name, cfg.MaxBytes, err)
+			return fmt.Errorf("%w: JetStream stream %s: setting max_bytes to %d and the duplicate window to %v: %v", broker.ErrUnavailable, cfg.Name, cfg.MaxBytes, cfg.Duplicates, err)
 		}
 	}
 	if mem := s.CachedInfo().Config.Storage == jetstream.MemoryStorage; mem != e.opts.MemoryStorage {

@@ -52,7 +52,8 @@ type Msg struct {
 	Topic   string
 	Payload []byte
 	Headers broker.Headers
-	HB      int // the sum of the lengths of its header names and values
+	HB      int    // the sum of the lengths of its header names and values
+	ID      string // broker.Draft.ID: the JetStream engine stores it as Nats-Msg-Id
 
 	Drop                  bool
 	DroppedBy, DropReason string
@@ -173,7 +174,7 @@ func (g *Gate) Batch(frame []broker.Draft, errs []error) *Batch {
 		switch {
 		case err != nil:
 		case h == nil:
-			b.Msgs = append(b.Msgs, Msg{Topic: m.Topic, Payload: m.Payload, Headers: m.Headers, HB: hb})
+			b.Msgs = append(b.Msgs, Msg{Topic: m.Topic, Payload: m.Payload, Headers: m.Headers, HB: hb, ID: m.ID})
 			b.At = append(b.At, i)
 		default:
 			b.drafts = append(b.drafts, m)
@@ -197,6 +198,7 @@ func (g *Gate) Batch(frame []broker.Draft, errs []error) *Batch {
 			errs[b.at[j]] = err
 			continue
 		}
+		m.ID = frame[b.at[j]].ID
 		b.Msgs = append(b.Msgs, m)
 		b.At = append(b.At, b.at[j])
 	}
