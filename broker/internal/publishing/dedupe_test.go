@@ -1,0 +1,183 @@
+package publishing
+
+import (
+	"errors"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tinybroker/tinybroker/broker"
+)
+
+// dedupeEngine routes frames through a Gate with a Dedupe, as the engines do, counting
+// what it routes; a topic "fail" fails.
+type dedupeEngine struct {
+	gate    Gate
+	hooks   HookSlot
+	closing atomic.Bool
+	limits  broker.Limits
+	seq     atomic.Uint64
+	hold    chan struct{} // if not nil, routing waits on it
+}
+
+func newDedupeEngine(d *Dedupe) *dedupeEngine {
+	e := &dedupeEngine{limits: broker.Limits{}.WithDefaults()}
+	e.gate = Gate{Limits: &e.limits, Hooks: &e.hooks, Closing: &e.closing, Dedupe: d}
+	return e
+}
+
+func (e *dedupeEngine) publish(frame []broker.Draft) ([]broker.PublishResult, []error) {
+	res, errs := make([]broker.PublishResult, len(frame)), make([]error, len(frame))
+	b := e.gate.Batch(frame, errs)
+	defer b.Release()
+	if e.hold != nil {
+		<-e.hold
+	}
+	for j, m := range b.Msgs {
+		i := b.At[j]
+		if m.Topic == "fail" {
+			errs[i] = broker.ErrUnavailable
+			continue
+		}
+		seq := e.seq.Add(1)
+		res[i] = broker.PublishResult{Seq: seq, SystemID: strconv.FormatUint(seq, 10), Routed: 1}
+	}
+	b.Settle(res, errs)
+	return res, errs
+}
+
+func drafts(ids ...string) []broker.Draft {
+	ds := make([]broker.Draft, len(ids))
+	for i, id := range ids {
+		ds[i] = broker.Draft{Topic: "t", ID: id}
+	}
+	return ds
+}
+
+// Frames that share ids in opposite orders, published at once from many goroutines, never
+// wait for each other for good, and each id is published once: every answer for it carries
+// the same sequence.
+func TestDedupeCrossedFramesPublishOnce(t *testing.T) {
+	e := newDedupeEngine(NewDedupe(time.Minute, 1<<20, nil, nil))
+	var mu sync.Mutex
+	seqs := map[string]map[uint64]bool{}
+	var wg sync.WaitGroup
+	for g := range 16 {
+		wg.Go(func() {
+			for round := range 50 {
+				ids := []string{"k" + strconv.Itoa(round), "k" + strconv.Itoa(round+1), "k" + strconv.Itoa(round+2)}
+				if g%2 == 1 {
+					ids[0], ids[2] = ids[2], ids[0]
+				}
+				res, errs := e.publish(drafts(ids...))
+				mu.Lock()
+				for i, id := range ids {
+					if errs[i] != nil {
+						t.Errorf("id %s: %v", id, errs[i])
+					}
+					if seqs[id] == nil {
+						seqs[id] = map[uint64]bool{}
+					}
+					seqs[id][res[i].Seq] = true
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	for id, s := range seqs {
+		if len(s) != 1 {
+			t.Fatalf("id %s published %d times: %v", id, len(s), s)
+		}
+	}
+	if n := e.seq.Load(); n != 52 {
+		t.Fatalf("%d messages published, want 52 (k0..k51)", n)
+	}
+}
+
+// A duplicate that arrives while the first publish of its id is under way waits for it and
+// gets its result; if the first fails, the duplicate is told to retry (UNAVAILABLE), and the
+// retry publishes, as the id was forgotten.
+func TestDedupeWaitsForTheFirstPublish(t *testing.T) {
+	d := NewDedupe(time.Minute, 1<<20, nil, nil)
+	for _, fail := range []bool{false, true} {
+		e := newDedupeEngine(d)
+		e.hold = make(chan struct{})
+		topic := "t"
+		if fail {
+			topic = "fail"
+		}
+		first := make(chan error, 1)
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			_, errs := e.publish([]broker.Draft{{Topic: topic, ID: topic}})
+			first <- errs[0]
+		})
+		// The first is past the gate (its id entered) once it waits on hold.
+		for d.Stats().IDs == 0 {
+			time.Sleep(time.Millisecond)
+		}
+		e2 := newDedupeEngine(d)
+		var dupRes broker.PublishResult
+		var dupErr error
+		wg.Go(func() {
+			res, errs := e2.publish([]broker.Draft{{Topic: topic, ID: topic}})
+			dupRes, dupErr = res[0], errs[0]
+		})
+		close(e.hold)
+		wg.Wait()
+		ferr := <-first
+		if !fail {
+			if ferr != nil || dupErr != nil || !dupRes.Duplicate || dupRes.Seq != 1 {
+				t.Fatalf("first: %v; duplicate: %+v %v; want the duplicate answered with seq 1", ferr, dupRes, dupErr)
+			}
+		} else {
+			if ferr == nil || !errors.Is(dupErr, broker.ErrUnavailable) {
+				t.Fatalf("first: %v; duplicate: %v; want both to fail, the duplicate with ErrUnavailable", ferr, dupErr)
+			}
+			e3 := newDedupeEngine(d)
+			if _, errs := e3.publish([]broker.Draft{{Topic: "t", ID: "fail"}}); errs[0] != nil || e3.seq.Load() != 1 {
+				t.Fatalf("the retry of a failed id: %v, %d published; want it published", errs[0], e3.seq.Load())
+			}
+		}
+	}
+}
+
+// The table stays within its bytes, evicting the oldest; ids expire after the window; the
+// budget it is charged to gets back everything it took.
+func TestDedupeBoundsAndCharges(t *testing.T) {
+	var charged atomic.Int64
+	var evicted atomic.Uint64
+	now := time.Unix(0, 0)
+	one := entryCost(testKey(0))
+	d := NewDedupe(time.Minute, 10*one, func(n int64) { charged.Add(n) }, func(total uint64) { evicted.Store(total) })
+	d.now = func() time.Time { return now }
+	e := newDedupeEngine(d)
+	for i := range 25 {
+		if res, _ := e.publish(drafts(testKey(i))); res[0].Duplicate {
+			t.Fatalf("id %d is new", i)
+		}
+	}
+	st := d.Stats()
+	if st.IDs != 10 || st.Bytes != 10*one || st.Evicted != 15 || evicted.Load() != 15 || charged.Load() != st.Bytes {
+		t.Fatalf("after 25 ids in a table of 10: %+v, evicted %d, charged %d; want 10 ids, %d bytes, 15 evicted", st, evicted.Load(), charged.Load(), 10*one)
+	}
+	if res, _ := e.publish(drafts(testKey(24))); !res[0].Duplicate {
+		t.Fatal("the newest id was forgotten")
+	}
+	if res, _ := e.publish(drafts(testKey(0))); res[0].Duplicate {
+		t.Fatal("an evicted id is still remembered")
+	}
+	now = now.Add(time.Minute)
+	if res, _ := e.publish(drafts("after")); res[0].Duplicate {
+		t.Fatal("a new id after the window taken for a duplicate")
+	}
+	if st := d.Stats(); st.IDs != 1 || charged.Load() != one-int64(len(testKey(0)))+int64(len("after")) {
+		t.Fatalf("after the window: %+v, charged %d; want only the last id", st, charged.Load())
+	}
+}
+
+// testKey is the i-th dedupe key of a test.
+func testKey(i int) string { return broker.MessageKey("u", "id-"+strconv.Itoa(1000+i)) }
