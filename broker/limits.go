@@ -33,7 +33,8 @@ type Limits struct {
 
 	// Idempotent publishing (Draft.ID): a message id is remembered for DedupeWindow after
 	// its first publish (2m, as JetStream's duplicate window), in a table of at most
-	// DedupeMaxBytes (the engine's default: 64 MiB, or less on a small memory budget);
+	// DedupeMaxBytes (the engine's default: 64 MiB, on the memory engine at most 1/16 of its
+	// memory budget);
 	// past it the oldest ids are forgotten early, never a publish refused. See RATIONALE.md,
 	// "Why does the broker deduplicate message ids itself?".
 	DedupeWindow   time.Duration
@@ -118,9 +119,6 @@ func (l Limits) WithDefaults() Limits {
 	}
 	if l.DedupeWindow <= 0 {
 		l.DedupeWindow = 2 * time.Minute
-	}
-	if l.DedupeMaxBytes <= 0 {
-		l.DedupeMaxBytes = 64 << 20
 	}
 	return l
 }

@@ -91,6 +91,9 @@ func (o *Options) setDefaults() {
 		o.RequestTimeout = 5 * time.Second
 	}
 	o.Limits = o.Limits.WithGroupDefaults(128<<20, 64<<20)
+	if o.DedupeMaxBytes <= 0 {
+		o.DedupeMaxBytes = 64 << 20
+	}
 	if o.FanoutBufferMessages <= 0 {
 		o.FanoutBufferMessages = 262_144
 	}
