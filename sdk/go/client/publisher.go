@@ -71,7 +71,7 @@ type Publisher struct {
 	opts   PublisherOptions
 	ctx    context.Context // the streams'
 	cancel context.CancelFunc
-	idBase string // the message ids: idBase and a count
+	idBase string        // the message ids: idBase and a count
 	slots  chan struct{} // one token per unconfirmed message
 	wake   chan struct{} // the queue has work, or closing
 	done   chan struct{} // closed once the stream has ended and every message is settled
