@@ -40,13 +40,14 @@ type Dedupe struct {
 
 // idEntry is one id in the table.
 type idEntry struct {
-	key  string
-	at   time.Time // when it was entered
-	cost int64
-	done chan struct{} // closed once the first publish is settled
-	res  broker.PublishResult
-	ok   bool // the first publish succeeded: res is its result
-	gone bool // no longer in ids (Dedupe.mu)
+	key     string
+	at      time.Time // when it was entered
+	cost    int64
+	res     broker.PublishResult
+	ok      bool          // the first publish succeeded: res is its result
+	settled bool          // the first publish is settled (Dedupe.mu)
+	wait    chan struct{} // made for the first duplicate that comes before it is settled; closed then
+	gone    bool          // no longer in ids (Dedupe.mu)
 }
 
 // entryOverhead is what an id costs the table besides its key and system_id: the entry, its
@@ -65,16 +66,23 @@ func NewDedupe(window time.Duration, maxBytes int64, charge func(int64), evicted
 	return &Dedupe{window: window, maxBytes: maxBytes, charge: charge, evicted: evicted, now: time.Now, ids: make(map[string]*idEntry)}
 }
 
-// begin enters key, or returns the entry of the publish that holds it already (mine false).
-func (d *Dedupe) begin(key string) (e *idEntry, mine bool) {
+// begin enters key, or returns the entry of the publish that holds it already (mine false)
+// and, if that publish is not settled yet, a channel closed when it is.
+func (d *Dedupe) begin(key string) (e *idEntry, mine bool, wait <-chan struct{}) {
 	now := d.now()
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.expireLocked(now)
 	if e := d.ids[key]; e != nil {
-		return e, false
+		if !e.settled && e.wait == nil {
+			e.wait = make(chan struct{}) // only for a duplicate that overtakes its first
+		}
+		if !e.settled {
+			wait = e.wait
+		}
+		return e, false, wait
 	}
-	e = &idEntry{key: key, at: now, cost: entryCost(key), done: make(chan struct{})}
+	e = &idEntry{key: key, at: now, cost: entryCost(key)}
 	d.ids[key] = e
 	d.queue = append(d.queue, e)
 	d.bytes += e.cost
@@ -92,7 +100,7 @@ func (d *Dedupe) begin(key string) (e *idEntry, mine bool) {
 	if evicted > 0 && d.evicted != nil {
 		d.evicted(total)
 	}
-	return e, true
+	return e, true, nil
 }
 
 // expireLocked forgets the ids entered more than the window before now.
@@ -128,26 +136,31 @@ func (d *Dedupe) dropHeadLocked() int64 {
 // settle records the outcome of e's first publish: its result, or, if it failed, that the
 // id is free again (a retry publishes).
 func (d *Dedupe) settle(e *idEntry, res broker.PublishResult, err error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	e.settled = true
 	if err == nil {
 		e.res, e.ok = res, true
-	} else {
-		d.mu.Lock()
-		if !e.gone && d.ids[e.key] == e {
-			delete(d.ids, e.key)
-			e.gone = true
-		}
-		d.mu.Unlock()
+	} else if !e.gone && d.ids[e.key] == e {
+		delete(d.ids, e.key)
+		e.gone = true
 	}
-	close(e.done)
+	if e.wait != nil {
+		close(e.wait)
+	}
 }
 
 // errConcurrentFailed answers a publish whose id's first publish, under way when it came,
 // failed: the publisher's retry will publish it.
 var errConcurrentFailed = fmt.Errorf("%w: a publish of the same message_id was under way and failed; retry", broker.ErrUnavailable)
 
-// duplicate waits for the first publish of e and returns the answer to a duplicate of it.
-func duplicate(e *idEntry) (broker.PublishResult, error) {
-	<-e.done
+// duplicate waits for the first publish of e (wait, from begin) and returns the answer to
+// a duplicate of it. (e's result was written under Dedupe.mu before begin read settled, or
+// before wait was closed: it is read without the lock.)
+func duplicate(e *idEntry, wait <-chan struct{}) (broker.PublishResult, error) {
+	if wait != nil {
+		<-wait
+	}
 	if !e.ok {
 		return broker.PublishResult{}, errConcurrentFailed
 	}

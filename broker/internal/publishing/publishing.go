@@ -143,10 +143,12 @@ type Batch struct {
 	dups   []idAt // the ids of this frame published already, or being published
 }
 
-// idAt is the dedupe entry of message i of a frame.
+// idAt is the dedupe entry of message i of a frame (and, for a duplicate whose first is
+// under way, what to wait on).
 type idAt struct {
-	i int
-	e *idEntry
+	i    int
+	e    *idEntry
+	wait <-chan struct{}
 }
 
 var batches = sync.Pool{New: func() any { return new(Batch) }}
@@ -164,12 +166,12 @@ func (g *Gate) Batch(frame []broker.Draft, errs []error) *Batch {
 		hb, err := g.admit(m.Topic, m.Payload, m.Headers)
 		errs[i] = err
 		if err == nil && m.ID != "" && b.dedupe != nil {
-			e, mine := b.dedupe.begin(m.ID)
+			e, mine, wait := b.dedupe.begin(m.ID)
 			if !mine {
-				b.dups = append(b.dups, idAt{i, e})
+				b.dups = append(b.dups, idAt{i, e, wait})
 				continue
 			}
-			b.own = append(b.own, idAt{i, e})
+			b.own = append(b.own, idAt{i: i, e: e})
 		}
 		switch {
 		case err != nil:
@@ -218,7 +220,7 @@ func (b *Batch) Settle(res []broker.PublishResult, errs []error) {
 		b.dedupe.settle(x.e, res[x.i], errs[x.i])
 	}
 	for _, x := range b.dups {
-		res[x.i], errs[x.i] = duplicate(x.e)
+		res[x.i], errs[x.i] = duplicate(x.e, x.wait)
 	}
 }
 
