@@ -111,14 +111,6 @@ func (f *PublishFrame) decodeMessage(b []byte) (PublishMessage, error) {
 				}
 				m.Topic = f.topics.String(v)
 			}
-		case num == fieldPublishID && typ == protowire.BytesType:
-			if v, n = protowire.ConsumeBytes(b); n >= 0 {
-				if !utf8.Valid(v) {
-					return m, fmt.Errorf("%w: message_id is not valid UTF-8", errFrame)
-				}
-				m.ID = string(v)
-				f.IDs = f.IDs || m.ID != ""
-			}
 		case num == fieldPublishPayload && typ == protowire.BytesType:
 			if v, n = protowire.ConsumeBytes(b); n >= 0 {
 				m.Payload = append(m.Payload[:0], v...) // the last occurrence wins, as in protobuf
@@ -130,6 +122,14 @@ func (f *PublishFrame) decodeMessage(b []byte) (PublishMessage, error) {
 					return m, fmt.Errorf("%w: %v", errFrame, err)
 				}
 				hs.add(&m.Headers, f.topics.String(k), string(val), f.MaxHeaders) // names repeat: interned
+			}
+		case num == fieldPublishID && typ == protowire.BytesType:
+			if v, n = protowire.ConsumeBytes(b); n >= 0 {
+				if !utf8.Valid(v) {
+					return m, fmt.Errorf("%w: message_id is not valid UTF-8", errFrame)
+				}
+				m.ID = string(v)
+				f.IDs = f.IDs || m.ID != ""
 			}
 		default:
 			n = protowire.ConsumeFieldValue(num, typ, b)
