@@ -19,9 +19,15 @@ import (
 // frames that share ids never wait for each other). An id whose publish failed is
 // forgotten: its retry publishes.
 //
-// The table is bounded in bytes (entryCost): past the bound the oldest ids are forgotten
-// early and counted (Evicted), never a publish refused. Ids expire in the order they were
-// entered, so the oldest is at the head of one queue; expired ones go as new ones come.
+// The table is two generations of ids, each a map: new ids go into the current one, and
+// lookups read both. The current becomes the previous one (and the previous is dropped) once
+// it holds half the bound in bytes, or has been current for a whole window (every id of the
+// previous is then expired). So the table holds at most maxBytes (entryCost); past it, the
+// oldest half of the ids is forgotten early and counted (Evicted), never a publish refused;
+// an id older than the window is ignored where it is, and dropped with its generation. Maps
+// that are only added to and dropped whole cost a fraction of one map with an insert and a
+// delete per publish, whose tombstones made every lookup probe further (a third of the
+// publish path's CPU in BenchmarkPublishBatchIDs).
 type Dedupe struct {
 	window   time.Duration
 	maxBytes int64
@@ -29,13 +35,17 @@ type Dedupe struct {
 	now      func() time.Time
 	evicted  func(total uint64) // told of each eviction (the engine logs)
 
-	mu      lockrank.Mutex[lockrank.Dedupe]
-	ids     map[string]*idEntry
-	queue   []*idEntry // oldest first, from head
-	head    int
-	bytes   int64
-	evicts  uint64
-	expired uint64
+	mu        lockrank.Mutex[lockrank.Dedupe]
+	cur, prev generation
+	evicts    uint64
+	expired   uint64
+}
+
+// generation is one map of ids of the table.
+type generation struct {
+	ids   map[string]*idEntry
+	bytes int64
+	start time.Time // when it became current
 }
 
 // idEntry is one id in the table.
@@ -47,12 +57,10 @@ type idEntry struct {
 	ok      bool          // the first publish succeeded: res is its result
 	settled bool          // the first publish is settled (Dedupe.mu)
 	wait    chan struct{} // made for the first duplicate that comes before it is settled; closed then
-	gone    bool          // no longer in ids (Dedupe.mu)
 }
 
-// entryOverhead is what an id costs the table besides its key and system_id: the entry, its
-// map slot and queue slot, its channel (measured with testing.AllocsPerRun-sized
-// allocations: about 260 bytes on 64-bit).
+// entryOverhead is what an id costs the table besides its key and system_id: the entry (112
+// bytes), its map slot, and the map's slack.
 const entryOverhead = 288
 
 func entryCost(key string) int64 {
@@ -61,19 +69,24 @@ func entryCost(key string) int64 {
 
 // NewDedupe makes a table of the ids of the last window, of at most maxBytes; charge, if
 // not nil, is told of every byte the table takes and gives back; evicted, if not nil, of
-// every id forgotten before its window ended (with the total so far).
+// every eviction of ids before their window ended (with the total so far).
 func NewDedupe(window time.Duration, maxBytes int64, charge func(int64), evicted func(total uint64)) *Dedupe {
-	return &Dedupe{window: window, maxBytes: maxBytes, charge: charge, evicted: evicted, now: time.Now, ids: make(map[string]*idEntry)}
+	return &Dedupe{window: window, maxBytes: maxBytes, charge: charge, evicted: evicted, now: time.Now}
 }
 
 // begin enters key, or returns the entry of the publish that holds it already (mine false)
 // and, if that publish is not settled yet, a channel closed when it is.
-func (d *Dedupe) begin(key string) (e *idEntry, mine bool, wait <-chan struct{}) {
-	now := d.now()
+func (d *Dedupe) begin(key string, now time.Time) (e *idEntry, mine bool, wait <-chan struct{}) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.expireLocked(now)
-	if e := d.ids[key]; e != nil {
+	if d.cur.ids == nil || now.Sub(d.cur.start) >= d.window {
+		d.rotateLocked(now)
+	}
+	e = d.cur.ids[key]
+	if e == nil {
+		e = d.prev.ids[key]
+	}
+	if e != nil && now.Sub(e.at) < d.window {
 		if !e.settled && e.wait == nil {
 			e.wait = make(chan struct{}) // only for a duplicate that overtakes its first
 		}
@@ -82,55 +95,44 @@ func (d *Dedupe) begin(key string) (e *idEntry, mine bool, wait <-chan struct{})
 		}
 		return e, false, wait
 	}
-	e = &idEntry{key: key, at: now, cost: entryCost(key)}
-	d.ids[key] = e
-	d.queue = append(d.queue, e)
-	d.bytes += e.cost
-	added := e.cost
-	var evicted uint64
-	for d.bytes > d.maxBytes && d.head < len(d.queue)-1 {
-		added -= d.dropHeadLocked()
-		evicted++
+	added := entryCost(key)
+	if old := d.cur.ids[key]; old != nil { // expired, in the current generation still
+		d.cur.bytes -= old.cost
+		added -= old.cost
 	}
-	d.evicts += evicted
-	total := d.evicts
+	e = &idEntry{key: key, at: now, cost: entryCost(key)}
+	d.cur.ids[key] = e
+	d.cur.bytes += e.cost
 	if d.charge != nil {
 		d.charge(added)
 	}
-	if evicted > 0 && d.evicted != nil {
-		d.evicted(total)
+	if d.cur.bytes >= d.maxBytes/2 {
+		d.rotateLocked(now)
 	}
 	return e, true, nil
 }
 
-// expireLocked forgets the ids entered more than the window before now.
-func (d *Dedupe) expireLocked(now time.Time) {
-	freed := int64(0)
-	for d.head < len(d.queue) && now.Sub(d.queue[d.head].at) >= d.window {
-		freed += d.dropHeadLocked()
-		d.expired++
+// rotateLocked drops the previous generation, counting its ids still within the window as
+// evicted, and makes the current one the previous.
+func (d *Dedupe) rotateLocked(now time.Time) {
+	evicted := uint64(0)
+	for _, e := range d.prev.ids {
+		if now.Sub(e.at) < d.window {
+			evicted++
+		}
 	}
-	if freed != 0 && d.charge != nil {
-		d.charge(-freed)
+	d.expired += uint64(len(d.prev.ids)) - evicted
+	if d.charge != nil && d.prev.bytes != 0 {
+		d.charge(-d.prev.bytes)
 	}
-}
-
-// dropHeadLocked forgets the oldest id and returns its cost.
-func (d *Dedupe) dropHeadLocked() int64 {
-	e := d.queue[d.head]
-	d.queue[d.head] = nil
-	d.head++
-	if d.head > len(d.queue)/2 && d.head > 64 { // compact: the queue keeps what it holds
-		n := copy(d.queue, d.queue[d.head:])
-		clear(d.queue[n:])
-		d.queue, d.head = d.queue[:n], 0
+	n := len(d.cur.ids)
+	d.prev, d.cur = d.cur, generation{ids: make(map[string]*idEntry, n), start: now}
+	if evicted > 0 {
+		d.evicts += evicted
+		if d.evicted != nil {
+			d.evicted(d.evicts)
+		}
 	}
-	if !e.gone {
-		delete(d.ids, e.key)
-		e.gone = true
-	}
-	d.bytes -= e.cost
-	return e.cost
 }
 
 // settle records the outcome of e's first publish: its result, or, if it failed, that the
@@ -141,9 +143,16 @@ func (d *Dedupe) settle(e *idEntry, res broker.PublishResult, err error) {
 	e.settled = true
 	if err == nil {
 		e.res, e.ok = res, true
-	} else if !e.gone && d.ids[e.key] == e {
-		delete(d.ids, e.key)
-		e.gone = true
+	} else {
+		for _, g := range []*generation{&d.cur, &d.prev} {
+			if g.ids[e.key] == e {
+				delete(g.ids, e.key)
+				g.bytes -= e.cost
+				if d.charge != nil {
+					d.charge(-e.cost)
+				}
+			}
+		}
 	}
 	if e.wait != nil {
 		close(e.wait)
@@ -171,7 +180,7 @@ func duplicate(e *idEntry, wait <-chan struct{}) (broker.PublishResult, error) {
 
 // DedupeStats is what a Dedupe holds, for tests and the engines' logs.
 type DedupeStats struct {
-	IDs              int
+	IDs              int // expired ones included, until their generation is dropped
 	Bytes            int64
 	Evicted, Expired uint64
 }
@@ -180,5 +189,5 @@ type DedupeStats struct {
 func (d *Dedupe) Stats() DedupeStats {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return DedupeStats{IDs: len(d.ids), Bytes: d.bytes, Evicted: d.evicts, Expired: d.expired}
+	return DedupeStats{IDs: len(d.cur.ids) + len(d.prev.ids), Bytes: d.cur.bytes + d.prev.bytes, Evicted: d.evicts, Expired: d.expired}
 }

@@ -145,8 +145,8 @@ func TestDedupeWaitsForTheFirstPublish(t *testing.T) {
 	}
 }
 
-// The table stays within its bytes, evicting the oldest; ids expire after the window; the
-// budget it is charged to gets back everything it took.
+// The table stays within its bytes, forgetting its oldest half when full; ids expire after
+// the window; the budget it is charged to gets back everything it took.
 func TestDedupeBoundsAndCharges(t *testing.T) {
 	var charged atomic.Int64
 	var evicted atomic.Uint64
@@ -155,27 +155,39 @@ func TestDedupeBoundsAndCharges(t *testing.T) {
 	d := NewDedupe(time.Minute, 10*one, func(n int64) { charged.Add(n) }, func(total uint64) { evicted.Store(total) })
 	d.now = func() time.Time { return now }
 	e := newDedupeEngine(d)
-	for i := range 25 {
+	for i := range 27 {
 		if res, _ := e.publish(drafts(testKey(i))); res[0].Duplicate {
 			t.Fatalf("id %d is new", i)
 		}
+		if st := d.Stats(); st.Bytes > 10*one || charged.Load() != st.Bytes {
+			t.Fatalf("after %d ids: %+v, charged %d; want at most %d bytes, all charged", i+1, st, charged.Load(), 10*one)
+		}
 	}
+	// Generations of 5: ids 20-24 and 25-26 are kept, 0-19 forgotten (evicted).
 	st := d.Stats()
-	if st.IDs != 10 || st.Bytes != 10*one || st.Evicted != 15 || evicted.Load() != 15 || charged.Load() != st.Bytes {
-		t.Fatalf("after 25 ids in a table of 10: %+v, evicted %d, charged %d; want 10 ids, %d bytes, 15 evicted", st, evicted.Load(), charged.Load(), 10*one)
+	if st.IDs != 7 || st.Evicted != 20 || evicted.Load() != 20 {
+		t.Fatalf("after 27 ids in a table of 10: %+v, told of %d evicted; want 7 ids, 20 evicted", st, evicted.Load())
 	}
-	if res, _ := e.publish(drafts(testKey(24))); !res[0].Duplicate {
-		t.Fatal("the newest id was forgotten")
+	for _, i := range []int{20, 26} {
+		if res, _ := e.publish(drafts(testKey(i))); !res[0].Duplicate {
+			t.Fatalf("id %d, among the newest, was forgotten", i)
+		}
 	}
 	if res, _ := e.publish(drafts(testKey(0))); res[0].Duplicate {
 		t.Fatal("an evicted id is still remembered")
 	}
-	now = now.Add(time.Minute)
-	if res, _ := e.publish(drafts("after")); res[0].Duplicate {
-		t.Fatal("a new id after the window taken for a duplicate")
+	now = now.Add(59 * time.Second)
+	if res, _ := e.publish(drafts(testKey(26))); !res[0].Duplicate {
+		t.Fatal("an id forgotten within its window")
 	}
-	if st := d.Stats(); st.IDs != 1 || charged.Load() != one-int64(len(testKey(0)))+int64(len("after")) {
-		t.Fatalf("after the window: %+v, charged %d; want only the last id", st, charged.Load())
+	now = now.Add(time.Second)
+	if res, _ := e.publish(drafts(testKey(26))); res[0].Duplicate {
+		t.Fatal("an id remembered past its window")
+	}
+	now = now.Add(time.Minute)
+	e.publish(drafts("after"))
+	if st := d.Stats(); st.IDs != 2 || st.Evicted != 20 || charged.Load() != st.Bytes {
+		t.Fatalf("after two windows: %+v, charged %d; want the id of the last window and the new one", st, charged.Load())
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"iter"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/tinybroker/tinybroker/broker"
 )
@@ -162,11 +163,15 @@ func (g *Gate) Batch(frame []broker.Draft, errs []error) *Batch {
 	b := batches.Get().(*Batch)
 	b.dedupe = g.Dedupe
 	h := g.Hooks.Load()
+	var now time.Time // the frame's, for its ids
 	for i, m := range frame {
 		hb, err := g.admit(m.Topic, m.Payload, m.Headers)
 		errs[i] = err
 		if err == nil && m.ID != "" && b.dedupe != nil {
-			e, mine, wait := b.dedupe.begin(m.ID)
+			if now.IsZero() {
+				now = b.dedupe.now()
+			}
+			e, mine, wait := b.dedupe.begin(m.ID, now)
 			if !mine {
 				b.dups = append(b.dups, idAt{i, e, wait})
 				continue
