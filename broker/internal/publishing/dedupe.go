@@ -46,6 +46,7 @@ type generation struct {
 	ids   map[string]*idEntry
 	bytes int64
 	start time.Time // when it became current
+	last  time.Time // when its newest id was entered
 }
 
 // idEntry is one id in the table.
@@ -103,6 +104,7 @@ func (d *Dedupe) begin(key string, now time.Time) (e *idEntry, mine bool, wait <
 	e = &idEntry{key: key, at: now, cost: entryCost(key)}
 	d.cur.ids[key] = e
 	d.cur.bytes += e.cost
+	d.cur.last = now
 	if d.charge != nil {
 		d.charge(added)
 	}
@@ -112,16 +114,17 @@ func (d *Dedupe) begin(key string, now time.Time) (e *idEntry, mine bool, wait <
 	return e, true, nil
 }
 
-// rotateLocked drops the previous generation, counting its ids still within the window as
-// evicted, and makes the current one the previous.
+// rotateLocked drops the previous generation and makes the current one the previous. The
+// ids dropped count as evicted if the newest of them was within the window (some may have
+// expired already: reading every entry's time would cost a cache miss an id), as expired
+// otherwise.
 func (d *Dedupe) rotateLocked(now time.Time) {
 	evicted := uint64(0)
-	for _, e := range d.prev.ids {
-		if now.Sub(e.at) < d.window {
-			evicted++
-		}
+	if now.Sub(d.prev.last) < d.window {
+		evicted = uint64(len(d.prev.ids))
+	} else {
+		d.expired += uint64(len(d.prev.ids))
 	}
-	d.expired += uint64(len(d.prev.ids)) - evicted
 	if d.charge != nil && d.prev.bytes != 0 {
 		d.charge(-d.prev.bytes)
 	}
@@ -135,11 +138,17 @@ func (d *Dedupe) rotateLocked(now time.Time) {
 	}
 }
 
-// settle records the outcome of e's first publish: its result, or, if it failed, that the
-// id is free again (a retry publishes).
-func (d *Dedupe) settle(e *idEntry, res broker.PublishResult, err error) {
+// settle records the outcome of the first publish of each of own: its result, or, if it
+// failed, that the id is free again (a retry publishes).
+func (d *Dedupe) settle(own []idAt, res []broker.PublishResult, errs []error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	for _, x := range own {
+		d.settleLocked(x.e, res[x.i], errs[x.i])
+	}
+}
+
+func (d *Dedupe) settleLocked(e *idEntry, res broker.PublishResult, err error) {
 	e.settled = true
 	if err == nil {
 		e.res, e.ok = res, true

@@ -193,3 +193,23 @@ func TestDedupeBoundsAndCharges(t *testing.T) {
 
 // testKey is the i-th dedupe key of a test.
 func testKey(i int) string { return broker.MessageKey("u", "id-"+strconv.Itoa(1000+i)) }
+
+// BenchmarkDedupeBegin enters new ids into a table at its default bound (64 MiB, ~200,000
+// ids), and settles them: the table's own cost per new id.
+func BenchmarkDedupeBegin(b *testing.B) {
+	d := NewDedupe(2*time.Minute, 64<<20, nil, nil)
+	keys := make([]string, 1<<20)
+	for i := range keys {
+		keys[i] = testKey(i)
+	}
+	now := time.Now()
+	var res [1]broker.PublishResult
+	var errs [1]error
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		e, _, _ := d.begin(keys[i&(len(keys)-1)], now)
+		d.settle([]idAt{{e: e}}, res[:], errs[:])
+		i++
+	}
+}

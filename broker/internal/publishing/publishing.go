@@ -221,8 +221,8 @@ func (b *Batch) Emitted() []broker.Draft { return b.emitted }
 // under way elsewhere. It settles the frame's own ids first: a frame never waits for an id
 // it holds itself, and two frames never wait for each other.
 func (b *Batch) Settle(res []broker.PublishResult, errs []error) {
-	for _, x := range b.own {
-		b.dedupe.settle(x.e, res[x.i], errs[x.i])
+	if len(b.own) > 0 {
+		b.dedupe.settle(b.own, res, errs)
 	}
 	for _, x := range b.dups {
 		res[x.i], errs[x.i] = duplicate(x.e, x.wait)
