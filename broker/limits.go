@@ -35,8 +35,8 @@ type Limits struct {
 	// its first publish (2m, as JetStream's duplicate window), in a table of at most
 	// DedupeMaxBytes (the engine's default: 64 MiB, on the memory engine at most 1/16 of its
 	// memory budget);
-	// past it the oldest ids are forgotten early, never a publish refused. See RATIONALE.md,
-	// "Why does the broker deduplicate message ids itself?".
+	// past it the oldest half of the ids is forgotten early, never a publish refused. See RATIONALE.md,
+	// "Why does the broker deduplicate message ids itself, and before the plugins?".
 	DedupeWindow   time.Duration
 	DedupeMaxBytes int64
 

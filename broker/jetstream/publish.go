@@ -56,7 +56,7 @@ func (e *Engine) PublishBatch(frame []broker.Draft, res []broker.PublishResult, 
 // (at the first eviction, then at every doubling of the count, so as not to flood the log).
 func (e *Engine) dedupeEvicted(total uint64) {
 	if total&(total-1) == 0 {
-		e.log.Warn("the table of message ids is full: the oldest ids are forgotten before their dedupe window ends, and a retry of one of them would be published again; raise limits { dedupe_max_bytes } or shorten dedupe_window",
+		e.log.Warn("the table of message ids is full: the oldest half of the ids is forgotten before its dedupe window ends, and a retry of one of them would be published again; raise limits { dedupe_max_bytes } or shorten dedupe_window",
 			"dedupe_max_bytes", e.opts.DedupeMaxBytes, "dedupe_window", e.opts.DedupeWindow, "evicted_total", total)
 	}
 }
