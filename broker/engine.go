@@ -27,7 +27,7 @@ type Engine interface {
 	// message. The engine keeps payload and headers: the caller must not modify them.
 	Publish(topic string, payload []byte, headers map[string]string) (PublishResult, error)
 	// PublishBatch publishes frame in order as Publish would one message at a time (a
-	// PublishStream frame), writing each one's result to res[i] and error to errs[i];
+	// PublishStream frame, or one message with an id: only PublishBatch takes Draft.ID), writing each one's result to res[i] and error to errs[i];
 	// len(res) == len(errs) == len(frame). Each message's Headers must be sorted, each key
 	// once (MakeHeaders, Headers.Sorted). It lets an engine and the hooks amortise per-message
 	// costs over the frame (Hooks.OnPublishBatch); the messages the hooks emit are routed
@@ -189,6 +189,9 @@ type PublishResult struct {
 	Routed   int    // fanout subscriptions and consumer groups it went to
 	// DroppedBy names the plugin whose verdict dropped the message, DropReason its reason.
 	DroppedBy, DropReason string
+	// Duplicate: the message's Draft.ID was published already within the dedupe window;
+	// nothing was published, and the rest is the first publish's result.
+	Duplicate bool
 }
 
 // Mode is how a subscription shares messages.

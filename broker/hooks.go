@@ -39,6 +39,11 @@ type Draft struct {
 	Topic   string
 	Payload []byte
 	Headers Headers
+	// ID is the publisher's message id as its dedupe key (MessageKey: the user's namespace
+	// and the id), or "" for none. The engine publishes a message at most once per ID within
+	// Limits.DedupeWindow, before the hooks run (they never see a duplicate); a hook neither
+	// reads nor sets it, and the messages hooks emit have none.
+	ID string
 }
 
 // PublishVerdict is what OnPublish decided for a message it did not refuse.

@@ -31,6 +31,15 @@ type Limits struct {
 	MaxPatternsPerSubscription int // topic_patterns of one subscription
 	MaxGroups                  int // consumer groups in all
 
+	// Idempotent publishing (Draft.ID): a message id is remembered for DedupeWindow after
+	// its first publish (2m, as JetStream's duplicate window), in a table of at most
+	// DedupeMaxBytes (the engine's default: 64 MiB, on the memory engine at most 1/16 of its
+	// memory budget);
+	// past it the oldest half of the ids is forgotten early, never a publish refused. See RATIONALE.md,
+	// "Why does the broker deduplicate message ids itself, and before the plugins?".
+	DedupeWindow   time.Duration
+	DedupeMaxBytes int64
+
 	// What a consumer group has when it does not set its own (the configuration's
 	// groups { ... }), for every engine: the configuration hands one Limits to whichever
 	// engine runs. Zero values take the engine's defaults (WithGroupDefaults: the memory
@@ -107,6 +116,9 @@ func (l Limits) WithDefaults() Limits {
 	def(&l.MaxDeliveriesCap, 1_000)
 	if l.AckDeadline <= 0 {
 		l.AckDeadline = 30 * time.Second
+	}
+	if l.DedupeWindow <= 0 {
+		l.DedupeWindow = 2 * time.Minute
 	}
 	return l
 }

@@ -259,23 +259,44 @@ func (s *Server) Shutdown(ctx context.Context) error {
 
 // Publish implements the unary publish.
 func (s *Server) Publish(ctx context.Context, req *pb.PublishRequest) (*pb.PublishResponse, error) {
-	if err := auth.FromContext(ctx).Publish(req.GetTopic()); err != nil {
+	caller := auth.FromContext(ctx)
+	if err := caller.Publish(req.GetTopic()); err != nil {
 		return nil, err
 	}
 	var res broker.PublishResult
 	err := s.tooManyHeaders(len(req.GetHeaders()))
 	if err == nil {
+		err = broker.CheckMessageID(req.GetMessageId())
+	}
+	switch {
+	case err != nil:
+	case req.GetMessageId() == "":
 		res, err = s.b.Publish(req.GetTopic(), req.GetPayload(), req.GetHeaders())
+	default: // a message id: only PublishBatch takes one
+		res, err = s.publishOnce(caller, req)
 	}
 	if err != nil {
 		s.traffic.refuse(codeOf(err))
 		return nil, toStatus(err)
 	}
-	s.traffic.publishedBytes.Add(uint64(len(req.GetPayload())))
+	if !res.Duplicate {
+		s.traffic.publishedBytes.Add(uint64(len(req.GetPayload())))
+	}
 	if res.DroppedBy != "" {
 		s.log.Debug("publish dropped by a plugin", "topic", req.GetTopic(), "plugin", res.DroppedBy, "reason", res.DropReason)
 	}
-	return &pb.PublishResponse{SystemId: res.SystemID, Routed: uint32(res.Routed), DroppedBy: res.DroppedBy, DropReason: res.DropReason}, nil
+	return &pb.PublishResponse{SystemId: res.SystemID, Routed: uint32(res.Routed), DroppedBy: res.DroppedBy, DropReason: res.DropReason, Duplicate: res.Duplicate}, nil
+}
+
+// publishOnce publishes a message that has a message_id, under the caller's dedupe key
+// (broker.MessageKey), as a frame of one.
+func (s *Server) publishOnce(caller *auth.Caller, req *pb.PublishRequest) (broker.PublishResult, error) {
+	d := [1]broker.Draft{{Topic: req.GetTopic(), Payload: req.GetPayload(), Headers: broker.MakeHeaders(req.GetHeaders()),
+		ID: broker.MessageKey(caller.Name(), req.GetMessageId())}}
+	var res [1]broker.PublishResult
+	var errs [1]error
+	s.b.PublishBatch(d[:], res[:], errs[:])
+	return res[0], errs[0]
 }
 
 // PublishStream publishes every frame's messages in order and confirms each frame. When the
@@ -328,7 +349,7 @@ func (s *Server) servePublish(stream grpc.BidiStreamingServer[pb.PublishStreamRe
 		n := len(f.Msgs)
 		results = slices.Grow(results[:0], n)[:n]
 		res, errs = slices.Grow(res[:0], n)[:n], slices.Grow(errs[:0], n)[:n]
-		if caller == nil && !f.HeadersOver {
+		if caller == nil && !f.HeadersOver && !f.IDs {
 			s.b.PublishBatch(f.Msgs, res, errs)
 		} else {
 			s.publishAllowed(caller, f.Msgs, res, errs)
@@ -348,8 +369,10 @@ func (s *Server) servePublish(stream grpc.BidiStreamingServer[pb.PublishStreamRe
 				results[i] = wire.PublishResult{Code: uint32(code), Err: msg}
 				failed = true
 			} else {
-				results[i] = wire.PublishResult{SystemID: res[i].SystemID, Routed: uint32(res[i].Routed)}
-				published += len(f.Msgs[i].Payload)
+				results[i] = wire.PublishResult{SystemID: res[i].SystemID, Routed: uint32(res[i].Routed), Duplicate: res[i].Duplicate}
+				if !res[i].Duplicate { // a duplicate is not an error: errors_only leaves it unanswered
+					published += len(f.Msgs[i].Payload)
+				}
 			}
 		}
 		clear(res)
@@ -378,8 +401,9 @@ func (s *Server) tooManyHeaders(n int) error {
 }
 
 // publishAllowed publishes the messages of msgs the caller (nil: anyone) may publish and
-// that have at most max_headers headers, as one batch, and writes every message's outcome
-// to res and errs: a refusal for the others.
+// that have at most max_headers headers and a valid message_id, as one batch, and writes
+// every message's outcome to res and errs: a refusal for the others. A message_id becomes
+// the caller's dedupe key (broker.MessageKey).
 func (s *Server) publishAllowed(caller *auth.Caller, msgs []broker.Draft, res []broker.PublishResult, errs []error) {
 	refused := 0
 	for i, m := range msgs {
@@ -389,6 +413,11 @@ func (s *Server) publishAllowed(caller *auth.Caller, msgs []broker.Draft, res []
 		}
 		if err == nil {
 			err = s.tooManyHeaders(len(m.Headers))
+		}
+		if err == nil && m.ID != "" {
+			if err = broker.CheckMessageID(m.ID); err == nil {
+				msgs[i].ID = broker.MessageKey(caller.Name(), m.ID)
+			}
 		}
 		res[i], errs[i] = broker.PublishResult{}, err
 		if err != nil {

@@ -91,6 +91,9 @@ func (o *Options) setDefaults() {
 		o.RequestTimeout = 5 * time.Second
 	}
 	o.Limits = o.Limits.WithGroupDefaults(128<<20, 64<<20)
+	if o.DedupeMaxBytes <= 0 {
+		o.DedupeMaxBytes = 64 << 20
+	}
 	if o.FanoutBufferMessages <= 0 {
 		o.FanoutBufferMessages = 262_144
 	}
@@ -147,6 +150,7 @@ type Engine struct {
 
 	hooks                                     publishing.HookSlot
 	gate                                      publishing.Gate // the steps of a publish every engine shares
+	dedupe                                    *publishing.Dedupe
 	published, unrouted, hookDropped, refused atomic.Uint64
 	streamSeq                                 atomic.Uint64
 	fanoutDelivered                           atomic.Uint64
@@ -185,7 +189,8 @@ func New(opts Options) (*Engine, error) {
 		fanCh: make(chan *nats.Msg, 1<<16), stop: make(chan struct{}),
 		fanouts: make(map[string]*Subscription), patSubs: make(map[string]*patSub),
 		groups: make(map[string]*group), groupNames: make(map[string]string), streams: make(map[uint64]*Stream)}
-	e.gate = publishing.Gate{Limits: &e.opts.Limits, Hooks: &e.hooks, Closing: &e.closing}
+	e.dedupe = publishing.NewDedupe(opts.DedupeWindow, opts.DedupeMaxBytes, nil, e.dedupeEvicted)
+	e.gate = publishing.Gate{Limits: &e.opts.Limits, Hooks: &e.hooks, Closing: &e.closing, Dedupe: e.dedupe}
 	if err := e.connect(); err != nil {
 		e.close()
 		return nil, err
@@ -319,7 +324,8 @@ func (e *Engine) connect() error {
 func (e *Engine) ensureStream() error {
 	cfg := jetstream.StreamConfig{Name: e.opts.Stream, Subjects: []string{e.subjG + ">"}, Retention: jetstream.InterestPolicy,
 		Storage: jetstream.FileStorage, Replicas: e.opts.Replicas, Discard: jetstream.DiscardOld,
-		Metadata: map[string]string{metaIDKey: newIDSecret()}, Description: "tinybroker: messages of consumer groups not yet acked"}
+		Metadata: map[string]string{metaIDKey: newIDSecret()}, Description: "tinybroker: messages of consumer groups not yet acked",
+		Duplicates: e.opts.DedupeWindow} // message ids (Nats-Msg-Id) are remembered as long as the engine's own table does
 	if e.opts.MemoryStorage {
 		cfg.Storage = jetstream.MemoryStorage
 	}
@@ -331,9 +337,10 @@ func (e *Engine) ensureStream() error {
 	if err != nil {
 		return err
 	}
-	if c := s.CachedInfo().Config; max(c.MaxBytes, 0) != cfg.MaxBytes {
-		// The stream exists with another bound (JetStream's -1 is none): take the configured one.
-		c.MaxBytes, c.Discard = cfg.MaxBytes, cfg.Discard
+	if c := s.CachedInfo().Config; max(c.MaxBytes, 0) != cfg.MaxBytes || c.Duplicates != cfg.Duplicates {
+		// The stream exists with another bound (JetStream's -1 is none) or dedupe window:
+		// take the configured ones.
+		c.MaxBytes, c.Discard, c.Duplicates = cfg.MaxBytes, cfg.Discard, cfg.Duplicates
 		if c.MaxBytes == 0 {
 			c.MaxBytes = -1
 		}
@@ -341,7 +348,7 @@ func (e *Engine) ensureStream() error {
 		s, err = e.js.UpdateStream(uctx, c)
 		ucancel()
 		if err != nil {
-			return fmt.Errorf("%w: JetStream stream %s: setting max_bytes to %d: %v", broker.ErrUnavailable, cfg.Name, cfg.MaxBytes, err)
+			return fmt.Errorf("%w: JetStream stream %s: setting max_bytes to %d and the duplicate window to %v: %v", broker.ErrUnavailable, cfg.Name, cfg.MaxBytes, cfg.Duplicates, err)
 		}
 	}
 	if mem := s.CachedInfo().Config.Storage == jetstream.MemoryStorage; mem != e.opts.MemoryStorage {

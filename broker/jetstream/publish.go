@@ -4,6 +4,8 @@ package jetstream
 // stored in JetStream for the groups that match, then to the local fanout subscriptions.
 
 import (
+	"crypto/sha256"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -46,7 +48,17 @@ func (e *Engine) PublishBatch(frame []broker.Draft, res []broker.PublishResult, 
 			res[i], errs[i] = r[j], er[j]
 		}
 	}
+	bt.Settle(res, errs)
 	e.emit(bt.Emitted())
+}
+
+// dedupeEvicted logs that the table of message ids forgot ids before their window ended
+// (at the first eviction, then at every doubling of the count, so as not to flood the log).
+func (e *Engine) dedupeEvicted(total uint64) {
+	if total&(total-1) == 0 {
+		e.log.Warn("the table of message ids is full: the oldest half of the ids is forgotten before its dedupe window ends, and a retry of one of them would be published again; raise limits { dedupe_max_bytes } or shorten dedupe_window",
+			"dedupe_max_bytes", e.opts.DedupeMaxBytes, "dedupe_window", e.opts.DedupeWindow, "evicted_total", total)
+	}
 }
 
 // emit routes the messages hooks emitted, without OnPublish; one refused is logged.
@@ -121,7 +133,7 @@ func (e *Engine) routeBatch(ms []publishing.Msg, res []broker.PublishResult, err
 			continue
 		}
 		var h nats.Header
-		if len(m.Headers) == 0 && len(skip) == 0 {
+		if len(m.Headers) == 0 && len(skip) == 0 && m.ID == "" {
 			// The same for every such message of the frame (nats.go only reads it).
 			if plain == nil {
 				plain = encodeHeaders(nil, now)
@@ -131,6 +143,9 @@ func (e *Engine) routeBatch(ms []publishing.Msg, res []broker.PublishResult, err
 			h = encodeHeaders(m.Headers, now)
 			if len(skip) > 0 {
 				h[hdrSkip] = []string{strings.Join(skip, ",")}
+			}
+			if m.ID != "" { // JetStream deduplicates it for every node of the cluster
+				h[jetstream.MsgIDHeader] = []string{natsMsgID(m.ID)}
 			}
 		}
 		if b == nil {
@@ -157,12 +172,33 @@ func (e *Engine) routeBatch(ms []publishing.Msg, res []broker.PublishResult, err
 			continue
 		}
 		p.seq = b.seqs[i]
+		if b.dups[i] { // stored already, through this node or another: answer with the first
+			p.unadmit()
+			res[i] = e.duplicateStored(p.seq)
+			p.dup = true
+		}
 	}
 	for i := range ms {
-		if errs[i] == nil && !ms[i].Drop {
+		if errs[i] == nil && !ms[i].Drop && !ps[i].dup {
 			res[i], errs[i] = e.fanout(&ms[i], &ps[i], now)
 		}
 	}
+}
+
+// natsMsgID is the Nats-Msg-Id of a message of dedupe key key (broker.Draft.ID): a hash,
+// which any id makes a valid NATS header value of fixed length, and which no user can make
+// collide with another's key.
+func natsMsgID(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return "tb1-" + base64.RawURLEncoding.EncodeToString(sum[:18])
+}
+
+// duplicateStored answers a message JetStream had stored already (its Nats-Msg-Id within
+// the stream's duplicate window), at stream sequence seq, perhaps through another node: it
+// is neither stored nor sent to fanout subscribers again. Routed is unknown (another node
+// may have routed the first): 0.
+func (e *Engine) duplicateStored(seq uint64) broker.PublishResult {
+	return broker.PublishResult{Seq: seq, SystemID: e.ids.format(seq, e.ids.stored), Duplicate: true}
 }
 
 // pendingStore is one message of RouteBatch on its way.
@@ -172,6 +208,7 @@ type pendingStore struct {
 	cost int64    // what it costs each of them
 	sent bool     // sent to the stream (not: no group took it, or it could not be sent)
 	seq  uint64   // its stream sequence, once stored
+	dup  bool     // stored already (JetStream's deduplication): seq is the first's
 }
 
 // admit asks every group m matches to take it (group.admit). The groups that refuse it are

@@ -44,6 +44,7 @@ type storeRef struct {
 type storeBatch struct {
 	ids  []uint64 // the reply token of each message stored (0: not sent)
 	seqs []uint64
+	dups []bool // JetStream had the message's Nats-Msg-Id already: seqs holds the first's
 	errs []error
 	left int // under stores.mu: stores sent and not answered, plus one until sealed
 	done chan struct{}
@@ -62,7 +63,7 @@ func (e *Engine) startStores() error {
 }
 
 func newStoreBatch(n int) *storeBatch {
-	return &storeBatch{ids: make([]uint64, n), seqs: make([]uint64, n), errs: make([]error, n), left: 1, done: make(chan struct{})}
+	return &storeBatch{ids: make([]uint64, n), seqs: make([]uint64, n), dups: make([]bool, n), errs: make([]error, n), left: 1, done: make(chan struct{})}
 }
 
 // send publishes message i of b to the stream, waiting until deadline for a slot.
@@ -149,6 +150,7 @@ func (s *stores) onAnswer(m *nats.Msg) {
 		return
 	}
 	seq, serr := parsePubAck(m)
+	dup := serr == nil && bytes.Contains(m.Data, dupKey)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ref, ok := s.awaited[id]
@@ -157,13 +159,14 @@ func (s *stores) onAnswer(m *nats.Msg) {
 	}
 	delete(s.awaited, id)
 	<-s.slots
-	ref.b.seqs[ref.i], ref.b.errs[ref.i] = seq, serr
+	ref.b.seqs[ref.i], ref.b.dups[ref.i], ref.b.errs[ref.i] = seq, dup, serr
 	s.doneLocked(ref.b)
 }
 
 var (
 	errStoreStalled = fmt.Errorf("%d stores outstanding: %w", maxPendingStores, context.DeadlineExceeded)
 	seqKey          = []byte(`"seq":`)
+	dupKey          = []byte(`"duplicate"`) // a PubAck's "duplicate": true (omitted when false)
 )
 
 // parsePubAck reads a JetStream publish acknowledgement: the stream sequence, or why the

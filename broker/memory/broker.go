@@ -64,6 +64,9 @@ func (o *Options) setDefaults() {
 	if o.MaxMemoryBytes <= 0 {
 		o.MaxMemoryBytes = DefaultMemoryLimit()
 	}
+	if o.DedupeMaxBytes <= 0 { // the message ids remembered are part of the budget
+		o.DedupeMaxBytes = min(64<<20, o.MaxMemoryBytes/16)
+	}
 	o.Limits = o.Limits.WithDefaults()
 	o.Limits = o.Limits.WithGroupDefaults(o.MaxMemoryBytes/8, min(64<<20, o.MaxMemoryBytes/16))
 	def := func(v *int, d int) {
@@ -98,6 +101,7 @@ type Engine struct {
 
 	hooks        publishing.HookSlot
 	gate         publishing.Gate // the steps of a publish every engine shares
+	dedupe       *publishing.Dedupe
 	unrouted     atomic.Uint64
 	hookDropped  atomic.Uint64 // messages dropped by an OnPublish verdict
 	refused      atomic.Uint64 // publishes refused by every consumer group they matched
@@ -134,7 +138,8 @@ func New(opts Options) *Engine {
 		groups:     make(map[string]*group),
 		groupNames: make(map[string]string),
 	}
-	b.gate = publishing.Gate{Limits: &b.opts.Limits, Hooks: &b.hooks, Closing: &b.closing}
+	b.dedupe = publishing.NewDedupe(opts.DedupeWindow, opts.DedupeMaxBytes, b.mem.add, b.dedupeEvicted)
+	b.gate = publishing.Gate{Limits: &b.opts.Limits, Hooks: &b.hooks, Closing: &b.closing, Dedupe: b.dedupe}
 	if opts.clock != nil {
 		opts.clock.b = b
 		return b
@@ -178,7 +183,17 @@ func (b *Engine) PublishBatch(frame []broker.Draft, res []broker.PublishResult, 
 		i := bt.At[j]
 		res[i], errs[i] = b.routeMsg(&bt.Msgs[j], nil)
 	}
+	bt.Settle(res, errs)
 	b.emit(bt.Emitted())
+}
+
+// dedupeEvicted logs that the table of message ids forgot ids before their window ended
+// (at the first eviction, then at every doubling of the count, so as not to flood the log).
+func (b *Engine) dedupeEvicted(total uint64) {
+	if total&(total-1) == 0 {
+		b.log.Warn("the table of message ids is full: the oldest half of the ids is forgotten before its dedupe window ends, and a retry of one of them would be published again; raise limits { dedupe_max_bytes } or shorten dedupe_window",
+			"dedupe_max_bytes", b.opts.DedupeMaxBytes, "dedupe_window", b.opts.DedupeWindow, "evicted_total", total)
+	}
 }
 
 // routeMsg routes a message that passed the gate (err nil), or counts it dropped by a

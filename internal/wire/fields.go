@@ -20,11 +20,13 @@ const (
 	fieldPublishTopic   = 1 // PublishRequest.topic
 	fieldPublishPayload = 2 // PublishRequest.payload
 	fieldPublishHeaders = 3 // PublishRequest.headers
+	fieldPublishID      = 4 // PublishRequest.message_id
 
 	fieldResultSystemID = 1 // PublishResult.system_id
 	fieldResultRouted   = 2 // PublishResult.routed
 	fieldResultCode     = 3 // PublishResult.code
 	fieldResultError    = 4 // PublishResult.error
+	fieldResultDup      = 5 // PublishResult.duplicate
 
 	fieldResponseSubscribed = 1 // SubscribeResponse.subscribed
 	fieldResponseMessages   = 2 // SubscribeResponse.messages

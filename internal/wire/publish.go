@@ -40,6 +40,10 @@ type PublishFrame struct {
 	// keep (issue 23).
 	MaxHeaders  int
 	HeadersOver bool
+
+	// IDs is set when a message of the frame has a message_id (as given: the server makes
+	// it a dedupe key, broker.MessageKey).
+	IDs bool
 }
 
 // PublishMessage is one PublishRequest of a frame, as Engine.PublishBatch takes it.
@@ -50,7 +54,7 @@ var errFrame = errors.New("malformed PublishStreamRequest")
 // decode parses b into f. Payloads are copied: b is gRPC's buffer.
 func (f *PublishFrame) decode(b []byte) error {
 	clear(f.Msgs)
-	f.Seq, f.ErrorsOnly, f.Msgs, f.TooMany, f.HeadersOver, f.Size = 0, false, f.Msgs[:0], false, false, len(b)
+	f.Seq, f.ErrorsOnly, f.Msgs, f.TooMany, f.HeadersOver, f.IDs, f.Size = 0, false, f.Msgs[:0], false, false, false, len(b)
 	for len(b) > 0 {
 		num, typ, n := consumeTag(b)
 		if n < 0 {
@@ -119,6 +123,14 @@ func (f *PublishFrame) decodeMessage(b []byte) (PublishMessage, error) {
 				}
 				hs.add(&m.Headers, f.topics.String(k), string(val), f.MaxHeaders) // names repeat: interned
 			}
+		case num == fieldPublishID && typ == protowire.BytesType:
+			if v, n = protowire.ConsumeBytes(b); n >= 0 {
+				if !utf8.Valid(v) {
+					return m, fmt.Errorf("%w: message_id is not valid UTF-8", errFrame)
+				}
+				m.ID = string(v)
+				f.IDs = f.IDs || m.ID != ""
+			}
 		default:
 			n = protowire.ConsumeFieldValue(num, typ, b)
 		}
@@ -164,10 +176,11 @@ func (f *PublishFrame) unmarshal(data mem.BufferSlice) error {
 
 // PublishResult is the answer to one message of a frame.
 type PublishResult struct {
-	SystemID string
-	Routed   uint32
-	Code     uint32
-	Err      string
+	SystemID  string
+	Routed    uint32
+	Code      uint32
+	Err       string
+	Duplicate bool
 }
 
 // EncodePublishResponse encodes a PublishStreamResponse into a pooled frame.
@@ -185,6 +198,9 @@ func EncodePublishResponse(seq uint64, results []PublishResult) *RawFrame {
 		}
 		if r.Err != "" {
 			n += protowire.SizeTag(fieldResultError) + protowire.SizeBytes(len(r.Err))
+		}
+		if r.Duplicate {
+			n += protowire.SizeTag(fieldResultDup) + 1
 		}
 		return n
 	}
@@ -220,6 +236,10 @@ func EncodePublishResponse(seq uint64, results []PublishResult) *RawFrame {
 		if r.Err != "" {
 			b = protowire.AppendTag(b, fieldResultError, protowire.BytesType)
 			b = protowire.AppendString(b, r.Err)
+		}
+		if r.Duplicate {
+			b = protowire.AppendTag(b, fieldResultDup, protowire.VarintType)
+			b = protowire.AppendVarint(b, 1)
 		}
 	}
 	return &RawFrame{b: b, pooled: buf}

@@ -21,6 +21,8 @@ func FuzzPublishFrame(f *testing.F) {
 	}})
 	seed(f, &pb.PublishStreamRequest{})
 	seed(f, &pb.PublishStreamRequest{Sequence: 1, ErrorsOnly: true, Messages: []*pb.PublishRequest{{Topic: "a"}}})
+	seed(f, &pb.PublishStreamRequest{Sequence: 2, Messages: []*pb.PublishRequest{{Topic: "a", MessageId: "id-1"}, {Topic: "b", MessageId: "ü"}, {Topic: "c"}}})
+	f.Add([]byte{0x12, 0x03, 0x22, 0x01, 0xff})             // message_id not UTF-8
 	f.Add([]byte{0x12, 0x03, 0x0a, 0x01, 0xff})             // topic not UTF-8
 	f.Add([]byte{0x12, 0x05, 0x1a, 0x03, 0x0a, 0x01, 0x80}) // header key not UTF-8
 	f.Add([]byte{0x08, 0x80})                               // truncated varint
@@ -44,10 +46,13 @@ func FuzzPublishFrame(f *testing.F) {
 		results := make([]PublishResult, len(got.Msgs))
 		for i, m := range got.Msgs {
 			w := want.GetMessages()[i]
-			if m.Topic != w.GetTopic() || !bytes.Equal(m.Payload, w.GetPayload()) || !maps.Equal(m.Headers.Map(), w.GetHeaders()) {
-				t.Fatalf("message %d: decoded %q %q %v, want %q %q %v", i, m.Topic, m.Payload, m.Headers, w.GetTopic(), w.GetPayload(), w.GetHeaders())
+			if m.Topic != w.GetTopic() || !bytes.Equal(m.Payload, w.GetPayload()) || !maps.Equal(m.Headers.Map(), w.GetHeaders()) || m.ID != w.GetMessageId() {
+				t.Fatalf("message %d: decoded %q %q %v id %q, want %q %q %v id %q", i, m.Topic, m.Payload, m.Headers, m.ID, w.GetTopic(), w.GetPayload(), w.GetHeaders(), w.GetMessageId())
 			}
-			results[i] = PublishResult{SystemID: m.Topic, Routed: uint32(len(m.Payload)), Code: uint32(i % 3), Err: m.Topic}
+			if m.ID != "" && !got.IDs {
+				t.Fatalf("message %d has message_id %q, the frame's IDs is not set", i, m.ID)
+			}
+			results[i] = PublishResult{SystemID: m.Topic, Routed: uint32(len(m.Payload)), Code: uint32(i % 3), Err: m.Topic, Duplicate: i%2 == 1}
 		}
 		var resp pb.PublishStreamResponse
 		if err := proto.Unmarshal(EncodePublishResponse(got.Seq, results).b, &resp); err != nil {
@@ -58,7 +63,7 @@ func FuzzPublishFrame(f *testing.F) {
 		}
 		for i, r := range resp.GetResults() {
 			w := results[i]
-			if r.GetSystemId() != w.SystemID || r.GetRouted() != w.Routed || r.GetCode() != int32(w.Code) || r.GetError() != w.Err {
+			if r.GetSystemId() != w.SystemID || r.GetRouted() != w.Routed || r.GetCode() != int32(w.Code) || r.GetError() != w.Err || r.GetDuplicate() != w.Duplicate {
 				t.Fatalf("result %d decodes to %v, want %+v", i, r, w)
 			}
 		}

@@ -48,6 +48,9 @@ type (
 	Index struct{}
 	// Stores is the JetStream engine's table of stores awaiting JetStream's answer: a leaf.
 	Stores struct{}
+	// Dedupe is an engine's table of message ids published (publishing.Dedupe): a leaf,
+	// taken with no other lock held.
+	Dedupe struct{}
 )
 
 func (MemoryEngine) rank() (int, string)        { return 10, "memory Engine.mu" }
@@ -62,3 +65,4 @@ func (Outbox) rank() (int, string)              { return 40, "memory outbox.mu" 
 func (Scheduler) rank() (int, string)           { return 50, "memory scheduler.mu" }
 func (Index) rank() (int, string)               { return 90, "memory index.mu" }
 func (Stores) rank() (int, string)              { return 90, "jetstream stores.mu" }
+func (Dedupe) rank() (int, string)              { return 90, "publishing Dedupe.mu" }

@@ -12,6 +12,7 @@ import (
 	"iter"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/tinybroker/tinybroker/broker"
 )
@@ -42,6 +43,7 @@ type Gate struct {
 	Limits  *broker.Limits
 	Hooks   *HookSlot
 	Closing *atomic.Bool // set when the engine no longer accepts publishes
+	Dedupe  *Dedupe      // the message ids published (nil: ids are ignored)
 }
 
 // Msg is a message through the gate: to route, or, with Drop set, dropped by a plugin's
@@ -51,7 +53,8 @@ type Msg struct {
 	Topic   string
 	Payload []byte
 	Headers broker.Headers
-	HB      int // the sum of the lengths of its header names and values
+	HB      int    // the sum of the lengths of its header names and values
+	ID      string // broker.Draft.ID: the JetStream engine stores it as Nats-Msg-Id
 
 	Drop                  bool
 	DroppedBy, DropReason string
@@ -135,24 +138,50 @@ type Batch struct {
 	errs     []error
 	at       []int // index in the frame of drafts[i]
 	emitted  []broker.Draft
+
+	dedupe *Dedupe
+	own    []idAt // the ids this frame publishes first
+	dups   []idAt // the ids of this frame published already, or being published
+}
+
+// idAt is the dedupe entry of message i of a frame (and, for a duplicate whose first is
+// under way, what to wait on).
+type idAt struct {
+	i    int
+	e    *idEntry
+	wait <-chan struct{}
 }
 
 var batches = sync.Pool{New: func() any { return new(Batch) }}
 
 // Batch passes a frame through the gate, as One would message by message, writing why a
 // message may not be routed to errs[i] (len(errs) == len(frame)); the hooks see the whole
-// frame in one OnPublishBatch call. The engine routes b.Msgs, then b.Emitted(), then calls
-// b.Release.
+// frame in one OnPublishBatch call. A message whose ID was published already (or is being
+// published) goes neither to the hooks nor into b.Msgs: Settle answers it. The engine routes
+// b.Msgs, calls b.Settle, routes b.Emitted(), then calls b.Release.
 func (g *Gate) Batch(frame []broker.Draft, errs []error) *Batch {
 	b := batches.Get().(*Batch)
+	b.dedupe = g.Dedupe
 	h := g.Hooks.Load()
+	var now time.Time // the frame's, for its ids
 	for i, m := range frame {
 		hb, err := g.admit(m.Topic, m.Payload, m.Headers)
 		errs[i] = err
+		if err == nil && m.ID != "" && b.dedupe != nil {
+			if now.IsZero() {
+				now = b.dedupe.now()
+			}
+			e, mine, wait := b.dedupe.begin(m.ID, now)
+			if !mine {
+				b.dups = append(b.dups, idAt{i, e, wait})
+				continue
+			}
+			b.own = append(b.own, idAt{i: i, e: e})
+		}
 		switch {
 		case err != nil:
 		case h == nil:
-			b.Msgs = append(b.Msgs, Msg{Topic: m.Topic, Payload: m.Payload, Headers: m.Headers, HB: hb})
+			b.Msgs = append(b.Msgs, Msg{Topic: m.Topic, Payload: m.Payload, Headers: m.Headers, HB: hb, ID: m.ID})
 			b.At = append(b.At, i)
 		default:
 			b.drafts = append(b.drafts, m)
@@ -176,6 +205,7 @@ func (g *Gate) Batch(frame []broker.Draft, errs []error) *Batch {
 			errs[b.at[j]] = err
 			continue
 		}
+		m.ID = frame[b.at[j]].ID
 		b.Msgs = append(b.Msgs, m)
 		b.At = append(b.At, b.at[j])
 	}
@@ -185,6 +215,20 @@ func (g *Gate) Batch(frame []broker.Draft, errs []error) *Batch {
 // Emitted returns what the hooks emitted over the frame, in order, for Gate.Emitted.
 func (b *Batch) Emitted() []broker.Draft { return b.emitted }
 
+// Settle records the outcome of the frame's messages with ids in the dedupe table, given
+// every message's result and error as the engine routed the frame (res[i], errs[i]), then
+// answers the frame's duplicates with their first publish's result, waiting for those still
+// under way elsewhere. It settles the frame's own ids first: a frame never waits for an id
+// it holds itself, and two frames never wait for each other.
+func (b *Batch) Settle(res []broker.PublishResult, errs []error) {
+	if len(b.own) > 0 {
+		b.dedupe.settle(b.own, res, errs)
+	}
+	for _, x := range b.dups {
+		res[x.i], errs[x.i] = duplicate(x.e, x.wait)
+	}
+}
+
 // Release clears the batch (it holds messages) and returns it to the pool.
 func (b *Batch) Release() {
 	clear(b.Msgs)
@@ -192,7 +236,10 @@ func (b *Batch) Release() {
 	clear(b.verdicts)
 	clear(b.errs)
 	clear(b.emitted)
+	clear(b.own)
+	clear(b.dups)
 	b.Msgs, b.At, b.emitted = b.Msgs[:0], b.At[:0], b.emitted[:0]
+	b.own, b.dups, b.dedupe = b.own[:0], b.dups[:0], nil
 	b.drafts, b.verdicts, b.errs, b.at = b.drafts[:0], b.verdicts[:0], b.errs[:0], b.at[:0]
 	batches.Put(b)
 }

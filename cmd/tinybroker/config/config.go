@@ -61,6 +61,8 @@
 //	  max_patterns_per_subscription = 1024
 //	  max_groups                    = 10000
 //	  max_plugin_bytes              = 67108864 # largest plugin .wasm file
+//	  dedupe_window                 = "2m"     # how long a message_id is remembered
+//	  dedupe_max_bytes              = "64MiB"  # the table of message ids (default: 64 MiB, at most 1/16 of memory.max_bytes)
 //	}
 //
 //	plugin_cache_dir = "/var/cache/tinybroker"  # compiled plugins, kept across restarts; "none": not kept

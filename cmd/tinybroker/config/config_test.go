@@ -36,6 +36,7 @@ func TestDefault(t *testing.T) {
 				MaxSubscriptionsPerStream:  65536,
 				MaxPatternsPerSubscription: 1024,
 				MaxGroups:                  10000,
+				DedupeWindow:               2 * time.Minute,
 				GroupMaxQueued:             100000, GroupDeadLetterMax: 10000, GroupOverflow: broker.OverflowReject,
 				GroupRedeliveryDelayMin: 100 * time.Millisecond, GroupRedeliveryDelayMax: 10 * time.Second,
 			},
@@ -106,6 +107,8 @@ limits {
   max_patterns_per_subscription = 16
   max_groups                    = 17
   max_plugin_bytes              = 18
+  dedupe_window                 = "19s"
+  dedupe_max_bytes              = "20KiB"
 }
 `
 
@@ -139,6 +142,8 @@ func TestParseFull(t *testing.T) {
 		{"MaxPatternsPerSubscription", c.Broker.MaxPatternsPerSubscription, 16},
 		{"MaxGroups", c.Broker.MaxGroups, 17},
 		{"MaxPluginBytes", c.Limits.MaxPluginBytes, 18},
+		{"DedupeWindow", c.Broker.DedupeWindow, 19 * time.Second},
+		{"DedupeMaxBytes", c.Broker.DedupeMaxBytes, int64(20 << 10)},
 	}
 	for _, ch := range checks {
 		if ch.got != ch.want {
@@ -232,6 +237,8 @@ func TestParseErrors(t *testing.T) {
 			[]string{"t.hcl:2,18-30", "Invalid duration", `"10 seconds" is not a Go duration`, `"10s"`}},
 		{"duration without unit", "groups {\n  ack_deadline = 30\n}\n",
 			[]string{"t.hcl:2,18-20", `ack_deadline must be a duration string such as "30s", in quotes; got a number`}},
+		{"dedupe window too short", "limits {\n  dedupe_window = \"10ms\"\n}\n",
+			[]string{"t.hcl:2", "Invalid dedupe_window", "the smallest is 100ms"}},
 		{"zero duration", "keepalive_time = \"0s\"\n",
 			[]string{"t.hcl:1,18-22", "keepalive_time must be greater than zero"}},
 		{"negative duration", "keepalive_timeout = \"-5s\"\n",

@@ -87,8 +87,13 @@ var limitsSection = section{
 		positiveIntAttr("max_patterns_per_subscription", func(c *Config) *int { return &c.Broker.MaxPatternsPerSubscription }),
 		positiveIntAttr("max_groups", func(c *Config) *int { return &c.Broker.MaxGroups }),
 		positiveIntAttr("max_plugin_bytes", func(c *Config) *int { return &c.Limits.MaxPluginBytes }),
+		durationAttr("dedupe_window", func(c *Config) *time.Duration { return &c.Broker.DedupeWindow }),
+		sizeAttr("dedupe_max_bytes", func(c *Config) *int64 { return &c.Broker.DedupeMaxBytes }),
 	},
 }
+
+// minDedupeWindow is the smallest dedupe_window: JetStream's smallest duplicate window.
+const minDedupeWindow = 100 * time.Millisecond
 
 // check reports problems that involve more than one setting, once every setting is decoded.
 func (d *decoder) check() hcl.Diagnostics {
@@ -108,6 +113,14 @@ func (d *decoder) check() hcl.Diagnostics {
 			Summary:  "Invalid max_streams_per_connection",
 			Detail:   fmt.Sprintf("max_streams_per_connection is %d; HTTP/2 allows at most %d.", n, uint32(math.MaxUint32)),
 			Subject:  d.rangeOf("limits.max_streams_per_connection"),
+		})
+	}
+	if w := d.cfg.Broker.DedupeWindow; w > 0 && w < minDedupeWindow {
+		diags = append(diags, &hcl.Diagnostic{
+			Severity: hcl.DiagError,
+			Summary:  "Invalid dedupe_window",
+			Detail:   fmt.Sprintf("dedupe_window is %v; the smallest is %v (JetStream's smallest duplicate window). A retry comes later than that: give it minutes, as the default 2m does.", w, minDedupeWindow),
+			Subject:  d.rangeOf("limits.dedupe_window"),
 		})
 	}
 	diags = append(diags, d.checkHTTP()...)

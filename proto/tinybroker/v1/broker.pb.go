@@ -187,9 +187,16 @@ func (x *Message) GetSubscriptionId() string {
 type PublishRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Dot-separated tokens, e.g. "jobs.thumb.1": no wildcards, no whitespace, at most 255 bytes.
-	Topic         string            `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
-	Payload       []byte            `protobuf:"bytes,2,opt,name=payload,proto3" json:"payload,omitempty"`
-	Headers       map[string]string `protobuf:"bytes,3,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Topic   string            `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	Payload []byte            `protobuf:"bytes,2,opt,name=payload,proto3" json:"payload,omitempty"`
+	Headers map[string]string `protobuf:"bytes,3,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Chosen by the publisher to make a retry safe: a message published again with the same
+	// message_id by the same user within the broker's dedupe window (limits { dedupe_window },
+	// 2m by default) is not published again; its answer is the first one's system_id with
+	// duplicate set. Ids of different users never meet. Empty: no deduplication. At most 128
+	// bytes; a random 16 bytes, hex or base64, is plenty. The Go client sets one on every
+	// message. See README.md, "Idempotent publishing".
+	MessageId     string `protobuf:"bytes,4,opt,name=message_id,json=messageId,proto3" json:"message_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -245,6 +252,13 @@ func (x *PublishRequest) GetHeaders() map[string]string {
 	return nil
 }
 
+func (x *PublishRequest) GetMessageId() string {
+	if x != nil {
+		return x.MessageId
+	}
+	return ""
+}
+
 type PublishResponse struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	SystemId string                 `protobuf:"bytes,1,opt,name=system_id,json=systemId,proto3" json:"system_id,omitempty"`
@@ -252,8 +266,11 @@ type PublishResponse struct {
 	Routed uint32 `protobuf:"varint,2,opt,name=routed,proto3" json:"routed,omitempty"`
 	// Set when a plugin dropped the message (routed is then 0): the plugin's name, and the
 	// reason it gave.
-	DroppedBy     string `protobuf:"bytes,3,opt,name=dropped_by,json=droppedBy,proto3" json:"dropped_by,omitempty"`
-	DropReason    string `protobuf:"bytes,4,opt,name=drop_reason,json=dropReason,proto3" json:"drop_reason,omitempty"`
+	DroppedBy  string `protobuf:"bytes,3,opt,name=dropped_by,json=droppedBy,proto3" json:"dropped_by,omitempty"`
+	DropReason string `protobuf:"bytes,4,opt,name=drop_reason,json=dropReason,proto3" json:"drop_reason,omitempty"`
+	// Set when message_id was published already within the dedupe window: nothing was
+	// published, system_id, routed, dropped_by and drop_reason are the first publish's.
+	Duplicate     bool `protobuf:"varint,5,opt,name=duplicate,proto3" json:"duplicate,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -314,6 +331,13 @@ func (x *PublishResponse) GetDropReason() string {
 		return x.DropReason
 	}
 	return ""
+}
+
+func (x *PublishResponse) GetDuplicate() bool {
+	if x != nil {
+		return x.Duplicate
+	}
+	return false
 }
 
 type PublishStreamRequest struct {
@@ -441,7 +465,11 @@ type PublishResult struct {
 	// A google.golang.org/grpc/codes value; 0 (OK) when the message was accepted.
 	Code int32 `protobuf:"varint,3,opt,name=code,proto3" json:"code,omitempty"`
 	// What went wrong, when code is not 0.
-	Error         string `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	Error string `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	// As in PublishResponse: message_id was published already; system_id and routed are the
+	// first publish's. A duplicate is not an error: a frame sent with errors_only is not
+	// answered for it.
+	Duplicate     bool `protobuf:"varint,5,opt,name=duplicate,proto3" json:"duplicate,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -502,6 +530,13 @@ func (x *PublishResult) GetError() string {
 		return x.Error
 	}
 	return ""
+}
+
+func (x *PublishResult) GetDuplicate() bool {
+	if x != nil {
+		return x.Duplicate
+	}
+	return false
 }
 
 type OpenSubscription struct {
@@ -2178,21 +2213,24 @@ const file_tinybroker_v1_broker_proto_rawDesc = "" +
 	"\x0fsubscription_id\x18\b \x01(\tR\x0esubscriptionId\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc2\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe1\x01\n" +
 	"\x0ePublishRequest\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x18\n" +
 	"\apayload\x18\x02 \x01(\fR\apayload\x12D\n" +
-	"\aheaders\x18\x03 \x03(\v2*.tinybroker.v1.PublishRequest.HeadersEntryR\aheaders\x1a:\n" +
+	"\aheaders\x18\x03 \x03(\v2*.tinybroker.v1.PublishRequest.HeadersEntryR\aheaders\x12\x1d\n" +
+	"\n" +
+	"message_id\x18\x04 \x01(\tR\tmessageId\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x86\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa4\x01\n" +
 	"\x0fPublishResponse\x12\x1b\n" +
 	"\tsystem_id\x18\x01 \x01(\tR\bsystemId\x12\x16\n" +
 	"\x06routed\x18\x02 \x01(\rR\x06routed\x12\x1d\n" +
 	"\n" +
 	"dropped_by\x18\x03 \x01(\tR\tdroppedBy\x12\x1f\n" +
 	"\vdrop_reason\x18\x04 \x01(\tR\n" +
-	"dropReason\"\x8e\x01\n" +
+	"dropReason\x12\x1c\n" +
+	"\tduplicate\x18\x05 \x01(\bR\tduplicate\"\x8e\x01\n" +
 	"\x14PublishStreamRequest\x12\x1a\n" +
 	"\bsequence\x18\x01 \x01(\x04R\bsequence\x129\n" +
 	"\bmessages\x18\x02 \x03(\v2\x1d.tinybroker.v1.PublishRequestR\bmessages\x12\x1f\n" +
@@ -2200,12 +2238,13 @@ const file_tinybroker_v1_broker_proto_rawDesc = "" +
 	"errorsOnly\"k\n" +
 	"\x15PublishStreamResponse\x12\x1a\n" +
 	"\bsequence\x18\x01 \x01(\x04R\bsequence\x126\n" +
-	"\aresults\x18\x02 \x03(\v2\x1c.tinybroker.v1.PublishResultR\aresults\"n\n" +
+	"\aresults\x18\x02 \x03(\v2\x1c.tinybroker.v1.PublishResultR\aresults\"\x8c\x01\n" +
 	"\rPublishResult\x12\x1b\n" +
 	"\tsystem_id\x18\x01 \x01(\tR\bsystemId\x12\x16\n" +
 	"\x06routed\x18\x02 \x01(\rR\x06routed\x12\x12\n" +
 	"\x04code\x18\x03 \x01(\x05R\x04code\x12\x14\n" +
-	"\x05error\x18\x04 \x01(\tR\x05error\"\xef\x02\n" +
+	"\x05error\x18\x04 \x01(\tR\x05error\x12\x1c\n" +
+	"\tduplicate\x18\x05 \x01(\bR\tduplicate\"\xef\x02\n" +
 	"\x10OpenSubscription\x12'\n" +
 	"\x0fsubscription_id\x18\x01 \x01(\tR\x0esubscriptionId\x12%\n" +
 	"\x0etopic_patterns\x18\x02 \x03(\tR\rtopicPatterns\x12/\n" +

@@ -22,7 +22,9 @@ package client
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/tls"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net"
@@ -246,18 +248,75 @@ type PublishResult struct {
 	// DroppedBy names the plugin that dropped the message, and DropReason says why; both
 	// empty unless a plugin dropped it.
 	DroppedBy, DropReason string
+	// Duplicate: the broker had the message already (its message id, within the broker's
+	// dedupe window: a retry after a lost confirmation). Nothing was published again; the
+	// rest is the first publish's result.
+	Duplicate bool
 }
+
+// PublishOption changes one Client.Publish.
+type PublishOption func(*pb.PublishRequest)
+
+// WithMessageID publishes the message under id (at most 128 bytes) instead of a random
+// one: the broker publishes a message of one id at most once within its dedupe window
+// (limits { dedupe_window }, 2 minutes by default), so a publish retried with the same id,
+// by this process or another of the same user after a crash, is not published twice. Use
+// an id that names the message in the application (an order number, a hash of the event).
+func WithMessageID(id string) PublishOption {
+	return func(r *pb.PublishRequest) { r.MessageId = id }
+}
+
+// publishAttempts is how many times Publish sends a message whose confirmation was lost.
+const publishAttempts = 4
 
 // Publish publishes one message and waits for the broker to accept it. headers may be nil.
 // Errors carry a gRPC status: codes.InvalidArgument for a bad topic or an oversize message,
 // codes.ResourceExhausted when a consumer group is full, codes.Unavailable when the broker
 // cannot be reached or is shutting down. For many messages, a [Publisher] is much faster.
-func (c *Client) Publish(ctx context.Context, topic string, payload []byte, headers map[string]string) (PublishResult, error) {
-	resp, err := c.api.Publish(ctx, &pb.PublishRequest{Topic: topic, Payload: payload, Headers: headers})
+//
+// Every message carries a message id (random, unless [WithMessageID]), and a publish that
+// fails with codes.Unavailable — the broker unreachable, restarting, or the connection lost
+// before its answer came — is sent again with the same id, up to 4 times in all, after the
+// reconnection back-off (WithReconnectBackoff) and while ctx lasts: the broker publishes
+// it once whatever happened to the lost answers (PublishResult.Duplicate says a retry
+// found it published).
+func (c *Client) Publish(ctx context.Context, topic string, payload []byte, headers map[string]string, opts ...PublishOption) (PublishResult, error) {
+	req := &pb.PublishRequest{Topic: topic, Payload: payload, Headers: headers}
+	for _, o := range opts {
+		o(req)
+	}
+	if req.MessageId == "" {
+		req.MessageId = newMessageID()
+	}
+	var resp *pb.PublishResponse
+	var err error
+	wait := c.cfg.backoffMin
+	for attempt := 1; ; attempt++ {
+		resp, err = c.api.Publish(ctx, req)
+		if err == nil || status.Code(err) != codes.Unavailable || attempt == publishAttempts || ctx.Err() != nil {
+			break
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+		}
+		wait = min(2*wait, c.cfg.backoffMax)
+	}
 	if err != nil {
 		return PublishResult{}, c.wrap(fmt.Sprintf("publish to %q", topic), err)
 	}
-	return PublishResult{SystemID: resp.GetSystemId(), Routed: int(resp.GetRouted()), DroppedBy: resp.GetDroppedBy(), DropReason: resp.GetDropReason()}, nil
+	return PublishResult{SystemID: resp.GetSystemId(), Routed: int(resp.GetRouted()), DroppedBy: resp.GetDroppedBy(), DropReason: resp.GetDropReason(),
+		Duplicate: resp.GetDuplicate()}, nil
+}
+
+// newMessageID returns a random message id: 16 bytes (128 bits, as a UUID's 122), in
+// base64 (22 characters), which no two publishes meet by chance.
+func newMessageID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	return base64.RawURLEncoding.EncodeToString(b[:])
 }
 
 // wrap prefixes err with what was being done, keeping its gRPC status (status.Code still

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -56,14 +58,20 @@ type PublisherOptions struct {
 // broker. Flush waits for confirmations and reports failed messages. It is safe for
 // concurrent use; messages are published in the order Publish was called.
 //
-// If the stream breaks (broker restarted, connection lost), the messages not yet confirmed
-// fail with an error saying they may or may not have been published, and the Publisher is
-// done: later calls return that error; open a new one to go on.
+// Every message carries a message id of the Publisher's making. If the stream breaks with
+// codes.Unavailable (broker restarting, connection lost), the Publisher opens a new one, after
+// the reconnection back-off (WithReconnectBackoff), and sends the messages not yet confirmed
+// again, in order, with their ids: the broker publishes each once, whether or not it had
+// them (PublishResult.Duplicate says it had). After 4 attempts in a row without an answer,
+// or another error, the messages not yet confirmed fail with an error saying they may or may
+// not have been published, and the Publisher is done: later calls return that error; open
+// a new one to go on.
 type Publisher struct {
 	c      *Client
 	opts   PublisherOptions
-	stream grpc.BidiStreamingClient[pb.PublishStreamRequest, pb.PublishStreamResponse]
+	ctx    context.Context // the streams'
 	cancel context.CancelFunc
+	idBase string        // the message ids: idBase and a count
 	slots  chan struct{} // one token per unconfirmed message
 	wake   chan struct{} // the queue has work, or closing
 	done   chan struct{} // closed once the stream has ended and every message is settled
@@ -73,6 +81,10 @@ type Publisher struct {
 	closeErr  error
 
 	mu       sync.Mutex
+	stream   grpc.BidiStreamingClient[pb.PublishStreamRequest, pb.PublishStreamResponse]
+	halfDone bool // CloseSend was called on stream
+	reopens  int  // streams opened since the last answer
+	ids      uint64
 	queue    []*pb.PublishRequest // not yet sent
 	sent     []sentFrame          // sent, awaiting their response frame, oldest first
 	seq      uint64
@@ -128,7 +140,7 @@ func (c *Client) NewPublisher(ctx context.Context, opts PublisherOptions) (*Publ
 		cancel()
 		return nil, c.wrap("open publish stream", err)
 	}
-	p := &Publisher{c: c, opts: opts, stream: stream, cancel: cancel,
+	p := &Publisher{c: c, opts: opts, stream: stream, ctx: sctx, cancel: cancel, idBase: newMessageID() + "-",
 		slots: make(chan struct{}, opts.MaxPending), wake: make(chan struct{}, 1),
 		done: make(chan struct{}), progress: make(chan struct{})}
 	if err := c.track(p); err != nil {
@@ -162,7 +174,8 @@ func (p *Publisher) Publish(ctx context.Context, topic string, payload []byte, h
 		<-p.slots
 		return p.stoppedErr()
 	}
-	p.queue = append(p.queue, &pb.PublishRequest{Topic: topic, Payload: payload, Headers: headers})
+	p.ids++
+	p.queue = append(p.queue, &pb.PublishRequest{Topic: topic, Payload: payload, Headers: headers, MessageId: p.idBase + strconv.FormatUint(p.ids, 36)})
 	p.enqueued++
 	p.mu.Unlock()
 	select {
@@ -271,19 +284,21 @@ func (p *Publisher) send() {
 				p.seq++
 				seq := p.seq
 				p.sent = append(p.sent, sentFrame{seq: seq})
+				st := p.stream
 				p.mu.Unlock()
-				if err := p.stream.Send(&pb.PublishStreamRequest{Sequence: seq}); err != nil {
-					return
+				if err := st.Send(&pb.PublishStreamRequest{Sequence: seq}); err != nil {
+					break // the stream is over: receive opens another or fails what is outstanding
 				}
 				continue
 			}
 			if len(p.queue) == 0 {
 				p.flushReq = false
-				closing := p.closing
+				closeSend := p.closing && !p.halfDone
+				p.halfDone = p.halfDone || closeSend
+				st := p.stream
 				p.mu.Unlock()
-				if closing {
-					_ = p.stream.CloseSend() // the broker answers what it got, then ends the stream
-					return
+				if closeSend {
+					_ = st.CloseSend() // the broker answers what it got, then ends the stream
 				}
 				break
 			}
@@ -316,9 +331,10 @@ func (p *Publisher) send() {
 				}
 			}
 			p.sent = append(p.sent, sentFrame{seq: seq, msgs: msgs, quiet: quiet})
+			st := p.stream
 			p.mu.Unlock()
-			if err := p.stream.Send(&pb.PublishStreamRequest{Sequence: seq, Messages: msgs, ErrorsOnly: quiet}); err != nil {
-				return // the stream is over; receive learns why and fails what is outstanding
+			if err := st.Send(&pb.PublishStreamRequest{Sequence: seq, Messages: msgs, ErrorsOnly: quiet}); err != nil {
+				break // the stream is over: receive opens another or fails what is outstanding
 			}
 		}
 	}
@@ -327,7 +343,13 @@ func (p *Publisher) send() {
 // receive matches response frames to sent frames and settles their messages.
 func (p *Publisher) receive() {
 	for {
-		resp, err := p.stream.Recv()
+		p.mu.Lock()
+		st := p.stream
+		p.mu.Unlock()
+		resp, err := st.Recv()
+		if err != nil && p.reopen(err) {
+			continue
+		}
 		if err != nil {
 			p.fail(err)
 			p.cancel()
@@ -335,6 +357,7 @@ func (p *Publisher) receive() {
 			return
 		}
 		p.mu.Lock()
+		p.reopens = 0
 		// Quiet frames sent before the answered one were published: frames are handled in order.
 		var published []sentFrame
 		for len(p.sent) > 0 && p.sent[0].quiet && p.sent[0].seq != resp.GetSequence() {
@@ -367,13 +390,62 @@ func (p *Publisher) receive() {
 				}
 				failed++
 			} else {
-				res = PublishResult{SystemID: r.GetSystemId(), Routed: int(r.GetRouted())}
+				res = PublishResult{SystemID: r.GetSystemId(), Routed: int(r.GetRouted()), Duplicate: r.GetDuplicate()}
 			}
 			if p.opts.OnResult != nil {
 				p.opts.OnResult(f.msgs[i].GetTopic(), res, err)
 			}
 		}
 		p.settle(len(f.msgs), failed, firstFail)
+	}
+}
+
+// reopen opens a new stream after the current one broke with err, if err is
+// codes.Unavailable and fewer than publishAttempts streams were opened without an answer,
+// waiting the reconnection back-off first; it queues the messages sent and not confirmed
+// again, in front of the others, with their ids, and wakes the sender. It returns false if
+// the Publisher is to fail instead.
+func (p *Publisher) reopen(err error) bool {
+	if status.Code(err) != codes.Unavailable {
+		return false
+	}
+	for {
+		p.mu.Lock()
+		p.reopens++
+		n := p.reopens
+		p.mu.Unlock()
+		if n >= publishAttempts {
+			return false
+		}
+		wait := min(p.c.cfg.backoffMin<<(n-1), p.c.cfg.backoffMax)
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-p.ctx.Done():
+			t.Stop()
+			return false
+		}
+		stream, err := p.c.api.PublishStream(p.ctx)
+		if err != nil {
+			if status.Code(err) != codes.Unavailable {
+				return false
+			}
+			continue
+		}
+		p.mu.Lock()
+		var again []*pb.PublishRequest
+		for _, f := range p.sent {
+			again = append(again, f.msgs...)
+		}
+		p.queue = append(again, p.queue...)
+		p.sent, p.quiet, p.flushReq = nil, 0, p.flushReq || p.opts.ErrorsOnly
+		p.stream, p.halfDone = stream, false
+		p.mu.Unlock()
+		select {
+		case p.wake <- struct{}{}:
+		default:
+		}
+		return true
 	}
 }
 

@@ -1,0 +1,76 @@
+package jetstream_test
+
+import (
+	"testing"
+
+	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/broker/jetstream"
+	"github.com/tinybroker/tinybroker/internal/testing/brokertest"
+)
+
+// Issue 25: a publisher whose confirmation was lost retries on another node. Each node's
+// table of message ids knows only its own publishes, so the retry reaches JetStream, whose
+// deduplication (the id, hashed, as Nats-Msg-Id) answers with the first's sequence: the
+// retry is answered with the first publish's system_id and duplicate set, and neither the
+// consumer group nor a fanout subscriber gets it twice.
+func TestMessageIDRetriedOnAnotherNode(t *testing.T) {
+	nodes := startCluster(t, 3, 1)
+	a, b := nodes[0], nodes[1]
+	if err := a.Declare(broker.GroupConfig{Name: "orders", Patterns: []string{"orders.*"}}); err != nil {
+		t.Fatal(err)
+	}
+	brokertest.Eventually(t, "node b to know the group", func() bool {
+		_, err := b.Group("orders")
+		return err == nil
+	})
+	group := a.NewStream(nil)
+	defer group.Close()
+	if _, err := group.Subscribe(broker.SubscribeOptions{Mode: broker.Balanced, Group: "orders", Patterns: []string{"orders.*"}, MaxInFlight: 10}); err != nil {
+		t.Fatal(err)
+	}
+	fan := b.NewStream(nil)
+	defer fan.Close()
+	if _, err := fan.Subscribe(broker.SubscribeOptions{Mode: broker.Fanout, Patterns: []string{"orders.*", "warm"}}); err != nil {
+		t.Fatal(err)
+	}
+	key := broker.MessageKey("alice", "order-7")
+	publish := func(e *jetstream.Engine, d broker.Draft) broker.PublishResult {
+		t.Helper()
+		res, errs := make([]broker.PublishResult, 1), make([]error, 1)
+		e.PublishBatch([]broker.Draft{d}, res, errs)
+		if errs[0] != nil {
+			t.Fatal(errs[0])
+		}
+		return res[0]
+	}
+	brokertest.Eventually(t, "node a to see node b's fanout subscription", func() bool {
+		publish(a, broker.Draft{Topic: "warm"})
+		for _, d := range fan.Next(nil, 100, 1<<20) {
+			if d.Msg != nil { // not the subscription's opened event
+				return true
+			}
+		}
+		return false
+	})
+	first := publish(a, broker.Draft{Topic: "orders.new", Payload: []byte("once"), ID: key})
+	retry := publish(b, broker.Draft{Topic: "orders.new", Payload: []byte("once"), ID: key})
+	if first.Duplicate || !retry.Duplicate || retry.SystemID != first.SystemID {
+		t.Fatalf("first %+v, retry on the other node %+v; want the retry a duplicate with the first's system_id", first, retry)
+	}
+	other := publish(b, broker.Draft{Topic: "orders.new", Payload: []byte("other"), ID: broker.MessageKey("bob", "order-7")})
+	if other.Duplicate {
+		t.Fatalf("bob's order-7 taken for alice's: %+v", other)
+	}
+	publish(b, broker.Draft{Topic: "orders.new", Payload: []byte("marker")})
+	for name, st := range map[string]broker.Stream{"group": group, "fanout": fan} {
+		for _, want := range []string{"once", "other", "marker"} {
+			d := receive(t, st)
+			for d.Msg.Topic == "warm" {
+				d = receive(t, st)
+			}
+			if string(d.Msg.Payload) != want {
+				t.Fatalf("%s: got %q, want %q: the retry was delivered again", name, d.Msg.Payload, want)
+			}
+		}
+	}
+}
