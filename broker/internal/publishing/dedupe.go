@@ -2,6 +2,7 @@ package publishing
 
 import (
 	"fmt"
+	"hash/maphash"
 	"time"
 
 	"github.com/tinybroker/tinybroker/broker"
@@ -34,84 +35,116 @@ type Dedupe struct {
 	charge   func(int64) // the engine's memory budget (nil: none)
 	now      func() time.Time
 	evicted  func(total uint64) // told of each eviction (the engine logs)
+	seeds    [2]maphash.Seed
 
 	mu        lockrank.Mutex[lockrank.Dedupe]
 	cur, prev generation
+	waits     map[idKey]chan struct{} // closed when the id's first publish is settled
 	evicts    uint64
 	expired   uint64
 }
 
+// idKey is a key's 128 bits under the table's random seeds (maphash): the table keeps no
+// string, and its maps hold no pointer, so the garbage collector never scans them. Two keys
+// share an idKey with a probability of 2^-128; a publisher cannot aim at one without the
+// seeds, which never leave the process.
+type idKey [2]uint64
+
 // generation is one map of ids of the table.
 type generation struct {
-	ids   map[string]*idEntry
+	ids   map[idKey]idEntry
+	drops map[idKey]dropped // the results that name a plugin's drop (rare: strings kept apart)
 	bytes int64
 	start time.Time // when it became current
 	last  time.Time // when its newest id was entered
 }
 
-// idEntry is one id in the table.
+// idEntry is one id in the table, and its first publish's result once settled.
 type idEntry struct {
-	key     string
-	at      time.Time // when it was entered
-	cost    int64
-	res     broker.PublishResult
-	ok      bool          // the first publish succeeded: res is its result
-	settled bool          // the first publish is settled (Dedupe.mu)
-	wait    chan struct{} // made for the first duplicate that comes before it is settled; closed then
+	at      int64 // when it was entered, in Unix nanoseconds
+	seq     uint64
+	routed  int32
+	settled bool
+	idLen   uint8
+	sysID   [maxSystemID]byte
 }
 
-// entryOverhead is what an id costs the table besides its key and system_id: the entry (112
-// bytes), its map slot, and the map's slack.
-const entryOverhead = 288
+// dropped is the plugin verdict of a result.
+type dropped struct{ by, reason string }
 
-func entryCost(key string) int64 {
-	return int64(len(key)) + 32 + entryOverhead // 32: a system_id
-}
+// maxSystemID is the longest system_id the table keeps in place (a sysid's 22 characters);
+// a result with a longer one is not remembered (its id's retry publishes again).
+const maxSystemID = 32
+
+// entryCost is what an id costs the table: its slot (key and entry, 72 bytes) in a map kept
+// at most 7/8 full and grown by doubling.
+const entryCost = 160
 
 // NewDedupe makes a table of the ids of the last window, of at most maxBytes; charge, if
 // not nil, is told of every byte the table takes and gives back; evicted, if not nil, of
 // every eviction of ids before their window ended (with the total so far).
 func NewDedupe(window time.Duration, maxBytes int64, charge func(int64), evicted func(total uint64)) *Dedupe {
-	return &Dedupe{window: window, maxBytes: maxBytes, charge: charge, evicted: evicted, now: time.Now}
+	return &Dedupe{window: window, maxBytes: maxBytes, charge: charge, evicted: evicted, now: time.Now,
+		seeds: [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()}}
 }
 
-// begin enters key, or returns the entry of the publish that holds it already (mine false)
-// and, if that publish is not settled yet, a channel closed when it is.
-func (d *Dedupe) begin(key string, now time.Time) (e *idEntry, mine bool, wait <-chan struct{}) {
+func (d *Dedupe) key(s string) idKey {
+	return idKey{maphash.String(d.seeds[0], s), maphash.String(d.seeds[1], s)}
+}
+
+// begin enters key s, or says that a publish holds it already (mine false), with that
+// publish's result if it is settled, or else a channel closed when it is.
+func (d *Dedupe) begin(s string, now time.Time) (k idKey, mine bool, wait <-chan struct{}, res broker.PublishResult) {
+	k = d.key(s)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.cur.ids == nil || now.Sub(d.cur.start) >= d.window {
 		d.rotateLocked(now)
 	}
-	e = d.cur.ids[key]
-	if e == nil {
-		e = d.prev.ids[key]
+	g := &d.cur
+	e, found := d.cur.ids[k]
+	if !found {
+		g = &d.prev
+		e, found = d.prev.ids[k]
 	}
-	if e != nil && now.Sub(e.at) < d.window {
-		if !e.settled && e.wait == nil {
-			e.wait = make(chan struct{}) // only for a duplicate that overtakes its first
+	if found && now.UnixNano()-e.at < int64(d.window) {
+		if e.settled {
+			return k, false, nil, g.resultLocked(k, &e)
 		}
-		if !e.settled {
-			wait = e.wait
+		w := d.waits[k]
+		if w == nil { // only for a duplicate that overtakes its first
+			if d.waits == nil {
+				d.waits = make(map[idKey]chan struct{})
+			}
+			w = make(chan struct{})
+			d.waits[k] = w
 		}
-		return e, false, wait
+		return k, false, w, broker.PublishResult{}
 	}
-	added := entryCost(key)
-	if old := d.cur.ids[key]; old != nil { // expired, in the current generation still
-		d.cur.bytes -= old.cost
-		added -= old.cost
+	added := int64(entryCost)
+	if _, old := d.cur.ids[k]; old { // expired, in the current generation still
+		added = 0
+	} else {
+		d.cur.bytes += entryCost
 	}
-	e = &idEntry{key: key, at: now, cost: entryCost(key)}
-	d.cur.ids[key] = e
-	d.cur.bytes += e.cost
+	d.cur.ids[k] = idEntry{at: now.UnixNano()}
 	d.cur.last = now
-	if d.charge != nil {
+	if d.charge != nil && added != 0 {
 		d.charge(added)
 	}
 	if d.cur.bytes >= d.maxBytes/2 {
 		d.rotateLocked(now)
 	}
-	return e, true, nil
+	return k, true, nil, broker.PublishResult{}
+}
+
+// resultLocked is the result e (of k, in g) records.
+func (g *generation) resultLocked(k idKey, e *idEntry) broker.PublishResult {
+	res := broker.PublishResult{Seq: e.seq, SystemID: string(e.sysID[:e.idLen]), Routed: int(e.routed), Duplicate: true}
+	if dr, ok := g.drops[k]; ok {
+		res.DroppedBy, res.DropReason = dr.by, dr.reason
+	}
+	return res
 }
 
 // rotateLocked drops the previous generation and makes the current one the previous. The
@@ -129,7 +162,7 @@ func (d *Dedupe) rotateLocked(now time.Time) {
 		d.charge(-d.prev.bytes)
 	}
 	n := len(d.cur.ids)
-	d.prev, d.cur = d.cur, generation{ids: make(map[string]*idEntry, n), start: now}
+	d.prev, d.cur = d.cur, generation{ids: make(map[idKey]idEntry, n), start: now}
 	if evicted > 0 {
 		d.evicts += evicted
 		if d.evicted != nil {
@@ -144,27 +177,39 @@ func (d *Dedupe) settle(own []idAt, res []broker.PublishResult, errs []error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for _, x := range own {
-		d.settleLocked(x.e, res[x.i], errs[x.i])
+		d.settleLocked(x.k, res[x.i], errs[x.i])
 	}
 }
 
-func (d *Dedupe) settleLocked(e *idEntry, res broker.PublishResult, err error) {
-	e.settled = true
-	if err == nil {
-		e.res, e.ok = res, true
-	} else {
-		for _, g := range []*generation{&d.cur, &d.prev} {
-			if g.ids[e.key] == e {
-				delete(g.ids, e.key)
-				g.bytes -= e.cost
-				if d.charge != nil {
-					d.charge(-e.cost)
+func (d *Dedupe) settleLocked(k idKey, res broker.PublishResult, err error) {
+	g := &d.cur
+	e, found := d.cur.ids[k]
+	if !found {
+		g = &d.prev
+		e, found = d.prev.ids[k]
+	}
+	if found && !e.settled {
+		if err == nil && len(res.SystemID) <= maxSystemID {
+			e.settled, e.seq, e.routed = true, res.Seq, int32(res.Routed)
+			e.idLen = uint8(copy(e.sysID[:], res.SystemID))
+			g.ids[k] = e
+			if res.DroppedBy != "" || res.DropReason != "" {
+				if g.drops == nil {
+					g.drops = make(map[idKey]dropped)
 				}
+				g.drops[k] = dropped{res.DroppedBy, res.DropReason}
+			}
+		} else {
+			delete(g.ids, k)
+			g.bytes -= entryCost
+			if d.charge != nil {
+				d.charge(-entryCost)
 			}
 		}
 	}
-	if e.wait != nil {
-		close(e.wait)
+	if w := d.waits[k]; w != nil {
+		delete(d.waits, k)
+		close(w)
 	}
 }
 
@@ -172,19 +217,21 @@ func (d *Dedupe) settleLocked(e *idEntry, res broker.PublishResult, err error) {
 // failed: the publisher's retry will publish it.
 var errConcurrentFailed = fmt.Errorf("%w: a publish of the same message_id was under way and failed; retry", broker.ErrUnavailable)
 
-// duplicate waits for the first publish of e (wait, from begin) and returns the answer to
-// a duplicate of it. (e's result was written under Dedupe.mu before begin read settled, or
-// before wait was closed: it is read without the lock.)
-func duplicate(e *idEntry, wait <-chan struct{}) (broker.PublishResult, error) {
-	if wait != nil {
-		<-wait
+// duplicate returns the answer to a duplicate of the id x names: its first publish's result
+// (x.res, or after waiting on x.wait the table's), or errConcurrentFailed if that failed.
+func (d *Dedupe) duplicate(x idAt) (broker.PublishResult, error) {
+	if x.wait == nil {
+		return x.res, nil
 	}
-	if !e.ok {
-		return broker.PublishResult{}, errConcurrentFailed
+	<-x.wait
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, g := range []*generation{&d.cur, &d.prev} {
+		if e, ok := g.ids[x.k]; ok && e.settled {
+			return g.resultLocked(x.k, &e), nil
+		}
 	}
-	res := e.res
-	res.Duplicate = true
-	return res, nil
+	return broker.PublishResult{}, errConcurrentFailed
 }
 
 // DedupeStats is what a Dedupe holds, for tests and the engines' logs.

@@ -148,8 +148,9 @@ type Batch struct {
 // under way, what to wait on).
 type idAt struct {
 	i    int
-	e    *idEntry
-	wait <-chan struct{}
+	k    idKey
+	wait <-chan struct{}      // a duplicate's first publish is under way: closed when settled
+	res  broker.PublishResult // a duplicate's, when its first was settled already
 }
 
 var batches = sync.Pool{New: func() any { return new(Batch) }}
@@ -171,12 +172,12 @@ func (g *Gate) Batch(frame []broker.Draft, errs []error) *Batch {
 			if now.IsZero() {
 				now = b.dedupe.now()
 			}
-			e, mine, wait := b.dedupe.begin(m.ID, now)
+			k, mine, wait, res := b.dedupe.begin(m.ID, now)
 			if !mine {
-				b.dups = append(b.dups, idAt{i, e, wait})
+				b.dups = append(b.dups, idAt{i: i, k: k, wait: wait, res: res})
 				continue
 			}
-			b.own = append(b.own, idAt{i: i, e: e})
+			b.own = append(b.own, idAt{i: i, k: k})
 		}
 		switch {
 		case err != nil:
@@ -225,7 +226,7 @@ func (b *Batch) Settle(res []broker.PublishResult, errs []error) {
 		b.dedupe.settle(b.own, res, errs)
 	}
 	for _, x := range b.dups {
-		res[x.i], errs[x.i] = duplicate(x.e, x.wait)
+		res[x.i], errs[x.i] = b.dedupe.duplicate(x)
 	}
 }
 
