@@ -196,3 +196,28 @@ func TestPluginNewBuildsAndPasses(t *testing.T) {
 		})
 	}
 }
+
+// A project's make test runs without tinybroker on PATH: it takes the checkout's .bin/tinybroker
+// (built by make build there on first use). Before, it failed with "tinybroker: not found".
+func TestPluginNewMakefileFindsTinybroker(t *testing.T) {
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Skip("no make")
+	}
+	root := repoRoot(t)
+	for _, lang := range langNames {
+		dir := filepath.Join(t.TempDir(), "p")
+		if _, _, err := pluginNew("--lang", lang, "--dir", dir, "--sdk", root, "tenant-"+lang); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command("make", "-n", "test")
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "PATH=/usr/bin:/bin") // no tinybroker there
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s: make -n test: %v\n%s", lang, err, out)
+		}
+		if want := filepath.Join(root, ".bin/tinybroker") + " plugin test"; !strings.Contains(string(out), want) {
+			t.Errorf("%s: make test without tinybroker on PATH runs\n%s\nwant %q", lang, out, want)
+		}
+	}
+}
