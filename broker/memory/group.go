@@ -260,7 +260,7 @@ func (g *group) dispatchLocked(now int64) {
 	if g.draining {
 		return
 	}
-	var wall int64 // the time of day, read once for the deliveryLatency of first attempts
+	wall := g.b.wallAt(now) // for the deliveryLatency of first attempts
 	for g.queue.len() > 0 {
 		m := g.nextMemberLocked()
 		if m == nil {
@@ -274,9 +274,6 @@ func (g *group) dispatchLocked(now int64) {
 		if e.attempt > 0 {
 			delete(g.waiting, e.msg.ID)
 		} else if !e.timed { // not one taken back unsent from a member that left
-			if wall == 0 {
-				wall = time.Now().UnixNano()
-			}
 			g.deliveryLatency.Observe(time.Duration(wall - e.msg.PublishedAt))
 			e.timed = true
 		}
