@@ -205,8 +205,10 @@ func TestMetricsBoundedGroupsAndRuntime(t *testing.T) {
 	}
 	s.publish(t, "t", "x")
 	mfs := s.scrape(t)
-	if n := len(mfs["tinybroker_group_queued_messages"].GetMetric()); n != 3 {
-		t.Errorf("%d series of tinybroker_group_queued_messages; want 3 (a, b, _other)", n)
+	for _, name := range []string{"tinybroker_group_queued_messages", "tinybroker_group_publish_to_delivery_seconds", "tinybroker_group_dead_letters_kept_messages"} {
+		if n := len(mfs[name].GetMetric()); n != 3 {
+			t.Errorf("%d series of %s; want 3 (a, b, _other)", n, name)
+		}
 	}
 	for _, want := range []struct {
 		group string
