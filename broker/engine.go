@@ -341,6 +341,11 @@ type GroupStats struct {
 	DeadLetters        int
 	DeadLetterBytes    int64
 	DeadLettersDropped uint64
+	// DeliveryLatency times each message from its publish (Message.PublishedAt) to its
+	// first delivery to a member (handed to the member's stream); AckLatency, each ack of a
+	// delivery a member still held, from that delivery to the ack. Both count this engine's
+	// (in a cluster, this node's) deliveries since it started.
+	DeliveryLatency, AckLatency Latency
 }
 
 // GroupInfo describes one consumer group in full (Engine.Group).

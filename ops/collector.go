@@ -60,20 +60,36 @@ var (
 	dDenials      = desc("permission_denials_total", "Calls and messages refused by a user's rules (PERMISSION_DENIED) or per-user limits.")
 	dFanDropped   = desc("fanout_dropped_messages_total", "Messages fanout subscriptions lost as slow consumers (fanout { slow_consumer = \"drop\" }), all together. Counts of closed subscriptions are not kept.")
 
-	dGQueued     = desc("group_queued_messages", "Messages waiting for a member with room.", "group")
-	dGInFlight   = desc("group_in_flight_messages", "Messages delivered to members and not yet acked.", "group")
-	dGDelayed    = desc("group_delayed_messages", "Messages nacked with a delay, waiting for it to end.", "group")
-	dGMembers    = desc("group_members", "Members connected.", "group")
-	dGBytes      = desc("group_bytes", "Bytes the group holds (queued, in flight, delayed), counted against its max_queued_bytes.", "group")
-	dGOldest     = desc("group_oldest_queued_age_seconds", "Age of the message at the head of the queue (0: nothing queued).", "group")
-	dGDelivered  = desc("group_delivered_total", "Deliveries to members, redeliveries included.", "group")
-	dGAcked      = desc("group_acked_total", "Deliveries acked.", "group")
-	dGRedeliv    = desc("group_redelivered_total", "Deliveries that were a second or later attempt.", "group")
-	dGTakenBack  = desc("group_taken_back_total", "Deliveries taken back from members for another attempt or the dead-letter topic, by reason: nack (nacked by the member), ack_deadline (not acked in time), member_left (held by a member that left).", "group", "reason")
-	dGDead       = desc("group_dead_lettered_total", "Messages given up on after max_deliveries attempts or by a plugin, published to the dead-letter topic.", "group")
-	dGDropped    = desc("group_dropped_total", "Messages dropped: the oldest of a full drop_oldest group, or forgotten by a plugin.", "group")
-	dGRejected   = desc("group_rejected_total", "Publishes the group refused while full (overflow = \"reject\").", "group")
-	dGroupSeries = desc("group_series_groups", "Groups with series of their own; the others are summed under group=\"_other\" (http { metrics_max_groups }).")
+	dGQueued      = desc("group_queued_messages", "Messages waiting for a member with room.", "group")
+	dGInFlight    = desc("group_in_flight_messages", "Messages delivered to members and not yet acked.", "group")
+	dGDelayed     = desc("group_delayed_messages", "Messages nacked with a delay, waiting for it to end.", "group")
+	dGMembers     = desc("group_members", "Members connected.", "group")
+	dGHeld        = desc("group_held_bytes", "Bytes the group holds (its queued, in-flight and delayed messages, as counted against groups { max_queued_bytes }).", "group")
+	dGOldest      = desc("group_oldest_queued_age_seconds", "Age of the message at the head of the queue (0: nothing queued).", "group")
+	dGDelivered   = desc("group_delivered_messages_total", "Deliveries to members, redeliveries included.", "group")
+	dGAcked       = desc("group_acked_messages_total", "Deliveries acked.", "group")
+	dGRedeliv     = desc("group_redelivered_messages_total", "Deliveries that were a second or later attempt.", "group")
+	dGTakenBack   = desc("group_taken_back_messages_total", "Deliveries taken back from members for another attempt or the dead-letter topic, by reason: nack (nacked by the member), ack_deadline (not acked in time), member_left (held by a member that left).", "group", "reason")
+	dGDead        = desc("group_dead_lettered_messages_total", "Messages given up on after max_deliveries attempts or by a plugin, published to the dead-letter topic.", "group")
+	dGDropped     = desc("group_dropped_messages_total", "Messages dropped: the oldest of a full drop_oldest group, or forgotten by a plugin.", "group")
+	dGRejected    = desc("group_rejected_messages_total", "Publishes the group refused while full (overflow = \"reject\").", "group")
+	dGDLKept      = desc("group_dead_letters_kept_messages", "Dead letters the group keeps now for the admin API (until replayed or purged; bounded by groups { dead_letter_max }).", "group")
+	dGDLKeptBytes = desc("group_dead_letters_kept_bytes", "Bytes of the dead letters the group keeps now (bounded by groups { dead_letter_max_bytes }).", "group")
+	dGDLDiscarded = desc("group_dead_letters_discarded_messages_total", "Dead letters the group's store let go of, oldest first, to stay within its bounds (still published to the dead-letter topic).", "group")
+	dGDelivLat    = desc("group_publish_to_delivery_seconds", "Time from a message's publish to its first delivery to a member (handed to the member's stream).", "group")
+	dGAckLat      = desc("group_delivery_to_ack_seconds", "Time from a delivery to its ack, for acks of deliveries the member still held.", "group")
+	dLabelled     = desc("metrics_labelled_groups", "Consumer groups whose series carry their own group label; the others are summed under group=\"_other\" (http { metrics_max_groups }).")
+
+	// Deprecated names, emitted besides their new ones for one release (README.md, "Metric renames").
+	dOldGBytes      = deprecated("group_bytes", "group_held_bytes", "group")
+	dOldGDelivered  = deprecated("group_delivered_total", "group_delivered_messages_total", "group")
+	dOldGAcked      = deprecated("group_acked_total", "group_acked_messages_total", "group")
+	dOldGRedeliv    = deprecated("group_redelivered_total", "group_redelivered_messages_total", "group")
+	dOldGTakenBack  = deprecated("group_taken_back_total", "group_taken_back_messages_total", "group", "reason")
+	dOldGDead       = deprecated("group_dead_lettered_total", "group_dead_lettered_messages_total", "group")
+	dOldGDropped    = deprecated("group_dropped_total", "group_dropped_messages_total", "group")
+	dOldGRejected   = deprecated("group_rejected_total", "group_rejected_messages_total", "group")
+	dOldGroupSeries = deprecated("group_series_groups", "metrics_labelled_groups")
 
 	dPCalls     = desc("plugin_calls_total", "Calls of a plugin's hook.", "plugin", "hook")
 	dPFailures  = desc("plugin_failures_total", "Failed calls of a plugin's hook, by kind: timeout, memory_limit, malformed_verdict, no_instance, trap.", "plugin", "hook", "kind")
@@ -86,8 +102,15 @@ var (
 var allDescs = []*prometheus.Desc{dPublished, dDelivered, dAcked, dRedelivered, dDeadLettered, dUnrouted,
 	dHookDropped, dPubBytes, dDelivBytes, dPubRefused, dSubRefused, dMemUsed, dMemBudget, dConns,
 	dConnsRefused, dStreams, dSubs, dGroups, dFanBuffered, dFanDropped, dAuthFailed, dDenials, dGQueued, dGInFlight, dGDelayed,
-	dGMembers, dGBytes, dGOldest, dGDelivered, dGAcked, dGRedeliv, dGTakenBack, dGDead, dGDropped,
-	dGRejected, dGroupSeries, dPCalls, dPFailures, dPSkipped, dPBreaker, dPInstances, dPLatency}
+	dGMembers, dGHeld, dGOldest, dGDelivered, dGAcked, dGRedeliv, dGTakenBack, dGDead, dGDropped,
+	dGRejected, dGDLKept, dGDLKeptBytes, dGDLDiscarded, dGDelivLat, dGAckLat, dLabelled,
+	dOldGBytes, dOldGDelivered, dOldGAcked, dOldGRedeliv, dOldGTakenBack, dOldGDead, dOldGDropped, dOldGRejected, dOldGroupSeries,
+	dPCalls, dPFailures, dPSkipped, dPBreaker, dPInstances, dPLatency}
+
+// deprecated describes the old name of the metric now named renamed.
+func deprecated(old, renamed string, labels ...string) *prometheus.Desc {
+	return desc(old, "Deprecated, renamed to tinybroker_"+renamed+"; this name goes in the next release.", labels...)
+}
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range allDescs {
@@ -141,7 +164,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	if len(st.Groups) > c.maxGroups {
 		c.group(ch, otherGroups, other, otherOldest, now)
 	}
-	gauge(dGroupSeries, float64(min(len(st.Groups), c.maxGroups)))
+	labelled := float64(min(len(st.Groups), c.maxGroups))
+	gauge(dLabelled, labelled)
+	gauge(dOldGroupSeries, labelled)
 	gauge(dSubs, float64(len(st.Subscriptions)), "fanout")
 	gauge(dSubs, float64(members), "balanced")
 
@@ -191,6 +216,11 @@ func (c *collector) group(ch chan<- prometheus.Metric, label string, g broker.Gr
 	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), append([]string{label}, labels...)...)
 	}
+	// renamedCounter emits a counter under its new name and its deprecated one.
+	renamedCounter := func(d, old *prometheus.Desc, v uint64, labels ...string) {
+		counter(d, v, labels...)
+		counter(old, v, labels...)
+	}
 	gauge := func(d *prometheus.Desc, v float64) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, label)
 	}
@@ -198,17 +228,35 @@ func (c *collector) group(ch chan<- prometheus.Metric, label string, g broker.Gr
 	gauge(dGInFlight, float64(g.InFlight))
 	gauge(dGDelayed, float64(g.Delayed))
 	gauge(dGMembers, float64(g.Members))
-	gauge(dGBytes, float64(g.Bytes))
+	gauge(dGHeld, float64(g.Bytes))
+	gauge(dOldGBytes, float64(g.Bytes))
 	gauge(dGOldest, ageSeconds(oldest, now))
-	counter(dGDelivered, g.Delivered)
-	counter(dGAcked, g.Acked)
-	counter(dGRedeliv, g.Redelivered)
-	counter(dGTakenBack, g.Nacked, "nack")
-	counter(dGTakenBack, g.TimedOut, "ack_deadline")
-	counter(dGTakenBack, g.LeftBehind, "member_left")
-	counter(dGDead, g.DeadLettered)
-	counter(dGDropped, g.Dropped)
-	counter(dGRejected, g.Rejected)
+	renamedCounter(dGDelivered, dOldGDelivered, g.Delivered)
+	renamedCounter(dGAcked, dOldGAcked, g.Acked)
+	renamedCounter(dGRedeliv, dOldGRedeliv, g.Redelivered)
+	renamedCounter(dGTakenBack, dOldGTakenBack, g.Nacked, "nack")
+	renamedCounter(dGTakenBack, dOldGTakenBack, g.TimedOut, "ack_deadline")
+	renamedCounter(dGTakenBack, dOldGTakenBack, g.LeftBehind, "member_left")
+	renamedCounter(dGDead, dOldGDead, g.DeadLettered)
+	renamedCounter(dGDropped, dOldGDropped, g.Dropped)
+	renamedCounter(dGRejected, dOldGRejected, g.Rejected)
+	gauge(dGDLKept, float64(g.DeadLetters))
+	gauge(dGDLKeptBytes, float64(g.DeadLetterBytes))
+	counter(dGDLDiscarded, g.DeadLettersDropped)
+	ch <- latencyHistogram(dGDelivLat, &g.DeliveryLatency, label)
+	ch <- latencyHistogram(dGAckLat, &g.AckLatency, label)
+}
+
+// latencyHistogram turns an engine's Latency into a histogram of seconds.
+func latencyHistogram(d *prometheus.Desc, l *broker.Latency, labels ...string) prometheus.Metric {
+	buckets := make(map[float64]uint64, broker.NumLatencyBounds)
+	var n uint64
+	for i, b := range broker.LatencyBounds {
+		n += l.Counts[i]
+		buckets[b.Seconds()] = n
+	}
+	n += l.Counts[broker.NumLatencyBounds]
+	return prometheus.MustNewConstHistogram(d, n, l.Sum, buckets, labels...)
 }
 
 // addGroup sums b's counts into a.
@@ -227,6 +275,11 @@ func addGroup(a, b broker.GroupStats) broker.GroupStats {
 	a.DeadLettered += b.DeadLettered
 	a.Dropped += b.Dropped
 	a.Rejected += b.Rejected
+	a.DeadLetters += b.DeadLetters
+	a.DeadLetterBytes += b.DeadLetterBytes
+	a.DeadLettersDropped += b.DeadLettersDropped
+	a.DeliveryLatency.Add(&b.DeliveryLatency)
+	a.AckLatency.Add(&b.AckLatency)
 	return a
 }
 

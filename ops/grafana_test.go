@@ -11,7 +11,8 @@ import (
 	"github.com/tinybroker/tinybroker/plugins"
 )
 
-// Every metric the Grafana dashboard of examples/grafana queries is one the broker exports.
+// Every metric the Grafana dashboard of examples/grafana queries is one the broker exports,
+// under its current name.
 func TestGrafanaDashboardMetrics(t *testing.T) {
 	src, err := os.ReadFile("../examples/grafana/tinybroker.json")
 	if err != nil {
@@ -47,6 +48,8 @@ func TestGrafanaDashboardMetrics(t *testing.T) {
 				}
 				if mfs[family] == nil {
 					t.Errorf("panel %q queries %s, which /metrics does not export", p.Title, m)
+				} else if strings.HasPrefix(mfs[family].GetHelp(), "Deprecated") {
+					t.Errorf("panel %q queries %s, a deprecated name: %s", p.Title, m, mfs[family].GetHelp())
 				}
 			}
 		}

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -43,6 +44,7 @@ type stack struct {
 }
 
 type stackOptions struct {
+	on        brokertest.Engine // brokertest.Engines[0]
 	engine    brokertest.Options
 	plugins   []plugins.Spec
 	admin     func(broker.Engine) ops.Admin
@@ -70,7 +72,7 @@ func start(t *testing.T, so stackOptions) *stack {
 		})
 		so.engine.Hooks = s.chain
 	}
-	tb := servertest.Start(t, servertest.Options{Options: so.engine, Server: server.Options{Auth: so.auth}})
+	tb := servertest.Start(t, servertest.Options{Engine: so.on, Options: so.engine, Server: server.Options{Auth: so.auth}})
 	s.b, s.srv = tb.Engine, tb.Server
 	hlis, err := ops.Listen("127.0.0.1:0", false)
 	if err != nil {
@@ -157,6 +159,36 @@ next:
 		}
 	}
 	return 0, false
+}
+
+// histogram returns the histogram of name whose labels include labels, or nil.
+func histogram(mfs map[string]*dto.MetricFamily, name string, labels ...string) *dto.Histogram {
+	mf := mfs[name]
+	if mf == nil {
+		return nil
+	}
+next:
+	for _, m := range mf.GetMetric() {
+		for _, l := range labels {
+			k, v, _ := strings.Cut(l, "=")
+			if !slices.ContainsFunc(m.GetLabel(), func(lp *dto.LabelPair) bool { return lp.GetName() == k && lp.GetValue() == v }) {
+				continue next
+			}
+		}
+		return m.GetHistogram()
+	}
+	return nil
+}
+
+// eachEngine runs f as a subtest on each engine of brokertest's table, releasing what an
+// engine shares between tests (an embedded NATS server) when the test ends.
+func eachEngine(t *testing.T, f func(t *testing.T, e brokertest.Engine)) {
+	for _, e := range brokertest.Engines {
+		if e.Release != nil {
+			t.Cleanup(e.Release)
+		}
+		t.Run(e.Name, func(t *testing.T) { f(t, e) })
+	}
 }
 
 // waitMetric polls /metrics until the series of name with labels satisfies ok.

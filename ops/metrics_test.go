@@ -35,7 +35,7 @@ func TestMetricsGroupBacklog(t *testing.T) {
 		s.publish(t, "jobs.resize", p)
 	}
 	s.waitMetric(t, "tinybroker_group_queued_messages", eq(3), "group=jobs")
-	s.waitMetric(t, "tinybroker_group_bytes", atLeast(6), "group=jobs")
+	s.waitMetric(t, "tinybroker_group_held_bytes", atLeast(6), "group=jobs")
 	s.waitMetric(t, "tinybroker_published_messages_total", eq(3))
 	s.waitMetric(t, "tinybroker_published_bytes_total", eq(6))
 	s.waitMetric(t, "tinybroker_memory_used_bytes", atLeast(6))
@@ -48,10 +48,10 @@ func TestMetricsGroupBacklog(t *testing.T) {
 	s.waitMetric(t, "tinybroker_connections", eq(1))
 	s.waitMetric(t, "tinybroker_group_in_flight_messages", eq(2), "group=jobs")
 	s.waitMetric(t, "tinybroker_group_queued_messages", eq(1), "group=jobs")
-	s.waitMetric(t, "tinybroker_group_delivered_total", eq(2), "group=jobs")
+	s.waitMetric(t, "tinybroker_group_delivered_messages_total", eq(2), "group=jobs")
 	s.waitMetric(t, "tinybroker_delivered_bytes_total", eq(3)) // "a" and "bb"
 	m.ack(t, m.next(t))
-	s.waitMetric(t, "tinybroker_group_acked_total", eq(1), "group=jobs")
+	s.waitMetric(t, "tinybroker_group_acked_messages_total", eq(1), "group=jobs")
 	s.waitMetric(t, "tinybroker_acked_messages_total", eq(1))
 	s.waitMetric(t, "tinybroker_group_queued_messages", eq(0), "group=jobs")
 	s.waitMetric(t, "tinybroker_group_oldest_queued_age_seconds", eq(0), "group=jobs")
@@ -64,24 +64,24 @@ func TestMetricsRedelivery(t *testing.T) {
 	m := s.join(t, "work", &pb.OpenSubscription{TopicPatterns: []string{"work"}, MaxDeliveries: 2})
 	s.publish(t, "work", "x")
 	m.nack(t, m.next(t))
-	s.waitMetric(t, "tinybroker_group_taken_back_total", eq(1), "group=work", "reason=nack")
-	s.waitMetric(t, "tinybroker_group_redelivered_total", eq(1), "group=work")
+	s.waitMetric(t, "tinybroker_group_taken_back_messages_total", eq(1), "group=work", "reason=nack")
+	s.waitMetric(t, "tinybroker_group_redelivered_messages_total", eq(1), "group=work")
 	s.waitMetric(t, "tinybroker_redelivered_messages_total", eq(1))
 	if msg := m.next(t); msg.GetAttempt() != 2 {
 		t.Fatalf("attempt %d, want 2", msg.GetAttempt())
 	} else {
 		m.nack(t, msg)
 	}
-	s.waitMetric(t, "tinybroker_group_dead_lettered_total", eq(1), "group=work")
+	s.waitMetric(t, "tinybroker_group_dead_lettered_messages_total", eq(1), "group=work")
 	s.waitMetric(t, "tinybroker_dead_lettered_messages_total", eq(1))
 	s.waitMetric(t, "tinybroker_unrouted_messages_total", eq(1)) // the dead letter: nobody reads dlq.work
-	s.waitMetric(t, "tinybroker_group_taken_back_total", eq(2), "group=work", "reason=nack")
+	s.waitMetric(t, "tinybroker_group_taken_back_messages_total", eq(2), "group=work", "reason=nack")
 
 	// Past the ack deadline.
 	slow := s.join(t, "slow", &pb.OpenSubscription{TopicPatterns: []string{"slow"}, AckDeadline: durationpb.New(20 * time.Millisecond)})
 	s.publish(t, "slow", "y")
 	slow.next(t)
-	s.waitMetric(t, "tinybroker_group_taken_back_total", atLeast(1), "group=slow", "reason=ack_deadline")
+	s.waitMetric(t, "tinybroker_group_taken_back_messages_total", atLeast(1), "group=slow", "reason=ack_deadline")
 
 	// A member that leaves holding a message.
 	ctx, cancel := context.WithCancel(context.Background())
@@ -93,7 +93,7 @@ func TestMetricsRedelivery(t *testing.T) {
 	s.publish(t, "left", "z")
 	s.waitMetric(t, "tinybroker_group_in_flight_messages", eq(1), "group=left")
 	cancel()
-	s.waitMetric(t, "tinybroker_group_taken_back_total", eq(1), "group=left", "reason=member_left")
+	s.waitMetric(t, "tinybroker_group_taken_back_messages_total", eq(1), "group=left", "reason=member_left")
 	s.waitMetric(t, "tinybroker_group_queued_messages", eq(1), "group=left")
 }
 
@@ -112,7 +112,7 @@ func TestMetricsRefusals(t *testing.T) {
 		t.Fatal("a full group took a message")
 	}
 	s.waitMetric(t, "tinybroker_publish_refusals_total", eq(1), "code=ResourceExhausted")
-	s.waitMetric(t, "tinybroker_group_rejected_total", eq(1), "group=full")
+	s.waitMetric(t, "tinybroker_group_rejected_messages_total", eq(1), "group=full")
 
 	// A balanced open without a group is refused.
 	ctx, cancel := context.WithCancel(context.Background())
@@ -205,8 +205,10 @@ func TestMetricsBoundedGroupsAndRuntime(t *testing.T) {
 	}
 	s.publish(t, "t", "x")
 	mfs := s.scrape(t)
-	if n := len(mfs["tinybroker_group_queued_messages"].GetMetric()); n != 3 {
-		t.Errorf("%d series of tinybroker_group_queued_messages; want 3 (a, b, _other)", n)
+	for _, name := range []string{"tinybroker_group_queued_messages", "tinybroker_group_publish_to_delivery_seconds", "tinybroker_group_dead_letters_kept_messages"} {
+		if n := len(mfs[name].GetMetric()); n != 3 {
+			t.Errorf("%d series of %s; want 3 (a, b, _other)", n, name)
+		}
 	}
 	for _, want := range []struct {
 		group string
@@ -216,8 +218,8 @@ func TestMetricsBoundedGroupsAndRuntime(t *testing.T) {
 			t.Errorf("queued{group=%s} = %v, want %v", want.group, v, want.v)
 		}
 	}
-	if v, _ := value(mfs, "tinybroker_group_series_groups"); v != 2 {
-		t.Errorf("tinybroker_group_series_groups = %v", v)
+	if v, _ := value(mfs, "tinybroker_metrics_labelled_groups"); v != 2 {
+		t.Errorf("tinybroker_metrics_labelled_groups = %v", v)
 	}
 	if v, ok := value(mfs, "tinybroker_build_info", "version=v1.2.3", "revision=0123abc"); !ok || v != 1 {
 		t.Errorf("tinybroker_build_info{version=v1.2.3, revision=0123abc} = %v %v", v, ok)

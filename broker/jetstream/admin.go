@@ -178,7 +178,8 @@ func (g *group) stats(ci *jetstream.ConsumerInfo) broker.GroupStats {
 	st := broker.GroupStats{ID: g.id, Group: g.name, Patterns: g.patterns, Members: len(g.members),
 		Delivered: g.delivered, Acked: g.acked, Redelivered: g.redelivered, DeadLettered: g.deadLettered, Dropped: g.dropped,
 		Declared: g.declared, Nacked: g.nacked, TimedOut: g.timedOut, LeftBehind: g.leftBehind, Bytes: g.bytes, Rejected: g.rejected,
-		DeadLetters: max(0, g.deadCount), DeadLetterBytes: g.deadBytesLocked(), DeadLettersDropped: g.deadDropped}
+		DeadLetters: max(0, g.deadCount), DeadLetterBytes: g.deadBytesLocked(), DeadLettersDropped: g.deadDropped,
+		DeliveryLatency: g.deliveryLatency, AckLatency: g.ackLatency}
 	now := time.Now()
 	for seq, t := range g.delayed {
 		if t.After(now) {
@@ -207,6 +208,22 @@ func (g *group) stats(ci *jetstream.ConsumerInfo) broker.GroupStats {
 		}
 	}
 	return st
+}
+
+// countDeadLettersOnce counts g's dead letters if this node has not yet (it keeps the count
+// from then on: keepDeadLetter), so that Stats reports those kept before it started.
+func (e *Engine) countDeadLettersOnce(g *group) {
+	g.mu.Lock()
+	counted := g.deadCount >= 0
+	g.mu.Unlock()
+	if counted {
+		return
+	}
+	ctx, cancel := e.ctx()
+	defer cancel()
+	if _, err := e.countDeadLetters(ctx, g); err != nil {
+		e.log.Warn("stats: could not count a group's dead letters", "subscription", g.id, "error", err)
+	}
 }
 
 // Group describes one consumer group.
@@ -270,6 +287,7 @@ func (e *Engine) Stats() broker.Stats {
 	}
 	e.mu.RUnlock()
 	for _, g := range groups {
+		e.countDeadLettersOnce(g)
 		gs := g.stats(infos[g.id])
 		st.Delivered += gs.Delivered
 		st.Acked += gs.Acked

@@ -68,6 +68,9 @@ func (e *Engine) keepDeadLetter(g *group, m *broker.Message, headers map[string]
 	counted := g.deadCount >= 0
 	if counted {
 		g.deadCount++
+		if g.deadAvg == 0 { // counted while the store was empty (Stats): this letter's size
+			g.deadAvg = heldCost("", nil, nil, msg.Size())
+		}
 	}
 	g.mu.Unlock()
 	g.deadMu.RUnlock()

@@ -72,6 +72,7 @@ type group struct {
 	draining, removed                                    bool
 	delivered, acked, redelivered, deadLettered, dropped uint64
 	nacked, timedOut, leftBehind                         uint64
+	deliveryLatency, ackLatency                          broker.Latency // broker.GroupStats's
 	// The bounds (admit): queued is what JetStream has not delivered yet (NumPending) as of
 	// refreshed, plus what this node stored for the group since, less what it received;
 	// bytes what the group holds (queued, in flight, delayed) by heldCost, counted by this

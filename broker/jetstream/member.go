@@ -197,6 +197,8 @@ func (m *member) onMsg(msg *nats.Msg) {
 	g.delivered++
 	if h.attempt > 1 {
 		g.redelivered++
+	} else {
+		g.deliveryLatency.Observe(time.Duration(h.sentAt.UnixNano() - bm.PublishedAt))
 	}
 	h.due = h.sentAt.Add(m.ackDeadline)
 	m.armLocked(h.due)
@@ -250,6 +252,7 @@ func (g *group) ack(pref *member, seqs []uint64) (unknown int) {
 		if h, m := g.findLocked(pref, false, seq); h != nil {
 			delete(m.held, seq)
 			g.acked++
+			g.ackLatency.Observe(now.Sub(h.sentAt))
 			g.releaseLocked(msgCost(h.msg), false)
 			_ = g.e.nc.Publish(h.reply, []byte("+ACK"))
 			if hooks != nil {

@@ -63,6 +63,8 @@ type group struct {
 	rejected                                             uint64 // publishes refused while full (broker.OverflowReject)
 	nacked, timedOut, leftBehind                         uint64 // taken back from members, by reason
 	dead                                                 deadStore
+	// deliveryLatency and ackLatency: broker.GroupStats's, kept under mu with the counters.
+	deliveryLatency, ackLatency broker.Latency
 }
 
 func (b *Engine) groupLimits(l broker.GroupLimits) broker.GroupLimits {
@@ -86,6 +88,7 @@ type entry struct {
 	sentAt   int64 // when the current attempt was handed to a member (Broker.now clock)
 	settled  bool  // acked or dropped while queued or delayed: skip it when it comes up (msg is nil)
 	delayed  bool  // in group.delayed, not in queue
+	timed    bool  // its first delivery is in group.deliveryLatency
 }
 
 // takeBack collects what a group operation took back from its members, to be finished by
@@ -257,6 +260,7 @@ func (g *group) dispatchLocked(now int64) {
 	if g.draining {
 		return
 	}
+	wall := g.b.wallAt(now) // for the deliveryLatency of first attempts
 	for g.queue.len() > 0 {
 		m := g.nextMemberLocked()
 		if m == nil {
@@ -269,6 +273,9 @@ func (g *group) dispatchLocked(now int64) {
 		g.queued--
 		if e.attempt > 0 {
 			delete(g.waiting, e.msg.ID)
+		} else if !e.timed { // not one taken back unsent from a member that left
+			g.deliveryLatency.Observe(time.Duration(wall - e.msg.PublishedAt))
+			e.timed = true
 		}
 		g.assignLocked(m, e, now)
 	}
@@ -350,6 +357,7 @@ func (g *group) ack(pref *member, seqs []uint64) (unknown int) {
 		if e, m := g.findOwnedLocked(pref, false, seq); e != nil {
 			delete(m.owned, seq)
 			g.acked++
+			g.ackLatency.Observe(time.Duration(now - e.sentAt))
 			g.forgetLocked(e)
 			if h != nil {
 				events = append(events, g.ackEvent(e, time.Duration(now-e.sentAt)))
@@ -681,7 +689,8 @@ func (g *group) statsLocked() broker.GroupStats {
 		Queued: g.queued, Bytes: g.bytes, Delivered: g.delivered, Acked: g.acked, Redelivered: g.redelivered,
 		DeadLettered: g.deadLettered, Dropped: g.dropped, Rejected: g.rejected, Declared: g.declared,
 		Nacked: g.nacked, TimedOut: g.timedOut, LeftBehind: g.leftBehind,
-		DeadLetters: g.dead.len(), DeadLetterBytes: g.dead.bytes, DeadLettersDropped: g.dead.dropped}
+		DeadLetters: g.dead.len(), DeadLetterBytes: g.dead.bytes, DeadLettersDropped: g.dead.dropped,
+		DeliveryLatency: g.deliveryLatency, AckLatency: g.ackLatency}
 	older := func(e *entry) {
 		if !e.settled && (st.Oldest == 0 || e.msg.PublishedAt < st.Oldest) {
 			st.Oldest = e.msg.PublishedAt
