@@ -16,6 +16,8 @@ import (
 	"context"
 	"sync/atomic"
 	"time"
+
+	"github.com/tinybroker/tinybroker/broker/latency"
 )
 
 // Engine is what the server needs from a message engine: the data path (Publish,
@@ -345,7 +347,7 @@ type GroupStats struct {
 	// first delivery to a member (handed to the member's stream); AckLatency, each ack of a
 	// delivery a member still held, from that delivery to the ack. Both count this engine's
 	// (in a cluster, this node's) deliveries since it started.
-	DeliveryLatency, AckLatency Latency
+	DeliveryLatency, AckLatency latency.Histogram
 }
 
 // GroupInfo describes one consumer group in full (Engine.Group).

@@ -7,6 +7,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/broker/latency"
 	"github.com/tinybroker/tinybroker/plugins"
 )
 
@@ -248,14 +249,14 @@ func (c *collector) group(ch chan<- prometheus.Metric, label string, g broker.Gr
 }
 
 // latencyHistogram turns an engine's Latency into a histogram of seconds.
-func latencyHistogram(d *prometheus.Desc, l *broker.Latency, labels ...string) prometheus.Metric {
-	buckets := make(map[float64]uint64, broker.NumLatencyBounds)
+func latencyHistogram(d *prometheus.Desc, l *latency.Histogram, labels ...string) prometheus.Metric {
+	buckets := make(map[float64]uint64, latency.NumBounds)
 	var n uint64
-	for i, b := range broker.LatencyBounds {
+	for i, b := range latency.Bounds {
 		n += l.Counts[i]
 		buckets[b.Seconds()] = n
 	}
-	n += l.Counts[broker.NumLatencyBounds]
+	n += l.Counts[latency.NumBounds]
 	return prometheus.MustNewConstHistogram(d, n, l.Sum, buckets, labels...)
 }
 

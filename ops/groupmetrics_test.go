@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 
 	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/broker/latency"
 	"github.com/tinybroker/tinybroker/internal/testing/brokertest"
 	"github.com/tinybroker/tinybroker/plugins"
 	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
@@ -40,8 +41,8 @@ func TestMetricsGroupLatency(t *testing.T) {
 			if h == nil {
 				t.Fatalf("no %s{group=lat}", name)
 			}
-			if got := len(h.GetBucket()); got != broker.NumLatencyBounds+1 { // and +Inf
-				t.Errorf("%s has %d buckets, want %d", name, got, broker.NumLatencyBounds+1)
+			if got := len(h.GetBucket()); got != latency.NumBounds+1 { // and +Inf
+				t.Errorf("%s has %d buckets, want %d", name, got, latency.NumBounds+1)
 			}
 			// Loopback and a test's ack take well under 10s, and some time.
 			if sum := h.GetSampleSum(); sum <= 0 || sum > 20 {

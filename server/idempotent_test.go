@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/broker/msgid"
 	"github.com/tinybroker/tinybroker/internal/testing/brokertest"
 	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
 	"github.com/tinybroker/tinybroker/server/auth"
@@ -112,7 +113,7 @@ func TestPublishStreamMessageIDs(t *testing.T) {
 	if !r3[0].GetDuplicate() || r3[0].GetSystemId() != r[2].GetSystemId() || r3[1].GetDuplicate() {
 		t.Fatalf("frame 3: %v; want b a duplicate of %v, c new", r3, r[2])
 	}
-	tooLong := strings.Repeat("x", broker.MaxMessageIDBytes+1)
+	tooLong := strings.Repeat("x", msgid.MaxBytes+1)
 	send(4, false, msg("long", tooLong), msg("d", "d"))
 	r4 := recv(4)
 	if r4[0].GetCode() != int32(codes.InvalidArgument) || !strings.Contains(r4[0].GetError(), "128") || r4[1].GetCode() != 0 {

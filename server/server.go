@@ -26,6 +26,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/broker/msgid"
 	"github.com/tinybroker/tinybroker/internal/grpcbuf"
 	"github.com/tinybroker/tinybroker/internal/wire"
 	"github.com/tinybroker/tinybroker/plugins"
@@ -266,7 +267,7 @@ func (s *Server) Publish(ctx context.Context, req *pb.PublishRequest) (*pb.Publi
 	var res broker.PublishResult
 	err := s.tooManyHeaders(len(req.GetHeaders()))
 	if err == nil {
-		err = broker.CheckMessageID(req.GetMessageId())
+		err = msgid.Check(req.GetMessageId())
 	}
 	switch {
 	case err != nil:
@@ -289,10 +290,10 @@ func (s *Server) Publish(ctx context.Context, req *pb.PublishRequest) (*pb.Publi
 }
 
 // publishOnce publishes a message that has a message_id, under the caller's dedupe key
-// (broker.MessageKey), as a frame of one.
+// (msgid.Key), as a frame of one.
 func (s *Server) publishOnce(caller *auth.Caller, req *pb.PublishRequest) (broker.PublishResult, error) {
 	d := [1]broker.Draft{{Topic: req.GetTopic(), Payload: req.GetPayload(), Headers: broker.MakeHeaders(req.GetHeaders()),
-		ID: broker.MessageKey(caller.Name(), req.GetMessageId())}}
+		ID: msgid.Key(caller.Name(), req.GetMessageId())}}
 	var res [1]broker.PublishResult
 	var errs [1]error
 	s.b.PublishBatch(d[:], res[:], errs[:])
@@ -403,7 +404,7 @@ func (s *Server) tooManyHeaders(n int) error {
 // publishAllowed publishes the messages of msgs the caller (nil: anyone) may publish and
 // that have at most max_headers headers and a valid message_id, as one batch, and writes
 // every message's outcome to res and errs: a refusal for the others. A message_id becomes
-// the caller's dedupe key (broker.MessageKey).
+// the caller's dedupe key (msgid.Key).
 func (s *Server) publishAllowed(caller *auth.Caller, msgs []broker.Draft, res []broker.PublishResult, errs []error) {
 	refused := 0
 	for i, m := range msgs {
@@ -415,8 +416,8 @@ func (s *Server) publishAllowed(caller *auth.Caller, msgs []broker.Draft, res []
 			err = s.tooManyHeaders(len(m.Headers))
 		}
 		if err == nil && m.ID != "" {
-			if err = broker.CheckMessageID(m.ID); err == nil {
-				msgs[i].ID = broker.MessageKey(caller.Name(), m.ID)
+			if err = msgid.Check(m.ID); err == nil {
+				msgs[i].ID = msgid.Key(caller.Name(), m.ID)
 			}
 		}
 		res[i], errs[i] = broker.PublishResult{}, err

@@ -5,6 +5,7 @@ import (
 
 	"github.com/tinybroker/tinybroker/broker"
 	"github.com/tinybroker/tinybroker/broker/jetstream"
+	"github.com/tinybroker/tinybroker/broker/msgid"
 	"github.com/tinybroker/tinybroker/internal/testing/brokertest"
 )
 
@@ -33,7 +34,7 @@ func TestMessageIDRetriedOnAnotherNode(t *testing.T) {
 	if _, err := fan.Subscribe(broker.SubscribeOptions{Mode: broker.Fanout, Patterns: []string{"orders.*", "warm"}}); err != nil {
 		t.Fatal(err)
 	}
-	key := broker.MessageKey("alice", "order-7")
+	key := msgid.Key("alice", "order-7")
 	publish := func(e *jetstream.Engine, d broker.Draft) broker.PublishResult {
 		t.Helper()
 		res, errs := make([]broker.PublishResult, 1), make([]error, 1)
@@ -57,7 +58,7 @@ func TestMessageIDRetriedOnAnotherNode(t *testing.T) {
 	if first.Duplicate || !retry.Duplicate || retry.SystemID != first.SystemID {
 		t.Fatalf("first %+v, retry on the other node %+v; want the retry a duplicate with the first's system_id", first, retry)
 	}
-	other := publish(b, broker.Draft{Topic: "orders.new", Payload: []byte("other"), ID: broker.MessageKey("bob", "order-7")})
+	other := publish(b, broker.Draft{Topic: "orders.new", Payload: []byte("other"), ID: msgid.Key("bob", "order-7")})
 	if other.Duplicate {
 		t.Fatalf("bob's order-7 taken for alice's: %+v", other)
 	}

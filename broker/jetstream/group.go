@@ -10,6 +10,7 @@ import (
 
 	"github.com/tinybroker/tinybroker/broker"
 	"github.com/tinybroker/tinybroker/broker/internal/lockrank"
+	"github.com/tinybroker/tinybroker/broker/latency"
 )
 
 // A consumer group is a durable JetStream pull consumer of the stream, named after its
@@ -72,7 +73,7 @@ type group struct {
 	draining, removed                                    bool
 	delivered, acked, redelivered, deadLettered, dropped uint64
 	nacked, timedOut, leftBehind                         uint64
-	deliveryLatency, ackLatency                          broker.Latency // broker.GroupStats's
+	deliveryLatency, ackLatency                          latency.Histogram // broker.GroupStats's
 	// The bounds (admit): queued is what JetStream has not delivered yet (NumPending) as of
 	// refreshed, plus what this node stored for the group since, less what it received;
 	// bytes what the group holds (queued, in flight, delayed) by heldCost, counted by this

@@ -10,6 +10,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/broker/msgid"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -160,9 +161,9 @@ func BenchmarkPublishBatchIDs(b *testing.B) {
 					switch mode {
 					case "new":
 						n++
-						frame[i].ID = broker.MessageKey("", strconv.Itoa(n))
+						frame[i].ID = msgid.Key("", strconv.Itoa(n))
 					case "duplicate":
-						frame[i].ID = broker.MessageKey("", strconv.Itoa(i))
+						frame[i].ID = msgid.Key("", strconv.Itoa(i))
 					}
 				}
 				br.PublishBatch(frame, res, errs)

@@ -13,6 +13,7 @@ import (
 	"github.com/tinybroker/tinybroker/broker/deadletter"
 	"github.com/tinybroker/tinybroker/broker/internal/grouping"
 	"github.com/tinybroker/tinybroker/broker/internal/lockrank"
+	"github.com/tinybroker/tinybroker/broker/latency"
 )
 
 // group is a consumer group: the members of one balanced subscription_id. Messages wait in
@@ -64,7 +65,7 @@ type group struct {
 	nacked, timedOut, leftBehind                         uint64 // taken back from members, by reason
 	dead                                                 deadStore
 	// deliveryLatency and ackLatency: broker.GroupStats's, kept under mu with the counters.
-	deliveryLatency, ackLatency broker.Latency
+	deliveryLatency, ackLatency latency.Histogram
 }
 
 func (b *Engine) groupLimits(l broker.GroupLimits) broker.GroupLimits {

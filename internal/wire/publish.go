@@ -42,7 +42,7 @@ type PublishFrame struct {
 	HeadersOver bool
 
 	// IDs is set when a message of the frame has a message_id (as given: the server makes
-	// it a dedupe key, broker.MessageKey).
+	// it a dedupe key, msgid.Key).
 	IDs bool
 }
 

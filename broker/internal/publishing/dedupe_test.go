@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/broker/msgid"
 )
 
 // dedupeEngine routes frames through a Gate with a Dedupe, as the engines do, counting
@@ -192,7 +193,7 @@ func TestDedupeBoundsAndCharges(t *testing.T) {
 }
 
 // testKey is the i-th dedupe key of a test.
-func testKey(i int) string { return broker.MessageKey("u", "id-"+strconv.Itoa(1000+i)) }
+func testKey(i int) string { return msgid.Key("u", "id-"+strconv.Itoa(1000+i)) }
 
 // BenchmarkDedupeBegin enters new ids into a table at its default bound (64 MiB, ~420,000
 // ids), and settles them: the table's own cost per new id.
