@@ -159,7 +159,7 @@ var errBreakerOpen = errors.New("circuit breaker open")
 // Every plugin call goes through here, so the common path (no time limit, the call not
 // sampled, the message fitting the inbox if there is one) is written out in this one function:
 // each layer of calls it went through cost the broker some 20–30 instructions a plugin call
-// (BENCHMARKS.md, "Plugin calls, fifth pass" and "seventh pass").
+// (docs/benchmarks/plugin-passes.md, "Plugin calls, fifth pass" and "seventh pass").
 func (p *plugin) run(inst *instance, k abi.Hook) (v uint64, alive bool, err error) {
 	if err = p.host.cores.acquire(p); err != nil {
 		p.failed(k, err)
