@@ -17,9 +17,9 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/tinybroker/tinybroker/internal/nodes"
 	adminpb "github.com/tinybroker/tinybroker/proto/tinybroker/admin/v1"
 	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
-	"github.com/tinybroker/tinybroker/sdk/go/client"
 )
 
 // The admin commands: groups, dlq, streams, stats (top is in top.go). Each speaks the
@@ -35,7 +35,7 @@ type adminFlags struct {
 }
 
 func (f *adminFlags) register(c *cobra.Command) {
-	c.Flags().StringVar(&f.addr, "addr", client.DefaultAddr, "broker address (`host:port`)")
+	c.Flags().StringVar(&f.addr, "addr", defaultAddr(), addrUsage)
 	c.Flags().BoolVar(&f.json, "json", false, "print JSON (the protocol's messages, snake_case fields) instead of a table")
 	c.Flags().DurationVar(&f.timeout, "timeout", 30*time.Second, "give up after this long")
 	f.dial = addDialFlags(c.Flags())
@@ -50,7 +50,14 @@ func (f *adminFlags) conn() (*grpc.ClientConn, error) {
 	if !hasCreds(f.dial) {
 		opts = append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	}
-	conn, err := grpc.NewClient(f.addr, opts...)
+	target, nodesOpt, err := nodes.Target(f.addr)
+	if err != nil {
+		return nil, err
+	}
+	if nodesOpt != nil {
+		opts = append(opts, nodesOpt)
+	}
+	conn, err := grpc.NewClient(target, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", f.addr, err)
 	}

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tinybroker/tinybroker/internal/testing/brokertest"
+	"github.com/tinybroker/tinybroker/internal/testing/servertest"
 	adminpb "github.com/tinybroker/tinybroker/proto/tinybroker/admin/v1"
 	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
 )
@@ -363,5 +364,23 @@ func TestTraceContextAndJSONLogs(t *testing.T) {
 		if !strings.Contains(l, want) {
 			t.Errorf("logs lack %s:\n%s", want, l)
 		}
+	}
+}
+
+// --addr, and TINYBROKER_ADDR where it is not given, take a cluster's nodes as a comma list:
+// the first that answers is used (issue 25: a CLI that fails over).
+func TestAddrList(t *testing.T) {
+	addr, _ := startBroker(t)
+	list := servertest.ClosedAddr(t) + "," + addr
+	if out := ok(t, "groups", "ls", "--addr", list); !strings.Contains(out, "GROUP") && !strings.Contains(out, "no consumer groups") {
+		t.Fatalf("groups ls --addr %s: %q", list, out)
+	}
+	t.Setenv("TINYBROKER_ADDR", list)
+	var stdout, stderr bytes.Buffer
+	if err := runPub([]string{"a.b", "x"}, &stdout, &stderr); err != nil {
+		t.Fatalf("pub with TINYBROKER_ADDR=%s: %v\n%s", list, err, stderr.String())
+	}
+	if _, errOut, code := cli(t, "groups", "ls", "--addr", "127.0.0.1:1,nohost"); code == 0 || !strings.Contains(errOut, "host:port") {
+		t.Fatalf("a bad node in --addr: exit %d, %q; want a usage error naming host:port", code, errOut)
 	}
 }

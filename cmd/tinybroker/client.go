@@ -74,7 +74,7 @@ standard input.`,
 		},
 	}
 	f := c.Flags()
-	f.StringVar(&addr, "addr", client.DefaultAddr, "broker address (`host:port`)")
+	f.StringVar(&addr, "addr", defaultAddr(), addrUsage)
 	f.VarP(headers, "header", "H", "message header `key=value`; repeat for more")
 	f.DurationVar(&timeout, "timeout", 10*time.Second, "give up after this long")
 	dial = addDialFlags(f)
@@ -124,7 +124,7 @@ shares its messages with the other members.`,
 		},
 	}
 	f := c.Flags()
-	f.StringVar(&addr, "addr", client.DefaultAddr, "broker address (`host:port`)")
+	f.StringVar(&addr, "addr", defaultAddr(), addrUsage)
 	f.StringVar(&group, "group", "", "consumer group to join (balanced delivery); empty for fanout")
 	f.StringVar(&id, "id", "", "subscription id (default: the group, or made up by the broker for fanout)")
 	f.IntVar(&maxInFlight, "max-in-flight", 0, "with --group: unacked messages held at once (default 1)")
@@ -232,4 +232,15 @@ func quoteIfNeeded(s string) string {
 		return strconv.Quote(s)
 	}
 	return s
+}
+
+// addrUsage is the --addr flag's help, for every command that dials.
+const addrUsage = "broker address (`host:port`), or a cluster's nodes separated by commas (the first that answers is used; default $TINYBROKER_ADDR, else 127.0.0.1:7878)"
+
+// defaultAddr is --addr's default: $TINYBROKER_ADDR, else client.DefaultAddr.
+func defaultAddr() string {
+	if a := os.Getenv("TINYBROKER_ADDR"); a != "" {
+		return a
+	}
+	return client.DefaultAddr
 }

@@ -27,7 +27,6 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"net"
 	"strings"
 	"sync"
 	"time"
@@ -39,11 +38,10 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/keepalive"
-	"google.golang.org/grpc/resolver"
-	"google.golang.org/grpc/resolver/manual"
 	"google.golang.org/grpc/status"
 
 	"github.com/tinybroker/tinybroker/internal/grpcbuf"
+	"github.com/tinybroker/tinybroker/internal/nodes"
 	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
 )
 
@@ -156,9 +154,9 @@ func Dial(addr string, opts ...Option) (*Client, error) {
 		grpc.WithInitialWindowSize(grpcbuf.StreamWindow), grpc.WithInitialConnWindowSize(grpcbuf.ConnWindow),
 		grpc.WithConnectParams(grpc.ConnectParams{Backoff: bo, MinConnectTimeout: 5 * time.Second})),
 		cfg.dialOpts...)
-	target, resolverOpt, err := targetOf(addr)
+	target, resolverOpt, err := nodes.Target(addr)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("tinybroker: %w", err)
 	}
 	if resolverOpt != nil {
 		dialOpts = append([]grpc.DialOption{resolverOpt}, dialOpts...)
@@ -168,33 +166,6 @@ func Dial(addr string, opts ...Option) (*Client, error) {
 		return nil, fmt.Errorf("tinybroker: dial %q: %w", addr, err)
 	}
 	return &Client{addr: addr, cfg: cfg, conn: conn, api: pb.NewBrokerClient(conn), closers: make(map[closer]struct{})}, nil
-}
-
-// targetOf turns Dial's address into a gRPC target: one address as it is; a comma list into
-// a resolver of this client's own that gives the nodes in order, for gRPC's pick_first
-// policy (the first node that answers; the next one when its connection breaks).
-func targetOf(addr string) (string, grpc.DialOption, error) {
-	if !strings.Contains(addr, ",") {
-		return addr, nil, nil
-	}
-	var state resolver.State
-	for a := range strings.SplitSeq(addr, ",") {
-		a = strings.TrimSpace(a)
-		if a == "" {
-			continue
-		}
-		host, _, err := net.SplitHostPort(a)
-		if err != nil {
-			return "", nil, fmt.Errorf("tinybroker: dial %q: node %q: %v (want host:port, commas between nodes)", addr, a, err)
-		}
-		state.Addresses = append(state.Addresses, resolver.Address{Addr: a, ServerName: host})
-	}
-	if len(state.Addresses) == 0 {
-		return "", nil, fmt.Errorf("tinybroker: dial %q: no address (want host:port, commas between nodes)", addr)
-	}
-	r := manual.NewBuilderWithScheme("tinybroker-nodes")
-	r.InitialState(state)
-	return r.Scheme() + ":///nodes", grpc.WithResolvers(r), nil
 }
 
 // Addr returns the address the client was dialed with.
