@@ -21,7 +21,7 @@ COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null)
 LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 TESTFLAGS ?=
 
-.PHONY: run run-plugins build test test-short fuzz chaos chaos-cluster generate tools lint check bench bench-peers bench-w4 bench-w6 wasm-fixtures screenshots
+.PHONY: run run-plugins build release test test-short fuzz chaos chaos-cluster generate tools lint check bench bench-peers bench-w4 bench-w6 wasm-fixtures screenshots
 
 run: ## start the broker on its embedded in-memory default (127.0.0.1:7878)
 	$(GO) run -ldflags "$(LDFLAGS)" ./cmd/tinybroker serve
@@ -112,6 +112,9 @@ check: generate ## build, vet, lint, gofmt, go mod tidy, regenerate; fails on an
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: run gofmt -w on the files above"; exit 1; }
 	$(GO) mod tidy
 	@git diff --exit-code -- . ':!*.log' || { echo "make check: the tree changed (stale generated code, go.mod/go.sum or formatting); commit the result"; exit 1; }
+
+release: ## archives for linux, macOS and Windows on amd64 and arm64, stamped, with SHA256SUMS, in dist/
+	$(GO) run ./internal/release -version $(VERSION) -commit $(COMMIT) -out dist
 
 bench: ## tinybroker's side of the benchmark workloads W1-W6 (bench/README.md)
 	bash bench/run.sh
