@@ -384,3 +384,18 @@ func TestAddrList(t *testing.T) {
 		t.Fatalf("a bad node in --addr: exit %d, %q; want a usage error naming host:port", code, errOut)
 	}
 }
+
+// Papercuts of issue 26: `groups --addr X` alone says which subcommand to use (it said
+// "unknown flag: --addr"), and an unknown command is a usage error even with --help (it
+// printed the root's help and exited 0).
+func TestParentAndUnknownCommandUsage(t *testing.T) {
+	if _, errOut, code := cli(t, "groups", "--addr", "127.0.0.1:1"); code != 2 || !strings.Contains(errOut, `use "groups ls"`) {
+		t.Fatalf("groups --addr X: exit %d, %q; want 2 and the subcommands", code, errOut)
+	}
+	if _, errOut, code := cli(t, "nosuch", "--help"); code != 2 || !strings.Contains(errOut, `unknown command "nosuch"`) {
+		t.Fatalf("nosuch --help: exit %d, %q; want 2, unknown command", code, errOut)
+	}
+	if _, _, code := cli(t, "groups", "ls", "--help"); code != 0 {
+		t.Fatalf("groups ls --help: exit %d, want 0", code)
+	}
+}

@@ -88,7 +88,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 func (a *app) execute(ctx context.Context, args []string) error {
 	root := a.newRoot()
-	root.SetArgs(goStyleFlags(root, args))
+	args = goStyleFlags(root, args)
+	// An unknown command is a usage error, even with --help (which cobra would answer with
+	// the root's help and exit 0). Cobra adds its help and completion commands when it runs:
+	// the help command is added first, so that Find knows it; completion's are named.
+	root.InitDefaultHelpCmd()
+	if c, rest, err := root.Find(args); err == nil && c == root && len(rest) > 0 && !strings.HasPrefix(rest[0], "-") &&
+		rest[0] != "completion" && !strings.HasPrefix(rest[0], "__complete") {
+		return usagef(root, "unknown command %q", rest[0])
+	}
+	root.SetArgs(args)
 	root.SetIn(a.stdin)
 	root.SetOut(a.stdout)
 	root.SetErr(a.stderr)
@@ -188,6 +197,9 @@ Exit status: 0 on success and for help, 1 when the command failed, 2 for a usage
 // subcommand, it is a usage error that lists them.
 func (a *app) parent(use, short, long string, subs ...*cobra.Command) *cobra.Command {
 	c := &cobra.Command{Use: use, Short: short, Long: long, Args: cobra.ArbitraryArgs,
+		// `groups --addr X` alone: the subcommands' flags are not the parent's, and the
+		// answer is which subcommand to use, not "unknown flag".
+		FParseErrWhitelist: cobra.FParseErrWhitelist{UnknownFlags: true},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			names := make([]string, 0, len(cmd.Commands()))
 			for _, s := range cmd.Commands() {
