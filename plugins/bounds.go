@@ -8,15 +8,20 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tinybroker/tinybroker/plugins/internal/meter"
 )
 
 // What keeps a plugin from stopping the broker (RATIONALE.md, "Why is every plugin call
 // bounded, even with call_timeout = "none"?"):
 //
-//   - Every module is compiled with wazero's close-on-context-done, whatever call_timeout
-//     says: its loops check whether the instance was closed, so a call can be stopped, and
-//     the Go runtime can stop it for a garbage collection (without it, one looping call
-//     holds up the collector's stop-the-world, and with it every goroutine of the broker).
+//   - Every module is metered (plugins/internal/meter), whatever call_timeout says: its loops
+//     and calls come back to meterYield every meter.Fuel turns, where a call whose instance's
+//     context was cancelled is stopped, and where the Go runtime can stop it for a garbage
+//     collection (without it, one looping call holds up the collector's stop-the-world, and
+//     with it every goroutine of the broker).
 //   - A watchdog goroutine per plugin with a call_timeout stops a call that runs past it, by
 //     cancelling its instance's context: no timer or context per call.
 //   - Guest code runs on at most GOMAXPROCS-1 goroutines at once across every plugin (one on
@@ -163,6 +168,27 @@ func (p *plugin) stopWatchdog() {
 		close(p.watch.stop)
 		p.watch.wg.Wait()
 	}
+}
+
+// meterYield is the host function metered code calls every meter.Fuel turns (meter's
+// ImportModule.ImportName). Being in Go, the goroutine can be stopped for a collection or
+// preempted here; a call whose context is done is stopped, by a panic that wazero turns into
+// the call's error (and the instance is discarded, as after any failed call). ctx is the
+// call's *callCtx: the instance's own context, or instantiation's with its time limit.
+type meterYield struct{}
+
+func (*meterYield) Call(ctx context.Context, stack []uint64) {
+	if err := ctx.Err(); err != nil {
+		panic(err)
+	}
+	stack[0] = meter.Fuel
+}
+
+func instantiateMeter(ctx context.Context, r wazero.Runtime) error {
+	_, err := r.NewHostModuleBuilder(meter.ImportModule).NewFunctionBuilder().
+		WithGoFunction(new(meterYield), nil, []api.ValueType{api.ValueTypeI32}).Export(meter.ImportName).
+		Instantiate(ctx)
+	return err
 }
 
 // stoppedWhy turns the error of a call that wazero stopped because its instance's context

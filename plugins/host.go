@@ -20,6 +20,7 @@ import (
 
 	"github.com/tinybroker/tinybroker/broker"
 	"github.com/tinybroker/tinybroker/internal/abi"
+	"github.com/tinybroker/tinybroker/plugins/internal/meter"
 )
 
 // HostOptions configure a Host.
@@ -138,12 +139,18 @@ func (h *Host) load(ctx context.Context, s Spec) (*plugin, error) {
 			return nil, s.located(fmt.Errorf("plugin %q: %w", s.Name, err))
 		}
 	}
+	// The module runs metered: its loops and calls come back to the host (meterYield) every
+	// meter.Fuel turns, where a call can be stopped and the Go runtime can stop the guest for
+	// a collection (bounds.go). Not wazero's WithCloseOnContextDone, which does the same at a
+	// far higher price (RATIONALE.md).
+	metered, err := meter.Instrument(bin)
+	if err != nil {
+		return nil, s.located(fmt.Errorf("plugin %q refused: not a valid WebAssembly module: %w", s.Name, err))
+	}
 	// The memory limit is not the runtime's (WithMemoryLimitPages): wazero would refuse a grow
 	// past it without telling the host. Each instance's memory is a guardedMemory instead,
 	// which refuses it and notes it, so that the call fails with the reason.
-	cfg := wazero.NewRuntimeConfig().
-		WithCompilationCache(h.cache).
-		WithCloseOnContextDone(true) // always: see bounds.go
+	cfg := wazero.NewRuntimeConfig().WithCompilationCache(h.cache)
 	p := &plugin{spec: s, host: h, log: h.log.Named(s.Name), rt: wazero.NewRuntimeWithConfig(ctx, cfg),
 		topics: compilePatterns(s.Topics), configText: configText(s.Config)}
 	p.base, p.cancelBase = context.WithCancel(context.Background())
@@ -153,8 +160,14 @@ func (h *Host) load(ctx context.Context, s Spec) (*plugin, error) {
 		_ = p.rt.Close(ctx)
 		return nil, s.located(fmt.Errorf("plugin %q refused: %w", s.Name, err))
 	}
-	var err error
-	if p.compiled, err = p.rt.CompileModule(ctx, bin); err != nil {
+	if p.compiled, err = p.rt.CompileModule(ctx, metered); err != nil {
+		// Whose fault: the module's, or the rewrite's (a bug of ours)?
+		if orig, oerr := p.rt.CompileModule(ctx, bin); oerr != nil {
+			err = oerr
+		} else {
+			_ = orig.Close(ctx)
+			err = fmt.Errorf("%w (the module is valid, but the broker's metering of it is not: a tinybroker bug, please report it)", err)
+		}
 		return fail(fmt.Errorf("not a valid WebAssembly module: %w", err))
 	}
 	if err := p.check(); err != nil {
@@ -164,6 +177,9 @@ func (h *Host) load(ctx context.Context, s Spec) (*plugin, error) {
 		return fail(err)
 	}
 	if err := instantiateHostModule(ctx, p.rt); err != nil {
+		return fail(err)
+	}
+	if err := instantiateMeter(ctx, p.rt); err != nil {
 		return fail(err)
 	}
 	p.pool.init(s.PoolSize)
@@ -254,7 +270,9 @@ func (p *plugin) check() error {
 		}
 		return fmt.Errorf("it exports no hook: export at least one of %s", strings.Join(names, ", "))
 	}
-	for _, def := range p.compiled.ImportedFunctions() {
+	imports := p.compiled.ImportedFunctions()
+	imports = imports[:len(imports)-1] // the last is the meter's (meter.Instrument): the module's own come before it
+	for _, def := range imports {
 		mod, name, _ := def.Import()
 		switch mod {
 		case "wasi_snapshot_preview1":

@@ -81,6 +81,7 @@ func TestLoadRefusesBadPlugins(t *testing.T) {
 		{"no hooks", Spec{Name: "p", Wasm: fixture(t, "nohooks")}, "exports no hook"},
 		{"bad signature", Spec{Name: "p", Wasm: fixture(t, "badsig")}, "tb_on_publish has signature"},
 		{"forbidden import", Spec{Name: "p", Wasm: fixture(t, "badimport")}, "env.open_socket"},
+		{"the meter's import", Spec{Name: "p", Wasm: fixture(t, "importsmeter")}, "imports tinybroker_meter.yield; plugins may import only"},
 		{"init refuses", Spec{Name: "p", Wasm: fixture(t, "initfail")}, "config key allow is missing"},
 		{"not wasm", Spec{Name: "p", Wasm: []byte("hello")}, "not a valid WebAssembly module"},
 		{"missing file", Spec{Name: "p", Path: "testdata/nope.wasm"}, "nope.wasm"},
