@@ -270,7 +270,7 @@ func (ca *keyPair) sign(tmpl *x509.Certificate, validity time.Duration) (*keyPai
 	}
 	tmpl.KeyUsage = x509.KeyUsageDigitalSignature
 	tmpl.BasicConstraintsValid = true
-	if validity > ca.cert.NotAfter.Sub(time.Now()) {
+	if validity > time.Until(ca.cert.NotAfter) {
 		validity = time.Until(ca.cert.NotAfter) // not past the CA's own end
 	}
 	return create(tmpl, ca, key, validity)
