@@ -7,7 +7,7 @@
 # B_REV may be "." for the working tree. RUN_FLAGS are passed to every `tinybroker bench`.
 # SECURE=b (or a, or ab) serves that side over TLS with a user and its token, and its bench
 # client connects so: `SECURE=b bench/ab.sh . . 3 W1 W2` is the cost of TLS + a token, as a
-# ratio to plaintext, in one run (throwaway certificates from bench/certs).
+# ratio to plaintext, in one run (throwaway certificates from `tinybroker certs`).
 # A_SERVE_FLAGS and B_SERVE_FLAGS are passed to each side's `tinybroker serve`; a side whose
 # serve has an HTTP listener (--http-listen 127.0.0.1:0) is scraped at /metrics every
 # SCRAPE_EVERY (1s) during its runs, as Prometheus would. The cost of metrics, one binary:
@@ -27,7 +27,7 @@ build "$a" "$tmp/a"; build "$b" "$tmp/b"
 
 serve_a=() serve_b=() bench_a=() bench_b=()
 if [ -n "${SECURE:-}" ]; then
-  (cd "$root" && go run ./bench/certs "$tmp")
+  (cd "$root" && go run ./cmd/tinybroker certs init --dir "$tmp" && go run ./cmd/tinybroker certs server --dir "$tmp") >/dev/null
   echo "bench:bench-token" >"$tmp/token"
   cat >"$tmp/secure.hcl" <<EOF
 tls {

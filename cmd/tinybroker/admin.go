@@ -80,7 +80,7 @@ func (f *adminFlags) call(ctx context.Context, do func(ctx context.Context, a ad
 	ctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
 	if err := do(ctx, adminpb.NewAdminClient(conn), pb.NewBrokerClient(conn)); err != nil {
-		return rpcError(err, f.addr)
+		return f.dial.explain(rpcError(err, f.addr), f.addr)
 	}
 	return nil
 }

@@ -54,14 +54,14 @@ standard input.`,
 			}
 			c, err := client.Dial(addr, dialOpts...)
 			if err != nil {
-				return sdkError{err}
+				return dial.explain(sdkError{err}, addr)
 			}
 			defer c.Close()
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
 			res, err := c.Publish(ctx, topic, data, h)
 			if err != nil {
-				return sdkError{err}
+				return dial.explain(sdkError{err}, addr)
 			}
 			fmt.Fprintf(a.stdout, "published %s to %s (routed to %d)\n", res.SystemID, topic, res.Routed)
 			switch {
@@ -120,7 +120,7 @@ shares its messages with the other members.`,
 			if err != nil {
 				return err
 			}
-			return a.sub(cmd.Context(), addr, dialOpts, client.SubscribeOptions{ID: id, Patterns: args, Group: group, MaxInFlight: maxInFlight}, count)
+			return a.sub(cmd.Context(), addr, dial, dialOpts, client.SubscribeOptions{ID: id, Patterns: args, Group: group, MaxInFlight: maxInFlight}, count)
 		},
 	}
 	f := c.Flags()
@@ -134,13 +134,13 @@ shares its messages with the other members.`,
 }
 
 // sub prints and acks every message until ctx is done or count messages have arrived.
-func (a *app) sub(ctx context.Context, addr string, dialOpts []client.Option, opts client.SubscribeOptions, count int) error {
+func (a *app) sub(ctx context.Context, addr string, dial *dialFlags, dialOpts []client.Option, opts client.SubscribeOptions, count int) error {
 	if opts.Group != "" {
 		opts.Mode = client.Balanced
 	}
 	c, err := client.Dial(addr, dialOpts...)
 	if err != nil {
-		return sdkError{err}
+		return dial.explain(sdkError{err}, addr)
 	}
 	defer c.Close()
 	var mu sync.Mutex
@@ -162,7 +162,7 @@ func (a *app) sub(ctx context.Context, addr string, dialOpts []client.Option, op
 		return nil
 	})
 	if err != nil {
-		return sdkError{err}
+		return dial.explain(sdkError{err}, addr)
 	}
 	set := sub.Settings()
 	if opts.Mode == client.Balanced {

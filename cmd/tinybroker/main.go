@@ -8,6 +8,7 @@
 //	tinybroker plugin test [--config key=value]... [--hook HOOK] PLUGIN.wasm < messages
 //	tinybroker plugin new  --lang go|rust|c|assemblyscript|zig [--dir DIR] [--sdk TREE] NAME
 //	tinybroker passwd < TOKEN
+//	tinybroker certs init|server|client --dir DIR ...
 //	tinybroker version, completion bash|zsh|fish|powershell
 //
 // Exit status: 0 on success (and for help), 1 when the command failed, 2 for a usage error
@@ -186,7 +187,7 @@ Exit status: 0 on success and for help, 1 when the command failed, 2 for a usage
 	add("broker", a.serveCmd(), a.pubCmd(), a.subCmd())
 	add("admin", a.groupsCmd(), a.dlqCmd(), a.streamsCmd(), a.statsCmd(), a.topCmd())
 	add("plugins", a.pluginCmd(), a.benchCmd())
-	add("admin", a.passwdCmd())
+	add("admin", a.passwdCmd(), a.certsCmd())
 	root.AddCommand(a.versionCmd())
 	root.SetHelpCommandGroupID("")
 	root.SetCompletionCommandGroupID("")

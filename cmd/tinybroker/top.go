@@ -49,7 +49,7 @@ Stats, until interrupted. On a terminal each view replaces the last; otherwise (
 			defer conn.Close()
 			err = a.top(cmd.Context(), pb.NewBrokerClient(conn), f.addr, o)
 			if err != nil {
-				return rpcError(err, f.addr)
+				return f.dial.explain(rpcError(err, f.addr), f.addr)
 			}
 			return nil
 		},

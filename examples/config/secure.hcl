@@ -3,19 +3,20 @@
 # through it; RATIONALE.md, "Security", says what it protects and what it does not.
 #
 # Try it from the repository's root (the tokens below are examples: make your own with
-# `tinybroker passwd` and never reuse these):
-#   go run ./bench/certs examples/config/certs        # throwaway CA and server certificate
-#   bin/tinybroker serve --config examples/config/secure.hcl
-#   echo 'alice:alice-example-token' > alice.token
-#   bin/tinybroker pub --tls-ca examples/config/certs/ca.pem --token-file alice.token orders.created '{"id": 42}'
+# `tinybroker passwd` and never reuse these). Secrets go in .secrets/, which git ignores:
+#   make build
+#   .bin/tinybroker certs init --dir .secrets && .bin/tinybroker certs server --dir .secrets
+#   .bin/tinybroker serve --config examples/config/secure.hcl
+#   echo 'alice:alice-example-token' > .secrets/alice.token
+#   .bin/tinybroker pub --tls-ca .secrets/ca.pem --token-file .secrets/alice.token orders.created '{"id": 42}'
 
 listen = "0.0.0.0:7878" # every address: allowed because users are declared
 
 tls {
-  cert_file = "certs/server.pem"     # relative to this file; re-read on SIGHUP or Reload
-  key_file  = "certs/server-key.pem"
-  # client_ca_file      = "certs/ca.pem"  # accept client certificates signed by this CA
-  # require_client_cert = true            # mTLS: refuse connections without one
+  cert_file = "../../.secrets/server.pem"     # relative to this file; re-read on SIGHUP or Reload
+  key_file  = "../../.secrets/server-key.pem"
+  # client_ca_file      = "../../.secrets/ca.pem"  # accept client certificates signed by this CA
+  # require_client_cert = true                     # mTLS: refuse connections without one
 }
 
 # A service that takes orders and reads what becomes of them.
@@ -41,7 +42,7 @@ user "alice" {
 }
 
 # A reader of the European orders, identified by its token or by a client certificate
-# (with client_ca_file above).
+# (with client_ca_file above; tinybroker certs client --dir .secrets --user bob makes it).
 user "bob" {
   token_hash  = "$2a$10$NJQDx15sP8YmWyXUu4Nd4.sVhxyMx0vqTlO6snSinRaLRkR.NfmQG" # bob-example-token
   certificate = "CN=bob"

@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"crypto/x509"
@@ -47,6 +48,7 @@ type Authenticator struct {
 
 	authFailures, denials atomic.Uint64
 	logs                  logLimiter
+	handshakeLogs         logLimiter // refused TLS handshakes: one line a second (tls.go)
 }
 
 // userSet is the users of one configuration.
@@ -87,7 +89,7 @@ var dummyHash, _ = bcrypt.GenerateFromPassword([]byte("tinybroker: no such user"
 
 // New checks the users and loads the TLS files.
 func New(o Options) (*Authenticator, error) {
-	a := &Authenticator{log: o.Logger, cache: make(map[[32]byte]*principal), verify: newVerifier()}
+	a := &Authenticator{log: o.Logger, cache: make(map[[32]byte]*principal), verify: newVerifier(), handshakeLogs: logLimiter{burst: 1}}
 	if a.log == nil {
 		a.log = hclog.NewNullLogger()
 	}
@@ -491,9 +493,10 @@ func FromContext(ctx context.Context) *Caller {
 	return c
 }
 
-// logLimiter lets through at most logBurst warnings a second, and says how many it held
-// back.
+// logLimiter lets through at most burst (default logBurst) warnings a second, and says how
+// many it held back on the next line it lets through.
 type logLimiter struct {
+	burst      int
 	mu         sync.Mutex
 	second     int64
 	n          int
@@ -512,7 +515,7 @@ func (l *logLimiter) warn(log hclog.Logger, msg string, args ...any) {
 		l.second, l.n, l.suppressed = now, 0, 0
 	}
 	l.n++
-	if l.n > logBurst {
+	if l.n > cmp.Or(l.burst, logBurst) {
 		l.suppressed++
 		l.mu.Unlock()
 		return

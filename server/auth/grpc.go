@@ -20,7 +20,7 @@ import (
 func (a *Authenticator) ServerOptions(service string, admin ...string) []grpc.ServerOption {
 	var opts []grpc.ServerOption
 	if a.tls != nil {
-		opts = append(opts, grpc.Creds(credentials.NewTLS(a.tls.serverConfig())))
+		opts = append(opts, grpc.Creds(loggedCreds{TransportCredentials: credentials.NewTLS(a.tls.serverConfig()), a: a}))
 	}
 	if !a.Enabled() {
 		return opts

@@ -5,9 +5,15 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"os"
+	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
+
+	"google.golang.org/grpc/credentials"
 )
 
 // TLSFiles are the tls block of the configuration file.
@@ -71,7 +77,7 @@ func (st *tlsState) load() error {
 func (st *tlsState) serverConfig() *tls.Config {
 	return &tls.Config{
 		MinVersion: tls.VersionTLS12,
-		GetConfigForClient: func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
+		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
 			l := st.cur.Load()
 			c := &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{*l.cert}, NextProtos: []string{"h2"}}
 			if l.cas == nil {
@@ -81,13 +87,9 @@ func (st *tlsState) serverConfig() *tls.Config {
 			if st.files.RequireClientCert {
 				c.ClientAuth = tls.RequireAnyClientCert
 			}
-			remote := "unknown"
-			if hello.Conn != nil {
-				remote = hello.Conn.RemoteAddr().String()
-			}
 			// Verified here rather than by crypto/tls (ClientAuth *VerifyClientCert*) so that a
-			// refused certificate is counted and logged with the peer's address;
-			// VerifiedChains is set from the result for the identity.
+			// refused certificate is counted, and logged with its subject and the reason
+			// (loggedCreds logs the refusal with the peer's address).
 			c.VerifyConnection = func(cs tls.ConnectionState) error {
 				if len(cs.PeerCertificates) == 0 {
 					return nil // RequireAnyClientCert has refused it already if required
@@ -99,14 +101,68 @@ func (st *tlsState) serverConfig() *tls.Config {
 				leaf := cs.PeerCertificates[0]
 				if _, err := leaf.Verify(x509.VerifyOptions{Roots: l.cas, Intermediates: inter, CurrentTime: time.Now(),
 					KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
-					n := st.a.authFailures.Add(1)
-					st.a.logs.warn(st.a.log, "authentication failed: client certificate refused", "peer", remote,
-						"subject", leaf.Subject.String(), "reason", err.Error(), "auth_failures_total", n)
-					return fmt.Errorf("tinybroker: client certificate refused: %w", err)
+					return certRefused{subject: leaf.Subject.String(), err: err}
 				}
 				return nil
 			}
 			return c, nil
 		},
+	}
+}
+
+// certRefused is a client certificate that VerifyConnection refused.
+type certRefused struct {
+	subject string
+	err     error
+}
+
+func (e certRefused) Error() string {
+	return "tinybroker: client certificate refused: " + e.err.Error()
+}
+func (e certRefused) Unwrap() error { return e.err }
+
+// loggedCreds are the server's TLS credentials, which count and log each refused handshake:
+// at WARN, with the peer's address and why, one line a second at most (with the number held
+// back since the last line), so that a flood of bad handshakes cannot fill the log. A
+// connection closed before or during its handshake (a port scan, a load balancer's TCP
+// check) is not logged.
+type loggedCreds struct {
+	credentials.TransportCredentials
+	a *Authenticator
+}
+
+func (c loggedCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	peer := raw.RemoteAddr().String()
+	conn, info, err := c.TransportCredentials.ServerHandshake(raw)
+	if err != nil {
+		c.a.handshakeRefused(peer, err)
+	}
+	return conn, info, err
+}
+
+func (c loggedCreds) Clone() credentials.TransportCredentials {
+	return loggedCreds{TransportCredentials: c.TransportCredentials.Clone(), a: c.a}
+}
+
+// handshakeRefused counts and logs a failed TLS handshake with peer.
+func (a *Authenticator) handshakeRefused(peer string, err error) {
+	var refused certRefused
+	msg := err.Error()
+	switch {
+	case errors.As(err, &refused):
+		n := a.authFailures.Add(1)
+		a.handshakeLogs.warn(a.log, "authentication failed: client certificate refused in the TLS handshake", "peer", peer,
+			"subject", refused.subject, "reason", refused.err.Error(), "auth_failures_total", n)
+	case strings.Contains(msg, "didn't provide a certificate"):
+		n := a.authFailures.Add(1)
+		a.handshakeLogs.warn(a.log, "authentication failed: no client certificate in the TLS handshake (require_client_cert = true)", "peer", peer,
+			"auth_failures_total", n)
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.ECONNRESET), errors.Is(err, net.ErrClosed):
+	default:
+		args := []any{"peer", peer, "reason", msg}
+		if strings.Contains(msg, "first record does not look like a TLS handshake") {
+			args = append(args, "hint", "the client does not speak TLS (tinybroker's clients: --tls-ca FILE)")
+		}
+		a.handshakeLogs.warn(a.log, "TLS handshake refused", args...)
 	}
 }

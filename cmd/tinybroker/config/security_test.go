@@ -15,7 +15,7 @@ func TestExampleSecureConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.TLS == nil || !strings.HasSuffix(c.TLS.CertFile, filepath.Join("examples", "config", "certs", "server.pem")) || c.TLS.RequireClientCert {
+	if c.TLS == nil || !strings.HasSuffix(c.TLS.CertFile, string(filepath.Separator)+filepath.Join(".secrets", "server.pem")) || c.TLS.RequireClientCert {
 		t.Fatalf("tls %+v", c.TLS)
 	}
 	if len(c.Users) != 3 {

@@ -1,6 +1,7 @@
-// Package testcerts makes throwaway X.509 certificates for tests and benchmarks: a CA, a
+// Package testcerts makes throwaway X.509 certificates for tests: a CA, a
 // server certificate for 127.0.0.1 and localhost, and client certificates signed by it,
-// expired, or signed by another CA. Keys are ECDSA P-256; nothing here is for production.
+// expired, or signed by another CA. Keys are ECDSA P-256; nothing here is for production
+// (`tinybroker certs` makes a development CA and certificates on disk).
 package testcerts
 
 import (

@@ -291,9 +291,13 @@ func newMessageID() string {
 }
 
 // wrap prefixes err with what was being done, keeping its gRPC status (status.Code still
-// works on the result), and hints at the usual cause of codes.Unavailable.
+// works on the result), and hints at the usual cause of codes.Unavailable: no broker there,
+// or, when the TLS handshake failed, a TLS setting that does not match the broker's.
 func (c *Client) wrap(what string, err error) error {
 	if st, _ := status.FromError(err); st.Code() == codes.Unavailable && !strings.Contains(st.Message(), "shutting down") {
+		if m := st.Message(); strings.Contains(m, "authentication handshake failed") || strings.Contains(m, "remote error: tls:") {
+			return fmt.Errorf("tinybroker: %s: %w (the TLS handshake with %s failed: check WithTLS against the broker's tls block: RootCAs holding the CA of its certificate, a ServerName its certificate has, Certificates for a broker that asks for a client certificate)", what, err, c.addr)
+		}
 		return fmt.Errorf("tinybroker: %s: %w (is a broker running at %s? `tinybroker serve` or `make run` starts one)", what, err, c.addr)
 	}
 	return fmt.Errorf("tinybroker: %s: %w", what, err)
