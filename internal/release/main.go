@@ -55,6 +55,7 @@ func build(version, commit, out string, platforms []string) error {
 	}
 	defer os.RemoveAll(tmp)
 	sums := map[string]string{}
+	linux := map[string]string{} // the linux binaries, by platform, for the image
 	for _, p := range platforms {
 		goos, goarch, ok := strings.Cut(strings.TrimSpace(p), "/")
 		if !ok {
@@ -71,6 +72,9 @@ func build(version, commit, out string, platforms []string) error {
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		if err := cmd.Run(); err != nil {
 			return fmt.Errorf("build %s/%s: %w", goos, goarch, err)
+		}
+		if goos == "linux" {
+			linux[goos+"/"+goarch] = bin
 		}
 		name := fmt.Sprintf("tinybroker_%s_%s_%s", strings.TrimPrefix(version, "v"), goos, goarch)
 		files := map[string]string{exe: bin}
@@ -93,6 +97,9 @@ func build(version, commit, out string, platforms []string) error {
 		}
 		sums[filepath.Base(archive)] = sum
 		fmt.Println(archive)
+	}
+	if err := releaseImage(out, version, commit, linux, sums); err != nil {
+		return err
 	}
 	names := make([]string, 0, len(sums))
 	for n := range sums {
