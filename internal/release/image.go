@@ -27,16 +27,24 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
-// imageConfig is the image's /etc/tinybroker/tinybroker.hcl.
+// imageConfig is the image's /etc/tinybroker/tinybroker.hcl: every interface, and users
+// required (the broker refuses to start until a config with users is mounted over it).
 //
 //go:embed image.hcl
 var imageConfig []byte
+
+// imageTryConfig is the image's /etc/tinybroker/try.hcl, to try the broker out without
+// users: insecure, said so at every start, and chosen only by naming it.
+//
+//go:embed image-try.hcl
+var imageTryConfig []byte
 
 const (
 	imageUser       = "65532:65532" // distroless's "nonroot": no user of the host has it
 	imageUID        = 65532
 	imageBinary     = "/usr/bin/tinybroker"
 	imageConfigPath = "/etc/tinybroker/tinybroker.hcl"
+	imageTryPath    = "/etc/tinybroker/try.hcl"
 	imageSource     = "https://github.com/tinybroker/tinybroker"
 )
 
@@ -44,8 +52,13 @@ const (
 // the same binaries make the same image, digest for digest.
 var imageEpoch = time.Unix(0, 0).UTC()
 
-// imageEntrypoint is the image's entrypoint; `docker run IMAGE --log-level debug` appends to it.
-var imageEntrypoint = []string{imageBinary, "serve", "--config", imageConfigPath}
+// imageEntrypoint and imageCmd are the image's: `docker run IMAGE` serves with the default
+// config, `docker run IMAGE serve --config /etc/tinybroker/try.hcl` with the other, and
+// `docker run IMAGE version` runs the command it names.
+var (
+	imageEntrypoint = []string{imageBinary}
+	imageCmd        = []string{"serve", "--config", imageConfigPath}
+)
 
 // imagePorts are the ports the image's config listens on: gRPC and the ops HTTP listener.
 var imagePorts = []string{"7878/tcp", "7879/tcp"}
@@ -65,6 +78,7 @@ func imageLayer(binary []byte) []imageFile {
 		{name: "etc/", mode: 0o755},
 		{name: "etc/tinybroker/", mode: 0o755},
 		{name: strings.TrimPrefix(imageConfigPath, "/"), mode: 0o644, data: imageConfig},
+		{name: strings.TrimPrefix(imageTryPath, "/"), mode: 0o644, data: imageTryConfig},
 		{name: "usr/", mode: 0o755},
 		{name: "usr/bin/", mode: 0o755},
 		{name: strings.TrimPrefix(imageBinary, "/"), mode: 0o755, data: binary},
@@ -134,7 +148,7 @@ func platformImage(platform, binPath, version, commit string) (v1.Image, error) 
 	cf.Created = v1.Time{Time: imageEpoch}
 	cf.Config.User = imageUser
 	cf.Config.Entrypoint = imageEntrypoint
-	cf.Config.Cmd = nil
+	cf.Config.Cmd = imageCmd
 	cf.Config.ExposedPorts = map[string]struct{}{}
 	for _, p := range imagePorts {
 		cf.Config.ExposedPorts[p] = struct{}{}

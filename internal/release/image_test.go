@@ -129,8 +129,8 @@ func TestReleaseImage(t *testing.T) {
 	if uid, _, _ := strings.Cut(c.User, ":"); c.User != "65532:65532" || uid == "0" || uid == "root" || uid == "" {
 		t.Errorf("User = %q, want 65532:65532 (not root)", c.User)
 	}
-	if want := []string{"/usr/bin/tinybroker", "serve", "--config", "/etc/tinybroker/tinybroker.hcl"}; !slices.Equal(c.Entrypoint, want) || len(c.Cmd) != 0 {
-		t.Errorf("Entrypoint = %q, Cmd = %q; want %q and none", c.Entrypoint, c.Cmd, want)
+	if want, wantCmd := []string{"/usr/bin/tinybroker"}, []string{"serve", "--config", "/etc/tinybroker/tinybroker.hcl"}; !slices.Equal(c.Entrypoint, want) || !slices.Equal(c.Cmd, wantCmd) {
+		t.Errorf("Entrypoint = %q, Cmd = %q; want %q and %q", c.Entrypoint, c.Cmd, want, wantCmd)
 	}
 	if len(c.ExposedPorts) != 2 || c.ExposedPorts["7878/tcp"] != struct{}{} || c.ExposedPorts["7879/tcp"] != struct{}{} {
 		t.Errorf("ExposedPorts = %v, want 7878/tcp and 7879/tcp", c.ExposedPorts)
@@ -184,6 +184,7 @@ func TestReleaseImage(t *testing.T) {
 		"etc/ 5 755 0:0",
 		"etc/tinybroker/ 5 755 0:0",
 		"etc/tinybroker/tinybroker.hcl 0 644 0:0",
+		"etc/tinybroker/try.hcl 0 644 0:0",
 		"usr/ 5 755 0:0",
 		"usr/bin/ 5 755 0:0",
 		"usr/bin/tinybroker 0 755 0:0",
@@ -225,10 +226,33 @@ func TestReleaseImage(t *testing.T) {
 	if err := os.WriteFile(cfgPath, cfg, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := exec.Command(bin, "serve", "--check", "--config", cfgPath).CombinedOutput(); err != nil || !strings.Contains(string(got), "listen 0.0.0.0:7878") {
-		t.Fatalf("serve --check with the image's config: %v\n%s", err, got)
+	// The default config is safe: without users it is refused, saying what to do; with the
+	// users a mounted config adds, it serves.
+	if got, err := exec.Command(bin, "serve", "--check", "--config", cfgPath).CombinedOutput(); err == nil || !strings.Contains(string(got), "declare users") {
+		t.Fatalf("serve --check with the image's default config (no users): %v\n%s\nwant it refused, naming users", err, got)
 	}
-	serveImage(t, bin, cfgPath)
+	withUsers := filepath.Join(filepath.Dir(cfgPath), "mounted.hcl")
+	user := "\nuser \"alice\" {\n  token_hash = \"$2a$10$SHGSOn6NTNJLgKOrOfES.OQvtpo02tM53LwyFhN9UjDwluMgGzwre\"\n  admin = true\n}\n"
+	if err := os.WriteFile(withUsers, append(bytes.Clone(cfg), user...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := exec.Command(bin, "serve", "--check", "--config", withUsers).CombinedOutput(); err != nil || !strings.Contains(string(got), "listen 0.0.0.0:7878") {
+		t.Fatalf("serve --check with the image's config and a user: %v\n%s", err, got)
+	}
+	// try.hcl serves without users, on every interface, and says it is insecure.
+	tryPath := filepath.Join(filepath.Dir(cfgPath), "try.hcl")
+	try, err := os.ReadFile(tryPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	try = bytes.Replace(try, []byte(`"/var/cache/tinybroker"`), []byte(fmt.Sprintf("%q", cache)), 1)
+	if err := os.WriteFile(tryPath, try, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := exec.Command(bin, "serve", "--check", "--config", tryPath).CombinedOutput(); err != nil || !strings.Contains(string(got), "listen 0.0.0.0:7878") {
+		t.Fatalf("serve --check with the image's try.hcl: %v\n%s", err, got)
+	}
+	serveImage(t, bin, tryPath)
 	if ents, _ := os.ReadDir(cache); len(ents) == 0 {
 		t.Errorf("serve made nothing in plugin_cache_dir %s: the image's cache folder is not the one the config uses", cache)
 	}
