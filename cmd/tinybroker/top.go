@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 
 	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
 )
@@ -30,8 +31,9 @@ func (a *app) topCmd() *cobra.Command {
 		Short: "A live view of the broker's rates and backlogs",
 		Long: `Shows the broker's rates (published, delivered, acked, redelivered, dead-lettered per
 second) and its consumer groups with the largest backlogs, refreshed every --interval from
-Stats, until interrupted. On a terminal each view replaces the last; otherwise (or with
---iterations N, --once) views are printed one after the other, for scripts and tests.`,
+Stats, until interrupted or q is pressed. On a terminal each view replaces the last and its
+lines are cut to the terminal's width; otherwise (or with --iterations N, --once) views are
+printed one after the other, whole, for scripts and tests.`,
 		Example: `  tinybroker top
   tinybroker top --once --addr 10.0.0.5:7878`,
 		Args: noArgs(""),
@@ -107,6 +109,32 @@ func isTerminal(w io.Writer) bool {
 // with the largest backlogs.
 func (a *app) top(ctx context.Context, bc pb.BrokerClient, addr string, o topOptions) error {
 	live := isTerminal(a.stdout) && o.iterations == 0
+	out := a.stdout
+	if live {
+		width := 0
+		if f, ok := a.stdout.(*os.File); ok {
+			width, _, _ = term.GetSize(int(f.Fd()))
+		}
+		// Keys: q (or Ctrl-C, in raw mode no longer a signal) ends the view. Raw mode also
+		// stops the terminal from turning "\n" into "\r\n", so the view writes both.
+		if f, ok := a.stdin.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+			if old, err := term.MakeRaw(int(f.Fd())); err == nil {
+				defer func() { _ = term.Restore(int(f.Fd()), old) }()
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithCancel(ctx)
+				defer cancel()
+				// Blocked in a read of the terminal when top returns: ended by the process's exit
+				// (a terminal's read cannot be interrupted portably); top is the command's last act.
+				go quitOnKey(f, cancel)
+				out = &clipWriter{w: out, width: width, crlf: true}
+			}
+		}
+		if cw, ok := out.(*clipWriter); !ok {
+			out = &clipWriter{w: out, width: width}
+		} else {
+			cw.width = width
+		}
+	}
 	prev, err := takeSample(ctx, bc, 10*time.Second)
 	if err != nil {
 		return err
@@ -127,14 +155,64 @@ func (a *app) top(ctx context.Context, bc pb.BrokerClient, addr string, o topOpt
 			return err
 		}
 		if live {
-			fmt.Fprint(a.stdout, "\x1b[H\x1b[2J")
+			fmt.Fprint(a.stdout, "\x1b[H\x1b[2J") // not through out: not a line to cut
 		} else if n > 0 {
-			fmt.Fprintln(a.stdout)
+			fmt.Fprintln(out)
 		}
-		printTop(a.stdout, addr, prev, cur, o.rows)
+		printTop(out, addr, prev, cur, o.rows)
 		prev = cur
 	}
 	return nil
+}
+
+// quitOnKey reads keys from r until q, Q, Ctrl-C or Ctrl-D, then calls quit; at the end of r
+// (or an error) it returns without.
+func quitOnKey(r io.Reader, quit func()) {
+	b := make([]byte, 16)
+	for {
+		n, err := r.Read(b)
+		for _, c := range b[:n] {
+			if c == 'q' || c == 'Q' || c == 0x03 || c == 0x04 {
+				quit()
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// clipWriter cuts every line written through it to width characters (none with width 0),
+// so that a live view does not wrap, and with crlf ends lines with "\r\n" (a terminal in
+// raw mode). A line is written out at its end.
+type clipWriter struct {
+	w     io.Writer
+	width int
+	crlf  bool
+	line  []rune
+	buf   []byte
+}
+
+func (c *clipWriter) Write(p []byte) (int, error) {
+	c.buf = c.buf[:0]
+	for _, r := range string(p) {
+		switch {
+		case r == '\n':
+			c.buf = append(c.buf, string(c.line)...)
+			if c.crlf {
+				c.buf = append(c.buf, '\r')
+			}
+			c.buf = append(c.buf, '\n')
+			c.line = c.line[:0]
+		case c.width == 0 || len(c.line) < c.width:
+			c.line = append(c.line, r)
+		}
+	}
+	if _, err := c.w.Write(c.buf); err != nil {
+		return 0, err
+	}
+	return len(p), nil
 }
 
 func printTop(w io.Writer, addr string, prev, cur sample, rows int) {
@@ -147,8 +225,9 @@ func printTop(w io.Writer, addr string, prev, cur sample, rows int) {
 	}
 	p, c := prev.st, cur.st
 	fmt.Fprintf(w, "tinybroker top: %s at %s\n", addr, cur.at.Format("15:04:05"))
-	fmt.Fprintf(w, "msgs/s: published %.1f  delivered %.1f  acked %.1f  redelivered %.1f  dead-lettered %.1f  unrouted %.1f\n",
-		rate(c.GetPublished(), p.GetPublished()), rate(c.GetDelivered(), p.GetDelivered()), rate(c.GetAcked(), p.GetAcked()),
+	fmt.Fprintf(w, "msgs/s: published %.1f  delivered %.1f  acked %.1f\n",
+		rate(c.GetPublished(), p.GetPublished()), rate(c.GetDelivered(), p.GetDelivered()), rate(c.GetAcked(), p.GetAcked()))
+	fmt.Fprintf(w, "        redelivered %.1f  dead-lettered %.1f  unrouted %.1f\n",
 		rate(c.GetRedelivered(), p.GetRedelivered()), rate(c.GetDeadLettered(), p.GetDeadLettered()), rate(c.GetUnrouted(), p.GetUnrouted()))
 	fmt.Fprintf(w, "memory %s of %s  fanout subscriptions %d  groups %d\n\n", bytesText(c.GetMemoryUsedBytes()), bytesText(c.GetMemoryBudgetBytes()),
 		c.GetSubscriptionsTotal(), c.GetGroupsTotal())
