@@ -123,9 +123,7 @@ func (a *app) top(ctx context.Context, bc pb.BrokerClient, addr string, o topOpt
 				var cancel context.CancelFunc
 				ctx, cancel = context.WithCancel(ctx)
 				defer cancel()
-				// Blocked in a read of the terminal when top returns: ended by the process's exit
-				// (a terminal's read cannot be interrupted portably); top is the command's last act.
-				go quitOnKey(f, cancel)
+				defer watchKeys(int(f.Fd()), cancel)()
 				out = &clipWriter{w: out, width: width, crlf: true}
 			}
 		}
