@@ -7,10 +7,12 @@
 #   RUN_FLAGS="-n 100000" bench/jetstream.sh 3 W2     # flags for both benchmark clients
 #   MEMORY=1 bench/jetstream.sh                       # also the memory engine, as a third side
 #   STORAGE=memory bench/jetstream.sh                 # the engine's storage = "memory" (default "file")
+#   PEER_STORAGE=file bench/jetstream.sh 3 W2         # the peer's W2 stream in files (default memory)
 # The NATS peer is $NATS_RUN's directory (default ../shared/bench/peers/nats beside the tree,
 # or beside the main checkout of a worktree).
 # Its W2 JetStream figure ("nats-js") keeps the stream in memory (work-queue retention);
-# tinybroker's is in files unless STORAGE=memory, the like-for-like comparison.
+# tinybroker's is in files unless STORAGE=memory: STORAGE=memory (memory against memory) and
+# PEER_STORAGE=file (files against files) are the like-for-like comparisons.
 set -euo pipefail
 rounds=${1:-3}; shift $(( $# < 1 ? $# : 1 ))
 workloads=("$@"); [ ${#workloads[@]} -gt 0 ] || workloads=(W1 W2)
@@ -25,6 +27,16 @@ pid=""
 trap '[ -z "$pid" ] || kill "$pid" 2>/dev/null; rm -rf "$tmp"' EXIT
 
 (cd "$root" && go build -buildvcs=false -o "$tmp/tinybroker" ./cmd/tinybroker)
+if [ "${PEER_STORAGE:-memory}" = file ]; then
+  # The peer keeps its W2 stream in memory; for file against file, a copy of it is built with
+  # the stream in files (and room for them), nothing else changed.
+  cp -r "$peer" "$tmp/peer"
+  sed -i 's/jetstream\.MemoryStorage/jetstream.FileStorage/' "$tmp/peer/workloads.go"
+  sed -i 's/JetStreamMaxStore: 64 << 20/JetStreamMaxStore: 4 << 30/' "$tmp/peer/main.go"
+  grep -q 'jetstream.FileStorage' "$tmp/peer/workloads.go" && grep -q 'JetStreamMaxStore: 4 << 30' "$tmp/peer/main.go" ||
+    { echo "PEER_STORAGE=file: the peer's source changed; its storage could not be set" >&2; exit 1; }
+  peer=$tmp/peer
+fi
 (cd "$peer" && go build -buildvcs=false -o "$tmp/natspeer" .)
 
 tb() { # engine workload -> the bench's result line
