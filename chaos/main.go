@@ -9,7 +9,8 @@
 // measures and the figures of the last full run.
 //
 // Each server gets a config file with `memory { max_bytes = BUDGET }` and GOMEMLIMIT =
-// 2 × BUDGET (the ratio the defaults use: the budget defaults to half of GOMEMLIMIT). Its
+// 2 × BUDGET (the budget defaults to a quarter of GOMEMLIMIT; the default-budget scenario
+// runs at that ratio instead). Its
 // RSS (VmRSS) is sampled every 0.5 s; a scenario passes when
 //
 //   - the peak RSS stays under BUDGET + overhead, overhead = BUDGET + 64 MiB: the Go heap

@@ -32,7 +32,7 @@ max_headers = 1024
 # What the broker holds for later (group queues, in-flight and delayed messages, fanout
 # buffers), counted in bytes as the messages really cost, headers included.
 memory {
-  # The budget; consumer groups together may use 3/4 of it. Default: half of the Go memory
+  # The budget; consumer groups together may use 3/4 of it. Default: a quarter of the Go memory
   # limit (GOMEMLIMIT), which serve sets to 3/4 of the machine's memory unless it is set.
   # A whole number of bytes or a size such as "4GiB".
   # max_bytes = "4GiB"

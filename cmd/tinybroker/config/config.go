@@ -14,7 +14,7 @@
 //	max_headers       = 1024
 //
 //	memory {                      # at most one
-//	  max_bytes = "4GiB"          # what the broker holds for later, in bytes (default: half of GOMEMLIMIT)
+//	  max_bytes = "4GiB"          # what the broker holds for later, in bytes (default: a quarter of GOMEMLIMIT)
 //	}
 //
 //	groups {                      # at most one
