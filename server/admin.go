@@ -14,6 +14,7 @@ import (
 	"github.com/tinybroker/tinybroker/broker"
 	adminpb "github.com/tinybroker/tinybroker/proto/tinybroker/admin/v1"
 	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
+	"github.com/tinybroker/tinybroker/server/auth"
 )
 
 // The tinybroker.admin.v1.Admin service: consumer groups, dead letters and streams, through
@@ -185,6 +186,23 @@ func (a *adminServer) ListDeadLetters(_ context.Context, req *adminpb.ListDeadLe
 	for _, dl := range dls {
 		resp.DeadLetters = append(resp.DeadLetters, &adminpb.DeadLetter{SystemId: dl.ID, Topic: dl.Topic, Payload: dl.Payload,
 			Headers: dl.Headers, Reason: dl.Reason, Attempts: uint32(dl.Attempts), DeadLetteredUnixNano: dl.DeadAt})
+	}
+	return resp, nil
+}
+
+// ListUsers lists the users in force with their rules, limits and usage; never a token.
+func (a *adminServer) ListUsers(context.Context, *adminpb.ListUsersRequest) (*adminpb.ListUsersResponse, error) {
+	resp := &adminpb.ListUsersResponse{}
+	for _, u := range a.s.opts.Auth.Users() {
+		rules := func(r auth.Rules) *adminpb.Rules { return &adminpb.Rules{Allow: r.Allow, Deny: r.Deny} }
+		l := u.Limits
+		resp.Users = append(resp.Users, &adminpb.User{Name: u.Name, Admin: u.Admin, Token: u.HasToken,
+			Certificate: u.Certificate, Publish: rules(u.Publish), Subscribe: rules(u.Subscribe), Groups: rules(u.Groups),
+			Limits: &adminpb.UserLimits{MaxConnections: uint32(l.MaxConnections), MaxStreams: uint32(l.MaxStreams),
+				MaxSubscriptions: uint32(l.MaxSubscriptions), MaxGroups: uint32(l.MaxGroups), MaxQueuedBytes: uint64(l.MaxQueuedBytes)},
+			Usage: &adminpb.UserUsage{Connections: uint32(u.Connections), Streams: uint32(u.Streams), Subscriptions: uint32(u.Subscriptions),
+				Groups: uint32(u.GroupsHeld), QueuedBytes: uint64(u.QueuedBytes)},
+		})
 	}
 	return resp, nil
 }

@@ -392,6 +392,65 @@ func (a *app) printStreams(all *adminpb.ListStreamsResponse) error {
 	return tw.Flush()
 }
 
+func (a *app) usersCmd() *cobra.Command {
+	ls := listCmd(a, &cobra.Command{
+		Use:     "ls",
+		Aliases: []string{"list"},
+		Short:   "List the users in force, with what each may do and holds now",
+		Long: `Lists the users of the configuration in force (after the last reload), sorted by name:
+how each authenticates, whether it is an admin, its publish, subscribe and groups rules
+(deny overrides allow; no allow rule allows nothing), its own limits (- where only the
+broker-wide one applies) and what it holds now (counted where it has a limit). Tokens and
+their hashes are never shown.`,
+	}, func(ctx context.Context, ac adminpb.AdminClient, _ pb.BrokerClient) (*adminpb.ListUsersResponse, error) {
+		return ac.ListUsers(ctx, &adminpb.ListUsersRequest{})
+	}, a.printUsers)
+	return a.parent("users", "List users and their permissions", "Users of the broker's configuration: ls lists them with their rules, limits and usage (admins only).", ls)
+}
+
+func (a *app) printUsers(all *adminpb.ListUsersResponse) error {
+	tw := a.listing(len(all.GetUsers()), "no users: every client on loopback may do anything (README.md, \"Securing tinybroker\")",
+		"USER\tADMIN\tAUTH\tPUBLISH\tSUBSCRIBE\tGROUPS\tLIMITS\tNOW")
+	if tw == nil {
+		return nil
+	}
+	rules := func(r *adminpb.Rules) string {
+		s := strings.Join(r.GetAllow(), ",")
+		if s == "" {
+			s = "(none)"
+		}
+		if d := r.GetDeny(); len(d) > 0 {
+			s += " -" + strings.Join(d, ",-")
+		}
+		return s
+	}
+	limit := func(v uint64) string {
+		if v == 0 {
+			return "-"
+		}
+		return strconv.FormatUint(v, 10)
+	}
+	for _, u := range all.GetUsers() {
+		var auth []string
+		if u.GetToken() {
+			auth = append(auth, "token")
+		}
+		if c := u.GetCertificate(); c != "" {
+			auth = append(auth, "cert "+c)
+		}
+		l, n := u.GetLimits(), u.GetUsage()
+		qb := "-"
+		if l.GetMaxQueuedBytes() > 0 {
+			qb = bytesText(l.GetMaxQueuedBytes())
+		}
+		fmt.Fprintf(tw, "%s\t%v\t%s\t%s\t%s\t%s\tconn %s stream %s sub %s group %s bytes %s\tconn %d stream %d sub %d group %d bytes %s\n",
+			u.GetName(), u.GetAdmin(), strings.Join(auth, "+"), rules(u.GetPublish()), rules(u.GetSubscribe()), rules(u.GetGroups()),
+			limit(uint64(l.GetMaxConnections())), limit(uint64(l.GetMaxStreams())), limit(uint64(l.GetMaxSubscriptions())), limit(uint64(l.GetMaxGroups())), qb,
+			n.GetConnections(), n.GetStreams(), n.GetSubscriptions(), n.GetGroups(), bytesText(n.GetQueuedBytes()))
+	}
+	return tw.Flush()
+}
+
 func (a *app) statsCmd() *cobra.Command {
 	return listCmd(a, &cobra.Command{
 		Use:   "stats",

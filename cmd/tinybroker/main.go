@@ -185,7 +185,7 @@ Exit status: 0 on success and for help, 1 when the command failed, 2 for a usage
 		}
 	}
 	add("broker", a.serveCmd(), a.pubCmd(), a.subCmd())
-	add("admin", a.groupsCmd(), a.dlqCmd(), a.streamsCmd(), a.statsCmd(), a.topCmd())
+	add("admin", a.groupsCmd(), a.dlqCmd(), a.streamsCmd(), a.usersCmd(), a.statsCmd(), a.topCmd())
 	add("plugins", a.pluginCmd(), a.benchCmd())
 	add("admin", a.passwdCmd(), a.certsCmd())
 	root.AddCommand(a.versionCmd())

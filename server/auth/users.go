@@ -8,6 +8,7 @@ package auth
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"golang.org/x/crypto/bcrypt"
@@ -93,4 +94,33 @@ func HashToken(token []byte) (string, error) {
 	}
 	h, err := bcrypt.GenerateFromPassword(token, bcrypt.DefaultCost)
 	return string(h), err
+}
+
+// UserState is a user of the configuration in force (its token hash left out) and what it
+// holds now.
+type UserState struct {
+	User
+	HasToken                            bool // it may authenticate with a token
+	Connections, Streams, Subscriptions int64
+	GroupsHeld                          int   // with group limits only
+	QueuedBytes                         int64 // with group limits only
+}
+
+// Users returns the users in force, sorted by name, for the admin API's ListUsers.
+func (a *Authenticator) Users() []UserState {
+	if a == nil {
+		return nil
+	}
+	set := a.set.Load()
+	out := make([]UserState, 0, len(set.users))
+	for _, p := range set.users {
+		st := UserState{User: p.User, HasToken: p.TokenHash != "", Connections: p.conns.Load(), Streams: p.streams.Load(), Subscriptions: p.subs.Load()}
+		st.TokenHash = ""
+		if p.quota != nil {
+			st.GroupsHeld, st.QueuedBytes = p.quota.Groups(), p.quota.Bytes()
+		}
+		out = append(out, st)
+	}
+	slices.SortFunc(out, func(x, y UserState) int { return strings.Compare(x.Name, y.Name) })
+	return out
 }

@@ -28,6 +28,408 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type ListUsersRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListUsersRequest) Reset() {
+	*x = ListUsersRequest{}
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListUsersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListUsersRequest) ProtoMessage() {}
+
+func (x *ListUsersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListUsersRequest.ProtoReflect.Descriptor instead.
+func (*ListUsersRequest) Descriptor() ([]byte, []int) {
+	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{0}
+}
+
+type ListUsersResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Users         []*User                `protobuf:"bytes,1,rep,name=users,proto3" json:"users,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListUsersResponse) Reset() {
+	*x = ListUsersResponse{}
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListUsersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListUsersResponse) ProtoMessage() {}
+
+func (x *ListUsersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListUsersResponse.ProtoReflect.Descriptor instead.
+func (*ListUsersResponse) Descriptor() ([]byte, []int) {
+	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ListUsersResponse) GetUsers() []*User {
+	if x != nil {
+		return x.Users
+	}
+	return nil
+}
+
+// User is one user as the broker applies it.
+type User struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Admin bool                   `protobuf:"varint,2,opt,name=admin,proto3" json:"admin,omitempty"`
+	// How the user authenticates: "token" (Bearer NAME:TOKEN), and the client certificate's
+	// identity ("CN=…", "DNS:…", "URI:…", "EMAIL:…") when one is declared.
+	Token       bool   `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
+	Certificate string `protobuf:"bytes,4,opt,name=certificate,proto3" json:"certificate,omitempty"`
+	// The topics the user may publish to, the patterns it may subscribe to, the groups (by
+	// subscription_id) it may join: deny overrides allow; no allow rule allows nothing.
+	Publish   *Rules `protobuf:"bytes,5,opt,name=publish,proto3" json:"publish,omitempty"`
+	Subscribe *Rules `protobuf:"bytes,6,opt,name=subscribe,proto3" json:"subscribe,omitempty"`
+	Groups    *Rules `protobuf:"bytes,7,opt,name=groups,proto3" json:"groups,omitempty"`
+	// The user's own limits (0: only the broker-wide ones apply), and what the user holds now.
+	Limits        *UserLimits `protobuf:"bytes,8,opt,name=limits,proto3" json:"limits,omitempty"`
+	Usage         *UserUsage  `protobuf:"bytes,9,opt,name=usage,proto3" json:"usage,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *User) Reset() {
+	*x = User{}
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *User) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*User) ProtoMessage() {}
+
+func (x *User) ProtoReflect() protoreflect.Message {
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use User.ProtoReflect.Descriptor instead.
+func (*User) Descriptor() ([]byte, []int) {
+	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *User) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *User) GetAdmin() bool {
+	if x != nil {
+		return x.Admin
+	}
+	return false
+}
+
+func (x *User) GetToken() bool {
+	if x != nil {
+		return x.Token
+	}
+	return false
+}
+
+func (x *User) GetCertificate() string {
+	if x != nil {
+		return x.Certificate
+	}
+	return ""
+}
+
+func (x *User) GetPublish() *Rules {
+	if x != nil {
+		return x.Publish
+	}
+	return nil
+}
+
+func (x *User) GetSubscribe() *Rules {
+	if x != nil {
+		return x.Subscribe
+	}
+	return nil
+}
+
+func (x *User) GetGroups() *Rules {
+	if x != nil {
+		return x.Groups
+	}
+	return nil
+}
+
+func (x *User) GetLimits() *UserLimits {
+	if x != nil {
+		return x.Limits
+	}
+	return nil
+}
+
+func (x *User) GetUsage() *UserUsage {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
+type Rules struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Allow         []string               `protobuf:"bytes,1,rep,name=allow,proto3" json:"allow,omitempty"`
+	Deny          []string               `protobuf:"bytes,2,rep,name=deny,proto3" json:"deny,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Rules) Reset() {
+	*x = Rules{}
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Rules) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Rules) ProtoMessage() {}
+
+func (x *Rules) ProtoReflect() protoreflect.Message {
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Rules.ProtoReflect.Descriptor instead.
+func (*Rules) Descriptor() ([]byte, []int) {
+	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *Rules) GetAllow() []string {
+	if x != nil {
+		return x.Allow
+	}
+	return nil
+}
+
+func (x *Rules) GetDeny() []string {
+	if x != nil {
+		return x.Deny
+	}
+	return nil
+}
+
+type UserLimits struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	MaxConnections   uint32                 `protobuf:"varint,1,opt,name=max_connections,json=maxConnections,proto3" json:"max_connections,omitempty"`
+	MaxStreams       uint32                 `protobuf:"varint,2,opt,name=max_streams,json=maxStreams,proto3" json:"max_streams,omitempty"`
+	MaxSubscriptions uint32                 `protobuf:"varint,3,opt,name=max_subscriptions,json=maxSubscriptions,proto3" json:"max_subscriptions,omitempty"`
+	MaxGroups        uint32                 `protobuf:"varint,4,opt,name=max_groups,json=maxGroups,proto3" json:"max_groups,omitempty"`
+	MaxQueuedBytes   uint64                 `protobuf:"varint,5,opt,name=max_queued_bytes,json=maxQueuedBytes,proto3" json:"max_queued_bytes,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *UserLimits) Reset() {
+	*x = UserLimits{}
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UserLimits) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UserLimits) ProtoMessage() {}
+
+func (x *UserLimits) ProtoReflect() protoreflect.Message {
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UserLimits.ProtoReflect.Descriptor instead.
+func (*UserLimits) Descriptor() ([]byte, []int) {
+	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *UserLimits) GetMaxConnections() uint32 {
+	if x != nil {
+		return x.MaxConnections
+	}
+	return 0
+}
+
+func (x *UserLimits) GetMaxStreams() uint32 {
+	if x != nil {
+		return x.MaxStreams
+	}
+	return 0
+}
+
+func (x *UserLimits) GetMaxSubscriptions() uint32 {
+	if x != nil {
+		return x.MaxSubscriptions
+	}
+	return 0
+}
+
+func (x *UserLimits) GetMaxGroups() uint32 {
+	if x != nil {
+		return x.MaxGroups
+	}
+	return 0
+}
+
+func (x *UserLimits) GetMaxQueuedBytes() uint64 {
+	if x != nil {
+		return x.MaxQueuedBytes
+	}
+	return 0
+}
+
+// What a user holds now. Each figure is counted only for a user with a limit on it (the
+// broker keeps no count it does not need): connections with max_connections, streams and
+// subscriptions with max_streams or max_subscriptions, groups and queued_bytes with
+// max_groups or max_queued_bytes; 0 otherwise.
+type UserUsage struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Connections   uint32                 `protobuf:"varint,1,opt,name=connections,proto3" json:"connections,omitempty"`
+	Streams       uint32                 `protobuf:"varint,2,opt,name=streams,proto3" json:"streams,omitempty"`
+	Subscriptions uint32                 `protobuf:"varint,3,opt,name=subscriptions,proto3" json:"subscriptions,omitempty"`
+	Groups        uint32                 `protobuf:"varint,4,opt,name=groups,proto3" json:"groups,omitempty"`
+	QueuedBytes   uint64                 `protobuf:"varint,5,opt,name=queued_bytes,json=queuedBytes,proto3" json:"queued_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UserUsage) Reset() {
+	*x = UserUsage{}
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UserUsage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UserUsage) ProtoMessage() {}
+
+func (x *UserUsage) ProtoReflect() protoreflect.Message {
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UserUsage.ProtoReflect.Descriptor instead.
+func (*UserUsage) Descriptor() ([]byte, []int) {
+	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *UserUsage) GetConnections() uint32 {
+	if x != nil {
+		return x.Connections
+	}
+	return 0
+}
+
+func (x *UserUsage) GetStreams() uint32 {
+	if x != nil {
+		return x.Streams
+	}
+	return 0
+}
+
+func (x *UserUsage) GetSubscriptions() uint32 {
+	if x != nil {
+		return x.Subscriptions
+	}
+	return 0
+}
+
+func (x *UserUsage) GetGroups() uint32 {
+	if x != nil {
+		return x.Groups
+	}
+	return 0
+}
+
+func (x *UserUsage) GetQueuedBytes() uint64 {
+	if x != nil {
+		return x.QueuedBytes
+	}
+	return 0
+}
+
 type ListGroupsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The most groups one answer lists (default and maximum 1,000).
@@ -40,7 +442,7 @@ type ListGroupsRequest struct {
 
 func (x *ListGroupsRequest) Reset() {
 	*x = ListGroupsRequest{}
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[0]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -52,7 +454,7 @@ func (x *ListGroupsRequest) String() string {
 func (*ListGroupsRequest) ProtoMessage() {}
 
 func (x *ListGroupsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[0]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -65,7 +467,7 @@ func (x *ListGroupsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGroupsRequest.ProtoReflect.Descriptor instead.
 func (*ListGroupsRequest) Descriptor() ([]byte, []int) {
-	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{0}
+	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ListGroupsRequest) GetPageSize() uint32 {
@@ -94,7 +496,7 @@ type ListGroupsResponse struct {
 
 func (x *ListGroupsResponse) Reset() {
 	*x = ListGroupsResponse{}
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[1]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -106,7 +508,7 @@ func (x *ListGroupsResponse) String() string {
 func (*ListGroupsResponse) ProtoMessage() {}
 
 func (x *ListGroupsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[1]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -119,7 +521,7 @@ func (x *ListGroupsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGroupsResponse.ProtoReflect.Descriptor instead.
 func (*ListGroupsResponse) Descriptor() ([]byte, []int) {
-	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{1}
+	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ListGroupsResponse) GetGroups() []*Group {
@@ -152,7 +554,7 @@ type DescribeGroupRequest struct {
 
 func (x *DescribeGroupRequest) Reset() {
 	*x = DescribeGroupRequest{}
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[2]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -164,7 +566,7 @@ func (x *DescribeGroupRequest) String() string {
 func (*DescribeGroupRequest) ProtoMessage() {}
 
 func (x *DescribeGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[2]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -177,7 +579,7 @@ func (x *DescribeGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeGroupRequest.ProtoReflect.Descriptor instead.
 func (*DescribeGroupRequest) Descriptor() ([]byte, []int) {
-	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{2}
+	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *DescribeGroupRequest) GetSubscriptionId() string {
@@ -224,7 +626,7 @@ type Group struct {
 
 func (x *Group) Reset() {
 	*x = Group{}
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[3]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -236,7 +638,7 @@ func (x *Group) String() string {
 func (*Group) ProtoMessage() {}
 
 func (x *Group) ProtoReflect() protoreflect.Message {
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[3]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -249,7 +651,7 @@ func (x *Group) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Group.ProtoReflect.Descriptor instead.
 func (*Group) Descriptor() ([]byte, []int) {
-	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{3}
+	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Group) GetSubscriptionId() string {
@@ -416,7 +818,7 @@ type GroupSettings struct {
 
 func (x *GroupSettings) Reset() {
 	*x = GroupSettings{}
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[4]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -428,7 +830,7 @@ func (x *GroupSettings) String() string {
 func (*GroupSettings) ProtoMessage() {}
 
 func (x *GroupSettings) ProtoReflect() protoreflect.Message {
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[4]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -441,7 +843,7 @@ func (x *GroupSettings) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupSettings.ProtoReflect.Descriptor instead.
 func (*GroupSettings) Descriptor() ([]byte, []int) {
-	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{4}
+	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GroupSettings) GetMaxDeliveries() uint32 {
@@ -508,7 +910,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[5]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -520,7 +922,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[5]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -533,7 +935,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{5}
+	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Member) GetMemberId() string {
@@ -587,7 +989,7 @@ type DeleteGroupRequest struct {
 
 func (x *DeleteGroupRequest) Reset() {
 	*x = DeleteGroupRequest{}
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[6]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -599,7 +1001,7 @@ func (x *DeleteGroupRequest) String() string {
 func (*DeleteGroupRequest) ProtoMessage() {}
 
 func (x *DeleteGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[6]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -612,7 +1014,7 @@ func (x *DeleteGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteGroupRequest.ProtoReflect.Descriptor instead.
 func (*DeleteGroupRequest) Descriptor() ([]byte, []int) {
-	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{6}
+	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *DeleteGroupRequest) GetSubscriptionId() string {
@@ -635,7 +1037,7 @@ type DeleteGroupResponse struct {
 
 func (x *DeleteGroupResponse) Reset() {
 	*x = DeleteGroupResponse{}
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[7]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -647,7 +1049,7 @@ func (x *DeleteGroupResponse) String() string {
 func (*DeleteGroupResponse) ProtoMessage() {}
 
 func (x *DeleteGroupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[7]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -660,7 +1062,7 @@ func (x *DeleteGroupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteGroupResponse.ProtoReflect.Descriptor instead.
 func (*DeleteGroupResponse) Descriptor() ([]byte, []int) {
-	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{7}
+	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *DeleteGroupResponse) GetMembersEnded() uint32 {
@@ -693,7 +1095,7 @@ type PurgeGroupRequest struct {
 
 func (x *PurgeGroupRequest) Reset() {
 	*x = PurgeGroupRequest{}
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[8]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -705,7 +1107,7 @@ func (x *PurgeGroupRequest) String() string {
 func (*PurgeGroupRequest) ProtoMessage() {}
 
 func (x *PurgeGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[8]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -718,7 +1120,7 @@ func (x *PurgeGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeGroupRequest.ProtoReflect.Descriptor instead.
 func (*PurgeGroupRequest) Descriptor() ([]byte, []int) {
-	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{8}
+	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *PurgeGroupRequest) GetSubscriptionId() string {
@@ -737,7 +1139,7 @@ type PurgeGroupResponse struct {
 
 func (x *PurgeGroupResponse) Reset() {
 	*x = PurgeGroupResponse{}
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[9]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -749,7 +1151,7 @@ func (x *PurgeGroupResponse) String() string {
 func (*PurgeGroupResponse) ProtoMessage() {}
 
 func (x *PurgeGroupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[9]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -762,7 +1164,7 @@ func (x *PurgeGroupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeGroupResponse.ProtoReflect.Descriptor instead.
 func (*PurgeGroupResponse) Descriptor() ([]byte, []int) {
-	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{9}
+	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *PurgeGroupResponse) GetPurged() uint32 {
@@ -783,7 +1185,7 @@ type ListStreamsRequest struct {
 
 func (x *ListStreamsRequest) Reset() {
 	*x = ListStreamsRequest{}
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[10]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -795,7 +1197,7 @@ func (x *ListStreamsRequest) String() string {
 func (*ListStreamsRequest) ProtoMessage() {}
 
 func (x *ListStreamsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[10]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -808,7 +1210,7 @@ func (x *ListStreamsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListStreamsRequest.ProtoReflect.Descriptor instead.
 func (*ListStreamsRequest) Descriptor() ([]byte, []int) {
-	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{10}
+	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListStreamsRequest) GetPageSize() uint32 {
@@ -836,7 +1238,7 @@ type ListStreamsResponse struct {
 
 func (x *ListStreamsResponse) Reset() {
 	*x = ListStreamsResponse{}
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[11]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -848,7 +1250,7 @@ func (x *ListStreamsResponse) String() string {
 func (*ListStreamsResponse) ProtoMessage() {}
 
 func (x *ListStreamsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[11]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -861,7 +1263,7 @@ func (x *ListStreamsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListStreamsResponse.ProtoReflect.Descriptor instead.
 func (*ListStreamsResponse) Descriptor() ([]byte, []int) {
-	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{11}
+	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListStreamsResponse) GetStreams() []*Stream {
@@ -899,7 +1301,7 @@ type Stream struct {
 
 func (x *Stream) Reset() {
 	*x = Stream{}
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[12]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -911,7 +1313,7 @@ func (x *Stream) String() string {
 func (*Stream) ProtoMessage() {}
 
 func (x *Stream) ProtoReflect() protoreflect.Message {
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[12]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -924,7 +1326,7 @@ func (x *Stream) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Stream.ProtoReflect.Descriptor instead.
 func (*Stream) Descriptor() ([]byte, []int) {
-	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{12}
+	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Stream) GetStreamId() string {
@@ -969,7 +1371,7 @@ type StreamSubscription struct {
 
 func (x *StreamSubscription) Reset() {
 	*x = StreamSubscription{}
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[13]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -981,7 +1383,7 @@ func (x *StreamSubscription) String() string {
 func (*StreamSubscription) ProtoMessage() {}
 
 func (x *StreamSubscription) ProtoReflect() protoreflect.Message {
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[13]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -994,7 +1396,7 @@ func (x *StreamSubscription) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamSubscription.ProtoReflect.Descriptor instead.
 func (*StreamSubscription) Descriptor() ([]byte, []int) {
-	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{13}
+	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *StreamSubscription) GetSubscriptionId() string {
@@ -1044,7 +1446,7 @@ type ListDeadLettersRequest struct {
 
 func (x *ListDeadLettersRequest) Reset() {
 	*x = ListDeadLettersRequest{}
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[14]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1056,7 +1458,7 @@ func (x *ListDeadLettersRequest) String() string {
 func (*ListDeadLettersRequest) ProtoMessage() {}
 
 func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[14]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1069,7 +1471,7 @@ func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*ListDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{14}
+	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListDeadLettersRequest) GetSubscriptionId() string {
@@ -1105,7 +1507,7 @@ type ListDeadLettersResponse struct {
 
 func (x *ListDeadLettersResponse) Reset() {
 	*x = ListDeadLettersResponse{}
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[15]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1117,7 +1519,7 @@ func (x *ListDeadLettersResponse) String() string {
 func (*ListDeadLettersResponse) ProtoMessage() {}
 
 func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[15]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1130,7 +1532,7 @@ func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*ListDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{15}
+	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListDeadLettersResponse) GetDeadLetters() []*DeadLetter {
@@ -1173,7 +1575,7 @@ type DeadLetter struct {
 
 func (x *DeadLetter) Reset() {
 	*x = DeadLetter{}
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[16]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1185,7 +1587,7 @@ func (x *DeadLetter) String() string {
 func (*DeadLetter) ProtoMessage() {}
 
 func (x *DeadLetter) ProtoReflect() protoreflect.Message {
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[16]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1198,7 +1600,7 @@ func (x *DeadLetter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadLetter.ProtoReflect.Descriptor instead.
 func (*DeadLetter) Descriptor() ([]byte, []int) {
-	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{16}
+	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *DeadLetter) GetSystemId() string {
@@ -1263,7 +1665,7 @@ type ReplayDeadLettersRequest struct {
 
 func (x *ReplayDeadLettersRequest) Reset() {
 	*x = ReplayDeadLettersRequest{}
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[17]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1275,7 +1677,7 @@ func (x *ReplayDeadLettersRequest) String() string {
 func (*ReplayDeadLettersRequest) ProtoMessage() {}
 
 func (x *ReplayDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[17]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1288,7 +1690,7 @@ func (x *ReplayDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*ReplayDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{17}
+	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ReplayDeadLettersRequest) GetSubscriptionId() string {
@@ -1324,7 +1726,7 @@ type ReplayDeadLettersResponse struct {
 
 func (x *ReplayDeadLettersResponse) Reset() {
 	*x = ReplayDeadLettersResponse{}
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[18]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1336,7 +1738,7 @@ func (x *ReplayDeadLettersResponse) String() string {
 func (*ReplayDeadLettersResponse) ProtoMessage() {}
 
 func (x *ReplayDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[18]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1349,7 +1751,7 @@ func (x *ReplayDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*ReplayDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{18}
+	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ReplayDeadLettersResponse) GetResults() []*ReplayResult {
@@ -1389,7 +1791,7 @@ type ReplayResult struct {
 
 func (x *ReplayResult) Reset() {
 	*x = ReplayResult{}
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[19]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1401,7 +1803,7 @@ func (x *ReplayResult) String() string {
 func (*ReplayResult) ProtoMessage() {}
 
 func (x *ReplayResult) ProtoReflect() protoreflect.Message {
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[19]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1414,7 +1816,7 @@ func (x *ReplayResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayResult.ProtoReflect.Descriptor instead.
 func (*ReplayResult) Descriptor() ([]byte, []int) {
-	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{19}
+	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ReplayResult) GetSystemId() string {
@@ -1464,7 +1866,7 @@ type PurgeDeadLettersRequest struct {
 
 func (x *PurgeDeadLettersRequest) Reset() {
 	*x = PurgeDeadLettersRequest{}
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[20]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1476,7 +1878,7 @@ func (x *PurgeDeadLettersRequest) String() string {
 func (*PurgeDeadLettersRequest) ProtoMessage() {}
 
 func (x *PurgeDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[20]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1489,7 +1891,7 @@ func (x *PurgeDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*PurgeDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{20}
+	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *PurgeDeadLettersRequest) GetSubscriptionId() string {
@@ -1522,7 +1924,7 @@ type PurgeDeadLettersResponse struct {
 
 func (x *PurgeDeadLettersResponse) Reset() {
 	*x = PurgeDeadLettersResponse{}
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[21]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1534,7 +1936,7 @@ func (x *PurgeDeadLettersResponse) String() string {
 func (*PurgeDeadLettersResponse) ProtoMessage() {}
 
 func (x *PurgeDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[21]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1547,7 +1949,7 @@ func (x *PurgeDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*PurgeDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{21}
+	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *PurgeDeadLettersResponse) GetPurged() uint32 {
@@ -1561,7 +1963,38 @@ var File_tinybroker_admin_v1_admin_proto protoreflect.FileDescriptor
 
 const file_tinybroker_admin_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x1ftinybroker/admin/v1/admin.proto\x12\x13tinybroker.admin.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1atinybroker/v1/broker.proto\"O\n" +
+	"\x1ftinybroker/admin/v1/admin.proto\x12\x13tinybroker.admin.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1atinybroker/v1/broker.proto\"\x12\n" +
+	"\x10ListUsersRequest\"D\n" +
+	"\x11ListUsersResponse\x12/\n" +
+	"\x05users\x18\x01 \x03(\v2\x19.tinybroker.admin.v1.UserR\x05users\"\xfb\x02\n" +
+	"\x04User\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05admin\x18\x02 \x01(\bR\x05admin\x12\x14\n" +
+	"\x05token\x18\x03 \x01(\bR\x05token\x12 \n" +
+	"\vcertificate\x18\x04 \x01(\tR\vcertificate\x124\n" +
+	"\apublish\x18\x05 \x01(\v2\x1a.tinybroker.admin.v1.RulesR\apublish\x128\n" +
+	"\tsubscribe\x18\x06 \x01(\v2\x1a.tinybroker.admin.v1.RulesR\tsubscribe\x122\n" +
+	"\x06groups\x18\a \x01(\v2\x1a.tinybroker.admin.v1.RulesR\x06groups\x127\n" +
+	"\x06limits\x18\b \x01(\v2\x1f.tinybroker.admin.v1.UserLimitsR\x06limits\x124\n" +
+	"\x05usage\x18\t \x01(\v2\x1e.tinybroker.admin.v1.UserUsageR\x05usage\"1\n" +
+	"\x05Rules\x12\x14\n" +
+	"\x05allow\x18\x01 \x03(\tR\x05allow\x12\x12\n" +
+	"\x04deny\x18\x02 \x03(\tR\x04deny\"\xcc\x01\n" +
+	"\n" +
+	"UserLimits\x12'\n" +
+	"\x0fmax_connections\x18\x01 \x01(\rR\x0emaxConnections\x12\x1f\n" +
+	"\vmax_streams\x18\x02 \x01(\rR\n" +
+	"maxStreams\x12+\n" +
+	"\x11max_subscriptions\x18\x03 \x01(\rR\x10maxSubscriptions\x12\x1d\n" +
+	"\n" +
+	"max_groups\x18\x04 \x01(\rR\tmaxGroups\x12(\n" +
+	"\x10max_queued_bytes\x18\x05 \x01(\x04R\x0emaxQueuedBytes\"\xa8\x01\n" +
+	"\tUserUsage\x12 \n" +
+	"\vconnections\x18\x01 \x01(\rR\vconnections\x12\x18\n" +
+	"\astreams\x18\x02 \x01(\rR\astreams\x12$\n" +
+	"\rsubscriptions\x18\x03 \x01(\rR\rsubscriptions\x12\x16\n" +
+	"\x06groups\x18\x04 \x01(\rR\x06groups\x12!\n" +
+	"\fqueued_bytes\x18\x05 \x01(\x04R\vqueuedBytes\"O\n" +
 	"\x11ListGroupsRequest\x12\x1b\n" +
 	"\tpage_size\x18\x01 \x01(\rR\bpageSize\x12\x1d\n" +
 	"\n" +
@@ -1684,7 +2117,7 @@ const file_tinybroker_admin_v1_admin_proto_rawDesc = "" +
 	"system_ids\x18\x02 \x03(\tR\tsystemIds\x12\x10\n" +
 	"\x03all\x18\x03 \x01(\bR\x03all\"2\n" +
 	"\x18PurgeDeadLettersResponse\x12\x16\n" +
-	"\x06purged\x18\x01 \x01(\rR\x06purged2\xb4\x06\n" +
+	"\x06purged\x18\x01 \x01(\rR\x06purged2\x90\a\n" +
 	"\x05Admin\x12]\n" +
 	"\n" +
 	"ListGroups\x12&.tinybroker.admin.v1.ListGroupsRequest\x1a'.tinybroker.admin.v1.ListGroupsResponse\x12V\n" +
@@ -1695,7 +2128,8 @@ const file_tinybroker_admin_v1_admin_proto_rawDesc = "" +
 	"\vListStreams\x12'.tinybroker.admin.v1.ListStreamsRequest\x1a(.tinybroker.admin.v1.ListStreamsResponse\x12l\n" +
 	"\x0fListDeadLetters\x12+.tinybroker.admin.v1.ListDeadLettersRequest\x1a,.tinybroker.admin.v1.ListDeadLettersResponse\x12r\n" +
 	"\x11ReplayDeadLetters\x12-.tinybroker.admin.v1.ReplayDeadLettersRequest\x1a..tinybroker.admin.v1.ReplayDeadLettersResponse\x12o\n" +
-	"\x10PurgeDeadLetters\x12,.tinybroker.admin.v1.PurgeDeadLettersRequest\x1a-.tinybroker.admin.v1.PurgeDeadLettersResponseBDZBgithub.com/tinybroker/tinybroker/proto/tinybroker/admin/v1;adminv1b\x06proto3"
+	"\x10PurgeDeadLetters\x12,.tinybroker.admin.v1.PurgeDeadLettersRequest\x1a-.tinybroker.admin.v1.PurgeDeadLettersResponse\x12Z\n" +
+	"\tListUsers\x12%.tinybroker.admin.v1.ListUsersRequest\x1a&.tinybroker.admin.v1.ListUsersResponseBDZBgithub.com/tinybroker/tinybroker/proto/tinybroker/admin/v1;adminv1b\x06proto3"
 
 var (
 	file_tinybroker_admin_v1_admin_proto_rawDescOnce sync.Once
@@ -1709,67 +2143,81 @@ func file_tinybroker_admin_v1_admin_proto_rawDescGZIP() []byte {
 	return file_tinybroker_admin_v1_admin_proto_rawDescData
 }
 
-var file_tinybroker_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_tinybroker_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_tinybroker_admin_v1_admin_proto_goTypes = []any{
-	(*ListGroupsRequest)(nil),         // 0: tinybroker.admin.v1.ListGroupsRequest
-	(*ListGroupsResponse)(nil),        // 1: tinybroker.admin.v1.ListGroupsResponse
-	(*DescribeGroupRequest)(nil),      // 2: tinybroker.admin.v1.DescribeGroupRequest
-	(*Group)(nil),                     // 3: tinybroker.admin.v1.Group
-	(*GroupSettings)(nil),             // 4: tinybroker.admin.v1.GroupSettings
-	(*Member)(nil),                    // 5: tinybroker.admin.v1.Member
-	(*DeleteGroupRequest)(nil),        // 6: tinybroker.admin.v1.DeleteGroupRequest
-	(*DeleteGroupResponse)(nil),       // 7: tinybroker.admin.v1.DeleteGroupResponse
-	(*PurgeGroupRequest)(nil),         // 8: tinybroker.admin.v1.PurgeGroupRequest
-	(*PurgeGroupResponse)(nil),        // 9: tinybroker.admin.v1.PurgeGroupResponse
-	(*ListStreamsRequest)(nil),        // 10: tinybroker.admin.v1.ListStreamsRequest
-	(*ListStreamsResponse)(nil),       // 11: tinybroker.admin.v1.ListStreamsResponse
-	(*Stream)(nil),                    // 12: tinybroker.admin.v1.Stream
-	(*StreamSubscription)(nil),        // 13: tinybroker.admin.v1.StreamSubscription
-	(*ListDeadLettersRequest)(nil),    // 14: tinybroker.admin.v1.ListDeadLettersRequest
-	(*ListDeadLettersResponse)(nil),   // 15: tinybroker.admin.v1.ListDeadLettersResponse
-	(*DeadLetter)(nil),                // 16: tinybroker.admin.v1.DeadLetter
-	(*ReplayDeadLettersRequest)(nil),  // 17: tinybroker.admin.v1.ReplayDeadLettersRequest
-	(*ReplayDeadLettersResponse)(nil), // 18: tinybroker.admin.v1.ReplayDeadLettersResponse
-	(*ReplayResult)(nil),              // 19: tinybroker.admin.v1.ReplayResult
-	(*PurgeDeadLettersRequest)(nil),   // 20: tinybroker.admin.v1.PurgeDeadLettersRequest
-	(*PurgeDeadLettersResponse)(nil),  // 21: tinybroker.admin.v1.PurgeDeadLettersResponse
-	nil,                               // 22: tinybroker.admin.v1.DeadLetter.HeadersEntry
-	(*durationpb.Duration)(nil),       // 23: google.protobuf.Duration
-	(v1.DeliveryMode)(0),              // 24: tinybroker.v1.DeliveryMode
+	(*ListUsersRequest)(nil),          // 0: tinybroker.admin.v1.ListUsersRequest
+	(*ListUsersResponse)(nil),         // 1: tinybroker.admin.v1.ListUsersResponse
+	(*User)(nil),                      // 2: tinybroker.admin.v1.User
+	(*Rules)(nil),                     // 3: tinybroker.admin.v1.Rules
+	(*UserLimits)(nil),                // 4: tinybroker.admin.v1.UserLimits
+	(*UserUsage)(nil),                 // 5: tinybroker.admin.v1.UserUsage
+	(*ListGroupsRequest)(nil),         // 6: tinybroker.admin.v1.ListGroupsRequest
+	(*ListGroupsResponse)(nil),        // 7: tinybroker.admin.v1.ListGroupsResponse
+	(*DescribeGroupRequest)(nil),      // 8: tinybroker.admin.v1.DescribeGroupRequest
+	(*Group)(nil),                     // 9: tinybroker.admin.v1.Group
+	(*GroupSettings)(nil),             // 10: tinybroker.admin.v1.GroupSettings
+	(*Member)(nil),                    // 11: tinybroker.admin.v1.Member
+	(*DeleteGroupRequest)(nil),        // 12: tinybroker.admin.v1.DeleteGroupRequest
+	(*DeleteGroupResponse)(nil),       // 13: tinybroker.admin.v1.DeleteGroupResponse
+	(*PurgeGroupRequest)(nil),         // 14: tinybroker.admin.v1.PurgeGroupRequest
+	(*PurgeGroupResponse)(nil),        // 15: tinybroker.admin.v1.PurgeGroupResponse
+	(*ListStreamsRequest)(nil),        // 16: tinybroker.admin.v1.ListStreamsRequest
+	(*ListStreamsResponse)(nil),       // 17: tinybroker.admin.v1.ListStreamsResponse
+	(*Stream)(nil),                    // 18: tinybroker.admin.v1.Stream
+	(*StreamSubscription)(nil),        // 19: tinybroker.admin.v1.StreamSubscription
+	(*ListDeadLettersRequest)(nil),    // 20: tinybroker.admin.v1.ListDeadLettersRequest
+	(*ListDeadLettersResponse)(nil),   // 21: tinybroker.admin.v1.ListDeadLettersResponse
+	(*DeadLetter)(nil),                // 22: tinybroker.admin.v1.DeadLetter
+	(*ReplayDeadLettersRequest)(nil),  // 23: tinybroker.admin.v1.ReplayDeadLettersRequest
+	(*ReplayDeadLettersResponse)(nil), // 24: tinybroker.admin.v1.ReplayDeadLettersResponse
+	(*ReplayResult)(nil),              // 25: tinybroker.admin.v1.ReplayResult
+	(*PurgeDeadLettersRequest)(nil),   // 26: tinybroker.admin.v1.PurgeDeadLettersRequest
+	(*PurgeDeadLettersResponse)(nil),  // 27: tinybroker.admin.v1.PurgeDeadLettersResponse
+	nil,                               // 28: tinybroker.admin.v1.DeadLetter.HeadersEntry
+	(*durationpb.Duration)(nil),       // 29: google.protobuf.Duration
+	(v1.DeliveryMode)(0),              // 30: tinybroker.v1.DeliveryMode
 }
 var file_tinybroker_admin_v1_admin_proto_depIdxs = []int32{
-	3,  // 0: tinybroker.admin.v1.ListGroupsResponse.groups:type_name -> tinybroker.admin.v1.Group
-	23, // 1: tinybroker.admin.v1.Group.oldest_age:type_name -> google.protobuf.Duration
-	4,  // 2: tinybroker.admin.v1.Group.settings:type_name -> tinybroker.admin.v1.GroupSettings
-	5,  // 3: tinybroker.admin.v1.Group.member_list:type_name -> tinybroker.admin.v1.Member
-	23, // 4: tinybroker.admin.v1.Member.ack_deadline:type_name -> google.protobuf.Duration
-	12, // 5: tinybroker.admin.v1.ListStreamsResponse.streams:type_name -> tinybroker.admin.v1.Stream
-	13, // 6: tinybroker.admin.v1.Stream.subscriptions:type_name -> tinybroker.admin.v1.StreamSubscription
-	24, // 7: tinybroker.admin.v1.StreamSubscription.mode:type_name -> tinybroker.v1.DeliveryMode
-	16, // 8: tinybroker.admin.v1.ListDeadLettersResponse.dead_letters:type_name -> tinybroker.admin.v1.DeadLetter
-	22, // 9: tinybroker.admin.v1.DeadLetter.headers:type_name -> tinybroker.admin.v1.DeadLetter.HeadersEntry
-	19, // 10: tinybroker.admin.v1.ReplayDeadLettersResponse.results:type_name -> tinybroker.admin.v1.ReplayResult
-	0,  // 11: tinybroker.admin.v1.Admin.ListGroups:input_type -> tinybroker.admin.v1.ListGroupsRequest
-	2,  // 12: tinybroker.admin.v1.Admin.DescribeGroup:input_type -> tinybroker.admin.v1.DescribeGroupRequest
-	6,  // 13: tinybroker.admin.v1.Admin.DeleteGroup:input_type -> tinybroker.admin.v1.DeleteGroupRequest
-	8,  // 14: tinybroker.admin.v1.Admin.PurgeGroup:input_type -> tinybroker.admin.v1.PurgeGroupRequest
-	10, // 15: tinybroker.admin.v1.Admin.ListStreams:input_type -> tinybroker.admin.v1.ListStreamsRequest
-	14, // 16: tinybroker.admin.v1.Admin.ListDeadLetters:input_type -> tinybroker.admin.v1.ListDeadLettersRequest
-	17, // 17: tinybroker.admin.v1.Admin.ReplayDeadLetters:input_type -> tinybroker.admin.v1.ReplayDeadLettersRequest
-	20, // 18: tinybroker.admin.v1.Admin.PurgeDeadLetters:input_type -> tinybroker.admin.v1.PurgeDeadLettersRequest
-	1,  // 19: tinybroker.admin.v1.Admin.ListGroups:output_type -> tinybroker.admin.v1.ListGroupsResponse
-	3,  // 20: tinybroker.admin.v1.Admin.DescribeGroup:output_type -> tinybroker.admin.v1.Group
-	7,  // 21: tinybroker.admin.v1.Admin.DeleteGroup:output_type -> tinybroker.admin.v1.DeleteGroupResponse
-	9,  // 22: tinybroker.admin.v1.Admin.PurgeGroup:output_type -> tinybroker.admin.v1.PurgeGroupResponse
-	11, // 23: tinybroker.admin.v1.Admin.ListStreams:output_type -> tinybroker.admin.v1.ListStreamsResponse
-	15, // 24: tinybroker.admin.v1.Admin.ListDeadLetters:output_type -> tinybroker.admin.v1.ListDeadLettersResponse
-	18, // 25: tinybroker.admin.v1.Admin.ReplayDeadLetters:output_type -> tinybroker.admin.v1.ReplayDeadLettersResponse
-	21, // 26: tinybroker.admin.v1.Admin.PurgeDeadLetters:output_type -> tinybroker.admin.v1.PurgeDeadLettersResponse
-	19, // [19:27] is the sub-list for method output_type
-	11, // [11:19] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	2,  // 0: tinybroker.admin.v1.ListUsersResponse.users:type_name -> tinybroker.admin.v1.User
+	3,  // 1: tinybroker.admin.v1.User.publish:type_name -> tinybroker.admin.v1.Rules
+	3,  // 2: tinybroker.admin.v1.User.subscribe:type_name -> tinybroker.admin.v1.Rules
+	3,  // 3: tinybroker.admin.v1.User.groups:type_name -> tinybroker.admin.v1.Rules
+	4,  // 4: tinybroker.admin.v1.User.limits:type_name -> tinybroker.admin.v1.UserLimits
+	5,  // 5: tinybroker.admin.v1.User.usage:type_name -> tinybroker.admin.v1.UserUsage
+	9,  // 6: tinybroker.admin.v1.ListGroupsResponse.groups:type_name -> tinybroker.admin.v1.Group
+	29, // 7: tinybroker.admin.v1.Group.oldest_age:type_name -> google.protobuf.Duration
+	10, // 8: tinybroker.admin.v1.Group.settings:type_name -> tinybroker.admin.v1.GroupSettings
+	11, // 9: tinybroker.admin.v1.Group.member_list:type_name -> tinybroker.admin.v1.Member
+	29, // 10: tinybroker.admin.v1.Member.ack_deadline:type_name -> google.protobuf.Duration
+	18, // 11: tinybroker.admin.v1.ListStreamsResponse.streams:type_name -> tinybroker.admin.v1.Stream
+	19, // 12: tinybroker.admin.v1.Stream.subscriptions:type_name -> tinybroker.admin.v1.StreamSubscription
+	30, // 13: tinybroker.admin.v1.StreamSubscription.mode:type_name -> tinybroker.v1.DeliveryMode
+	22, // 14: tinybroker.admin.v1.ListDeadLettersResponse.dead_letters:type_name -> tinybroker.admin.v1.DeadLetter
+	28, // 15: tinybroker.admin.v1.DeadLetter.headers:type_name -> tinybroker.admin.v1.DeadLetter.HeadersEntry
+	25, // 16: tinybroker.admin.v1.ReplayDeadLettersResponse.results:type_name -> tinybroker.admin.v1.ReplayResult
+	6,  // 17: tinybroker.admin.v1.Admin.ListGroups:input_type -> tinybroker.admin.v1.ListGroupsRequest
+	8,  // 18: tinybroker.admin.v1.Admin.DescribeGroup:input_type -> tinybroker.admin.v1.DescribeGroupRequest
+	12, // 19: tinybroker.admin.v1.Admin.DeleteGroup:input_type -> tinybroker.admin.v1.DeleteGroupRequest
+	14, // 20: tinybroker.admin.v1.Admin.PurgeGroup:input_type -> tinybroker.admin.v1.PurgeGroupRequest
+	16, // 21: tinybroker.admin.v1.Admin.ListStreams:input_type -> tinybroker.admin.v1.ListStreamsRequest
+	20, // 22: tinybroker.admin.v1.Admin.ListDeadLetters:input_type -> tinybroker.admin.v1.ListDeadLettersRequest
+	23, // 23: tinybroker.admin.v1.Admin.ReplayDeadLetters:input_type -> tinybroker.admin.v1.ReplayDeadLettersRequest
+	26, // 24: tinybroker.admin.v1.Admin.PurgeDeadLetters:input_type -> tinybroker.admin.v1.PurgeDeadLettersRequest
+	0,  // 25: tinybroker.admin.v1.Admin.ListUsers:input_type -> tinybroker.admin.v1.ListUsersRequest
+	7,  // 26: tinybroker.admin.v1.Admin.ListGroups:output_type -> tinybroker.admin.v1.ListGroupsResponse
+	9,  // 27: tinybroker.admin.v1.Admin.DescribeGroup:output_type -> tinybroker.admin.v1.Group
+	13, // 28: tinybroker.admin.v1.Admin.DeleteGroup:output_type -> tinybroker.admin.v1.DeleteGroupResponse
+	15, // 29: tinybroker.admin.v1.Admin.PurgeGroup:output_type -> tinybroker.admin.v1.PurgeGroupResponse
+	17, // 30: tinybroker.admin.v1.Admin.ListStreams:output_type -> tinybroker.admin.v1.ListStreamsResponse
+	21, // 31: tinybroker.admin.v1.Admin.ListDeadLetters:output_type -> tinybroker.admin.v1.ListDeadLettersResponse
+	24, // 32: tinybroker.admin.v1.Admin.ReplayDeadLetters:output_type -> tinybroker.admin.v1.ReplayDeadLettersResponse
+	27, // 33: tinybroker.admin.v1.Admin.PurgeDeadLetters:output_type -> tinybroker.admin.v1.PurgeDeadLettersResponse
+	1,  // 34: tinybroker.admin.v1.Admin.ListUsers:output_type -> tinybroker.admin.v1.ListUsersResponse
+	26, // [26:35] is the sub-list for method output_type
+	17, // [17:26] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_tinybroker_admin_v1_admin_proto_init() }
@@ -1783,7 +2231,7 @@ func file_tinybroker_admin_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tinybroker_admin_v1_admin_proto_rawDesc), len(file_tinybroker_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   23,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -32,6 +32,7 @@ const (
 	Admin_ListDeadLetters_FullMethodName   = "/tinybroker.admin.v1.Admin/ListDeadLetters"
 	Admin_ReplayDeadLetters_FullMethodName = "/tinybroker.admin.v1.Admin/ReplayDeadLetters"
 	Admin_PurgeDeadLetters_FullMethodName  = "/tinybroker.admin.v1.Admin/PurgeDeadLetters"
+	Admin_ListUsers_FullMethodName         = "/tinybroker.admin.v1.Admin/ListUsers"
 )
 
 // AdminClient is the client API for Admin service.
@@ -67,6 +68,10 @@ type AdminClient interface {
 	ReplayDeadLetters(ctx context.Context, in *ReplayDeadLettersRequest, opts ...grpc.CallOption) (*ReplayDeadLettersResponse, error)
 	// PurgeDeadLetters drops dead letters from the store.
 	PurgeDeadLetters(ctx context.Context, in *PurgeDeadLettersRequest, opts ...grpc.CallOption) (*PurgeDeadLettersResponse, error)
+	// ListUsers lists the users of the configuration now in force, sorted by name, with what
+	// each may do (rules and limits, the broker-wide ones where the user sets none) and what
+	// each holds now. Never a token or its hash. Without users, an empty list.
+	ListUsers(ctx context.Context, in *ListUsersRequest, opts ...grpc.CallOption) (*ListUsersResponse, error)
 }
 
 type adminClient struct {
@@ -157,6 +162,16 @@ func (c *adminClient) PurgeDeadLetters(ctx context.Context, in *PurgeDeadLetters
 	return out, nil
 }
 
+func (c *adminClient) ListUsers(ctx context.Context, in *ListUsersRequest, opts ...grpc.CallOption) (*ListUsersResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListUsersResponse)
+	err := c.cc.Invoke(ctx, Admin_ListUsers_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -190,6 +205,10 @@ type AdminServer interface {
 	ReplayDeadLetters(context.Context, *ReplayDeadLettersRequest) (*ReplayDeadLettersResponse, error)
 	// PurgeDeadLetters drops dead letters from the store.
 	PurgeDeadLetters(context.Context, *PurgeDeadLettersRequest) (*PurgeDeadLettersResponse, error)
+	// ListUsers lists the users of the configuration now in force, sorted by name, with what
+	// each may do (rules and limits, the broker-wide ones where the user sets none) and what
+	// each holds now. Never a token or its hash. Without users, an empty list.
+	ListUsers(context.Context, *ListUsersRequest) (*ListUsersResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -223,6 +242,9 @@ func (UnimplementedAdminServer) ReplayDeadLetters(context.Context, *ReplayDeadLe
 }
 func (UnimplementedAdminServer) PurgeDeadLetters(context.Context, *PurgeDeadLettersRequest) (*PurgeDeadLettersResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method PurgeDeadLetters not implemented")
+}
+func (UnimplementedAdminServer) ListUsers(context.Context, *ListUsersRequest) (*ListUsersResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListUsers not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -389,6 +411,24 @@ func _Admin_PurgeDeadLetters_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_ListUsers_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListUsersRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ListUsers(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_ListUsers_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ListUsers(ctx, req.(*ListUsersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -427,6 +467,10 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "PurgeDeadLetters",
 			Handler:    _Admin_PurgeDeadLetters_Handler,
+		},
+		{
+			MethodName: "ListUsers",
+			Handler:    _Admin_ListUsers_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
