@@ -42,6 +42,7 @@ func (o *Ops) routes(mux *http.ServeMux) {
 	mux.Handle("GET /api/snapshot", o.hostCheck(http.HandlerFunc(o.getSnapshot)))
 	mux.Handle("GET /api/events", o.hostCheck(http.HandlerFunc(o.events)))
 	mux.Handle("GET /api/server", o.hostCheck(http.HandlerFunc(o.getServer)))
+	mux.Handle("GET /api/history", o.hostCheck(http.HandlerFunc(o.getHistory)))
 	mux.Handle("GET /api/streams", o.hostCheck(http.HandlerFunc(o.getStreams)))
 	mux.Handle("GET /api/groups/{id}", o.hostCheck(http.HandlerFunc(o.getGroup)))
 	mux.Handle("POST /api/groups/{id}/purge", o.hostCheck(http.HandlerFunc(o.purgeGroup)))

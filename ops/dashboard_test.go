@@ -336,3 +336,24 @@ func takeScreenshots(t *testing.T, ctx context.Context, s *stack) {
 	close(stop)
 	wg.Wait()
 }
+
+// A page opens with its charts drawn from the broker's own history (api/history), not empty
+// until its own snapshots come: here the event stream sends one snapshot an hour, so a rates
+// line of many points can only come from the history.
+func TestDashboardOpensWithHistory(t *testing.T) {
+	s := start(t, stackOptions{interval: time.Hour, history: 20 * time.Millisecond, histLen: 100})
+	ctx := browser(t)
+	for i := range 5 {
+		s.publish(t, "jobs."+strconv.Itoa(i), "x")
+	}
+	for deadline := time.Now().Add(10 * time.Second); len(s.history(t).Points) < 10; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the broker's history never held 10 points")
+		}
+	}
+	if err := chromedp.Do(ctx, chromedp.Navigate(s.url+"/#overview")); err != nil {
+		t.Fatal(err)
+	}
+	waitJS(t, ctx, "the rates chart drawn from the broker's history",
+		`[...document.querySelectorAll("#chart-rates path.line")].some(p => (p.getAttribute("d").match(/L/g) || []).length >= 5)`)
+}

@@ -50,6 +50,8 @@ type stackOptions struct {
 	admin     func(broker.Engine) ops.Admin
 	maxGroups int
 	interval  time.Duration // of the event stream (100ms)
+	history   time.Duration // HistoryInterval (the default, 5s)
+	histLen   int           // HistoryLen (the default, 720)
 	auth      *auth.Authenticator
 	httpAuth  func(*http.Request) error // the listener's Authenticate
 	commit    string
@@ -81,7 +83,8 @@ func start(t *testing.T, so stackOptions) *stack {
 	if so.interval == 0 {
 		so.interval = 100 * time.Millisecond
 	}
-	opts := ops.Options{Engine: s.b, Server: s.srv, Interval: so.interval, MaxGroupSeries: so.maxGroups, Authenticate: so.httpAuth, Version: "v1.2.3", Commit: so.commit}
+	opts := ops.Options{Engine: s.b, Server: s.srv, Interval: so.interval, MaxGroupSeries: so.maxGroups, Authenticate: so.httpAuth, Version: "v1.2.3", Commit: so.commit,
+		HistoryInterval: so.history, HistoryLen: so.histLen}
 	if s.chain != nil {
 		opts.Plugins = s.chain.Metrics
 	}

@@ -52,6 +52,10 @@ type Options struct {
 	Admin Admin
 	// Interval is how often the dashboard's event stream sends a snapshot (1s).
 	Interval time.Duration
+	// HistoryInterval is how often a point of the dashboard's history is taken (5s), and
+	// HistoryLen how many are kept (720: an hour at 5 s); see history.go.
+	HistoryInterval time.Duration
+	HistoryLen      int
 	// MaxGroupSeries is how many groups get metrics of their own (1,000); the others are
 	// summed under group="_other".
 	MaxGroupSeries int
@@ -77,6 +81,9 @@ type Ops struct {
 	quit    chan struct{} // closed when Shutdown starts: ends event streams
 	started time.Time
 	once    sync.Once
+	hist    history
+	serving sync.Once      // the history's sampler is started by the first Serve
+	bg      sync.WaitGroup // the sampler
 
 	mu      sync.Mutex
 	closing bool           // set when Shutdown starts: no more event streams
@@ -90,6 +97,12 @@ func New(opts Options) *Ops {
 	}
 	if opts.MaxGroupSeries <= 0 {
 		opts.MaxGroupSeries = 1000
+	}
+	if opts.HistoryInterval <= 0 {
+		opts.HistoryInterval = 5 * time.Second
+	}
+	if opts.HistoryLen <= 0 {
+		opts.HistoryLen = 720
 	}
 	if opts.Admin == nil {
 		opts.Admin = EngineAdmin{Engine: opts.Engine}
@@ -142,6 +155,13 @@ func New(opts Options) *Ops {
 
 // Serve serves HTTP on lis until Shutdown; it returns nil after a Shutdown.
 func (o *Ops) Serve(lis net.Listener) error {
+	o.serving.Do(func() {
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		if !o.closing {
+			o.bg.Go(o.sample) // stopped by Shutdown, which waits for it
+		}
+	})
 	return server.ServeError(o.http.Serve(lis), http.ErrServerClosed)
 }
 
@@ -158,6 +178,7 @@ func (o *Ops) Shutdown(ctx context.Context) error {
 			_ = o.http.Close()
 		}
 		o.streams.Wait()
+		o.bg.Wait()
 	})
 	return err
 }

@@ -1,11 +1,14 @@
 // tinybroker's dashboard: no framework, no build step. It listens to api/events (a snapshot
 // of every counter each second, as server-sent events), keeps five minutes of history in
-// memory for the graphs and rates, and renders the tab on show.
+// memory for the graphs and rates, and renders the tab on show. On opening it reads the
+// broker's own history (api/history: a point every 5 s for an hour), so that the charts show
+// the last five minutes at once.
 "use strict";
 
 const HISTORY = 300; // snapshots kept: five minutes at one a second
 const history = []; // snapshots, oldest first
 const groupHistory = new Map(); // group id -> [{t, backlog}]
+let past = []; // the broker's history points (api/history) from before the first snapshot: charts only
 let tab = "overview";
 let dlGroup = ""; // the group whose dead letters are shown
 let dlSeen = -1; // its dead_lettered count when the list was last loaded
@@ -229,8 +232,9 @@ function renderOverview() {
   setText("refused-note", refused.length ? "Publishes refused: " + refused.map(([c, n]) => `${c} ${num(n)}`).join(", ") : "");
 
   const times = [], pub = [], del = [], ack = [], q = [], inf = [], dly = [];
-  for (let i = 1; i < history.length; i++) {
-    const p = history[i - 1], c = history[i];
+  const all = past.concat(history);
+  for (let i = 1; i < all.length; i++) {
+    const p = all[i - 1], c = all[i];
     times.push(c.time);
     pub.push(rate(x => x.published, p, c));
     del.push(rate(x => x.delivered, p, c));
@@ -440,6 +444,7 @@ function showTab() {
 function onSnapshot(snap) {
   history.push(snap);
   if (history.length > HISTORY + 1) history.shift();
+  past = past.filter(p => p.time < history[0].time && p.time >= snap.time - HISTORY * 1000);
   const seen = new Set();
   for (const g of snap.groups) {
     seen.add(g.id);
@@ -450,6 +455,24 @@ function onSnapshot(snap) {
   }
   for (const id of groupHistory.keys()) if (!seen.has(id)) groupHistory.delete(id);
   render();
+}
+
+// loadHistory reads the broker's history into past and the groups' sparklines; a broker
+// without it (or an error) leaves them empty, and the charts fill as snapshots come.
+async function loadHistory() {
+  try {
+    const hist = await api("GET", "api/history");
+    const since = Date.now() - HISTORY * 1000;
+    past = (hist.points || []).filter(p => p.time >= since);
+    for (const p of past) {
+      for (const g of p.groups || []) {
+        if (!groupHistory.has(g.id)) groupHistory.set(g.id, []);
+        groupHistory.get(g.id).push({ t: p.time, backlog: g.queued + g.in_flight + g.delayed });
+      }
+    }
+  } catch (e) {
+    past = [];
+  }
 }
 
 function connect() {
@@ -472,4 +495,4 @@ $("dl-replay-all").addEventListener("click", () => { if (confirm(`Replay every d
 window.addEventListener("hashchange", showTab);
 window.addEventListener("resize", () => render());
 showTab();
-connect();
+loadHistory().finally(connect);
