@@ -81,5 +81,6 @@ with one dash (-reps 5), as bench/run.sh does.`,
 	fs.StringVar(&cfg.Scrape, "scrape", "", "GET this `URL` (the broker's http://HOST:PORT/metrics, serve --http-listen) every -scrape-every during the run, as Prometheus would: the cost of metrics")
 	fs.DurationVar(&cfg.ScrapeEvery, "scrape-every", time.Second, "how often -scrape scrapes")
 	dial = addDialFlags(fs)
+	dial.explicitContext = true
 	return c
 }

@@ -26,13 +26,18 @@ type dialFlags struct {
 	tls                   bool
 	ca, cert, key, server string
 	token, tokenFile      string
+	context               string // --context (context.go)
 	getenv                func(string) string
 	readFile              func(string) ([]byte, error)
+	fs                    *pflag.FlagSet // the command's flags, which a context fills where unset
+	contextApplied        bool
+	explicitContext       bool // only --context applies (bench: without -addr it runs its own broker)
 }
 
 // addDialFlags declares the connection flags on fs.
 func addDialFlags(fs *pflag.FlagSet) *dialFlags {
-	d := &dialFlags{getenv: os.Getenv, readFile: os.ReadFile}
+	d := &dialFlags{getenv: os.Getenv, readFile: os.ReadFile, fs: fs}
+	fs.StringVar(&d.context, "context", "", "use the saved connection settings `NAME` (default: "+contextEnv+", else the selected context; see tinybroker context)")
 	fs.BoolVar(&d.tls, "tls", false, "connect over TLS, trusting the system's CAs (implied by the other --tls-* flags)")
 	fs.StringVar(&d.ca, "tls-ca", "", "PEM `file` of the CA that signed the broker's certificate (implies --tls)")
 	fs.StringVar(&d.cert, "tls-cert", "", "PEM `file` of a client certificate, for a broker that asks for one (with --tls-key)")
@@ -100,6 +105,9 @@ func (d *dialFlags) tokenValue() (string, error) {
 // resolve returns what the flags ask for: a TLS configuration (nil: plaintext) and a token
 // ("": none).
 func (d *dialFlags) resolve() (*tls.Config, string, error) {
+	if err := d.applyContext(); err != nil {
+		return nil, "", err
+	}
 	cfg, err := d.tlsConfig()
 	if err != nil {
 		return nil, "", err

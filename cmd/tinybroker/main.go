@@ -187,7 +187,7 @@ Exit status: 0 on success and for help, 1 when the command failed, 2 for a usage
 	add("broker", a.serveCmd(), a.pubCmd(), a.subCmd())
 	add("admin", a.groupsCmd(), a.dlqCmd(), a.streamsCmd(), a.usersCmd(), a.statsCmd(), a.topCmd())
 	add("plugins", a.pluginCmd(), a.benchCmd())
-	add("admin", a.passwdCmd(), a.certsCmd())
+	add("admin", a.passwdCmd(), a.certsCmd(), a.contextCmd())
 	root.AddCommand(a.versionCmd())
 	root.SetHelpCommandGroupID("")
 	root.SetCompletionCommandGroupID("")
