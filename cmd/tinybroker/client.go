@@ -1,7 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"crypto/rand"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -10,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"text/template"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -24,20 +28,34 @@ var stdin io.Reader = os.Stdin
 
 func (a *app) pubCmd() *cobra.Command {
 	var addr string
-	var timeout time.Duration
+	var timeout, sleep time.Duration
+	var count int
+	var noTemplate bool
 	var dial *dialFlags
 	headers := &keyValueFlag{values: map[string]string{}, what: "header", example: "-H content-type=application/json"}
 	c := &cobra.Command{
 		Use:   "pub [flags] TOPIC DATA",
-		Short: "Publish a message",
+		Short: "Publish a message, or --count of them",
 		Long: `Publishes DATA to TOPIC (dot-separated tokens, e.g. jobs.thumb.1). DATA "-" reads it from
-standard input.`,
+standard input.
+
+With --count N it publishes N messages, --sleep apart, and DATA is a Go text/template for each
+message's payload: {{.Count}} (1, 2, ...), {{.ID}} (a random id), {{.Time}} (RFC 3339, in
+nanoseconds), {{.Unix}} (seconds), {{.UnixNano}}. DATA without "{{" is sent as it is;
+--no-template sends it as it is whatever it holds.`,
 		Example: `  tinybroker pub orders.created '{"id": 42}'
   tinybroker pub -H size=128 jobs.thumb.1 cat.jpg
-  tinybroker pub jobs.raw - < input.bin`,
+  tinybroker pub jobs.raw - < input.bin
+  tinybroker pub orders.new 'order {{.Count}} at {{.Time}}' --count 10 --sleep 100ms`,
 		Args: exactArgs(2, "TOPIC and DATA"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			topic, data := args[0], []byte(args[1])
+			if count < 1 {
+				return usagef(cmd, "--count %d: want 1 or more", count)
+			}
+			if sleep < 0 {
+				return usagef(cmd, "--sleep %v: want 0 or a positive duration", sleep)
+			}
 			if args[1] == "-" {
 				var err error
 				if data, err = io.ReadAll(a.stdin); err != nil {
@@ -48,6 +66,10 @@ standard input.`,
 			if len(headers.values) > 0 {
 				h = headers.values
 			}
+			payload, err := payloadTemplate(string(data), noTemplate)
+			if err != nil {
+				return usagef(cmd, "%v", err)
+			}
 			dialOpts, err := dial.clientOptions()
 			if err != nil {
 				return err
@@ -57,18 +79,31 @@ standard input.`,
 				return dial.explain(sdkError{err}, addr)
 			}
 			defer c.Close()
-			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
-			defer cancel()
-			res, err := c.Publish(ctx, topic, data, h)
-			if err != nil {
-				return dial.explain(sdkError{err}, addr)
-			}
-			fmt.Fprintf(a.stdout, "published %s to %s (routed to %d)\n", res.SystemID, topic, res.Routed)
-			switch {
-			case res.DroppedBy != "":
-				fmt.Fprintf(a.stderr, "note: plugin %q dropped the message: %s\n", res.DroppedBy, orNone(res.DropReason))
-			case res.Routed == 0:
-				fmt.Fprintln(a.stderr, "note: no subscription matched the topic, so the broker dropped the message")
+			for n := 1; n <= count; n++ {
+				if n > 1 && sleep > 0 {
+					select {
+					case <-cmd.Context().Done():
+						return nil
+					case <-time.After(sleep):
+					}
+				}
+				body, err := payload(n)
+				if err != nil {
+					return fmt.Errorf("message %d's payload: %w", n, err)
+				}
+				ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+				res, err := c.Publish(ctx, topic, body, h)
+				cancel()
+				if err != nil {
+					return dial.explain(sdkError{err}, addr)
+				}
+				fmt.Fprintf(a.stdout, "published %s to %s (routed to %d)\n", res.SystemID, topic, res.Routed)
+				switch {
+				case res.DroppedBy != "":
+					fmt.Fprintf(a.stderr, "note: plugin %q dropped the message: %s\n", res.DroppedBy, orNone(res.DropReason))
+				case res.Routed == 0 && n == 1:
+					fmt.Fprintln(a.stderr, "note: no subscription matched the topic, so the broker dropped the message")
+				}
 			}
 			return nil
 		},
@@ -76,9 +111,35 @@ standard input.`,
 	f := c.Flags()
 	f.StringVar(&addr, "addr", defaultAddr(), addrUsage)
 	f.VarP(headers, "header", "H", "message header `key=value`; repeat for more")
-	f.DurationVar(&timeout, "timeout", 10*time.Second, "give up after this long")
+	f.DurationVar(&timeout, "timeout", 10*time.Second, "give up on a message after this long")
+	f.IntVar(&count, "count", 1, "publish this many messages, DATA a template for each (see above)")
+	f.DurationVar(&sleep, "sleep", 0, "with --count: time between two messages")
+	f.BoolVar(&noTemplate, "no-template", false, "send DATA as it is, even with {{ in it")
 	dial = addDialFlags(f)
 	return c
+}
+
+// payloadTemplate returns what makes message n's payload of pub's DATA: DATA itself, or
+// DATA as a text/template (when it has "{{" and noTemplate is not set).
+func payloadTemplate(data string, noTemplate bool) (func(n int) ([]byte, error), error) {
+	if noTemplate || !strings.Contains(data, "{{") {
+		return func(int) ([]byte, error) { return []byte(data), nil }, nil
+	}
+	tmpl, err := template.New("DATA").Option("missingkey=error").Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("DATA is not a valid template (%v); use --no-template to send it as it is", err)
+	}
+	type fields struct {
+		Count          int
+		ID, Time       string
+		Unix, UnixNano int64
+	}
+	return func(n int) ([]byte, error) {
+		var b bytes.Buffer
+		now := time.Now()
+		err := tmpl.Execute(&b, fields{Count: n, ID: rand.Text(), Time: now.Format(time.RFC3339Nano), Unix: now.Unix(), UnixNano: now.UnixNano()})
+		return b.Bytes(), err
+	}, nil
 }
 
 func orNone(reason string) string {
@@ -89,8 +150,9 @@ func orNone(reason string) string {
 }
 
 func (a *app) subCmd() *cobra.Command {
-	var addr, group, id string
-	var maxInFlight, count int
+	var addr, group, id, ack, deadLetterTopic string
+	var maxInFlight, count, maxDeliveries int
+	var ackDeadline, nackDelay time.Duration
 	var dial *dialFlags
 	c := &cobra.Command{
 		Use:   "sub [flags] PATTERN...",
@@ -98,9 +160,16 @@ func (a *app) subCmd() *cobra.Command {
 		Long: `Prints every message whose topic matches a PATTERN ('*' matches one token, a final '>' one
 or more, e.g. "jobs.thumb.*" or "orders.>") and acks it, until interrupted. Without --group
 the subscription is fanout (it gets every message); with it, it joins the consumer group and
-shares its messages with the other members.`,
+shares its messages with the other members.
+
+In a group, --ack says what becomes of each message printed: auto acks it (the default), nack
+nacks it (redelivered after --nack-delay, dead-lettered after --max-deliveries attempts), none
+leaves it unacked (redelivered after the ack deadline, or to the other members once this one
+leaves). The group's settings (--max-deliveries, --ack-deadline, --dead-letter-topic) are set
+by its first member.`,
 		Example: `  tinybroker sub 'orders.>'
-  tinybroker sub --group resizers --count 10 'jobs.thumb.*'`,
+  tinybroker sub --group resizers --count 10 'jobs.thumb.*'
+  tinybroker sub --group resizers --ack nack --max-deliveries 3 'jobs.thumb.*'   # see dead-lettering work`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
 				return usagef(cmd, "sub needs at least one PATTERN, e.g. \"orders.>\"")
@@ -115,12 +184,21 @@ shares its messages with the other members.`,
 				return usagef(cmd, "--max-in-flight %d: want 1 or more", maxInFlight)
 			case maxInFlight > 0 && group == "":
 				return usagef(cmd, "--max-in-flight is for balanced subscriptions: add --group NAME")
+			case ack != "auto" && ack != "none" && ack != "nack":
+				return usagef(cmd, "--ack %q: want auto, none or nack", ack)
+			case maxDeliveries < 0 || ackDeadline < 0 || nackDelay < 0:
+				return usagef(cmd, "--max-deliveries, --ack-deadline and --nack-delay: want 0 (the default) or more")
+			case group == "" && (ack != "auto" || maxDeliveries > 0 || ackDeadline > 0 || nackDelay > 0 || deadLetterTopic != ""):
+				return usagef(cmd, "--ack, --max-deliveries, --ack-deadline, --nack-delay and --dead-letter-topic are for balanced subscriptions: add --group NAME")
+			case nackDelay > 0 && ack != "nack":
+				return usagef(cmd, "--nack-delay goes with --ack nack")
 			}
 			dialOpts, err := dial.clientOptions()
 			if err != nil {
 				return err
 			}
-			return a.sub(cmd.Context(), addr, dial, dialOpts, client.SubscribeOptions{ID: id, Patterns: args, Group: group, MaxInFlight: maxInFlight}, count)
+			return a.sub(cmd.Context(), addr, dial, dialOpts, client.SubscribeOptions{ID: id, Patterns: args, Group: group, MaxInFlight: maxInFlight,
+				MaxDeliveries: maxDeliveries, AckDeadline: ackDeadline, DeadLetterTopic: deadLetterTopic, NackDelay: nackDelay, ManualAck: ack == "none"}, count, ack)
 		},
 	}
 	f := c.Flags()
@@ -129,12 +207,21 @@ shares its messages with the other members.`,
 	f.StringVar(&id, "id", "", "subscription id (default: the group, or made up by the broker for fanout)")
 	f.IntVar(&maxInFlight, "max-in-flight", 0, "with --group: unacked messages held at once (default 1)")
 	f.IntVar(&count, "count", 0, "exit after this many messages (0: run until interrupted)")
+	f.StringVar(&ack, "ack", "auto", "with --group: auto (ack each message), nack (nack each) or none (leave each unacked)")
+	f.DurationVar(&nackDelay, "nack-delay", 0, "with --ack nack: how long a nacked message waits before it is redelivered")
+	f.IntVar(&maxDeliveries, "max-deliveries", 0, "with --group: attempts before a message is dead-lettered (0: the broker's default)")
+	f.DurationVar(&ackDeadline, "ack-deadline", 0, "with --group: a message not acked this long after delivery is redelivered (0: the broker's default)")
+	f.StringVar(&deadLetterTopic, "dead-letter-topic", "", "with --group: where dead letters go (default dlq.<subscription id>)")
 	dial = addDialFlags(f)
 	return c
 }
 
-// sub prints and acks every message until ctx is done or count messages have arrived.
-func (a *app) sub(ctx context.Context, addr string, dial *dialFlags, dialOpts []client.Option, opts client.SubscribeOptions, count int) error {
+// errNacked is what sub's handler returns with --ack nack: the client nacks the message.
+var errNacked = errors.New("nacked by sub --ack nack")
+
+// sub prints every message until ctx is done or count messages have arrived, and acks,
+// nacks or leaves each as ack says.
+func (a *app) sub(ctx context.Context, addr string, dial *dialFlags, dialOpts []client.Option, opts client.SubscribeOptions, count int, ack string) error {
 	if opts.Group != "" {
 		opts.Mode = client.Balanced
 	}
@@ -159,7 +246,10 @@ func (a *app) sub(ctx context.Context, addr string, dial *dialFlags, dialOpts []
 			close(reached)
 		}
 		mu.Unlock()
-		return nil
+		if ack == "nack" {
+			return errNacked
+		}
+		return nil // auto: the client acks; none (ManualAck): nobody does
 	})
 	if err != nil {
 		return dial.explain(sdkError{err}, addr)
