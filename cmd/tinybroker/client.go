@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -30,7 +31,7 @@ func (a *app) pubCmd() *cobra.Command {
 	var addr string
 	var timeout, sleep time.Duration
 	var count int
-	var noTemplate bool
+	var noTemplate, asJSON bool
 	var dial *dialFlags
 	headers := &keyValueFlag{values: map[string]string{}, what: "header", example: "-H content-type=application/json"}
 	c := &cobra.Command{
@@ -97,6 +98,13 @@ nanoseconds), {{.Unix}} (seconds), {{.UnixNano}}. DATA without "{{" is sent as i
 				if err != nil {
 					return dial.explain(sdkError{err}, addr)
 				}
+				if asJSON {
+					if err := json.NewEncoder(a.stdout).Encode(pubJSON{SystemID: res.SystemID, Topic: topic, Routed: res.Routed,
+						DroppedBy: res.DroppedBy, DropReason: res.DropReason, Duplicate: res.Duplicate}); err != nil {
+						return err
+					}
+					continue
+				}
 				fmt.Fprintf(a.stdout, "published %s to %s (routed to %d)\n", res.SystemID, topic, res.Routed)
 				switch {
 				case res.DroppedBy != "":
@@ -115,8 +123,45 @@ nanoseconds), {{.Unix}} (seconds), {{.UnixNano}}. DATA without "{{" is sent as i
 	f.IntVar(&count, "count", 1, "publish this many messages, DATA a template for each (see above)")
 	f.DurationVar(&sleep, "sleep", 0, "with --count: time between two messages")
 	f.BoolVar(&noTemplate, "no-template", false, "send DATA as it is, even with {{ in it")
+	f.BoolVar(&asJSON, "json", false, "print one JSON object per message published (system_id, topic, routed, dropped_by, drop_reason, duplicate)")
 	dial = addDialFlags(f)
 	return c
+}
+
+// pubJSON is pub --json's line per message.
+type pubJSON struct {
+	SystemID   string `json:"system_id"`
+	Topic      string `json:"topic"`
+	Routed     int    `json:"routed"`
+	DroppedBy  string `json:"dropped_by,omitempty"`
+	DropReason string `json:"drop_reason,omitempty"`
+	Duplicate  bool   `json:"duplicate,omitempty"`
+}
+
+// subJSON is sub --json's line per message: the payload as text when it is UTF-8, else in
+// base64.
+type subJSON struct {
+	SystemID       string            `json:"system_id"`
+	Topic          string            `json:"topic"`
+	SubscriptionID string            `json:"subscription_id"`
+	Attempt        int               `json:"attempt"`
+	Redelivered    bool              `json:"redelivered"`
+	PublishedAt    string            `json:"published_at"`
+	Headers        map[string]string `json:"headers,omitempty"`
+	Payload        *string           `json:"payload,omitempty"`
+	PayloadBase64  []byte            `json:"payload_base64,omitempty"`
+}
+
+func messageJSON(m *client.Message) subJSON {
+	j := subJSON{SystemID: m.SystemID, Topic: m.Topic, SubscriptionID: m.SubscriptionID, Attempt: m.Attempt, Redelivered: m.Redelivered,
+		PublishedAt: m.PublishedAt.UTC().Format(time.RFC3339Nano), Headers: m.Headers.Map()}
+	if utf8.Valid(m.Payload) {
+		p := string(m.Payload)
+		j.Payload = &p
+	} else {
+		j.PayloadBase64 = m.Payload
+	}
+	return j
 }
 
 // payloadTemplate returns what makes message n's payload of pub's DATA: DATA itself, or
@@ -153,6 +198,7 @@ func (a *app) subCmd() *cobra.Command {
 	var addr, group, id, ack, deadLetterTopic string
 	var maxInFlight, count, maxDeliveries int
 	var ackDeadline, nackDelay time.Duration
+	var asJSON bool
 	var dial *dialFlags
 	c := &cobra.Command{
 		Use:   "sub [flags] PATTERN...",
@@ -198,7 +244,7 @@ by its first member.`,
 				return err
 			}
 			return a.sub(cmd.Context(), addr, dial, dialOpts, client.SubscribeOptions{ID: id, Patterns: args, Group: group, MaxInFlight: maxInFlight,
-				MaxDeliveries: maxDeliveries, AckDeadline: ackDeadline, DeadLetterTopic: deadLetterTopic, NackDelay: nackDelay, ManualAck: ack == "none"}, count, ack)
+				MaxDeliveries: maxDeliveries, AckDeadline: ackDeadline, DeadLetterTopic: deadLetterTopic, NackDelay: nackDelay, ManualAck: ack == "none"}, count, ack, asJSON)
 		},
 	}
 	f := c.Flags()
@@ -212,6 +258,7 @@ by its first member.`,
 	f.IntVar(&maxDeliveries, "max-deliveries", 0, "with --group: attempts before a message is dead-lettered (0: the broker's default)")
 	f.DurationVar(&ackDeadline, "ack-deadline", 0, "with --group: a message not acked this long after delivery is redelivered (0: the broker's default)")
 	f.StringVar(&deadLetterTopic, "dead-letter-topic", "", "with --group: where dead letters go (default dlq.<subscription id>)")
+	f.BoolVar(&asJSON, "json", false, "print one JSON object per message (system_id, topic, subscription_id, attempt, redelivered, published_at, headers, payload or payload_base64)")
 	dial = addDialFlags(f)
 	return c
 }
@@ -221,7 +268,7 @@ var errNacked = errors.New("nacked by sub --ack nack")
 
 // sub prints every message until ctx is done or count messages have arrived, and acks,
 // nacks or leaves each as ack says.
-func (a *app) sub(ctx context.Context, addr string, dial *dialFlags, dialOpts []client.Option, opts client.SubscribeOptions, count int, ack string) error {
+func (a *app) sub(ctx context.Context, addr string, dial *dialFlags, dialOpts []client.Option, opts client.SubscribeOptions, count int, ack string, asJSON bool) error {
 	if opts.Group != "" {
 		opts.Mode = client.Balanced
 	}
@@ -240,7 +287,11 @@ func (a *app) sub(ctx context.Context, addr string, dial *dialFlags, dialOpts []
 			<-ctx.Done() // one too many: leave it unacked, for another member
 			return ctx.Err()
 		}
-		fmt.Fprintln(a.stdout, formatMessage(m))
+		if asJSON {
+			_ = json.NewEncoder(a.stdout).Encode(messageJSON(m))
+		} else {
+			fmt.Fprintln(a.stdout, formatMessage(m))
+		}
 		n++
 		if n == count {
 			close(reached)

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"regexp"
 	"strconv"
@@ -251,5 +252,39 @@ func TestSubAckModes(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("sub %q: %v, want an error naming %q", c.args, err, c.want)
 		}
+	}
+}
+
+// pub --json and sub --json print one JSON object per message; a payload that is not UTF-8
+// comes in base64.
+func TestPubSubJSON(t *testing.T) {
+	addr, _ := startBroker(t)
+	out, result := startSub(t, context.Background(), "--addr", addr, "--json", "--count", "2", "j.>")
+	var stdout, stderr bytes.Buffer
+	if err := runPub([]string{"--addr", addr, "--json", "-H", "k=v", "j.a", "hello"}, &stdout, &stderr); err != nil {
+		t.Fatal(err)
+	}
+	var p pubJSON
+	if err := json.Unmarshal(stdout.Bytes(), &p); err != nil || p.SystemID == "" || p.Topic != "j.a" || p.Routed != 1 {
+		t.Fatalf("pub --json printed %q: %+v %v", stdout.String(), p, err)
+	}
+	stdin = bytes.NewReader([]byte{0xff, 0x00})
+	t.Cleanup(func() { stdin = os.Stdin })
+	if err := runPub([]string{"--addr", addr, "j.b", "-"}, &stdout, &stderr); err != nil {
+		t.Fatal(err)
+	}
+	if err := brokertest.Receive(t, result, "sub to return"); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	var m1, m2 subJSON
+	if len(lines) != 2 || json.Unmarshal([]byte(lines[0]), &m1) != nil || json.Unmarshal([]byte(lines[1]), &m2) != nil {
+		t.Fatalf("sub --json printed %q", out.String())
+	}
+	if m1.SystemID != p.SystemID || m1.Topic != "j.a" || m1.Payload == nil || *m1.Payload != "hello" || m1.Headers["k"] != "v" || m1.Attempt != 1 || m1.PublishedAt == "" {
+		t.Errorf("first message %+v", m1)
+	}
+	if m2.Payload != nil || !bytes.Equal(m2.PayloadBase64, []byte{0xff, 0x00}) {
+		t.Errorf("binary message %+v: want payload_base64", m2)
 	}
 }
