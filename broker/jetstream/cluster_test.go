@@ -2,7 +2,9 @@ package jetstream_test
 
 import (
 	"errors"
+	"math/rand/v2"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -15,16 +17,26 @@ import (
 	"github.com/tinybroker/tinybroker/internal/testing/brokertest"
 )
 
-// freeAddrs returns n loopback addresses nothing listens on (for now).
+// freeAddrs returns n loopback addresses nothing listens on (for now), on ports below
+// Linux's ephemeral range (32768 and up): the nodes bind them a moment later, and a port the
+// kernel hands out (":0") may by then be taken by another package's test, listening or
+// connecting (CI saw "bind: address already in use" on a route port).
 func freeAddrs(t *testing.T, n int) []string {
 	t.Helper()
 	var addrs []string
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
+	for tries := 0; len(addrs) < n; tries++ {
+		if tries > 1000 {
+			t.Fatalf("no free port found in 20000-32767 after %d tries", tries)
 		}
-		addrs = append(addrs, l.Addr().String())
+		addr := "127.0.0.1:" + strconv.Itoa(20000+rand.IntN(12768))
+		if slices.Contains(addrs, addr) {
+			continue
+		}
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			continue
+		}
+		addrs = append(addrs, addr)
 		l.Close()
 	}
 	return addrs
