@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -20,7 +19,9 @@ import (
 	"unicode/utf8"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/types/known/durationpb"
 
+	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
 	"github.com/tinybroker/tinybroker/sdk/go/client"
 )
 
@@ -43,7 +44,8 @@ standard input.
 With --count N it publishes N messages, --sleep apart, and DATA is a Go text/template for each
 message's payload: {{.Count}} (1, 2, ...), {{.ID}} (a random id), {{.Time}} (RFC 3339, in
 nanoseconds), {{.Unix}} (seconds), {{.UnixNano}}. DATA without "{{" is sent as it is;
---no-template sends it as it is whatever it holds.`,
+--no-template sends it as it is whatever it holds. A template that does not parse, or names a
+field that is not one of these, is a usage error, and nothing is published.`,
 		Example: `  tinybroker pub orders.created '{"id": 42}'
   tinybroker pub -H size=128 jobs.thumb.1 cat.jpg
   tinybroker pub jobs.raw - < input.bin
@@ -179,12 +181,18 @@ func payloadTemplate(data string, noTemplate bool) (func(n int) ([]byte, error),
 		ID, Time       string
 		Unix, UnixNano int64
 	}
-	return func(n int) ([]byte, error) {
+	payload := func(n int) ([]byte, error) {
 		var b bytes.Buffer
 		now := time.Now()
 		err := tmpl.Execute(&b, fields{Count: n, ID: rand.Text(), Time: now.Format(time.RFC3339Nano), Unix: now.Unix(), UnixNano: now.UnixNano()})
 		return b.Bytes(), err
-	}, nil
+	}
+	// Run it once before anything is published, so that a field it has no value for (a
+	// misspelt {{.Cuont}}) is a usage error, not a failure after the first messages.
+	if _, err := payload(1); err != nil {
+		return nil, fmt.Errorf("DATA's template fails (%v); its fields are {{.Count}}, {{.ID}}, {{.Time}}, {{.Unix}} and {{.UnixNano}}; use --no-template to send DATA as it is", err)
+	}
+	return payload, nil
 }
 
 func orNone(reason string) string {
@@ -263,8 +271,8 @@ by its first member.`,
 	return c
 }
 
-// errNacked is what sub's handler returns with --ack nack: the client nacks the message.
-var errNacked = errors.New("nacked by sub --ack nack")
+// nackReason is the reason sub --ack nack gives its nacks: the dead-letter headers show it.
+const nackReason = "nacked by sub --ack nack"
 
 // sub prints every message until ctx is done or count messages have arrived, and acks,
 // nacks or leaves each as ack says.
@@ -277,6 +285,22 @@ func (a *app) sub(ctx context.Context, addr string, dial *dialFlags, dialOpts []
 		return dial.explain(sdkError{err}, addr)
 	}
 	defer c.Close()
+	// --ack nack nacks by the unary Nack call, which the broker answers once it has applied
+	// it, rather than by the handler's error: the client library does not nack a message whose
+	// handler fails once the subscription is closing, as --count closes it after the last
+	// message, and a nack still in the stream's buffers is lost when the stream is cancelled.
+	// Either way the last message would go back as left behind, without the delay or the
+	// reason. The client library then acks nothing itself (ManualAck).
+	var nacks pb.BrokerClient
+	if ack == "nack" {
+		conn, err := (&adminFlags{addr: addr, dial: dial}).conn()
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		nacks = pb.NewBrokerClient(conn)
+		opts.ManualAck = true
+	}
 	var mu sync.Mutex
 	n := 0
 	reached := make(chan struct{})
@@ -293,21 +317,42 @@ func (a *app) sub(ctx context.Context, addr string, dial *dialFlags, dialOpts []
 			fmt.Fprintln(a.stdout, formatMessage(m))
 		}
 		n++
-		if n == count {
-			close(reached)
-		}
+		last := n == count
 		mu.Unlock()
-		if ack == "nack" {
-			return errNacked
+		if nacks != nil {
+			// Even when sub is stopping: the message was printed, so it gets its nack.
+			nctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			_, err := nacks.Nack(nctx, &pb.Nack{SubscriptionId: m.SubscriptionID, SystemId: m.SystemID, Delay: durationpb.New(opts.NackDelay), Reason: nackReason})
+			cancel()
+			if err != nil {
+				fmt.Fprintf(a.stderr, "note: nack of %s failed (the broker redelivers it after the ack deadline, or when sub exits): %v\n", m.SystemID, sdkError{err})
+			}
 		}
-		return nil // auto: the client acks; none (ManualAck): nobody does
+		if last {
+			close(reached) // after the nack: closing the subscription would cancel it
+		}
+		return nil // auto: the client acks; none and nack (ManualAck): it does not
 	})
 	if err != nil {
 		return dial.explain(sdkError{err}, addr)
 	}
 	set := sub.Settings()
 	if opts.Mode == client.Balanced {
-		fmt.Fprintf(a.stderr, "subscribed to %s as %s of group %s (subscription %s)\n", strings.Join(opts.Patterns, " "), set.MemberID, opts.Group, set.ID)
+		maxDel, ackText := "unlimited", "acks each"
+		if set.MaxDeliveries > 0 {
+			maxDel = strconv.Itoa(set.MaxDeliveries)
+		}
+		switch ack {
+		case "nack":
+			ackText = "nacks each"
+			if opts.NackDelay > 0 {
+				ackText += fmt.Sprintf(" with a delay of %v", opts.NackDelay)
+			}
+		case "none":
+			ackText = "acks none"
+		}
+		fmt.Fprintf(a.stderr, "subscribed to %s as %s of group %s (subscription %s; max in flight %d, ack deadline %v, max deliveries %s, dead letters to %s; %s)\n",
+			strings.Join(opts.Patterns, " "), set.MemberID, opts.Group, set.ID, set.MaxInFlight, set.AckDeadline, maxDel, set.DeadLetterTopic, ackText)
 	} else {
 		fmt.Fprintf(a.stderr, "subscribed to %s (subscription %s)\n", strings.Join(opts.Patterns, " "), set.ID)
 	}

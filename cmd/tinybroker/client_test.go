@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"os"
 	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -151,106 +150,6 @@ func TestPayloadText(t *testing.T) {
 	} {
 		if got := payloadText([]byte(in)); got != want {
 			t.Errorf("payloadText(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
-// pub --count N --sleep D sends N messages, DATA a template for each payload; a bad template
-// is a usage error that names --no-template, which sends DATA as it is.
-func TestPubCountTemplate(t *testing.T) {
-	addr, _ := startBroker(t)
-	out, result := startSub(t, context.Background(), "--addr", addr, "--count", "4", "ticks.>")
-	var stdout, stderr bytes.Buffer
-	if err := runPub([]string{"--addr", addr, "--count", "3", "--sleep", "1ms", "ticks.x", "tick {{.Count}} {{.ID}} {{.Unix}}"}, &stdout, &stderr); err != nil {
-		t.Fatalf("pub --count 3: %v (stderr %q)", err, stderr.String())
-	}
-	if n := strings.Count(stdout.String(), "published "); n != 3 {
-		t.Fatalf("pub --count 3 printed %d published lines:\n%s", n, stdout.String())
-	}
-	if err := runPub([]string{"--addr", addr, "--no-template", "ticks.x", "{{.Count}}"}, &stdout, &stderr); err != nil {
-		t.Fatalf("pub --no-template: %v", err)
-	}
-	if err := brokertest.Receive(t, result, "sub to return"); err != nil {
-		t.Fatalf("sub: %v", err)
-	}
-	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	ids := map[string]bool{}
-	for i, l := range lines[:3] {
-		m := regexp.MustCompile(`attempt=1 tick (\d) (\S+) \d+$`).FindStringSubmatch(l)
-		if m == nil || m[1] != strconv.Itoa(i+1) {
-			t.Fatalf("message %d: %q, want tick %d <id> <unix>", i+1, l, i+1)
-		}
-		ids[m[2]] = true
-	}
-	if len(ids) != 3 {
-		t.Fatalf("{{.ID}} repeated: %v", ids)
-	}
-	if !strings.HasSuffix(lines[3], " {{.Count}}") {
-		t.Fatalf("--no-template sent %q, want {{.Count}} as it is", lines[3])
-	}
-	for _, c := range []struct {
-		args []string
-		want string
-	}{
-		{[]string{"--addr", addr, "ticks.x", "{{.Count"}, "--no-template"},
-		{[]string{"--addr", addr, "--count", "2", "ticks.x", "{{.Nope}}"}, "Nope"},
-		{[]string{"--addr", addr, "--count", "0", "ticks.x", "x"}, "--count 0"},
-	} {
-		err := runPub(c.args, &stdout, &stderr)
-		if err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("pub %q: %v, want an error naming %q", c.args, err, c.want)
-		}
-	}
-}
-
-// sub --ack nack nacks each message (redelivered until --max-deliveries, then dead-lettered);
-// --ack none leaves it unacked (given back when the member leaves); both only with --group.
-func TestSubAckModes(t *testing.T) {
-	addr, b := startBroker(t)
-	group := func(id string) broker.GroupStats {
-		for _, g := range b.Stats().Groups {
-			if g.ID == id {
-				return g
-			}
-		}
-		return broker.GroupStats{}
-	}
-	out, result := startSub(t, context.Background(), "--addr", addr, "--group", "nackers", "--ack", "nack", "--max-deliveries", "2", "--count", "2", "jobs.*")
-	pub(t, "--addr", addr, "jobs.a", "poison")
-	if err := brokertest.Receive(t, result, "sub to return"); err != nil {
-		t.Fatalf("sub --ack nack: %v", err)
-	}
-	if s := out.String(); !strings.Contains(s, "attempt=1 poison") || !strings.Contains(s, "attempt=2 poison") {
-		t.Fatalf("sub --ack nack printed %q, want attempts 1 and 2", s)
-	}
-	brokertest.Eventually(t, "the message dead-lettered after 2 attempts", func() bool { return group("nackers").DeadLettered == 1 })
-	if g := group("nackers"); g.Acked != 0 {
-		t.Fatalf("group %+v: acked with --ack nack", g)
-	}
-
-	_, result = startSub(t, context.Background(), "--addr", addr, "--group", "leavers", "--ack", "none", "--count", "1", "work.*")
-	pub(t, "--addr", addr, "work.a", "job")
-	if err := brokertest.Receive(t, result, "sub to return"); err != nil {
-		t.Fatalf("sub --ack none: %v", err)
-	}
-	brokertest.Eventually(t, "the unacked message given back", func() bool { g := group("leavers"); return g.Members == 0 && g.Queued == 1 })
-	if g := group("leavers"); g.Acked != 0 {
-		t.Fatalf("group %+v: acked with --ack none", g)
-	}
-
-	var stdout, stderr bytes.Buffer
-	for _, c := range []struct {
-		args []string
-		want string
-	}{
-		{[]string{"--addr", addr, "--group", "g", "--ack", "maybe", "x.>"}, `--ack "maybe"`},
-		{[]string{"--addr", addr, "--ack", "nack", "x.>"}, "add --group"},
-		{[]string{"--addr", addr, "--max-deliveries", "3", "x.>"}, "add --group"},
-		{[]string{"--addr", addr, "--group", "g", "--nack-delay", "1s", "x.>"}, "--ack nack"},
-	} {
-		err := runSub(context.Background(), c.args, &stdout, &stderr)
-		if err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("sub %q: %v, want an error naming %q", c.args, err, c.want)
 		}
 	}
 }
