@@ -329,7 +329,7 @@ func (a *app) sub(ctx context.Context, addr string, dial *dialFlags, dialOpts []
 			}
 		}
 		if last {
-			close(reached) // after the nack: closing the subscription would cancel it
+			close(reached) // after the nack, so that sub exits with every printed message settled
 		}
 		return nil // auto: the client acks; none and nack (ManualAck): it does not
 	})
