@@ -39,7 +39,7 @@ func (a *app) pubCmd() *cobra.Command {
 		Use:   "pub [flags] TOPIC DATA",
 		Short: "Publish a message, or --count of them",
 		Long: `Publishes DATA to TOPIC (dot-separated tokens, e.g. jobs.thumb.1). DATA "-" reads it from
-standard input.
+standard input, as it is (never as a template).
 
 With --count N it publishes N messages, --sleep apart, and DATA is a Go text/template for each
 message's payload: {{.Count}} (1, 2, ...), {{.ID}} (a random id), {{.Time}} (RFC 3339, in
@@ -69,7 +69,7 @@ field that is not one of these, is a usage error, and nothing is published.`,
 			if len(headers.values) > 0 {
 				h = headers.values
 			}
-			payload, err := payloadTemplate(string(data), noTemplate)
+			payload, err := payloadTemplate(string(data), noTemplate || args[1] == "-") // what stdin gives is data, never a template
 			if err != nil {
 				return usagef(cmd, "%v", err)
 			}

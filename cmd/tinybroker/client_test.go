@@ -187,3 +187,18 @@ func TestPubSubJSON(t *testing.T) {
 		t.Errorf("binary message %+v: want payload_base64", m2)
 	}
 }
+
+// What pub reads from stdin is data, never a template, "{{" and all.
+func TestPubStdinIsNotATemplate(t *testing.T) {
+	addr, _ := startBroker(t)
+	out, result := startSub(t, context.Background(), "--addr", addr, "--count", "1", "raw.>")
+	stdin = strings.NewReader("{{.Count}}")
+	t.Cleanup(func() { stdin = os.Stdin })
+	pub(t, "--addr", addr, "raw.x", "-")
+	if err := brokertest.Receive(t, result, "sub to return"); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(strings.TrimSpace(out.String()), " {{.Count}}") {
+		t.Fatalf("sub printed %q, want the payload {{.Count}} as it was read", out.String())
+	}
+}
