@@ -73,11 +73,12 @@ func contexts() (names []string, selected string, err error) {
 	return names, strings.TrimSpace(string(b)), nil
 }
 
-// loadContext reads context name; a missing one is an error naming those there are.
+// loadContext reads context name; a missing one (or a name no context can have) is a usage
+// error naming those there are.
 func loadContext(name string) (brokerContext, error) {
 	var c brokerContext
 	if err := checkContextName(name); err != nil {
-		return c, err
+		return c, usageError{err: err}
 	}
 	dir, err := contextDir()
 	if err != nil {
@@ -90,7 +91,7 @@ func loadContext(name string) (brokerContext, error) {
 		if len(names) > 0 {
 			have = "there are " + strings.Join(names, ", ")
 		}
-		return c, fmt.Errorf("no context %q: %s", name, have)
+		return c, usageError{err: fmt.Errorf("no context %q: %s", name, have)}
 	}
 	if err != nil {
 		return c, err
@@ -101,9 +102,13 @@ func loadContext(name string) (brokerContext, error) {
 	return c, nil
 }
 
-// writeFile0600 writes b to path through a temporary file, 0600, in a folder made 0700.
+// writeFile0600 writes b to path through a temporary file, 0600, in a folder made 0700 (made
+// so if it was there before: it lists the contexts and their files' paths).
 func writeFile0600(path string, b []byte) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return err
+	}
+	if err := os.Chmod(filepath.Dir(path), 0o700); err != nil {
 		return err
 	}
 	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
@@ -133,7 +138,10 @@ func selectContext(name string) error {
 }
 
 // applyContext fills what the command's flags and the environment leave unset from the
-// context of --context, TINYBROKER_CONTEXT or the selected one (none: nothing to do).
+// context of --context, TINYBROKER_CONTEXT or the selected one (none: nothing to do). Each
+// setting on its own: a flag for one (--tls-server-name, say) keeps the context's others,
+// except that the client certificate and its key go together, and --tls=false given on the
+// command line takes no TLS from the context.
 func (d *dialFlags) applyContext() error {
 	if d.fs == nil || d.contextApplied {
 		return nil
@@ -156,25 +164,52 @@ func (d *dialFlags) applyContext() error {
 	c, err := loadContext(name)
 	if err != nil {
 		if selected {
-			return fmt.Errorf("the selected context: %w (tinybroker context select another)", err)
+			// Not the command line's mistake: exit 1, not 2.
+			return fmt.Errorf("the selected context: %v (tinybroker context select another, or context rm it)", err)
 		}
 		return err
 	}
 	changed := func(names ...string) bool {
 		return slices.ContainsFunc(names, func(n string) bool { return d.fs.Changed(n) })
 	}
+	used := false
+	fill := func(flag string, dst *string, v string) {
+		if v != "" && !changed(flag) {
+			*dst, used = v, true
+		}
+	}
 	if f := d.fs.Lookup("addr"); f != nil && c.Addr != "" && !f.Changed && d.getenv("TINYBROKER_ADDR") == "" {
 		if err := f.Value.Set(c.Addr); err != nil {
 			return fmt.Errorf("context %q: addr: %w", name, err)
 		}
 	}
-	if !changed("tls", "tls-ca", "tls-cert", "tls-key", "tls-server-name") {
-		d.tls, d.ca, d.cert, d.key, d.server = c.TLS, c.TLSCA, c.TLSCert, c.TLSKey, c.TLSServerName
+	if !changed("tls") || d.tls {
+		if c.TLS && !changed("tls") {
+			d.tls, used = true, true
+		}
+		fill("tls-ca", &d.ca, c.TLSCA)
+		fill("tls-server-name", &d.server, c.TLSServerName)
+		if !changed("tls-cert", "tls-key") {
+			fill("tls-cert", &d.cert, c.TLSCert)
+			fill("tls-key", &d.key, c.TLSKey)
+		}
 	}
 	if !changed("token", "token-file") && d.getenv(tokenEnv) == "" {
-		d.tokenFile = c.TokenFile
+		fill("token-file", &d.tokenFile, c.TokenFile)
+	}
+	if used {
+		d.contextUsed = name
 	}
 	return nil
+}
+
+// contextNote adds to err, a TLS file or token file that could not be used, the context it
+// came from, if one gave any: the error names the flag, which the command line may not have.
+func (d *dialFlags) contextNote(err error) error {
+	if err == nil || d.contextUsed == "" {
+		return err
+	}
+	return fmt.Errorf("%w (TLS or token settings from context %q: tinybroker context show %s)", err, d.contextUsed, d.contextUsed)
 }
 
 func (a *app) contextCmd() *cobra.Command {
@@ -186,8 +221,12 @@ func (a *app) contextCmd() *cobra.Command {
 		Long: `Saves an address list, TLS files and a token file under NAME, for every client command
 (pub, sub, the admin commands, top, bench) to use when it is selected (context select) or
 named (--context NAME, or TINYBROKER_CONTEXT). Flags and the environment (TINYBROKER_ADDR,
-TINYBROKER_TOKEN) still win over it. A context names a token file, never a token: --token is
-refused. File paths are saved absolute.`,
+TINYBROKER_TOKEN) still win over it, setting by setting.
+
+A context stores the paths of its files (TLS files, the token file), never their contents,
+and never a token: --token is refused; put USER:TOKEN in a file only you can read and give
+--token-file. File paths are saved absolute. The context's file is
+$XDG_CONFIG_HOME/tinybroker/context/NAME.json (default ~/.config/tinybroker/...), 0600.`,
 		Example: `  tinybroker context add prod --addr n1:7878,n2:7878,n3:7878 --tls-ca ca.pem --token-file ~/.secrets/alice.token --select
   tinybroker groups ls --context prod`,
 		Args: exactArgs(1, "NAME"),
@@ -210,6 +249,12 @@ refused. File paths are saved absolute.`,
 			if (c.TLSCert == "") != (c.TLSKey == "") {
 				return usagef(cmd, "--tls-cert and --tls-key go together")
 			}
+			// A file not there yet is allowed (a certificate still to be issued), and named.
+			for _, p := range []string{c.TLSCA, c.TLSCert, c.TLSKey, c.TokenFile} {
+				if _, err := os.Stat(p); p != "" && err != nil {
+					fmt.Fprintf(a.stderr, "note: %v; the context keeps the path\n", err)
+				}
+			}
 			b, _ := json.MarshalIndent(c, "", "  ")
 			dir, err := contextDir()
 			if err != nil {
@@ -229,14 +274,14 @@ refused. File paths are saved absolute.`,
 		},
 	}
 	f := add.Flags()
-	f.StringVar(&c.Addr, "addr", "", addrUsage)
+	f.StringVar(&c.Addr, "addr", "", "broker address (`host:port`), or a cluster's nodes separated by commas (none saved: the client commands' default)")
 	f.StringVar(&c.Description, "description", "", "what the context is for")
 	f.BoolVar(&c.TLS, "tls", false, "connect over TLS, trusting the system's CAs (implied by the other --tls-* flags)")
 	f.StringVar(&c.TLSCA, "tls-ca", "", "PEM `file` of the CA that signed the broker's certificate")
 	f.StringVar(&c.TLSCert, "tls-cert", "", "PEM `file` of a client certificate (with --tls-key)")
 	f.StringVar(&c.TLSKey, "tls-key", "", "PEM `file` of the client certificate's key")
 	f.StringVar(&c.TLSServerName, "tls-server-name", "", "`name` the broker's certificate must have")
-	f.StringVar(&c.TokenFile, "token-file", "", "`file` whose first line is USER:TOKEN")
+	f.StringVar(&c.TokenFile, "token-file", "", "`file` whose first line is USER:TOKEN (the context keeps its path, never the token)")
 	f.String("token", "", "refused: a context keeps no token (use --token-file)")
 	_ = f.MarkHidden("token")
 	f.BoolVar(&sel, "select", false, "select the context once saved")

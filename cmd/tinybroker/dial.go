@@ -31,7 +31,8 @@ type dialFlags struct {
 	readFile              func(string) ([]byte, error)
 	fs                    *pflag.FlagSet // the command's flags, which a context fills where unset
 	contextApplied        bool
-	explicitContext       bool // only --context applies (bench: without -addr it runs its own broker)
+	contextUsed           string // the context that gave a TLS or token setting (contextNote)
+	explicitContext       bool   // only --context applies (bench: without -addr it runs its own broker)
 }
 
 // addDialFlags declares the connection flags on fs.
@@ -110,10 +111,10 @@ func (d *dialFlags) resolve() (*tls.Config, string, error) {
 	}
 	cfg, err := d.tlsConfig()
 	if err != nil {
-		return nil, "", err
+		return nil, "", d.contextNote(err)
 	}
 	tok, err := d.tokenValue()
-	return cfg, tok, err
+	return cfg, tok, d.contextNote(err)
 }
 
 // clientOptions returns the flags as options of the Go client.

@@ -158,7 +158,8 @@ func (a *app) newRoot() *cobra.Command {
 		Long: `tinybroker: a message broker spoken to over gRPC (in memory on one node by default, or on
 NATS JetStream, one node or a cluster), and its client and admin tool. "tinybroker serve" runs the broker; the other commands speak to one (--addr,
 default 127.0.0.1:7878; for a secured broker, --tls-ca FILE, --tls-cert FILE --tls-key FILE,
---tls-server-name NAME and --token-file FILE, or TINYBROKER_TOKEN=USER:TOKEN).
+--tls-server-name NAME and --token-file FILE, or TINYBROKER_TOKEN=USER:TOKEN), or save
+those settings once under a name: tinybroker context add NAME --addr ... --select.
 
 Exit status: 0 on success and for help, 1 when the command failed, 2 for a usage error.`,
 		Version:       versionString(),
