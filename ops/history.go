@@ -89,7 +89,7 @@ func (o *Ops) sample() {
 	t := time.NewTicker(o.opts.HistoryInterval)
 	defer t.Stop()
 	for {
-		o.hist.add(point(o.snaps.take()), o.opts.HistoryLen)
+		o.hist.add(point(o.snaps.take()), o.opts.HistoryLen) // its own: the event streams' cached one may be Interval/2 old
 		select {
 		case <-o.quit:
 			return

@@ -192,9 +192,9 @@ func (a *adminServer) ListDeadLetters(_ context.Context, req *adminpb.ListDeadLe
 
 // ListUsers lists the users in force with their rules, limits and usage; never a token.
 func (a *adminServer) ListUsers(context.Context, *adminpb.ListUsersRequest) (*adminpb.ListUsersResponse, error) {
+	rules := func(r auth.Rules) *adminpb.Rules { return &adminpb.Rules{Allow: r.Allow, Deny: r.Deny} }
 	resp := &adminpb.ListUsersResponse{}
 	for _, u := range a.s.opts.Auth.Users() {
-		rules := func(r auth.Rules) *adminpb.Rules { return &adminpb.Rules{Allow: r.Allow, Deny: r.Deny} }
 		l := u.Limits
 		resp.Users = append(resp.Users, &adminpb.User{Name: u.Name, Admin: u.Admin, Token: u.HasToken,
 			Certificate: u.Certificate, Publish: rules(u.Publish), Subscribe: rules(u.Subscribe), Groups: rules(u.Groups),
