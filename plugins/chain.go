@@ -383,6 +383,16 @@ func (p *plugin) publish(inst **instance, d *broker.Draft, out *broker.PublishVe
 // settle applies to d and out the outcome of p's on_publish call on d, verdict v, whose call
 // state is st, and resets st; it reports what publish does. A batch's calls share memo.
 func (p *plugin) settle(st *callState, v uint64, d *broker.Draft, out *broker.PublishVerdict, owned *bool, memo *headerMemo) (bool, error) {
+	if uint32(v) == abi.ActPass && len(st.changes) > 0 {
+		// Checked before anything is applied: a failed call leaves the message as it was
+		// and emits nothing, whatever it had set (FuzzABI).
+		if err := p.headersFit(d.Headers, st.changes); err != nil {
+			// The plugin's failure, not the publisher's: its failure policy and breaker apply.
+			st.reset()
+			p.failed(abi.HookPublish, err)
+			return p.publishFailed(d, err)
+		}
+	}
 	if len(st.emits) > 0 {
 		out.Emit = append(out.Emit, st.emits...)
 	}
@@ -413,12 +423,6 @@ func (p *plugin) settle(st *callState, v uint64, d *broker.Draft, out *broker.Pu
 		d.Payload = st.newPayload
 	}
 	if len(st.changes) > 0 {
-		if err := p.headersFit(d.Headers, st.changes); err != nil {
-			// The plugin's failure, not the publisher's: its failure policy and breaker apply.
-			st.reset()
-			p.failed(abi.HookPublish, err)
-			return p.publishFailed(d, err)
-		}
 		switch {
 		case *owned:
 			d.Headers = changeHeaders(d.Headers, st.changes)
