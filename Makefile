@@ -113,7 +113,7 @@ check: generate ## build, vet, lint, gofmt, go mod tidy, regenerate; fails on an
 	$(GO) mod tidy
 	@git diff --exit-code -- . ':!*.log' || { echo "make check: the tree changed (stale generated code, go.mod/go.sum or formatting); commit the result"; exit 1; }
 
-release: ## archives for linux, macOS and Windows on amd64 and arm64, stamped, with SHA256SUMS, in dist/
+release: ## archives for linux, macOS and Windows on amd64 and arm64, .debs and an OCI image for linux, stamped, with SHA256SUMS, in dist/
 	$(GO) run ./internal/release -version $(VERSION) -commit $(COMMIT) -out dist
 
 bench: ## tinybroker's side of the benchmark workloads W1-W6 (bench/README.md)

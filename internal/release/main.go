@@ -1,7 +1,7 @@
 // Command release is `make release`: it builds tinybroker for every platform of a release,
 // stamped with its version and commit, and writes one archive per platform and their
-// SHA256SUMS to a folder (dist/ by default). Pure Go (archive/tar, archive/zip), so that it
-// runs wherever Go does.
+// SHA256SUMS to a folder (dist/ by default), and for linux a Debian package (deb.go). Pure Go
+// (archive/tar, archive/zip, nfpm), so that it runs wherever Go does.
 //
 //	go run ./internal/release -version v0.3.0 -commit $(git rev-parse HEAD) [-out dist] [-platforms linux/amd64]
 package main
@@ -97,6 +97,11 @@ func build(version, commit, out string, platforms []string) error {
 		}
 		sums[filepath.Base(archive)] = sum
 		fmt.Println(archive)
+		if goos == "linux" { // and a Debian package (deb.go)
+			if err := addDeb(out, version, goarch, bin, sums); err != nil {
+				return err
+			}
+		}
 	}
 	if err := releaseImage(out, version, commit, linux, sums); err != nil {
 		return err
