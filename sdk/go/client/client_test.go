@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/tinybroker/tinybroker/broker/deadletter"
 	"github.com/tinybroker/tinybroker/internal/testing/brokertest"
 	"github.com/tinybroker/tinybroker/internal/testing/servertest"
 	"github.com/tinybroker/tinybroker/sdk/go/client"
@@ -492,6 +493,41 @@ func TestCloseHandsBackInFlight(t *testing.T) {
 	brokertest.Eventually(t, "the other member to get the message", func() bool { return got.len() == 1 })
 	if at := got.all()[0]; at != 2 {
 		t.Errorf("attempt %d, want 2", at)
+	}
+}
+
+// TestCloseNacksAFailedHandler: a handler that fails for a reason of its own while the
+// subscription closes gets its message nacked with that reason (here: dead-lettered with it,
+// MaxDeliveries 1), not handed back as if the member had merely left.
+func TestCloseNacksAFailedHandler(t *testing.T) {
+	ts := servertest.Start(t, servertest.Options{})
+	c := dial(t, ts.Addr)
+	dead := make(chan *client.Message, 1)
+	subscribe(t, c, client.SubscribeOptions{Patterns: []string{"dlq.failing"}}, func(_ context.Context, m *client.Message) error {
+		dead <- m
+		return nil
+	})
+	started := make(chan struct{})
+	s, err := c.Subscribe(context.Background(), client.SubscribeOptions{ID: "failing", Group: "failing", Mode: client.Balanced,
+		Patterns: []string{"f.*"}, MaxDeliveries: 1, DeadLetterTopic: "dlq.failing"},
+		func(ctx context.Context, m *client.Message) error {
+			close(started)
+			<-ctx.Done() // the handler is still working when Close is called
+			return errors.New("bad payload")
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Publish(context.Background(), "f.1", nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	m := brokertest.Receive(t, dead, "the dead letter")
+	if why := m.Headers.Get(deadletter.HeaderReason); !strings.Contains(why, "bad payload") {
+		t.Fatalf("dead-letter reason %q, want the handler's error", why)
 	}
 }
 

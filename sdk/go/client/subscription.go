@@ -44,9 +44,10 @@ func (m Mode) String() string {
 
 // Handler processes one message. With automatic acks (the default) a nil return acks the
 // message and an error nacks it, so that it is redelivered after SubscribeOptions.NackDelay.
-// ctx is cancelled when the subscription is closing; a message whose handler then fails is
-// not nacked but left to the broker, which redelivers it to another member when this one has
-// gone. A Handler runs on one of the subscription's worker goroutines; it is called
+// ctx is cancelled when the subscription is closing; a message whose handler then returns an
+// error wrapping context.Canceled is not nacked but left to the broker, which redelivers it to
+// another member when this one has gone, at once; any other error is nacked, with NackDelay and
+// the error as the reason, before the stream closes. A Handler runs on one of the subscription's worker goroutines; it is called
 // concurrently when Concurrency > 1. A panic in a Handler is not recovered.
 type Handler func(ctx context.Context, m *Message) error
 
@@ -470,9 +471,10 @@ func (s *Subscription) worker() {
 				_ = m.settle(settlement{id: m.SystemID})
 				continue
 			}
-			if s.ctx.Err() != nil {
-				// Closing: a nack could hand m straight back to this member; when the stream
-				// ends the broker gives it to another member instead.
+			if s.ctx.Err() != nil && errors.Is(err, context.Canceled) {
+				// Interrupted by the closing: not the message's failure. The broker gives it
+				// to another member when the stream ends, without a delay. Any other error
+				// is nacked as usual (shutdown sends it), with its delay and reason.
 				continue
 			}
 			reason := err.Error()
