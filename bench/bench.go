@@ -13,6 +13,7 @@ package bench
 import (
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -100,6 +101,8 @@ type Config struct {
 	// DialOptions are added to every connection's, e.g. TLS credentials and a token for a
 	// secured broker (tinybroker bench --tls-ca ... --token-file ...).
 	DialOptions []grpc.DialOption
+	// JSON prints each result line as a JSON object (see jsonLine) instead of text.
+	JSON bool
 }
 
 var defaultN = map[string]int{"W1": 500_000, "W2": 500_000, "W5": 200_000} // W3: 5 s at Rate
@@ -265,7 +268,7 @@ func (r *runner) repeat(prefix string, f func(context.Context) ([]metric, error)
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(r.stdout, "%s rep=%d %s\n", prefix, i, format(m))
+		r.result(prefix, fmt.Sprintf("rep=%d", i), m, jsonLine{Rep: i})
 		all = append(all, m)
 	}
 	med := slices.Clone(all[0])
@@ -287,8 +290,45 @@ func (r *runner) repeat(prefix string, f func(context.Context) ([]metric, error)
 			med[j].v = (vals[len(vals)/2-1] + vals[len(vals)/2]) / 2
 		}
 	}
-	fmt.Fprintf(r.stdout, "%s reps=%d median %s\n", prefix, r.cfg.Reps, format(med))
+	r.result(prefix, fmt.Sprintf("reps=%d median", r.cfg.Reps), med, jsonLine{Reps: r.cfg.Reps, Median: true})
 	return nil
+}
+
+// jsonLine is a result line of bench --json: the workload (W1...), the labels of its text
+// line's prefix (W5's subs=1000, W4's lang and workload...), which repetition or the
+// median of how many, and the figures by name.
+type jsonLine struct {
+	Workload string             `json:"workload"`
+	Labels   map[string]string  `json:"labels,omitempty"`
+	Rep      int                `json:"rep,omitempty"`
+	Reps     int                `json:"reps,omitempty"`
+	Median   bool               `json:"median,omitempty"`
+	Figures  map[string]float64 `json:"figures"`
+}
+
+// result prints one result line: prefix, what (rep=N or the median), and the figures ms;
+// with Config.JSON, line filled in as a JSON object.
+func (r *runner) result(prefix, what string, ms []metric, line jsonLine) {
+	if !r.cfg.JSON {
+		fmt.Fprintf(r.stdout, "%s %s %s\n", prefix, what, format(ms))
+		return
+	}
+	words := strings.Fields(prefix) // "W4 tinybroker lang=go workload=W1"
+	line.Workload = words[0]
+	for _, w := range words[1:] {
+		if k, v, ok := strings.Cut(w, "="); ok {
+			if line.Labels == nil {
+				line.Labels = map[string]string{}
+			}
+			line.Labels[k] = v
+		}
+	}
+	line.Figures = make(map[string]float64, len(ms))
+	for _, m := range ms {
+		line.Figures[m.name] = m.v
+	}
+	b, _ := json.Marshal(line)
+	fmt.Fprintf(r.stdout, "%s\n", b)
 }
 
 func format(ms []metric) string {

@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -80,6 +81,30 @@ func positive(t *testing.T, fs map[string]float64, names ...string) {
 func TestW1(t *testing.T) {
 	fs := figures(t, quick(t, "W1", nil), "W1 tinybroker")
 	positive(t, fs, "delivered_msgs_per_s", "elapsed_ms")
+}
+
+// TestJSON: bench --json prints each repetition and the median as a JSON object, with the
+// text line's labels and figures.
+func TestJSON(t *testing.T) {
+	out := quick(t, "W5", func(c *Config) { c.JSON = true })
+	var lines []jsonLine
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		var j jsonLine
+		if err := json.Unmarshal([]byte(l), &j); err != nil {
+			t.Fatalf("line %q is not JSON: %v", l, err)
+		}
+		lines = append(lines, j)
+	}
+	if len(lines) != 2 {
+		t.Fatalf("%d lines, want a repetition and the median:\n%s", len(lines), out)
+	}
+	rep, med := lines[0], lines[1]
+	if rep.Workload != "W5" || rep.Labels["subs"] != "100" || rep.Rep != 1 || rep.Median {
+		t.Errorf("repetition line %+v, want W5 subs=100 rep 1", rep)
+	}
+	if med.Workload != "W5" || !med.Median || med.Reps != 1 || med.Figures["msgs_per_s"] <= 0 {
+		t.Errorf("median line %+v, want W5's median of 1 with msgs_per_s", med)
+	}
 }
 
 func TestW2(t *testing.T) {

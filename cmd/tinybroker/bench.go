@@ -80,6 +80,7 @@ with one dash (-reps 5), as bench/run.sh does.`,
 	fs.IntVar(&cfg.W6Conns, "w6-conns", 8, "W6: connections the streams are spread over")
 	fs.StringVar(&cfg.Scrape, "scrape", "", "GET this `URL` (the broker's http://HOST:PORT/metrics, serve --http-listen) every -scrape-every during the run, as Prometheus would: the cost of metrics")
 	fs.DurationVar(&cfg.ScrapeEvery, "scrape-every", time.Second, "how often -scrape scrapes")
+	fs.BoolVar(&cfg.JSON, "json", false, "print each result as a JSON object (workload, labels, rep or median, figures) instead of a line of name=value")
 	dial = addDialFlags(fs)
 	dial.explicitContext = true
 	return c
