@@ -292,6 +292,15 @@ func TestTLSMistakes(t *testing.T) {
 			}
 		}
 	}
+	// TLS files a context gave: the fix names the context, where the flags named are not
+	// what the user typed.
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
+	t.Setenv(contextEnv, "")
+	ok(t, append([]string{"context", "add", "wrongca", "--addr", addr, "--tls-ca", filepath.Join(other, "ca.pem")}, alice...)...)
+	if _, errOut, code := cli(t, "pub", "--context", "wrongca", "orders.1", "x"); code != exitFailure ||
+		!strings.Contains(errOut, "signed by a CA this client does not trust") || !strings.Contains(errOut, `context "wrongca"`) {
+		t.Errorf("a context's wrong CA: exit %d, the message does not name the context:\n%s", code, errOut)
+	}
 	// No broker at all: the usual hint, not a TLS one.
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -75,6 +75,9 @@ func (d *dialFlags) explain(err error, addr string) error {
 		return err
 	}
 	m.addr, m.detail, m.err = addr, detail, err
+	if d.contextUsed != "" {
+		m.fix += fmt.Sprintf("; the TLS settings came from context %q (tinybroker context show %s): the flags override it, or save it again with tinybroker context add %s", d.contextUsed, d.contextUsed, d.contextUsed)
+	}
 	return *m
 }
 
