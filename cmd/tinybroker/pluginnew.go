@@ -72,6 +72,20 @@ type projectData struct {
 	Name  string // the plugin's name
 	Ident string // Name as an identifier: '-' becomes '_' (Rust's library file name)
 	Root  string // the tinybroker source tree, absolute
+	// GoVersion is the go line of the tree's go.mod: a Go project's own must be at least
+	// that, or go build asks for `go mod tidy` first.
+	GoVersion string
+}
+
+// goLine returns the version of the go directive of the go.mod in root ("1.26.0" if none).
+func goLine(root string) string {
+	b, _ := os.ReadFile(filepath.Join(root, "go.mod"))
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "go "); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "1.26.0"
 }
 
 const pluginNewUsage = `Creates the folder DIR (default: ./NAME) with a tinybroker plugin named NAME in LANG (go, rust,
@@ -142,7 +156,7 @@ func newPluginProject(name, lang, dirFlag, sdkFlag string, stdout io.Writer) err
 	if entries, err := os.ReadDir(*dir); err == nil && len(entries) > 0 {
 		return fmt.Errorf("%s already exists and is not empty; choose another --dir or NAME", *dir)
 	}
-	data := projectData{pluginLang: l, Name: name, Ident: strings.ReplaceAll(name, "-", "_"), Root: root}
+	data := projectData{pluginLang: l, Name: name, Ident: strings.ReplaceAll(name, "-", "_"), Root: root, GoVersion: goLine(root)}
 	files, err := renderProject(data)
 	if err != nil {
 		return err
