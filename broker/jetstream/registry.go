@@ -183,6 +183,13 @@ func (e *Engine) learn(ci *jetstream.ConsumerInfo) *group {
 		return nil
 	}
 	e.mu.Lock()
+	if g := e.groups[ng.id]; g != nil && g.stream != ng.stream && ng.created.After(g.created) {
+		// Deleted and made again elsewhere with other replicas, and the deletion missed
+		// here: another group (where its messages are stored is fixed for a group's life).
+		e.mu.Unlock()
+		e.forgetGroup(g.id, g)
+		e.mu.Lock()
+	}
 	defer e.mu.Unlock()
 	g := e.groups[ng.id]
 	if g == nil {
