@@ -264,6 +264,11 @@ type GroupConfig struct {
 	MaxDeliveries   int      // 0: unlimited
 	DeadLetterTopic string   // default "dlq.<ID>"
 	Limits          GroupLimits
+	// Replicas is how many copies of the group's messages the JetStream engine keeps (1 to
+	// 5; 3 survives the loss of a node), where it differs from the engine's own replicas;
+	// 0: the engine's. Only a declared group has one (a member cannot ask for storage). The
+	// memory engine keeps one copy, in the process, and refuses more.
+	Replicas int
 }
 
 // SubscribeOptions is the OpenSubscription a member matching gc would send.
@@ -357,6 +362,9 @@ type GroupInfo struct {
 	DeadLetterTopic string
 	Limits          GroupLimits  // after defaults
 	MemberList      []MemberInfo // GroupStats.Members counts them
+	// Replicas is how many copies of its messages the engine keeps (GroupConfig.Replicas):
+	// 1 on the memory engine.
+	Replicas int
 }
 
 // MemberInfo describes one member of a consumer group.

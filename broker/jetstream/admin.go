@@ -26,7 +26,11 @@ func (e *Engine) lookup(id, systemID string) (*group, uint64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	return grouping.AckTarget(id, systemID, isFanout, g, e.ids.parse)
+	parse := e.ids.parse
+	if g != nil {
+		parse = g.parseID
+	}
+	return grouping.AckTarget(id, systemID, isFanout, g, parse)
 }
 
 // Ack acknowledges one delivered message of a consumer group. In a cluster, one that no
@@ -48,7 +52,7 @@ func (e *Engine) Ack(subscriptionID, systemID string) error {
 	if e.forward(g, fmt.Appendf(nil, "ack %d", seq)) {
 		return nil
 	}
-	_ = e.nc.Publish(ackSubject(e.opts.Stream, g.consumer, seq, 0), []byte("+ACK"))
+	_ = e.nc.Publish(ackSubject(g.stream, g.consumer, seq, 0), []byte("+ACK"))
 	return grouping.NotHeld(systemID, subscriptionID)
 }
 
@@ -128,6 +132,10 @@ func (e *Engine) Declare(gc broker.GroupConfig) error {
 		_, err = e.createLocked(gc, patterns, true, 0, nil)
 		return err
 	}
+	if want := e.normalReplicas(gc.Replicas); want != g.replicas {
+		return fmt.Errorf("%w: consumer group %q exists with %d replicas, declared with %d; JetStream cannot move a group's messages between streams: delete the group (tinybroker groups delete %s; its messages go with it) to make it again",
+			broker.ErrGroupMismatch, g.id, g.copies(), e.copiesOf(gc.Replicas), g.id)
+	}
 	if !g.sameDefinition(o, patterns) || (gc.DeadLetterTopic == "" && g.dlq != deadletter.DefaultTopic(gc.ID)) || gc.MaxDeliveries != g.maxDeliveries {
 		if g.declared || g.memberCount() > 0 {
 			return fmt.Errorf("%w: consumer group %q exists with other settings (patterns %q, max_deliveries %d, dead-letter topic %q)", broker.ErrGroupMismatch, g.id, g.patterns, g.maxDeliveries, g.dlq)
@@ -150,19 +158,28 @@ func (e *Engine) Declare(gc broker.GroupConfig) error {
 func (e *Engine) refreshGroups() (map[string]*jetstream.ConsumerInfo, error) {
 	ctx, cancel := e.ctx()
 	defer cancel()
-	s, err := e.js.Stream(ctx, e.opts.Stream)
+	own, err := e.groupStreams(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", broker.ErrUnavailable, err)
 	}
 	infos := make(map[string]*jetstream.ConsumerInfo)
-	l := s.ListConsumers(ctx)
-	for ci := range l.Info() {
-		if g := e.learn(ci); g != nil {
-			infos[g.id] = ci
+	for _, name := range append([]string{e.opts.Stream}, own...) {
+		s, err := e.js.Stream(ctx, name)
+		if errors.Is(err, jetstream.ErrStreamNotFound) && name != e.opts.Stream {
+			continue // a group stream deleted since it was listed
 		}
-	}
-	if err := l.Err(); err != nil {
-		return nil, fmt.Errorf("%w: %v", broker.ErrUnavailable, err)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", broker.ErrUnavailable, err)
+		}
+		l := s.ListConsumers(ctx)
+		for ci := range l.Info() {
+			if g := e.learn(ci); g != nil {
+				infos[g.id] = ci
+			}
+		}
+		if err := l.Err(); err != nil {
+			return nil, fmt.Errorf("%w: %v", broker.ErrUnavailable, err)
+		}
 	}
 	return infos, nil
 }
@@ -240,7 +257,7 @@ func (e *Engine) Group(id string) (broker.GroupInfo, error) {
 	ctx, cancel := e.ctx()
 	defer cancel()
 	var ci *jetstream.ConsumerInfo
-	if c, err := e.js.Consumer(ctx, e.opts.Stream, g.consumer); err == nil {
+	if c, err := e.js.Consumer(ctx, g.stream, g.consumer); err == nil {
 		ci = c.CachedInfo()
 		g.counted(ci)
 	} else if errors.Is(err, jetstream.ErrConsumerNotFound) {
@@ -250,7 +267,10 @@ func (e *Engine) Group(id string) (broker.GroupInfo, error) {
 	if _, err := e.countDeadLetters(ctx, g); err != nil {
 		e.log.Warn("could not count a group's dead letters", "subscription", id, "error", err)
 	}
-	gi := broker.GroupInfo{GroupStats: g.stats(ci)}
+	gi := broker.GroupInfo{GroupStats: g.stats(ci), Replicas: g.copies()}
+	if s, err := e.js.Stream(ctx, g.stream); err == nil { // JetStream's own word
+		gi.Replicas = s.CachedInfo().Config.Replicas
+	}
 	g.mu.Lock()
 	gi.MaxDeliveries, gi.DeadLetterTopic, gi.Limits = g.maxDeliveries, g.dlq, g.limits
 	for _, m := range g.members {
@@ -329,7 +349,7 @@ func (e *Engine) takeQueued(g *group, limit int) (int, error) {
 		return 0, err
 	}
 	defer func() { _ = sub.Unsubscribe() }()
-	subj := "$JS.API.CONSUMER.MSG.NEXT." + e.opts.Stream + "." + g.consumer
+	subj := "$JS.API.CONSUMER.MSG.NEXT." + g.stream + "." + g.consumer
 	n := 0
 	for limit == 0 || n < limit {
 		batch := 256
@@ -357,7 +377,7 @@ func (e *Engine) takeQueued(g *group, limit int) (int, error) {
 				delete(g.delayed, info.sseq)
 				if !skips(m, g) {
 					h, _, hb := decodeHeaders(m.Header)
-					g.releaseLocked(heldCost(strings.TrimPrefix(m.Subject, e.subjG), m.Data, h, hb), !redelivery)
+					g.releaseLocked(heldCost(strings.TrimPrefix(m.Subject, g.subj), m.Data, h, hb), !redelivery)
 				} else if g.skipped > 0 {
 					g.skipped--
 				}
@@ -395,8 +415,11 @@ func (e *Engine) DeleteGroup(id string) error {
 	}
 	ctx, cancel := e.ctx()
 	defer cancel()
-	if err := e.js.DeleteConsumer(ctx, e.opts.Stream, g.consumer); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+	if err := e.js.DeleteConsumer(ctx, g.stream, g.consumer); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) && !errors.Is(err, jetstream.ErrStreamNotFound) {
 		return fmt.Errorf("%w: deleting consumer group %q: %v", broker.ErrUnavailable, id, err)
+	}
+	if err := e.deleteGroupStream(ctx, g); err != nil {
+		return fmt.Errorf("%w: deleting the stream of consumer group %q: %v", broker.ErrUnavailable, id, err)
 	}
 	e.mu.Lock()
 	e.announce(g.consumer)

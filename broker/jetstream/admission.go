@@ -130,7 +130,7 @@ func (g *group) skipping(n int) {
 func (g *group) refresh() {
 	ctx, cancel := g.e.ctx()
 	defer cancel()
-	c, err := g.e.js.Consumer(ctx, g.e.opts.Stream, g.consumer)
+	c, err := g.e.js.Consumer(ctx, g.stream, g.consumer)
 	if err != nil {
 		g.mu.Lock()
 		g.refreshed = time.Now()

@@ -209,7 +209,8 @@ func New(opts Options) (*Engine, error) {
 		e.close()
 		return nil, fmt.Errorf("%w: %v", broker.ErrUnavailable, err)
 	}
-	if _, err := e.nc.Subscribe("$JS.EVENT.ADVISORY.CONSUMER.DELETED."+e.opts.Stream+".*", e.onConsumerDeleted); err != nil {
+	// Every stream's: the groups with a stream of their own are on theirs.
+	if _, err := e.nc.Subscribe("$JS.EVENT.ADVISORY.CONSUMER.DELETED.*.*", e.onConsumerDeleted); err != nil {
 		e.close()
 		return nil, fmt.Errorf("%w: %v", broker.ErrUnavailable, err)
 	}
@@ -459,6 +460,11 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 			c, cancel := e.ctx()
 			_ = e.js.DeleteStream(c, e.opts.Stream)
 			_ = e.js.DeleteStream(c, e.opts.Stream+"_DLQ")
+			if own, err := e.groupStreams(c); err == nil {
+				for _, name := range own {
+					_ = e.js.DeleteStream(c, name)
+				}
+			}
 			cancel()
 		}
 		if e.nc.IsConnected() {

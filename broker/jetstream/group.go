@@ -45,6 +45,14 @@ type group struct {
 	e        *Engine
 	id       string
 	consumer string
+	// Where its messages are stored (storage.go), set when it is made or read: replicas is 0
+	// for the engine's stream, else the copies its own stream keeps; stream is JetStream's
+	// name of that stream, subj the subject prefix its messages are stored under, and secret
+	// its system_ids' (idCodec).
+	replicas int
+	stream   string
+	subj     string
+	secret   uint64
 	// created is when JetStream created the consumer (its identity: one deleted and made
 	// again under the same name is another). Written under Engine.mu.
 	created time.Time
@@ -143,8 +151,8 @@ func (g *group) matches(topic string) bool {
 }
 
 // filters are the consumer's filter subjects: the patterns that no other pattern of the
-// group covers (JetStream refuses filters that overlap that way).
-func (e *Engine) filters(patterns []string) []string {
+// group covers (JetStream refuses filters that overlap that way), under prefix.
+func filters(prefix string, patterns []string) []string {
 	var out []string
 	for i, p := range patterns {
 		covered := false
@@ -155,7 +163,7 @@ func (e *Engine) filters(patterns []string) []string {
 			}
 		}
 		if !covered {
-			out = append(out, e.subjG+p)
+			out = append(out, prefix+p)
 		}
 	}
 	return out
@@ -165,7 +173,7 @@ func (e *Engine) consumerConfig(g *group) jetstream.ConsumerConfig {
 	pj, _ := json.Marshal(g.patterns)
 	cc := jetstream.ConsumerConfig{Durable: g.consumer, AckPolicy: jetstream.AckExplicitPolicy, AckWait: g.ackWait,
 		MaxDeliver: -1, MaxAckPending: -1, MaxWaiting: 8192, DeliverPolicy: jetstream.DeliverNewPolicy,
-		Replicas: e.opts.Replicas, MemoryStorage: e.opts.MemoryStorage,
+		Replicas: g.copies(), MemoryStorage: e.opts.MemoryStorage,
 		Description: "tinybroker consumer group " + g.name,
 		Metadata: map[string]string{metaID: g.id, metaGroup: g.name, metaPatterns: string(pj),
 			metaMaxDeliveries: strconv.Itoa(g.maxDeliveries), metaDLQ: g.dlq, metaDeclared: strconv.FormatBool(g.declared)}}
@@ -176,7 +184,10 @@ func (e *Engine) consumerConfig(g *group) jetstream.ConsumerConfig {
 		lj, _ := json.Marshal(g.own)
 		cc.Metadata[metaLimits] = string(lj)
 	}
-	if f := e.filters(g.patterns); len(f) == 1 {
+	if g.replicas != 0 {
+		cc.Metadata[metaReplicas] = strconv.Itoa(g.replicas)
+	}
+	if f := filters(g.subj, g.patterns); len(f) == 1 {
 		cc.FilterSubject = f[0]
 	} else {
 		cc.FilterSubjects = f
@@ -185,7 +196,9 @@ func (e *Engine) consumerConfig(g *group) jetstream.ConsumerConfig {
 }
 
 func (e *Engine) newGroup(id string) *group {
-	return &group{e: e, id: id, consumer: encodeName(id), waiting: make(map[uint64]*broker.Message), delayed: make(map[uint64]time.Time), deadCount: -1}
+	g := &group{e: e, id: id, consumer: encodeName(id), waiting: make(map[uint64]*broker.Message), delayed: make(map[uint64]time.Time), deadCount: -1}
+	e.place(g, 0)
+	return g
 }
 
 // groupFromInfo makes a group of a consumer tinybroker made, or nil.
@@ -202,6 +215,9 @@ func (e *Engine) groupFromInfo(ci *jetstream.ConsumerInfo) *group {
 	g.declared = md[metaDeclared] == "true"
 	if lj := md[metaLimits]; lj != "" {
 		_ = json.Unmarshal([]byte(lj), &g.own)
+	}
+	if r, _ := strconv.Atoi(md[metaReplicas]); r > 0 {
+		e.place(g, r)
 	}
 	g.limits = e.groupLimits(g.own)
 	g.queued, g.refreshed = int(ci.NumPending), time.Now() // what it refused, if any, included

@@ -39,7 +39,7 @@ func (g *group) pumpLocked(m *member) {
 		expires = min(expires, after/2)
 	}
 	req := fmt.Appendf(nil, `{"batch":%d,"expires":%d}`, room, int64(expires))
-	subj := "$JS.API.CONSUMER.MSG.NEXT." + g.e.opts.Stream + "." + g.consumer
+	subj := "$JS.API.CONSUMER.MSG.NEXT." + g.stream + "." + g.consumer
 	if err := g.e.nc.PublishRequest(subj, m.inbox+"."+strconv.FormatUint(rid, 10), req); err != nil {
 		g.e.log.Warn("pull request failed", "group", g.id, "error", err)
 	}
@@ -171,7 +171,7 @@ func (m *member) onMsg(msg *nats.Msg) {
 				g.queued--
 			}
 			if g.waiting[info.sseq] == nil {
-				g.waiting[info.sseq] = e.decode(msg, info.sseq)
+				g.waiting[info.sseq] = g.decode(msg, info.sseq)
 			}
 		}
 		g.mu.Unlock()
@@ -181,7 +181,7 @@ func (m *member) onMsg(msg *nats.Msg) {
 	if info.delivered == 1 && g.queued > 0 {
 		g.queued--
 	}
-	bm := e.decode(msg, info.sseq)
+	bm := g.decode(msg, info.sseq)
 	h := &held{msg: bm, reply: msg.Reply, info: info, attempt: g.markLocked(info.sseq, info.delivered), sentAt: time.Now()}
 	if g.maxDeliveries > 0 && int(info.delivered) > g.maxDeliveries {
 		// JetStream redelivered it by itself (the node that held it went away) past
@@ -263,12 +263,12 @@ func (g *group) ack(pref *member, seqs []uint64) (unknown int) {
 			delete(g.delayed, seq)
 			g.acked++
 			g.releaseLocked(msgCost(msg), false)
-			_ = g.e.nc.Publish(ackSubject(g.e.opts.Stream, g.consumer, seq, 0), []byte("+ACK"))
+			_ = g.e.nc.Publish(ackSubject(g.stream, g.consumer, seq, 0), []byte("+ACK"))
 			if hooks != nil {
 				events = append(events, broker.AckEvent{Msg: msg, SystemID: msg.SystemID, SubscriptionID: g.id, Group: g.name})
 			}
 		} else if !g.e.solo {
-			_ = g.e.nc.Publish(ackSubject(g.e.opts.Stream, g.consumer, seq, 0), []byte("+ACK"))
+			_ = g.e.nc.Publish(ackSubject(g.stream, g.consumer, seq, 0), []byte("+ACK"))
 		} else {
 			unknown++
 		}

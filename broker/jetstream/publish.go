@@ -117,8 +117,9 @@ func (e *Engine) routeBatch(ms []publishing.Msg, res []broker.PublishResult, err
 	now := time.Now().UnixNano()
 	var deadline time.Time // RequestTimeout from the frame's first store
 	ps := make([]pendingStore, len(ms))
-	var b *storeBatch     // made for the frame's first store
-	var plain nats.Header // the stored headers of a message without headers of its own
+	var b *storeBatch              // the engine stream's stores, made for the frame's first
+	var own map[*group]*storeBatch // the group streams' (storage.go), made for their first
+	var plain nats.Header          // the stored headers of a message without headers of its own
 	for i, m := range ms {
 		if m.Drop {
 			continue
@@ -148,33 +149,85 @@ func (e *Engine) routeBatch(ms []publishing.Msg, res []broker.PublishResult, err
 				h[jetstream.MsgIDHeader] = []string{natsMsgID(m.ID)}
 			}
 		}
-		if b == nil {
-			b, deadline = newStoreBatch(len(ms)), time.Now().Add(e.opts.RequestTimeout)
+		if deadline.IsZero() {
+			deadline = time.Now().Add(e.opts.RequestTimeout)
 		}
-		if err := e.st.send(e.nc, b, i, &nats.Msg{Subject: e.subjG + m.Topic, Data: m.Payload, Header: h}, deadline); err != nil {
-			errs[i] = e.storeError(err)
-			p.unadmit()
-			continue
+		if p.shared {
+			if b == nil {
+				b = newStoreBatch(len(ms))
+			}
+			if err := e.st.send(e.nc, b, i, &nats.Msg{Subject: e.subjG + m.Topic, Data: m.Payload, Header: h}, deadline); err != nil {
+				errs[i] = e.storeError(err)
+				p.unadmitShared()
+			} else {
+				p.sent = true
+			}
 		}
-		p.sent = true
+		for _, g := range p.took {
+			if !g.ownStream() {
+				continue
+			}
+			gb := own[g]
+			if gb == nil {
+				if own == nil {
+					own = make(map[*group]*storeBatch)
+				}
+				gb = newStoreBatch(len(ms))
+				own[g] = gb
+			}
+			if err := e.st.send(e.nc, gb, i, &nats.Msg{Subject: g.subj + m.Topic, Data: m.Payload, Header: h}, deadline); err != nil {
+				errs[i] = e.storeError(err)
+				p.failed = append(p.failed, g)
+				continue
+			}
+			p.ownSent = append(p.ownSent, g)
+		}
+		for _, g := range p.failed {
+			p.unadmitGroup(g)
+		}
 	}
 	if b != nil {
 		e.st.wait(b, deadline)
 	}
+	for _, gb := range own {
+		e.st.wait(gb, deadline)
+	}
 	for i := range ps {
 		p := &ps[i]
-		if !p.sent {
-			continue
+		stores, dups := 0, 0
+		if p.sent {
+			switch err := b.errs[i]; {
+			case err != nil:
+				errs[i] = e.storeError(err)
+				p.unadmitShared()
+			case b.dups[i]: // stored already, through this node or another
+				p.unadmitShared()
+				stores, dups = stores+1, dups+1
+				p.stored, p.seq, p.secret = true, b.seqs[i], e.ids.stored
+			default:
+				stores++
+				p.stored, p.seq, p.secret = true, b.seqs[i], e.ids.stored
+			}
 		}
-		if err := b.errs[i]; err != nil {
-			errs[i] = e.storeError(err)
-			p.unadmit()
-			continue
+		for _, g := range p.ownSent {
+			gb := own[g]
+			switch err := gb.errs[i]; {
+			case err != nil:
+				errs[i] = e.storeError(err)
+				p.unadmitGroup(g)
+				continue
+			case gb.dups[i]:
+				p.unadmitGroup(g)
+				dups++
+			}
+			stores++
+			if !p.stored {
+				p.stored, p.seq, p.secret = true, gb.seqs[i], g.secret
+			}
 		}
-		p.seq = b.seqs[i]
-		if b.dups[i] { // stored already, through this node or another: answer with the first
-			p.unadmit()
-			res[i] = e.duplicateStored(p.seq)
+		if stores > 0 && dups == stores && errs[i] == nil {
+			// Every copy was stored already: answer with the first, as JetStream does.
+			res[i] = e.duplicateStored(p.seq, p.secret)
 			p.dup = true
 		}
 	}
@@ -194,27 +247,33 @@ func natsMsgID(key string) string {
 }
 
 // duplicateStored answers a message JetStream had stored already (its Nats-Msg-Id within
-// the stream's duplicate window), at stream sequence seq, perhaps through another node: it
-// is neither stored nor sent to fanout subscribers again. Routed is unknown (another node
-// may have routed the first): 0.
-func (e *Engine) duplicateStored(seq uint64) broker.PublishResult {
-	return broker.PublishResult{Seq: seq, SystemID: e.ids.format(seq, e.ids.stored), Duplicate: true}
+// the stream's duplicate window), at stream sequence seq of the stream whose system_ids
+// have secret, perhaps through another node: it is neither stored nor sent to fanout
+// subscribers again. Routed is unknown (another node may have routed the first): 0.
+func (e *Engine) duplicateStored(seq, secret uint64) broker.PublishResult {
+	return broker.PublishResult{Seq: seq, SystemID: e.ids.format(seq, secret), Duplicate: true}
 }
 
 // pendingStore is one message of RouteBatch on its way.
 type pendingStore struct {
-	mr   *matchResult
-	took []*group // the groups that admitted it (see admit)
-	cost int64    // what it costs each of them
-	sent bool     // sent to the stream (not: no group took it, or it could not be sent)
-	seq  uint64   // its stream sequence, once stored
-	dup  bool     // stored already (JetStream's deduplication): seq is the first's
+	mr     *matchResult
+	took   []*group // the groups that admitted it (see admit) and hold it still
+	shared bool     // one of them is on the engine's stream: stored there
+	cost   int64    // what it costs each of them
+	sent   bool     // sent to the engine's stream
+	// The groups with a stream of their own that it was sent to, and those it could not be.
+	ownSent, failed []*group
+	// Where it was stored first, once it was: its sequence there and that stream's secret.
+	stored      bool
+	seq, secret uint64
+	dup         bool // stored already, every copy (JetStream's deduplication): seq is the first's
 }
 
-// admit asks every group m matches to take it (group.admit). The groups that refuse it are
-// named in the stored message (skip), so that their members end it unseen; if every group
-// refused it and no fanout subscription here wants it either, the publish is refused with
-// the first group's reason, as the memory engine does.
+// admit asks every group m matches to take it (group.admit). The groups on the engine's
+// stream that refuse it are named in the message stored there (skip), so that their members
+// end it unseen; a group with a stream of its own that refuses it is not sent a copy. If
+// every group refused it and no fanout subscription here wants it either, the publish is
+// refused with the first group's reason, as the memory engine does.
 func (e *Engine) admit(p *pendingStore, m *publishing.Msg) ([]string, error) {
 	p.cost = heldCost(m.Topic, m.Payload, m.Headers, m.HB)
 	var full error
@@ -224,21 +283,26 @@ func (e *Engine) admit(p *pendingStore, m *publishing.Msg) ([]string, error) {
 			if full == nil {
 				full = err
 			}
-			skip = append(skip, g.consumer)
+			if !g.ownStream() {
+				skip = append(skip, g.consumer)
+			}
 			continue
 		}
 		p.took = append(p.took, g)
+		p.shared = p.shared || !g.ownStream()
 	}
 	if len(p.took) == 0 && len(p.mr.subs) == 0 {
 		e.refused.Add(1)
 		return nil, full
 	}
-	if len(p.took) > 0 { // stored: the refusing groups' consumers will pass it
+	if p.shared { // stored: the refusing groups' consumers will pass it
 		for _, g := range p.mr.groups {
-			if !slices.Contains(p.took, g) {
+			if !g.ownStream() && !slices.Contains(p.took, g) {
 				g.skipping(1)
 			}
 		}
+	} else {
+		skip = nil
 	}
 	return skip, nil
 }
@@ -249,16 +313,32 @@ func heldCost(topic string, payload []byte, headers broker.Headers, hb int) int6
 	return grouping.MessageCost(topic, "", payload, len(headers), hb, 1) + idLen + grouping.HolderOverhead
 }
 
-// unadmit gives back what admit charged, for a message that was not stored after all.
-func (p *pendingStore) unadmit() {
+// unadmitShared gives back what admit charged the groups on the engine's stream, for a
+// message that was not stored there after all (or was already).
+func (p *pendingStore) unadmitShared() {
+	if !p.shared {
+		return
+	}
 	for _, g := range p.mr.groups {
-		if slices.Contains(p.took, g) {
+		switch {
+		case g.ownStream():
+		case slices.Contains(p.took, g):
 			g.release(p.cost, true)
-		} else {
+		default:
 			g.skipping(-1)
 		}
 	}
-	p.took = nil
+	p.took = slices.DeleteFunc(p.took, func(g *group) bool { return !g.ownStream() })
+	p.shared = false
+}
+
+// unadmitGroup gives back what admit charged g, which has a stream of its own, for a message
+// that was not stored there after all (or was already).
+func (p *pendingStore) unadmitGroup(g *group) {
+	if i := slices.Index(p.took, g); i >= 0 {
+		g.release(p.cost, true)
+		p.took = slices.Delete(p.took, i, i+1)
+	}
 }
 
 // storeError is what a publisher hears when JetStream did not store its message.
@@ -309,8 +389,8 @@ func (e *Engine) fanout(m *publishing.Msg, p *pendingStore, publishedAt int64) (
 	topic := m.Topic
 	seq := p.seq
 	var id string
-	if len(p.took) > 0 {
-		id = e.ids.format(seq, e.ids.stored)
+	if p.stored {
+		id = e.ids.format(seq, p.secret)
 	} else {
 		seq = rand.Uint64() | 1
 		id = e.ids.format(seq, e.ids.fanout)
@@ -322,7 +402,7 @@ func (e *Engine) fanout(m *publishing.Msg, p *pendingStore, publishedAt int64) (
 		err = e.publishFanout(m, seq, id, publishedAt)
 	}
 	if err != nil {
-		if len(p.took) == 0 {
+		if !p.stored {
 			if errors.Is(err, nats.ErrMaxPayload) {
 				return broker.PublishResult{}, e.storeError(err)
 			}
@@ -441,10 +521,10 @@ func (e *Engine) dispatchFanout() {
 	}
 }
 
-// decode makes a broker.Message of a stored message JetStream delivered.
-func (e *Engine) decode(m *nats.Msg, sseq uint64) *broker.Message {
+// decode makes a broker.Message of a stored message JetStream delivered to g.
+func (g *group) decode(m *nats.Msg, sseq uint64) *broker.Message {
 	h, at, hb := decodeHeaders(m.Header)
-	return &broker.Message{ID: sseq, SystemID: e.ids.format(sseq, e.ids.stored), Topic: strings.TrimPrefix(m.Subject, e.subjG),
+	return &broker.Message{ID: sseq, SystemID: g.e.ids.format(sseq, g.secret), Topic: strings.TrimPrefix(m.Subject, g.subj),
 		Payload: m.Data, Headers: h, PublishedAt: at, HeaderBytes: hb, Targets: 1}
 }
 

@@ -28,7 +28,7 @@ func (e *Engine) groupLocked(id string) (*group, error) {
 	}
 	ctx, cancel := e.ctx()
 	defer cancel()
-	c, err := e.js.Consumer(ctx, e.opts.Stream, encodeName(id))
+	c, err := e.consumerByName(ctx, encodeName(id))
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return nil, nil
 	}
@@ -53,7 +53,7 @@ func (e *Engine) addGroupLocked(g *group) {
 func (e *Engine) saveLocked(g *group) error {
 	ctx, cancel := e.ctx()
 	defer cancel()
-	c, err := e.js.CreateOrUpdateConsumer(ctx, e.opts.Stream, e.consumerConfig(g))
+	c, err := e.js.CreateOrUpdateConsumer(ctx, g.stream, e.consumerConfig(g))
 	if err != nil {
 		return fmt.Errorf("%w: JetStream refused consumer group %q: %v", broker.ErrUnavailable, g.id, err)
 	}
@@ -134,7 +134,7 @@ func (e *Engine) onAnnounce(m *nats.Msg) {
 	}()
 	name := strings.TrimPrefix(m.Subject, e.subjX)
 	ctx, cancel := e.ctx()
-	c, err := e.js.Consumer(ctx, e.opts.Stream, name)
+	c, err := e.consumerByName(ctx, name)
 	cancel()
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {
 		if gone := e.groupByConsumer(name); gone != nil {
@@ -165,8 +165,8 @@ func (e *Engine) groupByConsumer(name string) *group {
 // InactiveThreshold, GroupExpireAfter), or deleted by a node (already forgotten there).
 func (e *Engine) onConsumerDeleted(m *nats.Msg) {
 	gone := e.groupByConsumer(m.Subject[strings.LastIndexByte(m.Subject, '.')+1:])
-	if gone == nil || e.closing.Load() {
-		return
+	if gone == nil || e.closing.Load() || !strings.HasSuffix(m.Subject, "."+gone.stream+"."+gone.consumer) {
+		return // not one of this engine's groups: another stream's consumer of the same name
 	}
 	e.log.Info("consumer group expired: no activity for group_expire_after", "subscription", gone.id, "group", gone.name,
 		"expire_after", e.opts.GroupExpireAfter)
@@ -183,6 +183,13 @@ func (e *Engine) learn(ci *jetstream.ConsumerInfo) *group {
 		return nil
 	}
 	e.mu.Lock()
+	if g := e.groups[ng.id]; g != nil && g.stream != ng.stream && ng.created.After(g.created) {
+		// Deleted and made again elsewhere with other replicas, and the deletion missed
+		// here: another group (where its messages are stored is fixed for a group's life).
+		e.mu.Unlock()
+		e.forgetGroup(g.id, g)
+		e.mu.Lock()
+	}
 	defer e.mu.Unlock()
 	g := e.groups[ng.id]
 	if g == nil {
@@ -226,6 +233,13 @@ func (e *Engine) createLocked(gc broker.GroupConfig, patterns []string, declared
 		g.dlq = deadletter.DefaultTopic(gc.ID)
 	}
 	g.ackWait = max(ackDeadline, e.opts.AckDeadline) + ackWaitPad
+	e.place(g, gc.Replicas)
+	if g.ownStream() {
+		if err := e.ensureGroupStream(g); err != nil {
+			q.ReleaseGroup()
+			return nil, err
+		}
+	}
 	if err := e.saveLocked(g); err != nil {
 		q.ReleaseGroup()
 		return nil, err

@@ -401,7 +401,7 @@ func (s *Subscription) Ack(ids []string) (skipped int) {
 	if s.m == nil {
 		return 0
 	}
-	seqs, bad := grouping.Seqs(ids, s.e.ids.parse)
+	seqs, bad := grouping.Seqs(ids, s.m.g.parseID)
 	return s.m.g.ack(s.m, seqs) + bad
 }
 
@@ -411,7 +411,7 @@ func (s *Subscription) Nack(ids []string, delay time.Duration, reason string) (s
 	if s.m == nil {
 		return 0
 	}
-	seqs, bad := grouping.Seqs(ids, s.e.ids.parse)
+	seqs, bad := grouping.Seqs(ids, s.m.g.parseID)
 	return s.m.g.nack(s.m, seqs, delay, reason) + bad
 }
 
@@ -420,6 +420,6 @@ func (s *Subscription) Touch(ids []string) (skipped int) {
 	if s.m == nil {
 		return 0
 	}
-	seqs, bad := grouping.Seqs(ids, s.e.ids.parse)
+	seqs, bad := grouping.Seqs(ids, s.m.g.parseID)
 	return s.m.g.touch(s.m, seqs) + bad
 }

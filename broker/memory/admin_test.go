@@ -235,3 +235,20 @@ func TestDeadLetterStoreBounds(t *testing.T) {
 		t.Fatalf("after a refused replay the store holds %+v", dls)
 	}
 }
+
+// The memory engine keeps one copy of a message: a declaration asking for more is refused,
+// saying why; replicas 1 is what it does anyway, and Group says so.
+func TestDeclareReplicas(t *testing.T) {
+	b := New(Options{})
+	defer b.Shutdown(t.Context())
+	err := b.Declare(broker.GroupConfig{Name: "r3", Patterns: []string{"a.>"}, Replicas: 3})
+	if !errors.Is(err, broker.ErrInvalidSubscription) || !strings.Contains(err.Error(), "one copy") {
+		t.Fatalf("replicas 3: %v, want a refusal saying the engine keeps one copy", err)
+	}
+	if err := b.Declare(broker.GroupConfig{Name: "r1", Patterns: []string{"a.>"}, Replicas: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if gi, err := b.Group("r1"); err != nil || gi.Replicas != 1 {
+		t.Fatalf("%+v %v", gi, err)
+	}
+}

@@ -12,6 +12,9 @@ import (
 // id matches it. A declared group is never rebound by a member with other settings and never
 // expires.
 func (b *Engine) Declare(gc broker.GroupConfig) error {
+	if gc.Replicas > 1 {
+		return fmt.Errorf("%w: consumer group %q asks for %d replicas: the memory engine keeps one copy of a message, in this process; run on engine \"jetstream\" in a cluster for more, or drop replicas", broker.ErrInvalidSubscription, gc.Name, gc.Replicas)
+	}
 	o := gc.SubscribeOptions()
 	gc.ID = o.ID
 	patterns, err := b.opts.CheckSubscribe(&o)

@@ -725,7 +725,7 @@ func (g *group) statsLocked() broker.GroupStats {
 func (g *group) info() broker.GroupInfo {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	gi := broker.GroupInfo{GroupStats: g.statsLocked(), MaxDeliveries: g.maxDeliveries, DeadLetterTopic: g.dlq, Limits: g.limits}
+	gi := broker.GroupInfo{GroupStats: g.statsLocked(), MaxDeliveries: g.maxDeliveries, DeadLetterTopic: g.dlq, Limits: g.limits, Replicas: 1}
 	for _, m := range g.members {
 		gi.MemberList = append(gi.MemberList, broker.MemberInfo{ID: m.s.bal.MemberID, Peer: m.peer, InFlight: len(m.owned),
 			MaxInFlight: m.maxInFlight, AckDeadline: m.ackDeadline, Joined: m.joined})

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -308,6 +309,9 @@ func (a *app) printGroup(g *adminpb.Group) error {
 		{"max deliveries", maxDel},
 		{"dead letters", fmt.Sprintf("%d kept (%s; max %d, %s), %d dead-lettered to %s, %d dropped from the store",
 			g.GetDeadLetters(), bytesText(g.GetDeadLetterBytes()), s.GetDeadLettersMax(), bytesText(s.GetDeadLettersMaxBytes()), g.GetDeadLettered(), s.GetDeadLetterTopic(), g.GetDeadLettersDropped())},
+	}
+	if n := s.GetReplicas(); n > 1 { // JetStream keeping several copies: one is the usual case
+		rows = slices.Insert(rows, 3, [2]string{"replicas", fmt.Sprintf("%d (copies of its messages JetStream keeps)", n)})
 	}
 	for _, r := range rows {
 		fmt.Fprintf(tw, "%s:\t%s\n", r[0], r[1])

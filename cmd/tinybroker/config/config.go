@@ -50,6 +50,7 @@
 //	  dead_letters_max_bytes = "64MiB"
 //	  redelivery_delay_min   = "100ms"
 //	  redelivery_delay_max   = "10s"
+//	  replicas               = 3    # engine "jetstream" only: copies of its messages, in a stream of its own
 //	}
 //
 //	limits {                      # at most one; see RATIONALE.md, "Limits"

@@ -42,6 +42,17 @@ func TestEngineJetStream(t *testing.T) {
 	}
 }
 
+// A declared group's replicas reach its GroupConfig; 1 is allowed everywhere.
+func TestGroupReplicas(t *testing.T) {
+	c, err := Parse([]byte("engine \"jetstream\" {\n  url = \"nats://x:4222\"\n}\ngroup \"g\" {\n  topics = [\"a.>\"]\n  replicas = 3\n}\ngroup \"h\" {\n  topics = [\"b.>\"]\n  replicas = 1\n}\n"), "t.hcl")
+	if err != nil || len(c.Groups) != 2 || c.Groups[0].Replicas != 3 || c.Groups[1].Replicas != 1 {
+		t.Fatalf("%+v %v", c.Groups, err)
+	}
+	if _, err := Parse([]byte("group \"h\" {\n  topics = [\"b.>\"]\n  replicas = 1\n}\n"), "t.hcl"); err != nil {
+		t.Fatalf("replicas = 1 on the memory engine: %v", err)
+	}
+}
+
 func TestEngineErrors(t *testing.T) {
 	tests := []struct {
 		name, src string
@@ -62,6 +73,12 @@ func TestEngineErrors(t *testing.T) {
 		{"bad max_bytes", "engine \"jetstream\" {\n  data_dir = \"d\"\n  max_bytes = \"lots\"\n}\n", []string{"t.hcl:3,15-21", "max_bytes"}},
 		{"zero max_bytes", "engine \"jetstream\" {\n  data_dir = \"d\"\n  max_bytes = 0\n}\n", []string{"t.hcl:3,15-16", "max_bytes"}},
 		{"bad stream", "engine \"jetstream\" {\n  data_dir = \"d\"\n  stream = \"a.b\"\n}\n", []string{"t.hcl:3,", "Invalid stream"}},
+		{"group replicas on the memory engine", "group \"g\" {\n  topics = [\"a.>\"]\n  replicas = 3\n}\n",
+			[]string{"t.hcl:3,14-15", "Invalid group replicas", "memory engine keeps one copy"}},
+		{"group replicas without a cluster", "engine \"jetstream\" {\n  data_dir = \"d\"\n}\ngroup \"g\" {\n  topics = [\"a.>\"]\n  replicas = 3\n}\n",
+			[]string{"t.hcl:6,14-15", "Invalid group replicas", "needs a cluster"}},
+		{"group replicas over 5", "engine \"jetstream\" {\n  url = \"nats://x:4222\"\n}\ngroup \"g\" {\n  topics = [\"a.>\"]\n  replicas = 7\n}\n",
+			[]string{"t.hcl:6,14-15", "1 to 5 copies"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -32,6 +32,7 @@ var groupSection = section{
 		sizeAttr("dead_letters_max_bytes", func(c *Config) *int64 { return &lastGroup(c).Limits.DeadLetterMaxBytes }),
 		timeoutAttr("redelivery_delay_min", -1, func(c *Config) *time.Duration { return &lastGroup(c).Limits.RedeliveryDelayMin }),
 		durationAttr("redelivery_delay_max", func(c *Config) *time.Duration { return &lastGroup(c).Limits.RedeliveryDelayMax }),
+		positiveIntAttr("replicas", func(c *Config) *int { return &lastGroup(c).Replicas }),
 	},
 }
 

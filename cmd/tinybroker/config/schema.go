@@ -125,6 +125,33 @@ func (d *decoder) check() hcl.Diagnostics {
 	}
 	diags = append(diags, d.checkHTTP()...)
 	diags = append(diags, d.checkRedelivery()...)
+	diags = append(diags, d.checkGroupReplicas()...)
+	return diags
+}
+
+// checkGroupReplicas holds a declared group's replicas to what its engine can keep: one copy
+// on the memory engine, 1 to 5 on JetStream, and no more than a cluster (or one embedded
+// node without one) has nodes for.
+func (d *decoder) checkGroupReplicas() hcl.Diagnostics {
+	var diags hcl.Diagnostics
+	j := d.cfg.JetStream
+	for _, g := range d.cfg.Groups {
+		path := "group." + g.Name + ".replicas"
+		var detail string
+		switch {
+		case g.Replicas <= 1:
+			continue
+		case d.cfg.Engine != EngineJetStream:
+			detail = fmt.Sprintf("group %q: replicas = %d, but the memory engine keeps one copy of a message, in this process; use engine \"jetstream\" in a cluster for more copies, or drop replicas.", g.Name, g.Replicas)
+		case g.Replicas > 5:
+			detail = fmt.Sprintf("group %q: replicas = %d; JetStream keeps 1 to 5 copies (3 survives the loss of a node).", g.Name, g.Replicas)
+		case j.URL == "" && j.ClusterListen == "":
+			detail = fmt.Sprintf("group %q: replicas = %d needs a cluster of at least %d nodes: add a cluster block to engine \"jetstream\", or drop replicas.", g.Name, g.Replicas, g.Replicas)
+		default:
+			continue
+		}
+		diags = append(diags, &hcl.Diagnostic{Severity: hcl.DiagError, Summary: "Invalid group replicas", Detail: detail, Subject: d.rangeOf(path)})
+	}
 	return diags
 }
 

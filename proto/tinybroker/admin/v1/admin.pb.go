@@ -812,8 +812,12 @@ type GroupSettings struct {
 	Overflow            string `protobuf:"bytes,5,opt,name=overflow,proto3" json:"overflow,omitempty"`
 	DeadLettersMax      uint32 `protobuf:"varint,6,opt,name=dead_letters_max,json=deadLettersMax,proto3" json:"dead_letters_max,omitempty"`
 	DeadLettersMaxBytes uint64 `protobuf:"varint,7,opt,name=dead_letters_max_bytes,json=deadLettersMaxBytes,proto3" json:"dead_letters_max_bytes,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// Copies of the group's messages the engine keeps: 1 on the memory engine; on JetStream,
+	// the replicas of the stream that holds them (the engine's, or the group's own when it is
+	// declared with replicas), as JetStream reports it.
+	Replicas      uint32 `protobuf:"varint,8,opt,name=replicas,proto3" json:"replicas,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GroupSettings) Reset() {
@@ -891,6 +895,13 @@ func (x *GroupSettings) GetDeadLettersMax() uint32 {
 func (x *GroupSettings) GetDeadLettersMaxBytes() uint64 {
 	if x != nil {
 		return x.DeadLettersMaxBytes
+	}
+	return 0
+}
+
+func (x *GroupSettings) GetReplicas() uint32 {
+	if x != nil {
+		return x.Replicas
 	}
 	return 0
 }
@@ -2029,7 +2040,7 @@ const file_tinybroker_admin_v1_admin_proto_rawDesc = "" +
 	"\x14dead_letters_dropped\x18\x13 \x01(\x04R\x12deadLettersDropped\x12>\n" +
 	"\bsettings\x18\x14 \x01(\v2\".tinybroker.admin.v1.GroupSettingsR\bsettings\x12<\n" +
 	"\vmember_list\x18\x15 \x03(\v2\x1b.tinybroker.admin.v1.MemberR\n" +
-	"memberList\"\xa6\x02\n" +
+	"memberList\"\xc2\x02\n" +
 	"\rGroupSettings\x12%\n" +
 	"\x0emax_deliveries\x18\x01 \x01(\rR\rmaxDeliveries\x12*\n" +
 	"\x11dead_letter_topic\x18\x02 \x01(\tR\x0fdeadLetterTopic\x12\x1d\n" +
@@ -2038,7 +2049,8 @@ const file_tinybroker_admin_v1_admin_proto_rawDesc = "" +
 	"\x10max_queued_bytes\x18\x04 \x01(\x04R\x0emaxQueuedBytes\x12\x1a\n" +
 	"\boverflow\x18\x05 \x01(\tR\boverflow\x12(\n" +
 	"\x10dead_letters_max\x18\x06 \x01(\rR\x0edeadLettersMax\x123\n" +
-	"\x16dead_letters_max_bytes\x18\a \x01(\x04R\x13deadLettersMaxBytes\"\xe2\x01\n" +
+	"\x16dead_letters_max_bytes\x18\a \x01(\x04R\x13deadLettersMaxBytes\x12\x1a\n" +
+	"\breplicas\x18\b \x01(\rR\breplicas\"\xe2\x01\n" +
 	"\x06Member\x12\x1b\n" +
 	"\tmember_id\x18\x01 \x01(\tR\bmemberId\x12\x12\n" +
 	"\x04peer\x18\x02 \x01(\tR\x04peer\x12\x1b\n" +
