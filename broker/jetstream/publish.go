@@ -157,11 +157,15 @@ func (e *Engine) routeBatch(ms []publishing.Msg, res []broker.PublishResult, err
 				b = newStoreBatch(len(ms))
 			}
 			if err := e.st.send(e.nc, b, i, &nats.Msg{Subject: e.subjG + m.Topic, Data: m.Payload, Header: h}, deadline); err != nil {
+				// Not sent anywhere yet: stored nowhere, the other copies are not sent either.
 				errs[i] = e.storeError(err)
 				p.unadmitShared()
-			} else {
-				p.sent = true
+				for _, g := range slices.Clone(p.took) {
+					p.unadmitGroup(g)
+				}
+				continue
 			}
+			p.sent = true
 		}
 		for _, g := range p.took {
 			if !g.ownStream() {
