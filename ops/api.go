@@ -277,13 +277,15 @@ type GroupJSON struct {
 	Delayed      int      `json:"delayed"`
 	Bytes        int64    `json:"bytes"`
 	OldestAgeMS  int64    `json:"oldest_age_ms"`
+	Published    uint64   `json:"published"` // messages it took
 	Delivered    uint64   `json:"delivered"`
 	Acked        uint64   `json:"acked"`
 	Redelivered  uint64   `json:"redelivered"`
 	Nacked       uint64   `json:"nacked"`
 	TimedOut     uint64   `json:"timed_out"`
 	LeftBehind   uint64   `json:"left_behind"`
-	DeadLettered uint64   `json:"dead_lettered"`
+	DeadLettered uint64   `json:"dead_lettered"` // ever, since the broker started
+	DeadLetters  int      `json:"dead_letters"`  // kept now in its dead-letter store
 	Dropped      uint64   `json:"dropped"`
 	Rejected     uint64   `json:"rejected"`
 }
@@ -315,9 +317,9 @@ const maxListed = 500
 func groupJSON(g broker.GroupStats, now int64) GroupJSON {
 	return GroupJSON{ID: g.ID, Group: g.Group, Patterns: g.Patterns, Declared: g.Declared, Members: g.Members,
 		Queued: g.Queued, InFlight: g.InFlight, Delayed: g.Delayed, Bytes: g.Bytes,
-		OldestAgeMS: int64(ageSeconds(g.OldestQueued, now) * 1000), Delivered: g.Delivered, Acked: g.Acked,
+		OldestAgeMS: int64(ageSeconds(g.OldestQueued, now) * 1000), Published: g.Published, Delivered: g.Delivered, Acked: g.Acked,
 		Redelivered: g.Redelivered, Nacked: g.Nacked, TimedOut: g.TimedOut, LeftBehind: g.LeftBehind,
-		DeadLettered: g.DeadLettered, Dropped: g.Dropped, Rejected: g.Rejected}
+		DeadLettered: g.DeadLettered, DeadLetters: g.DeadLetters, Dropped: g.Dropped, Rejected: g.Rejected}
 }
 
 // snapshotter takes snapshots, at most one per maxAge however many dashboards watch.
