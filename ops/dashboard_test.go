@@ -282,6 +282,20 @@ func takeScreenshots(t *testing.T, ctx context.Context, s *stack) {
 	work := s.join(t, "billing", &pb.OpenSubscription{TopicPatterns: []string{"orders.created"}, MaxInFlight: 8})
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
+	tailCtx, endTail := context.WithCancel(context.Background())
+	defer endTail()
+	tail, r, err := s.openStream(t, tailCtx, &pb.OpenSubscription{SubscriptionId: "shipped-tail", TopicPatterns: []string{"orders.shipped"},
+		Mode: pb.DeliveryMode_DELIVERY_MODE_FANOUT})
+	if err != nil || r.GetSubscribed() == nil {
+		t.Fatalf("open shipped-tail: %v %v", r, err)
+	}
+	wg.Go(func() { // a fanout subscriber reading what it gets, for the Streams and Connections tabs
+		for {
+			if _, err := tail.Recv(); err != nil {
+				return
+			}
+		}
+	})
 	wg.Go(func() { // publishes in waves, at 200 to 1,000 messages a second
 		for i := 0; ; i++ {
 			select {
@@ -317,7 +331,7 @@ func takeScreenshots(t *testing.T, ctx context.Context, s *stack) {
 		}
 	})
 	time.Sleep(40 * time.Second)
-	for _, tab := range []string{"overview", "groups", "dead-letters", "plugins", "streams"} {
+	for _, tab := range []string{"overview", "groups", "dead-letters", "plugins", "streams", "connections"} {
 		if tab == "dead-letters" {
 			_ = chromedp.Do(ctx, chromedp.Navigate(s.url+"/#groups"))
 			_ = chromedp.Do(ctx, chromedp.Click(`tr[data-group="billing"] td.actions button`))
@@ -334,6 +348,7 @@ func takeScreenshots(t *testing.T, ctx context.Context, s *stack) {
 		}
 	}
 	close(stop)
+	endTail()
 	wg.Wait()
 }
 

@@ -232,11 +232,11 @@ function legend(id, series) {
 }
 
 function spark(values) {
-  const svg = s("svg", { class: "spark", viewBox: "0 0 120 24", preserveAspectRatio: "none" });
+  const svg = s("svg", { class: "spark", viewBox: "0 0 100 24", preserveAspectRatio: "none" });
   if (values.length > 1) {
     const max = Math.max(1, ...values);
     let d = "";
-    values.forEach((v, i) => { d += (i ? "L" : "M") + (120 * i / (values.length - 1)).toFixed(1) + "," + (22 - 20 * v / max).toFixed(1); });
+    values.forEach((v, i) => { d += (i ? "L" : "M") + (100 * i / (values.length - 1)).toFixed(1) + "," + (22 - 20 * v / max).toFixed(1); });
     svg.append(s("path", { d }));
   }
   return svg;
@@ -296,8 +296,8 @@ function renderGroups() {
     const hist = (groupHistory.get(g.id) || []).slice(-HISTORY).map(x => x.backlog);
     return h("tr", { "data-group": g.id },
       h("td", {}, h("strong", {}, g.id), g.group !== g.id ? h("div", { class: "note" }, "group " + g.group) : null,
+        h("div", { class: "patterns" }, g.patterns.join(" ")),
         g.declared ? h("span", { class: "badge muted", title: "declared in the config file" }, "declared") : null),
-      h("td", { class: "patterns" }, g.patterns.join(" ")),
       h("td", { class: "num members" }, g.members),
       h("td", { class: "num queued" + (g.queued > 0 && g.members === 0 ? " hot" : "") }, g.queued),
       h("td", { class: "num in-flight" }, g.in_flight),
@@ -486,7 +486,7 @@ async function loadConnections() {
     $("conn-next").disabled = connOffset + r.streams.length >= r.total;
     sync($("conn-table").tBodies[0], r.streams.map(st => h("tr", { "data-stream": st.id },
       h("td", { class: "patterns" }, st.id),
-      h("td", { class: "patterns peer" }, st.peer || "–"),
+      h("td", { class: "patterns peer" }, st.peer || h("span", { class: "note", title: "opened inside the broker's process, not over gRPC" }, "in-process")),
       h("td", { class: "num" }, num(st.buffered)),
       h("td", { class: "subs" }, st.subscriptions.length ? st.subscriptions.map(sub => h("div", { class: "sub", "data-sub": sub.id },
         h("code", {}, sub.id), " ", h("span", { class: "badge muted" }, sub.mode.toLowerCase()),
