@@ -27,6 +27,7 @@ var webFS embed.FS
 //	GET    /api/snapshot                          everything the dashboard shows, at once
 //	GET    /api/events                            the same as server-sent events, every Interval
 //	GET    /api/server                            version, uptime, readiness, connections (as /varz)
+//	GET    /api/history?since=MS                  the dashboard's history (history.go), from since
 //	GET    /api/streams?offset=N&limit=M          the open streams and their subscriptions (as /connz)
 //	GET    /api/groups/{id}                       one group
 //	POST   /api/groups/{id}/purge                 drop what it holds for its members

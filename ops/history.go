@@ -2,8 +2,10 @@ package ops
 
 import (
 	"cmp"
+	"fmt"
 	"net/http"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 )
@@ -140,6 +142,19 @@ func (o *Ops) sample() {
 	}
 }
 
-func (o *Ops) getHistory(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, HistoryJSON{IntervalMS: o.opts.HistoryInterval.Milliseconds(), Points: o.hist.all()})
+// getHistory answers GET /api/history, or with ?since=MS (Unix milliseconds) the points from
+// then on only: the dashboard asks for its five minutes, not the hour's 1.5 MB.
+func (o *Ops) getHistory(w http.ResponseWriter, r *http.Request) {
+	var since int64
+	if s := r.URL.Query().Get("since"); s != "" {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || n < 0 {
+			writeError(w, http.StatusBadRequest, fmt.Errorf("since %q is not a time: give Unix milliseconds, e.g. since=%d", s, time.Now().Add(-5*time.Minute).UnixMilli()))
+			return
+		}
+		since = n
+	}
+	points := o.hist.all()
+	from, _ := slices.BinarySearchFunc(points, since, func(p HistoryPoint, t int64) int { return cmp.Compare(p.Time, t) })
+	writeJSON(w, http.StatusOK, HistoryJSON{IntervalMS: o.opts.HistoryInterval.Milliseconds(), Points: points[from:]})
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -103,6 +104,45 @@ func TestHistoryKeepsBusiestGroups(t *testing.T) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("no history point kept zfast, which passes on 3 messages at a time, beside 20 groups holding 2: %+v", s.history(t).Points)
+		}
+	}
+}
+
+// GET /api/history?since=MS answers the points from then on only (the dashboard asks for its
+// five minutes, not the hour); a since that is not a time is refused with how to give one.
+func TestHistorySince(t *testing.T) {
+	s := start(t, stackOptions{history: 20 * time.Millisecond, histLen: 100})
+	var all ops.HistoryJSON
+	for deadline := time.Now().Add(10 * time.Second); len(all.Points) < 10; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the history never held 10 points")
+		}
+		all = s.history(t)
+	}
+	since := all.Points[5].Time
+	resp, err := http.Get(fmt.Sprintf("%s/api/history?since=%d", s.url, since))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var h ops.HistoryJSON
+	err = json.NewDecoder(resp.Body).Decode(&h)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("since=%d: %d %v", since, resp.StatusCode, err)
+	}
+	if len(h.Points) == 0 || h.Points[0].Time != since {
+		t.Fatalf("since=%d: the first point is %+v, want the one at %d", since, h.Points[:min(1, len(h.Points))], since)
+	}
+	for _, bad := range []string{"yesterday", "-1"} {
+		resp, err := http.Get(s.url + "/api/history?since=" + bad)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var e struct{ Error string }
+		_ = json.NewDecoder(resp.Body).Decode(&e)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(e.Error, "Unix milliseconds") {
+			t.Errorf("since=%s: %d %q, want 400 saying to give Unix milliseconds", bad, resp.StatusCode, e.Error)
 		}
 	}
 }

@@ -566,8 +566,8 @@ function onSnapshot(snap) {
 // without it (or an error) leaves them empty, and the charts fill as snapshots come.
 async function loadHistory() {
   try {
-    const hist = await api("GET", "api/history");
     const since = Date.now() - HISTORY * 1000;
+    const hist = await api("GET", `api/history?since=${since}`);
     past = (hist.points || []).filter(p => p.time >= since);
     for (const p of past) {
       for (const g of p.groups || []) {
