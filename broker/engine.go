@@ -333,7 +333,10 @@ type GroupStats struct {
 	Bytes                                                int64 // what the group holds, counted against its max_queued_bytes
 	Delivered, Acked, Redelivered, DeadLettered, Dropped uint64
 	Rejected                                             uint64 // publishes refused while the group was full
-	Declared                                             bool   // declared in the configuration
+	// Published counts the messages the group took (a publish it refused is Rejected); in a
+	// cluster, those published through this node.
+	Published uint64
+	Declared  bool // declared in the configuration
 	// Deliveries taken back from members for another attempt (or the dead-letter topic), by
 	// reason: nacked, past their ack deadline, held by a member that left.
 	Nacked, TimedOut, LeftBehind uint64

@@ -27,6 +27,7 @@ var webFS embed.FS
 //	GET    /api/snapshot                          everything the dashboard shows, at once
 //	GET    /api/events                            the same as server-sent events, every Interval
 //	GET    /api/server                            version, uptime, readiness, connections (as /varz)
+//	GET    /api/history?since=MS                  the dashboard's history (history.go), from since
 //	GET    /api/streams?offset=N&limit=M          the open streams and their subscriptions (as /connz)
 //	GET    /api/groups/{id}                       one group
 //	POST   /api/groups/{id}/purge                 drop what it holds for its members
@@ -277,13 +278,15 @@ type GroupJSON struct {
 	Delayed      int      `json:"delayed"`
 	Bytes        int64    `json:"bytes"`
 	OldestAgeMS  int64    `json:"oldest_age_ms"`
+	Published    uint64   `json:"published"` // messages it took
 	Delivered    uint64   `json:"delivered"`
 	Acked        uint64   `json:"acked"`
 	Redelivered  uint64   `json:"redelivered"`
 	Nacked       uint64   `json:"nacked"`
 	TimedOut     uint64   `json:"timed_out"`
 	LeftBehind   uint64   `json:"left_behind"`
-	DeadLettered uint64   `json:"dead_lettered"`
+	DeadLettered uint64   `json:"dead_lettered"` // ever, since the broker started
+	DeadLetters  int      `json:"dead_letters"`  // kept now in its dead-letter store
 	Dropped      uint64   `json:"dropped"`
 	Rejected     uint64   `json:"rejected"`
 }
@@ -315,9 +318,9 @@ const maxListed = 500
 func groupJSON(g broker.GroupStats, now int64) GroupJSON {
 	return GroupJSON{ID: g.ID, Group: g.Group, Patterns: g.Patterns, Declared: g.Declared, Members: g.Members,
 		Queued: g.Queued, InFlight: g.InFlight, Delayed: g.Delayed, Bytes: g.Bytes,
-		OldestAgeMS: int64(ageSeconds(g.OldestQueued, now) * 1000), Delivered: g.Delivered, Acked: g.Acked,
+		OldestAgeMS: int64(ageSeconds(g.OldestQueued, now) * 1000), Published: g.Published, Delivered: g.Delivered, Acked: g.Acked,
 		Redelivered: g.Redelivered, Nacked: g.Nacked, TimedOut: g.TimedOut, LeftBehind: g.LeftBehind,
-		DeadLettered: g.DeadLettered, Dropped: g.Dropped, Rejected: g.Rejected}
+		DeadLettered: g.DeadLettered, DeadLetters: g.DeadLetters, Dropped: g.Dropped, Rejected: g.Rejected}
 }
 
 // snapshotter takes snapshots, at most one per maxAge however many dashboards watch.

@@ -276,6 +276,7 @@ func addGroup(a, b broker.GroupStats) broker.GroupStats {
 	a.DeadLettered += b.DeadLettered
 	a.Dropped += b.Dropped
 	a.Rejected += b.Rejected
+	a.Published += b.Published
 	a.DeadLetters += b.DeadLetters
 	a.DeadLetterBytes += b.DeadLetterBytes
 	a.DeadLettersDropped += b.DeadLettersDropped

@@ -282,6 +282,20 @@ func takeScreenshots(t *testing.T, ctx context.Context, s *stack) {
 	work := s.join(t, "billing", &pb.OpenSubscription{TopicPatterns: []string{"orders.created"}, MaxInFlight: 8})
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
+	tailCtx, endTail := context.WithCancel(context.Background())
+	defer endTail()
+	tail, r, err := s.openStream(t, tailCtx, &pb.OpenSubscription{SubscriptionId: "shipped-tail", TopicPatterns: []string{"orders.shipped"},
+		Mode: pb.DeliveryMode_DELIVERY_MODE_FANOUT})
+	if err != nil || r.GetSubscribed() == nil {
+		t.Fatalf("open shipped-tail: %v %v", r, err)
+	}
+	wg.Go(func() { // a fanout subscriber reading what it gets, for the Streams and Connections tabs
+		for {
+			if _, err := tail.Recv(); err != nil {
+				return
+			}
+		}
+	})
 	wg.Go(func() { // publishes in waves, at 200 to 1,000 messages a second
 		for i := 0; ; i++ {
 			select {
@@ -317,7 +331,7 @@ func takeScreenshots(t *testing.T, ctx context.Context, s *stack) {
 		}
 	})
 	time.Sleep(40 * time.Second)
-	for _, tab := range []string{"overview", "groups", "dead-letters", "plugins", "streams"} {
+	for _, tab := range []string{"overview", "groups", "dead-letters", "plugins", "streams", "connections"} {
 		if tab == "dead-letters" {
 			_ = chromedp.Do(ctx, chromedp.Navigate(s.url+"/#groups"))
 			_ = chromedp.Do(ctx, chromedp.Click(`tr[data-group="billing"] td.actions button`))
@@ -334,6 +348,7 @@ func takeScreenshots(t *testing.T, ctx context.Context, s *stack) {
 		}
 	}
 	close(stop)
+	endTail()
 	wg.Wait()
 }
 
@@ -356,4 +371,141 @@ func TestDashboardOpensWithHistory(t *testing.T) {
 	}
 	waitJS(t, ctx, "the rates chart drawn from the broker's history",
 		`[...document.querySelectorAll("#chart-rates path.line")].some(p => (p.getAttribute("d").match(/L/g) || []).length >= 5)`)
+}
+
+// positive is the JavaScript for "the text of the cell is a number above 0".
+func positive(group, class string) string {
+	return fmt.Sprintf(`parseFloat(%s) > 0`, cell(group, class))
+}
+
+// The Groups tab shows each group's published, delivered, acked and redelivered rates as soon
+// as a page opens, from the broker's history: the event stream here sends one snapshot an
+// hour, and a rate needs two readings, so the first must come from the history.
+func TestDashboardGroupRates(t *testing.T) {
+	s := start(t, stackOptions{interval: time.Hour, history: 20 * time.Millisecond, histLen: 1000})
+	ctx := browser(t)
+	m := s.join(t, "work", &pb.OpenSubscription{TopicPatterns: []string{"work.>"}})
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer close(stop)
+	wg.Go(func() { // publishes until the test ends
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(2 * time.Millisecond):
+			}
+			_, _ = s.c.Publish(context.Background(), &pb.PublishRequest{Topic: "work.x", Payload: []byte("job")})
+		}
+	})
+	wg.Go(func() { // nacks every third delivery (redelivered), acks the others
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case msg := <-m.msgs:
+				ids := []string{msg.GetSystemId()}
+				if i%3 == 0 {
+					_ = m.stream.Send(&pb.SubscribeRequest{Frame: &pb.SubscribeRequest_Nack{Nack: &pb.NackBatch{SystemIds: ids}}})
+				} else {
+					_ = m.stream.Send(&pb.SubscribeRequest{Frame: &pb.SubscribeRequest_Ack{Ack: &pb.AckBatch{SystemIds: ids}}})
+				}
+			}
+		}
+	})
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		n := 0
+		for _, p := range s.history(t).Points {
+			for _, g := range p.Groups {
+				if g.ID == "work" && g.Redelivered > 0 {
+					n++
+				}
+			}
+		}
+		if n >= 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the broker's history never held 3 points of work after a redelivery")
+		}
+	}
+	if err := chromedp.Do(ctx, chromedp.Navigate(s.url+"/#groups")); err != nil {
+		t.Fatal(err)
+	}
+	for _, class := range []string{"rate-published", "rate-delivered", "rate-acked", "rate-redelivered"} {
+		waitJS(t, ctx, "the group's "+class, positive("work", class))
+	}
+}
+
+// The Connections tab lists the open subscribe streams with their peer and subscriptions, a
+// page at a time: 11 live subscriptions, 10 a page, make two pages that together list them
+// all.
+func TestDashboardConnections(t *testing.T) {
+	s := start(t, stackOptions{})
+	ctx := browser(t)
+	want := map[string]bool{}
+	for i := range 11 {
+		id := fmt.Sprintf("conn-%02d", i)
+		s.join(t, id, &pb.OpenSubscription{TopicPatterns: []string{"conn." + id}})
+		want[id] = true
+	}
+	if err := chromedp.Do(ctx, chromedp.Navigate(s.url+"/#connections")); err != nil {
+		t.Fatal(err)
+	}
+	waitJS(t, ctx, "the first page of 50", `document.getElementById("conn-range").textContent === "1–11 of 11"`)
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`(() => { const s = document.getElementById("conn-size"); s.value = "10"; s.dispatchEvent(new Event("change")); return true })()`)); err != nil {
+		t.Fatal(err)
+	}
+	waitJS(t, ctx, "the first page of 10", `document.getElementById("conn-range").textContent === "1–10 of 11" && document.querySelectorAll("#conn-table tr[data-stream]").length === 10`)
+	waitJS(t, ctx, "the peers", `[...document.querySelectorAll("#conn-table td.peer")].every(td => td.textContent.startsWith("127.0.0.1:"))`)
+	subs := func() []string {
+		ids, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll("#conn-table div.sub")].map(d => d.dataset.sub)`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ids
+	}
+	seen := subs()
+	if err := chromedp.Do(ctx, chromedp.Click(`#conn-next`)); err != nil {
+		t.Fatal(err)
+	}
+	waitJS(t, ctx, "the second page", `document.getElementById("conn-range").textContent === "11–11 of 11" && document.querySelectorAll("#conn-table tr[data-stream]").length === 1 && document.getElementById("conn-next").disabled`)
+	seen = append(seen, subs()...)
+	for _, id := range seen {
+		delete(want, id)
+	}
+	if len(seen) != 11 || len(want) > 0 {
+		t.Errorf("the two pages list %v; missing %v", seen, want)
+	}
+}
+
+// The header shows the broker's version and uptime; the Groups tab's dead-letter column says
+// it counts them all ever, and the dead-letter tab says how many are kept now beside that
+// total: after a replay, 0 kept now of 1 dead-lettered.
+func TestDashboardServerAndDeadLetterLabels(t *testing.T) {
+	s := start(t, stackOptions{})
+	ctx := browser(t)
+	if err := s.b.Declare(broker.GroupConfig{Name: "fragile", Patterns: []string{"fragile.>"}, MaxDeliveries: 1}); err != nil {
+		t.Fatal(err)
+	}
+	s.publish(t, "fragile.x", "glass")
+	m := s.join(t, "fragile", &pb.OpenSubscription{TopicPatterns: []string{"fragile.>"}})
+	m.nack(t, m.next(t))
+	if err := chromedp.Do(ctx, chromedp.Navigate(s.url+"/#groups")); err != nil {
+		t.Fatal(err)
+	}
+	waitJS(t, ctx, "the version", `document.getElementById("server-version").textContent === "v1.2.3"`)
+	waitJS(t, ctx, "the uptime", `/^up \d+ s$/.test(document.getElementById("server-uptime").textContent)`)
+	waitJS(t, ctx, "the dead letter counted", cell("fragile", "dead-lettered")+` === "1"`)
+	waitJS(t, ctx, "the total's header", `(th => th.textContent === "Dead-lettered (total)" && th.title.includes("since the broker started") && th.title.includes("kept now"))(document.querySelector("#groups-table th.dead-total"))`)
+	if err := chromedp.Do(ctx, chromedp.Click(`tr[data-group="fragile"] td.actions button`)); err != nil {
+		t.Fatal(err)
+	}
+	waitJS(t, ctx, "kept now beside the total", `document.getElementById("dl-count").textContent === "1 kept now · 1 dead-lettered (total)"`)
+	waitJS(t, ctx, "the caption", `document.getElementById("dl-caption").textContent.includes("Kept now")`)
+	if err := chromedp.Do(ctx, chromedp.Click(`#dl-table button.replay`)); err != nil {
+		t.Fatal(err)
+	}
+	waitJS(t, ctx, "none kept after the replay, one in all", `document.getElementById("dl-count").textContent === "0 kept now · 1 dead-lettered (total)"`)
 }

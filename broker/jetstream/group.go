@@ -92,6 +92,7 @@ type group struct {
 	bytes     int64
 	refreshed time.Time
 	rejected  uint64
+	published uint64 // messages it took that were stored through this node
 	full      bool
 	// The dead letters it keeps (dlq.go), as last counted, and those it let go of.
 	// deadMu orders counting them against changing them: every change of the store this

@@ -237,6 +237,11 @@ func (e *Engine) routeBatch(ms []publishing.Msg, res []broker.PublishResult, err
 	}
 	for i := range ms {
 		if errs[i] == nil && !ms[i].Drop && !ps[i].dup {
+			for _, g := range ps[i].took {
+				g.mu.Lock()
+				g.published++
+				g.mu.Unlock()
+			}
 			res[i], errs[i] = e.fanout(&ms[i], &ps[i], now)
 		}
 	}

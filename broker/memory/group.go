@@ -62,6 +62,7 @@ type group struct {
 	memberSeq                                            uint64
 	delivered, acked, redelivered, deadLettered, dropped uint64
 	rejected                                             uint64 // publishes refused while full (broker.OverflowReject)
+	published                                            uint64 // messages taken (deliver)
 	nacked, timedOut, leftBehind                         uint64 // taken back from members, by reason
 	dead                                                 deadStore
 	// deliveryLatency and ackLatency: broker.GroupStats's, kept under mu with the counters.
@@ -167,6 +168,7 @@ func (g *group) deliver(m *message) (<-chan struct{}, error) {
 	g.holdLocked(e)
 	g.queue.pushBack(e)
 	g.queued++
+	g.published++
 	g.dispatchLocked(g.b.now())
 	return nil, nil
 }
@@ -688,7 +690,7 @@ func (g *group) stats() broker.GroupStats {
 func (g *group) statsLocked() broker.GroupStats {
 	st := broker.GroupStats{ID: g.id, Group: g.name, Patterns: g.patterns, Members: len(g.members),
 		Queued: g.queued, Bytes: g.bytes, Delivered: g.delivered, Acked: g.acked, Redelivered: g.redelivered,
-		DeadLettered: g.deadLettered, Dropped: g.dropped, Rejected: g.rejected, Declared: g.declared,
+		DeadLettered: g.deadLettered, Dropped: g.dropped, Rejected: g.rejected, Published: g.published, Declared: g.declared,
 		Nacked: g.nacked, TimedOut: g.timedOut, LeftBehind: g.leftBehind,
 		DeadLetters: g.dead.len(), DeadLetterBytes: g.dead.bytes, DeadLettersDropped: g.dead.dropped,
 		DeliveryLatency: g.deliveryLatency, AckLatency: g.ackLatency}

@@ -1,17 +1,22 @@
 // tinybroker's dashboard: no framework, no build step. It listens to api/events (a snapshot
 // of every counter each second, as server-sent events), keeps five minutes of history in
 // memory for the graphs and rates, and renders the tab on show. On opening it reads the
-// broker's own history (api/history: a point every 5 s for an hour), so that the charts show
-// the last five minutes at once.
+// broker's own history (api/history: a point every 5 s for an hour), so that the charts, the
+// groups' sparklines and their rates show the last five minutes at once.
 "use strict";
 
 const HISTORY = 300; // snapshots kept: five minutes at one a second
+const RATE_WINDOW = 10000; // a group's rates are over its last 10 s (ms)
 const history = []; // snapshots, oldest first
-const groupHistory = new Map(); // group id -> [{t, backlog}]
+const groupHistory = new Map(); // group id -> [{t, backlog, published, delivered, acked, redelivered}], oldest first
 let past = []; // the broker's history points (api/history) from before the first snapshot: charts only
 let tab = "overview";
 let dlGroup = ""; // the group whose dead letters are shown
 let dlSeen = -1; // its dead_lettered count when the list was last loaded
+let server = null; // api/server, and when it was read (performance.now()): the header's version and uptime
+let connOffset = 0; // the first connection shown
+let connLoading = false;
+let connLoaded = 0; // when the connections were last read (performance.now())
 
 // ---- helpers ----------------------------------------------------------------------------
 
@@ -126,6 +131,35 @@ function rate(get, a, b) {
   return Math.max(0, (get(b) - get(a)) * 1000 / (b.time - a.time));
 }
 
+// groupSample is what groupHistory keeps of a group (of a snapshot or a history point) at t;
+// counted is false for a point of a broker whose history kept backlogs only.
+function groupSample(t, g) {
+  return { t, backlog: g.queued + g.in_flight + g.delayed, counted: g.published !== undefined, published: g.published,
+    delivered: g.delivered, acked: g.acked, redelivered: g.redelivered };
+}
+
+// groupRates is a group's rates per second over its last RATE_WINDOW (or the two samples
+// closest to it), from groupHistory: the broker's history and then the page's snapshots.
+// Without two samples with counters, null.
+function groupRates(id) {
+  const gh = (groupHistory.get(id) || []).filter(x => x.counted);
+  if (gh.length < 2) return null;
+  const b = gh[gh.length - 1];
+  let a = gh[gh.length - 2];
+  for (let i = gh.length - 2; i >= 0 && gh[i].t >= b.t - RATE_WINDOW; i--) a = gh[i];
+  const r = {};
+  for (const k of ["published", "delivered", "acked", "redelivered"]) r[k] = rate(x => x[k], { time: a.t, [k]: a[k] }, { time: b.t, [k]: b[k] });
+  return r;
+}
+
+// uptime is how long the broker has run, as a short text.
+function uptime(sec) {
+  if (sec < 60) return Math.floor(sec) + " s";
+  if (sec < 3600) return Math.floor(sec / 60) + " m";
+  if (sec < 86400) return Math.floor(sec / 3600) + " h " + Math.floor((sec % 3600) / 60) + " m";
+  return Math.floor(sec / 86400) + " d " + Math.floor((sec % 86400) / 3600) + " h";
+}
+
 function last() { return history[history.length - 1]; }
 function prev() { return history[history.length - 2]; }
 
@@ -198,11 +232,11 @@ function legend(id, series) {
 }
 
 function spark(values) {
-  const svg = s("svg", { class: "spark", viewBox: "0 0 120 24", preserveAspectRatio: "none" });
+  const svg = s("svg", { class: "spark", viewBox: "0 0 100 24", preserveAspectRatio: "none" });
   if (values.length > 1) {
     const max = Math.max(1, ...values);
     let d = "";
-    values.forEach((v, i) => { d += (i ? "L" : "M") + (120 * i / (values.length - 1)).toFixed(1) + "," + (22 - 20 * v / max).toFixed(1); });
+    values.forEach((v, i) => { d += (i ? "L" : "M") + (100 * i / (values.length - 1)).toFixed(1) + "," + (22 - 20 * v / max).toFixed(1); });
     svg.append(s("path", { d }));
   }
   return svg;
@@ -254,28 +288,30 @@ function renderOverview() {
 }
 
 function renderGroups() {
-  const a = prev(), b = last();
+  const b = last();
   if (!b) return;
-  const before = new Map((a ? a.groups : []).map(g => [g.id, g]));
   const body = $("groups-table").tBodies[0];
   const rows = b.groups.map(g => {
-    const p = before.get(g.id);
-    const ackRate = p ? rate(x => x.acked, { time: a.time, acked: p.acked }, { time: b.time, acked: g.acked }) : 0;
+    const r = groupRates(g.id) || {};
     const hist = (groupHistory.get(g.id) || []).slice(-HISTORY).map(x => x.backlog);
     return h("tr", { "data-group": g.id },
       h("td", {}, h("strong", {}, g.id), g.group !== g.id ? h("div", { class: "note" }, "group " + g.group) : null,
+        h("div", { class: "patterns" }, g.patterns.join(" ")),
         g.declared ? h("span", { class: "badge muted", title: "declared in the config file" }, "declared") : null),
-      h("td", { class: "patterns" }, g.patterns.join(" ")),
       h("td", { class: "num members" }, g.members),
       h("td", { class: "num queued" + (g.queued > 0 && g.members === 0 ? " hot" : "") }, g.queued),
       h("td", { class: "num in-flight" }, g.in_flight),
       h("td", { class: "num delayed" }, g.delayed),
       h("td", { class: "num oldest" + (g.oldest_age_ms > 60000 ? " hot" : "") }, age(g.oldest_age_ms)),
       h("td", {}, spark(hist)),
-      h("td", { class: "num" }, num(ackRate)),
+      h("td", { class: "num rate-published" }, num(r.published)),
+      h("td", { class: "num rate-delivered" }, num(r.delivered)),
+      h("td", { class: "num rate-acked" }, num(r.acked)),
+      h("td", { class: "num rate-redelivered" }, num(r.redelivered)),
       h("td", { class: "num acked" }, num(g.acked)),
       h("td", { class: "num redelivered", title: `nacked ${g.nacked}, ack deadline ${g.timed_out}, member left ${g.left_behind}` }, num(g.redelivered)),
-      h("td", { class: "num dead-lettered" + (g.dead_lettered ? " bad-text" : "") }, num(g.dead_lettered)),
+      h("td", { class: "num dead-lettered" + (g.dead_lettered ? " bad-text" : ""),
+        title: `${g.dead_lettered} dead-lettered since the broker started; ${g.dead_letters} kept now (the Dead letters tab lists those)` }, num(g.dead_lettered)),
       h("td", { class: "actions" },
         h("button", { type: "button", onclick: () => showDeadLetters(g.id) }, "Dead letters"),
         h("button", { type: "button", class: "danger purge", disabled: g.queued + g.delayed === 0, onclick: () => purge(g.id) }, "Purge"),
@@ -336,7 +372,10 @@ async function loadDeadLetters() {
     const r = await api("GET", `api/groups/${encodeURIComponent(dlGroup)}/dead-letters?limit=100`);
     msg.hidden = true;
     $("dl-replay-all").disabled = r.dead_letters.length === 0;
-    setText("dl-count", `${r.dead_letters.length} dead letters`);
+    const g = (last() ? last().groups : []).find(x => x.id === dlGroup);
+    const n = r.dead_letters.length;
+    setText("dl-count", (n === 100 && g ? `the first 100 of ${num(g.dead_letters)} kept now` : `${n} kept now`) +
+      (g ? ` · ${num(g.dead_lettered)} dead-lettered (total)` : ""));
     body.replaceChildren(...r.dead_letters.map(d => h("tr", { "data-id": d.id },
       h("td", {}, new Date(d.at).toLocaleString()),
       h("td", { class: "patterns" }, d.topic),
@@ -426,9 +465,74 @@ function renderStreams() {
   setText("fanout-note", b.fanout_total > b.fanout.length ? `Showing the first ${b.fanout.length} of ${b.fanout_total} fanout subscriptions.` : (b.fanout_total ? "" : "No fanout subscriptions."));
 }
 
-const renderers = { overview: renderOverview, groups: renderGroups, "dead-letters": renderDeadLetters, plugins: renderPlugins, streams: renderStreams };
+// renderConnections reads a page of api/streams when the tab shows, and again every two
+// seconds while it does (each snapshot asks; at most one read at a time).
+function renderConnections() {
+  if (!connLoading && performance.now() - connLoaded > 2000) loadConnections();
+}
 
-function render() { renderers[tab](); }
+async function loadConnections() {
+  connLoading = true;
+  const limit = Number($("conn-size").value);
+  try {
+    let r = await api("GET", `api/streams?offset=${connOffset}&limit=${limit}`);
+    if (r.total > 0 && connOffset >= r.total) { // streams closed under the page: its last page
+      connOffset = Math.floor((r.total - 1) / limit) * limit;
+      r = await api("GET", `api/streams?offset=${connOffset}&limit=${limit}`);
+    }
+    $("conn-message").hidden = true;
+    setText("conn-range", r.total ? `${connOffset + 1}–${connOffset + r.streams.length} of ${r.total}` : "none open");
+    $("conn-prev").disabled = connOffset === 0;
+    $("conn-next").disabled = connOffset + r.streams.length >= r.total;
+    sync($("conn-table").tBodies[0], r.streams.map(st => h("tr", { "data-stream": st.id },
+      h("td", { class: "patterns" }, st.id),
+      h("td", { class: "patterns peer" }, st.peer || h("span", { class: "note", title: "opened inside the broker's process, not over gRPC" }, "in-process")),
+      h("td", { class: "num" }, num(st.buffered)),
+      h("td", { class: "subs" }, st.subscriptions.length ? st.subscriptions.map(sub => h("div", { class: "sub", "data-sub": sub.id },
+        h("code", {}, sub.id), " ", h("span", { class: "badge muted" }, sub.mode.toLowerCase()),
+        sub.group ? h("span", { class: "note" }, ` group ${sub.group}`) : null,
+        sub.member_id ? h("span", { class: "note" }, ` member ${sub.member_id}`) : null,
+        " ", h("span", { class: "patterns" }, sub.patterns.join(" ")))) : h("span", { class: "note" }, "none yet")))), "data-stream");
+    $("conn-empty").hidden = r.total > 0;
+  } catch (e) {
+    const msg = $("conn-message");
+    msg.textContent = `Could not read the connections: ${e.message}`;
+    msg.hidden = false;
+  } finally {
+    connLoading = false;
+    connLoaded = performance.now();
+  }
+}
+
+function pageConnections(dir) {
+  connOffset = Math.max(0, connOffset + dir * Number($("conn-size").value));
+  loadConnections();
+}
+
+// renderServer shows the broker's version and uptime in the header (from api/server, read
+// on opening and after each reconnection).
+function renderServer() {
+  if (!server) return;
+  const up = server.info.uptime_seconds + (performance.now() - server.at) / 1000;
+  setText("server-version", server.info.version);
+  setText("server-uptime", "up " + uptime(up));
+  $("server-info").title = `tinybroker ${server.info.version}, ${server.info.go}; started ${new Date(server.info.started).toLocaleString()}`;
+}
+
+async function loadServer() {
+  try {
+    server = { info: await api("GET", "api/server"), at: performance.now() };
+    renderServer();
+  } catch (e) { /* shown again on the next reconnection */ }
+}
+
+const renderers = { overview: renderOverview, groups: renderGroups, "dead-letters": renderDeadLetters, plugins: renderPlugins, streams: renderStreams,
+  connections: renderConnections };
+
+function render() {
+  renderServer();
+  renderers[tab]();
+}
 
 function showTab() {
   const want = location.hash.replace(/^#/, "") || "overview";
@@ -436,6 +540,7 @@ function showTab() {
   for (const a of document.querySelectorAll("#tabs a")) a.classList.toggle("active", a.dataset.tab === tab);
   for (const sec of document.querySelectorAll("section.tab")) sec.hidden = sec.id !== "tab-" + tab;
   if (tab === "dead-letters") dlSeen = -1;
+  if (tab === "connections") connLoaded = 0;
   render();
 }
 
@@ -450,8 +555,8 @@ function onSnapshot(snap) {
     seen.add(g.id);
     if (!groupHistory.has(g.id)) groupHistory.set(g.id, []);
     const gh = groupHistory.get(g.id);
-    gh.push({ t: snap.time, backlog: g.queued + g.in_flight + g.delayed });
-    if (gh.length > HISTORY) gh.shift();
+    gh.push(groupSample(snap.time, g));
+    while (gh.length > HISTORY || gh[0].t < snap.time - HISTORY * 1000) gh.shift();
   }
   for (const id of groupHistory.keys()) if (!seen.has(id)) groupHistory.delete(id);
   render();
@@ -461,13 +566,13 @@ function onSnapshot(snap) {
 // without it (or an error) leaves them empty, and the charts fill as snapshots come.
 async function loadHistory() {
   try {
-    const hist = await api("GET", "api/history");
     const since = Date.now() - HISTORY * 1000;
+    const hist = await api("GET", `api/history?since=${since}`);
     past = (hist.points || []).filter(p => p.time >= since);
     for (const p of past) {
       for (const g of p.groups || []) {
         if (!groupHistory.has(g.id)) groupHistory.set(g.id, []);
-        groupHistory.get(g.id).push({ t: p.time, backlog: g.queued + g.in_flight + g.delayed });
+        groupHistory.get(g.id).push(groupSample(p.time, g));
       }
     }
   } catch (e) {
@@ -479,6 +584,7 @@ function connect() {
   const status = $("status");
   const es = new EventSource("api/events");
   es.addEventListener("snapshot", e => {
+    if (status.dataset.state === "down") loadServer(); // perhaps restarted
     status.dataset.state = "live";
     status.textContent = "live";
     onSnapshot(JSON.parse(e.data));
@@ -491,8 +597,12 @@ function connect() {
 
 $("dl-group").addEventListener("change", e => { dlGroup = e.target.value; dlSeen = -1; render(); });
 $("dl-refresh").addEventListener("click", () => loadDeadLetters());
+$("conn-prev").addEventListener("click", () => pageConnections(-1));
+$("conn-next").addEventListener("click", () => pageConnections(1));
+$("conn-size").addEventListener("change", () => { connOffset = 0; loadConnections(); });
 $("dl-replay-all").addEventListener("click", () => { if (confirm(`Replay every dead letter of ${dlGroup}?`)) replay([]); });
 window.addEventListener("hashchange", showTab);
 window.addEventListener("resize", () => render());
 showTab();
+loadServer();
 loadHistory().finally(connect);
