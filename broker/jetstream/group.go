@@ -3,6 +3,7 @@ package jetstream
 import (
 	"encoding/json"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -92,7 +93,7 @@ type group struct {
 	bytes     int64
 	refreshed time.Time
 	rejected  uint64
-	published uint64 // messages it took that were stored through this node
+	published atomic.Uint64 // messages it took that were stored through this node (no lock: counted per message on the publish path)
 	full      bool
 	// The dead letters it keeps (dlq.go), as last counted, and those it let go of.
 	// deadMu orders counting them against changing them: every change of the store this

@@ -238,9 +238,7 @@ func (e *Engine) routeBatch(ms []publishing.Msg, res []broker.PublishResult, err
 	for i := range ms {
 		if errs[i] == nil && !ms[i].Drop && !ps[i].dup {
 			for _, g := range ps[i].took {
-				g.mu.Lock()
-				g.published++
-				g.mu.Unlock()
+				g.published.Add(1)
 			}
 			res[i], errs[i] = e.fanout(&ms[i], &ps[i], now)
 		}
