@@ -67,6 +67,7 @@ var (
 	dGMembers     = desc("group_members", "Members connected.", "group")
 	dGHeld        = desc("group_held_bytes", "Bytes the group holds (its queued, in-flight and delayed messages, as counted against groups { max_queued_bytes }).", "group")
 	dGOldest      = desc("group_oldest_queued_age_seconds", "Age of the message at the head of the queue (0: nothing queued).", "group")
+	dGPublished   = desc("group_published_messages_total", "Messages the group took (on JetStream: stored through this node).", "group")
 	dGDelivered   = desc("group_delivered_messages_total", "Deliveries to members, redeliveries included.", "group")
 	dGAcked       = desc("group_acked_messages_total", "Deliveries acked.", "group")
 	dGRedeliv     = desc("group_redelivered_messages_total", "Deliveries that were a second or later attempt.", "group")
@@ -103,7 +104,7 @@ var (
 var allDescs = []*prometheus.Desc{dPublished, dDelivered, dAcked, dRedelivered, dDeadLettered, dUnrouted,
 	dHookDropped, dPubBytes, dDelivBytes, dPubRefused, dSubRefused, dMemUsed, dMemBudget, dConns,
 	dConnsRefused, dStreams, dSubs, dGroups, dFanBuffered, dFanDropped, dAuthFailed, dDenials, dGQueued, dGInFlight, dGDelayed,
-	dGMembers, dGHeld, dGOldest, dGDelivered, dGAcked, dGRedeliv, dGTakenBack, dGDead, dGDropped,
+	dGMembers, dGHeld, dGOldest, dGPublished, dGDelivered, dGAcked, dGRedeliv, dGTakenBack, dGDead, dGDropped,
 	dGRejected, dGDLKept, dGDLKeptBytes, dGDLDiscarded, dGDelivLat, dGAckLat, dLabelled,
 	dOldGBytes, dOldGDelivered, dOldGAcked, dOldGRedeliv, dOldGTakenBack, dOldGDead, dOldGDropped, dOldGRejected, dOldGroupSeries,
 	dPCalls, dPFailures, dPSkipped, dPBreaker, dPInstances, dPLatency}
@@ -232,6 +233,7 @@ func (c *collector) group(ch chan<- prometheus.Metric, label string, g broker.Gr
 	gauge(dGHeld, float64(g.Bytes))
 	gauge(dOldGBytes, float64(g.Bytes))
 	gauge(dGOldest, ageSeconds(oldest, now))
+	counter(dGPublished, g.Published)
 	renamedCounter(dGDelivered, dOldGDelivered, g.Delivered)
 	renamedCounter(dGAcked, dOldGAcked, g.Acked)
 	renamedCounter(dGRedeliv, dOldGRedeliv, g.Redelivered)

@@ -37,6 +37,7 @@ func TestMetricsGroupBacklog(t *testing.T) {
 	s.waitMetric(t, "tinybroker_group_queued_messages", eq(3), "group=jobs")
 	s.waitMetric(t, "tinybroker_group_held_bytes", atLeast(6), "group=jobs")
 	s.waitMetric(t, "tinybroker_published_messages_total", eq(3))
+	s.waitMetric(t, "tinybroker_group_published_messages_total", eq(3), "group=jobs")
 	s.waitMetric(t, "tinybroker_published_bytes_total", eq(6))
 	s.waitMetric(t, "tinybroker_memory_used_bytes", atLeast(6))
 	s.waitMetric(t, "tinybroker_group_oldest_queued_age_seconds", func(v float64) bool { return v > 0 && v < 60 }, "group=jobs")
