@@ -53,7 +53,7 @@ func TestAdminListDescribePurgeGroups(t *testing.T) {
 	}
 	if len(d.GetMemberList()) != 1 || !strings.HasPrefix(d.GetMemberList()[0].GetPeer(), "127.0.0.1:") || d.GetMemberList()[0].GetMemberId() != "work-1" ||
 		d.GetMemberList()[0].GetInFlight() != 1 || d.GetSettings().GetMaxDeliveries() != 4 || d.GetSettings().GetDeadLetterTopic() != "dlq.work" ||
-		d.GetSettings().GetOverflow() != "reject" || (engine.DeadLetterStore && d.GetSettings().GetDeadLettersMax() != 10_000) {
+		d.GetSettings().GetOverflow() != "reject" || (engine.DeadLetterStore && d.GetSettings().GetDeadLettersMax() != 10_000) || d.GetSettings().GetReplicas() != 1 {
 		t.Fatalf("described %v", d)
 	}
 	_, err = a.DescribeGroup(ctx, &adminpb.DescribeGroupRequest{SubscriptionId: "nope"})
