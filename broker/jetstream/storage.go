@@ -92,6 +92,9 @@ func (e *Engine) ensureGroupStream(g *group) error {
 	if e.opts.MemoryStorage {
 		cfg.Storage = jetstream.MemoryStorage
 	}
+	if e.opts.MaxBytes > 0 { // the engine's max_bytes bounds each of its streams, refusing what does not fit
+		cfg.MaxBytes, cfg.Discard = e.opts.MaxBytes, jetstream.DiscardNew
+	}
 	s, err := e.openStream(cfg)
 	if err != nil {
 		return err
