@@ -2,10 +2,8 @@ package ops_test
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
-	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,8 +18,6 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/tinybroker/tinybroker/broker"
-	"github.com/tinybroker/tinybroker/broker/deadletter"
-	"github.com/tinybroker/tinybroker/ops"
 	"github.com/tinybroker/tinybroker/plugins"
 	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
 )
@@ -124,7 +120,7 @@ func TestDashboard(t *testing.T) {
 	if *screenshots != "" {
 		interval = time.Second // as served, for the graphs
 	}
-	s := start(t, stackOptions{admin: newCaptureAdmin, interval: interval, plugins: []plugins.Spec{
+	s := start(t, stackOptions{interval: interval, plugins: []plugins.Spec{
 		{Name: "tenant-filter", Wasm: wasm(t, "pass"), Topics: []string{"orders.>"}},
 		{Name: "shipping-router", Wasm: wasm(t, "trap"), Topics: []string{"orders.shipped"}, BreakerCooldown: 10 * time.Second},
 	}})
@@ -190,85 +186,6 @@ func TestDashboard(t *testing.T) {
 	if *screenshots != "" {
 		takeScreenshots(t, ctx, s)
 	}
-}
-
-// captureAdmin is the test's dead-letter store until the admin API's lands: it keeps what
-// groups publish to dlq.> and replays a dead letter by publishing it to its original topic.
-type captureAdmin struct {
-	ops.EngineAdmin
-	b    broker.Engine
-	mu   sync.Mutex
-	dead map[string][]ops.DeadLetter // by group id
-	msgs map[string]*broker.Message  // by dead-letter id
-}
-
-func newCaptureAdmin(b broker.Engine) ops.Admin {
-	a := &captureAdmin{EngineAdmin: ops.EngineAdmin{Engine: b}, b: b, dead: map[string][]ops.DeadLetter{}, msgs: map[string]*broker.Message{}}
-	st := b.NewStream(func(*broker.Message) int { return 1 })
-	if _, err := st.Subscribe(broker.SubscribeOptions{ID: "dead-letter-capture", Patterns: []string{"dlq.>"}, Mode: broker.Fanout}); err != nil {
-		panic(err)
-	}
-	go func() { // ends when the engine shuts down and ends the stream
-		var batch []broker.Delivery
-		for {
-			select {
-			case <-st.Ready():
-			case <-st.Done():
-				return
-			}
-			for batch = st.Next(batch[:0], 64, 1<<20); len(batch) > 0; batch = st.Next(batch[:0], 64, 1<<20) {
-				for _, d := range batch {
-					if d.Msg != nil {
-						a.add(d.Msg)
-					}
-				}
-			}
-		}
-	}()
-	return a
-}
-
-func (a *captureAdmin) add(m *broker.Message) {
-	attempts, _ := strconv.Atoi(m.Headers.Map()[deadletter.HeaderAttempts])
-	dl := ops.DeadLetter{ID: m.SystemID, Topic: m.Headers.Map()[deadletter.HeaderTopic], Reason: m.Headers.Map()[deadletter.HeaderReason],
-		Attempts: attempts, At: time.Unix(0, m.PublishedAt), Headers: m.Headers.Map(), Payload: m.Payload, Size: len(m.Payload)}
-	group := m.Headers.Map()[deadletter.HeaderSubscription]
-	a.mu.Lock()
-	a.dead[group] = append(a.dead[group], dl)
-	a.msgs[dl.ID] = m
-	a.mu.Unlock()
-}
-
-func (a *captureAdmin) DeadLetters(group string, limit int) ([]ops.DeadLetter, error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	dls := a.dead[group]
-	return dls[:min(limit, len(dls))], nil
-}
-
-func (a *captureAdmin) Replay(group string, ids []string) (int, error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	kept, n := a.dead[group][:0], 0
-	for _, dl := range a.dead[group] {
-		if len(ids) > 0 && !strings.Contains(" "+strings.Join(ids, " ")+" ", " "+dl.ID+" ") {
-			kept = append(kept, dl)
-			continue
-		}
-		m := a.msgs[dl.ID]
-		h := m.Headers.Map()
-		maps.DeleteFunc(h, func(k, _ string) bool { return strings.HasPrefix(k, "tb-dead-letter-") })
-		if _, err := a.b.Publish(dl.Topic, m.Payload, h); err != nil {
-			return n, err
-		}
-		delete(a.msgs, dl.ID)
-		n++
-	}
-	a.dead[group] = kept
-	if n == 0 && len(ids) > 0 {
-		return 0, errors.New("no such dead letter")
-	}
-	return n, nil
 }
 
 // takeScreenshots runs some traffic through the broker for half a minute so that the graphs

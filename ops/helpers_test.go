@@ -47,7 +47,6 @@ type stackOptions struct {
 	on        brokertest.Engine // brokertest.Engines[0]
 	engine    brokertest.Options
 	plugins   []plugins.Spec
-	admin     func(broker.Engine) ops.Admin
 	maxGroups int
 	interval  time.Duration // of the event stream (100ms)
 	history   time.Duration // HistoryInterval (the default, 5s)
@@ -87,9 +86,6 @@ func start(t *testing.T, so stackOptions) *stack {
 		HistoryInterval: so.history, HistoryLen: so.histLen}
 	if s.chain != nil {
 		opts.Plugins = s.chain.Metrics
-	}
-	if so.admin != nil {
-		opts.Admin = so.admin(s.b)
 	}
 	s.ops = ops.New(opts)
 	s.url = "http://" + hlis.Addr().String()
