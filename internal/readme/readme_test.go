@@ -18,7 +18,8 @@ package readme
 //     with their contents). "..." in an expected line matches any text; a line of just "..."
 //     matches any number of lines. Use them for what varies: ids, times, ports, sizes.
 //   - "tinybroker serve" (not --check) runs in the background on free ports; the session
-//     goes on when its gRPC and HTTP ports answer. 127.0.0.1:7878 and 127.0.0.1:7879 in
+//     goes on when its gRPC and HTTP ports answer. A second serve in a session is a restart:
+//     the background commands started so far end (as at the session's end), then the broker. 127.0.0.1:7878 and 127.0.0.1:7879 in
 //     README's commands and output stand for those ports, and TINYBROKER_ADDR names the gRPC
 //     one. Its log is compared only where README shows some.
 //   - A command ending in "&" runs in the background; the session goes on when it has printed
@@ -333,7 +334,7 @@ func runSession(t *testing.T, root, bin string, s *session) {
 			t.Errorf("README.md:%d: $ %s: not run (%v)", st.line, st.cmd, err)
 			continue
 		}
-		if st.serve && len(st.want) == 0 {
+		if st.serve && len(trimBlank(st.want, func(w wantLine) string { return w.text })) == 0 {
 			continue // the broker's log: compared only where README shows some
 		}
 		var want []wantLine
@@ -392,14 +393,23 @@ tb_stop_serve() { for p in $tb_serve_pids; do kill -KILL -- -$p 2>/dev/null; tb_
 `)
 	pgids := filepath.Join(out, "pgids")
 	var settle []string
+	served := false
 	for i, st := range s.steps {
 		file := filepath.Join(out, strconv.Itoa(i))
 		cmd := subst.Replace(st.cmd)
 		switch {
 		case st.serve:
-			fmt.Fprintf(&b, "{ %s\n} >%q 2>&1 </dev/null &\ndisown $!\necho $! >>%q\ntb_serve_pids=\"$tb_serve_pids $!\"\ntb_wait_port %s $! && tb_wait_port %s $!\n", cmd, file, pgids, grpcPort, httpPort)
+			if served { // a restart: the background commands end first, then the broker
+				for _, l := range settle {
+					b.WriteString(l)
+				}
+				settle = nil
+				b.WriteString("tb_stop_serve\n")
+			}
+			served = true
+			fmt.Fprintf(&b, "{ :; %s\n} >%q 2>&1 </dev/null &\ndisown $!\necho $! >>%q\ntb_serve_pids=\"$tb_serve_pids $!\"\ntb_wait_port %s $! && tb_wait_port %s $!\n", cmd, file, pgids, grpcPort, httpPort)
 		case st.bg:
-			fmt.Fprintf(&b, "{ %s\n} >%q 2>&1 </dev/null &\ndisown $!\necho $! >>%q\ntb_pid_%d=$!\ntb_wait_output %q $!\n", cmd, file, pgids, i, file)
+			fmt.Fprintf(&b, "{ :; %s\n} >%q 2>&1 </dev/null &\ndisown $!\necho $! >>%q\ntb_pid_%d=$!\ntb_wait_output %q $!\n", cmd, file, pgids, i, file)
 			n := 0
 			for _, w := range st.want {
 				if strings.TrimSpace(w.text) != "..." {
@@ -408,7 +418,7 @@ tb_stop_serve() { for p in $tb_serve_pids; do kill -KILL -- -$p 2>/dev/null; tb_
 			}
 			settle = append(settle, fmt.Sprintf("tb_settle %q %d $tb_pid_%d\n", file, n, i))
 		default:
-			fmt.Fprintf(&b, "{ %s\n} >%q 2>&1 </dev/null\necho $? >%q\n", cmd, file, file+".rc")
+			fmt.Fprintf(&b, "{ :; %s\n} >%q 2>&1 </dev/null\necho $? >%q\n", cmd, file, file+".rc")
 		}
 	}
 	for _, l := range settle {
