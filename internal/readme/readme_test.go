@@ -28,10 +28,12 @@ package readme
 //     of output alone continues the output of the session's last background command.
 //   - A command that exits non-zero fails the test unless README shows its error ("tinybroker:").
 //   - "make build" does nothing (.bin/tinybroker and tinybroker are the binary built once for
-//     the test); HOME and XDG_CONFIG_HOME are the session's own.
+//     the test); HOME and XDG_CONFIG_HOME are the session's own; the session's working
+//     directory (a temporary one) is shown as /home/me/tinybroker in its output.
 //
 // Options: files=PATH,... copies those files of the repository into the working directory,
-// at the same path; needs=PROG,... skips the session when a program is missing (fails it
+// at the same path; addr=unset leaves TINYBROKER_ADDR unset (it would outrank a context);
+// needs=PROG,... skips the session when a program is missing (fails it
 // when CI is set); tools=NAME,... installs pinned Go tools from the module proxy (skipped
 // under -short).
 
@@ -50,6 +52,9 @@ import (
 	"testing"
 	"time"
 )
+
+// workShown is how output shows a session's working directory.
+const workShown = "/home/me/tinybroker"
 
 // tools are the Go programs README names, pinned, installed from the module proxy.
 var tools = map[string]string{
@@ -310,7 +315,10 @@ func runSession(t *testing.T, root, bin string, s *session) {
 		}
 	}
 	env = append(env, "PATH="+path, "HOME="+home, "XDG_CONFIG_HOME="+filepath.Join(home, ".config"),
-		"TINYBROKER_ADDR=127.0.0.1:"+grpcPort, "TB_README_GRPC_PORT="+grpcPort, "TB_README_HTTP_PORT="+httpPort)
+		"TB_README_GRPC_PORT="+grpcPort, "TB_README_HTTP_PORT="+httpPort)
+	if s.opts["addr"] != "unset" {
+		env = append(env, "TINYBROKER_ADDR=127.0.0.1:"+grpcPort)
+	}
 	cmd.Env = env
 	t.Cleanup(func() { // what a session killed on its timeout left running
 		b, _ := os.ReadFile(filepath.Join(out, "pgids"))
@@ -340,6 +348,10 @@ func runSession(t *testing.T, root, bin string, s *session) {
 		var want []wantLine
 		for _, w := range st.want {
 			want = append(want, wantLine{w.line, subst.Replace(w.text)})
+		}
+		got = []byte(strings.ReplaceAll(string(got), work, workShown))
+		if resolved, err := filepath.EvalSymlinks(work); err == nil {
+			got = []byte(strings.ReplaceAll(string(got), resolved, workShown))
 		}
 		if msg := compare(want, splitLines(string(got))); msg != "" {
 			t.Errorf("README.md:%d: $ %s\n%s\nits output:\n%s", st.line, st.cmd, msg, got)
