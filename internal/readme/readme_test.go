@@ -582,3 +582,82 @@ func freePorts(t *testing.T, n int) []string {
 	}
 	return ports
 }
+
+// The matcher and the marker rules, alone: each case fails if its rule is broken.
+func TestMatcher(t *testing.T) {
+	w := func(lines ...string) []wantLine {
+		var ws []wantLine
+		for i, l := range lines {
+			ws = append(ws, wantLine{100 + i, l})
+		}
+		return ws
+	}
+	for _, c := range []struct {
+		name string
+		want []wantLine
+		got  []string
+		ok   bool
+	}{
+		{"exact", w("a b"), []string{"a b"}, true},
+		{"spaces collapse", w("a  b   c"), []string{"a b\tc  "}, true},
+		{"differs", w("a b"), []string{"a c"}, false},
+		{"wildcard in a line", w("published ... to x"), []string{"published 7 to x"}, true},
+		{"wildcard keeps the rest", w("published ... to x"), []string{"published 7 to y"}, false},
+		{"wildcard lines", w("a", "...", "z"), []string{"a", "b", "c", "z"}, true},
+		{"wildcard lines, none", w("a", "...", "z"), []string{"a", "z"}, true},
+		{"wildcard lines, end must match", w("a", "...", "z"), []string{"a", "b"}, false},
+		{"system id", w("[x] C0ZlNv2S8xE1c3Wm9aPjYg attempt=1"), []string{"[x] AxthYEzESJlKfivaVSSCw_ attempt=1"}, true},
+		{"system id has 22 characters", w("[x] C0ZlNv2S8xE1c3Wm9aPjYg attempt=1"), []string{"[x] AxthYEzESJlKfivaVSSCw attempt=1"}, false},
+		{"a word of 22 is no id", w("tinybroker_connections 0"), []string{"tinybroker_connectionz 0"}, false},
+		{"time", w("at 2026-12-05T18:08:04.986458956Z"), []string{"at 2027-01-01T00:00:00Z"}, true},
+		{"more output", w("a"), []string{"a", "b"}, false},
+		{"less output", w("a", "b"), []string{"a"}, false},
+		{"trailing blank lines", w("a", ""), []string{"a"}, true},
+	} {
+		if msg := compare(c.want, c.got); (msg == "") != c.ok {
+			t.Errorf("%s: compare(%v, %q) = %q, want ok=%v", c.name, c.want, c.got, msg, c.ok)
+		} else if !c.ok && !strings.Contains(msg, "README.md:") {
+			t.Errorf("%s: %q does not name README's line", c.name, msg)
+		}
+	}
+}
+
+func TestMarkers(t *testing.T) {
+	readme := strings.Join([]string{
+		"<!-- test: s files=a.hcl", // 1
+		"$ tinybroker serve",       // 2
+		"-->",                      // 3
+		"```console",               // 4
+		"$ tinybroker sub x &",     // 5
+		"subscribed",               // 6
+		"$ tinybroker pub x 1",     // 7
+		"published",                // 8
+		"```",                      // 9
+		"",                         // 10
+		"<!-- test: s -->",         // 11
+		"```console",               // 12
+		"[x] 1",                    // 13: the output of sub, the last background command
+		"```",                      // 14
+		"<!-- not tested: a reason -->",
+		"```sh",
+		"make run",
+		"```",
+		"```sh", // 19: no marker
+		"ls",
+		"```",
+	}, "\n")
+	sessions, problems := parseReadme(readme)
+	if len(problems) != 1 || !strings.Contains(problems[0], "README.md:19:") {
+		t.Errorf("problems = %q, want one, of line 19", problems)
+	}
+	if len(sessions) != 1 || sessions[0].opts["files"] != "a.hcl" || len(sessions[0].steps) != 3 {
+		t.Fatalf("sessions = %+v", sessions)
+	}
+	serve, sub, pub := sessions[0].steps[0], sessions[0].steps[1], sessions[0].steps[2]
+	if !serve.serve || !sub.bg || sub.cmd != "tinybroker sub x" || pub.bg || pub.line != 7 {
+		t.Errorf("steps: %+v %+v %+v", serve, sub, pub)
+	}
+	if len(sub.want) != 2 || sub.want[1].text != "[x] 1" || sub.want[1].line != 13 {
+		t.Errorf("sub's output = %+v, want the line of the later block", sub.want)
+	}
+}
