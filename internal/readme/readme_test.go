@@ -28,7 +28,7 @@ package readme
 //     of output alone continues the output of the session's last background command.
 //   - A command that exits non-zero fails the test unless README shows its error ("tinybroker:").
 //   - "make build" does nothing (.bin/tinybroker and tinybroker are the binary built once for
-//     the test); HOME and XDG_CONFIG_HOME are the session's own; the session's working
+//     the test), "make plugins" builds the example plugins into the session's directory; HOME and XDG_CONFIG_HOME are the session's own; the session's working
 //     directory (a temporary one) is shown as /home/me/tinybroker in its output.
 //
 // Options: files=PATH,... copies those files of the repository into the working directory,
@@ -233,15 +233,26 @@ exec %q "$@"
 		t.Fatal(err)
 	}
 
+	// The go command's caches, which a session's own HOME would otherwise move.
+	goEnv, err := exec.Command("go", "env", "GOCACHE", "GOMODCACHE", "GOPATH").Output()
+	if err != nil {
+		t.Fatalf("go env: %v", err)
+	}
+	f := strings.Split(strings.TrimSpace(string(goEnv)), "\n")
+	if len(f) != 3 {
+		t.Fatalf("go env: %q", goEnv)
+	}
+	goVars := []string{"GOCACHE=" + f[0], "GOMODCACHE=" + f[1], "GOPATH=" + f[2]}
+
 	for _, s := range sessions {
 		t.Run(s.name, func(t *testing.T) {
 			t.Parallel()
-			runSession(t, root, bin, s)
+			runSession(t, root, bin, goVars, s)
 		})
 	}
 }
 
-func runSession(t *testing.T, root, bin string, s *session) {
+func runSession(t *testing.T, root, bin string, goVars []string, s *session) {
 	path := bin + string(os.PathListSeparator) + os.Getenv("PATH")
 	if needs := s.opts["needs"]; needs != "" {
 		for _, p := range strings.Split(needs, ",") {
@@ -315,7 +326,8 @@ func runSession(t *testing.T, root, bin string, s *session) {
 		}
 	}
 	env = append(env, "PATH="+path, "HOME="+home, "XDG_CONFIG_HOME="+filepath.Join(home, ".config"),
-		"TB_README_GRPC_PORT="+grpcPort, "TB_README_HTTP_PORT="+httpPort)
+		"TB_README_GRPC_PORT="+grpcPort, "TB_README_HTTP_PORT="+httpPort, "TB_README_ROOT="+root)
+	env = append(env, goVars...)
 	if s.opts["addr"] != "unset" {
 		env = append(env, "TINYBROKER_ADDR=127.0.0.1:"+grpcPort)
 	}
@@ -370,7 +382,16 @@ func buildScript(s *session, out string, subst *strings.Replacer, grpcPort, http
 	var b strings.Builder
 	fmt.Fprintf(&b, `set -m # each background command in a process group of its own, which the signals go to;
 # disowned, so that bash prints no job notices into the next command's output
-make() { [ "$*" = build ] && return 0; echo "make $*: the README test runs only 'make build' (a no-op: the binary is built)" >&2; return 1; }
+make() { # make build: the binary is built; make plugins: the example plugins, from the repository, into examples/plugins/bin here
+  case "$*" in
+  build) return 0 ;;
+  plugins)
+    for p in $(sed -n 's/^PLUGIN_EXAMPLES *:= *//p' "$TB_README_ROOT/examples/plugins/plugins.mk"); do
+      GOOS=wasip1 GOARCH=wasm go build -C "$TB_README_ROOT" -buildmode=c-shared -trimpath -o "$PWD/examples/plugins/bin/$p.wasm" "./examples/plugins/$p" || return 1
+    done ;;
+  *) echo "make $*: the README test runs only 'make build' and 'make plugins'" >&2; return 1 ;;
+  esac
+}
 tb_wait_port() { # PORT PID: until PORT accepts connections
   for _ in $(seq 1000); do
     (: </dev/tcp/127.0.0.1/$1) 2>/dev/null && return 0
