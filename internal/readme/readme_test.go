@@ -16,26 +16,29 @@ package readme
 //     output) that README's prose describes but does not show, run before the block.
 //   - Output is compared line by line with runs of spaces as one space (tables' columns vary
 //     with their contents). "..." in an expected line matches any text; a line of just "..."
-//     matches any number of lines. Use them for what varies: ids, times, ports, sizes.
+//     matches any number of lines: for what varies, such as ports, ages and sizes. A system_id
+//     (22 characters with an upper- and a lower-case letter and a digit) matches any
+//     system_id, and an RFC 3339 time any time, so that README can show realistic ones.
 //   - "tinybroker serve" (not --check) runs in the background on free ports; the session
-//     goes on when its gRPC and HTTP ports answer. A second serve in a session is a restart:
-//     the background commands started so far end (as at the session's end), then the broker. 127.0.0.1:7878 and 127.0.0.1:7879 in
+//     goes on when its gRPC and HTTP ports answer. 127.0.0.1:7878 and 127.0.0.1:7879 in
 //     README's commands and output stand for those ports, and TINYBROKER_ADDR names the gRPC
-//     one. Its log is compared only where README shows some.
+//     one. Its log is compared only where README shows some. A second serve in a session is
+//     a restart: the background commands started so far end (as at the session's end), then
+//     the broker.
 //   - A command ending in "&" runs in the background; the session goes on when it has printed
 //     its first line (sub: "subscribed to ..."). Its output is compared when the session
 //     ends, after it printed as many lines as README shows (or 10 s) and got SIGINT. A block
 //     of output alone continues the output of the session's last background command.
 //   - A command that exits non-zero fails the test unless README shows its error ("tinybroker:").
-//   - "make build" does nothing (.bin/tinybroker and tinybroker are the binary built once for
-//     the test), "make plugins" builds the example plugins into the session's directory; HOME and XDG_CONFIG_HOME are the session's own; the session's working
-//     directory (a temporary one) is shown as /home/me/tinybroker in its output.
+//   - "make build" does nothing (.bin/tinybroker and tinybroker are the binary, built once
+//     for the test); "make plugins" builds the example plugins into the session's directory.
+//     HOME and XDG_CONFIG_HOME are the session's own, and its working directory (a temporary
+//     one) is shown as /home/me/tinybroker in its output.
 //
 // Options: files=PATH,... copies those files of the repository into the working directory,
 // at the same path; addr=unset leaves TINYBROKER_ADDR unset (it would outrank a context);
-// needs=PROG,... skips the session when a program is missing (fails it
-// when CI is set); tools=NAME,... installs pinned Go tools from the module proxy (skipped
-// under -short).
+// needs=PROG,... skips the session when a program is missing (fails it when CI is set);
+// tools=NAME,... installs pinned Go tools from the module proxy (skipped under -short).
 
 import (
 	"bufio"
@@ -380,7 +383,7 @@ func runSession(t *testing.T, root, bin string, goVars []string, s *session) {
 // buildScript is the session as one bash script: each command's output goes to out/N.
 func buildScript(s *session, out string, subst *strings.Replacer, grpcPort, httpPort string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, `set -m # each background command in a process group of its own, which the signals go to;
+	b.WriteString(`set -m # each background command in a process group of its own, which the signals go to;
 # disowned, so that bash prints no job notices into the next command's output
 make() { # make build: the binary is built; make plugins: the example plugins, from the repository, into examples/plugins/bin here
   case "$*" in
