@@ -5,6 +5,7 @@ import (
 	"container/heap"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"time"
@@ -591,7 +592,10 @@ func (g *group) leave(m *member) {
 		}
 	})
 	now := g.b.now()
-	for seq, e := range m.owned {
+	// In publish order: those that go to the dead-letter topic (or the hook) then go in the
+	// order they were published, as the requeued ones do (requeueLocked), not a map's.
+	for _, seq := range slices.Sorted(maps.Keys(m.owned)) {
+		e := m.owned[seq]
 		delete(m.owned, seq)
 		g.leftBehind++
 		g.giveBackLocked(e, deadletter.ReasonMemberLeft, atOnce, now, tb)

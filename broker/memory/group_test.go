@@ -746,3 +746,31 @@ func TestGroupAckHook(t *testing.T) {
 	want(t, "emitted", got(watch), "1/1", "2/1")
 	gt.settled("g")
 }
+
+// What a member leaves behind goes on in publish order: dead-lettered (max_deliveries 1) to
+// the dead-letter topic and the group's store in the order it was published, not in a map's.
+func TestLeftBehindInPublishOrder(t *testing.T) {
+	gt := newGroupTest(t, Options{})
+	dlq := gt.fanout("dlq.g")
+	a := gt.member("g", 16, maxDeliveries(1))
+	payloads := []string{"1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12"}
+	gt.publish(payloads...)
+	if n := len(got(a)); n != len(payloads) {
+		t.Fatalf("the member got %d, want all %d", n, len(payloads))
+	}
+	a.Close()
+	var letters []string
+	for _, d := range next(dlq) {
+		letters = append(letters, string(d.Msg.Payload))
+	}
+	want(t, "dead letters on the topic", letters, payloads...)
+	dls, _, err := gt.b.DeadLetters("g", "", 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kept []string
+	for _, dl := range dls {
+		kept = append(kept, string(dl.Payload))
+	}
+	want(t, "dead letters kept", kept, payloads...)
+}
