@@ -619,6 +619,7 @@ func (g *group) onTimer() {
 			next = t
 		}
 	}
+	var late []*entry
 	for _, m := range g.members {
 		for seq, e := range m.owned {
 			if e.deadline > now {
@@ -626,9 +627,14 @@ func (g *group) onTimer() {
 				continue
 			}
 			delete(m.owned, seq)
-			g.timedOut++
-			g.giveBackLocked(e, deadletter.ReasonAckDeadline, 0, now, tb)
+			late = append(late, e)
 		}
+	}
+	// In publish order, as when a member leaves.
+	slices.SortFunc(late, func(a, b *entry) int { return cmp.Compare(a.msg.ID, b.msg.ID) })
+	for _, e := range late {
+		g.timedOut++
+		g.giveBackLocked(e, deadletter.ReasonAckDeadline, 0, now, tb)
 	}
 	// Delayed messages are a heap by deadline: a wake-up takes those due, not a scan of all
 	// (with the redelivery back-off, every nacked message waits there).

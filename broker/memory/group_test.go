@@ -747,23 +747,27 @@ func TestGroupAckHook(t *testing.T) {
 	gt.settled("g")
 }
 
-// What a member leaves behind goes on in publish order: dead-lettered (max_deliveries 1) to
-// the dead-letter topic and the group's store in the order it was published, not in a map's.
+// What a member leaves behind, and what passes its ack deadline, goes on in publish order:
+// dead-lettered (max_deliveries 1) to the dead-letter topic and the group's store in the
+// order it was published, not in a map's.
 func TestLeftBehindInPublishOrder(t *testing.T) {
 	gt := newGroupTest(t, Options{})
 	dlq := gt.fanout("dlq.g")
-	a := gt.member("g", 16, maxDeliveries(1))
 	payloads := []string{"1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12"}
+	payloadsOf := func(ds []broker.Delivery) (out []string) {
+		for _, d := range ds {
+			out = append(out, string(d.Msg.Payload))
+		}
+		return out
+	}
+
+	a := gt.member("g", 16, maxDeliveries(1))
 	gt.publish(payloads...)
 	if n := len(got(a)); n != len(payloads) {
 		t.Fatalf("the member got %d, want all %d", n, len(payloads))
 	}
 	a.Close()
-	var letters []string
-	for _, d := range next(dlq) {
-		letters = append(letters, string(d.Msg.Payload))
-	}
-	want(t, "dead letters on the topic", letters, payloads...)
+	want(t, "dead letters of a member that left", payloadsOf(next(dlq)), payloads...)
 	dls, _, err := gt.b.DeadLetters("g", "", 100)
 	if err != nil {
 		t.Fatal(err)
@@ -773,4 +777,12 @@ func TestLeftBehindInPublishOrder(t *testing.T) {
 		kept = append(kept, string(dl.Payload))
 	}
 	want(t, "dead letters kept", kept, payloads...)
+
+	b := gt.member("g", 16, maxDeliveries(1), func(o *broker.SubscribeOptions) { o.AckDeadline = 5 * time.Second })
+	gt.publish(payloads...)
+	if n := len(got(b)); n != len(payloads) {
+		t.Fatalf("the member got %d, want all %d", n, len(payloads))
+	}
+	gt.clock.Advance(5 * time.Second)
+	want(t, "dead letters of the ack deadline", payloadsOf(next(dlq)), payloads...)
 }
