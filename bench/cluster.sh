@@ -46,13 +46,12 @@ grep -q "Storage: jetstream.$peer_storage, Replicas: $replicas})" "$tmp/peer/wor
 (cd "$tmp/peer" && go build -buildvcs=false -o "$tmp/natspeer" .)
 
 used=" "
-port() { # a loopback port nothing listens on, below the ephemeral range, not handed out before
-  local p
+port() { # sets p to a loopback port nothing listens on, below the ephemeral range, not handed out before
   while :; do
     p=$((20000 + RANDOM % 12768))
     [[ $used == *" $p "* ]] && continue
     (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null && continue
-    used+="$p "; echo "$p"; return
+    used+="$p "; return
   done
 }
 
@@ -64,9 +63,9 @@ ready() { # url... -> waits up to 60 s for each to answer 200
 }
 
 tb() { # workload -> the bench's result line, on a fresh three-node cluster
-  local routes=() list="" i addr http_addrs=() readyz=()
+  local routes=() list="" i p addr readyz=()
   rm -rf "$tmp/tb"; mkdir -p "$tmp/tb"
-  for i in 1 2 3; do routes+=("127.0.0.1:$(port)"); done
+  for i in 1 2 3; do port; routes+=("127.0.0.1:$p"); done
   list=$(printf '"%s", ' "${routes[@]}"); list=${list%, }
   for i in 1 2 3; do
     printf 'engine "jetstream" {\n  data_dir = "%s"\n  server_name = "node%s"\n  storage = "%s"\n  replicas = %s\n  cluster {\n    name = "bench"\n    listen = "%s"\n    routes = [%s]\n  }\n}\n' \
@@ -92,9 +91,11 @@ tb() { # workload -> the bench's result line, on a fresh three-node cluster
 }
 
 nats() { # workload -> the peer's result line, on a fresh three-node NATS cluster
-  local routes=() clients=() monitors=() list i healthz=()
+  local routes=() clients=() monitors=() list i p healthz=()
   rm -rf "$tmp/nats"; mkdir -p "$tmp/nats"
-  for i in 1 2 3; do routes+=("nats://127.0.0.1:$(port)"); clients+=("$(port)"); monitors+=("$(port)"); done
+  for i in 1 2 3; do
+    port; routes+=("nats://127.0.0.1:$p"); port; clients+=("$p"); port; monitors+=("$p")
+  done
   list=$(IFS=,; echo "${routes[*]}")
   for i in 1 2 3; do
     "$tmp/nats-server" -a 127.0.0.1 -p "${clients[$((i - 1))]}" -m "${monitors[$((i - 1))]}" -n "node$i" -js -sd "$tmp/nats/data$i" \
