@@ -21,7 +21,7 @@ COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null)
 LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 TESTFLAGS ?=
 
-.PHONY: run run-plugins build release test test-short fuzz chaos chaos-cluster generate tools lint check bench bench-peers bench-w4 bench-w6 wasm-fixtures screenshots
+.PHONY: run run-plugins build release test test-short fuzz chaos chaos-cluster generate tools lint check bench bench-peers bench-cluster bench-w4 bench-w6 wasm-fixtures screenshots
 
 run: ## start the broker on its embedded in-memory default (127.0.0.1:7878)
 	$(GO) run -ldflags "$(LDFLAGS)" ./cmd/tinybroker serve
@@ -121,6 +121,9 @@ bench: ## tinybroker's side of the benchmark workloads W1-W6 (bench/README.md)
 
 bench-peers: ## tinybroker and the NATS peer, workload by workload, with ratios and targets
 	bash bench/compare.sh
+
+bench-cluster: ## W1 and W2 on three tinybroker JetStream nodes against three NATS nodes (bench/cluster.sh)
+	bash bench/cluster.sh
 
 bench-w4: ## plugin cost: W1 and W2 plain and with the plugins of each bench/w4-<lang>.hcl
 	bash bench/run.sh W4
