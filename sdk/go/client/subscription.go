@@ -116,6 +116,11 @@ type Subscription struct {
 	work   chan *Message
 	settle settleQueue
 	gen    atomic.Uint64 // generation of the current stream; 1 for the first
+	// lastNacks are the nacks of handlers that failed while the subscription was closing:
+	// shutdown sends them by unary Nack calls. Through the sender, one could be written to
+	// a stream that shutdown then cancels, and be lost.
+	lastMu    sync.Mutex
+	lastNacks []settlement
 
 	wg        sync.WaitGroup // every goroutine of the subscription
 	workers   sync.WaitGroup // the workers
@@ -384,7 +389,11 @@ func (s *Subscription) shutdown(st *stream) {
 	if st != nil {
 		gen = st.gen
 	}
-	left := dropStaleNacks(s.settle.close(), gen)
+	s.lastMu.Lock()
+	last := s.lastNacks
+	s.lastNacks = nil
+	s.lastMu.Unlock()
+	left := dropStaleNacks(append(s.settle.close(), last...), gen)
 	if s.balanced && len(again)+len(left) > 0 {
 		s.flushUnary(again, left)
 	}
@@ -481,7 +490,14 @@ func (s *Subscription) worker() {
 			if len(reason) > 256 {
 				reason = reason[:256]
 			}
-			_ = m.settle(settlement{id: m.SystemID, gen: m.gen, nack: true, delay: s.delay, reason: reason})
+			x := settlement{id: m.SystemID, gen: m.gen, nack: true, delay: s.delay, reason: reason}
+			if s.ctx.Err() != nil && s.balanced && m.settled.CompareAndSwap(false, true) {
+				s.lastMu.Lock()
+				s.lastNacks = append(s.lastNacks, x)
+				s.lastMu.Unlock()
+				continue
+			}
+			_ = m.settle(x)
 		}
 	}
 }
