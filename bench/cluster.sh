@@ -118,33 +118,7 @@ sides() { # workload -> "label command args" per side
 }
 
 echo "# $(date -u '+%Y-%m-%dT%H:%M:%SZ') $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg), three nodes a side, storage $storage, replicas $replicas, $("$tmp/nats-server" --version)"
-for r in $(seq "$rounds"); do
-  for w in "${workloads[@]}"; do
-    while read -r label cmd args; do
-      # shellcheck disable=SC2086
-      $cmd $args | sed "s/^/$label $w round$r /" | tee -a "$tmp/results"
-    done < <(sides "$w")
-  done
-done
-echo "# $(date -u '+%Y-%m-%dT%H:%M:%SZ') load average $(cut -d' ' -f1-3 /proc/loadavg)"
-touch "$tmp/results"
-median() { # label workload -> median of the first *_per_s figure
-  awk -v s="$1" -v w="$2" '$1==s && $2==w { for (i = 4; i <= NF; i++) if ($i ~ /_per_s=/) { split($i, kv, "="); print kv[2]; break } }' "$tmp/results" |
-    sort -g | awk '{v[NR]=$1} END {if (NR) print v[int((NR+1)/2)]; else print 0}'
-}
-# round_ratios label workload -> the median over rounds of tb-cluster / label, each round's
-# runs having been back to back
-round_ratios() {
-  awk -v s="$1" -v w="$2" '$2==w && ($1==s || $1=="tb-cluster") { for (i = 4; i <= NF; i++) if ($i ~ /_per_s=/) { split($i, kv, "="); v[$1, $3] = kv[2]; r[$3] = 1; break } }
-    END { for (k in r) if (v[s, k] > 0 && v["tb-cluster", k] > 0) printf "%.3f\n", v["tb-cluster", k] / v[s, k] }' "$tmp/results" |
-    sort -g | awk '{v[NR]=$1} END {if (NR) print v[int((NR+1)/2)]; else print "-"}'
-}
-echo "# medians, tinybroker (three-node JetStream cluster) / NATS (three-node cluster), and the median of the per-round ratios"
-for w in "${workloads[@]}"; do
-  t=$(median tb-cluster "$w")
-  while read -r label _; do
-    [ "$label" = tb-cluster ] && continue
-    m=$(median "$label" "$w")
-    echo "$w tb-cluster $t $label $m ratio $(awk -v a="$m" -v b="$t" 'BEGIN {if (a > 0) printf "%.3f", b/a}') round_ratio $(round_ratios "$label" "$w")"
-  done < <(sides "$w")
-done
+# shellcheck source=bench/rounds.sh
+. "$root/bench/rounds.sh"
+run_rounds
+summarize tb-cluster "tinybroker (three-node JetStream cluster) / NATS (three-node cluster)"

@@ -2,9 +2,6 @@ package jetstream_test
 
 import (
 	"errors"
-	"math/rand/v2"
-	"net"
-	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -17,31 +14,6 @@ import (
 	"github.com/tinybroker/tinybroker/internal/testing/brokertest"
 )
 
-// freeAddrs returns n loopback addresses nothing listens on (for now), on ports below
-// Linux's ephemeral range (32768 and up): the nodes bind them a moment later, and a port the
-// kernel hands out (":0") may by then be taken by another package's test, listening or
-// connecting (CI saw "bind: address already in use" on a route port).
-func freeAddrs(t *testing.T, n int) []string {
-	t.Helper()
-	var addrs []string
-	for tries := 0; len(addrs) < n; tries++ {
-		if tries > 1000 {
-			t.Fatalf("no free port found in 20000-32767 after %d tries", tries)
-		}
-		addr := "127.0.0.1:" + strconv.Itoa(20000+rand.IntN(12768))
-		if slices.Contains(addrs, addr) {
-			continue
-		}
-		l, err := net.Listen("tcp", addr)
-		if err != nil {
-			continue
-		}
-		addrs = append(addrs, addr)
-		l.Close()
-	}
-	return addrs
-}
-
 // startCluster starts n tinybroker nodes in this process, each embedding a NATS server, that
 // form one JetStream cluster with the given replicas; they stop when the test ends. With
 // -short, the test is skipped: a cluster takes seconds to form.
@@ -50,7 +22,7 @@ func startCluster(t *testing.T, n, replicas int) []*jetstream.Engine {
 	if testing.Short() {
 		t.Skip("a JetStream cluster takes seconds to form")
 	}
-	routes := freeAddrs(t, n)
+	routes := brokertest.FreeAddrs(t, n)
 	logger := testLogger(t)
 	nodes := make([]*jetstream.Engine, n)
 	errs := make([]error, n)

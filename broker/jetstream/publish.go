@@ -159,14 +159,16 @@ func (e *Engine) routeBatch(ms []publishing.Msg, res []broker.PublishResult, err
 			if err := e.st.send(e.nc, b, i, &nats.Msg{Subject: e.subjG + m.Topic, Data: m.Payload, Header: h}, deadline); err != nil {
 				// Not sent anywhere yet: stored nowhere, the other copies are not sent either.
 				errs[i] = e.storeError(err)
-				p.unadmitShared()
-				for _, g := range slices.Clone(p.took) {
-					p.unadmitGroup(g)
+				p.unadmitShared() // the groups on the engine's stream; those left have their own
+				for _, g := range p.took {
+					g.release(p.cost, true)
 				}
+				p.took = nil
 				continue
 			}
 			p.sent = true
 		}
+		var failed []*group // own streams it could not be sent to
 		for _, g := range p.took {
 			if !g.ownStream() {
 				continue
@@ -181,12 +183,12 @@ func (e *Engine) routeBatch(ms []publishing.Msg, res []broker.PublishResult, err
 			}
 			if err := e.st.send(e.nc, gb, i, &nats.Msg{Subject: g.subj + m.Topic, Data: m.Payload, Header: h}, deadline); err != nil {
 				errs[i] = e.storeError(err)
-				p.failed = append(p.failed, g)
+				failed = append(failed, g)
 				continue
 			}
 			p.ownSent = append(p.ownSent, g)
 		}
-		for _, g := range p.failed {
+		for _, g := range failed {
 			p.unadmitGroup(g)
 		}
 	}
@@ -263,13 +265,12 @@ func (e *Engine) duplicateStored(seq, secret uint64) broker.PublishResult {
 
 // pendingStore is one message of RouteBatch on its way.
 type pendingStore struct {
-	mr     *matchResult
-	took   []*group // the groups that admitted it (see admit) and hold it still
-	shared bool     // one of them is on the engine's stream: stored there
-	cost   int64    // what it costs each of them
-	sent   bool     // sent to the engine's stream
-	// The groups with a stream of their own that it was sent to, and those it could not be.
-	ownSent, failed []*group
+	mr      *matchResult
+	took    []*group // the groups that admitted it (see admit) and hold it still
+	shared  bool     // one of them is on the engine's stream: stored there
+	cost    int64    // what it costs each of them
+	sent    bool     // sent to the engine's stream
+	ownSent []*group // the groups with a stream of their own that it was sent to
 	// Where it was stored first, once it was: its sequence there and that stream's secret.
 	stored      bool
 	seq, secret uint64

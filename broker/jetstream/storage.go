@@ -71,12 +71,7 @@ func (e *Engine) copiesOf(replicas int) int {
 func (g *group) ownStream() bool { return g.replicas != 0 }
 
 // copies is how many copies of g's messages JetStream keeps.
-func (g *group) copies() int {
-	if g.replicas != 0 {
-		return g.replicas
-	}
-	return g.e.opts.Replicas
-}
+func (g *group) copies() int { return g.e.copiesOf(g.replicas) }
 
 // parseID returns the sequence, in g's stream, of a message of g's by its system_id.
 func (g *group) parseID(id string) (uint64, error) {

@@ -5,12 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -150,29 +147,6 @@ func (n *clusterNode) waitListening(t *testing.T, within time.Duration) {
 	}
 }
 
-// freeClusterAddrs returns n loopback addresses nothing listens on (for now), below Linux's
-// ephemeral ports, for the nodes' routes (as broker/jetstream's cluster tests choose them).
-func freeClusterAddrs(t *testing.T, n int) []string {
-	t.Helper()
-	var addrs []string
-	for tries := 0; len(addrs) < n; tries++ {
-		if tries > 1000 {
-			t.Fatalf("no free port found in 20000-32767 after %d tries", tries)
-		}
-		addr := "127.0.0.1:" + strconv.Itoa(20000+rand.IntN(12768))
-		if slices.Contains(addrs, addr) {
-			continue
-		}
-		l, err := net.Listen("tcp", addr)
-		if err != nil {
-			continue
-		}
-		addrs = append(addrs, addr)
-		l.Close()
-	}
-	return addrs
-}
-
 // A node of a three-node cluster restarted while the others are down cannot reach a meta
 // leader; it waits instead of exiting: it listens, answers gRPC health NOT_SERVING and
 // /readyz 503, refuses a publish with UNAVAILABLE, and serves once another node is back, its
@@ -189,7 +163,7 @@ func TestRestartedNodeWaitsForItsCluster(t *testing.T) {
 	}
 	before := goleak.IgnoreCurrent()
 	t.Cleanup(func() { goleak.VerifyNone(t, before) }) // registered first, runs last
-	nodes := writeClusterConfigs(t, t.TempDir(), freeClusterAddrs(t, 3))
+	nodes := writeClusterConfigs(t, t.TempDir(), brokertest.FreeAddrs(t, 3))
 	a, b, c := nodes[0], nodes[1], nodes[2]
 	for _, n := range nodes { // together: a node's engine starts once a quorum is up
 		n.start(t)

@@ -3,6 +3,10 @@ package brokertest
 import (
 	"bytes"
 	"math"
+	"math/rand/v2"
+	"net"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -134,4 +138,30 @@ func (l *Log) WaitFor(tb testing.TB, s string) string {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// FreeAddrs returns n loopback addresses nothing listens on (for now), on ports below
+// Linux's ephemeral range (32768 and up), for a cluster's route listeners: the nodes bind
+// them a moment later, and a port the kernel hands out (":0") may by then be taken by
+// another package's test, listening or connecting (CI saw "bind: address already in use" on
+// a route port).
+func FreeAddrs(t testing.TB, n int) []string {
+	t.Helper()
+	var addrs []string
+	for tries := 0; len(addrs) < n; tries++ {
+		if tries > 1000 {
+			t.Fatalf("no free port found in 20000-32767 after %d tries", tries)
+		}
+		addr := "127.0.0.1:" + strconv.Itoa(20000+rand.IntN(12768))
+		if slices.Contains(addrs, addr) {
+			continue
+		}
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			continue
+		}
+		addrs = append(addrs, addr)
+		l.Close()
+	}
+	return addrs
 }
