@@ -162,6 +162,7 @@ type Message struct {
 	Topic    string
 	Payload  []byte
 	Headers  Headers
+	Key      string // the ordering and fairness key (Draft.Key); "" for none
 	// PublishedAt is when the engine accepted the message, in Unix nanoseconds.
 	PublishedAt int64
 	// Targets is how many fanout subscriptions and groups the message was routed to.
@@ -228,6 +229,9 @@ type SubscribeOptions struct {
 	AckDeadline     time.Duration // default Limits.AckDeadline
 	MaxDeliveries   int           // 0: unlimited (at most Limits.MaxDeliveriesCap); the group's first member sets it
 	DeadLetterTopic string        // default "dlq.<ID>"; the group's first member sets it
+	// Dispatch orders the group's deliveries and shares them fairly; the group's first
+	// member sets it, later ones must leave it zero or ask for the same.
+	Dispatch Dispatch
 	// Quota, if not nil, is the quota of the member's owner: a group this member creates
 	// is counted against it, and so is everything the group holds (see Quota).
 	Quota *Quota
@@ -251,6 +255,7 @@ type Settings struct {
 	AckDeadline     time.Duration
 	MaxDeliveries   int
 	DeadLetterTopic string
+	Dispatch        Dispatch
 }
 
 // GroupConfig declares a consumer group, as the configuration file's group blocks do, or
@@ -263,6 +268,7 @@ type GroupConfig struct {
 	Patterns        []string // topic_patterns
 	MaxDeliveries   int      // 0: unlimited
 	DeadLetterTopic string   // default "dlq.<ID>"
+	Dispatch        Dispatch // ordering and fairness
 	Limits          GroupLimits
 	// Replicas is how many copies of the group's messages the JetStream engine keeps (1 to
 	// 5; 3 survives the loss of a node), where it differs from the engine's own replicas;
@@ -278,7 +284,7 @@ func (gc GroupConfig) SubscribeOptions() SubscribeOptions {
 		id = gc.Name
 	}
 	return SubscribeOptions{ID: id, Group: gc.Name, Patterns: gc.Patterns, Mode: Balanced,
-		MaxDeliveries: gc.MaxDeliveries, DeadLetterTopic: gc.DeadLetterTopic}
+		MaxDeliveries: gc.MaxDeliveries, DeadLetterTopic: gc.DeadLetterTopic, Dispatch: gc.Dispatch}
 }
 
 // GroupLimits bound what one consumer group holds. Zero values take the engine's defaults.
@@ -356,13 +362,33 @@ type GroupStats struct {
 	// delivery a member still held, from that delivery to the ack. Both count this engine's
 	// (in a cluster, this node's) deliveries since it started.
 	DeliveryLatency, AckLatency latency.Histogram
+	// Keys is how many keys (or tenants, with fair_by) the group holds messages of, in a
+	// group with ordering or fair_by; Busiest the ones that hold the most (at most
+	// BusiestKeys), most first.
+	Keys    int
+	Busiest []KeyLoad
 }
+
+// BusiestKeys is how many of a group's busiest keys GroupStats lists (and the metrics label).
+const BusiestKeys = 5
+
+// KeyLoad is what a consumer group holds of one key or tenant.
+type KeyLoad struct {
+	Key   string
+	Held  int  // messages queued, in flight and delayed
+	Noisy bool // over a tenth of what the group holds (and at least NoisyMin messages)
+}
+
+// NoisyMin is the fewest messages a key must hold to be called noisy: a group holding ten
+// messages of three keys is not flooded.
+const NoisyMin = 100
 
 // GroupInfo describes one consumer group in full (Engine.Group).
 type GroupInfo struct {
 	GroupStats
 	MaxDeliveries   int
 	DeadLetterTopic string
+	Dispatch        Dispatch
 	Limits          GroupLimits  // after defaults
 	MemberList      []MemberInfo // GroupStats.Members counts them
 	// Replicas is how many copies of its messages the engine keeps (GroupConfig.Replicas):

@@ -39,6 +39,9 @@ type Draft struct {
 	Topic   string
 	Payload []byte
 	Headers Headers
+	// Key is the ordering and fairness key ("" for none; ValidateKey): consumer groups with
+	// ordering or fair_by "key" group messages by it. A hook may set it on publish.
+	Key string
 	// ID is the publisher's message id as its dedupe key (MessageKey: the user's namespace
 	// and the id), or "" for none. The engine publishes a message at most once per ID within
 	// Limits.DedupeWindow, before the hooks run (they never see a duplicate); a hook neither

@@ -243,6 +243,9 @@ func (l Limits) CheckSubscribe(o *SubscribeOptions) ([]string, error) {
 		if o.MaxInFlight != 0 || o.AckDeadline != 0 || o.MaxDeliveries != 0 || o.DeadLetterTopic != "" {
 			return nil, bad("max_in_flight, ack_deadline, max_deliveries and dead_letter_topic are for DELIVERY_MODE_BALANCED; fanout deliveries are not acked")
 		}
+		if o.Dispatch != (Dispatch{}) {
+			return nil, bad("ordering and fair_by are for DELIVERY_MODE_BALANCED; a fanout subscription gets every message in publish order already")
+		}
 		return patterns, nil
 	}
 	if o.Group == "" {
@@ -276,6 +279,9 @@ func (l Limits) CheckSubscribe(o *SubscribeOptions) ([]string, error) {
 		if err := ValidateTopic(o.DeadLetterTopic); err != nil {
 			return nil, bad("dead_letter_topic: %v", err)
 		}
+	}
+	if err := o.Dispatch.Check(); err != nil {
+		return nil, err
 	}
 	return patterns, nil
 }
@@ -385,6 +391,10 @@ func (gc GroupConfig) CheckMember(o *SubscribeOptions, patterns []string) error 
 		return fmt.Errorf("%w: consumer group %q has max_deliveries %d, this member asked for %d; leave it 0 to take the group's", ErrGroupMismatch, gc.Name, gc.MaxDeliveries, o.MaxDeliveries)
 	case o.DeadLetterTopic != "" && o.DeadLetterTopic != gc.DeadLetterTopic:
 		return fmt.Errorf("%w: consumer group %q dead-letters to %q, this member asked for %q; leave it empty to take the group's", ErrGroupMismatch, gc.Name, gc.DeadLetterTopic, o.DeadLetterTopic)
+	case o.Dispatch.Ordering != OrderingNone && o.Dispatch.Ordering != gc.Dispatch.Ordering:
+		return fmt.Errorf("%w: consumer group %q has ordering %q, this member asked for %q; leave it unset to take the group's", ErrGroupMismatch, gc.Name, gc.Dispatch.Ordering, o.Dispatch.Ordering)
+	case o.Dispatch.FairBy != "" && o.Dispatch.FairBy != gc.Dispatch.FairBy:
+		return fmt.Errorf("%w: consumer group %q has fair_by %q, this member asked for %q; leave it empty to take the group's", ErrGroupMismatch, gc.Name, gc.Dispatch.FairBy, o.Dispatch.FairBy)
 	}
 	return nil
 }

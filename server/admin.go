@@ -96,6 +96,10 @@ func groupMessage(g broker.GroupStats) *adminpb.Group {
 	if g.Oldest != 0 {
 		m.OldestAge = durationpb.New(max(time.Since(time.Unix(0, g.Oldest)), 0))
 	}
+	m.Keys = uint32(g.Keys)
+	for _, k := range g.Busiest {
+		m.BusiestKeys = append(m.BusiestKeys, &adminpb.KeyLoad{Key: k.Key, Held: uint32(k.Held), Noisy: k.Noisy})
+	}
 	return m
 }
 
@@ -112,7 +116,7 @@ func (a *adminServer) DescribeGroup(_ context.Context, req *adminpb.DescribeGrou
 	m.Settings = &adminpb.GroupSettings{MaxDeliveries: uint32(gi.MaxDeliveries), DeadLetterTopic: gi.DeadLetterTopic,
 		MaxQueued: uint32(gi.Limits.MaxQueued), MaxQueuedBytes: uint64(gi.Limits.MaxQueuedBytes), Overflow: overflow,
 		DeadLettersMax: uint32(gi.Limits.DeadLetterMax), DeadLettersMaxBytes: uint64(gi.Limits.DeadLetterMaxBytes),
-		Replicas: uint32(gi.Replicas)}
+		Replicas: uint32(gi.Replicas), Ordering: gi.Dispatch.Ordering.String(), FairBy: gi.Dispatch.FairBy}
 	for _, mb := range gi.MemberList {
 		m.MemberList = append(m.MemberList, &adminpb.Member{MemberId: mb.ID, Peer: mb.Peer, InFlight: uint32(mb.InFlight),
 			MaxInFlight: uint32(mb.MaxInFlight), AckDeadline: durationpb.New(mb.AckDeadline), JoinedUnixNano: mb.Joined})

@@ -271,9 +271,9 @@ func (s *Server) Publish(ctx context.Context, req *pb.PublishRequest) (*pb.Publi
 	}
 	switch {
 	case err != nil:
-	case req.GetMessageId() == "":
+	case req.GetMessageId() == "" && req.GetKey() == "":
 		res, err = s.b.Publish(req.GetTopic(), req.GetPayload(), req.GetHeaders())
-	default: // a message id: only PublishBatch takes one
+	default: // a message id or a key: only PublishBatch takes them
 		res, err = s.publishOnce(caller, req)
 	}
 	if err != nil {
@@ -289,11 +289,13 @@ func (s *Server) Publish(ctx context.Context, req *pb.PublishRequest) (*pb.Publi
 	return &pb.PublishResponse{SystemId: res.SystemID, Routed: uint32(res.Routed), DroppedBy: res.DroppedBy, DropReason: res.DropReason, Duplicate: res.Duplicate}, nil
 }
 
-// publishOnce publishes a message that has a message_id, under the caller's dedupe key
-// (msgid.Key), as a frame of one.
+// publishOnce publishes a message that has a message_id (under the caller's dedupe key,
+// msgid.Key) or a key, as a frame of one.
 func (s *Server) publishOnce(caller *auth.Caller, req *pb.PublishRequest) (broker.PublishResult, error) {
-	d := [1]broker.Draft{{Topic: req.GetTopic(), Payload: req.GetPayload(), Headers: broker.MakeHeaders(req.GetHeaders()),
-		ID: msgid.Key(caller.Name(), req.GetMessageId())}}
+	d := [1]broker.Draft{{Topic: req.GetTopic(), Payload: req.GetPayload(), Headers: broker.MakeHeaders(req.GetHeaders()), Key: req.GetKey()}}
+	if req.GetMessageId() != "" {
+		d[0].ID = msgid.Key(caller.Name(), req.GetMessageId())
+	}
 	var res [1]broker.PublishResult
 	var errs [1]error
 	s.b.PublishBatch(d[:], res[:], errs[:])
@@ -578,6 +580,8 @@ func (s *Server) event(sub broker.Subscription) *pb.SubscribeResponse {
 		subscribed.AckDeadline = durationpb.New(set.AckDeadline)
 		subscribed.MaxDeliveries = uint32(set.MaxDeliveries)
 		subscribed.DeadLetterTopic = set.DeadLetterTopic
+		subscribed.Ordering = pb.Ordering(set.Dispatch.Ordering)
+		subscribed.FairBy = set.Dispatch.FairBy
 	}
 	return &pb.SubscribeResponse{Frame: &pb.SubscribeResponse_Subscribed{Subscribed: subscribed}}
 }
@@ -706,6 +710,7 @@ func subscribeOptions(o *pb.OpenSubscription, peerAddr string) broker.SubscribeO
 		AckDeadline:     o.GetAckDeadline().AsDuration(),
 		MaxDeliveries:   int(min(uint64(o.GetMaxDeliveries()), math.MaxInt)), // where int has 32 bits: over the cap, not wrapped negative
 		DeadLetterTopic: o.GetDeadLetterTopic(),
+		Dispatch:        broker.Dispatch{Ordering: broker.Ordering(o.GetOrdering()), FairBy: o.GetFairBy()},
 		Peer:            peerAddr,
 	}
 }

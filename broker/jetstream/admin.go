@@ -120,6 +120,9 @@ func (e *Engine) Declare(gc broker.GroupConfig) error {
 	if err != nil {
 		return err
 	}
+	if err := checkDispatch(o.Dispatch); err != nil {
+		return err
+	}
 	gc.ID = o.ID
 	e.mu.Lock()
 	defer e.awaitAnnounces() // after the unlock
@@ -377,7 +380,7 @@ func (e *Engine) takeQueued(g *group, limit int) (int, error) {
 				delete(g.delayed, info.sseq)
 				if !skips(m, g) {
 					h, _, hb := decodeHeaders(m.Header)
-					g.releaseLocked(heldCost(strings.TrimPrefix(m.Subject, g.subj), m.Data, h, hb), !redelivery)
+					g.releaseLocked(heldCost(strings.TrimPrefix(m.Subject, g.subj), keyOf(m.Header), m.Data, h, hb), !redelivery)
 				} else if g.skipped > 0 {
 					g.skipped--
 				}
@@ -439,4 +442,12 @@ func (e *Engine) Ready() error {
 		return fmt.Errorf("%w: the broker is shutting down", broker.ErrShuttingDown)
 	}
 	return e.unavailable()
+}
+
+// checkDispatch refuses the ordering and fairness this engine does not do yet.
+func checkDispatch(d broker.Dispatch) error {
+	if d.Keyed() {
+		return fmt.Errorf("%w: ordering and fair_by are not available on engine \"jetstream\" yet; run on engine \"memory\" for them, or leave them unset", broker.ErrInvalidSubscription)
+	}
+	return nil
 }

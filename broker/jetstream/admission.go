@@ -19,13 +19,13 @@ func (e *Engine) avgCost() int64 {
 	defer cancel()
 	s, err := e.js.Stream(ctx, e.opts.Stream)
 	if err != nil {
-		return heldCost("", nil, nil, 0)
+		return heldCost("", "", nil, nil, 0)
 	}
 	st := s.CachedInfo().State
 	if st.Msgs == 0 {
-		return heldCost("", nil, nil, 0)
+		return heldCost("", "", nil, nil, 0)
 	}
-	return heldCost("", make([]byte, st.Bytes/st.Msgs), nil, 0)
+	return heldCost("", "", make([]byte, st.Bytes/st.Msgs), nil, 0)
 }
 
 // admit charges a message of cost to g, unless g is at one of its bounds: then a
@@ -211,4 +211,6 @@ func overflowName(o broker.Overflow) string {
 }
 
 // msgCost is heldCost of a message a member received.
-func msgCost(m *broker.Message) int64 { return heldCost(m.Topic, m.Payload, m.Headers, m.HeaderBytes) }
+func msgCost(m *broker.Message) int64 {
+	return heldCost(m.Topic, m.Key, m.Payload, m.Headers, m.HeaderBytes)
+}

@@ -25,7 +25,32 @@ const (
 	hdrFrom = "Tb-From" // the engine that announced a group's change (its self id)
 	hdrSkip = "Tb-Skip" // the consumers of the groups that refused a stored message (full), comma-separated
 	hdrJSON = "Tb-Hx"   // every header of the message, as JSON, when one cannot be a NATS header
+	hdrKey  = "Tb-Key"  // the message's key (broker.Message.Key), when it has one
+	hdrKeyQ = "Tb-Keyq" // the key, Go-quoted, when it cannot be a NATS header's value (natsValue)
 )
+
+// setKey adds a message's key to its NATS headers h.
+func setKey(h nats.Header, key string) {
+	switch {
+	case key == "":
+	case natsValue(key):
+		h[hdrKey] = []string{key}
+	default:
+		h[hdrKeyQ] = []string{strconv.Quote(key)}
+	}
+}
+
+// keyOf returns the key setKey put in a NATS message's headers.
+func keyOf(nh nats.Header) string {
+	if k := nh[hdrKey]; len(k) > 0 {
+		return k[0]
+	}
+	if k := nh[hdrKeyQ]; len(k) > 0 {
+		key, _ := strconv.Unquote(k[0])
+		return key
+	}
+	return ""
+}
 
 // encodeHeaders turns a message's headers into NATS headers. Every header the broker accepts
 // (broker.CheckHeader: any UTF-8) must come back unchanged from decodeHeaders, through

@@ -69,7 +69,7 @@ func (e *Engine) keepDeadLetter(g *group, m *broker.Message, headers map[string]
 	if counted {
 		g.deadCount++
 		if g.deadAvg == 0 { // counted while the store was empty (Stats): this letter's size
-			g.deadAvg = heldCost("", nil, nil, msg.Size())
+			g.deadAvg = heldCost("", "", nil, nil, msg.Size())
 		}
 	}
 	g.mu.Unlock()
@@ -132,7 +132,7 @@ func (e *Engine) countDeadLettersLocked(ctx context.Context, g *group) (int, err
 	n := len(si.State.Subjects) // a subject per letter
 	var avg int64
 	if si.State.Msgs > 0 {
-		avg = heldCost("", nil, nil, int(si.State.Bytes/si.State.Msgs))
+		avg = heldCost("", "", nil, nil, int(si.State.Bytes/si.State.Msgs))
 	}
 	g.mu.Lock()
 	g.deadCount, g.deadAvg = n, avg

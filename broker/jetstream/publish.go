@@ -134,7 +134,7 @@ func (e *Engine) routeBatch(ms []publishing.Msg, res []broker.PublishResult, err
 			continue
 		}
 		var h nats.Header
-		if len(m.Headers) == 0 && len(skip) == 0 && m.ID == "" {
+		if len(m.Headers) == 0 && len(skip) == 0 && m.ID == "" && m.Key == "" {
 			// The same for every such message of the frame (nats.go only reads it).
 			if plain == nil {
 				plain = encodeHeaders(nil, now)
@@ -142,6 +142,7 @@ func (e *Engine) routeBatch(ms []publishing.Msg, res []broker.PublishResult, err
 			h = plain
 		} else {
 			h = encodeHeaders(m.Headers, now)
+			setKey(h, m.Key)
 			if len(skip) > 0 {
 				h[hdrSkip] = []string{strings.Join(skip, ",")}
 			}
@@ -283,7 +284,7 @@ type pendingStore struct {
 // every group refused it and no fanout subscription here wants it either, the publish is
 // refused with the first group's reason, as the memory engine does.
 func (e *Engine) admit(p *pendingStore, m *publishing.Msg) ([]string, error) {
-	p.cost = heldCost(m.Topic, m.Payload, m.Headers, m.HB)
+	p.cost = heldCost(m.Topic, m.Key, m.Payload, m.Headers, m.HB)
 	var full error
 	var skip []string
 	for _, g := range p.mr.groups {
@@ -317,8 +318,8 @@ func (e *Engine) admit(p *pendingStore, m *publishing.Msg) ([]string, error) {
 
 // heldCost is what a group holding a message is charged (grouping.MessageCost and a holder,
 // as in the memory engine), computed alike at publish and when the message is settled.
-func heldCost(topic string, payload []byte, headers broker.Headers, hb int) int64 {
-	return grouping.MessageCost(topic, "", payload, len(headers), hb, 1) + idLen + grouping.HolderOverhead
+func heldCost(topic, key string, payload []byte, headers broker.Headers, hb int) int64 {
+	return grouping.MessageCost(topic, key, "", payload, len(headers), hb, 1) + idLen + grouping.HolderOverhead
 }
 
 // unadmitShared gives back what admit charged the groups on the engine's stream, for a
@@ -533,7 +534,7 @@ func (e *Engine) dispatchFanout() {
 func (g *group) decode(m *nats.Msg, sseq uint64) *broker.Message {
 	h, at, hb := decodeHeaders(m.Header)
 	return &broker.Message{ID: sseq, SystemID: g.e.ids.format(sseq, g.secret), Topic: strings.TrimPrefix(m.Subject, g.subj),
-		Payload: m.Data, Headers: h, PublishedAt: at, HeaderBytes: hb, Targets: 1}
+		Payload: m.Data, Headers: h, Key: keyOf(m.Header), PublishedAt: at, HeaderBytes: hb, Targets: 1}
 }
 
 // maxPendingStores bounds the stores sent to JetStream and not yet acknowledged, over every

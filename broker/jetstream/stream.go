@@ -287,6 +287,9 @@ func (e *Engine) subscribe(o broker.SubscribeOptions, st *Stream) (*Subscription
 	if err != nil {
 		return nil, err
 	}
+	if err := checkDispatch(o.Dispatch); err != nil {
+		return nil, err
+	}
 	if err := e.unavailable(); err != nil {
 		return nil, err
 	}

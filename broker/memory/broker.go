@@ -221,7 +221,7 @@ func (b *Engine) routeMsg(m *publishing.Msg, err error) (broker.PublishResult, e
 		seq := b.seq.Add(1)
 		return broker.PublishResult{Seq: seq, SystemID: b.ids.format(seq), DroppedBy: m.DroppedBy, DropReason: m.DropReason}, nil
 	}
-	return b.routeChecked(m.Topic, m.Payload, m.Headers, m.HB)
+	return b.routeChecked(m.Topic, m.Key, m.Payload, m.Headers, m.HB)
 }
 
 // emit routes the messages hooks emitted, without OnPublish; one refused is logged.
@@ -231,7 +231,7 @@ func (b *Engine) emit(ds []broker.Draft) {
 	}
 	for m, err := range b.gate.Emitted(ds) {
 		if err == nil {
-			_, err = b.routeChecked(m.Topic, m.Payload, m.Headers, m.HB)
+			_, err = b.routeChecked(m.Topic, m.Key, m.Payload, m.Headers, m.HB)
 		}
 		if err != nil {
 			b.log.Warn("message emitted by a plugin refused", "topic", m.Topic, "error", err)
@@ -246,17 +246,17 @@ func (b *Engine) route(topic string, payload []byte, headers broker.Headers) (br
 	if err != nil {
 		return broker.PublishResult{}, err
 	}
-	return b.routeChecked(topic, payload, headers, hb)
+	return b.routeChecked(topic, "", payload, headers, hb)
 }
 
 // routeChecked delivers a valid message to every matching target that takes it; a consumer
 // group at its bounds refuses it for itself only (see group.deliver). hb is the headers' size.
-func (b *Engine) routeChecked(topic string, payload []byte, headers broker.Headers, hb int) (broker.PublishResult, error) {
+func (b *Engine) routeChecked(topic, key string, payload []byte, headers broker.Headers, hb int) (broker.PublishResult, error) {
 	targets := b.index.match(topic)
 	seq := b.seq.Add(1)
-	m := &message{Message: broker.Message{ID: seq, Topic: topic, Payload: payload, Headers: headers, PublishedAt: time.Now().UnixNano(), Targets: len(targets), HeaderBytes: hb}}
+	m := &message{Message: broker.Message{ID: seq, Topic: topic, Payload: payload, Headers: headers, Key: key, PublishedAt: time.Now().UnixNano(), Targets: len(targets), HeaderBytes: hb}}
 	m.SystemID = b.ids.formatIn(seq, &m.idBlock)
-	m.cost = grouping.MessageCost(topic, m.SystemID, payload, len(headers), hb, len(targets))
+	m.cost = grouping.MessageCost(topic, key, m.SystemID, payload, len(headers), hb, len(targets))
 	b.charge(m, len(targets))
 	var wait []target
 	var rooms []<-chan struct{}
@@ -393,7 +393,7 @@ func (b *Engine) subscribe(o broker.SubscribeOptions, st *Stream) (*Subscription
 	s.g = g
 	s.id = o.ID
 	s.bal = &broker.Settings{ID: o.ID, MemberID: g.nextMemberID(), Mode: broker.Balanced, Group: g.hookName(), Patterns: s.patterns,
-		MaxInFlight: o.MaxInFlight, AckDeadline: o.AckDeadline, MaxDeliveries: g.maxDeliveries, DeadLetterTopic: g.dlq}
+		MaxInFlight: o.MaxInFlight, AckDeadline: o.AckDeadline, MaxDeliveries: g.maxDeliveries, DeadLetterTopic: g.dlq, Dispatch: g.dispatch}
 	if err := st.register(s, o.Peer); err != nil {
 		return nil, err
 	}
@@ -426,9 +426,10 @@ func (b *Engine) groupFor(o *broker.SubscribeOptions, patterns []string) (*group
 		if err := o.Quota.TakeGroup(); err != nil {
 			return nil, err
 		}
-		return b.newGroupLocked(broker.GroupConfig{ID: o.ID, Name: o.Group, Patterns: patterns, MaxDeliveries: o.MaxDeliveries, DeadLetterTopic: o.DeadLetterTopic}, o.Quota), nil
+		return b.newGroupLocked(broker.GroupConfig{ID: o.ID, Name: o.Group, Patterns: patterns, MaxDeliveries: o.MaxDeliveries, DeadLetterTopic: o.DeadLetterTopic,
+			Dispatch: o.Dispatch}, o.Quota), nil
 	}
-	gc := broker.GroupConfig{ID: g.id, Name: g.name, Patterns: g.patterns, MaxDeliveries: g.maxDeliveries, DeadLetterTopic: g.dlq}
+	gc := broker.GroupConfig{ID: g.id, Name: g.name, Patterns: g.patterns, MaxDeliveries: g.maxDeliveries, DeadLetterTopic: g.dlq, Dispatch: g.dispatch}
 	if err := gc.CheckMember(o, patterns); err != nil {
 		return nil, err
 	}

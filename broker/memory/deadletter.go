@@ -43,7 +43,7 @@ func deadLetterCost(dl *broker.DeadLetter) int64 {
 	for k, v := range dl.Headers {
 		hb += len(k) + len(v)
 	}
-	return grouping.MessageCost(dl.Topic, dl.ID, dl.Payload, len(dl.Headers), hb, 1) + holderOverhead
+	return grouping.MessageCost(dl.Topic, "", dl.ID, dl.Payload, len(dl.Headers), hb, 1) + holderOverhead
 }
 
 // keepDeadLetterLocked adds a dead letter of e to g's store, dropping the oldest kept to stay

@@ -1,6 +1,7 @@
 package memory
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 
@@ -29,7 +30,7 @@ func (b *Engine) Declare(gc broker.GroupConfig) error {
 	}
 	g := b.groups[gc.ID]
 	if g != nil {
-		if g.name != gc.Name || !slices.Equal(g.patterns, patterns) || g.maxDeliveries != gc.MaxDeliveries {
+		if g.name != gc.Name || !slices.Equal(g.patterns, patterns) || g.maxDeliveries != gc.MaxDeliveries || g.dispatch != gc.Dispatch {
 			if g.hasMembers() {
 				return fmt.Errorf("%w: consumer group %q exists with other settings and has members; remove them or change the declaration", broker.ErrGroupMismatch, gc.Name)
 			}
@@ -69,8 +70,11 @@ func (b *Engine) newGroupLocked(gc broker.GroupConfig, quota *broker.Quota) *gro
 	if dlq == "" {
 		dlq = deadletter.DefaultTopic(gc.ID)
 	}
-	g := &group{b: b, id: gc.ID, name: gc.Name, patterns: gc.Patterns, maxDeliveries: gc.MaxDeliveries, dlq: dlq,
+	g := &group{b: b, id: gc.ID, name: gc.Name, patterns: gc.Patterns, maxDeliveries: gc.MaxDeliveries, dlq: dlq, dispatch: gc.Dispatch,
 		limits: b.groupLimits(gc.Limits), waiting: make(map[uint64]*entry), quota: quota}
+	if gc.Dispatch.Keyed() {
+		g.keys = newKeyed(gc.Dispatch)
+	}
 	b.groups[gc.ID] = g
 	b.groupNames[gc.Name] = gc.ID
 	for _, p := range gc.Patterns {
@@ -87,6 +91,8 @@ func (g *group) rebindable(o *broker.SubscribeOptions, patterns []string) bool {
 	}
 	return g.name != o.Group || !slices.Equal(g.patterns, patterns) ||
 		(o.MaxDeliveries != 0 && o.MaxDeliveries != g.maxDeliveries) ||
+		(o.Dispatch.Ordering != broker.OrderingNone && o.Dispatch.Ordering != g.dispatch.Ordering) ||
+		(o.Dispatch.FairBy != "" && o.Dispatch.FairBy != g.dispatch.FairBy) ||
 		(o.DeadLetterTopic != "" && o.DeadLetterTopic != g.dlq)
 }
 
@@ -103,6 +109,7 @@ func (b *Engine) rebindLocked(g *group, o *broker.SubscribeOptions, patterns []s
 	old := g.patterns
 	g.name, g.patterns, g.maxDeliveries = o.Group, patterns, o.MaxDeliveries
 	g.dlq = o.DeadLetterTopic
+	g.redispatchLocked(o.Dispatch)
 	if g.dlq == "" {
 		g.dlq = deadletter.DefaultTopic(g.id)
 	}
@@ -157,8 +164,55 @@ func (g *group) remove() int {
 // was (the group is being purged or removed).
 func (g *group) dropAllLocked() int {
 	n := g.dropWaitingLocked(func(*entry) bool { return true })
-	g.queue, g.delayed = ring{}, nil
+	g.queue, g.delayed = ring[*entry]{}, nil
 	return n
+}
+
+// redispatchLocked gives g the dispatch d (a group without members redefined): what it has
+// queued or delayed is queued again under d, in publish order (a delay is cut short).
+func (g *group) redispatchLocked(d broker.Dispatch) {
+	if d == g.dispatch {
+		return
+	}
+	var es []*entry
+	g.eachQueuedLocked(func(e *entry) {
+		if !e.settled {
+			es = append(es, e)
+		}
+	})
+	for _, e := range g.delayed {
+		if !e.settled {
+			es = append(es, e)
+		}
+	}
+	slices.SortFunc(es, func(a, b *entry) int { return cmp.Compare(a.msg.ID, b.msg.ID) })
+	if g.keys != nil {
+		g.keysCostLocked(-g.keys.bytes)
+	}
+	g.queue, g.delayed, g.keys, g.dispatch = ring[*entry]{}, nil, nil, d
+	if d.Keyed() {
+		g.keys = newKeyed(d)
+	}
+	for _, e := range es {
+		e.delayed, e.out, e.tn = false, false, nil
+		if g.keys != nil {
+			g.keysCostLocked(g.keys.push(e))
+		} else {
+			g.queue.pushBack(e)
+		}
+	}
+	g.queued = len(es)
+}
+
+// eachQueuedLocked calls f on every entry of g's queue, settled ones included.
+func (g *group) eachQueuedLocked(f func(*entry)) {
+	if g.keys != nil {
+		g.keys.each(f)
+		return
+	}
+	for i := range g.queue.len() {
+		f(g.queue.at(i))
+	}
 }
 
 // dropWaitingLocked lets go of the queued and delayed messages that drop selects (settled
@@ -172,9 +226,7 @@ func (g *group) dropWaitingLocked(drop func(*entry) bool) int {
 		g.settleLocked(e)
 		n++
 	}
-	for i := range g.queue.len() {
-		forget(g.queue.at(i))
-	}
+	g.eachQueuedLocked(forget)
 	for _, e := range g.delayed {
 		forget(e)
 	}

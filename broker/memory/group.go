@@ -37,12 +37,14 @@ type group struct {
 	patterns      []string
 	maxDeliveries int
 	dlq           string
-	declared      bool          // declared in the configuration: never expires, never rebound
+	declared      bool // declared in the configuration: never expires, never rebound
+	dispatch      broker.Dispatch
 	quota         *broker.Quota // of the member that created it (nil: none); written under b.mu and g.mu
 
 	mu     lockrank.Mutex[lockrank.MemoryGroup] // guards everything below
 	limits broker.GroupLimits                   // after defaults
-	queue  ring
+	queue  ring[*entry]                         // unkeyed groups' queue (keys nil)
+	keys   *keyed                               // the queue of a group with ordering or fair_by (broker.Dispatch.Keyed)
 	// queued counts the unsettled entries of queue; bytes is what the group holds (queued,
 	// in flight, delayed, waiting for a hook): Message.cost + groupEntryOverhead each.
 	queued int
@@ -63,6 +65,7 @@ type group struct {
 	memberSeq                                            uint64
 	delivered, acked, redelivered, deadLettered, dropped uint64
 	rejected                                             uint64 // publishes refused while full (broker.OverflowReject)
+	noisy                                                uint64 // tenants found flooding the group (keyed.checkNoisy)
 	published                                            uint64 // messages taken (deliver)
 	nacked, timedOut, leftBehind                         uint64 // taken back from members, by reason
 	dead                                                 deadStore
@@ -92,6 +95,10 @@ type entry struct {
 	settled  bool  // acked or dropped while queued or delayed: skip it when it comes up (msg is nil)
 	delayed  bool  // in group.delayed, not in queue
 	timed    bool  // its first delivery is in group.deliveryLatency
+	// In a keyed group: out is set while it is its ordered key's message out (in flight,
+	// delayed, with a hook), and tn is the tenant it counts for while the group holds it.
+	out bool
+	tn  *tenant
 }
 
 // takeBack collects what a group operation took back from its members, to be finished by
@@ -167,7 +174,12 @@ func (g *group) deliver(m *message) (<-chan struct{}, error) {
 	}
 	e := &entry{msg: m}
 	g.holdLocked(e)
-	g.queue.pushBack(e)
+	if g.keys != nil {
+		g.keysCostLocked(g.keys.push(e))
+		g.logNoisyLocked()
+	} else {
+		g.queue.pushBack(e)
+	}
 	g.queued++
 	g.published++
 	g.dispatchLocked(g.b.now())
@@ -191,6 +203,13 @@ func (g *group) overLocked(cost int64) string {
 
 // dropOldestLocked drops the oldest queued message to make room (OverflowDropOldest).
 func (g *group) dropOldestLocked() {
+	if g.keys != nil {
+		if e := g.keys.victim(); e != nil {
+			g.dropped++
+			g.settleLocked(e)
+		}
+		return
+	}
 	for g.queue.len() > 0 {
 		e := g.queue.popFront()
 		if e.settled {
@@ -243,6 +262,9 @@ func (g *group) forgetLocked(e *entry) {
 	if g.quota != nil {
 		g.quota.AddBytes(-e.msg.cost - groupEntryOverhead)
 	}
+	if g.keys != nil {
+		g.keysCostLocked(-g.keys.release(e))
+	}
 	g.b.release(e.msg, groupEntryOverhead)
 	if e.attempt > 0 {
 		delete(g.waiting, e.msg.ID)
@@ -250,9 +272,43 @@ func (g *group) forgetLocked(e *entry) {
 	g.noteDrainedLocked()
 }
 
-// replaceMsgLocked gives e the message m (a copy of e.msg with other headers).
+// keysCostLocked charges (or, negative, gives back) what the keyed queue's lanes and tenants
+// cost, like a message's bytes: to the group, its quota and the broker's budget.
+func (g *group) keysCostLocked(n int64) {
+	if n == 0 {
+		return
+	}
+	g.bytes += n
+	if g.quota != nil {
+		g.quota.AddBytes(n)
+	}
+	g.b.mem.add(n)
+}
+
+// logNoisyLocked logs the tenants that began to flood the group (keyed.checkNoisy).
+func (g *group) logNoisyLocked() {
+	for _, name := range g.keys.noisy {
+		g.noisy++
+		t := g.keys.tenants[name]
+		held := 0
+		if t != nil {
+			held = t.held
+		}
+		g.b.log.Warn("noisy key: it holds over a tenth of what its consumer group holds; fair dispatch keeps the other keys' turns (groups { fair_by })",
+			"subscription", g.id, "group", g.name, "key", name, "held", held, "group_held", g.keys.held, "fair_by", g.dispatch.FairBy)
+	}
+	g.keys.noisy = g.keys.noisy[:0]
+}
+
+// replaceMsgLocked gives e the message m (a copy of e.msg with other headers), which keeps
+// e's place (and its key's) in the group.
 func (g *group) replaceMsgLocked(e *entry, m *message) {
-	g.forgetLocked(e)
+	cost := e.msg.cost + groupEntryOverhead
+	g.bytes -= cost
+	if g.quota != nil {
+		g.quota.AddBytes(-cost)
+	}
+	g.b.release(e.msg, groupEntryOverhead)
 	g.b.charge(m, 1)
 	e.msg = m
 	g.holdLocked(e)
@@ -265,13 +321,21 @@ func (g *group) dispatchLocked(now int64) {
 		return
 	}
 	wall := g.b.wallAt(now) // for the deliveryLatency of first attempts
-	for g.queue.len() > 0 {
+	for g.queue.len() > 0 || g.keys != nil && g.keys.ready.len() > 0 {
 		m := g.nextMemberLocked()
 		if m == nil {
 			return
 		}
-		e := g.queue.popFront()
-		if e.settled {
+		var e *entry
+		if g.keys != nil {
+			var freed int64
+			e, freed = g.keys.pop()
+			g.keysCostLocked(-freed)
+			if e == nil { // every queued message waits behind one of its key
+				g.rr = (g.rr - 1 + len(g.members)) % len(g.members) // m's turn stays
+				return
+			}
+		} else if e = g.queue.popFront(); e.settled {
 			continue
 		}
 		g.queued--
@@ -338,6 +402,9 @@ func ownedBy(m *member) map[uint64]*entry { return m.owned }
 func (g *group) settleLocked(e *entry) {
 	if !e.delayed {
 		g.queued--
+		if g.keys != nil {
+			g.keys.unqueued(e)
+		}
 	}
 	e.settled = true
 	g.forgetLocked(e)
@@ -491,7 +558,11 @@ func (g *group) requeueLocked(tb *takeBack) {
 	slices.SortFunc(es, func(a, b *entry) int { return -cmp.Compare(a.msg.ID, b.msg.ID) })
 	for _, e := range es {
 		e.delayed = false
-		g.queue.pushFront(e)
+		if g.keys != nil {
+			g.keysCostLocked(g.keys.requeue(e))
+		} else {
+			g.queue.pushFront(e)
+		}
 		g.waitLocked(e)
 	}
 	g.queued += len(es)
@@ -721,6 +792,13 @@ func (g *group) statsLocked() broker.GroupStats {
 			older(e)
 		}
 	}
+	if g.keys != nil {
+		if e := g.keys.oldestQueued(); e != nil {
+			st.OldestQueued = e.msg.PublishedAt
+			older(e)
+		}
+		st.Keys, st.Busiest = g.keys.busiest()
+	}
 	// Requeued messages go back to the head of the queue, oldest first: the first unsettled
 	// entry is the oldest queued.
 	for i := range g.queue.len() {
@@ -737,7 +815,7 @@ func (g *group) statsLocked() broker.GroupStats {
 func (g *group) info() broker.GroupInfo {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	gi := broker.GroupInfo{GroupStats: g.statsLocked(), MaxDeliveries: g.maxDeliveries, DeadLetterTopic: g.dlq, Limits: g.limits, Replicas: 1}
+	gi := broker.GroupInfo{GroupStats: g.statsLocked(), MaxDeliveries: g.maxDeliveries, DeadLetterTopic: g.dlq, Dispatch: g.dispatch, Limits: g.limits, Replicas: 1}
 	for _, m := range g.members {
 		gi.MemberList = append(gi.MemberList, broker.MemberInfo{ID: m.s.bal.MemberID, Peer: m.peer, InFlight: len(m.owned),
 			MaxInFlight: m.maxInFlight, AckDeadline: m.ackDeadline, Joined: m.joined})
@@ -745,50 +823,51 @@ func (g *group) info() broker.GroupInfo {
 	return gi
 }
 
-// ring is a growable double-ended queue of entries.
-type ring struct {
-	buf        []*entry
+// ring is a growable double-ended queue.
+type ring[T any] struct {
+	buf        []T
 	head, size int
 	reads      int // entries read by at, for tests to count scans (popFront is counted by head)
 }
 
-func (r *ring) len() int { return r.size }
+func (r *ring[T]) len() int { return r.size }
 
-func (r *ring) at(i int) *entry {
+func (r *ring[T]) at(i int) T {
 	r.reads++
 	return r.buf[(r.head+i)&(len(r.buf)-1)]
 }
 
 // peek is at without counting the read (for stats).
-func (r *ring) peek(i int) *entry { return r.buf[(r.head+i)&(len(r.buf)-1)] }
+func (r *ring[T]) peek(i int) T { return r.buf[(r.head+i)&(len(r.buf)-1)] }
 
-func (r *ring) grow() {
+func (r *ring[T]) grow() {
 	if r.size < len(r.buf) {
 		return
 	}
 	n := max(16, 2*len(r.buf))
-	buf := make([]*entry, n)
+	buf := make([]T, n)
 	k := copy(buf, r.buf[r.head:]) // the ring is full: head to the end, then the start to head
 	copy(buf[k:], r.buf[:r.head])
 	r.buf, r.head = buf, 0
 }
 
-func (r *ring) pushBack(e *entry) {
+func (r *ring[T]) pushBack(e T) {
 	r.grow()
 	r.buf[(r.head+r.size)&(len(r.buf)-1)] = e
 	r.size++
 }
 
-func (r *ring) pushFront(e *entry) {
+func (r *ring[T]) pushFront(e T) {
 	r.grow()
 	r.head = (r.head - 1) & (len(r.buf) - 1)
 	r.buf[r.head] = e
 	r.size++
 }
 
-func (r *ring) popFront() *entry {
+func (r *ring[T]) popFront() T {
+	var zero T
 	e := r.buf[r.head]
-	r.buf[r.head] = nil
+	r.buf[r.head] = zero
 	r.head = (r.head + 1) & (len(r.buf) - 1)
 	r.size--
 	if r.size == 0 && len(r.buf) > 4096 { // give a burst's memory back

@@ -161,7 +161,7 @@ func (gt *groupTest) settled(id string) {
 // msgCost is what the group charges for a message of payload p published to "j.x" that
 // only the group takes.
 func msgCost(p string) int64 {
-	return grouping.MessageCost("j.x", strings.Repeat("x", idLen), []byte(p), 0, 0, 1) + groupEntryOverhead
+	return grouping.MessageCost("j.x", "", strings.Repeat("x", idLen), []byte(p), 0, 0, 1) + groupEntryOverhead
 }
 
 // Messages go round-robin to the members, skipping those without room: max_in_flight bounds

@@ -42,6 +42,9 @@ func sharedSize(m *broker.Message) int {
 	if m.PublishedAt != 0 {
 		n += protowire.SizeTag(fieldMessagePublishTime) + protowire.SizeVarint(uint64(m.PublishedAt))
 	}
+	if m.Key != "" {
+		n += protowire.SizeTag(fieldMessageKey) + protowire.SizeBytes(len(m.Key))
+	}
 	return n
 }
 
@@ -77,6 +80,10 @@ func appendShared(b []byte, m *broker.Message) []byte {
 	if m.PublishedAt != 0 {
 		b = protowire.AppendTag(b, fieldMessagePublishTime, protowire.VarintType)
 		b = protowire.AppendVarint(b, uint64(m.PublishedAt))
+	}
+	if m.Key != "" {
+		b = protowire.AppendTag(b, fieldMessageKey, protowire.BytesType)
+		b = protowire.AppendString(b, m.Key)
 	}
 	return b
 }

@@ -30,6 +30,7 @@ type Delivery struct {
 	Attempt             uint32
 	Redelivered         bool
 	SubscriptionID      string
+	Key                 string
 }
 
 // ErrMalformed wraps every decoding error.
@@ -132,7 +133,7 @@ func (d *Decoder) message(b []byte, m *Delivery) error {
 		var v []byte
 		var x uint64
 		switch {
-		case typ == protowire.BytesType && num >= fieldMessageSystemID && num <= fieldMessageHeaders || typ == protowire.BytesType && num == fieldMessageSubscriptionID:
+		case typ == protowire.BytesType && (num >= fieldMessageSystemID && num <= fieldMessageHeaders || num == fieldMessageSubscriptionID || num == fieldMessageKey):
 			if v, n = protowire.ConsumeBytes(b); n < 0 {
 				return parseErr(n)
 			}
@@ -151,6 +152,8 @@ func (d *Decoder) message(b []byte, m *Delivery) error {
 				hdr = append(hdr, b[:n]...) // length prefix and entry
 			case fieldMessageSubscriptionID:
 				m.SubscriptionID = d.strs.String(v)
+			case fieldMessageKey:
+				m.Key = string(v) // not interned: keys are many, topics few
 			}
 		case typ == protowire.VarintType && (num == fieldMessagePublishTime || num == fieldMessageAttempt || num == fieldMessageRedelivered):
 			if x, n = protowire.ConsumeVarint(b); n < 0 {

@@ -21,6 +21,7 @@ const (
 	fieldPublishPayload = 2 // PublishRequest.payload
 	fieldPublishHeaders = 3 // PublishRequest.headers
 	fieldPublishID      = 4 // PublishRequest.message_id
+	fieldPublishKey     = 5 // PublishRequest.key
 
 	fieldResultSystemID = 1 // PublishResult.system_id
 	fieldResultRouted   = 2 // PublishResult.routed
@@ -43,6 +44,7 @@ const (
 	fieldMessageAttempt        = 6 // Message.attempt
 	fieldMessageRedelivered    = 7 // Message.redelivered
 	fieldMessageSubscriptionID = 8 // Message.subscription_id
+	fieldMessageKey            = 9 // Message.key
 
 	fieldMapKey   = 1 // key of a map<string, string> entry (PublishRequest.headers, Message.headers)
 	fieldMapValue = 2 // value of a map entry

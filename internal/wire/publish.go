@@ -131,6 +131,13 @@ func (f *PublishFrame) decodeMessage(b []byte) (PublishMessage, error) {
 				m.ID = string(v)
 				f.IDs = f.IDs || m.ID != ""
 			}
+		case num == fieldPublishKey && typ == protowire.BytesType:
+			if v, n = protowire.ConsumeBytes(b); n >= 0 {
+				if !utf8.Valid(v) {
+					return m, fmt.Errorf("%w: key is not valid UTF-8", errFrame)
+				}
+				m.Key = string(v) // not interned: keys are many (an order id each), topics few
+			}
 		default:
 			n = protowire.ConsumeFieldValue(num, typ, b)
 		}

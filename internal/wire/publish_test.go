@@ -22,6 +22,8 @@ func FuzzPublishFrame(f *testing.F) {
 	seed(f, &pb.PublishStreamRequest{})
 	seed(f, &pb.PublishStreamRequest{Sequence: 1, ErrorsOnly: true, Messages: []*pb.PublishRequest{{Topic: "a"}}})
 	seed(f, &pb.PublishStreamRequest{Sequence: 2, Messages: []*pb.PublishRequest{{Topic: "a", MessageId: "id-1"}, {Topic: "b", MessageId: "ü"}, {Topic: "c"}}})
+	seed(f, &pb.PublishStreamRequest{Sequence: 3, Messages: []*pb.PublishRequest{{Topic: "a", Key: "k1"}, {Topic: "a", Key: "ü", MessageId: "x"}}})
+	f.Add([]byte{0x12, 0x03, 0x2a, 0x01, 0xff})             // key not UTF-8
 	f.Add([]byte{0x12, 0x03, 0x22, 0x01, 0xff})             // message_id not UTF-8
 	f.Add([]byte{0x12, 0x03, 0x0a, 0x01, 0xff})             // topic not UTF-8
 	f.Add([]byte{0x12, 0x05, 0x1a, 0x03, 0x0a, 0x01, 0x80}) // header key not UTF-8
@@ -46,8 +48,8 @@ func FuzzPublishFrame(f *testing.F) {
 		results := make([]PublishResult, len(got.Msgs))
 		for i, m := range got.Msgs {
 			w := want.GetMessages()[i]
-			if m.Topic != w.GetTopic() || !bytes.Equal(m.Payload, w.GetPayload()) || !maps.Equal(m.Headers.Map(), w.GetHeaders()) || m.ID != w.GetMessageId() {
-				t.Fatalf("message %d: decoded %q %q %v id %q, want %q %q %v id %q", i, m.Topic, m.Payload, m.Headers, m.ID, w.GetTopic(), w.GetPayload(), w.GetHeaders(), w.GetMessageId())
+			if m.Topic != w.GetTopic() || !bytes.Equal(m.Payload, w.GetPayload()) || !maps.Equal(m.Headers.Map(), w.GetHeaders()) || m.ID != w.GetMessageId() || m.Key != w.GetKey() {
+				t.Fatalf("message %d: decoded %q %q %v id %q key %q, want %q %q %v id %q key %q", i, m.Topic, m.Payload, m.Headers, m.ID, m.Key, w.GetTopic(), w.GetPayload(), w.GetHeaders(), w.GetMessageId(), w.GetKey())
 			}
 			if m.ID != "" && !got.IDs {
 				t.Fatalf("message %d has message_id %q, the frame's IDs is not set", i, m.ID)

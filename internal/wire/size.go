@@ -23,7 +23,7 @@ const maxVarint32 = 5
 // m.HeaderBytes (a varint of x takes at most 1+x/128 bytes), and counts attempt and
 // redelivered at their largest. It exceeds the encoded size by at most 8 bytes for a message
 // with a system_id, a topic, a payload and a publish time, and no headers; each of those
-// fields left empty adds 2 bytes, and headers at most 1 byte per 32 of HeaderBytes plus 6 per
+// fields left empty (and the key) adds 2 bytes, and headers at most 1 byte per 32 of HeaderBytes plus 6 per
 // header (what they take encoded, when their keys and values are under 128 bytes).
 func DeliverySize(m *broker.Message) int {
 	h := len(m.Headers)
@@ -35,6 +35,7 @@ func DeliverySize(m *broker.Message) int {
 		protowire.SizeTag(fieldMessagePayload) + protowire.SizeBytes(len(m.Payload)) +
 		headers +
 		protowire.SizeTag(fieldMessagePublishTime) + protowire.SizeVarint(uint64(m.PublishedAt)) +
+		protowire.SizeTag(fieldMessageKey) + protowire.SizeBytes(len(m.Key)) +
 		protowire.SizeTag(fieldMessageAttempt) + maxVarint32 +
 		protowire.SizeTag(fieldMessageRedelivered) + 1
 	return protowire.SizeTag(fieldBatchMessages) + protowire.SizeVarint(uint64(n)) + 1 + n

@@ -54,6 +54,8 @@ func TestDeliverySize(t *testing.T) {
 		{SystemID: "e-2", Topic: strings.Repeat("t", 128), Payload: make([]byte, 128)},
 		{SystemID: "e-3", Topic: "a", Payload: make([]byte, 16384-20), PublishedAt: -1},
 		{SystemID: "e-4", Topic: "a", Payload: make([]byte, 1<<20), PublishedAt: time.Now().UnixNano()},
+		{SystemID: "e-5", Topic: "a", Key: "order-1", PublishedAt: 1},
+		{SystemID: "e-6", Topic: "a", Key: strings.Repeat("k", broker.MaxKeyBytes), Payload: []byte("x"), PublishedAt: 1},
 	}
 	for i, m := range msgs {
 		for _, x := range m.Headers {
@@ -73,7 +75,7 @@ func TestDeliverySize(t *testing.T) {
 					t.Errorf("message %d, attempt %d, id of %d bytes: DeliverySize %d, encoded %d (without the id)", i, attempt, len(id), got, encoded)
 				}
 				bound := 8 + (m.HeaderBytes+6*len(m.Headers))/32 // as DeliverySize's comment says
-				for _, empty := range []bool{m.SystemID == "", m.Topic == "", len(m.Payload) == 0, m.PublishedAt == 0} {
+				for _, empty := range []bool{m.SystemID == "", m.Topic == "", len(m.Payload) == 0, m.PublishedAt == 0, m.Key == ""} {
 					if empty {
 						bound += 2
 					}

@@ -21,9 +21,9 @@ const (
 )
 
 // MessageCost is what holding a message costs while any of its targets holds it (headers:
-// how many it has); a group is charged this plus HolderOverhead.
-func MessageCost(topic, systemID string, payload []byte, headers, headerBytes, targets int) int64 {
-	body := int64(len(payload) + headerBytes + len(topic) + len(systemID))
+// how many it has; key: its ordering key); a group is charged this plus HolderOverhead.
+func MessageCost(topic, key, systemID string, payload []byte, headers, headerBytes, targets int) int64 {
+	body := int64(len(payload) + headerBytes + len(topic) + len(key) + len(systemID))
 	n := int64(messageOverhead) + body + int64(headerOverhead*headers)
 	if targets > 1 { // the server caches its encoding to share it between deliveries
 		n += body + int64(8*headers)

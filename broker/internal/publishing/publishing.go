@@ -55,6 +55,7 @@ type Msg struct {
 	Headers broker.Headers
 	HB      int    // the sum of the lengths of its header names and values
 	ID      string // broker.Draft.ID: the JetStream engine stores it as Nats-Msg-Id
+	Key     string // broker.Draft.Key
 
 	Drop                  bool
 	DroppedBy, DropReason string
@@ -85,7 +86,10 @@ func (g *Gate) Emitted(ds []broker.Draft) iter.Seq2[Msg, error] {
 	return func(yield func(Msg, error) bool) {
 		for _, d := range ds {
 			hb, err := g.Limits.CheckMessage(d.Topic, d.Payload, d.Headers)
-			if !yield(Msg{Topic: d.Topic, Payload: d.Payload, Headers: d.Headers, HB: hb}, err) {
+			if err == nil {
+				err = broker.ValidateKey(d.Key)
+			}
+			if !yield(Msg{Topic: d.Topic, Payload: d.Payload, Headers: d.Headers, HB: hb, Key: d.Key}, err) {
 				return
 			}
 		}
@@ -114,7 +118,10 @@ func (g *Gate) afterHooks(d *broker.Draft, v broker.PublishVerdict, err error) (
 	if err != nil {
 		return Msg{}, err
 	}
-	return Msg{Topic: d.Topic, Payload: d.Payload, Headers: d.Headers, HB: hb}, nil
+	if err := broker.ValidateKey(d.Key); err != nil {
+		return Msg{}, fmt.Errorf("after the plugins ran: %w", err)
+	}
+	return Msg{Topic: d.Topic, Payload: d.Payload, Headers: d.Headers, HB: hb, Key: d.Key}, nil
 }
 
 // emits returns what the hooks emitted, given the error they returned: nothing if they
@@ -167,6 +174,9 @@ func (g *Gate) Batch(frame []broker.Draft, errs []error) *Batch {
 	var now time.Time // the frame's, for its ids
 	for i, m := range frame {
 		hb, err := g.admit(m.Topic, m.Payload, m.Headers)
+		if err == nil && m.Key != "" {
+			err = broker.ValidateKey(m.Key)
+		}
 		errs[i] = err
 		if err == nil && m.ID != "" && b.dedupe != nil {
 			if now.IsZero() {
@@ -182,7 +192,7 @@ func (g *Gate) Batch(frame []broker.Draft, errs []error) *Batch {
 		switch {
 		case err != nil:
 		case h == nil:
-			b.Msgs = append(b.Msgs, Msg{Topic: m.Topic, Payload: m.Payload, Headers: m.Headers, HB: hb, ID: m.ID})
+			b.Msgs = append(b.Msgs, Msg{Topic: m.Topic, Payload: m.Payload, Headers: m.Headers, HB: hb, ID: m.ID, Key: m.Key})
 			b.At = append(b.At, i)
 		default:
 			b.drafts = append(b.drafts, m)

@@ -79,6 +79,62 @@ func (DeliveryMode) EnumDescriptor() ([]byte, []int) {
 	return file_tinybroker_v1_broker_proto_rawDescGZIP(), []int{0}
 }
 
+// How a consumer group orders its deliveries.
+type Ordering int32
+
+const (
+	// No order beyond best-effort FIFO: any number of a key's messages in flight at once.
+	Ordering_ORDERING_UNSPECIFIED Ordering = 0
+	// Per key: a message is delivered only once the previous one of its key was acked,
+	// dead-lettered or dropped; other keys run in parallel. Messages without a key are not
+	// ordered.
+	Ordering_ORDERING_KEY Ordering = 1
+	// The whole group is one key: one message in flight at a time, in publish order (a single
+	// active consumer, as RabbitMQ's).
+	Ordering_ORDERING_GROUP Ordering = 2
+)
+
+// Enum value maps for Ordering.
+var (
+	Ordering_name = map[int32]string{
+		0: "ORDERING_UNSPECIFIED",
+		1: "ORDERING_KEY",
+		2: "ORDERING_GROUP",
+	}
+	Ordering_value = map[string]int32{
+		"ORDERING_UNSPECIFIED": 0,
+		"ORDERING_KEY":         1,
+		"ORDERING_GROUP":       2,
+	}
+)
+
+func (x Ordering) Enum() *Ordering {
+	p := new(Ordering)
+	*p = x
+	return p
+}
+
+func (x Ordering) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Ordering) Descriptor() protoreflect.EnumDescriptor {
+	return file_tinybroker_v1_broker_proto_enumTypes[1].Descriptor()
+}
+
+func (Ordering) Type() protoreflect.EnumType {
+	return &file_tinybroker_v1_broker_proto_enumTypes[1]
+}
+
+func (x Ordering) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Ordering.Descriptor instead.
+func (Ordering) EnumDescriptor() ([]byte, []int) {
+	return file_tinybroker_v1_broker_proto_rawDescGZIP(), []int{1}
+}
+
 type Message struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Unique id of the message in this broker process; ack and nack by it.
@@ -94,8 +150,11 @@ type Message struct {
 	Redelivered bool `protobuf:"varint,7,opt,name=redelivered,proto3" json:"redelivered,omitempty"`
 	// The subscription this delivery belongs to.
 	SubscriptionId string `protobuf:"bytes,8,opt,name=subscription_id,json=subscriptionId,proto3" json:"subscription_id,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The message's ordering and fairness key (PublishRequest.key, or what a plugin set); empty
+	// if it has none.
+	Key           string `protobuf:"bytes,9,opt,name=key,proto3" json:"key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Message) Reset() {
@@ -184,6 +243,13 @@ func (x *Message) GetSubscriptionId() string {
 	return ""
 }
 
+func (x *Message) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
 type PublishRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Dot-separated tokens, e.g. "jobs.thumb.1": no wildcards, no whitespace, at most 255 bytes.
@@ -196,7 +262,14 @@ type PublishRequest struct {
 	// duplicate set. Ids of different users never meet. Empty: no deduplication. At most 128
 	// bytes; a random 16 bytes, hex or base64, is plenty. The Go client sets one on every
 	// message. See README.md, "Idempotent publishing".
-	MessageId     string `protobuf:"bytes,4,opt,name=message_id,json=messageId,proto3" json:"message_id,omitempty"`
+	MessageId string `protobuf:"bytes,4,opt,name=message_id,json=messageId,proto3" json:"message_id,omitempty"`
+	// The ordering and fairness key: in a consumer group with ordering "key", messages of one
+	// key are delivered one at a time, in publish order, while other keys run in parallel; in
+	// a group with fair_by "key", delivery takes turns across keys. Empty: none (such a
+	// message is not held behind any other). At most 256 bytes, no control characters. A
+	// plugin may set or change it (v1_msg_set_key). See README.md, "Ordering keys and fair
+	// dispatch".
+	Key           string `protobuf:"bytes,5,opt,name=key,proto3" json:"key,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -255,6 +328,13 @@ func (x *PublishRequest) GetHeaders() map[string]string {
 func (x *PublishRequest) GetMessageId() string {
 	if x != nil {
 		return x.MessageId
+	}
+	return ""
+}
+
+func (x *PublishRequest) GetKey() string {
+	if x != nil {
+		return x.Key
 	}
 	return ""
 }
@@ -559,8 +639,15 @@ type OpenSubscription struct {
 	MaxDeliveries uint32 `protobuf:"varint,7,opt,name=max_deliveries,json=maxDeliveries,proto3" json:"max_deliveries,omitempty"`
 	// Balanced only: where dead letters go (default "dlq.<subscription_id>").
 	DeadLetterTopic string `protobuf:"bytes,8,opt,name=dead_letter_topic,json=deadLetterTopic,proto3" json:"dead_letter_topic,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Balanced only, set by the group's first member (later members must ask for the same or
+	// leave it unset): the order in which the group delivers.
+	Ordering Ordering `protobuf:"varint,9,opt,name=ordering,proto3,enum=tinybroker.v1.Ordering" json:"ordering,omitempty"`
+	// Balanced only, set by the group's first member like ordering: take turns across tenants
+	// so that one that floods does not delay the others. "" (FIFO), "key" (the message key),
+	// or "header:<name>" (that header's value; a message without it is tenant "").
+	FairBy        string `protobuf:"bytes,10,opt,name=fair_by,json=fairBy,proto3" json:"fair_by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *OpenSubscription) Reset() {
@@ -649,6 +736,20 @@ func (x *OpenSubscription) GetDeadLetterTopic() string {
 	return ""
 }
 
+func (x *OpenSubscription) GetOrdering() Ordering {
+	if x != nil {
+		return x.Ordering
+	}
+	return Ordering_ORDERING_UNSPECIFIED
+}
+
+func (x *OpenSubscription) GetFairBy() string {
+	if x != nil {
+		return x.FairBy
+	}
+	return ""
+}
+
 type Subscribed struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	SubscriptionId string                 `protobuf:"bytes,1,opt,name=subscription_id,json=subscriptionId,proto3" json:"subscription_id,omitempty"`
@@ -659,6 +760,8 @@ type Subscribed struct {
 	AckDeadline     *durationpb.Duration `protobuf:"bytes,4,opt,name=ack_deadline,json=ackDeadline,proto3" json:"ack_deadline,omitempty"`
 	MaxDeliveries   uint32               `protobuf:"varint,5,opt,name=max_deliveries,json=maxDeliveries,proto3" json:"max_deliveries,omitempty"`
 	DeadLetterTopic string               `protobuf:"bytes,6,opt,name=dead_letter_topic,json=deadLetterTopic,proto3" json:"dead_letter_topic,omitempty"`
+	Ordering        Ordering             `protobuf:"varint,7,opt,name=ordering,proto3,enum=tinybroker.v1.Ordering" json:"ordering,omitempty"`
+	FairBy          string               `protobuf:"bytes,8,opt,name=fair_by,json=fairBy,proto3" json:"fair_by,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
@@ -731,6 +834,20 @@ func (x *Subscribed) GetMaxDeliveries() uint32 {
 func (x *Subscribed) GetDeadLetterTopic() string {
 	if x != nil {
 		return x.DeadLetterTopic
+	}
+	return ""
+}
+
+func (x *Subscribed) GetOrdering() Ordering {
+	if x != nil {
+		return x.Ordering
+	}
+	return Ordering_ORDERING_UNSPECIFIED
+}
+
+func (x *Subscribed) GetFairBy() string {
+	if x != nil {
+		return x.FairBy
 	}
 	return ""
 }
@@ -2201,7 +2318,7 @@ var File_tinybroker_v1_broker_proto protoreflect.FileDescriptor
 
 const file_tinybroker_v1_broker_proto_rawDesc = "" +
 	"\n" +
-	"\x1atinybroker/v1/broker.proto\x12\rtinybroker.v1\x1a\x1egoogle/protobuf/duration.proto\"\xeb\x02\n" +
+	"\x1atinybroker/v1/broker.proto\x12\rtinybroker.v1\x1a\x1egoogle/protobuf/duration.proto\"\xfd\x02\n" +
 	"\aMessage\x12\x1b\n" +
 	"\tsystem_id\x18\x01 \x01(\tR\bsystemId\x12\x14\n" +
 	"\x05topic\x18\x02 \x01(\tR\x05topic\x12\x18\n" +
@@ -2210,16 +2327,18 @@ const file_tinybroker_v1_broker_proto_rawDesc = "" +
 	"\x16publish_time_unix_nano\x18\x05 \x01(\x03R\x13publishTimeUnixNano\x12\x18\n" +
 	"\aattempt\x18\x06 \x01(\rR\aattempt\x12 \n" +
 	"\vredelivered\x18\a \x01(\bR\vredelivered\x12'\n" +
-	"\x0fsubscription_id\x18\b \x01(\tR\x0esubscriptionId\x1a:\n" +
+	"\x0fsubscription_id\x18\b \x01(\tR\x0esubscriptionId\x12\x10\n" +
+	"\x03key\x18\t \x01(\tR\x03key\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe1\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf3\x01\n" +
 	"\x0ePublishRequest\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x18\n" +
 	"\apayload\x18\x02 \x01(\fR\apayload\x12D\n" +
 	"\aheaders\x18\x03 \x03(\v2*.tinybroker.v1.PublishRequest.HeadersEntryR\aheaders\x12\x1d\n" +
 	"\n" +
-	"message_id\x18\x04 \x01(\tR\tmessageId\x1a:\n" +
+	"message_id\x18\x04 \x01(\tR\tmessageId\x12\x10\n" +
+	"\x03key\x18\x05 \x01(\tR\x03key\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa4\x01\n" +
@@ -2244,7 +2363,7 @@ const file_tinybroker_v1_broker_proto_rawDesc = "" +
 	"\x06routed\x18\x02 \x01(\rR\x06routed\x12\x12\n" +
 	"\x04code\x18\x03 \x01(\x05R\x04code\x12\x14\n" +
 	"\x05error\x18\x04 \x01(\tR\x05error\x12\x1c\n" +
-	"\tduplicate\x18\x05 \x01(\bR\tduplicate\"\xef\x02\n" +
+	"\tduplicate\x18\x05 \x01(\bR\tduplicate\"\xbd\x03\n" +
 	"\x10OpenSubscription\x12'\n" +
 	"\x0fsubscription_id\x18\x01 \x01(\tR\x0esubscriptionId\x12%\n" +
 	"\x0etopic_patterns\x18\x02 \x03(\tR\rtopicPatterns\x12/\n" +
@@ -2253,7 +2372,10 @@ const file_tinybroker_v1_broker_proto_rawDesc = "" +
 	"\rmax_in_flight\x18\x05 \x01(\rR\vmaxInFlight\x12<\n" +
 	"\fack_deadline\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\vackDeadline\x12%\n" +
 	"\x0emax_deliveries\x18\a \x01(\rR\rmaxDeliveries\x12*\n" +
-	"\x11dead_letter_topic\x18\b \x01(\tR\x0fdeadLetterTopic\"\x87\x02\n" +
+	"\x11dead_letter_topic\x18\b \x01(\tR\x0fdeadLetterTopic\x123\n" +
+	"\bordering\x18\t \x01(\x0e2\x17.tinybroker.v1.OrderingR\bordering\x12\x17\n" +
+	"\afair_by\x18\n" +
+	" \x01(\tR\x06fairBy\"\xd5\x02\n" +
 	"\n" +
 	"Subscribed\x12'\n" +
 	"\x0fsubscription_id\x18\x01 \x01(\tR\x0esubscriptionId\x12\x1b\n" +
@@ -2261,7 +2383,9 @@ const file_tinybroker_v1_broker_proto_rawDesc = "" +
 	"\rmax_in_flight\x18\x03 \x01(\rR\vmaxInFlight\x12<\n" +
 	"\fack_deadline\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\vackDeadline\x12%\n" +
 	"\x0emax_deliveries\x18\x05 \x01(\rR\rmaxDeliveries\x12*\n" +
-	"\x11dead_letter_topic\x18\x06 \x01(\tR\x0fdeadLetterTopic\"R\n" +
+	"\x11dead_letter_topic\x18\x06 \x01(\tR\x0fdeadLetterTopic\x123\n" +
+	"\bordering\x18\a \x01(\x0e2\x17.tinybroker.v1.OrderingR\bordering\x12\x17\n" +
+	"\afair_by\x18\b \x01(\tR\x06fairBy\"R\n" +
 	"\bAckBatch\x12\x1d\n" +
 	"\n" +
 	"system_ids\x18\x01 \x03(\tR\tsystemIds\x12'\n" +
@@ -2372,7 +2496,11 @@ const file_tinybroker_v1_broker_proto_rawDesc = "" +
 	"\fDeliveryMode\x12\x1d\n" +
 	"\x19DELIVERY_MODE_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14DELIVERY_MODE_FANOUT\x10\x01\x12\x1a\n" +
-	"\x16DELIVERY_MODE_BALANCED\x10\x022\x82\x04\n" +
+	"\x16DELIVERY_MODE_BALANCED\x10\x02*J\n" +
+	"\bOrdering\x12\x18\n" +
+	"\x14ORDERING_UNSPECIFIED\x10\x00\x12\x10\n" +
+	"\fORDERING_KEY\x10\x01\x12\x12\n" +
+	"\x0eORDERING_GROUP\x10\x022\x82\x04\n" +
 	"\x06Broker\x12H\n" +
 	"\aPublish\x12\x1d.tinybroker.v1.PublishRequest\x1a\x1e.tinybroker.v1.PublishResponse\x12^\n" +
 	"\rPublishStream\x12#.tinybroker.v1.PublishStreamRequest\x1a$.tinybroker.v1.PublishStreamResponse(\x010\x01\x12R\n" +
@@ -2394,84 +2522,87 @@ func file_tinybroker_v1_broker_proto_rawDescGZIP() []byte {
 	return file_tinybroker_v1_broker_proto_rawDescData
 }
 
-var file_tinybroker_v1_broker_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_tinybroker_v1_broker_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
 var file_tinybroker_v1_broker_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_tinybroker_v1_broker_proto_goTypes = []any{
 	(DeliveryMode)(0),             // 0: tinybroker.v1.DeliveryMode
-	(*Message)(nil),               // 1: tinybroker.v1.Message
-	(*PublishRequest)(nil),        // 2: tinybroker.v1.PublishRequest
-	(*PublishResponse)(nil),       // 3: tinybroker.v1.PublishResponse
-	(*PublishStreamRequest)(nil),  // 4: tinybroker.v1.PublishStreamRequest
-	(*PublishStreamResponse)(nil), // 5: tinybroker.v1.PublishStreamResponse
-	(*PublishResult)(nil),         // 6: tinybroker.v1.PublishResult
-	(*OpenSubscription)(nil),      // 7: tinybroker.v1.OpenSubscription
-	(*Subscribed)(nil),            // 8: tinybroker.v1.Subscribed
-	(*AckBatch)(nil),              // 9: tinybroker.v1.AckBatch
-	(*NackBatch)(nil),             // 10: tinybroker.v1.NackBatch
-	(*TouchBatch)(nil),            // 11: tinybroker.v1.TouchBatch
-	(*CloseSubscription)(nil),     // 12: tinybroker.v1.CloseSubscription
-	(*Refused)(nil),               // 13: tinybroker.v1.Refused
-	(*SubscribeRequest)(nil),      // 14: tinybroker.v1.SubscribeRequest
-	(*MessageBatch)(nil),          // 15: tinybroker.v1.MessageBatch
-	(*SubscriptionEnded)(nil),     // 16: tinybroker.v1.SubscriptionEnded
-	(*SubscribeResponse)(nil),     // 17: tinybroker.v1.SubscribeResponse
-	(*Ack)(nil),                   // 18: tinybroker.v1.Ack
-	(*AckResponse)(nil),           // 19: tinybroker.v1.AckResponse
-	(*Nack)(nil),                  // 20: tinybroker.v1.Nack
-	(*NackResponse)(nil),          // 21: tinybroker.v1.NackResponse
-	(*StatsRequest)(nil),          // 22: tinybroker.v1.StatsRequest
-	(*StatsResponse)(nil),         // 23: tinybroker.v1.StatsResponse
-	(*PluginStats)(nil),           // 24: tinybroker.v1.PluginStats
-	(*ReloadRequest)(nil),         // 25: tinybroker.v1.ReloadRequest
-	(*ReloadResponse)(nil),        // 26: tinybroker.v1.ReloadResponse
-	(*SubscriptionStats)(nil),     // 27: tinybroker.v1.SubscriptionStats
-	(*GroupStats)(nil),            // 28: tinybroker.v1.GroupStats
-	nil,                           // 29: tinybroker.v1.Message.HeadersEntry
-	nil,                           // 30: tinybroker.v1.PublishRequest.HeadersEntry
-	(*durationpb.Duration)(nil),   // 31: google.protobuf.Duration
+	(Ordering)(0),                 // 1: tinybroker.v1.Ordering
+	(*Message)(nil),               // 2: tinybroker.v1.Message
+	(*PublishRequest)(nil),        // 3: tinybroker.v1.PublishRequest
+	(*PublishResponse)(nil),       // 4: tinybroker.v1.PublishResponse
+	(*PublishStreamRequest)(nil),  // 5: tinybroker.v1.PublishStreamRequest
+	(*PublishStreamResponse)(nil), // 6: tinybroker.v1.PublishStreamResponse
+	(*PublishResult)(nil),         // 7: tinybroker.v1.PublishResult
+	(*OpenSubscription)(nil),      // 8: tinybroker.v1.OpenSubscription
+	(*Subscribed)(nil),            // 9: tinybroker.v1.Subscribed
+	(*AckBatch)(nil),              // 10: tinybroker.v1.AckBatch
+	(*NackBatch)(nil),             // 11: tinybroker.v1.NackBatch
+	(*TouchBatch)(nil),            // 12: tinybroker.v1.TouchBatch
+	(*CloseSubscription)(nil),     // 13: tinybroker.v1.CloseSubscription
+	(*Refused)(nil),               // 14: tinybroker.v1.Refused
+	(*SubscribeRequest)(nil),      // 15: tinybroker.v1.SubscribeRequest
+	(*MessageBatch)(nil),          // 16: tinybroker.v1.MessageBatch
+	(*SubscriptionEnded)(nil),     // 17: tinybroker.v1.SubscriptionEnded
+	(*SubscribeResponse)(nil),     // 18: tinybroker.v1.SubscribeResponse
+	(*Ack)(nil),                   // 19: tinybroker.v1.Ack
+	(*AckResponse)(nil),           // 20: tinybroker.v1.AckResponse
+	(*Nack)(nil),                  // 21: tinybroker.v1.Nack
+	(*NackResponse)(nil),          // 22: tinybroker.v1.NackResponse
+	(*StatsRequest)(nil),          // 23: tinybroker.v1.StatsRequest
+	(*StatsResponse)(nil),         // 24: tinybroker.v1.StatsResponse
+	(*PluginStats)(nil),           // 25: tinybroker.v1.PluginStats
+	(*ReloadRequest)(nil),         // 26: tinybroker.v1.ReloadRequest
+	(*ReloadResponse)(nil),        // 27: tinybroker.v1.ReloadResponse
+	(*SubscriptionStats)(nil),     // 28: tinybroker.v1.SubscriptionStats
+	(*GroupStats)(nil),            // 29: tinybroker.v1.GroupStats
+	nil,                           // 30: tinybroker.v1.Message.HeadersEntry
+	nil,                           // 31: tinybroker.v1.PublishRequest.HeadersEntry
+	(*durationpb.Duration)(nil),   // 32: google.protobuf.Duration
 }
 var file_tinybroker_v1_broker_proto_depIdxs = []int32{
-	29, // 0: tinybroker.v1.Message.headers:type_name -> tinybroker.v1.Message.HeadersEntry
-	30, // 1: tinybroker.v1.PublishRequest.headers:type_name -> tinybroker.v1.PublishRequest.HeadersEntry
-	2,  // 2: tinybroker.v1.PublishStreamRequest.messages:type_name -> tinybroker.v1.PublishRequest
-	6,  // 3: tinybroker.v1.PublishStreamResponse.results:type_name -> tinybroker.v1.PublishResult
+	30, // 0: tinybroker.v1.Message.headers:type_name -> tinybroker.v1.Message.HeadersEntry
+	31, // 1: tinybroker.v1.PublishRequest.headers:type_name -> tinybroker.v1.PublishRequest.HeadersEntry
+	3,  // 2: tinybroker.v1.PublishStreamRequest.messages:type_name -> tinybroker.v1.PublishRequest
+	7,  // 3: tinybroker.v1.PublishStreamResponse.results:type_name -> tinybroker.v1.PublishResult
 	0,  // 4: tinybroker.v1.OpenSubscription.mode:type_name -> tinybroker.v1.DeliveryMode
-	31, // 5: tinybroker.v1.OpenSubscription.ack_deadline:type_name -> google.protobuf.Duration
-	31, // 6: tinybroker.v1.Subscribed.ack_deadline:type_name -> google.protobuf.Duration
-	31, // 7: tinybroker.v1.NackBatch.delay:type_name -> google.protobuf.Duration
-	7,  // 8: tinybroker.v1.SubscribeRequest.open:type_name -> tinybroker.v1.OpenSubscription
-	9,  // 9: tinybroker.v1.SubscribeRequest.ack:type_name -> tinybroker.v1.AckBatch
-	10, // 10: tinybroker.v1.SubscribeRequest.nack:type_name -> tinybroker.v1.NackBatch
-	11, // 11: tinybroker.v1.SubscribeRequest.touch:type_name -> tinybroker.v1.TouchBatch
-	12, // 12: tinybroker.v1.SubscribeRequest.close:type_name -> tinybroker.v1.CloseSubscription
-	1,  // 13: tinybroker.v1.MessageBatch.messages:type_name -> tinybroker.v1.Message
-	8,  // 14: tinybroker.v1.SubscribeResponse.subscribed:type_name -> tinybroker.v1.Subscribed
-	15, // 15: tinybroker.v1.SubscribeResponse.messages:type_name -> tinybroker.v1.MessageBatch
-	13, // 16: tinybroker.v1.SubscribeResponse.refused:type_name -> tinybroker.v1.Refused
-	16, // 17: tinybroker.v1.SubscribeResponse.ended:type_name -> tinybroker.v1.SubscriptionEnded
-	31, // 18: tinybroker.v1.Nack.delay:type_name -> google.protobuf.Duration
-	27, // 19: tinybroker.v1.StatsResponse.subscriptions:type_name -> tinybroker.v1.SubscriptionStats
-	28, // 20: tinybroker.v1.StatsResponse.groups:type_name -> tinybroker.v1.GroupStats
-	24, // 21: tinybroker.v1.StatsResponse.plugins:type_name -> tinybroker.v1.PluginStats
-	2,  // 22: tinybroker.v1.Broker.Publish:input_type -> tinybroker.v1.PublishRequest
-	4,  // 23: tinybroker.v1.Broker.PublishStream:input_type -> tinybroker.v1.PublishStreamRequest
-	14, // 24: tinybroker.v1.Broker.Subscribe:input_type -> tinybroker.v1.SubscribeRequest
-	18, // 25: tinybroker.v1.Broker.Ack:input_type -> tinybroker.v1.Ack
-	20, // 26: tinybroker.v1.Broker.Nack:input_type -> tinybroker.v1.Nack
-	22, // 27: tinybroker.v1.Broker.Stats:input_type -> tinybroker.v1.StatsRequest
-	25, // 28: tinybroker.v1.Broker.Reload:input_type -> tinybroker.v1.ReloadRequest
-	3,  // 29: tinybroker.v1.Broker.Publish:output_type -> tinybroker.v1.PublishResponse
-	5,  // 30: tinybroker.v1.Broker.PublishStream:output_type -> tinybroker.v1.PublishStreamResponse
-	17, // 31: tinybroker.v1.Broker.Subscribe:output_type -> tinybroker.v1.SubscribeResponse
-	19, // 32: tinybroker.v1.Broker.Ack:output_type -> tinybroker.v1.AckResponse
-	21, // 33: tinybroker.v1.Broker.Nack:output_type -> tinybroker.v1.NackResponse
-	23, // 34: tinybroker.v1.Broker.Stats:output_type -> tinybroker.v1.StatsResponse
-	26, // 35: tinybroker.v1.Broker.Reload:output_type -> tinybroker.v1.ReloadResponse
-	29, // [29:36] is the sub-list for method output_type
-	22, // [22:29] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	32, // 5: tinybroker.v1.OpenSubscription.ack_deadline:type_name -> google.protobuf.Duration
+	1,  // 6: tinybroker.v1.OpenSubscription.ordering:type_name -> tinybroker.v1.Ordering
+	32, // 7: tinybroker.v1.Subscribed.ack_deadline:type_name -> google.protobuf.Duration
+	1,  // 8: tinybroker.v1.Subscribed.ordering:type_name -> tinybroker.v1.Ordering
+	32, // 9: tinybroker.v1.NackBatch.delay:type_name -> google.protobuf.Duration
+	8,  // 10: tinybroker.v1.SubscribeRequest.open:type_name -> tinybroker.v1.OpenSubscription
+	10, // 11: tinybroker.v1.SubscribeRequest.ack:type_name -> tinybroker.v1.AckBatch
+	11, // 12: tinybroker.v1.SubscribeRequest.nack:type_name -> tinybroker.v1.NackBatch
+	12, // 13: tinybroker.v1.SubscribeRequest.touch:type_name -> tinybroker.v1.TouchBatch
+	13, // 14: tinybroker.v1.SubscribeRequest.close:type_name -> tinybroker.v1.CloseSubscription
+	2,  // 15: tinybroker.v1.MessageBatch.messages:type_name -> tinybroker.v1.Message
+	9,  // 16: tinybroker.v1.SubscribeResponse.subscribed:type_name -> tinybroker.v1.Subscribed
+	16, // 17: tinybroker.v1.SubscribeResponse.messages:type_name -> tinybroker.v1.MessageBatch
+	14, // 18: tinybroker.v1.SubscribeResponse.refused:type_name -> tinybroker.v1.Refused
+	17, // 19: tinybroker.v1.SubscribeResponse.ended:type_name -> tinybroker.v1.SubscriptionEnded
+	32, // 20: tinybroker.v1.Nack.delay:type_name -> google.protobuf.Duration
+	28, // 21: tinybroker.v1.StatsResponse.subscriptions:type_name -> tinybroker.v1.SubscriptionStats
+	29, // 22: tinybroker.v1.StatsResponse.groups:type_name -> tinybroker.v1.GroupStats
+	25, // 23: tinybroker.v1.StatsResponse.plugins:type_name -> tinybroker.v1.PluginStats
+	3,  // 24: tinybroker.v1.Broker.Publish:input_type -> tinybroker.v1.PublishRequest
+	5,  // 25: tinybroker.v1.Broker.PublishStream:input_type -> tinybroker.v1.PublishStreamRequest
+	15, // 26: tinybroker.v1.Broker.Subscribe:input_type -> tinybroker.v1.SubscribeRequest
+	19, // 27: tinybroker.v1.Broker.Ack:input_type -> tinybroker.v1.Ack
+	21, // 28: tinybroker.v1.Broker.Nack:input_type -> tinybroker.v1.Nack
+	23, // 29: tinybroker.v1.Broker.Stats:input_type -> tinybroker.v1.StatsRequest
+	26, // 30: tinybroker.v1.Broker.Reload:input_type -> tinybroker.v1.ReloadRequest
+	4,  // 31: tinybroker.v1.Broker.Publish:output_type -> tinybroker.v1.PublishResponse
+	6,  // 32: tinybroker.v1.Broker.PublishStream:output_type -> tinybroker.v1.PublishStreamResponse
+	18, // 33: tinybroker.v1.Broker.Subscribe:output_type -> tinybroker.v1.SubscribeResponse
+	20, // 34: tinybroker.v1.Broker.Ack:output_type -> tinybroker.v1.AckResponse
+	22, // 35: tinybroker.v1.Broker.Nack:output_type -> tinybroker.v1.NackResponse
+	24, // 36: tinybroker.v1.Broker.Stats:output_type -> tinybroker.v1.StatsResponse
+	27, // 37: tinybroker.v1.Broker.Reload:output_type -> tinybroker.v1.ReloadResponse
+	31, // [31:38] is the sub-list for method output_type
+	24, // [24:31] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_tinybroker_v1_broker_proto_init() }
@@ -2497,7 +2628,7 @@ func file_tinybroker_v1_broker_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tinybroker_v1_broker_proto_rawDesc), len(file_tinybroker_v1_broker_proto_rawDesc)),
-			NumEnums:      1,
+			NumEnums:      2,
 			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   1,

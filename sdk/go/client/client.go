@@ -237,6 +237,15 @@ func WithMessageID(id string) PublishOption {
 	return func(r *pb.PublishRequest) { r.MessageId = id }
 }
 
+// WithKey gives the message an ordering and fairness key (at most 256 bytes of printable
+// text): a consumer group with Ordering OrderingKey delivers the messages of one key one at
+// a time, in publish order, and one with FairBy "key" takes turns across keys. Use what
+// must be processed in order (an order id, an account) or what must not crowd out others
+// (a tenant).
+func WithKey(key string) PublishOption {
+	return func(r *pb.PublishRequest) { r.Key = key }
+}
+
 // publishAttempts is how many times Publish sends a message whose confirmation was lost.
 const publishAttempts = 4
 

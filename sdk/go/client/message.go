@@ -25,6 +25,8 @@ type Message struct {
 	Redelivered bool
 	// SubscriptionID is the subscription the delivery belongs to.
 	SubscriptionID string
+	// Key is the message's ordering and fairness key ([WithKey]); "" if it has none.
+	Key string
 
 	sub     *Subscription
 	gen     uint64 // generation of the stream it came on
@@ -41,6 +43,7 @@ func newMessage(s *Subscription, gen uint64, m *wire.Delivery) *Message {
 		Attempt:        int(m.Attempt),
 		Redelivered:    m.Redelivered,
 		SubscriptionID: m.SubscriptionID,
+		Key:            m.Key,
 		sub:            s,
 		gen:            gen,
 	}

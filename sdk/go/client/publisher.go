@@ -157,7 +157,8 @@ func (c *Client) NewPublisher(ctx context.Context, opts PublisherOptions) (*Publ
 // and headers until the message is confirmed, so do not modify them. A message's own failure
 // (e.g. an invalid topic) is reported by OnResult and by the next Flush, not here; Publish
 // fails only when the Publisher can take no more messages (closed, or its stream broke).
-func (p *Publisher) Publish(ctx context.Context, topic string, payload []byte, headers map[string]string) error {
+// opts may give the message a key ([WithKey]) or its own id ([WithMessageID]).
+func (p *Publisher) Publish(ctx context.Context, topic string, payload []byte, headers map[string]string, opts ...PublishOption) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -175,7 +176,11 @@ func (p *Publisher) Publish(ctx context.Context, topic string, payload []byte, h
 		return p.stoppedErr()
 	}
 	p.ids++
-	p.queue = append(p.queue, &pb.PublishRequest{Topic: topic, Payload: payload, Headers: headers, MessageId: p.idBase + strconv.FormatUint(p.ids, 36)})
+	req := &pb.PublishRequest{Topic: topic, Payload: payload, Headers: headers, MessageId: p.idBase + strconv.FormatUint(p.ids, 36)}
+	for _, o := range opts {
+		o(req)
+	}
+	p.queue = append(p.queue, req)
 	p.enqueued++
 	p.mu.Unlock()
 	select {

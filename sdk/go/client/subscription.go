@@ -73,6 +73,15 @@ type SubscribeOptions struct {
 	MaxDeliveries int
 	// Balanced only: where dead letters go (default "dlq.<ID>").
 	DeadLetterTopic string
+	// Balanced only, set by the group's first member: OrderingKey delivers the messages of
+	// one key ([WithKey]) one at a time, in publish order, keys in parallel; OrderingGroup
+	// one message of the group at a time (a single active consumer). See README.md,
+	// "Ordering keys and fair dispatch".
+	Ordering Ordering
+	// Balanced only, set by the group's first member: "key" takes turns across message keys,
+	// "header:<name>" across that header's values, so that one that floods does not delay
+	// the others; "" is FIFO.
+	FairBy string
 
 	// Concurrency is the number of worker goroutines running the handler (default 1).
 	// Messages of a fanout subscription are handled in order only with Concurrency 1.
@@ -94,7 +103,21 @@ type Settings struct {
 	AckDeadline     time.Duration
 	MaxDeliveries   int
 	DeadLetterTopic string
+	Ordering        Ordering
+	FairBy          string
 }
+
+// Ordering is how a consumer group orders its deliveries (SubscribeOptions.Ordering).
+type Ordering int
+
+const (
+	// OrderingNone: FIFO, any number of a key's messages in flight.
+	OrderingNone Ordering = iota
+	// OrderingKey: one message of a key at a time, in publish order; keys in parallel.
+	OrderingKey
+	// OrderingGroup: one message of the group at a time (a single active consumer).
+	OrderingGroup
+)
 
 // Subscription is an open subscription: a receiving goroutine feeds worker goroutines that
 // run the Handler, and one sender goroutine sends their acks and nacks in batches. When the
@@ -186,8 +209,8 @@ func (o *SubscribeOptions) toOpen() (*pb.OpenSubscription, error) {
 		return nil, fmt.Errorf("tinybroker: SubscribeOptions Concurrency %d, MaxInFlight %d and MaxDeliveries %d may not be negative (0 takes the default)", o.Concurrency, o.MaxInFlight, o.MaxDeliveries)
 	case o.AckDeadline < 0 || o.NackDelay < 0:
 		return nil, fmt.Errorf("tinybroker: SubscribeOptions AckDeadline %v and NackDelay %v may not be negative", o.AckDeadline, o.NackDelay)
-	case o.Mode == Fanout && (o.MaxInFlight != 0 || o.AckDeadline != 0 || o.MaxDeliveries != 0 || o.DeadLetterTopic != ""):
-		return nil, errors.New("tinybroker: MaxInFlight, AckDeadline, MaxDeliveries and DeadLetterTopic are for Balanced subscriptions (fanout deliveries are not acked); drop them or set Mode: client.Balanced")
+	case o.Mode == Fanout && (o.MaxInFlight != 0 || o.AckDeadline != 0 || o.MaxDeliveries != 0 || o.DeadLetterTopic != "" || o.Ordering != OrderingNone || o.FairBy != ""):
+		return nil, errors.New("tinybroker: MaxInFlight, AckDeadline, MaxDeliveries, DeadLetterTopic, Ordering and FairBy are for Balanced subscriptions (fanout deliveries are not acked); drop them or set Mode: client.Balanced")
 	}
 	if o.Concurrency == 0 {
 		o.Concurrency = 1
@@ -205,6 +228,8 @@ func (o *SubscribeOptions) toOpen() (*pb.OpenSubscription, error) {
 		}
 		open.MaxDeliveries = uint32(o.MaxDeliveries)
 		open.DeadLetterTopic = o.DeadLetterTopic
+		open.Ordering = pb.Ordering(o.Ordering)
+		open.FairBy = o.FairBy
 	}
 	return open, nil
 }
@@ -271,7 +296,8 @@ func (s *Subscription) openStream(wait context.Context, reconnect bool) (*stream
 	}
 	s.mu.Lock()
 	s.settings = Settings{ID: sub.GetSubscriptionId(), MemberID: sub.GetMemberId(), MaxInFlight: int(sub.GetMaxInFlight()),
-		AckDeadline: sub.GetAckDeadline().AsDuration(), MaxDeliveries: int(sub.GetMaxDeliveries()), DeadLetterTopic: sub.GetDeadLetterTopic()}
+		AckDeadline: sub.GetAckDeadline().AsDuration(), MaxDeliveries: int(sub.GetMaxDeliveries()), DeadLetterTopic: sub.GetDeadLetterTopic(),
+		Ordering: Ordering(sub.GetOrdering()), FairBy: sub.GetFairBy()}
 	s.mu.Unlock()
 	return &stream{rpc: rpc, cancel: cancel, recvErr: make(chan error, 1), receiverDone: make(chan struct{}),
 		stopSender: make(chan struct{}), senderDone: make(chan struct{}), gen: s.gen.Add(1)}, nil

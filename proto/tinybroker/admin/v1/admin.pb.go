@@ -618,8 +618,12 @@ type Group struct {
 	DeadLetterBytes    uint64 `protobuf:"varint,18,opt,name=dead_letter_bytes,json=deadLetterBytes,proto3" json:"dead_letter_bytes,omitempty"`
 	DeadLettersDropped uint64 `protobuf:"varint,19,opt,name=dead_letters_dropped,json=deadLettersDropped,proto3" json:"dead_letters_dropped,omitempty"`
 	// DescribeGroup only: the settings in force and the members.
-	Settings      *GroupSettings `protobuf:"bytes,20,opt,name=settings,proto3" json:"settings,omitempty"`
-	MemberList    []*Member      `protobuf:"bytes,21,rep,name=member_list,json=memberList,proto3" json:"member_list,omitempty"`
+	Settings   *GroupSettings `protobuf:"bytes,20,opt,name=settings,proto3" json:"settings,omitempty"`
+	MemberList []*Member      `protobuf:"bytes,21,rep,name=member_list,json=memberList,proto3" json:"member_list,omitempty"`
+	// With ordering or fair_by: the keys (or tenants) it holds messages of now, and the
+	// busiest of them (at most 5), most held first.
+	Keys          uint32     `protobuf:"varint,22,opt,name=keys,proto3" json:"keys,omitempty"`
+	BusiestKeys   []*KeyLoad `protobuf:"bytes,23,rep,name=busiest_keys,json=busiestKeys,proto3" json:"busiest_keys,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -801,6 +805,84 @@ func (x *Group) GetMemberList() []*Member {
 	return nil
 }
 
+func (x *Group) GetKeys() uint32 {
+	if x != nil {
+		return x.Keys
+	}
+	return 0
+}
+
+func (x *Group) GetBusiestKeys() []*KeyLoad {
+	if x != nil {
+		return x.BusiestKeys
+	}
+	return nil
+}
+
+// KeyLoad is what a consumer group holds of one key (or tenant).
+type KeyLoad struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Key   string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// Messages of the key the group holds: queued, in flight and delayed.
+	Held uint32 `protobuf:"varint,2,opt,name=held,proto3" json:"held,omitempty"`
+	// True while the key holds more than a tenth of what the group holds (and at least 100
+	// messages): it is flooding the group, and was logged as such.
+	Noisy         bool `protobuf:"varint,3,opt,name=noisy,proto3" json:"noisy,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeyLoad) Reset() {
+	*x = KeyLoad{}
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeyLoad) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeyLoad) ProtoMessage() {}
+
+func (x *KeyLoad) ProtoReflect() protoreflect.Message {
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeyLoad.ProtoReflect.Descriptor instead.
+func (*KeyLoad) Descriptor() ([]byte, []int) {
+	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *KeyLoad) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *KeyLoad) GetHeld() uint32 {
+	if x != nil {
+		return x.Held
+	}
+	return 0
+}
+
+func (x *KeyLoad) GetNoisy() bool {
+	if x != nil {
+		return x.Noisy
+	}
+	return false
+}
+
 type GroupSettings struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// 0: unlimited.
@@ -815,14 +897,18 @@ type GroupSettings struct {
 	// Copies of the group's messages the engine keeps: 1 on the memory engine; on JetStream,
 	// the replicas of the stream that holds them (the engine's, or the group's own when it is
 	// declared with replicas), as JetStream reports it.
-	Replicas      uint32 `protobuf:"varint,8,opt,name=replicas,proto3" json:"replicas,omitempty"`
+	Replicas uint32 `protobuf:"varint,8,opt,name=replicas,proto3" json:"replicas,omitempty"`
+	// "" (none), "key" or "group"; see tinybroker.v1.Ordering.
+	Ordering string `protobuf:"bytes,9,opt,name=ordering,proto3" json:"ordering,omitempty"`
+	// "" (FIFO), "key" or "header:<name>"; see tinybroker.v1.OpenSubscription.
+	FairBy        string `protobuf:"bytes,10,opt,name=fair_by,json=fairBy,proto3" json:"fair_by,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GroupSettings) Reset() {
 	*x = GroupSettings{}
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[10]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -834,7 +920,7 @@ func (x *GroupSettings) String() string {
 func (*GroupSettings) ProtoMessage() {}
 
 func (x *GroupSettings) ProtoReflect() protoreflect.Message {
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[10]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -847,7 +933,7 @@ func (x *GroupSettings) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupSettings.ProtoReflect.Descriptor instead.
 func (*GroupSettings) Descriptor() ([]byte, []int) {
-	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{10}
+	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GroupSettings) GetMaxDeliveries() uint32 {
@@ -906,6 +992,20 @@ func (x *GroupSettings) GetReplicas() uint32 {
 	return 0
 }
 
+func (x *GroupSettings) GetOrdering() string {
+	if x != nil {
+		return x.Ordering
+	}
+	return ""
+}
+
+func (x *GroupSettings) GetFairBy() string {
+	if x != nil {
+		return x.FairBy
+	}
+	return ""
+}
+
 type Member struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	MemberId string                 `protobuf:"bytes,1,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"`
@@ -921,7 +1021,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[11]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -933,7 +1033,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[11]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -946,7 +1046,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{11}
+	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Member) GetMemberId() string {
@@ -1000,7 +1100,7 @@ type DeleteGroupRequest struct {
 
 func (x *DeleteGroupRequest) Reset() {
 	*x = DeleteGroupRequest{}
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[12]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1012,7 +1112,7 @@ func (x *DeleteGroupRequest) String() string {
 func (*DeleteGroupRequest) ProtoMessage() {}
 
 func (x *DeleteGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[12]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1025,7 +1125,7 @@ func (x *DeleteGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteGroupRequest.ProtoReflect.Descriptor instead.
 func (*DeleteGroupRequest) Descriptor() ([]byte, []int) {
-	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{12}
+	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *DeleteGroupRequest) GetSubscriptionId() string {
@@ -1048,7 +1148,7 @@ type DeleteGroupResponse struct {
 
 func (x *DeleteGroupResponse) Reset() {
 	*x = DeleteGroupResponse{}
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[13]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1060,7 +1160,7 @@ func (x *DeleteGroupResponse) String() string {
 func (*DeleteGroupResponse) ProtoMessage() {}
 
 func (x *DeleteGroupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[13]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1073,7 +1173,7 @@ func (x *DeleteGroupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteGroupResponse.ProtoReflect.Descriptor instead.
 func (*DeleteGroupResponse) Descriptor() ([]byte, []int) {
-	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{13}
+	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *DeleteGroupResponse) GetMembersEnded() uint32 {
@@ -1106,7 +1206,7 @@ type PurgeGroupRequest struct {
 
 func (x *PurgeGroupRequest) Reset() {
 	*x = PurgeGroupRequest{}
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[14]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1118,7 +1218,7 @@ func (x *PurgeGroupRequest) String() string {
 func (*PurgeGroupRequest) ProtoMessage() {}
 
 func (x *PurgeGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[14]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1131,7 +1231,7 @@ func (x *PurgeGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeGroupRequest.ProtoReflect.Descriptor instead.
 func (*PurgeGroupRequest) Descriptor() ([]byte, []int) {
-	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{14}
+	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *PurgeGroupRequest) GetSubscriptionId() string {
@@ -1150,7 +1250,7 @@ type PurgeGroupResponse struct {
 
 func (x *PurgeGroupResponse) Reset() {
 	*x = PurgeGroupResponse{}
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[15]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1162,7 +1262,7 @@ func (x *PurgeGroupResponse) String() string {
 func (*PurgeGroupResponse) ProtoMessage() {}
 
 func (x *PurgeGroupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[15]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1175,7 +1275,7 @@ func (x *PurgeGroupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeGroupResponse.ProtoReflect.Descriptor instead.
 func (*PurgeGroupResponse) Descriptor() ([]byte, []int) {
-	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{15}
+	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *PurgeGroupResponse) GetPurged() uint32 {
@@ -1196,7 +1296,7 @@ type ListStreamsRequest struct {
 
 func (x *ListStreamsRequest) Reset() {
 	*x = ListStreamsRequest{}
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[16]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1208,7 +1308,7 @@ func (x *ListStreamsRequest) String() string {
 func (*ListStreamsRequest) ProtoMessage() {}
 
 func (x *ListStreamsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[16]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1221,7 +1321,7 @@ func (x *ListStreamsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListStreamsRequest.ProtoReflect.Descriptor instead.
 func (*ListStreamsRequest) Descriptor() ([]byte, []int) {
-	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{16}
+	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListStreamsRequest) GetPageSize() uint32 {
@@ -1249,7 +1349,7 @@ type ListStreamsResponse struct {
 
 func (x *ListStreamsResponse) Reset() {
 	*x = ListStreamsResponse{}
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[17]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1261,7 +1361,7 @@ func (x *ListStreamsResponse) String() string {
 func (*ListStreamsResponse) ProtoMessage() {}
 
 func (x *ListStreamsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[17]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1274,7 +1374,7 @@ func (x *ListStreamsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListStreamsResponse.ProtoReflect.Descriptor instead.
 func (*ListStreamsResponse) Descriptor() ([]byte, []int) {
-	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{17}
+	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListStreamsResponse) GetStreams() []*Stream {
@@ -1312,7 +1412,7 @@ type Stream struct {
 
 func (x *Stream) Reset() {
 	*x = Stream{}
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[18]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1324,7 +1424,7 @@ func (x *Stream) String() string {
 func (*Stream) ProtoMessage() {}
 
 func (x *Stream) ProtoReflect() protoreflect.Message {
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[18]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1337,7 +1437,7 @@ func (x *Stream) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Stream.ProtoReflect.Descriptor instead.
 func (*Stream) Descriptor() ([]byte, []int) {
-	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{18}
+	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Stream) GetStreamId() string {
@@ -1382,7 +1482,7 @@ type StreamSubscription struct {
 
 func (x *StreamSubscription) Reset() {
 	*x = StreamSubscription{}
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[19]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1394,7 +1494,7 @@ func (x *StreamSubscription) String() string {
 func (*StreamSubscription) ProtoMessage() {}
 
 func (x *StreamSubscription) ProtoReflect() protoreflect.Message {
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[19]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1407,7 +1507,7 @@ func (x *StreamSubscription) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamSubscription.ProtoReflect.Descriptor instead.
 func (*StreamSubscription) Descriptor() ([]byte, []int) {
-	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{19}
+	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *StreamSubscription) GetSubscriptionId() string {
@@ -1457,7 +1557,7 @@ type ListDeadLettersRequest struct {
 
 func (x *ListDeadLettersRequest) Reset() {
 	*x = ListDeadLettersRequest{}
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[20]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1469,7 +1569,7 @@ func (x *ListDeadLettersRequest) String() string {
 func (*ListDeadLettersRequest) ProtoMessage() {}
 
 func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[20]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1482,7 +1582,7 @@ func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*ListDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{20}
+	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListDeadLettersRequest) GetSubscriptionId() string {
@@ -1518,7 +1618,7 @@ type ListDeadLettersResponse struct {
 
 func (x *ListDeadLettersResponse) Reset() {
 	*x = ListDeadLettersResponse{}
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[21]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1530,7 +1630,7 @@ func (x *ListDeadLettersResponse) String() string {
 func (*ListDeadLettersResponse) ProtoMessage() {}
 
 func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[21]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1543,7 +1643,7 @@ func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*ListDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{21}
+	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListDeadLettersResponse) GetDeadLetters() []*DeadLetter {
@@ -1586,7 +1686,7 @@ type DeadLetter struct {
 
 func (x *DeadLetter) Reset() {
 	*x = DeadLetter{}
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[22]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1598,7 +1698,7 @@ func (x *DeadLetter) String() string {
 func (*DeadLetter) ProtoMessage() {}
 
 func (x *DeadLetter) ProtoReflect() protoreflect.Message {
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[22]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1611,7 +1711,7 @@ func (x *DeadLetter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadLetter.ProtoReflect.Descriptor instead.
 func (*DeadLetter) Descriptor() ([]byte, []int) {
-	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{22}
+	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *DeadLetter) GetSystemId() string {
@@ -1676,7 +1776,7 @@ type ReplayDeadLettersRequest struct {
 
 func (x *ReplayDeadLettersRequest) Reset() {
 	*x = ReplayDeadLettersRequest{}
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[23]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1688,7 +1788,7 @@ func (x *ReplayDeadLettersRequest) String() string {
 func (*ReplayDeadLettersRequest) ProtoMessage() {}
 
 func (x *ReplayDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[23]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1701,7 +1801,7 @@ func (x *ReplayDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*ReplayDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{23}
+	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ReplayDeadLettersRequest) GetSubscriptionId() string {
@@ -1737,7 +1837,7 @@ type ReplayDeadLettersResponse struct {
 
 func (x *ReplayDeadLettersResponse) Reset() {
 	*x = ReplayDeadLettersResponse{}
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[24]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1749,7 +1849,7 @@ func (x *ReplayDeadLettersResponse) String() string {
 func (*ReplayDeadLettersResponse) ProtoMessage() {}
 
 func (x *ReplayDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[24]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1762,7 +1862,7 @@ func (x *ReplayDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*ReplayDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{24}
+	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ReplayDeadLettersResponse) GetResults() []*ReplayResult {
@@ -1802,7 +1902,7 @@ type ReplayResult struct {
 
 func (x *ReplayResult) Reset() {
 	*x = ReplayResult{}
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[25]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1814,7 +1914,7 @@ func (x *ReplayResult) String() string {
 func (*ReplayResult) ProtoMessage() {}
 
 func (x *ReplayResult) ProtoReflect() protoreflect.Message {
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[25]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1827,7 +1927,7 @@ func (x *ReplayResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayResult.ProtoReflect.Descriptor instead.
 func (*ReplayResult) Descriptor() ([]byte, []int) {
-	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{25}
+	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ReplayResult) GetSystemId() string {
@@ -1877,7 +1977,7 @@ type PurgeDeadLettersRequest struct {
 
 func (x *PurgeDeadLettersRequest) Reset() {
 	*x = PurgeDeadLettersRequest{}
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[26]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1889,7 +1989,7 @@ func (x *PurgeDeadLettersRequest) String() string {
 func (*PurgeDeadLettersRequest) ProtoMessage() {}
 
 func (x *PurgeDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[26]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1902,7 +2002,7 @@ func (x *PurgeDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*PurgeDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{26}
+	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *PurgeDeadLettersRequest) GetSubscriptionId() string {
@@ -1935,7 +2035,7 @@ type PurgeDeadLettersResponse struct {
 
 func (x *PurgeDeadLettersResponse) Reset() {
 	*x = PurgeDeadLettersResponse{}
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[27]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1947,7 +2047,7 @@ func (x *PurgeDeadLettersResponse) String() string {
 func (*PurgeDeadLettersResponse) ProtoMessage() {}
 
 func (x *PurgeDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[27]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1960,7 +2060,7 @@ func (x *PurgeDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*PurgeDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{27}
+	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *PurgeDeadLettersResponse) GetPurged() uint32 {
@@ -2015,7 +2115,7 @@ const file_tinybroker_admin_v1_admin_proto_rawDesc = "" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12\x14\n" +
 	"\x05total\x18\x03 \x01(\rR\x05total\"?\n" +
 	"\x14DescribeGroupRequest\x12'\n" +
-	"\x0fsubscription_id\x18\x01 \x01(\tR\x0esubscriptionId\"\x83\x06\n" +
+	"\x0fsubscription_id\x18\x01 \x01(\tR\x0esubscriptionId\"\xd8\x06\n" +
 	"\x05Group\x12'\n" +
 	"\x0fsubscription_id\x18\x01 \x01(\tR\x0esubscriptionId\x12%\n" +
 	"\x0econsumer_group\x18\x02 \x01(\tR\rconsumerGroup\x12%\n" +
@@ -2040,7 +2140,13 @@ const file_tinybroker_admin_v1_admin_proto_rawDesc = "" +
 	"\x14dead_letters_dropped\x18\x13 \x01(\x04R\x12deadLettersDropped\x12>\n" +
 	"\bsettings\x18\x14 \x01(\v2\".tinybroker.admin.v1.GroupSettingsR\bsettings\x12<\n" +
 	"\vmember_list\x18\x15 \x03(\v2\x1b.tinybroker.admin.v1.MemberR\n" +
-	"memberList\"\xc2\x02\n" +
+	"memberList\x12\x12\n" +
+	"\x04keys\x18\x16 \x01(\rR\x04keys\x12?\n" +
+	"\fbusiest_keys\x18\x17 \x03(\v2\x1c.tinybroker.admin.v1.KeyLoadR\vbusiestKeys\"E\n" +
+	"\aKeyLoad\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x12\n" +
+	"\x04held\x18\x02 \x01(\rR\x04held\x12\x14\n" +
+	"\x05noisy\x18\x03 \x01(\bR\x05noisy\"\xf7\x02\n" +
 	"\rGroupSettings\x12%\n" +
 	"\x0emax_deliveries\x18\x01 \x01(\rR\rmaxDeliveries\x12*\n" +
 	"\x11dead_letter_topic\x18\x02 \x01(\tR\x0fdeadLetterTopic\x12\x1d\n" +
@@ -2050,7 +2156,10 @@ const file_tinybroker_admin_v1_admin_proto_rawDesc = "" +
 	"\boverflow\x18\x05 \x01(\tR\boverflow\x12(\n" +
 	"\x10dead_letters_max\x18\x06 \x01(\rR\x0edeadLettersMax\x123\n" +
 	"\x16dead_letters_max_bytes\x18\a \x01(\x04R\x13deadLettersMaxBytes\x12\x1a\n" +
-	"\breplicas\x18\b \x01(\rR\breplicas\"\xe2\x01\n" +
+	"\breplicas\x18\b \x01(\rR\breplicas\x12\x1a\n" +
+	"\bordering\x18\t \x01(\tR\bordering\x12\x17\n" +
+	"\afair_by\x18\n" +
+	" \x01(\tR\x06fairBy\"\xe2\x01\n" +
 	"\x06Member\x12\x1b\n" +
 	"\tmember_id\x18\x01 \x01(\tR\bmemberId\x12\x12\n" +
 	"\x04peer\x18\x02 \x01(\tR\x04peer\x12\x1b\n" +
@@ -2155,7 +2264,7 @@ func file_tinybroker_admin_v1_admin_proto_rawDescGZIP() []byte {
 	return file_tinybroker_admin_v1_admin_proto_rawDescData
 }
 
-var file_tinybroker_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_tinybroker_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_tinybroker_admin_v1_admin_proto_goTypes = []any{
 	(*ListUsersRequest)(nil),          // 0: tinybroker.admin.v1.ListUsersRequest
 	(*ListUsersResponse)(nil),         // 1: tinybroker.admin.v1.ListUsersResponse
@@ -2167,27 +2276,28 @@ var file_tinybroker_admin_v1_admin_proto_goTypes = []any{
 	(*ListGroupsResponse)(nil),        // 7: tinybroker.admin.v1.ListGroupsResponse
 	(*DescribeGroupRequest)(nil),      // 8: tinybroker.admin.v1.DescribeGroupRequest
 	(*Group)(nil),                     // 9: tinybroker.admin.v1.Group
-	(*GroupSettings)(nil),             // 10: tinybroker.admin.v1.GroupSettings
-	(*Member)(nil),                    // 11: tinybroker.admin.v1.Member
-	(*DeleteGroupRequest)(nil),        // 12: tinybroker.admin.v1.DeleteGroupRequest
-	(*DeleteGroupResponse)(nil),       // 13: tinybroker.admin.v1.DeleteGroupResponse
-	(*PurgeGroupRequest)(nil),         // 14: tinybroker.admin.v1.PurgeGroupRequest
-	(*PurgeGroupResponse)(nil),        // 15: tinybroker.admin.v1.PurgeGroupResponse
-	(*ListStreamsRequest)(nil),        // 16: tinybroker.admin.v1.ListStreamsRequest
-	(*ListStreamsResponse)(nil),       // 17: tinybroker.admin.v1.ListStreamsResponse
-	(*Stream)(nil),                    // 18: tinybroker.admin.v1.Stream
-	(*StreamSubscription)(nil),        // 19: tinybroker.admin.v1.StreamSubscription
-	(*ListDeadLettersRequest)(nil),    // 20: tinybroker.admin.v1.ListDeadLettersRequest
-	(*ListDeadLettersResponse)(nil),   // 21: tinybroker.admin.v1.ListDeadLettersResponse
-	(*DeadLetter)(nil),                // 22: tinybroker.admin.v1.DeadLetter
-	(*ReplayDeadLettersRequest)(nil),  // 23: tinybroker.admin.v1.ReplayDeadLettersRequest
-	(*ReplayDeadLettersResponse)(nil), // 24: tinybroker.admin.v1.ReplayDeadLettersResponse
-	(*ReplayResult)(nil),              // 25: tinybroker.admin.v1.ReplayResult
-	(*PurgeDeadLettersRequest)(nil),   // 26: tinybroker.admin.v1.PurgeDeadLettersRequest
-	(*PurgeDeadLettersResponse)(nil),  // 27: tinybroker.admin.v1.PurgeDeadLettersResponse
-	nil,                               // 28: tinybroker.admin.v1.DeadLetter.HeadersEntry
-	(*durationpb.Duration)(nil),       // 29: google.protobuf.Duration
-	(v1.DeliveryMode)(0),              // 30: tinybroker.v1.DeliveryMode
+	(*KeyLoad)(nil),                   // 10: tinybroker.admin.v1.KeyLoad
+	(*GroupSettings)(nil),             // 11: tinybroker.admin.v1.GroupSettings
+	(*Member)(nil),                    // 12: tinybroker.admin.v1.Member
+	(*DeleteGroupRequest)(nil),        // 13: tinybroker.admin.v1.DeleteGroupRequest
+	(*DeleteGroupResponse)(nil),       // 14: tinybroker.admin.v1.DeleteGroupResponse
+	(*PurgeGroupRequest)(nil),         // 15: tinybroker.admin.v1.PurgeGroupRequest
+	(*PurgeGroupResponse)(nil),        // 16: tinybroker.admin.v1.PurgeGroupResponse
+	(*ListStreamsRequest)(nil),        // 17: tinybroker.admin.v1.ListStreamsRequest
+	(*ListStreamsResponse)(nil),       // 18: tinybroker.admin.v1.ListStreamsResponse
+	(*Stream)(nil),                    // 19: tinybroker.admin.v1.Stream
+	(*StreamSubscription)(nil),        // 20: tinybroker.admin.v1.StreamSubscription
+	(*ListDeadLettersRequest)(nil),    // 21: tinybroker.admin.v1.ListDeadLettersRequest
+	(*ListDeadLettersResponse)(nil),   // 22: tinybroker.admin.v1.ListDeadLettersResponse
+	(*DeadLetter)(nil),                // 23: tinybroker.admin.v1.DeadLetter
+	(*ReplayDeadLettersRequest)(nil),  // 24: tinybroker.admin.v1.ReplayDeadLettersRequest
+	(*ReplayDeadLettersResponse)(nil), // 25: tinybroker.admin.v1.ReplayDeadLettersResponse
+	(*ReplayResult)(nil),              // 26: tinybroker.admin.v1.ReplayResult
+	(*PurgeDeadLettersRequest)(nil),   // 27: tinybroker.admin.v1.PurgeDeadLettersRequest
+	(*PurgeDeadLettersResponse)(nil),  // 28: tinybroker.admin.v1.PurgeDeadLettersResponse
+	nil,                               // 29: tinybroker.admin.v1.DeadLetter.HeadersEntry
+	(*durationpb.Duration)(nil),       // 30: google.protobuf.Duration
+	(v1.DeliveryMode)(0),              // 31: tinybroker.v1.DeliveryMode
 }
 var file_tinybroker_admin_v1_admin_proto_depIdxs = []int32{
 	2,  // 0: tinybroker.admin.v1.ListUsersResponse.users:type_name -> tinybroker.admin.v1.User
@@ -2197,39 +2307,40 @@ var file_tinybroker_admin_v1_admin_proto_depIdxs = []int32{
 	4,  // 4: tinybroker.admin.v1.User.limits:type_name -> tinybroker.admin.v1.UserLimits
 	5,  // 5: tinybroker.admin.v1.User.usage:type_name -> tinybroker.admin.v1.UserUsage
 	9,  // 6: tinybroker.admin.v1.ListGroupsResponse.groups:type_name -> tinybroker.admin.v1.Group
-	29, // 7: tinybroker.admin.v1.Group.oldest_age:type_name -> google.protobuf.Duration
-	10, // 8: tinybroker.admin.v1.Group.settings:type_name -> tinybroker.admin.v1.GroupSettings
-	11, // 9: tinybroker.admin.v1.Group.member_list:type_name -> tinybroker.admin.v1.Member
-	29, // 10: tinybroker.admin.v1.Member.ack_deadline:type_name -> google.protobuf.Duration
-	18, // 11: tinybroker.admin.v1.ListStreamsResponse.streams:type_name -> tinybroker.admin.v1.Stream
-	19, // 12: tinybroker.admin.v1.Stream.subscriptions:type_name -> tinybroker.admin.v1.StreamSubscription
-	30, // 13: tinybroker.admin.v1.StreamSubscription.mode:type_name -> tinybroker.v1.DeliveryMode
-	22, // 14: tinybroker.admin.v1.ListDeadLettersResponse.dead_letters:type_name -> tinybroker.admin.v1.DeadLetter
-	28, // 15: tinybroker.admin.v1.DeadLetter.headers:type_name -> tinybroker.admin.v1.DeadLetter.HeadersEntry
-	25, // 16: tinybroker.admin.v1.ReplayDeadLettersResponse.results:type_name -> tinybroker.admin.v1.ReplayResult
-	6,  // 17: tinybroker.admin.v1.Admin.ListGroups:input_type -> tinybroker.admin.v1.ListGroupsRequest
-	8,  // 18: tinybroker.admin.v1.Admin.DescribeGroup:input_type -> tinybroker.admin.v1.DescribeGroupRequest
-	12, // 19: tinybroker.admin.v1.Admin.DeleteGroup:input_type -> tinybroker.admin.v1.DeleteGroupRequest
-	14, // 20: tinybroker.admin.v1.Admin.PurgeGroup:input_type -> tinybroker.admin.v1.PurgeGroupRequest
-	16, // 21: tinybroker.admin.v1.Admin.ListStreams:input_type -> tinybroker.admin.v1.ListStreamsRequest
-	20, // 22: tinybroker.admin.v1.Admin.ListDeadLetters:input_type -> tinybroker.admin.v1.ListDeadLettersRequest
-	23, // 23: tinybroker.admin.v1.Admin.ReplayDeadLetters:input_type -> tinybroker.admin.v1.ReplayDeadLettersRequest
-	26, // 24: tinybroker.admin.v1.Admin.PurgeDeadLetters:input_type -> tinybroker.admin.v1.PurgeDeadLettersRequest
-	0,  // 25: tinybroker.admin.v1.Admin.ListUsers:input_type -> tinybroker.admin.v1.ListUsersRequest
-	7,  // 26: tinybroker.admin.v1.Admin.ListGroups:output_type -> tinybroker.admin.v1.ListGroupsResponse
-	9,  // 27: tinybroker.admin.v1.Admin.DescribeGroup:output_type -> tinybroker.admin.v1.Group
-	13, // 28: tinybroker.admin.v1.Admin.DeleteGroup:output_type -> tinybroker.admin.v1.DeleteGroupResponse
-	15, // 29: tinybroker.admin.v1.Admin.PurgeGroup:output_type -> tinybroker.admin.v1.PurgeGroupResponse
-	17, // 30: tinybroker.admin.v1.Admin.ListStreams:output_type -> tinybroker.admin.v1.ListStreamsResponse
-	21, // 31: tinybroker.admin.v1.Admin.ListDeadLetters:output_type -> tinybroker.admin.v1.ListDeadLettersResponse
-	24, // 32: tinybroker.admin.v1.Admin.ReplayDeadLetters:output_type -> tinybroker.admin.v1.ReplayDeadLettersResponse
-	27, // 33: tinybroker.admin.v1.Admin.PurgeDeadLetters:output_type -> tinybroker.admin.v1.PurgeDeadLettersResponse
-	1,  // 34: tinybroker.admin.v1.Admin.ListUsers:output_type -> tinybroker.admin.v1.ListUsersResponse
-	26, // [26:35] is the sub-list for method output_type
-	17, // [17:26] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	30, // 7: tinybroker.admin.v1.Group.oldest_age:type_name -> google.protobuf.Duration
+	11, // 8: tinybroker.admin.v1.Group.settings:type_name -> tinybroker.admin.v1.GroupSettings
+	12, // 9: tinybroker.admin.v1.Group.member_list:type_name -> tinybroker.admin.v1.Member
+	10, // 10: tinybroker.admin.v1.Group.busiest_keys:type_name -> tinybroker.admin.v1.KeyLoad
+	30, // 11: tinybroker.admin.v1.Member.ack_deadline:type_name -> google.protobuf.Duration
+	19, // 12: tinybroker.admin.v1.ListStreamsResponse.streams:type_name -> tinybroker.admin.v1.Stream
+	20, // 13: tinybroker.admin.v1.Stream.subscriptions:type_name -> tinybroker.admin.v1.StreamSubscription
+	31, // 14: tinybroker.admin.v1.StreamSubscription.mode:type_name -> tinybroker.v1.DeliveryMode
+	23, // 15: tinybroker.admin.v1.ListDeadLettersResponse.dead_letters:type_name -> tinybroker.admin.v1.DeadLetter
+	29, // 16: tinybroker.admin.v1.DeadLetter.headers:type_name -> tinybroker.admin.v1.DeadLetter.HeadersEntry
+	26, // 17: tinybroker.admin.v1.ReplayDeadLettersResponse.results:type_name -> tinybroker.admin.v1.ReplayResult
+	6,  // 18: tinybroker.admin.v1.Admin.ListGroups:input_type -> tinybroker.admin.v1.ListGroupsRequest
+	8,  // 19: tinybroker.admin.v1.Admin.DescribeGroup:input_type -> tinybroker.admin.v1.DescribeGroupRequest
+	13, // 20: tinybroker.admin.v1.Admin.DeleteGroup:input_type -> tinybroker.admin.v1.DeleteGroupRequest
+	15, // 21: tinybroker.admin.v1.Admin.PurgeGroup:input_type -> tinybroker.admin.v1.PurgeGroupRequest
+	17, // 22: tinybroker.admin.v1.Admin.ListStreams:input_type -> tinybroker.admin.v1.ListStreamsRequest
+	21, // 23: tinybroker.admin.v1.Admin.ListDeadLetters:input_type -> tinybroker.admin.v1.ListDeadLettersRequest
+	24, // 24: tinybroker.admin.v1.Admin.ReplayDeadLetters:input_type -> tinybroker.admin.v1.ReplayDeadLettersRequest
+	27, // 25: tinybroker.admin.v1.Admin.PurgeDeadLetters:input_type -> tinybroker.admin.v1.PurgeDeadLettersRequest
+	0,  // 26: tinybroker.admin.v1.Admin.ListUsers:input_type -> tinybroker.admin.v1.ListUsersRequest
+	7,  // 27: tinybroker.admin.v1.Admin.ListGroups:output_type -> tinybroker.admin.v1.ListGroupsResponse
+	9,  // 28: tinybroker.admin.v1.Admin.DescribeGroup:output_type -> tinybroker.admin.v1.Group
+	14, // 29: tinybroker.admin.v1.Admin.DeleteGroup:output_type -> tinybroker.admin.v1.DeleteGroupResponse
+	16, // 30: tinybroker.admin.v1.Admin.PurgeGroup:output_type -> tinybroker.admin.v1.PurgeGroupResponse
+	18, // 31: tinybroker.admin.v1.Admin.ListStreams:output_type -> tinybroker.admin.v1.ListStreamsResponse
+	22, // 32: tinybroker.admin.v1.Admin.ListDeadLetters:output_type -> tinybroker.admin.v1.ListDeadLettersResponse
+	25, // 33: tinybroker.admin.v1.Admin.ReplayDeadLetters:output_type -> tinybroker.admin.v1.ReplayDeadLettersResponse
+	28, // 34: tinybroker.admin.v1.Admin.PurgeDeadLetters:output_type -> tinybroker.admin.v1.PurgeDeadLettersResponse
+	1,  // 35: tinybroker.admin.v1.Admin.ListUsers:output_type -> tinybroker.admin.v1.ListUsersResponse
+	27, // [27:36] is the sub-list for method output_type
+	18, // [18:27] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_tinybroker_admin_v1_admin_proto_init() }
@@ -2243,7 +2354,7 @@ func file_tinybroker_admin_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tinybroker_admin_v1_admin_proto_rawDesc), len(file_tinybroker_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   29,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

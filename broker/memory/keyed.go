@@ -1,0 +1,384 @@
+package memory
+
+import (
+	"cmp"
+	"slices"
+
+	"github.com/tinybroker/tinybroker/broker"
+)
+
+// keyed is the queue of a consumer group with ordering or fair_by (broker.Dispatch.Keyed).
+// Queued messages wait in lanes: a lane per order key (ordering), whose head alone may be
+// out (in flight, delayed, or with the OnRedeliver hook) at a time, and per tenant a free
+// lane for its messages that are not ordered. Lanes belong to tenants (fair_by's key; one
+// tenant "" without fairness), and dispatch takes turns: the next tenant with a ready lane,
+// then that tenant's next ready lane, then the head of that lane. So a tenant that floods
+// gets one turn in N, and a key whose message is out holds back only its own messages.
+//
+// Lanes and tenants exist only while they hold something (a queued message, one out, or, for
+// a tenant, any message the group holds), so there are never more of them than messages
+// held; each is charged to the group's bytes and the broker's budget (laneCost, tenantCost).
+// A key's messages count for the tenant of the first one queued while the key has a lane.
+// See RATIONALE.md, "Ordering keys and fair dispatch".
+type keyed struct {
+	d       broker.Dispatch
+	lanes   map[string]*lane   // ordered lanes, by order key
+	tenants map[string]*tenant // by tenant
+	ready   ring[*tenant]      // tenants with a ready lane, in turn
+	held    int                // messages the group holds, over every tenant
+	bytes   int64              // what its lanes and tenants cost
+	noisy   []string           // tenants that became noisy since the group last logged (logNoisy)
+}
+
+type tenant struct {
+	name    string
+	ready   ring[*lane] // its ready lanes, in turn
+	free    *lane       // its messages without an order
+	inReady bool        // in keyed.ready
+	lanes   int         // lanes it has, free included
+	held    int         // its messages the group holds: queued, out, in flight
+	noisy   bool
+}
+
+type lane struct {
+	key     string // the order key ("" for a free lane)
+	t       *tenant
+	ordered bool
+	q       ring[*entry] // queued, settled ones included (skipped)
+	queued  int          // unsettled entries in q
+	out     bool         // ordered: its head is out
+	inReady bool         // in t.ready
+}
+
+// What a lane and a tenant cost besides their name: the struct, a map entry, the ring.
+const (
+	laneCost   = 160
+	tenantCost = 192
+)
+
+func newKeyed(d broker.Dispatch) *keyed {
+	return &keyed{d: d, lanes: make(map[string]*lane), tenants: make(map[string]*tenant)}
+}
+
+// laneFor returns the lane m goes to, creating it (and its tenant) if need be; the bytes
+// that costs are added to k.bytes and returned.
+func (k *keyed) laneFor(m *message) (*lane, int64) {
+	okey, ordered := k.d.OrderKey(m.Key)
+	if ordered {
+		if l := k.lanes[okey]; l != nil {
+			return l, 0
+		}
+	}
+	name := k.d.Tenant(m.Key, m.Headers)
+	var cost int64
+	t := k.tenants[name]
+	if t == nil {
+		t = &tenant{name: name}
+		k.tenants[name] = t
+		cost += tenantCost + int64(len(name))
+	}
+	if !ordered && t.free != nil { // a new tenant has no free lane
+		k.bytes += cost
+		return t.free, cost
+	}
+	l := &lane{key: okey, t: t, ordered: ordered}
+	t.lanes++
+	cost += laneCost + int64(len(okey))
+	if ordered {
+		k.lanes[okey] = l
+	} else {
+		t.free = l
+	}
+	k.bytes += cost
+	return l, cost
+}
+
+// push queues a new message at the back of its lane and returns what that cost in lanes and
+// tenants.
+func (k *keyed) push(e *entry) int64 {
+	l, cost := k.laneFor(e.msg)
+	l.q.pushBack(e)
+	l.queued++
+	e.tn = l.t
+	l.t.held++
+	k.held++
+	k.readied(l)
+	if k.d.FairBy != "" {
+		k.checkNoisy(l.t)
+	}
+	return cost
+}
+
+// requeue puts e, taken back from a member (or out of its delay), at the front of its lane:
+// its key's next message again.
+func (k *keyed) requeue(e *entry) int64 {
+	if e.tn == nil { // queued before the group's dispatch changed: a new message to this one
+		return k.push(e)
+	}
+	l, cost := k.laneFor(e.msg)
+	if l.ordered && e.out {
+		l.out = false
+	}
+	e.out = false
+	l.q.pushFront(e)
+	l.queued++
+	k.readied(l)
+	return cost
+}
+
+// readied puts l in turn if it has a message that may go now.
+func (k *keyed) readied(l *lane) {
+	if l.inReady || l.queued == 0 || l.out {
+		return
+	}
+	l.inReady = true
+	l.t.ready.pushBack(l)
+	if t := l.t; !t.inReady {
+		t.inReady = true
+		k.ready.pushBack(t)
+	}
+}
+
+// pop returns the next message to hand to a member, or nil if every queued message waits
+// behind one of its key that is out. It returns what it freed of lanes and tenants too.
+func (k *keyed) pop() (e *entry, freed int64) {
+	for k.ready.len() > 0 {
+		t := k.ready.popFront()
+		for t.ready.len() > 0 && e == nil {
+			l := t.ready.popFront()
+			l.inReady = false
+			for l.q.len() > 0 {
+				if x := l.q.popFront(); !x.settled {
+					e = x
+					break
+				}
+			}
+			if e == nil { // only settled entries were left
+				freed += k.tidyLane(l)
+				continue
+			}
+			l.queued--
+			if l.ordered {
+				l.out, e.out = true, true
+			} else {
+				k.readied(l) // its next, if any, takes its turn after the tenant's other lanes
+			}
+		}
+		if t.ready.len() > 0 {
+			k.ready.pushBack(t) // its next turn comes after the other tenants'
+		} else {
+			t.inReady = false
+			freed += k.tidyTenant(t)
+		}
+		if e != nil {
+			return e, freed
+		}
+	}
+	return nil, freed
+}
+
+// unqueued records that e, queued, was settled where it stands (it is skipped when it comes
+// up).
+func (k *keyed) unqueued(e *entry) {
+	if l := k.laneOf(e, e.tn); l != nil {
+		l.queued--
+	}
+}
+
+// release records that the group let go of e for good (acked, dead-lettered, dropped): its
+// key's next message may go. It returns what that freed of lanes and tenants.
+func (k *keyed) release(e *entry) (freed int64) {
+	t := e.tn
+	if t == nil { // not queued under this keyed (the group's dispatch changed since)
+		return 0
+	}
+	e.tn = nil
+	if l := k.laneOf(e, t); l != nil {
+		if e.out && l.ordered {
+			l.out = false
+			k.readied(l)
+		}
+		freed = k.tidyLane(l)
+	}
+	e.out = false
+	t.held--
+	k.held--
+	if t.noisy && t.held*20 < k.held {
+		t.noisy = false
+	}
+	return freed + k.tidyTenant(t)
+}
+
+// laneOf returns the lane of e, of tenant t, now, or nil if it has none (the lane went,
+// which happens to a free lane while its message is in flight).
+func (k *keyed) laneOf(e *entry, t *tenant) *lane {
+	okey, ordered := k.d.OrderKey(e.msg.Key)
+	if ordered {
+		return k.lanes[okey]
+	}
+	if t != nil {
+		return t.free
+	}
+	return nil
+}
+
+// tidyLane deletes l if it holds nothing and is not in turn.
+func (k *keyed) tidyLane(l *lane) int64 {
+	if l.queued > 0 || l.out || l.inReady {
+		return 0
+	}
+	if l.ordered {
+		if k.lanes[l.key] != l {
+			return 0
+		}
+		delete(k.lanes, l.key)
+	} else {
+		if l.t.free != l {
+			return 0
+		}
+		l.t.free = nil
+	}
+	l.t.lanes--
+	l.q = ring[*entry]{}
+	cost := laneCost + int64(len(l.key))
+	k.bytes -= cost
+	return cost
+}
+
+// tidyTenant deletes t if it has no lane, holds nothing and is not in turn.
+func (k *keyed) tidyTenant(t *tenant) int64 {
+	if t.lanes > 0 || t.held > 0 || t.inReady || k.tenants[t.name] != t {
+		return 0
+	}
+	delete(k.tenants, t.name)
+	cost := tenantCost + int64(len(t.name))
+	k.bytes -= cost
+	return cost
+}
+
+// checkNoisy marks t noisy when it holds more than a tenth of what the group holds (and at
+// least broker.NoisyMin), once per episode, to be logged.
+func (k *keyed) checkNoisy(t *tenant) {
+	if !t.noisy && t.held >= broker.NoisyMin && t.held*10 > k.held {
+		t.noisy = true
+		k.noisy = append(k.noisy, t.name)
+	}
+}
+
+// victim returns the queued entry a full group with overflow "drop_oldest" drops: the
+// oldest queued of the tenant that holds the most (of its free lane, or else of its next
+// ready lane), or nil if that tenant has none ready.
+func (k *keyed) victim() *entry {
+	var busiest *tenant
+	for _, t := range k.tenants {
+		if (t.free != nil && t.free.queued > 0 || t.ready.len() > 0) && (busiest == nil || t.held > busiest.held) {
+			busiest = t
+		}
+	}
+	if busiest == nil {
+		return nil
+	}
+	first := func(l *lane) *entry {
+		for i := range l.q.len() {
+			if e := l.q.peek(i); !e.settled {
+				return e
+			}
+		}
+		return nil
+	}
+	if l := busiest.free; l != nil && l.queued > 0 {
+		return first(l)
+	}
+	for i := range busiest.ready.len() {
+		if e := first(busiest.ready.peek(i)); e != nil {
+			return e
+		}
+	}
+	return nil
+}
+
+// each calls f on every queued entry, settled ones included, lane by lane
+// (f may settle them: they are gathered first).
+func (k *keyed) each(f func(*entry)) {
+	var es []*entry
+	gather := func(l *lane) {
+		for i := range l.q.len() {
+			es = append(es, l.q.at(i))
+		}
+	}
+	for _, t := range k.tenants {
+		if t.free != nil {
+			gather(t.free)
+		}
+	}
+	for _, l := range k.lanes {
+		gather(l)
+	}
+	for _, e := range es {
+		f(e)
+	}
+}
+
+// oldestQueued returns the entry queued the longest (the least message id among the lanes'
+// heads), or nil.
+func (k *keyed) oldestQueued() *entry {
+	var oldest *entry
+	head := func(l *lane) {
+		for i := range l.q.len() {
+			if e := l.q.peek(i); !e.settled {
+				if oldest == nil || e.msg.ID < oldest.msg.ID {
+					oldest = e
+				}
+				return
+			}
+		}
+	}
+	for _, t := range k.tenants {
+		if t.free != nil {
+			head(t.free)
+		}
+	}
+	for _, l := range k.lanes {
+		head(l)
+	}
+	return oldest
+}
+
+// busiest returns the tenants (or, without fair_by, the order keys) that hold the most,
+// at most broker.BusiestKeys, most first, and how many there are.
+func (k *keyed) busiest() (n int, top []broker.KeyLoad) {
+	if k.d.FairBy == "" { // one tenant: list the keys, by what they have queued and out
+		for key, l := range k.lanes {
+			held := l.queued
+			if l.out {
+				held++
+			}
+			top = keepBusiest(top, broker.KeyLoad{Key: key, Held: held})
+		}
+		return len(k.lanes), top
+	}
+	for name, t := range k.tenants {
+		top = keepBusiest(top, broker.KeyLoad{Key: name, Held: t.held, Noisy: t.noisy})
+	}
+	return len(k.tenants), top
+}
+
+// keepBusiest adds x to top, keeping the broker.BusiestKeys that hold the most, most first
+// (ties by key, for a stable listing).
+func keepBusiest(top []broker.KeyLoad, x broker.KeyLoad) []broker.KeyLoad {
+	by := func(a, b broker.KeyLoad) int {
+		if c := cmp.Compare(b.Held, a.Held); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Key, b.Key)
+	}
+	if len(top) == broker.BusiestKeys && by(x, top[len(top)-1]) >= 0 {
+		return top
+	}
+	i, _ := slices.BinarySearchFunc(top, x, by)
+	top = slices.Insert(top, i, x)
+	if len(top) > broker.BusiestKeys {
+		top = top[:broker.BusiestKeys]
+	}
+	return top
+}
