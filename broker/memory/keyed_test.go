@@ -300,8 +300,8 @@ func TestOrderedKeysUnderChurn(t *testing.T) {
 			gt.publishKeyed(pairs...)
 		}
 	}
-	acked := make(map[string]int, keys)   // key → last sequence acked
-	inFlight := make(map[string]string)   // key → system_id in flight
+	acked := make(map[string]int, keys) // key → last sequence acked
+	inFlight := make(map[string]string) // key → system_id in flight
 	held := make(map[*Subscription][]broker.Delivery)
 	total, kills := 0, 0
 	for total < keys*perKey {
@@ -360,7 +360,6 @@ func TestOrderedKeysUnderChurn(t *testing.T) {
 	t.Logf("%d messages of %d keys, %d members killed", total, keys, kills)
 	gt.settled("g")
 }
-
 
 // floodRun simulates a group of 4 members (max_in_flight 1, each done with its message one
 // tick after it got it) fed by 99 quiet keys (one message a tick between them, a quarter of
