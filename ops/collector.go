@@ -1,6 +1,7 @@
 package ops
 
 import (
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -80,6 +81,8 @@ var (
 	dGDLDiscarded = desc("group_dead_letters_discarded_messages_total", "Dead letters the group's store let go of, oldest first, to stay within its bounds (still published to the dead-letter topic).", "group")
 	dGDelivLat    = desc("group_publish_to_delivery_seconds", "Time from a message's publish to its first delivery to a member (handed to the member's stream).", "group")
 	dGAckLat      = desc("group_delivery_to_ack_seconds", "Time from a delivery to its ack, for acks of deliveries the member still held.", "group")
+	dGKeys        = desc("group_keys", "Keys the group holds messages of now (with fair_by: tenants), in a group with ordering or fair_by.", "group")
+	dGKeyHeld     = desc("group_key_held_messages", "Messages a group holds (queued, in flight, delayed) of each of its busiest keys or tenants, at most 5 per group; noisy is \"true\" while one holds over a tenth of what its group holds (and at least 100), as logged.", "group", "key", "noisy")
 	dLabelled     = desc("metrics_labelled_groups", "Consumer groups whose series carry their own group label; the others are summed under group=\"_other\" (http { metrics_max_groups }).")
 
 	// Deprecated names, emitted besides their new ones for one release (README.md, "Metric renames").
@@ -105,7 +108,7 @@ var allDescs = []*prometheus.Desc{dPublished, dDelivered, dAcked, dRedelivered, 
 	dHookDropped, dPubBytes, dDelivBytes, dPubRefused, dSubRefused, dMemUsed, dMemBudget, dConns,
 	dConnsRefused, dStreams, dSubs, dGroups, dFanBuffered, dFanDropped, dAuthFailed, dDenials, dGQueued, dGInFlight, dGDelayed,
 	dGMembers, dGHeld, dGOldest, dGPublished, dGDelivered, dGAcked, dGRedeliv, dGTakenBack, dGDead, dGDropped,
-	dGRejected, dGDLKept, dGDLKeptBytes, dGDLDiscarded, dGDelivLat, dGAckLat, dLabelled,
+	dGRejected, dGDLKept, dGDLKeptBytes, dGDLDiscarded, dGDelivLat, dGAckLat, dGKeys, dGKeyHeld, dLabelled,
 	dOldGBytes, dOldGDelivered, dOldGAcked, dOldGRedeliv, dOldGTakenBack, dOldGDead, dOldGDropped, dOldGRejected, dOldGroupSeries,
 	dPCalls, dPFailures, dPSkipped, dPBreaker, dPInstances, dPLatency}
 
@@ -248,6 +251,12 @@ func (c *collector) group(ch chan<- prometheus.Metric, label string, g broker.Gr
 	counter(dGDLDiscarded, g.DeadLettersDropped)
 	ch <- latencyHistogram(dGDelivLat, &g.DeliveryLatency, label)
 	ch <- latencyHistogram(dGAckLat, &g.AckLatency, label)
+	if g.Keys > 0 || len(g.Busiest) > 0 {
+		gauge(dGKeys, float64(g.Keys))
+	}
+	for _, k := range g.Busiest { // bounded: broker.BusiestKeys per group (none for "_other")
+		ch <- prometheus.MustNewConstMetric(dGKeyHeld, prometheus.GaugeValue, float64(k.Held), label, k.Key, strconv.FormatBool(k.Noisy))
+	}
 }
 
 // latencyHistogram turns an engine's Latency into a histogram of seconds.
@@ -284,6 +293,7 @@ func addGroup(a, b broker.GroupStats) broker.GroupStats {
 	a.DeadLettersDropped += b.DeadLettersDropped
 	a.DeliveryLatency.Add(&b.DeliveryLatency)
 	a.AckLatency.Add(&b.AckLatency)
+	a.Keys += b.Keys // b.Busiest is not summed: its labels are b's keys
 	return a
 }
 

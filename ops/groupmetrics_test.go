@@ -2,6 +2,8 @@ package ops_test
 
 import (
 	"bytes"
+	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -158,5 +160,38 @@ func richStack(t *testing.T) *stack {
 	if err := s.b.Declare(broker.GroupConfig{Name: "g", Patterns: []string{"g"}}); err != nil {
 		t.Fatal(err)
 	}
+	if err := s.b.Declare(broker.GroupConfig{Name: "fair", Patterns: []string{"fair"}, Dispatch: broker.Dispatch{FairBy: "key"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.c.Publish(context.Background(), &pb.PublishRequest{Topic: "fair", Payload: []byte("x"), Key: "tenant-1"}); err != nil {
+		t.Fatal(err)
+	}
 	return s
+}
+
+// A group with fair_by lists the keys it holds and its busiest, with the noisy one marked:
+// a tenant past a tenth of what the group holds, and at least 100 messages.
+func TestMetricsBusiestKeys(t *testing.T) {
+	s := start(t, stackOptions{})
+	if err := s.b.Declare(broker.GroupConfig{Name: "fair", Patterns: []string{"fair"}, Dispatch: broker.Dispatch{FairBy: "key"}}); err != nil {
+		t.Fatal(err)
+	}
+	pub := func(key string, n int) {
+		for range n {
+			if _, err := s.c.Publish(context.Background(), &pb.PublishRequest{Topic: "fair", Payload: []byte("x"), Key: key}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for i := range 7 {
+		pub(fmt.Sprintf("quiet-%d", i), 1+i)
+	}
+	pub("flood", 150)
+	s.waitMetric(t, "tinybroker_group_keys", eq(8), "group=fair")
+	s.waitMetric(t, "tinybroker_group_key_held_messages", eq(150), "group=fair", "key=flood", "noisy=true")
+	s.waitMetric(t, "tinybroker_group_key_held_messages", eq(7), "group=fair", "key=quiet-6", "noisy=false")
+	mfs := s.scrape(t)
+	if n := len(mfs["tinybroker_group_key_held_messages"].GetMetric()); n != broker.BusiestKeys {
+		t.Fatalf("%d series of tinybroker_group_key_held_messages, want the %d busiest", n, broker.BusiestKeys)
+	}
 }

@@ -65,6 +65,9 @@ type Engine struct {
 	// (ErrUnknownMessage) even from outside the member's stream. A clustered engine may pass
 	// it on to the node that holds it instead.
 	ExactAcks bool
+	// Ordering and Fairness: the engine honours a consumer group's broker.Dispatch ordering
+	// and fair_by (issue 27) instead of refusing them.
+	Ordering, Fairness bool
 	// Release, if not nil, releases what the engine's entry shares between the tests of a
 	// package (an embedded server): EachEngine calls it after the entry's run.
 	Release func()
@@ -73,7 +76,7 @@ type Engine struct {
 // Engines is the table of engines. The first is the default: tests that do not run on every
 // engine use it.
 var Engines = []Engine{
-	{Name: "memory", New: newMemory, MemoryBudget: true, GroupBounds: true, GroupExpiry: true, DeadLetterStore: true, ExactAcks: true},
+	{Name: "memory", New: newMemory, MemoryBudget: true, GroupBounds: true, GroupExpiry: true, DeadLetterStore: true, ExactAcks: true, Ordering: true, Fairness: true},
 	{Name: "jetstream", New: newJetStream, Release: releaseJetStream, GroupBounds: true, GroupExpiry: true, DeadLetterStore: true, ExactAcks: true},
 }
 

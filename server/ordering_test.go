@@ -1,0 +1,82 @@
+package server_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/tinybroker/tinybroker/internal/testing/brokertest"
+	adminpb "github.com/tinybroker/tinybroker/proto/tinybroker/admin/v1"
+	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
+)
+
+// Ordering keys over gRPC (issue 27): a key given on Publish and PublishStream reaches the
+// member in Message.key; a group with ordering "key" holds a key's next message until the
+// previous is acked; Subscribed and DescribeGroup report the settings; bad keys and settings
+// are refused with InvalidArgument, a member asking for other settings with
+// FailedPrecondition.
+func TestOrderingKeysOverGRPC(t *testing.T) {
+	needs(t, engine.Ordering, "ordering keys")
+	tb := start(t, brokertest.Options{})
+	o := balanced("ord", "ord", 10, "o.>")
+	o.Ordering = pb.Ordering_ORDERING_KEY
+	m := tb.open(t, o)
+	if s := m.subscribed; s.GetOrdering() != pb.Ordering_ORDERING_KEY || s.GetFairBy() != "" {
+		t.Fatalf("subscribed %v, want ordering key", s)
+	}
+	ctx := context.Background()
+	if _, err := tb.c.Publish(ctx, &pb.PublishRequest{Topic: "o.1", Payload: []byte("a1"), Key: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	ps := tb.publishStream(t)
+	if err := ps.Send(&pb.PublishStreamRequest{Sequence: 1, Messages: []*pb.PublishRequest{
+		{Topic: "o.1", Payload: []byte("a2"), Key: "a"}, {Topic: "o.1", Payload: []byte("b1"), Key: "b"},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := ps.Recv(); err != nil || len(r.GetResults()) != 2 || r.GetResults()[0].GetCode() != 0 {
+		t.Fatalf("PublishStream: %v %v", r, err)
+	}
+	a1, b1 := m.next(), m.next()
+	if string(a1.GetPayload()) != "a1" || a1.GetKey() != "a" || string(b1.GetPayload()) != "b1" || b1.GetKey() != "b" {
+		t.Fatalf("got %q (key %q) and %q (key %q), want a1 (a) and b1 (b)", a1.GetPayload(), a1.GetKey(), b1.GetPayload(), b1.GetKey())
+	}
+	m.none(50 * time.Millisecond) // a2 waits for a1
+	m.ack(a1.GetSystemId())
+	if a2 := m.next(); string(a2.GetPayload()) != "a2" || a2.GetKey() != "a" {
+		t.Fatalf("after a1's ack got %q, want a2", a2.GetPayload())
+	}
+
+	d, err := tb.admin().DescribeGroup(ctx, &adminpb.DescribeGroupRequest{SubscriptionId: "ord"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.GetSettings().GetOrdering() != "key" || d.GetKeys() != 2 {
+		t.Fatalf("described settings %v keys %d, want ordering key and 2 keys (a2, b1 in flight)", d.GetSettings(), d.GetKeys())
+	}
+
+	// Refusals.
+	_, err = tb.c.Publish(ctx, &pb.PublishRequest{Topic: "o.1", Key: strings.Repeat("k", 257)})
+	wantCode(t, err, codes.InvalidArgument, "key is 257 bytes long")
+	_, err = tb.c.Publish(ctx, &pb.PublishRequest{Topic: "o.1", Key: "a\nb"})
+	wantCode(t, err, codes.InvalidArgument, "control character")
+	other := balanced("ord", "ord", 1, "o.>")
+	other.Ordering = pb.Ordering_ORDERING_GROUP
+	_, err = openOn(t, tb.c, other)
+	wantCode(t, err, codes.FailedPrecondition, `has ordering "key"`)
+	fo := fanout("f", "o.>")
+	fo.FairBy = "key"
+	_, err = openOn(t, tb.c, fo)
+	wantCode(t, err, codes.InvalidArgument, "ordering and fair_by are for DELIVERY_MODE_BALANCED")
+	bad := balanced("bad", "bad", 1, "o.>")
+	bad.FairBy = "tenant"
+	_, err = openOn(t, tb.c, bad)
+	wantCode(t, err, codes.InvalidArgument, `fair_by "tenant"`)
+	// A later member that leaves the settings unset takes the group's.
+	if s := tb.open(t, balanced("ord", "ord", 1, "o.>")).subscribed; s.GetOrdering() != pb.Ordering_ORDERING_KEY {
+		t.Fatalf("a second member's subscribed %v, want the group's ordering", s)
+	}
+}
