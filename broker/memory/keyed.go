@@ -28,7 +28,14 @@ type keyed struct {
 	held    int                // messages the group holds, over every tenant
 	bytes   int64              // what its lanes and tenants cost
 	noisy   []string           // tenants that became noisy since the group last logged (logNoisy)
+	// Lanes and tenants let go of, for reuse: a key usually has a lane for a message or two
+	// (W2 with 10,000 keys made and dropped one per message), and a spare costs no bytes.
+	spareLanes   []*lane
+	spareTenants []*tenant
 }
+
+// maxSpares bounds the spare lanes and tenants kept.
+const maxSpares = 256
 
 type tenant struct {
 	name    string
@@ -73,7 +80,12 @@ func (k *keyed) laneFor(m *message) (*lane, int64) {
 	var cost int64
 	t := k.tenants[name]
 	if t == nil {
-		t = &tenant{name: name}
+		if n := len(k.spareTenants); n > 0 {
+			t, k.spareTenants = k.spareTenants[n-1], k.spareTenants[:n-1]
+			t.name = name
+		} else {
+			t = &tenant{name: name}
+		}
 		k.tenants[name] = t
 		cost += tenantCost + int64(len(name))
 	}
@@ -81,7 +93,13 @@ func (k *keyed) laneFor(m *message) (*lane, int64) {
 		k.bytes += cost
 		return t.free, cost
 	}
-	l := &lane{key: okey, t: t, ordered: ordered}
+	var l *lane
+	if n := len(k.spareLanes); n > 0 {
+		l, k.spareLanes = k.spareLanes[n-1], k.spareLanes[:n-1]
+		l.key, l.t, l.ordered = okey, t, ordered
+	} else {
+		l = &lane{key: okey, t: t, ordered: ordered}
+	}
 	t.lanes++
 	cost += laneCost + int64(len(okey))
 	if ordered {
@@ -239,9 +257,16 @@ func (k *keyed) tidyLane(l *lane) int64 {
 		l.t.free = nil
 	}
 	l.t.lanes--
-	l.q = ring[*entry]{}
 	cost := laneCost + int64(len(l.key))
 	k.bytes -= cost
+	if len(k.spareLanes) < maxSpares && len(l.q.buf) <= 16 {
+		q := l.q
+		clear(q.buf)
+		*l = lane{q: ring[*entry]{buf: q.buf}}
+		k.spareLanes = append(k.spareLanes, l)
+	} else {
+		l.q = ring[*entry]{}
+	}
 	return cost
 }
 
@@ -253,6 +278,12 @@ func (k *keyed) tidyTenant(t *tenant) int64 {
 	delete(k.tenants, t.name)
 	cost := tenantCost + int64(len(t.name))
 	k.bytes -= cost
+	if len(k.spareTenants) < maxSpares && len(t.ready.buf) <= 16 {
+		r := t.ready
+		clear(r.buf)
+		*t = tenant{ready: ring[*lane]{buf: r.buf}}
+		k.spareTenants = append(k.spareTenants, t)
+	}
 	return cost
 }
 

@@ -430,3 +430,54 @@ func TestFloodingKeyFairness(t *testing.T) {
 		t.Errorf("without fair dispatch the quiet keys' p99 is %d ticks, within 10× the %d without the flood: the flood does not flood", fifo, calm)
 	}
 }
+
+// BenchmarkGroupKeyed is W2 inside the engine: frames of 128 messages of 256 bytes to a group
+// of 4 members (max_in_flight 256) that ack what they get, plain and with ordering or
+// fairness over 10,000 keys (issue 27: ordering on must keep 0.8 of plain).
+func BenchmarkGroupKeyed(b *testing.B) {
+	for _, mode := range []struct {
+		name string
+		d    broker.Dispatch
+	}{{"plain", broker.Dispatch{}}, {"ordering-key", broker.Dispatch{Ordering: broker.OrderingKey}}, {"fair-key", broker.Dispatch{FairBy: "key"}},
+		{"ordering-and-fair", broker.Dispatch{Ordering: broker.OrderingKey, FairBy: "key"}}} {
+		b.Run(mode.name, func(b *testing.B) {
+			br := newTestBroker(b, Options{})
+			var members []*Subscription
+			for range 4 {
+				s, err := br.Subscribe(broker.SubscribeOptions{ID: "w2", Group: "w2", Patterns: []string{"bench.w2"}, Mode: broker.Balanced, MaxInFlight: 256, Dispatch: mode.d})
+				if err != nil {
+					b.Fatal(err)
+				}
+				members = append(members, s)
+			}
+			keys := make([]string, 10_000)
+			for i := range keys {
+				keys[i] = "key-" + strconv.Itoa(i)
+			}
+			frame := make([]broker.Draft, 128)
+			res := make([]broker.PublishResult, len(frame))
+			errs := make([]error, len(frame))
+			payload := make([]byte, 256)
+			buf := make([]broker.Delivery, 0, 256)
+			ids := make([]string, 0, 256)
+			k := 0
+			b.ReportAllocs()
+			for b.Loop() {
+				for i := range frame {
+					frame[i] = broker.Draft{Topic: "bench.w2", Payload: payload, Key: keys[k%len(keys)]}
+					k++
+				}
+				br.PublishBatch(frame, res, errs)
+				for _, s := range members {
+					buf = s.Next(buf[:0], 256, 1<<20)
+					ids = ids[:0]
+					for _, d := range buf {
+						ids = append(ids, d.Msg.SystemID)
+					}
+					s.Ack(ids)
+				}
+			}
+			b.ReportMetric(float64(b.N*len(frame))/b.Elapsed().Seconds(), "msgs/s")
+		})
+	}
+}
