@@ -65,3 +65,35 @@ func ExamplePublisher() {
 		log.Fatal(err)
 	}
 }
+
+// Orders are processed in the order they were placed, eight customers at a time: each
+// message carries its customer as its key, and the group orders by key.
+func ExampleWithKey() {
+	ctx := context.Background()
+	c, err := client.Dial(client.DefaultAddr)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+
+	sub, err := c.Subscribe(ctx, client.SubscribeOptions{
+		Group:       "billing",
+		Mode:        client.Balanced,
+		Patterns:    []string{"orders.>"},
+		Ordering:    client.OrderingKey, // one message of a customer at a time, in order
+		Concurrency: 8,                  // eight customers at once
+	}, func(ctx context.Context, m *client.Message) error {
+		fmt.Printf("billing %s for %s\n", m.Payload, m.Key)
+		return nil
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer sub.Close()
+
+	for _, order := range []string{"created", "paid", "shipped"} {
+		if _, err := c.Publish(ctx, "orders.customer", []byte(order), nil, client.WithKey("customer-7")); err != nil {
+			log.Fatal(err)
+		}
+	}
+}
