@@ -420,6 +420,7 @@ type DeadLetter struct {
 	Topic    string // its original topic
 	Payload  []byte
 	Headers  map[string]string // as published to the dead-letter topic: the original's and tb-dead-letter-*
+	Key      string            // its key: the dead letter carries it, and a replay publishes with it
 	Reason   string
 	Attempts int
 	DeadAt   int64 // when it was dead-lettered, Unix nanoseconds

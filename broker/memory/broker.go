@@ -241,12 +241,12 @@ func (b *Engine) emit(ds []broker.Draft) {
 
 // route checks the headers of a message whose topic and payload are valid (a dead letter,
 // for example), then routes it.
-func (b *Engine) route(topic string, payload []byte, headers broker.Headers) (broker.PublishResult, error) {
+func (b *Engine) route(topic, key string, payload []byte, headers broker.Headers) (broker.PublishResult, error) {
 	hb, err := b.opts.CheckHeaders(headers)
 	if err != nil {
 		return broker.PublishResult{}, err
 	}
-	return b.routeChecked(topic, "", payload, headers, hb)
+	return b.routeChecked(topic, key, payload, headers, hb)
 }
 
 // routeChecked delivers a valid message to every matching target that takes it; a consumer
@@ -343,7 +343,7 @@ func (b *Engine) waitForRoom(ts []target, rooms []<-chan struct{}) {
 // publishDeadLetters publishes dead letters as ordinary messages. No lock may be held.
 func (b *Engine) publishDeadLetters(dead []deadLetter) {
 	for _, d := range dead {
-		if _, err := b.route(d.topic, d.payload, broker.MakeHeaders(d.headers)); err != nil {
+		if _, err := b.route(d.topic, d.key, d.payload, broker.MakeHeaders(d.headers)); err != nil {
 			b.dlqFailed.Add(1)
 			b.log.Warn("dead letter refused; it is lost", "topic", d.topic, "error", err)
 		}

@@ -43,13 +43,13 @@ func deadLetterCost(dl *broker.DeadLetter) int64 {
 	for k, v := range dl.Headers {
 		hb += len(k) + len(v)
 	}
-	return grouping.MessageCost(dl.Topic, "", dl.ID, dl.Payload, len(dl.Headers), hb, 1) + holderOverhead
+	return grouping.MessageCost(dl.Topic, dl.Key, dl.ID, dl.Payload, len(dl.Headers), hb, 1) + holderOverhead
 }
 
 // keepDeadLetterLocked adds a dead letter of e to g's store, dropping the oldest kept to stay
 // within the group's bounds and the engine's memory budget. g.mu must be held.
 func (g *group) keepDeadLetterLocked(e *entry, d deadLetter, reason string) {
-	dl := broker.DeadLetter{ID: e.msg.SystemID, Topic: e.msg.Topic, Payload: e.msg.Payload, Headers: d.headers,
+	dl := broker.DeadLetter{ID: e.msg.SystemID, Topic: e.msg.Topic, Payload: e.msg.Payload, Headers: d.headers, Key: d.key,
 		Reason: deadletter.TruncateReason(reason), Attempts: int(e.attempt), DeadAt: time.Now().UnixNano()}
 	k := &keptLetter{dl: dl, cost: deadLetterCost(&dl)}
 	s := &g.dead
@@ -210,7 +210,7 @@ func (b *Engine) ReplayDeadLetters(id string, ids []string) ([]broker.Replayed, 
 			out[i] = broker.Replayed{ID: k.dl.ID, Err: grouping.UnknownDeadLetter(id, k.dl.ID)}
 			continue
 		}
-		res, err := b.Publish(k.dl.Topic, k.dl.Payload, grouping.ReplayHeaders(k.dl.Headers))
+		res, err := b.replay(&k.dl)
 		out[i] = broker.Replayed{ID: k.dl.ID, SystemID: res.SystemID, Routed: res.Routed, Err: err}
 		if err != nil {
 			g.mu.Lock()
@@ -264,4 +264,18 @@ func (b *Engine) PurgeDeadLetters(id string, ids []string) (int, error) {
 	g.mu.Unlock()
 	b.log.Info("dead letters purged", "subscription", id, "dead_letters_dropped", n)
 	return n, nil
+}
+
+// replay publishes a dead letter again as it was first published: its topic, payload, key
+// and original headers (grouping.ReplayHeaders), through the plugins.
+func (b *Engine) replay(dl *broker.DeadLetter) (broker.PublishResult, error) {
+	h := grouping.ReplayHeaders(dl.Headers)
+	if dl.Key == "" {
+		return b.Publish(dl.Topic, dl.Payload, h)
+	}
+	d := [1]broker.Draft{{Topic: dl.Topic, Payload: dl.Payload, Headers: broker.MakeHeaders(h), Key: dl.Key}}
+	var res [1]broker.PublishResult
+	var errs [1]error
+	b.PublishBatch(d[:], res[:], errs[:])
+	return res[0], errs[0]
 }

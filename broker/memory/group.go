@@ -138,6 +138,7 @@ type deadLetter struct {
 	topic   string
 	payload []byte
 	headers map[string]string
+	key     string // the message's: a dead-letter topic's own group may order by it
 }
 
 // errGroupRemoved refuses a message for a group that expired after the publish matched it.
@@ -613,7 +614,7 @@ func (g *group) finish(tb *takeBack) {
 
 func (g *group) deadLetter(e *entry, reason string) deadLetter {
 	h := grouping.DeadLetterHeaders(&e.msg.Message, reason, g.id, g.name, e.attempt)
-	return deadLetter{topic: g.dlq, payload: e.msg.Payload, headers: h}
+	return deadLetter{topic: g.dlq, payload: e.msg.Payload, headers: h, key: e.msg.Key}
 }
 
 // nextMemberID names a new member.

@@ -481,3 +481,29 @@ func BenchmarkGroupKeyed(b *testing.B) {
 		})
 	}
 }
+
+// A dead letter keeps its key: published to the dead-letter topic with it, kept with it, and
+// replayed with it, so that an ordered group's replay is ordered too.
+func TestDeadLetterKeepsKey(t *testing.T) {
+	gt := newGroupTest(t, Options{})
+	a := gt.member("g", 1, ordering(broker.OrderingKey), maxDeliveries(1))
+	dlq := gt.fanout("dlq.g")
+	gt.publishKeyed("acct-1:p")
+	ds := next(a)
+	a.Nack(ids(ds), 0, "bad")
+	dead := next(dlq)
+	if len(dead) != 1 || dead[0].Msg.Key != "acct-1" {
+		t.Fatalf("dead letter %v, want one with key acct-1", payloads(dead))
+	}
+	kept, _, err := gt.b.DeadLetters("g", "", 0)
+	if err != nil || len(kept) != 1 || kept[0].Key != "acct-1" {
+		t.Fatalf("kept %+v %v, want one with key acct-1", kept, err)
+	}
+	if _, err := gt.b.ReplayDeadLetters("g", nil); err != nil {
+		t.Fatal(err)
+	}
+	re := next(a)
+	if len(re) != 1 || re[0].Msg.Key != "acct-1" || string(re[0].Msg.Payload) != "p" {
+		t.Fatalf("replayed %v, want p with key acct-1", payloads(re))
+	}
+}

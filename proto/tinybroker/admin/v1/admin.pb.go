@@ -1680,8 +1680,10 @@ type DeadLetter struct {
 	Reason               string            `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
 	Attempts             uint32            `protobuf:"varint,6,opt,name=attempts,proto3" json:"attempts,omitempty"`
 	DeadLetteredUnixNano int64             `protobuf:"varint,7,opt,name=dead_lettered_unix_nano,json=deadLetteredUnixNano,proto3" json:"dead_lettered_unix_nano,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// Its key (tinybroker.v1.PublishRequest.key), which a replay publishes it with.
+	Key           string `protobuf:"bytes,8,opt,name=key,proto3" json:"key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DeadLetter) Reset() {
@@ -1761,6 +1763,13 @@ func (x *DeadLetter) GetDeadLetteredUnixNano() int64 {
 		return x.DeadLetteredUnixNano
 	}
 	return 0
+}
+
+func (x *DeadLetter) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
 }
 
 type ReplayDeadLettersRequest struct {
@@ -2204,7 +2213,7 @@ const file_tinybroker_admin_v1_admin_proto_rawDesc = "" +
 	"\x17ListDeadLettersResponse\x12B\n" +
 	"\fdead_letters\x18\x01 \x03(\v2\x1f.tinybroker.admin.v1.DeadLetterR\vdeadLetters\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12\x14\n" +
-	"\x05total\x18\x03 \x01(\rR\x05total\"\xc8\x02\n" +
+	"\x05total\x18\x03 \x01(\rR\x05total\"\xda\x02\n" +
 	"\n" +
 	"DeadLetter\x12\x1b\n" +
 	"\tsystem_id\x18\x01 \x01(\tR\bsystemId\x12\x14\n" +
@@ -2213,7 +2222,8 @@ const file_tinybroker_admin_v1_admin_proto_rawDesc = "" +
 	"\aheaders\x18\x04 \x03(\v2,.tinybroker.admin.v1.DeadLetter.HeadersEntryR\aheaders\x12\x16\n" +
 	"\x06reason\x18\x05 \x01(\tR\x06reason\x12\x1a\n" +
 	"\battempts\x18\x06 \x01(\rR\battempts\x125\n" +
-	"\x17dead_lettered_unix_nano\x18\a \x01(\x03R\x14deadLetteredUnixNano\x1a:\n" +
+	"\x17dead_lettered_unix_nano\x18\a \x01(\x03R\x14deadLetteredUnixNano\x12\x10\n" +
+	"\x03key\x18\b \x01(\tR\x03key\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"t\n" +
