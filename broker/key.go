@@ -90,6 +90,9 @@ func (d Dispatch) Check() error {
 	if d.Ordering > OrderingGroup {
 		return fmt.Errorf("%w: ordering %d is unknown: want 0 (none), 1 (key) or 2 (group)", ErrInvalidSubscription, d.Ordering)
 	}
+	if d.Ordering == OrderingGroup && d.FairBy != "" {
+		return fmt.Errorf("%w: fair_by %q with ordering \"group\": a group ordered as one key delivers its messages one at a time in publish order, so there are no turns to take; drop one of them", ErrInvalidSubscription, d.FairBy)
+	}
 	if d.FairBy == "" || d.FairBy == "key" {
 		return nil
 	}
