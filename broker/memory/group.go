@@ -865,6 +865,15 @@ func (r *ring[T]) pushFront(e T) {
 	r.size++
 }
 
+// reuse empties r for another use, keeping its buffer if it is small (a spare lane's).
+func (r *ring[T]) reuse() {
+	clear(r.buf)
+	if len(r.buf) > 16 {
+		r.buf = nil
+	}
+	r.head, r.size = 0, 0
+}
+
 func (r *ring[T]) popFront() T {
 	var zero T
 	e := r.buf[r.head]

@@ -259,13 +259,11 @@ func (k *keyed) tidyLane(l *lane) int64 {
 	l.t.lanes--
 	cost := laneCost + int64(len(l.key))
 	k.bytes -= cost
-	if len(k.spareLanes) < maxSpares && len(l.q.buf) <= 16 {
-		q := l.q
-		clear(q.buf)
-		*l = lane{q: ring[*entry]{buf: q.buf}}
+	q := l.q
+	q.reuse()
+	*l = lane{q: q}
+	if len(k.spareLanes) < maxSpares {
 		k.spareLanes = append(k.spareLanes, l)
-	} else {
-		l.q = ring[*entry]{}
 	}
 	return cost
 }
@@ -278,10 +276,10 @@ func (k *keyed) tidyTenant(t *tenant) int64 {
 	delete(k.tenants, t.name)
 	cost := tenantCost + int64(len(t.name))
 	k.bytes -= cost
-	if len(k.spareTenants) < maxSpares && len(t.ready.buf) <= 16 {
-		r := t.ready
-		clear(r.buf)
-		*t = tenant{ready: ring[*lane]{buf: r.buf}}
+	r := t.ready
+	r.reuse()
+	*t = tenant{ready: r}
+	if len(k.spareTenants) < maxSpares {
 		k.spareTenants = append(k.spareTenants, t)
 	}
 	return cost
