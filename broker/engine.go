@@ -363,25 +363,18 @@ type GroupStats struct {
 	// (in a cluster, this node's) deliveries since it started.
 	DeliveryLatency, AckLatency latency.Histogram
 	// Keys is how many keys (or tenants, with fair_by) the group holds messages of, in a
-	// group with ordering or fair_by; Busiest the ones that hold the most (at most
-	// BusiestKeys), most first.
+	// group with ordering or fair_by; Busiest the ones that hold the most (at most 5), most
+	// first.
 	Keys    int
 	Busiest []KeyLoad
 }
-
-// BusiestKeys is how many of a group's busiest keys GroupStats lists (and the metrics label).
-const BusiestKeys = 5
 
 // KeyLoad is what a consumer group holds of one key or tenant.
 type KeyLoad struct {
 	Key   string
 	Held  int  // messages queued, in flight and delayed
-	Noisy bool // over a tenth of what the group holds (and at least NoisyMin messages)
+	Noisy bool // over a tenth of what the group holds (and at least 100 messages)
 }
-
-// NoisyMin is the fewest messages a key must hold to be called noisy: a group holding ten
-// messages of three keys is not flooded.
-const NoisyMin = 100
 
 // GroupInfo describes one consumer group in full (Engine.Group).
 type GroupInfo struct {

@@ -7,16 +7,16 @@ import (
 	"unicode/utf8"
 )
 
-// MaxKeyBytes is the longest message key accepted, in bytes (SQS's MessageGroupId allows
+// maxKeyBytes is the longest message key accepted, in bytes (SQS's MessageGroupId allows
 // 128 characters, Pub/Sub's ordering key 1,024 bytes).
-const MaxKeyBytes = 256
+const maxKeyBytes = 256
 
 // ValidateKey reports whether k may be a message's ordering and fairness key: at most
-// MaxKeyBytes of valid UTF-8 without control characters (it travels in a header on the
+// maxKeyBytes of valid UTF-8 without control characters (it travels in a header on the
 // JetStream engine and in log lines). The empty key is valid: the message has none.
 func ValidateKey(k string) error {
-	if len(k) > MaxKeyBytes {
-		return fmt.Errorf("%w: key is %d bytes long; the limit is %d: use an id (a customer, an order, a tenant), not the data", ErrInvalidMessage, len(k), MaxKeyBytes)
+	if len(k) > maxKeyBytes {
+		return fmt.Errorf("%w: key is %d bytes long; the limit is %d: use an id (a customer, an order, a tenant), not the data", ErrInvalidMessage, len(k), maxKeyBytes)
 	}
 	if !utf8.ValidString(k) {
 		return fmt.Errorf("%w: key is not valid UTF-8; keys are printable text", ErrInvalidMessage)

@@ -7,12 +7,12 @@ import (
 )
 
 func TestValidateKey(t *testing.T) {
-	for _, ok := range []string{"", "order-42", "ü ß 漢字", "a b", strings.Repeat("k", MaxKeyBytes)} {
+	for _, ok := range []string{"", "order-42", "ü ß 漢字", "a b", strings.Repeat("k", maxKeyBytes)} {
 		if err := ValidateKey(ok); err != nil {
 			t.Errorf("ValidateKey(%q): %v", ok, err)
 		}
 	}
-	for _, bad := range []string{"a\nb", "\x00", "tab\t", "\x7f", "\u0085", "\xff", strings.Repeat("k", MaxKeyBytes+1)} {
+	for _, bad := range []string{"a\nb", "\x00", "tab\t", "\x7f", "\u0085", "\xff", strings.Repeat("k", maxKeyBytes+1)} {
 		if err := ValidateKey(bad); !errors.Is(err, ErrInvalidMessage) {
 			t.Errorf("ValidateKey(%q) = %v, want ErrInvalidMessage", bad, err)
 		}

@@ -254,7 +254,7 @@ func (c *collector) group(ch chan<- prometheus.Metric, label string, g broker.Gr
 	if g.Keys > 0 || len(g.Busiest) > 0 {
 		gauge(dGKeys, float64(g.Keys))
 	}
-	for _, k := range g.Busiest { // bounded: broker.BusiestKeys per group (none for "_other")
+	for _, k := range g.Busiest { // bounded: 5 per group (grouping.BusiestKeys) (none for "_other")
 		ch <- prometheus.MustNewConstMetric(dGKeyHeld, prometheus.GaugeValue, float64(k.Held), label, k.Key, strconv.FormatBool(k.Noisy))
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/broker/internal/grouping"
 )
 
 // keyed is the queue of a consumer group with ordering or fair_by (broker.Dispatch.Keyed).
@@ -286,9 +287,9 @@ func (k *keyed) tidyTenant(t *tenant) int64 {
 }
 
 // checkNoisy marks t noisy when it holds more than a tenth of what the group holds (and at
-// least broker.NoisyMin), once per episode, to be logged.
+// least grouping.NoisyMin), once per episode, to be logged.
 func (k *keyed) checkNoisy(t *tenant) {
-	if !t.noisy && t.held >= broker.NoisyMin && t.held*10 > k.held {
+	if !t.noisy && t.held >= grouping.NoisyMin && t.held*10 > k.held {
 		t.noisy = true
 		k.noisy = append(k.noisy, t.name)
 	}
@@ -374,7 +375,7 @@ func (k *keyed) oldestQueued() *entry {
 }
 
 // busiest returns the tenants (or, without fair_by, the order keys) that hold the most,
-// at most broker.BusiestKeys, most first, and how many there are.
+// at most grouping.BusiestKeys, most first, and how many there are.
 func (k *keyed) busiest() (n int, top []broker.KeyLoad) {
 	if k.d.FairBy == "" { // one tenant: list the keys, by what they have queued and out
 		for key, l := range k.lanes {
@@ -392,7 +393,7 @@ func (k *keyed) busiest() (n int, top []broker.KeyLoad) {
 	return len(k.tenants), top
 }
 
-// keepBusiest adds x to top, keeping the broker.BusiestKeys that hold the most, most first
+// keepBusiest adds x to top, keeping the grouping.BusiestKeys that hold the most, most first
 // (ties by key, for a stable listing).
 func keepBusiest(top []broker.KeyLoad, x broker.KeyLoad) []broker.KeyLoad {
 	by := func(a, b broker.KeyLoad) int {
@@ -401,13 +402,13 @@ func keepBusiest(top []broker.KeyLoad, x broker.KeyLoad) []broker.KeyLoad {
 		}
 		return cmp.Compare(a.Key, b.Key)
 	}
-	if len(top) == broker.BusiestKeys && by(x, top[len(top)-1]) >= 0 {
+	if len(top) == grouping.BusiestKeys && by(x, top[len(top)-1]) >= 0 {
 		return top
 	}
 	i, _ := slices.BinarySearchFunc(top, x, by)
 	top = slices.Insert(top, i, x)
-	if len(top) > broker.BusiestKeys {
-		top = top[:broker.BusiestKeys]
+	if len(top) > grouping.BusiestKeys {
+		top = top[:grouping.BusiestKeys]
 	}
 	return top
 }

@@ -132,7 +132,9 @@ func TestGoroutinesLeakChecked(t *testing.T) {
 // maxSeam bounds the top-level identifiers broker/ exports (types, functions, constants and
 // variables; methods not counted): the seam holds what an engine implements and the server
 // calls, and nothing else (RATIONALE.md, "Architecture"). Helpers go to broker/internal.
-const maxSeam = 60
+// 60 until the ordering keys (issue 27) added their contract: Dispatch and its Ordering
+// (the type, its three values and ParseOrdering), KeyLoad and ValidateKey.
+const maxSeam = 68
 
 func TestSeamSize(t *testing.T) {
 	fset := token.NewFileSet()

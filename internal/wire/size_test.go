@@ -55,7 +55,7 @@ func TestDeliverySize(t *testing.T) {
 		{SystemID: "e-3", Topic: "a", Payload: make([]byte, 16384-20), PublishedAt: -1},
 		{SystemID: "e-4", Topic: "a", Payload: make([]byte, 1<<20), PublishedAt: time.Now().UnixNano()},
 		{SystemID: "e-5", Topic: "a", Key: "order-1", PublishedAt: 1},
-		{SystemID: "e-6", Topic: "a", Key: strings.Repeat("k", broker.MaxKeyBytes), Payload: []byte("x"), PublishedAt: 1},
+		{SystemID: "e-6", Topic: "a", Key: strings.Repeat("k", 256), Payload: []byte("x"), PublishedAt: 1},
 	}
 	for i, m := range msgs {
 		for _, x := range m.Headers {

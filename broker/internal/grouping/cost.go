@@ -30,3 +30,12 @@ func MessageCost(topic, key, systemID string, payload []byte, headers, headerByt
 	}
 	return n
 }
+
+// BusiestKeys is how many of a keyed group's busiest keys (or tenants) GroupStats.Busiest
+// lists, and the metrics label.
+const BusiestKeys = 5
+
+// NoisyMin is the fewest messages a key (or tenant) must hold to be called noisy, besides
+// over a tenth of what its group holds: a group holding ten messages of three keys is not
+// flooded.
+const NoisyMin = 100
