@@ -62,6 +62,10 @@
 // @ts-ignore: decorator
 @external("tinybroker", "v1_msg_del_header") declare function v1_msg_del_header(key: usize, keyLen: usize): i32;
 // @ts-ignore: decorator
+@external("tinybroker", "v1_msg_key") declare function v1_msg_key(buf: usize, cap: usize): i32;
+// @ts-ignore: decorator
+@external("tinybroker", "v1_msg_set_key") declare function v1_msg_set_key(ptr: usize, len: usize): i32;
+// @ts-ignore: decorator
 @external("tinybroker", "v1_event_subscription") declare function v1_event_subscription(buf: usize, cap: usize): i32;
 // @ts-ignore: decorator
 @external("tinybroker", "v1_event_group") declare function v1_event_group(buf: usize, cap: usize): i32;
@@ -75,6 +79,8 @@
 @external("tinybroker", "v1_emit") declare function v1_emit(topic: usize, topicLen: usize, payload: usize, payloadLen: usize): i32;
 // @ts-ignore: decorator
 @external("tinybroker", "v1_emit_header") declare function v1_emit_header(handle: i32, key: usize, keyLen: usize, val: usize, valLen: usize): i32;
+// @ts-ignore: decorator
+@external("tinybroker", "v1_emit_key") declare function v1_emit_key(handle: i32, ptr: usize, len: usize): i32;
 
 // The numbers of the ABI (docs/ABI.md).
 const ABI_STATUS_OK: i32 = 0; // status: done
@@ -111,6 +117,7 @@ const ABI_IN_FLAGS: i32 = 84; // inbox: u32: none yet
 const ABI_IN_HEADERS: i32 = 88; // inbox: the header table
 const ABI_IN_ENTRY: i32 = 16; // inbox: bytes of one header entry
 const ABI_ABSENT_LEN: u32 = 4294967295; // inbox: the length of an absent value
+const ABI_MAX_KEY_BYTES: i32 = 256; // limit: the longest message key, in bytes (v1_msg_set_key, v1_emit_key)
 const ABI_WRITE_SIZE: i32 = 20; // write list: bytes of one record
 const ABI_OP_SET_PAYLOAD: i32 = 1; // write list: a: the payload
 const ABI_OP_SET_HEADER: i32 = 2; // write list: a: name, b: value

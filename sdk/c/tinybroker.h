@@ -159,6 +159,7 @@ enum {
 #define TB_ABI_IN_HEADERS 88 /* inbox: the header table */
 #define TB_ABI_IN_ENTRY 16 /* inbox: bytes of one header entry */
 #define TB_ABI_ABSENT_LEN 0xffffffffu /* inbox: the length of an absent value */
+#define TB_ABI_MAX_KEY_BYTES 256 /* limit: the longest message key, in bytes (v1_msg_set_key, v1_emit_key) */
 #define TB_ABI_WRITE_SIZE 20 /* write list: bytes of one record */
 #define TB_ABI_OP_SET_PAYLOAD 1 /* write list: a: the payload */
 #define TB_ABI_OP_SET_HEADER 2 /* write list: a: name, b: value */
@@ -190,6 +191,8 @@ TB_IMPORT(v1_msg_set_topic) int32_t tb_msg_set_topic(const char *ptr, uint32_t l
 TB_IMPORT(v1_msg_set_payload) int32_t tb_msg_set_payload(const char *ptr, uint32_t len); /* publish */
 TB_IMPORT(v1_msg_set_header) int32_t tb_msg_set_header(const char *key, uint32_t key_len, const char *val, uint32_t val_len); /* publish, redeliver */
 TB_IMPORT(v1_msg_del_header) int32_t tb_msg_del_header(const char *key, uint32_t key_len); /* publish, redeliver */
+TB_IMPORT(v1_msg_key) int32_t tb_msg_key(char *buf, uint32_t cap);
+TB_IMPORT(v1_msg_set_key) int32_t tb_msg_set_key(const char *ptr, uint32_t len); /* publish */
 /* The event of the hook. */
 TB_IMPORT(v1_event_subscription) int32_t tb_event_subscription(char *buf, uint32_t cap); /* ack, redeliver */
 TB_IMPORT(v1_event_group) int32_t tb_event_group(char *buf, uint32_t cap); /* ack, redeliver */
@@ -199,6 +202,7 @@ TB_IMPORT(v1_event_reason) int32_t tb_event_reason(char *buf, uint32_t cap); /* 
 /* Emitting messages. */
 TB_IMPORT(v1_emit) int32_t tb_emit(const char *topic, uint32_t topic_len, const char *payload, uint32_t payload_len);
 TB_IMPORT(v1_emit_header) int32_t tb_emit_header(int32_t handle, const char *key, uint32_t key_len, const char *val, uint32_t val_len);
+TB_IMPORT(v1_emit_key) int32_t tb_emit_key(int32_t handle, const char *ptr, uint32_t len);
 /* END ABI */
 
 /* TB_STR("literal") expands to the literal and its length, for the functions above. */

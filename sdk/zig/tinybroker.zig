@@ -51,6 +51,8 @@ const host = struct {
     extern "tinybroker" fn v1_msg_set_payload(ptr: [*]const u8, len: usize) i32;
     extern "tinybroker" fn v1_msg_set_header(key: [*]const u8, key_len: usize, val: [*]const u8, val_len: usize) i32;
     extern "tinybroker" fn v1_msg_del_header(key: [*]const u8, key_len: usize) i32;
+    extern "tinybroker" fn v1_msg_key(buf: [*]u8, cap: usize) i32;
+    extern "tinybroker" fn v1_msg_set_key(ptr: [*]const u8, len: usize) i32;
     extern "tinybroker" fn v1_event_subscription(buf: [*]u8, cap: usize) i32;
     extern "tinybroker" fn v1_event_group(buf: [*]u8, cap: usize) i32;
     extern "tinybroker" fn v1_event_attempt() i32;
@@ -58,6 +60,7 @@ const host = struct {
     extern "tinybroker" fn v1_event_reason(buf: [*]u8, cap: usize) i32;
     extern "tinybroker" fn v1_emit(topic: [*]const u8, topic_len: usize, payload: [*]const u8, payload_len: usize) i32;
     extern "tinybroker" fn v1_emit_header(handle: i32, key: [*]const u8, key_len: usize, val: [*]const u8, val_len: usize) i32;
+    extern "tinybroker" fn v1_emit_key(handle: i32, ptr: [*]const u8, len: usize) i32;
 };
 
 /// The numbers of the ABI (docs/ABI.md).
@@ -130,6 +133,8 @@ pub const abi = struct {
     pub const IN_ENTRY = 16;
     /// inbox: the length of an absent value
     pub const ABSENT_LEN = 4294967295;
+    /// limit: the longest message key, in bytes (v1_msg_set_key, v1_emit_key)
+    pub const MAX_KEY_BYTES = 256;
     /// write list: bytes of one record
     pub const WRITE_SIZE = 20;
     /// write list: a: the payload
