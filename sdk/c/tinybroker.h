@@ -270,6 +270,7 @@ tb_str tb_payload(void);
 static inline tb_str tb_header(tb_str name); /* TB_NONE if absent (inline: see the end of this file) */
 tb_str tb_header_name_at(int32_t index);  /* 0-based, sorted by name; TB_NONE past the end */
 tb_str tb_id(void);                       /* the system_id (on_ack, on_redeliver) */
+tb_str tb_key(void);                      /* the ordering key; empty (length 0) if none; a host call, inbox or not */
 tb_str tb_config_value(tb_str key);       /* TB_NONE if absent */
 tb_str tb_config_text(void);              /* the whole configuration, "key=value\n" lines */
 tb_str tb_subscription(void);             /* on_ack, on_redeliver */
@@ -299,11 +300,15 @@ static inline int32_t tb_set_topic(tb_str t) { return tb_msg_set_topic(t.ptr, t.
 int32_t tb_set_payload(tb_str p);
 int32_t tb_set_header(tb_str k, tb_str v);
 int32_t tb_del_header(tb_str k);
+/* The ordering key, on_publish only: an empty k removes it; over TB_ABI_MAX_KEY_BYTES bytes
+ * TB_ERR_TOO_LARGE, not UTF-8 or with a control character TB_ERR_INVALID (the key unchanged). */
+static inline int32_t tb_set_key(tb_str k) { return tb_msg_set_key(k.ptr, k.len); }
 void tb_reason(tb_str why); /* the reason of the verdict: the last one given wins */
 
 /* Emitting: tb_emit_to returns a handle (>= 0) for tb_emit_set_header, or TB_ERR_*. */
 static inline int32_t tb_emit_to(tb_str topic, tb_str payload) { return tb_emit(topic.ptr, topic.len, payload.ptr, payload.len); }
 static inline int32_t tb_emit_set_header(int32_t handle, tb_str k, tb_str v) { return tb_emit_header(handle, k.ptr, k.len, v.ptr, v.len); }
+static inline int32_t tb_emit_set_key(int32_t handle, tb_str k) { return tb_emit_key(handle, k.ptr, k.len); } /* checked as tb_set_key */
 
 /* Logging. */
 static inline void tb_log_str(int32_t level, tb_str msg) { tb_log(level, msg.ptr, msg.len); }
