@@ -907,6 +907,18 @@ pub const msg = struct {
         return if (v.len == 0) null else v;
     }
 
+    /// The message's ordering key, empty if it has none. Not in the inbox: always a host call.
+    pub fn key() ![]const u8 {
+        return (try read(host.v1_msg_key, .{})) orelse "";
+    }
+
+    /// Sets the message's ordering key, or removes it with "" (on_publish). A key over
+    /// abi.MAX_KEY_BYTES bytes is error.TooLarge, one that is not UTF-8 or has a control
+    /// character error.Invalid; the key is then unchanged.
+    pub fn setKey(k: []const u8) Error!void {
+        _ = try check(host.v1_msg_set_key(p(k), k.len));
+    }
+
     /// Routes the message to t instead (on_publish).
     pub fn setTopic(t: []const u8) Error!void {
         _ = try check(host.v1_msg_set_topic(p(t), t.len));
@@ -1170,6 +1182,12 @@ pub const Emitted = struct {
     /// without it.
     pub fn header(e: Emitted, name: []const u8, value: []const u8) Error!void {
         _ = try check(host.v1_emit_header(e.handle, p(name), name.len, p(value), value.len));
+    }
+
+    /// Sets the ordering key of the emitted message, checked as msg.setKey's. If refused,
+    /// the message still goes out without it.
+    pub fn key(e: Emitted, k: []const u8) Error!void {
+        _ = try check(host.v1_emit_key(e.handle, p(k), k.len));
     }
 };
 
