@@ -27,6 +27,8 @@ type callState struct {
 	topicSet   bool
 	newPayload []byte
 	payloadSet bool
+	newKey     string
+	keySet     bool
 	changes    []headerChange // one per header name set or deleted, its last change
 	changeIdx  map[string]int // the index in changes of each name, once there are more than maxLinear
 	emits      []broker.Draft
@@ -39,6 +41,7 @@ type callInput struct {
 	topic   string
 	payload []byte
 	headers broker.Headers
+	key     string // the message's ordering key (broker.Message.Key)
 	id      string
 
 	sub, group, reason string
@@ -88,7 +91,9 @@ func (st *callState) changeHeader(c headerChange) {
 
 // clearPublishInput lets go of the message an on_publish call was given (plugin.publish and
 // fillBatch set only these fields).
-func (st *callState) clearPublishInput() { st.topic, st.payload, st.headers = "", nil, nil }
+func (st *callState) clearPublishInput() {
+	st.topic, st.payload, st.headers, st.key = "", nil, nil, ""
+}
 
 // passedClean reports whether an on_publish call whose verdict is v passed with nothing
 // written, and if so clears its input, as settle and reset would: their answer without their
@@ -127,6 +132,9 @@ func (st *callState) reset() {
 	}
 	if st.payloadSet || st.newPayload != nil {
 		st.newPayload, st.payloadSet = nil, false
+	}
+	if st.keySet {
+		st.newKey, st.keySet = "", false
 	}
 	if len(st.changes) > 0 {
 		if cap(st.changes) > keepStorage {
@@ -383,6 +391,9 @@ var hostImpls = map[string]api.GoFunction{
 	"v1_event_reason":       new(hostEventReason),
 	"v1_emit":               new(hostEmit),
 	"v1_emit_header":        new(hostEmitHeader),
+	"v1_msg_key":            new(hostMsgKey),
+	"v1_msg_set_key":        new(hostMsgSetKey),
+	"v1_emit_key":           new(hostEmitKey),
 }
 
 // hostFuncs lists the ABI v1 host functions, from internal/abi's table and hostImpls; a
@@ -439,6 +450,9 @@ type (
 	hostEventReason       struct{}
 	hostEmit              struct{}
 	hostEmitHeader        struct{}
+	hostMsgKey            struct{}
+	hostMsgSetKey         struct{}
+	hostEmitKey           struct{}
 )
 
 func (*hostLog) Call(ctx context.Context, s []uint64) {
@@ -636,6 +650,54 @@ func (*hostEmitHeader) Call(ctx context.Context, s []uint64) {
 		d.Headers = d.Headers.Set(k, v) // the emit's own, made by this call
 	}
 	putI32(s, rc)
+}
+
+func (*hostMsgKey) Call(ctx context.Context, s []uint64) {
+	inst := enter(ctx)
+	putI32(s, inst.giveString(inst.st.key, u32(s[0]), u32(s[1])))
+}
+
+func (*hostMsgSetKey) Call(ctx context.Context, s []uint64) {
+	inst := enter(ctx)
+	st := inst.st
+	rc := int32(abi.StatusNotAllowed)
+	if st.hook == abi.HookPublish {
+		var key string
+		if key, rc = inst.readKey(u32(s[0]), u32(s[1])); rc == abi.StatusOK {
+			st.dirty = true
+			st.newKey, st.keySet = key, true
+		}
+	}
+	putI32(s, rc)
+}
+
+func (*hostEmitKey) Call(ctx context.Context, s []uint64) {
+	inst := enter(ctx)
+	st := inst.st
+	h := int32(u32(s[0]))
+	key, rc := inst.readKey(u32(s[1]), u32(s[2]))
+	if h < 0 || int(h) >= len(st.emits) {
+		rc = abi.StatusInvalid
+	}
+	if rc == abi.StatusOK {
+		st.emits[h].Key = key // the emit's own, made by this call
+	}
+	putI32(s, rc)
+}
+
+// readKey reads a message key a plugin gives, guest memory [ptr, ptr+n), and returns it with
+// its status: ERR_TOO_LARGE over abi.MaxKeyBytes (checked first: a length over the limit is
+// refused, not trapped), ERR_INVALID if broker.ValidateKey refuses it. The empty key is valid:
+// no key.
+func (inst *instance) readKey(ptr, n uint32) (string, int32) {
+	if n > abi.MaxKeyBytes {
+		return "", abi.StatusTooLarge
+	}
+	key := inst.intern(ptr, n)
+	if broker.ValidateKey(key) != nil {
+		return "", abi.StatusInvalid
+	}
+	return key, abi.StatusOK
 }
 
 var hostFuncIndex = func() map[string]*hostFunc {

@@ -199,7 +199,7 @@ func (inst *instance) fillBatch(ds []broker.Draft, idx []int) (int, error) {
 	for k := range m {
 		st := &inst.batch.states[k]
 		d := &ds[idx[k]]
-		st.hook, st.topic, st.payload, st.headers = abi.HookPublish, d.Topic, d.Payload, d.Headers
+		st.hook, st.topic, st.payload, st.headers, st.key = abi.HookPublish, d.Topic, d.Payload, d.Headers, d.Key
 	}
 	if inst.box.size == 0 {
 		if err := inst.growInbox(&inst.ctx, 0); err != nil {

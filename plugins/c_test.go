@@ -132,6 +132,9 @@ TB_EXPORT(tb_v1_on_publish) int64_t tb_v1_on_publish(void) {
 	n += tb_event_attempt() + (int32_t)tb_event_in_flight_ns() + tb_event_reason(buf, sizeof buf);
 	int32_t h = tb_emit(TB_STR("c.emitted"), TB_STR("e"));
 	n += tb_emit_header(h, TB_STR("from"), TB_STR("c"));
+	n += tb_msg_key(buf, sizeof buf) + tb_emit_key(h, TB_STR("raw"));
+	if (!tb_eq(tb_key(), TB_S("pub")) || tb_set_key(TB_S("tenant-1")) != TB_OK || tb_emit_set_key(h, TB_S("ek")) != TB_OK)
+		return TB_REJECT(9);
 	tb_set_reason(TB_STR("all"));
 	return n == -12345 ? TB_REJECT(7) : TB_PASS;
 }
@@ -142,9 +145,9 @@ TB_EXPORT(tb_v1_on_redeliver) int64_t tb_v1_on_redeliver(void) { return TB_DELAY
 		t.Fatal(err)
 	}
 	c := load(t, newHost(t), Spec{Name: "all", Wasm: cGuest(t, dir)})
-	d := broker.Draft{Topic: "c.in", Payload: []byte("old"), Headers: broker.MakeHeaders(map[string]string{"gone": "x"})}
+	d := broker.Draft{Topic: "c.in", Payload: []byte("old"), Headers: broker.MakeHeaders(map[string]string{"gone": "x"}), Key: "pub"}
 	v, err := c.OnPublish(&d)
-	if err != nil || v.Drop || len(v.Emit) != 1 || v.Emit[0].Headers.Map()["from"] != "c" {
+	if err != nil || v.Drop || len(v.Emit) != 1 || v.Emit[0].Headers.Map()["from"] != "c" || v.Emit[0].Key != "ek" || d.Key != "tenant-1" {
 		t.Fatalf("verdict %+v %v", v, err)
 	}
 	if d.Topic != "c.out" || string(d.Payload) != "new" || d.Headers.Map()["h"] != "v" || len(d.Headers) != 1 {

@@ -361,10 +361,10 @@ func (p *plugin) publish(inst **instance, d *broker.Draft, out *broker.PublishVe
 		}
 	}
 	if err == nil {
-		// The rest of the call's input is zero since the last reset: four fields, not the
+		// The rest of the call's input is zero since the last reset: five fields, not the
 		// whole input, are written (and cleared by reset) on the path every message takes.
 		st := in.st
-		st.hook, st.topic, st.payload, st.headers = abi.HookPublish, d.Topic, d.Payload, d.Headers
+		st.hook, st.topic, st.payload, st.headers, st.key = abi.HookPublish, d.Topic, d.Payload, d.Headers, d.Key
 		var alive bool
 		if v, alive, err = p.run(in, abi.HookPublish); !alive {
 			in = nil
@@ -421,6 +421,9 @@ func (p *plugin) settle(st *callState, v uint64, d *broker.Draft, out *broker.Pu
 	}
 	if st.payloadSet {
 		d.Payload = st.newPayload
+	}
+	if st.keySet {
+		d.Key = st.newKey
 	}
 	if len(st.changes) > 0 {
 		switch {
@@ -557,7 +560,7 @@ func (c *Chain) OnAck(e *broker.AckEvent) []broker.Draft {
 		if !p.matchesGroup(e.Group) {
 			continue
 		}
-		inst, _, err := p.call(&callInput{hook: abi.HookAck, topic: e.Msg.Topic, payload: e.Msg.Payload, headers: e.Msg.Headers, id: e.SystemID,
+		inst, _, err := p.call(&callInput{hook: abi.HookAck, topic: e.Msg.Topic, payload: e.Msg.Payload, headers: e.Msg.Headers, key: e.Msg.Key, id: e.SystemID,
 			sub: e.SubscriptionID, group: e.Group, attempt: e.Attempt, inFlight: int64(e.InFlight)})
 		if err != nil {
 			continue // nothing to undo: the ack was applied
@@ -577,7 +580,7 @@ func (c *Chain) OnRedeliver(e *broker.RedeliverEvent) broker.RedeliverVerdict {
 		if !p.matchesGroup(e.Group) {
 			continue
 		}
-		inst, v, err := p.call(&callInput{hook: abi.HookRedeliver, topic: e.Msg.Topic, payload: e.Msg.Payload, headers: headers, id: e.SystemID,
+		inst, v, err := p.call(&callInput{hook: abi.HookRedeliver, topic: e.Msg.Topic, payload: e.Msg.Payload, headers: headers, key: e.Msg.Key, id: e.SystemID,
 			sub: e.SubscriptionID, group: e.Group, attempt: e.Attempt, reason: e.Reason})
 		if err != nil {
 			switch p.spec.FailurePolicy {

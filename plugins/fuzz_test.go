@@ -31,16 +31,22 @@ func FuzzABI(f *testing.F) {
 	// A new payload, and a 65,535-byte header that fits max_header_bytes alone but not
 	// beside the message's k=v: the call fails after setting the payload (found by CI's fuzzing).
 	f.Add(seed(24, 65000, 25, 535, 0))
+	// Keys: "tenant-1" in the payload's tail (at 24) set as the key, then the same with a
+	// malformed verdict, which fails the call: the key set stays unapplied.
+	f.Add(append(seed(24, 8, 0, 0, 0), "tenant-1"...))
+	f.Add(append(seed(24, 8, 0, 0, 99), "tenant-1"...))
+	f.Add(append(seed(24, 3, 0, 0, 0), "a\x01b"...))            // a control character: refused
+	f.Add(append(seed(24, 257, 0, 0, 0), make([]byte, 257)...)) // over MaxKeyBytes
 	c := fuzzChain(f, "fuzzcall")
 	f.Fuzz(func(t *testing.T, payload []byte) {
 		before := c.Stats()[0].Failures
-		d := broker.Draft{Topic: "fuzz.topic", Payload: payload, Headers: broker.MakeHeaders(map[string]string{"k": "v"})}
+		d := broker.Draft{Topic: "fuzz.topic", Payload: payload, Headers: broker.MakeHeaders(map[string]string{"k": "v"}), Key: "k0"}
 		v, err := c.OnPublish(&d)
 		failed := c.Stats()[0].Failures > before
 		var rej *broker.RejectError
 		switch {
 		case failed:
-			if err != nil || v.Drop || d.Topic != "fuzz.topic" || string(d.Payload) != string(payload) || len(d.Headers) != 1 || len(v.Emit) != 0 {
+			if err != nil || v.Drop || d.Topic != "fuzz.topic" || string(d.Payload) != string(payload) || len(d.Headers) != 1 || d.Key != "k0" || len(v.Emit) != 0 {
 				t.Fatalf("a failed call changed the message: %+v %v %+v", d, err, v)
 			}
 		case errors.As(err, &rej):
@@ -53,12 +59,18 @@ func FuzzABI(f *testing.F) {
 			if broker.ValidateTopic(d.Topic) != nil {
 				t.Fatalf("plugin set an invalid topic %q", d.Topic)
 			}
+			if broker.ValidateKey(d.Key) != nil {
+				t.Fatalf("plugin set an invalid key %q", d.Key)
+			}
 			if len(v.Emit) > 16 {
 				t.Fatalf("%d emits", len(v.Emit))
 			}
 			for _, e := range v.Emit {
 				if broker.ValidateTopic(e.Topic) != nil {
 					t.Fatalf("emitted to an invalid topic %q", e.Topic)
+				}
+				if broker.ValidateKey(e.Key) != nil {
+					t.Fatalf("emitted with an invalid key %q", e.Key)
 				}
 			}
 		}

@@ -13,6 +13,10 @@ const (
 	StatusLimit      = -4 // too many emits, or the like
 )
 
+// MaxKeyBytes is the longest message key, in bytes: the broker's limit (broker.ValidateKey),
+// which a test holds equal (package plugins).
+const MaxKeyBytes = 256
+
 // Verdict actions: the low 32 bits of the i64 a hook returns; the high 32 bits are the
 // action's argument.
 const (

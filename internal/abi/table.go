@@ -89,6 +89,10 @@ var HostFuncs = []Func{
 		Doc: "add or replace a header"},
 	{Name: "v1_msg_del_header", Params: []Param{p("key", In), p("key_len", Len)}, Result: I32, Group: GroupMessage, Hooks: "publish, redeliver",
 		Doc: "remove a header (OK if absent)"},
+	{Name: "v1_msg_key", Params: []Param{p("buf", Out), p("cap", Len)}, Result: I32, Group: GroupMessage, Hooks: "all",
+		Doc: "the message's ordering key; 0 (empty) if it has none. Not in the inbox: read it with this call"},
+	{Name: "v1_msg_set_key", Params: []Param{p("ptr", In), p("len", Len)}, Result: I32, Group: GroupMessage, Hooks: "publish",
+		Doc: "set the message's ordering key, or remove it (len 0): at most MAX_KEY_BYTES (ERR_TOO_LARGE) of UTF-8 without control characters (ERR_INVALID)"},
 
 	{Name: "v1_event_subscription", Params: []Param{p("buf", Out), p("cap", Len)}, Result: I32, Group: GroupEvent, Hooks: "ack, redeliver",
 		Doc: "the subscription_id of the consumer group"},
@@ -105,6 +109,8 @@ var HostFuncs = []Func{
 		Doc: "emit a new message; returns a handle (>= 0) for v1_emit_header, or an error status"},
 	{Name: "v1_emit_header", Params: []Param{p("handle", I32), p("key", In), p("key_len", Len), p("val", In), p("val_len", Len)}, Result: I32, Group: GroupEmit,
 		Doc: "set a header of an emitted message"},
+	{Name: "v1_emit_key", Params: []Param{p("handle", I32), p("ptr", In), p("len", Len)}, Result: I32, Group: GroupEmit,
+		Doc: "set the ordering key of an emitted message, checked as v1_msg_set_key's"},
 }
 
 // Export is a function the guest exports for the host to call.
@@ -190,6 +196,8 @@ var Consts = []Const{
 	{"IN_HEADERS", InHeaders, "inbox", "the header table"},
 	{"IN_ENTRY", InEntry, "inbox", "bytes of one header entry"},
 	{"ABSENT_LEN", AbsentLen, "inbox", "the length of an absent value"},
+
+	{"MAX_KEY_BYTES", MaxKeyBytes, "limit", "the longest message key, in bytes (v1_msg_set_key, v1_emit_key)"},
 
 	{"WRITE_SIZE", WriteSize, "write list", "bytes of one record"},
 	{"OP_SET_PAYLOAD", OpSetPayload, "write list", "a: the payload"},

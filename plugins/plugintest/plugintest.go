@@ -250,10 +250,13 @@ type Message struct {
 	Topic   string
 	Payload []byte
 	Headers map[string]string
+	// Key is the message's ordering key ("" for none): the publisher's (PublishRequest.key),
+	// as a plugin reads it with v1_msg_key and changes it with v1_msg_set_key.
+	Key string
 }
 
 func (m Message) clone() Message {
-	return Message{Topic: m.Topic, Payload: m.Payload, Headers: maps.Clone(m.Headers)}
+	return Message{Topic: m.Topic, Payload: m.Payload, Headers: maps.Clone(m.Headers), Key: m.Key}
 }
 
 // Verdict is what the broker does with a published message after the plugin's on_publish.
@@ -302,7 +305,11 @@ var ErrNoHook = errors.New("the plugin does not implement this hook")
 func (p *Plugin) Publish(m Message) PublishResult {
 	m = m.clone()
 	r := PublishResult{Message: m}
-	if _, err := p.limits.CheckMessage(m.Topic, m.Payload, broker.MakeHeaders(m.Headers)); err != nil {
+	_, err := p.limits.CheckMessage(m.Topic, m.Payload, broker.MakeHeaders(m.Headers))
+	if err == nil {
+		err = broker.ValidateKey(m.Key)
+	}
+	if err != nil {
 		r.Err = refused(err)
 		return r
 	}
@@ -312,13 +319,10 @@ func (p *Plugin) Publish(m Message) PublishResult {
 		r.Err = errClosed
 		return r
 	}
-	d := broker.Draft{Topic: m.Topic, Payload: m.Payload, Headers: broker.MakeHeaders(m.Headers)}
-	var (
-		v   broker.PublishVerdict
-		err error
-	)
+	d := broker.Draft{Topic: m.Topic, Payload: m.Payload, Headers: broker.MakeHeaders(m.Headers), Key: m.Key}
+	var v broker.PublishVerdict
 	r.Err = p.call(plugins.HookPublish, func() { v, err = p.chain.OnPublish(&d) })
-	r.Message = Message{Topic: d.Topic, Payload: d.Payload, Headers: d.Headers.Map()}
+	r.Message = Message{Topic: d.Topic, Payload: d.Payload, Headers: d.Headers.Map(), Key: d.Key}
 	var rej *broker.RejectError
 	switch {
 	case errors.As(err, &rej): // the chain reports a plugin's code 0 as INVALID_ARGUMENT
@@ -369,7 +373,7 @@ func messages(ds []broker.Draft) []Message {
 	}
 	ms := make([]Message, len(ds))
 	for i, d := range ds {
-		ms[i] = Message{Topic: d.Topic, Payload: d.Payload, Headers: d.Headers.Map()}
+		ms[i] = Message{Topic: d.Topic, Payload: d.Payload, Headers: d.Headers.Map(), Key: d.Key}
 	}
 	return ms
 }
@@ -525,6 +529,9 @@ func (p *Plugin) event(m Message, e Event) (event, error) {
 	if err := broker.ValidateTopic(m.Topic); err != nil {
 		return event{}, fmt.Errorf("plugintest: the message's topic: %w", err)
 	}
+	if err := broker.ValidateKey(m.Key); err != nil {
+		return event{}, fmt.Errorf("plugintest: the message's key: %w", err)
+	}
 	if e.Attempt < 0 || e.Attempt > 1<<31-1 {
 		return event{}, fmt.Errorf("plugintest: attempt %d: want 1 or more", e.Attempt)
 	}
@@ -543,5 +550,5 @@ func (p *Plugin) event(m Message, e Event) (event, error) {
 	}
 	m = m.clone()
 	return event{Event: e, msg: &broker.Message{ID: p.ids, SystemID: e.ID, Topic: m.Topic, Payload: m.Payload,
-		Headers: broker.MakeHeaders(m.Headers), PublishedAt: time.Now().UnixNano()}}, nil
+		Headers: broker.MakeHeaders(m.Headers), Key: m.Key, PublishedAt: time.Now().UnixNano()}}, nil
 }

@@ -315,3 +315,22 @@ func TestBuild(t *testing.T) {
 		t.Errorf("built plugin: %+v", a)
 	}
 }
+
+// A message's key goes in and comes out: the key the plugin sets (keytenant: from the tenant
+// header), its emits' keys, the key on_ack reads; a key the broker would refuse is refused
+// before the plugin runs.
+func TestKeys(t *testing.T) {
+	p := plugintest.Load(t, fixture("keytenant"), nil)
+	r := p.Publish(plugintest.Message{Topic: "orders.1", Headers: map[string]string{"tenant": "acme"}, Key: "mine"})
+	if r.Err != nil || r.Verdict != plugintest.Pass || r.Key != "acme" || r.Headers["key-was"] != "mine" ||
+		len(r.Emitted) != 1 || r.Emitted[0].Key != "acme" {
+		t.Errorf("publish: %+v, want the key acme, and mine read by the plugin", r)
+	}
+	if r := p.Publish(plugintest.Message{Topic: "orders.1", Key: "a\nb"}); r.Err == nil || !strings.Contains(r.Err.Error(), "control character") {
+		t.Errorf("publish with an invalid key: %v", r.Err)
+	}
+	a := p.Ack(plugintest.AckEvent{Message: plugintest.Message{Topic: "orders.1", Key: "acme"}})
+	if a.Err != nil || len(a.Emitted) != 1 || string(a.Emitted[0].Payload) != "acme" || a.Emitted[0].Key != "acme" {
+		t.Errorf("ack: %+v, want the key emitted, keyed", a)
+	}
+}

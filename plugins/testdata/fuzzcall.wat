@@ -1,6 +1,7 @@
 ;; For FuzzABI: calls host functions with pointers, lengths and a verdict taken from the
 ;; message's payload, so the fuzzer drives the host with arbitrary (often hostile) arguments.
-;; Payload layout, little-endian i32s: a b c d, then the verdict as an i64.
+;; Payload layout, little-endian i32s: a b c d, then the verdict as an i64; the payload's first
+;; 256 bytes are copied to address 0, so that its tail gives the calls bytes to point at.
 (module
   (import "tinybroker" "v1_msg_payload" (func $payload (param i32 i32) (result i32)))
   (import "tinybroker" "v1_msg_topic" (func $topic (param i32 i32) (result i32)))
@@ -15,15 +16,19 @@
   (import "tinybroker" "v1_set_reason" (func $set_reason (param i32 i32)))
   (import "tinybroker" "v1_config_get" (func $config_get (param i32 i32 i32 i32) (result i32)))
   (import "tinybroker" "v1_log" (func $log (param i32 i32 i32)))
+  (import "tinybroker" "v1_msg_key" (func $key (param i32 i32) (result i32)))
+  (import "tinybroker" "v1_msg_set_key" (func $set_key (param i32 i32) (result i32)))
+  (import "tinybroker" "v1_emit_key" (func $emit_key (param i32 i32 i32) (result i32)))
   (memory (export "memory") 1)
   (func (export "tinybroker_abi_v1"))
   (func (export "tb_on_publish") (result i64)
-    (local $a i32) (local $b i32) (local $c i32) (local $d i32)
-    (drop (call $payload (i32.const 0) (i32.const 24)))
+    (local $a i32) (local $b i32) (local $c i32) (local $d i32) (local $h i32)
+    (drop (call $payload (i32.const 0) (i32.const 256)))
     (local.set $a (i32.load (i32.const 0)))
     (local.set $b (i32.load (i32.const 4)))
     (local.set $c (i32.load (i32.const 8)))
     (local.set $d (i32.load (i32.const 12)))
+    (drop (call $set_key (local.get $a) (local.get $b))) ;; first: before the readers write over [a, a+b)
     (drop (call $topic (local.get $a) (local.get $b)))
     (drop (call $header (local.get $a) (local.get $b) (local.get $c) (local.get $d)))
     (drop (call $header_name (local.get $a) (local.get $c) (local.get $d)))
@@ -31,8 +36,10 @@
     (drop (call $set_payload (local.get $c) (local.get $d)))
     (drop (call $set_header (local.get $a) (local.get $b) (local.get $c) (local.get $d)))
     (drop (call $del_header (local.get $c) (local.get $b)))
-    (drop (call $emit_header (call $emit (local.get $a) (local.get $b) (local.get $c) (local.get $d))
-      (local.get $a) (local.get $b) (local.get $c) (local.get $d)))
+    (drop (call $key (local.get $c) (local.get $d)))
+    (local.set $h (call $emit (local.get $a) (local.get $b) (local.get $c) (local.get $d)))
+    (drop (call $emit_header (local.get $h) (local.get $a) (local.get $b) (local.get $c) (local.get $d)))
+    (drop (call $emit_key (local.get $h) (local.get $a) (local.get $b)))
     (call $set_reason (local.get $c) (local.get $d))
     (drop (call $config_get (local.get $a) (local.get $b) (local.get $c) (local.get $d)))
     (call $log (local.get $a) (local.get $c) (local.get $d))

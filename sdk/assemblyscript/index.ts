@@ -62,6 +62,10 @@
 // @ts-ignore: decorator
 @external("tinybroker", "v1_msg_del_header") declare function v1_msg_del_header(key: usize, keyLen: usize): i32;
 // @ts-ignore: decorator
+@external("tinybroker", "v1_msg_key") declare function v1_msg_key(buf: usize, cap: usize): i32;
+// @ts-ignore: decorator
+@external("tinybroker", "v1_msg_set_key") declare function v1_msg_set_key(ptr: usize, len: usize): i32;
+// @ts-ignore: decorator
 @external("tinybroker", "v1_event_subscription") declare function v1_event_subscription(buf: usize, cap: usize): i32;
 // @ts-ignore: decorator
 @external("tinybroker", "v1_event_group") declare function v1_event_group(buf: usize, cap: usize): i32;
@@ -75,6 +79,8 @@
 @external("tinybroker", "v1_emit") declare function v1_emit(topic: usize, topicLen: usize, payload: usize, payloadLen: usize): i32;
 // @ts-ignore: decorator
 @external("tinybroker", "v1_emit_header") declare function v1_emit_header(handle: i32, key: usize, keyLen: usize, val: usize, valLen: usize): i32;
+// @ts-ignore: decorator
+@external("tinybroker", "v1_emit_key") declare function v1_emit_key(handle: i32, ptr: usize, len: usize): i32;
 
 // The numbers of the ABI (docs/ABI.md).
 const ABI_STATUS_OK: i32 = 0; // status: done
@@ -111,6 +117,7 @@ const ABI_IN_FLAGS: i32 = 84; // inbox: u32: none yet
 const ABI_IN_HEADERS: i32 = 88; // inbox: the header table
 const ABI_IN_ENTRY: i32 = 16; // inbox: bytes of one header entry
 const ABI_ABSENT_LEN: u32 = 4294967295; // inbox: the length of an absent value
+const ABI_MAX_KEY_BYTES: i32 = 256; // limit: the longest message key, in bytes (v1_msg_set_key, v1_emit_key)
 const ABI_WRITE_SIZE: i32 = 20; // write list: bytes of one record
 const ABI_OP_SET_PAYLOAD: i32 = 1; // write list: a: the payload
 const ABI_OP_SET_HEADER: i32 = 2; // write list: a: name, b: value
@@ -170,7 +177,7 @@ let readPtr: usize = 0;
 
 // The reader kinds, so that read can call the right host function without a closure.
 const R_TOPIC = 0, R_PAYLOAD = 1, R_HEADER = 2, R_HEADER_NAME = 3, R_ID = 4, R_CONFIG = 5,
-  R_CONFIG_GET = 6, R_SUBSCRIPTION = 7, R_GROUP = 8, R_REASON = 9;
+  R_CONFIG_GET = 6, R_SUBSCRIPTION = 7, R_GROUP = 8, R_REASON = 9, R_KEY = 10;
 
 function call(kind: i32, a: usize, b: usize, buf: usize, cap: usize): i32 {
   switch (kind) {
@@ -183,6 +190,7 @@ function call(kind: i32, a: usize, b: usize, buf: usize, cap: usize): i32 {
     case R_CONFIG_GET: return v1_config_get(a, b, buf, cap);
     case R_SUBSCRIPTION: return v1_event_subscription(buf, cap);
     case R_GROUP: return v1_event_group(buf, cap);
+    case R_KEY: return v1_msg_key(buf, cap);
     default: return v1_event_reason(buf, cap);
   }
 }
@@ -714,6 +722,20 @@ export namespace msg {
     return s == null || s.length == 0 ? null : s;
   }
 
+  /** The message's ordering key, empty if it has none. Not in the inbox: always a host call. */
+  export function key(): string {
+    const s = readString(R_KEY);
+    return s == null ? "" : s;
+  }
+
+  /** Sets the message's ordering key, or removes it with "" (on_publish); returns a Status:
+   *  over ABI_MAX_KEY_BYTES bytes TOO_LARGE, with a control character INVALID (the key is
+   *  then unchanged). */
+  export function setKey(k: string): i32 {
+    encode(k, encodeVal, false);
+    return v1_msg_set_key(encPtr, encLen);
+  }
+
   /** Routes the message to `t` instead (on_publish). */
   export function setTopic(t: string): i32 {
     encode(t, encodeVal, false);
@@ -898,6 +920,14 @@ export class Emitted {
     const k = encPtr, kl = encLen;
     encode(value, encodeVal, false);
     return v1_emit_header(this.status, k, kl, encPtr, encLen);
+  }
+
+  /** Sets the ordering key of the emitted message, checked as msg.setKey's; returns a
+   *  Status. If refused, the message still goes out without it. */
+  key(k: string): i32 {
+    if (this.status < 0) return this.status;
+    encode(k, encodeVal, false);
+    return v1_emit_key(this.status, encPtr, encLen);
   }
 }
 

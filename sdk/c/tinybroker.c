@@ -209,6 +209,7 @@ static tb_str tb__read(tb__reader read, const void *arg) {
 static int32_t tb__topic(const void *arg, char *buf, uint32_t cap) { (void)arg; return tb_msg_topic(buf, cap); }
 static int32_t tb__payload(const void *arg, char *buf, uint32_t cap) { (void)arg; return tb_msg_payload(buf, cap); }
 static int32_t tb__id(const void *arg, char *buf, uint32_t cap) { (void)arg; return tb_msg_id(buf, cap); }
+static int32_t tb__key(const void *arg, char *buf, uint32_t cap) { (void)arg; return tb_msg_key(buf, cap); }
 static int32_t tb__config(const void *arg, char *buf, uint32_t cap) { (void)arg; return tb_config(buf, cap); }
 static int32_t tb__sub(const void *arg, char *buf, uint32_t cap) { (void)arg; return tb_event_subscription(buf, cap); }
 static int32_t tb__group(const void *arg, char *buf, uint32_t cap) { (void)arg; return tb_event_group(buf, cap); }
@@ -236,6 +237,8 @@ tb_str tb_subscription(void) { return tb__state.inbox ? tb__field(TB__SUB) : tb_
 tb_str tb_group(void) { return tb__state.inbox ? tb__field(TB__GROUP) : tb__read(tb__group, 0); }
 tb_str tb_redeliver_reason(void) { return tb__state.inbox ? tb__field(TB__REASON) : tb__read(tb__reason, 0); }
 tb_str tb_config_text(void) { return tb__read(tb__config, 0); }
+/* The key is not in the inbox: always a host call. */
+tb_str tb_key(void) { return tb__read(tb__key, 0); }
 
 int32_t tb_header_count(void) { return tb__state.inbox ? (int32_t)tb__u32(TB__HEADER_COUNT) : tb_msg_header_count(); }
 int32_t tb_attempt(void) { return tb__state.inbox ? (int32_t)tb__u32(TB__ATTEMPT) : tb_event_attempt(); }

@@ -159,6 +159,7 @@ enum {
 #define TB_ABI_IN_HEADERS 88 /* inbox: the header table */
 #define TB_ABI_IN_ENTRY 16 /* inbox: bytes of one header entry */
 #define TB_ABI_ABSENT_LEN 0xffffffffu /* inbox: the length of an absent value */
+#define TB_ABI_MAX_KEY_BYTES 256 /* limit: the longest message key, in bytes (v1_msg_set_key, v1_emit_key) */
 #define TB_ABI_WRITE_SIZE 20 /* write list: bytes of one record */
 #define TB_ABI_OP_SET_PAYLOAD 1 /* write list: a: the payload */
 #define TB_ABI_OP_SET_HEADER 2 /* write list: a: name, b: value */
@@ -190,6 +191,8 @@ TB_IMPORT(v1_msg_set_topic) int32_t tb_msg_set_topic(const char *ptr, uint32_t l
 TB_IMPORT(v1_msg_set_payload) int32_t tb_msg_set_payload(const char *ptr, uint32_t len); /* publish */
 TB_IMPORT(v1_msg_set_header) int32_t tb_msg_set_header(const char *key, uint32_t key_len, const char *val, uint32_t val_len); /* publish, redeliver */
 TB_IMPORT(v1_msg_del_header) int32_t tb_msg_del_header(const char *key, uint32_t key_len); /* publish, redeliver */
+TB_IMPORT(v1_msg_key) int32_t tb_msg_key(char *buf, uint32_t cap);
+TB_IMPORT(v1_msg_set_key) int32_t tb_msg_set_key(const char *ptr, uint32_t len); /* publish */
 /* The event of the hook. */
 TB_IMPORT(v1_event_subscription) int32_t tb_event_subscription(char *buf, uint32_t cap); /* ack, redeliver */
 TB_IMPORT(v1_event_group) int32_t tb_event_group(char *buf, uint32_t cap); /* ack, redeliver */
@@ -199,6 +202,7 @@ TB_IMPORT(v1_event_reason) int32_t tb_event_reason(char *buf, uint32_t cap); /* 
 /* Emitting messages. */
 TB_IMPORT(v1_emit) int32_t tb_emit(const char *topic, uint32_t topic_len, const char *payload, uint32_t payload_len);
 TB_IMPORT(v1_emit_header) int32_t tb_emit_header(int32_t handle, const char *key, uint32_t key_len, const char *val, uint32_t val_len);
+TB_IMPORT(v1_emit_key) int32_t tb_emit_key(int32_t handle, const char *ptr, uint32_t len);
 /* END ABI */
 
 /* TB_STR("literal") expands to the literal and its length, for the functions above. */
@@ -266,6 +270,7 @@ tb_str tb_payload(void);
 static inline tb_str tb_header(tb_str name); /* TB_NONE if absent (inline: see the end of this file) */
 tb_str tb_header_name_at(int32_t index);  /* 0-based, sorted by name; TB_NONE past the end */
 tb_str tb_id(void);                       /* the system_id (on_ack, on_redeliver) */
+tb_str tb_key(void);                      /* the ordering key; empty (length 0) if none; a host call, inbox or not */
 tb_str tb_config_value(tb_str key);       /* TB_NONE if absent */
 tb_str tb_config_text(void);              /* the whole configuration, "key=value\n" lines */
 tb_str tb_subscription(void);             /* on_ack, on_redeliver */
@@ -295,11 +300,15 @@ static inline int32_t tb_set_topic(tb_str t) { return tb_msg_set_topic(t.ptr, t.
 int32_t tb_set_payload(tb_str p);
 int32_t tb_set_header(tb_str k, tb_str v);
 int32_t tb_del_header(tb_str k);
+/* The ordering key, on_publish only: an empty k removes it; over TB_ABI_MAX_KEY_BYTES bytes
+ * TB_ERR_TOO_LARGE, not UTF-8 or with a control character TB_ERR_INVALID (the key unchanged). */
+static inline int32_t tb_set_key(tb_str k) { return tb_msg_set_key(k.ptr, k.len); }
 void tb_reason(tb_str why); /* the reason of the verdict: the last one given wins */
 
 /* Emitting: tb_emit_to returns a handle (>= 0) for tb_emit_set_header, or TB_ERR_*. */
 static inline int32_t tb_emit_to(tb_str topic, tb_str payload) { return tb_emit(topic.ptr, topic.len, payload.ptr, payload.len); }
 static inline int32_t tb_emit_set_header(int32_t handle, tb_str k, tb_str v) { return tb_emit_header(handle, k.ptr, k.len, v.ptr, v.len); }
+static inline int32_t tb_emit_set_key(int32_t handle, tb_str k) { return tb_emit_key(handle, k.ptr, k.len); } /* checked as tb_set_key */
 
 /* Logging. */
 static inline void tb_log_str(int32_t level, tb_str msg) { tb_log(level, msg.ptr, msg.len); }

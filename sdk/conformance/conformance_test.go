@@ -68,9 +68,12 @@ func TestConformance(t *testing.T) {
 	}
 }
 
-func runRows(t *testing.T, wasm []byte) {
+func runRows(t *testing.T, wasm []byte) { runRowsOf(t, wasm, rows) }
+
+// runRowsOf runs the rows rs of SPEC.md on the conformance plugin wasm.
+func runRowsOf(t *testing.T, wasm []byte, rs []row) {
 	p := load(t, wasm)
-	for _, r := range rows {
+	for _, r := range rs {
 		t.Run(r.name, func(t *testing.T) { r.run(t, p.env(t)) })
 	}
 }
@@ -367,6 +370,10 @@ type row struct {
 	run  func(*testing.T, *env)
 }
 
+// since are the rows added to SPEC.md after 5bfe240, by the change that added them: the
+// plugins built then (TestBuiltAt5bfe240) do not have them.
+var since = map[string]string{"key": "ordering keys (issue 27)"}
+
 // rows are SPEC.md's rows, by the names it gives them.
 var rows = []row{
 	{"pass", publishUnchanged("c.pass")},
@@ -455,6 +462,7 @@ var rows = []row{
 		e.publish(t, "c.pass", "after", nil)
 		expect(t, s.Next(t), "c.pass", "after", nil)
 	}},
+	{"key", keyRow},
 	{"other", publishUnchanged("c.pass.x")},
 	{"init_refuse", func(t *testing.T, e *env) {
 		cfg := maps.Clone(pluginConfig)
@@ -550,4 +558,48 @@ func TestInboxMakesNoHostCall(t *testing.T) {
 			}
 		})
 	}
+}
+
+// keyRow is SPEC.md's row key: the message's key read (key-was), the key set from the tenant
+// header (or removed without it) and given, prefixed, to an emit; a tenant that cannot be a
+// key rejects the publish.
+func keyRow(t *testing.T, e *env) {
+	s := e.fanout(t, ">")
+	publish := func(key string, h map[string]string) error {
+		res, errs := make([]broker.PublishResult, 1), make([]error, 1)
+		e.b.PublishBatch([]broker.Draft{{Topic: "c.key", Payload: []byte("p"), Headers: broker.MakeHeaders(h), Key: key}}, res, errs)
+		return errs[0]
+	}
+	for _, c := range []struct{ key, tenant, want string }{{"pub", "acme", "acme"}, {"pub", "", ""}, {"", "t2", "t2"}} {
+		h := map[string]string{"tenant": c.tenant}
+		if c.tenant == "" {
+			h = nil
+		}
+		if err := publish(c.key, h); err != nil {
+			t.Fatalf("key %q tenant %q: %v", c.key, c.tenant, err)
+		}
+		d := s.Next(t)
+		want := maps.Clone(h)
+		if want == nil {
+			want = map[string]string{}
+		}
+		want["key-was"] = c.key
+		expect(t, d, "c.key", "p", want)
+		if d.Msg.Key != c.want {
+			t.Errorf("key %q tenant %q: delivered with key %q, want %q", c.key, c.tenant, d.Msg.Key, c.want)
+		}
+		d = s.Next(t)
+		expect(t, d, "c.key.emitted", "", nil)
+		if d.Msg.Key != "e-"+c.tenant {
+			t.Errorf("tenant %q: emitted with key %q, want %q", c.tenant, d.Msg.Key, "e-"+c.tenant)
+		}
+	}
+	for _, tenant := range []string{"a\tb", strings.Repeat("k", 257)} {
+		err := publish("pub", map[string]string{"tenant": tenant})
+		var rej *broker.RejectError
+		if !errors.As(err, &rej) || rej.Code != 3 || rej.Reason != "key refused" {
+			t.Errorf("tenant %.20q: %v, want a rejection with code 3 (INVALID_ARGUMENT) and reason %q", tenant, err, "key refused")
+		}
+	}
+	nothing(t, s, "after the rejected keys")
 }

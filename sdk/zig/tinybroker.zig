@@ -51,6 +51,8 @@ const host = struct {
     extern "tinybroker" fn v1_msg_set_payload(ptr: [*]const u8, len: usize) i32;
     extern "tinybroker" fn v1_msg_set_header(key: [*]const u8, key_len: usize, val: [*]const u8, val_len: usize) i32;
     extern "tinybroker" fn v1_msg_del_header(key: [*]const u8, key_len: usize) i32;
+    extern "tinybroker" fn v1_msg_key(buf: [*]u8, cap: usize) i32;
+    extern "tinybroker" fn v1_msg_set_key(ptr: [*]const u8, len: usize) i32;
     extern "tinybroker" fn v1_event_subscription(buf: [*]u8, cap: usize) i32;
     extern "tinybroker" fn v1_event_group(buf: [*]u8, cap: usize) i32;
     extern "tinybroker" fn v1_event_attempt() i32;
@@ -58,6 +60,7 @@ const host = struct {
     extern "tinybroker" fn v1_event_reason(buf: [*]u8, cap: usize) i32;
     extern "tinybroker" fn v1_emit(topic: [*]const u8, topic_len: usize, payload: [*]const u8, payload_len: usize) i32;
     extern "tinybroker" fn v1_emit_header(handle: i32, key: [*]const u8, key_len: usize, val: [*]const u8, val_len: usize) i32;
+    extern "tinybroker" fn v1_emit_key(handle: i32, ptr: [*]const u8, len: usize) i32;
 };
 
 /// The numbers of the ABI (docs/ABI.md).
@@ -130,6 +133,8 @@ pub const abi = struct {
     pub const IN_ENTRY = 16;
     /// inbox: the length of an absent value
     pub const ABSENT_LEN = 4294967295;
+    /// limit: the longest message key, in bytes (v1_msg_set_key, v1_emit_key)
+    pub const MAX_KEY_BYTES = 256;
     /// write list: bytes of one record
     pub const WRITE_SIZE = 20;
     /// write list: a: the payload
@@ -902,6 +907,18 @@ pub const msg = struct {
         return if (v.len == 0) null else v;
     }
 
+    /// The message's ordering key, empty if it has none. Not in the inbox: always a host call.
+    pub fn key() ![]const u8 {
+        return (try read(host.v1_msg_key, .{})) orelse "";
+    }
+
+    /// Sets the message's ordering key, or removes it with "" (on_publish). A key over
+    /// abi.MAX_KEY_BYTES bytes is error.TooLarge, one that is not UTF-8 or has a control
+    /// character error.Invalid; the key is then unchanged.
+    pub fn setKey(k: []const u8) Error!void {
+        _ = try check(host.v1_msg_set_key(p(k), k.len));
+    }
+
     /// Routes the message to t instead (on_publish).
     pub fn setTopic(t: []const u8) Error!void {
         _ = try check(host.v1_msg_set_topic(p(t), t.len));
@@ -1165,6 +1182,12 @@ pub const Emitted = struct {
     /// without it.
     pub fn header(e: Emitted, name: []const u8, value: []const u8) Error!void {
         _ = try check(host.v1_emit_header(e.handle, p(name), name.len, p(value), value.len));
+    }
+
+    /// Sets the ordering key of the emitted message, checked as msg.setKey's. If refused,
+    /// the message still goes out without it.
+    pub fn key(e: Emitted, k: []const u8) Error!void {
+        _ = try check(host.v1_emit_key(e.handle, p(k), k.len));
     }
 };
 

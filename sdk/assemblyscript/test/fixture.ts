@@ -44,6 +44,13 @@ export function tb_v1_on_publish(): i64 {
     emitString("t.statuses", statuses.join(","));
     return Publish.drop("limits");
   }
+  if (topic == "t.key") {
+    // The key: read (a host call, inbox or not), set from the tenant, given to an emit.
+    const was = msg.key();
+    const tenant = msg.header("tenant");
+    emitString("t.keyed", was + "|" + msg.setKey(tenant == null ? "" : tenant).toString()).key("e-" + was);
+    return Publish.pass();
+  }
   if (topic == "t.config") {
     const all = config.all();
     msg.setPayloadString(all.get("multi") + "|" + all.keys().join(","));

@@ -57,6 +57,9 @@ function host(msg, config) {
       v1_event_reason: (b, c) => copy("", b, c),
       v1_emit: (t, tl, p, pl) => h.emitted.push({ topic: str(t, tl), payload: str(p, pl), headers: {}, current: current() }) - 1,
       v1_emit_header: (i, k, kl, v, vl) => { h.emitted[i].headers[str(k, kl)] = str(v, vl); return 0; },
+      v1_msg_key: (b, c) => copy(h.msg.key ?? "", b, c),
+      v1_msg_set_key: (p, n) => { h.key = str(p, n); return h.key.includes("\n") ? -1 : 0; },
+      v1_emit_key: (i, p, n) => { h.emitted[i].key = str(p, n); return 0; },
     },
   };
   // Every host call is noted by name.
@@ -112,6 +115,16 @@ test("reject packs its code and sets the reason", () => {
   const { h, exports } = load({ topic: "t.reject", payload: "", headers: {} });
   assert.deepEqual(verdict(exports.tb_v1_on_publish()), { action: 2, arg: 7 });
   assert.equal(h.reason, "no t.reject");
+});
+
+test("the key is read, set and given to an emit", () => {
+  const { h, exports } = load({ topic: "t.key", payload: "", headers: { tenant: "acme" }, key: "pub" });
+  assert.deepEqual(verdict(exports.tb_v1_on_publish()), { action: 0, arg: 0 });
+  assert.equal(h.key, "acme");
+  assert.deepEqual(h.emitted, [{ topic: "t.keyed", payload: "pub|0", headers: {}, current: 0, key: "e-pub" }]);
+  const bad = load({ topic: "t.key", payload: "", headers: { tenant: "a\nb" } });
+  bad.exports.tb_v1_on_publish();
+  assert.deepEqual(bad.h.emitted[0].payload, "|-1");
 });
 
 test("the whole config is unescaped", () => {

@@ -35,7 +35,13 @@ export function tb_v1_on_publish(): i64 {
     twice.set(p, p.length);
     check(msg.setPayload(twice));
   } else if (topic == "c.empty") check(msg.setPayload(new Uint8Array(0)));
-  else if (topic == "c.emit") {
+  else if (topic == "c.key") {
+    check(msg.setHeader("key-was", msg.key()));
+    const h = msg.header("tenant");
+    const tenant = h == null ? "" : h;
+    if (msg.setKey(tenant) != 0) return Publish.reject(Code.INVALID_ARGUMENT, "key refused");
+    check(emitString("c.key.emitted", "").key("e-" + tenant));
+  } else if (topic == "c.emit") {
     const to = config.get("emit_topic");
     const first = emit(to == null ? "" : to, msg.payload());
     check(first.header("origin", topic));

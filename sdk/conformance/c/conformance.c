@@ -54,6 +54,16 @@ TB_ON_PUBLISH(on_publish) {
 		tb_set_payload(TB_NONE);
 		return TB_PASS;
 	}
+	if (tb_eq(topic, TB_S("c.key"))) {
+		tb_set_header(TB_S("key-was"), tb_key());
+		tb_str tenant = tb_header(TB_S("tenant"));
+		if (TB_ABSENT(tenant))
+			tenant = TB_S("");
+		if (tb_set_key(tenant) != TB_OK)
+			return tb_reject(TB_CODE_INVALID_ARGUMENT, TB_S("key refused"));
+		tb_emit_set_key(tb_emit_to(TB_S("c.key.emitted"), TB_S("")), tb_concat(TB_S("e-"), tenant));
+		return TB_PASS;
+	}
 	if (tb_eq(topic, TB_S("c.emit"))) {
 		int32_t h = tb_emit_to(tb_config_value(TB_S("emit_topic")), tb_payload());
 		tb_emit_set_header(h, TB_S("origin"), topic);

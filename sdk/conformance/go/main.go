@@ -58,6 +58,13 @@ func onPublish(m *plugin.Message) plugin.Verdict {
 		must(m.SetPayload(append(slices.Clip(p), p...)))
 	case "c.empty":
 		must(m.SetPayload(nil))
+	case "c.key":
+		must(m.SetHeader("key-was", m.Key()))
+		tenant, _ := m.Header("tenant")
+		if m.SetKey(tenant) != nil {
+			return plugin.Reject(plugin.InvalidArgument, "key refused")
+		}
+		must(plugin.EmitKeyed("c.key.emitted", "e-"+tenant, nil, nil))
 	case "c.emit":
 		topic, _ := plugin.ConfigValue("emit_topic")
 		must(plugin.Emit(topic, m.Payload(), map[string]string{"origin": m.Topic()}))

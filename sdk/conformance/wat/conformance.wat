@@ -11,6 +11,7 @@
 ;;   4352  .. 5386   "rejected: " then the value of header why (cap 1024)
 ;;   5632  .. 6655   $rbuf:    the event's reason           (cap 1024)
 ;;   6912  .. 7167   $etopic:  config emit_topic            (cap 256)
+;;   7168  .. 8193   "e-" then the value of header tenant (cap 1024)
 ;;   65519 .. 65535  "conformance log: ", right before
 ;;   65536 ..        $big:     payloads and built values, up to the end of memory
 ;;
@@ -39,6 +40,9 @@
   (import "tinybroker" "v1_event_reason" (func $event_reason (param i32 i32) (result i32)))
   (import "tinybroker" "v1_emit" (func $emit (param i32 i32 i32 i32) (result i32)))
   (import "tinybroker" "v1_emit_header" (func $emit_header (param i32 i32 i32 i32 i32) (result i32)))
+  (import "tinybroker" "v1_msg_key" (func $msg_key (param i32 i32) (result i32)))
+  (import "tinybroker" "v1_msg_set_key" (func $set_key (param i32 i32) (result i32)))
+  (import "tinybroker" "v1_emit_key" (func $emit_key (param i32 i32 i32) (result i32)))
 
   (memory (export "memory") 2)
 
@@ -84,10 +88,15 @@
   (data (i32.const 1248) "conformance dead-letter") ;; 23
   (data (i32.const 1280) "drop")                   ;; 4
   (data (i32.const 1312) "attempt-seen")           ;; 12
+  (data (i32.const 1344) "c.key")                  ;; 5
+  (data (i32.const 1376) "key-was")                ;; 7
+  (data (i32.const 1408) "key refused")            ;; 11
+  (data (i32.const 1440) "c.key.emitted")          ;; 13
   ;; Prefixes placed right before the buffer their value is read into, so that prefix and
   ;; value are one string without a copy.
   (data (i32.const 3072) "refused: ")              ;; 9, value at 3081
   (data (i32.const 4352) "rejected: ")             ;; 10, value at 4362
+  (data (i32.const 7168) "e-")                     ;; 2, value at 7170
   (data (i32.const 65519) "conformance log: ")     ;; 17, $big at 65536
 
   (global $topic i32 (i32.const 2048))
@@ -311,6 +320,25 @@
           (return (i64.const 0)))
         (call $set_reason (i32.const 928) (i32.const 12))
         (return (i64.const 1))))
+
+    ;; c.key: header key-was := the key (a key fits $hval: at most 256 bytes); the key :=
+    ;; header tenant, or REJECT (INVALID_ARGUMENT) "key refused"; then emit c.key.emitted keyed
+    ;; "e-" + the tenant ("e-" lies right before the tenant's buffer). A tenant longer than
+    ;; that buffer is longer than any key: refused before it is read.
+    (if (call $eq (global.get $topic) (local.get $t) (i32.const 1344) (i32.const 5))
+      (then
+        (local.set $n (call $msg_key (global.get $hval) (i32.const 256)))
+        (drop (call $set_header (i32.const 1376) (i32.const 7) (global.get $hval) (local.get $n)))
+        (local.set $m (call $msg_header (i32.const 896) (i32.const 6) (i32.const 7170) (i32.const 1024)))
+        (if (i32.lt_s (local.get $m) (i32.const 0)) (then (local.set $m (i32.const 0))))
+        (if (call $set_key (i32.const 7170) (local.get $m))
+          (then
+            (call $set_reason (i32.const 1408) (i32.const 11))
+            (return (i64.const 0x300000002))))  ;; action 2 | 3 << 32
+        (local.set $h (call $emit (i32.const 1440) (i32.const 13) (i32.const 0) (i32.const 0)))
+        (if (i32.lt_s (local.get $h) (i32.const 0)) (then unreachable))
+        (drop (call $emit_key (local.get $h) (i32.const 7168) (i32.add (i32.const 2) (local.get $m))))
+        (return (i64.const 0))))
 
     ;; c.trap: trap.
     (if (call $eq (global.get $topic) (local.get $t) (i32.const 480) (i32.const 6))

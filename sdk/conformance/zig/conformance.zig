@@ -56,6 +56,12 @@ fn onPublish() !tb.Publish {
         try tb.msg.setPayload(try std.mem.concat(a, u8, &.{ payload, payload }));
     }
     if (is(topic, "c.empty")) try tb.msg.setPayload("");
+    if (is(topic, "c.key")) {
+        try tb.msg.setHeader("key-was", try tb.msg.key());
+        const tenant = try tb.msg.header("tenant") orelse "";
+        tb.msg.setKey(tenant) catch return tb.Publish.reject(tb.code.invalid_argument, "key refused");
+        try (try tb.emit("c.key.emitted", "")).key(try std.mem.concat(a, u8, &.{ "e-", tenant }));
+    }
     if (is(topic, "c.emit")) {
         const to = try tb.config.get("emit_topic") orelse "";
         try tb.emitWith(to, try tb.msg.payload(), &.{.{ "origin", topic }});

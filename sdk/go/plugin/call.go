@@ -79,7 +79,7 @@ func (m *Message) reset() {
 	if len(m.changed) > 0 {
 		clear(m.changed)
 	}
-	m.have, m.topic, m.payload, m.id, m.changes = 0, "", nil, "", m.changes[:0]
+	m.have, m.topic, m.payload, m.id, m.key, m.changes = 0, "", nil, "", "", m.changes[:0]
 }
 
 // The hooks' functions run between begin and end: each defers finish, which ends the call

@@ -37,3 +37,6 @@ func hostEventInFlightNs() int64                                      { noHost()
 func hostEventReason(buf unsafe.Pointer, capacity uint32) int32       { noHost(); return 0 }
 func hostEmit(topic string, payload unsafe.Pointer, n uint32) int32   { noHost(); return 0 }
 func hostEmitHeader(handle int32, key, value string) int32            { noHost(); return 0 }
+func hostMsgKey(buf unsafe.Pointer, capacity uint32) int32            { noHost(); return 0 }
+func hostMsgSetKey(key string) int32                                  { noHost(); return 0 }
+func hostEmitKey(handle int32, key string) int32                      { noHost(); return 0 }

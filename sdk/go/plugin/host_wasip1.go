@@ -74,6 +74,15 @@ func hostEmit(topic string, payload unsafe.Pointer, n uint32) int32
 //go:wasmimport tinybroker v1_emit_header
 func hostEmitHeader(handle int32, key, value string) int32
 
+//go:wasmimport tinybroker v1_msg_key
+func hostMsgKey(buf unsafe.Pointer, capacity uint32) int32
+
+//go:wasmimport tinybroker v1_msg_set_key
+func hostMsgSetKey(key string) int32
+
+//go:wasmimport tinybroker v1_emit_key
+func hostEmitKey(handle int32, key string) int32
+
 // abiV1 is the ABI version marker. The broker never calls it.
 //
 //lint:ignore U1000 the host calls it: exported by go:wasmexport, which staticcheck does not read

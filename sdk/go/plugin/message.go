@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strconv"
 	"time"
+	"unicode/utf8"
 	"unsafe"
 
 	"github.com/tinybroker/tinybroker/internal/abi"
@@ -25,6 +26,7 @@ type Message struct {
 	topic   string
 	payload []byte
 	id      string
+	key     string
 	headers map[string]string // every header as the message entered the call, once read (haveHeaders)
 	changes []headerChange    // the headers set or deleted in this call, one entry per name
 	changed map[string]int    // the index in changes of each name, once there are more than maxLinear
@@ -35,6 +37,7 @@ const (
 	havePayload
 	haveID
 	haveHeaders
+	haveKey
 )
 
 type headerChange struct {
@@ -92,6 +95,19 @@ func (m *Message) Payload() []byte {
 // ID returns the message's system_id, the broker's identifier for it. A message being
 // published has none yet: in on_publish ID returns "".
 func (m *Message) ID() string { return m.readOnce(haveID, &m.id, hostMsgID, abi.InID) }
+
+// Key returns the message's ordering key, "" if it has none: the key the publisher gave
+// (PublishRequest.key), or a plugin before this one set. Consumer groups with ordering or
+// fair_by "key" group messages by it. It is read from the broker with a host call, the inbox
+// having no room for it, once per call.
+func (m *Message) Key() string {
+	m.check()
+	if m.have&haveKey == 0 {
+		m.key, _ = readString(hostMsgKey)
+		m.have |= haveKey
+	}
+	return m.key
+}
 
 // readOnce returns *v, the field of bit, reading it the first time it is asked for: from the
 // inbox at off, or with r.
@@ -222,6 +238,28 @@ func (m *Message) SetTopic(topic string) error {
 	m.topic = topic
 	m.have |= haveTopic
 	return nil
+}
+
+// SetKey sets the message's ordering key; "" removes it. Only on_publish may change the key
+// (in other hooks SetKey returns ErrNotAllowed); a key over 256 bytes (the broker's limit) is
+// ErrTooLarge, one that is not UTF-8 or holds a control character ErrInvalid. A refused key
+// leaves the message's as it was.
+func (m *Message) SetKey(key string) error {
+	m.check()
+	if st := hostMsgSetKey(key); st != abi.StatusOK {
+		return &StatusError{Op: "SetKey " + quoteShort(key), Status: st}
+	}
+	m.key = key
+	m.have |= haveKey
+	return nil
+}
+
+// quoteShort quotes s for an error message, cut to its first 64 bytes.
+func quoteShort(s string) string {
+	if len(s) > 64 {
+		return strconv.Quote(s[:64]) + "..."
+	}
+	return strconv.Quote(s)
 }
 
 // SetPayload replaces the payload. Only on_publish may change the payload (in other hooks
@@ -382,6 +420,20 @@ func (e Event) Reason() string {
 // header is refused (ErrTooLarge) the message is still emitted, without that header and the
 // ones after it. Emit refuses an empty header name before emitting anything.
 func Emit(topic string, payload []byte, headers map[string]string) error {
+	return emit(topic, "", payload, headers)
+}
+
+// EmitKeyed is Emit with an ordering key for the emitted message (see Message.Key). A key
+// the broker would refuse (over 256 bytes: ErrTooLarge; not UTF-8, or with a control
+// character: ErrInvalid) is refused before anything is emitted.
+func EmitKeyed(topic, key string, payload []byte, headers map[string]string) error {
+	if st := keyStatus(key); st != abi.StatusOK {
+		return &StatusError{Op: "Emit " + strconv.Quote(topic) + ": key " + quoteShort(key), Status: st}
+	}
+	return emit(topic, key, payload, headers)
+}
+
+func emit(topic, key string, payload []byte, headers map[string]string) error {
 	op := func() string { return "Emit " + strconv.Quote(topic) }
 	if _, empty := headers[""]; empty {
 		return &StatusError{Op: op() + `: header ""`, Status: abi.StatusInvalid}
@@ -390,12 +442,35 @@ func Emit(topic string, payload []byte, headers map[string]string) error {
 	if h < 0 {
 		return &StatusError{Op: op(), Status: h}
 	}
+	if key != "" {
+		if st := hostEmitKey(h, key); st != abi.StatusOK {
+			return &StatusError{Op: op() + ": key " + quoteShort(key), Status: st}
+		}
+	}
 	for k, v := range headers {
 		if st := hostEmitHeader(h, k, v); st != abi.StatusOK {
 			return &StatusError{Op: op() + ": header " + strconv.Quote(k), Status: st}
 		}
 	}
 	return nil
+}
+
+// keyStatus is the status the broker gives key as a message's key (broker.ValidateKey):
+// at most abi.MaxKeyBytes of UTF-8 without control characters (U+0000–U+001F,
+// U+007F–U+009F).
+func keyStatus(key string) int32 {
+	if len(key) > abi.MaxKeyBytes {
+		return abi.StatusTooLarge
+	}
+	if !utf8.ValidString(key) {
+		return abi.StatusInvalid
+	}
+	for _, r := range key {
+		if r < 0x20 || r >= 0x7f && r <= 0x9f {
+			return abi.StatusInvalid
+		}
+	}
+	return abi.StatusOK
 }
 
 // Now returns the broker's wall-clock time. Use it rather than time.Now, which in a plugin
@@ -409,7 +484,7 @@ var (
 	// ErrInvalid: the value is malformed, e.g. a topic that is not valid, an empty header name,
 	// or a header name or value that is not UTF-8.
 	ErrInvalid = errors.New("invalid value")
-	// ErrTooLarge: over a broker limit (max_message_bytes, max_header_bytes).
+	// ErrTooLarge: over a broker limit (max_message_bytes, max_header_bytes, a key's 256 bytes).
 	ErrTooLarge = errors.New("over a broker limit")
 	// ErrNotAllowed: not available in this hook, e.g. changing the payload in on_redeliver.
 	ErrNotAllowed = errors.New("not allowed in this hook")

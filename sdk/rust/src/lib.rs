@@ -224,6 +224,19 @@ pub mod msg {
         read(|b, c| unsafe { sys::msg_id(b, c) }).map(string).filter(|s| !s.is_empty())
     }
 
+    /// The message's ordering key, empty if it has none. Not in the inbox: always a host call.
+    pub fn key() -> String {
+        string(read(|b, c| unsafe { sys::msg_key(b, c) }).unwrap_or_default())
+    }
+
+    /// Sets the message's ordering key, or removes it with "" (on_publish). A key over
+    /// 256 bytes (`consts::MAX_KEY_BYTES`) is [`Error::TooLarge`], one with a control
+    /// character [`Error::Invalid`]; the key is then unchanged.
+    pub fn set_key(key: &str) -> Result<(), Error> {
+        let (p, l) = ptr(key.as_bytes());
+        Error::check(unsafe { sys::msg_set_key(p, l) }).map(|_| ())
+    }
+
     /// Routes the message to `topic` instead (on_publish).
     pub fn set_topic(topic: &str) -> Result<(), Error> {
         let (p, l) = ptr(topic.as_bytes());
@@ -433,6 +446,13 @@ impl Emitted {
         let (k, kl) = ptr(name.as_bytes());
         let (v, vl) = ptr(value.as_bytes());
         Error::check(unsafe { sys::emit_header(self.0, k, kl, v, vl) }).map(|_| self)
+    }
+
+    /// Sets the ordering key of the emitted message, checked as [`msg::set_key`]'s. If the
+    /// broker refuses it, the message still goes out without it.
+    pub fn key(self, key: &str) -> Result<Self, Error> {
+        let (p, l) = ptr(key.as_bytes());
+        Error::check(unsafe { sys::emit_key(self.0, p, l) }).map(|_| self)
     }
 }
 

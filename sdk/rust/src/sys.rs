@@ -37,6 +37,8 @@ imports! {
     fn msg_set_payload = "v1_msg_set_payload" (ptr: *const u8, len: usize) -> i32;
     fn msg_set_header = "v1_msg_set_header" (key: *const u8, key_len: usize, val: *const u8, val_len: usize) -> i32;
     fn msg_del_header = "v1_msg_del_header" (key: *const u8, key_len: usize) -> i32;
+    fn msg_key = "v1_msg_key" (buf: *mut u8, cap: usize) -> i32;
+    fn msg_set_key = "v1_msg_set_key" (ptr: *const u8, len: usize) -> i32;
     fn event_subscription = "v1_event_subscription" (buf: *mut u8, cap: usize) -> i32;
     fn event_group = "v1_event_group" (buf: *mut u8, cap: usize) -> i32;
     fn event_attempt = "v1_event_attempt" () -> i32;
@@ -44,6 +46,7 @@ imports! {
     fn event_reason = "v1_event_reason" (buf: *mut u8, cap: usize) -> i32;
     fn emit = "v1_emit" (topic: *const u8, topic_len: usize, payload: *const u8, payload_len: usize) -> i32;
     fn emit_header = "v1_emit_header" (handle: i32, key: *const u8, key_len: usize, val: *const u8, val_len: usize) -> i32;
+    fn emit_key = "v1_emit_key" (handle: i32, ptr: *const u8, len: usize) -> i32;
 }
 
 /// The numbers of the ABI (docs/ABI.md).
@@ -117,6 +120,8 @@ pub mod consts {
     pub const IN_ENTRY: i32 = 16;
     /// inbox: the length of an absent value
     pub const ABSENT_LEN: u32 = 4294967295;
+    /// limit: the longest message key, in bytes (v1_msg_set_key, v1_emit_key)
+    pub const MAX_KEY_BYTES: i32 = 256;
     /// write list: bytes of one record
     pub const WRITE_SIZE: i32 = 20;
     /// write list: a: the payload

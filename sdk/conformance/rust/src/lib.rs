@@ -43,6 +43,15 @@ fn on_publish() -> Result<Publish, Error> {
             msg::set_payload(&[])?;
             Publish::Pass
         }
+        "c.key" => {
+            msg::set_header("key-was", &msg::key())?;
+            let tenant = msg::header("tenant").unwrap_or_default();
+            if msg::set_key(&tenant).is_err() {
+                return Ok(Publish::reject(code::INVALID_ARGUMENT, "key refused"));
+            }
+            emit("c.key.emitted", b"")?.key(&format!("e-{}", tenant))?;
+            Publish::Pass
+        }
         "c.emit" => {
             let to = config::get("emit_topic").unwrap_or_default();
             emit_with(&to, &msg::payload(), &[("origin", &topic)])?;

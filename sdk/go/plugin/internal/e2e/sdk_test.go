@@ -117,6 +117,43 @@ func TestSDKErrorsAndEmits(t *testing.T) {
 	emitted.None(t, 10*time.Millisecond)
 }
 
+// Ordering keys (issue 27): Key reads the message's key, SetKey changes it and refuses what
+// the broker would, EmitKeyed gives an emit its key and refuses a bad one before emitting;
+// through a publish frame, so on the SDK's batch loop (each message's host calls its own).
+func TestSDKKeys(t *testing.T) {
+	e := sdkcheck(t, nil)
+	s := e.fanout(t, "sdk.key")
+	emitted := e.fanout(t, "sdk.emitted")
+	frame := make([]broker.Draft, 3)
+	for i := range frame {
+		n := strconv.Itoa(i)
+		frame[i] = broker.Draft{Topic: "sdk.key", Key: "k" + n, Headers: broker.MakeHeaders(map[string]string{"tenant": "t" + n})}
+	}
+	res, errs := make([]broker.PublishResult, len(frame)), make([]error, len(frame))
+	e.b.PublishBatch(frame, res, errs)
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	for i := range frame {
+		n := strconv.Itoa(i)
+		d := s.Next(t)
+		wantReport(t, report(t, d), "key=k"+n, "set=nil", "now=t"+n, "bad=invalid", "long=too_large", "after=t"+n, "emit=nil", "emitbad=invalid")
+		if d.Msg.Key != "t"+n {
+			t.Errorf("message %d delivered with key %q, want t%s", i, d.Msg.Key, n)
+		}
+	}
+	for i := range frame {
+		n := strconv.Itoa(i)
+		if d := emitted.Next(t); d.Msg.Key != "e-t"+n || string(d.Msg.Payload) != "t"+n {
+			t.Errorf("emit %d: key %q payload %q, want e-t%s", i, d.Msg.Key, d.Msg.Payload, n)
+		}
+	}
+	emitted.None(t, 10*time.Millisecond) // the bad key's emit did not go out
+	if st := e.chain.Stats()[0]; st.Batched != uint64(len(frame)) {
+		t.Errorf("%d of the frame's %d messages given in a batch", st.Batched, len(frame))
+	}
+}
+
 // Configuration reaches Init, Config and ConfigValue, escapes and all; Init can refuse.
 func TestSDKConfig(t *testing.T) {
 	e := sdkcheck(t, map[string]string{"multi": "line1\nline2\\end\r", "plain": "x", "empty": ""})
@@ -199,7 +236,7 @@ func TestSDKAckAndRedeliver(t *testing.T) {
 	time.Sleep(2 * time.Millisecond)
 	m.Ack([]string{id})
 	d := watch.Next(t)
-	want := "group=g;sub=jobs;attempt=1;inflight=true;id=" + id + ";topic=jobs.1;payload=job one;setheader=not_allowed;settopic=not_allowed"
+	want := "group=g;sub=jobs;attempt=1;inflight=true;id=" + id + ";topic=jobs.1;payload=job one;setheader=not_allowed;settopic=not_allowed;key=;setkey=not_allowed"
 	if d.Msg.Topic != "sdk.acked" || string(d.Msg.Payload) != want {
 		t.Errorf("on_ack emitted %s %q, want %q", d.Msg.Topic, d.Msg.Payload, want)
 	}

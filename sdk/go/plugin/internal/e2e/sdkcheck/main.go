@@ -101,6 +101,16 @@ func publish(m *plugin.Message) plugin.Verdict {
 		if err := m.SetTopic("bad topic"); errors.As(err, &se) {
 			report("status=" + strconv.Itoa(int(se.Status)) + " " + err.Error())
 		}
+	case "sdk.key":
+		report("key=" + m.Key())
+		tenant, _ := m.Header("tenant")
+		report("set=" + errName(m.SetKey(tenant)))
+		report("now=" + m.Key())
+		report("bad=" + errName(m.SetKey("a\nb")))
+		report("long=" + errName(m.SetKey(strings.Repeat("k", 257))))
+		report("after=" + m.Key())
+		report("emit=" + errName(plugin.EmitKeyed("sdk.emitted", "e-"+tenant, []byte(tenant), nil)))
+		report("emitbad=" + errName(plugin.EmitKeyed("sdk.emitted", "a\x00", nil, nil)))
 	case "sdk.config":
 		report("config=" + strings.NewReplacer("\n", `\n`, "\\", `\\`).Replace(render(plugin.Config())))
 		v, ok := plugin.ConfigValue("multi")
@@ -145,6 +155,8 @@ func ack(m *plugin.Message, ev plugin.Event) {
 		"payload=" + string(m.Payload()),
 		"setheader=" + errName(m.SetHeader("x", "y")),
 		"settopic=" + errName(m.SetTopic("x")),
+		"key=" + m.Key(),
+		"setkey=" + errName(m.SetKey("x")),
 	}
 	if err := plugin.Emit("sdk.acked", []byte(strings.Join(r, ";")), nil); err != nil {
 		panic(err)
