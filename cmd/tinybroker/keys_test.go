@@ -2,8 +2,11 @@ package main
 
 import (
 	"context"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"go.uber.org/goleak"
 
 	"github.com/tinybroker/tinybroker/internal/testing/brokertest"
 	adminpb "github.com/tinybroker/tinybroker/proto/tinybroker/admin/v1"
@@ -147,5 +150,45 @@ func TestKeyUsageErrors(t *testing.T) {
 	}
 	if s := b.Stats(); s.Published != 0 || len(s.Groups) != 0 || len(s.Subscriptions) != 0 {
 		t.Fatalf("after usage errors the broker has %+v", s)
+	}
+}
+
+// A group declared with ordering and fair_by has them from start-up: DescribeGroup (groups
+// show) reports them beside its overflow, a member that leaves them out takes them (sub says
+// so), and one that asks for another ordering is refused.
+func TestServeDeclaredKeyedGroup(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	cfg := filepath.Join(t.TempDir(), "tb.hcl")
+	writeConfig(t, cfg, "group \"billing\" {\n  topics = [\"pay.>\"]\n  ordering = \"key\"\n  fair_by = \"header:tenant\"\n  overflow = \"drop_oldest\"\n}\n")
+	addr, _, done, cancel := startServe(t, "--config", cfg)
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	var g adminpb.Group
+	fromJSON(t, ok(t, "groups", "show", "--json", "--addr", addr.String(), "billing"), &g)
+	if s := g.GetSettings(); !g.GetDeclared() || s.GetOrdering() != "key" || s.GetFairBy() != "header:tenant" || s.GetOverflow() != "drop_oldest" {
+		t.Fatalf("declared group: %v, want declared, ordering key, fair_by header:tenant, overflow drop_oldest", &g)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	var stderr brokertest.Log
+	res := make(chan error, 1)
+	go func() {
+		res <- runSub(ctx, []string{"--addr", addr.String(), "--group", "billing", "pay.>"}, &brokertest.Log{}, &stderr)
+	}()
+	brokertest.Eventually(t, "the subscription", func() bool { return strings.HasPrefix(stderr.String(), "subscribed to ") })
+	if !strings.Contains(stderr.String(), "ordered by key, fair by header:tenant") {
+		t.Fatalf("a member of the declared group: %q, want the group's ordering and fairness", stderr.String())
+	}
+	_, errOut, code := cli(t, "sub", "--addr", addr.String(), "--group", "billing", "--ordering", "group", "pay.>")
+	if code == 0 || !strings.Contains(errOut, `has ordering "key", this member asked for "group"`) {
+		t.Fatalf("a member asking for another ordering: exit %d, %q", code, errOut)
+	}
+	stop()
+	if err := brokertest.Receive(t, res, "sub to return"); err != nil {
+		t.Fatalf("sub: %v", err)
 	}
 }
