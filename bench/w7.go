@@ -9,13 +9,13 @@ import (
 	"math"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/tinybroker/tinybroker/broker"
 	"github.com/tinybroker/tinybroker/internal/wire"
@@ -152,8 +152,16 @@ type w7Member struct {
 	stream grpc.BidiStreamingClient[pb.SubscribeRequest, pb.SubscribeResponse]
 	cancel context.CancelFunc
 	acks   chan w7Ack
-	exited chan struct{}
+	exited chan struct{} // closed when receive returns
+	acked  chan struct{} // closed when ack returns
 	err    error
+}
+
+// stop ends the member's stream and waits for both its goroutines.
+func (m *w7Member) stop() {
+	m.cancel()
+	<-m.exited
+	<-m.acked
 }
 
 type w7Ack struct {
@@ -191,6 +199,7 @@ func (m *w7Member) receive(rec *w7Recorder) {
 }
 
 func (m *w7Member) ack(work time.Duration) {
+	defer close(m.acked)
 	for a := range m.acks {
 		if d := time.Until(a.due.Add(work)); d > 0 {
 			time.Sleep(d)
@@ -223,7 +232,7 @@ func (r *runner) w7rep(ctx context.Context, ph w7Phase, tag uint64) ([]metric, e
 	}
 	admin := adminpb.NewAdminClient(ctl)
 	// A group outlives its members: drop what an earlier run left in it.
-	if _, err := admin.DeleteGroup(ctx, &adminpb.DeleteGroupRequest{SubscriptionId: id}); err != nil && !strings.Contains(err.Error(), "NotFound") {
+	if _, err := admin.DeleteGroup(ctx, &adminpb.DeleteGroupRequest{SubscriptionId: id}); err != nil && status.Code(err) != codes.NotFound {
 		return nil, fmt.Errorf("delete group %s: %w", id, err)
 	}
 
@@ -232,8 +241,7 @@ func (r *runner) w7rep(ctx context.Context, ph w7Phase, tag uint64) ([]metric, e
 	var members []*w7Member
 	defer func() {
 		for _, m := range members {
-			m.cancel()
-			<-m.exited
+			m.stop()
 		}
 	}()
 	for range r.cfg.W7Members {
@@ -246,7 +254,7 @@ func (r *runner) w7rep(ctx context.Context, ph w7Phase, tag uint64) ([]metric, e
 		if err != nil {
 			return nil, err
 		}
-		m := &w7Member{stream: stream, cancel: cancel, acks: make(chan w7Ack, 4*r.cfg.W7InFlight), exited: make(chan struct{})}
+		m := &w7Member{stream: stream, cancel: cancel, acks: make(chan w7Ack, 4*r.cfg.W7InFlight), exited: make(chan struct{}), acked: make(chan struct{})}
 		members = append(members, m)
 		go m.receive(rec)
 		go m.ack(r.cfg.W7Work)
@@ -305,8 +313,7 @@ func (r *runner) w7rep(ctx context.Context, ph w7Phase, tag uint64) ([]metric, e
 	slices.Sort(lat)
 	pct := func(q float64) float64 { return float64(lat[int(math.Ceil(q*float64(len(lat))))-1]) / 1e3 }
 	for _, m := range members {
-		m.cancel()
-		<-m.exited
+		m.stop()
 	}
 	members = nil
 	if _, err := admin.DeleteGroup(ctx, &adminpb.DeleteGroupRequest{SubscriptionId: id}); err != nil {
