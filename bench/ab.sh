@@ -4,7 +4,9 @@
 # (alternating, so that the machine's drift hits both), and drives both with the same bench
 # client (B's). Prints every repetition's line and, per workload, the medians and B ÷ A.
 #   bench/ab.sh A_REV B_REV [ROUNDS] [WORKLOAD ...]     # e.g. bench/ab.sh HEAD~3 HEAD 3 W1 W2
-# B_REV may be "." for the working tree. RUN_FLAGS are passed to every `tinybroker bench`.
+# B_REV may be "." for the working tree. RUN_FLAGS are passed to every `tinybroker bench`,
+# A_RUN_FLAGS and B_RUN_FLAGS to one side's only: W2 with ordering keys against W2 without,
+# one binary: B_RUN_FLAGS='-keys 10000 -ordering key' bench/ab.sh . . 3 W2
 # SECURE=b (or a, or ab) serves that side over TLS with a user and its token, and its bench
 # client connects so: `SECURE=b bench/ab.sh . . 3 W1 W2` is the cost of TLS + a token, as a
 # ratio to plaintext, in one run (throwaway certificates from `tinybroker certs`).
@@ -54,9 +56,9 @@ EOF
 fi
 
 run() { # side workload -> the bench's result lines
-  local log="$tmp/serve.log" pid addr="" serve bench http="" scrape=() extra=A_SERVE_FLAGS
+  local log="$tmp/serve.log" pid addr="" serve bench http="" scrape=() extra=A_SERVE_FLAGS runextra=A_RUN_FLAGS
   if [ "$1" = a ]; then serve=("${serve_a[@]}"); bench=("${bench_a[@]}"); else serve=("${serve_b[@]}"); bench=("${bench_b[@]}"); fi
-  [ "$1" = b ] && extra=B_SERVE_FLAGS
+  [ "$1" = b ] && extra=B_SERVE_FLAGS runextra=B_RUN_FLAGS
   # shellcheck disable=SC2086
   "$tmp/$1" serve "${serve[@]}" --listen 127.0.0.1:0 ${!extra:-} 2>"$log" & pid=$!
   for _ in $(seq 100); do
@@ -68,7 +70,7 @@ run() { # side workload -> the bench's result lines
   fi
   http=$(grep 'http listening' "$log" | grep -o 'addr=[0-9.:]*' | head -1 | cut -d= -f2 || true)
   [ -z "$http" ] || scrape=(-scrape "http://$http/metrics" -scrape-every "${SCRAPE_EVERY:-1s}")
-  "$tmp/b" bench -addr "$addr" -server-pid "$pid" -w "$2" -reps 1 "${bench[@]}" "${scrape[@]}" ${RUN_FLAGS:-} 2>"$tmp/bench.err" | grep -v '^#' || true
+  "$tmp/b" bench -addr "$addr" -server-pid "$pid" -w "$2" -reps 1 "${bench[@]}" "${scrape[@]}" ${RUN_FLAGS:-} ${!runextra:-} 2>"$tmp/bench.err" | grep -v '^#' || true
   grep '^# scraper' "$tmp/bench.err" >&2 || true
   if ! kill "$pid" 2>/dev/null; then # it ended by itself: say why
     echo "# $1 $2: the broker exited during the run; its log ends:" >&2; tail -5 "$log" | sed 's/^/#   /' >&2

@@ -73,6 +73,20 @@ type Config struct {
 	// stream is idle and batches the messages that queue up meanwhile (default "frame").
 	W3Publish string
 
+	// Keys, if over 0, gives W2's (and W7's flood-free) messages keys, key-0 to key-<Keys-1>
+	// in turn; Ordering ("", "key" or "group") is the ordering W2's members ask for
+	// (OpenSubscription.ordering): W2 with -keys 10000 -ordering key is W2 with ordering on.
+	Keys     int
+	Ordering string
+	// FairBy is the fair_by of W7's fair phase ("key" or "header:tenant"; default "key").
+	FairBy string
+	// W7Quiet is W7's number of quiet keys (99), each publishing W7Rate messages a second
+	// (10); W7FloodRate caps the flooding key's rate (0: as fast as it can). W7Members
+	// members (4) hold up to W7InFlight messages each (16) and ack each W7Work (5ms) after
+	// receiving it, so the group takes W7Members*W7InFlight/W7Work messages a second.
+	W7Quiet, W7Rate, W7FloodRate, W7Members, W7InFlight int
+	W7Work                                              time.Duration
+
 	// W4Addr is a second broker, already running with W4's plugins loaded, compared with the
 	// plain broker at Addr. Needed for W4 when Addr is set.
 	W4Addr string
@@ -89,7 +103,7 @@ type Config struct {
 	// Streams is W6's number of fanout subscriber streams, each on a topic of its own (10,000).
 	Streams int
 	// Duration is W6's measured phase per repetition, every topic getting a message a second
-	// (10s).
+	// (10s), and W7's publishing time per phase.
 	Duration time.Duration
 	// W6Conns is the number of connections W6's streams are spread over (8).
 	W6Conns int
@@ -112,8 +126,8 @@ func (c *Config) setDefaults() error {
 		c.Workloads = []string{"W1", "W2", "W3", "W5", "W6"}
 	}
 	for _, w := range c.Workloads {
-		if w != "W3" && w != "W4" && w != "W6" && defaultN[w] == 0 {
-			return fmt.Errorf("unknown workload %q: use W1, W2, W3, W4, W5 or W6", w)
+		if w != "W3" && w != "W4" && w != "W6" && w != "W7" && defaultN[w] == 0 {
+			return fmt.Errorf("unknown workload %q: use W1, W2, W3, W4, W5, W6 or W7", w)
 		}
 	}
 	def := func(v *int, d int) {
@@ -157,7 +171,10 @@ func (c *Config) setDefaults() error {
 	if err := c.w4Defaults(); err != nil {
 		return err
 	}
-	return c.w6Defaults()
+	if err := c.w6Defaults(); err != nil {
+		return err
+	}
+	return c.w7Defaults()
 }
 
 // Run runs cfg's workloads, printing one line per repetition and a line of medians for each on
@@ -206,7 +223,7 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 		case "W1":
 			err = r.repeat("W1 tinybroker", r.w1)
 		case "W2":
-			err = r.repeat("W2 tinybroker", r.w2)
+			err = r.repeat("W2 tinybroker"+r.keysLabel(), r.w2)
 		case "W3":
 			err = r.repeat("W3 tinybroker", r.w3)
 		case "W4":
@@ -215,6 +232,8 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 			err = r.w5()
 		case "W6":
 			err = r.w6()
+		case "W7":
+			err = r.w7()
 		}
 		if serr := stop(); err == nil && serr != nil {
 			err = fmt.Errorf("stop the in-process broker: %w", serr)
@@ -248,6 +267,12 @@ type metric struct {
 // line per repetition and a final line of medians. Each run of f gets a context that ends
 // after Timeout.
 func (r *runner) repeat(prefix string, f func(context.Context) ([]metric, error)) error {
+	_, err := r.repeatMedians(prefix, f)
+	return err
+}
+
+// repeatMedians is repeat, returning the medians.
+func (r *runner) repeatMedians(prefix string, f func(context.Context) ([]metric, error)) ([]metric, error) {
 	run := func(what string) ([]metric, error) {
 		ctx, cancel := context.WithTimeout(r.ctx, r.cfg.Timeout)
 		defer cancel()
@@ -259,14 +284,14 @@ func (r *runner) repeat(prefix string, f func(context.Context) ([]metric, error)
 	}
 	m, err := run("warm-up")
 	if err != nil {
-		return err
+		return nil, err
 	}
 	fmt.Fprintf(r.stderr, "# %s warmup %s\n", prefix, format(m))
 	var all [][]metric
 	for i := 1; i <= r.cfg.Reps; i++ {
 		m, err := run(fmt.Sprintf("repetition %d", i))
 		if err != nil {
-			return err
+			return nil, err
 		}
 		r.result(prefix, fmt.Sprintf("rep=%d", i), m, jsonLine{Rep: i})
 		all = append(all, m)
@@ -291,7 +316,7 @@ func (r *runner) repeat(prefix string, f func(context.Context) ([]metric, error)
 		}
 	}
 	r.result(prefix, fmt.Sprintf("reps=%d median", r.cfg.Reps), med, jsonLine{Reps: r.cfg.Reps, Median: true})
-	return nil
+	return med, nil
 }
 
 // jsonLine is a result line of bench --json: the workload (W1...), the labels of its text
@@ -336,7 +361,7 @@ func format(ms []metric) string {
 	for i, m := range ms {
 		if strings.HasSuffix(m.name, "_us") || strings.HasSuffix(m.name, "_pct") {
 			parts[i] = fmt.Sprintf("%s=%.1f", m.name, m.v)
-		} else if m.name == "ratio" || m.name == "target" || strings.HasSuffix(m.name, "_per_msg") {
+		} else if m.name == "ratio" || m.name == "target" || strings.HasSuffix(m.name, "_per_msg") || strings.HasSuffix(m.name, "_ratio") {
 			parts[i] = fmt.Sprintf("%s=%.2f", m.name, m.v)
 		} else {
 			parts[i] = fmt.Sprintf("%s=%.0f", m.name, m.v)

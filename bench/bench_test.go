@@ -116,6 +116,38 @@ func TestW2(t *testing.T) {
 	}
 }
 
+// W2 with keys and ordering: the members ask for ordering key (the bench checks that the
+// group has it), every message is delivered once.
+func TestW2Keyed(t *testing.T) {
+	fs := figures(t, quick(t, "W2", func(c *Config) { c.Reps, c.Keys, c.Ordering = 2, 100, "key" }), "W2 tinybroker keys=100 ordering=key")
+	positive(t, fs, "acked_msgs_per_s", "elapsed_ms")
+	if fs["redelivered"] != 0 {
+		t.Errorf("redelivered = %v, want 0", fs["redelivered"])
+	}
+}
+
+// W7's three phases each print their lines, and the summary the p99 ratios; no quiet
+// message is lost or duplicated (the in-process broker refuses rather than drops, and
+// refused quiet messages are sent again), and the flood is delivered in the phases it runs.
+func TestW7(t *testing.T) {
+	out := quick(t, "W7", func(c *Config) {
+		c.Duration, c.W7Quiet, c.W7Rate, c.W7FloodRate, c.W7Work = time.Second, 5, 50, 5000, time.Millisecond
+	})
+	for _, ph := range []string{"phase=alone fair_by=key", "phase=fifo fair_by=none", "phase=fair fair_by=key"} {
+		fs := figures(t, out, "W7 tinybroker "+ph)
+		positive(t, fs, "quiet_p50_us", "quiet_p99_us")
+		if fs["quiet_lost"] != 0 || fs["quiet_duplicated"] != 0 {
+			t.Errorf("%s: quiet_lost %v, quiet_duplicated %v; want 0", ph, fs["quiet_lost"], fs["quiet_duplicated"])
+		}
+		if flood := fs["flood_delivered_per_s"]; (ph != "phase=alone fair_by=key") != (flood > 0) {
+			t.Errorf("%s: flood_delivered_per_s %v", ph, flood)
+		}
+	}
+	if !regexp.MustCompile(`(?m)^W7 tinybroker summary reps=1 median fifo_p99_ratio=\S+ fair_p99_ratio=\S+ target=2.00$`).MatchString(out) {
+		t.Errorf("no summary line in:\n%s", out)
+	}
+}
+
 func TestW2GroupFullRetries(t *testing.T) {
 	// A consumer group that holds few messages refuses publishes; they are published again.
 	defer func(o memory.Options) { inProcessOptions = o }(inProcessOptions)
@@ -285,8 +317,12 @@ func TestW4Lang(t *testing.T) {
 
 func TestConfigErrors(t *testing.T) {
 	for _, cfg := range []Config{
-		{Workloads: []string{"W7"}},
+		{Workloads: []string{"W8"}},
 		{Size: 4},
+		{Keys: -1},
+		{Ordering: "keys"},
+		{Workloads: []string{"W7"}, FairBy: "tenant"},
+		{Workloads: []string{"W7"}, W7Members: -1},
 		{SubCounts: []int{3}},
 		{W3Publish: "carrier-pigeon"},
 		{Workloads: []string{"W6"}, Size: 8},

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,6 +36,8 @@ func (r *runner) blast(ctx context.Context, conn *grpc.ClientConn, topic string,
 	for i := range reqs {
 		reqs[i] = &pb.PublishRequest{Topic: topic, Payload: r.payload}
 	}
+	keys := benchKeys(r.cfg.Keys) // with -keys: key-0 ... in turn
+	next := 0
 	slots := make(chan struct{}, r.cfg.Window) // one token per unconfirmed frame
 	var retry atomic.Int64                     // refused messages not yet sent again
 	kick := make(chan struct{}, 1)             // signalled after retry grows
@@ -101,6 +104,12 @@ send:
 			break send
 		}
 		k := min(r.cfg.Batch, unsent)
+		if len(keys) > 0 {
+			for i := range k {
+				reqs[i].Key = keys[next]
+				next = (next + 1) % len(keys)
+			}
+		}
 		seq++
 		if start.IsZero() {
 			start = time.Now()
@@ -122,6 +131,15 @@ send:
 		}
 	}
 	return start, nil
+}
+
+// benchKeys returns the n keys -keys gives messages: key-0 to key-<n-1>.
+func benchKeys(n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = "key-" + strconv.Itoa(i)
+	}
+	return keys
 }
 
 // sink is a subscriber on a Subscribe stream of its own: it counts the messages it receives

@@ -9,6 +9,7 @@ import (
 	"io"
 	"math"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -58,6 +59,36 @@ func (r *runner) w1(ctx context.Context) ([]metric, error) {
 // only once the group is idle: no members, nothing queued or in flight.
 const w2Group = "w2"
 
+// w2GroupID is the group W2 uses and w2Topic its topic: w2Group and bench.w2, or with
+// -ordering "w2-<ordering>" and bench.w2.<ordering>, so that a run with ordering never shares
+// a group (and its settings) or a topic with one without: a group without members still
+// queues what its topic gets.
+func (r *runner) w2GroupID() string {
+	if r.cfg.Ordering == "" || r.cfg.Ordering == "none" {
+		return w2Group
+	}
+	return w2Group + "-" + r.cfg.Ordering
+}
+
+func (r *runner) w2Topic() string {
+	if r.cfg.Ordering == "" || r.cfg.Ordering == "none" {
+		return "bench.w2"
+	}
+	return "bench.w2." + r.cfg.Ordering
+}
+
+// keysLabel labels W2's lines with -keys and -ordering when they are set.
+func (r *runner) keysLabel() string {
+	var s string
+	if r.cfg.Keys > 0 {
+		s += " keys=" + strconv.Itoa(r.cfg.Keys)
+	}
+	if r.cfg.Ordering != "" {
+		s += " ordering=" + r.cfg.Ordering
+	}
+	return s
+}
+
 // W2: one publisher, a consumer group of 4 members (max_in_flight 256 each) that ack every
 // message by system_id, one AckBatch frame per received batch.
 func (r *runner) w2(ctx context.Context) ([]metric, error) {
@@ -68,7 +99,8 @@ func (r *runner) w2(ctx context.Context) ([]metric, error) {
 	conns := []*grpc.ClientConn{pub}
 	defer func() { closeAll(conns) }()
 	api := pb.NewBrokerClient(pub)
-	if err := waitGroup(ctx, api, "no members, nothing queued or in flight", func(g *pb.GroupStats) bool {
+	gid := r.w2GroupID()
+	if err := waitGroup(ctx, api, gid, "no members, nothing queued or in flight", func(g *pb.GroupStats) bool {
 		return g == nil || g.Members == 0 && g.Queued == 0 && g.InFlight == 0 && g.Delayed == 0
 	}); err != nil {
 		return nil, err
@@ -93,8 +125,8 @@ func (r *runner) w2(ctx context.Context) ([]metric, error) {
 		}
 		conns = append(conns, conn)
 		stream, cancel, subd, err := subscribe(ctx, conn, &pb.OpenSubscription{
-			SubscriptionId: w2Group, TopicPatterns: []string{"bench.w2"}, Mode: pb.DeliveryMode_DELIVERY_MODE_BALANCED,
-			ConsumerGroup: w2Group, MaxInFlight: 256})
+			SubscriptionId: gid, TopicPatterns: []string{r.w2Topic()}, Mode: pb.DeliveryMode_DELIVERY_MODE_BALANCED,
+			ConsumerGroup: gid, MaxInFlight: 256, Ordering: r.ordering()})
 		if err != nil {
 			return nil, err
 		}
@@ -103,6 +135,9 @@ func (r *runner) w2(ctx context.Context) ([]metric, error) {
 		if subd.GetMaxInFlight() != 256 {
 			return nil, fmt.Errorf("%s: the broker granted max_in_flight %d, not 256", m.name, subd.GetMaxInFlight())
 		}
+		if subd.GetOrdering() != r.ordering() {
+			return nil, fmt.Errorf("%s: the group has ordering %s, not %s", m.name, subd.GetOrdering(), r.ordering())
+		}
 		go func() {
 			m.run(int64(r.n), &acked, finish)
 			exited <- m
@@ -110,10 +145,10 @@ func (r *runner) w2(ctx context.Context) ([]metric, error) {
 	}
 
 	var pp pubProgress
-	stop := r.watch("bench.w2", func() string {
+	stop := r.watch(r.w2Topic(), func() string {
 		return fmt.Sprintf("%d of %d confirmed (%d refused: group full), %d acked", pp.confirmed.Load(), r.n, pp.refused.Load(), acked.Load())
 	})
-	start, err := r.blast(ctx, pub, "bench.w2", r.n, &pp)
+	start, err := r.blast(ctx, pub, r.w2Topic(), r.n, &pp)
 	stop()
 	if err != nil {
 		return nil, err
@@ -129,7 +164,7 @@ func (r *runner) w2(ctx context.Context) ([]metric, error) {
 
 	// The members keep acking whatever else comes (redeliveries) until the broker has
 	// applied every ack; only then may they leave, or it would redeliver their last messages.
-	if err := waitGroup(ctx, api, "nothing queued or in flight", func(g *pb.GroupStats) bool {
+	if err := waitGroup(ctx, api, gid, "nothing queued or in flight", func(g *pb.GroupStats) bool {
 		return g != nil && g.Queued == 0 && g.InFlight == 0 && g.Delayed == 0
 	}); err != nil {
 		return nil, err
@@ -141,7 +176,7 @@ func (r *runner) w2(ctx context.Context) ([]metric, error) {
 		all = append(all, m.seen...)
 	}
 	members = nil
-	if err := waitGroup(ctx, api, "no members", func(g *pb.GroupStats) bool { return g.GetMembers() == 0 }); err != nil {
+	if err := waitGroup(ctx, api, gid, "no members", func(g *pb.GroupStats) bool { return g.GetMembers() == 0 }); err != nil {
 		return nil, err
 	}
 	// A delivery is a redelivery if its attempt is over 1 or its system_id came before.
@@ -217,17 +252,17 @@ func (m *member) run(n int64, acked *atomic.Int64, finish func(time.Time)) {
 	}
 }
 
-// waitGroup polls the broker's stats until cond holds for W2's consumer group (nil if the
+// waitGroup polls the broker's stats until cond holds for the consumer group id (nil if the
 // broker has none yet).
-func waitGroup(ctx context.Context, api pb.BrokerClient, what string, cond func(*pb.GroupStats) bool) error {
+func waitGroup(ctx context.Context, api pb.BrokerClient, id, what string, cond func(*pb.GroupStats) bool) error {
 	for {
 		st, err := api.Stats(ctx, &pb.StatsRequest{})
 		if err != nil {
-			return fmt.Errorf("waiting for consumer group %q (%s): stats: %w", w2Group, what, err)
+			return fmt.Errorf("waiting for consumer group %q (%s): stats: %w", id, what, err)
 		}
 		var g *pb.GroupStats
 		for _, x := range st.GetGroups() {
-			if x.GetSubscriptionId() == w2Group {
+			if x.GetSubscriptionId() == id {
 				g = x
 			}
 		}
@@ -237,7 +272,7 @@ func waitGroup(ctx context.Context, api pb.BrokerClient, what string, cond func(
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("waiting for consumer group %q (%s): %w; it has %d members, %d queued, %d in flight, %d delayed",
-				w2Group, what, ctx.Err(), g.GetMembers(), g.GetQueued(), g.GetInFlight(), g.GetDelayed())
+				id, what, ctx.Err(), g.GetMembers(), g.GetQueued(), g.GetInFlight(), g.GetDelayed())
 		case <-time.After(2 * time.Millisecond):
 		}
 	}

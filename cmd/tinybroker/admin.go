@@ -310,6 +310,12 @@ func (a *app) printGroup(g *adminpb.Group) error {
 		{"dead letters", fmt.Sprintf("%d kept (%s; max %d, %s), %d dead-lettered to %s, %d dropped from the store",
 			g.GetDeadLetters(), bytesText(g.GetDeadLetterBytes()), s.GetDeadLettersMax(), bytesText(s.GetDeadLettersMaxBytes()), g.GetDeadLettered(), s.GetDeadLetterTopic(), g.GetDeadLettersDropped())},
 	}
+	if d := dispatchRow(s); d != "" {
+		rows = append(rows, [2]string{"dispatch", d})
+	}
+	if s.GetOrdering() != "" || s.GetFairBy() != "" {
+		rows = append(rows, [2]string{"keys", keysRow(g)})
+	}
 	if n := s.GetReplicas(); n > 1 { // JetStream keeping several copies: one is the usual case
 		rows = slices.Insert(rows, 3, [2]string{"replicas", fmt.Sprintf("%d (copies of its messages JetStream keeps)", n)})
 	}
@@ -330,6 +336,42 @@ func (a *app) printGroup(g *adminpb.Group) error {
 			m.GetAckDeadline().AsDuration(), shortDuration(time.Since(time.Unix(0, m.GetJoinedUnixNano()))))
 	}
 	return tw.Flush()
+}
+
+// dispatchRow is groups show's line on a group's ordering and fairness: "" for plain FIFO.
+func dispatchRow(s *adminpb.GroupSettings) string {
+	var parts []string
+	switch o := s.GetOrdering(); o {
+	case "":
+	case "key":
+		parts = append(parts, "ordering key (one message of a key at a time, keys in parallel)")
+	case "group":
+		parts = append(parts, "ordering group (one message at a time)")
+	default:
+		parts = append(parts, "ordering "+o)
+	}
+	if f := s.GetFairBy(); f != "" {
+		parts = append(parts, "fair by "+f+" (tenants take turns)")
+	}
+	return strings.Join(parts, "; ")
+}
+
+// keysRow is groups show's line on the keys a keyed group holds: how many, and the busiest
+// with what each holds, "(noisy)" after one flooding the group.
+func keysRow(g *adminpb.Group) string {
+	s := strconv.Itoa(int(g.GetKeys())) + " held"
+	if len(g.GetBusiestKeys()) == 0 {
+		return s
+	}
+	busiest := make([]string, len(g.GetBusiestKeys()))
+	for i, k := range g.GetBusiestKeys() {
+		name := quoteIfNeeded(k.GetKey())
+		busiest[i] = fmt.Sprintf("%s %d", name, k.GetHeld())
+		if k.GetNoisy() {
+			busiest[i] += " (noisy)"
+		}
+	}
+	return s + "; busiest: " + strings.Join(busiest, ", ")
 }
 
 func (a *app) groupsRmCmd() *cobra.Command {

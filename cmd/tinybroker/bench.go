@@ -27,6 +27,9 @@ medians for each on stdout (warm-ups and progress go to stderr):
   W5  1k/10k/100k subscriptions, 4 of them match   msgs_per_s, rss_per_sub_b
   W6  10k fanout streams, a topic each, 1 msg/s    p99_us (target 5 ms), rss_per_stream_b,
                                                    server_cpu_pct, lost
+  W7  99 quiet keys and 1 flooding key, a group    quiet_p50_us quiet_p99_us per phase (alone,
+      of 4 slow members; fair_by off and on        fifo, fair), flood_delivered_per_s
+W2 with -keys 10000 -ordering key is W2 with ordering keys on (10,000 keys in turn).
 W4 compares two brokers and runs only when asked for: with -addr, -w4-addr is a second one
 started with the plugins (tinybroker serve --config bench/w4-go.hcl); without -addr,
 -w4-config FILE loads that file's plugins into a second in-process broker. bench/run.sh runs
@@ -76,8 +79,17 @@ with one dash (-reps 5), as bench/run.sh does.`,
 	fs.StringVar(&cfg.W4Lang, "w4-lang", "", "W4: the plugins' language, for the output lines (default: <lang> of a -w4-config named w4-<lang>.hcl, else go)")
 	fs.StringVar(&w4base, "w4-workloads", "W1,W2", "W4: the workloads to run plain and with plugins")
 	fs.IntVar(&cfg.Streams, "streams", 10000, "W6: fanout subscriber streams, each on a topic of its own")
-	fs.DurationVar(&cfg.Duration, "duration", 10*time.Second, "W6: measured time per repetition; every topic gets a message a second")
+	fs.DurationVar(&cfg.Duration, "duration", 10*time.Second, "W6: measured time per repetition; every topic gets a message a second; W7: publishing time per phase")
 	fs.IntVar(&cfg.W6Conns, "w6-conns", 8, "W6: connections the streams are spread over")
+	fs.IntVar(&cfg.Keys, "keys", 0, "W1, W2, W5: give the messages keys, key-0 to key-<N-1> in turn (0: none)")
+	fs.StringVar(&cfg.Ordering, "ordering", "", "W2: the members' ordering: key (one message of a key at a time) or group (default: none)")
+	fs.StringVar(&cfg.FairBy, "fair-by", "key", "W7: the fair phases' fair_by: key or header:tenant")
+	fs.IntVar(&cfg.W7Quiet, "w7-quiet", 99, "W7: quiet keys")
+	fs.IntVar(&cfg.W7Rate, "w7-rate", 10, "W7: messages a second of each quiet key")
+	fs.IntVar(&cfg.W7FloodRate, "w7-flood-rate", 0, "W7: the flooding key's messages a second (0: as fast as it can)")
+	fs.IntVar(&cfg.W7Members, "w7-members", 4, "W7: the group's members")
+	fs.IntVar(&cfg.W7InFlight, "w7-in-flight", 16, "W7: each member's max_in_flight")
+	fs.DurationVar(&cfg.W7Work, "w7-work", 5*time.Millisecond, "W7: how long a member holds a message before it acks it (its work)")
 	fs.StringVar(&cfg.Scrape, "scrape", "", "GET this `URL` (the broker's http://HOST:PORT/metrics, serve --http-listen) every -scrape-every during the run, as Prometheus would: the cost of metrics")
 	fs.DurationVar(&cfg.ScrapeEvery, "scrape-every", time.Second, "how often -scrape scrapes")
 	fs.BoolVar(&cfg.JSON, "json", false, "print each result as a JSON object (workload, labels, rep or median, figures) instead of a line of name=value")

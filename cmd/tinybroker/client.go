@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/json"
@@ -21,6 +22,7 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/tinybroker/tinybroker/broker"
 	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
 	"github.com/tinybroker/tinybroker/sdk/go/client"
 )
@@ -29,9 +31,9 @@ import (
 var stdin io.Reader = os.Stdin
 
 func (a *app) pubCmd() *cobra.Command {
-	var addr string
+	var addr, key string
 	var timeout, sleep time.Duration
-	var count int
+	var count, keys int
 	var noTemplate, asJSON bool
 	var dial *dialFlags
 	headers := &keyValueFlag{values: map[string]string{}, what: "header", example: "-H content-type=application/json"}
@@ -45,11 +47,18 @@ With --count N it publishes N messages, --sleep apart, and DATA is a Go text/tem
 message's payload: {{.Count}} (1, 2, ...), {{.ID}} (a random id), {{.Time}} (RFC 3339, in
 nanoseconds), {{.Unix}} (seconds), {{.UnixNano}}. DATA without "{{" is sent as it is;
 --no-template sends it as it is whatever it holds. A template that does not parse, or names a
-field that is not one of these, is a usage error, and nothing is published.`,
+field that is not one of these, is a usage error, and nothing is published.
+
+--key K gives every message the ordering and fairness key K: a consumer group with ordering
+"key" delivers the messages of one key one at a time, in publish order, and one with fair_by
+"key" takes turns across keys. With --count, --keys N spreads the messages over N keys
+instead, key-0 to key-<N-1> in turn (or K-0 to K-<N-1> with --key K).`,
 		Example: `  tinybroker pub orders.created '{"id": 42}'
   tinybroker pub -H size=128 jobs.thumb.1 cat.jpg
   tinybroker pub jobs.raw - < input.bin
-  tinybroker pub orders.new 'order {{.Count}} at {{.Time}}' --count 10 --sleep 100ms`,
+  tinybroker pub orders.new 'order {{.Count}} at {{.Time}}' --count 10 --sleep 100ms
+  tinybroker pub --key customer-42 orders.paid '{"id": 42}'
+  tinybroker pub --count 100 --keys 10 jobs.thumb.1 'job {{.Count}}'`,
 		Args: exactArgs(2, "TOPIC and DATA"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			topic, data := args[0], []byte(args[1])
@@ -58,6 +67,13 @@ field that is not one of these, is a usage error, and nothing is published.`,
 			}
 			if sleep < 0 {
 				return usagef(cmd, "--sleep %v: want 0 or a positive duration", sleep)
+			}
+			if keys > 0 && count == 1 {
+				return usagef(cmd, "--keys %d spreads --count messages over keys: add --count N", keys)
+			}
+			keyOf, err := pubKeys(key, keys)
+			if err != nil {
+				return usagef(cmd, "%v", err)
 			}
 			if args[1] == "-" {
 				var err error
@@ -95,19 +111,27 @@ field that is not one of these, is a usage error, and nothing is published.`,
 					return fmt.Errorf("message %d's payload: %w", n, err)
 				}
 				ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
-				res, err := c.Publish(ctx, topic, body, h)
+				var opts []client.PublishOption
+				if k := keyOf(n); k != "" {
+					opts = append(opts, client.WithKey(k))
+				}
+				res, err := c.Publish(ctx, topic, body, h, opts...)
 				cancel()
 				if err != nil {
 					return dial.explain(sdkError{err}, addr)
 				}
 				if asJSON {
-					if err := json.NewEncoder(a.stdout).Encode(pubJSON{SystemID: res.SystemID, Topic: topic, Routed: res.Routed,
+					if err := json.NewEncoder(a.stdout).Encode(pubJSON{SystemID: res.SystemID, Topic: topic, Key: keyOf(n), Routed: res.Routed,
 						DroppedBy: res.DroppedBy, DropReason: res.DropReason, Duplicate: res.Duplicate}); err != nil {
 						return err
 					}
 					continue
 				}
-				fmt.Fprintf(a.stdout, "published %s to %s (routed to %d)\n", res.SystemID, topic, res.Routed)
+				if k := keyOf(n); k != "" {
+					fmt.Fprintf(a.stdout, "published %s to %s key %s (routed to %d)\n", res.SystemID, topic, quoteIfNeeded(k), res.Routed)
+				} else {
+					fmt.Fprintf(a.stdout, "published %s to %s (routed to %d)\n", res.SystemID, topic, res.Routed)
+				}
 				switch {
 				case res.DroppedBy != "":
 					fmt.Fprintf(a.stderr, "note: plugin %q dropped the message: %s\n", res.DroppedBy, orNone(res.DropReason))
@@ -125,7 +149,9 @@ field that is not one of these, is a usage error, and nothing is published.`,
 	f.IntVar(&count, "count", 1, "publish this many messages, DATA a template for each (see above)")
 	f.DurationVar(&sleep, "sleep", 0, "with --count: time between two messages")
 	f.BoolVar(&noTemplate, "no-template", false, "send DATA as it is, even with {{ in it")
-	f.BoolVar(&asJSON, "json", false, "print one JSON object per message published (system_id, topic, routed, dropped_by, drop_reason, duplicate)")
+	f.StringVar(&key, "key", "", "the messages' ordering and fairness `key` (at most 256 bytes of printable text)")
+	f.IntVar(&keys, "keys", 0, "with --count: spread the messages over `N` keys in turn, key-0 to key-<N-1> (--key K: K-0 ...)")
+	f.BoolVar(&asJSON, "json", false, "print one JSON object per message published (system_id, topic, key, routed, dropped_by, drop_reason, duplicate)")
 	dial = addDialFlags(f)
 	return c
 }
@@ -134,10 +160,32 @@ field that is not one of these, is a usage error, and nothing is published.`,
 type pubJSON struct {
 	SystemID   string `json:"system_id"`
 	Topic      string `json:"topic"`
+	Key        string `json:"key,omitempty"`
 	Routed     int    `json:"routed"`
 	DroppedBy  string `json:"dropped_by,omitempty"`
 	DropReason string `json:"drop_reason,omitempty"`
 	Duplicate  bool   `json:"duplicate,omitempty"`
+}
+
+// pubKeys returns the key of pub's message n (1, 2, ...): key for every message, or with
+// keys > 0 one of keys keys in turn, "<key or key>-0" to "-<keys-1>". It checks them as the
+// broker would (broker.ValidateKey), so that a bad key is a usage error before anything is
+// published.
+func pubKeys(key string, keys int) (func(n int) string, error) {
+	if keys < 0 {
+		return nil, fmt.Errorf("--keys %d: want 1 or more (or 0: one key, --key, for every message)", keys)
+	}
+	if keys == 0 {
+		if err := broker.ValidateKey(key); err != nil {
+			return nil, fmt.Errorf("--key: %v", strings.TrimPrefix(err.Error(), broker.ErrInvalidMessage.Error()+": "))
+		}
+		return func(int) string { return key }, nil
+	}
+	prefix := cmp.Or(key, "key") + "-"
+	if err := broker.ValidateKey(prefix + strconv.Itoa(keys-1)); err != nil {
+		return nil, fmt.Errorf("--key with --keys %d: %v", keys, strings.TrimPrefix(err.Error(), broker.ErrInvalidMessage.Error()+": "))
+	}
+	return func(n int) string { return prefix + strconv.Itoa((n-1)%keys) }, nil
 }
 
 // subJSON is sub --json's line per message: the payload as text when it is UTF-8, else in
@@ -145,6 +193,7 @@ type pubJSON struct {
 type subJSON struct {
 	SystemID       string            `json:"system_id"`
 	Topic          string            `json:"topic"`
+	Key            string            `json:"key,omitempty"`
 	SubscriptionID string            `json:"subscription_id"`
 	Attempt        int               `json:"attempt"`
 	Redelivered    bool              `json:"redelivered"`
@@ -155,7 +204,7 @@ type subJSON struct {
 }
 
 func messageJSON(m *client.Message) subJSON {
-	j := subJSON{SystemID: m.SystemID, Topic: m.Topic, SubscriptionID: m.SubscriptionID, Attempt: m.Attempt, Redelivered: m.Redelivered,
+	j := subJSON{SystemID: m.SystemID, Topic: m.Topic, Key: m.Key, SubscriptionID: m.SubscriptionID, Attempt: m.Attempt, Redelivered: m.Redelivered,
 		PublishedAt: m.PublishedAt.UTC().Format(time.RFC3339Nano), Headers: m.Headers.Map()}
 	if utf8.Valid(m.Payload) {
 		p := string(m.Payload)
@@ -203,7 +252,7 @@ func orNone(reason string) string {
 }
 
 func (a *app) subCmd() *cobra.Command {
-	var addr, group, id, ack, deadLetterTopic string
+	var addr, group, id, ack, deadLetterTopic, ordering, fairBy string
 	var maxInFlight, count, maxDeliveries int
 	var ackDeadline, nackDelay time.Duration
 	var asJSON bool
@@ -219,11 +268,19 @@ shares its messages with the other members.
 In a group, --ack says what becomes of each message printed: auto acks it (the default), nack
 nacks it (redelivered after --nack-delay, dead-lettered after --max-deliveries attempts), none
 leaves it unacked (redelivered after the ack deadline, or to the other members once this one
-leaves). The group's settings (--max-deliveries, --ack-deadline, --dead-letter-topic) are set
-by its first member.`,
+leaves). The group's settings (--max-deliveries, --dead-letter-topic, --ordering, --fair-by)
+are set by its first member; a later member may leave them out, or must ask for the same.
+
+--ordering key delivers the messages of one key (pub --key) one at a time, in publish order,
+keys in parallel across the members; --ordering group delivers one message of the group at a
+time (a single active consumer). --fair-by key takes turns across message keys, --fair-by
+header:NAME across the values of header NAME, so that one that floods does not delay the
+others. A message's key is printed as key=K (and "key" with --json).`,
 		Example: `  tinybroker sub 'orders.>'
   tinybroker sub --group resizers --count 10 'jobs.thumb.*'
-  tinybroker sub --group resizers --ack nack --max-deliveries 3 'jobs.thumb.*'   # see dead-lettering work`,
+  tinybroker sub --group resizers --ack nack --max-deliveries 3 'jobs.thumb.*'   # see dead-lettering work
+  tinybroker sub --group billing --ordering key 'orders.>'      # one message per key at a time
+  tinybroker sub --group jobs --fair-by header:tenant 'jobs.>'  # tenants take turns`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
 				return usagef(cmd, "sub needs at least one PATTERN, e.g. \"orders.>\"")
@@ -246,13 +303,23 @@ by its first member.`,
 				return usagef(cmd, "--ack, --max-deliveries, --ack-deadline, --nack-delay and --dead-letter-topic are for balanced subscriptions: add --group NAME")
 			case nackDelay > 0 && ack != "nack":
 				return usagef(cmd, "--nack-delay goes with --ack nack")
+			case group == "" && (ordering != "" || fairBy != ""):
+				return usagef(cmd, "--ordering and --fair-by are for balanced subscriptions: add --group NAME (a fanout subscription gets every message in publish order already)")
+			}
+			order, err := subOrdering(ordering)
+			if err != nil {
+				return usagef(cmd, "%v", err)
+			}
+			if err := (broker.Dispatch{FairBy: fairBy}).Check(); err != nil {
+				return usagef(cmd, "--fair-by: %s", strings.TrimPrefix(err.Error(), broker.ErrInvalidSubscription.Error()+": "))
 			}
 			dialOpts, err := dial.clientOptions()
 			if err != nil {
 				return err
 			}
 			return a.sub(cmd.Context(), addr, dial, dialOpts, client.SubscribeOptions{ID: id, Patterns: args, Group: group, MaxInFlight: maxInFlight,
-				MaxDeliveries: maxDeliveries, AckDeadline: ackDeadline, DeadLetterTopic: deadLetterTopic, NackDelay: nackDelay, ManualAck: ack == "none"}, count, ack, asJSON)
+				MaxDeliveries: maxDeliveries, AckDeadline: ackDeadline, DeadLetterTopic: deadLetterTopic, NackDelay: nackDelay, ManualAck: ack == "none",
+				Ordering: order, FairBy: fairBy}, count, ack, asJSON)
 		},
 	}
 	f := c.Flags()
@@ -266,9 +333,27 @@ by its first member.`,
 	f.IntVar(&maxDeliveries, "max-deliveries", 0, "with --group: attempts before a message is dead-lettered (0: the broker's default)")
 	f.DurationVar(&ackDeadline, "ack-deadline", 0, "with --group: a message not acked this long after delivery is redelivered (0: the broker's default)")
 	f.StringVar(&deadLetterTopic, "dead-letter-topic", "", "with --group: where dead letters go (default dlq.<subscription id>)")
-	f.BoolVar(&asJSON, "json", false, "print one JSON object per message (system_id, topic, subscription_id, attempt, redelivered, published_at, headers, payload or payload_base64)")
+	f.StringVar(&ordering, "ordering", "", "with --group: key (one message of a key at a time, keys in parallel), group (one message at a time) or none (default: the group's)")
+	f.StringVar(&fairBy, "fair-by", "", "with --group: key or header:NAME, take turns across message keys or that header's values (default: the group's)")
+	f.BoolVar(&asJSON, "json", false, "print one JSON object per message (system_id, topic, key, subscription_id, attempt, redelivered, published_at, headers, payload or payload_base64)")
 	dial = addDialFlags(f)
 	return c
+}
+
+// subOrdering reads sub's --ordering: "" (the group's, or none for a new group), "none",
+// "key" or "group".
+func subOrdering(s string) (client.Ordering, error) {
+	o, err := broker.ParseOrdering(s)
+	if err != nil {
+		return 0, fmt.Errorf("--ordering %q: want key (one message of a key at a time, keys in parallel), group (one message of the group at a time) or none", s)
+	}
+	switch o {
+	case broker.OrderingKey:
+		return client.OrderingKey, nil
+	case broker.OrderingGroup:
+		return client.OrderingGroup, nil
+	}
+	return client.OrderingNone, nil
 }
 
 // nackReason is the reason sub --ack nack gives its nacks: the dead-letter headers show it.
@@ -351,8 +436,8 @@ func (a *app) sub(ctx context.Context, addr string, dial *dialFlags, dialOpts []
 		case "none":
 			ackText = "acks none"
 		}
-		fmt.Fprintf(a.stderr, "subscribed to %s as %s of group %s (subscription %s; max in flight %d, ack deadline %v, max deliveries %s, dead letters to %s; %s)\n",
-			strings.Join(opts.Patterns, " "), set.MemberID, opts.Group, set.ID, set.MaxInFlight, set.AckDeadline, maxDel, set.DeadLetterTopic, ackText)
+		fmt.Fprintf(a.stderr, "subscribed to %s as %s of group %s (subscription %s; max in flight %d, ack deadline %v, max deliveries %s, dead letters to %s%s; %s)\n",
+			strings.Join(opts.Patterns, " "), set.MemberID, opts.Group, set.ID, set.MaxInFlight, set.AckDeadline, maxDel, set.DeadLetterTopic, dispatchText(set), ackText)
 	} else {
 		fmt.Fprintf(a.stderr, "subscribed to %s (subscription %s)\n", strings.Join(opts.Patterns, " "), set.ID)
 	}
@@ -367,6 +452,21 @@ func (a *app) sub(ctx context.Context, addr string, dial *dialFlags, dialOpts []
 	return nil
 }
 
+// dispatchText is sub's note of the group's ordering and fairness, "" if it has neither.
+func dispatchText(set client.Settings) string {
+	var s string
+	switch set.Ordering {
+	case client.OrderingKey:
+		s = ", ordered by key"
+	case client.OrderingGroup:
+		s = ", ordered: one message at a time"
+	}
+	if set.FairBy != "" {
+		s += ", fair by " + set.FairBy
+	}
+	return s
+}
+
 // sdkError drops the "tinybroker: " prefix of the client library's errors, since main
 // prefixes every error with it already. errors.Is and status.Code see the original.
 type sdkError struct{ err error }
@@ -375,10 +475,15 @@ func (e sdkError) Error() string { return strings.TrimPrefix(e.err.Error(), "tin
 func (e sdkError) Unwrap() error { return e.err }
 
 // formatMessage renders m as one line:
-// "[topic] system_id attempt=N payload {header=value, ...}".
+// "[topic] system_id [key=K] attempt=N payload {header=value, ...}" (key=K if it has one).
 func formatMessage(m *client.Message) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "[%s] %s attempt=%d", m.Topic, m.SystemID, m.Attempt)
+	fmt.Fprintf(&b, "[%s] %s", m.Topic, m.SystemID)
+	if m.Key != "" {
+		b.WriteString(" key=")
+		b.WriteString(quoteIfNeeded(m.Key))
+	}
+	fmt.Fprintf(&b, " attempt=%d", m.Attempt)
 	if len(m.Payload) > 0 {
 		b.WriteByte(' ')
 		b.WriteString(payloadText(m.Payload))

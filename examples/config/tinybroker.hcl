@@ -97,6 +97,10 @@ groups {
 #   dead_letters_max  = 10000
 #   redelivery_delay_min = "1s"
 #   redelivery_delay_max = "1m"
+#   ordering          = "key"              # "key": one message of a key at a time, keys in
+#                                          # parallel; "group": one at a time; default "none"
+#   fair_by           = "header:tenant"    # "key" or "header:<name>": tenants take turns;
+#                                          # default: none (FIFO)
 # }
 
 # Fanout subscriptions: every subscriber gets every message.

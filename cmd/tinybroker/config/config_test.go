@@ -221,6 +221,18 @@ func TestParseErrors(t *testing.T) {
 			[]string{"t.hcl:2,", "topics"}},
 		{"group with a bad size", "group \"g\" {\n  topics = [\"a\"]\n  max_queued_bytes = \"12 parsecs\"\n}\n",
 			[]string{"t.hcl:3,22-34", "is not a size"}},
+		{"group with a bad ordering", "group \"g\" {\n  topics = [\"a\"]\n  ordering = \"keys\"\n}\n",
+			[]string{"t.hcl:3,14-20", "Invalid ordering", `"keys" is not a valid ordering; use "none", "key" or "group"`}},
+		{"group with an unquoted ordering", "group \"g\" {\n  topics = [\"a\"]\n  ordering = 1\n}\n",
+			[]string{"t.hcl:3,14-15", "Wrong type for ordering", `one of "none", "key" or "group", in quotes; got a number`}},
+		{"group with a bad fair_by", "group \"g\" {\n  topics = [\"a\"]\n  fair_by = \"tenant\"\n}\n",
+			[]string{"t.hcl:3,13-21", "Invalid fair_by", `"tenant" is not a valid fair_by; use "key"`, `"header:<name>"`}},
+		{"group with fair_by a header without a name", "group \"g\" {\n  topics = [\"a\"]\n  fair_by = \"header:\"\n}\n",
+			[]string{"t.hcl:3,13-22", "Invalid fair_by", `"header:" is not a valid fair_by`}},
+		{"group with an empty fair_by", "group \"g\" {\n  topics = [\"a\"]\n  fair_by = \"\"\n}\n",
+			[]string{"t.hcl:3,13-15", "Invalid fair_by", "leave it out for FIFO"}},
+		{"ordering in the groups block", "groups {\n  ordering = \"key\"\n}\n",
+			[]string{"t.hcl:2,3-11", "Unsupported argument", `"ordering"`}},
 		{"duplicate group", "group \"g\" {\n  topics = [\"a\"]\n}\ngroup \"g\" {\n  topics = [\"b\"]\n}\n",
 			[]string{"t.hcl:4,7-10", "Duplicate group"}},
 		{"memory size zero", "memory {\n  max_bytes = 0\n}\n",
@@ -493,11 +505,22 @@ group "resizers" {
   max_deliveries    = 5
   max_queued_bytes  = "64MiB"
   overflow          = "drop_oldest"
+  ordering          = "key"
+  fair_by           = "header:tenant"
 }
 group "billing" {
   subscription_id   = "billing-v2"
   topics            = ["pay.>"]
   dead_letter_topic = "dlq.pay"
+  fair_by           = "key"
+}
+group "single" {
+  topics   = ["one.>"]
+  ordering = "group"
+}
+group "plain" {
+  topics   = ["plain.>"]
+  ordering = "none"
 }
 `
 	c := mustParse(t, src, "t.hcl")
@@ -506,8 +529,11 @@ group "billing" {
 	}
 	want := []broker.GroupConfig{
 		{ID: "resizers", Name: "resizers", Patterns: []string{"jobs.thumb.*", "jobs.resize.>"}, MaxDeliveries: 5,
-			Limits: broker.GroupLimits{MaxQueuedBytes: 64 << 20, Overflow: broker.OverflowDropOldest}},
-		{ID: "billing-v2", Name: "billing", Patterns: []string{"pay.>"}, DeadLetterTopic: "dlq.pay"},
+			Limits:   broker.GroupLimits{MaxQueuedBytes: 64 << 20, Overflow: broker.OverflowDropOldest},
+			Dispatch: broker.Dispatch{Ordering: broker.OrderingKey, FairBy: "header:tenant"}},
+		{ID: "billing-v2", Name: "billing", Patterns: []string{"pay.>"}, DeadLetterTopic: "dlq.pay", Dispatch: broker.Dispatch{FairBy: "key"}},
+		{ID: "single", Name: "single", Patterns: []string{"one.>"}, Dispatch: broker.Dispatch{Ordering: broker.OrderingGroup}},
+		{ID: "plain", Name: "plain", Patterns: []string{"plain.>"}},
 	}
 	if !reflect.DeepEqual(c.Groups, want) {
 		t.Fatalf("groups\n%+v\nwant\n%+v", c.Groups, want)

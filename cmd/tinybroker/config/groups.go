@@ -33,7 +33,31 @@ var groupSection = section{
 		timeoutAttr("redelivery_delay_min", -1, func(c *Config) *time.Duration { return &lastGroup(c).Limits.RedeliveryDelayMin }),
 		durationAttr("redelivery_delay_max", func(c *Config) *time.Duration { return &lastGroup(c).Limits.RedeliveryDelayMax }),
 		positiveIntAttr("replicas", func(c *Config) *int { return &lastGroup(c).Replicas }),
+		enumAttr("ordering", orderingChoices, func(c *Config) *broker.Ordering { return &lastGroup(c).Dispatch.Ordering }),
+		fairByAttr("fair_by", func(c *Config) *string { return &lastGroup(c).Dispatch.FairBy }),
 	},
+}
+
+var orderingChoices = []choice[broker.Ordering]{
+	{"none", broker.OrderingNone},
+	{"key", broker.OrderingKey},
+	{"group", broker.OrderingGroup},
+}
+
+// fairByAttr is a group's fair_by: "key", or "header:<name>" with a valid header name
+// (broker.Dispatch.Check).
+func fairByAttr(name string, field func(*Config) *string) attribute {
+	return attribute{name: name, decode: func(c *Config, name string, expr hcl.Expression) hcl.Diagnostics {
+		var s string
+		if diags := decodeString(name, `"key" or "header:<name>"`, expr, &s); diags.HasErrors() {
+			return diags
+		}
+		if err := (broker.Dispatch{FairBy: s}).Check(); err != nil || s == "" {
+			return invalid(expr, "Invalid "+name, `%q is not a valid %s; use "key" (take turns across message keys) or "header:<name>" (across that header's values, e.g. "header:tenant"), or leave it out for FIFO.`, s, name)
+		}
+		*field(c) = s
+		return nil
+	}}
 }
 
 var overflowChoices = []choice[broker.Overflow]{
