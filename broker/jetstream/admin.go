@@ -379,6 +379,22 @@ func (e *Engine) takeQueued(g *group, limit int) (int, error) {
 		prio = fmt.Sprintf(`,"group":%q,"id":%q`, pinGroup, pin)
 	}
 	n := 0
+	if ordered && limit == 0 { // a purge: what this node parked goes too
+		g.mu.Lock()
+		var parked []*kentry
+		if g.kq != nil {
+			parked = g.kq.sorted()
+		}
+		for _, ke := range parked {
+			if !ke.out {
+				g.chargeLocked(-g.kq.release(ke))
+				g.releaseLocked(msgCost(ke.msg), false)
+				_ = e.nc.Publish(ke.reply, []byte("+TERM"))
+				n++
+			}
+		}
+		g.mu.Unlock()
+	}
 	for limit == 0 || n < limit {
 		batch := 256
 		if limit > 0 {

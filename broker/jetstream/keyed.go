@@ -322,6 +322,10 @@ func (g *group) keyedArrivalLocked(msg *nats.Msg, info ackInfo) {
 func (g *group) keyedInbox() error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	return g.keyedInboxLocked()
+}
+
+func (g *group) keyedInboxLocked() error {
 	if g.ksub != nil {
 		return nil
 	}
@@ -340,7 +344,11 @@ func (g *group) keyedInbox() error {
 // members at once, with one inbox, so that what JetStream sends arrives in its order.
 // g.mu must be held.
 func (g *group) pullKeyedLocked() {
-	if g.kreqID != 0 || g.ksub == nil || len(g.members) == 0 || g.draining || g.removed || g.pinChecking || g.kq.full() {
+	if g.kreqID != 0 || len(g.members) == 0 || g.draining || g.removed || g.pinChecking || g.kq.full() {
+		return
+	}
+	if err := g.keyedInboxLocked(); err != nil { // ordering came on with members here (another node redefined the group)
+		g.e.log.Warn("ordered group: cannot subscribe its inbox", "group", g.id, "error", err)
 		return
 	}
 	room := 0
@@ -539,6 +547,7 @@ func (g *group) flushLocked(why string) {
 		}
 		delete(g.delayed, e.info.sseq)
 		g.chargeLocked(-g.kq.release(e))
+		g.waiting[e.info.sseq] = e.msg // as any message given back, until JetStream redelivers it
 		_ = g.e.nc.Publish(e.reply, []byte("-NAK"))
 	}
 	if why != "" {
