@@ -368,7 +368,7 @@ func (e *Engine) takeQueued(g *group, limit int) (int, error) {
 	defer func() { _ = sub.Unsubscribe() }()
 	subj := "$JS.API.CONSUMER.MSG.NEXT." + g.stream + "." + g.consumer
 	g.mu.Lock()
-	ordered, pin := g.kq != nil, g.pin
+	keyed, ordered, pin := g.kq != nil, g.ordered(), g.pin
 	g.mu.Unlock()
 	prio := ""
 	if ordered {
@@ -379,7 +379,7 @@ func (e *Engine) takeQueued(g *group, limit int) (int, error) {
 		prio = fmt.Sprintf(`,"group":%q,"id":%q`, pinGroup, pin)
 	}
 	n := 0
-	if ordered && limit == 0 { // a purge: what this node parked goes too
+	if keyed && limit == 0 { // a purge: what this node parked goes too
 		g.mu.Lock()
 		var parked []*kentry
 		if g.kq != nil {
@@ -485,11 +485,5 @@ func (e *Engine) Ready() error {
 	return e.unavailable()
 }
 
-// checkDispatch refuses the fairness this engine does not do yet (ordering it does:
-// keyed.go).
-func checkDispatch(d broker.Dispatch) error {
-	if d.FairBy != "" {
-		return fmt.Errorf("%w: fair_by is not available on engine \"jetstream\" yet (ordering is); run on engine \"memory\" for it, or leave it unset", broker.ErrInvalidSubscription)
-	}
-	return nil
-}
+// checkDispatch checks a group's ordering and fairness (keyed.go does both).
+func checkDispatch(d broker.Dispatch) error { return d.Check() }

@@ -52,19 +52,22 @@ const (
 	pinGroup     = "tinybroker"  // the consumer's one priority group
 	hdrPin       = "Nats-Pin-Id" // the pin a message was delivered under
 	keyLaneCost  = 160           // what a lane costs besides its key
+	tenantCost   = 192           // what a tenant costs besides its name
+	fairWindow   = 256           // with fair_by, a node pulls ahead up to this many messages, to take turns among
 	metaOrdering = "tinybroker-ordering"
 	metaFairBy   = "tinybroker-fair-by"
 )
 
-// kentry is a message an ordered group's node pulled and has not settled.
+// kentry is a message a keyed group's node pulled and has not settled.
 type kentry struct {
 	msg     *broker.Message
 	reply   string
 	info    ackInfo
-	attempt uint32 // the attempt it was last handed out as (0: never)
-	lane    *klane // nil: not ordered (no key)
-	out     bool   // held by a member, delayed, or with the hooks
-	gone    bool   // settled, or given back to JetStream
+	attempt uint32   // the attempt it was last handed out as (0: never)
+	lane    *klane   // nil: not ordered (no key)
+	tn      *ktenant // the tenant it counts for
+	out     bool     // held by a member, delayed, or with the hooks
+	gone    bool     // settled, or given back to JetStream
 	touched time.Time
 	timer   *time.Timer // a nack's delay
 }
@@ -72,25 +75,40 @@ type kentry struct {
 // klane holds the messages of one order key that wait, by stream sequence.
 type klane struct {
 	key   string
+	t     *ktenant
 	q     []*kentry
 	busy  *kentry // its message out, if any
-	ready bool    // in keyq.ready
+	ready bool    // in t.ready
 }
 
-// keyq is what an ordered group's node holds: every message it pulled and has not settled.
+// ktenant is fair_by's tenant (one, "", without fair_by): its ready lanes in turn, and its
+// waiting messages without an order key.
+type ktenant struct {
+	name    string
+	ready   []*klane
+	free    []*kentry // by stream sequence
+	inReady bool      // in keyq.ready
+	held    int       // its messages this node holds
+	noisy   bool
+}
+
+// keyq is what a keyed group's node holds: every message it pulled and has not settled.
+// Dispatch takes turns across tenants with a message that may go; within a tenant, the older
+// of its next ready lane's head and its first message without a key.
 type keyq struct {
-	d      broker.Dispatch
-	lanes  map[string]*klane
-	ready  []*klane  // lanes whose head may go, in the order they became ready
-	free   []*kentry // waiting messages without an order key, by stream sequence
-	bySeq  map[uint64]*kentry
-	parked int   // waiting (not out)
-	pbytes int64 // their cost
-	bytes  int64 // what the lanes cost
+	d       broker.Dispatch
+	lanes   map[string]*klane
+	tenants map[string]*ktenant
+	ready   []*ktenant // tenants with a message that may go, in turn
+	bySeq   map[uint64]*kentry
+	parked  int   // waiting (not out)
+	pbytes  int64 // their cost
+	bytes   int64 // what the lanes and tenants cost
+	noisy   []string
 }
 
 func newKeyq(d broker.Dispatch) *keyq {
-	return &keyq{d: d, lanes: make(map[string]*klane), bySeq: make(map[uint64]*kentry)}
+	return &keyq{d: d, lanes: make(map[string]*klane), tenants: make(map[string]*ktenant), bySeq: make(map[uint64]*kentry)}
 }
 
 func (k *keyq) full() bool { return k.parked >= keyParkMax || k.pbytes >= keyParkBytes }
@@ -104,8 +122,9 @@ func insert(q []*kentry, e *kentry) []*kentry {
 	return slices.Insert(q, i, e)
 }
 
-// add parks a message JetStream delivered; it returns the lanes' cost it added, or -1 if the
-// node holds that message already (JetStream redelivered it: the newer reply is kept).
+// add parks a message JetStream delivered; it returns the lanes' and tenants' cost it
+// added, or -1 if the node holds that message already (JetStream redelivered it: the newer
+// reply is kept).
 func (k *keyq) add(e *kentry) int64 {
 	if old := k.bySeq[e.info.sseq]; old != nil {
 		old.reply, old.info = e.reply, e.info
@@ -113,15 +132,29 @@ func (k *keyq) add(e *kentry) int64 {
 	}
 	k.bySeq[e.info.sseq] = e
 	var cost int64
-	if okey, ordered := k.d.OrderKey(e.msg.Key); ordered {
-		l := k.lanes[okey]
-		if l == nil {
-			l = &klane{key: okey}
-			k.lanes[okey] = l
-			cost = keyLaneCost + int64(len(okey))
-			k.bytes += cost
+	okey, ordered := k.d.OrderKey(e.msg.Key)
+	if ordered {
+		e.lane = k.lanes[okey]
+	}
+	if e.lane != nil {
+		e.tn = e.lane.t // a key's messages count for the tenant of its lane
+	} else {
+		name := k.d.Tenant(e.msg.Key, e.msg.Headers)
+		if e.tn = k.tenants[name]; e.tn == nil {
+			e.tn = &ktenant{name: name}
+			k.tenants[name] = e.tn
+			cost += tenantCost + int64(len(name))
 		}
-		e.lane = l
+		if ordered {
+			e.lane = &klane{key: okey, t: e.tn}
+			k.lanes[okey] = e.lane
+			cost += keyLaneCost + int64(len(okey))
+		}
+	}
+	e.tn.held++
+	k.bytes += cost
+	if k.d.FairBy != "" {
+		k.checkNoisy(e.tn)
 	}
 	k.park(e)
 	return cost
@@ -140,42 +173,65 @@ func (k *keyq) park(e *kentry) {
 		k.readied(l)
 		return
 	}
-	k.free = insert(k.free, e)
+	e.tn.free = insert(e.tn.free, e)
+	k.tenantReady(e.tn)
 }
 
 func (k *keyq) readied(l *klane) {
 	if !l.ready && l.busy == nil && len(l.q) > 0 {
 		l.ready = true
-		k.ready = append(k.ready, l)
+		l.t.ready = append(l.t.ready, l)
+		k.tenantReady(l.t)
 	}
 }
 
-// pop returns the next message that may go (the older of the first ready lane's head and
-// the first free message), now out; nil if none may.
-func (k *keyq) pop() *kentry {
-	for len(k.ready) > 0 && (len(k.ready[0].q) == 0 || k.ready[0].busy != nil) {
-		k.ready[0].ready = false
-		k.ready = k.ready[1:]
+func (k *keyq) tenantReady(t *ktenant) {
+	if !t.inReady && (len(t.ready) > 0 || len(t.free) > 0) {
+		t.inReady = true
+		k.ready = append(k.ready, t)
 	}
-	var e *kentry
-	switch {
-	case len(k.ready) > 0 && (len(k.free) == 0 || k.ready[0].q[0].info.sseq < k.free[0].info.sseq):
-		l := k.ready[0]
-		l.ready = false
+}
+
+// pop returns the next message that may go, now out; nil if none may.
+func (k *keyq) pop() *kentry {
+	for len(k.ready) > 0 {
+		t := k.ready[0]
 		k.ready = k.ready[1:]
-		e = l.q[0]
+		t.inReady = false
+		e := k.popTenant(t)
+		k.tenantReady(t) // its next turn comes after the other tenants'
+		if e != nil {
+			e.out = true
+			k.parked--
+			k.pbytes -= msgCost(e.msg)
+			return e
+		}
+	}
+	return nil
+}
+
+// popTenant takes t's next message: the older of its first ready lane's head and its first
+// message without a key.
+func (k *keyq) popTenant(t *ktenant) *kentry {
+	for len(t.ready) > 0 && (len(t.ready[0].q) == 0 || t.ready[0].busy != nil) {
+		t.ready[0].ready = false
+		t.ready = t.ready[1:]
+	}
+	switch {
+	case len(t.ready) > 0 && (len(t.free) == 0 || t.ready[0].q[0].info.sseq < t.free[0].info.sseq):
+		l := t.ready[0]
+		l.ready = false
+		t.ready = t.ready[1:]
+		e := l.q[0]
 		l.q = l.q[1:]
 		l.busy = e
-	case len(k.free) > 0:
-		e = k.free[0]
-		k.free = k.free[1:]
-	default:
-		return nil
+		return e
+	case len(t.free) > 0:
+		e := t.free[0]
+		t.free = t.free[1:]
+		return e
 	}
-	e.out = true
-	k.parked--
-	k.pbytes -= msgCost(e.msg)
-	return e
+	return nil
 }
 
 // unpark takes e, waiting, out of its lane (to give it back or settle it where it waits).
@@ -187,8 +243,8 @@ func (k *keyq) unpark(e *kentry) {
 		if i := slices.Index(l.q, e); i >= 0 {
 			l.q = slices.Delete(l.q, i, i+1)
 		}
-	} else if i := slices.Index(k.free, e); i >= 0 {
-		k.free = slices.Delete(k.free, i, i+1)
+	} else if i := slices.Index(e.tn.free, e); i >= 0 {
+		e.tn.free = slices.Delete(e.tn.free, i, i+1)
 	}
 	e.out = true
 	k.parked--
@@ -196,7 +252,7 @@ func (k *keyq) unpark(e *kentry) {
 }
 
 // release forgets e, settled for good or given back: its key's next message may go. It
-// returns what that freed of the lanes' cost.
+// returns what that freed of the lanes' and tenants' cost.
 func (k *keyq) release(e *kentry) (freed int64) {
 	if e.gone {
 		return 0
@@ -207,20 +263,36 @@ func (k *keyq) release(e *kentry) (freed int64) {
 		e.timer.Stop()
 	}
 	delete(k.bySeq, e.info.sseq)
-	l := e.lane
-	if l == nil {
-		return 0
+	if l := e.lane; l != nil {
+		if l.busy == e {
+			l.busy = nil
+			k.readied(l)
+		}
+		if l.busy == nil && len(l.q) == 0 && k.lanes[l.key] == l {
+			delete(k.lanes, l.key)
+			freed += keyLaneCost + int64(len(l.key))
+		}
 	}
-	if l.busy == e {
-		l.busy = nil
-		k.readied(l)
+	t := e.tn
+	t.held--
+	if t.noisy && t.held*20 < len(k.bySeq) {
+		t.noisy = false
 	}
-	if l.busy == nil && len(l.q) == 0 && k.lanes[l.key] == l {
-		delete(k.lanes, l.key)
-		freed = keyLaneCost + int64(len(l.key))
-		k.bytes -= freed
+	if t.held <= 0 && k.tenants[t.name] == t {
+		delete(k.tenants, t.name)
+		freed += tenantCost + int64(len(t.name))
 	}
+	k.bytes -= freed
 	return freed
+}
+
+// checkNoisy marks t noisy when it holds more than a tenth of what this node holds of the
+// group (and at least broker.NoisyMin), once per episode, to be logged.
+func (k *keyq) checkNoisy(t *ktenant) {
+	if !t.noisy && t.held >= broker.NoisyMin && t.held*10 > len(k.bySeq)+1 {
+		t.noisy = true
+		k.noisy = append(k.noisy, t.name)
+	}
 }
 
 // sorted returns every entry, by stream sequence.
@@ -233,16 +305,24 @@ func (k *keyq) sorted() []*kentry {
 	return es
 }
 
-// busiest returns how many keys hold messages here and the broker.BusiestKeys that hold
-// the most (waiting and out), most first.
+// busiest returns how many keys (with fair_by, tenants) hold messages here and the
+// broker.BusiestKeys that hold the most (waiting and out), most first.
 func (k *keyq) busiest() (int, []broker.KeyLoad) {
 	var top []broker.KeyLoad
-	for key, l := range k.lanes {
-		held := len(l.q)
-		if l.busy != nil {
-			held++
+	n := len(k.lanes)
+	if k.d.FairBy != "" {
+		n = len(k.tenants)
+		for name, t := range k.tenants {
+			top = append(top, broker.KeyLoad{Key: name, Held: t.held, Noisy: t.noisy})
 		}
-		top = append(top, broker.KeyLoad{Key: key, Held: held})
+	} else {
+		for key, l := range k.lanes {
+			held := len(l.q)
+			if l.busy != nil {
+				held++
+			}
+			top = append(top, broker.KeyLoad{Key: key, Held: held})
+		}
 	}
 	slices.SortFunc(top, func(a, b broker.KeyLoad) int {
 		if c := cmp.Compare(b.Held, a.Held); c != 0 {
@@ -253,17 +333,18 @@ func (k *keyq) busiest() (int, []broker.KeyLoad) {
 	if len(top) > broker.BusiestKeys {
 		top = top[:broker.BusiestKeys]
 	}
-	return len(k.lanes), top
+	return n, top
 }
 
-// ordered says whether g dispatches by keys (g.kq is set). g.mu or Engine.mu must be held.
+// ordered says whether g orders by keys: its consumer is pinned (g.kq is set too). g.mu or
+// Engine.mu must be held.
 func (g *group) ordered() bool { return g.dispatch.Ordering != broker.OrderingNone }
 
 // setDispatchLocked takes g's dispatch, as defined or read. g.mu must be held (or g not yet
 // shared).
 func (g *group) setDispatchLocked(d broker.Dispatch) {
 	g.dispatch = d
-	if !g.ordered() {
+	if !d.Keyed() {
 		if g.kq != nil {
 			g.flushLocked("ordering turned off")
 			g.kq = nil
@@ -289,7 +370,7 @@ func (g *group) chargeLocked(n int64) {
 // keyedArrivalLocked takes a message JetStream delivered to an ordered group: it parks it,
 // hands out what may go, and pulls again. It lets go of g.mu.
 func (g *group) keyedArrivalLocked(msg *nats.Msg, info ackInfo) {
-	if p := msg.Header.Get(hdrPin); p != "" && p != g.pin {
+	if p := msg.Header.Get(hdrPin); p != "" && p != g.pin && g.ordered() {
 		g.acquireLocked(p)
 	}
 	if g.draining || g.removed {
@@ -313,6 +394,11 @@ func (g *group) keyedArrivalLocked(msg *nats.Msg, info ackInfo) {
 	if cost := g.kq.add(e); cost > 0 {
 		g.chargeLocked(cost)
 	}
+	for _, name := range g.kq.noisy {
+		g.e.log.Warn("noisy tenant: it holds more than a tenth of what the group holds here; the others keep their turns",
+			"group", g.id, "fair_by", g.dispatch.FairBy, "tenant", name, "holds", g.kq.tenants[name].held, "of", len(g.kq.bySeq))
+	}
+	g.kq.noisy = g.kq.noisy[:0]
 	g.armTickLocked()
 	g.pumpAllLocked()
 	g.mu.Unlock()
@@ -355,6 +441,9 @@ func (g *group) pullKeyedLocked() {
 	for _, m := range g.members {
 		room += max(0, m.maxInFlight-len(m.held))
 	}
+	if g.dispatch.FairBy != "" { // a window to take turns among (RATIONALE.md)
+		room = max(room, fairWindow-g.kq.parked)
+	}
 	room = min(room, keyParkMax-g.kq.parked)
 	if room <= 0 {
 		return
@@ -363,7 +452,7 @@ func (g *group) pullKeyedLocked() {
 	if after := g.e.opts.GroupExpireAfter; after > 0 && !g.declared {
 		expires = min(expires, after/2)
 	}
-	if g.pin == "" {
+	if g.pin == "" && g.ordered() {
 		room, expires = 1, min(expires, keyTick) // asks for the pin: see the file's comment
 	}
 	g.kreqSeq++
@@ -405,7 +494,7 @@ func (g *group) onKeyedMsg(msg *nats.Msg) {
 		if g.kreqID == rid {
 			g.kreqID = 0
 		}
-		if code == "423" && g.kq != nil && pin != "" && pin == g.pin { // another node has the pin now
+		if code == "423" && g.ordered() && pin != "" && pin == g.pin { // another node has the pin now
 			g.lostPinLocked()
 		}
 		deleted := code == "409" && strings.Contains(strings.ToLower(msg.Header.Get("Description")), "deleted")
@@ -447,7 +536,7 @@ func (g *group) onKeyedMsg(msg *nats.Msg) {
 
 // mayDispatchLocked says whether this node may hand out the group's messages now.
 func (g *group) mayDispatchLocked() bool {
-	return g.pin != "" && !g.pinChecking && (g.graceUntil.IsZero() || !time.Now().Before(g.graceUntil))
+	return !g.ordered() || g.pin != "" && !g.pinChecking && (g.graceUntil.IsZero() || !time.Now().Before(g.graceUntil))
 }
 
 // dispatchLocked hands the messages that may go to members with room. g.mu must be held.
@@ -678,7 +767,7 @@ func (g *group) lostPinLocked() {
 
 // pullRequest is the pull request m sends for room messages, expiring after expires.
 func (g *group) pullRequest(room int, expires time.Duration) []byte {
-	if g.kq == nil {
+	if !g.ordered() {
 		return fmt.Appendf(nil, `{"batch":%d,"expires":%d}`, room, int64(expires))
 	}
 	if g.pin == "" {

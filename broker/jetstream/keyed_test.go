@@ -354,25 +354,26 @@ func TestOrderedGroupSingleActive(t *testing.T) {
 }
 
 // The group's dispatch is in its consumer's metadata: a restarted node keeps it, members
-// that leave it unset take it, and one that asks for another is refused; fair_by is not
-// available on this engine yet and says so.
+// that leave it unset take it, and one that asks for another is refused, as is a fair_by
+// that names neither the key nor a header.
 func TestOrderedGroupSettingsKept(t *testing.T) {
 	dir := t.TempDir()
 	o := jetstream.Options{Embedded: jetstream.EmbeddedOptions{DataDir: dir}}
 	e := start(t, o)
-	if err := e.Declare(broker.GroupConfig{Name: "o", Patterns: []string{"o.>"}, Dispatch: broker.Dispatch{Ordering: broker.OrderingKey}}); err != nil {
+	want := broker.Dispatch{Ordering: broker.OrderingKey, FairBy: "key"}
+	if err := e.Declare(broker.GroupConfig{Name: "o", Patterns: []string{"o.>"}, Dispatch: want}); err != nil {
 		t.Fatal(err)
 	}
 	stop(t, e)
 	e = start(t, o)
 	defer stop(t, e)
-	if g, err := e.Group("o"); err != nil || g.Dispatch.Ordering != broker.OrderingKey {
+	if g, err := e.Group("o"); err != nil || g.Dispatch != want {
 		t.Fatalf("after the restart: %+v %v", g.Dispatch, err)
 	}
 	st := e.NewStream(nil)
 	defer st.Close()
 	sub, err := st.Subscribe(broker.SubscribeOptions{ID: "o", Group: "o", Mode: broker.Balanced, Patterns: []string{"o.>"}})
-	if err != nil || sub.Settings().Dispatch.Ordering != broker.OrderingKey {
+	if err != nil || sub.Settings().Dispatch != want {
 		t.Fatalf("member: %v %v", sub, err)
 	}
 	if _, err := st.Subscribe(broker.SubscribeOptions{ID: "o", Group: "o", Mode: broker.Balanced, Patterns: []string{"o.>"},
@@ -380,8 +381,69 @@ func TestOrderedGroupSettingsKept(t *testing.T) {
 		t.Fatalf("a member asking for another ordering: %v", err)
 	}
 	if _, err := st.Subscribe(broker.SubscribeOptions{ID: "f", Group: "f", Mode: broker.Balanced, Patterns: []string{"f"},
-		Dispatch: broker.Dispatch{FairBy: "key"}}); !errors.Is(err, broker.ErrInvalidSubscription) || !strings.Contains(err.Error(), "fair_by") {
-		t.Fatalf("fair_by: %v", err)
+		Dispatch: broker.Dispatch{FairBy: "tenant"}}); !errors.Is(err, broker.ErrInvalidSubscription) || !strings.Contains(err.Error(), "fair_by") {
+		t.Fatalf("fair_by %q: %v", "tenant", err)
+	}
+}
+
+// With fair_by, delivery takes turns across tenants among what the node pulled: a tenant
+// that flooded the group gets one turn in three beside two quiet ones, and is listed noisy.
+// The order is exact: the member takes one message at a time, and the test waits until the
+// node holds every message before it acks the first.
+func TestFairGroupTakesTurns(t *testing.T) {
+	e := orderedEngine(t)
+	gc := broker.GroupConfig{Name: "f", Patterns: []string{"f"}, Dispatch: broker.Dispatch{FairBy: "header:tenant"}}
+	if err := e.Declare(gc); err != nil {
+		t.Fatal(err)
+	}
+	var drafts []broker.Draft
+	add := func(tenant string, n int) {
+		for i := range n {
+			drafts = append(drafts, broker.Draft{Topic: "f", Payload: []byte(tenant + "/" + strconv.Itoa(i)),
+				Headers: broker.MakeHeaders(map[string]string{"tenant": tenant})})
+		}
+	}
+	add("a", 150)
+	add("b", 2)
+	add("c", 2)
+	res, errs := make([]broker.PublishResult, len(drafts)), make([]error, len(drafts))
+	e.PublishBatch(drafts, res, errs)
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("publish %d: %v", i, err)
+		}
+	}
+	st := e.NewStream(nil)
+	defer st.Close()
+	sub, err := st.Subscribe(broker.SubscribeOptions{ID: "f", Group: "f", Mode: broker.Balanced, Patterns: []string{"f"}, MaxInFlight: 1})
+	if err != nil || sub.Settings().Dispatch.FairBy != "header:tenant" {
+		t.Fatalf("member: %v", err)
+	}
+	d := receive(t, st)
+	if string(d.Msg.Payload) != "a/0" {
+		t.Fatalf("first: %s", d.Msg.Payload)
+	}
+	brokertest.Eventually(t, "the node holds every message", func() bool {
+		g, err := e.Group("f")
+		held := 0
+		for _, k := range g.Busiest {
+			held += k.Held
+		}
+		return err == nil && held == len(drafts)
+	})
+	g, _ := e.Group("f")
+	var got []string
+	for range 8 {
+		sub.Ack([]string{d.Msg.SystemID})
+		d = receive(t, st)
+		got = append(got, string(d.Msg.Payload))
+	}
+	if want := "a/1 b/0 c/0 a/2 b/1 c/1 a/3 a/4"; strings.Join(got, " ") != want {
+		t.Fatalf("order: %s, want %s", strings.Join(got, " "), want)
+	}
+	if g.Keys != 3 || len(g.Busiest) != 3 || g.Busiest[0].Key != "a" || g.Busiest[0].Held != 150 || !g.Busiest[0].Noisy || g.Busiest[1].Noisy ||
+		g.Dispatch.FairBy != "header:tenant" {
+		t.Fatalf("keys %d, busiest %+v", g.Keys, g.Busiest)
 	}
 }
 
