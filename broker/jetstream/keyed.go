@@ -1,7 +1,8 @@
 package jetstream
 
-// Ordering keys on the JetStream engine (broker.Dispatch.Ordering): which node dispatches an
-// ordered group, and how that node keeps one message of a key out at a time.
+// Ordering keys and fair dispatch on the JetStream engine (broker.Dispatch): which node
+// dispatches an ordered group, how that node keeps one message of a key out at a time, and
+// how a node takes turns across fair_by's tenants.
 //
 // One node at a time: the consumer of an ordered group has JetStream's priority policy
 // pinned_client. JetStream hands the group's messages only to pull requests that carry the
@@ -28,7 +29,13 @@ package jetstream
 // waits here is kept from JetStream's redelivery with +WPI every tick. Parked messages are
 // bounded (keyParkMax, keyParkBytes): at the bound the node stops pulling for the group, and
 // the keys it has parked hold back the others (head-of-line blocking past the bound, as SQS
-// FIFO's in-flight cap). See RATIONALE.md, "Ordering keys on the JetStream engine".
+// FIFO's in-flight cap).
+//
+// Lanes and messages without a key belong to tenants (fair_by's; one without it), and the
+// node hands out by turns across tenants with a message that may go. With fair_by it pulls
+// ahead (fairWindow) to have turns to take; a group with fair_by alone is not pinned: each
+// node takes turns among what it pulled. See RATIONALE.md, "How do ordering keys and fair
+// dispatch hold on the JetStream engine, and in a cluster?".
 
 import (
 	"cmp"
@@ -47,8 +54,8 @@ import (
 const (
 	keyTick      = time.Second   // keepalive of the pin, +WPI of what is parked, the grace's end
 	pinnedTTL    = 5 * keyTick   // the consumer's PinnedTTL: a pin not renewed for this long moves
-	keyParkMax   = 1024          // messages a node parks for an ordered group
-	keyParkBytes = 8 << 20       // bytes a node parks for an ordered group
+	keyParkMax   = 1024          // messages a node parks for a keyed group
+	keyParkBytes = 8 << 20       // bytes a node parks for a keyed group
 	pinGroup     = "tinybroker"  // the consumer's one priority group
 	hdrPin       = "Nats-Pin-Id" // the pin a message was delivered under
 	keyLaneCost  = 160           // what a lane costs besides its key
