@@ -647,7 +647,7 @@ func (g *group) flushLocked(why string) {
 		_ = g.e.nc.Publish(e.reply, []byte("-NAK"))
 	}
 	if why != "" {
-		g.e.log.Warn("ordered group: this node lost its pin; it gave back what it had parked", "group", g.id, "reason", why, "members_hold", held)
+		g.e.log.Warn("keyed group: this node gave back what it had parked", "group", g.id, "reason", why, "members_hold", held)
 	}
 	if len(g.members) == 0 || why != "" {
 		g.pin, g.pinChecking, g.graceUntil = "", false, time.Time{}

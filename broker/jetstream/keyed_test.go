@@ -268,6 +268,21 @@ func TestOrderedGroupPerKey(t *testing.T) {
 	}
 }
 
+// Ordering and fair_by together: turns across keys, one message of a key at a time, in order.
+func TestOrderedFairGroup(t *testing.T) {
+	e := orderedEngine(t)
+	c := newOrderCheck()
+	o := orderedOpts
+	o.MaxInFlight, o.Dispatch.FairBy = 5, "key"
+	for i := range 3 {
+		startMember(t, e, c, "m"+strconv.Itoa(i), o)
+	}
+	const keys, per = 10, 30
+	publishKeyed(t, e, "o.x", keys, per, 15)
+	brokertest.Eventually(t, "every message acked in order", func() bool { return c.done(keys, per) })
+	c.check(t)
+}
+
 // A key's next message waits until the previous is settled: after a nack, and after its ack
 // deadline passed, the same message comes again (before the next, which was there to take,
 // and the member had room); another key's messages go meanwhile; messages without a key are
