@@ -139,13 +139,18 @@ func (e *Engine) Declare(gc broker.GroupConfig) error {
 		return fmt.Errorf("%w: consumer group %q exists with %d replicas, declared with %d; JetStream cannot move a group's messages between streams: delete the group (tinybroker groups delete %s; its messages go with it) to make it again",
 			broker.ErrGroupMismatch, g.id, g.copies(), e.copiesOf(gc.Replicas), g.id)
 	}
-	if !g.sameDefinition(o, patterns) || (gc.DeadLetterTopic == "" && g.dlq != deadletter.DefaultTopic(gc.ID)) || gc.MaxDeliveries != g.maxDeliveries {
+	g.mu.Lock()
+	dispatch := g.dispatch
+	g.mu.Unlock()
+	if !g.sameDefinition(o, patterns) || (gc.DeadLetterTopic == "" && g.dlq != deadletter.DefaultTopic(gc.ID)) || gc.MaxDeliveries != g.maxDeliveries || gc.Dispatch != dispatch {
 		if g.declared || g.memberCount() > 0 {
-			return fmt.Errorf("%w: consumer group %q exists with other settings (patterns %q, max_deliveries %d, dead-letter topic %q)", broker.ErrGroupMismatch, g.id, g.patterns, g.maxDeliveries, g.dlq)
+			return fmt.Errorf("%w: consumer group %q exists with other settings (patterns %q, max_deliveries %d, dead-letter topic %q, ordering %q, fair_by %q)",
+				broker.ErrGroupMismatch, g.id, g.patterns, g.maxDeliveries, g.dlq, dispatch.Ordering, dispatch.FairBy)
 		}
 	}
 	g.mu.Lock()
 	g.name, g.patterns, g.maxDeliveries, g.declared = gc.Name, patterns, gc.MaxDeliveries, true
+	g.setDispatchLocked(gc.Dispatch)
 	g.own, g.limits = gc.Limits, e.groupLimits(gc.Limits)
 	g.dlq = gc.DeadLetterTopic
 	if g.dlq == "" {
@@ -208,6 +213,9 @@ func (g *group) stats(ci *jetstream.ConsumerInfo) broker.GroupStats {
 			delete(g.delayed, seq)
 		}
 	}
+	if g.kq != nil { // the keys this node holds messages of
+		st.Keys, st.Busiest = g.kq.busiest()
+	}
 	for _, m := range g.members {
 		for _, h := range m.held {
 			if st.Oldest == 0 || h.msg.PublishedAt < st.Oldest {
@@ -220,8 +228,14 @@ func (g *group) stats(ci *jetstream.ConsumerInfo) broker.GroupStats {
 		// holds it or it waits for redelivery; what this node took back waits (queued, or
 		// delayed). Another node's taken-back messages count as in flight.
 		waiting := max(0, len(g.waiting)-st.Delayed)
-		st.Queued = max(0, int(ci.NumPending)-g.skipped) + waiting
-		st.InFlight = max(0, ci.NumAckPending-waiting-st.Delayed)
+		// An ordered group's node parks what it pulled (keyed.go): JetStream counts those as
+		// pending acks, tinybroker as queued.
+		parked := 0
+		if g.kq != nil {
+			parked = g.kq.parked
+		}
+		st.Queued = max(0, int(ci.NumPending)-g.skipped) + waiting + parked
+		st.InFlight = max(0, ci.NumAckPending-waiting-st.Delayed-parked)
 	} else {
 		for _, m := range g.members {
 			st.InFlight += len(m.held)
@@ -275,7 +289,7 @@ func (e *Engine) Group(id string) (broker.GroupInfo, error) {
 		gi.Replicas = s.CachedInfo().Config.Replicas
 	}
 	g.mu.Lock()
-	gi.MaxDeliveries, gi.DeadLetterTopic, gi.Limits = g.maxDeliveries, g.dlq, g.limits
+	gi.MaxDeliveries, gi.DeadLetterTopic, gi.Limits, gi.Dispatch = g.maxDeliveries, g.dlq, g.limits, g.dispatch
 	for _, m := range g.members {
 		gi.MemberList = append(gi.MemberList, broker.MemberInfo{ID: m.s.set.MemberID, Peer: m.peer, InFlight: len(m.held),
 			MaxInFlight: m.maxInFlight, AckDeadline: m.ackDeadline, Joined: m.joined})
@@ -353,13 +367,40 @@ func (e *Engine) takeQueued(g *group, limit int) (int, error) {
 	}
 	defer func() { _ = sub.Unsubscribe() }()
 	subj := "$JS.API.CONSUMER.MSG.NEXT." + g.stream + "." + g.consumer
+	g.mu.Lock()
+	keyed, ordered, pin := g.kq != nil, g.ordered(), g.pin
+	g.mu.Unlock()
+	prio := ""
+	if ordered {
+		// Only the node JetStream pinned may take an ordered group's messages (keyed.go).
+		if pin == "" {
+			return 0, fmt.Errorf("consumer group %q is ordered and this node does not dispatch it now: do this on the node its members pull from", g.id)
+		}
+		prio = fmt.Sprintf(`,"group":%q,"id":%q`, pinGroup, pin)
+	}
 	n := 0
+	if keyed && limit == 0 { // a purge: what this node parked goes too
+		g.mu.Lock()
+		var parked []*kentry
+		if g.kq != nil {
+			parked = g.kq.sorted()
+		}
+		for _, ke := range parked {
+			if !ke.out {
+				g.chargeLocked(-g.kq.release(ke))
+				g.releaseLocked(msgCost(ke.msg), false)
+				_ = e.nc.Publish(ke.reply, []byte("+TERM"))
+				n++
+			}
+		}
+		g.mu.Unlock()
+	}
 	for limit == 0 || n < limit {
 		batch := 256
 		if limit > 0 {
 			batch = min(batch, limit-n)
 		}
-		if err := e.nc.PublishRequest(subj, inbox, fmt.Appendf(nil, `{"batch":%d,"no_wait":true}`, batch)); err != nil {
+		if err := e.nc.PublishRequest(subj, inbox, fmt.Appendf(nil, `{"batch":%d,"no_wait":true%s}`, batch, prio)); err != nil {
 			return n, err
 		}
 		got := 0
@@ -444,10 +485,5 @@ func (e *Engine) Ready() error {
 	return e.unavailable()
 }
 
-// checkDispatch refuses the ordering and fairness this engine does not do yet.
-func checkDispatch(d broker.Dispatch) error {
-	if d.Keyed() {
-		return fmt.Errorf("%w: ordering and fair_by are not available on engine \"jetstream\" yet; run on engine \"memory\" for them, or leave them unset", broker.ErrInvalidSubscription)
-	}
-	return nil
-}
+// checkDispatch checks a group's ordering and fairness (keyed.go does both).
+func checkDispatch(d broker.Dispatch) error { return d.Check() }

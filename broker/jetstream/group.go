@@ -68,9 +68,30 @@ type group struct {
 	// Delivery marks (marks.go): the mark the last run left, and how far this run's goes.
 	markRead           bool
 	markPrev, markNext uint64
-	quota              *broker.Quota
-	own                broker.GroupLimits // as declared (zero: the engine's defaults)
-	limits             broker.GroupLimits // in force: own, then the engine's defaults
+	// dispatch is the group's ordering and fairness (keyed.go); kq, set when it orders,
+	// holds what this node pulled and has not settled. pin is the pin this node pulls with
+	// ("" none); pinChecking, while it asks whether another node may hold messages, and
+	// graceUntil, when the grace for those ends; pinGen counts the pins taken; tick is the
+	// keepalive and +WPI timer. Under g.mu.
+	dispatch    broker.Dispatch
+	kq          *keyq
+	pin         string
+	pinChecking bool
+	graceUntil  time.Time
+	pinGen      uint64
+	keepPin     string // the pin of the last keepalive
+	// An ordered group's node pulls for its members together (pullKeyedLocked): ksub is
+	// the subscription of kinbox, its requests' inbox; kreqID names the open request (0:
+	// none), kremaining what it may still bring, kreqPin the pin it carries.
+	ksub            *nats.Subscription
+	kinbox          string
+	kreqID, kreqSeq uint64
+	kremaining      int
+	kreqPin         string
+	tick            *time.Timer
+	quota           *broker.Quota
+	own             broker.GroupLimits // as declared (zero: the engine's defaults)
+	limits          broker.GroupLimits // in force: own, then the engine's defaults
 
 	mu        lockrank.Mutex[lockrank.JetStreamGroup]
 	members   []*member
@@ -141,6 +162,8 @@ type held struct {
 	attempt uint32
 	sentAt  time.Time
 	due     time.Time // its ack deadline, as the member's last touch left it
+	e       *kentry   // an ordered group's: its entry (keyed.go)
+	fenced  bool      // its node lost the pin: touches are not passed on
 }
 
 func (g *group) matches(topic string) bool {
@@ -179,6 +202,14 @@ func (e *Engine) consumerConfig(g *group) jetstream.ConsumerConfig {
 		Description: "tinybroker consumer group " + g.name,
 		Metadata: map[string]string{metaID: g.id, metaGroup: g.name, metaPatterns: string(pj),
 			metaMaxDeliveries: strconv.Itoa(g.maxDeliveries), metaDLQ: g.dlq, metaDeclared: strconv.FormatBool(g.declared)}}
+	if g.dispatch.Ordering != broker.OrderingNone {
+		cc.Metadata[metaOrdering] = g.dispatch.Ordering.String()
+		// One node dispatches at a time: the one JetStream pins (keyed.go).
+		cc.PriorityPolicy, cc.PriorityGroups, cc.PinnedTTL = jetstream.PriorityPolicyPinned, []string{pinGroup}, pinnedTTL
+	}
+	if g.dispatch.FairBy != "" {
+		cc.Metadata[metaFairBy] = g.dispatch.FairBy
+	}
 	if !g.declared && e.opts.GroupExpireAfter > 0 {
 		cc.InactiveThreshold = e.opts.GroupExpireAfter
 	}
@@ -215,6 +246,10 @@ func (e *Engine) groupFromInfo(ci *jetstream.ConsumerInfo) *group {
 	_ = json.Unmarshal([]byte(md[metaPatterns]), &g.patterns)
 	g.maxDeliveries, _ = strconv.Atoi(md[metaMaxDeliveries])
 	g.declared = md[metaDeclared] == "true"
+	var d broker.Dispatch
+	d.Ordering, _ = broker.ParseOrdering(md[metaOrdering])
+	d.FairBy = md[metaFairBy]
+	g.setDispatchLocked(d)
 	if lj := md[metaLimits]; lj != "" {
 		_ = json.Unmarshal([]byte(lj), &g.own)
 	}
@@ -238,7 +273,7 @@ func (e *Engine) groupLimits(l broker.GroupLimits) broker.GroupLimits {
 
 // config is g's definition. Engine.mu or g.mu must be held.
 func (g *group) config() broker.GroupConfig {
-	return broker.GroupConfig{ID: g.id, Name: g.name, Patterns: g.patterns, MaxDeliveries: g.maxDeliveries, DeadLetterTopic: g.dlq}
+	return broker.GroupConfig{ID: g.id, Name: g.name, Patterns: g.patterns, MaxDeliveries: g.maxDeliveries, DeadLetterTopic: g.dlq, Dispatch: g.dispatch}
 }
 
 func (g *group) sameDefinition(o broker.SubscribeOptions, patterns []string) bool {

@@ -22,7 +22,7 @@ import (
 // pumpLocked asks JetStream for as many messages as m has room for, unless a request of
 // m's is still open. g.mu must be held.
 func (g *group) pumpLocked(m *member) {
-	if m.left || g.draining || g.removed || m.reqID != 0 {
+	if m.left || g.draining || g.removed || m.reqID != 0 || g.kq != nil { // an ordered group pulls for its members (keyed.go)
 		return
 	}
 	room := m.maxInFlight - len(m.held)
@@ -38,7 +38,7 @@ func (g *group) pumpLocked(m *member) {
 		// must lapse well within the group's expiry.
 		expires = min(expires, after/2)
 	}
-	req := fmt.Appendf(nil, `{"batch":%d,"expires":%d}`, room, int64(expires))
+	req := g.pullRequest(room, expires)
 	subj := "$JS.API.CONSUMER.MSG.NEXT." + g.stream + "." + g.consumer
 	if err := g.e.nc.PublishRequest(subj, m.inbox+"."+strconv.FormatUint(rid, 10), req); err != nil {
 		g.e.log.Warn("pull request failed", "group", g.id, "error", err)
@@ -76,6 +76,9 @@ func (m *member) inboxDoneLocked() bool {
 
 // closeInbox unsubscribes m's inbox, after what the server has already sent it.
 func (m *member) closeInbox() {
+	if m.sub == nil { // an ordered group's: it pulls with the group's inbox
+		return
+	}
 	if err := m.sub.Drain(); err != nil {
 		_ = m.sub.Unsubscribe()
 	}
@@ -97,6 +100,11 @@ func (g *group) takerLocked() *member {
 }
 
 func (g *group) pumpAllLocked() {
+	g.dispatchLocked()
+	if g.kq != nil {
+		g.pullKeyedLocked()
+		return
+	}
 	for _, m := range g.members {
 		g.pumpLocked(m)
 	}
@@ -153,6 +161,10 @@ func (m *member) onMsg(msg *nats.Msg) {
 		_ = e.nc.Publish(msg.Reply, []byte("+TERM"))
 		return
 	}
+	if g.kq != nil { // ordering came on meanwhile: the member's last request
+		g.keyedArrivalLocked(msg, info)
+		return
+	}
 	if m.left && !g.draining && !g.removed {
 		// The open pull request of a member that has left (leave keeps its inbox until the
 		// request ends): a member on this node with room takes the message as it is, the
@@ -191,9 +203,16 @@ func (m *member) onMsg(msg *nats.Msg) {
 		g.settle([]takeItem{{h: h, reason: deadletter.ReasonAckDeadline}})
 		return
 	}
-	m.held[info.sseq] = h
-	delete(g.waiting, info.sseq)
-	delete(g.delayed, info.sseq)
+	g.handLocked(m, h)
+	g.mu.Unlock()
+}
+
+// handLocked gives h to member m. g.mu must be held.
+func (g *group) handLocked(m *member, h *held) {
+	bm := h.msg
+	m.held[h.info.sseq] = h
+	delete(g.waiting, h.info.sseq)
+	delete(g.delayed, h.info.sseq)
 	g.delivered++
 	if h.attempt > 1 {
 		g.redelivered++
@@ -206,7 +225,6 @@ func (m *member) onMsg(msg *nats.Msg) {
 	st.mu.Lock()
 	st.pushLocked(broker.Delivery{Msg: bm, Sub: m.s, Attempt: h.attempt})
 	st.mu.Unlock()
-	g.mu.Unlock()
 }
 
 // findLocked returns the delivery seq held on this node and its member: with only set,
@@ -231,7 +249,7 @@ func (g *group) holds(seq uint64) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	h, _ := g.findLocked(nil, false, seq)
-	return h != nil || g.waiting[seq] != nil
+	return h != nil || g.waiting[seq] != nil || g.kq != nil && g.kq.bySeq[seq] != nil
 }
 
 // ack settles seqs and returns how many were unknown. In a cluster, an id held by no member
@@ -255,6 +273,7 @@ func (g *group) ack(pref *member, seqs []uint64) (unknown int) {
 			g.ackLatency.Observe(now.Sub(h.sentAt))
 			g.releaseLocked(msgCost(h.msg), false)
 			_ = g.e.nc.Publish(h.reply, []byte("+ACK"))
+			g.releaseKeyLocked(h.e)
 			if hooks != nil {
 				events = append(events, broker.AckEvent{Msg: h.msg, SystemID: h.msg.SystemID, SubscriptionID: g.id, Group: g.name, Attempt: h.attempt, InFlight: now.Sub(h.sentAt)})
 			}
@@ -266,6 +285,14 @@ func (g *group) ack(pref *member, seqs []uint64) (unknown int) {
 			_ = g.e.nc.Publish(ackSubject(g.stream, g.consumer, seq, 0), []byte("+ACK"))
 			if hooks != nil {
 				events = append(events, broker.AckEvent{Msg: msg, SystemID: msg.SystemID, SubscriptionID: g.id, Group: g.name})
+			}
+		} else if e := g.kqEntry(seq); e != nil { // an ordered group's, taken back and waiting here
+			g.acked++
+			g.releaseLocked(msgCost(e.msg), false)
+			_ = g.e.nc.Publish(e.reply, []byte("+ACK"))
+			g.releaseKeyLocked(e)
+			if hooks != nil {
+				events = append(events, broker.AckEvent{Msg: e.msg, SystemID: e.msg.SystemID, SubscriptionID: g.id, Group: g.name})
 			}
 		} else if !g.e.solo {
 			_ = g.e.nc.Publish(ackSubject(g.stream, g.consumer, seq, 0), []byte("+ACK"))
@@ -310,6 +337,9 @@ func (g *group) nack(owner *member, seqs []uint64, delay time.Duration, reason s
 // touch restarts the deadline of owner's deliveries, here and in JetStream.
 func (g *group) touch(owner *member, seqs []uint64) (unknown int) {
 	return g.eachHeld(owner, true, seqs, func(_ uint64, h *held, m *member) {
+		if h.fenced { // its node lost the pin: it expires within the new holder's grace
+			return
+		}
 		h.due = time.Now().Add(m.ackDeadline) // the timer, if earlier, finds it later
 		_ = g.e.nc.Publish(h.reply, []byte("+WPI"))
 	})
@@ -388,7 +418,9 @@ func (g *group) leave(m *member) {
 		delete(m.held, seq)
 		g.leftBehind++
 		// Waiting from now on, as the member is gone from the group (settle decides its fate).
-		g.waiting[seq] = h.msg
+		if h.e == nil {
+			g.waiting[seq] = h.msg
+		}
 		items = append(items, takeItem{h: h, reason: deadletter.ReasonMemberLeft, delay: atOnce})
 	}
 	closeInbox := m.inboxDoneLocked()
@@ -440,6 +472,21 @@ func (g *group) settle(items []takeItem) {
 		if delay != atOnce || action == broker.RedeliverDelay { // the redelivery back-off
 			delay = limits.RedeliveryDelay(delay, h.attempt)
 		}
+		if h.e != nil && action != broker.RedeliverDeadLetter && action != broker.RedeliverDrop {
+			// An ordered group's: another attempt here, before its key's next (keyed.go),
+			// unless its node lost the pin.
+			g.mu.Lock()
+			if !h.fenced && g.kq != nil && !h.e.gone {
+				h.e.attempt = h.attempt
+				g.requeueLocked(h.e, max(delay, 0))
+				g.mu.Unlock()
+				continue
+			}
+			g.releaseKeyLocked(h.e)
+			g.mu.Unlock()
+			_ = g.e.nc.Publish(h.reply, []byte("-NAK"))
+			continue
+		}
 		switch action {
 		case broker.RedeliverDeadLetter:
 			g.mu.Lock()
@@ -451,6 +498,7 @@ func (g *group) settle(items []takeItem) {
 			delete(g.waiting, h.info.sseq)
 			g.dropped++
 			g.releaseLocked(msgCost(h.msg), false)
+			g.releaseKeyLocked(h.e)
 			g.mu.Unlock()
 			_ = g.e.nc.Publish(h.reply, []byte("+TERM"))
 		default:
@@ -481,10 +529,23 @@ func (g *group) deadLetter(h *held, reason string) {
 	hd := grouping.DeadLetterHeaders(h.msg, reason, g.id, name, h.attempt)
 	if _, err := g.e.route(&publishing.Msg{Topic: dlq, Payload: h.msg.Payload, Headers: broker.MakeHeaders(hd)}); err != nil {
 		g.e.log.Warn("dead letter refused; it stays in the group for another attempt", "topic", dlq, "error", err)
+		if h.e != nil {
+			g.mu.Lock()
+			if !h.fenced && g.kq != nil && !h.e.gone {
+				g.requeueLocked(h.e, time.Second)
+				g.mu.Unlock()
+				return
+			}
+			g.releaseKeyLocked(h.e)
+			g.mu.Unlock()
+		}
 		_ = g.e.nc.Publish(h.reply, []byte(`-NAK {"delay":1000000000}`))
 		return
 	}
-	g.release(msgCost(h.msg), false)
+	g.mu.Lock()
+	g.releaseLocked(msgCost(h.msg), false)
+	g.releaseKeyLocked(h.e)
+	g.mu.Unlock()
 	_ = g.e.nc.Publish(h.reply, []byte("+TERM"))
 	g.e.keepDeadLetter(g, h.msg, hd)
 }
@@ -492,6 +553,7 @@ func (g *group) deadLetter(h *held, reason string) {
 func (g *group) setDraining() {
 	g.mu.Lock()
 	g.draining = true
+	g.dispatchLocked() // gives back what an ordered group parked here
 	g.mu.Unlock()
 }
 

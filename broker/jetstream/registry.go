@@ -209,6 +209,9 @@ func (e *Engine) learn(ci *jetstream.ConsumerInfo) *group {
 	}
 	g.name, g.patterns, g.maxDeliveries, g.dlq, g.declared, g.ackWait = ng.name, ng.patterns, ng.maxDeliveries, ng.dlq, ng.declared, ng.ackWait
 	g.own, g.limits = ng.own, ng.limits
+	if g.dispatch != ng.dispatch {
+		g.setDispatchLocked(ng.dispatch)
+	}
 	g.mu.Unlock()
 	e.changed()
 	return g
@@ -232,6 +235,7 @@ func (e *Engine) createLocked(gc broker.GroupConfig, patterns []string, declared
 	if g.dlq == "" {
 		g.dlq = deadletter.DefaultTopic(gc.ID)
 	}
+	g.setDispatchLocked(gc.Dispatch)
 	g.ackWait = max(ackDeadline, e.opts.AckDeadline) + ackWaitPad
 	e.place(g, gc.Replicas)
 	if g.ownStream() {
@@ -266,6 +270,7 @@ func (e *Engine) join(o broker.SubscribeOptions, patterns []string, s *Subscript
 		// groups outlive their members").
 		g.mu.Lock()
 		g.name, g.patterns, g.maxDeliveries = o.Group, patterns, o.MaxDeliveries
+		g.setDispatchLocked(o.Dispatch)
 		g.dlq = o.DeadLetterTopic
 		if g.dlq == "" {
 			g.dlq = deadletter.DefaultTopic(o.ID)
@@ -283,7 +288,7 @@ func (e *Engine) join(o broker.SubscribeOptions, patterns []string, s *Subscript
 		e.changed()
 	}
 	if g == nil {
-		gc := broker.GroupConfig{ID: o.ID, Name: o.Group, MaxDeliveries: o.MaxDeliveries, DeadLetterTopic: o.DeadLetterTopic}
+		gc := broker.GroupConfig{ID: o.ID, Name: o.Group, MaxDeliveries: o.MaxDeliveries, DeadLetterTopic: o.DeadLetterTopic, Dispatch: o.Dispatch}
 		if g, err = e.createLocked(gc, patterns, false, o.AckDeadline, o.Quota); err != nil {
 			return nil, err
 		}
@@ -305,24 +310,37 @@ func (e *Engine) join(o broker.SubscribeOptions, patterns []string, s *Subscript
 		memberID = g.name + "-" + e.nc.ConnectedServerName() + "-" + strconv.FormatUint(g.memberSeq, 10)
 	}
 	s.set = broker.Settings{ID: o.ID, MemberID: memberID, Mode: broker.Balanced, Group: g.name, Patterns: s.patterns,
-		MaxInFlight: o.MaxInFlight, AckDeadline: o.AckDeadline, MaxDeliveries: g.maxDeliveries, DeadLetterTopic: g.dlq}
+		MaxInFlight: o.MaxInFlight, AckDeadline: o.AckDeadline, MaxDeliveries: g.maxDeliveries, DeadLetterTopic: g.dlq, Dispatch: g.dispatch}
 	g.mu.Unlock()
 	if err := s.st.register(s, o.Peer); err != nil {
 		return nil, err
 	}
 	m := &member{g: g, s: s, maxInFlight: o.MaxInFlight, ackDeadline: o.AckDeadline, peer: o.Peer, joined: time.Now().UnixNano(),
 		inbox: nats.NewInbox(), held: make(map[uint64]*held)}
-	sub, err := e.nc.Subscribe(m.inbox+".*", m.onMsg)
-	if err != nil {
-		s.st.subs.Remove(s.id, s)
-		return nil, fmt.Errorf("%w: %v", broker.ErrUnavailable, err)
+	g.mu.Lock()
+	ordered := g.kq != nil
+	g.mu.Unlock()
+	if ordered {
+		// One inbox for the group's members on this node (keyed.go): what JetStream sends
+		// them arrives in its order.
+		if err := g.keyedInbox(); err != nil {
+			s.st.subs.Remove(s.id, s)
+			return nil, fmt.Errorf("%w: %v", broker.ErrUnavailable, err)
+		}
+	} else {
+		sub, err := e.nc.Subscribe(m.inbox+".*", m.onMsg)
+		if err != nil {
+			s.st.subs.Remove(s.id, s)
+			return nil, fmt.Errorf("%w: %v", broker.ErrUnavailable, err)
+		}
+		_ = sub.SetPendingLimits(-1, -1)
+		m.sub = sub
 	}
-	_ = sub.SetPendingLimits(-1, -1)
-	m.sub = sub
 	s.m = m
 	g.mu.Lock()
 	g.members = append(g.members, m)
-	g.pumpLocked(m)
+	g.armTickLocked()
+	g.pumpAllLocked()
 	g.mu.Unlock()
 	return s, nil
 }
@@ -347,6 +365,17 @@ func (e *Engine) forgetGroup(id string, g *group) {
 	e.mu.Unlock()
 	g.mu.Lock()
 	g.removed = true
+	if g.tick != nil {
+		g.tick.Stop()
+		g.tick = nil
+	}
+	if g.kq != nil {
+		for _, e := range g.kq.bySeq {
+			if e.timer != nil {
+				e.timer.Stop()
+			}
+		}
+	}
 	members := g.members
 	g.members = nil
 	for _, m := range members {
@@ -360,8 +389,17 @@ func (e *Engine) forgetGroup(id string, g *group) {
 	g.quota.ReleaseGroup()
 	err := fmt.Errorf("%w: consumer group %q (subscription %q) was deleted by an administrator; subscribing again creates a new, empty group", broker.ErrGroupDeleted, g.name, g.id)
 	for _, m := range members {
-		_ = m.sub.Unsubscribe()
+		if m.sub != nil {
+			_ = m.sub.Unsubscribe()
+		}
 		m.s.evict(err)
+	}
+	g.mu.Lock()
+	ksub := g.ksub
+	g.ksub = nil
+	g.mu.Unlock()
+	if ksub != nil {
+		_ = ksub.Unsubscribe()
 	}
 }
 
