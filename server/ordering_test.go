@@ -80,3 +80,52 @@ func TestOrderingKeysOverGRPC(t *testing.T) {
 		t.Fatalf("a second member's subscribed %v, want the group's ordering", s)
 	}
 }
+
+// A fanout subscription gets the key too, on every engine (on JetStream, through the fanout
+// envelope from another publish path: deliverLocal and NATS).
+func TestFanoutCarriesKey(t *testing.T) {
+	tb := start(t, brokertest.Options{})
+	f := tb.open(t, fanout("f", "k.>"))
+	if _, err := tb.c.Publish(context.Background(), &pb.PublishRequest{Topic: "k.1", Payload: []byte("x"), Key: "acct-9"}); err != nil {
+		t.Fatal(err)
+	}
+	if m := f.next(); m.GetKey() != "acct-9" {
+		t.Fatalf("fanout delivery has key %q, want acct-9", m.GetKey())
+	}
+}
+
+// A dead letter keeps its key on every engine: published to the dead-letter topic with it,
+// listed with it, and replayed with it.
+func TestDeadLetterKeepsKey(t *testing.T) {
+	needs(t, engine.DeadLetterStore, "a dead-letter store")
+	tb := start(t, brokertest.Options{})
+	o := balanced("dk", "dk", 1, "dk.>")
+	o.MaxDeliveries = 1
+	m := tb.open(t, o)
+	dlq := tb.open(t, fanout("dlq-watch", "dlq.dk"))
+	ctx := context.Background()
+	if _, err := tb.c.Publish(ctx, &pb.PublishRequest{Topic: "dk.1", Payload: []byte("x"), Key: "acct-3"}); err != nil {
+		t.Fatal(err)
+	}
+	msg := m.next()
+	m.send(&pb.SubscribeRequest{Frame: &pb.SubscribeRequest_Nack{Nack: &pb.NackBatch{SystemIds: []string{msg.GetSystemId()}}}})
+	if d := dlq.next(); d.GetKey() != "acct-3" {
+		t.Fatalf("dead letter published with key %q, want acct-3", d.GetKey())
+	}
+	a := tb.admin()
+	var ls *adminpb.ListDeadLettersResponse
+	brokertest.Eventually(t, "the dead letter kept", func() bool {
+		var err error
+		ls, err = a.ListDeadLetters(ctx, &adminpb.ListDeadLettersRequest{SubscriptionId: "dk"})
+		return err == nil && len(ls.GetDeadLetters()) == 1
+	})
+	if k := ls.GetDeadLetters()[0].GetKey(); k != "acct-3" {
+		t.Fatalf("dead letter listed with key %q, want acct-3", k)
+	}
+	if _, err := a.ReplayDeadLetters(ctx, &adminpb.ReplayDeadLettersRequest{SubscriptionId: "dk", All: true}); err != nil {
+		t.Fatal(err)
+	}
+	if r := m.next(); r.GetKey() != "acct-3" || string(r.GetPayload()) != "x" {
+		t.Fatalf("replayed %q with key %q, want x with acct-3", r.GetPayload(), r.GetKey())
+	}
+}

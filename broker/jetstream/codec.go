@@ -270,18 +270,31 @@ func ackSubject(stream, consumer string, sseq, dseq uint64) string {
 //
 //	'T' 1 | uvarint seq | varint published_at | uvarint len, system_id |
 //	uvarint headers | (uvarint len, key, uvarint len, value)... | payload
+//
+// Version 2, for a message with a key (broker.Message.Key), adds it after the system_id,
+// as uvarint len, key. A message without one keeps version 1, which nodes of an older
+// version read: in a rolling upgrade only keyed fanout messages need every node upgraded.
 const (
-	envMagic   = 'T'
-	envVersion = 1
+	envMagic        = 'T'
+	envVersion      = 1
+	envVersionKeyed = 2
 )
 
 // appendEnvelope encodes a fanout message into dst.
-func appendEnvelope(dst []byte, seq uint64, publishedAt int64, id string, headers broker.Headers, payload []byte) []byte {
-	dst = append(dst, envMagic, envVersion)
+func appendEnvelope(dst []byte, seq uint64, publishedAt int64, id, key string, headers broker.Headers, payload []byte) []byte {
+	version := byte(envVersion)
+	if key != "" {
+		version = envVersionKeyed
+	}
+	dst = append(dst, envMagic, version)
 	dst = binary.AppendUvarint(dst, seq)
 	dst = binary.AppendVarint(dst, publishedAt)
 	dst = binary.AppendUvarint(dst, uint64(len(id)))
 	dst = append(dst, id...)
+	if key != "" {
+		dst = binary.AppendUvarint(dst, uint64(len(key)))
+		dst = append(dst, key...)
+	}
 	dst = binary.AppendUvarint(dst, uint64(len(headers)))
 	for _, x := range headers {
 		dst = binary.AppendUvarint(dst, uint64(len(x.Key)))
@@ -293,8 +306,8 @@ func appendEnvelope(dst []byte, seq uint64, publishedAt int64, id string, header
 }
 
 // envelopeSize bounds what appendEnvelope adds to a payload, for sizing its buffer.
-func envelopeSize(id string, headers broker.Headers) int {
-	n := 2 + 3*binary.MaxVarintLen64 + len(id)
+func envelopeSize(id, key string, headers broker.Headers) int {
+	n := 2 + 4*binary.MaxVarintLen64 + len(id) + len(key)
 	for _, x := range headers {
 		n += 2*binary.MaxVarintLen64 + len(x.Key) + len(x.Value)
 	}
@@ -307,9 +320,10 @@ func parseEnvelope(topic string, data []byte) (*broker.Message, error) {
 	bad := func(what string) error {
 		return fmt.Errorf("fanout message on %q: %s; is every node the same tinybroker version?", topic, what)
 	}
-	if len(data) < 2 || data[0] != envMagic || data[1] != envVersion {
+	if len(data) < 2 || data[0] != envMagic || data[1] != envVersion && data[1] != envVersionKeyed {
 		return nil, bad("not an envelope of this version")
 	}
+	keyed := data[1] == envVersionKeyed
 	r := data[2:]
 	uv := func() (uint64, bool) {
 		v, n := binary.Uvarint(r)
@@ -340,6 +354,11 @@ func parseEnvelope(topic string, data []byte) (*broker.Message, error) {
 	m.PublishedAt, r = at, r[n:]
 	if m.SystemID, ok = str(); !ok {
 		return nil, bad("bad system_id")
+	}
+	if keyed {
+		if m.Key, ok = str(); !ok {
+			return nil, bad("bad key")
+		}
 	}
 	nh, ok := uv()
 	if !ok || nh > uint64(len(r)) {

@@ -19,17 +19,24 @@ import (
 func TestEnvelope(t *testing.T) {
 	h := map[string]string{"a": "1", "key: with\nline": " spaces ", "": "empty key", "Tb-Id": "x"}
 	payload := []byte("payload\x00bytes")
-	data := appendEnvelope(nil, 42, -7, "system-id", broker.MakeHeaders(h), payload)
-	if n := envelopeSize("system-id", broker.MakeHeaders(h)) + len(payload); len(data) > n {
-		t.Fatalf("envelope of %d bytes, sized %d", len(data), n)
+	var data []byte
+	for _, key := range []string{"order-7", ""} { // without a key, version 1: older nodes read it
+		data = appendEnvelope(nil, 42, -7, "system-id", key, broker.MakeHeaders(h), payload)
+		if n := envelopeSize("system-id", key, broker.MakeHeaders(h)) + len(payload); len(data) > n {
+			t.Fatalf("envelope of %d bytes, sized %d", len(data), n)
+		}
+		if v := data[1]; key == "" && v != envVersion || key != "" && v != envVersionKeyed {
+			t.Fatalf("key %q: envelope version %d", key, v)
+		}
+		m, err := parseEnvelope("a.b", data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.ID != 42 || m.PublishedAt != -7 || m.SystemID != "system-id" || m.Key != key || m.Topic != "a.b" || !bytes.Equal(m.Payload, payload) || !maps.Equal(m.Headers.Map(), h) {
+			t.Fatalf("got %+v", m)
+		}
 	}
-	m, err := parseEnvelope("a.b", data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if m.ID != 42 || m.PublishedAt != -7 || m.SystemID != "system-id" || m.Topic != "a.b" || !bytes.Equal(m.Payload, payload) || !maps.Equal(m.Headers.Map(), h) {
-		t.Fatalf("got %+v", m)
-	}
+	m, _ := parseEnvelope("a.b", data)
 	hb := 0
 	for k, v := range h {
 		hb += len(k) + len(v)
@@ -37,7 +44,7 @@ func TestEnvelope(t *testing.T) {
 	if m.HeaderBytes != hb {
 		t.Fatalf("HeaderBytes %d, want %d", m.HeaderBytes, hb)
 	}
-	if m, err := parseEnvelope("t", appendEnvelope(nil, 1, 1, "id", nil, nil)); err != nil || m.Headers != nil || len(m.Payload) != 0 {
+	if m, err := parseEnvelope("t", appendEnvelope(nil, 1, 1, "id", "", nil, nil)); err != nil || m.Headers != nil || len(m.Payload) != 0 {
 		t.Fatalf("empty: %+v, %v", m, err)
 	}
 	// Every proper prefix that cuts into the fields is refused.

@@ -53,6 +53,7 @@ func (e *Engine) keepDeadLetter(g *group, m *broker.Message, headers map[string]
 	ctx, cancel := e.ctx()
 	defer cancel()
 	msg := &nats.Msg{Subject: e.dlqSubject(g.consumer, m.SystemID), Data: m.Payload, Header: encodeHeaders(broker.MakeHeaders(headers), time.Now().UnixNano())}
+	setKey(msg.Header, m.Key)
 	g.deadMu.RLock()
 	if _, err := e.js.PublishMsg(ctx, msg); err != nil {
 		g.deadMu.RUnlock()
@@ -184,7 +185,7 @@ func deadLetterOf(rm *jetstream.RawStreamMsg) broker.DeadLetter {
 	h := hs.Map()
 	attempts, _ := strconv.Atoi(h[deadletter.HeaderAttempts])
 	return broker.DeadLetter{ID: rm.Subject[strings.LastIndexByte(rm.Subject, '.')+1:], Topic: h[deadletter.HeaderTopic], Payload: rm.Data,
-		Headers: h, Reason: h[deadletter.HeaderReason], Attempts: attempts, DeadAt: at}
+		Headers: h, Key: keyOf(rm.Header), Reason: h[deadletter.HeaderReason], Attempts: attempts, DeadAt: at}
 }
 
 // takeDeadLetters deletes the letters of g named by ids (every one kept now, if empty) from
@@ -272,10 +273,10 @@ func (e *Engine) ReplayDeadLetters(id string, ids []string) ([]broker.Replayed, 
 			out[i] = broker.Replayed{ID: ids[i], Err: grouping.UnknownDeadLetter(id, ids[i])}
 			continue
 		}
-		res, perr := e.Publish(dl.Topic, dl.Payload, grouping.ReplayHeaders(dl.Headers))
+		res, perr := grouping.Replay(e, dl)
 		out[i] = broker.Replayed{ID: dl.ID, SystemID: res.SystemID, Routed: res.Routed, Err: perr}
 		if perr != nil {
-			e.keepDeadLetter(g, &broker.Message{SystemID: dl.ID, Payload: dl.Payload}, dl.Headers)
+			e.keepDeadLetter(g, &broker.Message{SystemID: dl.ID, Payload: dl.Payload, Key: dl.Key}, dl.Headers)
 		}
 	}
 	return out, err

@@ -49,6 +49,7 @@ import (
 
 	"github.com/tinybroker/tinybroker/broker"
 	"github.com/tinybroker/tinybroker/broker/deadletter"
+	"github.com/tinybroker/tinybroker/broker/internal/grouping"
 )
 
 const (
@@ -294,9 +295,9 @@ func (k *keyq) release(e *kentry) (freed int64) {
 }
 
 // checkNoisy marks t noisy when it holds more than a tenth of what this node holds of the
-// group (and at least broker.NoisyMin), once per episode, to be logged.
+// group (and at least grouping.NoisyMin), once per episode, to be logged.
 func (k *keyq) checkNoisy(t *ktenant) {
-	if !t.noisy && t.held >= broker.NoisyMin && t.held*10 > len(k.bySeq)+1 {
+	if !t.noisy && t.held >= grouping.NoisyMin && t.held*10 > len(k.bySeq)+1 {
 		t.noisy = true
 		k.noisy = append(k.noisy, t.name)
 	}
@@ -313,7 +314,7 @@ func (k *keyq) sorted() []*kentry {
 }
 
 // busiest returns how many keys (with fair_by, tenants) hold messages here and the
-// broker.BusiestKeys that hold the most (waiting and out), most first.
+// grouping.BusiestKeys that hold the most (waiting and out), most first.
 func (k *keyq) busiest() (int, []broker.KeyLoad) {
 	var top []broker.KeyLoad
 	n := len(k.lanes)
@@ -337,8 +338,8 @@ func (k *keyq) busiest() (int, []broker.KeyLoad) {
 		}
 		return cmp.Compare(a.Key, b.Key)
 	})
-	if len(top) > broker.BusiestKeys {
-		top = top[:broker.BusiestKeys]
+	if len(top) > grouping.BusiestKeys {
+		top = top[:grouping.BusiestKeys]
 	}
 	return n, top
 }

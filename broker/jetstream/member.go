@@ -527,7 +527,7 @@ func (g *group) deadLetter(h *held, reason string) {
 	name, dlq := g.name, g.dlq
 	g.mu.Unlock()
 	hd := grouping.DeadLetterHeaders(h.msg, reason, g.id, name, h.attempt)
-	if _, err := g.e.route(&publishing.Msg{Topic: dlq, Payload: h.msg.Payload, Headers: broker.MakeHeaders(hd)}); err != nil {
+	if _, err := g.e.route(&publishing.Msg{Topic: dlq, Payload: h.msg.Payload, Headers: broker.MakeHeaders(hd), Key: h.msg.Key}); err != nil {
 		g.e.log.Warn("dead letter refused; it stays in the group for another attempt", "topic", dlq, "error", err)
 		if h.e != nil {
 			g.mu.Lock()

@@ -210,7 +210,7 @@ func (b *Engine) ReplayDeadLetters(id string, ids []string) ([]broker.Replayed, 
 			out[i] = broker.Replayed{ID: k.dl.ID, Err: grouping.UnknownDeadLetter(id, k.dl.ID)}
 			continue
 		}
-		res, err := b.replay(&k.dl)
+		res, err := grouping.Replay(b, &k.dl)
 		out[i] = broker.Replayed{ID: k.dl.ID, SystemID: res.SystemID, Routed: res.Routed, Err: err}
 		if err != nil {
 			g.mu.Lock()
@@ -264,18 +264,4 @@ func (b *Engine) PurgeDeadLetters(id string, ids []string) (int, error) {
 	g.mu.Unlock()
 	b.log.Info("dead letters purged", "subscription", id, "dead_letters_dropped", n)
 	return n, nil
-}
-
-// replay publishes a dead letter again as it was first published: its topic, payload, key
-// and original headers (grouping.ReplayHeaders), through the plugins.
-func (b *Engine) replay(dl *broker.DeadLetter) (broker.PublishResult, error) {
-	h := grouping.ReplayHeaders(dl.Headers)
-	if dl.Key == "" {
-		return b.Publish(dl.Topic, dl.Payload, h)
-	}
-	d := [1]broker.Draft{{Topic: dl.Topic, Payload: dl.Payload, Headers: broker.MakeHeaders(h), Key: dl.Key}}
-	var res [1]broker.PublishResult
-	var errs [1]error
-	b.PublishBatch(d[:], res[:], errs[:])
-	return res[0], errs[0]
 }

@@ -64,3 +64,20 @@ func ListDeadLetters(token string, limit int, next func(after uint64) (dl broker
 		after = pos
 	}
 }
+
+// Replay publishes a dead letter through pub (the engine) again as it was first published:
+// its topic, payload, key and original headers (ReplayHeaders), through the plugins.
+func Replay(pub interface {
+	Publish(topic string, payload []byte, headers map[string]string) (broker.PublishResult, error)
+	PublishBatch(frame []broker.Draft, res []broker.PublishResult, errs []error)
+}, dl *broker.DeadLetter) (broker.PublishResult, error) {
+	h := ReplayHeaders(dl.Headers)
+	if dl.Key == "" {
+		return pub.Publish(dl.Topic, dl.Payload, h)
+	}
+	d := [1]broker.Draft{{Topic: dl.Topic, Payload: dl.Payload, Headers: broker.MakeHeaders(h), Key: dl.Key}}
+	var res [1]broker.PublishResult
+	var errs [1]error
+	pub.PublishBatch(d[:], res[:], errs[:])
+	return res[0], errs[0]
+}

@@ -77,7 +77,8 @@ type Engine struct {
 // engine use it.
 var Engines = []Engine{
 	{Name: "memory", New: newMemory, MemoryBudget: true, GroupBounds: true, GroupExpiry: true, DeadLetterStore: true, ExactAcks: true, Ordering: true, Fairness: true},
-	{Name: "jetstream", New: newJetStream, Release: releaseJetStream, GroupBounds: true, GroupExpiry: true, DeadLetterStore: true, ExactAcks: true},
+	{Name: "jetstream", New: newJetStream, Release: releaseJetStream, GroupBounds: true, GroupExpiry: true, DeadLetterStore: true, ExactAcks: true,
+		Ordering: true, Fairness: true},
 }
 
 func newMemory(_ testing.TB, o Options) broker.Engine {
