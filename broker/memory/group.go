@@ -97,8 +97,10 @@ type entry struct {
 	timed    bool  // its first delivery is in group.deliveryLatency
 	// In a keyed group: out is set while it is its ordered key's message out (in flight,
 	// delayed, with a hook), and tn is the tenant it counts for while the group holds it.
-	out bool
-	tn  *tenant
+	out    bool
+	tn     *tenant
+	flying bool // handed to a member and not back (keyed.landed)
+	quiet  bool // flying, handed out while its tenant was not noisy
 }
 
 // takeBack collects what a group operation took back from its members, to be finished by
@@ -286,6 +288,15 @@ func (g *group) keysCostLocked(n int64) {
 	g.b.mem.add(n)
 }
 
+// roomLocked is how many messages the members can hold together (keyed.pop).
+func (g *group) roomLocked() int {
+	room := 0
+	for _, m := range g.members {
+		room += m.maxInFlight
+	}
+	return room
+}
+
 // logNoisyLocked logs the tenants that began to flood the group (keyed.checkNoisy).
 func (g *group) logNoisyLocked() {
 	for _, name := range g.keys.noisy {
@@ -322,6 +333,10 @@ func (g *group) dispatchLocked(now int64) {
 		return
 	}
 	wall := g.b.wallAt(now) // for the deliveryLatency of first attempts
+	room := 0
+	if g.keys != nil {
+		room = g.roomLocked()
+	}
 	for g.queue.len() > 0 || g.keys != nil && g.keys.ready.len() > 0 {
 		m := g.nextMemberLocked()
 		if m == nil {
@@ -330,7 +345,7 @@ func (g *group) dispatchLocked(now int64) {
 		var e *entry
 		if g.keys != nil {
 			var freed int64
-			e, freed = g.keys.pop()
+			e, freed = g.keys.pop(room)
 			g.keysCostLocked(-freed)
 			if e == nil { // every queued message waits behind one of its key
 				g.rr = (g.rr - 1 + len(g.members)) % len(g.members) // m's turn stays
@@ -498,6 +513,9 @@ func (g *group) touch(owner *member, seqs []uint64) (unknown int) {
 // giveBackLocked takes back e, no longer owned by any member, for another attempt. With
 // hooks it waits in tb.hooked for OnRedeliver; otherwise the default applies at once.
 func (g *group) giveBackLocked(e *entry, reason string, delay time.Duration, now int64, tb *takeBack) {
+	if g.keys != nil {
+		g.keys.landed(e)
+	}
 	if tb.hooks != nil {
 		tb.hooked = append(tb.hooked, hookedEntry{e: e, reason: reason, delay: delay})
 		return

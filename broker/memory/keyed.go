@@ -27,8 +27,11 @@ type keyed struct {
 	tenants map[string]*tenant // by tenant
 	ready   ring[*tenant]      // tenants with a ready lane, in turn
 	held    int                // messages the group holds, over every tenant
-	bytes   int64              // what its lanes and tenants cost
-	noisy   []string           // tenants that became noisy since the group last logged (logNoisy)
+	// flying is how many of them are at members, quietFlying how many of those were handed
+	// out while their tenant was not noisy (pop).
+	flying, quietFlying int
+	bytes               int64    // what its lanes and tenants cost
+	noisy               []string // tenants that became noisy since the group last logged (logNoisy)
 	// Lanes and tenants let go of, for reuse: a key usually has a lane for a message or two
 	// (W2 with 10,000 keys made and dropped one per message), and a spare costs no bytes.
 	spareLanes   []*lane
@@ -45,6 +48,7 @@ type tenant struct {
 	inReady bool        // in keyed.ready
 	lanes   int         // lanes it has, free included
 	held    int         // its messages the group holds: queued, out, in flight
+	flying  int         // its messages handed to members and not back
 	noisy   bool
 }
 
@@ -134,6 +138,7 @@ func (k *keyed) requeue(e *entry) int64 {
 	if e.tn == nil { // queued before the group's dispatch changed: a new message to this one
 		return k.push(e)
 	}
+	k.landed(e)
 	l, cost := k.laneFor(e.msg)
 	if l.ordered && e.out {
 		l.out = false
@@ -160,9 +165,20 @@ func (k *keyed) readied(l *lane) {
 
 // pop returns the next message to hand to a member, or nil if every queued message waits
 // behind one of its key that is out. It returns what it freed of lanes and tenants too.
-func (k *keyed) pop() (e *entry, freed int64) {
-	for k.ready.len() > 0 {
+//
+// Noisy tenants take their turns only while they have, together, fewer messages at members
+// than room minus headroom, the headroom being what the other tenants have at members plus
+// a tenth of room (at least one): the rest of the members' room is kept for the others, so
+// that a message of a quiet tenant finds a member with room the moment it comes instead of
+// waiting for the flood's next ack. room is what the members can hold together.
+func (k *keyed) pop(room int) (e *entry, freed int64) {
+	noisyCap := max(1, room-k.quietFlying-max(1, room/10))
+	for turns := k.ready.len(); turns > 0 && k.ready.len() > 0; turns-- {
 		t := k.ready.popFront()
+		if t.noisy && k.flying-k.quietFlying >= noisyCap {
+			k.ready.pushBack(t) // its turn comes again once room is back
+			continue
+		}
 		for t.ready.len() > 0 && e == nil {
 			l := t.ready.popFront()
 			l.inReady = false
@@ -190,10 +206,30 @@ func (k *keyed) pop() (e *entry, freed int64) {
 			freed += k.tidyTenant(t)
 		}
 		if e != nil {
+			e.flying, e.quiet = true, !t.noisy
+			t.flying++
+			k.flying++
+			if e.quiet {
+				k.quietFlying++
+			}
 			return e, freed
 		}
 	}
 	return nil, freed
+}
+
+// landed records that e, handed to a member, is back from it (or gone).
+func (k *keyed) landed(e *entry) {
+	if e.flying {
+		e.flying = false
+		if e.tn != nil {
+			e.tn.flying--
+		}
+		k.flying--
+		if e.quiet {
+			k.quietFlying--
+		}
+	}
 }
 
 // unqueued records that e, queued, was settled where it stands (it is skipped when it comes
@@ -211,6 +247,7 @@ func (k *keyed) release(e *entry) (freed int64) {
 	if t == nil { // not queued under this keyed (the group's dispatch changed since)
 		return 0
 	}
+	k.landed(e)
 	e.tn = nil
 	if l := k.laneOf(e, t); l != nil {
 		if e.out && l.ordered {

@@ -80,8 +80,13 @@ func checkKeyed(t *testing.T, g *group) {
 			}
 		}
 	}
+	flying := map[*tenant]int{}
 	for _, m := range g.members {
 		for _, e := range m.owned {
+			if !e.flying {
+				t.Fatalf("a message at a member is not marked flying")
+			}
+			flying[e.tn]++
 			count(e)
 			held++
 			heldBy[e.tn]++
@@ -119,6 +124,18 @@ func checkKeyed(t *testing.T, g *group) {
 	}
 	if held != k.held {
 		t.Fatalf("the group holds %d, the keyed queue counts %d", held, k.held)
+	}
+	total := 0
+	for _, n := range flying {
+		total += n
+	}
+	if total != k.flying || k.quietFlying < 0 || k.quietFlying > k.flying {
+		t.Fatalf("%d messages at members, the keyed queue counts %d (%d quiet)", total, k.flying, k.quietFlying)
+	}
+	for tn := range heldBy {
+		if tn != nil && tn.flying != flying[tn] {
+			t.Fatalf("tenant %q counts %d at members, has %d", tn.name, tn.flying, flying[tn])
+		}
 	}
 	for tn, n := range heldBy {
 		if tn == nil || tn.held != n || k.tenants[tn.name] != tn {
