@@ -445,7 +445,7 @@ func (g *group) settle(items []takeItem) {
 	slices.SortFunc(items, func(a, b takeItem) int { return cmp.Compare(a.h.info.sseq, b.h.info.sseq) })
 	hooks := g.e.currentHooks()
 	g.mu.Lock()
-	name, limits := g.name, g.limits
+	name, limits, maxDeliveries := g.name, g.limits, g.maxDeliveries // learn changes them (another node's change)
 	g.mu.Unlock()
 	if hooks != nil && !hooks.WantsRedeliver(name) {
 		hooks = nil
@@ -466,7 +466,7 @@ func (g *group) settle(items []takeItem) {
 				reason = v.Reason
 			}
 		}
-		if action == broker.RedeliverDefault && g.maxDeliveries > 0 && int(h.attempt) >= g.maxDeliveries {
+		if action == broker.RedeliverDefault && maxDeliveries > 0 && int(h.attempt) >= maxDeliveries {
 			action = broker.RedeliverDeadLetter
 		}
 		if delay != atOnce || action == broker.RedeliverDelay { // the redelivery back-off
