@@ -194,7 +194,7 @@ func (g *group) redispatchLocked(d broker.Dispatch) {
 		g.keys = newKeyed(d)
 	}
 	for _, e := range es {
-		e.delayed, e.out, e.tn = false, false, nil
+		e.delayed, e.out, e.tn, e.ol = false, false, nil, nil
 		if g.keys != nil {
 			g.keysCostLocked(g.keys.push(e))
 		} else {

@@ -99,8 +99,9 @@ type entry struct {
 	// delayed, with a hook), and tn is the tenant it counts for while the group holds it.
 	out    bool
 	tn     *tenant
-	flying bool // handed to a member and not back (keyed.landed)
-	quiet  bool // flying, handed out while its tenant was not noisy
+	ol     *lane // its ordered lane while it is queued or out (nil for one not ordered)
+	flying bool  // handed to a member and not back (keyed.landed)
+	quiet  bool  // flying, handed out while its tenant was not noisy
 }
 
 // takeBack collects what a group operation took back from its members, to be finished by

@@ -123,6 +123,9 @@ func (k *keyed) push(e *entry) int64 {
 	l.q.pushBack(e)
 	l.queued++
 	e.tn = l.t
+	if l.ordered {
+		e.ol = l
+	}
 	l.t.held++
 	k.held++
 	k.readied(l)
@@ -139,7 +142,14 @@ func (k *keyed) requeue(e *entry) int64 {
 		return k.push(e)
 	}
 	k.landed(e)
-	l, cost := k.laneFor(e.msg)
+	// Its lane without a lookup: an ordered one lives while its message is out; a tenant
+	// lives while it holds a message.
+	l, cost := e.ol, int64(0)
+	if l == nil {
+		if l = e.tn.free; l == nil {
+			l, cost = k.laneFor(e.msg)
+		}
+	}
 	if l.ordered && e.out {
 		l.out = false
 	}
@@ -248,8 +258,9 @@ func (k *keyed) release(e *entry) (freed int64) {
 		return 0
 	}
 	k.landed(e)
-	e.tn = nil
-	if l := k.laneOf(e, t); l != nil {
+	l := k.laneOf(e, t)
+	e.tn, e.ol = nil, nil
+	if l != nil {
 		if e.out && l.ordered {
 			l.out = false
 			k.readied(l)
@@ -268,9 +279,8 @@ func (k *keyed) release(e *entry) (freed int64) {
 // laneOf returns the lane of e, of tenant t, now, or nil if it has none (the lane went,
 // which happens to a free lane while its message is in flight).
 func (k *keyed) laneOf(e *entry, t *tenant) *lane {
-	okey, ordered := k.d.OrderKey(e.msg.Key)
-	if ordered {
-		return k.lanes[okey]
+	if e.ol != nil {
+		return e.ol
 	}
 	if t != nil {
 		return t.free
