@@ -163,6 +163,8 @@ type Message struct {
 	Payload  []byte
 	Headers  Headers
 	Key      string // the ordering and fairness key (Draft.Key); "" for none
+	// TTL is how long after PublishedAt it expires in consumer groups (Draft.TTL; 0: never).
+	TTL time.Duration
 	// PublishedAt is when the engine accepted the message, in Unix nanoseconds.
 	PublishedAt int64
 	// Targets is how many fanout subscriptions and groups the message was routed to.
@@ -300,6 +302,11 @@ type GroupLimits struct {
 	// RedeliveryDelay); a negative min turns it off.
 	RedeliveryDelayMin time.Duration
 	RedeliveryDelayMax time.Duration
+	// MaxAge expires a message this long after its publish, as a ttl would (0: never);
+	// OnExpire is what becomes of an expired message: "dead_letter" (the default), with
+	// reason "expired", or "drop", counted.
+	MaxAge   time.Duration
+	OnExpire string
 }
 
 // Overflow is what a consumer group does with a publish when its queue is at its bound.
@@ -339,6 +346,9 @@ type GroupStats struct {
 	Bytes                                                int64 // what the group holds, counted against its max_queued_bytes
 	Delivered, Acked, Redelivered, DeadLettered, Dropped uint64
 	Rejected                                             uint64 // publishes refused while the group was full
+	// Expired counts the messages it let go of past their ttl or its max_age (dead-lettered
+	// or, with on_expire "drop", dropped: counted in DeadLettered or Dropped too).
+	Expired uint64
 	// Published counts the messages the group took (a publish it refused is Rejected); in a
 	// cluster, those published through this node.
 	Published uint64

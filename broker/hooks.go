@@ -42,6 +42,9 @@ type Draft struct {
 	// Key is the ordering and fairness key ("" for none; ValidateKey): consumer groups with
 	// ordering or fair_by "key" group messages by it. A hook may set it on publish.
 	Key string
+	// TTL is how long after its publish the message expires in consumer groups (0: never;
+	// negative: invalid, refused).
+	TTL time.Duration
 	// ID is the publisher's message id as its dedupe key (MessageKey: the user's namespace
 	// and the id), or "" for none. The engine publishes a message at most once per ID within
 	// Limits.DedupeWindow, before the hooks run (they never see a duplicate); a hook neither

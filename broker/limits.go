@@ -60,13 +60,17 @@ type Limits struct {
 	// (100ms doubling up to 10s); a negative min turns it off.
 	GroupRedeliveryDelayMin time.Duration
 	GroupRedeliveryDelayMax time.Duration
+	// GroupMaxAge and GroupOnExpire: GroupLimits.MaxAge and OnExpire (none; "dead_letter").
+	GroupMaxAge   time.Duration
+	GroupOnExpire string
 }
 
 // GroupLimits returns the group limits of l, for GroupLimits.Or.
 func (d Limits) GroupLimits() GroupLimits {
 	return GroupLimits{MaxQueued: d.GroupMaxQueued, MaxQueuedBytes: d.GroupMaxQueuedBytes, Overflow: d.GroupOverflow,
 		DeadLetterMax: d.GroupDeadLetterMax, DeadLetterMaxBytes: d.GroupDeadLetterMaxBytes,
-		RedeliveryDelayMin: d.GroupRedeliveryDelayMin, RedeliveryDelayMax: d.GroupRedeliveryDelayMax}
+		RedeliveryDelayMin: d.GroupRedeliveryDelayMin, RedeliveryDelayMax: d.GroupRedeliveryDelayMax,
+		MaxAge: d.GroupMaxAge, OnExpire: d.GroupOnExpire}
 }
 
 // WithGroupDefaults returns l with every zero value of its Group fields replaced by its
@@ -296,6 +300,9 @@ func (gc GroupConfig) Check() error {
 	if err == nil {
 		err = gc.Limits.CheckRedelivery()
 	}
+	if err == nil {
+		err = gc.Limits.CheckExpiry()
+	}
 	return err
 }
 
@@ -345,7 +352,28 @@ func (l GroupLimits) Or(d GroupLimits) GroupLimits {
 	if l.RedeliveryDelayMax <= 0 {
 		l.RedeliveryDelayMax = d.RedeliveryDelayMax
 	}
+	if l.MaxAge <= 0 {
+		l.MaxAge = d.MaxAge
+	}
+	if l.OnExpire == "" {
+		l.OnExpire = d.OnExpire
+	}
 	return l
+}
+
+// DropExpired reports whether the group drops expired messages instead of dead-lettering
+// them.
+func (l GroupLimits) DropExpired() bool { return l.OnExpire == "drop" }
+
+// CheckExpiry reports a bad max_age or on_expire.
+func (l GroupLimits) CheckExpiry() error {
+	switch {
+	case l.MaxAge < 0:
+		return fmt.Errorf("%w: max_age %v is negative; 0 means no limit", ErrInvalidSubscription, l.MaxAge)
+	case l.OnExpire != "" && l.OnExpire != "dead_letter" && l.OnExpire != "drop":
+		return fmt.Errorf("%w: on_expire %q: want \"dead_letter\" (the default: to the dead-letter topic with reason \"expired\") or \"drop\" (counted)", ErrInvalidSubscription, l.OnExpire)
+	}
+	return nil
 }
 
 // CheckRedelivery reports a back-off whose max is below its min.

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/tinybroker/tinybroker/internal/testing/brokertest"
 	adminpb "github.com/tinybroker/tinybroker/proto/tinybroker/admin/v1"
@@ -128,4 +129,31 @@ func TestDeadLetterKeepsKey(t *testing.T) {
 	if r := m.next(); r.GetKey() != "acct-3" || string(r.GetPayload()) != "x" {
 		t.Fatalf("replayed %q with key %q, want x with acct-3", r.GetPayload(), r.GetKey())
 	}
+}
+
+// A ttl over gRPC: on the memory engine a message past it is dead-lettered with reason
+// "expired" and never delivered; a negative one is refused with INVALID_ARGUMENT; the
+// JetStream engine refuses any for now, saying so.
+func TestTTLOverGRPC(t *testing.T) {
+	tb := start(t, brokertest.Options{})
+	ctx := context.Background()
+	_, err := tb.c.Publish(ctx, &pb.PublishRequest{Topic: "ttl.1", Ttl: durationpb.New(-time.Second)})
+	wantCode(t, err, codes.InvalidArgument, "ttl must be a valid duration")
+	if engine.Name == "jetstream" {
+		_, err = tb.c.Publish(ctx, &pb.PublishRequest{Topic: "ttl.1", Ttl: durationpb.New(time.Second)})
+		wantCode(t, err, codes.InvalidArgument, "not available on this engine yet")
+		return
+	}
+	tb.open(t, balanced("ttl", "ttl", 1, "ttl.>")).close()
+	tb.waitMemberless(t, "ttl")
+	dlq := tb.open(t, fanout("ttl-dlq", "dlq.ttl"))
+	if _, err := tb.c.Publish(ctx, &pb.PublishRequest{Topic: "ttl.1", Payload: []byte("late"), Ttl: durationpb.New(50 * time.Millisecond)}); err != nil {
+		t.Fatal(err)
+	}
+	d := dlq.next()
+	if string(d.GetPayload()) != "late" || d.GetHeaders()["tb-dead-letter-reason"] != "expired" {
+		t.Fatalf("dead letter %q with headers %v, want late with reason expired", d.GetPayload(), d.GetHeaders())
+	}
+	m := tb.open(t, balanced("ttl", "ttl", 1, "ttl.>"))
+	m.none(50 * time.Millisecond)
 }

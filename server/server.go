@@ -271,7 +271,7 @@ func (s *Server) Publish(ctx context.Context, req *pb.PublishRequest) (*pb.Publi
 	}
 	switch {
 	case err != nil:
-	case req.GetMessageId() == "" && req.GetKey() == "":
+	case req.GetMessageId() == "" && req.GetKey() == "" && req.GetTtl() == nil:
 		res, err = s.b.Publish(req.GetTopic(), req.GetPayload(), req.GetHeaders())
 	default: // a message id or a key: only PublishBatch takes them
 		res, err = s.publishOnce(caller, req)
@@ -292,7 +292,8 @@ func (s *Server) Publish(ctx context.Context, req *pb.PublishRequest) (*pb.Publi
 // publishOnce publishes a message that has a message_id (under the caller's dedupe key,
 // msgid.Key) or a key, as a frame of one.
 func (s *Server) publishOnce(caller *auth.Caller, req *pb.PublishRequest) (broker.PublishResult, error) {
-	d := [1]broker.Draft{{Topic: req.GetTopic(), Payload: req.GetPayload(), Headers: broker.MakeHeaders(req.GetHeaders()), Key: req.GetKey()}}
+	d := [1]broker.Draft{{Topic: req.GetTopic(), Payload: req.GetPayload(), Headers: broker.MakeHeaders(req.GetHeaders()), Key: req.GetKey(),
+		TTL: wire.TTL(req.GetTtl())}}
 	if req.GetMessageId() != "" {
 		d[0].ID = msgid.Key(caller.Name(), req.GetMessageId())
 	}

@@ -26,6 +26,7 @@ const (
 	ReasonNack        = "nack"
 	ReasonAckDeadline = "ack deadline exceeded"
 	ReasonMemberLeft  = "member left"
+	ReasonExpired     = "expired" // past its ttl or its group's max_age
 )
 
 // DefaultTopic is where consumer group id (its subscription_id) dead-letters when it names no

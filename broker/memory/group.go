@@ -58,6 +58,8 @@ type group struct {
 	members                                              []*member
 	rr                                                   int       // index of the member to try first
 	delayed                                              delayHeap // nacked with a delay, by deadline: when they are requeued
+	expiry                                               expHeap   // the entries that expire, by when
+	expiredOut                                           []*entry  // found expired by dispatchLocked: onTimer lets go of them
 	wake                                                 int64     // earliest time registered with the scheduler; 0 if none
 	draining                                             bool      // shutting down: deliver nothing new
 	emptySince                                           int64     // when the last member left (Broker.now clock); 0 while it has members
@@ -65,6 +67,7 @@ type group struct {
 	memberSeq                                            uint64
 	delivered, acked, redelivered, deadLettered, dropped uint64
 	rejected                                             uint64 // publishes refused while full (broker.OverflowReject)
+	expiredMsgs                                          uint64 // let go of past their ttl or max_age
 	noisy                                                uint64 // tenants found flooding the group (keyed.checkNoisy)
 	published                                            uint64 // messages taken (deliver)
 	nacked, timedOut, leftBehind                         uint64 // taken back from members, by reason
@@ -102,6 +105,12 @@ type entry struct {
 	ol     *lane // its ordered lane while it is queued or out (nil for one not ordered)
 	flying bool  // handed to a member and not back (keyed.landed)
 	quiet  bool  // flying, handed out while its tenant was not noisy
+	// expires is when it expires (Broker.now clock; 0: never), from its ttl and the group's
+	// max_age; expIdx is its place in group.expiry, plus one (0: not there). held is set
+	// while a member holds it.
+	expires int64
+	expIdx  int
+	held    bool
 }
 
 // takeBack collects what a group operation took back from its members, to be finished by
@@ -177,6 +186,15 @@ func (g *group) deliver(m *message) (<-chan struct{}, error) {
 		g.noteFullLocked(over)
 	}
 	e := &entry{msg: m}
+	now := g.b.now()
+	if ttl := g.limits.MaxAge; m.TTL > 0 || ttl > 0 {
+		if m.TTL > 0 && (ttl <= 0 || m.TTL < ttl) {
+			ttl = m.TTL
+		}
+		e.expires = now + int64(ttl)
+		heap.Push(&g.expiry, e)
+		g.scheduleLocked(e.expires)
+	}
 	g.holdLocked(e)
 	if g.keys != nil {
 		g.keysCostLocked(g.keys.push(e))
@@ -186,7 +204,7 @@ func (g *group) deliver(m *message) (<-chan struct{}, error) {
 	}
 	g.queued++
 	g.published++
-	g.dispatchLocked(g.b.now())
+	g.dispatchLocked(now)
 	return nil, nil
 }
 
@@ -262,6 +280,10 @@ func (g *group) holdLocked(e *entry) {
 
 // forgetLocked lets go of e for good: acked, dropped, dead-lettered or expired.
 func (g *group) forgetLocked(e *entry) {
+	e.held = false
+	if e.expIdx > 0 {
+		heap.Remove(&g.expiry, e.expIdx-1)
+	}
 	g.bytes -= e.msg.cost + groupEntryOverhead
 	if g.quota != nil {
 		g.quota.AddBytes(-e.msg.cost - groupEntryOverhead)
@@ -356,6 +378,14 @@ func (g *group) dispatchLocked(now int64) {
 			continue
 		}
 		g.queued--
+		if e.expires != 0 && e.expires <= now { // its wake-up has not come yet: onTimer lets go of it
+			if e.expIdx > 0 {
+				heap.Remove(&g.expiry, e.expIdx-1)
+			}
+			g.expiredOut = append(g.expiredOut, e)
+			g.scheduleLocked(now)
+			continue
+		}
 		if e.attempt > 0 {
 			delete(g.waiting, e.msg.ID)
 		} else if !e.timed { // not one taken back unsent from a member that left
@@ -380,6 +410,7 @@ func (g *group) nextMemberLocked() *member {
 }
 
 func (g *group) assignLocked(m *member, e *entry, now int64) {
+	e.held = true
 	e.attempt++
 	e.sentAt = now
 	e.deadline = now + int64(m.ackDeadline)
@@ -516,6 +547,11 @@ func (g *group) touch(owner *member, seqs []uint64) (unknown int) {
 func (g *group) giveBackLocked(e *entry, reason string, delay time.Duration, now int64, tb *takeBack) {
 	if g.keys != nil {
 		g.keys.landed(e)
+	}
+	e.held = false
+	if e.expires != 0 && e.expires <= now {
+		g.expireLocked(e, tb)
+		return
 	}
 	if tb.hooks != nil {
 		tb.hooked = append(tb.hooked, hookedEntry{e: e, reason: reason, delay: delay})
@@ -740,6 +776,20 @@ func (g *group) onTimer() {
 			tb.requeue = append(tb.requeue, e)
 		}
 	}
+	// What expired goes, wherever it waits: queued or delayed, settled where it stands; one a
+	// member holds goes when it comes back (giveBackLocked).
+	for len(g.expiry) > 0 && g.expiry[0].expires <= now {
+		if e := heap.Pop(&g.expiry).(*entry); !e.held {
+			g.expireWaitingLocked(e, tb)
+		}
+	}
+	if len(g.expiry) > 0 {
+		later(g.expiry[0].expires)
+	}
+	for _, e := range g.expiredOut {
+		g.expireLocked(e, tb)
+	}
+	g.expiredOut = nil
 	g.requeueLocked(tb)
 	expired := false
 	if g.emptySince != 0 {
@@ -789,7 +839,7 @@ func (g *group) stats() broker.GroupStats {
 }
 
 func (g *group) statsLocked() broker.GroupStats {
-	st := broker.GroupStats{ID: g.id, Group: g.name, Patterns: g.patterns, Members: len(g.members),
+	st := broker.GroupStats{ID: g.id, Group: g.name, Patterns: g.patterns, Members: len(g.members), Expired: g.expiredMsgs,
 		Queued: g.queued, Bytes: g.bytes, Delivered: g.delivered, Acked: g.acked, Redelivered: g.redelivered,
 		DeadLettered: g.deadLettered, Dropped: g.dropped, Rejected: g.rejected, Published: g.published, Declared: g.declared,
 		Nacked: g.nacked, TimedOut: g.timedOut, LeftBehind: g.leftBehind,
@@ -902,6 +952,56 @@ func (r *ring[T]) popFront() T {
 	if r.size == 0 && len(r.buf) > 4096 { // give a burst's memory back
 		r.buf, r.head = nil, 0
 	}
+	return e
+}
+
+// expireLocked lets go of e, expired, taken from a member or the queue: to the dead-letter
+// topic with reason "expired", or dropped (on_expire "drop").
+func (g *group) expireLocked(e *entry, tb *takeBack) {
+	g.expiredMsgs++
+	if g.limits.DropExpired() {
+		g.dropped++
+		g.forgetLocked(e)
+		return
+	}
+	g.deadLetterLocked(e, deadletter.ReasonExpired, tb)
+}
+
+// expireWaitingLocked lets go of e, expired while queued or delayed, as expireLocked does.
+func (g *group) expireWaitingLocked(e *entry, tb *takeBack) {
+	g.expiredMsgs++
+	if g.limits.DropExpired() {
+		g.dropped++
+	} else {
+		g.deadLettered++
+		d := g.deadLetter(e, deadletter.ReasonExpired)
+		g.keepDeadLetterLocked(e, d, deadletter.ReasonExpired)
+		tb.dead = append(tb.dead, d)
+	}
+	g.settleLocked(e)
+}
+
+// expHeap holds the entries of a group that expire, soonest first; each knows its place
+// (entry.expIdx) so that one let go of early leaves it at once.
+type expHeap []*entry
+
+func (h expHeap) Len() int           { return len(h) }
+func (h expHeap) Less(i, j int) bool { return h[i].expires < h[j].expires }
+func (h expHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].expIdx, h[j].expIdx = i+1, j+1
+}
+func (h *expHeap) Push(x any) {
+	e := x.(*entry)
+	e.expIdx = len(*h) + 1
+	*h = append(*h, e)
+}
+func (h *expHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	e.expIdx = 0
 	return e
 }
 

@@ -32,7 +32,7 @@ var stdin io.Reader = os.Stdin
 
 func (a *app) pubCmd() *cobra.Command {
 	var addr, key string
-	var timeout, sleep time.Duration
+	var timeout, sleep, ttl time.Duration
 	var count, keys int
 	var noTemplate, asJSON bool
 	var dial *dialFlags
@@ -115,6 +115,9 @@ instead, key-0 to key-<N-1> in turn (or K-0 to K-<N-1> with --key K).`,
 				if k := keyOf(n); k != "" {
 					opts = append(opts, client.WithKey(k))
 				}
+				if ttl != 0 {
+					opts = append(opts, client.WithTTL(ttl))
+				}
 				res, err := c.Publish(ctx, topic, body, h, opts...)
 				cancel()
 				if err != nil {
@@ -150,6 +153,7 @@ instead, key-0 to key-<N-1> in turn (or K-0 to K-<N-1> with --key K).`,
 	f.DurationVar(&sleep, "sleep", 0, "with --count: time between two messages")
 	f.BoolVar(&noTemplate, "no-template", false, "send DATA as it is, even with {{ in it")
 	f.StringVar(&key, "key", "", "the messages' ordering and fairness `key` (at most 256 bytes of printable text)")
+	f.DurationVar(&ttl, "ttl", 0, "the messages expire this long after the broker accepts them: a consumer group dead-letters them (reason expired) instead of delivering them later")
 	f.IntVar(&keys, "keys", 0, "with --count: spread the messages over `N` keys in turn, key-0 to key-<N-1> (--key K: K-0 ...)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object per message published (system_id, topic, key, routed, dropped_by, drop_reason, duplicate)")
 	dial = addDialFlags(f)

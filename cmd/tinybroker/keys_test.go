@@ -192,3 +192,16 @@ func TestServeDeclaredKeyedGroup(t *testing.T) {
 		t.Fatalf("sub: %v", err)
 	}
 }
+
+// pub --ttl sends the ttl: a negative one is the broker's INVALID_ARGUMENT, named.
+func TestPubTTL(t *testing.T) {
+	addr, _ := startBroker(t)
+	var stdout, stderr strings.Builder
+	err := runPub([]string{"--addr", addr, "--ttl", "-1s", "ttl.1", "x"}, &stdout, &stderr)
+	if err == nil || !strings.Contains(err.Error()+stderr.String(), "ttl must be a valid duration") {
+		t.Fatalf("pub --ttl -1s: %v (%s)", err, stderr.String())
+	}
+	if err := runPub([]string{"--addr", addr, "--ttl", "1m", "ttl.1", "x"}, &stdout, &stderr); err != nil {
+		t.Fatalf("pub --ttl 1m: %v (%s)", err, stderr.String())
+	}
+}

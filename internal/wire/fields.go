@@ -22,6 +22,10 @@ const (
 	fieldPublishHeaders = 3 // PublishRequest.headers
 	fieldPublishID      = 4 // PublishRequest.message_id
 	fieldPublishKey     = 5 // PublishRequest.key
+	fieldPublishTTL     = 6 // PublishRequest.ttl
+
+	fieldDurationSeconds = 1 // google.protobuf.Duration.seconds
+	fieldDurationNanos   = 2 // google.protobuf.Duration.nanos
 
 	fieldResultSystemID = 1 // PublishResult.system_id
 	fieldResultRouted   = 2 // PublishResult.routed

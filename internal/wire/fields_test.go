@@ -7,6 +7,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
 )
@@ -50,6 +51,9 @@ func TestFieldNumbers(t *testing.T) {
 		{"fieldPublishHeaders", fieldPublishHeaders, number(&pb.PublishRequest{}, "headers")},
 		{"fieldPublishID", fieldPublishID, number(&pb.PublishRequest{}, "message_id")},
 		{"fieldPublishKey", fieldPublishKey, number(&pb.PublishRequest{}, "key")},
+		{"fieldPublishTTL", fieldPublishTTL, number(&pb.PublishRequest{}, "ttl")},
+		{"fieldDurationSeconds", fieldDurationSeconds, number(&durationpb.Duration{}, "seconds")},
+		{"fieldDurationNanos", fieldDurationNanos, number(&durationpb.Duration{}, "nanos")},
 		{"fieldResultSystemID", fieldResultSystemID, number(&pb.PublishResult{}, "system_id")},
 		{"fieldResultRouted", fieldResultRouted, number(&pb.PublishResult{}, "routed")},
 		{"fieldResultCode", fieldResultCode, number(&pb.PublishResult{}, "code")},

@@ -3,10 +3,12 @@ package wire
 import (
 	"errors"
 	"fmt"
+	"time"
 	"unicode/utf8"
 
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/tinybroker/tinybroker/broker"
 	"github.com/tinybroker/tinybroker/internal/grpcbuf"
@@ -96,6 +98,7 @@ func (f *PublishFrame) decode(b []byte) error {
 func (f *PublishFrame) decodeMessage(b []byte) (PublishMessage, error) {
 	var m PublishMessage
 	var hs headerSet
+	var ttl *durationpb.Duration // merged over the field's occurrences, as protobuf does
 	for len(b) > 0 {
 		num, typ, n := consumeTag(b)
 		if n < 0 {
@@ -138,6 +141,15 @@ func (f *PublishFrame) decodeMessage(b []byte) (PublishMessage, error) {
 				}
 				m.Key = string(v) // not interned: keys are many (an order id each), topics few
 			}
+		case num == fieldPublishTTL && typ == protowire.BytesType:
+			if v, n = protowire.ConsumeBytes(b); n >= 0 {
+				if ttl == nil {
+					ttl = new(durationpb.Duration)
+				}
+				if err := decodeDuration(v, ttl); err != nil {
+					return m, err
+				}
+			}
 		default:
 			n = protowire.ConsumeFieldValue(num, typ, b)
 		}
@@ -148,6 +160,9 @@ func (f *PublishFrame) decodeMessage(b []byte) (PublishMessage, error) {
 	}
 	if !hs.sorted {
 		m.Headers = m.Headers.Sorted() // a name given twice keeps its last value, as in a protobuf map
+	}
+	if ttl != nil {
+		m.TTL = TTL(ttl)
 	}
 	f.HeadersOver = f.HeadersOver || hs.over
 	return m, nil
@@ -250,4 +265,45 @@ func EncodePublishResponse(seq uint64, results []PublishResult) *RawFrame {
 		}
 	}
 	return &RawFrame{b: b, pooled: buf}
+}
+
+// decodeDuration merges the google.protobuf.Duration encoded in b into d.
+func decodeDuration(b []byte, d *durationpb.Duration) error {
+	for len(b) > 0 {
+		num, typ, n := consumeTag(b)
+		if n < 0 {
+			return fmt.Errorf("%w: %v", errFrame, protowire.ParseError(n))
+		}
+		b = b[n:]
+		var x uint64
+		switch {
+		case num == fieldDurationSeconds && typ == protowire.VarintType:
+			if x, n = protowire.ConsumeVarint(b); n >= 0 {
+				d.Seconds = int64(x)
+			}
+		case num == fieldDurationNanos && typ == protowire.VarintType:
+			if x, n = protowire.ConsumeVarint(b); n >= 0 {
+				d.Nanos = int32(x)
+			}
+		default:
+			n = protowire.ConsumeFieldValue(num, typ, b)
+		}
+		if n < 0 {
+			return fmt.Errorf("%w: %v", errFrame, protowire.ParseError(n))
+		}
+		b = b[n:]
+	}
+	return nil
+}
+
+// TTL is a PublishRequest's ttl as broker.Draft.TTL takes it: -1 for one that is not a valid,
+// non-negative duration (the broker refuses it), 0 for none.
+func TTL(d *durationpb.Duration) time.Duration {
+	if d == nil {
+		return 0
+	}
+	if d.CheckValid() != nil || d.AsDuration() < 0 {
+		return -1
+	}
+	return d.AsDuration()
 }

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"maps"
 	"testing"
+	"time"
 
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/tinybroker/tinybroker/broker"
 	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
@@ -23,12 +25,15 @@ func FuzzPublishFrame(f *testing.F) {
 	seed(f, &pb.PublishStreamRequest{Sequence: 1, ErrorsOnly: true, Messages: []*pb.PublishRequest{{Topic: "a"}}})
 	seed(f, &pb.PublishStreamRequest{Sequence: 2, Messages: []*pb.PublishRequest{{Topic: "a", MessageId: "id-1"}, {Topic: "b", MessageId: "ü"}, {Topic: "c"}}})
 	seed(f, &pb.PublishStreamRequest{Sequence: 3, Messages: []*pb.PublishRequest{{Topic: "a", Key: "k1"}, {Topic: "a", Key: "ü", MessageId: "x"}}})
-	f.Add([]byte{0x12, 0x03, 0x2a, 0x01, 0xff})             // key not UTF-8
-	f.Add([]byte{0x12, 0x03, 0x22, 0x01, 0xff})             // message_id not UTF-8
-	f.Add([]byte{0x12, 0x03, 0x0a, 0x01, 0xff})             // topic not UTF-8
-	f.Add([]byte{0x12, 0x05, 0x1a, 0x03, 0x0a, 0x01, 0x80}) // header key not UTF-8
-	f.Add([]byte{0x08, 0x80})                               // truncated varint
-	f.Add([]byte{0x12, 0x02, 0x08, 0x01, 0x18, 0x05})       // unknown fields
+	f.Add([]byte{0x12, 0x03, 0x2a, 0x01, 0xff}) // key not UTF-8
+	seed(f, &pb.PublishStreamRequest{Sequence: 4, Messages: []*pb.PublishRequest{{Topic: "a", Ttl: durationpb.New(90 * time.Second)},
+		{Topic: "a", Ttl: &durationpb.Duration{Seconds: -1}}, {Topic: "a", Ttl: &durationpb.Duration{Nanos: 2e9}}, {Topic: "a", Ttl: &durationpb.Duration{}}}})
+	f.Add([]byte{0x12, 0x0a, 0x32, 0x02, 0x08, 0x05, 0x32, 0x04, 0x10, 0x01, 0x18, 0x07}) // a ttl given twice: merged
+	f.Add([]byte{0x12, 0x03, 0x22, 0x01, 0xff})                                           // message_id not UTF-8
+	f.Add([]byte{0x12, 0x03, 0x0a, 0x01, 0xff})                                           // topic not UTF-8
+	f.Add([]byte{0x12, 0x05, 0x1a, 0x03, 0x0a, 0x01, 0x80})                               // header key not UTF-8
+	f.Add([]byte{0x08, 0x80})                                                             // truncated varint
+	f.Add([]byte{0x12, 0x02, 0x08, 0x01, 0x18, 0x05})                                     // unknown fields
 	f.Add(marshal(f, &pb.PublishStreamRequest{Messages: []*pb.PublishRequest{{Headers: map[string]string{"a": "", "b": "", "c": ""}}}}))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var want pb.PublishStreamRequest
@@ -48,7 +53,7 @@ func FuzzPublishFrame(f *testing.F) {
 		results := make([]PublishResult, len(got.Msgs))
 		for i, m := range got.Msgs {
 			w := want.GetMessages()[i]
-			if m.Topic != w.GetTopic() || !bytes.Equal(m.Payload, w.GetPayload()) || !maps.Equal(m.Headers.Map(), w.GetHeaders()) || m.ID != w.GetMessageId() || m.Key != w.GetKey() {
+			if m.Topic != w.GetTopic() || !bytes.Equal(m.Payload, w.GetPayload()) || !maps.Equal(m.Headers.Map(), w.GetHeaders()) || m.ID != w.GetMessageId() || m.Key != w.GetKey() || m.TTL != TTL(w.GetTtl()) {
 				t.Fatalf("message %d: decoded %q %q %v id %q key %q, want %q %q %v id %q key %q", i, m.Topic, m.Payload, m.Headers, m.ID, m.Key, w.GetTopic(), w.GetPayload(), w.GetHeaders(), w.GetMessageId(), w.GetKey())
 			}
 			if m.ID != "" && !got.IDs {

@@ -44,6 +44,7 @@ type Gate struct {
 	Hooks   *HookSlot
 	Closing *atomic.Bool // set when the engine no longer accepts publishes
 	Dedupe  *Dedupe      // the message ids published (nil: ids are ignored)
+	NoTTL   bool         // the engine refuses messages with a TTL (it has none yet)
 }
 
 // Msg is a message through the gate: to route, or, with Drop set, dropped by a plugin's
@@ -56,6 +57,7 @@ type Msg struct {
 	HB      int    // the sum of the lengths of its header names and values
 	ID      string // broker.Draft.ID: the JetStream engine stores it as Nats-Msg-Id
 	Key     string // broker.Draft.Key
+	TTL     time.Duration
 
 	Drop                  bool
 	DroppedBy, DropReason string
@@ -94,6 +96,17 @@ func (g *Gate) Emitted(ds []broker.Draft) iter.Seq2[Msg, error] {
 			}
 		}
 	}
+}
+
+// checkTTL refuses an invalid TTL, or any on an engine without them.
+func (g *Gate) checkTTL(ttl time.Duration) error {
+	switch {
+	case ttl < 0:
+		return fmt.Errorf("%w: ttl must be a valid duration of zero (none) or more", broker.ErrInvalidMessage)
+	case g.NoTTL:
+		return fmt.Errorf("%w: ttl is not available on this engine yet; run on engine \"memory\" for it, or leave it unset", broker.ErrInvalidMessage)
+	}
+	return nil
 }
 
 func (g *Gate) admit(topic string, payload []byte, headers broker.Headers) (int, error) {
@@ -177,6 +190,9 @@ func (g *Gate) Batch(frame []broker.Draft, errs []error) *Batch {
 		if err == nil && m.Key != "" {
 			err = broker.ValidateKey(m.Key)
 		}
+		if err == nil && m.TTL != 0 {
+			err = g.checkTTL(m.TTL)
+		}
 		errs[i] = err
 		if err == nil && m.ID != "" && b.dedupe != nil {
 			if now.IsZero() {
@@ -192,7 +208,7 @@ func (g *Gate) Batch(frame []broker.Draft, errs []error) *Batch {
 		switch {
 		case err != nil:
 		case h == nil:
-			b.Msgs = append(b.Msgs, Msg{Topic: m.Topic, Payload: m.Payload, Headers: m.Headers, HB: hb, ID: m.ID, Key: m.Key})
+			b.Msgs = append(b.Msgs, Msg{Topic: m.Topic, Payload: m.Payload, Headers: m.Headers, HB: hb, ID: m.ID, Key: m.Key, TTL: m.TTL})
 			b.At = append(b.At, i)
 		default:
 			b.drafts = append(b.drafts, m)
@@ -216,7 +232,7 @@ func (g *Gate) Batch(frame []broker.Draft, errs []error) *Batch {
 			errs[b.at[j]] = err
 			continue
 		}
-		m.ID = frame[b.at[j]].ID
+		m.ID, m.TTL = frame[b.at[j]].ID, frame[b.at[j]].TTL
 		b.Msgs = append(b.Msgs, m)
 		b.At = append(b.At, b.at[j])
 	}

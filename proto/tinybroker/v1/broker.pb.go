@@ -269,7 +269,12 @@ type PublishRequest struct {
 	// message is not held behind any other). At most 256 bytes, no control characters. A
 	// plugin may set or change it (v1_msg_set_key). See README.md, "Ordering keys and fair
 	// dispatch".
-	Key           string `protobuf:"bytes,5,opt,name=key,proto3" json:"key,omitempty"`
+	Key string `protobuf:"bytes,5,opt,name=key,proto3" json:"key,omitempty"`
+	// The message expires this long after the broker accepted it: a consumer group never
+	// delivers it after that, and dead-letters it with reason "expired" (or drops it, counted:
+	// groups { on_expire = "drop" }). Unset or zero: it never expires, but for its group's
+	// max_age. Fanout deliveries are immediate and do not look at it. Negative is refused.
+	Ttl           *durationpb.Duration `protobuf:"bytes,6,opt,name=ttl,proto3" json:"ttl,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -337,6 +342,13 @@ func (x *PublishRequest) GetKey() string {
 		return x.Key
 	}
 	return ""
+}
+
+func (x *PublishRequest) GetTtl() *durationpb.Duration {
+	if x != nil {
+		return x.Ttl
+	}
+	return nil
 }
 
 type PublishResponse struct {
@@ -2331,14 +2343,15 @@ const file_tinybroker_v1_broker_proto_rawDesc = "" +
 	"\x03key\x18\t \x01(\tR\x03key\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf3\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa0\x02\n" +
 	"\x0ePublishRequest\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x18\n" +
 	"\apayload\x18\x02 \x01(\fR\apayload\x12D\n" +
 	"\aheaders\x18\x03 \x03(\v2*.tinybroker.v1.PublishRequest.HeadersEntryR\aheaders\x12\x1d\n" +
 	"\n" +
 	"message_id\x18\x04 \x01(\tR\tmessageId\x12\x10\n" +
-	"\x03key\x18\x05 \x01(\tR\x03key\x1a:\n" +
+	"\x03key\x18\x05 \x01(\tR\x03key\x12+\n" +
+	"\x03ttl\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa4\x01\n" +
@@ -2562,47 +2575,48 @@ var file_tinybroker_v1_broker_proto_goTypes = []any{
 var file_tinybroker_v1_broker_proto_depIdxs = []int32{
 	30, // 0: tinybroker.v1.Message.headers:type_name -> tinybroker.v1.Message.HeadersEntry
 	31, // 1: tinybroker.v1.PublishRequest.headers:type_name -> tinybroker.v1.PublishRequest.HeadersEntry
-	3,  // 2: tinybroker.v1.PublishStreamRequest.messages:type_name -> tinybroker.v1.PublishRequest
-	7,  // 3: tinybroker.v1.PublishStreamResponse.results:type_name -> tinybroker.v1.PublishResult
-	0,  // 4: tinybroker.v1.OpenSubscription.mode:type_name -> tinybroker.v1.DeliveryMode
-	32, // 5: tinybroker.v1.OpenSubscription.ack_deadline:type_name -> google.protobuf.Duration
-	1,  // 6: tinybroker.v1.OpenSubscription.ordering:type_name -> tinybroker.v1.Ordering
-	32, // 7: tinybroker.v1.Subscribed.ack_deadline:type_name -> google.protobuf.Duration
-	1,  // 8: tinybroker.v1.Subscribed.ordering:type_name -> tinybroker.v1.Ordering
-	32, // 9: tinybroker.v1.NackBatch.delay:type_name -> google.protobuf.Duration
-	8,  // 10: tinybroker.v1.SubscribeRequest.open:type_name -> tinybroker.v1.OpenSubscription
-	10, // 11: tinybroker.v1.SubscribeRequest.ack:type_name -> tinybroker.v1.AckBatch
-	11, // 12: tinybroker.v1.SubscribeRequest.nack:type_name -> tinybroker.v1.NackBatch
-	12, // 13: tinybroker.v1.SubscribeRequest.touch:type_name -> tinybroker.v1.TouchBatch
-	13, // 14: tinybroker.v1.SubscribeRequest.close:type_name -> tinybroker.v1.CloseSubscription
-	2,  // 15: tinybroker.v1.MessageBatch.messages:type_name -> tinybroker.v1.Message
-	9,  // 16: tinybroker.v1.SubscribeResponse.subscribed:type_name -> tinybroker.v1.Subscribed
-	16, // 17: tinybroker.v1.SubscribeResponse.messages:type_name -> tinybroker.v1.MessageBatch
-	14, // 18: tinybroker.v1.SubscribeResponse.refused:type_name -> tinybroker.v1.Refused
-	17, // 19: tinybroker.v1.SubscribeResponse.ended:type_name -> tinybroker.v1.SubscriptionEnded
-	32, // 20: tinybroker.v1.Nack.delay:type_name -> google.protobuf.Duration
-	28, // 21: tinybroker.v1.StatsResponse.subscriptions:type_name -> tinybroker.v1.SubscriptionStats
-	29, // 22: tinybroker.v1.StatsResponse.groups:type_name -> tinybroker.v1.GroupStats
-	25, // 23: tinybroker.v1.StatsResponse.plugins:type_name -> tinybroker.v1.PluginStats
-	3,  // 24: tinybroker.v1.Broker.Publish:input_type -> tinybroker.v1.PublishRequest
-	5,  // 25: tinybroker.v1.Broker.PublishStream:input_type -> tinybroker.v1.PublishStreamRequest
-	15, // 26: tinybroker.v1.Broker.Subscribe:input_type -> tinybroker.v1.SubscribeRequest
-	19, // 27: tinybroker.v1.Broker.Ack:input_type -> tinybroker.v1.Ack
-	21, // 28: tinybroker.v1.Broker.Nack:input_type -> tinybroker.v1.Nack
-	23, // 29: tinybroker.v1.Broker.Stats:input_type -> tinybroker.v1.StatsRequest
-	26, // 30: tinybroker.v1.Broker.Reload:input_type -> tinybroker.v1.ReloadRequest
-	4,  // 31: tinybroker.v1.Broker.Publish:output_type -> tinybroker.v1.PublishResponse
-	6,  // 32: tinybroker.v1.Broker.PublishStream:output_type -> tinybroker.v1.PublishStreamResponse
-	18, // 33: tinybroker.v1.Broker.Subscribe:output_type -> tinybroker.v1.SubscribeResponse
-	20, // 34: tinybroker.v1.Broker.Ack:output_type -> tinybroker.v1.AckResponse
-	22, // 35: tinybroker.v1.Broker.Nack:output_type -> tinybroker.v1.NackResponse
-	24, // 36: tinybroker.v1.Broker.Stats:output_type -> tinybroker.v1.StatsResponse
-	27, // 37: tinybroker.v1.Broker.Reload:output_type -> tinybroker.v1.ReloadResponse
-	31, // [31:38] is the sub-list for method output_type
-	24, // [24:31] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	32, // 2: tinybroker.v1.PublishRequest.ttl:type_name -> google.protobuf.Duration
+	3,  // 3: tinybroker.v1.PublishStreamRequest.messages:type_name -> tinybroker.v1.PublishRequest
+	7,  // 4: tinybroker.v1.PublishStreamResponse.results:type_name -> tinybroker.v1.PublishResult
+	0,  // 5: tinybroker.v1.OpenSubscription.mode:type_name -> tinybroker.v1.DeliveryMode
+	32, // 6: tinybroker.v1.OpenSubscription.ack_deadline:type_name -> google.protobuf.Duration
+	1,  // 7: tinybroker.v1.OpenSubscription.ordering:type_name -> tinybroker.v1.Ordering
+	32, // 8: tinybroker.v1.Subscribed.ack_deadline:type_name -> google.protobuf.Duration
+	1,  // 9: tinybroker.v1.Subscribed.ordering:type_name -> tinybroker.v1.Ordering
+	32, // 10: tinybroker.v1.NackBatch.delay:type_name -> google.protobuf.Duration
+	8,  // 11: tinybroker.v1.SubscribeRequest.open:type_name -> tinybroker.v1.OpenSubscription
+	10, // 12: tinybroker.v1.SubscribeRequest.ack:type_name -> tinybroker.v1.AckBatch
+	11, // 13: tinybroker.v1.SubscribeRequest.nack:type_name -> tinybroker.v1.NackBatch
+	12, // 14: tinybroker.v1.SubscribeRequest.touch:type_name -> tinybroker.v1.TouchBatch
+	13, // 15: tinybroker.v1.SubscribeRequest.close:type_name -> tinybroker.v1.CloseSubscription
+	2,  // 16: tinybroker.v1.MessageBatch.messages:type_name -> tinybroker.v1.Message
+	9,  // 17: tinybroker.v1.SubscribeResponse.subscribed:type_name -> tinybroker.v1.Subscribed
+	16, // 18: tinybroker.v1.SubscribeResponse.messages:type_name -> tinybroker.v1.MessageBatch
+	14, // 19: tinybroker.v1.SubscribeResponse.refused:type_name -> tinybroker.v1.Refused
+	17, // 20: tinybroker.v1.SubscribeResponse.ended:type_name -> tinybroker.v1.SubscriptionEnded
+	32, // 21: tinybroker.v1.Nack.delay:type_name -> google.protobuf.Duration
+	28, // 22: tinybroker.v1.StatsResponse.subscriptions:type_name -> tinybroker.v1.SubscriptionStats
+	29, // 23: tinybroker.v1.StatsResponse.groups:type_name -> tinybroker.v1.GroupStats
+	25, // 24: tinybroker.v1.StatsResponse.plugins:type_name -> tinybroker.v1.PluginStats
+	3,  // 25: tinybroker.v1.Broker.Publish:input_type -> tinybroker.v1.PublishRequest
+	5,  // 26: tinybroker.v1.Broker.PublishStream:input_type -> tinybroker.v1.PublishStreamRequest
+	15, // 27: tinybroker.v1.Broker.Subscribe:input_type -> tinybroker.v1.SubscribeRequest
+	19, // 28: tinybroker.v1.Broker.Ack:input_type -> tinybroker.v1.Ack
+	21, // 29: tinybroker.v1.Broker.Nack:input_type -> tinybroker.v1.Nack
+	23, // 30: tinybroker.v1.Broker.Stats:input_type -> tinybroker.v1.StatsRequest
+	26, // 31: tinybroker.v1.Broker.Reload:input_type -> tinybroker.v1.ReloadRequest
+	4,  // 32: tinybroker.v1.Broker.Publish:output_type -> tinybroker.v1.PublishResponse
+	6,  // 33: tinybroker.v1.Broker.PublishStream:output_type -> tinybroker.v1.PublishStreamResponse
+	18, // 34: tinybroker.v1.Broker.Subscribe:output_type -> tinybroker.v1.SubscribeResponse
+	20, // 35: tinybroker.v1.Broker.Ack:output_type -> tinybroker.v1.AckResponse
+	22, // 36: tinybroker.v1.Broker.Nack:output_type -> tinybroker.v1.NackResponse
+	24, // 37: tinybroker.v1.Broker.Stats:output_type -> tinybroker.v1.StatsResponse
+	27, // 38: tinybroker.v1.Broker.Reload:output_type -> tinybroker.v1.ReloadResponse
+	32, // [32:39] is the sub-list for method output_type
+	25, // [25:32] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_tinybroker_v1_broker_proto_init() }

@@ -39,6 +39,7 @@ import (
 	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/tinybroker/tinybroker/internal/grpcbuf"
 	"github.com/tinybroker/tinybroker/internal/nodes"
@@ -244,6 +245,13 @@ func WithMessageID(id string) PublishOption {
 // (a tenant).
 func WithKey(key string) PublishOption {
 	return func(r *pb.PublishRequest) { r.Key = key }
+}
+
+// WithTTL makes the message expire ttl after the broker accepted it: a consumer group never
+// delivers it after that, and dead-letters it with reason "expired" (or drops it, as the
+// group's on_expire says). Not yet available on the JetStream engine (INVALID_ARGUMENT).
+func WithTTL(ttl time.Duration) PublishOption {
+	return func(r *pb.PublishRequest) { r.Ttl = durationpb.New(ttl) }
 }
 
 // publishAttempts is how many times Publish sends a message whose confirmation was lost.

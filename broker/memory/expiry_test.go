@@ -1,0 +1,138 @@
+package memory
+
+import (
+	"testing"
+	"time"
+
+	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/broker/deadletter"
+)
+
+// publishTTL publishes payload to "j.x" with ttl (and key, if not "").
+func (gt *groupTest) publishTTL(payload string, ttl time.Duration, key string) {
+	gt.t.Helper()
+	d := []broker.Draft{{Topic: "j.x", Payload: []byte(payload), TTL: ttl, Key: key}}
+	res, errs := make([]broker.PublishResult, 1), make([]error, 1)
+	gt.b.PublishBatch(d, res, errs)
+	if errs[0] != nil {
+		gt.t.Fatal(errs[0])
+	}
+}
+
+// deadReasons returns the reasons of the dead letters s got.
+func deadReasons(s *Subscription) []string {
+	var out []string
+	for _, d := range next(s) {
+		v, _ := d.Msg.Headers.Get(deadletter.HeaderReason)
+		out = append(out, string(d.Msg.Payload)+":"+v)
+	}
+	return out
+}
+
+// A message past its ttl is never delivered: queued, it goes to the dead-letter topic with
+// reason "expired" when its time comes, members or not; held by a member, it may still be
+// acked, but a nack or a passed deadline dead-letters it instead of redelivering it; delayed,
+// it goes at its time.
+func TestTTLExpires(t *testing.T) {
+	gt := newGroupTest(t, Options{})
+	dlq := gt.fanout("dlq.g")
+	a := gt.member("g", 1)
+	a.Close() // the group exists, without members
+	gt.publishTTL("queued", time.Second, "")
+	gt.publishTTL("forever", 0, "")
+	gt.clock.Advance(1500 * time.Millisecond)
+	want(t, "dead letters", deadReasons(dlq), "queued:expired")
+	a = gt.member("g", 1)
+	want(t, "delivered", got(a), "forever/1")
+	if st := gt.stats("g"); st.Expired != 1 || st.DeadLettered != 1 {
+		t.Fatalf("stats: expired %d dead-lettered %d, want 1 and 1", st.Expired, st.DeadLettered)
+	}
+	a.Ack([]string{gt.group("g").keysOrIDs(t, a)})
+
+	// In flight past its ttl: acked, it is acked; nacked, it is dead-lettered.
+	gt.publishTTL("acked", time.Second, "")
+	d := next(a)
+	gt.clock.Advance(2 * time.Second)
+	a.Ack(ids(d))
+	gt.publishTTL("nacked", time.Second, "")
+	d = next(a)
+	gt.clock.Advance(2 * time.Second)
+	a.Nack(ids(d), 0, "")
+	want(t, "after the nack", deadReasons(dlq), "nacked:expired")
+	want(t, "redelivered", got(a))
+
+	// Delayed past its ttl: it goes at its time, not when the delay ends.
+	gt.publishTTL("delayed", time.Second, "")
+	a.Nack(ids(next(a)), time.Minute, "")
+	gt.clock.Advance(1500 * time.Millisecond)
+	want(t, "the delayed one", deadReasons(dlq), "delayed:expired")
+	gt.settled("g")
+}
+
+// keysOrIDs returns the system_id of the one message s was handed and has not settled.
+func (g *group) keysOrIDs(t *testing.T, s *Subscription) string {
+	t.Helper()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, e := range s.m.owned {
+		return e.msg.SystemID
+	}
+	t.Fatal("the member holds nothing")
+	return ""
+}
+
+// A message found expired by a dispatch before its wake-up came is not delivered: it is let
+// go of at the wake-up.
+func TestTTLExpiredBeforeItsWakeUp(t *testing.T) {
+	gt := newGroupTest(t, Options{})
+	dlq := gt.fanout("dlq.g")
+	a := gt.member("g", 1)
+	a.Close()
+	gt.publishTTL("late", time.Second, "")
+	gt.clock.t.Add(int64(2 * time.Second)) // time passes, no wake-up runs yet
+	a = gt.member("g", 1)
+	want(t, "delivered", got(a))
+	gt.clock.Advance(0)
+	want(t, "dead letters", deadReasons(dlq), "late:expired")
+	gt.settled("g")
+}
+
+// A group's max_age expires what it holds as a ttl would, the shorter of the two winning,
+// and on_expire "drop" drops (counted) instead of dead-lettering.
+func TestMaxAgeAndDrop(t *testing.T) {
+	gt := newGroupTest(t, Options{})
+	if err := gt.b.Declare(broker.GroupConfig{Name: "g", Patterns: []string{"j.>"}, Limits: broker.GroupLimits{MaxAge: 10 * time.Second, OnExpire: "drop"}}); err != nil {
+		t.Fatal(err)
+	}
+	dlq := gt.fanout("dlq.g")
+	gt.publishTTL("short", time.Second, "")
+	gt.publishTTL("aged", 0, "")
+	gt.publishTTL("long", time.Hour, "")
+	gt.clock.Advance(2 * time.Second)
+	if st := gt.stats("g"); st.Queued != 2 || st.Expired != 1 || st.Dropped != 1 {
+		t.Fatalf("after 2s: queued %d expired %d dropped %d, want 2, 1, 1", st.Queued, st.Expired, st.Dropped)
+	}
+	gt.clock.Advance(9 * time.Second)
+	if st := gt.stats("g"); st.Queued != 0 || st.Expired != 3 || st.Dropped != 3 || st.DeadLettered != 0 {
+		t.Fatalf("after 11s: queued %d expired %d dropped %d dead-lettered %d, want 0, 3, 3, 0", st.Queued, st.Expired, st.Dropped, st.DeadLettered)
+	}
+	want(t, "dead letters", deadReasons(dlq))
+	gt.settled("g")
+	if err := (broker.GroupConfig{Name: "x", Patterns: []string{"x"}, Limits: broker.GroupLimits{OnExpire: "keep"}}).Check(); err == nil {
+		t.Fatal(`on_expire "keep" accepted`)
+	}
+}
+
+// In an ordered group, a key's message that expires frees the key: the next goes.
+func TestTTLFreesItsKey(t *testing.T) {
+	gt := newGroupTest(t, Options{})
+	a := gt.member("g", 5, ordering(broker.OrderingKey))
+	gt.publishTTL("first", 0, "k")
+	gt.publishTTL("second", time.Second, "k")
+	gt.publishTTL("third", 0, "k")
+	d := next(a)
+	want(t, "first", payloads(d), "first")
+	gt.clock.Advance(2 * time.Second) // second expires behind first
+	a.Ack(ids(d))
+	want(t, "after the ack", got(a), "third/1")
+}
