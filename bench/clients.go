@@ -197,19 +197,7 @@ func newSink(ctx context.Context, conn *grpc.ClientConn, name, pattern string, o
 // payload copied, as a subscriber would have them.
 func (s *sink) receive() {
 	defer close(s.exited)
-	var f wire.Frame
-	var dec wire.Decoder
-	var msgs []wire.Delivery
-	for {
-		if err := s.stream.RecvMsg(&f); err != nil {
-			s.err = err
-			return
-		}
-		var err error
-		if msgs, _, err = dec.Messages(f.B, msgs[:0]); err != nil {
-			s.err = err
-			return
-		}
+	s.err = receiveBatches(s.stream, func(msgs []wire.Delivery) error {
 		now := time.Now()
 		if s.onBatch != nil {
 			s.onBatch(msgs, now)
@@ -222,6 +210,28 @@ func (s *sink) receive() {
 			s.done = nil
 		}
 		s.mu.Unlock()
+		return nil
+	})
+}
+
+// receiveBatches reads SubscribeResponse frames from stream and calls f with each one's
+// messages, decoded as the Go client does (internal/wire), until the stream ends or f fails;
+// it returns why. The messages are reused from frame to frame.
+func receiveBatches(stream interface{ RecvMsg(any) error }, f func([]wire.Delivery) error) error {
+	var frame wire.Frame
+	var dec wire.Decoder
+	var msgs []wire.Delivery
+	for {
+		if err := stream.RecvMsg(&frame); err != nil {
+			return err
+		}
+		var err error
+		if msgs, _, err = dec.Messages(frame.B, msgs[:0]); err != nil {
+			return err
+		}
+		if err := f(msgs); err != nil {
+			return err
+		}
 	}
 }
 

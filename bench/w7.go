@@ -172,21 +172,9 @@ type w7Ack struct {
 func (m *w7Member) receive(rec *w7Recorder) {
 	defer close(m.exited)
 	defer close(m.acks)
-	var f wire.Frame
-	var dec wire.Decoder
-	var msgs []wire.Delivery
-	for {
-		if err := m.stream.RecvMsg(&f); err != nil {
-			m.err = err
-			return
-		}
-		var err error
-		if msgs, _, err = dec.Messages(f.B, msgs[:0]); err != nil {
-			m.err = err
-			return
-		}
+	m.err = receiveBatches(m.stream, func(msgs []wire.Delivery) error {
 		if len(msgs) == 0 {
-			continue
+			return nil
 		}
 		now := time.Now()
 		rec.add(msgs, now.UnixNano())
@@ -195,7 +183,8 @@ func (m *w7Member) receive(rec *w7Recorder) {
 			a.ids[i] = msgs[i].SystemID
 		}
 		m.acks <- a
-	}
+		return nil
+	})
 }
 
 func (m *w7Member) ack(work time.Duration) {

@@ -219,21 +219,9 @@ type member struct {
 func (m *member) run(n int64, acked *atomic.Int64, finish func(time.Time)) {
 	defer close(m.exited)
 	var ids []string
-	var f wire.Frame
-	var dec wire.Decoder
-	var msgs []wire.Delivery
-	for {
-		if err := m.stream.RecvMsg(&f); err != nil {
-			m.err = err
-			return
-		}
-		var err error
-		if msgs, _, err = dec.Messages(f.B, msgs[:0]); err != nil {
-			m.err = err
-			return
-		}
+	m.err = receiveBatches(m.stream, func(msgs []wire.Delivery) error {
 		if len(msgs) == 0 {
-			continue
+			return nil
 		}
 		ids = ids[:0]
 		for i := range msgs {
@@ -242,14 +230,14 @@ func (m *member) run(n int64, acked *atomic.Int64, finish func(time.Time)) {
 		}
 		// Send encodes the frame before it returns, so ids can be reused.
 		if err := m.stream.Send(&pb.SubscribeRequest{Frame: &pb.SubscribeRequest_Ack{Ack: &pb.AckBatch{SystemIds: ids}}}); err != nil {
-			m.err = fmt.Errorf("send acks: %w", err)
-			return
+			return fmt.Errorf("send acks: %w", err)
 		}
 		now := time.Now()
 		if a := acked.Add(int64(len(ids))); a >= n && a-int64(len(ids)) < n {
 			finish(now)
 		}
-	}
+		return nil
+	})
 }
 
 // waitGroup polls the broker's stats until cond holds for the consumer group id (nil if the

@@ -42,7 +42,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -485,9 +484,7 @@ func (g *group) pullKeyedLocked() {
 // status that ends a pull request (or a keepalive: request 0).
 func (g *group) onKeyedMsg(msg *nats.Msg) {
 	e := g.e
-	if len(msg.Data) == 0 && msg.Header.Get("Status") != "" { // sent to the request's own reply subject
-		rid, _ := strconv.ParseUint(msg.Subject[strings.LastIndexByte(msg.Subject, '.')+1:], 10, 64)
-		code := msg.Header.Get("Status")
+	if rid, code := pullStatus(msg); code != "" {
 		if code == "100" {
 			return
 		}
@@ -505,7 +502,7 @@ func (g *group) onKeyedMsg(msg *nats.Msg) {
 		if code == "423" && g.ordered() && pin != "" && pin == g.pin { // another node has the pin now
 			g.lostPinLocked()
 		}
-		deleted := code == "409" && strings.Contains(strings.ToLower(msg.Header.Get("Description")), "deleted")
+		deleted := consumerDeleted(msg, code)
 		if !deleted {
 			g.pullKeyedLocked()
 		}

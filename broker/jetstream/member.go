@@ -110,13 +110,29 @@ func (g *group) pumpAllLocked() {
 	}
 }
 
+// pullStatus returns the status JetStream ended a pull request with, if msg is one (an empty
+// message with a Status header, sent to the request's own reply subject, which ends in its
+// id), and the request's id; code is "" for a message.
+func pullStatus(msg *nats.Msg) (rid uint64, code string) {
+	if len(msg.Data) > 0 {
+		return 0, ""
+	}
+	if code = msg.Header.Get("Status"); code != "" {
+		rid, _ = strconv.ParseUint(msg.Subject[strings.LastIndexByte(msg.Subject, '.')+1:], 10, 64)
+	}
+	return rid, code
+}
+
+// consumerDeleted reports whether a pull status of code says the consumer was deleted.
+func consumerDeleted(msg *nats.Msg, code string) bool {
+	return code == "409" && strings.Contains(strings.ToLower(msg.Header.Get("Description")), "deleted")
+}
+
 // onMsg handles what JetStream sends to a member's inbox: a message, or the status that
 // ends a pull request.
 func (m *member) onMsg(msg *nats.Msg) {
 	g, e := m.g, m.g.e
-	if len(msg.Data) == 0 && msg.Header.Get("Status") != "" { // sent to the request's own reply subject
-		rid, _ := strconv.ParseUint(msg.Subject[strings.LastIndexByte(msg.Subject, '.')+1:], 10, 64)
-		code := msg.Header.Get("Status")
+	if rid, code := pullStatus(msg); code != "" {
 		if code == "100" {
 			return
 		}
@@ -124,7 +140,7 @@ func (m *member) onMsg(msg *nats.Msg) {
 		if m.reqID == rid {
 			m.reqID = 0
 		}
-		deleted := code == "409" && strings.Contains(strings.ToLower(msg.Header.Get("Description")), "deleted")
+		deleted := consumerDeleted(msg, code)
 		if !deleted {
 			g.pumpLocked(m)
 		}

@@ -47,7 +47,7 @@ func TestTTLExpires(t *testing.T) {
 	if st := gt.stats("g"); st.Expired != 1 || st.DeadLettered != 1 {
 		t.Fatalf("stats: expired %d dead-lettered %d, want 1 and 1", st.Expired, st.DeadLettered)
 	}
-	a.Ack([]string{gt.group("g").keysOrIDs(t, a)})
+	a.Ack([]string{gt.group("g").heldID(t, a)})
 
 	// In flight past its ttl: acked, it is acked; nacked, it is dead-lettered.
 	gt.publishTTL("acked", time.Second, "")
@@ -69,8 +69,8 @@ func TestTTLExpires(t *testing.T) {
 	gt.settled("g")
 }
 
-// keysOrIDs returns the system_id of the one message s was handed and has not settled.
-func (g *group) keysOrIDs(t *testing.T, s *Subscription) string {
+// heldID returns the system_id of the one message s was handed and has not settled.
+func (g *group) heldID(t *testing.T, s *Subscription) string {
 	t.Helper()
 	g.mu.Lock()
 	defer g.mu.Unlock()

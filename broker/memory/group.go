@@ -448,6 +448,14 @@ func ownedBy(m *member) map[uint64]*entry { return m.owned }
 // skipped when it reaches the head of the queue or its delay ends, and releases its message
 // at once, so that what the budget gets back is really free.
 func (g *group) settleLocked(e *entry) {
+	g.standDownLocked(e)
+	g.forgetLocked(e)
+	e.msg = nil
+}
+
+// standDownLocked marks e, queued or delayed, settled where it stands (skipped when it comes
+// up) and takes it out of what the group counts as waiting; its holder lets go of it next.
+func (g *group) standDownLocked(e *entry) {
 	if !e.delayed {
 		g.queued--
 		if g.keys != nil {
@@ -455,8 +463,6 @@ func (g *group) settleLocked(e *entry) {
 		}
 	}
 	e.settled = true
-	g.forgetLocked(e)
-	e.msg = nil
 }
 
 // ack settles seqs, looking first among pref's deliveries, and returns how many were unknown.
@@ -969,16 +975,9 @@ func (g *group) expireLocked(e *entry, tb *takeBack) {
 
 // expireWaitingLocked lets go of e, expired while queued or delayed, as expireLocked does.
 func (g *group) expireWaitingLocked(e *entry, tb *takeBack) {
-	g.expiredMsgs++
-	if g.limits.DropExpired() {
-		g.dropped++
-	} else {
-		g.deadLettered++
-		d := g.deadLetter(e, deadletter.ReasonExpired)
-		g.keepDeadLetterLocked(e, d, deadletter.ReasonExpired)
-		tb.dead = append(tb.dead, d)
-	}
-	g.settleLocked(e)
+	g.standDownLocked(e)
+	g.expireLocked(e, tb)
+	e.msg = nil
 }
 
 // expHeap holds the entries of a group that expire, soonest first; each knows its place
