@@ -55,6 +55,7 @@ type group struct {
 	waiting                                              map[uint64]*entry
 	full                                                 bool // refused or dropped since it last drained
 	fullSince                                            uint64
+	refusals                                             [boundKinds]error // while full, by bound: refusalLocked
 	members                                              []*member
 	rr                                                   int       // index of the member to try first
 	delayed                                              delayHeap // nacked with a delay, by deadline: when they are requeued
@@ -173,17 +174,16 @@ func (g *group) deliver(m *message) (<-chan struct{}, error) {
 	cost := m.cost + groupEntryOverhead
 	for {
 		over := g.overLocked(cost)
-		if over == "" {
+		if over == notOver {
 			break
 		}
 		if g.limits.Overflow != broker.OverflowDropOldest || g.queued == 0 {
 			g.rejected++
-			g.noteFullLocked(over)
-			return nil, fmt.Errorf("%w: consumer group %q (subscription %q) is at %s; add members or ack faster, raise the limit, or use overflow \"drop_oldest\"",
-				broker.ErrGroupFull, g.name, g.id, over)
+			g.noteFullLocked(over, cost)
+			return nil, g.refusalLocked(over, cost)
 		}
 		g.dropOldestLocked()
-		g.noteFullLocked(over)
+		g.noteFullLocked(over, cost)
 	}
 	e := &entry{msg: m}
 	now := g.b.now()
@@ -208,19 +208,60 @@ func (g *group) deliver(m *message) (<-chan struct{}, error) {
 	return nil, nil
 }
 
-// overLocked says which bound taking one more message of cost bytes would pass, or "".
-func (g *group) overLocked(cost int64) string {
+// A bound a group's publish can meet (overLocked).
+type bound uint8
+
+const (
+	notOver    bound = iota
+	overQueued       // groups { max_queued }
+	overBytes        // groups { max_queued_bytes }
+	overBudget       // the broker's memory budget for groups
+	overQuota        // the user's limits { max_queued_bytes }
+	boundKinds
+)
+
+// overLocked says which bound taking one more message of cost bytes would pass.
+func (g *group) overLocked(cost int64) bound {
 	switch {
 	case g.queued >= g.limits.MaxQueued:
-		return fmt.Sprintf("its limit of %d queued messages (groups { max_queued })", g.limits.MaxQueued)
+		return overQueued
 	case g.bytes+cost > g.limits.MaxQueuedBytes:
-		return fmt.Sprintf("its limit of %d bytes held (groups { max_queued_bytes }; it holds %d)", g.limits.MaxQueuedBytes, g.bytes)
+		return overBytes
 	case g.b.mem.used.Load()+groupEntryOverhead > g.b.mem.groupsLimit:
+		return overBudget
+	case g.quota.Over(cost) != "":
+		return overQuota
+	}
+	return notOver
+}
+
+// describeLocked says what bound b is, for a log line or a refusal.
+func (g *group) describeLocked(b bound, cost int64) string {
+	switch b {
+	case overQueued:
+		return fmt.Sprintf("its limit of %d queued messages (groups { max_queued })", g.limits.MaxQueued)
+	case overBytes:
+		return fmt.Sprintf("its limit of %d bytes held (groups { max_queued_bytes }; it holds %d)", g.limits.MaxQueuedBytes, g.bytes)
+	case overBudget:
 		return fmt.Sprintf("the broker's memory budget for consumer groups (%d bytes, 3/4 of memory { max_bytes })", g.b.mem.groupsLimit)
-	case g.quota != nil:
+	case overQuota:
 		return g.quota.Over(cost)
 	}
 	return ""
+}
+
+// refusalLocked is the error a full group refuses a message with. It is made once per bound
+// and full episode (noteDrainedLocked forgets it): a publisher that keeps sending to a full
+// group gets the same error for each message, and the broker, busy enough already, does not
+// format one per message.
+func (g *group) refusalLocked(b bound, cost int64) error {
+	if err := g.refusals[b]; err != nil {
+		return err
+	}
+	err := fmt.Errorf("%w: consumer group %q (subscription %q) is at %s; add members or ack faster, raise the limit, or use overflow \"drop_oldest\"",
+		broker.ErrGroupFull, g.name, g.id, g.describeLocked(b, cost))
+	g.refusals[b] = err
+	return err
 }
 
 // dropOldestLocked drops the oldest queued message to make room (OverflowDropOldest).
@@ -245,10 +286,11 @@ func (g *group) dropOldestLocked() {
 }
 
 // noteFullLocked logs, once per episode, that the group refuses or drops publishes.
-func (g *group) noteFullLocked(why string) {
+func (g *group) noteFullLocked(over bound, cost int64) {
 	if g.full {
 		return
 	}
+	why := g.describeLocked(over, cost)
 	g.full = true
 	g.fullSince = g.rejected + g.dropped
 	policy := "reject"
@@ -266,6 +308,7 @@ func (g *group) noteDrainedLocked() {
 		return
 	}
 	g.full = false
+	g.refusals = [boundKinds]error{}
 	g.b.log.Warn("consumer group drained: it accepts publishes again", "subscription", g.id, "group", g.name,
 		"refused_or_dropped_while_full", g.rejected+g.dropped-g.fullSince, "queued", g.queued, "bytes", g.bytes)
 }
@@ -357,7 +400,7 @@ func (g *group) dispatchLocked(now int64) {
 	}
 	wall := g.b.wallAt(now) // for the deliveryLatency of first attempts
 	room := 0
-	if g.keys != nil {
+	if g.keys != nil && g.keys.d.FairBy != "" { // only a noisy tenant is held to room (keyed.pop)
 		room = g.roomLocked()
 	}
 	for g.queue.len() > 0 || g.keys != nil && g.keys.ready.len() > 0 {

@@ -626,6 +626,35 @@ func TestGroupOverflow(t *testing.T) {
 	}
 }
 
+// A full group's refusal names the bound the message met, whichever it is, though the
+// refusals of an episode are made once per bound (refusalLocked): two bounds in one episode
+// are named each, and after the group drains a new episode describes its bound afresh.
+func TestGroupRefusalNamesItsBound(t *testing.T) {
+	cost := msgCost("0")
+	gt := newGroupTest(t, Options{Limits: broker.Limits{GroupMaxQueued: 4, GroupMaxQueuedBytes: 4*cost + 100, GroupOverflow: broker.OverflowReject}})
+	gt.member("g", 1).Close()
+	refusal := func(payload string, bound string) {
+		t.Helper()
+		_, err := gt.b.Publish("j.x", []byte(payload), nil)
+		if !errors.Is(err, broker.ErrGroupFull) || !strings.Contains(err.Error(), bound) {
+			t.Fatalf("publish of %d bytes: %v; want ErrGroupFull naming %q", len(payload), err, bound)
+		}
+	}
+	gt.publish("0", "1", "2")
+	refusal(strings.Repeat("x", 200), "max_queued_bytes }") // the bytes first
+	gt.publish("3")
+	refusal("4", "max_queued }") // then the count, in the same episode
+	refusal(strings.Repeat("x", 200), "max_queued }")
+	m := gt.member("g", 4)
+	ds := next(m)
+	if len(ds) != 4 {
+		t.Fatalf("member got %d messages, want the 4 queued", len(ds))
+	}
+	m.Ack(ids(ds)) // drained: the episode ends
+	gt.publish("5", "6", "7")
+	refusal(strings.Repeat("x", 200), "max_queued_bytes }")
+}
+
 // testHooks is a broker.Hooks that records the events of acks and redeliveries and answers
 // with what redeliver and ack return; with either nil, that hook is not wanted.
 type testHooks struct {

@@ -456,45 +456,60 @@ func BenchmarkGroupKeyed(b *testing.B) {
 		d    broker.Dispatch
 	}{{"plain", broker.Dispatch{}}, {"ordering-key", broker.Dispatch{Ordering: broker.OrderingKey}}, {"fair-key", broker.Dispatch{FairBy: "key"}},
 		{"ordering-and-fair", broker.Dispatch{Ordering: broker.OrderingKey, FairBy: "key"}}} {
-		b.Run(mode.name, func(b *testing.B) {
-			br := newTestBroker(b, Options{})
-			var members []*Subscription
-			for range 4 {
-				s, err := br.Subscribe(broker.SubscribeOptions{ID: "w2", Group: "w2", Patterns: []string{"bench.w2"}, Mode: broker.Balanced, MaxInFlight: 256, Dispatch: mode.d})
-				if err != nil {
-					b.Fatal(err)
-				}
-				members = append(members, s)
+		for _, deep := range []bool{false, true} {
+			name := mode.name
+			if deep {
+				name += "-deep"
 			}
-			keys := make([]string, 10_000)
-			for i := range keys {
-				keys[i] = "key-" + strconv.Itoa(i)
-			}
-			frame := make([]broker.Draft, 128)
-			res := make([]broker.PublishResult, len(frame))
-			errs := make([]error, len(frame))
-			payload := make([]byte, 256)
-			buf := make([]broker.Delivery, 0, 256)
-			ids := make([]string, 0, 256)
-			k := 0
-			b.ReportAllocs()
-			for b.Loop() {
-				for i := range frame {
-					frame[i] = broker.Draft{Topic: "bench.w2", Payload: payload, Key: keys[k%len(keys)]}
-					k++
-				}
-				br.PublishBatch(frame, res, errs)
-				for _, s := range members {
-					buf = s.Next(buf[:0], 256, 1<<20)
-					ids = ids[:0]
-					for _, d := range buf {
-						ids = append(ids, d.Msg.SystemID)
+			b.Run(name, func(b *testing.B) {
+				br := newTestBroker(b, Options{})
+				var members []*Subscription
+				for range 4 {
+					s, err := br.Subscribe(broker.SubscribeOptions{ID: "w2", Group: "w2", Patterns: []string{"bench.w2"}, Mode: broker.Balanced, MaxInFlight: 256, Dispatch: mode.d})
+					if err != nil {
+						b.Fatal(err)
 					}
-					s.Ack(ids)
+					members = append(members, s)
 				}
-			}
-			b.ReportMetric(float64(b.N*len(frame))/b.Elapsed().Seconds(), "msgs/s")
-		})
+				keys := make([]string, 10_000)
+				for i := range keys {
+					keys[i] = "key-" + strconv.Itoa(i)
+				}
+				frame := make([]broker.Draft, 128)
+				res := make([]broker.PublishResult, len(frame))
+				errs := make([]error, len(frame))
+				payload := make([]byte, 256)
+				buf := make([]broker.Delivery, 0, 256)
+				ids := make([]string, 0, 256)
+				k := 0
+				if deep { // a backlog of 60,000 queued behind the members' room, as a group that cannot keep up
+					for range 60_000 / len(frame) {
+						for i := range frame {
+							frame[i] = broker.Draft{Topic: "bench.w2", Payload: payload, Key: keys[k%len(keys)]}
+							k++
+						}
+						br.PublishBatch(frame, res, errs)
+					}
+				}
+				b.ReportAllocs()
+				for b.Loop() {
+					for i := range frame {
+						frame[i] = broker.Draft{Topic: "bench.w2", Payload: payload, Key: keys[k%len(keys)]}
+						k++
+					}
+					br.PublishBatch(frame, res, errs)
+					for _, s := range members {
+						buf = s.Next(buf[:0], 256, 1<<20)
+						ids = ids[:0]
+						for _, d := range buf {
+							ids = append(ids, d.Msg.SystemID)
+						}
+						s.Ack(ids)
+					}
+				}
+				b.ReportMetric(float64(b.N*len(frame))/b.Elapsed().Seconds(), "msgs/s")
+			})
+		}
 	}
 }
 
