@@ -18,6 +18,16 @@ func ValidateKey(k string) error {
 	if len(k) > maxKeyBytes {
 		return fmt.Errorf("%w: key is %d bytes long; the limit is %d: use an id (a customer, an order, a tenant), not the data", ErrInvalidMessage, len(k), maxKeyBytes)
 	}
+	for i := 0; i < len(k); i++ { // printable ASCII, the usual key, in one pass
+		if c := k[i]; c < 0x20 || c >= 0x7f {
+			return validateKeyText(k)
+		}
+	}
+	return nil
+}
+
+// validateKeyText is ValidateKey's check of a key that is not all printable ASCII.
+func validateKeyText(k string) error {
 	if !utf8.ValidString(k) {
 		return fmt.Errorf("%w: key is not valid UTF-8; keys are printable text", ErrInvalidMessage)
 	}
