@@ -78,6 +78,9 @@ type Config struct {
 	// (OpenSubscription.ordering): W2 with -keys 10000 -ordering key is W2 with ordering on.
 	Keys     int
 	Ordering string
+	// TTL, if over 0, gives W1's and W2's messages that time to live (PublishRequest.ttl):
+	// W2 with -ttl 1m is W2 with expiry on, paying for it but with nothing expiring.
+	TTL time.Duration
 	// FairBy is the fair_by of W7's fair phase ("key" or "header:tenant"; default "key").
 	FairBy string
 	// W7Quiet is W7's number of quiet keys (99), each publishing W7Rate messages a second

@@ -126,6 +126,15 @@ func TestW2Keyed(t *testing.T) {
 	}
 }
 
+// W2 with a ttl on every message (none expiring): every message is delivered once.
+func TestW2TTL(t *testing.T) {
+	fs := figures(t, quick(t, "W2", func(c *Config) { c.Reps, c.TTL = 2, time.Hour }), "W2 tinybroker ttl=1h0m0s")
+	positive(t, fs, "acked_msgs_per_s", "elapsed_ms")
+	if fs["redelivered"] != 0 {
+		t.Errorf("redelivered = %v, want 0", fs["redelivered"])
+	}
+}
+
 // W7's three phases each print their lines, and the summary the p99 ratios; no quiet
 // message is lost or duplicated (the in-process broker refuses rather than drops, and
 // refused quiet messages are sent again), and the flood is delivered in the phases it runs.
@@ -320,6 +329,7 @@ func TestConfigErrors(t *testing.T) {
 		{Workloads: []string{"W8"}},
 		{Size: 4},
 		{Keys: -1},
+		{TTL: -time.Second},
 		{Ordering: "keys"},
 		{Workloads: []string{"W7"}, FairBy: "tenant"},
 		{Workloads: []string{"W7"}, W7Members: -1},

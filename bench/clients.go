@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/protobuf/types/known/durationpb"
+
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 
@@ -33,8 +35,12 @@ func (r *runner) blast(ctx context.Context, conn *grpc.ClientConn, topic string,
 		return time.Time{}, fmt.Errorf("open publish stream: %w", err)
 	}
 	reqs := make([]*pb.PublishRequest, r.cfg.Batch) // frames are encoded by Send: reusable
+	var ttl *durationpb.Duration
+	if r.cfg.TTL > 0 {
+		ttl = durationpb.New(r.cfg.TTL)
+	}
 	for i := range reqs {
-		reqs[i] = &pb.PublishRequest{Topic: topic, Payload: r.payload}
+		reqs[i] = &pb.PublishRequest{Topic: topic, Payload: r.payload, Ttl: ttl}
 	}
 	keys := benchKeys(r.cfg.Keys) // with -keys: key-0 ... in turn
 	next := 0

@@ -54,6 +54,8 @@ func (c *Config) w7Defaults() error {
 	switch {
 	case c.Keys < 0:
 		return fmt.Errorf("-keys %d: want 0 (no keys) or more", c.Keys)
+	case c.TTL < 0:
+		return fmt.Errorf("-ttl %v: want 0 (none) or more", c.TTL)
 	case c.FairBy != "key" && c.FairBy != "header:tenant":
 		return fmt.Errorf("-fair-by %q: W7 sets a message's key and its tenant header alike: want key or header:tenant", c.FairBy)
 	case c.W7Quiet < 1 || c.W7Rate < 1 || c.W7FloodRate < 0 || c.W7Members < 1 || c.W7InFlight < 1 || c.W7Work < 0:

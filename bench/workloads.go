@@ -86,6 +86,9 @@ func (r *runner) keysLabel() string {
 	if r.cfg.Ordering != "" {
 		s += " ordering=" + r.cfg.Ordering
 	}
+	if r.cfg.TTL > 0 {
+		s += " ttl=" + r.cfg.TTL.String()
+	}
 	return s
 }
 

@@ -82,6 +82,7 @@ with one dash (-reps 5), as bench/run.sh does.`,
 	fs.DurationVar(&cfg.Duration, "duration", 10*time.Second, "W6: measured time per repetition; every topic gets a message a second; W7: publishing time per phase")
 	fs.IntVar(&cfg.W6Conns, "w6-conns", 8, "W6: connections the streams are spread over")
 	fs.IntVar(&cfg.Keys, "keys", 0, "W1, W2, W5: give the messages keys, key-0 to key-<N-1> in turn (0: none)")
+	fs.DurationVar(&cfg.TTL, "ttl", 0, "W1, W2: give the messages this time to live (0: none); none should expire: W2 with expiry paid for")
 	fs.StringVar(&cfg.Ordering, "ordering", "", "W2: the members' ordering: key (one message of a key at a time) or group (default: none)")
 	fs.StringVar(&cfg.FairBy, "fair-by", "key", "W7: the fair phases' fair_by: key or header:tenant")
 	fs.IntVar(&cfg.W7Quiet, "w7-quiet", 99, "W7: quiet keys")
