@@ -1,6 +1,8 @@
 package memory
 
 import (
+	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -135,4 +137,37 @@ func TestTTLFreesItsKey(t *testing.T) {
 	gt.clock.Advance(2 * time.Second) // second expires behind first
 	a.Ack(ids(d))
 	want(t, "after the ack", got(a), "third/1")
+}
+
+// The expiry heap against a sorted list: random pushes (equal times included) and removals
+// at random places; the minimum is always first and every entry knows its place.
+func TestExpHeap(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	var h expHeap
+	var in []*entry
+	for step := range 20_000 {
+		if len(in) == 0 || rng.IntN(3) > 0 {
+			e := &entry{expires: int64(rng.IntN(50))}
+			h.push(e)
+			in = append(in, e)
+		} else {
+			i := rng.IntN(len(in))
+			e := in[i]
+			if got := h.remove(e.expIdx - 1); got != e || e.expIdx != 0 {
+				t.Fatalf("step %d: remove returned %p (expIdx %d), want %p", step, got, e.expIdx, e)
+			}
+			in = slices.Delete(in, i, i+1)
+		}
+		if len(h) != len(in) {
+			t.Fatalf("step %d: %d in the heap, want %d", step, len(h), len(in))
+		}
+		for i, e := range h {
+			if e.expIdx != i+1 {
+				t.Fatalf("step %d: entry at %d has expIdx %d", step, i, e.expIdx)
+			}
+			if i > 0 && h[(i-1)/2].expires > e.expires {
+				t.Fatalf("step %d: heap order broken at %d", step, i)
+			}
+		}
+	}
 }

@@ -192,7 +192,7 @@ func (g *group) deliver(m *message) (<-chan struct{}, error) {
 			ttl = m.TTL
 		}
 		e.expires = now + int64(ttl)
-		heap.Push(&g.expiry, e)
+		g.expiry.push(e)
 		g.scheduleLocked(e.expires)
 	}
 	g.holdLocked(e)
@@ -325,7 +325,7 @@ func (g *group) holdLocked(e *entry) {
 func (g *group) forgetLocked(e *entry) {
 	e.held = false
 	if e.expIdx > 0 {
-		heap.Remove(&g.expiry, e.expIdx-1)
+		g.expiry.remove(e.expIdx - 1)
 	}
 	g.bytes -= e.msg.cost + groupEntryOverhead
 	if g.quota != nil {
@@ -423,7 +423,7 @@ func (g *group) dispatchLocked(now int64) {
 		g.queued--
 		if e.expires != 0 && e.expires <= now { // its wake-up has not come yet: onTimer lets go of it
 			if e.expIdx > 0 {
-				heap.Remove(&g.expiry, e.expIdx-1)
+				g.expiry.remove(e.expIdx - 1)
 			}
 			g.expiredOut = append(g.expiredOut, e)
 			g.scheduleLocked(now)
@@ -828,7 +828,7 @@ func (g *group) onTimer() {
 	// What expired goes, wherever it waits: queued or delayed, settled where it stands; one a
 	// member holds goes when it comes back (giveBackLocked).
 	for len(g.expiry) > 0 && g.expiry[0].expires <= now {
-		if e := heap.Pop(&g.expiry).(*entry); !e.held {
+		if e := g.expiry.remove(0); !e.held {
 			g.expireWaitingLocked(e, tb)
 		}
 	}
@@ -1024,27 +1024,72 @@ func (g *group) expireWaitingLocked(e *entry, tb *takeBack) {
 }
 
 // expHeap holds the entries of a group that expire, soonest first; each knows its place
-// (entry.expIdx) so that one let go of early leaves it at once.
+// (entry.expIdx, 1-based; 0 when not in it) so that one let go of early leaves it at once.
+// Typed rather than through container/heap: with ttls set every message of the group goes
+// in and out of it, and an ack takes one out (issue 28 asks for W2 with ttls no slower).
 type expHeap []*entry
 
-func (h expHeap) Len() int           { return len(h) }
-func (h expHeap) Less(i, j int) bool { return h[i].expires < h[j].expires }
-func (h expHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].expIdx, h[j].expIdx = i+1, j+1
-}
-func (h *expHeap) Push(x any) {
-	e := x.(*entry)
-	e.expIdx = len(*h) + 1
+// push adds e.
+func (h *expHeap) push(e *entry) {
 	*h = append(*h, e)
+	h.up(len(*h) - 1)
 }
-func (h *expHeap) Pop() any {
+
+// remove takes out the entry at i (its expIdx-1) and returns it.
+func (h *expHeap) remove(i int) *entry {
 	old := *h
-	e := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
+	e, last := old[i], len(old)-1
+	if i != last {
+		old[i] = old[last]
+		old[i].expIdx = i + 1
+	}
+	old[last] = nil
+	*h = old[:last]
+	if i != last {
+		if !h.down(i) {
+			h.up(i)
+		}
+	}
 	e.expIdx = 0
 	return e
+}
+
+func (h expHeap) up(i int) {
+	e := h[i]
+	for i > 0 {
+		p := (i - 1) / 2
+		if h[p].expires <= e.expires {
+			break
+		}
+		h[i] = h[p]
+		h[i].expIdx = i + 1
+		i = p
+	}
+	h[i] = e
+	e.expIdx = i + 1
+}
+
+// down sifts the entry at i down; it reports whether it moved.
+func (h expHeap) down(i int) bool {
+	e, start, n := h[i], i, len(h)
+	for {
+		c := 2*i + 1
+		if c >= n {
+			break
+		}
+		if r := c + 1; r < n && h[r].expires < h[c].expires {
+			c = r
+		}
+		if e.expires <= h[c].expires {
+			break
+		}
+		h[i] = h[c]
+		h[i].expIdx = i + 1
+		i = c
+	}
+	h[i] = e
+	e.expIdx = i + 1
+	return i != start
 }
 
 // delayHeap holds the delayed entries of a group, earliest deadline first.

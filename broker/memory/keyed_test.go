@@ -454,8 +454,10 @@ func BenchmarkGroupKeyed(b *testing.B) {
 	for _, mode := range []struct {
 		name string
 		d    broker.Dispatch
-	}{{"plain", broker.Dispatch{}}, {"ordering-key", broker.Dispatch{Ordering: broker.OrderingKey}}, {"fair-key", broker.Dispatch{FairBy: "key"}},
-		{"ordering-and-fair", broker.Dispatch{Ordering: broker.OrderingKey, FairBy: "key"}}} {
+		ttl  time.Duration
+	}{{"plain", broker.Dispatch{}, 0}, {"ordering-key", broker.Dispatch{Ordering: broker.OrderingKey}, 0}, {"fair-key", broker.Dispatch{FairBy: "key"}, 0},
+		{"ordering-and-fair", broker.Dispatch{Ordering: broker.OrderingKey, FairBy: "key"}, 0},
+		{"plain-ttl", broker.Dispatch{}, time.Minute}} { // issue 28: W2 with TTLs set
 		for _, deep := range []bool{false, true} {
 			name := mode.name
 			if deep {
@@ -485,7 +487,7 @@ func BenchmarkGroupKeyed(b *testing.B) {
 				if deep { // a backlog of 60,000 queued behind the members' room, as a group that cannot keep up
 					for range 60_000 / len(frame) {
 						for i := range frame {
-							frame[i] = broker.Draft{Topic: "bench.w2", Payload: payload, Key: keys[k%len(keys)]}
+							frame[i] = broker.Draft{Topic: "bench.w2", Payload: payload, Key: keys[k%len(keys)], TTL: mode.ttl}
 							k++
 						}
 						br.PublishBatch(frame, res, errs)
@@ -494,7 +496,7 @@ func BenchmarkGroupKeyed(b *testing.B) {
 				b.ReportAllocs()
 				for b.Loop() {
 					for i := range frame {
-						frame[i] = broker.Draft{Topic: "bench.w2", Payload: payload, Key: keys[k%len(keys)]}
+						frame[i] = broker.Draft{Topic: "bench.w2", Payload: payload, Key: keys[k%len(keys)], TTL: mode.ttl}
 						k++
 					}
 					br.PublishBatch(frame, res, errs)
