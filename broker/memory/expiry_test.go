@@ -139,35 +139,77 @@ func TestTTLFreesItsKey(t *testing.T) {
 	want(t, "after the ack", got(a), "third/1")
 }
 
-// The expiry heap against a sorted list: random pushes (equal times included) and removals
-// at random places; the minimum is always first and every entry knows its place.
-func TestExpHeap(t *testing.T) {
+// The expiry queue and heap against a list: random pushes, mostly in order of time (one ttl
+// for all) and some out of it (a shorter ttl), removals at random places (acks), and takes of
+// what is due as the clock moves; what comes out is always the soonest, and every entry knows
+// its place. Enough removals that the queue compacts.
+func TestExpiry(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	var h expHeap
+	var x expiry
 	var in []*entry
-	for step := range 20_000 {
-		if len(in) == 0 || rng.IntN(3) > 0 {
-			e := &entry{expires: int64(rng.IntN(50))}
-			h.push(e)
+	now, last := int64(0), int64(0)
+	for step := range 50_000 {
+		switch r := rng.IntN(10); {
+		case r < 5 || len(in) == 0:
+			at := last + int64(rng.IntN(3))
+			if rng.IntN(8) == 0 {
+				at = now + int64(rng.IntN(20)) // out of order
+			}
+			last = max(last, at)
+			e := &entry{expires: at}
+			x.push(e)
 			in = append(in, e)
-		} else {
+		case r < 9:
 			i := rng.IntN(len(in))
 			e := in[i]
-			if got := h.remove(e.expIdx - 1); got != e || e.expIdx != 0 {
-				t.Fatalf("step %d: remove returned %p (expIdx %d), want %p", step, got, e.expIdx, e)
+			x.drop(e)
+			if e.expIdx != 0 || e.expPos != 0 {
+				t.Fatalf("step %d: dropped entry still placed (expIdx %d, expPos %d)", step, e.expIdx, e.expPos)
 			}
 			in = slices.Delete(in, i, i+1)
-		}
-		if len(h) != len(in) {
-			t.Fatalf("step %d: %d in the heap, want %d", step, len(h), len(in))
-		}
-		for i, e := range h {
-			if e.expIdx != i+1 {
-				t.Fatalf("step %d: entry at %d has expIdx %d", step, i, e.expIdx)
+		default:
+			now += int64(rng.IntN(5))
+			for e := x.due(now); e != nil; e = x.due(now) {
+				i := slices.Index(in, e)
+				if i < 0 || e.expires > now {
+					t.Fatalf("step %d: due(%d) gave an entry of %d, in the list: %v", step, now, e.expires, i >= 0)
+				}
+				for _, o := range in {
+					if o.expires < e.expires {
+						t.Fatalf("step %d: due gave %d before %d", step, e.expires, o.expires)
+					}
+				}
+				in = slices.Delete(in, i, i+1)
 			}
-			if i > 0 && h[(i-1)/2].expires > e.expires {
+		}
+		if x.live+len(x.heap) != len(in) {
+			t.Fatalf("step %d: %d in the queue and %d in the heap, want %d", step, x.live, len(x.heap), len(in))
+		}
+		if len(x.fifo) > 0 && x.fifo[0].e == nil {
+			t.Fatalf("step %d: the queue's front is a cleared slot", step)
+		}
+		if cleared := len(x.fifo) - x.live; cleared > compactAbove && cleared > x.live {
+			t.Fatalf("step %d: %d cleared slots beside %d live ones", step, cleared, x.live)
+		}
+		for i, s := range x.fifo {
+			if s.e != nil && (s.e.expPos != x.base+int64(i)+1 || s.at != s.e.expires) {
+				t.Fatalf("step %d: queue slot %d: time %d, entry's expPos %d (base %d) and expires %d", step, i, s.at, s.e.expPos, x.base, s.e.expires)
+			}
+			if i > 0 && x.fifo[i-1].at > s.at {
+				t.Fatalf("step %d: queue out of order at %d", step, i)
+			}
+		}
+		for i, s := range x.heap {
+			if s.e.expIdx != i+1 || s.at != s.e.expires {
+				t.Fatalf("step %d: heap slot %d: time %d, entry's expIdx %d and expires %d", step, i, s.at, s.e.expIdx, s.e.expires)
+			}
+			if i > 0 && x.heap[(i-1)/2].at > s.at {
 				t.Fatalf("step %d: heap order broken at %d", step, i)
 			}
 		}
 	}
+	if x.compactions == 0 {
+		t.Fatal("the queue never compacted: the test does not reach its bound")
+	}
+	t.Logf("%d compactions", x.compactions)
 }

@@ -59,7 +59,7 @@ type group struct {
 	members                                              []*member
 	rr                                                   int       // index of the member to try first
 	delayed                                              delayHeap // nacked with a delay, by deadline: when they are requeued
-	expiry                                               expHeap   // the entries that expire, by when
+	expiry                                               expiry    // the entries that expire, by when
 	expiredOut                                           []*entry  // found expired by dispatchLocked: onTimer lets go of them
 	wake                                                 int64     // earliest time registered with the scheduler; 0 if none
 	draining                                             bool      // shutting down: deliver nothing new
@@ -107,10 +107,11 @@ type entry struct {
 	flying bool  // handed to a member and not back (keyed.landed)
 	quiet  bool  // flying, handed out while its tenant was not noisy
 	// expires is when it expires (Broker.now clock; 0: never), from its ttl and the group's
-	// max_age; expIdx is its place in group.expiry, plus one (0: not there). held is set
+	// max_age; expIdx and expPos are its place in group.expiry (expiry.drop). held is set
 	// while a member holds it.
 	expires int64
 	expIdx  int
+	expPos  int64
 	held    bool
 }
 
@@ -324,9 +325,7 @@ func (g *group) holdLocked(e *entry) {
 // forgetLocked lets go of e for good: acked, dropped, dead-lettered or expired.
 func (g *group) forgetLocked(e *entry) {
 	e.held = false
-	if e.expIdx > 0 {
-		g.expiry.remove(e.expIdx - 1)
-	}
+	g.expiry.drop(e)
 	g.bytes -= e.msg.cost + groupEntryOverhead
 	if g.quota != nil {
 		g.quota.AddBytes(-e.msg.cost - groupEntryOverhead)
@@ -422,9 +421,7 @@ func (g *group) dispatchLocked(now int64) {
 		}
 		g.queued--
 		if e.expires != 0 && e.expires <= now { // its wake-up has not come yet: onTimer lets go of it
-			if e.expIdx > 0 {
-				g.expiry.remove(e.expIdx - 1)
-			}
+			g.expiry.drop(e)
 			g.expiredOut = append(g.expiredOut, e)
 			g.scheduleLocked(now)
 			continue
@@ -827,13 +824,13 @@ func (g *group) onTimer() {
 	}
 	// What expired goes, wherever it waits: queued or delayed, settled where it stands; one a
 	// member holds goes when it comes back (giveBackLocked).
-	for len(g.expiry) > 0 && g.expiry[0].expires <= now {
-		if e := g.expiry.remove(0); !e.held {
+	for e := g.expiry.due(now); e != nil; e = g.expiry.due(now) {
+		if !e.held {
 			g.expireWaitingLocked(e, tb)
 		}
 	}
-	if len(g.expiry) > 0 {
-		later(g.expiry[0].expires)
+	if at, ok := g.expiry.next(); ok {
+		later(at)
 	}
 	for _, e := range g.expiredOut {
 		g.expireLocked(e, tb)
@@ -1021,75 +1018,6 @@ func (g *group) expireWaitingLocked(e *entry, tb *takeBack) {
 	g.standDownLocked(e)
 	g.expireLocked(e, tb)
 	e.msg = nil
-}
-
-// expHeap holds the entries of a group that expire, soonest first; each knows its place
-// (entry.expIdx, 1-based; 0 when not in it) so that one let go of early leaves it at once.
-// Typed rather than through container/heap: with ttls set every message of the group goes
-// in and out of it, and an ack takes one out (issue 28 asks for W2 with ttls no slower).
-type expHeap []*entry
-
-// push adds e.
-func (h *expHeap) push(e *entry) {
-	*h = append(*h, e)
-	h.up(len(*h) - 1)
-}
-
-// remove takes out the entry at i (its expIdx-1) and returns it.
-func (h *expHeap) remove(i int) *entry {
-	old := *h
-	e, last := old[i], len(old)-1
-	if i != last {
-		old[i] = old[last]
-		old[i].expIdx = i + 1
-	}
-	old[last] = nil
-	*h = old[:last]
-	if i != last {
-		if !h.down(i) {
-			h.up(i)
-		}
-	}
-	e.expIdx = 0
-	return e
-}
-
-func (h expHeap) up(i int) {
-	e := h[i]
-	for i > 0 {
-		p := (i - 1) / 2
-		if h[p].expires <= e.expires {
-			break
-		}
-		h[i] = h[p]
-		h[i].expIdx = i + 1
-		i = p
-	}
-	h[i] = e
-	e.expIdx = i + 1
-}
-
-// down sifts the entry at i down; it reports whether it moved.
-func (h expHeap) down(i int) bool {
-	e, start, n := h[i], i, len(h)
-	for {
-		c := 2*i + 1
-		if c >= n {
-			break
-		}
-		if r := c + 1; r < n && h[r].expires < h[c].expires {
-			c = r
-		}
-		if e.expires <= h[c].expires {
-			break
-		}
-		h[i] = h[c]
-		h[i].expIdx = i + 1
-		i = c
-	}
-	h[i] = e
-	e.expIdx = i + 1
-	return i != start
 }
 
 // delayHeap holds the delayed entries of a group, earliest deadline first.
