@@ -1,8 +1,10 @@
 package memory
 
 import (
+	"errors"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -34,6 +36,10 @@ func waitExactly(t *testing.T, gt *groupTest, s *Subscription, d time.Duration, 
 func TestBackoffListOnNack(t *testing.T) {
 	gt := newGroupTest(t, Options{Limits: broker.Limits{GroupRedeliveryDelayMin: 100 * time.Millisecond, GroupRedeliveryDelayMax: time.Second}})
 	s := time.Second
+	err := gt.b.Declare(broker.GroupConfig{Name: "bad", Patterns: []string{"b.>"}, Limits: broker.GroupLimits{RedeliveryJitter: 1.5}})
+	if !errors.Is(err, broker.ErrInvalidSubscription) || !strings.Contains(err.Error(), "redelivery_jitter 1.5 is out of range") {
+		t.Fatalf("jitter 1.5 declared: %v", err)
+	}
 	declareBackoff(t, gt, broker.GroupLimits{RedeliveryBackoff: []time.Duration{s, 5 * s, 30 * s}})
 	a, ids := gt.oneMember("1")
 	for attempt, wait := range []time.Duration{s, 5 * s, 30 * s, 30 * s} {
