@@ -1,14 +1,19 @@
 package jetstream_test
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+
 	"github.com/tinybroker/tinybroker/broker"
 	"github.com/tinybroker/tinybroker/broker/jetstream"
+	"github.com/tinybroker/tinybroker/internal/testing/brokertest"
 )
 
 // backoffTolerance is how far a redelivery on JetStream may land from the policy's delay:
@@ -136,4 +141,104 @@ func TestBackoffListOnDeadline(t *testing.T) {
 		t.Fatalf("attempt %d", d.Attempt)
 	}
 	within(t, "after the ack deadline", time.Since(start), 100*time.Millisecond+1200*time.Millisecond)
+}
+
+// consumerLeader returns the name of the server leading the consumer of group, and the
+// stream and consumer names, as JetStream reports them to a client of srvURL.
+func consumerLeader(t *testing.T, js natsjs.JetStream, group string) (leader, stream, consumer string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s, err := js.Stream(ctx, "TB")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for ci := range s.ListConsumers(ctx).Info() {
+		if ci.Config.Metadata["tinybroker-group"] == group {
+			if ci.Cluster != nil {
+				leader = ci.Cluster.Leader
+			}
+			return leader, "TB", ci.Name
+		}
+	}
+	t.Fatalf("no consumer for group %q", group)
+	return
+}
+
+// A leader change on a cluster of three: the group declared on node a with a back-off
+// list, its member on node b, then on node c (which learned the group from JetStream);
+// the consumer's leader steps down between a nack and its redelivery. The nacked message
+// comes back at its entry's delay, up to a second late (the new leader has the due time
+// from the old one's log), and the next nack, handled by node c, takes the entry of
+// JetStream's delivery count under the settings c read from the consumer's metadata.
+func TestBackoffListAcrossLeaderChange(t *testing.T) {
+	nodes := startCluster(t, 3, 3)
+	a, b, c := nodes[0], nodes[1], nodes[2]
+	s := time.Second
+	list := []time.Duration{s, 2 * s, 3 * s}
+	if err := a.Declare(broker.GroupConfig{Name: "jobs", Patterns: []string{"jobs.>"}, Limits: broker.GroupLimits{RedeliveryBackoff: list}}); err != nil {
+		t.Fatal(err)
+	}
+	brokertest.Eventually(t, "node b routes to the group", func() bool {
+		_, err := b.Group("jobs")
+		return err == nil
+	})
+	if _, err := a.Publish("jobs.x", []byte("m"), nil); err != nil {
+		t.Fatal(err)
+	}
+	st := b.NewStream(nil)
+	sub, err := st.Subscribe(broker.SubscribeOptions{Mode: broker.Balanced, Group: "jobs", Patterns: []string{"jobs.>"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	took, d := nackAndTime(t, st, sub, receive(t, st))
+	within(t, "attempt 1", took, list[0])
+
+	nc, err := nats.Connect(a.Server().ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := natsjs.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The member leaves (its attempt 2 goes back at once: it did not fail); node c's
+	// member takes it and nacks it.
+	st.Close()
+	st = c.NewStream(nil)
+	defer st.Close()
+	if sub, err = st.Subscribe(broker.SubscribeOptions{Mode: broker.Balanced, Group: "jobs", Patterns: []string{"jobs.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	d = receive(t, st)
+	if d.Attempt != 3 {
+		t.Fatalf("on node c: attempt %d, want 3", d.Attempt)
+	}
+	if gi, err := c.Group("jobs"); err != nil || !slices.Equal(gi.Limits.RedeliveryBackoff, list) {
+		t.Fatalf("node c's settings of the group: %v %v", gi.Limits.RedeliveryBackoff, err)
+	}
+	nacked := time.Now()
+	if sub.Nack([]string{d.Msg.SystemID}, 0, "") != 0 {
+		t.Fatal("nack skipped")
+	}
+	old, stream, consumer := consumerLeader(t, js, "jobs")
+	if _, err := nc.Request("$JS.API.CONSUMER.LEADER.STEPDOWN."+stream+"."+consumer, nil, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	brokertest.Eventually(t, "a new consumer leader", func() bool {
+		l, _, _ := consumerLeader(t, js, "jobs")
+		return l != "" && l != old
+	})
+	d = receive(t, st)
+	if d.Attempt != 4 {
+		t.Fatalf("after the leader change: attempt %d, want 4", d.Attempt)
+	}
+	// Measured: 1.02 to 1.05s late in every run (JetStream's new leader; the cause is not
+	// pinned down). Never early; the next attempt, on the new leader, is on time.
+	if took := time.Since(nacked); took < list[2]-backoffTolerance || took > list[2]+time.Second+backoffTolerance {
+		t.Fatalf("attempt 3, across the leader change: redelivered after %v, want %v, up to 1s late (± %v)", took, list[2], backoffTolerance)
+	}
+	took, _ = nackAndTime(t, st, sub, d) // the last entry repeats
+	within(t, "attempt 4, on the new leader", took, list[2])
 }
