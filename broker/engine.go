@@ -302,6 +302,15 @@ type GroupLimits struct {
 	// RedeliveryDelay); a negative min turns it off.
 	RedeliveryDelayMin time.Duration
 	RedeliveryDelayMax time.Duration
+	// RedeliveryBackoff, if set, replaces the doubling with an explicit list, as JetStream's
+	// consumer BackOff: attempt n waits entry n, the last entry repeats (at most
+	// MaxRedeliveryBackoff entries, each positive). A group that sets its own min, max or
+	// list takes none of the others from the engine's defaults.
+	RedeliveryBackoff []time.Duration
+	// RedeliveryJitter, in [0, 1), shortens each back-off by up to that fraction, by a draw
+	// of the message and its attempt (see RedeliveryDelay); 0 takes the engine's default,
+	// NoJitter turns it off.
+	RedeliveryJitter float64
 	// MaxAge expires a message this long after its publish, as a ttl would (0: never);
 	// OnExpire is what becomes of an expired message: "dead_letter" (the default), with
 	// reason "expired", or "drop", counted.

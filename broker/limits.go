@@ -60,6 +60,10 @@ type Limits struct {
 	// (100ms doubling up to 10s); a negative min turns it off.
 	GroupRedeliveryDelayMin time.Duration
 	GroupRedeliveryDelayMax time.Duration
+	// GroupRedeliveryBackoff and GroupRedeliveryJitter: GroupLimits.RedeliveryBackoff and
+	// RedeliveryJitter (none: the doubling above, no jitter).
+	GroupRedeliveryBackoff []time.Duration
+	GroupRedeliveryJitter  float64
 	// GroupMaxAge and GroupOnExpire: GroupLimits.MaxAge and OnExpire (none; "dead_letter").
 	GroupMaxAge   time.Duration
 	GroupOnExpire string
@@ -70,6 +74,7 @@ func (d Limits) GroupLimits() GroupLimits {
 	return GroupLimits{MaxQueued: d.GroupMaxQueued, MaxQueuedBytes: d.GroupMaxQueuedBytes, Overflow: d.GroupOverflow,
 		DeadLetterMax: d.GroupDeadLetterMax, DeadLetterMaxBytes: d.GroupDeadLetterMaxBytes,
 		RedeliveryDelayMin: d.GroupRedeliveryDelayMin, RedeliveryDelayMax: d.GroupRedeliveryDelayMax,
+		RedeliveryBackoff: d.GroupRedeliveryBackoff, RedeliveryJitter: d.GroupRedeliveryJitter,
 		MaxAge: d.GroupMaxAge, OnExpire: d.GroupOnExpire}
 }
 
@@ -346,11 +351,17 @@ func (l GroupLimits) Or(d GroupLimits) GroupLimits {
 	if l.DeadLetterMaxBytes <= 0 {
 		l.DeadLetterMaxBytes = d.DeadLetterMaxBytes
 	}
+	if l.RedeliveryDelayMin == 0 && l.RedeliveryDelayMax == 0 && l.RedeliveryBackoff == nil {
+		l.RedeliveryBackoff = d.RedeliveryBackoff // the group has no shape of its own
+	}
 	if l.RedeliveryDelayMin == 0 {
 		l.RedeliveryDelayMin = d.RedeliveryDelayMin
 	}
 	if l.RedeliveryDelayMax <= 0 {
 		l.RedeliveryDelayMax = d.RedeliveryDelayMax
+	}
+	if l.RedeliveryJitter == 0 {
+		l.RedeliveryJitter = d.RedeliveryJitter
 	}
 	if l.MaxAge <= 0 {
 		l.MaxAge = d.MaxAge
@@ -376,23 +387,67 @@ func (l GroupLimits) CheckExpiry() error {
 	return nil
 }
 
-// CheckRedelivery reports a back-off whose max is below its min.
+// MaxRedeliveryBackoff is the most entries a redelivery_backoff list may have: its last
+// entry repeats, so a longer list only spells out a tail that one entry says.
+const MaxRedeliveryBackoff = 32
+
+// NoJitter is a RedeliveryJitter that turns off the engine's default jitter for one group.
+const NoJitter = -1.0
+
+// CheckRedelivery reports a back-off that cannot be applied: a max under its min, a
+// redelivery_backoff list with an entry that is not positive, more than
+// MaxRedeliveryBackoff entries or set beside a min or max, a jitter outside [0, 1). l is
+// a group's own limits, before Or.
 func (l GroupLimits) CheckRedelivery() error {
-	if l.RedeliveryDelayMin > 0 && l.RedeliveryDelayMax > 0 && l.RedeliveryDelayMax < l.RedeliveryDelayMin {
-		return fmt.Errorf("%w: redelivery_delay_max %v is under redelivery_delay_min %v", ErrInvalidSubscription, l.RedeliveryDelayMax, l.RedeliveryDelayMin)
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrInvalidSubscription, fmt.Sprintf(format, args...))
+	}
+	list := l.RedeliveryBackoff
+	switch j := l.RedeliveryJitter; {
+	case l.RedeliveryDelayMin > 0 && l.RedeliveryDelayMax > 0 && l.RedeliveryDelayMax < l.RedeliveryDelayMin:
+		return bad("redelivery_delay_max %v is under redelivery_delay_min %v", l.RedeliveryDelayMax, l.RedeliveryDelayMin)
+	case len(list) > MaxRedeliveryBackoff:
+		return bad("redelivery_backoff has %d entries; the most is %d (its last entry repeats for every later attempt, so end the list where the delays stop growing)", len(list), MaxRedeliveryBackoff)
+	case len(list) > 0 && (l.RedeliveryDelayMin != 0 || l.RedeliveryDelayMax != 0):
+		return bad("redelivery_backoff is set beside redelivery_delay_min or redelivery_delay_max; the list replaces the doubling, so set one or the other")
+	case j != NoJitter && !(j >= 0 && j < 1): // NaN too
+		return bad("redelivery_jitter %v is out of range; give a fraction from 0 up to (not including) 1, e.g. 0.2 to shorten each back-off by up to 20%%", j)
+	}
+	for i, d := range list {
+		if d <= 0 {
+			return bad("redelivery_backoff[%d] is %v; every entry must be a delay greater than zero", i, d)
+		}
 	}
 	return nil
 }
 
 // RedeliveryDelay is how long a message taken back from a member after its attempt-th
 // delivery waits before it is redelivered, when the member (or a plugin) asked for
-// requested: at least the back-off, RedeliveryDelayMin × 2^(attempt-1) up to
-// RedeliveryDelayMax; a longer request is honoured. With RedeliveryDelayMin negative (off),
-// requested.
-func (l GroupLimits) RedeliveryDelay(requested time.Duration, attempt uint32) time.Duration {
+// requested: at least the back-off, a longer request honoured. The back-off is
+// RedeliveryBackoff's entry for the attempt (the last for every later one), or else
+// RedeliveryDelayMin × 2^(attempt-1) up to RedeliveryDelayMax; with RedeliveryDelayMin
+// negative (off) and no list, there is none. RedeliveryJitter shortens it by up to that
+// fraction, drawn from seed (the message's sequence) and attempt: the same message and
+// attempt wait the same on every node and after a restart, different messages spread.
+func (l GroupLimits) RedeliveryDelay(requested time.Duration, attempt uint32, seed uint64) time.Duration {
+	d := l.backoff(attempt)
+	if d <= 0 {
+		return requested
+	}
+	if j := l.RedeliveryJitter; j > 0 && j < 1 {
+		d -= time.Duration(float64(d) * j * draw(seed, attempt))
+	}
+	return max(requested, d)
+}
+
+// backoff is the policy's delay after the attempt-th delivery, before jitter (0: none).
+func (l GroupLimits) backoff(attempt uint32) time.Duration {
+	if n := len(l.RedeliveryBackoff); n > 0 {
+		return l.RedeliveryBackoff[min(max(int(attempt), 1), n)-1]
+	}
 	lo, hi := l.RedeliveryDelayMin, max(l.RedeliveryDelayMax, l.RedeliveryDelayMin)
 	if lo <= 0 {
-		return requested
+		return 0
 	}
 	floor := lo
 	for i := uint32(1); i < attempt && floor < hi; i++ {
@@ -402,7 +457,17 @@ func (l GroupLimits) RedeliveryDelay(requested time.Duration, attempt uint32) ti
 		}
 		floor *= 2
 	}
-	return max(requested, min(floor, hi))
+	return min(floor, hi)
+}
+
+// draw is a number in [0, 1) that seed and attempt determine: splitmix64's finalizer, whose
+// outputs for consecutive inputs are as spread as random ones.
+func draw(seed uint64, attempt uint32) float64 {
+	z := seed + uint64(attempt)*0x9e3779b97f4a7c15
+	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
+	z = (z ^ z>>27) * 0x94d049bb133111eb
+	z ^= z >> 31
+	return float64(z>>11) / (1 << 53)
 }
 
 // CheckMember says why a member asking for o (its patterns checked and sorted by

@@ -117,11 +117,28 @@ func (a *adminServer) DescribeGroup(_ context.Context, req *adminpb.DescribeGrou
 		MaxQueued: uint32(gi.Limits.MaxQueued), MaxQueuedBytes: uint64(gi.Limits.MaxQueuedBytes), Overflow: overflow,
 		DeadLettersMax: uint32(gi.Limits.DeadLetterMax), DeadLettersMaxBytes: uint64(gi.Limits.DeadLetterMaxBytes),
 		Replicas: uint32(gi.Replicas), Ordering: gi.Dispatch.Ordering.String(), FairBy: gi.Dispatch.FairBy}
+	setRedelivery(m.Settings, gi.Limits)
 	for _, mb := range gi.MemberList {
 		m.MemberList = append(m.MemberList, &adminpb.Member{MemberId: mb.ID, Peer: mb.Peer, InFlight: uint32(mb.InFlight),
 			MaxInFlight: uint32(mb.MaxInFlight), AckDeadline: durationpb.New(mb.AckDeadline), JoinedUnixNano: mb.Joined})
 	}
 	return m, nil
+}
+
+// setRedelivery echoes the redelivery back-off in force (broker.GroupLimits.RedeliveryDelay):
+// the list, or the doubling's min and max; nothing when it is off.
+func setRedelivery(s *adminpb.GroupSettings, l broker.GroupLimits) {
+	switch {
+	case len(l.RedeliveryBackoff) > 0:
+		for _, d := range l.RedeliveryBackoff {
+			s.RedeliveryBackoff = append(s.RedeliveryBackoff, durationpb.New(d))
+		}
+	case l.RedeliveryDelayMin > 0:
+		s.RedeliveryDelayMin, s.RedeliveryDelayMax = durationpb.New(l.RedeliveryDelayMin), durationpb.New(max(l.RedeliveryDelayMax, l.RedeliveryDelayMin))
+	default:
+		return
+	}
+	s.RedeliveryJitter = max(l.RedeliveryJitter, 0) // NoJitter is none
 }
 
 func (a *adminServer) DeleteGroup(_ context.Context, req *adminpb.DeleteGroupRequest) (*adminpb.DeleteGroupResponse, error) {

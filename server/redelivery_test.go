@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 
 	"github.com/tinybroker/tinybroker/broker"
 	"github.com/tinybroker/tinybroker/internal/testing/brokertest"
+	adminpb "github.com/tinybroker/tinybroker/proto/tinybroker/admin/v1"
 	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
 )
 
@@ -78,5 +80,53 @@ func TestZeroDelayNackLoopIsBounded(t *testing.T) {
 	t.Logf("%d first deliveries to the other group; the looping group's %d messages delivered %d times in %v (bound %d)", otherMsgs, loopMsgs, n, elapsed.Round(time.Millisecond), bound)
 	if n < loopMsgs || n > bound {
 		t.Fatalf("the looping group's %d messages were delivered %d times in %v; the back-off allows %d at most", loopMsgs, n, elapsed, bound)
+	}
+}
+
+// TestBackoffPolicyOverGRPC (issue 28), on each engine, in real time: the broker-wide
+// redelivery_backoff list is what a group made by its first member takes; a nack without a
+// delay over the stream comes back at the list's entry (±300ms: real time and -race), the
+// last entry repeating; DescribeGroup echoes the policy in force — the list, or a declared
+// group's own doubling with its jitter — and leaves min and max unset beside a list.
+func TestBackoffPolicyOverGRPC(t *testing.T) {
+	const tolerance = 300 * time.Millisecond
+	list := []time.Duration{time.Second, 1600 * time.Millisecond}
+	tb := start(t, brokertest.Options{Limits: broker.Limits{GroupRedeliveryBackoff: list}})
+	if err := tb.b.Declare(broker.GroupConfig{Name: "own", Patterns: []string{"own.>"},
+		Limits: broker.GroupLimits{RedeliveryDelayMin: 2 * time.Second, RedeliveryDelayMax: time.Minute, RedeliveryJitter: 0.25}}); err != nil {
+		t.Fatal(err)
+	}
+	m := tb.open(t, balanced("listed", "listed", 1, "listed.>"))
+	tb.publish(t, "listed.x", "1")
+	msg := m.next()
+	for attempt, want := range []time.Duration{list[0], list[1], list[1]} {
+		start := time.Now()
+		m.send(&pb.SubscribeRequest{Frame: &pb.SubscribeRequest_Nack{Nack: &pb.NackBatch{SystemIds: []string{msg.GetSystemId()}}}})
+		msg = m.next()
+		took := time.Since(start)
+		if took < want-tolerance || took > want+tolerance || int(msg.GetAttempt()) != attempt+2 {
+			t.Fatalf("attempt %d: redelivered after %v as attempt %d, want %v ± %v", attempt+1, took, msg.GetAttempt(), want, tolerance)
+		}
+	}
+
+	ctx := context.Background()
+	d, err := tb.admin().DescribeGroup(ctx, &adminpb.DescribeGroupRequest{SubscriptionId: "listed"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := d.GetSettings()
+	var got []time.Duration
+	for _, x := range s.GetRedeliveryBackoff() {
+		got = append(got, x.AsDuration())
+	}
+	if !slices.Equal(got, list) || s.GetRedeliveryDelayMin() != nil || s.GetRedeliveryDelayMax() != nil || s.GetRedeliveryJitter() != 0 {
+		t.Fatalf("described listed: %v", s)
+	}
+	if d, err = tb.admin().DescribeGroup(ctx, &adminpb.DescribeGroupRequest{SubscriptionId: "own"}); err != nil {
+		t.Fatal(err)
+	}
+	s = d.GetSettings()
+	if s.GetRedeliveryBackoff() != nil || s.GetRedeliveryDelayMin().AsDuration() != 2*time.Second || s.GetRedeliveryDelayMax().AsDuration() != time.Minute || s.GetRedeliveryJitter() != 0.25 {
+		t.Fatalf("described own: %v", s)
 	}
 }

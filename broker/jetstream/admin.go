@@ -123,6 +123,9 @@ func (e *Engine) Declare(gc broker.GroupConfig) error {
 	if err := checkDispatch(o.Dispatch); err != nil {
 		return err
 	}
+	if err := gc.Limits.CheckRedelivery(); err != nil {
+		return err
+	}
 	gc.ID = o.ID
 	e.mu.Lock()
 	defer e.awaitAnnounces() // after the unlock

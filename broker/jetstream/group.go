@@ -2,6 +2,7 @@ package jetstream
 
 import (
 	"encoding/json"
+	"reflect"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -213,7 +214,7 @@ func (e *Engine) consumerConfig(g *group) jetstream.ConsumerConfig {
 	if !g.declared && e.opts.GroupExpireAfter > 0 {
 		cc.InactiveThreshold = e.opts.GroupExpireAfter
 	}
-	if g.own != (broker.GroupLimits{}) {
+	if !reflect.DeepEqual(g.own, broker.GroupLimits{}) {
 		lj, _ := json.Marshal(g.own)
 		cc.Metadata[metaLimits] = string(lj)
 	}

@@ -486,7 +486,7 @@ func (g *group) settle(items []takeItem) {
 			action = broker.RedeliverDeadLetter
 		}
 		if delay != atOnce || action == broker.RedeliverDelay { // the redelivery back-off
-			delay = limits.RedeliveryDelay(delay, h.attempt)
+			delay = limits.RedeliveryDelay(delay, h.attempt, h.info.sseq)
 		}
 		if h.e != nil && action != broker.RedeliverDeadLetter && action != broker.RedeliverDrop {
 			// An ordered group's: another attempt here, before its key's next (keyed.go),

@@ -615,7 +615,7 @@ func (g *group) defaultGiveBackLocked(e *entry, reason string, delay time.Durati
 		return
 	}
 	if delay != atOnce {
-		delay = g.limits.RedeliveryDelay(delay, e.attempt)
+		delay = g.limits.RedeliveryDelay(delay, e.attempt, e.msg.ID)
 	}
 	g.delayLocked(e, delay, now, tb)
 }
@@ -691,7 +691,7 @@ func (g *group) finish(tb *takeBack) {
 			}
 			switch v.Action {
 			case broker.RedeliverDelay: // a plugin's delay, no shorter than the back-off
-				g.delayLocked(e, g.limits.RedeliveryDelay(v.Delay, e.attempt), now, tb)
+				g.delayLocked(e, g.limits.RedeliveryDelay(v.Delay, e.attempt, e.msg.ID), now, tb)
 			case broker.RedeliverDeadLetter:
 				reason := v.Reason
 				if reason == "" {

@@ -307,6 +307,7 @@ func (a *app) printGroup(g *adminpb.Group) error {
 		{"oldest", age(g)},
 		{"delivered", fmt.Sprintf("%d (acked %d, redelivered %d, dropped %d, rejected %d)", g.GetDelivered(), g.GetAcked(), g.GetRedelivered(), g.GetDropped(), g.GetRejected())},
 		{"max deliveries", maxDel},
+		{"redelivery", redeliveryRow(s)},
 		{"dead letters", fmt.Sprintf("%d kept (%s; max %d, %s), %d dead-lettered to %s, %d dropped from the store",
 			g.GetDeadLetters(), bytesText(g.GetDeadLetterBytes()), s.GetDeadLettersMax(), bytesText(s.GetDeadLettersMaxBytes()), g.GetDeadLettered(), s.GetDeadLetterTopic(), g.GetDeadLettersDropped())},
 	}
@@ -336,6 +337,27 @@ func (a *app) printGroup(g *adminpb.Group) error {
 			m.GetAckDeadline().AsDuration(), shortDuration(time.Since(time.Unix(0, m.GetJoinedUnixNano()))))
 	}
 	return tw.Flush()
+}
+
+// redeliveryRow is groups show's line on the redelivery back-off in force.
+func redeliveryRow(s *adminpb.GroupSettings) string {
+	var row string
+	switch list := s.GetRedeliveryBackoff(); {
+	case len(list) > 0:
+		ds := make([]string, len(list))
+		for i, d := range list {
+			ds[i] = d.AsDuration().String()
+		}
+		row = "after " + strings.Join(ds, ", ") + " (attempt n waits entry n, the last repeats)"
+	case s.GetRedeliveryDelayMin() != nil:
+		row = fmt.Sprintf("after %v, doubling up to %v", s.GetRedeliveryDelayMin().AsDuration(), s.GetRedeliveryDelayMax().AsDuration())
+	default:
+		return "at once, or after the nack's delay (no back-off)"
+	}
+	if j := s.GetRedeliveryJitter(); j > 0 {
+		row += fmt.Sprintf(", each shortened by up to %g%% (jitter)", j*100)
+	}
+	return row
 }
 
 // dispatchRow is groups show's line on a group's ordering and fairness: "" for plain FIFO.

@@ -131,7 +131,7 @@ func TestAdminCommands(t *testing.T) {
 
 	// groups show
 	out = ok(t, "groups", "show", "work", "--addr", addr)
-	for _, want := range []string{"subscription:  work", "max deliveries:  1", "dead letters:    2 kept", "dlq.work", "MEMBER  ", "work-1  127.0.0.1:"} {
+	for _, want := range []string{"subscription:  work", "max deliveries:  1", "redelivery: after 100ms, doubling up to 10s", "dead letters:    2 kept", "dlq.work", "MEMBER  ", "work-1  127.0.0.1:"} {
 		if !strings.Contains(strings.Join(strings.Fields(out), " "), strings.Join(strings.Fields(want), " ")) {
 			t.Fatalf("groups show lacks %q:\n%s", want, out)
 		}

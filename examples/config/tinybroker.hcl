@@ -77,6 +77,12 @@ groups {
   # (a consumer that nacks at once then loops as fast as the broker can deliver).
   redelivery_delay_min = "100ms"
   redelivery_delay_max = "10s"
+  # Or an explicit list instead of the doubling (as JetStream's consumer BackOff): attempt n
+  # waits entry n, the last entry repeats; 1 to 32 entries. Not beside a min or max.
+  # redelivery_backoff = ["1s", "5s", "30s"]
+  # Jitter: each back-off shortened by up to this fraction (0 to under 1), drawn per message
+  # and attempt, so that messages that failed together do not all come back together.
+  # redelivery_jitter = 0.2
 
   # The largest max_deliveries a group may have; larger ones are refused (INVALID_ARGUMENT at
   # subscribe, an error here for a declared group). 0, unlimited, is always allowed.
@@ -97,6 +103,7 @@ groups {
 #   dead_letters_max  = 10000
 #   redelivery_delay_min = "1s"
 #   redelivery_delay_max = "1m"
+#   redelivery_jitter = 0.2                # or redelivery_backoff = ["1s", "5s", "30s"]
 #   ordering          = "key"              # "key": one message of a key at a time, keys in
 #                                          # parallel; "group": one at a time; default "none"
 #   fair_by           = "header:tenant"    # "key" or "header:<name>": tenants take turns;

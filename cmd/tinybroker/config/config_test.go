@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -281,6 +282,24 @@ func TestParseErrors(t *testing.T) {
 			[]string{"t.hcl:3,26-32", "redelivery_delay_max (10ms) is under redelivery_delay_min (1s)"}},
 		{"group redelivery max under the groups min", "groups {\n  redelivery_delay_min = \"1s\"\n}\ngroup \"g\" {\n  topics = [\"a\"]\n  redelivery_delay_max = \"10ms\"\n}\n",
 			[]string{"t.hcl:6,26-32", "is under redelivery_delay_min"}},
+		{"empty backoff list", "groups {\n  redelivery_backoff = []\n}\n",
+			[]string{"t.hcl:2,24-26", "Empty redelivery_backoff", "give at least one delay"}},
+		{"backoff list too long", "groups {\n  redelivery_backoff = [\"1s\", \"1s\", \"1s\", \"1s\", \"1s\", \"1s\", \"1s\", \"1s\", \"1s\", \"1s\", \"1s\", \"1s\", \"1s\", \"1s\", \"1s\", \"1s\", \"1s\", \"1s\", \"1s\", \"1s\", \"1s\", \"1s\", \"1s\", \"1s\", \"1s\", \"1s\", \"1s\", \"1s\", \"1s\", \"1s\", \"1s\", \"1s\", \"1s\"]\n}\n",
+			[]string{"t.hcl:2,24-", "redelivery_backoff has 33 entries; the most is 32"}},
+		{"backoff entry zero", "group \"g\" {\n  topics = [\"a\"]\n  redelivery_backoff = [\"1s\", \"0s\"]\n}\n",
+			[]string{"t.hcl:3,31-35", `entry 2 of redelivery_backoff, "0s", is not a Go duration greater than zero`}},
+		{"backoff entry not a duration", "groups {\n  redelivery_backoff = [\"soon\"]\n}\n",
+			[]string{"t.hcl:2,25-31", `"soon", is not a Go duration`}},
+		{"backoff not a list", "groups {\n  redelivery_backoff = \"1s\"\n}\n",
+			[]string{"t.hcl:2,24-28", "must be a list of durations"}},
+		{"jitter of 1", "groups {\n  redelivery_jitter = 1\n}\n",
+			[]string{"t.hcl:2,23-24", "Invalid redelivery_jitter", "from 0 up to (not including) 1", "got 1"}},
+		{"negative jitter", "group \"g\" {\n  topics = [\"a\"]\n  redelivery_jitter = -0.5\n}\n",
+			[]string{"t.hcl:3,23-27", "got -0.5"}},
+		{"backoff list beside a min", "groups {\n  redelivery_delay_min = \"1s\"\n  redelivery_backoff = [\"1s\"]\n}\n",
+			[]string{"t.hcl:3,24-30", "Conflicting redelivery settings", "set the list, or the min and max, not both"}},
+		{"group's backoff list beside its max", "group \"g\" {\n  topics = [\"a\"]\n  redelivery_delay_max = \"5s\"\n  redelivery_backoff = [\"1s\"]\n}\n",
+			[]string{"t.hcl:1,1-10", "redelivery_backoff is set beside redelivery_delay_min or redelivery_delay_max"}},
 		{"wrong type", "groups {\n  max_queued = \"many\"\n}\n",
 			[]string{"t.hcl:2,16-22", "Wrong type for max_queued", "must be a whole number greater than zero, written without quotes; got a string"}},
 		{"quoted number", "max_header_bytes = \"100\"\n",
@@ -572,5 +591,31 @@ group "g" {
 	}
 	if l := c.Groups[0].Limits; l.RedeliveryDelayMin != 2*time.Second || c.Groups[0].MaxDeliveries != 5000 {
 		t.Errorf("group: %+v", c.Groups[0])
+	}
+}
+
+// The back-off policy (issue 28): an explicit list and a jitter, in the groups block and a
+// declared group's own; a group's jitter of 0 turns off the groups block's.
+func TestRedeliveryBackoffSettings(t *testing.T) {
+	c := mustParse(t, `groups {
+  redelivery_backoff = ["1s", "5s", "30s"]
+  redelivery_jitter  = 0.2
+}
+group "g" {
+  topics             = ["a"]
+  redelivery_backoff = ["250ms"]
+  redelivery_jitter  = 0
+}
+`, "t.hcl")
+	s := time.Second
+	if o := c.Broker; !slices.Equal(o.GroupRedeliveryBackoff, []time.Duration{s, 5 * s, 30 * s}) || o.GroupRedeliveryJitter != 0.2 {
+		t.Errorf("groups: %v %v", o.GroupRedeliveryBackoff, o.GroupRedeliveryJitter)
+	}
+	l := c.Groups[0].Limits
+	if !slices.Equal(l.RedeliveryBackoff, []time.Duration{250 * time.Millisecond}) || l.RedeliveryJitter != broker.NoJitter {
+		t.Errorf("group: %v %v", l.RedeliveryBackoff, l.RedeliveryJitter)
+	}
+	if got := l.Or(c.Broker.WithGroupDefaults(1, 1).GroupLimits()).RedeliveryDelay(0, 7, 1); got != 250*time.Millisecond {
+		t.Errorf("the group's policy in force: %v", got)
 	}
 }

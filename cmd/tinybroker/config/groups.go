@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/hclsyntax"
 	"github.com/zclconf/go-cty/cty"
 
 	"github.com/tinybroker/tinybroker/broker"
@@ -32,6 +33,8 @@ var groupSection = section{
 		sizeAttr("dead_letters_max_bytes", func(c *Config) *int64 { return &lastGroup(c).Limits.DeadLetterMaxBytes }),
 		timeoutAttr("redelivery_delay_min", -1, func(c *Config) *time.Duration { return &lastGroup(c).Limits.RedeliveryDelayMin }),
 		durationAttr("redelivery_delay_max", func(c *Config) *time.Duration { return &lastGroup(c).Limits.RedeliveryDelayMax }),
+		durationListAttr("redelivery_backoff", func(c *Config) *[]time.Duration { return &lastGroup(c).Limits.RedeliveryBackoff }),
+		jitterAttr("redelivery_jitter", func(c *Config) *float64 { return &lastGroup(c).Limits.RedeliveryJitter }),
 		positiveIntAttr("replicas", func(c *Config) *int { return &lastGroup(c).Replicas }),
 		enumAttr("ordering", orderingChoices, func(c *Config) *broker.Ordering { return &lastGroup(c).Dispatch.Ordering }),
 		fairByAttr("fair_by", func(c *Config) *string { return &lastGroup(c).Dispatch.FairBy }),
@@ -93,6 +96,57 @@ func decodeGroup(d *decoder, b *hcl.Block, path string) hcl.Diagnostics {
 		}
 	}
 	return diags
+}
+
+// durationListAttr is a redelivery_backoff: a list of 1 to broker.MaxRedeliveryBackoff Go
+// duration strings, each greater than zero.
+func durationListAttr(name string, field func(*Config) *[]time.Duration) attribute {
+	return attribute{name: name, decode: func(c *Config, name string, expr hcl.Expression) hcl.Diagnostics {
+		tuple, ok := expr.(*hclsyntax.TupleConsExpr)
+		if !ok {
+			return invalid(expr, "Wrong type for "+name, `%s must be a list of durations, e.g. ["1s", "5s", "30s"].`, name)
+		}
+		switch n := len(tuple.Exprs); {
+		case n == 0:
+			return invalid(expr, "Empty "+name, `%s is empty; give at least one delay, e.g. ["1s", "5s", "30s"], or leave it out for the doubling of redelivery_delay_min.`, name)
+		case n > broker.MaxRedeliveryBackoff:
+			return invalid(expr, "Invalid "+name, "%s has %d entries; the most is %d. Its last entry repeats for every later attempt, so end the list where the delays stop growing.", name, n, broker.MaxRedeliveryBackoff)
+		}
+		out := make([]time.Duration, len(tuple.Exprs))
+		for i, e := range tuple.Exprs {
+			var s string
+			if diags := decodeString(name, `a list of duration strings such as ["1s", "5s"]`, e, &s); diags.HasErrors() {
+				return diags
+			}
+			v, err := time.ParseDuration(s)
+			if err != nil || v <= 0 {
+				return invalid(e, "Invalid "+name, `entry %d of %s, %q, is not a Go duration greater than zero; write e.g. "1s" or "1m30s".`, i+1, name, s)
+			}
+			out[i] = v
+		}
+		*field(c) = out
+		return nil
+	}}
+}
+
+// jitterAttr is a redelivery_jitter: a fraction from 0 up to (not including) 1. 0 is kept
+// as broker.NoJitter, so that a group's own 0 turns off the groups block's jitter.
+func jitterAttr(name string, field func(*Config) *float64) attribute {
+	return attribute{name: name, decode: func(c *Config, name string, expr hcl.Expression) hcl.Diagnostics {
+		var f big.Float
+		if diags := decodeNumber(name, "a fraction from 0 up to 1, such as 0.2", expr, &f); diags.HasErrors() {
+			return diags
+		}
+		v, _ := f.Float64()
+		if !(v >= 0 && v < 1) {
+			return invalid(expr, "Invalid "+name, "%s must be a fraction from 0 up to (not including) 1, e.g. 0.2 to shorten each back-off by up to 20%%; got %s.", name, show(&f))
+		}
+		if v == 0 {
+			v = broker.NoJitter
+		}
+		*field(c) = v
+		return nil
+	}}
 }
 
 // stringAttr is a non-empty string; want says what is expected, for errors.

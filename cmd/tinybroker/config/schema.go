@@ -56,6 +56,8 @@ var groupsSection = section{
 		positiveIntAttr("max_deliveries_cap", func(c *Config) *int { return &c.Broker.MaxDeliveriesCap }),
 		timeoutAttr("redelivery_delay_min", -1, func(c *Config) *time.Duration { return &c.Broker.GroupRedeliveryDelayMin }),
 		durationAttr("redelivery_delay_max", func(c *Config) *time.Duration { return &c.Broker.GroupRedeliveryDelayMax }),
+		durationListAttr("redelivery_backoff", func(c *Config) *[]time.Duration { return &c.Broker.GroupRedeliveryBackoff }),
+		jitterAttr("redelivery_jitter", func(c *Config) *float64 { return &c.Broker.GroupRedeliveryJitter }),
 	},
 }
 
@@ -156,17 +158,26 @@ func (d *decoder) checkGroupReplicas() hcl.Diagnostics {
 }
 
 // checkRedelivery holds every declared group's max_deliveries to groups { max_deliveries_cap }
-// (which may come later in the file), and each redelivery back-off's max to its min.
+// (which may come later in the file), each redelivery back-off's max to its min, and a
+// redelivery_backoff list apart from a min and max of the same block.
 func (d *decoder) checkRedelivery() hcl.Diagnostics {
 	var diags hcl.Diagnostics
 	o := d.cfg.Broker
 	backoff := func(l broker.GroupLimits, path string) {
-		if err := l.CheckRedelivery(); err != nil {
+		if l.RedeliveryDelayMin > 0 && l.RedeliveryDelayMax > 0 && l.RedeliveryDelayMax < l.RedeliveryDelayMin {
 			diags = append(diags, &hcl.Diagnostic{Severity: hcl.DiagError, Summary: "Invalid redelivery_delay_max",
 				Detail:  fmt.Sprintf("redelivery_delay_max (%v) is under redelivery_delay_min (%v): the back-off starts at the min and doubles up to the max; raise the max or lower the min.", l.RedeliveryDelayMax, l.RedeliveryDelayMin),
 				Subject: d.rangeOf(path+".redelivery_delay_max", path+".redelivery_delay_min")})
 		}
 	}
+	list := func(path string) { // by what the file sets: the groups block starts with the defaults
+		if d.rangeOf(path+".redelivery_backoff") != nil && d.rangeOf(path+".redelivery_delay_min", path+".redelivery_delay_max") != nil {
+			diags = append(diags, &hcl.Diagnostic{Severity: hcl.DiagError, Summary: "Conflicting redelivery settings",
+				Detail:  "redelivery_backoff replaces the doubling of redelivery_delay_min up to redelivery_delay_max; set the list, or the min and max, not both.",
+				Subject: d.rangeOf(path + ".redelivery_backoff")})
+		}
+	}
+	list("groups")
 	def := o.WithGroupDefaults(1, 1).GroupLimits()
 	backoff(def, "groups")
 	cap := broker.Limits{MaxDeliveriesCap: o.MaxDeliveriesCap}.WithDefaults().MaxDeliveriesCap
@@ -180,6 +191,7 @@ func (d *decoder) checkRedelivery() hcl.Diagnostics {
 		if g.Limits.RedeliveryDelayMin != 0 || g.Limits.RedeliveryDelayMax != 0 {
 			backoff(g.Limits.Or(def), path)
 		}
+		list(path)
 	}
 	return diags
 }

@@ -901,9 +901,18 @@ type GroupSettings struct {
 	// "" (none), "key" or "group"; see tinybroker.v1.Ordering.
 	Ordering string `protobuf:"bytes,9,opt,name=ordering,proto3" json:"ordering,omitempty"`
 	// "" (FIFO), "key" or "header:<name>"; see tinybroker.v1.OpenSubscription.
-	FairBy        string `protobuf:"bytes,10,opt,name=fair_by,json=fairBy,proto3" json:"fair_by,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	FairBy string `protobuf:"bytes,10,opt,name=fair_by,json=fairBy,proto3" json:"fair_by,omitempty"`
+	// The redelivery back-off in force: a message taken back for another attempt (a nack
+	// without a longer delay, a passed ack deadline) waits redelivery_backoff's entry for its
+	// attempt (the last for every later one) or, without a list, redelivery_delay_min ×
+	// 2^(attempt-1) up to redelivery_delay_max; redelivery_jitter shortens it by up to that
+	// fraction. With a list, min and max are unset; with the back-off off ("none"), all are.
+	RedeliveryDelayMin *durationpb.Duration   `protobuf:"bytes,13,opt,name=redelivery_delay_min,json=redeliveryDelayMin,proto3" json:"redelivery_delay_min,omitempty"`
+	RedeliveryDelayMax *durationpb.Duration   `protobuf:"bytes,14,opt,name=redelivery_delay_max,json=redeliveryDelayMax,proto3" json:"redelivery_delay_max,omitempty"`
+	RedeliveryBackoff  []*durationpb.Duration `protobuf:"bytes,15,rep,name=redelivery_backoff,json=redeliveryBackoff,proto3" json:"redelivery_backoff,omitempty"`
+	RedeliveryJitter   float64                `protobuf:"fixed64,16,opt,name=redelivery_jitter,json=redeliveryJitter,proto3" json:"redelivery_jitter,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *GroupSettings) Reset() {
@@ -1004,6 +1013,34 @@ func (x *GroupSettings) GetFairBy() string {
 		return x.FairBy
 	}
 	return ""
+}
+
+func (x *GroupSettings) GetRedeliveryDelayMin() *durationpb.Duration {
+	if x != nil {
+		return x.RedeliveryDelayMin
+	}
+	return nil
+}
+
+func (x *GroupSettings) GetRedeliveryDelayMax() *durationpb.Duration {
+	if x != nil {
+		return x.RedeliveryDelayMax
+	}
+	return nil
+}
+
+func (x *GroupSettings) GetRedeliveryBackoff() []*durationpb.Duration {
+	if x != nil {
+		return x.RedeliveryBackoff
+	}
+	return nil
+}
+
+func (x *GroupSettings) GetRedeliveryJitter() float64 {
+	if x != nil {
+		return x.RedeliveryJitter
+	}
+	return 0
 }
 
 type Member struct {
@@ -2155,7 +2192,7 @@ const file_tinybroker_admin_v1_admin_proto_rawDesc = "" +
 	"\aKeyLoad\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x12\n" +
 	"\x04held\x18\x02 \x01(\rR\x04held\x12\x14\n" +
-	"\x05noisy\x18\x03 \x01(\bR\x05noisy\"\xf7\x02\n" +
+	"\x05noisy\x18\x03 \x01(\bR\x05noisy\"\x88\x05\n" +
 	"\rGroupSettings\x12%\n" +
 	"\x0emax_deliveries\x18\x01 \x01(\rR\rmaxDeliveries\x12*\n" +
 	"\x11dead_letter_topic\x18\x02 \x01(\tR\x0fdeadLetterTopic\x12\x1d\n" +
@@ -2168,7 +2205,11 @@ const file_tinybroker_admin_v1_admin_proto_rawDesc = "" +
 	"\breplicas\x18\b \x01(\rR\breplicas\x12\x1a\n" +
 	"\bordering\x18\t \x01(\tR\bordering\x12\x17\n" +
 	"\afair_by\x18\n" +
-	" \x01(\tR\x06fairBy\"\xe2\x01\n" +
+	" \x01(\tR\x06fairBy\x12K\n" +
+	"\x14redelivery_delay_min\x18\r \x01(\v2\x19.google.protobuf.DurationR\x12redeliveryDelayMin\x12K\n" +
+	"\x14redelivery_delay_max\x18\x0e \x01(\v2\x19.google.protobuf.DurationR\x12redeliveryDelayMax\x12H\n" +
+	"\x12redelivery_backoff\x18\x0f \x03(\v2\x19.google.protobuf.DurationR\x11redeliveryBackoff\x12+\n" +
+	"\x11redelivery_jitter\x18\x10 \x01(\x01R\x10redeliveryJitter\"\xe2\x01\n" +
 	"\x06Member\x12\x1b\n" +
 	"\tmember_id\x18\x01 \x01(\tR\bmemberId\x12\x12\n" +
 	"\x04peer\x18\x02 \x01(\tR\x04peer\x12\x1b\n" +
@@ -2321,36 +2362,39 @@ var file_tinybroker_admin_v1_admin_proto_depIdxs = []int32{
 	11, // 8: tinybroker.admin.v1.Group.settings:type_name -> tinybroker.admin.v1.GroupSettings
 	12, // 9: tinybroker.admin.v1.Group.member_list:type_name -> tinybroker.admin.v1.Member
 	10, // 10: tinybroker.admin.v1.Group.busiest_keys:type_name -> tinybroker.admin.v1.KeyLoad
-	30, // 11: tinybroker.admin.v1.Member.ack_deadline:type_name -> google.protobuf.Duration
-	19, // 12: tinybroker.admin.v1.ListStreamsResponse.streams:type_name -> tinybroker.admin.v1.Stream
-	20, // 13: tinybroker.admin.v1.Stream.subscriptions:type_name -> tinybroker.admin.v1.StreamSubscription
-	31, // 14: tinybroker.admin.v1.StreamSubscription.mode:type_name -> tinybroker.v1.DeliveryMode
-	23, // 15: tinybroker.admin.v1.ListDeadLettersResponse.dead_letters:type_name -> tinybroker.admin.v1.DeadLetter
-	29, // 16: tinybroker.admin.v1.DeadLetter.headers:type_name -> tinybroker.admin.v1.DeadLetter.HeadersEntry
-	26, // 17: tinybroker.admin.v1.ReplayDeadLettersResponse.results:type_name -> tinybroker.admin.v1.ReplayResult
-	6,  // 18: tinybroker.admin.v1.Admin.ListGroups:input_type -> tinybroker.admin.v1.ListGroupsRequest
-	8,  // 19: tinybroker.admin.v1.Admin.DescribeGroup:input_type -> tinybroker.admin.v1.DescribeGroupRequest
-	13, // 20: tinybroker.admin.v1.Admin.DeleteGroup:input_type -> tinybroker.admin.v1.DeleteGroupRequest
-	15, // 21: tinybroker.admin.v1.Admin.PurgeGroup:input_type -> tinybroker.admin.v1.PurgeGroupRequest
-	17, // 22: tinybroker.admin.v1.Admin.ListStreams:input_type -> tinybroker.admin.v1.ListStreamsRequest
-	21, // 23: tinybroker.admin.v1.Admin.ListDeadLetters:input_type -> tinybroker.admin.v1.ListDeadLettersRequest
-	24, // 24: tinybroker.admin.v1.Admin.ReplayDeadLetters:input_type -> tinybroker.admin.v1.ReplayDeadLettersRequest
-	27, // 25: tinybroker.admin.v1.Admin.PurgeDeadLetters:input_type -> tinybroker.admin.v1.PurgeDeadLettersRequest
-	0,  // 26: tinybroker.admin.v1.Admin.ListUsers:input_type -> tinybroker.admin.v1.ListUsersRequest
-	7,  // 27: tinybroker.admin.v1.Admin.ListGroups:output_type -> tinybroker.admin.v1.ListGroupsResponse
-	9,  // 28: tinybroker.admin.v1.Admin.DescribeGroup:output_type -> tinybroker.admin.v1.Group
-	14, // 29: tinybroker.admin.v1.Admin.DeleteGroup:output_type -> tinybroker.admin.v1.DeleteGroupResponse
-	16, // 30: tinybroker.admin.v1.Admin.PurgeGroup:output_type -> tinybroker.admin.v1.PurgeGroupResponse
-	18, // 31: tinybroker.admin.v1.Admin.ListStreams:output_type -> tinybroker.admin.v1.ListStreamsResponse
-	22, // 32: tinybroker.admin.v1.Admin.ListDeadLetters:output_type -> tinybroker.admin.v1.ListDeadLettersResponse
-	25, // 33: tinybroker.admin.v1.Admin.ReplayDeadLetters:output_type -> tinybroker.admin.v1.ReplayDeadLettersResponse
-	28, // 34: tinybroker.admin.v1.Admin.PurgeDeadLetters:output_type -> tinybroker.admin.v1.PurgeDeadLettersResponse
-	1,  // 35: tinybroker.admin.v1.Admin.ListUsers:output_type -> tinybroker.admin.v1.ListUsersResponse
-	27, // [27:36] is the sub-list for method output_type
-	18, // [18:27] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	30, // 11: tinybroker.admin.v1.GroupSettings.redelivery_delay_min:type_name -> google.protobuf.Duration
+	30, // 12: tinybroker.admin.v1.GroupSettings.redelivery_delay_max:type_name -> google.protobuf.Duration
+	30, // 13: tinybroker.admin.v1.GroupSettings.redelivery_backoff:type_name -> google.protobuf.Duration
+	30, // 14: tinybroker.admin.v1.Member.ack_deadline:type_name -> google.protobuf.Duration
+	19, // 15: tinybroker.admin.v1.ListStreamsResponse.streams:type_name -> tinybroker.admin.v1.Stream
+	20, // 16: tinybroker.admin.v1.Stream.subscriptions:type_name -> tinybroker.admin.v1.StreamSubscription
+	31, // 17: tinybroker.admin.v1.StreamSubscription.mode:type_name -> tinybroker.v1.DeliveryMode
+	23, // 18: tinybroker.admin.v1.ListDeadLettersResponse.dead_letters:type_name -> tinybroker.admin.v1.DeadLetter
+	29, // 19: tinybroker.admin.v1.DeadLetter.headers:type_name -> tinybroker.admin.v1.DeadLetter.HeadersEntry
+	26, // 20: tinybroker.admin.v1.ReplayDeadLettersResponse.results:type_name -> tinybroker.admin.v1.ReplayResult
+	6,  // 21: tinybroker.admin.v1.Admin.ListGroups:input_type -> tinybroker.admin.v1.ListGroupsRequest
+	8,  // 22: tinybroker.admin.v1.Admin.DescribeGroup:input_type -> tinybroker.admin.v1.DescribeGroupRequest
+	13, // 23: tinybroker.admin.v1.Admin.DeleteGroup:input_type -> tinybroker.admin.v1.DeleteGroupRequest
+	15, // 24: tinybroker.admin.v1.Admin.PurgeGroup:input_type -> tinybroker.admin.v1.PurgeGroupRequest
+	17, // 25: tinybroker.admin.v1.Admin.ListStreams:input_type -> tinybroker.admin.v1.ListStreamsRequest
+	21, // 26: tinybroker.admin.v1.Admin.ListDeadLetters:input_type -> tinybroker.admin.v1.ListDeadLettersRequest
+	24, // 27: tinybroker.admin.v1.Admin.ReplayDeadLetters:input_type -> tinybroker.admin.v1.ReplayDeadLettersRequest
+	27, // 28: tinybroker.admin.v1.Admin.PurgeDeadLetters:input_type -> tinybroker.admin.v1.PurgeDeadLettersRequest
+	0,  // 29: tinybroker.admin.v1.Admin.ListUsers:input_type -> tinybroker.admin.v1.ListUsersRequest
+	7,  // 30: tinybroker.admin.v1.Admin.ListGroups:output_type -> tinybroker.admin.v1.ListGroupsResponse
+	9,  // 31: tinybroker.admin.v1.Admin.DescribeGroup:output_type -> tinybroker.admin.v1.Group
+	14, // 32: tinybroker.admin.v1.Admin.DeleteGroup:output_type -> tinybroker.admin.v1.DeleteGroupResponse
+	16, // 33: tinybroker.admin.v1.Admin.PurgeGroup:output_type -> tinybroker.admin.v1.PurgeGroupResponse
+	18, // 34: tinybroker.admin.v1.Admin.ListStreams:output_type -> tinybroker.admin.v1.ListStreamsResponse
+	22, // 35: tinybroker.admin.v1.Admin.ListDeadLetters:output_type -> tinybroker.admin.v1.ListDeadLettersResponse
+	25, // 36: tinybroker.admin.v1.Admin.ReplayDeadLetters:output_type -> tinybroker.admin.v1.ReplayDeadLettersResponse
+	28, // 37: tinybroker.admin.v1.Admin.PurgeDeadLetters:output_type -> tinybroker.admin.v1.PurgeDeadLettersResponse
+	1,  // 38: tinybroker.admin.v1.Admin.ListUsers:output_type -> tinybroker.admin.v1.ListUsersResponse
+	30, // [30:39] is the sub-list for method output_type
+	21, // [21:30] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_tinybroker_admin_v1_admin_proto_init() }
