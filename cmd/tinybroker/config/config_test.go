@@ -281,6 +281,12 @@ func TestParseErrors(t *testing.T) {
 			[]string{"t.hcl:3,26-32", "redelivery_delay_max (10ms) is under redelivery_delay_min (1s)"}},
 		{"group redelivery max under the groups min", "groups {\n  redelivery_delay_min = \"1s\"\n}\ngroup \"g\" {\n  topics = [\"a\"]\n  redelivery_delay_max = \"10ms\"\n}\n",
 			[]string{"t.hcl:6,26-32", "is under redelivery_delay_min"}},
+		{"bad on_expire", "groups {\n  on_expire = \"discard\"\n}\n",
+			[]string{"t.hcl:2,15-24", `"discard" is not a valid on_expire; use "dead_letter" or "drop"`}},
+		{"bad group max_age", "group \"g\" {\n  topics = [\"a\"]\n  max_age = \"0s\"\n}\n",
+			[]string{"t.hcl:3,13-17", "max_age must be greater than zero"}},
+		{"group max_age not a duration", "group \"g\" {\n  topics = [\"a\"]\n  max_age = \"a day\"\n}\n",
+			[]string{"t.hcl:3,13-20", `"a day" is not a Go duration`}},
 		{"wrong type", "groups {\n  max_queued = \"many\"\n}\n",
 			[]string{"t.hcl:2,16-22", "Wrong type for max_queued", "must be a whole number greater than zero, written without quotes; got a string"}},
 		{"quoted number", "max_header_bytes = \"100\"\n",
@@ -572,5 +578,26 @@ group "g" {
 	}
 	if l := c.Groups[0].Limits; l.RedeliveryDelayMin != 2*time.Second || c.Groups[0].MaxDeliveries != 5000 {
 		t.Errorf("group: %+v", c.Groups[0])
+	}
+}
+
+// Message expiry (issue 28): max_age and on_expire in the groups block, the broker-wide
+// defaults, and in a declared group's own.
+func TestExpirySettings(t *testing.T) {
+	c := mustParse(t, `groups {
+  max_age   = "24h"
+  on_expire = "drop"
+}
+group "g" {
+  topics    = ["a"]
+  max_age   = "90s"
+  on_expire = "dead_letter"
+}
+`, "t.hcl")
+	if o := c.Broker; o.GroupMaxAge != 24*time.Hour || o.GroupOnExpire != "drop" {
+		t.Errorf("groups: max_age %v on_expire %q", o.GroupMaxAge, o.GroupOnExpire)
+	}
+	if l := c.Groups[0].Limits; l.MaxAge != 90*time.Second || l.OnExpire != "dead_letter" {
+		t.Errorf("group: max_age %v on_expire %q", l.MaxAge, l.OnExpire)
 	}
 }

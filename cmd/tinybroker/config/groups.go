@@ -32,6 +32,8 @@ var groupSection = section{
 		sizeAttr("dead_letters_max_bytes", func(c *Config) *int64 { return &lastGroup(c).Limits.DeadLetterMaxBytes }),
 		timeoutAttr("redelivery_delay_min", -1, func(c *Config) *time.Duration { return &lastGroup(c).Limits.RedeliveryDelayMin }),
 		durationAttr("redelivery_delay_max", func(c *Config) *time.Duration { return &lastGroup(c).Limits.RedeliveryDelayMax }),
+		durationAttr("max_age", func(c *Config) *time.Duration { return &lastGroup(c).Limits.MaxAge }),
+		enumAttr("on_expire", onExpireChoices, func(c *Config) *string { return &lastGroup(c).Limits.OnExpire }),
 		positiveIntAttr("replicas", func(c *Config) *int { return &lastGroup(c).Replicas }),
 		enumAttr("ordering", orderingChoices, func(c *Config) *broker.Ordering { return &lastGroup(c).Dispatch.Ordering }),
 		fairByAttr("fair_by", func(c *Config) *string { return &lastGroup(c).Dispatch.FairBy }),
@@ -59,6 +61,10 @@ func fairByAttr(name string, field func(*Config) *string) attribute {
 		return nil
 	}}
 }
+
+// onExpireChoices: what becomes of a message past its ttl or its group's max_age
+// (broker.GroupLimits.OnExpire).
+var onExpireChoices = names("dead_letter", "drop")
 
 var overflowChoices = []choice[broker.Overflow]{
 	{"reject", broker.OverflowReject},

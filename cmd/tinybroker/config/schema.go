@@ -56,6 +56,8 @@ var groupsSection = section{
 		positiveIntAttr("max_deliveries_cap", func(c *Config) *int { return &c.Broker.MaxDeliveriesCap }),
 		timeoutAttr("redelivery_delay_min", -1, func(c *Config) *time.Duration { return &c.Broker.GroupRedeliveryDelayMin }),
 		durationAttr("redelivery_delay_max", func(c *Config) *time.Duration { return &c.Broker.GroupRedeliveryDelayMax }),
+		durationAttr("max_age", func(c *Config) *time.Duration { return &c.Broker.GroupMaxAge }),
+		enumAttr("on_expire", onExpireChoices, func(c *Config) *string { return &c.Broker.GroupOnExpire }),
 	},
 }
 
