@@ -901,7 +901,13 @@ type GroupSettings struct {
 	// "" (none), "key" or "group"; see tinybroker.v1.Ordering.
 	Ordering string `protobuf:"bytes,9,opt,name=ordering,proto3" json:"ordering,omitempty"`
 	// "" (FIFO), "key" or "header:<name>"; see tinybroker.v1.OpenSubscription.
-	FairBy        string `protobuf:"bytes,10,opt,name=fair_by,json=fairBy,proto3" json:"fair_by,omitempty"`
+	FairBy string `protobuf:"bytes,10,opt,name=fair_by,json=fairBy,proto3" json:"fair_by,omitempty"`
+	// How long after its publish a message expires in the group (unset: never; a message's
+	// own ttl, if shorter, wins). See tinybroker.v1.PublishRequest.ttl.
+	MaxAge *durationpb.Duration `protobuf:"bytes,11,opt,name=max_age,json=maxAge,proto3" json:"max_age,omitempty"`
+	// What becomes of an expired message: "dead_letter" (to the dead-letter topic with reason
+	// "expired") or "drop" (dropped, and counted in the tinybroker_group_expired_messages_total metric).
+	OnExpire      string `protobuf:"bytes,12,opt,name=on_expire,json=onExpire,proto3" json:"on_expire,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1002,6 +1008,20 @@ func (x *GroupSettings) GetOrdering() string {
 func (x *GroupSettings) GetFairBy() string {
 	if x != nil {
 		return x.FairBy
+	}
+	return ""
+}
+
+func (x *GroupSettings) GetMaxAge() *durationpb.Duration {
+	if x != nil {
+		return x.MaxAge
+	}
+	return nil
+}
+
+func (x *GroupSettings) GetOnExpire() string {
+	if x != nil {
+		return x.OnExpire
 	}
 	return ""
 }
@@ -2155,7 +2175,7 @@ const file_tinybroker_admin_v1_admin_proto_rawDesc = "" +
 	"\aKeyLoad\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x12\n" +
 	"\x04held\x18\x02 \x01(\rR\x04held\x12\x14\n" +
-	"\x05noisy\x18\x03 \x01(\bR\x05noisy\"\xf7\x02\n" +
+	"\x05noisy\x18\x03 \x01(\bR\x05noisy\"\xc8\x03\n" +
 	"\rGroupSettings\x12%\n" +
 	"\x0emax_deliveries\x18\x01 \x01(\rR\rmaxDeliveries\x12*\n" +
 	"\x11dead_letter_topic\x18\x02 \x01(\tR\x0fdeadLetterTopic\x12\x1d\n" +
@@ -2168,7 +2188,9 @@ const file_tinybroker_admin_v1_admin_proto_rawDesc = "" +
 	"\breplicas\x18\b \x01(\rR\breplicas\x12\x1a\n" +
 	"\bordering\x18\t \x01(\tR\bordering\x12\x17\n" +
 	"\afair_by\x18\n" +
-	" \x01(\tR\x06fairBy\"\xe2\x01\n" +
+	" \x01(\tR\x06fairBy\x122\n" +
+	"\amax_age\x18\v \x01(\v2\x19.google.protobuf.DurationR\x06maxAge\x12\x1b\n" +
+	"\ton_expire\x18\f \x01(\tR\bonExpire\"\xe2\x01\n" +
 	"\x06Member\x12\x1b\n" +
 	"\tmember_id\x18\x01 \x01(\tR\bmemberId\x12\x12\n" +
 	"\x04peer\x18\x02 \x01(\tR\x04peer\x12\x1b\n" +
@@ -2321,36 +2343,37 @@ var file_tinybroker_admin_v1_admin_proto_depIdxs = []int32{
 	11, // 8: tinybroker.admin.v1.Group.settings:type_name -> tinybroker.admin.v1.GroupSettings
 	12, // 9: tinybroker.admin.v1.Group.member_list:type_name -> tinybroker.admin.v1.Member
 	10, // 10: tinybroker.admin.v1.Group.busiest_keys:type_name -> tinybroker.admin.v1.KeyLoad
-	30, // 11: tinybroker.admin.v1.Member.ack_deadline:type_name -> google.protobuf.Duration
-	19, // 12: tinybroker.admin.v1.ListStreamsResponse.streams:type_name -> tinybroker.admin.v1.Stream
-	20, // 13: tinybroker.admin.v1.Stream.subscriptions:type_name -> tinybroker.admin.v1.StreamSubscription
-	31, // 14: tinybroker.admin.v1.StreamSubscription.mode:type_name -> tinybroker.v1.DeliveryMode
-	23, // 15: tinybroker.admin.v1.ListDeadLettersResponse.dead_letters:type_name -> tinybroker.admin.v1.DeadLetter
-	29, // 16: tinybroker.admin.v1.DeadLetter.headers:type_name -> tinybroker.admin.v1.DeadLetter.HeadersEntry
-	26, // 17: tinybroker.admin.v1.ReplayDeadLettersResponse.results:type_name -> tinybroker.admin.v1.ReplayResult
-	6,  // 18: tinybroker.admin.v1.Admin.ListGroups:input_type -> tinybroker.admin.v1.ListGroupsRequest
-	8,  // 19: tinybroker.admin.v1.Admin.DescribeGroup:input_type -> tinybroker.admin.v1.DescribeGroupRequest
-	13, // 20: tinybroker.admin.v1.Admin.DeleteGroup:input_type -> tinybroker.admin.v1.DeleteGroupRequest
-	15, // 21: tinybroker.admin.v1.Admin.PurgeGroup:input_type -> tinybroker.admin.v1.PurgeGroupRequest
-	17, // 22: tinybroker.admin.v1.Admin.ListStreams:input_type -> tinybroker.admin.v1.ListStreamsRequest
-	21, // 23: tinybroker.admin.v1.Admin.ListDeadLetters:input_type -> tinybroker.admin.v1.ListDeadLettersRequest
-	24, // 24: tinybroker.admin.v1.Admin.ReplayDeadLetters:input_type -> tinybroker.admin.v1.ReplayDeadLettersRequest
-	27, // 25: tinybroker.admin.v1.Admin.PurgeDeadLetters:input_type -> tinybroker.admin.v1.PurgeDeadLettersRequest
-	0,  // 26: tinybroker.admin.v1.Admin.ListUsers:input_type -> tinybroker.admin.v1.ListUsersRequest
-	7,  // 27: tinybroker.admin.v1.Admin.ListGroups:output_type -> tinybroker.admin.v1.ListGroupsResponse
-	9,  // 28: tinybroker.admin.v1.Admin.DescribeGroup:output_type -> tinybroker.admin.v1.Group
-	14, // 29: tinybroker.admin.v1.Admin.DeleteGroup:output_type -> tinybroker.admin.v1.DeleteGroupResponse
-	16, // 30: tinybroker.admin.v1.Admin.PurgeGroup:output_type -> tinybroker.admin.v1.PurgeGroupResponse
-	18, // 31: tinybroker.admin.v1.Admin.ListStreams:output_type -> tinybroker.admin.v1.ListStreamsResponse
-	22, // 32: tinybroker.admin.v1.Admin.ListDeadLetters:output_type -> tinybroker.admin.v1.ListDeadLettersResponse
-	25, // 33: tinybroker.admin.v1.Admin.ReplayDeadLetters:output_type -> tinybroker.admin.v1.ReplayDeadLettersResponse
-	28, // 34: tinybroker.admin.v1.Admin.PurgeDeadLetters:output_type -> tinybroker.admin.v1.PurgeDeadLettersResponse
-	1,  // 35: tinybroker.admin.v1.Admin.ListUsers:output_type -> tinybroker.admin.v1.ListUsersResponse
-	27, // [27:36] is the sub-list for method output_type
-	18, // [18:27] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	30, // 11: tinybroker.admin.v1.GroupSettings.max_age:type_name -> google.protobuf.Duration
+	30, // 12: tinybroker.admin.v1.Member.ack_deadline:type_name -> google.protobuf.Duration
+	19, // 13: tinybroker.admin.v1.ListStreamsResponse.streams:type_name -> tinybroker.admin.v1.Stream
+	20, // 14: tinybroker.admin.v1.Stream.subscriptions:type_name -> tinybroker.admin.v1.StreamSubscription
+	31, // 15: tinybroker.admin.v1.StreamSubscription.mode:type_name -> tinybroker.v1.DeliveryMode
+	23, // 16: tinybroker.admin.v1.ListDeadLettersResponse.dead_letters:type_name -> tinybroker.admin.v1.DeadLetter
+	29, // 17: tinybroker.admin.v1.DeadLetter.headers:type_name -> tinybroker.admin.v1.DeadLetter.HeadersEntry
+	26, // 18: tinybroker.admin.v1.ReplayDeadLettersResponse.results:type_name -> tinybroker.admin.v1.ReplayResult
+	6,  // 19: tinybroker.admin.v1.Admin.ListGroups:input_type -> tinybroker.admin.v1.ListGroupsRequest
+	8,  // 20: tinybroker.admin.v1.Admin.DescribeGroup:input_type -> tinybroker.admin.v1.DescribeGroupRequest
+	13, // 21: tinybroker.admin.v1.Admin.DeleteGroup:input_type -> tinybroker.admin.v1.DeleteGroupRequest
+	15, // 22: tinybroker.admin.v1.Admin.PurgeGroup:input_type -> tinybroker.admin.v1.PurgeGroupRequest
+	17, // 23: tinybroker.admin.v1.Admin.ListStreams:input_type -> tinybroker.admin.v1.ListStreamsRequest
+	21, // 24: tinybroker.admin.v1.Admin.ListDeadLetters:input_type -> tinybroker.admin.v1.ListDeadLettersRequest
+	24, // 25: tinybroker.admin.v1.Admin.ReplayDeadLetters:input_type -> tinybroker.admin.v1.ReplayDeadLettersRequest
+	27, // 26: tinybroker.admin.v1.Admin.PurgeDeadLetters:input_type -> tinybroker.admin.v1.PurgeDeadLettersRequest
+	0,  // 27: tinybroker.admin.v1.Admin.ListUsers:input_type -> tinybroker.admin.v1.ListUsersRequest
+	7,  // 28: tinybroker.admin.v1.Admin.ListGroups:output_type -> tinybroker.admin.v1.ListGroupsResponse
+	9,  // 29: tinybroker.admin.v1.Admin.DescribeGroup:output_type -> tinybroker.admin.v1.Group
+	14, // 30: tinybroker.admin.v1.Admin.DeleteGroup:output_type -> tinybroker.admin.v1.DeleteGroupResponse
+	16, // 31: tinybroker.admin.v1.Admin.PurgeGroup:output_type -> tinybroker.admin.v1.PurgeGroupResponse
+	18, // 32: tinybroker.admin.v1.Admin.ListStreams:output_type -> tinybroker.admin.v1.ListStreamsResponse
+	22, // 33: tinybroker.admin.v1.Admin.ListDeadLetters:output_type -> tinybroker.admin.v1.ListDeadLettersResponse
+	25, // 34: tinybroker.admin.v1.Admin.ReplayDeadLetters:output_type -> tinybroker.admin.v1.ReplayDeadLettersResponse
+	28, // 35: tinybroker.admin.v1.Admin.PurgeDeadLetters:output_type -> tinybroker.admin.v1.PurgeDeadLettersResponse
+	1,  // 36: tinybroker.admin.v1.Admin.ListUsers:output_type -> tinybroker.admin.v1.ListUsersResponse
+	28, // [28:37] is the sub-list for method output_type
+	19, // [19:28] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_tinybroker_admin_v1_admin_proto_init() }
