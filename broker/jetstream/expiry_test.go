@@ -82,8 +82,9 @@ func groupStats(t *testing.T, e *jetstream.Engine, id string) broker.GroupStats 
 // On the JetStream engine a message past its ttl is never delivered: one that expired while
 // the group had no member is dead-lettered with reason "expired" when a member pulls it, and
 // the member gets the next; one a member holds may still be acked, but a nack dead-letters it
-// instead of redelivering it. A group with on_expire "drop" drops it and counts it; a
-// group's max_age expires messages without a ttl alike.
+// instead of redelivering it, and one nacked with a delay past its ttl goes at its ttl. A
+// group with on_expire "drop" drops it and counts it; a group's max_age expires messages
+// without a ttl alike.
 func TestTTLOnJetStream(t *testing.T) {
 	e := start(t, jetstream.Options{Embedded: jetstream.EmbeddedOptions{DataDir: t.TempDir()}})
 	defer stop(t, e)
@@ -150,13 +151,18 @@ func TestTTLOnJetStream(t *testing.T) {
 	waitPast(time.Now().Add(200 * time.Millisecond))
 	sub.Nack([]string{d.Msg.SystemID}, 0, "")
 	wantDead(t, dlq, "nacked")
+	// Delayed past its ttl: it goes at its time, not when the delay ends.
+	publishTTL(t, e, "g.x", "delayed", "", 300*time.Millisecond)
+	d = receive(t, st)
+	sub.Nack([]string{d.Msg.SystemID}, time.Hour, "")
+	wantDead(t, dlq, "delayed")
 	publishTTL(t, e, "g.x", "next", "", 0)
 	if d := receive(t, st); string(d.Msg.Payload) != "next" {
 		t.Fatalf("after the nack the member got %q (attempt %d), want next", d.Msg.Payload, d.Attempt)
 	}
 	wantNone(t, dlq)
-	if s := groupStats(t, e, "g"); s.Expired != 2 || s.Acked != 2 {
-		t.Fatalf("g: expired %d acked %d, want 2 and 2", s.Expired, s.Acked)
+	if s := groupStats(t, e, "g"); s.Expired != 3 || s.Acked != 2 {
+		t.Fatalf("g: expired %d acked %d, want 3 and 2", s.Expired, s.Acked)
 	}
 }
 

@@ -504,6 +504,11 @@ func (g *group) settle(items []takeItem) {
 		if delay != atOnce || action == broker.RedeliverDelay { // the redelivery back-off
 			delay = limits.RedeliveryDelay(delay, h.attempt)
 		}
+		if at := expiresAt(limits, h.msg); at != 0 && delay > 0 {
+			// A delay past its expiry ends there: JetStream redelivers it then, and it is let
+			// go of as it arrives (expiry.go).
+			delay = min(delay, time.Duration(at-now.UnixNano())+time.Millisecond)
+		}
 		if h.e != nil && action != broker.RedeliverDeadLetter && action != broker.RedeliverDrop {
 			// An ordered group's: another attempt here, before its key's next (keyed.go),
 			// unless its node lost the pin.
