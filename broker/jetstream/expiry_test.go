@@ -91,7 +91,7 @@ func TestTTLOnJetStream(t *testing.T) {
 	for _, gc := range []broker.GroupConfig{
 		{Name: "g", Patterns: []string{"g.*"}},
 		{Name: "d", Patterns: []string{"d.*"}, Limits: broker.GroupLimits{OnExpire: "drop"}},
-		{Name: "m", Patterns: []string{"m.*"}, Limits: broker.GroupLimits{MaxAge: 200 * time.Millisecond}},
+		{Name: "m", Patterns: []string{"m.*"}, Limits: broker.GroupLimits{MaxAge: time.Second}},
 	} {
 		if err := e.Declare(gc); err != nil {
 			t.Fatal(err)
@@ -104,9 +104,10 @@ func TestTTLOnJetStream(t *testing.T) {
 	publishTTL(t, e, "g.x", "forever", "", 0)
 	publishTTL(t, e, "d.x", "dropped", "", 200*time.Millisecond)
 	publishTTL(t, e, "d.x", "kept", "", time.Hour)
-	publishTTL(t, e, "m.x", "old", "", 0)
+	old := publishTTL(t, e, "m.x", "old", "", 0)
 	publishTTL(t, e, "m.x", "older", "", time.Hour) // max_age is shorter: it wins
 	waitPast(at.Add(200 * time.Millisecond))
+	waitPast(old.Add(time.Second))
 	publishTTL(t, e, "m.x", "young", "", 0)
 
 	st, sub := join(t, e, broker.SubscribeOptions{Group: "g", Patterns: []string{"g.*"}, MaxInFlight: 10})
@@ -139,20 +140,20 @@ func TestTTLOnJetStream(t *testing.T) {
 	wantDead(t, dlq, "older")
 
 	// Held by a member past its ttl: acked, it is acked; nacked, it is dead-lettered, not
-	// redelivered.
-	publishTTL(t, e, "g.x", "acked", "", 200*time.Millisecond)
+	// redelivered. (A ttl of a second, so that a slow delivery under load still comes first.)
+	at = publishTTL(t, e, "g.x", "acked", "", time.Second)
 	d := receive(t, st)
-	waitPast(time.Now().Add(200 * time.Millisecond))
+	waitPast(at.Add(time.Second))
 	if sub.Ack([]string{d.Msg.SystemID}) != 0 {
 		t.Fatalf("ack of %q past its ttl refused", d.Msg.Payload)
 	}
-	publishTTL(t, e, "g.x", "nacked", "", 200*time.Millisecond)
+	at = publishTTL(t, e, "g.x", "nacked", "", time.Second)
 	d = receive(t, st)
-	waitPast(time.Now().Add(200 * time.Millisecond))
+	waitPast(at.Add(time.Second))
 	sub.Nack([]string{d.Msg.SystemID}, 0, "")
 	wantDead(t, dlq, "nacked")
 	// Delayed past its ttl: it goes at its time, not when the delay ends.
-	publishTTL(t, e, "g.x", "delayed", "", 300*time.Millisecond)
+	publishTTL(t, e, "g.x", "delayed", "", time.Second)
 	d = receive(t, st)
 	sub.Nack([]string{d.Msg.SystemID}, time.Hour, "")
 	wantDead(t, dlq, "delayed")
