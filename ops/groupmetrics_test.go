@@ -102,10 +102,10 @@ func TestMetricsGroupExpired(t *testing.T) {
 		s := start(t, stackOptions{on: e})
 		m := s.join(t, "exp", &pb.OpenSubscription{TopicPatterns: []string{"exp"}})
 		const ttl = time.Second // the delivery comes well before it, even on a loaded machine
-		past := time.Now().Add(ttl)
 		if _, err := s.c.Publish(context.Background(), &pb.PublishRequest{Topic: "exp", Payload: []byte("a"), Ttl: durationpb.New(ttl)}); err != nil {
 			t.Fatal(err)
 		}
+		past := time.Now().Add(ttl) // the broker stamped it before this
 		d := m.next(t)
 		time.Sleep(time.Until(past) + 10*time.Millisecond) // the engines expire by the wall clock
 		m.nack(t, d)

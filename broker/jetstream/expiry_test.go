@@ -10,17 +10,17 @@ import (
 	"github.com/tinybroker/tinybroker/broker/jetstream"
 )
 
-// publishTTL publishes payload to topic with ttl and key, and returns when it was accepted.
+// publishTTL publishes payload to topic with ttl and key, and returns a time at or after the
+// one the engine stamped it with (from which its ttl counts).
 func publishTTL(t *testing.T, e *jetstream.Engine, topic, payload, key string, ttl time.Duration) time.Time {
 	t.Helper()
-	at := time.Now()
 	d := []broker.Draft{{Topic: topic, Payload: []byte(payload), TTL: ttl, Key: key}}
 	res, errs := make([]broker.PublishResult, 1), make([]error, 1)
 	e.PublishBatch(d, res, errs)
 	if errs[0] != nil {
 		t.Fatal(errs[0])
 	}
-	return at
+	return time.Now()
 }
 
 // waitPast waits until the wall clock is past at: the JetStream engine expires messages by
@@ -100,12 +100,12 @@ func TestTTLOnJetStream(t *testing.T) {
 	dlq := fanoutOn(t, e, "dlq.*")
 
 	// Expired while the group has no member.
-	at := publishTTL(t, e, "g.x", "late", "", 200*time.Millisecond)
+	publishTTL(t, e, "g.x", "late", "", 200*time.Millisecond)
 	publishTTL(t, e, "g.x", "forever", "", 0)
-	publishTTL(t, e, "d.x", "dropped", "", 200*time.Millisecond)
+	at := publishTTL(t, e, "d.x", "dropped", "", 200*time.Millisecond)
 	publishTTL(t, e, "d.x", "kept", "", time.Hour)
-	old := publishTTL(t, e, "m.x", "old", "", 0)
-	publishTTL(t, e, "m.x", "older", "", time.Hour) // max_age is shorter: it wins
+	publishTTL(t, e, "m.x", "old", "", 0)
+	old := publishTTL(t, e, "m.x", "older", "", time.Hour) // max_age is shorter: it wins
 	waitPast(at.Add(200 * time.Millisecond))
 	waitPast(old.Add(time.Second))
 	publishTTL(t, e, "m.x", "young", "", 0)
