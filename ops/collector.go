@@ -73,8 +73,9 @@ var (
 	dGAcked       = desc("group_acked_messages_total", "Deliveries acked.", "group")
 	dGRedeliv     = desc("group_redelivered_messages_total", "Deliveries that were a second or later attempt.", "group")
 	dGTakenBack   = desc("group_taken_back_messages_total", "Deliveries taken back from members for another attempt or the dead-letter topic, by reason: nack (nacked by the member), ack_deadline (not acked in time), member_left (held by a member that left).", "group", "reason")
-	dGDead        = desc("group_dead_lettered_messages_total", "Messages given up on after max_deliveries attempts or by a plugin, published to the dead-letter topic.", "group")
-	dGDropped     = desc("group_dropped_messages_total", "Messages dropped: the oldest of a full drop_oldest group, or forgotten by a plugin.", "group")
+	dGDead        = desc("group_dead_lettered_messages_total", "Messages given up on after max_deliveries attempts, by a plugin, or past their ttl or the group's max_age, published to the dead-letter topic.", "group")
+	dGDropped     = desc("group_dropped_messages_total", "Messages dropped: the oldest of a full drop_oldest group, forgotten by a plugin, or expired in a group with on_expire = \"drop\".", "group")
+	dGExpired     = desc("group_expired_messages_total", "Messages the group let go of past their ttl or its max_age: dead-lettered with reason expired, or dropped with on_expire = \"drop\" (counted in those too).", "group")
 	dGRejected    = desc("group_rejected_messages_total", "Publishes the group refused while full (overflow = \"reject\").", "group")
 	dGDLKept      = desc("group_dead_letters_kept_messages", "Dead letters the group keeps now for the admin API (until replayed or purged; bounded by groups { dead_letter_max }).", "group")
 	dGDLKeptBytes = desc("group_dead_letters_kept_bytes", "Bytes of the dead letters the group keeps now (bounded by groups { dead_letter_max_bytes }).", "group")
@@ -108,7 +109,7 @@ var allDescs = []*prometheus.Desc{dPublished, dDelivered, dAcked, dRedelivered, 
 	dHookDropped, dPubBytes, dDelivBytes, dPubRefused, dSubRefused, dMemUsed, dMemBudget, dConns,
 	dConnsRefused, dStreams, dSubs, dGroups, dFanBuffered, dFanDropped, dAuthFailed, dDenials, dGQueued, dGInFlight, dGDelayed,
 	dGMembers, dGHeld, dGOldest, dGPublished, dGDelivered, dGAcked, dGRedeliv, dGTakenBack, dGDead, dGDropped,
-	dGRejected, dGDLKept, dGDLKeptBytes, dGDLDiscarded, dGDelivLat, dGAckLat, dGKeys, dGKeyHeld, dLabelled,
+	dGExpired, dGRejected, dGDLKept, dGDLKeptBytes, dGDLDiscarded, dGDelivLat, dGAckLat, dGKeys, dGKeyHeld, dLabelled,
 	dOldGBytes, dOldGDelivered, dOldGAcked, dOldGRedeliv, dOldGTakenBack, dOldGDead, dOldGDropped, dOldGRejected, dOldGroupSeries,
 	dPCalls, dPFailures, dPSkipped, dPBreaker, dPInstances, dPLatency}
 
@@ -246,6 +247,7 @@ func (c *collector) group(ch chan<- prometheus.Metric, label string, g broker.Gr
 	renamedCounter(dGDead, dOldGDead, g.DeadLettered)
 	renamedCounter(dGDropped, dOldGDropped, g.Dropped)
 	renamedCounter(dGRejected, dOldGRejected, g.Rejected)
+	counter(dGExpired, g.Expired)
 	gauge(dGDLKept, float64(g.DeadLetters))
 	gauge(dGDLKeptBytes, float64(g.DeadLetterBytes))
 	counter(dGDLDiscarded, g.DeadLettersDropped)
@@ -287,6 +289,7 @@ func addGroup(a, b broker.GroupStats) broker.GroupStats {
 	a.DeadLettered += b.DeadLettered
 	a.Dropped += b.Dropped
 	a.Rejected += b.Rejected
+	a.Expired += b.Expired
 	a.Published += b.Published
 	a.DeadLetters += b.DeadLetters
 	a.DeadLetterBytes += b.DeadLetterBytes

@@ -8,8 +8,10 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/tinybroker/tinybroker/broker"
 	"github.com/tinybroker/tinybroker/broker/latency"
@@ -90,6 +92,25 @@ func TestMetricsDeadLettersKept(t *testing.T) {
 		s.waitMetric(t, "tinybroker_group_dead_letters_kept_messages", eq(0), "group=dl")
 		s.waitMetric(t, "tinybroker_group_dead_letters_kept_bytes", eq(0), "group=dl")
 		s.waitMetric(t, "tinybroker_group_dead_lettered_messages_total", eq(2), "group=dl") // ever: unmoved
+	})
+}
+
+// A message let go of past its ttl is counted per group, on every engine: held by a member
+// past its ttl and nacked, it is dead-lettered (reason expired) instead of redelivered.
+func TestMetricsGroupExpired(t *testing.T) {
+	eachEngine(t, func(t *testing.T, e brokertest.Engine) {
+		s := start(t, stackOptions{on: e})
+		m := s.join(t, "exp", &pb.OpenSubscription{TopicPatterns: []string{"exp"}})
+		const ttl = time.Second // the delivery comes well before it, even on a loaded machine
+		if _, err := s.c.Publish(context.Background(), &pb.PublishRequest{Topic: "exp", Payload: []byte("a"), Ttl: durationpb.New(ttl)}); err != nil {
+			t.Fatal(err)
+		}
+		past := time.Now().Add(ttl) // the broker stamped it before this
+		d := m.next(t)
+		time.Sleep(time.Until(past) + 10*time.Millisecond) // the engines expire by the wall clock
+		m.nack(t, d)
+		s.waitMetric(t, "tinybroker_group_expired_messages_total", eq(1), "group=exp")
+		s.waitMetric(t, "tinybroker_group_dead_lettered_messages_total", eq(1), "group=exp")
 	})
 }
 

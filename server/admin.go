@@ -116,7 +116,14 @@ func (a *adminServer) DescribeGroup(_ context.Context, req *adminpb.DescribeGrou
 	m.Settings = &adminpb.GroupSettings{MaxDeliveries: uint32(gi.MaxDeliveries), DeadLetterTopic: gi.DeadLetterTopic,
 		MaxQueued: uint32(gi.Limits.MaxQueued), MaxQueuedBytes: uint64(gi.Limits.MaxQueuedBytes), Overflow: overflow,
 		DeadLettersMax: uint32(gi.Limits.DeadLetterMax), DeadLettersMaxBytes: uint64(gi.Limits.DeadLetterMaxBytes),
-		Replicas: uint32(gi.Replicas), Ordering: gi.Dispatch.Ordering.String(), FairBy: gi.Dispatch.FairBy}
+		Replicas: uint32(gi.Replicas), Ordering: gi.Dispatch.Ordering.String(), FairBy: gi.Dispatch.FairBy,
+		OnExpire: "dead_letter"}
+	if gi.Limits.MaxAge > 0 {
+		m.Settings.MaxAge = durationpb.New(gi.Limits.MaxAge)
+	}
+	if gi.Limits.DropExpired() {
+		m.Settings.OnExpire = "drop"
+	}
 	setRedelivery(m.Settings, gi.Limits)
 	for _, mb := range gi.MemberList {
 		m.MemberList = append(m.MemberList, &adminpb.Member{MemberId: mb.ID, Peer: mb.Peer, InFlight: uint32(mb.InFlight),

@@ -204,7 +204,7 @@ func (g *group) stats(ci *jetstream.ConsumerInfo) broker.GroupStats {
 		g.pruneWaitingLocked(ci)
 	}
 	st := broker.GroupStats{ID: g.id, Group: g.name, Patterns: g.patterns, Members: len(g.members),
-		Delivered: g.delivered, Acked: g.acked, Redelivered: g.redelivered, DeadLettered: g.deadLettered, Dropped: g.dropped,
+		Delivered: g.delivered, Acked: g.acked, Redelivered: g.redelivered, DeadLettered: g.deadLettered, Dropped: g.dropped, Expired: g.expiredMsgs,
 		Declared: g.declared, Nacked: g.nacked, TimedOut: g.timedOut, LeftBehind: g.leftBehind, Bytes: g.bytes, Rejected: g.rejected, Published: g.published.Load(),
 		DeadLetters: max(0, g.deadCount), DeadLetterBytes: g.deadBytesLocked(), DeadLettersDropped: g.deadDropped,
 		DeliveryLatency: g.deliveryLatency, AckLatency: g.ackLatency}

@@ -27,7 +27,26 @@ const (
 	hdrJSON = "Tb-Hx"   // every header of the message, as JSON, when one cannot be a NATS header
 	hdrKey  = "Tb-Key"  // the message's key (broker.Message.Key), when it has one
 	hdrKeyQ = "Tb-Keyq" // the key, Go-quoted, when it cannot be a NATS header's value (natsValue)
+	hdrTTL  = "Tb-Ttl"  // the message's ttl (broker.Message.TTL), nanoseconds, when it has one
 )
+
+// setTTL adds a message's ttl to its NATS headers h: stored with the message (and its
+// Tb-Time), it expires the message on every node and after a restart.
+func setTTL(h nats.Header, ttl time.Duration) {
+	if ttl > 0 {
+		h[hdrTTL] = []string{strconv.FormatInt(int64(ttl), 10)}
+	}
+}
+
+// ttlOf returns the ttl setTTL put in a NATS message's headers (0: none).
+func ttlOf(nh nats.Header) time.Duration {
+	if v := nh[hdrTTL]; len(v) > 0 {
+		if n, err := strconv.ParseInt(v[0], 10, 64); err == nil && n > 0 {
+			return time.Duration(n)
+		}
+	}
+	return 0
+}
 
 // setKey adds a message's key to its NATS headers h.
 func setKey(h nats.Header, key string) {

@@ -103,7 +103,7 @@ type group struct {
 	delayed                                              map[uint64]time.Time
 	draining, removed                                    bool
 	delivered, acked, redelivered, deadLettered, dropped uint64
-	nacked, timedOut, leftBehind                         uint64
+	nacked, timedOut, leftBehind, expiredMsgs            uint64
 	deliveryLatency, ackLatency                          latency.Histogram // broker.GroupStats's
 	// The bounds (admit): queued is what JetStream has not delivered yet (NumPending) as of
 	// refreshed, plus what this node stored for the group since, less what it received;

@@ -397,6 +397,12 @@ func (g *group) keyedArrivalLocked(msg *nats.Msg, info ackInfo) {
 		g.settle([]takeItem{{h: h, reason: deadletter.ReasonAckDeadline}})
 		return
 	}
+	if now := time.Now(); g.kq.bySeq[info.sseq] == nil && expired(g.limits, bm, now) { // never parked (expiry.go)
+		h := &held{msg: bm, reply: msg.Reply, info: info, attempt: g.markLocked(info.sseq, info.delivered) - 1, sentAt: now}
+		g.mu.Unlock()
+		g.settle([]takeItem{{h: h, reason: deadletter.ReasonExpired}})
+		return
+	}
 	e := &kentry{msg: bm, reply: msg.Reply, info: info, touched: time.Now()}
 	if cost := g.kq.add(e); cost > 0 {
 		g.chargeLocked(cost)
@@ -556,6 +562,13 @@ func (g *group) dispatchLocked() {
 	if !g.mayDispatchLocked() {
 		return
 	}
+	var gone []takeItem // expired while parked: let go of, not handed out (expiry.go)
+	defer func() {
+		if len(gone) > 0 {
+			g.e.wg.Go(func() { g.settle(gone) })
+		}
+	}()
+	now := time.Now()
 	for {
 		t := g.takerLocked()
 		if t == nil {
@@ -564,6 +577,10 @@ func (g *group) dispatchLocked() {
 		e := g.kq.pop()
 		if e == nil {
 			return
+		}
+		if expired(g.limits, e.msg, now) {
+			gone = append(gone, takeItem{h: &held{msg: e.msg, reply: e.reply, info: e.info, attempt: e.attempt, sentAt: now, e: e}, reason: deadletter.ReasonExpired})
+			continue
 		}
 		attempt := e.attempt + 1
 		if e.attempt == 0 {

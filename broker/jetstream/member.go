@@ -211,6 +211,12 @@ func (m *member) onMsg(msg *nats.Msg) {
 	}
 	bm := g.decode(msg, info.sseq)
 	h := &held{msg: bm, reply: msg.Reply, info: info, attempt: g.markLocked(info.sseq, info.delivered), sentAt: time.Now()}
+	if expired(g.limits, bm, h.sentAt) { // past its ttl or max_age: never handed out (expiry.go)
+		h.attempt--
+		g.mu.Unlock()
+		g.settle([]takeItem{{h: h, reason: deadletter.ReasonExpired}})
+		return
+	}
 	if g.maxDeliveries > 0 && int(info.delivered) > g.maxDeliveries {
 		// JetStream redelivered it by itself (the node that held it went away) past
 		// max_deliveries: it is dead.
@@ -467,10 +473,20 @@ func (g *group) settle(items []takeItem) {
 		hooks = nil
 	}
 	var emits []broker.Draft
+	now := time.Now()
 	for _, it := range items {
 		h := it.h
 		action, delay, reason := broker.RedeliverDefault, it.delay, it.reason
-		if hooks != nil {
+		if expired(limits, h.msg, now) {
+			// Past its ttl or max_age: let go of without the hooks, as the memory engine does.
+			action, reason = broker.RedeliverDeadLetter, deadletter.ReasonExpired
+			if limits.DropExpired() {
+				action = broker.RedeliverDrop
+			}
+			g.mu.Lock()
+			g.expiredMsgs++
+			g.mu.Unlock()
+		} else if hooks != nil {
 			v := hooks.OnRedeliver(&broker.RedeliverEvent{Msg: h.msg, SystemID: h.msg.SystemID, SubscriptionID: g.id, Group: name,
 				Attempt: h.attempt, Reason: it.reason})
 			emits = append(emits, v.Emit...)
@@ -487,6 +503,11 @@ func (g *group) settle(items []takeItem) {
 		}
 		if delay != atOnce || action == broker.RedeliverDelay { // the redelivery back-off
 			delay = limits.RedeliveryDelay(delay, h.attempt, h.info.sseq)
+		}
+		if at := expiresAt(limits, h.msg); at != 0 && delay > 0 {
+			// A delay past its expiry ends there: JetStream redelivers it then, and it is let
+			// go of as it arrives (expiry.go).
+			delay = min(delay, time.Duration(at-now.UnixNano())+time.Millisecond)
 		}
 		if h.e != nil && action != broker.RedeliverDeadLetter && action != broker.RedeliverDrop {
 			// An ordered group's: another attempt here, before its key's next (keyed.go),

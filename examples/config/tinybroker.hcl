@@ -87,6 +87,12 @@ groups {
   # The largest max_deliveries a group may have; larger ones are refused (INVALID_ARGUMENT at
   # subscribe, an error here for a declared group). 0, unlimited, is always allowed.
   max_deliveries_cap = 1000
+
+  # Message expiry: a group never delivers a message more than max_age after its publish (nor
+  # past the message's own ttl, PublishRequest.ttl, if shorter). on_expire: "dead_letter" (to
+  # the dead-letter topic with reason "expired") or "drop" (counted). Default: no max_age.
+  # max_age   = "24h"
+  # on_expire = "dead_letter"
 }
 
 # Consumer groups declared up front: they exist from start-up, so what is published before
@@ -104,6 +110,8 @@ groups {
 #   redelivery_delay_min = "1s"
 #   redelivery_delay_max = "1m"
 #   redelivery_jitter = 0.2                # or redelivery_backoff = ["1s", "5s", "30s"]
+#   max_age           = "1h"
+#   on_expire         = "drop"
 #   ordering          = "key"              # "key": one message of a key at a time, keys in
 #                                          # parallel; "group": one at a time; default "none"
 #   fair_by           = "header:tenant"    # "key" or "header:<name>": tenants take turns;

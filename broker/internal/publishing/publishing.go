@@ -44,7 +44,6 @@ type Gate struct {
 	Hooks   *HookSlot
 	Closing *atomic.Bool // set when the engine no longer accepts publishes
 	Dedupe  *Dedupe      // the message ids published (nil: ids are ignored)
-	NoTTL   bool         // the engine refuses messages with a TTL (it has none yet)
 }
 
 // Msg is a message through the gate: to route, or, with Drop set, dropped by a plugin's
@@ -98,13 +97,10 @@ func (g *Gate) Emitted(ds []broker.Draft) iter.Seq2[Msg, error] {
 	}
 }
 
-// checkTTL refuses an invalid TTL, or any on an engine without them.
-func (g *Gate) checkTTL(ttl time.Duration) error {
-	switch {
-	case ttl < 0:
+// checkTTL refuses an invalid TTL.
+func checkTTL(ttl time.Duration) error {
+	if ttl < 0 {
 		return fmt.Errorf("%w: ttl must be a valid duration of zero (none) or more", broker.ErrInvalidMessage)
-	case g.NoTTL:
-		return fmt.Errorf("%w: ttl is not available on this engine yet; run on engine \"memory\" for it, or leave it unset", broker.ErrInvalidMessage)
 	}
 	return nil
 }
@@ -191,7 +187,7 @@ func (g *Gate) Batch(frame []broker.Draft, errs []error) *Batch {
 			err = broker.ValidateKey(m.Key)
 		}
 		if err == nil && m.TTL != 0 {
-			err = g.checkTTL(m.TTL)
+			err = checkTTL(m.TTL)
 		}
 		errs[i] = err
 		if err == nil && m.ID != "" && b.dedupe != nil {

@@ -29,6 +29,8 @@
 //	  redelivery_delay_min   = "100ms"  # a redelivery waits min × 2^(attempt-1); "none": no back-off
 //	  redelivery_delay_max   = "10s"    # up to this
 //	  max_deliveries_cap     = 1000     # the largest max_deliveries a group may have (0: unlimited)
+//	  max_age                = "none"   # expire a group's messages this long after their publish ("24h")
+//	  on_expire              = "dead_letter" # dead_letter (reason "expired") | drop (counted)
 //	}
 //
 //	fanout {                      # at most one
@@ -43,13 +45,15 @@
 //	  subscription_id   = "resizers"         # default: the group's name
 //	  max_deliveries    = 5
 //	  dead_letter_topic = "dlq.resizers"
-//	  max_queued        = 100000             # these seven default to the groups block's
+//	  max_queued        = 100000             # these nine default to the groups block's
 //	  max_queued_bytes  = "512MiB"
 //	  overflow          = "reject"
 //	  dead_letters_max       = 10000
 //	  dead_letters_max_bytes = "64MiB"
 //	  redelivery_delay_min   = "100ms"
 //	  redelivery_delay_max   = "10s"
+//	  max_age                = "24h"
+//	  on_expire              = "drop"
 //	  replicas               = 3    # engine "jetstream" only: copies of its messages, in a stream of its own
 //	}
 //

@@ -300,6 +300,12 @@ func TestParseErrors(t *testing.T) {
 			[]string{"t.hcl:3,24-30", "Conflicting redelivery settings", "set the list, or the min and max, not both"}},
 		{"group's backoff list beside its max", "group \"g\" {\n  topics = [\"a\"]\n  redelivery_delay_max = \"5s\"\n  redelivery_backoff = [\"1s\"]\n}\n",
 			[]string{"t.hcl:1,1-10", "redelivery_backoff is set beside redelivery_delay_min or redelivery_delay_max"}},
+		{"bad on_expire", "groups {\n  on_expire = \"discard\"\n}\n",
+			[]string{"t.hcl:2,15-24", `"discard" is not a valid on_expire; use "dead_letter" or "drop"`}},
+		{"bad group max_age", "group \"g\" {\n  topics = [\"a\"]\n  max_age = \"0s\"\n}\n",
+			[]string{"t.hcl:3,13-17", "max_age must be greater than zero"}},
+		{"group max_age not a duration", "group \"g\" {\n  topics = [\"a\"]\n  max_age = \"a day\"\n}\n",
+			[]string{"t.hcl:3,13-20", `"a day" is not a Go duration`}},
 		{"wrong type", "groups {\n  max_queued = \"many\"\n}\n",
 			[]string{"t.hcl:2,16-22", "Wrong type for max_queued", "must be a whole number greater than zero, written without quotes; got a string"}},
 		{"quoted number", "max_header_bytes = \"100\"\n",
@@ -617,5 +623,26 @@ group "g" {
 	}
 	if got := l.Or(c.Broker.WithGroupDefaults(1, 1).GroupLimits()).RedeliveryDelay(0, 7, 1); got != 250*time.Millisecond {
 		t.Errorf("the group's policy in force: %v", got)
+	}
+}
+
+// Message expiry (issue 28): max_age and on_expire in the groups block, the broker-wide
+// defaults, and in a declared group's own.
+func TestExpirySettings(t *testing.T) {
+	c := mustParse(t, `groups {
+  max_age   = "24h"
+  on_expire = "drop"
+}
+group "g" {
+  topics    = ["a"]
+  max_age   = "90s"
+  on_expire = "dead_letter"
+}
+`, "t.hcl")
+	if o := c.Broker; o.GroupMaxAge != 24*time.Hour || o.GroupOnExpire != "drop" {
+		t.Errorf("groups: max_age %v on_expire %q", o.GroupMaxAge, o.GroupOnExpire)
+	}
+	if l := c.Groups[0].Limits; l.MaxAge != 90*time.Second || l.OnExpire != "dead_letter" {
+		t.Errorf("group: max_age %v on_expire %q", l.MaxAge, l.OnExpire)
 	}
 }

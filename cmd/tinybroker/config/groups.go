@@ -35,6 +35,8 @@ var groupSection = section{
 		durationAttr("redelivery_delay_max", func(c *Config) *time.Duration { return &lastGroup(c).Limits.RedeliveryDelayMax }),
 		durationListAttr("redelivery_backoff", func(c *Config) *[]time.Duration { return &lastGroup(c).Limits.RedeliveryBackoff }),
 		jitterAttr("redelivery_jitter", func(c *Config) *float64 { return &lastGroup(c).Limits.RedeliveryJitter }),
+		durationAttr("max_age", func(c *Config) *time.Duration { return &lastGroup(c).Limits.MaxAge }),
+		enumAttr("on_expire", onExpireChoices, func(c *Config) *string { return &lastGroup(c).Limits.OnExpire }),
 		positiveIntAttr("replicas", func(c *Config) *int { return &lastGroup(c).Replicas }),
 		enumAttr("ordering", orderingChoices, func(c *Config) *broker.Ordering { return &lastGroup(c).Dispatch.Ordering }),
 		fairByAttr("fair_by", func(c *Config) *string { return &lastGroup(c).Dispatch.FairBy }),
@@ -62,6 +64,10 @@ func fairByAttr(name string, field func(*Config) *string) attribute {
 		return nil
 	}}
 }
+
+// onExpireChoices: what becomes of a message past its ttl or its group's max_age
+// (broker.GroupLimits.OnExpire).
+var onExpireChoices = names("dead_letter", "drop")
 
 var overflowChoices = []choice[broker.Overflow]{
 	{"reject", broker.OverflowReject},

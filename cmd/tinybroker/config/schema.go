@@ -58,6 +58,8 @@ var groupsSection = section{
 		durationAttr("redelivery_delay_max", func(c *Config) *time.Duration { return &c.Broker.GroupRedeliveryDelayMax }),
 		durationListAttr("redelivery_backoff", func(c *Config) *[]time.Duration { return &c.Broker.GroupRedeliveryBackoff }),
 		jitterAttr("redelivery_jitter", func(c *Config) *float64 { return &c.Broker.GroupRedeliveryJitter }),
+		durationAttr("max_age", func(c *Config) *time.Duration { return &c.Broker.GroupMaxAge }),
+		enumAttr("on_expire", onExpireChoices, func(c *Config) *string { return &c.Broker.GroupOnExpire }),
 	},
 }
 

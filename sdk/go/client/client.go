@@ -249,7 +249,7 @@ func WithKey(key string) PublishOption {
 
 // WithTTL makes the message expire ttl after the broker accepted it: a consumer group never
 // delivers it after that, and dead-letters it with reason "expired" (or drops it, as the
-// group's on_expire says). Not yet available on the JetStream engine (INVALID_ARGUMENT).
+// group's on_expire says).
 func WithTTL(ttl time.Duration) PublishOption {
 	return func(r *pb.PublishRequest) { r.Ttl = durationpb.New(ttl) }
 }

@@ -911,8 +911,14 @@ type GroupSettings struct {
 	RedeliveryDelayMax *durationpb.Duration   `protobuf:"bytes,14,opt,name=redelivery_delay_max,json=redeliveryDelayMax,proto3" json:"redelivery_delay_max,omitempty"`
 	RedeliveryBackoff  []*durationpb.Duration `protobuf:"bytes,15,rep,name=redelivery_backoff,json=redeliveryBackoff,proto3" json:"redelivery_backoff,omitempty"`
 	RedeliveryJitter   float64                `protobuf:"fixed64,16,opt,name=redelivery_jitter,json=redeliveryJitter,proto3" json:"redelivery_jitter,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// How long after its publish a message expires in the group (unset: never; a message's
+	// own ttl, if shorter, wins). See tinybroker.v1.PublishRequest.ttl.
+	MaxAge *durationpb.Duration `protobuf:"bytes,11,opt,name=max_age,json=maxAge,proto3" json:"max_age,omitempty"`
+	// What becomes of an expired message: "dead_letter" (to the dead-letter topic with reason
+	// "expired") or "drop" (dropped, and counted in the tinybroker_group_expired_messages_total metric).
+	OnExpire      string `protobuf:"bytes,12,opt,name=on_expire,json=onExpire,proto3" json:"on_expire,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GroupSettings) Reset() {
@@ -1041,6 +1047,20 @@ func (x *GroupSettings) GetRedeliveryJitter() float64 {
 		return x.RedeliveryJitter
 	}
 	return 0
+}
+
+func (x *GroupSettings) GetMaxAge() *durationpb.Duration {
+	if x != nil {
+		return x.MaxAge
+	}
+	return nil
+}
+
+func (x *GroupSettings) GetOnExpire() string {
+	if x != nil {
+		return x.OnExpire
+	}
+	return ""
 }
 
 type Member struct {
@@ -2192,7 +2212,7 @@ const file_tinybroker_admin_v1_admin_proto_rawDesc = "" +
 	"\aKeyLoad\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x12\n" +
 	"\x04held\x18\x02 \x01(\rR\x04held\x12\x14\n" +
-	"\x05noisy\x18\x03 \x01(\bR\x05noisy\"\x88\x05\n" +
+	"\x05noisy\x18\x03 \x01(\bR\x05noisy\"\xd9\x05\n" +
 	"\rGroupSettings\x12%\n" +
 	"\x0emax_deliveries\x18\x01 \x01(\rR\rmaxDeliveries\x12*\n" +
 	"\x11dead_letter_topic\x18\x02 \x01(\tR\x0fdeadLetterTopic\x12\x1d\n" +
@@ -2209,7 +2229,9 @@ const file_tinybroker_admin_v1_admin_proto_rawDesc = "" +
 	"\x14redelivery_delay_min\x18\r \x01(\v2\x19.google.protobuf.DurationR\x12redeliveryDelayMin\x12K\n" +
 	"\x14redelivery_delay_max\x18\x0e \x01(\v2\x19.google.protobuf.DurationR\x12redeliveryDelayMax\x12H\n" +
 	"\x12redelivery_backoff\x18\x0f \x03(\v2\x19.google.protobuf.DurationR\x11redeliveryBackoff\x12+\n" +
-	"\x11redelivery_jitter\x18\x10 \x01(\x01R\x10redeliveryJitter\"\xe2\x01\n" +
+	"\x11redelivery_jitter\x18\x10 \x01(\x01R\x10redeliveryJitter\x122\n" +
+	"\amax_age\x18\v \x01(\v2\x19.google.protobuf.DurationR\x06maxAge\x12\x1b\n" +
+	"\ton_expire\x18\f \x01(\tR\bonExpire\"\xe2\x01\n" +
 	"\x06Member\x12\x1b\n" +
 	"\tmember_id\x18\x01 \x01(\tR\bmemberId\x12\x12\n" +
 	"\x04peer\x18\x02 \x01(\tR\x04peer\x12\x1b\n" +
@@ -2365,36 +2387,37 @@ var file_tinybroker_admin_v1_admin_proto_depIdxs = []int32{
 	30, // 11: tinybroker.admin.v1.GroupSettings.redelivery_delay_min:type_name -> google.protobuf.Duration
 	30, // 12: tinybroker.admin.v1.GroupSettings.redelivery_delay_max:type_name -> google.protobuf.Duration
 	30, // 13: tinybroker.admin.v1.GroupSettings.redelivery_backoff:type_name -> google.protobuf.Duration
-	30, // 14: tinybroker.admin.v1.Member.ack_deadline:type_name -> google.protobuf.Duration
-	19, // 15: tinybroker.admin.v1.ListStreamsResponse.streams:type_name -> tinybroker.admin.v1.Stream
-	20, // 16: tinybroker.admin.v1.Stream.subscriptions:type_name -> tinybroker.admin.v1.StreamSubscription
-	31, // 17: tinybroker.admin.v1.StreamSubscription.mode:type_name -> tinybroker.v1.DeliveryMode
-	23, // 18: tinybroker.admin.v1.ListDeadLettersResponse.dead_letters:type_name -> tinybroker.admin.v1.DeadLetter
-	29, // 19: tinybroker.admin.v1.DeadLetter.headers:type_name -> tinybroker.admin.v1.DeadLetter.HeadersEntry
-	26, // 20: tinybroker.admin.v1.ReplayDeadLettersResponse.results:type_name -> tinybroker.admin.v1.ReplayResult
-	6,  // 21: tinybroker.admin.v1.Admin.ListGroups:input_type -> tinybroker.admin.v1.ListGroupsRequest
-	8,  // 22: tinybroker.admin.v1.Admin.DescribeGroup:input_type -> tinybroker.admin.v1.DescribeGroupRequest
-	13, // 23: tinybroker.admin.v1.Admin.DeleteGroup:input_type -> tinybroker.admin.v1.DeleteGroupRequest
-	15, // 24: tinybroker.admin.v1.Admin.PurgeGroup:input_type -> tinybroker.admin.v1.PurgeGroupRequest
-	17, // 25: tinybroker.admin.v1.Admin.ListStreams:input_type -> tinybroker.admin.v1.ListStreamsRequest
-	21, // 26: tinybroker.admin.v1.Admin.ListDeadLetters:input_type -> tinybroker.admin.v1.ListDeadLettersRequest
-	24, // 27: tinybroker.admin.v1.Admin.ReplayDeadLetters:input_type -> tinybroker.admin.v1.ReplayDeadLettersRequest
-	27, // 28: tinybroker.admin.v1.Admin.PurgeDeadLetters:input_type -> tinybroker.admin.v1.PurgeDeadLettersRequest
-	0,  // 29: tinybroker.admin.v1.Admin.ListUsers:input_type -> tinybroker.admin.v1.ListUsersRequest
-	7,  // 30: tinybroker.admin.v1.Admin.ListGroups:output_type -> tinybroker.admin.v1.ListGroupsResponse
-	9,  // 31: tinybroker.admin.v1.Admin.DescribeGroup:output_type -> tinybroker.admin.v1.Group
-	14, // 32: tinybroker.admin.v1.Admin.DeleteGroup:output_type -> tinybroker.admin.v1.DeleteGroupResponse
-	16, // 33: tinybroker.admin.v1.Admin.PurgeGroup:output_type -> tinybroker.admin.v1.PurgeGroupResponse
-	18, // 34: tinybroker.admin.v1.Admin.ListStreams:output_type -> tinybroker.admin.v1.ListStreamsResponse
-	22, // 35: tinybroker.admin.v1.Admin.ListDeadLetters:output_type -> tinybroker.admin.v1.ListDeadLettersResponse
-	25, // 36: tinybroker.admin.v1.Admin.ReplayDeadLetters:output_type -> tinybroker.admin.v1.ReplayDeadLettersResponse
-	28, // 37: tinybroker.admin.v1.Admin.PurgeDeadLetters:output_type -> tinybroker.admin.v1.PurgeDeadLettersResponse
-	1,  // 38: tinybroker.admin.v1.Admin.ListUsers:output_type -> tinybroker.admin.v1.ListUsersResponse
-	30, // [30:39] is the sub-list for method output_type
-	21, // [21:30] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	30, // 14: tinybroker.admin.v1.GroupSettings.max_age:type_name -> google.protobuf.Duration
+	30, // 15: tinybroker.admin.v1.Member.ack_deadline:type_name -> google.protobuf.Duration
+	19, // 16: tinybroker.admin.v1.ListStreamsResponse.streams:type_name -> tinybroker.admin.v1.Stream
+	20, // 17: tinybroker.admin.v1.Stream.subscriptions:type_name -> tinybroker.admin.v1.StreamSubscription
+	31, // 18: tinybroker.admin.v1.StreamSubscription.mode:type_name -> tinybroker.v1.DeliveryMode
+	23, // 19: tinybroker.admin.v1.ListDeadLettersResponse.dead_letters:type_name -> tinybroker.admin.v1.DeadLetter
+	29, // 20: tinybroker.admin.v1.DeadLetter.headers:type_name -> tinybroker.admin.v1.DeadLetter.HeadersEntry
+	26, // 21: tinybroker.admin.v1.ReplayDeadLettersResponse.results:type_name -> tinybroker.admin.v1.ReplayResult
+	6,  // 22: tinybroker.admin.v1.Admin.ListGroups:input_type -> tinybroker.admin.v1.ListGroupsRequest
+	8,  // 23: tinybroker.admin.v1.Admin.DescribeGroup:input_type -> tinybroker.admin.v1.DescribeGroupRequest
+	13, // 24: tinybroker.admin.v1.Admin.DeleteGroup:input_type -> tinybroker.admin.v1.DeleteGroupRequest
+	15, // 25: tinybroker.admin.v1.Admin.PurgeGroup:input_type -> tinybroker.admin.v1.PurgeGroupRequest
+	17, // 26: tinybroker.admin.v1.Admin.ListStreams:input_type -> tinybroker.admin.v1.ListStreamsRequest
+	21, // 27: tinybroker.admin.v1.Admin.ListDeadLetters:input_type -> tinybroker.admin.v1.ListDeadLettersRequest
+	24, // 28: tinybroker.admin.v1.Admin.ReplayDeadLetters:input_type -> tinybroker.admin.v1.ReplayDeadLettersRequest
+	27, // 29: tinybroker.admin.v1.Admin.PurgeDeadLetters:input_type -> tinybroker.admin.v1.PurgeDeadLettersRequest
+	0,  // 30: tinybroker.admin.v1.Admin.ListUsers:input_type -> tinybroker.admin.v1.ListUsersRequest
+	7,  // 31: tinybroker.admin.v1.Admin.ListGroups:output_type -> tinybroker.admin.v1.ListGroupsResponse
+	9,  // 32: tinybroker.admin.v1.Admin.DescribeGroup:output_type -> tinybroker.admin.v1.Group
+	14, // 33: tinybroker.admin.v1.Admin.DeleteGroup:output_type -> tinybroker.admin.v1.DeleteGroupResponse
+	16, // 34: tinybroker.admin.v1.Admin.PurgeGroup:output_type -> tinybroker.admin.v1.PurgeGroupResponse
+	18, // 35: tinybroker.admin.v1.Admin.ListStreams:output_type -> tinybroker.admin.v1.ListStreamsResponse
+	22, // 36: tinybroker.admin.v1.Admin.ListDeadLetters:output_type -> tinybroker.admin.v1.ListDeadLettersResponse
+	25, // 37: tinybroker.admin.v1.Admin.ReplayDeadLetters:output_type -> tinybroker.admin.v1.ReplayDeadLettersResponse
+	28, // 38: tinybroker.admin.v1.Admin.PurgeDeadLetters:output_type -> tinybroker.admin.v1.PurgeDeadLettersResponse
+	1,  // 39: tinybroker.admin.v1.Admin.ListUsers:output_type -> tinybroker.admin.v1.ListUsersResponse
+	31, // [31:40] is the sub-list for method output_type
+	22, // [22:31] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_tinybroker_admin_v1_admin_proto_init() }
