@@ -139,11 +139,11 @@ func (g *Gate) checkDelay(after time.Duration, at int64) (time.Duration, error) 
 	switch {
 	case d == 0:
 		return 0, nil
-	case g.NoDelay:
-		return 0, fmt.Errorf("%w: deliver_after and deliver_at are not available on this engine yet; run on engine \"memory\" for them, or leave them unset", errors.ErrUnsupported)
 	case d > g.Limits.MaxDelay:
 		return 0, fmt.Errorf("%w: %s is %v away, more than the broker's limit of %v (limits { max_delay }); publish it later, or raise max_delay",
 			broker.ErrInvalidMessage, what, d.Round(time.Second), g.Limits.MaxDelay)
+	case g.NoDelay:
+		return 0, fmt.Errorf("%w: deliver_after and deliver_at are not available on this engine yet; run on engine \"memory\" for them, or leave them unset", errors.ErrUnsupported)
 	}
 	return d, nil
 }
