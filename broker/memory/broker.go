@@ -533,6 +533,7 @@ func (b *Engine) Nack(subscriptionID, systemID string, delay time.Duration, reas
 func (b *Engine) Stats() broker.Stats {
 	st := broker.Stats{Published: b.seq.Load() - b.refused.Load(), Unrouted: b.unrouted.Load(), Dropped: b.hookDropped.Load(),
 		Refused: b.refused.Load(), MemoryUsed: b.mem.used.Load(), MemoryBudget: b.mem.limit}
+	st.Delayed, st.DelayedBytes, st.DelayedRefused = b.delayed.stats()
 	b.mu.RLock()
 	st.Delivered = b.gone.delivered
 	for _, s := range b.fanouts {

@@ -27,10 +27,9 @@ type delayQueue struct {
 	items heldHeap
 	bytes int64 // what items cost (heldCost each), charged to the memory budget
 	wake  int64 // earliest time registered with the scheduler; 0 if none
-	// routed and failed count the messages routed when due and those a target refused
-	// then (a full group: no publisher is left to tell, so it is logged); lost, those
-	// dropped by a shutdown.
-	routed, failed, lost uint64
+	// failed counts the messages every target refused when due (full groups: no publisher
+	// is left to tell, so it is logged).
+	failed uint64
 }
 
 // held is a delayed message: what routing it takes, and when.
@@ -126,13 +125,10 @@ func (d *delayQueue) onTimer() {
 		d.mu.Unlock()
 		b.mem.add(-h.cost)
 		_, err := b.routeSeq(h.seq, h.topic, h.key, h.ttl, h.payload, h.headers, h.hb, false)
-		d.mu.Lock()
-		d.routed++
 		if err != nil {
+			d.mu.Lock()
 			d.failed++
-		}
-		d.mu.Unlock()
-		if err != nil {
+			d.mu.Unlock()
 			b.log.Warn("delayed message refused when due", "topic", h.topic, "system_id", b.ids.format(h.seq), "error", err)
 		}
 	}
@@ -145,13 +141,13 @@ func (d *delayQueue) drop() int {
 	defer d.mu.Unlock()
 	n := len(d.items)
 	d.b.mem.add(-d.bytes)
-	d.items, d.bytes, d.lost = nil, 0, d.lost+uint64(n)
+	d.items, d.bytes = nil, 0
 	return n
 }
 
-// stats returns how many messages are held, their bytes, and the counters.
-func (d *delayQueue) stats() (n int, bytes int64, routed, failed uint64) {
+// stats returns how many messages are held, their bytes, and how many were refused when due.
+func (d *delayQueue) stats() (n int, bytes int64, failed uint64) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return len(d.items), d.bytes, d.routed, d.failed
+	return len(d.items), d.bytes, d.failed
 }

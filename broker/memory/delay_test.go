@@ -43,8 +43,8 @@ func TestDelayedPublishAtItsTime(t *testing.T) {
 	if res.SystemID == "" || res.Routed != 0 {
 		t.Fatalf("publish answered %+v, want a system_id and routed 0", res)
 	}
-	if gt.b.MemoryUsed() == 0 {
-		t.Fatal("a delayed message is not charged to the memory budget")
+	if st := gt.b.Stats(); st.Delayed != 1 || st.DelayedBytes == 0 || st.DelayedBytes != gt.b.MemoryUsed() {
+		t.Fatalf("stats: %d delayed of %d bytes, memory used %d; want 1, charged to the budget", st.Delayed, st.DelayedBytes, gt.b.MemoryUsed())
 	}
 	gt.clock.Advance(5*time.Second - time.Nanosecond)
 	want(t, "group before its time", got(a))
@@ -60,6 +60,9 @@ func TestDelayedPublishAtItsTime(t *testing.T) {
 	}
 	a.Ack([]string{res.SystemID})
 	gt.settled("g")
+	if st := gt.b.Stats(); st.Delayed != 0 || st.DelayedBytes != 0 {
+		t.Fatalf("stats once delivered: %d delayed of %d bytes, want none", st.Delayed, st.DelayedBytes)
+	}
 	if used := gt.b.MemoryUsed(); used != 0 {
 		t.Fatalf("memory budget used %d once delivered, want 0", used)
 	}
@@ -125,6 +128,16 @@ func TestDelayedBounds(t *testing.T) {
 	}
 	gt.clock.Advance(time.Second) // the first falls due: room for one more
 	gt.mustDelay("3", time.Second)
+
+	// A group full when it falls due refuses it for itself: counted.
+	gt = newGroupTest(t, Options{Limits: broker.Limits{GroupMaxQueued: 1}})
+	gt.member("g", 1).Close()
+	gt.publish("fills it")
+	gt.mustDelay("refused", time.Second)
+	gt.clock.Advance(time.Second)
+	if st := gt.b.Stats(); st.DelayedRefused != 1 || st.Delayed != 0 {
+		t.Fatalf("stats: %d delayed, %d refused when due; want 0 and 1", st.Delayed, st.DelayedRefused)
+	}
 
 	gt = newGroupTest(t, Options{Limits: broker.Limits{MaxDelayedBytes: 2000}})
 	gt.mustDelay(strings.Repeat("x", 1000), time.Second)
