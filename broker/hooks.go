@@ -2,7 +2,6 @@ package broker
 
 import (
 	"fmt"
-	"math"
 	"time"
 )
 
@@ -49,8 +48,9 @@ type Draft struct {
 	// DeliverAfter and DeliverAt delay the message (PublishRequest.deliver_after and
 	// deliver_at): the engine holds it and publishes it DeliverAfter after accepting it, or
 	// at DeliverAt (Unix nanoseconds, the engine's clock of day; one past: at once). Zero:
-	// none. The gate refuses a negative DeliverAfter, DeliverAt BadDeliverAt, and both set
-	// (DeliverAfter DelayBoth). A hook neither reads nor sets them.
+	// none. The gate refuses a negative DeliverAfter (not a valid duration of zero or
+	// more), DeliverAt -1 (not a valid timestamp) and DeliverAt -2 (deliver_after and
+	// deliver_at both given). A hook neither reads nor sets them.
 	DeliverAfter time.Duration
 	DeliverAt    int64
 	// ID is the publisher's message id as its dedupe key (MessageKey: the user's namespace
@@ -59,14 +59,6 @@ type Draft struct {
 	// reads nor sets it, and the messages hooks emit have none.
 	ID string
 }
-
-// Sentinels of Draft's delay fields for what the gate refuses: DeliverAfter DelayBoth when
-// both deliver_after and deliver_at were given, DeliverAt BadDeliverAt for a timestamp that
-// is not valid.
-const (
-	DelayBoth    time.Duration = math.MinInt64
-	BadDeliverAt int64         = math.MinInt64
-)
 
 // PublishVerdict is what OnPublish decided for a message it did not refuse.
 type PublishVerdict struct {

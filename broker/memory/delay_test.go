@@ -114,8 +114,8 @@ func TestDelayedBounds(t *testing.T) {
 		{"past max_delay", broker.Draft{DeliverAfter: time.Hour + time.Second}, broker.ErrInvalidMessage, "limits { max_delay }"},
 		{"deliver_at past max_delay", broker.Draft{DeliverAt: time.Now().Add(2 * time.Hour).UnixNano()}, broker.ErrInvalidMessage, "deliver_at is 2h0m0s away"},
 		{"negative", broker.Draft{DeliverAfter: -1}, broker.ErrInvalidMessage, "deliver_after must be a valid duration"},
-		{"both", broker.Draft{DeliverAfter: broker.DelayBoth}, broker.ErrInvalidMessage, "both set"},
-		{"bad deliver_at", broker.Draft{DeliverAt: broker.BadDeliverAt}, broker.ErrInvalidMessage, "not a valid timestamp"},
+		{"both", broker.Draft{DeliverAfter: time.Second, DeliverAt: -2}, broker.ErrInvalidMessage, "both set"},
+		{"bad deliver_at", broker.Draft{DeliverAt: -1}, broker.ErrInvalidMessage, "not a valid timestamp"},
 	} {
 		if _, err := gt.publishDelayed("x", c.d); !errors.Is(err, c.err) || !strings.Contains(err.Error(), c.says) {
 			t.Errorf("%s: %v; want %v saying %q", c.name, err, c.err, c.says)

@@ -334,14 +334,14 @@ func TTL(d *durationpb.Duration) time.Duration {
 }
 
 // Delay is a PublishRequest's deliver_after and deliver_at as broker.Draft.DeliverAfter and
-// DeliverAt take them: DeliverAfter broker.DelayBoth if both are given, -1 for a
-// deliver_after that is not a valid, non-negative duration; DeliverAt broker.BadDeliverAt
-// for a deliver_at that is not a valid timestamp, 1 for one before 1970 (past: at once),
+// DeliverAt take them: DeliverAt -2 if both are given, DeliverAfter -1 for a
+// deliver_after that is not a valid, non-negative duration, DeliverAt -1 for a deliver_at
+// that is not a valid timestamp, 1 for one before 1970 (past: at once),
 // math.MaxInt64 for one past 2262 (the gate refuses it as too far). Zero: not given.
 func Delay(after *durationpb.Duration, at *timestamppb.Timestamp) (time.Duration, int64) {
 	switch {
 	case after != nil && at != nil:
-		return broker.DelayBoth, 0
+		return 0, -2
 	case after != nil:
 		if after.CheckValid() != nil || after.AsDuration() < 0 {
 			return -1, 0
@@ -350,7 +350,7 @@ func Delay(after *durationpb.Duration, at *timestamppb.Timestamp) (time.Duration
 	case at == nil:
 		return 0, 0
 	case at.CheckValid() != nil:
-		return 0, broker.BadDeliverAt
+		return 0, -1
 	case at.GetSeconds() >= math.MaxInt64/int64(time.Second):
 		return 0, math.MaxInt64
 	case at.GetSeconds() < 0 || at.AsTime().UnixNano() <= 0:

@@ -205,8 +205,8 @@ func TestDelay(t *testing.T) {
 		{"at before 1970", nil, &timestamppb.Timestamp{Seconds: -100}, 0, 1},
 		{"at epoch", nil, &timestamppb.Timestamp{}, 0, 1},
 		{"at past 2262", nil, &timestamppb.Timestamp{Seconds: 253402300799}, 0, math.MaxInt64},
-		{"at invalid", nil, &timestamppb.Timestamp{Nanos: -1}, 0, broker.BadDeliverAt},
-		{"both", &durationpb.Duration{}, &timestamppb.Timestamp{Seconds: 5}, broker.DelayBoth, 0},
+		{"at invalid", nil, &timestamppb.Timestamp{Nanos: -1}, 0, -1},
+		{"both", &durationpb.Duration{}, &timestamppb.Timestamp{Seconds: 5}, 0, -2},
 	} {
 		after, at := Delay(c.after, c.at)
 		if after != c.wantAfter || at != c.wantAt {

@@ -121,11 +121,11 @@ func (g *Gate) checkTTL(ttl time.Duration) error {
 // message is to wait (0: publish now).
 func (g *Gate) checkDelay(after time.Duration, at int64) (time.Duration, error) {
 	switch {
-	case after == broker.DelayBoth:
+	case at == -2: // broker.Draft.DeliverAt
 		return 0, fmt.Errorf("%w: deliver_after and deliver_at are both set; give one of them", broker.ErrInvalidMessage)
 	case after < 0:
 		return 0, fmt.Errorf("%w: deliver_after must be a valid duration of zero (publish now) or more", broker.ErrInvalidMessage)
-	case at == broker.BadDeliverAt:
+	case at < 0:
 		return 0, fmt.Errorf("%w: deliver_at is not a valid timestamp", broker.ErrInvalidMessage)
 	}
 	d, what := after, "deliver_after"
