@@ -335,8 +335,13 @@ type Stats struct {
 	Dropped                                                          uint64 // by a plugin's verdict
 	Refused                                                          uint64 // publishes refused by every target they matched
 	MemoryUsed, MemoryBudget                                         int64  // bytes held for later, and the budget
-	Subscriptions                                                    []SubscriptionStats
-	Groups                                                           []GroupStats
+	// Delayed publishes (Draft.DeliverAfter): how many the engine holds now and their bytes,
+	// and how many were refused by every target they matched when due.
+	Delayed        int
+	DelayedBytes   int64
+	DelayedRefused uint64
+	Subscriptions  []SubscriptionStats
+	Groups         []GroupStats
 }
 
 // SubscriptionStats describes one fanout subscription.

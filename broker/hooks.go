@@ -45,6 +45,14 @@ type Draft struct {
 	// TTL is how long after its publish the message expires in consumer groups (0: never;
 	// negative: invalid, refused).
 	TTL time.Duration
+	// DeliverAfter and DeliverAt delay the message (PublishRequest.deliver_after and
+	// deliver_at): the engine holds it and publishes it DeliverAfter after accepting it, or
+	// at DeliverAt (Unix nanoseconds, the engine's clock of day; one past: at once). Zero:
+	// none. The gate refuses a negative DeliverAfter (not a valid duration of zero or
+	// more), DeliverAt -1 (not a valid timestamp) and DeliverAt -2 (deliver_after and
+	// deliver_at both given). A hook neither reads nor sets them.
+	DeliverAfter time.Duration
+	DeliverAt    int64
 	// ID is the publisher's message id as its dedupe key (MessageKey: the user's namespace
 	// and the id), or "" for none. The engine publishes a message at most once per ID within
 	// Limits.DedupeWindow, before the hooks run (they never see a duplicate); a hook neither

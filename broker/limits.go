@@ -40,6 +40,15 @@ type Limits struct {
 	DedupeWindow   time.Duration
 	DedupeMaxBytes int64
 
+	// Delayed publish (Draft.DeliverAfter, DeliverAt): a message may be delayed by at most
+	// MaxDelay (24h); an engine holds at most MaxDelayed messages (1,000,000) of at most
+	// MaxDelayedBytes (the engine's default: on the memory engine 1/8 of its memory budget)
+	// for later, and refuses more (ErrLimit) until some fall due. See RATIONALE.md, "Why is
+	// a delayed message published at its time?".
+	MaxDelay        time.Duration
+	MaxDelayed      int
+	MaxDelayedBytes int64
+
 	// What a consumer group has when it does not set its own (the configuration's
 	// groups { ... }), for every engine: the configuration hands one Limits to whichever
 	// engine runs. Zero values take the engine's defaults (WithGroupDefaults: the memory
@@ -129,6 +138,10 @@ func (l Limits) WithDefaults() Limits {
 	if l.DedupeWindow <= 0 {
 		l.DedupeWindow = 2 * time.Minute
 	}
+	if l.MaxDelay <= 0 {
+		l.MaxDelay = 24 * time.Hour
+	}
+	def(&l.MaxDelayed, 1_000_000)
 	return l
 }
 

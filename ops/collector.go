@@ -50,6 +50,9 @@ var (
 	dDelivBytes   = desc("delivered_bytes_total", "Payload bytes of the messages sent to subscribers by the gRPC server.")
 	dPubRefused   = desc("publish_refusals_total", "Publishes refused (a unary Publish, or one message of a PublishStream frame), by gRPC status code.", "code")
 	dSubRefused   = desc("subscribe_refusals_total", "Subscriptions refused when opened, by gRPC status code.", "code")
+	dDelayed      = desc("delayed_messages", "Messages published with a delay that the engine holds until they fall due.")
+	dDelayedBytes = desc("delayed_bytes", "Bytes of the delayed messages held, against limits { max_delayed_bytes }.")
+	dDelayedRef   = desc("delayed_refused_total", "Delayed messages that every target they matched refused when due (full consumer groups).")
 	dMemUsed      = desc("memory_used_bytes", "Bytes the engine holds for later, counted against its memory budget.")
 	dMemBudget    = desc("memory_budget_bytes", "The engine's memory budget (memory { max_bytes }).")
 	dConns        = desc("connections", "Client connections open.")
@@ -106,7 +109,7 @@ var (
 )
 
 var allDescs = []*prometheus.Desc{dPublished, dDelivered, dAcked, dRedelivered, dDeadLettered, dUnrouted,
-	dHookDropped, dPubBytes, dDelivBytes, dPubRefused, dSubRefused, dMemUsed, dMemBudget, dConns,
+	dHookDropped, dPubBytes, dDelivBytes, dPubRefused, dSubRefused, dDelayed, dDelayedBytes, dDelayedRef, dMemUsed, dMemBudget, dConns,
 	dConnsRefused, dStreams, dSubs, dGroups, dFanBuffered, dFanDropped, dAuthFailed, dDenials, dGQueued, dGInFlight, dGDelayed,
 	dGMembers, dGHeld, dGOldest, dGPublished, dGDelivered, dGAcked, dGRedeliv, dGTakenBack, dGDead, dGDropped,
 	dGExpired, dGRejected, dGDLKept, dGDLKeptBytes, dGDLDiscarded, dGDelivLat, dGAckLat, dGKeys, dGKeyHeld, dLabelled,
@@ -139,6 +142,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter(dDeadLettered, st.DeadLettered)
 	counter(dUnrouted, st.Unrouted)
 	counter(dHookDropped, st.Dropped)
+	gauge(dDelayed, float64(st.Delayed))
+	gauge(dDelayedBytes, float64(st.DelayedBytes))
+	counter(dDelayedRef, st.DelayedRefused)
 	gauge(dMemUsed, float64(st.MemoryUsed))
 	gauge(dMemBudget, float64(st.MemoryBudget))
 	gauge(dGroups, float64(len(st.Groups)))

@@ -271,9 +271,9 @@ func (s *Server) Publish(ctx context.Context, req *pb.PublishRequest) (*pb.Publi
 	}
 	switch {
 	case err != nil:
-	case req.GetMessageId() == "" && req.GetKey() == "" && req.GetTtl() == nil:
+	case req.GetMessageId() == "" && req.GetKey() == "" && req.GetTtl() == nil && req.GetDeliverAfter() == nil && req.GetDeliverAt() == nil:
 		res, err = s.b.Publish(req.GetTopic(), req.GetPayload(), req.GetHeaders())
-	default: // a message id or a key: only PublishBatch takes them
+	default: // a message id, a key, a ttl or a delay: only PublishBatch takes them
 		res, err = s.publishOnce(caller, req)
 	}
 	if err != nil {
@@ -290,10 +290,11 @@ func (s *Server) Publish(ctx context.Context, req *pb.PublishRequest) (*pb.Publi
 }
 
 // publishOnce publishes a message that has a message_id (under the caller's dedupe key,
-// msgid.Key) or a key, as a frame of one.
+// msgid.Key), a key, a ttl or a delay, as a frame of one.
 func (s *Server) publishOnce(caller *auth.Caller, req *pb.PublishRequest) (broker.PublishResult, error) {
 	d := [1]broker.Draft{{Topic: req.GetTopic(), Payload: req.GetPayload(), Headers: broker.MakeHeaders(req.GetHeaders()), Key: req.GetKey(),
 		TTL: wire.TTL(req.GetTtl())}}
+	d[0].DeliverAfter, d[0].DeliverAt = wire.Delay(req.GetDeliverAfter(), req.GetDeliverAt())
 	if req.GetMessageId() != "" {
 		d[0].ID = msgid.Key(caller.Name(), req.GetMessageId())
 	}

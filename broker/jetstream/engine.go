@@ -190,7 +190,7 @@ func New(opts Options) (*Engine, error) {
 		fanouts: make(map[string]*Subscription), patSubs: make(map[string]*patSub),
 		groups: make(map[string]*group), groupNames: make(map[string]string), streams: make(map[uint64]*Stream)}
 	e.dedupe = publishing.NewDedupe(opts.DedupeWindow, opts.DedupeMaxBytes, nil, e.dedupeEvicted)
-	e.gate = publishing.Gate{Limits: &e.opts.Limits, Hooks: &e.hooks, Closing: &e.closing, Dedupe: e.dedupe}
+	e.gate = publishing.Gate{Limits: &e.opts.Limits, Hooks: &e.hooks, Closing: &e.closing, Dedupe: e.dedupe, NoDelay: true}
 	if err := e.connect(); err != nil {
 		e.close()
 		return nil, err

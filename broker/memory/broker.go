@@ -67,6 +67,9 @@ func (o *Options) setDefaults() {
 	if o.DedupeMaxBytes <= 0 { // the message ids remembered are part of the budget
 		o.DedupeMaxBytes = min(64<<20, o.MaxMemoryBytes/16)
 	}
+	if o.MaxDelayedBytes <= 0 { // delayed messages are held in the budget
+		o.MaxDelayedBytes = o.MaxMemoryBytes / 8
+	}
 	o.Limits = o.Limits.WithDefaults()
 	o.Limits = o.Limits.WithGroupDefaults(o.MaxMemoryBytes/8, min(64<<20, o.MaxMemoryBytes/16))
 	def := func(v *int, d int) {
@@ -99,6 +102,7 @@ type Engine struct {
 	epochUnix int64     // epoch's time of day, Unix nanoseconds (wallAt)
 	index     *index
 	sched     *scheduler
+	delayed   delayQueue // messages published with a delay, until they fall due
 
 	hooks        publishing.HookSlot
 	gate         publishing.Gate // the steps of a publish every engine shares
@@ -140,8 +144,10 @@ func New(opts Options) *Engine {
 		groupNames: make(map[string]string),
 	}
 	b.epochUnix = b.epoch.UnixNano()
+	b.delayed.b = b
 	b.dedupe = publishing.NewDedupe(opts.DedupeWindow, opts.DedupeMaxBytes, b.mem.add, b.dedupeEvicted)
-	b.gate = publishing.Gate{Limits: &b.opts.Limits, Hooks: &b.hooks, Closing: &b.closing, Dedupe: b.dedupe}
+	b.gate = publishing.Gate{Limits: &b.opts.Limits, Hooks: &b.hooks, Closing: &b.closing, Dedupe: b.dedupe,
+		Now: func() int64 { return b.wallAt(b.now()) }}
 	if opts.clock != nil {
 		opts.clock.b = b
 		return b
@@ -220,6 +226,8 @@ func (b *Engine) routeMsg(m *publishing.Msg, err error) (broker.PublishResult, e
 		b.hookDropped.Add(1)
 		seq := b.seq.Add(1)
 		return broker.PublishResult{Seq: seq, SystemID: b.ids.format(seq), DroppedBy: m.DroppedBy, DropReason: m.DropReason}, nil
+	case m.Delay > 0:
+		return b.delayed.hold(m)
 	}
 	return b.routeChecked(m.Topic, m.Key, m.TTL, m.Payload, m.Headers, m.HB)
 }
@@ -252,8 +260,14 @@ func (b *Engine) route(topic, key string, payload []byte, headers broker.Headers
 // routeChecked delivers a valid message to every matching target that takes it; a consumer
 // group at its bounds refuses it for itself only (see group.deliver). hb is the headers' size.
 func (b *Engine) routeChecked(topic, key string, ttl time.Duration, payload []byte, headers broker.Headers, hb int) (broker.PublishResult, error) {
+	return b.routeSeq(b.seq.Add(1), topic, key, ttl, payload, headers, hb, true)
+}
+
+// routeSeq is routeChecked of a message whose sequence number is seq (a delayed message has
+// had it since its publish). With pace unset it does not wait for slow fanout subscribers
+// (waitForRoom): the scheduler's goroutine routes delayed messages, and must not stall.
+func (b *Engine) routeSeq(seq uint64, topic, key string, ttl time.Duration, payload []byte, headers broker.Headers, hb int, pace bool) (broker.PublishResult, error) {
 	targets := b.index.match(topic)
-	seq := b.seq.Add(1)
 	m := &message{Message: broker.Message{ID: seq, Topic: topic, Payload: payload, Headers: headers, Key: key, TTL: ttl, PublishedAt: time.Now().UnixNano(), Targets: len(targets), HeaderBytes: hb}}
 	m.SystemID = b.ids.formatIn(seq, &m.idBlock)
 	m.cost = grouping.MessageCost(topic, key, m.SystemID, payload, len(headers), hb, len(targets))
@@ -290,7 +304,7 @@ func (b *Engine) routeChecked(topic, key string, ttl time.Duration, payload []by
 		}
 		b.unrouted.Add(1)
 	}
-	if len(rooms) > 0 {
+	if len(rooms) > 0 && pace {
 		b.waitForRoom(wait, rooms)
 	}
 	return broker.PublishResult{Seq: m.ID, SystemID: m.SystemID, Routed: routed}, nil
@@ -519,6 +533,7 @@ func (b *Engine) Nack(subscriptionID, systemID string, delay time.Duration, reas
 func (b *Engine) Stats() broker.Stats {
 	st := broker.Stats{Published: b.seq.Load() - b.refused.Load(), Unrouted: b.unrouted.Load(), Dropped: b.hookDropped.Load(),
 		Refused: b.refused.Load(), MemoryUsed: b.mem.used.Load(), MemoryBudget: b.mem.limit}
+	st.Delayed, st.DelayedBytes, st.DelayedRefused = b.delayed.stats()
 	b.mu.RLock()
 	st.Delivered = b.gone.delivered
 	for _, s := range b.fanouts {
@@ -559,6 +574,9 @@ func (b *Engine) Shutdown(ctx context.Context) error {
 		}
 		close(b.stop)
 		b.wg.Wait()
+		if n := b.delayed.drop(); n > 0 {
+			b.log.Warn("delayed messages lost: the memory engine holds them in memory only", "lost", n)
+		}
 	})
 	return err
 }

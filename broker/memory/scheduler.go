@@ -9,8 +9,9 @@ import (
 	"github.com/tinybroker/tinybroker/broker/internal/lockrank"
 )
 
-// scheduler wakes groups at the times they registered (ack deadlines, nack delays). One
-// goroutine serves the whole broker: no timer or goroutine per message.
+// scheduler wakes groups at the times they registered (ack deadlines, nack delays), and the
+// heap of delayed publishes when its first falls due. One goroutine serves the whole
+// broker: no timer or goroutine per message.
 //
 // Locks (lockrank): scheduler.mu is a leaf; groups are called with it released.
 type scheduler struct {
@@ -21,8 +22,11 @@ type scheduler struct {
 
 type wake struct {
 	at int64
-	g  *group
+	w  waker
 }
+
+// waker is what the scheduler wakes: a group, or the delayed publishes (delayQueue).
+type waker interface{ onTimer() }
 
 type wakeHeap []wake
 
@@ -40,10 +44,10 @@ func (h *wakeHeap) Pop() any {
 
 func newScheduler() *scheduler { return &scheduler{kick: make(chan struct{}, 1)} }
 
-// add asks for g.onTimer to be called at (or soon after) at.
-func (s *scheduler) add(at int64, g *group) {
+// add asks for w.onTimer to be called at (or soon after) at.
+func (s *scheduler) add(at int64, w waker) {
 	s.mu.Lock()
-	heap.Push(&s.items, wake{at: at, g: g})
+	heap.Push(&s.items, wake{at: at, w: w})
 	first := s.items[0].at == at
 	s.mu.Unlock()
 	if first {
@@ -58,21 +62,21 @@ func (s *scheduler) add(at int64, g *group) {
 func (s *scheduler) run(stop <-chan struct{}, now func() int64) {
 	t := time.NewTimer(time.Hour)
 	defer t.Stop()
-	var due []*group
+	var due []waker
 	for {
 		s.mu.Lock()
 		n := now()
 		due = due[:0]
 		for len(s.items) > 0 && s.items[0].at <= n {
-			due = append(due, heap.Pop(&s.items).(wake).g)
+			due = append(due, heap.Pop(&s.items).(wake).w)
 		}
 		wait := time.Hour
 		if len(s.items) > 0 {
 			wait = time.Duration(s.items[0].at - n)
 		}
 		s.mu.Unlock()
-		for _, g := range due {
-			g.onTimer()
+		for _, w := range due {
+			w.onTimer()
 		}
 		clear(due)
 		if len(due) > 0 {
@@ -110,9 +114,9 @@ func (c *fakeClock) Advance(d time.Duration) {
 			s.mu.Unlock()
 			return
 		}
-		g := heap.Pop(&s.items).(wake).g
+		w := heap.Pop(&s.items).(wake).w
 		s.mu.Unlock()
-		g.onTimer()
+		w.onTimer()
 	}
 }
 

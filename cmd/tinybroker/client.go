@@ -32,7 +32,8 @@ var stdin io.Reader = os.Stdin
 
 func (a *app) pubCmd() *cobra.Command {
 	var addr, key string
-	var timeout, sleep, ttl time.Duration
+	var timeout, sleep, ttl, delay time.Duration
+	var at string
 	var count, keys int
 	var noTemplate, asJSON bool
 	var dial *dialFlags
@@ -52,13 +53,20 @@ field that is not one of these, is a usage error, and nothing is published.
 --key K gives every message the ordering and fairness key K: a consumer group with ordering
 "key" delivers the messages of one key one at a time, in publish order, and one with fair_by
 "key" takes turns across keys. With --count, --keys N spreads the messages over N keys
-instead, key-0 to key-<N-1> in turn (or K-0 to K-<N-1> with --key K).`,
+instead, key-0 to key-<N-1> in turn (or K-0 to K-<N-1> with --key K).
+
+--delay D has the broker hold each message and publish it D after it accepted it; --at T,
+until the time T (RFC 3339). pub returns at once, printing the system_id the message will
+be delivered under. At most the broker's max_delay (24h by default); on the memory engine a
+delayed message is lost if the broker restarts.`,
 		Example: `  tinybroker pub orders.created '{"id": 42}'
   tinybroker pub -H size=128 jobs.thumb.1 cat.jpg
   tinybroker pub jobs.raw - < input.bin
   tinybroker pub orders.new 'order {{.Count}} at {{.Time}}' --count 10 --sleep 100ms
   tinybroker pub --key customer-42 orders.paid '{"id": 42}'
-  tinybroker pub --count 100 --keys 10 jobs.thumb.1 'job {{.Count}}'`,
+  tinybroker pub --count 100 --keys 10 jobs.thumb.1 'job {{.Count}}'
+  tinybroker pub --delay 5m reminders.email '{"user": 7}'
+  tinybroker pub --at 2026-12-24T18:00:00Z greetings.all 'merry'`,
 		Args: exactArgs(2, "TOPIC and DATA"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			topic, data := args[0], []byte(args[1])
@@ -74,6 +82,12 @@ instead, key-0 to key-<N-1> in turn (or K-0 to K-<N-1> with --key K).`,
 			keyOf, err := pubKeys(key, keys)
 			if err != nil {
 				return usagef(cmd, "%v", err)
+			}
+			var deliverAt time.Time
+			if at != "" {
+				if deliverAt, err = time.Parse(time.RFC3339Nano, at); err != nil {
+					return usagef(cmd, "--at %q: want a time in RFC 3339, e.g. 2026-12-24T18:00:00Z", at)
+				}
 			}
 			if args[1] == "-" {
 				var err error
@@ -118,6 +132,12 @@ instead, key-0 to key-<N-1> in turn (or K-0 to K-<N-1> with --key K).`,
 				if ttl != 0 {
 					opts = append(opts, client.WithTTL(ttl))
 				}
+				if delay != 0 {
+					opts = append(opts, client.WithDelay(delay))
+				}
+				if at != "" {
+					opts = append(opts, client.WithDeliverAt(deliverAt))
+				}
 				res, err := c.Publish(ctx, topic, body, h, opts...)
 				cancel()
 				if err != nil {
@@ -130,15 +150,20 @@ instead, key-0 to key-<N-1> in turn (or K-0 to K-<N-1> with --key K).`,
 					}
 					continue
 				}
+				delayed := (delay > 0 || deliverAt.After(time.Now())) && res.DroppedBy == ""
+				routed := fmt.Sprintf("routed to %d", res.Routed)
+				if delayed {
+					routed = "delayed: routed when due"
+				}
 				if k := keyOf(n); k != "" {
-					fmt.Fprintf(a.stdout, "published %s to %s key %s (routed to %d)\n", res.SystemID, topic, quoteIfNeeded(k), res.Routed)
+					fmt.Fprintf(a.stdout, "published %s to %s key %s (%s)\n", res.SystemID, topic, quoteIfNeeded(k), routed)
 				} else {
-					fmt.Fprintf(a.stdout, "published %s to %s (routed to %d)\n", res.SystemID, topic, res.Routed)
+					fmt.Fprintf(a.stdout, "published %s to %s (%s)\n", res.SystemID, topic, routed)
 				}
 				switch {
 				case res.DroppedBy != "":
 					fmt.Fprintf(a.stderr, "note: plugin %q dropped the message: %s\n", res.DroppedBy, orNone(res.DropReason))
-				case res.Routed == 0 && n == 1:
+				case res.Routed == 0 && n == 1 && !delayed:
 					fmt.Fprintln(a.stderr, "note: no subscription matched the topic, so the broker dropped the message")
 				}
 			}
@@ -154,6 +179,9 @@ instead, key-0 to key-<N-1> in turn (or K-0 to K-<N-1> with --key K).`,
 	f.BoolVar(&noTemplate, "no-template", false, "send DATA as it is, even with {{ in it")
 	f.StringVar(&key, "key", "", "the messages' ordering and fairness `key` (at most 256 bytes of printable text)")
 	f.DurationVar(&ttl, "ttl", 0, "the messages expire this long after the broker accepts them: a consumer group dead-letters them (reason expired) instead of delivering them later")
+	f.DurationVar(&delay, "delay", 0, "the broker holds the messages and publishes them this long after it accepts them")
+	f.StringVar(&at, "at", "", "the broker holds the messages and publishes them at this `time` (RFC 3339)")
+	c.MarkFlagsMutuallyExclusive("delay", "at")
 	f.IntVar(&keys, "keys", 0, "with --count: spread the messages over `N` keys in turn, key-0 to key-<N-1> (--key K: K-0 ...)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object per message published (system_id, topic, key, routed, dropped_by, drop_reason, duplicate)")
 	dial = addDialFlags(f)

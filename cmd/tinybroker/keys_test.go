@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
@@ -203,5 +204,37 @@ func TestPubTTL(t *testing.T) {
 	}
 	if err := runPub([]string{"--addr", addr, "--ttl", "1m", "ttl.1", "x"}, &stdout, &stderr); err != nil {
 		t.Fatalf("pub --ttl 1m: %v (%s)", err, stderr.String())
+	}
+}
+
+// pub --delay and --at send the delay: the answer says the message is delayed; --at that is
+// not RFC 3339, or both flags, is a usage error; a delay past max_delay is the broker's
+// INVALID_ARGUMENT, naming the limit.
+func TestPubDelay(t *testing.T) {
+	addr, _ := startBroker(t)
+	var stdout, stderr strings.Builder
+	if err := runPub([]string{"--addr", addr, "--delay", "1h", "dl.1", "x"}, &stdout, &stderr); err != nil {
+		t.Fatalf("pub --delay 1h: %v (%s)", err, stderr.String())
+	}
+	if !strings.Contains(stdout.String(), "(delayed: routed when due)") || strings.Contains(stderr.String(), "no subscription matched") {
+		t.Fatalf("pub --delay 1h printed %q, %q; want it delayed", stdout.String(), stderr.String())
+	}
+	at := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
+	if err := runPub([]string{"--addr", addr, "--at", at, "dl.1", "x"}, &stdout, &stderr); err != nil {
+		t.Fatalf("pub --at %s: %v (%s)", at, err, stderr.String())
+	}
+	for _, c := range []struct {
+		args []string
+		says string
+	}{
+		{[]string{"--at", "tomorrow"}, "want a time in RFC 3339"},
+		{[]string{"--at", at, "--delay", "1s"}, "[at delay] were all set"},
+		{[]string{"--delay", "48h"}, "limits { max_delay }"},
+	} {
+		stderr.Reset()
+		err := runPub(append(append([]string{"--addr", addr}, c.args...), "dl.1", "x"), &stdout, &stderr)
+		if err == nil || !strings.Contains(err.Error()+stderr.String(), c.says) {
+			t.Errorf("pub %v: %v (%s); want an error saying %q", c.args, err, stderr.String(), c.says)
+		}
 	}
 }

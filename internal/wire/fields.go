@@ -23,9 +23,13 @@ const (
 	fieldPublishID      = 4 // PublishRequest.message_id
 	fieldPublishKey     = 5 // PublishRequest.key
 	fieldPublishTTL     = 6 // PublishRequest.ttl
+	fieldPublishAfter   = 7 // PublishRequest.deliver_after
+	fieldPublishAt      = 8 // PublishRequest.deliver_at
 
-	fieldDurationSeconds = 1 // google.protobuf.Duration.seconds
-	fieldDurationNanos   = 2 // google.protobuf.Duration.nanos
+	fieldDurationSeconds  = 1 // google.protobuf.Duration.seconds
+	fieldDurationNanos    = 2 // google.protobuf.Duration.nanos
+	fieldTimestampSeconds = 1 // google.protobuf.Timestamp.seconds
+	fieldTimestampNanos   = 2 // google.protobuf.Timestamp.nanos
 
 	fieldResultSystemID = 1 // PublishResult.system_id
 	fieldResultRouted   = 2 // PublishResult.routed

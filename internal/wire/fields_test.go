@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
 )
@@ -52,6 +53,10 @@ func TestFieldNumbers(t *testing.T) {
 		{"fieldPublishID", fieldPublishID, number(&pb.PublishRequest{}, "message_id")},
 		{"fieldPublishKey", fieldPublishKey, number(&pb.PublishRequest{}, "key")},
 		{"fieldPublishTTL", fieldPublishTTL, number(&pb.PublishRequest{}, "ttl")},
+		{"fieldPublishAfter", fieldPublishAfter, number(&pb.PublishRequest{}, "deliver_after")},
+		{"fieldPublishAt", fieldPublishAt, number(&pb.PublishRequest{}, "deliver_at")},
+		{"fieldTimestampSeconds", fieldTimestampSeconds, number(&timestamppb.Timestamp{}, "seconds")},
+		{"fieldTimestampNanos", fieldTimestampNanos, number(&timestamppb.Timestamp{}, "nanos")},
 		{"fieldDurationSeconds", fieldDurationSeconds, number(&durationpb.Duration{}, "seconds")},
 		{"fieldDurationNanos", fieldDurationNanos, number(&durationpb.Duration{}, "nanos")},
 		{"fieldResultSystemID", fieldResultSystemID, number(&pb.PublishResult{}, "system_id")},

@@ -3,12 +3,14 @@ package wire
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 	"unicode/utf8"
 
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/tinybroker/tinybroker/broker"
 	"github.com/tinybroker/tinybroker/internal/grpcbuf"
@@ -98,7 +100,8 @@ func (f *PublishFrame) decode(b []byte) error {
 func (f *PublishFrame) decodeMessage(b []byte) (PublishMessage, error) {
 	var m PublishMessage
 	var hs headerSet
-	var ttl *durationpb.Duration // merged over the field's occurrences, as protobuf does
+	var ttl, after *durationpb.Duration // merged over the field's occurrences, as protobuf does
+	var at *timestamppb.Timestamp
 	for len(b) > 0 {
 		num, typ, n := consumeTag(b)
 		if n < 0 {
@@ -146,7 +149,25 @@ func (f *PublishFrame) decodeMessage(b []byte) (PublishMessage, error) {
 				if ttl == nil {
 					ttl = new(durationpb.Duration)
 				}
-				if err := decodeDuration(v, ttl); err != nil {
+				if err := decodeSecondsNanos(v, &ttl.Seconds, &ttl.Nanos); err != nil {
+					return m, err
+				}
+			}
+		case num == fieldPublishAfter && typ == protowire.BytesType:
+			if v, n = protowire.ConsumeBytes(b); n >= 0 {
+				if after == nil {
+					after = new(durationpb.Duration)
+				}
+				if err := decodeSecondsNanos(v, &after.Seconds, &after.Nanos); err != nil {
+					return m, err
+				}
+			}
+		case num == fieldPublishAt && typ == protowire.BytesType:
+			if v, n = protowire.ConsumeBytes(b); n >= 0 {
+				if at == nil {
+					at = new(timestamppb.Timestamp)
+				}
+				if err := decodeSecondsNanos(v, &at.Seconds, &at.Nanos); err != nil {
 					return m, err
 				}
 			}
@@ -163,6 +184,9 @@ func (f *PublishFrame) decodeMessage(b []byte) (PublishMessage, error) {
 	}
 	if ttl != nil {
 		m.TTL = TTL(ttl)
+	}
+	if after != nil || at != nil {
+		m.DeliverAfter, m.DeliverAt = Delay(after, at)
 	}
 	f.HeadersOver = f.HeadersOver || hs.over
 	return m, nil
@@ -267,8 +291,9 @@ func EncodePublishResponse(seq uint64, results []PublishResult) *RawFrame {
 	return &RawFrame{b: b, pooled: buf}
 }
 
-// decodeDuration merges the google.protobuf.Duration encoded in b into d.
-func decodeDuration(b []byte, d *durationpb.Duration) error {
+// decodeSecondsNanos merges the google.protobuf.Duration or Timestamp encoded in b (their
+// fields are the same) into sec and nanos.
+func decodeSecondsNanos(b []byte, sec *int64, nanos *int32) error {
 	for len(b) > 0 {
 		num, typ, n := consumeTag(b)
 		if n < 0 {
@@ -277,13 +302,13 @@ func decodeDuration(b []byte, d *durationpb.Duration) error {
 		b = b[n:]
 		var x uint64
 		switch {
-		case num == fieldDurationSeconds && typ == protowire.VarintType:
+		case num == fieldDurationSeconds && typ == protowire.VarintType: // = fieldTimestampSeconds
 			if x, n = protowire.ConsumeVarint(b); n >= 0 {
-				d.Seconds = int64(x)
+				*sec = int64(x)
 			}
-		case num == fieldDurationNanos && typ == protowire.VarintType:
+		case num == fieldDurationNanos && typ == protowire.VarintType: // = fieldTimestampNanos
 			if x, n = protowire.ConsumeVarint(b); n >= 0 {
-				d.Nanos = int32(x)
+				*nanos = int32(x)
 			}
 		default:
 			n = protowire.ConsumeFieldValue(num, typ, b)
@@ -306,4 +331,30 @@ func TTL(d *durationpb.Duration) time.Duration {
 		return -1
 	}
 	return d.AsDuration()
+}
+
+// Delay is a PublishRequest's deliver_after and deliver_at as broker.Draft.DeliverAfter and
+// DeliverAt take them: DeliverAt -2 if both are given, DeliverAfter -1 for a
+// deliver_after that is not a valid, non-negative duration, DeliverAt -1 for a deliver_at
+// that is not a valid timestamp, 1 for one before 1970 (past: at once),
+// math.MaxInt64 for one past 2262 (the gate refuses it as too far). Zero: not given.
+func Delay(after *durationpb.Duration, at *timestamppb.Timestamp) (time.Duration, int64) {
+	switch {
+	case after != nil && at != nil:
+		return 0, -2
+	case after != nil:
+		if after.CheckValid() != nil || after.AsDuration() < 0 {
+			return -1, 0
+		}
+		return after.AsDuration(), 0
+	case at == nil:
+		return 0, 0
+	case at.CheckValid() != nil:
+		return 0, -1
+	case at.GetSeconds() >= math.MaxInt64/int64(time.Second):
+		return 0, math.MaxInt64
+	case at.GetSeconds() < 0 || at.AsTime().UnixNano() <= 0:
+		return 0, 1
+	}
+	return 0, at.AsTime().UnixNano()
 }

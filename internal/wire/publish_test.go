@@ -3,11 +3,13 @@ package wire
 import (
 	"bytes"
 	"maps"
+	"math"
 	"testing"
 	"time"
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/tinybroker/tinybroker/broker"
 	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
@@ -29,6 +31,13 @@ func FuzzPublishFrame(f *testing.F) {
 	seed(f, &pb.PublishStreamRequest{Sequence: 4, Messages: []*pb.PublishRequest{{Topic: "a", Ttl: durationpb.New(90 * time.Second)},
 		{Topic: "a", Ttl: &durationpb.Duration{Seconds: -1}}, {Topic: "a", Ttl: &durationpb.Duration{Nanos: 2e9}}, {Topic: "a", Ttl: &durationpb.Duration{}}}})
 	f.Add([]byte{0x12, 0x0a, 0x32, 0x02, 0x08, 0x05, 0x32, 0x04, 0x10, 0x01, 0x18, 0x07}) // a ttl given twice: merged
+	seed(f, &pb.PublishStreamRequest{Sequence: 5, Messages: []*pb.PublishRequest{{Topic: "a", DeliverAfter: durationpb.New(5 * time.Second)},
+		{Topic: "a", DeliverAt: timestamppb.New(time.Unix(1_900_000_000, 5))}, {Topic: "a", DeliverAfter: &durationpb.Duration{Seconds: -1}},
+		{Topic: "a", DeliverAt: &timestamppb.Timestamp{Seconds: -5}}, {Topic: "a", DeliverAt: &timestamppb.Timestamp{Nanos: -1}},
+		{Topic: "a", DeliverAt: &timestamppb.Timestamp{Seconds: 253402300799}}, {Topic: "a", DeliverAfter: &durationpb.Duration{}, DeliverAt: &timestamppb.Timestamp{}}}})
+	f.Add([]byte{0x12, 0x0a, 0x3a, 0x02, 0x08, 0x05, 0x3a, 0x04, 0x10, 0x01, 0x18, 0x07}) // a deliver_after given twice: merged
+	f.Add([]byte{0x12, 0x0a, 0x42, 0x02, 0x08, 0x05, 0x42, 0x04, 0x10, 0x01, 0x18, 0x07}) // a deliver_at given twice: merged
+	f.Add([]byte{0x12, 0x04, 0x42, 0x02, 0x10, 0x80})                                     // deliver_at's nanos truncated
 	f.Add([]byte{0x12, 0x03, 0x22, 0x01, 0xff})                                           // message_id not UTF-8
 	f.Add([]byte{0x12, 0x03, 0x0a, 0x01, 0xff})                                           // topic not UTF-8
 	f.Add([]byte{0x12, 0x05, 0x1a, 0x03, 0x0a, 0x01, 0x80})                               // header key not UTF-8
@@ -55,6 +64,9 @@ func FuzzPublishFrame(f *testing.F) {
 			w := want.GetMessages()[i]
 			if m.Topic != w.GetTopic() || !bytes.Equal(m.Payload, w.GetPayload()) || !maps.Equal(m.Headers.Map(), w.GetHeaders()) || m.ID != w.GetMessageId() || m.Key != w.GetKey() || m.TTL != TTL(w.GetTtl()) {
 				t.Fatalf("message %d: decoded %q %q %v id %q key %q, want %q %q %v id %q key %q", i, m.Topic, m.Payload, m.Headers, m.ID, m.Key, w.GetTopic(), w.GetPayload(), w.GetHeaders(), w.GetMessageId(), w.GetKey())
+			}
+			if after, at := Delay(w.GetDeliverAfter(), w.GetDeliverAt()); m.DeliverAfter != after || m.DeliverAt != at {
+				t.Fatalf("message %d: decoded deliver_after %v, deliver_at %d; want %v, %d (from %v, %v)", i, m.DeliverAfter, m.DeliverAt, after, at, w.GetDeliverAfter(), w.GetDeliverAt())
 			}
 			if m.ID != "" && !got.IDs {
 				t.Fatalf("message %d has message_id %q, the frame's IDs is not set", i, m.ID)
@@ -172,4 +184,33 @@ func sortedHeaders(h broker.Headers) bool {
 		}
 	}
 	return true
+}
+
+// Delay reads deliver_after and deliver_at as the gate takes them: each sentinel it refuses
+// or clamps.
+func TestDelay(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		after     *durationpb.Duration
+		at        *timestamppb.Timestamp
+		wantAfter time.Duration
+		wantAt    int64
+	}{
+		{"none", nil, nil, 0, 0},
+		{"after", durationpb.New(5 * time.Second), nil, 5 * time.Second, 0},
+		{"after zero", &durationpb.Duration{}, nil, 0, 0},
+		{"after negative", durationpb.New(-time.Second), nil, -1, 0},
+		{"after invalid", &durationpb.Duration{Seconds: 1, Nanos: -1}, nil, -1, 0},
+		{"at", nil, timestamppb.New(time.Unix(1_900_000_000, 7)), 0, 1_900_000_000_000_000_007},
+		{"at before 1970", nil, &timestamppb.Timestamp{Seconds: -100}, 0, 1},
+		{"at epoch", nil, &timestamppb.Timestamp{}, 0, 1},
+		{"at past 2262", nil, &timestamppb.Timestamp{Seconds: 253402300799}, 0, math.MaxInt64},
+		{"at invalid", nil, &timestamppb.Timestamp{Nanos: -1}, 0, -1},
+		{"both", &durationpb.Duration{}, &timestamppb.Timestamp{Seconds: 5}, 0, -2},
+	} {
+		after, at := Delay(c.after, c.at)
+		if after != c.wantAfter || at != c.wantAt {
+			t.Errorf("%s: Delay = %v, %d; want %v, %d", c.name, after, at, c.wantAfter, c.wantAt)
+		}
+	}
 }

@@ -42,6 +42,9 @@ type (
 	// Outbox is a memory-engine stream's buffer of deliveries, its closed flag and its
 	// subscriptions' counters.
 	Outbox struct{}
+	// MemoryDelayed is the memory engine's heap of delayed publishes (Engine.delayed); taken
+	// with no other lock held, it registers wake-ups (scheduler.mu) under it.
+	MemoryDelayed struct{}
 	// Scheduler is the memory engine's timer wheel of deadlines and delays.
 	Scheduler struct{}
 	// Index is the memory engine's topic index: a leaf.
@@ -62,6 +65,7 @@ func (JetStreamGroup) rank() (int, string)      { return 30, "jetstream group.mu
 func (JetStreamDead) rank() (int, string)       { return 25, "jetstream group.deadMu" }
 func (JetStreamStream) rank() (int, string)     { return 40, "jetstream Stream.mu" }
 func (Outbox) rank() (int, string)              { return 40, "memory outbox.mu" }
+func (MemoryDelayed) rank() (int, string)       { return 35, "memory delayed.mu" }
 func (Scheduler) rank() (int, string)           { return 50, "memory scheduler.mu" }
 func (Index) rank() (int, string)               { return 90, "memory index.mu" }
 func (Stores) rank() (int, string)              { return 90, "jetstream stores.mu" }

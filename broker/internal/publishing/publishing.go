@@ -44,6 +44,10 @@ type Gate struct {
 	Hooks   *HookSlot
 	Closing *atomic.Bool // set when the engine no longer accepts publishes
 	Dedupe  *Dedupe      // the message ids published (nil: ids are ignored)
+	NoDelay bool         // the engine refuses delayed messages (it has none yet)
+	// Now is the time of day, Unix nanoseconds, against which a Draft.DeliverAt is read
+	// (nil: time.Now).
+	Now func() int64
 }
 
 // Msg is a message through the gate: to route, or, with Drop set, dropped by a plugin's
@@ -57,6 +61,9 @@ type Msg struct {
 	ID      string // broker.Draft.ID: the JetStream engine stores it as Nats-Msg-Id
 	Key     string // broker.Draft.Key
 	TTL     time.Duration
+	// Delay is how long after now the engine is to publish it (Draft.DeliverAfter or
+	// DeliverAt, checked): 0 for at once.
+	Delay time.Duration
 
 	Drop                  bool
 	DroppedBy, DropReason string
@@ -103,6 +110,38 @@ func checkTTL(ttl time.Duration) error {
 		return fmt.Errorf("%w: ttl must be a valid duration of zero (none) or more", broker.ErrInvalidMessage)
 	}
 	return nil
+}
+
+// checkDelay refuses an invalid delay (Draft.DeliverAfter, DeliverAt), one past the
+// broker's max_delay, or any on an engine without them; it returns how long from now the
+// message is to wait (0: publish now).
+func (g *Gate) checkDelay(after time.Duration, at int64) (time.Duration, error) {
+	switch {
+	case at == -2: // broker.Draft.DeliverAt
+		return 0, fmt.Errorf("%w: deliver_after and deliver_at are both set; give one of them", broker.ErrInvalidMessage)
+	case after < 0:
+		return 0, fmt.Errorf("%w: deliver_after must be a valid duration of zero (publish now) or more", broker.ErrInvalidMessage)
+	case at < 0:
+		return 0, fmt.Errorf("%w: deliver_at is not a valid timestamp", broker.ErrInvalidMessage)
+	}
+	d, what := after, "deliver_after"
+	if at != 0 {
+		now := time.Now().UnixNano()
+		if g.Now != nil {
+			now = g.Now()
+		}
+		d, what = time.Duration(max(at-now, 0)), "deliver_at" // at > 0: no overflow
+	}
+	switch {
+	case d == 0:
+		return 0, nil
+	case d > g.Limits.MaxDelay:
+		return 0, fmt.Errorf("%w: %s is %v away, more than the broker's limit of %v (limits { max_delay }); publish it later, or raise max_delay",
+			broker.ErrInvalidMessage, what, d.Round(time.Second), g.Limits.MaxDelay)
+	case g.NoDelay:
+		return 0, fmt.Errorf("%w: deliver_after and deliver_at are not available on this engine yet; run on engine \"memory\" for them, or leave them unset", errors.ErrUnsupported)
+	}
+	return d, nil
 }
 
 func (g *Gate) admit(topic string, payload []byte, headers broker.Headers) (int, error) {
@@ -189,6 +228,11 @@ func (g *Gate) Batch(frame []broker.Draft, errs []error) *Batch {
 		if err == nil && m.TTL != 0 {
 			err = checkTTL(m.TTL)
 		}
+		var delay time.Duration
+		if err == nil && (m.DeliverAfter != 0 || m.DeliverAt != 0) {
+			delay, err = g.checkDelay(m.DeliverAfter, m.DeliverAt)
+			m.DeliverAfter, m.DeliverAt = delay, 0 // m is this loop's copy: the hooks' draft carries it
+		}
 		errs[i] = err
 		if err == nil && m.ID != "" && b.dedupe != nil {
 			if now.IsZero() {
@@ -204,7 +248,7 @@ func (g *Gate) Batch(frame []broker.Draft, errs []error) *Batch {
 		switch {
 		case err != nil:
 		case h == nil:
-			b.Msgs = append(b.Msgs, Msg{Topic: m.Topic, Payload: m.Payload, Headers: m.Headers, HB: hb, ID: m.ID, Key: m.Key, TTL: m.TTL})
+			b.Msgs = append(b.Msgs, Msg{Topic: m.Topic, Payload: m.Payload, Headers: m.Headers, HB: hb, ID: m.ID, Key: m.Key, TTL: m.TTL, Delay: delay})
 			b.At = append(b.At, i)
 		default:
 			b.drafts = append(b.drafts, m)
@@ -228,7 +272,7 @@ func (g *Gate) Batch(frame []broker.Draft, errs []error) *Batch {
 			errs[b.at[j]] = err
 			continue
 		}
-		m.ID, m.TTL = frame[b.at[j]].ID, frame[b.at[j]].TTL
+		m.ID, m.TTL, m.Delay = frame[b.at[j]].ID, frame[b.at[j]].TTL, b.drafts[j].DeliverAfter
 		b.Msgs = append(b.Msgs, m)
 		b.At = append(b.At, b.at[j])
 	}

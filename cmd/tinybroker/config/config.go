@@ -68,6 +68,9 @@
 //	  max_plugin_bytes              = 67108864 # largest plugin .wasm file
 //	  dedupe_window                 = "2m"     # how long a message_id is remembered
 //	  dedupe_max_bytes              = "64MiB"  # the table of message ids (default: 64 MiB, at most 1/16 of memory.max_bytes)
+//	  max_delay                     = "24h"    # the longest deliver_after / deliver_at ahead
+//	  max_delayed                   = 1000000  # delayed messages held at once
+//	  max_delayed_bytes             = "512MiB" # ... and their bytes (default: 1/8 of memory.max_bytes)
 //	}
 //
 //	plugin_cache_dir = "/var/cache/tinybroker"  # compiled plugins, kept across restarts; "none": not kept

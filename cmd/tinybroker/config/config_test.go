@@ -38,6 +38,8 @@ func TestDefault(t *testing.T) {
 				MaxPatternsPerSubscription: 1024,
 				MaxGroups:                  10000,
 				DedupeWindow:               2 * time.Minute,
+				MaxDelay:                   24 * time.Hour,
+				MaxDelayed:                 1_000_000,
 				GroupMaxQueued:             100000, GroupDeadLetterMax: 10000, GroupOverflow: broker.OverflowReject,
 				GroupRedeliveryDelayMin: 100 * time.Millisecond, GroupRedeliveryDelayMax: 10 * time.Second,
 			},
@@ -110,6 +112,9 @@ limits {
   max_plugin_bytes              = 18
   dedupe_window                 = "19s"
   dedupe_max_bytes              = "20KiB"
+  max_delay                     = "21h"
+  max_delayed                   = 22
+  max_delayed_bytes             = "23KiB"
 }
 `
 
@@ -145,6 +150,9 @@ func TestParseFull(t *testing.T) {
 		{"MaxPluginBytes", c.Limits.MaxPluginBytes, 18},
 		{"DedupeWindow", c.Broker.DedupeWindow, 19 * time.Second},
 		{"DedupeMaxBytes", c.Broker.DedupeMaxBytes, int64(20 << 10)},
+		{"MaxDelay", c.Broker.MaxDelay, 21 * time.Hour},
+		{"MaxDelayed", c.Broker.MaxDelayed, 22},
+		{"MaxDelayedBytes", c.Broker.MaxDelayedBytes, int64(23 << 10)},
 	}
 	for _, ch := range checks {
 		if ch.got != ch.want {

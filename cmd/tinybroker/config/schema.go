@@ -93,6 +93,9 @@ var limitsSection = section{
 		positiveIntAttr("max_plugin_bytes", func(c *Config) *int { return &c.Limits.MaxPluginBytes }),
 		durationAttr("dedupe_window", func(c *Config) *time.Duration { return &c.Broker.DedupeWindow }),
 		sizeAttr("dedupe_max_bytes", func(c *Config) *int64 { return &c.Broker.DedupeMaxBytes }),
+		durationAttr("max_delay", func(c *Config) *time.Duration { return &c.Broker.MaxDelay }),
+		positiveIntAttr("max_delayed", func(c *Config) *int { return &c.Broker.MaxDelayed }),
+		sizeAttr("max_delayed_bytes", func(c *Config) *int64 { return &c.Broker.MaxDelayedBytes }),
 	},
 }
 

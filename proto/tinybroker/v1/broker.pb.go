@@ -15,6 +15,7 @@ import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -274,7 +275,19 @@ type PublishRequest struct {
 	// delivers it after that, and dead-letters it with reason "expired" (or drops it, counted:
 	// groups { on_expire = "drop" }). Unset or zero: it never expires, but for its group's
 	// max_age. Fanout deliveries are immediate and do not look at it. Negative is refused.
-	Ttl           *durationpb.Duration `protobuf:"bytes,6,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	Ttl *durationpb.Duration `protobuf:"bytes,6,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	// Delayed publish: the broker holds the message and publishes it this long after it
+	// accepted it, routing it then to the fanout subscriptions and consumer groups subscribed
+	// at that moment. The answer comes at once, with the system_id the message is delivered
+	// under later and routed 0. Permissions, limits and plugins are applied now: a refusal
+	// comes now. At most the broker's limits { max_delay } (24h by default); a broker holds
+	// at most limits { max_delayed } messages and max_delayed_bytes bytes delayed
+	// (RESOURCE_EXHAUSTED past them). On the memory engine delayed messages are lost on a
+	// restart. Zero: publish now. Negative is refused. See README.md, "Delayed publish".
+	DeliverAfter *durationpb.Duration `protobuf:"bytes,7,opt,name=deliver_after,json=deliverAfter,proto3" json:"deliver_after,omitempty"`
+	// Delayed publish at a time of day: as deliver_after, until this time (the broker's
+	// clock); a time already past publishes now. Give deliver_after or deliver_at, not both.
+	DeliverAt     *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=deliver_at,json=deliverAt,proto3" json:"deliver_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -351,10 +364,25 @@ func (x *PublishRequest) GetTtl() *durationpb.Duration {
 	return nil
 }
 
+func (x *PublishRequest) GetDeliverAfter() *durationpb.Duration {
+	if x != nil {
+		return x.DeliverAfter
+	}
+	return nil
+}
+
+func (x *PublishRequest) GetDeliverAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DeliverAt
+	}
+	return nil
+}
+
 type PublishResponse struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	SystemId string                 `protobuf:"bytes,1,opt,name=system_id,json=systemId,proto3" json:"system_id,omitempty"`
-	// Number of fanout subscriptions and consumer groups the message was routed to.
+	// Number of fanout subscriptions and consumer groups the message was routed to (0 for a
+	// delayed message: it is routed when due).
 	Routed uint32 `protobuf:"varint,2,opt,name=routed,proto3" json:"routed,omitempty"`
 	// Set when a plugin dropped the message (routed is then 0): the plugin's name, and the
 	// reason it gave.
@@ -2330,7 +2358,7 @@ var File_tinybroker_v1_broker_proto protoreflect.FileDescriptor
 
 const file_tinybroker_v1_broker_proto_rawDesc = "" +
 	"\n" +
-	"\x1atinybroker/v1/broker.proto\x12\rtinybroker.v1\x1a\x1egoogle/protobuf/duration.proto\"\xfd\x02\n" +
+	"\x1atinybroker/v1/broker.proto\x12\rtinybroker.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xfd\x02\n" +
 	"\aMessage\x12\x1b\n" +
 	"\tsystem_id\x18\x01 \x01(\tR\bsystemId\x12\x14\n" +
 	"\x05topic\x18\x02 \x01(\tR\x05topic\x12\x18\n" +
@@ -2343,7 +2371,7 @@ const file_tinybroker_v1_broker_proto_rawDesc = "" +
 	"\x03key\x18\t \x01(\tR\x03key\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa0\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x9b\x03\n" +
 	"\x0ePublishRequest\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x18\n" +
 	"\apayload\x18\x02 \x01(\fR\apayload\x12D\n" +
@@ -2351,7 +2379,10 @@ const file_tinybroker_v1_broker_proto_rawDesc = "" +
 	"\n" +
 	"message_id\x18\x04 \x01(\tR\tmessageId\x12\x10\n" +
 	"\x03key\x18\x05 \x01(\tR\x03key\x12+\n" +
-	"\x03ttl\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x1a:\n" +
+	"\x03ttl\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12>\n" +
+	"\rdeliver_after\x18\a \x01(\v2\x19.google.protobuf.DurationR\fdeliverAfter\x129\n" +
+	"\n" +
+	"deliver_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tdeliverAt\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa4\x01\n" +
@@ -2571,52 +2602,55 @@ var file_tinybroker_v1_broker_proto_goTypes = []any{
 	nil,                           // 30: tinybroker.v1.Message.HeadersEntry
 	nil,                           // 31: tinybroker.v1.PublishRequest.HeadersEntry
 	(*durationpb.Duration)(nil),   // 32: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 33: google.protobuf.Timestamp
 }
 var file_tinybroker_v1_broker_proto_depIdxs = []int32{
 	30, // 0: tinybroker.v1.Message.headers:type_name -> tinybroker.v1.Message.HeadersEntry
 	31, // 1: tinybroker.v1.PublishRequest.headers:type_name -> tinybroker.v1.PublishRequest.HeadersEntry
 	32, // 2: tinybroker.v1.PublishRequest.ttl:type_name -> google.protobuf.Duration
-	3,  // 3: tinybroker.v1.PublishStreamRequest.messages:type_name -> tinybroker.v1.PublishRequest
-	7,  // 4: tinybroker.v1.PublishStreamResponse.results:type_name -> tinybroker.v1.PublishResult
-	0,  // 5: tinybroker.v1.OpenSubscription.mode:type_name -> tinybroker.v1.DeliveryMode
-	32, // 6: tinybroker.v1.OpenSubscription.ack_deadline:type_name -> google.protobuf.Duration
-	1,  // 7: tinybroker.v1.OpenSubscription.ordering:type_name -> tinybroker.v1.Ordering
-	32, // 8: tinybroker.v1.Subscribed.ack_deadline:type_name -> google.protobuf.Duration
-	1,  // 9: tinybroker.v1.Subscribed.ordering:type_name -> tinybroker.v1.Ordering
-	32, // 10: tinybroker.v1.NackBatch.delay:type_name -> google.protobuf.Duration
-	8,  // 11: tinybroker.v1.SubscribeRequest.open:type_name -> tinybroker.v1.OpenSubscription
-	10, // 12: tinybroker.v1.SubscribeRequest.ack:type_name -> tinybroker.v1.AckBatch
-	11, // 13: tinybroker.v1.SubscribeRequest.nack:type_name -> tinybroker.v1.NackBatch
-	12, // 14: tinybroker.v1.SubscribeRequest.touch:type_name -> tinybroker.v1.TouchBatch
-	13, // 15: tinybroker.v1.SubscribeRequest.close:type_name -> tinybroker.v1.CloseSubscription
-	2,  // 16: tinybroker.v1.MessageBatch.messages:type_name -> tinybroker.v1.Message
-	9,  // 17: tinybroker.v1.SubscribeResponse.subscribed:type_name -> tinybroker.v1.Subscribed
-	16, // 18: tinybroker.v1.SubscribeResponse.messages:type_name -> tinybroker.v1.MessageBatch
-	14, // 19: tinybroker.v1.SubscribeResponse.refused:type_name -> tinybroker.v1.Refused
-	17, // 20: tinybroker.v1.SubscribeResponse.ended:type_name -> tinybroker.v1.SubscriptionEnded
-	32, // 21: tinybroker.v1.Nack.delay:type_name -> google.protobuf.Duration
-	28, // 22: tinybroker.v1.StatsResponse.subscriptions:type_name -> tinybroker.v1.SubscriptionStats
-	29, // 23: tinybroker.v1.StatsResponse.groups:type_name -> tinybroker.v1.GroupStats
-	25, // 24: tinybroker.v1.StatsResponse.plugins:type_name -> tinybroker.v1.PluginStats
-	3,  // 25: tinybroker.v1.Broker.Publish:input_type -> tinybroker.v1.PublishRequest
-	5,  // 26: tinybroker.v1.Broker.PublishStream:input_type -> tinybroker.v1.PublishStreamRequest
-	15, // 27: tinybroker.v1.Broker.Subscribe:input_type -> tinybroker.v1.SubscribeRequest
-	19, // 28: tinybroker.v1.Broker.Ack:input_type -> tinybroker.v1.Ack
-	21, // 29: tinybroker.v1.Broker.Nack:input_type -> tinybroker.v1.Nack
-	23, // 30: tinybroker.v1.Broker.Stats:input_type -> tinybroker.v1.StatsRequest
-	26, // 31: tinybroker.v1.Broker.Reload:input_type -> tinybroker.v1.ReloadRequest
-	4,  // 32: tinybroker.v1.Broker.Publish:output_type -> tinybroker.v1.PublishResponse
-	6,  // 33: tinybroker.v1.Broker.PublishStream:output_type -> tinybroker.v1.PublishStreamResponse
-	18, // 34: tinybroker.v1.Broker.Subscribe:output_type -> tinybroker.v1.SubscribeResponse
-	20, // 35: tinybroker.v1.Broker.Ack:output_type -> tinybroker.v1.AckResponse
-	22, // 36: tinybroker.v1.Broker.Nack:output_type -> tinybroker.v1.NackResponse
-	24, // 37: tinybroker.v1.Broker.Stats:output_type -> tinybroker.v1.StatsResponse
-	27, // 38: tinybroker.v1.Broker.Reload:output_type -> tinybroker.v1.ReloadResponse
-	32, // [32:39] is the sub-list for method output_type
-	25, // [25:32] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	32, // 3: tinybroker.v1.PublishRequest.deliver_after:type_name -> google.protobuf.Duration
+	33, // 4: tinybroker.v1.PublishRequest.deliver_at:type_name -> google.protobuf.Timestamp
+	3,  // 5: tinybroker.v1.PublishStreamRequest.messages:type_name -> tinybroker.v1.PublishRequest
+	7,  // 6: tinybroker.v1.PublishStreamResponse.results:type_name -> tinybroker.v1.PublishResult
+	0,  // 7: tinybroker.v1.OpenSubscription.mode:type_name -> tinybroker.v1.DeliveryMode
+	32, // 8: tinybroker.v1.OpenSubscription.ack_deadline:type_name -> google.protobuf.Duration
+	1,  // 9: tinybroker.v1.OpenSubscription.ordering:type_name -> tinybroker.v1.Ordering
+	32, // 10: tinybroker.v1.Subscribed.ack_deadline:type_name -> google.protobuf.Duration
+	1,  // 11: tinybroker.v1.Subscribed.ordering:type_name -> tinybroker.v1.Ordering
+	32, // 12: tinybroker.v1.NackBatch.delay:type_name -> google.protobuf.Duration
+	8,  // 13: tinybroker.v1.SubscribeRequest.open:type_name -> tinybroker.v1.OpenSubscription
+	10, // 14: tinybroker.v1.SubscribeRequest.ack:type_name -> tinybroker.v1.AckBatch
+	11, // 15: tinybroker.v1.SubscribeRequest.nack:type_name -> tinybroker.v1.NackBatch
+	12, // 16: tinybroker.v1.SubscribeRequest.touch:type_name -> tinybroker.v1.TouchBatch
+	13, // 17: tinybroker.v1.SubscribeRequest.close:type_name -> tinybroker.v1.CloseSubscription
+	2,  // 18: tinybroker.v1.MessageBatch.messages:type_name -> tinybroker.v1.Message
+	9,  // 19: tinybroker.v1.SubscribeResponse.subscribed:type_name -> tinybroker.v1.Subscribed
+	16, // 20: tinybroker.v1.SubscribeResponse.messages:type_name -> tinybroker.v1.MessageBatch
+	14, // 21: tinybroker.v1.SubscribeResponse.refused:type_name -> tinybroker.v1.Refused
+	17, // 22: tinybroker.v1.SubscribeResponse.ended:type_name -> tinybroker.v1.SubscriptionEnded
+	32, // 23: tinybroker.v1.Nack.delay:type_name -> google.protobuf.Duration
+	28, // 24: tinybroker.v1.StatsResponse.subscriptions:type_name -> tinybroker.v1.SubscriptionStats
+	29, // 25: tinybroker.v1.StatsResponse.groups:type_name -> tinybroker.v1.GroupStats
+	25, // 26: tinybroker.v1.StatsResponse.plugins:type_name -> tinybroker.v1.PluginStats
+	3,  // 27: tinybroker.v1.Broker.Publish:input_type -> tinybroker.v1.PublishRequest
+	5,  // 28: tinybroker.v1.Broker.PublishStream:input_type -> tinybroker.v1.PublishStreamRequest
+	15, // 29: tinybroker.v1.Broker.Subscribe:input_type -> tinybroker.v1.SubscribeRequest
+	19, // 30: tinybroker.v1.Broker.Ack:input_type -> tinybroker.v1.Ack
+	21, // 31: tinybroker.v1.Broker.Nack:input_type -> tinybroker.v1.Nack
+	23, // 32: tinybroker.v1.Broker.Stats:input_type -> tinybroker.v1.StatsRequest
+	26, // 33: tinybroker.v1.Broker.Reload:input_type -> tinybroker.v1.ReloadRequest
+	4,  // 34: tinybroker.v1.Broker.Publish:output_type -> tinybroker.v1.PublishResponse
+	6,  // 35: tinybroker.v1.Broker.PublishStream:output_type -> tinybroker.v1.PublishStreamResponse
+	18, // 36: tinybroker.v1.Broker.Subscribe:output_type -> tinybroker.v1.SubscribeResponse
+	20, // 37: tinybroker.v1.Broker.Ack:output_type -> tinybroker.v1.AckResponse
+	22, // 38: tinybroker.v1.Broker.Nack:output_type -> tinybroker.v1.NackResponse
+	24, // 39: tinybroker.v1.Broker.Stats:output_type -> tinybroker.v1.StatsResponse
+	27, // 40: tinybroker.v1.Broker.Reload:output_type -> tinybroker.v1.ReloadResponse
+	34, // [34:41] is the sub-list for method output_type
+	27, // [27:34] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_tinybroker_v1_broker_proto_init() }

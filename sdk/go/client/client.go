@@ -40,6 +40,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/tinybroker/tinybroker/internal/grpcbuf"
 	"github.com/tinybroker/tinybroker/internal/nodes"
@@ -215,7 +216,8 @@ type PublishResult struct {
 	// SystemID identifies the message in this broker process.
 	SystemID string
 	// Routed is the number of fanout subscriptions and consumer groups the message went to;
-	// 0 means no subscription matched and the message was dropped, or a plugin dropped it.
+	// 0 means no subscription matched and the message was dropped, or a plugin dropped it,
+	// or it is delayed ([WithDelay]: it is routed when due).
 	Routed int
 	// DroppedBy names the plugin that dropped the message, and DropReason says why; both
 	// empty unless a plugin dropped it.
@@ -252,6 +254,21 @@ func WithKey(key string) PublishOption {
 // group's on_expire says).
 func WithTTL(ttl time.Duration) PublishOption {
 	return func(r *pb.PublishRequest) { r.Ttl = durationpb.New(ttl) }
+}
+
+// WithDelay makes the broker hold the message and publish it d after it accepted it, to
+// the subscriptions and groups subscribed then; Publish answers at once with the system_id
+// it will be delivered under (Routed 0). At most the broker's max_delay (24h by default);
+// on the memory engine a delayed message is lost if the broker restarts. Not yet available
+// on the JetStream engine (codes.Unimplemented). Give WithDelay or WithDeliverAt, not both.
+func WithDelay(d time.Duration) PublishOption {
+	return func(r *pb.PublishRequest) { r.DeliverAfter = durationpb.New(d) }
+}
+
+// WithDeliverAt is WithDelay until the time t (on the broker's clock); a time already past
+// publishes at once.
+func WithDeliverAt(t time.Time) PublishOption {
+	return func(r *pb.PublishRequest) { r.DeliverAt = timestamppb.New(t) }
 }
 
 // publishAttempts is how many times Publish sends a message whose confirmation was lost.
