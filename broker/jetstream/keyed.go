@@ -117,9 +117,8 @@ type keyq struct {
 	noisy   []string
 	noisyN  int // tenants noisy now
 	// flying is how many messages pop handed out and are not back, quietFlying how many of
-	// those were handed out while their tenant was not noisy; quietPeak is the most of those
-	// since the group's last tick, quietKept the most in the tick before (keyq.pop).
-	flying, quietFlying, quietPeak, quietKept int
+	// those were handed out while their tenant was not noisy.
+	flying, quietFlying int
 }
 
 func newKeyq(d broker.Dispatch) *keyq {
@@ -211,15 +210,13 @@ func (k *keyq) tenantReady(t *ktenant) {
 // pop returns the next message that may go, now out; nil if none may.
 //
 // Noisy tenants take their turns only while they have, together, fewer messages out than
-// room minus headroom, the headroom being what the other tenants have out (the most they
-// had out at once in the last tick or two: a slot a quiet tenant's message frees is kept for
-// its next, not taken by the flood, whose acks may come in bursts) plus a tenth of room (at
-// least one): the rest of the members' room is kept for the others, so that a message of a
-// quiet tenant finds a member with room the moment it comes instead of waiting for the
-// flood's next ack (as the memory engine's keyed.pop). room is what the node's members can
-// hold together.
+// room minus headroom, the headroom being what the other tenants have out plus a tenth of
+// room (at least one): the rest of the members' room is kept for the others, so that a
+// message of a quiet tenant finds a member with room the moment it comes instead of waiting
+// for the flood's next ack (as the memory engine's keyed.pop). room is what the node's
+// members can hold together.
 func (k *keyq) pop(room int) *kentry {
-	noisyCap := max(1, room-max(k.quietFlying, k.quietPeak, k.quietKept)-max(1, room/10))
+	noisyCap := max(1, room-k.quietFlying-max(1, room/10))
 	for turns := len(k.ready); turns > 0 && len(k.ready) > 0; turns-- {
 		t := k.ready[0]
 		k.ready = k.ready[1:]
@@ -238,7 +235,6 @@ func (k *keyq) pop(room int) *kentry {
 			k.flying++
 			if e.quiet {
 				k.quietFlying++
-				k.quietPeak = max(k.quietPeak, k.quietFlying)
 			}
 			return e
 		}
@@ -786,7 +782,6 @@ func (g *group) onTick() {
 		req := fmt.Appendf(nil, `{"batch":1,"max_bytes":1,"expires":%d,"group":%q,"id":%q}`, int64(keyTick), pinGroup, g.pin)
 		_ = g.e.nc.PublishRequest("$JS.API.CONSUMER.MSG.NEXT."+g.stream+"."+g.consumer, g.kinbox+".0", req)
 	}
-	g.kq.quietKept, g.kq.quietPeak = g.kq.quietPeak, g.kq.quietFlying
 	now := time.Now()
 	for _, e := range g.kq.bySeq {
 		if e.gone || e.out && e.timer == nil { // a member's: its deadline is shorter than AckWait, and touches renew it
