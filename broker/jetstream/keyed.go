@@ -61,7 +61,7 @@ const (
 	hdrPin       = "Nats-Pin-Id" // the pin a message was delivered under
 	keyLaneCost  = 160           // what a lane costs besides its key
 	tenantCost   = 192           // what a tenant costs besides its name
-	fairWindow   = 256           // with fair_by, a node pulls ahead up to this many messages, to take turns among; keyParkMax while a tenant is noisy
+	fairWindow   = 256           // with fair_by, a node pulls ahead this many messages to take turns among (keyParkMax while a tenant is noisy)
 	metaOrdering = "tinybroker-ordering"
 	metaFairBy   = "tinybroker-fair-by"
 )
