@@ -33,9 +33,10 @@ package jetstream
 //
 // Lanes and messages without a key belong to tenants (fair_by's; one without it), and the
 // node hands out by turns across tenants with a message that may go. With fair_by it pulls
-// ahead (fairWindow) to have turns to take; a group with fair_by alone is not pinned: each
-// node takes turns among what it pulled. See RATIONALE.md, "How do ordering keys and fair
-// dispatch hold on the JetStream engine, and in a cluster?".
+// ahead (fairWindow; keyParkMax while a tenant is noisy) to have turns to take, and keeps a
+// tenth of its members' room for the tenants that are not noisy (keyq.pop); a group with
+// fair_by alone is not pinned: each node takes turns among what it pulled. See RATIONALE.md,
+// "How do ordering keys and fair dispatch hold on the JetStream engine, and in a cluster?".
 
 import (
 	"cmp"
@@ -60,7 +61,7 @@ const (
 	hdrPin       = "Nats-Pin-Id" // the pin a message was delivered under
 	keyLaneCost  = 160           // what a lane costs besides its key
 	tenantCost   = 192           // what a tenant costs besides its name
-	fairWindow   = 256           // with fair_by, a node pulls ahead up to this many messages, to take turns among
+	fairWindow   = 256           // with fair_by, a node pulls ahead this many messages to take turns among (keyParkMax while a tenant is noisy)
 	metaOrdering = "tinybroker-ordering"
 	metaFairBy   = "tinybroker-fair-by"
 )
@@ -75,6 +76,8 @@ type kentry struct {
 	tn      *ktenant // the tenant it counts for
 	out     bool     // held by a member, delayed, or with the hooks
 	gone    bool     // settled, or given back to JetStream
+	flying  bool     // handed out by pop and not back (keyq.landed)
+	quiet   bool     // flying, handed out while its tenant was not noisy
 	touched time.Time
 	timer   *time.Timer // a nack's delay
 }
@@ -112,6 +115,10 @@ type keyq struct {
 	pbytes  int64 // their cost
 	bytes   int64 // what the lanes and tenants cost
 	noisy   []string
+	noisyN  int // tenants noisy now
+	// flying is how many messages pop handed out and are not back, quietFlying how many of
+	// those were handed out while their tenant was not noisy.
+	flying, quietFlying int
 }
 
 func newKeyq(d broker.Dispatch) *keyq {
@@ -169,6 +176,7 @@ func (k *keyq) add(e *kentry) int64 {
 
 // park puts e, not out, where it waits.
 func (k *keyq) park(e *kentry) {
+	k.landed(e)
 	e.out = false
 	k.parked++
 	k.pbytes += msgCost(e.msg)
@@ -200,21 +208,50 @@ func (k *keyq) tenantReady(t *ktenant) {
 }
 
 // pop returns the next message that may go, now out; nil if none may.
-func (k *keyq) pop() *kentry {
-	for len(k.ready) > 0 {
+//
+// Noisy tenants take their turns only while they have, together, fewer messages out than
+// room minus headroom, the headroom being what the other tenants have out plus a tenth of
+// room (at least one): the rest of the members' room is kept for the others, so that a
+// message of a quiet tenant finds a member with room the moment it comes instead of waiting
+// for the flood's next ack (as the memory engine's keyed.pop). room is what the node's
+// members can hold together.
+func (k *keyq) pop(room int) *kentry {
+	noisyCap := max(1, room-k.quietFlying-max(1, room/10))
+	for turns := len(k.ready); turns > 0 && len(k.ready) > 0; turns-- {
 		t := k.ready[0]
 		k.ready = k.ready[1:]
 		t.inReady = false
+		if t.noisy && k.flying-k.quietFlying >= noisyCap {
+			k.tenantReady(t) // its turn comes again once room is back
+			continue
+		}
 		e := k.popTenant(t)
 		k.tenantReady(t) // its next turn comes after the other tenants'
 		if e != nil {
 			e.out = true
 			k.parked--
 			k.pbytes -= msgCost(e.msg)
+			e.flying, e.quiet = true, !t.noisy
+			k.flying++
+			if e.quiet {
+				k.quietFlying++
+			}
 			return e
 		}
 	}
 	return nil
+}
+
+// landed records that e, handed out by pop, is back (or gone).
+func (k *keyq) landed(e *kentry) {
+	if !e.flying {
+		return
+	}
+	e.flying = false
+	k.flying--
+	if e.quiet {
+		k.quietFlying--
+	}
 }
 
 // popTenant takes t's next message: the older of its first ready lane's head and its first
@@ -265,6 +302,7 @@ func (k *keyq) release(e *kentry) (freed int64) {
 		return 0
 	}
 	k.unpark(e)
+	k.landed(e)
 	e.gone = true
 	if e.timer != nil {
 		e.timer.Stop()
@@ -282,8 +320,9 @@ func (k *keyq) release(e *kentry) (freed int64) {
 	}
 	t := e.tn
 	t.held--
-	if t.noisy && t.held*20 < len(k.bySeq) {
+	if t.noisy && (t.held*20 < len(k.bySeq) || t.held <= 0) {
 		t.noisy = false
+		k.noisyN--
 	}
 	if t.held <= 0 && k.tenants[t.name] == t {
 		delete(k.tenants, t.name)
@@ -298,6 +337,7 @@ func (k *keyq) release(e *kentry) (freed int64) {
 func (k *keyq) checkNoisy(t *ktenant) {
 	if !t.noisy && t.held >= grouping.NoisyMin && t.held*10 > len(k.bySeq)+1 {
 		t.noisy = true
+		k.noisyN++
 		k.noisy = append(k.noisy, t.name)
 	}
 }
@@ -455,7 +495,11 @@ func (g *group) pullKeyedLocked() {
 		room += max(0, m.maxInFlight-len(m.held))
 	}
 	if g.dispatch.FairBy != "" { // a window to take turns among (RATIONALE.md)
-		room = max(room, fairWindow-g.kq.parked)
+		window := fairWindow
+		if g.kq.noisyN > 0 { // to find the quiet tenants' messages behind a flood
+			window = keyParkMax
+		}
+		room = max(room, window-g.kq.parked)
 	}
 	room = min(room, keyParkMax-g.kq.parked)
 	if room <= 0 {
@@ -569,12 +613,16 @@ func (g *group) dispatchLocked() {
 		}
 	}()
 	now := time.Now()
+	room := 0
+	for _, m := range g.members {
+		room += m.maxInFlight
+	}
 	for {
 		t := g.takerLocked()
 		if t == nil {
 			return
 		}
-		e := g.kq.pop()
+		e := g.kq.pop(room)
 		if e == nil {
 			return
 		}
@@ -602,6 +650,7 @@ func (g *group) requeueLocked(e *kentry, delay time.Duration) {
 	if e.gone || g.kq == nil {
 		return
 	}
+	g.kq.landed(e)
 	if delay <= 0 {
 		g.kq.park(e)
 		return

@@ -570,3 +570,78 @@ func TestClusterOrderedGroup(t *testing.T) {
 	}
 	c.check(t)
 }
+
+// While a tenant is noisy, a fair group's node pulls ahead up to its parking bound (1,024
+// messages), not only fairWindow (256): a quiet tenant's message 600 behind a flood in the
+// stream is seen, and goes second once the member has room, while the flood's first is
+// held. Past the bound the node stops pulling.
+func TestFairGroupReadsPastFlood(t *testing.T) {
+	e := orderedEngine(t)
+	if err := e.Declare(broker.GroupConfig{Name: "f", Patterns: []string{"f"}, Dispatch: broker.Dispatch{FairBy: "key"}}); err != nil {
+		t.Fatal(err)
+	}
+	publish := func(key string, from, n int) {
+		var ds []broker.Draft
+		for i := from; i < from+n; i++ {
+			ds = append(ds, broker.Draft{Topic: "f", Key: key, Payload: []byte(key + "/" + strconv.Itoa(i))})
+		}
+		res, errs := make([]broker.PublishResult, len(ds)), make([]error, len(ds))
+		e.PublishBatch(ds, res, errs)
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("publish %s: %v", ds[i].Payload, err)
+			}
+		}
+	}
+	publish("flood", 0, 600)
+	publish("quiet", 0, 1)
+	st := e.NewStream(nil)
+	defer st.Close()
+	sub, err := st.Subscribe(broker.SubscribeOptions{ID: "f", Group: "f", Mode: broker.Balanced, Patterns: []string{"f"}, MaxInFlight: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := receive(t, st)
+	if string(d.Msg.Payload) != "flood/0" {
+		t.Fatalf("first: %s", d.Msg.Payload)
+	}
+	held := func() (keys, n int, noisy bool) {
+		g, err := e.Group("f")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range g.Busiest {
+			n += k.Held
+			noisy = noisy || k.Key == "flood" && k.Noisy
+		}
+		return g.Keys, n, noisy
+	}
+	brokertest.Eventually(t, "the node holds the quiet tenant's message, 600 behind the flood", func() bool {
+		keys, n, noisy := held()
+		return keys == 2 && n == 601 && noisy
+	})
+	var got []string
+	for range 2 {
+		sub.Ack([]string{d.Msg.SystemID})
+		d = receive(t, st)
+		got = append(got, string(d.Msg.Payload))
+	}
+	if want := "flood/1 quiet/0"; strings.Join(got, " ") != want {
+		t.Fatalf("after the flood's first: %s, want %s", strings.Join(got, " "), want)
+	}
+	// The member holds flood/2 now; the node parks up to its bound, and no more.
+	sub.Ack([]string{d.Msg.SystemID})
+	d = receive(t, st)
+	publish("flood", 600, 1000)
+	const parkMax = 1024
+	brokertest.Eventually(t, "the node parks up to its bound", func() bool {
+		_, n, _ := held()
+		if n > parkMax+1 {
+			t.Fatalf("the node holds %d messages, over its bound of %d parked and one out", n, parkMax)
+		}
+		return n == parkMax+1
+	})
+	if g, _ := e.Group("f"); g.Queued != 1601-3-1 || g.InFlight != 1 {
+		t.Fatalf("queued %d, in flight %d", g.Queued, g.InFlight)
+	}
+}
