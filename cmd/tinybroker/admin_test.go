@@ -320,15 +320,8 @@ func TestServeCheck(t *testing.T) {
 
 // pub says which plugin dropped a message, and why, instead of "no subscription matched".
 func TestPubSaysWhichPluginDropped(t *testing.T) {
-	cfg := filepath.Join(t.TempDir(), "tb.hcl")
-	writeConfig(t, cfg, "plugin \"filter\" {\n  path = \""+fixturePath(t, "good")+"\"\n}\n")
-	addr, _, done, cancel := startServe(t, "--config", cfg)
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
+	addr, stop := serveWithConfig(t, "plugin \"filter\" {\n  path = \""+fixturePath(t, "good")+"\"\n}\n")
+	defer stop()
 	out, errOut, code := cli(t, "pub", "orders.1", "x", "--addr", addr.String(), "-H", "tenant=other")
 	if code != 0 || !strings.Contains(out, "(routed to 0)") || errOut != "note: plugin \"filter\" dropped the message: not on the allow-list\n" {
 		t.Fatalf("pub dropped by a plugin: exit %d\n%s%s", code, out, errOut)

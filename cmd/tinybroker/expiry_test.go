@@ -1,7 +1,6 @@
 package main
 
 import (
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -15,15 +14,8 @@ import (
 // show, --json and text) reports them; a group without them says it dead-letters.
 func TestServeDeclaredExpiry(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	cfg := filepath.Join(t.TempDir(), "tb.hcl")
-	writeConfig(t, cfg, "group \"billing\" {\n  topics = [\"pay.>\"]\n  max_age = \"90s\"\n  on_expire = \"drop\"\n}\ngroup \"plain\" {\n  topics = [\"p.>\"]\n}\n")
-	addr, _, done, cancel := startServe(t, "--config", cfg)
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
+	addr, stop := serveWithConfig(t, "group \"billing\" {\n  topics = [\"pay.>\"]\n  max_age = \"90s\"\n  on_expire = \"drop\"\n}\ngroup \"plain\" {\n  topics = [\"p.>\"]\n}\n")
+	defer stop()
 	var g adminpb.Group
 	fromJSON(t, ok(t, "groups", "show", "--json", "--addr", addr.String(), "billing"), &g)
 	if s := g.GetSettings(); s.GetMaxAge().AsDuration() != 90*time.Second || s.GetOnExpire() != "drop" {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -159,15 +158,8 @@ func TestKeyUsageErrors(t *testing.T) {
 // so), and one that asks for another ordering is refused.
 func TestServeDeclaredKeyedGroup(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	cfg := filepath.Join(t.TempDir(), "tb.hcl")
-	writeConfig(t, cfg, "group \"billing\" {\n  topics = [\"pay.>\"]\n  ordering = \"key\"\n  fair_by = \"header:tenant\"\n  overflow = \"drop_oldest\"\n}\n")
-	addr, _, done, cancel := startServe(t, "--config", cfg)
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
+	addr, stop := serveWithConfig(t, "group \"billing\" {\n  topics = [\"pay.>\"]\n  ordering = \"key\"\n  fair_by = \"header:tenant\"\n  overflow = \"drop_oldest\"\n}\n")
+	defer stop()
 	var g adminpb.Group
 	fromJSON(t, ok(t, "groups", "show", "--json", "--addr", addr.String(), "billing"), &g)
 	if s := g.GetSettings(); !g.GetDeclared() || s.GetOrdering() != "key" || s.GetFairBy() != "header:tenant" || s.GetOverflow() != "drop_oldest" {

@@ -20,6 +20,22 @@ import (
 	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
 )
 
+// serveWithConfig runs `tinybroker serve --config` on a file of body (writeConfig) and returns
+// its address and a stop that shuts it down and checks that it ended cleanly (defer it, after
+// a goleak check).
+func serveWithConfig(t *testing.T, body string) (addr net.Addr, stop func()) {
+	t.Helper()
+	cfg := filepath.Join(t.TempDir(), "tb.hcl")
+	writeConfig(t, cfg, body)
+	a, _, done, cancel := startServe(t, "--config", cfg)
+	return a, func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}
+}
+
 // startServe runs serve with args in the background until cancel (or the end of the test),
 // and returns the address it listens on, its logs and its result.
 func startServe(t *testing.T, args ...string) (net.Addr, *brokertest.Log, <-chan error, context.CancelFunc) {
