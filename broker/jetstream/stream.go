@@ -318,17 +318,17 @@ func (e *Engine) subscribe(o broker.SubscribeOptions, st *Stream) (*Subscription
 		}
 		ps.subs = append(slices.Clip(ps.subs), s)
 	}
+	// Make sure the server has the interest before the subscriber hears "subscribed" (which
+	// register queues), so that what is published after it reaches it.
+	if err := e.nc.Flush(); err != nil {
+		e.log.Warn("flush after subscribing", "error", err)
+	}
 	if err := st.register(s, o.Peer); err != nil {
 		e.releasePatternsLocked(s, "")
 		return nil, err
 	}
 	e.fanouts[o.ID] = s
 	e.changed()
-	// Make sure the server has the interest before the subscriber hears "subscribed", so
-	// that what is published after it reaches it.
-	if err := e.nc.Flush(); err != nil {
-		e.log.Warn("flush after subscribing", "error", err)
-	}
 	return s, nil
 }
 

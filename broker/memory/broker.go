@@ -375,6 +375,10 @@ func (b *Engine) Subscribe(o broker.SubscribeOptions) (*Subscription, error) {
 	return s, nil
 }
 
+// testRegistered, if set (by a test), is called when a fanout subscription is registered
+// with its stream, its "subscribed" event queued, b.mu still held.
+var testRegistered func(*Engine, *Subscription)
+
 // subscribe opens a subscription on st.
 func (b *Engine) subscribe(o broker.SubscribeOptions, st *Stream) (*Subscription, error) {
 	patterns, err := b.opts.AdmitSubscribe(b.closing.Load(), &o)
@@ -391,12 +395,17 @@ func (b *Engine) subscribe(o broker.SubscribeOptions, st *Stream) (*Subscription
 			return nil, err
 		}
 		s.id = o.ID
-		if err := st.register(s, o.Peer); err != nil {
+		err := st.register(s, o.Peer, func() { // under the outbox lock: index.mu is a leaf
+			b.fanouts[o.ID] = s
+			for _, p := range patterns {
+				b.index.add(p, s)
+			}
+		})
+		if err != nil {
 			return nil, err
 		}
-		b.fanouts[o.ID] = s
-		for _, p := range patterns {
-			b.index.add(p, s)
+		if testRegistered != nil {
+			testRegistered(b, s)
 		}
 		return s, nil
 	}
@@ -408,7 +417,7 @@ func (b *Engine) subscribe(o broker.SubscribeOptions, st *Stream) (*Subscription
 	s.id = o.ID
 	s.bal = &broker.Settings{ID: o.ID, MemberID: g.nextMemberID(), Mode: broker.Balanced, Group: g.hookName(), Patterns: s.patterns,
 		MaxInFlight: o.MaxInFlight, AckDeadline: o.AckDeadline, MaxDeliveries: g.maxDeliveries, DeadLetterTopic: g.dlq, Dispatch: g.dispatch}
-	if err := st.register(s, o.Peer); err != nil {
+	if err := st.register(s, o.Peer, nil); err != nil { // the group is routed to already
 		return nil, err
 	}
 	g.join(s, o.MaxInFlight, o.AckDeadline, o.Peer)

@@ -89,13 +89,21 @@ func (st *Stream) refuse(o broker.SubscribeOptions, err error) {
 }
 
 // register adds s to the stream and queues its opening event; it fails if the stream has
-// ended or already carries s's id. It is called before s is routed to.
-func (st *Stream) register(s *Subscription, peer string) error {
+// ended or already carries s's id. It is called before s is routed to; live, if not nil, is
+// run just before the event is queued, under the stream's outbox lock, to make s routed to:
+// what is published once the subscriber has its event (which it cannot take before the lock
+// is let go of) reaches s. Without it, a fanout subscriber that published at once on hearing
+// "subscribed" could miss its own message (TestStreamCarriesManySubscriptions, once in
+// hundreds of runs on a loaded machine).
+func (st *Stream) register(s *Subscription, peer string, live func()) error {
 	return st.subs.Add(s.id, s, peer, st.b.opts.MaxSubscriptionsPerStream, func() error {
 		st.out.mu.Lock()
 		defer st.out.mu.Unlock()
 		if st.fin.Ended() {
 			return fmt.Errorf("%w: the stream has ended", broker.ErrSubscriptionClosed)
+		}
+		if live != nil {
+			live()
 		}
 		if st.events {
 			st.out.pushLocked(delivery{sub: s})

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"testing"
 
 	"github.com/tinybroker/tinybroker/broker"
@@ -163,5 +164,30 @@ func TestHeadersMustBeUTF8(t *testing.T) {
 	}
 	if _, err := b.Publish("t", nil, map[string]string{"k": "ü"}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A fanout subscription is routed to by the time its "subscribed" event is queued: a
+// subscriber that publishes the moment it hears it gets its message. (The event used to be
+// queued before the index had the subscription, under a lock publishes do not take, and a
+// server test lost such a message once in hundreds of runs on a loaded machine.)
+func TestFanoutRoutedWhenSubscribed(t *testing.T) {
+	b := newTestBroker(t, Options{})
+	var missing []string
+	testRegistered = func(b *Engine, s *Subscription) {
+		for _, topic := range []string{"orders.new", "payments.eu"} {
+			if !slices.Contains(b.index.match(topic), target(s)) {
+				missing = append(missing, topic)
+			}
+		}
+	}
+	defer func() { testRegistered = nil }()
+	st := b.NewStream(nil)
+	defer st.Close()
+	if _, err := st.Subscribe(broker.SubscribeOptions{ID: "s", Mode: broker.Fanout, Patterns: []string{"orders.*", "payments.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	if len(missing) > 0 {
+		t.Fatalf("when its subscribed event was queued, the subscription was not routed %v", missing)
 	}
 }
