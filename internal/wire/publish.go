@@ -146,19 +146,13 @@ func (f *PublishFrame) decodeMessage(b []byte) (PublishMessage, error) {
 			}
 		case num == fieldPublishTTL && typ == protowire.BytesType:
 			if v, n = protowire.ConsumeBytes(b); n >= 0 {
-				if ttl == nil {
-					ttl = new(durationpb.Duration)
-				}
-				if err := decodeSecondsNanos(v, &ttl.Seconds, &ttl.Nanos); err != nil {
+				if err := mergeDuration(v, &ttl); err != nil {
 					return m, err
 				}
 			}
 		case num == fieldPublishAfter && typ == protowire.BytesType:
 			if v, n = protowire.ConsumeBytes(b); n >= 0 {
-				if after == nil {
-					after = new(durationpb.Duration)
-				}
-				if err := decodeSecondsNanos(v, &after.Seconds, &after.Nanos); err != nil {
+				if err := mergeDuration(v, &after); err != nil {
 					return m, err
 				}
 			}
@@ -289,6 +283,15 @@ func EncodePublishResponse(seq uint64, results []PublishResult) *RawFrame {
 		}
 	}
 	return &RawFrame{b: b, pooled: buf}
+}
+
+// mergeDuration merges the encoded Duration v into *d (made if nil), as proto merges a
+// message field given twice.
+func mergeDuration(v []byte, d **durationpb.Duration) error {
+	if *d == nil {
+		*d = new(durationpb.Duration)
+	}
+	return decodeSecondsNanos(v, &(*d).Seconds, &(*d).Nanos)
 }
 
 // decodeSecondsNanos merges the google.protobuf.Duration or Timestamp encoded in b (their
