@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/tinybroker/tinybroker/broker"
 	"github.com/tinybroker/tinybroker/internal/testing/brokertest"
 	pb "github.com/tinybroker/tinybroker/proto/tinybroker/v1"
 )
@@ -17,7 +18,8 @@ import (
 // system_id and routed 0, and the message reaches a fanout subscription and a group member
 // no sooner than its time, under that system_id; a deliver_at already past publishes at
 // once. Both fields, a negative delay or one past max_delay are INVALID_ARGUMENT, saying
-// which; the JetStream engine refuses any delay for now (UNIMPLEMENTED), saying so.
+// which. On the JetStream engine the message delivered has the system_id of its store, made
+// when it is published (the answer's names its schedule, as NATS's schedules do).
 func TestDelayOverGRPC(t *testing.T) {
 	tb := start(t, brokertest.Options{})
 	ctx := context.Background()
@@ -33,11 +35,6 @@ func TestDelayOverGRPC(t *testing.T) {
 		_, err := tb.c.Publish(ctx, c.req)
 		wantCode(t, err, codes.InvalidArgument, c.says)
 	}
-	if engine.Name == "jetstream" {
-		_, err := tb.c.Publish(ctx, &pb.PublishRequest{Topic: "dl.1", DeliverAfter: durationpb.New(time.Second)})
-		wantCode(t, err, codes.Unimplemented, "not available on this engine yet")
-		return
-	}
 	f := tb.open(t, fanout("dl-f", "dl.>"))
 	m := tb.open(t, balanced("dl", "dl", 10, "dl.>"))
 	const delay = 200 * time.Millisecond
@@ -45,7 +42,8 @@ func TestDelayOverGRPC(t *testing.T) {
 		t.Helper()
 		for _, s := range []*sub{f, m} {
 			d := s.next()
-			if late := time.Since(sent); late < delay || d.GetSystemId() != id || string(d.GetPayload()) != how {
+			sameID := d.GetSystemId() == id || engine.Name == "jetstream" && d.GetSystemId() != ""
+			if late := time.Since(sent); late < delay || !sameID || string(d.GetPayload()) != how {
 				t.Fatalf("%s: %q (%s) arrived after %v; want %q (%s) after %v or more", how, d.GetPayload(), d.GetSystemId(), late, how, id, delay)
 			}
 		}
@@ -82,4 +80,21 @@ func TestDelayOverGRPC(t *testing.T) {
 		t.Fatalf("PublishStream answer %v, %v; want one result, routed 0", r, err)
 	}
 	check("stream", sent, r.GetResults()[0].GetSystemId())
+}
+
+// The bounds on what is held for later refuse with RESOURCE_EXHAUSTED naming the setting, on
+// every engine, while an undelayed publish goes on.
+func TestDelayBoundsOverGRPC(t *testing.T) {
+	tb := start(t, brokertest.Options{Limits: broker.Limits{MaxDelayed: 2}})
+	ctx := context.Background()
+	for i := range 2 {
+		if _, err := tb.c.Publish(ctx, &pb.PublishRequest{Topic: "dl.b", DeliverAfter: durationpb.New(time.Hour)}); err != nil {
+			t.Fatalf("delayed publish %d: %v", i+1, err)
+		}
+	}
+	_, err := tb.c.Publish(ctx, &pb.PublishRequest{Topic: "dl.b", DeliverAfter: durationpb.New(time.Hour)})
+	wantCode(t, err, codes.ResourceExhausted, "limits { max_delayed }")
+	if _, err := tb.c.Publish(ctx, &pb.PublishRequest{Topic: "dl.b"}); err != nil {
+		t.Fatalf("an undelayed publish beside the full delays: %v", err)
+	}
 }

@@ -305,6 +305,7 @@ func (e *Engine) Group(id string) (broker.GroupInfo, error) {
 func (e *Engine) Stats() broker.Stats {
 	st := broker.Stats{Published: e.published.Load(), Unrouted: e.unrouted.Load(), Dropped: e.hookDropped.Load(), Refused: e.refused.Load(),
 		Delivered: e.fanoutDelivered.Load(), MemoryBudget: e.storeLimit}
+	st.Delayed, st.DelayedBytes, st.DelayedRefused = e.delayedStats()
 	infos, err := e.refreshGroups()
 	if err != nil {
 		e.log.Warn("stats: JetStream did not list the consumer groups", "error", err)

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"math/bits"
 	"strconv"
 	"strings"
 	"time"
@@ -173,10 +174,11 @@ func decodeHeaders(nh nats.Header) (h broker.Headers, publishedAt int64, hb int)
 // encrypted as one AES-128 block. Its key and secrets are the cluster's, kept in the
 // stream's metadata, so that every node reads the ids of every other and of earlier runs.
 // A message that was not stored (fanout only) gets a random number under another secret:
-// its id names it, and cannot be acked.
+// its id names it, and cannot be acked. A delayed message is answered with its schedule's
+// sequence number in the delayed stream under a third (delay.go).
 type idCodec struct {
-	ids            sysid.Codec
-	stored, fanout uint64
+	ids                     sysid.Codec
+	stored, fanout, delayed uint64
 }
 
 const idLen = sysid.Len
@@ -200,6 +202,12 @@ func newIDCodec(secret string) (idCodec, error) {
 	c := idCodec{ids: ids, stored: binary.LittleEndian.Uint64(raw[16:24]), fanout: binary.LittleEndian.Uint64(raw[24:32])}
 	if c.stored == c.fanout {
 		c.fanout++
+	}
+	// Kept in the stream's metadata before delayed messages came, the key has no room for
+	// a third secret: one made of the other two, unlike either.
+	c.delayed = bits.RotateLeft64(c.stored, 32) ^ c.fanout
+	for c.delayed == c.stored || c.delayed == c.fanout {
+		c.delayed++
 	}
 	return c, nil
 }

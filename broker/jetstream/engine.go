@@ -146,6 +146,7 @@ type Engine struct {
 	subjD      string // <prefix>.d.<consumer>.<system_id>: a dead letter kept (dlq.go)
 	subjS      string // <prefix>.s.<consumer>: settle a delivery another node holds (forward)
 	dlq        jetstream.Stream
+	delays     *delays // the delayed stream (delay.go)
 	closing    atomic.Bool
 
 	hooks                                     publishing.HookSlot
@@ -190,7 +191,7 @@ func New(opts Options) (*Engine, error) {
 		fanouts: make(map[string]*Subscription), patSubs: make(map[string]*patSub),
 		groups: make(map[string]*group), groupNames: make(map[string]string), streams: make(map[uint64]*Stream)}
 	e.dedupe = publishing.NewDedupe(opts.DedupeWindow, opts.DedupeMaxBytes, nil, e.dedupeEvicted)
-	e.gate = publishing.Gate{Limits: &e.opts.Limits, Hooks: &e.hooks, Closing: &e.closing, Dedupe: e.dedupe, NoDelay: true}
+	e.gate = publishing.Gate{Limits: &e.opts.Limits, Hooks: &e.hooks, Closing: &e.closing, Dedupe: e.dedupe}
 	if err := e.connect(); err != nil {
 		e.close()
 		return nil, err
@@ -200,6 +201,10 @@ func New(opts Options) (*Engine, error) {
 		return nil, err
 	}
 	if err := e.ensureDLQ(); err != nil {
+		e.close()
+		return nil, err
+	}
+	if err := e.ensureDelays(); err != nil {
 		e.close()
 		return nil, err
 	}
@@ -227,6 +232,7 @@ func New(opts Options) (*Engine, error) {
 		return nil, err
 	}
 	e.wg.Go(e.dispatchFanout)
+	e.wg.Go(e.fireDue)
 	return e, nil
 }
 
@@ -408,6 +414,7 @@ func (e *Engine) ctx() (context.Context, context.CancelFunc) {
 
 // close releases the connection and the embedded server.
 func (e *Engine) close() {
+	e.stopDelays()
 	if e.nc != nil {
 		e.nc.Close()
 	}
@@ -440,6 +447,7 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 	var err error
 	e.shutdownOnce.Do(func() {
 		e.closing.Store(true)
+		e.stopDelays()
 		e.mu.RLock()
 		groups := make([]*group, 0, len(e.groups))
 		for _, g := range e.groups {
@@ -460,6 +468,7 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 			c, cancel := e.ctx()
 			_ = e.js.DeleteStream(c, e.opts.Stream)
 			_ = e.js.DeleteStream(c, e.opts.Stream+"_DLQ")
+			_ = e.js.DeleteStream(c, e.opts.Stream+"_DELAYED")
 			if own, err := e.groupStreams(c); err == nil {
 				for _, name := range own {
 					_ = e.js.DeleteStream(c, name)

@@ -120,11 +120,23 @@ func (e *Engine) routeBatch(ms []publishing.Msg, res []broker.PublishResult, err
 	var b *storeBatch              // the engine stream's stores, made for the frame's first
 	var own map[*group]*storeBatch // the group streams' (storage.go), made for their first
 	var plain nats.Header          // the stored headers of a message without headers of its own
+	var db *storeBatch             // the delayed stream's stores (delay.go), made for the first
 	for i, m := range ms {
 		if m.Drop {
 			continue
 		}
 		p := &ps[i]
+		if m.Delay > 0 { // routed when due, by whichever node JetStream hands it to
+			if deadline.IsZero() {
+				deadline = time.Now().Add(e.opts.RequestTimeout)
+			}
+			if db == nil {
+				db = newStoreBatch(len(ms))
+			}
+			errs[i] = e.storeDelayed(db, i, &m, now, deadline)
+			p.delayed = errs[i] == nil
+			continue
+		}
 		p.mr = e.match(m.Topic)
 		if len(p.mr.groups) == 0 {
 			continue
@@ -200,8 +212,15 @@ func (e *Engine) routeBatch(ms []publishing.Msg, res []broker.PublishResult, err
 	for _, gb := range own {
 		e.st.wait(gb, deadline)
 	}
+	if db != nil {
+		e.st.wait(db, deadline)
+	}
 	for i := range ps {
 		p := &ps[i]
+		if p.delayed {
+			res[i], errs[i] = e.delayedResult(db, i)
+			continue
+		}
 		stores, dups := 0, 0
 		if p.sent {
 			switch err := b.errs[i]; {
@@ -240,7 +259,7 @@ func (e *Engine) routeBatch(ms []publishing.Msg, res []broker.PublishResult, err
 		}
 	}
 	for i := range ms {
-		if errs[i] == nil && !ms[i].Drop && !ps[i].dup {
+		if errs[i] == nil && !ms[i].Drop && !ps[i].dup && !ps[i].delayed {
 			for _, g := range ps[i].took {
 				g.published.Add(1)
 			}
@@ -277,6 +296,7 @@ type pendingStore struct {
 	stored      bool
 	seq, secret uint64
 	dup         bool // stored already, every copy (JetStream's deduplication): seq is the first's
+	delayed     bool // sent to the delayed stream instead, to be routed when due
 }
 
 // admit asks every group m matches to take it (group.admit). The groups on the engine's

@@ -44,7 +44,6 @@ type Gate struct {
 	Hooks   *HookSlot
 	Closing *atomic.Bool // set when the engine no longer accepts publishes
 	Dedupe  *Dedupe      // the message ids published (nil: ids are ignored)
-	NoDelay bool         // the engine refuses delayed messages (it has none yet)
 	// Now is the time of day, Unix nanoseconds, against which a Draft.DeliverAt is read
 	// (nil: time.Now).
 	Now func() int64
@@ -113,8 +112,7 @@ func checkTTL(ttl time.Duration) error {
 }
 
 // checkDelay refuses an invalid delay (Draft.DeliverAfter, DeliverAt), one past the
-// broker's max_delay, or any on an engine without them; it returns how long from now the
-// message is to wait (0: publish now).
+// broker's max_delay; it returns how long from now the message is to wait (0: publish now).
 func (g *Gate) checkDelay(after time.Duration, at int64) (time.Duration, error) {
 	switch {
 	case at == -2: // broker.Draft.DeliverAt
@@ -138,8 +136,6 @@ func (g *Gate) checkDelay(after time.Duration, at int64) (time.Duration, error) 
 	case d > g.Limits.MaxDelay:
 		return 0, fmt.Errorf("%w: %s is %v away, more than the broker's limit of %v (limits { max_delay }); publish it later, or raise max_delay",
 			broker.ErrInvalidMessage, what, d.Round(time.Second), g.Limits.MaxDelay)
-	case g.NoDelay:
-		return 0, fmt.Errorf("%w: deliver_after and deliver_at are not available on this engine yet; run on engine \"memory\" for them, or leave them unset", errors.ErrUnsupported)
 	}
 	return d, nil
 }
