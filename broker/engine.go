@@ -67,6 +67,13 @@ type Admin interface {
 	// PurgeGroup drops the messages a group holds that wait for a member (queued and
 	// delayed; in-flight ones stay with their members) and returns how many it dropped.
 	PurgeGroup(id string) (int, error)
+	// PauseGroup pauses consumer group id (paused true) or resumes it. Paused, a group takes
+	// publishes as ever (within its bounds) and hands nothing to its members: what they hold
+	// stays theirs to ack or nack, and what they give back waits with the queue. Resumed, it
+	// delivers what it kept. Pausing a paused group, or resuming a running one, does nothing.
+	// The JetStream engine keeps the pause in the group's consumer (NATS's consumer pause),
+	// on every node and across restarts; the memory engine forgets it with everything else.
+	PauseGroup(id string, paused bool) error
 	// DeleteGroup removes a consumer group, the messages it holds and its dead letters. Its
 	// members' subscriptions end with ErrGroupDeleted (their unacked messages are dropped
 	// with the group); a stream that carries other subscriptions keeps them.
@@ -367,6 +374,7 @@ type GroupStats struct {
 	// cluster, those published through this node.
 	Published uint64
 	Declared  bool // declared in the configuration
+	Paused    bool // by Admin.PauseGroup: it hands nothing to its members until resumed
 	// Deliveries taken back from members for another attempt (or the dead-letter topic), by
 	// reason: nacked, past their ack deadline, held by a member that left.
 	Nacked, TimedOut, LeftBehind uint64

@@ -91,7 +91,7 @@ func groupMessage(g broker.GroupStats) *adminpb.Group {
 	m := &adminpb.Group{SubscriptionId: g.ID, ConsumerGroup: g.Group, TopicPatterns: g.Patterns, Members: uint32(g.Members),
 		Queued: uint32(g.Queued), InFlight: uint32(g.InFlight), Delayed: uint32(g.Delayed), Bytes: uint64(max(g.Bytes, 0)),
 		Delivered: g.Delivered, Acked: g.Acked, Redelivered: g.Redelivered, DeadLettered: g.DeadLettered, Dropped: g.Dropped,
-		Rejected: g.Rejected, Declared: g.Declared, DeadLetters: uint32(g.DeadLetters), DeadLetterBytes: uint64(max(g.DeadLetterBytes, 0)),
+		Rejected: g.Rejected, Declared: g.Declared, Paused: g.Paused, DeadLetters: uint32(g.DeadLetters), DeadLetterBytes: uint64(max(g.DeadLetterBytes, 0)),
 		DeadLettersDropped: g.DeadLettersDropped}
 	if g.Oldest != 0 {
 		m.OldestAge = durationpb.New(max(time.Since(time.Unix(0, g.Oldest)), 0))
@@ -167,6 +167,27 @@ func (a *adminServer) PurgeGroup(_ context.Context, req *adminpb.PurgeGroupReque
 		return nil, err
 	}
 	return &adminpb.PurgeGroupResponse{Purged: uint32(n)}, nil
+}
+
+func (a *adminServer) PauseGroup(_ context.Context, req *adminpb.PauseGroupRequest) (*adminpb.PauseGroupResponse, error) {
+	gi, err := onGroup(req.GetSubscriptionId(), func(id string) (broker.GroupInfo, error) {
+		if err := a.s.b.PauseGroup(id, true); err != nil {
+			return broker.GroupInfo{}, err
+		}
+		return a.s.b.Group(id)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &adminpb.PauseGroupResponse{Queued: uint32(gi.Queued)}, nil
+}
+
+func (a *adminServer) ResumeGroup(_ context.Context, req *adminpb.ResumeGroupRequest) (*adminpb.ResumeGroupResponse, error) {
+	_, err := onGroup(req.GetSubscriptionId(), func(id string) (struct{}, error) { return struct{}{}, a.s.b.PauseGroup(id, false) })
+	if err != nil {
+		return nil, err
+	}
+	return &adminpb.ResumeGroupResponse{}, nil
 }
 
 // ListStreams pages by position: a stream that opens or closes between two pages may shift

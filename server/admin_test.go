@@ -287,3 +287,58 @@ func TestAdminNeedsAdminUser(t *testing.T) {
 		t.Fatalf("an admin's ListGroups: %v", err)
 	}
 }
+
+// PauseGroup stops a group's deliveries and keeps what it is given; what a member held
+// stays its to settle, and one it nacks waits too. ResumeGroup delivers everything kept.
+// Both are idempotent; DescribeGroup and ListGroups say paused.
+func TestAdminPauseResumeGroup(t *testing.T) {
+	tb, a, m := startWork(t, 10, 0)
+	ctx := context.Background()
+	held := tb.publish(t, "jobs.a", "held")
+	if got := m.next(); got.GetSystemId() != held {
+		t.Fatalf("got %q before the pause", got.GetPayload())
+	}
+	for range 2 {
+		if p, err := a.PauseGroup(ctx, &adminpb.PauseGroupRequest{SubscriptionId: "work"}); err != nil || p.GetQueued() != 0 {
+			t.Fatalf("PauseGroup: %v %v; want nothing queued", p, err)
+		}
+	}
+	d, err := a.DescribeGroup(ctx, &adminpb.DescribeGroupRequest{SubscriptionId: "work"})
+	if err != nil || !d.GetPaused() {
+		t.Fatalf("DescribeGroup after the pause: paused %v, %v", d.GetPaused(), err)
+	}
+	tb.publish(t, "jobs.a", "2")
+	tb.publish(t, "jobs.a", "3")
+	m.send(&pb.SubscribeRequest{Frame: &pb.SubscribeRequest_Nack{Nack: &pb.NackBatch{SystemIds: []string{held}}}})
+	brokertest.Eventually(t, "the group to keep 3 and hold none out", func() bool {
+		g := tb.group(t, "work")
+		return g.GetQueued()+g.GetDelayed() == 3 && g.GetInFlight() == 0
+	})
+	m.none(500 * time.Millisecond)
+	ls, err := a.ListGroups(ctx, &adminpb.ListGroupsRequest{})
+	if err != nil || len(ls.GetGroups()) != 1 || !ls.GetGroups()[0].GetPaused() {
+		t.Fatalf("ListGroups after the pause: %v %v", ls, err)
+	}
+
+	for range 2 {
+		if _, err := a.ResumeGroup(ctx, &adminpb.ResumeGroupRequest{SubscriptionId: "work"}); err != nil {
+			t.Fatalf("ResumeGroup: %v", err)
+		}
+	}
+	got := map[string]bool{}
+	for range 3 {
+		msg := m.next()
+		got[string(msg.GetPayload())] = true
+		m.ack(msg.GetSystemId())
+	}
+	if !got["held"] || !got["2"] || !got["3"] {
+		t.Fatalf("after the resume: %v; want held, 2 and 3", got)
+	}
+	if d, err := a.DescribeGroup(ctx, &adminpb.DescribeGroupRequest{SubscriptionId: "work"}); err != nil || d.GetPaused() {
+		t.Fatalf("DescribeGroup after the resume: paused %v, %v", d.GetPaused(), err)
+	}
+	_, err = a.PauseGroup(ctx, &adminpb.PauseGroupRequest{SubscriptionId: "nope"})
+	wantCode(t, err, codes.NotFound, "nope")
+	_, err = a.ResumeGroup(ctx, &adminpb.ResumeGroupRequest{})
+	wantCode(t, err, codes.InvalidArgument, "subscription_id")
+}

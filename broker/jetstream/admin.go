@@ -205,7 +205,7 @@ func (g *group) stats(ci *jetstream.ConsumerInfo) broker.GroupStats {
 	}
 	st := broker.GroupStats{ID: g.id, Group: g.name, Patterns: g.patterns, Members: len(g.members),
 		Delivered: g.delivered, Acked: g.acked, Redelivered: g.redelivered, DeadLettered: g.deadLettered, Dropped: g.dropped, Expired: g.expiredMsgs,
-		Declared: g.declared, Nacked: g.nacked, TimedOut: g.timedOut, LeftBehind: g.leftBehind, Bytes: g.bytes, Rejected: g.rejected, Published: g.published.Load(),
+		Declared: g.declared, Paused: g.paused, Nacked: g.nacked, TimedOut: g.timedOut, LeftBehind: g.leftBehind, Bytes: g.bytes, Rejected: g.rejected, Published: g.published.Load(),
 		DeadLetters: max(0, g.deadCount), DeadLetterBytes: g.deadBytesLocked(), DeadLettersDropped: g.deadDropped,
 		DeliveryLatency: g.deliveryLatency, AckLatency: g.ackLatency}
 	now := time.Now()
@@ -447,6 +447,52 @@ func (e *Engine) takeQueued(g *group, limit int) (int, error) {
 func skips(m *nats.Msg, g *group) bool {
 	v := m.Header[hdrSkip]
 	return len(v) > 0 && slices.Contains(strings.Split(v[0], ","), g.consumer)
+}
+
+// pauseFor is how long a pause lasts: until resumed (JetStream's pause has an end; a
+// century is within what its clock arithmetic takes).
+const pauseFor = 100 * 365 * 24 * time.Hour
+
+// resumeKick is how long after a resume JetStream's pause ends. A resume is a pause that
+// ends a moment later, not JetStream's own resume: that one does not wake the consumer, so
+// the pull requests waiting since the pause got nothing until they lapsed (10 s) or a
+// message came; the end of a pause does wake it. A pause with no more than a second to go
+// is read as over (groupFromInfo).
+const resumeKick = 20 * time.Millisecond
+
+// PauseGroup pauses or resumes the group's consumer (JetStream's consumer pause, kept in its
+// configuration), then tells every node, so that none hands out what it parked meanwhile.
+func (e *Engine) PauseGroup(id string, paused bool) error {
+	e.mu.Lock()
+	g, err := e.groupLocked(id)
+	e.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if g == nil {
+		return fmt.Errorf("%w %q: no consumer group has this subscription_id", broker.ErrUnknownSubscription, id)
+	}
+	ctx, cancel := e.ctx()
+	defer cancel()
+	until := time.Now().Add(resumeKick).UTC()
+	if paused {
+		until = time.Now().Add(pauseFor).UTC()
+	}
+	if _, err = e.js.PauseConsumer(ctx, g.stream, g.consumer, until); err != nil {
+		return fmt.Errorf("%w: %s consumer group %q: %v", broker.ErrUnavailable, map[bool]string{true: "pausing", false: "resuming"}[paused], id, err)
+	}
+	g.mu.Lock()
+	g.paused, g.pauseUntil = paused, &until
+	if !paused {
+		g.pumpAllLocked()
+	}
+	g.mu.Unlock()
+	e.mu.Lock()
+	e.announce(g.consumer)
+	e.mu.Unlock()
+	e.awaitAnnounces()
+	e.log.Info(map[bool]string{true: "consumer group paused", false: "consumer group resumed"}[paused], "subscription", id)
+	return nil
 }
 
 // DeleteGroup deletes the group's consumer; its members end with ErrGroupDeleted, here at

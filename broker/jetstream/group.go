@@ -99,9 +99,14 @@ type group struct {
 	memberSeq uint64
 	// waiting holds what this node took back from its members until JetStream redelivers
 	// it, so that a late ack settles it; delayed, when the nacked ones' delays end (stats).
-	waiting                                              map[uint64]*broker.Message
-	delayed                                              map[uint64]time.Time
-	draining, removed                                    bool
+	waiting           map[uint64]*broker.Message
+	delayed           map[uint64]time.Time
+	draining, removed bool
+	// paused (Engine.PauseGroup): JetStream delivers nothing to the consumer until
+	// pauseUntil, which its configuration keeps (a resume sets it too: see resumeKick), and
+	// this node hands out nothing it parked.
+	paused                                               bool
+	pauseUntil                                           *time.Time
 	delivered, acked, redelivered, deadLettered, dropped uint64
 	nacked, timedOut, leftBehind, expiredMsgs            uint64
 	deliveryLatency, ackLatency                          latency.Histogram // broker.GroupStats's
@@ -221,6 +226,7 @@ func (e *Engine) consumerConfig(g *group) jetstream.ConsumerConfig {
 	if g.replicas != 0 {
 		cc.Metadata[metaReplicas] = strconv.Itoa(g.replicas)
 	}
+	cc.PauseUntil = g.pauseUntil // an update without it would resume the group
 	if f := filters(g.subj, g.patterns); len(f) == 1 {
 		cc.FilterSubject = f[0]
 	} else {
@@ -258,6 +264,7 @@ func (e *Engine) groupFromInfo(ci *jetstream.ConsumerInfo) *group {
 		e.place(g, r)
 	}
 	g.limits = e.groupLimits(g.own)
+	g.paused, g.pauseUntil = ci.Paused && ci.PauseRemaining > time.Second, ci.Config.PauseUntil // see resumeKick
 	g.queued, g.refreshed = int(ci.NumPending), time.Now() // what it refused, if any, included
 	// What it held before this node knew it (a restart): its messages' costs are not known
 	// here, so count each as the stream's average.

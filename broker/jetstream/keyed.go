@@ -591,6 +591,9 @@ func (g *group) onKeyedMsg(msg *nats.Msg) {
 
 // mayDispatchLocked says whether this node may hand out the group's messages now.
 func (g *group) mayDispatchLocked() bool {
+	if g.paused {
+		return false
+	}
 	return !g.ordered() || g.pin != "" && !g.pinChecking && (g.graceUntil.IsZero() || !time.Now().Before(g.graceUntil))
 }
 

@@ -212,6 +212,11 @@ func (e *Engine) learn(ci *jetstream.ConsumerInfo) *group {
 	if g.dispatch != ng.dispatch {
 		g.setDispatchLocked(ng.dispatch)
 	}
+	resumed := g.paused && !ng.paused
+	g.paused, g.pauseUntil = ng.paused, ng.pauseUntil
+	if resumed {
+		g.pumpAllLocked()
+	}
 	g.mu.Unlock()
 	e.changed()
 	return g

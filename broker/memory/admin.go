@@ -53,6 +53,25 @@ func (g *group) purge() int {
 	return n
 }
 
+// PauseGroup pauses or resumes the group; see broker.Admin.
+func (b *Engine) PauseGroup(id string, paused bool) error {
+	g, err := b.groupByID(id)
+	if err != nil {
+		return err
+	}
+	g.mu.Lock()
+	changed := g.paused != paused
+	g.paused = paused
+	if changed && !paused {
+		g.dispatchLocked(b.now())
+	}
+	g.mu.Unlock()
+	if changed {
+		b.log.Info(map[bool]string{true: "consumer group paused", false: "consumer group resumed"}[paused], "subscription", id)
+	}
+	return nil
+}
+
 // DeleteGroup removes the consumer group, what it holds and its dead letters. Its members'
 // subscriptions end with ErrGroupDeleted: a member alone on its stream sees the stream end
 // with that error; one whose stream carries other subscriptions gets an Ended event and the

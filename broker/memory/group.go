@@ -63,6 +63,7 @@ type group struct {
 	expiredOut                                           []*entry  // found expired by dispatchLocked: onTimer lets go of them
 	wake                                                 int64     // earliest time registered with the scheduler; 0 if none
 	draining                                             bool      // shutting down: deliver nothing new
+	paused                                               bool      // Engine.PauseGroup: deliver nothing new until resumed
 	emptySince                                           int64     // when the last member left (Broker.now clock); 0 while it has members
 	removed                                              bool      // expired: no longer routed to
 	memberSeq                                            uint64
@@ -394,7 +395,7 @@ func (g *group) replaceMsgLocked(e *entry, m *message) {
 
 // dispatchLocked hands queued messages to members with room, round-robin. g.mu must be held.
 func (g *group) dispatchLocked(now int64) {
-	if g.draining {
+	if g.draining || g.paused {
 		return
 	}
 	wall := g.b.wallAt(now) // for the deliveryLatency of first attempts
@@ -887,7 +888,7 @@ func (g *group) stats() broker.GroupStats {
 func (g *group) statsLocked() broker.GroupStats {
 	st := broker.GroupStats{ID: g.id, Group: g.name, Patterns: g.patterns, Members: len(g.members), Expired: g.expiredMsgs,
 		Queued: g.queued, Bytes: g.bytes, Delivered: g.delivered, Acked: g.acked, Redelivered: g.redelivered,
-		DeadLettered: g.deadLettered, Dropped: g.dropped, Rejected: g.rejected, Published: g.published, Declared: g.declared,
+		DeadLettered: g.deadLettered, Dropped: g.dropped, Rejected: g.rejected, Published: g.published, Declared: g.declared, Paused: g.paused,
 		Nacked: g.nacked, TimedOut: g.timedOut, LeftBehind: g.leftBehind,
 		DeadLetters: g.dead.len(), DeadLetterBytes: g.dead.bytes, DeadLettersDropped: g.dead.dropped,
 		DeliveryLatency: g.deliveryLatency, AckLatency: g.ackLatency}

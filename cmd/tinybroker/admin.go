@@ -212,9 +212,9 @@ func groupCmd[M proto.Message](a *app, c *cobra.Command, get func(ctx context.Co
 }
 
 func (a *app) groupsCmd() *cobra.Command {
-	return a.parent("groups", "List, describe, delete and purge consumer groups",
-		"Consumer groups, by subscription_id: ls lists them, show describes one with its members, rm\ndeletes one (its members' subscriptions end), purge drops what it has queued.",
-		a.groupsLsCmd(), a.groupsShowCmd(), a.groupsRmCmd(), a.groupsPurgeCmd())
+	return a.parent("groups", "List, describe, delete, purge, pause and resume consumer groups",
+		"Consumer groups, by subscription_id: ls lists them, show describes one with its members, rm\ndeletes one (its members' subscriptions end), purge drops what it has queued, pause stops\nits deliveries (it keeps taking publishes) until resume.",
+		a.groupsLsCmd(), a.groupsShowCmd(), a.groupsRmCmd(), a.groupsPurgeCmd(), a.groupsPauseCmd(), a.groupsResumeCmd())
 }
 
 func (a *app) groupsLsCmd() *cobra.Command {
@@ -235,7 +235,11 @@ the oldest message it holds, and the dead letters it keeps.`,
 			return nil
 		}
 		for _, g := range all.Groups {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%d\t%s\n", g.GetSubscriptionId(), g.GetConsumerGroup(), strings.Join(g.GetTopicPatterns(), ","),
+			id := g.GetSubscriptionId()
+			if g.GetPaused() {
+				id += " (paused)"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%d\t%s\n", id, g.GetConsumerGroup(), strings.Join(g.GetTopicPatterns(), ","),
 				g.GetMembers(), g.GetQueued(), g.GetInFlight(), g.GetDelayed(), age(g), g.GetDeadLetters(), bytesText(g.GetBytes()))
 		}
 		return tw.Flush()
@@ -310,6 +314,9 @@ func (a *app) printGroup(g *adminpb.Group) error {
 		{"redelivery", redeliveryRow(s)},
 		{"dead letters", fmt.Sprintf("%d kept (%s; max %d, %s), %d dead-lettered to %s, %d dropped from the store",
 			g.GetDeadLetters(), bytesText(g.GetDeadLetterBytes()), s.GetDeadLettersMax(), bytesText(s.GetDeadLettersMaxBytes()), g.GetDeadLettered(), s.GetDeadLetterTopic(), g.GetDeadLettersDropped())},
+	}
+	if g.GetPaused() {
+		rows = slices.Insert(rows, 3, [2]string{"paused", "delivers nothing until resumed (tinybroker groups resume " + g.GetSubscriptionId() + ")"})
 	}
 	if d := dispatchRow(s); d != "" {
 		rows = append(rows, [2]string{"dispatch", d})
@@ -424,6 +431,33 @@ func (a *app) groupsPurgeCmd() *cobra.Command {
 		return ac.PurgeGroup(ctx, &adminpb.PurgeGroupRequest{SubscriptionId: id})
 	}, func(id string, r *adminpb.PurgeGroupResponse) error {
 		_, err := fmt.Fprintf(a.stdout, "purged %d messages from group %s\n", r.GetPurged(), id)
+		return err
+	})
+}
+
+func (a *app) groupsPauseCmd() *cobra.Command {
+	return groupCmd(a, &cobra.Command{
+		Use:   "pause SUBSCRIPTION_ID",
+		Short: "Stop a group's deliveries until it is resumed; it keeps taking publishes",
+		Long: `Pauses a consumer group: it takes publishes as ever (within its bounds) and hands nothing
+to its members until "groups resume"; what they hold stays theirs to ack or nack. On the
+JetStream engine the pause survives a restart.`,
+	}, func(ctx context.Context, ac adminpb.AdminClient, id string) (*adminpb.PauseGroupResponse, error) {
+		return ac.PauseGroup(ctx, &adminpb.PauseGroupRequest{SubscriptionId: id})
+	}, func(id string, r *adminpb.PauseGroupResponse) error {
+		_, err := fmt.Fprintf(a.stdout, "paused group %s (%d messages queued)\n", id, r.GetQueued())
+		return err
+	})
+}
+
+func (a *app) groupsResumeCmd() *cobra.Command {
+	return groupCmd(a, &cobra.Command{
+		Use:   "resume SUBSCRIPTION_ID",
+		Short: "Resume a paused group: it delivers what it kept",
+	}, func(ctx context.Context, ac adminpb.AdminClient, id string) (*adminpb.ResumeGroupResponse, error) {
+		return ac.ResumeGroup(ctx, &adminpb.ResumeGroupRequest{SubscriptionId: id})
+	}, func(id string, _ *adminpb.ResumeGroupResponse) error {
+		_, err := fmt.Fprintf(a.stdout, "resumed group %s\n", id)
 		return err
 	})
 }

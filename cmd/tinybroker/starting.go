@@ -159,6 +159,13 @@ func (s *startingEngine) PurgeGroup(id string) (int, error) {
 	return 0, s.unavailable()
 }
 
+func (s *startingEngine) PauseGroup(id string, paused bool) error {
+	if e := s.get(); e != nil {
+		return e.PauseGroup(id, paused)
+	}
+	return s.unavailable()
+}
+
 func (s *startingEngine) DeleteGroup(id string) error {
 	if e := s.get(); e != nil {
 		return e.DeleteGroup(id)

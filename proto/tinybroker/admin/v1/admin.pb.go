@@ -622,8 +622,10 @@ type Group struct {
 	MemberList []*Member      `protobuf:"bytes,21,rep,name=member_list,json=memberList,proto3" json:"member_list,omitempty"`
 	// With ordering or fair_by: the keys (or tenants) it holds messages of now, and the
 	// busiest of them (at most 5), most held first.
-	Keys          uint32     `protobuf:"varint,22,opt,name=keys,proto3" json:"keys,omitempty"`
-	BusiestKeys   []*KeyLoad `protobuf:"bytes,23,rep,name=busiest_keys,json=busiestKeys,proto3" json:"busiest_keys,omitempty"`
+	Keys        uint32     `protobuf:"varint,22,opt,name=keys,proto3" json:"keys,omitempty"`
+	BusiestKeys []*KeyLoad `protobuf:"bytes,23,rep,name=busiest_keys,json=busiestKeys,proto3" json:"busiest_keys,omitempty"`
+	// Paused by PauseGroup: it hands nothing to its members until ResumeGroup.
+	Paused        bool `protobuf:"varint,24,opt,name=paused,proto3" json:"paused,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -817,6 +819,13 @@ func (x *Group) GetBusiestKeys() []*KeyLoad {
 		return x.BusiestKeys
 	}
 	return nil
+}
+
+func (x *Group) GetPaused() bool {
+	if x != nil {
+		return x.Paused
+	}
+	return false
 }
 
 // KeyLoad is what a consumer group holds of one key (or tenant).
@@ -1342,6 +1351,175 @@ func (x *PurgeGroupResponse) GetPurged() uint32 {
 	return 0
 }
 
+type PauseGroupRequest struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	SubscriptionId string                 `protobuf:"bytes,1,opt,name=subscription_id,json=subscriptionId,proto3" json:"subscription_id,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *PauseGroupRequest) Reset() {
+	*x = PauseGroupRequest{}
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PauseGroupRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PauseGroupRequest) ProtoMessage() {}
+
+func (x *PauseGroupRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PauseGroupRequest.ProtoReflect.Descriptor instead.
+func (*PauseGroupRequest) Descriptor() ([]byte, []int) {
+	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *PauseGroupRequest) GetSubscriptionId() string {
+	if x != nil {
+		return x.SubscriptionId
+	}
+	return ""
+}
+
+type PauseGroupResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Messages waiting for the group to resume: queued when it was paused.
+	Queued        uint32 `protobuf:"varint,1,opt,name=queued,proto3" json:"queued,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PauseGroupResponse) Reset() {
+	*x = PauseGroupResponse{}
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PauseGroupResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PauseGroupResponse) ProtoMessage() {}
+
+func (x *PauseGroupResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PauseGroupResponse.ProtoReflect.Descriptor instead.
+func (*PauseGroupResponse) Descriptor() ([]byte, []int) {
+	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *PauseGroupResponse) GetQueued() uint32 {
+	if x != nil {
+		return x.Queued
+	}
+	return 0
+}
+
+type ResumeGroupRequest struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	SubscriptionId string                 `protobuf:"bytes,1,opt,name=subscription_id,json=subscriptionId,proto3" json:"subscription_id,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *ResumeGroupRequest) Reset() {
+	*x = ResumeGroupRequest{}
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumeGroupRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumeGroupRequest) ProtoMessage() {}
+
+func (x *ResumeGroupRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumeGroupRequest.ProtoReflect.Descriptor instead.
+func (*ResumeGroupRequest) Descriptor() ([]byte, []int) {
+	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ResumeGroupRequest) GetSubscriptionId() string {
+	if x != nil {
+		return x.SubscriptionId
+	}
+	return ""
+}
+
+type ResumeGroupResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumeGroupResponse) Reset() {
+	*x = ResumeGroupResponse{}
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumeGroupResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumeGroupResponse) ProtoMessage() {}
+
+func (x *ResumeGroupResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumeGroupResponse.ProtoReflect.Descriptor instead.
+func (*ResumeGroupResponse) Descriptor() ([]byte, []int) {
+	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{20}
+}
+
 type ListStreamsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The most streams one answer lists (default and maximum 1,000).
@@ -1353,7 +1531,7 @@ type ListStreamsRequest struct {
 
 func (x *ListStreamsRequest) Reset() {
 	*x = ListStreamsRequest{}
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[17]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1365,7 +1543,7 @@ func (x *ListStreamsRequest) String() string {
 func (*ListStreamsRequest) ProtoMessage() {}
 
 func (x *ListStreamsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[17]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1378,7 +1556,7 @@ func (x *ListStreamsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListStreamsRequest.ProtoReflect.Descriptor instead.
 func (*ListStreamsRequest) Descriptor() ([]byte, []int) {
-	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{17}
+	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListStreamsRequest) GetPageSize() uint32 {
@@ -1406,7 +1584,7 @@ type ListStreamsResponse struct {
 
 func (x *ListStreamsResponse) Reset() {
 	*x = ListStreamsResponse{}
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[18]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1418,7 +1596,7 @@ func (x *ListStreamsResponse) String() string {
 func (*ListStreamsResponse) ProtoMessage() {}
 
 func (x *ListStreamsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[18]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1431,7 +1609,7 @@ func (x *ListStreamsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListStreamsResponse.ProtoReflect.Descriptor instead.
 func (*ListStreamsResponse) Descriptor() ([]byte, []int) {
-	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{18}
+	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListStreamsResponse) GetStreams() []*Stream {
@@ -1469,7 +1647,7 @@ type Stream struct {
 
 func (x *Stream) Reset() {
 	*x = Stream{}
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[19]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1481,7 +1659,7 @@ func (x *Stream) String() string {
 func (*Stream) ProtoMessage() {}
 
 func (x *Stream) ProtoReflect() protoreflect.Message {
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[19]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1494,7 +1672,7 @@ func (x *Stream) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Stream.ProtoReflect.Descriptor instead.
 func (*Stream) Descriptor() ([]byte, []int) {
-	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{19}
+	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Stream) GetStreamId() string {
@@ -1539,7 +1717,7 @@ type StreamSubscription struct {
 
 func (x *StreamSubscription) Reset() {
 	*x = StreamSubscription{}
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[20]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1551,7 +1729,7 @@ func (x *StreamSubscription) String() string {
 func (*StreamSubscription) ProtoMessage() {}
 
 func (x *StreamSubscription) ProtoReflect() protoreflect.Message {
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[20]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1564,7 +1742,7 @@ func (x *StreamSubscription) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamSubscription.ProtoReflect.Descriptor instead.
 func (*StreamSubscription) Descriptor() ([]byte, []int) {
-	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{20}
+	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *StreamSubscription) GetSubscriptionId() string {
@@ -1614,7 +1792,7 @@ type ListDeadLettersRequest struct {
 
 func (x *ListDeadLettersRequest) Reset() {
 	*x = ListDeadLettersRequest{}
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[21]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1626,7 +1804,7 @@ func (x *ListDeadLettersRequest) String() string {
 func (*ListDeadLettersRequest) ProtoMessage() {}
 
 func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[21]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1639,7 +1817,7 @@ func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*ListDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{21}
+	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListDeadLettersRequest) GetSubscriptionId() string {
@@ -1675,7 +1853,7 @@ type ListDeadLettersResponse struct {
 
 func (x *ListDeadLettersResponse) Reset() {
 	*x = ListDeadLettersResponse{}
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[22]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1687,7 +1865,7 @@ func (x *ListDeadLettersResponse) String() string {
 func (*ListDeadLettersResponse) ProtoMessage() {}
 
 func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[22]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1700,7 +1878,7 @@ func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*ListDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{22}
+	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListDeadLettersResponse) GetDeadLetters() []*DeadLetter {
@@ -1745,7 +1923,7 @@ type DeadLetter struct {
 
 func (x *DeadLetter) Reset() {
 	*x = DeadLetter{}
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[23]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1757,7 +1935,7 @@ func (x *DeadLetter) String() string {
 func (*DeadLetter) ProtoMessage() {}
 
 func (x *DeadLetter) ProtoReflect() protoreflect.Message {
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[23]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1770,7 +1948,7 @@ func (x *DeadLetter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadLetter.ProtoReflect.Descriptor instead.
 func (*DeadLetter) Descriptor() ([]byte, []int) {
-	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{23}
+	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *DeadLetter) GetSystemId() string {
@@ -1842,7 +2020,7 @@ type ReplayDeadLettersRequest struct {
 
 func (x *ReplayDeadLettersRequest) Reset() {
 	*x = ReplayDeadLettersRequest{}
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[24]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1854,7 +2032,7 @@ func (x *ReplayDeadLettersRequest) String() string {
 func (*ReplayDeadLettersRequest) ProtoMessage() {}
 
 func (x *ReplayDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[24]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1867,7 +2045,7 @@ func (x *ReplayDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*ReplayDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{24}
+	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ReplayDeadLettersRequest) GetSubscriptionId() string {
@@ -1903,7 +2081,7 @@ type ReplayDeadLettersResponse struct {
 
 func (x *ReplayDeadLettersResponse) Reset() {
 	*x = ReplayDeadLettersResponse{}
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[25]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1915,7 +2093,7 @@ func (x *ReplayDeadLettersResponse) String() string {
 func (*ReplayDeadLettersResponse) ProtoMessage() {}
 
 func (x *ReplayDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[25]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1928,7 +2106,7 @@ func (x *ReplayDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*ReplayDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{25}
+	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ReplayDeadLettersResponse) GetResults() []*ReplayResult {
@@ -1968,7 +2146,7 @@ type ReplayResult struct {
 
 func (x *ReplayResult) Reset() {
 	*x = ReplayResult{}
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[26]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1980,7 +2158,7 @@ func (x *ReplayResult) String() string {
 func (*ReplayResult) ProtoMessage() {}
 
 func (x *ReplayResult) ProtoReflect() protoreflect.Message {
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[26]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1993,7 +2171,7 @@ func (x *ReplayResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayResult.ProtoReflect.Descriptor instead.
 func (*ReplayResult) Descriptor() ([]byte, []int) {
-	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{26}
+	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ReplayResult) GetSystemId() string {
@@ -2043,7 +2221,7 @@ type PurgeDeadLettersRequest struct {
 
 func (x *PurgeDeadLettersRequest) Reset() {
 	*x = PurgeDeadLettersRequest{}
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[27]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2055,7 +2233,7 @@ func (x *PurgeDeadLettersRequest) String() string {
 func (*PurgeDeadLettersRequest) ProtoMessage() {}
 
 func (x *PurgeDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[27]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2068,7 +2246,7 @@ func (x *PurgeDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*PurgeDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{27}
+	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *PurgeDeadLettersRequest) GetSubscriptionId() string {
@@ -2101,7 +2279,7 @@ type PurgeDeadLettersResponse struct {
 
 func (x *PurgeDeadLettersResponse) Reset() {
 	*x = PurgeDeadLettersResponse{}
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[28]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2113,7 +2291,7 @@ func (x *PurgeDeadLettersResponse) String() string {
 func (*PurgeDeadLettersResponse) ProtoMessage() {}
 
 func (x *PurgeDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[28]
+	mi := &file_tinybroker_admin_v1_admin_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2126,7 +2304,7 @@ func (x *PurgeDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*PurgeDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{28}
+	return file_tinybroker_admin_v1_admin_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *PurgeDeadLettersResponse) GetPurged() uint32 {
@@ -2181,7 +2359,7 @@ const file_tinybroker_admin_v1_admin_proto_rawDesc = "" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12\x14\n" +
 	"\x05total\x18\x03 \x01(\rR\x05total\"?\n" +
 	"\x14DescribeGroupRequest\x12'\n" +
-	"\x0fsubscription_id\x18\x01 \x01(\tR\x0esubscriptionId\"\xd8\x06\n" +
+	"\x0fsubscription_id\x18\x01 \x01(\tR\x0esubscriptionId\"\xf0\x06\n" +
 	"\x05Group\x12'\n" +
 	"\x0fsubscription_id\x18\x01 \x01(\tR\x0esubscriptionId\x12%\n" +
 	"\x0econsumer_group\x18\x02 \x01(\tR\rconsumerGroup\x12%\n" +
@@ -2208,7 +2386,8 @@ const file_tinybroker_admin_v1_admin_proto_rawDesc = "" +
 	"\vmember_list\x18\x15 \x03(\v2\x1b.tinybroker.admin.v1.MemberR\n" +
 	"memberList\x12\x12\n" +
 	"\x04keys\x18\x16 \x01(\rR\x04keys\x12?\n" +
-	"\fbusiest_keys\x18\x17 \x03(\v2\x1c.tinybroker.admin.v1.KeyLoadR\vbusiestKeys\"E\n" +
+	"\fbusiest_keys\x18\x17 \x03(\v2\x1c.tinybroker.admin.v1.KeyLoadR\vbusiestKeys\x12\x16\n" +
+	"\x06paused\x18\x18 \x01(\bR\x06paused\"E\n" +
 	"\aKeyLoad\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x12\n" +
 	"\x04held\x18\x02 \x01(\rR\x04held\x12\x14\n" +
@@ -2248,7 +2427,14 @@ const file_tinybroker_admin_v1_admin_proto_rawDesc = "" +
 	"\x11PurgeGroupRequest\x12'\n" +
 	"\x0fsubscription_id\x18\x01 \x01(\tR\x0esubscriptionId\",\n" +
 	"\x12PurgeGroupResponse\x12\x16\n" +
-	"\x06purged\x18\x01 \x01(\rR\x06purged\"P\n" +
+	"\x06purged\x18\x01 \x01(\rR\x06purged\"<\n" +
+	"\x11PauseGroupRequest\x12'\n" +
+	"\x0fsubscription_id\x18\x01 \x01(\tR\x0esubscriptionId\",\n" +
+	"\x12PauseGroupResponse\x12\x16\n" +
+	"\x06queued\x18\x01 \x01(\rR\x06queued\"=\n" +
+	"\x12ResumeGroupRequest\x12'\n" +
+	"\x0fsubscription_id\x18\x01 \x01(\tR\x0esubscriptionId\"\x15\n" +
+	"\x13ResumeGroupResponse\"P\n" +
 	"\x12ListStreamsRequest\x12\x1b\n" +
 	"\tpage_size\x18\x01 \x01(\rR\bpageSize\x12\x1d\n" +
 	"\n" +
@@ -2311,14 +2497,17 @@ const file_tinybroker_admin_v1_admin_proto_rawDesc = "" +
 	"system_ids\x18\x02 \x03(\tR\tsystemIds\x12\x10\n" +
 	"\x03all\x18\x03 \x01(\bR\x03all\"2\n" +
 	"\x18PurgeDeadLettersResponse\x12\x16\n" +
-	"\x06purged\x18\x01 \x01(\rR\x06purged2\x90\a\n" +
+	"\x06purged\x18\x01 \x01(\rR\x06purged2\xd1\b\n" +
 	"\x05Admin\x12]\n" +
 	"\n" +
 	"ListGroups\x12&.tinybroker.admin.v1.ListGroupsRequest\x1a'.tinybroker.admin.v1.ListGroupsResponse\x12V\n" +
 	"\rDescribeGroup\x12).tinybroker.admin.v1.DescribeGroupRequest\x1a\x1a.tinybroker.admin.v1.Group\x12`\n" +
 	"\vDeleteGroup\x12'.tinybroker.admin.v1.DeleteGroupRequest\x1a(.tinybroker.admin.v1.DeleteGroupResponse\x12]\n" +
 	"\n" +
-	"PurgeGroup\x12&.tinybroker.admin.v1.PurgeGroupRequest\x1a'.tinybroker.admin.v1.PurgeGroupResponse\x12`\n" +
+	"PurgeGroup\x12&.tinybroker.admin.v1.PurgeGroupRequest\x1a'.tinybroker.admin.v1.PurgeGroupResponse\x12]\n" +
+	"\n" +
+	"PauseGroup\x12&.tinybroker.admin.v1.PauseGroupRequest\x1a'.tinybroker.admin.v1.PauseGroupResponse\x12`\n" +
+	"\vResumeGroup\x12'.tinybroker.admin.v1.ResumeGroupRequest\x1a(.tinybroker.admin.v1.ResumeGroupResponse\x12`\n" +
 	"\vListStreams\x12'.tinybroker.admin.v1.ListStreamsRequest\x1a(.tinybroker.admin.v1.ListStreamsResponse\x12l\n" +
 	"\x0fListDeadLetters\x12+.tinybroker.admin.v1.ListDeadLettersRequest\x1a,.tinybroker.admin.v1.ListDeadLettersResponse\x12r\n" +
 	"\x11ReplayDeadLetters\x12-.tinybroker.admin.v1.ReplayDeadLettersRequest\x1a..tinybroker.admin.v1.ReplayDeadLettersResponse\x12o\n" +
@@ -2337,7 +2526,7 @@ func file_tinybroker_admin_v1_admin_proto_rawDescGZIP() []byte {
 	return file_tinybroker_admin_v1_admin_proto_rawDescData
 }
 
-var file_tinybroker_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_tinybroker_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_tinybroker_admin_v1_admin_proto_goTypes = []any{
 	(*ListUsersRequest)(nil),          // 0: tinybroker.admin.v1.ListUsersRequest
 	(*ListUsersResponse)(nil),         // 1: tinybroker.admin.v1.ListUsersResponse
@@ -2356,21 +2545,25 @@ var file_tinybroker_admin_v1_admin_proto_goTypes = []any{
 	(*DeleteGroupResponse)(nil),       // 14: tinybroker.admin.v1.DeleteGroupResponse
 	(*PurgeGroupRequest)(nil),         // 15: tinybroker.admin.v1.PurgeGroupRequest
 	(*PurgeGroupResponse)(nil),        // 16: tinybroker.admin.v1.PurgeGroupResponse
-	(*ListStreamsRequest)(nil),        // 17: tinybroker.admin.v1.ListStreamsRequest
-	(*ListStreamsResponse)(nil),       // 18: tinybroker.admin.v1.ListStreamsResponse
-	(*Stream)(nil),                    // 19: tinybroker.admin.v1.Stream
-	(*StreamSubscription)(nil),        // 20: tinybroker.admin.v1.StreamSubscription
-	(*ListDeadLettersRequest)(nil),    // 21: tinybroker.admin.v1.ListDeadLettersRequest
-	(*ListDeadLettersResponse)(nil),   // 22: tinybroker.admin.v1.ListDeadLettersResponse
-	(*DeadLetter)(nil),                // 23: tinybroker.admin.v1.DeadLetter
-	(*ReplayDeadLettersRequest)(nil),  // 24: tinybroker.admin.v1.ReplayDeadLettersRequest
-	(*ReplayDeadLettersResponse)(nil), // 25: tinybroker.admin.v1.ReplayDeadLettersResponse
-	(*ReplayResult)(nil),              // 26: tinybroker.admin.v1.ReplayResult
-	(*PurgeDeadLettersRequest)(nil),   // 27: tinybroker.admin.v1.PurgeDeadLettersRequest
-	(*PurgeDeadLettersResponse)(nil),  // 28: tinybroker.admin.v1.PurgeDeadLettersResponse
-	nil,                               // 29: tinybroker.admin.v1.DeadLetter.HeadersEntry
-	(*durationpb.Duration)(nil),       // 30: google.protobuf.Duration
-	(v1.DeliveryMode)(0),              // 31: tinybroker.v1.DeliveryMode
+	(*PauseGroupRequest)(nil),         // 17: tinybroker.admin.v1.PauseGroupRequest
+	(*PauseGroupResponse)(nil),        // 18: tinybroker.admin.v1.PauseGroupResponse
+	(*ResumeGroupRequest)(nil),        // 19: tinybroker.admin.v1.ResumeGroupRequest
+	(*ResumeGroupResponse)(nil),       // 20: tinybroker.admin.v1.ResumeGroupResponse
+	(*ListStreamsRequest)(nil),        // 21: tinybroker.admin.v1.ListStreamsRequest
+	(*ListStreamsResponse)(nil),       // 22: tinybroker.admin.v1.ListStreamsResponse
+	(*Stream)(nil),                    // 23: tinybroker.admin.v1.Stream
+	(*StreamSubscription)(nil),        // 24: tinybroker.admin.v1.StreamSubscription
+	(*ListDeadLettersRequest)(nil),    // 25: tinybroker.admin.v1.ListDeadLettersRequest
+	(*ListDeadLettersResponse)(nil),   // 26: tinybroker.admin.v1.ListDeadLettersResponse
+	(*DeadLetter)(nil),                // 27: tinybroker.admin.v1.DeadLetter
+	(*ReplayDeadLettersRequest)(nil),  // 28: tinybroker.admin.v1.ReplayDeadLettersRequest
+	(*ReplayDeadLettersResponse)(nil), // 29: tinybroker.admin.v1.ReplayDeadLettersResponse
+	(*ReplayResult)(nil),              // 30: tinybroker.admin.v1.ReplayResult
+	(*PurgeDeadLettersRequest)(nil),   // 31: tinybroker.admin.v1.PurgeDeadLettersRequest
+	(*PurgeDeadLettersResponse)(nil),  // 32: tinybroker.admin.v1.PurgeDeadLettersResponse
+	nil,                               // 33: tinybroker.admin.v1.DeadLetter.HeadersEntry
+	(*durationpb.Duration)(nil),       // 34: google.protobuf.Duration
+	(v1.DeliveryMode)(0),              // 35: tinybroker.v1.DeliveryMode
 }
 var file_tinybroker_admin_v1_admin_proto_depIdxs = []int32{
 	2,  // 0: tinybroker.admin.v1.ListUsersResponse.users:type_name -> tinybroker.admin.v1.User
@@ -2380,41 +2573,45 @@ var file_tinybroker_admin_v1_admin_proto_depIdxs = []int32{
 	4,  // 4: tinybroker.admin.v1.User.limits:type_name -> tinybroker.admin.v1.UserLimits
 	5,  // 5: tinybroker.admin.v1.User.usage:type_name -> tinybroker.admin.v1.UserUsage
 	9,  // 6: tinybroker.admin.v1.ListGroupsResponse.groups:type_name -> tinybroker.admin.v1.Group
-	30, // 7: tinybroker.admin.v1.Group.oldest_age:type_name -> google.protobuf.Duration
+	34, // 7: tinybroker.admin.v1.Group.oldest_age:type_name -> google.protobuf.Duration
 	11, // 8: tinybroker.admin.v1.Group.settings:type_name -> tinybroker.admin.v1.GroupSettings
 	12, // 9: tinybroker.admin.v1.Group.member_list:type_name -> tinybroker.admin.v1.Member
 	10, // 10: tinybroker.admin.v1.Group.busiest_keys:type_name -> tinybroker.admin.v1.KeyLoad
-	30, // 11: tinybroker.admin.v1.GroupSettings.redelivery_delay_min:type_name -> google.protobuf.Duration
-	30, // 12: tinybroker.admin.v1.GroupSettings.redelivery_delay_max:type_name -> google.protobuf.Duration
-	30, // 13: tinybroker.admin.v1.GroupSettings.redelivery_backoff:type_name -> google.protobuf.Duration
-	30, // 14: tinybroker.admin.v1.GroupSettings.max_age:type_name -> google.protobuf.Duration
-	30, // 15: tinybroker.admin.v1.Member.ack_deadline:type_name -> google.protobuf.Duration
-	19, // 16: tinybroker.admin.v1.ListStreamsResponse.streams:type_name -> tinybroker.admin.v1.Stream
-	20, // 17: tinybroker.admin.v1.Stream.subscriptions:type_name -> tinybroker.admin.v1.StreamSubscription
-	31, // 18: tinybroker.admin.v1.StreamSubscription.mode:type_name -> tinybroker.v1.DeliveryMode
-	23, // 19: tinybroker.admin.v1.ListDeadLettersResponse.dead_letters:type_name -> tinybroker.admin.v1.DeadLetter
-	29, // 20: tinybroker.admin.v1.DeadLetter.headers:type_name -> tinybroker.admin.v1.DeadLetter.HeadersEntry
-	26, // 21: tinybroker.admin.v1.ReplayDeadLettersResponse.results:type_name -> tinybroker.admin.v1.ReplayResult
+	34, // 11: tinybroker.admin.v1.GroupSettings.redelivery_delay_min:type_name -> google.protobuf.Duration
+	34, // 12: tinybroker.admin.v1.GroupSettings.redelivery_delay_max:type_name -> google.protobuf.Duration
+	34, // 13: tinybroker.admin.v1.GroupSettings.redelivery_backoff:type_name -> google.protobuf.Duration
+	34, // 14: tinybroker.admin.v1.GroupSettings.max_age:type_name -> google.protobuf.Duration
+	34, // 15: tinybroker.admin.v1.Member.ack_deadline:type_name -> google.protobuf.Duration
+	23, // 16: tinybroker.admin.v1.ListStreamsResponse.streams:type_name -> tinybroker.admin.v1.Stream
+	24, // 17: tinybroker.admin.v1.Stream.subscriptions:type_name -> tinybroker.admin.v1.StreamSubscription
+	35, // 18: tinybroker.admin.v1.StreamSubscription.mode:type_name -> tinybroker.v1.DeliveryMode
+	27, // 19: tinybroker.admin.v1.ListDeadLettersResponse.dead_letters:type_name -> tinybroker.admin.v1.DeadLetter
+	33, // 20: tinybroker.admin.v1.DeadLetter.headers:type_name -> tinybroker.admin.v1.DeadLetter.HeadersEntry
+	30, // 21: tinybroker.admin.v1.ReplayDeadLettersResponse.results:type_name -> tinybroker.admin.v1.ReplayResult
 	6,  // 22: tinybroker.admin.v1.Admin.ListGroups:input_type -> tinybroker.admin.v1.ListGroupsRequest
 	8,  // 23: tinybroker.admin.v1.Admin.DescribeGroup:input_type -> tinybroker.admin.v1.DescribeGroupRequest
 	13, // 24: tinybroker.admin.v1.Admin.DeleteGroup:input_type -> tinybroker.admin.v1.DeleteGroupRequest
 	15, // 25: tinybroker.admin.v1.Admin.PurgeGroup:input_type -> tinybroker.admin.v1.PurgeGroupRequest
-	17, // 26: tinybroker.admin.v1.Admin.ListStreams:input_type -> tinybroker.admin.v1.ListStreamsRequest
-	21, // 27: tinybroker.admin.v1.Admin.ListDeadLetters:input_type -> tinybroker.admin.v1.ListDeadLettersRequest
-	24, // 28: tinybroker.admin.v1.Admin.ReplayDeadLetters:input_type -> tinybroker.admin.v1.ReplayDeadLettersRequest
-	27, // 29: tinybroker.admin.v1.Admin.PurgeDeadLetters:input_type -> tinybroker.admin.v1.PurgeDeadLettersRequest
-	0,  // 30: tinybroker.admin.v1.Admin.ListUsers:input_type -> tinybroker.admin.v1.ListUsersRequest
-	7,  // 31: tinybroker.admin.v1.Admin.ListGroups:output_type -> tinybroker.admin.v1.ListGroupsResponse
-	9,  // 32: tinybroker.admin.v1.Admin.DescribeGroup:output_type -> tinybroker.admin.v1.Group
-	14, // 33: tinybroker.admin.v1.Admin.DeleteGroup:output_type -> tinybroker.admin.v1.DeleteGroupResponse
-	16, // 34: tinybroker.admin.v1.Admin.PurgeGroup:output_type -> tinybroker.admin.v1.PurgeGroupResponse
-	18, // 35: tinybroker.admin.v1.Admin.ListStreams:output_type -> tinybroker.admin.v1.ListStreamsResponse
-	22, // 36: tinybroker.admin.v1.Admin.ListDeadLetters:output_type -> tinybroker.admin.v1.ListDeadLettersResponse
-	25, // 37: tinybroker.admin.v1.Admin.ReplayDeadLetters:output_type -> tinybroker.admin.v1.ReplayDeadLettersResponse
-	28, // 38: tinybroker.admin.v1.Admin.PurgeDeadLetters:output_type -> tinybroker.admin.v1.PurgeDeadLettersResponse
-	1,  // 39: tinybroker.admin.v1.Admin.ListUsers:output_type -> tinybroker.admin.v1.ListUsersResponse
-	31, // [31:40] is the sub-list for method output_type
-	22, // [22:31] is the sub-list for method input_type
+	17, // 26: tinybroker.admin.v1.Admin.PauseGroup:input_type -> tinybroker.admin.v1.PauseGroupRequest
+	19, // 27: tinybroker.admin.v1.Admin.ResumeGroup:input_type -> tinybroker.admin.v1.ResumeGroupRequest
+	21, // 28: tinybroker.admin.v1.Admin.ListStreams:input_type -> tinybroker.admin.v1.ListStreamsRequest
+	25, // 29: tinybroker.admin.v1.Admin.ListDeadLetters:input_type -> tinybroker.admin.v1.ListDeadLettersRequest
+	28, // 30: tinybroker.admin.v1.Admin.ReplayDeadLetters:input_type -> tinybroker.admin.v1.ReplayDeadLettersRequest
+	31, // 31: tinybroker.admin.v1.Admin.PurgeDeadLetters:input_type -> tinybroker.admin.v1.PurgeDeadLettersRequest
+	0,  // 32: tinybroker.admin.v1.Admin.ListUsers:input_type -> tinybroker.admin.v1.ListUsersRequest
+	7,  // 33: tinybroker.admin.v1.Admin.ListGroups:output_type -> tinybroker.admin.v1.ListGroupsResponse
+	9,  // 34: tinybroker.admin.v1.Admin.DescribeGroup:output_type -> tinybroker.admin.v1.Group
+	14, // 35: tinybroker.admin.v1.Admin.DeleteGroup:output_type -> tinybroker.admin.v1.DeleteGroupResponse
+	16, // 36: tinybroker.admin.v1.Admin.PurgeGroup:output_type -> tinybroker.admin.v1.PurgeGroupResponse
+	18, // 37: tinybroker.admin.v1.Admin.PauseGroup:output_type -> tinybroker.admin.v1.PauseGroupResponse
+	20, // 38: tinybroker.admin.v1.Admin.ResumeGroup:output_type -> tinybroker.admin.v1.ResumeGroupResponse
+	22, // 39: tinybroker.admin.v1.Admin.ListStreams:output_type -> tinybroker.admin.v1.ListStreamsResponse
+	26, // 40: tinybroker.admin.v1.Admin.ListDeadLetters:output_type -> tinybroker.admin.v1.ListDeadLettersResponse
+	29, // 41: tinybroker.admin.v1.Admin.ReplayDeadLetters:output_type -> tinybroker.admin.v1.ReplayDeadLettersResponse
+	32, // 42: tinybroker.admin.v1.Admin.PurgeDeadLetters:output_type -> tinybroker.admin.v1.PurgeDeadLettersResponse
+	1,  // 43: tinybroker.admin.v1.Admin.ListUsers:output_type -> tinybroker.admin.v1.ListUsersResponse
+	33, // [33:44] is the sub-list for method output_type
+	22, // [22:33] is the sub-list for method input_type
 	22, // [22:22] is the sub-list for extension type_name
 	22, // [22:22] is the sub-list for extension extendee
 	0,  // [0:22] is the sub-list for field type_name
@@ -2431,7 +2628,7 @@ func file_tinybroker_admin_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tinybroker_admin_v1_admin_proto_rawDesc), len(file_tinybroker_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   30,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -28,6 +28,8 @@ const (
 	Admin_DescribeGroup_FullMethodName     = "/tinybroker.admin.v1.Admin/DescribeGroup"
 	Admin_DeleteGroup_FullMethodName       = "/tinybroker.admin.v1.Admin/DeleteGroup"
 	Admin_PurgeGroup_FullMethodName        = "/tinybroker.admin.v1.Admin/PurgeGroup"
+	Admin_PauseGroup_FullMethodName        = "/tinybroker.admin.v1.Admin/PauseGroup"
+	Admin_ResumeGroup_FullMethodName       = "/tinybroker.admin.v1.Admin/ResumeGroup"
 	Admin_ListStreams_FullMethodName       = "/tinybroker.admin.v1.Admin/ListStreams"
 	Admin_ListDeadLetters_FullMethodName   = "/tinybroker.admin.v1.Admin/ListDeadLetters"
 	Admin_ReplayDeadLetters_FullMethodName = "/tinybroker.admin.v1.Admin/ReplayDeadLetters"
@@ -55,6 +57,15 @@ type AdminClient interface {
 	// PurgeGroup drops the messages a group holds for its members (queued and delayed); what
 	// is in flight stays with its members.
 	PurgeGroup(ctx context.Context, in *PurgeGroupRequest, opts ...grpc.CallOption) (*PurgeGroupResponse, error)
+	// PauseGroup pauses a group: it takes publishes as ever (within its bounds) and hands
+	// nothing to its members until ResumeGroup; what they hold stays theirs to ack or nack,
+	// and what they give back waits with the queue. Pausing a paused group does nothing. On
+	// the JetStream engine the pause is kept in the group's consumer: on every node, and
+	// across restarts; on the memory engine a restart forgets it with everything else.
+	PauseGroup(ctx context.Context, in *PauseGroupRequest, opts ...grpc.CallOption) (*PauseGroupResponse, error)
+	// ResumeGroup resumes a paused group: it delivers what it kept. Resuming a running group
+	// does nothing.
+	ResumeGroup(ctx context.Context, in *ResumeGroupRequest, opts ...grpc.CallOption) (*ResumeGroupResponse, error)
 	// ListStreams lists the open Subscribe streams that carry subscriptions, with them.
 	ListStreams(ctx context.Context, in *ListStreamsRequest, opts ...grpc.CallOption) (*ListStreamsResponse, error)
 	// ListDeadLetters lists the dead letters a group keeps, oldest first, a page at a time.
@@ -116,6 +127,26 @@ func (c *adminClient) PurgeGroup(ctx context.Context, in *PurgeGroupRequest, opt
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(PurgeGroupResponse)
 	err := c.cc.Invoke(ctx, Admin_PurgeGroup_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) PauseGroup(ctx context.Context, in *PauseGroupRequest, opts ...grpc.CallOption) (*PauseGroupResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PauseGroupResponse)
+	err := c.cc.Invoke(ctx, Admin_PauseGroup_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) ResumeGroup(ctx context.Context, in *ResumeGroupRequest, opts ...grpc.CallOption) (*ResumeGroupResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ResumeGroupResponse)
+	err := c.cc.Invoke(ctx, Admin_ResumeGroup_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -192,6 +223,15 @@ type AdminServer interface {
 	// PurgeGroup drops the messages a group holds for its members (queued and delayed); what
 	// is in flight stays with its members.
 	PurgeGroup(context.Context, *PurgeGroupRequest) (*PurgeGroupResponse, error)
+	// PauseGroup pauses a group: it takes publishes as ever (within its bounds) and hands
+	// nothing to its members until ResumeGroup; what they hold stays theirs to ack or nack,
+	// and what they give back waits with the queue. Pausing a paused group does nothing. On
+	// the JetStream engine the pause is kept in the group's consumer: on every node, and
+	// across restarts; on the memory engine a restart forgets it with everything else.
+	PauseGroup(context.Context, *PauseGroupRequest) (*PauseGroupResponse, error)
+	// ResumeGroup resumes a paused group: it delivers what it kept. Resuming a running group
+	// does nothing.
+	ResumeGroup(context.Context, *ResumeGroupRequest) (*ResumeGroupResponse, error)
 	// ListStreams lists the open Subscribe streams that carry subscriptions, with them.
 	ListStreams(context.Context, *ListStreamsRequest) (*ListStreamsResponse, error)
 	// ListDeadLetters lists the dead letters a group keeps, oldest first, a page at a time.
@@ -230,6 +270,12 @@ func (UnimplementedAdminServer) DeleteGroup(context.Context, *DeleteGroupRequest
 }
 func (UnimplementedAdminServer) PurgeGroup(context.Context, *PurgeGroupRequest) (*PurgeGroupResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method PurgeGroup not implemented")
+}
+func (UnimplementedAdminServer) PauseGroup(context.Context, *PauseGroupRequest) (*PauseGroupResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PauseGroup not implemented")
+}
+func (UnimplementedAdminServer) ResumeGroup(context.Context, *ResumeGroupRequest) (*ResumeGroupResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ResumeGroup not implemented")
 }
 func (UnimplementedAdminServer) ListStreams(context.Context, *ListStreamsRequest) (*ListStreamsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListStreams not implemented")
@@ -335,6 +381,42 @@ func _Admin_PurgeGroup_Handler(srv interface{}, ctx context.Context, dec func(in
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(AdminServer).PurgeGroup(ctx, req.(*PurgeGroupRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_PauseGroup_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PauseGroupRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).PauseGroup(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_PauseGroup_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).PauseGroup(ctx, req.(*PauseGroupRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_ResumeGroup_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResumeGroupRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ResumeGroup(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_ResumeGroup_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ResumeGroup(ctx, req.(*ResumeGroupRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -451,6 +533,14 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "PurgeGroup",
 			Handler:    _Admin_PurgeGroup_Handler,
+		},
+		{
+			MethodName: "PauseGroup",
+			Handler:    _Admin_PauseGroup_Handler,
+		},
+		{
+			MethodName: "ResumeGroup",
+			Handler:    _Admin_ResumeGroup_Handler,
 		},
 		{
 			MethodName: "ListStreams",
