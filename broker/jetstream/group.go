@@ -264,7 +264,8 @@ func (e *Engine) groupFromInfo(ci *jetstream.ConsumerInfo) *group {
 		e.place(g, r)
 	}
 	g.limits = e.groupLimits(g.own)
-	g.paused, g.pauseUntil = ci.Paused && ci.PauseRemaining > time.Second, ci.Config.PauseUntil // see resumeKick
+	// A pause with no more than a second to go is a resume (resumeKick).
+	g.paused, g.pauseUntil = ci.Paused && ci.PauseRemaining > time.Second, ci.Config.PauseUntil
 	g.queued, g.refreshed = int(ci.NumPending), time.Now() // what it refused, if any, included
 	// What it held before this node knew it (a restart): its messages' costs are not known
 	// here, so count each as the stream's average.
