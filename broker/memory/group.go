@@ -981,11 +981,13 @@ func (r *ring[T]) pushFront(e T) {
 	r.size++
 }
 
-// reuse empties r for another use, keeping its buffer if it is small (a spare lane's).
+// reuse empties r for another use, keeping its buffer if it is small (a spare lane's). An
+// empty ring's buffer is clear already (popFront clears what it takes).
 func (r *ring[T]) reuse() {
-	clear(r.buf)
 	if len(r.buf) > 16 {
 		r.buf = nil
+	} else if r.size > 0 {
+		clear(r.buf)
 	}
 	r.head, r.size = 0, 0
 }

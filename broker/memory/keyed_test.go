@@ -3,6 +3,7 @@ package memory
 import (
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -259,6 +260,58 @@ func TestKeysBounded(t *testing.T) {
 	same, distinct := fit(false), fit(true)
 	if distinct >= same {
 		t.Fatalf("%d messages of distinct keys fit, %d of one key: the keys' bytes are not bounded", distinct, same)
+	}
+}
+
+// A backlog over many keys leaves the maps of lanes and tenants sized for it (a Go map never
+// shrinks), and every lane made and let go of after it touched that big map: once they hold
+// a sixteenth of their peak they are made anew, with the lanes of the keys still held, and
+// the keys stay ordered and their bytes counted across it.
+func TestKeyMapsShrinkAfterBacklog(t *testing.T) {
+	gt := newGroupTest(t, Options{})
+	a := gt.member("g", 100, ordering(broker.OrderingKey), fairBy("key"))
+	g := gt.group("g")
+	var pairs []string
+	for i := range 3000 {
+		pairs = append(pairs, fmt.Sprintf("key-%d:%d", i, i))
+	}
+	gt.publishKeyed(pairs...)
+	gt.publishKeyed("key-0:0-2", "key-2999:2999-2") // behind their keys' first, across the shrink
+	g.mu.Lock()
+	lanes, tenants := reflect.ValueOf(g.keys.lanes).Pointer(), reflect.ValueOf(g.keys.tenants).Pointer()
+	lanesPeak, tenantsPeak := g.keys.lanesPeak, g.keys.tenantsPeak
+	g.mu.Unlock()
+	if lanesPeak != 3000 || tenantsPeak != 3000 {
+		t.Fatalf("peaks of %d lanes and %d tenants, want 3000 of each", lanesPeak, tenantsPeak)
+	}
+	acked := map[string]bool{}
+	for range 100 {
+		ds := next(a)
+		if len(ds) == 0 {
+			break
+		}
+		for _, d := range ds {
+			if p := string(d.Msg.Payload); strings.HasSuffix(p, "-2") && !acked[strings.TrimSuffix(p, "-2")] {
+				t.Fatalf("%s delivered before its key's first was acked", p)
+			}
+		}
+		a.Ack(ids(ds))
+		for _, p := range payloads(ds) {
+			acked[p] = true
+		}
+		checkKeyed(t, g)
+	}
+	if len(acked) != 3002 {
+		t.Fatalf("%d messages acked, want 3002", len(acked))
+	}
+	gt.settled("g")
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if reflect.ValueOf(g.keys.lanes).Pointer() == lanes || reflect.ValueOf(g.keys.tenants).Pointer() == tenants {
+		t.Fatalf("the maps of lanes and tenants are the ones sized for 3,000 keys: not made anew")
+	}
+	if g.keys.lanesPeak > shrinkMin || g.keys.tenantsPeak > shrinkMin {
+		t.Fatalf("peaks of %d lanes and %d tenants after the backlog drained, want at most %d", g.keys.lanesPeak, g.keys.tenantsPeak, shrinkMin)
 	}
 }
 
