@@ -384,6 +384,16 @@ type GroupStats struct {
 	// Oldest is when the oldest message the group holds (queued, in flight or delayed) was
 	// published, in Unix nanoseconds; 0 if it holds none.
 	Oldest int64
+	// Liveness (issue 29). OldestUnacked is when the oldest message its members hold unacked
+	// was published (Unix ns; 0: none). Room is how many more messages its members could take
+	// now: the sum of their max_in_flight less what they hold. Stalled is since when the group
+	// has had messages queued and members with room and has delivered nothing (Unix ns; 0:
+	// it has not; see Stuck). On JetStream the first two are this node's members', and Stalled
+	// is since this node first saw it so (Stats, Group) with no delivery since, the
+	// consumer's or this node's.
+	OldestUnacked int64
+	Room          int
+	Stalled       int64
 	// DeadLetters and DeadLetterBytes are what the group's dead-letter store keeps now;
 	// DeadLettersDropped counts those it let go of to stay within its bounds.
 	DeadLetters        int
@@ -419,6 +429,14 @@ type GroupInfo struct {
 	// Replicas is how many copies of its messages the engine keeps (GroupConfig.Replicas):
 	// 1 on the memory engine.
 	Replicas int
+}
+
+// Stuck says whether the group is stuck at now (Unix ns): stalled (messages queued, members
+// with room, nothing delivered) for after or longer, and not paused. Messages queued behind
+// a key whose message a member holds and does not settle, or behind JetStream's limits, are
+// what it catches: present, deliverable by the look of it, and not delivered.
+func (g *GroupStats) Stuck(now int64, after time.Duration) bool {
+	return g.Stalled != 0 && !g.Paused && now-g.Stalled >= int64(after)
 }
 
 // MemberInfo describes one member of a consumer group.

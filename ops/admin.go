@@ -16,6 +16,8 @@ type Admin interface {
 	PurgeGroup(id string) (int, error)
 	// DeleteGroup removes a group; its members are ended with broker.ErrGroupDeleted.
 	DeleteGroup(id string) error
+	// PauseGroup pauses (paused true) or resumes a group: see broker.Admin.PauseGroup.
+	PauseGroup(id string, paused bool) error
 	// DeadLetters lists up to limit dead letters of a group, oldest first.
 	DeadLetters(group string, limit int) ([]DeadLetter, error)
 	// Replay publishes the dead letters ids of a group again to their original topics, or
@@ -48,6 +50,9 @@ func (a EngineAdmin) Group(id string) (broker.GroupStats, error) {
 }
 func (a EngineAdmin) PurgeGroup(id string) (int, error) { return a.Engine.PurgeGroup(id) }
 func (a EngineAdmin) DeleteGroup(id string) error       { return a.Engine.DeleteGroup(id) }
+func (a EngineAdmin) PauseGroup(id string, paused bool) error {
+	return a.Engine.PauseGroup(id, paused)
+}
 
 // DeadLetters lists the first limit dead letters the group keeps.
 func (a EngineAdmin) DeadLetters(group string, limit int) ([]DeadLetter, error) {

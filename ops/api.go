@@ -31,6 +31,8 @@ var webFS embed.FS
 //	GET    /api/streams?offset=N&limit=M          the open streams and their subscriptions (as /connz)
 //	GET    /api/groups/{id}                       one group
 //	POST   /api/groups/{id}/purge                 drop what it holds for its members
+//	POST   /api/groups/{id}/pause                 stop its deliveries (it keeps taking publishes)
+//	POST   /api/groups/{id}/resume                deliver again what it kept
 //	DELETE /api/groups/{id}                       remove a group without members
 //	GET    /api/groups/{id}/dead-letters?limit=N  its dead letters
 //	POST   /api/groups/{id}/dead-letters/replay   {"ids": [...]} (none: all) back to their topics
@@ -47,6 +49,8 @@ func (o *Ops) routes(mux *http.ServeMux) {
 	mux.Handle("GET /api/streams", o.hostCheck(http.HandlerFunc(o.getStreams)))
 	mux.Handle("GET /api/groups/{id}", o.hostCheck(http.HandlerFunc(o.getGroup)))
 	mux.Handle("POST /api/groups/{id}/purge", o.hostCheck(http.HandlerFunc(o.purgeGroup)))
+	mux.Handle("POST /api/groups/{id}/pause", o.hostCheck(http.HandlerFunc(o.pauseGroup)))
+	mux.Handle("POST /api/groups/{id}/resume", o.hostCheck(http.HandlerFunc(o.resumeGroup)))
 	mux.Handle("DELETE /api/groups/{id}", o.hostCheck(http.HandlerFunc(o.deleteGroup)))
 	mux.Handle("GET /api/groups/{id}/dead-letters", o.hostCheck(http.HandlerFunc(o.deadLetters)))
 	mux.Handle("POST /api/groups/{id}/dead-letters/replay", o.hostCheck(http.HandlerFunc(o.replay)))
@@ -105,12 +109,20 @@ func (o *Ops) getGroup(w http.ResponseWriter, r *http.Request) {
 		adminError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, groupJSON(g, time.Now().UnixNano()))
+	writeJSON(w, http.StatusOK, groupJSON(g, time.Now().UnixNano(), o.opts.StuckAfter))
 }
 
 func (o *Ops) purgeGroup(w http.ResponseWriter, r *http.Request) {
 	n, err := o.opts.Admin.PurgeGroup(r.PathValue("id"))
 	o.acted(w, r, "purged", n, err)
+}
+
+func (o *Ops) pauseGroup(w http.ResponseWriter, r *http.Request) {
+	o.acted(w, r, "paused", 1, o.opts.Admin.PauseGroup(r.PathValue("id"), true))
+}
+
+func (o *Ops) resumeGroup(w http.ResponseWriter, r *http.Request) {
+	o.acted(w, r, "resumed", 1, o.opts.Admin.PauseGroup(r.PathValue("id"), false))
 }
 
 func (o *Ops) deleteGroup(w http.ResponseWriter, r *http.Request) {
@@ -268,27 +280,32 @@ type FanoutJSON struct {
 
 // GroupJSON is one consumer group.
 type GroupJSON struct {
-	ID           string   `json:"id"`
-	Group        string   `json:"group"`
-	Patterns     []string `json:"patterns"`
-	Declared     bool     `json:"declared"`
-	Members      int      `json:"members"`
-	Queued       int      `json:"queued"`
-	InFlight     int      `json:"in_flight"`
-	Delayed      int      `json:"delayed"`
-	Bytes        int64    `json:"bytes"`
-	OldestAgeMS  int64    `json:"oldest_age_ms"`
-	Published    uint64   `json:"published"` // messages it took
-	Delivered    uint64   `json:"delivered"`
-	Acked        uint64   `json:"acked"`
-	Redelivered  uint64   `json:"redelivered"`
-	Nacked       uint64   `json:"nacked"`
-	TimedOut     uint64   `json:"timed_out"`
-	LeftBehind   uint64   `json:"left_behind"`
-	DeadLettered uint64   `json:"dead_lettered"` // ever, since the broker started
-	DeadLetters  int      `json:"dead_letters"`  // kept now in its dead-letter store
-	Dropped      uint64   `json:"dropped"`
-	Rejected     uint64   `json:"rejected"`
+	ID       string   `json:"id"`
+	Group    string   `json:"group"`
+	Patterns []string `json:"patterns"`
+	Declared bool     `json:"declared"`
+	Paused   bool     `json:"paused"`
+	// Stuck: messages queued, members with room, nothing delivered for Options.StuckAfter.
+	Stuck       bool  `json:"stuck"`
+	Members     int   `json:"members"`
+	Queued      int   `json:"queued"`
+	InFlight    int   `json:"in_flight"`
+	Delayed     int   `json:"delayed"`
+	Bytes       int64 `json:"bytes"`
+	OldestAgeMS int64 `json:"oldest_age_ms"`
+	// The oldest message its members hold unacked, ms since its publish (0: none).
+	OldestUnackedMS int64  `json:"oldest_unacked_age_ms"`
+	Published       uint64 `json:"published"` // messages it took
+	Delivered       uint64 `json:"delivered"`
+	Acked           uint64 `json:"acked"`
+	Redelivered     uint64 `json:"redelivered"`
+	Nacked          uint64 `json:"nacked"`
+	TimedOut        uint64 `json:"timed_out"`
+	LeftBehind      uint64 `json:"left_behind"`
+	DeadLettered    uint64 `json:"dead_lettered"` // ever, since the broker started
+	DeadLetters     int    `json:"dead_letters"`  // kept now in its dead-letter store
+	Dropped         uint64 `json:"dropped"`
+	Rejected        uint64 `json:"rejected"`
 }
 
 // PluginJSON is one plugin.
@@ -315,8 +332,9 @@ type HookJSON struct {
 // them all), so that a broker with 100,000 subscriptions does not send megabytes a second.
 const maxListed = 500
 
-func groupJSON(g broker.GroupStats, now int64) GroupJSON {
-	return GroupJSON{ID: g.ID, Group: g.Group, Patterns: g.Patterns, Declared: g.Declared, Members: g.Members,
+func groupJSON(g broker.GroupStats, now int64, stuckAfter time.Duration) GroupJSON {
+	return GroupJSON{ID: g.ID, Group: g.Group, Patterns: g.Patterns, Declared: g.Declared, Paused: g.Paused, Stuck: g.Stuck(now, stuckAfter),
+		OldestUnackedMS: int64(ageSeconds(g.OldestUnacked, now) * 1000), Members: g.Members,
 		Queued: g.Queued, InFlight: g.InFlight, Delayed: g.Delayed, Bytes: g.Bytes,
 		OldestAgeMS: int64(ageSeconds(g.OldestQueued, now) * 1000), Published: g.Published, Delivered: g.Delivered, Acked: g.Acked,
 		Redelivered: g.Redelivered, Nacked: g.Nacked, TimedOut: g.TimedOut, LeftBehind: g.LeftBehind,
@@ -372,11 +390,11 @@ func (s *snapshotter) take() *Snapshot {
 			oldest = g.OldestQueued
 		}
 		if i < maxListed {
-			snap.Groups = append(snap.Groups, groupJSON(g, now.UnixNano()))
+			snap.Groups = append(snap.Groups, groupJSON(g, now.UnixNano(), s.src.stuckAfter))
 		}
 	}
 	all.OldestQueued = oldest
-	snap.Backlog = groupJSON(all, now.UnixNano())
+	snap.Backlog = groupJSON(all, now.UnixNano(), s.src.stuckAfter)
 	if srv := s.src.server; srv != nil {
 		t := srv.Traffic()
 		snap.Server = serverJSON(srv)

@@ -173,6 +173,28 @@ func TestDashboard(t *testing.T) {
 		t.Errorf("after replay the group holds %d queued + %d in flight; before %d + %d: the dead letter did not come back",
 			g.Queued, g.InFlight, before.Queued, before.InFlight)
 	}
+	// Pause from the group's row: the broker's group is paused and the row says so; Resume
+	// undoes it.
+	if err := chromedp.Do(ctx, chromedp.Navigate(s.url+"/#groups")); err != nil {
+		t.Fatal(err)
+	}
+	waitJS(t, ctx, "the pause button", `document.querySelector('tr[data-group="resizers"] button.pause') !== null`)
+	if err := chromedp.Do(ctx, chromedp.Click(`tr[data-group="resizers"] button.pause`)); err != nil {
+		t.Fatal(err)
+	}
+	waitJS(t, ctx, "the paused badge and the resume button", `document.querySelector('tr[data-group="resizers"] .badge.paused') !== null && document.querySelector('tr[data-group="resizers"] button.resume') !== null`)
+	if g, err := s.b.Group("resizers"); err != nil || !g.Paused {
+		t.Fatalf("after the dashboard's pause the group is paused %v (%v)", g.Paused, err)
+	}
+	waitJS(t, ctx, "the pause's toast", `document.getElementById("toast").textContent.startsWith("Paused resizers")`)
+	// The toast may cover the row's buttons (fixed, bottom right): click through it.
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[chromedp.Void](`document.querySelector('tr[data-group="resizers"] button.resume').click()`)); err != nil {
+		t.Fatal(err)
+	}
+	waitJS(t, ctx, "the badge gone", `document.querySelector('tr[data-group="resizers"] .badge.paused') === null && document.querySelector('tr[data-group="resizers"] button.pause') !== null`)
+	if g, err := s.b.Group("resizers"); err != nil || g.Paused {
+		t.Fatalf("after the dashboard's resume the group is paused %v (%v)", g.Paused, err)
+	}
 	if err := chromedp.Do(ctx, chromedp.Navigate(s.url+"/#overview")); err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package ops_test
 
 import (
 	"context"
+	"github.com/hashicorp/go-hclog"
 	"io"
 	"net/http"
 	"os"
@@ -41,6 +42,7 @@ type stack struct {
 	url   string // the ops listener, http://127.0.0.1:PORT
 	addr  string // the gRPC server's
 	c     pb.BrokerClient
+	logs  *brokertest.Log // the ops listener's
 }
 
 type stackOptions struct {
@@ -54,6 +56,7 @@ type stackOptions struct {
 	auth      *auth.Authenticator
 	httpAuth  func(*http.Request) error // the listener's Authenticate
 	commit    string
+	stuck     time.Duration // StuckAfter (the default, 1m)
 }
 
 func start(t *testing.T, so stackOptions) *stack {
@@ -83,7 +86,9 @@ func start(t *testing.T, so stackOptions) *stack {
 		so.interval = 100 * time.Millisecond
 	}
 	opts := ops.Options{Engine: s.b, Server: s.srv, Interval: so.interval, MaxGroupSeries: so.maxGroups, Authenticate: so.httpAuth, Version: "v1.2.3", Commit: so.commit,
-		HistoryInterval: so.history, HistoryLen: so.histLen}
+		HistoryInterval: so.history, HistoryLen: so.histLen, StuckAfter: so.stuck}
+	s.logs = new(brokertest.Log)
+	opts.Logger = hclog.New(&hclog.LoggerOptions{Output: s.logs, Level: hclog.Info})
 	if s.chain != nil {
 		opts.Plugins = s.chain.Metrics
 	}

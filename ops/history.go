@@ -133,6 +133,7 @@ func (o *Ops) sample() {
 	for {
 		s := o.snaps.take() // its own: the event streams' cached one may be Interval/2 old
 		o.hist.add(point(s, prev), o.opts.HistoryLen)
+		o.noteStuck(s)
 		prev = s
 		select {
 		case <-o.quit:
@@ -140,6 +141,28 @@ func (o *Ops) sample() {
 		case <-t.C:
 		}
 	}
+}
+
+// noteStuck logs each group that became stuck since the last sample, and each that no
+// longer is: once per episode. Only the sampler calls it.
+func (o *Ops) noteStuck(s *Snapshot) {
+	stuck := make(map[string]bool)
+	for _, g := range s.Groups {
+		if !g.Stuck {
+			continue
+		}
+		stuck[g.ID] = true
+		if !o.stuck[g.ID] {
+			o.log.Warn("consumer group stuck: it has messages queued and members with room, and has delivered nothing for a while; look for a key whose message a member holds and does not settle, or ask the members",
+				"group", g.ID, "queued", g.Queued, "in_flight", g.InFlight, "members", g.Members, "for_at_least", o.opts.StuckAfter)
+		}
+	}
+	for id := range o.stuck {
+		if !stuck[id] {
+			o.log.Info("consumer group no longer stuck", "group", id)
+		}
+	}
+	o.stuck = stuck
 }
 
 // getHistory answers GET /api/history, or with ?since=MS (Unix milliseconds) the points from

@@ -31,6 +31,15 @@ func TestMetricsGroupBacklog(t *testing.T) {
 	s.waitMetric(t, "tinybroker_group_queued_messages", eq(0), "group=jobs")
 	s.waitMetric(t, "tinybroker_group_oldest_queued_age_seconds", eq(0), "group=jobs")
 	s.waitMetric(t, "tinybroker_groups", eq(1))
+	s.waitMetric(t, "tinybroker_group_paused", eq(0), "group=jobs")
+	if err := s.b.PauseGroup("jobs", true); err != nil {
+		t.Fatal(err)
+	}
+	s.waitMetric(t, "tinybroker_group_paused", eq(1), "group=jobs")
+	if err := s.b.PauseGroup("jobs", false); err != nil {
+		t.Fatal(err)
+	}
+	s.waitMetric(t, "tinybroker_group_paused", eq(0), "group=jobs")
 	for _, p := range []string{"a", "bb", "ccc"} {
 		s.publish(t, "jobs.resize", p)
 	}

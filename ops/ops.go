@@ -59,6 +59,10 @@ type Options struct {
 	// MaxGroupSeries is how many groups get metrics of their own (1,000); the others are
 	// summed under group="_other".
 	MaxGroupSeries int
+	// StuckAfter is how long a group may be stalled (broker.GroupStats.Stalled: messages
+	// queued, members with room, nothing delivered) before it is reported stuck: in the
+	// metrics, the dashboard and, as the history samples it, the log (1m).
+	StuckAfter time.Duration
 	// Authenticate, if not nil, is asked about every request: an error refuses it (a gRPC
 	// status: Unauthenticated answers 401 and asks the browser for a user and token,
 	// PermissionDenied 403). serve passes the broker's users, admins only (server/auth).
@@ -82,8 +86,9 @@ type Ops struct {
 	started time.Time
 	once    sync.Once
 	hist    history
-	serving sync.Once      // the history's sampler is started by the first Serve
-	bg      sync.WaitGroup // the sampler
+	stuck   map[string]bool // the groups the sampler last saw stuck, to log each episode once
+	serving sync.Once       // the history's sampler is started by the first Serve
+	bg      sync.WaitGroup  // the sampler
 
 	mu      sync.Mutex
 	closing bool           // set when Shutdown starts: no more event streams
@@ -103,6 +108,9 @@ func New(opts Options) *Ops {
 	}
 	if opts.HistoryLen <= 0 {
 		opts.HistoryLen = 720
+	}
+	if opts.StuckAfter <= 0 {
+		opts.StuckAfter = time.Minute
 	}
 	if opts.Admin == nil {
 		opts.Admin = EngineAdmin{Engine: opts.Engine}
@@ -124,7 +132,7 @@ func New(opts Options) *Ops {
 		opts.Version = "(devel)"
 	}
 	o := &Ops{opts: opts, log: opts.Logger, quit: make(chan struct{}), started: time.Now()}
-	o.snaps.src = &sources{engine: opts.Engine, server: opts.Server, plugins: opts.Plugins}
+	o.snaps.src = &sources{engine: opts.Engine, server: opts.Server, plugins: opts.Plugins, stuckAfter: opts.StuckAfter}
 	o.snaps.maxAge = opts.Interval / 2
 
 	reg := prometheus.NewRegistry()

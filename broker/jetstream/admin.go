@@ -220,12 +220,14 @@ func (g *group) stats(ci *jetstream.ConsumerInfo) broker.GroupStats {
 		st.Keys, st.Busiest = g.kq.busiest()
 	}
 	for _, m := range g.members {
+		st.Room += max(0, m.maxInFlight-len(m.held))
 		for _, h := range m.held {
 			if st.Oldest == 0 || h.msg.PublishedAt < st.Oldest {
 				st.Oldest = h.msg.PublishedAt
 			}
 		}
 	}
+	st.OldestUnacked = st.Oldest
 	if ci != nil {
 		// JetStream counts what was delivered and not acked as pending acks, whether a member
 		// holds it or it waits for redelivery; what this node took back waits (queued, or
@@ -239,6 +241,17 @@ func (g *group) stats(ci *jetstream.ConsumerInfo) broker.GroupStats {
 		}
 		st.Queued = max(0, int(ci.NumPending)-g.skipped) + waiting + parked
 		st.InFlight = max(0, ci.NumAckPending-waiting-st.Delayed-parked)
+		// Stalled: since this node first saw messages queued and its members with room while
+		// the deliveries stayed as they were: the consumer's (the cluster's), and this node's
+		// (an ordered group hands out what it parked without JetStream).
+		if st.Queued > 0 && st.Room > 0 {
+			if deliveries := ci.Delivered.Consumer + g.delivered; g.stallSeen.IsZero() || deliveries != g.stallDelivered {
+				g.stallSeen, g.stallDelivered = now, deliveries
+			}
+			st.Stalled = g.stallSeen.UnixNano()
+		} else {
+			g.stallSeen = time.Time{}
+		}
 	} else {
 		for _, m := range g.members {
 			st.InFlight += len(m.held)

@@ -105,8 +105,12 @@ type group struct {
 	// paused (Engine.PauseGroup): JetStream delivers nothing to the consumer until
 	// pauseUntil, which its configuration keeps (a resume sets it too: see resumeKick), and
 	// this node hands out nothing it parked.
-	paused                                               bool
-	pauseUntil                                           *time.Time
+	paused     bool
+	pauseUntil *time.Time
+	// stallSeen is when stats first saw the group stalled (broker.GroupStats.Stalled) with
+	// the consumer's deliveries at stallDelivered; zero while it is not.
+	stallSeen                                            time.Time
+	stallDelivered                                       uint64
 	delivered, acked, redelivered, deadLettered, dropped uint64
 	nacked, timedOut, leftBehind, expiredMsgs            uint64
 	deliveryLatency, ackLatency                          latency.Histogram // broker.GroupStats's

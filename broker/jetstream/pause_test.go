@@ -6,6 +6,7 @@ import (
 
 	"github.com/tinybroker/tinybroker/broker"
 	"github.com/tinybroker/tinybroker/broker/jetstream"
+	"github.com/tinybroker/tinybroker/internal/testing/brokertest"
 )
 
 // A pause is JetStream's (the consumer's configuration): it survives a restart of the only
@@ -61,4 +62,53 @@ func TestPauseAcrossRestart(t *testing.T) {
 			}
 		})
 	}
+}
+
+// An ordered group whose queued messages wait behind a key its member holds unsettled is
+// stalled from when Stats first saw it so, and stuck once that is long enough; an idle group
+// is not; the ack that lets the key go on ends it.
+func TestStalledGroup(t *testing.T) {
+	e := start(t, jetstream.Options{Embedded: jetstream.EmbeddedOptions{DataDir: t.TempDir()}})
+	defer stop(t, e)
+	for _, gc := range []broker.GroupConfig{
+		{Name: "orders", Patterns: []string{"orders.>"}, Dispatch: broker.Dispatch{Ordering: broker.OrderingKey}},
+		{Name: "idle", Patterns: []string{"idle.>"}},
+	} {
+		if err := e.Declare(gc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := e.NewStream(nil)
+	defer st.Close()
+	sub, err := st.Subscribe(broker.SubscribeOptions{Mode: broker.Balanced, Group: "orders", Patterns: []string{"orders.>"}, MaxInFlight: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"1", "2", "3"} {
+		res, errs := make([]broker.PublishResult, 1), make([]error, 1)
+		e.PublishBatch([]broker.Draft{{Topic: "orders.new", Payload: []byte(p), Key: "customer-7"}}, res, errs)
+		if errs[0] != nil {
+			t.Fatal(errs[0])
+		}
+	}
+	held := receive(t, st)
+	var since int64
+	brokertest.Eventually(t, "the group stalled", func() bool {
+		g := groupStats(t, e, "orders")
+		since = g.Stalled
+		return since != 0 && g.Room == 9 && g.OldestUnacked != 0
+	})
+	nothingBefore(t, st, time.Now().Add(300*time.Millisecond))
+	g := groupStats(t, e, "orders")
+	if g.Stalled != since || !g.Stuck(time.Now().UnixNano(), 250*time.Millisecond) {
+		t.Fatalf("stalled since %d, then %d; stuck %v: want the same time, stuck", since, g.Stalled, g.Stuck(time.Now().UnixNano(), 250*time.Millisecond))
+	}
+	if g := groupStats(t, e, "idle"); g.Stalled != 0 {
+		t.Fatalf("the idle group is stalled since %d", g.Stalled)
+	}
+	sub.Ack([]string{held.Msg.SystemID})
+	receive(t, st)
+	brokertest.Eventually(t, "the group no longer stalled since then", func() bool {
+		return groupStats(t, e, "orders").Stalled != since
+	})
 }

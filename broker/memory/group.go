@@ -64,6 +64,7 @@ type group struct {
 	wake                                                 int64     // earliest time registered with the scheduler; 0 if none
 	draining                                             bool      // shutting down: deliver nothing new
 	paused                                               bool      // Engine.PauseGroup: deliver nothing new until resumed
+	lastDelivery                                         int64     // Engine.now of its last delivery to a member (0: none)
 	emptySince                                           int64     // when the last member left (Broker.now clock); 0 while it has members
 	removed                                              bool      // expired: no longer routed to
 	memberSeq                                            uint64
@@ -457,6 +458,7 @@ func (g *group) assignLocked(m *member, e *entry, now int64) {
 	e.deadline = now + int64(m.ackDeadline)
 	m.owned[e.msg.ID] = e
 	g.delivered++
+	g.lastDelivery = now
 	if e.attempt > 1 {
 		g.redelivered++
 	}
@@ -905,8 +907,12 @@ func (g *group) statsLocked() broker.GroupStats {
 	}
 	for _, m := range g.members {
 		st.InFlight += len(m.owned)
+		st.Room += max(0, m.maxInFlight-len(m.owned))
 		for _, e := range m.owned {
 			older(e)
+			if !e.settled && (st.OldestUnacked == 0 || e.msg.PublishedAt < st.OldestUnacked) {
+				st.OldestUnacked = e.msg.PublishedAt
+			}
 		}
 	}
 	if g.keys != nil {
@@ -923,6 +929,13 @@ func (g *group) statsLocked() broker.GroupStats {
 			st.OldestQueued = e.msg.PublishedAt
 			older(e)
 			break
+		}
+	}
+	if st.Queued > 0 && st.Room > 0 {
+		// Stalled since the later of its last delivery and its oldest queued message's publish.
+		st.Stalled = st.OldestQueued
+		if g.lastDelivery != 0 {
+			st.Stalled = max(st.Stalled, g.b.wallAt(g.lastDelivery))
 		}
 	}
 	return st

@@ -40,7 +40,7 @@ func startOps(cfg config.HTTP, b broker.Engine, srv *server.Server, pm *pluginMa
 	}
 	bv := buildVersion()
 	opts := ops.Options{Engine: b, Server: srv, Plugins: pm.metrics, AllowRemote: cfg.AllowRemote,
-		MaxGroupSeries: cfg.MetricsMaxGroups, Logger: log, Version: bv.Version, Commit: bv.Commit}
+		MaxGroupSeries: cfg.MetricsMaxGroups, StuckAfter: cfg.StuckAfter, Logger: log, Version: bv.Version, Commit: bv.Commit}
 	if guard.Enabled() {
 		opts.Authenticate = func(r *http.Request) error {
 			c, err := guard.HTTP(r)

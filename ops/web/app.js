@@ -297,12 +297,14 @@ function renderGroups() {
     return h("tr", { "data-group": g.id },
       h("td", {}, h("strong", {}, g.id), g.group !== g.id ? h("div", { class: "note" }, "group " + g.group) : null,
         h("div", { class: "patterns" }, g.patterns.join(" ")),
-        g.declared ? h("span", { class: "badge muted", title: "declared in the config file" }, "declared") : null),
+        g.declared ? h("span", { class: "badge muted", title: "declared in the config file" }, "declared") : null,
+        g.paused ? h("span", { class: "badge paused", title: "it hands nothing to its members until resumed" }, "paused") : null,
+        g.stuck ? h("span", { class: "badge bad stuck", title: "messages queued, members with room, nothing delivered for a while: look for a key a member holds and does not settle" }, "stuck") : null),
       h("td", { class: "num members" }, g.members),
       h("td", { class: "num queued" + (g.queued > 0 && g.members === 0 ? " hot" : "") }, g.queued),
       h("td", { class: "num in-flight" }, g.in_flight),
       h("td", { class: "num delayed" }, g.delayed),
-      h("td", { class: "num oldest" + (g.oldest_age_ms > 60000 ? " hot" : "") }, age(g.oldest_age_ms)),
+      h("td", { class: "num oldest" + (g.oldest_age_ms > 60000 ? " hot" : ""), title: g.oldest_unacked_age_ms ? `oldest unacked: ${age(g.oldest_unacked_age_ms)}` : "" }, age(g.oldest_age_ms)),
       h("td", {}, spark(hist)),
       h("td", { class: "num rate-published" }, num(r.published)),
       h("td", { class: "num rate-delivered" }, num(r.delivered)),
@@ -314,6 +316,8 @@ function renderGroups() {
         title: `${g.dead_lettered} dead-lettered since the broker started; ${g.dead_letters} kept now (the Dead letters tab lists those)` }, num(g.dead_lettered)),
       h("td", { class: "actions" },
         h("button", { type: "button", onclick: () => showDeadLetters(g.id) }, "Dead letters"),
+        // One button, whose listener stays when sync patches the row: it reads the state then.
+        h("button", { type: "button", class: g.paused ? "resume" : "pause", onclick: () => togglePause(g.id) }, g.paused ? "Resume" : "Pause"),
         h("button", { type: "button", class: "danger purge", disabled: g.queued + g.delayed === 0, onclick: () => purge(g.id) }, "Purge"),
         h("button", { type: "button", class: "danger", disabled: g.members > 0, title: g.members ? "close its members first" : "", onclick: () => del(g.id) }, "Delete")));
   });
@@ -328,6 +332,19 @@ async function purge(id) {
     const r = await api("POST", `api/groups/${encodeURIComponent(id)}/purge`);
     toast(`Purged ${r.purged} messages from ${id}`);
   } catch (e) { toast(`Purge failed: ${e.message}`); }
+}
+
+function togglePause(id) {
+  const g = (last()?.groups || []).find(x => x.id === id);
+  if (g) pause(id, !g.paused);
+}
+
+async function pause(id, paused) {
+  const what = paused ? "pause" : "resume";
+  try {
+    await api("POST", `api/groups/${encodeURIComponent(id)}/${what}`);
+    toast(paused ? `Paused ${id}: it delivers nothing until resumed` : `Resumed ${id}`);
+  } catch (e) { toast(`${paused ? "Pause" : "Resume"} failed: ${e.message}`); }
 }
 
 async function del(id) {

@@ -79,6 +79,7 @@
 //	  listen             = "127.0.0.1:7879"  # metrics, dashboard, pprof
 //	  allow_remote       = false   # a non-loopback listen needs this, or users (admins may use it)
 //	  metrics_max_groups = 1000    # groups with series of their own; the rest sum as "_other"
+//	  stuck_after        = "1m"    # a group with messages queued, members with room and no delivery this long is reported stuck
 //
 //	insecure = false              # true: serve a non-loopback address without users (logged at every start)
 //

@@ -2,6 +2,7 @@ package config
 
 import (
 	"net"
+	"time"
 
 	"github.com/hashicorp/hcl/v2"
 )
@@ -14,6 +15,9 @@ type HTTP struct {
 	// MetricsMaxGroups is how many groups get metrics of their own (1,000); the others are
 	// summed under group="_other".
 	MetricsMaxGroups int
+	// StuckAfter is how long a consumer group may have messages queued, members with room
+	// and deliver nothing before it is reported stuck (1m; ops.Options.StuckAfter).
+	StuckAfter time.Duration
 }
 
 // DefaultHTTPListen is the ops listener's address when an http block does not set one.
@@ -24,6 +28,7 @@ var httpSection = section{
 		listenAttr("listen", func(c *Config) *string { return &c.HTTP.Listen }),
 		boolAttr("allow_remote", func(c *Config) *bool { return &c.HTTP.AllowRemote }),
 		positiveIntAttr("metrics_max_groups", func(c *Config) *int { return &c.HTTP.MetricsMaxGroups }),
+		durationAttr("stuck_after", func(c *Config) *time.Duration { return &c.HTTP.StuckAfter }),
 	},
 }
 

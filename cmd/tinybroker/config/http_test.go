@@ -3,6 +3,7 @@ package config
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestHTTPBlock(t *testing.T) {
@@ -13,8 +14,8 @@ func TestHTTPBlock(t *testing.T) {
 	if c.HTTP.Listen != DefaultHTTPListen || c.HTTP.AllowRemote || c.HTTP.MetricsMaxGroups != 1000 {
 		t.Errorf("http {} = %+v; want listen %s, allow_remote false, metrics_max_groups 1000", c.HTTP, DefaultHTTPListen)
 	}
-	c = mustParse(t, "http {\n  listen = \"[::1]:9000\"\n  metrics_max_groups = 5\n}\n", "t.hcl")
-	if c.HTTP.Listen != "[::1]:9000" || c.HTTP.MetricsMaxGroups != 5 {
+	c = mustParse(t, "http {\n  listen = \"[::1]:9000\"\n  metrics_max_groups = 5\n  stuck_after = \"30s\"\n}\n", "t.hcl")
+	if c.HTTP.Listen != "[::1]:9000" || c.HTTP.MetricsMaxGroups != 5 || c.HTTP.StuckAfter != 30*time.Second {
 		t.Errorf("http = %+v", c.HTTP)
 	}
 	if c, err := Parse([]byte("http {\n  listen = \"0.0.0.0:9000\"\n  allow_remote = true\n}\n"), "t.hcl"); err != nil || c.HTTP.Listen != "0.0.0.0:9000" || !c.HTTP.AllowRemote {
@@ -30,6 +31,7 @@ func TestHTTPBlockErrors(t *testing.T) {
 		"http {}\nhttp {}\n":                         "Duplicate http block",
 		"http {\n  listen = \"localhost\"\n}\n":      "Invalid listen address",
 		"http {\n  metrics_max_groups = 0\n}\n":      "metrics_max_groups must be greater than zero",
+		"http {\n  stuck_after = \"0s\"\n}\n":        "stuck_after must be greater than zero",
 		"http {\n  listen = \"127.0.0.1:7879\"\n}\n": "",
 		"http {\n  listen = \"0.0.0.0:7879\"\n}\nuser \"ops\" {\n  certificate = \"CN=ops\"\n  admin = true\n}\n": "", // users authenticate it
 	} {
