@@ -464,6 +464,7 @@ type DeadLetter struct {
 	Payload  []byte
 	Headers  map[string]string // as published to the dead-letter topic: the original's and tb-dead-letter-*
 	Key      string            // its key: the dead letter carries it, and a replay publishes with it
+	Code     string            // which path dead-lettered it: a deadletter.Code* ("" if kept from before codes)
 	Reason   string
 	Attempts int
 	DeadAt   int64 // when it was dead-lettered, Unix nanoseconds

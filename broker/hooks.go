@@ -119,6 +119,7 @@ type RedeliverVerdict struct {
 	Action     RedeliverAction
 	Delay      time.Duration
 	Reason     string            // for a dead letter
+	Code       string            // for a dead letter: deadletter.CodeRejected if empty, CodePluginError if a plugin failed
 	SetHeaders map[string]string // header changes kept on the message
 	DelHeaders []string
 	Emit       []Draft

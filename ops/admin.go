@@ -29,6 +29,7 @@ type Admin interface {
 type DeadLetter struct {
 	ID       string            `json:"id"`    // the dead letter's id in the store
 	Topic    string            `json:"topic"` // the message's original topic
+	Code     string            `json:"code"`  // which path dead-lettered it (a deadletter.Code*)
 	Reason   string            `json:"reason"`
 	Attempts int               `json:"attempts"`
 	At       time.Time         `json:"at"` // when it was dead-lettered
@@ -62,7 +63,7 @@ func (a EngineAdmin) DeadLetters(group string, limit int) ([]DeadLetter, error) 
 	}
 	out := make([]DeadLetter, len(dls))
 	for i, d := range dls {
-		out[i] = DeadLetter{ID: d.ID, Topic: d.Topic, Reason: d.Reason, Attempts: d.Attempts,
+		out[i] = DeadLetter{ID: d.ID, Topic: d.Topic, Code: d.Code, Reason: d.Reason, Attempts: d.Attempts,
 			At: time.Unix(0, d.DeadAt), Headers: d.Headers, Payload: d.Payload[:min(len(d.Payload), previewBytes)], Size: len(d.Payload)}
 	}
 	return out, nil

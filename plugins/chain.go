@@ -475,7 +475,7 @@ func (p *plugin) publishFailed(d *broker.Draft, err error) (bool, error) {
 	case FailClosed:
 		return true, fmt.Errorf("%w: %q on %s: %v; the message was not published", broker.ErrHookFailed, p.spec.Name, d.Topic, err)
 	case FailDeadLetter:
-		h := d.Headers.With(deadletter.HeaderTopic, d.Topic).Set(deadletter.HeaderReason, p.failure(err))
+		h := d.Headers.With(deadletter.HeaderTopic, d.Topic).Set(deadletter.HeaderCode, deadletter.CodePluginError).Set(deadletter.HeaderReason, p.failure(err))
 		d.Topic, d.Headers = "dlq.plugin."+p.spec.Name, h
 		return true, nil
 	}
@@ -587,7 +587,7 @@ func (c *Chain) OnRedeliver(e *broker.RedeliverEvent) broker.RedeliverVerdict {
 			case FailClosed:
 				return out // treated as a nack: the broker's default
 			case FailDeadLetter:
-				out.Action, out.Reason = broker.RedeliverDeadLetter, p.failure(err)
+				out.Action, out.Code, out.Reason = broker.RedeliverDeadLetter, deadletter.CodePluginError, p.failure(err)
 				return out
 			}
 			continue

@@ -203,7 +203,8 @@ func TestAckAndRedeliverHooks(t *testing.T) {
 	}
 	m.Nack([]string{id}, 0, "")
 	dl := watch.Next(t)
-	if dl.Msg.Topic != "dlq.jobs" || dl.Msg.Headers.Map()[deadletter.HeaderReason] != "gave up" || dl.Msg.Headers.Map()["retried"] != "yes" {
+	if dl.Msg.Topic != "dlq.jobs" || dl.Msg.Headers.Map()[deadletter.HeaderReason] != "gave up" || dl.Msg.Headers.Map()["retried"] != "yes" ||
+		dl.Msg.Headers.Map()[deadletter.HeaderCode] != deadletter.CodeRejected {
 		t.Fatalf("dead letter %s %v", dl.Msg.Topic, dl.Msg.Headers)
 	}
 	// Groups outside the plugin's list are not hooked.
@@ -260,7 +261,9 @@ func TestHostilePlugins(t *testing.T) {
 						t.Fatal(err)
 					}
 					d := s.Next(t)
-					if d.Msg.Topic != "dlq.plugin.bad" || d.Msg.Headers.Map()[deadletter.HeaderTopic] != "orders.x" || !strings.Contains(d.Msg.Headers.Map()[deadletter.HeaderReason], "plugin bad failed") {
+					h := d.Msg.Headers.Map()
+					if d.Msg.Topic != "dlq.plugin.bad" || h[deadletter.HeaderTopic] != "orders.x" || !strings.Contains(h[deadletter.HeaderReason], "plugin bad failed") ||
+						h[deadletter.HeaderCode] != deadletter.CodePluginError {
 						t.Fatalf("dead letter %s %v", d.Msg.Topic, d.Msg.Headers)
 					}
 				}
@@ -345,8 +348,9 @@ func TestRedeliverFailurePolicies(t *testing.T) {
 				}
 				return
 			}
-			if d := watch.Next(t); d.Msg.Topic != "dlq.g" {
-				t.Fatalf("dead letter on %s", d.Msg.Topic)
+			if d := watch.Next(t); d.Msg.Topic != "dlq.g" || d.Msg.Headers.Map()[deadletter.HeaderCode] != deadletter.CodePluginError ||
+				!strings.Contains(d.Msg.Headers.Map()[deadletter.HeaderReason], "plugin trap failed") {
+				t.Fatalf("dead letter on %s with headers %v", d.Msg.Topic, d.Msg.Headers)
 			}
 		})
 	}

@@ -235,7 +235,7 @@ func (a *adminServer) ListDeadLetters(_ context.Context, req *adminpb.ListDeadLe
 	resp := &adminpb.ListDeadLettersResponse{NextPageToken: next, Total: uint32(gi.DeadLetters)}
 	for _, dl := range dls {
 		resp.DeadLetters = append(resp.DeadLetters, &adminpb.DeadLetter{SystemId: dl.ID, Topic: dl.Topic, Payload: dl.Payload,
-			Headers: dl.Headers, Reason: dl.Reason, Attempts: uint32(dl.Attempts), DeadLetteredUnixNano: dl.DeadAt, Key: dl.Key})
+			Headers: dl.Headers, Code: dl.Code, Reason: dl.Reason, Attempts: uint32(dl.Attempts), DeadLetteredUnixNano: dl.DeadAt, Key: dl.Key})
 	}
 	return resp, nil
 }

@@ -172,7 +172,7 @@ func TestAdminDeadLetters(t *testing.T) {
 	}
 	dl := ls.GetDeadLetters()[0]
 	if dl.GetSystemId() != ids[0] || dl.GetTopic() != "jobs.a" || string(dl.GetPayload()) != "1" || dl.GetReason() != "cannot parse" ||
-		dl.GetHeaders()[deadletter.HeaderReason] != "cannot parse" || dl.GetHeaders()[deadletter.HeaderAttempts] != "1" ||
+		dl.GetCode() != deadletter.CodeMaxDeliveries || dl.GetHeaders()[deadletter.HeaderReason] != "cannot parse" || dl.GetHeaders()[deadletter.HeaderAttempts] != "1" ||
 		dl.GetHeaders()["traceparent"] != "00-abc-def-01" || dl.GetDeadLetteredUnixNano() == 0 {
 		t.Fatalf("dead letter %v", dl)
 	}
@@ -192,7 +192,7 @@ func TestAdminDeadLetters(t *testing.T) {
 	}
 	got := m.next()
 	if string(got.GetPayload()) != "2" || got.GetTopic() != "jobs.a" || got.GetHeaders()[deadletter.HeaderReplayCount] != "1" ||
-		got.GetHeaders()[deadletter.HeaderReason] != "" || got.GetHeaders()["traceparent"] != "00-abc-def-01" ||
+		got.GetHeaders()[deadletter.HeaderReason] != "" || got.GetHeaders()[deadletter.HeaderCode] != "" || got.GetHeaders()["traceparent"] != "00-abc-def-01" ||
 		got.GetSystemId() != rp.GetResults()[0].GetNewSystemId() {
 		t.Fatalf("replayed message %v", got)
 	}

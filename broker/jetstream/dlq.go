@@ -185,7 +185,7 @@ func deadLetterOf(rm *jetstream.RawStreamMsg) broker.DeadLetter {
 	h := hs.Map()
 	attempts, _ := strconv.Atoi(h[deadletter.HeaderAttempts])
 	return broker.DeadLetter{ID: rm.Subject[strings.LastIndexByte(rm.Subject, '.')+1:], Topic: h[deadletter.HeaderTopic], Payload: rm.Data,
-		Headers: h, Key: keyOf(rm.Header), Reason: h[deadletter.HeaderReason], Attempts: attempts, DeadAt: at}
+		Headers: h, Key: keyOf(rm.Header), Code: h[deadletter.HeaderCode], Reason: h[deadletter.HeaderReason], Attempts: attempts, DeadAt: at}
 }
 
 // takeDeadLetters deletes the letters of g named by ids (every one kept now, if empty) from

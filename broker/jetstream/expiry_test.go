@@ -51,12 +51,13 @@ func join(t *testing.T, e *jetstream.Engine, o broker.SubscribeOptions) (broker.
 	return st, sub
 }
 
-// wantDead checks the next dead letter on dlq: payload, with reason "expired".
+// wantDead checks the next dead letter on dlq: payload, with reason and code "expired".
 func wantDead(t *testing.T, dlq broker.Stream, payload string) {
 	t.Helper()
 	d := receive(t, dlq)
-	if r, _ := d.Msg.Headers.Get(deadletter.HeaderReason); string(d.Msg.Payload) != payload || r != deadletter.ReasonExpired {
-		t.Fatalf("dead letter %q with reason %q, want %q with reason %q", d.Msg.Payload, r, payload, deadletter.ReasonExpired)
+	h := d.Msg.Headers.Map()
+	if r, c := h[deadletter.HeaderReason], h[deadletter.HeaderCode]; string(d.Msg.Payload) != payload || r != deadletter.ReasonExpired || c != deadletter.CodeExpired {
+		t.Fatalf("dead letter %q with reason %q and code %q, want %q with reason %q and code %q", d.Msg.Payload, r, c, payload, deadletter.ReasonExpired, deadletter.CodeExpired)
 	}
 }
 
@@ -120,7 +121,7 @@ func TestTTLOnJetStream(t *testing.T) {
 	if s := groupStats(t, e, "g"); s.Expired != 1 || s.DeadLettered != 1 || s.Delivered != 1 {
 		t.Fatalf("g: expired %d dead-lettered %d delivered %d, want 1, 1, 1", s.Expired, s.DeadLettered, s.Delivered)
 	}
-	if dls, _, err := e.DeadLetters("g", "", 10); err != nil || len(dls) != 1 || dls[0].Reason != deadletter.ReasonExpired || dls[0].Attempts != 0 {
+	if dls, _, err := e.DeadLetters("g", "", 10); err != nil || len(dls) != 1 || dls[0].Reason != deadletter.ReasonExpired || dls[0].Code != deadletter.CodeExpired || dls[0].Attempts != 0 {
 		t.Fatalf("g's dead-letter store: %+v %v, want late, expired, never delivered", dls, err)
 	}
 

@@ -352,6 +352,7 @@ func TestDeadLetterStore(t *testing.T) {
 	for i, dl := range dls { // the oldest (message 0) was let go of
 		n := strconv.Itoa(i + 1)
 		if dl.ID != ids[i+1] || dl.Topic != "jobs" || string(dl.Payload) != n || dl.Reason != "bad "+n || dl.Attempts != 1 ||
+			dl.Code != deadletter.CodeMaxDeliveries || dl.Headers[deadletter.HeaderCode] != deadletter.CodeMaxDeliveries ||
 			dl.Headers["n"] != n || dl.Headers[deadletter.HeaderGroup] != "jobs" || dl.DeadAt == 0 {
 			t.Fatalf("dead letter %d: %+v", i, dl)
 		}
@@ -368,7 +369,8 @@ func TestDeadLetterStore(t *testing.T) {
 	if _, err := st.Subscribe(broker.SubscribeOptions{Mode: broker.Balanced, Group: "jobs", Patterns: []string{"jobs"}}); err != nil {
 		t.Fatal(err)
 	}
-	if d := receive(t, st); string(d.Msg.Payload) != "2" || d.Msg.Headers.Map()[deadletter.HeaderReplayCount] != "1" || d.Msg.Headers.Map()[deadletter.HeaderReason] != "" {
+	if d := receive(t, st); string(d.Msg.Payload) != "2" || d.Msg.Headers.Map()[deadletter.HeaderReplayCount] != "1" || d.Msg.Headers.Map()[deadletter.HeaderReason] != "" ||
+		d.Msg.Headers.Map()[deadletter.HeaderCode] != "" {
 		t.Fatalf("replayed: %q %v", d.Msg.Payload, d.Msg.Headers)
 	}
 	if n, err := e.PurgeDeadLetters("jobs", nil); err != nil || n != 1 {

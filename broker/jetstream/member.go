@@ -477,9 +477,10 @@ func (g *group) settle(items []takeItem) {
 	for _, it := range items {
 		h := it.h
 		action, delay, reason := broker.RedeliverDefault, it.delay, it.reason
+		code := "" // a dead letter's: which path sent it (deadletter.Code*)
 		if expired(limits, h.msg, now) {
 			// Past its ttl or max_age: let go of without the hooks, as the memory engine does.
-			action, reason = broker.RedeliverDeadLetter, deadletter.ReasonExpired
+			action, reason, code = broker.RedeliverDeadLetter, deadletter.ReasonExpired, deadletter.CodeExpired
 			if limits.DropExpired() {
 				action = broker.RedeliverDrop
 			}
@@ -497,9 +498,12 @@ func (g *group) settle(items []takeItem) {
 			if v.Reason != "" {
 				reason = v.Reason
 			}
+			if action == broker.RedeliverDeadLetter {
+				code = grouping.VerdictCode(&v)
+			}
 		}
 		if action == broker.RedeliverDefault && maxDeliveries > 0 && int(h.attempt) >= maxDeliveries {
-			action = broker.RedeliverDeadLetter
+			action, code = broker.RedeliverDeadLetter, deadletter.CodeMaxDeliveries
 		}
 		if delay != atOnce || action == broker.RedeliverDelay { // the redelivery back-off
 			delay = limits.RedeliveryDelay(delay, h.attempt, h.info.sseq)
@@ -529,7 +533,7 @@ func (g *group) settle(items []takeItem) {
 			g.mu.Lock()
 			delete(g.waiting, h.info.sseq)
 			g.mu.Unlock()
-			g.deadLetter(h, reason)
+			g.deadLetter(h, code, reason)
 		case broker.RedeliverDrop:
 			g.mu.Lock()
 			delete(g.waiting, h.info.sseq)
@@ -557,13 +561,14 @@ func (g *group) settle(items []takeItem) {
 }
 
 // deadLetter publishes h's message to the group's dead-letter topic with the
-// tb-dead-letter-* headers, then ends it in JetStream (+TERM).
-func (g *group) deadLetter(h *held, reason string) {
+// tb-dead-letter-* headers (code, a deadletter.Code*, and reason among them), then ends it in
+// JetStream (+TERM).
+func (g *group) deadLetter(h *held, code, reason string) {
 	g.mu.Lock()
 	g.deadLettered++
 	name, dlq := g.name, g.dlq
 	g.mu.Unlock()
-	hd := grouping.DeadLetterHeaders(h.msg, reason, g.id, name, h.attempt)
+	hd := grouping.DeadLetterHeaders(h.msg, code, reason, g.id, name, h.attempt)
 	if _, err := g.e.route(&publishing.Msg{Topic: dlq, Payload: h.msg.Payload, Headers: broker.MakeHeaders(hd), Key: h.msg.Key}); err != nil {
 		g.e.log.Warn("dead letter refused; it stays in the group for another attempt", "topic", dlq, "error", err)
 		if h.e != nil {

@@ -139,6 +139,7 @@ func TestDeadLetterStore(t *testing.T) {
 	all := append(page, rest...)
 	for i, dl := range all {
 		if dl.ID != ids[i] || dl.Topic != "j.x" || string(dl.Payload) != fmt.Sprint(i+1) || dl.Reason != "bad input" || dl.Attempts != 1 ||
+			dl.Code != deadletter.CodeMaxDeliveries || dl.Headers[deadletter.HeaderCode] != deadletter.CodeMaxDeliveries ||
 			dl.Headers[deadletter.HeaderReason] != "bad input" || dl.Headers[deadletter.HeaderTopic] != "j.x" {
 			t.Fatalf("dead letter %d: %+v", i, dl)
 		}
@@ -157,7 +158,7 @@ func TestDeadLetterStore(t *testing.T) {
 		t.Fatalf("member got %v after replay", got(a))
 	}
 	for _, d := range ds {
-		if d.Msg.Headers.Map()[deadletter.HeaderReplayCount] != "1" || d.Msg.Headers.Map()[deadletter.HeaderReason] != "" || d.Msg.SystemID == ids[1] {
+		if h := d.Msg.Headers.Map(); h[deadletter.HeaderReplayCount] != "1" || h[deadletter.HeaderReason] != "" || h[deadletter.HeaderCode] != "" || d.Msg.SystemID == ids[1] {
 			t.Fatalf("replayed message %+v", d.Msg)
 		}
 	}

@@ -48,8 +48,8 @@ func deadLetterCost(dl *broker.DeadLetter) int64 {
 
 // keepDeadLetterLocked adds a dead letter of e to g's store, dropping the oldest kept to stay
 // within the group's bounds and the engine's memory budget. g.mu must be held.
-func (g *group) keepDeadLetterLocked(e *entry, d deadLetter, reason string) {
-	dl := broker.DeadLetter{ID: e.msg.SystemID, Topic: e.msg.Topic, Payload: e.msg.Payload, Headers: d.headers, Key: d.key,
+func (g *group) keepDeadLetterLocked(e *entry, d deadLetter, code, reason string) {
+	dl := broker.DeadLetter{ID: e.msg.SystemID, Topic: e.msg.Topic, Payload: e.msg.Payload, Headers: d.headers, Key: d.key, Code: code,
 		Reason: deadletter.TruncateReason(reason), Attempts: int(e.attempt), DeadAt: time.Now().UnixNano()}
 	k := &keptLetter{dl: dl, cost: deadLetterCost(&dl)}
 	s := &g.dead

@@ -21,12 +21,13 @@ func (gt *groupTest) publishTTL(payload string, ttl time.Duration, key string) {
 	}
 }
 
-// deadReasons returns the reasons of the dead letters s got.
+// deadReasons returns the reasons and codes of the dead letters s got, each as
+// "payload:reason/code".
 func deadReasons(s *Subscription) []string {
 	var out []string
 	for _, d := range next(s) {
-		v, _ := d.Msg.Headers.Get(deadletter.HeaderReason)
-		out = append(out, string(d.Msg.Payload)+":"+v)
+		h := d.Msg.Headers.Map()
+		out = append(out, string(d.Msg.Payload)+":"+h[deadletter.HeaderReason]+"/"+h[deadletter.HeaderCode])
 	}
 	return out
 }
@@ -43,7 +44,7 @@ func TestTTLExpires(t *testing.T) {
 	gt.publishTTL("queued", time.Second, "")
 	gt.publishTTL("forever", 0, "")
 	gt.clock.Advance(1500 * time.Millisecond)
-	want(t, "dead letters", deadReasons(dlq), "queued:expired")
+	want(t, "dead letters", deadReasons(dlq), "queued:expired/expired")
 	a = gt.member("g", 1)
 	want(t, "delivered", got(a), "forever/1")
 	if st := gt.stats("g"); st.Expired != 1 || st.DeadLettered != 1 {
@@ -60,14 +61,14 @@ func TestTTLExpires(t *testing.T) {
 	d = next(a)
 	gt.clock.Advance(2 * time.Second)
 	a.Nack(ids(d), 0, "")
-	want(t, "after the nack", deadReasons(dlq), "nacked:expired")
+	want(t, "after the nack", deadReasons(dlq), "nacked:expired/expired")
 	want(t, "redelivered", got(a))
 
 	// Delayed past its ttl: it goes at its time, not when the delay ends.
 	gt.publishTTL("delayed", time.Second, "")
 	a.Nack(ids(next(a)), time.Minute, "")
 	gt.clock.Advance(1500 * time.Millisecond)
-	want(t, "the delayed one", deadReasons(dlq), "delayed:expired")
+	want(t, "the delayed one", deadReasons(dlq), "delayed:expired/expired")
 	gt.settled("g")
 }
 
@@ -95,7 +96,7 @@ func TestTTLExpiredBeforeItsWakeUp(t *testing.T) {
 	a = gt.member("g", 1)
 	want(t, "delivered", got(a))
 	gt.clock.Advance(0)
-	want(t, "dead letters", deadReasons(dlq), "late:expired")
+	want(t, "dead letters", deadReasons(dlq), "late:expired/expired")
 	gt.settled("g")
 }
 

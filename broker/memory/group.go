@@ -614,7 +614,7 @@ func (g *group) giveBackLocked(e *entry, reason string, delay time.Duration, now
 // past maxDeliveries it dead-letters it (to tb.dead, published by finish).
 func (g *group) defaultGiveBackLocked(e *entry, reason string, delay time.Duration, now int64, tb *takeBack) {
 	if g.maxDeliveries > 0 && int(e.attempt) >= g.maxDeliveries {
-		g.deadLetterLocked(e, reason, tb)
+		g.deadLetterLocked(e, deadletter.CodeMaxDeliveries, reason, tb)
 		return
 	}
 	if delay != atOnce {
@@ -648,10 +648,12 @@ func (g *group) waitLocked(e *entry) {
 	}
 }
 
-func (g *group) deadLetterLocked(e *entry, reason string, tb *takeBack) {
+// deadLetterLocked sends e to the dead-letter topic, code (a deadletter.Code*) saying which
+// path did, reason why.
+func (g *group) deadLetterLocked(e *entry, code, reason string, tb *takeBack) {
 	g.deadLettered++
-	d := g.deadLetter(e, reason)
-	g.keepDeadLetterLocked(e, d, reason)
+	d := g.deadLetter(e, code, reason)
+	g.keepDeadLetterLocked(e, d, code, reason)
 	tb.dead = append(tb.dead, d)
 	g.forgetLocked(e)
 }
@@ -700,7 +702,7 @@ func (g *group) finish(tb *takeBack) {
 				if reason == "" {
 					reason = h.reason
 				}
-				g.deadLetterLocked(e, reason, tb)
+				g.deadLetterLocked(e, grouping.VerdictCode(v), reason, tb)
 			case broker.RedeliverDrop:
 				g.dropped++
 				g.forgetLocked(e)
@@ -716,8 +718,8 @@ func (g *group) finish(tb *takeBack) {
 	g.b.emit(tb.emits)
 }
 
-func (g *group) deadLetter(e *entry, reason string) deadLetter {
-	h := grouping.DeadLetterHeaders(&e.msg.Message, reason, g.id, g.name, e.attempt)
+func (g *group) deadLetter(e *entry, code, reason string) deadLetter {
+	h := grouping.DeadLetterHeaders(&e.msg.Message, code, reason, g.id, g.name, e.attempt)
 	return deadLetter{topic: g.dlq, payload: e.msg.Payload, headers: h, key: e.msg.Key}
 }
 
@@ -1026,7 +1028,7 @@ func (g *group) expireLocked(e *entry, tb *takeBack) {
 		g.forgetLocked(e)
 		return
 	}
-	g.deadLetterLocked(e, deadletter.ReasonExpired, tb)
+	g.deadLetterLocked(e, deadletter.CodeExpired, deadletter.ReasonExpired, tb)
 }
 
 // expireWaitingLocked lets go of e, expired while queued or delayed, as expireLocked does.

@@ -347,7 +347,7 @@ func TestGroupDeadLetter(t *testing.T) {
 			}
 			m := d[0].Msg
 			wantHeaders := map[string]string{"k": "v",
-				deadletter.HeaderReason: tc.reason, deadletter.HeaderTopic: "j.x",
+				deadletter.HeaderCode: deadletter.CodeMaxDeliveries, deadletter.HeaderReason: tc.reason, deadletter.HeaderTopic: "j.x",
 				deadletter.HeaderSystemID: r.SystemID, deadletter.HeaderSubscription: "g",
 				deadletter.HeaderGroup: "g", deadletter.HeaderAttempts: "2"}
 			if m.Topic != tc.topic || string(m.Payload) != "1" || fmt.Sprint(m.Headers.Map()) != fmt.Sprint(wantHeaders) {
@@ -690,13 +690,16 @@ func TestGroupRedeliverHook(t *testing.T) {
 		atOnce  []string // what the member gets right after its nack
 		later   []string // ... and 5s later
 		dead    string   // the dead letter's reason, if any
+		code    string   // ... and its code
 		dropped uint64
 	}{
-		{"default", broker.RedeliverVerdict{}, []string{"1/2"}, nil, "", 0},
-		{"delay", broker.RedeliverVerdict{Action: broker.RedeliverDelay, Delay: 5 * time.Second}, nil, []string{"1/2"}, "", 0},
-		{"dead-letter", broker.RedeliverVerdict{Action: broker.RedeliverDeadLetter, Reason: "poison"}, nil, nil, "poison", 0},
-		{"dead-letter, the nack's reason", broker.RedeliverVerdict{Action: broker.RedeliverDeadLetter}, nil, nil, "flaky", 0},
-		{"drop", broker.RedeliverVerdict{Action: broker.RedeliverDrop}, nil, nil, "", 1},
+		{"default", broker.RedeliverVerdict{}, []string{"1/2"}, nil, "", "", 0},
+		{"delay", broker.RedeliverVerdict{Action: broker.RedeliverDelay, Delay: 5 * time.Second}, nil, []string{"1/2"}, "", "", 0},
+		{"dead-letter", broker.RedeliverVerdict{Action: broker.RedeliverDeadLetter, Reason: "poison"}, nil, nil, "poison", deadletter.CodeRejected, 0},
+		{"dead-letter, the nack's reason", broker.RedeliverVerdict{Action: broker.RedeliverDeadLetter}, nil, nil, "flaky", deadletter.CodeRejected, 0},
+		{"dead-letter, a plugin failed", broker.RedeliverVerdict{Action: broker.RedeliverDeadLetter, Code: deadletter.CodePluginError, Reason: "plugin p failed: trap"},
+			nil, nil, "plugin p failed: trap", deadletter.CodePluginError, 0},
+		{"drop", broker.RedeliverVerdict{Action: broker.RedeliverDrop}, nil, nil, "", "", 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			gt := newGroupTest(t, Options{})
@@ -733,14 +736,14 @@ func TestGroupRedeliverHook(t *testing.T) {
 			var watched []string
 			for _, d := range next(watch) {
 				w := d.Msg.Topic
-				if reason := d.Msg.Headers.Map()[deadletter.HeaderReason]; reason != "" {
-					w += " " + reason + " " + d.Msg.Headers.Map()["tried"]
+				if h := d.Msg.Headers.Map(); h[deadletter.HeaderReason] != "" {
+					w += " " + h[deadletter.HeaderCode] + " " + h[deadletter.HeaderReason] + " " + h["tried"]
 				}
 				watched = append(watched, w)
 			}
 			var wantWatched []string // dead letters first, then what hooks emitted
 			if tc.dead != "" {
-				wantWatched = append(wantWatched, "dlq.g "+tc.dead+" yes")
+				wantWatched = append(wantWatched, "dlq.g "+tc.code+" "+tc.dead+" yes")
 			}
 			wantWatched = append(wantWatched, "audit.redeliver")
 			want(t, "emitted and dead letters", watched, wantWatched...)

@@ -144,12 +144,12 @@ func TestAdminCommands(t *testing.T) {
 
 	// dlq ls
 	out = ok(t, "dlq", "ls", "work", "--addr", addr)
-	if !regexp.MustCompile(`(?m)^`+ids[0]+`\s+jobs\.a\s+1\s+\S+\s+cannot parse\s+one$`).MatchString(out) || !strings.Contains(out, ids[1]) {
+	if !regexp.MustCompile(`(?m)^`+ids[0]+`\s+jobs\.a\s+1\s+\S+\s+max_deliveries\s+cannot parse\s+one$`).MatchString(out) || !strings.Contains(out, ids[1]) {
 		t.Fatalf("dlq ls:\n%s", out)
 	}
 	var dls adminpb.ListDeadLettersResponse
 	fromJSON(t, ok(t, "dlq", "ls", "work", "--json", "--addr", addr), &dls)
-	if dls.GetTotal() != 2 || dls.GetDeadLetters()[1].GetHeaders()["tb-dead-letter-reason"] != "cannot parse" {
+	if dls.GetTotal() != 2 || dls.GetDeadLetters()[1].GetHeaders()["tb-dead-letter-reason"] != "cannot parse" || dls.GetDeadLetters()[1].GetCode() != "max_deliveries" {
 		t.Fatalf("dlq ls --json: %v", &dls)
 	}
 
@@ -166,7 +166,7 @@ func TestAdminCommands(t *testing.T) {
 	}
 	again := m.next()
 	if string(again.GetPayload()) != "one" || again.GetHeaders()["tb-replay-count"] != "1" || again.GetHeaders()["tb-dead-letter-reason"] != "" ||
-		again.GetHeaders()["traceparent"] != "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01" {
+		again.GetHeaders()["tb-dead-letter-code"] != "" || again.GetHeaders()["traceparent"] != "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01" {
 		t.Fatalf("replayed message %v", again)
 	}
 	if _, _, code := cli(t, "dlq", "replay", "work", ids[0], "--addr", addr); code != exitFailure {

@@ -20,7 +20,7 @@ func (a *app) dlqCmd() *cobra.Command {
 	return a.parent("dlq", "List, replay and purge a consumer group's dead letters",
 		`Every consumer group keeps the messages it dead-letters (besides publishing them to its
 dead-letter topic) until they are replayed or purged: ls lists them with their
-tb-dead-letter-* reasons, replay publishes them again to their original topic with a
+tb-dead-letter-* code and reason, replay publishes them again to their original topic with a
 tb-replay-count header, purge drops them.`,
 		a.dlqLsCmd(), a.dlqReplayCmd(), a.dlqPurgeCmd())
 }
@@ -46,13 +46,13 @@ func (a *app) dlqLsCmd() *cobra.Command {
 			return all.NextPageToken, err
 		})
 	}, func(id string, all *adminpb.ListDeadLettersResponse) error {
-		tw := a.listing(len(all.DeadLetters), "group "+id+" keeps no dead letters", "SYSTEM ID\tTOPIC\tATTEMPTS\tAGE\tREASON\tPAYLOAD")
+		tw := a.listing(len(all.DeadLetters), "group "+id+" keeps no dead letters", "SYSTEM ID\tTOPIC\tATTEMPTS\tAGE\tCODE\tREASON\tPAYLOAD")
 		if tw == nil {
 			return nil
 		}
 		for _, dl := range all.DeadLetters {
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", dl.GetSystemId(), dl.GetTopic(), dl.GetAttempts(),
-				shortDuration(time.Since(time.Unix(0, dl.GetDeadLetteredUnixNano()))), dl.GetReason(), clip(payloadText(dl.GetPayload()), 40))
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", dl.GetSystemId(), dl.GetTopic(), dl.GetAttempts(),
+				shortDuration(time.Since(time.Unix(0, dl.GetDeadLetteredUnixNano()))), dl.GetCode(), dl.GetReason(), clip(payloadText(dl.GetPayload()), 40))
 		}
 		if err := tw.Flush(); err != nil {
 			return err

@@ -396,7 +396,7 @@ async function loadDeadLetters() {
     body.replaceChildren(...r.dead_letters.map(d => h("tr", { "data-id": d.id },
       h("td", {}, new Date(d.at).toLocaleString()),
       h("td", { class: "patterns" }, d.topic),
-      h("td", { class: "reason" }, d.reason),
+      h("td", { class: "reason", title: d.code }, d.reason),
       h("td", { class: "num" }, d.attempts),
       h("td", { class: "payload", title: preview(d.payload) }, preview(d.payload), d.size > 0 ? h("span", { class: "note" }, ` (${bytes(d.size)})`) : null),
       h("td", { class: "actions" }, h("button", { type: "button", class: "replay", onclick: () => replay([d.id]) }, "Replay")))));

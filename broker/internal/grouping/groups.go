@@ -35,12 +35,14 @@ func FanoutID[F, G comparable](id string, autoID *uint64, fanouts map[string]F, 
 }
 
 // DeadLetterHeaders returns the headers of m dead-lettered by group (subscription id) after
-// attempts deliveries, for reason: m's own and the tb-dead-letter-* ones.
-func DeadLetterHeaders(m *broker.Message, reason, id, group string, attempts uint32) map[string]string {
-	h := make(map[string]string, len(m.Headers)+6)
+// attempts deliveries, for code (a deadletter.Code*) and reason: m's own and the
+// tb-dead-letter-* ones.
+func DeadLetterHeaders(m *broker.Message, code, reason, id, group string, attempts uint32) map[string]string {
+	h := make(map[string]string, len(m.Headers)+7)
 	for _, x := range m.Headers {
 		h[x.Key] = x.Value
 	}
+	h[deadletter.HeaderCode] = code
 	h[deadletter.HeaderReason] = deadletter.TruncateReason(reason)
 	h[deadletter.HeaderTopic] = m.Topic
 	h[deadletter.HeaderSystemID] = m.SystemID
@@ -48,6 +50,15 @@ func DeadLetterHeaders(m *broker.Message, reason, id, group string, attempts uin
 	h[deadletter.HeaderGroup] = group
 	h[deadletter.HeaderAttempts] = strconv.FormatUint(uint64(attempts), 10)
 	return h
+}
+
+// VerdictCode is the code of a dead letter that on_redeliver's verdict v sent to dead
+// letters: the verdict's (a plugin failed), or deadletter.CodeRejected (a plugin chose so).
+func VerdictCode(v *broker.RedeliverVerdict) string {
+	if v.Code != "" {
+		return v.Code
+	}
+	return deadletter.CodeRejected
 }
 
 // AckTarget returns what a unary Ack or Nack of systemID to subscription id settles: g, the

@@ -1910,13 +1910,19 @@ type DeadLetter struct {
 	Topic   string `protobuf:"bytes,2,opt,name=topic,proto3" json:"topic,omitempty"`
 	Payload []byte `protobuf:"bytes,3,opt,name=payload,proto3" json:"payload,omitempty"`
 	// As published to the dead-letter topic: its own and the tb-dead-letter-* headers
-	// (reason, topic, system-id, subscription, group, attempts).
-	Headers              map[string]string `protobuf:"bytes,4,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	Reason               string            `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
-	Attempts             uint32            `protobuf:"varint,6,opt,name=attempts,proto3" json:"attempts,omitempty"`
-	DeadLetteredUnixNano int64             `protobuf:"varint,7,opt,name=dead_lettered_unix_nano,json=deadLetteredUnixNano,proto3" json:"dead_lettered_unix_nano,omitempty"`
+	// (code, reason, topic, system-id, subscription, group, attempts).
+	Headers map[string]string `protobuf:"bytes,4,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Why it was dead-lettered, in free text (tb-dead-letter-reason).
+	Reason               string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	Attempts             uint32 `protobuf:"varint,6,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	DeadLetteredUnixNano int64  `protobuf:"varint,7,opt,name=dead_lettered_unix_nano,json=deadLetteredUnixNano,proto3" json:"dead_lettered_unix_nano,omitempty"`
 	// Its key (tinybroker.v1.PublishRequest.key), which a replay publishes it with.
-	Key           string `protobuf:"bytes,8,opt,name=key,proto3" json:"key,omitempty"`
+	Key string `protobuf:"bytes,8,opt,name=key,proto3" json:"key,omitempty"`
+	// Which path dead-lettered it (tb-dead-letter-code), one of a closed set that tooling can
+	// match: "max_deliveries", "expired", "rejected" (an on_redeliver verdict) or
+	// "plugin_error" (a plugin with failure_policy "dead_letter" failed on it). Empty for a
+	// dead letter kept from before codes existed.
+	Code          string `protobuf:"bytes,9,opt,name=code,proto3" json:"code,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2003,6 +2009,13 @@ func (x *DeadLetter) GetDeadLetteredUnixNano() int64 {
 func (x *DeadLetter) GetKey() string {
 	if x != nil {
 		return x.Key
+	}
+	return ""
+}
+
+func (x *DeadLetter) GetCode() string {
+	if x != nil {
+		return x.Code
 	}
 	return ""
 }
@@ -2462,7 +2475,7 @@ const file_tinybroker_admin_v1_admin_proto_rawDesc = "" +
 	"\x17ListDeadLettersResponse\x12B\n" +
 	"\fdead_letters\x18\x01 \x03(\v2\x1f.tinybroker.admin.v1.DeadLetterR\vdeadLetters\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12\x14\n" +
-	"\x05total\x18\x03 \x01(\rR\x05total\"\xda\x02\n" +
+	"\x05total\x18\x03 \x01(\rR\x05total\"\xee\x02\n" +
 	"\n" +
 	"DeadLetter\x12\x1b\n" +
 	"\tsystem_id\x18\x01 \x01(\tR\bsystemId\x12\x14\n" +
@@ -2472,7 +2485,8 @@ const file_tinybroker_admin_v1_admin_proto_rawDesc = "" +
 	"\x06reason\x18\x05 \x01(\tR\x06reason\x12\x1a\n" +
 	"\battempts\x18\x06 \x01(\rR\battempts\x125\n" +
 	"\x17dead_lettered_unix_nano\x18\a \x01(\x03R\x14deadLetteredUnixNano\x12\x10\n" +
-	"\x03key\x18\b \x01(\tR\x03key\x1a:\n" +
+	"\x03key\x18\b \x01(\tR\x03key\x12\x12\n" +
+	"\x04code\x18\t \x01(\tR\x04code\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"t\n" +
