@@ -93,10 +93,16 @@ func TestDeadLetterCodes(t *testing.T) {
 				h[deadletter.HeaderSystemID] != got.GetSystemId() {
 				t.Fatalf("dead letter headers %v, want code %q and reason %q", h, tc.code, tc.reason)
 			}
-			ls, err := tb.admin().ListDeadLetters(context.Background(), &adminpb.ListDeadLettersRequest{SubscriptionId: "work"})
-			if err != nil || len(ls.GetDeadLetters()) != 1 {
-				t.Fatalf("ListDeadLetters: %v %v", ls, err)
-			}
+			// The JetStream engine keeps the letter just after it published it.
+			var ls *adminpb.ListDeadLettersResponse
+			brokertest.Eventually(t, "the dead letter kept", func() bool {
+				var err error
+				ls, err = tb.admin().ListDeadLetters(context.Background(), &adminpb.ListDeadLettersRequest{SubscriptionId: "work"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return len(ls.GetDeadLetters()) == 1
+			})
 			if dl := ls.GetDeadLetters()[0]; dl.GetCode() != tc.code || dl.GetReason() != tc.reason ||
 				dl.GetHeaders()[deadletter.HeaderCode] != tc.code || dl.GetSystemId() != got.GetSystemId() {
 				t.Fatalf("listed %v, want code %q and reason %q", dl, tc.code, tc.reason)
