@@ -323,6 +323,12 @@ type GroupLimits struct {
 	// reason "expired", or "drop", counted.
 	MaxAge   time.Duration
 	OnExpire string
+	// DeadLetterBreaker pauses the group (Admin.PauseGroup) when it dead-letters this many
+	// messages within DeadLetterBreakerWindow (1m), until an operator resumes it: a flood of
+	// dead letters is more often a broken consumer or dependency than bad messages, and each
+	// message it burns is work to replay. 0: off (the default); at most 10,000.
+	DeadLetterBreaker       int
+	DeadLetterBreakerWindow time.Duration
 }
 
 // Overflow is what a consumer group does with a publish when its queue is at its bound.
@@ -375,6 +381,9 @@ type GroupStats struct {
 	Published uint64
 	Declared  bool // declared in the configuration
 	Paused    bool // by Admin.PauseGroup: it hands nothing to its members until resumed
+	// BreakerTrips counts the times its dead-letter breaker paused it
+	// (GroupLimits.DeadLetterBreaker; on JetStream, this node's).
+	BreakerTrips uint64
 	// Deliveries taken back from members for another attempt (or the dead-letter topic), by
 	// reason: nacked, past their ack deadline, held by a member that left.
 	Nacked, TimedOut, LeftBehind uint64

@@ -76,6 +76,9 @@ type Limits struct {
 	// GroupMaxAge and GroupOnExpire: GroupLimits.MaxAge and OnExpire (none; "dead_letter").
 	GroupMaxAge   time.Duration
 	GroupOnExpire string
+	// GroupDeadLetterBreaker and GroupDeadLetterBreakerWindow: GroupLimits' (off; 1m).
+	GroupDeadLetterBreaker       int
+	GroupDeadLetterBreakerWindow time.Duration
 }
 
 // GroupLimits returns the group limits of l, for GroupLimits.Or.
@@ -84,7 +87,8 @@ func (d Limits) GroupLimits() GroupLimits {
 		DeadLetterMax: d.GroupDeadLetterMax, DeadLetterMaxBytes: d.GroupDeadLetterMaxBytes,
 		RedeliveryDelayMin: d.GroupRedeliveryDelayMin, RedeliveryDelayMax: d.GroupRedeliveryDelayMax,
 		RedeliveryBackoff: d.GroupRedeliveryBackoff, RedeliveryJitter: d.GroupRedeliveryJitter,
-		MaxAge: d.GroupMaxAge, OnExpire: d.GroupOnExpire}
+		MaxAge: d.GroupMaxAge, OnExpire: d.GroupOnExpire,
+		DeadLetterBreaker: d.GroupDeadLetterBreaker, DeadLetterBreakerWindow: d.GroupDeadLetterBreakerWindow}
 }
 
 // WithGroupDefaults returns l with every zero value of its Group fields replaced by its
@@ -321,6 +325,9 @@ func (gc GroupConfig) Check() error {
 	if err == nil {
 		err = gc.Limits.CheckExpiry()
 	}
+	if err == nil {
+		err = gc.Limits.CheckBreaker()
+	}
 	return err
 }
 
@@ -382,6 +389,16 @@ func (l GroupLimits) Or(d GroupLimits) GroupLimits {
 	if l.OnExpire == "" {
 		l.OnExpire = d.OnExpire
 	}
+	if l.DeadLetterBreaker <= 0 {
+		l.DeadLetterBreaker = d.DeadLetterBreaker
+	}
+	l.DeadLetterBreaker = min(l.DeadLetterBreaker, maxDeadLetterBreaker)
+	if l.DeadLetterBreakerWindow <= 0 {
+		l.DeadLetterBreakerWindow = d.DeadLetterBreakerWindow
+	}
+	if l.DeadLetterBreakerWindow <= 0 {
+		l.DeadLetterBreakerWindow = time.Minute
+	}
 	return l
 }
 
@@ -396,6 +413,21 @@ func (l GroupLimits) CheckExpiry() error {
 		return fmt.Errorf("%w: max_age %v is negative; 0 means no limit", ErrInvalidSubscription, l.MaxAge)
 	case l.OnExpire != "" && l.OnExpire != "dead_letter" && l.OnExpire != "drop":
 		return fmt.Errorf("%w: on_expire %q: want \"dead_letter\" (the default: to the dead-letter topic with reason \"expired\") or \"drop\" (counted)", ErrInvalidSubscription, l.OnExpire)
+	}
+	return nil
+}
+
+// maxDeadLetterBreaker is the largest DeadLetterBreaker: the breaker keeps the time of that
+// many dead letters (8 bytes each) per group. Or holds a broker-wide default to it.
+const maxDeadLetterBreaker = 10_000
+
+// CheckBreaker reports a bad dead_letter_breaker or dead_letter_breaker_window.
+func (l GroupLimits) CheckBreaker() error {
+	switch {
+	case l.DeadLetterBreaker < 0 || l.DeadLetterBreaker > maxDeadLetterBreaker:
+		return fmt.Errorf("%w: dead_letter_breaker %d is out of range; give 1 to %d dead letters (within dead_letter_breaker_window) that pause the group, or 0 for none", ErrInvalidSubscription, l.DeadLetterBreaker, maxDeadLetterBreaker)
+	case l.DeadLetterBreakerWindow < 0:
+		return fmt.Errorf("%w: dead_letter_breaker_window %v is negative", ErrInvalidSubscription, l.DeadLetterBreakerWindow)
 	}
 	return nil
 }

@@ -74,6 +74,7 @@ var (
 	dGOldest      = desc("group_oldest_queued_age_seconds", "Age of the message at the head of the queue (0: nothing queued).", "group")
 	dGPaused      = desc("group_paused", "1 while the group is paused (it hands nothing to its members until resumed).", "group")
 	dGStuck       = desc("group_stuck", "1 while the group is stuck: messages queued, members with room, nothing delivered for the stuck_after time (1m), not paused.", "group")
+	dGBreaker     = desc("group_breaker_trips_total", "Times the group's dead-letter breaker paused it (groups { dead_letter_breaker }; on JetStream, this node's).", "group")
 	dGUnacked     = desc("group_oldest_unacked_age_seconds", "Age of the oldest message the group's members hold unacked (0: none; on JetStream, this node's members').", "group")
 	dGPublished   = desc("group_published_messages_total", "Messages the group took (on JetStream: stored through this node).", "group")
 	dGDelivered   = desc("group_delivered_messages_total", "Deliveries to members, redeliveries included.", "group")
@@ -115,7 +116,7 @@ var (
 var allDescs = []*prometheus.Desc{dPublished, dDelivered, dAcked, dRedelivered, dDeadLettered, dUnrouted,
 	dHookDropped, dPubBytes, dDelivBytes, dPubRefused, dSubRefused, dDelayed, dDelayedBytes, dDelayedRef, dMemUsed, dMemBudget, dConns,
 	dConnsRefused, dStreams, dSubs, dGroups, dFanBuffered, dFanDropped, dAuthFailed, dDenials, dGQueued, dGInFlight, dGDelayed,
-	dGMembers, dGHeld, dGOldest, dGPaused, dGStuck, dGUnacked, dGPublished, dGDelivered, dGAcked, dGRedeliv, dGTakenBack, dGDead, dGDropped,
+	dGMembers, dGHeld, dGOldest, dGPaused, dGStuck, dGUnacked, dGBreaker, dGPublished, dGDelivered, dGAcked, dGRedeliv, dGTakenBack, dGDead, dGDropped,
 	dGExpired, dGRejected, dGDLKept, dGDLKeptBytes, dGDLDiscarded, dGDelivLat, dGAckLat, dGKeys, dGKeyHeld, dLabelled,
 	dOldGBytes, dOldGDelivered, dOldGAcked, dOldGRedeliv, dOldGTakenBack, dOldGDead, dOldGDropped, dOldGRejected, dOldGroupSeries,
 	dPCalls, dPFailures, dPSkipped, dPBreaker, dPInstances, dPLatency}
@@ -250,6 +251,7 @@ func (c *collector) group(ch chan<- prometheus.Metric, label string, g broker.Gr
 	gauge(dGPaused, map[bool]float64{true: 1}[g.Paused])
 	gauge(dGStuck, map[bool]float64{true: 1}[g.Stuck(now, c.src.stuckAfter)])
 	gauge(dGUnacked, ageSeconds(g.OldestUnacked, now))
+	counter(dGBreaker, g.BreakerTrips)
 	counter(dGPublished, g.Published)
 	renamedCounter(dGDelivered, dOldGDelivered, g.Delivered)
 	renamedCounter(dGAcked, dOldGAcked, g.Acked)

@@ -124,6 +124,10 @@ func (a *adminServer) DescribeGroup(_ context.Context, req *adminpb.DescribeGrou
 	if gi.Limits.DropExpired() {
 		m.Settings.OnExpire = "drop"
 	}
+	if n := gi.Limits.DeadLetterBreaker; n > 0 {
+		m.Settings.DeadLetterBreaker = uint32(n)
+		m.Settings.DeadLetterBreakerWindow = durationpb.New(gi.Limits.DeadLetterBreakerWindow)
+	}
 	setRedelivery(m.Settings, gi.Limits)
 	for _, mb := range gi.MemberList {
 		m.MemberList = append(m.MemberList, &adminpb.Member{MemberId: mb.ID, Peer: mb.Peer, InFlight: uint32(mb.InFlight),

@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/tinybroker/tinybroker/broker"
 	"github.com/tinybroker/tinybroker/broker/deadletter"
 	"github.com/tinybroker/tinybroker/internal/testing/brokertest"
 	adminpb "github.com/tinybroker/tinybroker/proto/tinybroker/admin/v1"
@@ -341,4 +343,37 @@ func TestAdminPauseResumeGroup(t *testing.T) {
 	wantCode(t, err, codes.NotFound, "nope")
 	_, err = a.ResumeGroup(ctx, &adminpb.ResumeGroupRequest{})
 	wantCode(t, err, codes.InvalidArgument, "subscription_id")
+}
+
+// The dead-letter breaker: a group that dead-letters 3 messages within its window is paused
+// (logged, counted) and keeps the rest until an operator resumes it.
+func TestDeadLetterBreaker(t *testing.T) {
+	tb := start(t, brokertest.Options{Limits: broker.Limits{GroupDeadLetterBreaker: 3, GroupDeadLetterBreakerWindow: time.Minute}})
+	ctx := context.Background()
+	a := tb.admin()
+	o := balanced("work", "work", 1, "jobs.>")
+	o.MaxDeliveries = 1
+	m := tb.open(t, o)
+	for i := range 5 {
+		tb.publish(t, "jobs.a", strconv.Itoa(i))
+	}
+	for range 3 { // each nack dead-letters its message: max_deliveries 1
+		msg := m.next()
+		m.send(&pb.SubscribeRequest{Frame: &pb.SubscribeRequest_Nack{Nack: &pb.NackBatch{SystemIds: []string{msg.GetSystemId()}, Reason: "dependency down"}}})
+	}
+	brokertest.Eventually(t, "the group paused by its breaker, holding the other 2", func() bool {
+		d, err := a.DescribeGroup(ctx, &adminpb.DescribeGroupRequest{SubscriptionId: "work"})
+		return err == nil && d.GetPaused() && d.GetQueued() == 2 && d.GetDeadLettered() == 3
+	})
+	m.none(300 * time.Millisecond)
+	if d, err := a.DescribeGroup(ctx, &adminpb.DescribeGroupRequest{SubscriptionId: "work"}); err != nil ||
+		d.GetSettings().GetDeadLetterBreaker() != 3 || d.GetSettings().GetDeadLetterBreakerWindow().AsDuration() != time.Minute {
+		t.Fatalf("DescribeGroup's breaker settings: %v %v", d.GetSettings(), err)
+	}
+	if _, err := a.ResumeGroup(ctx, &adminpb.ResumeGroupRequest{SubscriptionId: "work"}); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		m.ack(m.next().GetSystemId())
+	}
 }

@@ -126,6 +126,9 @@ func (e *Engine) Declare(gc broker.GroupConfig) error {
 	if err := gc.Limits.CheckRedelivery(); err != nil {
 		return err
 	}
+	if err := gc.Limits.CheckBreaker(); err != nil {
+		return err
+	}
 	gc.ID = o.ID
 	e.mu.Lock()
 	defer e.awaitAnnounces() // after the unlock
@@ -205,7 +208,7 @@ func (g *group) stats(ci *jetstream.ConsumerInfo) broker.GroupStats {
 	}
 	st := broker.GroupStats{ID: g.id, Group: g.name, Patterns: g.patterns, Members: len(g.members),
 		Delivered: g.delivered, Acked: g.acked, Redelivered: g.redelivered, DeadLettered: g.deadLettered, Dropped: g.dropped, Expired: g.expiredMsgs,
-		Declared: g.declared, Paused: g.paused, Nacked: g.nacked, TimedOut: g.timedOut, LeftBehind: g.leftBehind, Bytes: g.bytes, Rejected: g.rejected, Published: g.published.Load(),
+		Declared: g.declared, Paused: g.paused, BreakerTrips: g.breaker.Trips, Nacked: g.nacked, TimedOut: g.timedOut, LeftBehind: g.leftBehind, Bytes: g.bytes, Rejected: g.rejected, Published: g.published.Load(),
 		DeadLetters: max(0, g.deadCount), DeadLetterBytes: g.deadBytesLocked(), DeadLettersDropped: g.deadDropped,
 		DeliveryLatency: g.deliveryLatency, AckLatency: g.ackLatency}
 	now := time.Now()

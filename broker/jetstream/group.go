@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/broker/internal/grouping"
 	"github.com/tinybroker/tinybroker/broker/internal/lockrank"
 	"github.com/tinybroker/tinybroker/broker/latency"
 )
@@ -111,6 +112,7 @@ type group struct {
 	// the consumer's deliveries at stallDelivered; zero while it is not.
 	stallSeen                                            time.Time
 	stallDelivered                                       uint64
+	breaker                                              grouping.Breaker // dead letters (GroupLimits.DeadLetterBreaker), under mu
 	delivered, acked, redelivered, deadLettered, dropped uint64
 	nacked, timedOut, leftBehind, expiredMsgs            uint64
 	deliveryLatency, ackLatency                          latency.Histogram // broker.GroupStats's

@@ -567,6 +567,17 @@ func (g *group) deadLetter(h *held, code, reason string) {
 	g.mu.Lock()
 	g.deadLettered++
 	name, dlq := g.name, g.dlq
+	if g.breaker.Note(time.Now().UnixNano(), g.limits) && !g.paused {
+		g.paused = true // here at once; on every node once PauseGroup has told them
+		limits := g.limits
+		g.e.wg.Go(func() {
+			g.e.log.Warn("dead-letter breaker tripped: consumer group paused; find why its messages fail, then resume it (tinybroker groups resume)",
+				"subscription", g.id, "dead_letters", limits.DeadLetterBreaker, "within", limits.DeadLetterBreakerWindow)
+			if err := g.e.PauseGroup(g.id, true); err != nil {
+				g.e.log.Warn("dead-letter breaker: could not pause the consumer group", "subscription", g.id, "error", err)
+			}
+		})
+	}
 	g.mu.Unlock()
 	hd := grouping.DeadLetterHeaders(h.msg, code, reason, g.id, name, h.attempt)
 	if _, err := g.e.route(&publishing.Msg{Topic: dlq, Payload: h.msg.Payload, Headers: broker.MakeHeaders(hd), Key: h.msg.Key}); err != nil {

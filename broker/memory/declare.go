@@ -25,6 +25,9 @@ func (b *Engine) Declare(gc broker.GroupConfig) error {
 	if err := gc.Limits.CheckRedelivery(); err != nil {
 		return err
 	}
+	if err := gc.Limits.CheckBreaker(); err != nil {
+		return err
+	}
 	gc.Patterns = patterns
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -65,8 +65,9 @@ type group struct {
 	draining                                             bool      // shutting down: deliver nothing new
 	paused                                               bool      // Engine.PauseGroup: deliver nothing new until resumed
 	lastDelivery                                         int64     // Engine.now of its last delivery to a member (0: none)
-	emptySince                                           int64     // when the last member left (Broker.now clock); 0 while it has members
-	removed                                              bool      // expired: no longer routed to
+	breaker                                              grouping.Breaker
+	emptySince                                           int64 // when the last member left (Broker.now clock); 0 while it has members
+	removed                                              bool  // expired: no longer routed to
 	memberSeq                                            uint64
 	delivered, acked, redelivered, deadLettered, dropped uint64
 	rejected                                             uint64 // publishes refused while full (broker.OverflowReject)
@@ -652,6 +653,11 @@ func (g *group) waitLocked(e *entry) {
 // path did, reason why.
 func (g *group) deadLetterLocked(e *entry, code, reason string, tb *takeBack) {
 	g.deadLettered++
+	if g.breaker.Note(g.b.now(), g.limits) && !g.paused {
+		g.paused = true
+		g.b.log.Warn("dead-letter breaker tripped: consumer group paused; find why its messages fail, then resume it (tinybroker groups resume)",
+			"subscription", g.id, "dead_letters", g.limits.DeadLetterBreaker, "within", g.limits.DeadLetterBreakerWindow)
+	}
 	d := g.deadLetter(e, code, reason)
 	g.keepDeadLetterLocked(e, d, code, reason)
 	tb.dead = append(tb.dead, d)
@@ -892,7 +898,7 @@ func (g *group) stats() broker.GroupStats {
 func (g *group) statsLocked() broker.GroupStats {
 	st := broker.GroupStats{ID: g.id, Group: g.name, Patterns: g.patterns, Members: len(g.members), Expired: g.expiredMsgs,
 		Queued: g.queued, Bytes: g.bytes, Delivered: g.delivered, Acked: g.acked, Redelivered: g.redelivered,
-		DeadLettered: g.deadLettered, Dropped: g.dropped, Rejected: g.rejected, Published: g.published, Declared: g.declared, Paused: g.paused,
+		DeadLettered: g.deadLettered, Dropped: g.dropped, Rejected: g.rejected, Published: g.published, Declared: g.declared, Paused: g.paused, BreakerTrips: g.breaker.Trips,
 		Nacked: g.nacked, TimedOut: g.timedOut, LeftBehind: g.leftBehind,
 		DeadLetters: g.dead.len(), DeadLetterBytes: g.dead.bytes, DeadLettersDropped: g.dead.dropped,
 		DeliveryLatency: g.deliveryLatency, AckLatency: g.ackLatency}

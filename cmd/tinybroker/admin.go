@@ -327,6 +327,9 @@ func (a *app) printGroup(g *adminpb.Group) error {
 	if a := s.GetMaxAge(); a != nil {
 		rows = append(rows, [2]string{"max age", fmt.Sprintf("%s (then %s)", a.AsDuration(), strings.ReplaceAll(s.GetOnExpire(), "_", "-"))})
 	}
+	if n := s.GetDeadLetterBreaker(); n > 0 {
+		rows = append(rows, [2]string{"breaker", fmt.Sprintf("pauses the group at %d dead letters within %s", n, s.GetDeadLetterBreakerWindow().AsDuration())})
+	}
 	if n := s.GetReplicas(); n > 1 { // JetStream keeping several copies: one is the usual case
 		rows = slices.Insert(rows, 3, [2]string{"replicas", fmt.Sprintf("%d (copies of its messages JetStream keeps)", n)})
 	}

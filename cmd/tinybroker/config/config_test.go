@@ -654,3 +654,27 @@ group "g" {
 		t.Errorf("group: max_age %v on_expire %q", l.MaxAge, l.OnExpire)
 	}
 }
+
+// The dead-letter breaker (issue 29): broker-wide in groups, per group in group, and one
+// past its bound refused with the file's position.
+func TestBreakerSettings(t *testing.T) {
+	c := mustParse(t, `groups {
+  dead_letter_breaker        = 100
+  dead_letter_breaker_window = "30s"
+}
+group "g" {
+  topics              = ["a"]
+  dead_letter_breaker = 5
+}
+`, "t.hcl")
+	if o := c.Broker; o.GroupDeadLetterBreaker != 100 || o.GroupDeadLetterBreakerWindow != 30*time.Second {
+		t.Errorf("groups: dead_letter_breaker %d within %v", o.GroupDeadLetterBreaker, o.GroupDeadLetterBreakerWindow)
+	}
+	if l := c.Groups[0].Limits; l.DeadLetterBreaker != 5 {
+		t.Errorf("group: dead_letter_breaker %d", l.DeadLetterBreaker)
+	}
+	_, err := Parse([]byte("group \"g\" {\n  topics = [\"a\"]\n  dead_letter_breaker = 20000\n}\n"), "t.hcl")
+	if err == nil || !strings.Contains(err.Error(), "dead_letter_breaker 20000 is out of range") || !strings.Contains(err.Error(), "t.hcl:") {
+		t.Errorf("a breaker past its bound: %v", err)
+	}
+}

@@ -37,6 +37,8 @@ var groupSection = section{
 		jitterAttr("redelivery_jitter", func(c *Config) *float64 { return &lastGroup(c).Limits.RedeliveryJitter }),
 		durationAttr("max_age", func(c *Config) *time.Duration { return &lastGroup(c).Limits.MaxAge }),
 		enumAttr("on_expire", onExpireChoices, func(c *Config) *string { return &lastGroup(c).Limits.OnExpire }),
+		positiveIntAttr("dead_letter_breaker", func(c *Config) *int { return &lastGroup(c).Limits.DeadLetterBreaker }),
+		durationAttr("dead_letter_breaker_window", func(c *Config) *time.Duration { return &lastGroup(c).Limits.DeadLetterBreakerWindow }),
 		positiveIntAttr("replicas", func(c *Config) *int { return &lastGroup(c).Replicas }),
 		enumAttr("ordering", orderingChoices, func(c *Config) *broker.Ordering { return &lastGroup(c).Dispatch.Ordering }),
 		fairByAttr("fair_by", func(c *Config) *string { return &lastGroup(c).Dispatch.FairBy }),

@@ -60,6 +60,8 @@ var groupsSection = section{
 		jitterAttr("redelivery_jitter", func(c *Config) *float64 { return &c.Broker.GroupRedeliveryJitter }),
 		durationAttr("max_age", func(c *Config) *time.Duration { return &c.Broker.GroupMaxAge }),
 		enumAttr("on_expire", onExpireChoices, func(c *Config) *string { return &c.Broker.GroupOnExpire }),
+		positiveIntAttr("dead_letter_breaker", func(c *Config) *int { return &c.Broker.GroupDeadLetterBreaker }),
+		durationAttr("dead_letter_breaker_window", func(c *Config) *time.Duration { return &c.Broker.GroupDeadLetterBreakerWindow }),
 	},
 }
 

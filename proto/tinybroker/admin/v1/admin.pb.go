@@ -925,9 +925,13 @@ type GroupSettings struct {
 	MaxAge *durationpb.Duration `protobuf:"bytes,11,opt,name=max_age,json=maxAge,proto3" json:"max_age,omitempty"`
 	// What becomes of an expired message: "dead_letter" (to the dead-letter topic with reason
 	// "expired") or "drop" (dropped, and counted in the tinybroker_group_expired_messages_total metric).
-	OnExpire      string `protobuf:"bytes,12,opt,name=on_expire,json=onExpire,proto3" json:"on_expire,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	OnExpire string `protobuf:"bytes,12,opt,name=on_expire,json=onExpire,proto3" json:"on_expire,omitempty"`
+	// The dead-letter breaker: the group is paused when it dead-letters dead_letter_breaker
+	// messages within dead_letter_breaker_window, until resumed (0: off).
+	DeadLetterBreaker       uint32               `protobuf:"varint,17,opt,name=dead_letter_breaker,json=deadLetterBreaker,proto3" json:"dead_letter_breaker,omitempty"`
+	DeadLetterBreakerWindow *durationpb.Duration `protobuf:"bytes,18,opt,name=dead_letter_breaker_window,json=deadLetterBreakerWindow,proto3" json:"dead_letter_breaker_window,omitempty"`
+	unknownFields           protoimpl.UnknownFields
+	sizeCache               protoimpl.SizeCache
 }
 
 func (x *GroupSettings) Reset() {
@@ -1070,6 +1074,20 @@ func (x *GroupSettings) GetOnExpire() string {
 		return x.OnExpire
 	}
 	return ""
+}
+
+func (x *GroupSettings) GetDeadLetterBreaker() uint32 {
+	if x != nil {
+		return x.DeadLetterBreaker
+	}
+	return 0
+}
+
+func (x *GroupSettings) GetDeadLetterBreakerWindow() *durationpb.Duration {
+	if x != nil {
+		return x.DeadLetterBreakerWindow
+	}
+	return nil
 }
 
 type Member struct {
@@ -2404,7 +2422,7 @@ const file_tinybroker_admin_v1_admin_proto_rawDesc = "" +
 	"\aKeyLoad\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x12\n" +
 	"\x04held\x18\x02 \x01(\rR\x04held\x12\x14\n" +
-	"\x05noisy\x18\x03 \x01(\bR\x05noisy\"\xd9\x05\n" +
+	"\x05noisy\x18\x03 \x01(\bR\x05noisy\"\xe1\x06\n" +
 	"\rGroupSettings\x12%\n" +
 	"\x0emax_deliveries\x18\x01 \x01(\rR\rmaxDeliveries\x12*\n" +
 	"\x11dead_letter_topic\x18\x02 \x01(\tR\x0fdeadLetterTopic\x12\x1d\n" +
@@ -2423,7 +2441,9 @@ const file_tinybroker_admin_v1_admin_proto_rawDesc = "" +
 	"\x12redelivery_backoff\x18\x0f \x03(\v2\x19.google.protobuf.DurationR\x11redeliveryBackoff\x12+\n" +
 	"\x11redelivery_jitter\x18\x10 \x01(\x01R\x10redeliveryJitter\x122\n" +
 	"\amax_age\x18\v \x01(\v2\x19.google.protobuf.DurationR\x06maxAge\x12\x1b\n" +
-	"\ton_expire\x18\f \x01(\tR\bonExpire\"\xe2\x01\n" +
+	"\ton_expire\x18\f \x01(\tR\bonExpire\x12.\n" +
+	"\x13dead_letter_breaker\x18\x11 \x01(\rR\x11deadLetterBreaker\x12V\n" +
+	"\x1adead_letter_breaker_window\x18\x12 \x01(\v2\x19.google.protobuf.DurationR\x17deadLetterBreakerWindow\"\xe2\x01\n" +
 	"\x06Member\x12\x1b\n" +
 	"\tmember_id\x18\x01 \x01(\tR\bmemberId\x12\x12\n" +
 	"\x04peer\x18\x02 \x01(\tR\x04peer\x12\x1b\n" +
@@ -2595,40 +2615,41 @@ var file_tinybroker_admin_v1_admin_proto_depIdxs = []int32{
 	34, // 12: tinybroker.admin.v1.GroupSettings.redelivery_delay_max:type_name -> google.protobuf.Duration
 	34, // 13: tinybroker.admin.v1.GroupSettings.redelivery_backoff:type_name -> google.protobuf.Duration
 	34, // 14: tinybroker.admin.v1.GroupSettings.max_age:type_name -> google.protobuf.Duration
-	34, // 15: tinybroker.admin.v1.Member.ack_deadline:type_name -> google.protobuf.Duration
-	23, // 16: tinybroker.admin.v1.ListStreamsResponse.streams:type_name -> tinybroker.admin.v1.Stream
-	24, // 17: tinybroker.admin.v1.Stream.subscriptions:type_name -> tinybroker.admin.v1.StreamSubscription
-	35, // 18: tinybroker.admin.v1.StreamSubscription.mode:type_name -> tinybroker.v1.DeliveryMode
-	27, // 19: tinybroker.admin.v1.ListDeadLettersResponse.dead_letters:type_name -> tinybroker.admin.v1.DeadLetter
-	33, // 20: tinybroker.admin.v1.DeadLetter.headers:type_name -> tinybroker.admin.v1.DeadLetter.HeadersEntry
-	30, // 21: tinybroker.admin.v1.ReplayDeadLettersResponse.results:type_name -> tinybroker.admin.v1.ReplayResult
-	6,  // 22: tinybroker.admin.v1.Admin.ListGroups:input_type -> tinybroker.admin.v1.ListGroupsRequest
-	8,  // 23: tinybroker.admin.v1.Admin.DescribeGroup:input_type -> tinybroker.admin.v1.DescribeGroupRequest
-	13, // 24: tinybroker.admin.v1.Admin.DeleteGroup:input_type -> tinybroker.admin.v1.DeleteGroupRequest
-	15, // 25: tinybroker.admin.v1.Admin.PurgeGroup:input_type -> tinybroker.admin.v1.PurgeGroupRequest
-	17, // 26: tinybroker.admin.v1.Admin.PauseGroup:input_type -> tinybroker.admin.v1.PauseGroupRequest
-	19, // 27: tinybroker.admin.v1.Admin.ResumeGroup:input_type -> tinybroker.admin.v1.ResumeGroupRequest
-	21, // 28: tinybroker.admin.v1.Admin.ListStreams:input_type -> tinybroker.admin.v1.ListStreamsRequest
-	25, // 29: tinybroker.admin.v1.Admin.ListDeadLetters:input_type -> tinybroker.admin.v1.ListDeadLettersRequest
-	28, // 30: tinybroker.admin.v1.Admin.ReplayDeadLetters:input_type -> tinybroker.admin.v1.ReplayDeadLettersRequest
-	31, // 31: tinybroker.admin.v1.Admin.PurgeDeadLetters:input_type -> tinybroker.admin.v1.PurgeDeadLettersRequest
-	0,  // 32: tinybroker.admin.v1.Admin.ListUsers:input_type -> tinybroker.admin.v1.ListUsersRequest
-	7,  // 33: tinybroker.admin.v1.Admin.ListGroups:output_type -> tinybroker.admin.v1.ListGroupsResponse
-	9,  // 34: tinybroker.admin.v1.Admin.DescribeGroup:output_type -> tinybroker.admin.v1.Group
-	14, // 35: tinybroker.admin.v1.Admin.DeleteGroup:output_type -> tinybroker.admin.v1.DeleteGroupResponse
-	16, // 36: tinybroker.admin.v1.Admin.PurgeGroup:output_type -> tinybroker.admin.v1.PurgeGroupResponse
-	18, // 37: tinybroker.admin.v1.Admin.PauseGroup:output_type -> tinybroker.admin.v1.PauseGroupResponse
-	20, // 38: tinybroker.admin.v1.Admin.ResumeGroup:output_type -> tinybroker.admin.v1.ResumeGroupResponse
-	22, // 39: tinybroker.admin.v1.Admin.ListStreams:output_type -> tinybroker.admin.v1.ListStreamsResponse
-	26, // 40: tinybroker.admin.v1.Admin.ListDeadLetters:output_type -> tinybroker.admin.v1.ListDeadLettersResponse
-	29, // 41: tinybroker.admin.v1.Admin.ReplayDeadLetters:output_type -> tinybroker.admin.v1.ReplayDeadLettersResponse
-	32, // 42: tinybroker.admin.v1.Admin.PurgeDeadLetters:output_type -> tinybroker.admin.v1.PurgeDeadLettersResponse
-	1,  // 43: tinybroker.admin.v1.Admin.ListUsers:output_type -> tinybroker.admin.v1.ListUsersResponse
-	33, // [33:44] is the sub-list for method output_type
-	22, // [22:33] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	34, // 15: tinybroker.admin.v1.GroupSettings.dead_letter_breaker_window:type_name -> google.protobuf.Duration
+	34, // 16: tinybroker.admin.v1.Member.ack_deadline:type_name -> google.protobuf.Duration
+	23, // 17: tinybroker.admin.v1.ListStreamsResponse.streams:type_name -> tinybroker.admin.v1.Stream
+	24, // 18: tinybroker.admin.v1.Stream.subscriptions:type_name -> tinybroker.admin.v1.StreamSubscription
+	35, // 19: tinybroker.admin.v1.StreamSubscription.mode:type_name -> tinybroker.v1.DeliveryMode
+	27, // 20: tinybroker.admin.v1.ListDeadLettersResponse.dead_letters:type_name -> tinybroker.admin.v1.DeadLetter
+	33, // 21: tinybroker.admin.v1.DeadLetter.headers:type_name -> tinybroker.admin.v1.DeadLetter.HeadersEntry
+	30, // 22: tinybroker.admin.v1.ReplayDeadLettersResponse.results:type_name -> tinybroker.admin.v1.ReplayResult
+	6,  // 23: tinybroker.admin.v1.Admin.ListGroups:input_type -> tinybroker.admin.v1.ListGroupsRequest
+	8,  // 24: tinybroker.admin.v1.Admin.DescribeGroup:input_type -> tinybroker.admin.v1.DescribeGroupRequest
+	13, // 25: tinybroker.admin.v1.Admin.DeleteGroup:input_type -> tinybroker.admin.v1.DeleteGroupRequest
+	15, // 26: tinybroker.admin.v1.Admin.PurgeGroup:input_type -> tinybroker.admin.v1.PurgeGroupRequest
+	17, // 27: tinybroker.admin.v1.Admin.PauseGroup:input_type -> tinybroker.admin.v1.PauseGroupRequest
+	19, // 28: tinybroker.admin.v1.Admin.ResumeGroup:input_type -> tinybroker.admin.v1.ResumeGroupRequest
+	21, // 29: tinybroker.admin.v1.Admin.ListStreams:input_type -> tinybroker.admin.v1.ListStreamsRequest
+	25, // 30: tinybroker.admin.v1.Admin.ListDeadLetters:input_type -> tinybroker.admin.v1.ListDeadLettersRequest
+	28, // 31: tinybroker.admin.v1.Admin.ReplayDeadLetters:input_type -> tinybroker.admin.v1.ReplayDeadLettersRequest
+	31, // 32: tinybroker.admin.v1.Admin.PurgeDeadLetters:input_type -> tinybroker.admin.v1.PurgeDeadLettersRequest
+	0,  // 33: tinybroker.admin.v1.Admin.ListUsers:input_type -> tinybroker.admin.v1.ListUsersRequest
+	7,  // 34: tinybroker.admin.v1.Admin.ListGroups:output_type -> tinybroker.admin.v1.ListGroupsResponse
+	9,  // 35: tinybroker.admin.v1.Admin.DescribeGroup:output_type -> tinybroker.admin.v1.Group
+	14, // 36: tinybroker.admin.v1.Admin.DeleteGroup:output_type -> tinybroker.admin.v1.DeleteGroupResponse
+	16, // 37: tinybroker.admin.v1.Admin.PurgeGroup:output_type -> tinybroker.admin.v1.PurgeGroupResponse
+	18, // 38: tinybroker.admin.v1.Admin.PauseGroup:output_type -> tinybroker.admin.v1.PauseGroupResponse
+	20, // 39: tinybroker.admin.v1.Admin.ResumeGroup:output_type -> tinybroker.admin.v1.ResumeGroupResponse
+	22, // 40: tinybroker.admin.v1.Admin.ListStreams:output_type -> tinybroker.admin.v1.ListStreamsResponse
+	26, // 41: tinybroker.admin.v1.Admin.ListDeadLetters:output_type -> tinybroker.admin.v1.ListDeadLettersResponse
+	29, // 42: tinybroker.admin.v1.Admin.ReplayDeadLetters:output_type -> tinybroker.admin.v1.ReplayDeadLettersResponse
+	32, // 43: tinybroker.admin.v1.Admin.PurgeDeadLetters:output_type -> tinybroker.admin.v1.PurgeDeadLettersResponse
+	1,  // 44: tinybroker.admin.v1.Admin.ListUsers:output_type -> tinybroker.admin.v1.ListUsersResponse
+	34, // [34:45] is the sub-list for method output_type
+	23, // [23:34] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_tinybroker_admin_v1_admin_proto_init() }
