@@ -281,14 +281,9 @@ func (e *Engine) countDeadLettersOnce(g *group) {
 
 // Group describes one consumer group.
 func (e *Engine) Group(id string) (broker.GroupInfo, error) {
-	e.mu.Lock()
-	g, err := e.groupLocked(id)
-	e.mu.Unlock()
+	g, err := e.knownGroup(id)
 	if err != nil {
 		return broker.GroupInfo{}, err
-	}
-	if g == nil {
-		return broker.GroupInfo{}, fmt.Errorf("%w %q: no consumer group has this subscription_id", broker.ErrUnknownSubscription, id)
 	}
 	ctx, cancel := e.ctx()
 	defer cancel()
@@ -361,14 +356,9 @@ func (e *Engine) Stats() broker.Stats {
 // PurgeGroup drops what group id has not yet handed out: it takes the messages JetStream
 // would deliver next, without a member, and ends them (+TERM). What members hold stays.
 func (e *Engine) PurgeGroup(id string) (int, error) {
-	e.mu.Lock()
-	g, err := e.groupLocked(id)
-	e.mu.Unlock()
+	g, err := e.knownGroup(id)
 	if err != nil {
 		return 0, err
-	}
-	if g == nil {
-		return 0, fmt.Errorf("%w %q: no consumer group has this subscription_id", broker.ErrUnknownSubscription, id)
 	}
 	n, err := e.takeQueued(g, 0)
 	if err != nil {
@@ -465,6 +455,17 @@ func skips(m *nats.Msg, g *group) bool {
 	return len(v) > 0 && slices.Contains(strings.Split(v[0], ","), g.consumer)
 }
 
+// knownGroup returns the group of subscription_id id, or ErrUnknownSubscription.
+func (e *Engine) knownGroup(id string) (*group, error) {
+	e.mu.Lock()
+	g, err := e.groupLocked(id)
+	e.mu.Unlock()
+	if err == nil && g == nil {
+		err = fmt.Errorf("%w %q: no consumer group has this subscription_id", broker.ErrUnknownSubscription, id)
+	}
+	return g, err
+}
+
 // pauseFor is how long a pause lasts: until resumed (JetStream's pause has an end; a
 // century is within what its clock arithmetic takes).
 const pauseFor = 100 * 365 * 24 * time.Hour
@@ -479,14 +480,9 @@ const resumeKick = 20 * time.Millisecond
 // PauseGroup pauses or resumes the group's consumer (JetStream's consumer pause, kept in its
 // configuration), then tells every node, so that none hands out what it parked meanwhile.
 func (e *Engine) PauseGroup(id string, paused bool) error {
-	e.mu.Lock()
-	g, err := e.groupLocked(id)
-	e.mu.Unlock()
+	g, err := e.knownGroup(id)
 	if err != nil {
 		return err
-	}
-	if g == nil {
-		return fmt.Errorf("%w %q: no consumer group has this subscription_id", broker.ErrUnknownSubscription, id)
 	}
 	ctx, cancel := e.ctx()
 	defer cancel()
@@ -514,14 +510,9 @@ func (e *Engine) PauseGroup(id string, paused bool) error {
 // DeleteGroup deletes the group's consumer; its members end with ErrGroupDeleted, here at
 // once and on other nodes when JetStream tells their pull requests.
 func (e *Engine) DeleteGroup(id string) error {
-	e.mu.Lock()
-	g, err := e.groupLocked(id)
-	e.mu.Unlock()
+	g, err := e.knownGroup(id)
 	if err != nil {
 		return err
-	}
-	if g == nil {
-		return fmt.Errorf("%w %q: no consumer group has this subscription_id", broker.ErrUnknownSubscription, id)
 	}
 	ctx, cancel := e.ctx()
 	defer cancel()

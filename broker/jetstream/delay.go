@@ -51,18 +51,18 @@ const (
 
 // delays is the engine's side of its delayed stream.
 type delays struct {
-	stream    jetstream.Stream
-	cons      jetstream.Consumer
-	subjW     string          // <prefix>.w.<unique>: a schedule, one per delayed message
-	subjT     string          // <prefix>.t.<topic>: a fired message, to be routed
-	idPrefix  string          // of the Nats-Msg-Id of a fired message's stores (see fire)
-	ctx       context.Context // fireDue's, cancelled by stop
-	stop      context.CancelFunc
-	msgs      atomic.Int64 // the stream's messages as last read, plus this node's since
-	bytes     atomic.Int64
-	read      atomic.Int64 // when they were read, Unix nanoseconds
-	reading   atomic.Bool
-	refusedAt atomic.Uint64 // fired messages every target refused (full groups): logged
+	stream   jetstream.Stream
+	cons     jetstream.Consumer
+	subjW    string          // <prefix>.w.<unique>: a schedule, one per delayed message
+	subjT    string          // <prefix>.t.<topic>: a fired message, to be routed
+	idPrefix string          // of the Nats-Msg-Id of a fired message's stores (see fire)
+	ctx      context.Context // fireDue's, cancelled by stop
+	stop     context.CancelFunc
+	msgs     atomic.Int64 // the stream's messages as last read, plus this node's since
+	bytes    atomic.Int64
+	read     atomic.Int64 // when they were read, Unix nanoseconds
+	reading  atomic.Bool
+	refused  atomic.Uint64 // fired messages every target refused (full groups): logged
 }
 
 // ensureDelays creates the delayed stream and its consumer, or opens them; New starts the
@@ -262,7 +262,7 @@ func (e *Engine) fire(got []jetstream.Msg) {
 			_ = jm.NakWithDelay(time.Second)
 			continue
 		default:
-			d.refusedAt.Add(1)
+			d.refused.Add(1)
 			e.log.Warn("delayed message refused when due", "topic", ms[i].Topic, "error", err)
 		}
 		_ = jm.Ack()
@@ -282,5 +282,5 @@ func (e *Engine) stopDelays() {
 func (e *Engine) delayedStats() (n int, bytes int64, refused uint64) {
 	d := e.delays
 	d.refresh(e)
-	return int(d.msgs.Load()), d.bytes.Load(), d.refusedAt.Load()
+	return int(d.msgs.Load()), d.bytes.Load(), d.refused.Load()
 }
