@@ -216,6 +216,15 @@ func TestRestartedNodeWaitsForItsCluster(t *testing.T) {
 		res, err := cc.Publish(pctx, "w.after", []byte("after"), nil, client.WithMessageID("after"))
 		return err == nil && res.Routed == 1
 	})
+	// B, restarted into a cluster still electing its leaders, may itself have missed its
+	// first start (a JetStream call timed out) and be retrying: wait until it serves too.
+	bconn := dial(t, b.grpc)
+	defer bconn.Close()
+	bhealth := healthpb.NewHealthClient(bconn)
+	waitFor(t, b, 60*time.Second, "B's health SERVING", func() bool {
+		r, err := bhealth.Check(ctx, &healthpb.HealthCheckRequest{})
+		return err == nil && r.Status == healthpb.HealthCheckResponse_SERVING
+	})
 	bc, err := client.Dial(b.grpc)
 	if err != nil {
 		t.Fatal(err)
@@ -237,6 +246,7 @@ func TestRestartedNodeWaitsForItsCluster(t *testing.T) {
 	bc.Close()
 	cc.Close()
 	conn.Close()
+	bconn.Close()
 	c.stop(t)
 	b.stop(t)
 }
