@@ -170,6 +170,7 @@ type Message struct {
 	Payload  []byte
 	Headers  Headers
 	Key      string // the ordering and fairness key (Draft.Key); "" for none
+	Priority uint8  // Draft.Priority
 	// TTL is how long after PublishedAt it expires in consumer groups (Draft.TTL; 0: never).
 	TTL time.Duration
 	// PublishedAt is when the engine accepted the message, in Unix nanoseconds.
@@ -241,6 +242,10 @@ type SubscribeOptions struct {
 	// Dispatch orders the group's deliveries and shares them fairly; the group's first
 	// member sets it, later ones must leave it zero or ask for the same.
 	Dispatch Dispatch
+	// Priority is the member's priority, 0 (the default) to 9: a message goes to a
+	// member of the highest priority that has room, round-robin among those; a member of a
+	// lower priority gets work only while every higher one is full (or gone).
+	Priority uint8
 	// Quota, if not nil, is the quota of the member's owner: a group this member creates
 	// is counted against it, and so is everything the group holds (see Quota).
 	Quota *Quota
@@ -265,6 +270,7 @@ type Settings struct {
 	MaxDeliveries   int
 	DeadLetterTopic string
 	Dispatch        Dispatch
+	Priority        uint8 // the member's
 }
 
 // GroupConfig declares a consumer group, as the configuration file's group blocks do, or
@@ -456,6 +462,7 @@ type MemberInfo struct {
 	MaxInFlight int
 	AckDeadline time.Duration
 	Joined      int64 // Unix nanoseconds
+	Priority    uint8 // SubscribeOptions.Priority
 }
 
 // StreamInfo describes one open stream (Engine.Streams).

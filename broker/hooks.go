@@ -45,6 +45,10 @@ type Draft struct {
 	// TTL is how long after its publish the message expires in consumer groups (0: never;
 	// negative: invalid, refused).
 	TTL time.Duration
+	// Priority is the message's priority, 0 (the default) to 9, higher first, in
+	// consumer groups with priorities (Dispatch.MaxPriority); the gate refuses a higher one.
+	// A hook neither reads nor sets it.
+	Priority uint8
 	// DeliverAfter and DeliverAt delay the message (PublishRequest.deliver_after and
 	// deliver_at): the engine holds it and publishes it DeliverAfter after accepting it, or
 	// at DeliverAt (Unix nanoseconds, the engine's clock of day; one past: at once). Zero:

@@ -85,7 +85,21 @@ type Dispatch struct {
 	// FairBy, if not "", makes delivery take turns across tenants: "key" (the message
 	// key) or "header:<name>" (that header's value; a message without it is tenant "").
 	FairBy string
+	// MaxPriority, if not 0, makes the group deliver by message priority: of the messages
+	// that may go now, one of the highest priority first, levels 0 to MaxPriority (at most
+	// MaxPriority); a message of a higher priority counts as MaxPriority. 0: the group
+	// ignores priorities (FIFO), as a RabbitMQ queue without x-max-priority does.
+	MaxPriority uint8
 }
+
+// maxPriority is the highest message and member priority (levels 0 to 9, higher first:
+// AMQP's and JMS's ten levels; NATS's prioritized pull requests have ten too). The engines
+// and the gate use grouping.MaxPriority, which a test holds to it.
+const maxPriority = 9
+
+// Level returns the level a message of priority p is queued at under d: p, at most
+// d.MaxPriority; 0 in a group without priorities.
+func (d Dispatch) Level(p uint8) uint8 { return min(p, d.MaxPriority) }
 
 // FairKeyHeader returns the header FairBy names, and whether it names one.
 func (d Dispatch) FairKeyHeader() (string, bool) {
@@ -99,6 +113,9 @@ func (d Dispatch) Keyed() bool { return d.Ordering != OrderingNone || d.FairBy !
 func (d Dispatch) Check() error {
 	if d.Ordering > OrderingGroup {
 		return fmt.Errorf("%w: ordering %d is unknown: want 0 (none), 1 (key) or 2 (group)", ErrInvalidSubscription, d.Ordering)
+	}
+	if d.MaxPriority > maxPriority {
+		return fmt.Errorf("%w: max_priority %d: at most %d (levels 0 to %d, higher first); 0 leaves priorities off", ErrInvalidSubscription, d.MaxPriority, maxPriority, maxPriority)
 	}
 	if d.Ordering == OrderingGroup && d.FairBy != "" {
 		return fmt.Errorf("%w: fair_by %q with ordering \"group\": a group ordered as one key delivers its messages one at a time in publish order, so there are no turns to take; drop one of them", ErrInvalidSubscription, d.FairBy)

@@ -269,8 +269,8 @@ func (l Limits) CheckSubscribe(o *SubscribeOptions) ([]string, error) {
 		if o.MaxInFlight != 0 || o.AckDeadline != 0 || o.MaxDeliveries != 0 || o.DeadLetterTopic != "" {
 			return nil, bad("max_in_flight, ack_deadline, max_deliveries and dead_letter_topic are for DELIVERY_MODE_BALANCED; fanout deliveries are not acked")
 		}
-		if o.Dispatch != (Dispatch{}) {
-			return nil, bad("ordering and fair_by are for DELIVERY_MODE_BALANCED; a fanout subscription gets every message in publish order already")
+		if o.Dispatch != (Dispatch{}) || o.Priority != 0 {
+			return nil, bad("ordering, fair_by, max_priority and priority are for DELIVERY_MODE_BALANCED; a fanout subscription gets every message in publish order already")
 		}
 		return patterns, nil
 	}
@@ -305,6 +305,9 @@ func (l Limits) CheckSubscribe(o *SubscribeOptions) ([]string, error) {
 		if err := ValidateTopic(o.DeadLetterTopic); err != nil {
 			return nil, bad("dead_letter_topic: %v", err)
 		}
+	}
+	if o.Priority > maxPriority {
+		return nil, bad("priority %d: a member's priority is 0 (the default) to %d, higher first", o.Priority, maxPriority)
 	}
 	if err := o.Dispatch.Check(); err != nil {
 		return nil, err

@@ -117,7 +117,7 @@ func (a *adminServer) DescribeGroup(_ context.Context, req *adminpb.DescribeGrou
 		MaxQueued: uint32(gi.Limits.MaxQueued), MaxQueuedBytes: uint64(gi.Limits.MaxQueuedBytes), Overflow: overflow,
 		DeadLettersMax: uint32(gi.Limits.DeadLetterMax), DeadLettersMaxBytes: uint64(gi.Limits.DeadLetterMaxBytes),
 		Replicas: uint32(gi.Replicas), Ordering: gi.Dispatch.Ordering.String(), FairBy: gi.Dispatch.FairBy,
-		OnExpire: "dead_letter"}
+		MaxPriority: uint32(gi.Dispatch.MaxPriority), OnExpire: "dead_letter"}
 	if gi.Limits.MaxAge > 0 {
 		m.Settings.MaxAge = durationpb.New(gi.Limits.MaxAge)
 	}
@@ -131,7 +131,8 @@ func (a *adminServer) DescribeGroup(_ context.Context, req *adminpb.DescribeGrou
 	setRedelivery(m.Settings, gi.Limits)
 	for _, mb := range gi.MemberList {
 		m.MemberList = append(m.MemberList, &adminpb.Member{MemberId: mb.ID, Peer: mb.Peer, InFlight: uint32(mb.InFlight),
-			MaxInFlight: uint32(mb.MaxInFlight), AckDeadline: durationpb.New(mb.AckDeadline), JoinedUnixNano: mb.Joined})
+			MaxInFlight: uint32(mb.MaxInFlight), AckDeadline: durationpb.New(mb.AckDeadline), JoinedUnixNano: mb.Joined,
+			Priority: uint32(mb.Priority)})
 	}
 	return m, nil
 }

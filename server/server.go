@@ -271,9 +271,9 @@ func (s *Server) Publish(ctx context.Context, req *pb.PublishRequest) (*pb.Publi
 	}
 	switch {
 	case err != nil:
-	case req.GetMessageId() == "" && req.GetKey() == "" && req.GetTtl() == nil && req.GetDeliverAfter() == nil && req.GetDeliverAt() == nil:
+	case req.GetMessageId() == "" && req.GetKey() == "" && req.GetTtl() == nil && req.GetDeliverAfter() == nil && req.GetDeliverAt() == nil && req.GetPriority() == 0:
 		res, err = s.b.Publish(req.GetTopic(), req.GetPayload(), req.GetHeaders())
-	default: // a message id, a key, a ttl or a delay: only PublishBatch takes them
+	default: // a message id, a key, a ttl, a delay or a priority: only PublishBatch takes them
 		res, err = s.publishOnce(caller, req)
 	}
 	if err != nil {
@@ -293,7 +293,7 @@ func (s *Server) Publish(ctx context.Context, req *pb.PublishRequest) (*pb.Publi
 // msgid.Key), a key, a ttl or a delay, as a frame of one.
 func (s *Server) publishOnce(caller *auth.Caller, req *pb.PublishRequest) (broker.PublishResult, error) {
 	d := [1]broker.Draft{{Topic: req.GetTopic(), Payload: req.GetPayload(), Headers: broker.MakeHeaders(req.GetHeaders()), Key: req.GetKey(),
-		TTL: wire.TTL(req.GetTtl())}}
+		TTL: wire.TTL(req.GetTtl()), Priority: uint8(min(req.GetPriority(), 255))}} // over 9 is refused, never wrapped into range
 	d[0].DeliverAfter, d[0].DeliverAt = wire.Delay(req.GetDeliverAfter(), req.GetDeliverAt())
 	if req.GetMessageId() != "" {
 		d[0].ID = msgid.Key(caller.Name(), req.GetMessageId())
@@ -584,6 +584,8 @@ func (s *Server) event(sub broker.Subscription) *pb.SubscribeResponse {
 		subscribed.DeadLetterTopic = set.DeadLetterTopic
 		subscribed.Ordering = pb.Ordering(set.Dispatch.Ordering)
 		subscribed.FairBy = set.Dispatch.FairBy
+		subscribed.MaxPriority = uint32(set.Dispatch.MaxPriority)
+		subscribed.Priority = uint32(set.Priority)
 	}
 	return &pb.SubscribeResponse{Frame: &pb.SubscribeResponse_Subscribed{Subscribed: subscribed}}
 }
@@ -712,8 +714,10 @@ func subscribeOptions(o *pb.OpenSubscription, peerAddr string) broker.SubscribeO
 		AckDeadline:     o.GetAckDeadline().AsDuration(),
 		MaxDeliveries:   int(min(uint64(o.GetMaxDeliveries()), math.MaxInt)), // where int has 32 bits: over the cap, not wrapped negative
 		DeadLetterTopic: o.GetDeadLetterTopic(),
-		Dispatch:        broker.Dispatch{Ordering: broker.Ordering(o.GetOrdering()), FairBy: o.GetFairBy()},
-		Peer:            peerAddr,
+		Dispatch: broker.Dispatch{Ordering: broker.Ordering(o.GetOrdering()), FairBy: o.GetFairBy(),
+			MaxPriority: uint8(min(o.GetMaxPriority(), 255))}, // over 9 is refused, never wrapped into range
+		Priority: uint8(min(o.GetPriority(), 255)),
+		Peer:     peerAddr,
 	}
 }
 

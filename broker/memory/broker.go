@@ -229,7 +229,7 @@ func (b *Engine) routeMsg(m *publishing.Msg, err error) (broker.PublishResult, e
 	case m.Delay > 0:
 		return b.delayed.hold(m)
 	}
-	return b.routeChecked(m.Topic, m.Key, m.TTL, m.Payload, m.Headers, m.HB)
+	return b.routeChecked(m.Topic, m.Key, m.TTL, m.Prio, m.Payload, m.Headers, m.HB)
 }
 
 // emit routes the messages hooks emitted, without OnPublish; one refused is logged.
@@ -239,7 +239,7 @@ func (b *Engine) emit(ds []broker.Draft) {
 	}
 	for m, err := range b.gate.Emitted(ds) {
 		if err == nil {
-			_, err = b.routeChecked(m.Topic, m.Key, 0, m.Payload, m.Headers, m.HB)
+			_, err = b.routeChecked(m.Topic, m.Key, 0, 0, m.Payload, m.Headers, m.HB)
 		}
 		if err != nil {
 			b.log.Warn("message emitted by a plugin refused", "topic", m.Topic, "error", err)
@@ -254,21 +254,21 @@ func (b *Engine) route(topic, key string, payload []byte, headers broker.Headers
 	if err != nil {
 		return broker.PublishResult{}, err
 	}
-	return b.routeChecked(topic, key, 0, payload, headers, hb)
+	return b.routeChecked(topic, key, 0, 0, payload, headers, hb)
 }
 
 // routeChecked delivers a valid message to every matching target that takes it; a consumer
 // group at its bounds refuses it for itself only (see group.deliver). hb is the headers' size.
-func (b *Engine) routeChecked(topic, key string, ttl time.Duration, payload []byte, headers broker.Headers, hb int) (broker.PublishResult, error) {
-	return b.routeSeq(b.seq.Add(1), topic, key, ttl, payload, headers, hb, true)
+func (b *Engine) routeChecked(topic, key string, ttl time.Duration, prio uint8, payload []byte, headers broker.Headers, hb int) (broker.PublishResult, error) {
+	return b.routeSeq(b.seq.Add(1), topic, key, ttl, prio, payload, headers, hb, true)
 }
 
 // routeSeq is routeChecked of a message whose sequence number is seq (a delayed message has
 // had it since its publish). With pace unset it does not wait for slow fanout subscribers
 // (waitForRoom): the scheduler's goroutine routes delayed messages, and must not stall.
-func (b *Engine) routeSeq(seq uint64, topic, key string, ttl time.Duration, payload []byte, headers broker.Headers, hb int, pace bool) (broker.PublishResult, error) {
+func (b *Engine) routeSeq(seq uint64, topic, key string, ttl time.Duration, prio uint8, payload []byte, headers broker.Headers, hb int, pace bool) (broker.PublishResult, error) {
 	targets := b.index.match(topic)
-	m := &message{Message: broker.Message{ID: seq, Topic: topic, Payload: payload, Headers: headers, Key: key, TTL: ttl, PublishedAt: time.Now().UnixNano(), Targets: len(targets), HeaderBytes: hb}}
+	m := &message{Message: broker.Message{ID: seq, Topic: topic, Payload: payload, Headers: headers, Key: key, TTL: ttl, Priority: prio, PublishedAt: time.Now().UnixNano(), Targets: len(targets), HeaderBytes: hb}}
 	m.SystemID = b.ids.formatIn(seq, &m.idBlock)
 	m.cost = grouping.MessageCost(topic, key, m.SystemID, payload, len(headers), hb, len(targets))
 	b.charge(m, len(targets))

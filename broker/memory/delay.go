@@ -42,6 +42,7 @@ type held struct {
 	headers broker.Headers
 	hb      int
 	ttl     time.Duration
+	prio    uint8
 	cost    int64
 }
 
@@ -77,7 +78,7 @@ func (d *delayQueue) hold(m *publishing.Msg) (broker.PublishResult, error) {
 	}
 	seq := b.seq.Add(1)
 	due := b.now() + int64(m.Delay)
-	heap.Push(&d.items, held{due: due, seq: seq, topic: m.Topic, key: m.Key, payload: m.Payload, headers: m.Headers, hb: m.HB, ttl: m.TTL, cost: cost})
+	heap.Push(&d.items, held{due: due, seq: seq, topic: m.Topic, key: m.Key, payload: m.Payload, headers: m.Headers, hb: m.HB, ttl: m.TTL, prio: m.Prio, cost: cost})
 	d.bytes += cost
 	b.mem.add(cost)
 	if d.wake == 0 || due < d.wake {
@@ -124,7 +125,7 @@ func (d *delayQueue) onTimer() {
 		d.bytes -= h.cost
 		d.mu.Unlock()
 		b.mem.add(-h.cost)
-		_, err := b.routeSeq(h.seq, h.topic, h.key, h.ttl, h.payload, h.headers, h.hb, false)
+		_, err := b.routeSeq(h.seq, h.topic, h.key, h.ttl, h.prio, h.payload, h.headers, h.hb, false)
 		if err != nil {
 			d.mu.Lock()
 			d.failed++

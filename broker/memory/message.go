@@ -55,7 +55,7 @@ func (m *message) withHeaders(set map[string]string, del []string) *message {
 	for _, x := range h {
 		hb += len(x.Key) + len(x.Value)
 	}
-	n := &message{Message: broker.Message{ID: m.ID, SystemID: m.SystemID, Topic: m.Topic, Payload: m.Payload, Headers: h, Key: m.Key, TTL: m.TTL, PublishedAt: m.PublishedAt, HeaderBytes: hb}}
+	n := &message{Message: broker.Message{ID: m.ID, SystemID: m.SystemID, Topic: m.Topic, Payload: m.Payload, Headers: h, Key: m.Key, TTL: m.TTL, Priority: m.Priority, PublishedAt: m.PublishedAt, HeaderBytes: hb}}
 	n.cost = grouping.MessageCost(n.Topic, n.Key, n.SystemID, n.Payload, len(n.Headers), hb, 1)
 	return n
 }

@@ -45,6 +45,9 @@ func sharedSize(m *broker.Message) int {
 	if m.Key != "" {
 		n += protowire.SizeTag(fieldMessageKey) + protowire.SizeBytes(len(m.Key))
 	}
+	if m.Priority != 0 {
+		n += protowire.SizeTag(fieldMessagePriority) + protowire.SizeVarint(uint64(m.Priority))
+	}
 	return n
 }
 
@@ -84,6 +87,10 @@ func appendShared(b []byte, m *broker.Message) []byte {
 	if m.Key != "" {
 		b = protowire.AppendTag(b, fieldMessageKey, protowire.BytesType)
 		b = protowire.AppendString(b, m.Key)
+	}
+	if m.Priority != 0 {
+		b = protowire.AppendTag(b, fieldMessagePriority, protowire.VarintType)
+		b = protowire.AppendVarint(b, uint64(m.Priority))
 	}
 	return b
 }

@@ -14,7 +14,7 @@ import (
 // A frame built from cached encodings decodes to what marshalling it whole would give.
 func TestEncodeBatch(t *testing.T) {
 	m1 := &broker.Message{ID: 1, SystemID: "e-1", Topic: "a.b", Payload: []byte("one"), Headers: broker.MakeHeaders(map[string]string{"k": "v", "x": ""}), PublishedAt: 42, Targets: 2}
-	m2 := &broker.Message{ID: 2, SystemID: "e-2", Topic: "a.c", Key: "k-ü", PublishedAt: 43, Targets: 1} // written straight into frames
+	m2 := &broker.Message{ID: 2, SystemID: "e-2", Topic: "a.c", Key: "k-ü", Priority: 4, PublishedAt: 43, Targets: 1} // written straight into frames
 	b := memory.New(memory.Options{})
 	defer b.Shutdown(t.Context())
 	for _, sub := range []string{"first", "second"} { // the second reuses the cached encodings
@@ -29,7 +29,7 @@ func TestEncodeBatch(t *testing.T) {
 		}
 		want := &pb.SubscribeResponse{Frame: &pb.SubscribeResponse_Messages{Messages: &pb.MessageBatch{Messages: []*pb.Message{
 			{SystemId: "e-1", Topic: "a.b", Payload: []byte("one"), Headers: map[string]string{"k": "v", "x": ""}, PublishTimeUnixNano: 42, Attempt: 1, SubscriptionId: sub},
-			{SystemId: "e-2", Topic: "a.c", Key: "k-ü", PublishTimeUnixNano: 43, Attempt: 3, Redelivered: true, SubscriptionId: sub},
+			{SystemId: "e-2", Topic: "a.c", Key: "k-ü", Priority: 4, PublishTimeUnixNano: 43, Attempt: 3, Redelivered: true, SubscriptionId: sub},
 			{SystemId: "e-1", Topic: "a.b", Payload: []byte("one"), Headers: map[string]string{"k": "v", "x": ""}, PublishTimeUnixNano: 42, Attempt: 1, SubscriptionId: sub},
 		}}}}
 		if !proto.Equal(&got, want) {

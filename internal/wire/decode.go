@@ -31,6 +31,7 @@ type Delivery struct {
 	Redelivered         bool
 	SubscriptionID      string
 	Key                 string
+	Priority            uint32
 }
 
 // ErrMalformed wraps every decoding error.
@@ -155,7 +156,7 @@ func (d *Decoder) message(b []byte, m *Delivery) error {
 			case fieldMessageKey:
 				m.Key = string(v) // not interned: keys are many, topics few
 			}
-		case typ == protowire.VarintType && (num == fieldMessagePublishTime || num == fieldMessageAttempt || num == fieldMessageRedelivered):
+		case typ == protowire.VarintType && (num == fieldMessagePublishTime || num == fieldMessageAttempt || num == fieldMessageRedelivered || num == fieldMessagePriority):
 			if x, n = protowire.ConsumeVarint(b); n < 0 {
 				return parseErr(n)
 			}
@@ -166,6 +167,8 @@ func (d *Decoder) message(b []byte, m *Delivery) error {
 				m.Attempt = uint32(x)
 			case fieldMessageRedelivered:
 				m.Redelivered = x != 0
+			case fieldMessagePriority:
+				m.Priority = uint32(x)
 			}
 		default:
 			if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {

@@ -17,7 +17,7 @@ func hasKey(m map[string]string, k string) bool { _, ok := m[k]; return ok }
 func FuzzDecode(f *testing.F) {
 	seed(f, &pb.SubscribeResponse{Frame: &pb.SubscribeResponse_Messages{Messages: &pb.MessageBatch{Messages: []*pb.Message{
 		{SystemId: "e-1", Topic: "a.b", Payload: []byte("x"), Headers: map[string]string{"k": "v", "": ""}, PublishTimeUnixNano: 42, Attempt: 1, SubscriptionId: "s"},
-		{SystemId: "e-2", Topic: "a.b", Attempt: 3, Redelivered: true, SubscriptionId: "s", Key: "order-7"},
+		{SystemId: "e-2", Topic: "a.b", Attempt: 3, Redelivered: true, SubscriptionId: "s", Key: "order-7", Priority: 7},
 		{},
 	}}}})
 	seed(f, &pb.SubscribeResponse{Frame: &pb.SubscribeResponse_Subscribed{Subscribed: &pb.Subscribed{SubscriptionId: "s"}}})
@@ -48,7 +48,7 @@ func FuzzDecode(f *testing.F) {
 			w := wm[i]
 			if g.SystemID != w.GetSystemId() || g.Topic != w.GetTopic() || !bytes.Equal(g.Payload, w.GetPayload()) ||
 				!maps.Equal(HeaderMap(g.Headers), w.GetHeaders()) || g.PublishTimeUnixNano != w.GetPublishTimeUnixNano() ||
-				g.Attempt != w.GetAttempt() || g.Redelivered != w.GetRedelivered() || g.SubscriptionID != w.GetSubscriptionId() || g.Key != w.GetKey() {
+				g.Attempt != w.GetAttempt() || g.Redelivered != w.GetRedelivered() || g.SubscriptionID != w.GetSubscriptionId() || g.Key != w.GetKey() || g.Priority != w.GetPriority() {
 				t.Fatalf("message %d: decoded %+v, proto has %v", i, g, w)
 			}
 			for k, v := range w.GetHeaders() {

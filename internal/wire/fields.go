@@ -25,6 +25,7 @@ const (
 	fieldPublishTTL     = 6 // PublishRequest.ttl
 	fieldPublishAfter   = 7 // PublishRequest.deliver_after
 	fieldPublishAt      = 8 // PublishRequest.deliver_at
+	fieldPublishPrio    = 9 // PublishRequest.priority
 
 	fieldDurationSeconds  = 1 // google.protobuf.Duration.seconds
 	fieldDurationNanos    = 2 // google.protobuf.Duration.nanos
@@ -44,15 +45,16 @@ const (
 
 	fieldBatchMessages = 1 // MessageBatch.messages
 
-	fieldMessageSystemID       = 1 // Message.system_id
-	fieldMessageTopic          = 2 // Message.topic
-	fieldMessagePayload        = 3 // Message.payload
-	fieldMessageHeaders        = 4 // Message.headers
-	fieldMessagePublishTime    = 5 // Message.publish_time_unix_nano
-	fieldMessageAttempt        = 6 // Message.attempt
-	fieldMessageRedelivered    = 7 // Message.redelivered
-	fieldMessageSubscriptionID = 8 // Message.subscription_id
-	fieldMessageKey            = 9 // Message.key
+	fieldMessageSystemID       = 1  // Message.system_id
+	fieldMessageTopic          = 2  // Message.topic
+	fieldMessagePayload        = 3  // Message.payload
+	fieldMessageHeaders        = 4  // Message.headers
+	fieldMessagePublishTime    = 5  // Message.publish_time_unix_nano
+	fieldMessageAttempt        = 6  // Message.attempt
+	fieldMessageRedelivered    = 7  // Message.redelivered
+	fieldMessageSubscriptionID = 8  // Message.subscription_id
+	fieldMessageKey            = 9  // Message.key
+	fieldMessagePriority       = 10 // Message.priority
 
 	fieldMapKey   = 1 // key of a map<string, string> entry (PublishRequest.headers, Message.headers)
 	fieldMapValue = 2 // value of a map entry

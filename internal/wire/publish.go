@@ -144,6 +144,11 @@ func (f *PublishFrame) decodeMessage(b []byte) (PublishMessage, error) {
 				}
 				m.Key = string(v) // not interned: keys are many (an order id each), topics few
 			}
+		case num == fieldPublishPrio && typ == protowire.VarintType:
+			var x uint64
+			if x, n = protowire.ConsumeVarint(b); n >= 0 {
+				m.Priority = uint8(min(uint64(uint32(x)), 255)) // over 9 is refused (publishing.Gate), never wrapped into range
+			}
 		case num == fieldPublishTTL && typ == protowire.BytesType:
 			if v, n = protowire.ConsumeBytes(b); n >= 0 {
 				if err := mergeDuration(v, &ttl); err != nil {

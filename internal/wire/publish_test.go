@@ -27,6 +27,7 @@ func FuzzPublishFrame(f *testing.F) {
 	seed(f, &pb.PublishStreamRequest{Sequence: 1, ErrorsOnly: true, Messages: []*pb.PublishRequest{{Topic: "a"}}})
 	seed(f, &pb.PublishStreamRequest{Sequence: 2, Messages: []*pb.PublishRequest{{Topic: "a", MessageId: "id-1"}, {Topic: "b", MessageId: "ü"}, {Topic: "c"}}})
 	seed(f, &pb.PublishStreamRequest{Sequence: 3, Messages: []*pb.PublishRequest{{Topic: "a", Key: "k1"}, {Topic: "a", Key: "ü", MessageId: "x"}}})
+	seed(f, &pb.PublishStreamRequest{Messages: []*pb.PublishRequest{{Topic: "a", Priority: 9}, {Topic: "b", Priority: 300}, {Topic: "c", Priority: 1 << 31}}})
 	f.Add([]byte{0x12, 0x03, 0x2a, 0x01, 0xff}) // key not UTF-8
 	seed(f, &pb.PublishStreamRequest{Sequence: 4, Messages: []*pb.PublishRequest{{Topic: "a", Ttl: durationpb.New(90 * time.Second)},
 		{Topic: "a", Ttl: &durationpb.Duration{Seconds: -1}}, {Topic: "a", Ttl: &durationpb.Duration{Nanos: 2e9}}, {Topic: "a", Ttl: &durationpb.Duration{}}}})
@@ -62,7 +63,7 @@ func FuzzPublishFrame(f *testing.F) {
 		results := make([]PublishResult, len(got.Msgs))
 		for i, m := range got.Msgs {
 			w := want.GetMessages()[i]
-			if m.Topic != w.GetTopic() || !bytes.Equal(m.Payload, w.GetPayload()) || !maps.Equal(m.Headers.Map(), w.GetHeaders()) || m.ID != w.GetMessageId() || m.Key != w.GetKey() || m.TTL != TTL(w.GetTtl()) {
+			if m.Topic != w.GetTopic() || !bytes.Equal(m.Payload, w.GetPayload()) || !maps.Equal(m.Headers.Map(), w.GetHeaders()) || m.ID != w.GetMessageId() || m.Key != w.GetKey() || m.TTL != TTL(w.GetTtl()) || uint32(m.Priority) != min(w.GetPriority(), 255) {
 				t.Fatalf("message %d: decoded %q %q %v id %q key %q, want %q %q %v id %q key %q", i, m.Topic, m.Payload, m.Headers, m.ID, m.Key, w.GetTopic(), w.GetPayload(), w.GetHeaders(), w.GetMessageId(), w.GetKey())
 			}
 			if after, at := Delay(w.GetDeliverAfter(), w.GetDeliverAt()); m.DeliverAfter != after || m.DeliverAt != at {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/broker/internal/grouping"
 )
 
 // HookSlot holds an engine's plugin chain (broker.Engine.SetHooks), swapped atomically: a
@@ -60,6 +61,7 @@ type Msg struct {
 	ID      string // broker.Draft.ID: the JetStream engine stores it as Nats-Msg-Id
 	Key     string // broker.Draft.Key
 	TTL     time.Duration
+	Prio    uint8 // broker.Draft.Priority
 	// Delay is how long after now the engine is to publish it (Draft.DeliverAfter or
 	// DeliverAt, checked): 0 for at once.
 	Delay time.Duration
@@ -224,6 +226,9 @@ func (g *Gate) Batch(frame []broker.Draft, errs []error) *Batch {
 		if err == nil && m.TTL != 0 {
 			err = checkTTL(m.TTL)
 		}
+		if err == nil && m.Priority > grouping.MaxPriority {
+			err = fmt.Errorf("%w: priority %d: a message's priority is 0 (the default) to %d, higher first", broker.ErrInvalidMessage, m.Priority, grouping.MaxPriority)
+		}
 		var delay time.Duration
 		if err == nil && (m.DeliverAfter != 0 || m.DeliverAt != 0) {
 			delay, err = g.checkDelay(m.DeliverAfter, m.DeliverAt)
@@ -244,7 +249,7 @@ func (g *Gate) Batch(frame []broker.Draft, errs []error) *Batch {
 		switch {
 		case err != nil:
 		case h == nil:
-			b.Msgs = append(b.Msgs, Msg{Topic: m.Topic, Payload: m.Payload, Headers: m.Headers, HB: hb, ID: m.ID, Key: m.Key, TTL: m.TTL, Delay: delay})
+			b.Msgs = append(b.Msgs, Msg{Topic: m.Topic, Payload: m.Payload, Headers: m.Headers, HB: hb, ID: m.ID, Key: m.Key, TTL: m.TTL, Prio: m.Priority, Delay: delay})
 			b.At = append(b.At, i)
 		default:
 			b.drafts = append(b.drafts, m)
@@ -268,7 +273,7 @@ func (g *Gate) Batch(frame []broker.Draft, errs []error) *Batch {
 			errs[b.at[j]] = err
 			continue
 		}
-		m.ID, m.TTL, m.Delay = frame[b.at[j]].ID, frame[b.at[j]].TTL, b.drafts[j].DeliverAfter
+		m.ID, m.TTL, m.Prio, m.Delay = frame[b.at[j]].ID, frame[b.at[j]].TTL, frame[b.at[j]].Priority, b.drafts[j].DeliverAfter
 		b.Msgs = append(b.Msgs, m)
 		b.At = append(b.At, b.at[j])
 	}

@@ -42,7 +42,24 @@ var groupSection = section{
 		positiveIntAttr("replicas", func(c *Config) *int { return &lastGroup(c).Replicas }),
 		enumAttr("ordering", orderingChoices, func(c *Config) *broker.Ordering { return &lastGroup(c).Dispatch.Ordering }),
 		fairByAttr("fair_by", func(c *Config) *string { return &lastGroup(c).Dispatch.FairBy }),
+		maxPriorityAttr("max_priority", func(c *Config) *uint8 { return &lastGroup(c).Dispatch.MaxPriority }),
 	},
+}
+
+// maxPriorityAttr is a group's max_priority: 1 to broker.MaxPriority.
+func maxPriorityAttr(name string, field func(*Config) *uint8) attribute {
+	return attribute{name: name, decode: func(c *Config, name string, expr hcl.Expression) hcl.Diagnostics {
+		var n int
+		p := positiveIntAttr(name, func(*Config) *int { return &n })
+		if diags := p.decode(c, name, expr); diags.HasErrors() {
+			return diags
+		}
+		if err := (broker.Dispatch{MaxPriority: uint8(min(n, 255))}).Check(); err != nil {
+			return invalid(expr, "Invalid "+name, "%s.", strings.TrimPrefix(err.Error(), broker.ErrInvalidSubscription.Error()+": "))
+		}
+		*field(c) = uint8(n)
+		return nil
+	}}
 }
 
 var orderingChoices = []choice[broker.Ordering]{

@@ -153,7 +153,9 @@ type Message struct {
 	SubscriptionId string `protobuf:"bytes,8,opt,name=subscription_id,json=subscriptionId,proto3" json:"subscription_id,omitempty"`
 	// The message's ordering and fairness key (PublishRequest.key, or what a plugin set); empty
 	// if it has none.
-	Key           string `protobuf:"bytes,9,opt,name=key,proto3" json:"key,omitempty"`
+	Key string `protobuf:"bytes,9,opt,name=key,proto3" json:"key,omitempty"`
+	// The message's priority (PublishRequest.priority).
+	Priority      uint32 `protobuf:"varint,10,opt,name=priority,proto3" json:"priority,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -251,6 +253,13 @@ func (x *Message) GetKey() string {
 	return ""
 }
 
+func (x *Message) GetPriority() uint32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
+}
+
 type PublishRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Dot-separated tokens, e.g. "jobs.thumb.1": no wildcards, no whitespace, at most 255 bytes.
@@ -287,7 +296,13 @@ type PublishRequest struct {
 	DeliverAfter *durationpb.Duration `protobuf:"bytes,7,opt,name=deliver_after,json=deliverAfter,proto3" json:"deliver_after,omitempty"`
 	// Delayed publish at a time of day: as deliver_after, until this time (the broker's
 	// clock); a time already past publishes now. Give deliver_after or deliver_at, not both.
-	DeliverAt     *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=deliver_at,json=deliverAt,proto3" json:"deliver_at,omitempty"`
+	DeliverAt *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=deliver_at,json=deliverAt,proto3" json:"deliver_at,omitempty"`
+	// The message's priority, 0 (the default) to 9, higher first: a consumer group declared
+	// with max_priority delivers, of the messages that may go now, one of the highest priority
+	// first (a priority over the group's max_priority counts as max_priority); a group without
+	// it ignores priorities. Ordering keys come first and fair_by's turns second: see
+	// README.md, "Priorities". Over 9 is refused.
+	Priority      uint32 `protobuf:"varint,9,opt,name=priority,proto3" json:"priority,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -376,6 +391,13 @@ func (x *PublishRequest) GetDeliverAt() *timestamppb.Timestamp {
 		return x.DeliverAt
 	}
 	return nil
+}
+
+func (x *PublishRequest) GetPriority() uint32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
 }
 
 type PublishResponse struct {
@@ -685,7 +707,14 @@ type OpenSubscription struct {
 	// Balanced only, set by the group's first member like ordering: take turns across tenants
 	// so that one that floods does not delay the others. "" (FIFO), "key" (the message key),
 	// or "header:<name>" (that header's value; a message without it is tenant "").
-	FairBy        string `protobuf:"bytes,10,opt,name=fair_by,json=fairBy,proto3" json:"fair_by,omitempty"`
+	FairBy string `protobuf:"bytes,10,opt,name=fair_by,json=fairBy,proto3" json:"fair_by,omitempty"`
+	// Balanced only, set by the group's first member like ordering: the group's highest
+	// message priority, 1 to 9 (0: the group ignores message priorities, FIFO).
+	MaxPriority uint32 `protobuf:"varint,11,opt,name=max_priority,json=maxPriority,proto3" json:"max_priority,omitempty"`
+	// Balanced only: this member's priority, 0 (the default) to 9, higher first. A message
+	// goes to a member of the highest priority with room (round-robin among them); a member
+	// of a lower priority gets work only while every higher one is full or gone.
+	Priority      uint32 `protobuf:"varint,12,opt,name=priority,proto3" json:"priority,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -790,6 +819,20 @@ func (x *OpenSubscription) GetFairBy() string {
 	return ""
 }
 
+func (x *OpenSubscription) GetMaxPriority() uint32 {
+	if x != nil {
+		return x.MaxPriority
+	}
+	return 0
+}
+
+func (x *OpenSubscription) GetPriority() uint32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
+}
+
 type Subscribed struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	SubscriptionId string                 `protobuf:"bytes,1,opt,name=subscription_id,json=subscriptionId,proto3" json:"subscription_id,omitempty"`
@@ -802,6 +845,8 @@ type Subscribed struct {
 	DeadLetterTopic string               `protobuf:"bytes,6,opt,name=dead_letter_topic,json=deadLetterTopic,proto3" json:"dead_letter_topic,omitempty"`
 	Ordering        Ordering             `protobuf:"varint,7,opt,name=ordering,proto3,enum=tinybroker.v1.Ordering" json:"ordering,omitempty"`
 	FairBy          string               `protobuf:"bytes,8,opt,name=fair_by,json=fairBy,proto3" json:"fair_by,omitempty"`
+	MaxPriority     uint32               `protobuf:"varint,9,opt,name=max_priority,json=maxPriority,proto3" json:"max_priority,omitempty"`
+	Priority        uint32               `protobuf:"varint,10,opt,name=priority,proto3" json:"priority,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
@@ -890,6 +935,20 @@ func (x *Subscribed) GetFairBy() string {
 		return x.FairBy
 	}
 	return ""
+}
+
+func (x *Subscribed) GetMaxPriority() uint32 {
+	if x != nil {
+		return x.MaxPriority
+	}
+	return 0
+}
+
+func (x *Subscribed) GetPriority() uint32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
 }
 
 type AckBatch struct {
@@ -2358,7 +2417,7 @@ var File_tinybroker_v1_broker_proto protoreflect.FileDescriptor
 
 const file_tinybroker_v1_broker_proto_rawDesc = "" +
 	"\n" +
-	"\x1atinybroker/v1/broker.proto\x12\rtinybroker.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xfd\x02\n" +
+	"\x1atinybroker/v1/broker.proto\x12\rtinybroker.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x99\x03\n" +
 	"\aMessage\x12\x1b\n" +
 	"\tsystem_id\x18\x01 \x01(\tR\bsystemId\x12\x14\n" +
 	"\x05topic\x18\x02 \x01(\tR\x05topic\x12\x18\n" +
@@ -2368,10 +2427,12 @@ const file_tinybroker_v1_broker_proto_rawDesc = "" +
 	"\aattempt\x18\x06 \x01(\rR\aattempt\x12 \n" +
 	"\vredelivered\x18\a \x01(\bR\vredelivered\x12'\n" +
 	"\x0fsubscription_id\x18\b \x01(\tR\x0esubscriptionId\x12\x10\n" +
-	"\x03key\x18\t \x01(\tR\x03key\x1a:\n" +
+	"\x03key\x18\t \x01(\tR\x03key\x12\x1a\n" +
+	"\bpriority\x18\n" +
+	" \x01(\rR\bpriority\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x9b\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb7\x03\n" +
 	"\x0ePublishRequest\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x18\n" +
 	"\apayload\x18\x02 \x01(\fR\apayload\x12D\n" +
@@ -2382,7 +2443,8 @@ const file_tinybroker_v1_broker_proto_rawDesc = "" +
 	"\x03ttl\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12>\n" +
 	"\rdeliver_after\x18\a \x01(\v2\x19.google.protobuf.DurationR\fdeliverAfter\x129\n" +
 	"\n" +
-	"deliver_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tdeliverAt\x1a:\n" +
+	"deliver_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tdeliverAt\x12\x1a\n" +
+	"\bpriority\x18\t \x01(\rR\bpriority\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa4\x01\n" +
@@ -2407,7 +2469,7 @@ const file_tinybroker_v1_broker_proto_rawDesc = "" +
 	"\x06routed\x18\x02 \x01(\rR\x06routed\x12\x12\n" +
 	"\x04code\x18\x03 \x01(\x05R\x04code\x12\x14\n" +
 	"\x05error\x18\x04 \x01(\tR\x05error\x12\x1c\n" +
-	"\tduplicate\x18\x05 \x01(\bR\tduplicate\"\xbd\x03\n" +
+	"\tduplicate\x18\x05 \x01(\bR\tduplicate\"\xfc\x03\n" +
 	"\x10OpenSubscription\x12'\n" +
 	"\x0fsubscription_id\x18\x01 \x01(\tR\x0esubscriptionId\x12%\n" +
 	"\x0etopic_patterns\x18\x02 \x03(\tR\rtopicPatterns\x12/\n" +
@@ -2419,7 +2481,9 @@ const file_tinybroker_v1_broker_proto_rawDesc = "" +
 	"\x11dead_letter_topic\x18\b \x01(\tR\x0fdeadLetterTopic\x123\n" +
 	"\bordering\x18\t \x01(\x0e2\x17.tinybroker.v1.OrderingR\bordering\x12\x17\n" +
 	"\afair_by\x18\n" +
-	" \x01(\tR\x06fairBy\"\xd5\x02\n" +
+	" \x01(\tR\x06fairBy\x12!\n" +
+	"\fmax_priority\x18\v \x01(\rR\vmaxPriority\x12\x1a\n" +
+	"\bpriority\x18\f \x01(\rR\bpriority\"\x94\x03\n" +
 	"\n" +
 	"Subscribed\x12'\n" +
 	"\x0fsubscription_id\x18\x01 \x01(\tR\x0esubscriptionId\x12\x1b\n" +
@@ -2429,7 +2493,10 @@ const file_tinybroker_v1_broker_proto_rawDesc = "" +
 	"\x0emax_deliveries\x18\x05 \x01(\rR\rmaxDeliveries\x12*\n" +
 	"\x11dead_letter_topic\x18\x06 \x01(\tR\x0fdeadLetterTopic\x123\n" +
 	"\bordering\x18\a \x01(\x0e2\x17.tinybroker.v1.OrderingR\bordering\x12\x17\n" +
-	"\afair_by\x18\b \x01(\tR\x06fairBy\"R\n" +
+	"\afair_by\x18\b \x01(\tR\x06fairBy\x12!\n" +
+	"\fmax_priority\x18\t \x01(\rR\vmaxPriority\x12\x1a\n" +
+	"\bpriority\x18\n" +
+	" \x01(\rR\bpriority\"R\n" +
 	"\bAckBatch\x12\x1d\n" +
 	"\n" +
 	"system_ids\x18\x01 \x03(\tR\tsystemIds\x12'\n" +

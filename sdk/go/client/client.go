@@ -249,6 +249,14 @@ func WithKey(key string) PublishOption {
 	return func(r *pb.PublishRequest) { r.Key = key }
 }
 
+// WithPriority gives the message a priority, 0 (the default) to 9, higher first: a
+// consumer group declared with a max_priority delivers, of the messages that may go now,
+// one of the highest priority first; other groups ignore it. A negative p counts as 0; over
+// 9 is refused (codes.InvalidArgument). See README.md, "Priorities".
+func WithPriority(p int) PublishOption {
+	return func(r *pb.PublishRequest) { r.Priority = uint32(max(p, 0)) }
+}
+
 // WithTTL makes the message expire ttl after the broker accepted it: a consumer group never
 // delivers it after that, and dead-letters it with reason "expired" (or drops it, as the
 // group's on_expire says).
@@ -259,8 +267,8 @@ func WithTTL(ttl time.Duration) PublishOption {
 // WithDelay makes the broker hold the message and publish it d after it accepted it, to
 // the subscriptions and groups subscribed then; Publish answers at once with the system_id
 // it will be delivered under (Routed 0). At most the broker's max_delay (24h by default);
-// on the memory engine a delayed message is lost if the broker restarts. Not yet available
-// on the JetStream engine (codes.Unimplemented). Give WithDelay or WithDeliverAt, not both.
+// on the memory engine a delayed message is lost if the broker restarts (the JetStream
+// engine stores it). Give WithDelay or WithDeliverAt, not both.
 func WithDelay(d time.Duration) PublishOption {
 	return func(r *pb.PublishRequest) { r.DeliverAfter = durationpb.New(d) }
 }

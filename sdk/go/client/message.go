@@ -27,6 +27,8 @@ type Message struct {
 	SubscriptionID string
 	// Key is the message's ordering and fairness key ([WithKey]); "" if it has none.
 	Key string
+	// Priority is the message's priority ([WithPriority]), 0 to 9.
+	Priority int
 
 	sub     *Subscription
 	gen     uint64 // generation of the stream it came on
@@ -44,6 +46,7 @@ func newMessage(s *Subscription, gen uint64, m *wire.Delivery) *Message {
 		Redelivered:    m.Redelivered,
 		SubscriptionID: m.SubscriptionID,
 		Key:            m.Key,
+		Priority:       int(m.Priority),
 		sub:            s,
 		gen:            gen,
 	}

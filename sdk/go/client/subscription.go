@@ -82,6 +82,13 @@ type SubscribeOptions struct {
 	// "header:<name>" across that header's values, so that one that floods does not delay
 	// the others; "" is FIFO.
 	FairBy string
+	// Balanced only, set by the group's first member: the group's highest message priority,
+	// 1 to 9 ([WithPriority]); 0 leaves the group FIFO, ignoring priorities. See README.md,
+	// "Priorities".
+	MaxPriority int
+	// Balanced only: this member's priority, 0 (the default) to 9, higher first: a member of
+	// a lower priority gets messages only while every higher one is full or gone.
+	Priority int
 
 	// Concurrency is the number of worker goroutines running the handler (default 1).
 	// Messages of a fanout subscription are handled in order only with Concurrency 1.
@@ -105,6 +112,8 @@ type Settings struct {
 	DeadLetterTopic string
 	Ordering        Ordering
 	FairBy          string
+	MaxPriority     int
+	Priority        int
 }
 
 // Ordering is how a consumer group orders its deliveries (SubscribeOptions.Ordering).
@@ -209,8 +218,10 @@ func (o *SubscribeOptions) toOpen() (*pb.OpenSubscription, error) {
 		return nil, fmt.Errorf("tinybroker: SubscribeOptions Concurrency %d, MaxInFlight %d and MaxDeliveries %d may not be negative (0 takes the default)", o.Concurrency, o.MaxInFlight, o.MaxDeliveries)
 	case o.AckDeadline < 0 || o.NackDelay < 0:
 		return nil, fmt.Errorf("tinybroker: SubscribeOptions AckDeadline %v and NackDelay %v may not be negative", o.AckDeadline, o.NackDelay)
-	case o.Mode == Fanout && (o.MaxInFlight != 0 || o.AckDeadline != 0 || o.MaxDeliveries != 0 || o.DeadLetterTopic != "" || o.Ordering != OrderingNone || o.FairBy != ""):
-		return nil, errors.New("tinybroker: MaxInFlight, AckDeadline, MaxDeliveries, DeadLetterTopic, Ordering and FairBy are for Balanced subscriptions (fanout deliveries are not acked); drop them or set Mode: client.Balanced")
+	case o.MaxPriority < 0 || o.MaxPriority > 9 || o.Priority < 0 || o.Priority > 9:
+		return nil, fmt.Errorf("tinybroker: SubscribeOptions MaxPriority %d and Priority %d: priorities are 0 to 9", o.MaxPriority, o.Priority)
+	case o.Mode == Fanout && (o.MaxInFlight != 0 || o.AckDeadline != 0 || o.MaxDeliveries != 0 || o.DeadLetterTopic != "" || o.Ordering != OrderingNone || o.FairBy != "" || o.MaxPriority != 0 || o.Priority != 0):
+		return nil, errors.New("tinybroker: MaxInFlight, AckDeadline, MaxDeliveries, DeadLetterTopic, Ordering, FairBy, MaxPriority and Priority are for Balanced subscriptions (fanout deliveries are not acked); drop them or set Mode: client.Balanced")
 	}
 	if o.Concurrency == 0 {
 		o.Concurrency = 1
@@ -230,6 +241,8 @@ func (o *SubscribeOptions) toOpen() (*pb.OpenSubscription, error) {
 		open.DeadLetterTopic = o.DeadLetterTopic
 		open.Ordering = pb.Ordering(o.Ordering)
 		open.FairBy = o.FairBy
+		open.MaxPriority = uint32(o.MaxPriority)
+		open.Priority = uint32(o.Priority)
 	}
 	return open, nil
 }
@@ -297,7 +310,7 @@ func (s *Subscription) openStream(wait context.Context, reconnect bool) (*stream
 	s.mu.Lock()
 	s.settings = Settings{ID: sub.GetSubscriptionId(), MemberID: sub.GetMemberId(), MaxInFlight: int(sub.GetMaxInFlight()),
 		AckDeadline: sub.GetAckDeadline().AsDuration(), MaxDeliveries: int(sub.GetMaxDeliveries()), DeadLetterTopic: sub.GetDeadLetterTopic(),
-		Ordering: Ordering(sub.GetOrdering()), FairBy: sub.GetFairBy()}
+		Ordering: Ordering(sub.GetOrdering()), FairBy: sub.GetFairBy(), MaxPriority: int(sub.GetMaxPriority()), Priority: int(sub.GetPriority())}
 	s.mu.Unlock()
 	return &stream{rpc: rpc, cancel: cancel, recvErr: make(chan error, 1), receiverDone: make(chan struct{}),
 		stopSender: make(chan struct{}), senderDone: make(chan struct{}), gen: s.gen.Add(1)}, nil

@@ -930,8 +930,11 @@ type GroupSettings struct {
 	// messages within dead_letter_breaker_window, until resumed (0: off).
 	DeadLetterBreaker       uint32               `protobuf:"varint,17,opt,name=dead_letter_breaker,json=deadLetterBreaker,proto3" json:"dead_letter_breaker,omitempty"`
 	DeadLetterBreakerWindow *durationpb.Duration `protobuf:"bytes,18,opt,name=dead_letter_breaker_window,json=deadLetterBreakerWindow,proto3" json:"dead_letter_breaker_window,omitempty"`
-	unknownFields           protoimpl.UnknownFields
-	sizeCache               protoimpl.SizeCache
+	// The group's highest message priority, 1 to 9 (0: it ignores priorities); see
+	// tinybroker.v1.PublishRequest.priority.
+	MaxPriority   uint32 `protobuf:"varint,19,opt,name=max_priority,json=maxPriority,proto3" json:"max_priority,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GroupSettings) Reset() {
@@ -1090,6 +1093,13 @@ func (x *GroupSettings) GetDeadLetterBreakerWindow() *durationpb.Duration {
 	return nil
 }
 
+func (x *GroupSettings) GetMaxPriority() uint32 {
+	if x != nil {
+		return x.MaxPriority
+	}
+	return 0
+}
+
 type Member struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	MemberId string                 `protobuf:"bytes,1,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"`
@@ -1099,8 +1109,10 @@ type Member struct {
 	MaxInFlight    uint32               `protobuf:"varint,4,opt,name=max_in_flight,json=maxInFlight,proto3" json:"max_in_flight,omitempty"`
 	AckDeadline    *durationpb.Duration `protobuf:"bytes,5,opt,name=ack_deadline,json=ackDeadline,proto3" json:"ack_deadline,omitempty"`
 	JoinedUnixNano int64                `protobuf:"varint,6,opt,name=joined_unix_nano,json=joinedUnixNano,proto3" json:"joined_unix_nano,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The member's priority (tinybroker.v1.OpenSubscription.priority).
+	Priority      uint32 `protobuf:"varint,7,opt,name=priority,proto3" json:"priority,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Member) Reset() {
@@ -1171,6 +1183,13 @@ func (x *Member) GetAckDeadline() *durationpb.Duration {
 func (x *Member) GetJoinedUnixNano() int64 {
 	if x != nil {
 		return x.JoinedUnixNano
+	}
+	return 0
+}
+
+func (x *Member) GetPriority() uint32 {
+	if x != nil {
+		return x.Priority
 	}
 	return 0
 }
@@ -2422,7 +2441,7 @@ const file_tinybroker_admin_v1_admin_proto_rawDesc = "" +
 	"\aKeyLoad\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x12\n" +
 	"\x04held\x18\x02 \x01(\rR\x04held\x12\x14\n" +
-	"\x05noisy\x18\x03 \x01(\bR\x05noisy\"\xe1\x06\n" +
+	"\x05noisy\x18\x03 \x01(\bR\x05noisy\"\x84\a\n" +
 	"\rGroupSettings\x12%\n" +
 	"\x0emax_deliveries\x18\x01 \x01(\rR\rmaxDeliveries\x12*\n" +
 	"\x11dead_letter_topic\x18\x02 \x01(\tR\x0fdeadLetterTopic\x12\x1d\n" +
@@ -2443,14 +2462,16 @@ const file_tinybroker_admin_v1_admin_proto_rawDesc = "" +
 	"\amax_age\x18\v \x01(\v2\x19.google.protobuf.DurationR\x06maxAge\x12\x1b\n" +
 	"\ton_expire\x18\f \x01(\tR\bonExpire\x12.\n" +
 	"\x13dead_letter_breaker\x18\x11 \x01(\rR\x11deadLetterBreaker\x12V\n" +
-	"\x1adead_letter_breaker_window\x18\x12 \x01(\v2\x19.google.protobuf.DurationR\x17deadLetterBreakerWindow\"\xe2\x01\n" +
+	"\x1adead_letter_breaker_window\x18\x12 \x01(\v2\x19.google.protobuf.DurationR\x17deadLetterBreakerWindow\x12!\n" +
+	"\fmax_priority\x18\x13 \x01(\rR\vmaxPriority\"\xfe\x01\n" +
 	"\x06Member\x12\x1b\n" +
 	"\tmember_id\x18\x01 \x01(\tR\bmemberId\x12\x12\n" +
 	"\x04peer\x18\x02 \x01(\tR\x04peer\x12\x1b\n" +
 	"\tin_flight\x18\x03 \x01(\rR\binFlight\x12\"\n" +
 	"\rmax_in_flight\x18\x04 \x01(\rR\vmaxInFlight\x12<\n" +
 	"\fack_deadline\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\vackDeadline\x12(\n" +
-	"\x10joined_unix_nano\x18\x06 \x01(\x03R\x0ejoinedUnixNano\"=\n" +
+	"\x10joined_unix_nano\x18\x06 \x01(\x03R\x0ejoinedUnixNano\x12\x1a\n" +
+	"\bpriority\x18\a \x01(\rR\bpriority\"=\n" +
 	"\x12DeleteGroupRequest\x12'\n" +
 	"\x0fsubscription_id\x18\x01 \x01(\tR\x0esubscriptionId\"\x97\x01\n" +
 	"\x13DeleteGroupResponse\x12#\n" +
