@@ -416,11 +416,11 @@ func (b *Engine) subscribe(o broker.SubscribeOptions, st *Stream) (*Subscription
 	s.g = g
 	s.id = o.ID
 	s.bal = &broker.Settings{ID: o.ID, MemberID: g.nextMemberID(), Mode: broker.Balanced, Group: g.hookName(), Patterns: s.patterns,
-		MaxInFlight: o.MaxInFlight, AckDeadline: o.AckDeadline, MaxDeliveries: g.maxDeliveries, DeadLetterTopic: g.dlq, Dispatch: g.dispatch}
+		MaxInFlight: o.MaxInFlight, AckDeadline: o.AckDeadline, MaxDeliveries: g.maxDeliveries, DeadLetterTopic: g.dlq, Dispatch: g.dispatch, Priority: o.Priority}
 	if err := st.register(s, o.Peer, nil); err != nil { // the group is routed to already
 		return nil, err
 	}
-	g.join(s, o.MaxInFlight, o.AckDeadline, o.Peer)
+	g.join(s, o.MaxInFlight, o.AckDeadline, o.Priority, o.Peer)
 	return s, nil
 }
 

@@ -170,7 +170,7 @@ func (g *group) remove() int {
 // was (the group is being purged or removed).
 func (g *group) dropAllLocked() int {
 	n := g.dropWaitingLocked(func(*entry) bool { return true })
-	g.queue, g.delayed = ring[*entry]{}, nil
+	g.queue, g.delayed = leveled[*entry]{}, nil
 	return n
 }
 
@@ -195,16 +195,16 @@ func (g *group) redispatchLocked(d broker.Dispatch) {
 	if g.keys != nil {
 		g.keysCostLocked(-g.keys.bytes)
 	}
-	g.queue, g.delayed, g.keys, g.dispatch = ring[*entry]{}, nil, nil, d
+	g.queue, g.delayed, g.keys, g.dispatch = leveled[*entry]{}, nil, nil, d
 	if d.Keyed() {
 		g.keys = newKeyed(d)
 	}
 	for _, e := range es {
-		e.delayed, e.out, e.tn, e.ol = false, false, nil, nil
+		e.delayed, e.out, e.tn, e.ol, e.lvl = false, false, nil, nil, d.Level(e.msg.Priority)
 		if g.keys != nil {
 			g.keysCostLocked(g.keys.push(e))
 		} else {
-			g.queue.pushBack(e)
+			g.queue.pushBack(e, e.lvl)
 		}
 	}
 	g.queued = len(es)
@@ -216,9 +216,11 @@ func (g *group) eachQueuedLocked(f func(*entry)) {
 		g.keys.each(f)
 		return
 	}
-	for i := range g.queue.len() {
-		f(g.queue.at(i))
-	}
+	g.queue.levels(func(r *ring[*entry]) {
+		for i := range r.len() {
+			f(r.at(i))
+		}
+	})
 }
 
 // dropWaitingLocked lets go of the queued and delayed messages that drop selects (settled

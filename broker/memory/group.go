@@ -43,7 +43,7 @@ type group struct {
 
 	mu     lockrank.Mutex[lockrank.MemoryGroup] // guards everything below
 	limits broker.GroupLimits                   // after defaults
-	queue  ring[*entry]                         // unkeyed groups' queue (keys nil)
+	queue  leveled[*entry]                      // unkeyed groups' queue (keys nil), by priority level
 	keys   *keyed                               // the queue of a group with ordering or fair_by (broker.Dispatch.Keyed)
 	// queued counts the unsettled entries of queue; bytes is what the group holds (queued,
 	// in flight, delayed, waiting for a hook): Message.cost + groupEntryOverhead each.
@@ -58,6 +58,7 @@ type group struct {
 	refusals                                             [boundKinds]error // while full, by bound: refusalLocked
 	members                                              []*member
 	rr                                                   int       // index of the member to try first
+	prioMembers                                          int       // members with a priority above 0
 	delayed                                              delayHeap // nacked with a delay, by deadline: when they are requeued
 	expiry                                               expiry    // the entries that expire, by when
 	expiredOut                                           []*entry  // found expired by dispatchLocked: onTimer lets go of them
@@ -86,6 +87,7 @@ func (b *Engine) groupLimits(l broker.GroupLimits) broker.GroupLimits {
 
 type member struct {
 	s           *Subscription
+	prio        uint8 // broker.SubscribeOptions.Priority
 	maxInFlight int
 	ackDeadline time.Duration
 	owned       map[uint64]*entry // delivered, not yet acked
@@ -100,6 +102,7 @@ type entry struct {
 	deadline int64 // in flight: ack deadline; delayed: when to requeue (Broker.now clock)
 	sentAt   int64 // when the current attempt was handed to a member (Broker.now clock)
 	settled  bool  // acked or dropped while queued or delayed: skip it when it comes up (msg is nil)
+	lvl      uint8 // its priority level in the group (broker.Dispatch.Level)
 	delayed  bool  // in group.delayed, not in queue
 	timed    bool  // its first delivery is in group.deliveryLatency
 	// In a keyed group: out is set while it is its ordered key's message out (in flight,
@@ -189,7 +192,7 @@ func (g *group) deliver(m *message) (<-chan struct{}, error) {
 		g.dropOldestLocked()
 		g.noteFullLocked(over, cost)
 	}
-	e := &entry{msg: m}
+	e := &entry{msg: m, lvl: g.dispatch.Level(m.Priority)}
 	now := g.b.now()
 	if ttl := g.limits.MaxAge; m.TTL > 0 || ttl > 0 {
 		if m.TTL > 0 && (ttl <= 0 || m.TTL < ttl) {
@@ -204,7 +207,7 @@ func (g *group) deliver(m *message) (<-chan struct{}, error) {
 		g.keysCostLocked(g.keys.push(e))
 		g.logNoisyLocked()
 	} else {
-		g.queue.pushBack(e)
+		g.queue.pushBack(e, e.lvl)
 	}
 	g.queued++
 	g.published++
@@ -278,7 +281,7 @@ func (g *group) dropOldestLocked() {
 		return
 	}
 	for g.queue.len() > 0 {
-		e := g.queue.popFront()
+		e := g.queue.popLowest() // the oldest of the lowest priority
 		if e.settled {
 			continue
 		}
@@ -439,9 +442,25 @@ func (g *group) dispatchLocked(now int64) {
 	}
 }
 
-// nextMemberLocked returns the next member in round-robin order that has room, or nil.
+// nextMemberLocked returns the next member in round-robin order that has room, or nil. With
+// member priorities, it is the next of the highest priority among those with room: a member
+// of a lower priority gets a message only while every higher one is full.
 func (g *group) nextMemberLocked() *member {
 	n := len(g.members)
+	if g.prioMembers > 0 {
+		pick := -1
+		for i := range n {
+			idx := (g.rr + i) % n
+			if m := g.members[idx]; len(m.owned) < m.maxInFlight && (pick < 0 || m.prio > g.members[pick].prio) {
+				pick = idx
+			}
+		}
+		if pick < 0 {
+			return nil
+		}
+		g.rr = (pick + 1) % n
+		return g.members[pick]
+	}
 	for i := range n {
 		idx := (g.rr + i) % n
 		if m := g.members[idx]; len(m.owned) < m.maxInFlight {
@@ -674,7 +693,7 @@ func (g *group) requeueLocked(tb *takeBack) {
 		if g.keys != nil {
 			g.keysCostLocked(g.keys.requeue(e))
 		} else {
-			g.queue.pushFront(e)
+			g.queue.pushFront(e, e.lvl)
 		}
 		g.waitLocked(e)
 	}
@@ -738,13 +757,16 @@ func (g *group) nextMemberID() string {
 }
 
 // join adds s as a member and gives it work at once.
-func (g *group) join(s *Subscription, maxInFlight int, ackDeadline time.Duration, peer string) {
+func (g *group) join(s *Subscription, maxInFlight int, ackDeadline time.Duration, prio uint8, peer string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	m := &member{s: s, maxInFlight: maxInFlight, ackDeadline: ackDeadline, owned: make(map[uint64]*entry),
+	m := &member{s: s, prio: prio, maxInFlight: maxInFlight, ackDeadline: ackDeadline, owned: make(map[uint64]*entry),
 		peer: peer, joined: time.Now().UnixNano()}
 	s.m = m // before its first delivery
 	g.members = append(g.members, m)
+	if prio > 0 {
+		g.prioMembers++
+	}
 	g.emptySince = 0
 	g.dispatchLocked(g.b.now())
 }
@@ -758,6 +780,9 @@ func (g *group) leave(m *member) {
 	if i < 0 {
 		g.mu.Unlock()
 		return
+	}
+	if m.prio > 0 {
+		g.prioMembers--
 	}
 	if len(g.members) == 0 && g.b.opts.GroupExpireAfter > 0 && !g.declared {
 		g.emptySince = g.b.now()
@@ -930,15 +955,19 @@ func (g *group) statsLocked() broker.GroupStats {
 		}
 		st.Keys, st.Busiest = g.keys.busiest()
 	}
-	// Requeued messages go back to the head of the queue, oldest first: the first unsettled
-	// entry is the oldest queued.
-	for i := range g.queue.len() {
-		if e := g.queue.peek(i); !e.settled {
-			st.OldestQueued = e.msg.PublishedAt
-			older(e)
-			break
+	// Requeued messages go back to the head of their level, oldest first: the first unsettled
+	// entry of a level is its oldest queued.
+	g.queue.levels(func(r *ring[*entry]) {
+		for i := range r.len() {
+			if e := r.peek(i); !e.settled {
+				if st.OldestQueued == 0 || e.msg.PublishedAt < st.OldestQueued {
+					st.OldestQueued = e.msg.PublishedAt
+				}
+				older(e)
+				break
+			}
 		}
-	}
+	})
 	if st.Queued > 0 && st.Room > 0 {
 		// Stalled since the later of its last delivery and its oldest queued message's publish.
 		st.Stalled = st.OldestQueued
@@ -956,7 +985,7 @@ func (g *group) info() broker.GroupInfo {
 	gi := broker.GroupInfo{GroupStats: g.statsLocked(), MaxDeliveries: g.maxDeliveries, DeadLetterTopic: g.dlq, Dispatch: g.dispatch, Limits: g.limits, Replicas: 1}
 	for _, m := range g.members {
 		gi.MemberList = append(gi.MemberList, broker.MemberInfo{ID: m.s.bal.MemberID, Peer: m.peer, InFlight: len(m.owned),
-			MaxInFlight: m.maxInFlight, AckDeadline: m.ackDeadline, Joined: m.joined})
+			MaxInFlight: m.maxInFlight, AckDeadline: m.ackDeadline, Joined: m.joined, Priority: m.prio})
 	}
 	return gi
 }

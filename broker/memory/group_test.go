@@ -550,7 +550,7 @@ func TestGroupLateAckDoesNotScan(t *testing.T) {
 	a.Close() // all n wait in the queue again, each delivered once
 	g := gt.group("g")
 	g.mu.Lock()
-	before := g.queue
+	before := g.queue.base
 	g.mu.Unlock()
 	for _, id := range ids[:n-1] {
 		if err := gt.b.Ack("g", id); err != nil {
@@ -558,9 +558,9 @@ func TestGroupLateAckDoesNotScan(t *testing.T) {
 		}
 	}
 	g.mu.Lock()
-	after := g.queue
+	after := g.queue.base
 	for i := range n - 1 {
-		if e := g.queue.at(i); !e.settled || e.msg != nil {
+		if e := g.queue.base.at(i); !e.settled || e.msg != nil {
 			t.Errorf("entry %d of the queue: settled %v, message %v", i, e.settled, e.msg != nil)
 		}
 	}

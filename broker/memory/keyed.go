@@ -57,10 +57,13 @@ const (
 )
 
 type tenant struct {
-	name    string
-	home    *keyed      // the keyed queue it was made in, as for a lane
-	ready   ring[*lane] // its ready lanes, in turn
-	free    *lane       // its messages without an order
+	name  string
+	home  *keyed         // the keyed queue it was made in, as for a lane
+	ready leveled[*lane] // its ready lanes, in turn, by the priority level of their heads
+	// free is its messages without an order, of priority level 0; freeHi those of levels
+	// 1 to 9 (freeHi[l-1]), made on the first.
+	free    *lane
+	freeHi  *[grouping.MaxPriority]*lane
 	inReady bool        // in keyed.ready
 	lanes   int         // lanes it has, free included
 	held    int         // its messages the group holds: queued, out, in flight
@@ -73,6 +76,7 @@ type lane struct {
 	t       *tenant
 	home    *keyed // the keyed queue it was made in (the group's dispatch may have changed since)
 	ordered bool
+	lvl     uint8        // a free lane's priority level; an ordered lane's, while in t.ready
 	q       ring[*entry] // queued, settled ones included (skipped)
 	queued  int          // unsettled entries in q
 	out     bool         // ordered: its head is out
@@ -89,9 +93,46 @@ func newKeyed(d broker.Dispatch) *keyed {
 	return &keyed{d: d, lanes: make(map[string]*lane), tenants: make(map[string]*tenant)}
 }
 
-// laneFor returns the lane m goes to, creating it (and its tenant) if need be; the bytes
+// freeLane returns t's free lane of priority level l, or nil.
+func (t *tenant) freeLane(l uint8) *lane {
+	if l == 0 {
+		return t.free
+	}
+	if t.freeHi == nil {
+		return nil
+	}
+	return t.freeHi[l-1]
+}
+
+func (t *tenant) setFree(l uint8, x *lane) {
+	if l == 0 {
+		t.free = x
+		return
+	}
+	if t.freeHi == nil {
+		t.freeHi = new([grouping.MaxPriority]*lane)
+	}
+	t.freeHi[l-1] = x
+}
+
+// eachFree calls f on each of t's free lanes, lowest level first.
+func (t *tenant) eachFree(f func(*lane)) {
+	if t.free != nil {
+		f(t.free)
+	}
+	if t.freeHi != nil {
+		for _, l := range t.freeHi {
+			if l != nil {
+				f(l)
+			}
+		}
+	}
+}
+
+// laneFor returns the lane e goes to, creating it (and its tenant) if need be; the bytes
 // that costs are added to k.bytes and returned.
-func (k *keyed) laneFor(m *message) (*lane, int64) {
+func (k *keyed) laneFor(e *entry) (*lane, int64) {
+	m := e.msg
 	okey, ordered := k.d.OrderKey(m.Key)
 	if ordered {
 		if l := k.lanes[okey]; l != nil {
@@ -112,9 +153,9 @@ func (k *keyed) laneFor(m *message) (*lane, int64) {
 		k.tenantsPeak = max(k.tenantsPeak, len(k.tenants))
 		cost += tenantCost + int64(len(name))
 	}
-	if !ordered && t.free != nil { // a new tenant has no free lane
+	if l := t.freeLane(e.lvl); !ordered && l != nil { // a new tenant has no free lane
 		k.bytes += cost
-		return t.free, cost
+		return l, cost
 	}
 	var l *lane
 	if n := len(k.spareLanes); n > 0 {
@@ -123,13 +164,14 @@ func (k *keyed) laneFor(m *message) (*lane, int64) {
 	} else {
 		l = &lane{key: okey, t: t, ordered: ordered, home: k}
 	}
+	l.lvl = e.lvl
 	t.lanes++
 	cost += laneCost + int64(len(okey))
 	if ordered {
 		k.lanes[okey] = l
 		k.lanesPeak = max(k.lanesPeak, len(k.lanes))
 	} else {
-		t.free = l
+		t.setFree(e.lvl, l)
 	}
 	k.bytes += cost
 	return l, cost
@@ -138,7 +180,7 @@ func (k *keyed) laneFor(m *message) (*lane, int64) {
 // push queues a new message at the back of its lane and returns what that cost in lanes and
 // tenants.
 func (k *keyed) push(e *entry) int64 {
-	l, cost := k.laneFor(e.msg)
+	l, cost := k.laneFor(e)
 	l.q.pushBack(e)
 	l.queued++
 	e.tn = l.t
@@ -165,8 +207,8 @@ func (k *keyed) requeue(e *entry) int64 {
 	// lives while it holds a message.
 	l, cost := e.ol, int64(0)
 	if l == nil {
-		if l = e.tn.free; l == nil {
-			l, cost = k.laneFor(e.msg)
+		if l = e.tn.freeLane(e.lvl); l == nil {
+			l, cost = k.laneFor(e)
 		}
 	}
 	if l.ordered && e.out {
@@ -185,7 +227,15 @@ func (k *keyed) readied(l *lane) {
 		return
 	}
 	l.inReady = true
-	l.t.ready.pushBack(l)
+	if l.ordered { // ready at the level of its head, the first not settled
+		for i := range l.q.len() {
+			if e := l.q.peek(i); !e.settled {
+				l.lvl = e.lvl
+				break
+			}
+		}
+	}
+	l.t.ready.pushBack(l, l.lvl)
 	if t := l.t; !t.inReady {
 		t.inReady = true
 		k.ready.pushBack(t)
@@ -302,7 +352,7 @@ func (k *keyed) laneOf(e *entry, t *tenant) *lane {
 		return e.ol
 	}
 	if t != nil {
-		return t.free
+		return t.freeLane(e.lvl)
 	}
 	return nil
 }
@@ -317,10 +367,10 @@ func (k *keyed) tidyLane(l *lane) int64 {
 		delete(k.lanes, l.key)
 		k.lanes, k.lanesPeak = shrunk(k.lanes, k.lanesPeak)
 	} else {
-		if l.t.free != l {
+		if l.t.freeLane(l.lvl) != l {
 			return 0
 		}
-		l.t.free = nil
+		l.t.setFree(l.lvl, nil)
 	}
 	l.t.lanes--
 	cost := laneCost + int64(len(l.key))
@@ -380,7 +430,7 @@ func (k *keyed) checkNoisy(t *tenant) {
 func (k *keyed) victim() *entry {
 	var busiest *tenant
 	for _, t := range k.tenants {
-		if (t.free != nil && t.free.queued > 0 || t.ready.len() > 0) && (busiest == nil || t.held > busiest.held) {
+		if (t.freeQueued() != nil || t.ready.len() > 0) && (busiest == nil || t.held > busiest.held) {
 			busiest = t
 		}
 	}
@@ -395,15 +445,28 @@ func (k *keyed) victim() *entry {
 		}
 		return nil
 	}
-	if l := busiest.free; l != nil && l.queued > 0 {
+	if l := busiest.freeQueued(); l != nil {
 		return first(l)
 	}
-	for i := range busiest.ready.len() {
-		if e := first(busiest.ready.peek(i)); e != nil {
-			return e
+	var v *entry
+	busiest.ready.levels(func(r *ring[*lane]) {
+		for i := range r.len() {
+			if v == nil {
+				v = first(r.peek(i))
+			}
 		}
-	}
-	return nil
+	})
+	return v
+}
+
+// freeQueued returns t's free lane of the lowest level that has a message queued, or nil.
+func (t *tenant) freeQueued() (q *lane) {
+	t.eachFree(func(l *lane) {
+		if q == nil && l.queued > 0 {
+			q = l
+		}
+	})
+	return q
 }
 
 // each calls f on every queued entry, settled ones included, lane by lane
@@ -416,9 +479,7 @@ func (k *keyed) each(f func(*entry)) {
 		}
 	}
 	for _, t := range k.tenants {
-		if t.free != nil {
-			gather(t.free)
-		}
+		t.eachFree(gather)
 	}
 	for _, l := range k.lanes {
 		gather(l)
@@ -443,9 +504,7 @@ func (k *keyed) oldestQueued() *entry {
 		}
 	}
 	for _, t := range k.tenants {
-		if t.free != nil {
-			head(t.free)
-		}
+		t.eachFree(head)
 	}
 	for _, l := range k.lanes {
 		head(l)

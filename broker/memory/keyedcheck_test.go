@@ -47,17 +47,17 @@ func checkKeyed(t *testing.T, g *group) {
 	heldBy := map[*tenant]int{}
 	for name, tn := range k.tenants {
 		keysBytes += tenantCost + int64(len(name))
-		if tn.free != nil {
-			checkLane(tn.free)
-		}
+		tn.eachFree(checkLane)
 		inTurn := false
-		for i := range tn.ready.len() {
-			l := tn.ready.peek(i)
-			inTurn = inTurn || l.queued > 0
-			if !l.inReady {
-				t.Fatalf("tenant %q: a lane in turn is not marked so", name)
+		tn.ready.levels(func(r *ring[*lane]) {
+			for i := range r.len() {
+				l := r.peek(i)
+				inTurn = inTurn || l.queued > 0
+				if !l.inReady {
+					t.Fatalf("tenant %q: a lane in turn is not marked so", name)
+				}
 			}
-		}
+		})
 		if inTurn && !tn.inReady {
 			t.Fatalf("tenant %q has lanes in turn and is not in turn itself", name)
 		}
@@ -153,8 +153,9 @@ func checkKeyed(t *testing.T, g *group) {
 // leaves nothing behind.
 func TestKeyedInvariants(t *testing.T) {
 	for _, d := range []broker.Dispatch{{Ordering: broker.OrderingKey}, {Ordering: broker.OrderingGroup}, {FairBy: "key"},
-		{FairBy: "header:tenant"}, {Ordering: broker.OrderingKey, FairBy: "key"}, {Ordering: broker.OrderingKey, FairBy: "header:tenant"}} {
-		t.Run(fmt.Sprintf("%s-%s", d.Ordering, d.FairBy), func(t *testing.T) {
+		{FairBy: "header:tenant"}, {Ordering: broker.OrderingKey, FairBy: "key"}, {Ordering: broker.OrderingKey, FairBy: "header:tenant"},
+		{Ordering: broker.OrderingKey, MaxPriority: 3}, {FairBy: "header:tenant", MaxPriority: 9}, {Ordering: broker.OrderingKey, FairBy: "key", MaxPriority: 2}} {
+		t.Run(fmt.Sprintf("%s-%s-%d", d.Ordering, d.FairBy, d.MaxPriority), func(t *testing.T) {
 			for seed := range uint64(20) {
 				keyedRun(t, d, seed)
 			}
@@ -182,7 +183,7 @@ func keyedRun(t *testing.T, d broker.Dispatch, seed uint64) {
 				if rng.IntN(5) > 0 {
 					key = "k" + strconv.Itoa(rng.IntN(6))
 				}
-				ds[i] = broker.Draft{Topic: "j.x", Payload: []byte(strconv.Itoa(seq)), Key: key,
+				ds[i] = broker.Draft{Topic: "j.x", Payload: []byte(strconv.Itoa(seq)), Key: key, Priority: uint8(rng.IntN(5)),
 					Headers: broker.MakeHeaders(map[string]string{"tenant": "t" + strconv.Itoa(rng.IntN(3))})}
 				seq++
 			}

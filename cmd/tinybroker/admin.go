@@ -344,10 +344,10 @@ func (a *app) printGroup(g *adminpb.Group) error {
 	}
 	fmt.Fprintln(a.stdout)
 	tw = table(a.stdout)
-	fmt.Fprintln(tw, "MEMBER\tPEER\tIN FLIGHT\tMAX IN FLIGHT\tACK DEADLINE\tJOINED")
+	fmt.Fprintln(tw, "MEMBER\tPEER\tIN FLIGHT\tMAX IN FLIGHT\tACK DEADLINE\tPRIORITY\tJOINED")
 	for _, m := range g.GetMemberList() {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s ago\n", m.GetMemberId(), m.GetPeer(), m.GetInFlight(), m.GetMaxInFlight(),
-			m.GetAckDeadline().AsDuration(), shortDuration(time.Since(time.Unix(0, m.GetJoinedUnixNano()))))
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%d\t%s ago\n", m.GetMemberId(), m.GetPeer(), m.GetInFlight(), m.GetMaxInFlight(),
+			m.GetAckDeadline().AsDuration(), m.GetPriority(), shortDuration(time.Since(time.Unix(0, m.GetJoinedUnixNano()))))
 	}
 	return tw.Flush()
 }
@@ -387,6 +387,9 @@ func dispatchRow(s *adminpb.GroupSettings) string {
 	}
 	if f := s.GetFairBy(); f != "" {
 		parts = append(parts, "fair by "+f+" (tenants take turns)")
+	}
+	if p := s.GetMaxPriority(); p > 0 {
+		parts = append(parts, fmt.Sprintf("priorities 0 to %d (highest first)", p))
 	}
 	return strings.Join(parts, "; ")
 }

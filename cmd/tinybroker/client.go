@@ -34,7 +34,7 @@ func (a *app) pubCmd() *cobra.Command {
 	var addr, key string
 	var timeout, sleep, ttl, delay time.Duration
 	var at string
-	var count, keys int
+	var count, keys, priority int
 	var noTemplate, asJSON bool
 	var dial *dialFlags
 	headers := &keyValueFlag{values: map[string]string{}, what: "header", example: "-H content-type=application/json"}
@@ -132,6 +132,9 @@ delayed message is lost if the broker restarts.`,
 				if ttl != 0 {
 					opts = append(opts, client.WithTTL(ttl))
 				}
+				if priority != 0 {
+					opts = append(opts, client.WithPriority(priority))
+				}
 				if delay != 0 {
 					opts = append(opts, client.WithDelay(delay))
 				}
@@ -179,6 +182,7 @@ delayed message is lost if the broker restarts.`,
 	f.BoolVar(&noTemplate, "no-template", false, "send DATA as it is, even with {{ in it")
 	f.StringVar(&key, "key", "", "the messages' ordering and fairness `key` (at most 256 bytes of printable text)")
 	f.DurationVar(&ttl, "ttl", 0, "the messages expire this long after the broker accepts them: a consumer group dead-letters them (reason expired) instead of delivering them later")
+	f.IntVar(&priority, "priority", 0, "the messages' `priority`, 0 to 9, higher first, in consumer groups with a max_priority")
 	f.DurationVar(&delay, "delay", 0, "the broker holds the messages and publishes them this long after it accepts them")
 	f.StringVar(&at, "at", "", "the broker holds the messages and publishes them at this `time` (RFC 3339)")
 	c.MarkFlagsMutuallyExclusive("delay", "at")
@@ -226,6 +230,7 @@ type subJSON struct {
 	SystemID       string            `json:"system_id"`
 	Topic          string            `json:"topic"`
 	Key            string            `json:"key,omitempty"`
+	Priority       int               `json:"priority,omitempty"`
 	SubscriptionID string            `json:"subscription_id"`
 	Attempt        int               `json:"attempt"`
 	Redelivered    bool              `json:"redelivered"`
@@ -236,7 +241,7 @@ type subJSON struct {
 }
 
 func messageJSON(m *client.Message) subJSON {
-	j := subJSON{SystemID: m.SystemID, Topic: m.Topic, Key: m.Key, SubscriptionID: m.SubscriptionID, Attempt: m.Attempt, Redelivered: m.Redelivered,
+	j := subJSON{SystemID: m.SystemID, Topic: m.Topic, Key: m.Key, Priority: m.Priority, SubscriptionID: m.SubscriptionID, Attempt: m.Attempt, Redelivered: m.Redelivered,
 		PublishedAt: m.PublishedAt.UTC().Format(time.RFC3339Nano), Headers: m.Headers.Map()}
 	if utf8.Valid(m.Payload) {
 		p := string(m.Payload)
@@ -285,7 +290,7 @@ func orNone(reason string) string {
 
 func (a *app) subCmd() *cobra.Command {
 	var addr, group, id, ack, deadLetterTopic, ordering, fairBy string
-	var maxInFlight, count, maxDeliveries int
+	var maxInFlight, count, maxDeliveries, maxPriority, priority int
 	var ackDeadline, nackDelay time.Duration
 	var asJSON bool
 	var dial *dialFlags
@@ -335,8 +340,10 @@ others. A message's key is printed as key=K (and "key" with --json).`,
 				return usagef(cmd, "--ack, --max-deliveries, --ack-deadline, --nack-delay and --dead-letter-topic are for balanced subscriptions: add --group NAME")
 			case nackDelay > 0 && ack != "nack":
 				return usagef(cmd, "--nack-delay goes with --ack nack")
-			case group == "" && (ordering != "" || fairBy != ""):
-				return usagef(cmd, "--ordering and --fair-by are for balanced subscriptions: add --group NAME (a fanout subscription gets every message in publish order already)")
+			case group == "" && (ordering != "" || fairBy != "" || maxPriority != 0 || priority != 0):
+				return usagef(cmd, "--ordering, --fair-by, --max-priority and --priority are for balanced subscriptions: add --group NAME (a fanout subscription gets every message in publish order already)")
+			case maxPriority < 0 || maxPriority > 9 || priority < 0 || priority > 9:
+				return usagef(cmd, "--max-priority %d, --priority %d: priorities are 0 to 9", maxPriority, priority)
 			}
 			order, err := subOrdering(ordering)
 			if err != nil {
@@ -351,7 +358,7 @@ others. A message's key is printed as key=K (and "key" with --json).`,
 			}
 			return a.sub(cmd.Context(), addr, dial, dialOpts, client.SubscribeOptions{ID: id, Patterns: args, Group: group, MaxInFlight: maxInFlight,
 				MaxDeliveries: maxDeliveries, AckDeadline: ackDeadline, DeadLetterTopic: deadLetterTopic, NackDelay: nackDelay, ManualAck: ack == "none",
-				Ordering: order, FairBy: fairBy}, count, ack, asJSON)
+				Ordering: order, FairBy: fairBy, MaxPriority: maxPriority, Priority: priority}, count, ack, asJSON)
 		},
 	}
 	f := c.Flags()
@@ -367,7 +374,9 @@ others. A message's key is printed as key=K (and "key" with --json).`,
 	f.StringVar(&deadLetterTopic, "dead-letter-topic", "", "with --group: where dead letters go (default dlq.<subscription id>)")
 	f.StringVar(&ordering, "ordering", "", "with --group: key (one message of a key at a time, keys in parallel), group (one message at a time) or none (default: the group's)")
 	f.StringVar(&fairBy, "fair-by", "", "with --group: key or header:NAME, take turns across message keys or that header's values (default: the group's)")
-	f.BoolVar(&asJSON, "json", false, "print one JSON object per message (system_id, topic, key, subscription_id, attempt, redelivered, published_at, headers, payload or payload_base64)")
+	f.IntVar(&maxPriority, "max-priority", 0, "with --group: the group's highest message priority, 1 to 9, higher first (default: the group's; none for a new group: FIFO)")
+	f.IntVar(&priority, "priority", 0, "with --group: this member's priority, 0 to 9; a lower one gets messages only while every higher one is full")
+	f.BoolVar(&asJSON, "json", false, "print one JSON object per message (system_id, topic, key, priority, subscription_id, attempt, redelivered, published_at, headers, payload or payload_base64)")
 	dial = addDialFlags(f)
 	return c
 }

@@ -9,6 +9,7 @@ package publishing
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"iter"
 	"sync"
 	"sync/atomic"
@@ -103,6 +104,15 @@ func (g *Gate) Emitted(ds []broker.Draft) iter.Seq2[Msg, error] {
 			}
 		}
 	}
+}
+
+// priorityText shows a priority the transport took from the wire: it keeps what is over 255
+// as 255 (never wrapped into range).
+func priorityText(p uint8) string {
+	if p == 255 {
+		return "255 or more"
+	}
+	return strconv.Itoa(int(p))
 }
 
 // checkTTL refuses an invalid TTL.
@@ -227,7 +237,7 @@ func (g *Gate) Batch(frame []broker.Draft, errs []error) *Batch {
 			err = checkTTL(m.TTL)
 		}
 		if err == nil && m.Priority > grouping.MaxPriority {
-			err = fmt.Errorf("%w: priority %d: a message's priority is 0 (the default) to %d, higher first", broker.ErrInvalidMessage, m.Priority, grouping.MaxPriority)
+			err = fmt.Errorf("%w: priority %s: a message's priority is 0 (the default) to %d, higher first", broker.ErrInvalidMessage, priorityText(m.Priority), grouping.MaxPriority)
 		}
 		var delay time.Duration
 		if err == nil && (m.DeliverAfter != 0 || m.DeliverAt != 0) {
