@@ -64,10 +64,10 @@ type tenant struct {
 	// 1 to 9 (freeHi[l-1]), made on the first.
 	free    *lane
 	freeHi  *[grouping.MaxPriority]*lane
-	inReady bool        // in keyed.ready
-	lanes   int         // lanes it has, free included
-	held    int         // its messages the group holds: queued, out, in flight
-	flying  int         // its messages handed to members and not back
+	inReady bool // in keyed.ready
+	lanes   int  // lanes it has, free included
+	held    int  // its messages the group holds: queued, out, in flight
+	flying  int  // its messages handed to members and not back
 	noisy   bool
 }
 

@@ -9,8 +9,8 @@ package publishing
 import (
 	"errors"
 	"fmt"
-	"strconv"
 	"iter"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
