@@ -99,9 +99,12 @@ type group struct {
 	members   []*member
 	memberSeq uint64
 	// waiting holds what this node took back from its members until JetStream redelivers
-	// it, so that a late ack settles it; delayed, when the nacked ones' delays end (stats).
+	// it, so that a late ack settles it; delayed, when the nacked ones' delays end (stats);
+	// unseen, how many of JetStream's deliveries of each this node handed back while the
+	// group was paused, no member having seen them (onMsg): they are no attempts.
 	waiting           map[uint64]*broker.Message
 	delayed           map[uint64]time.Time
+	unseen            map[uint64]uint32
 	draining, removed bool
 	// paused (Engine.PauseGroup): JetStream delivers nothing to the consumer until
 	// pauseUntil, which its configuration keeps (a resume sets it too: see resumeKick), and
@@ -242,7 +245,8 @@ func (e *Engine) consumerConfig(g *group) jetstream.ConsumerConfig {
 }
 
 func (e *Engine) newGroup(id string) *group {
-	g := &group{e: e, id: id, consumer: encodeName(id), waiting: make(map[uint64]*broker.Message), delayed: make(map[uint64]time.Time), deadCount: -1}
+	g := &group{e: e, id: id, consumer: encodeName(id), waiting: make(map[uint64]*broker.Message), delayed: make(map[uint64]time.Time),
+		unseen: make(map[uint64]uint32), deadCount: -1}
 	e.place(g, 0)
 	return g
 }

@@ -22,7 +22,9 @@ import (
 // pumpLocked asks JetStream for as many messages as m has room for, unless a request of
 // m's is still open. g.mu must be held.
 func (g *group) pumpLocked(m *member) {
-	if m.left || g.draining || g.removed || m.reqID != 0 || g.kq != nil { // an ordered group pulls for its members (keyed.go)
+	// A paused group asks for nothing: the breaker pauses it here before JetStream's pause
+	// lands (deadLetter), and a request made meanwhile would bring messages only to hand back.
+	if m.left || g.draining || g.removed || g.paused || m.reqID != 0 || g.kq != nil { // an ordered group pulls for its members (keyed.go)
 		return
 	}
 	room := m.maxInFlight - len(m.held)
@@ -189,8 +191,8 @@ func (m *member) onMsg(msg *nats.Msg) {
 			m = t
 		}
 	}
-	if m.left || g.draining || g.removed {
-		if m.left && !g.draining && !g.removed {
+	if m.left || g.draining || g.removed || g.paused {
+		if !g.draining && !g.removed {
 			// Otherwise the message goes back and waits here for JetStream to redeliver it
 			// at once, as what a leaving member held does (leave). Counted as waiting, not
 			// queued: JetStream no longer counts it as pending, and a refresh of the count
@@ -202,6 +204,12 @@ func (m *member) onMsg(msg *nats.Msg) {
 				g.waiting[info.sseq] = g.decode(msg, info.sseq)
 			}
 		}
+		if g.paused && !g.draining && !g.removed {
+			// Sent before JetStream's pause landed, to a pull request made before this node
+			// paused the group: no member saw it, so the delivery JetStream counted is no
+			// attempt (against max_deliveries) when it comes again.
+			g.unseen[info.sseq]++
+		}
 		g.mu.Unlock()
 		_ = e.nc.Publish(msg.Reply, []byte("-NAK"))
 		return
@@ -210,14 +218,16 @@ func (m *member) onMsg(msg *nats.Msg) {
 		g.queued--
 	}
 	bm := g.decode(msg, info.sseq)
-	h := &held{msg: bm, reply: msg.Reply, info: info, attempt: g.markLocked(info.sseq, info.delivered), sentAt: time.Now()}
+	unseen := min(g.unseen[info.sseq], info.delivered-1)
+	delete(g.unseen, info.sseq)
+	h := &held{msg: bm, reply: msg.Reply, info: info, attempt: g.markLocked(info.sseq, info.delivered) - unseen, sentAt: time.Now()}
 	if expired(g.limits, bm, h.sentAt) { // past its ttl or max_age: never handed out (expiry.go)
 		h.attempt--
 		g.mu.Unlock()
 		g.settle([]takeItem{{h: h, reason: deadletter.ReasonExpired}})
 		return
 	}
-	if g.maxDeliveries > 0 && int(info.delivered) > g.maxDeliveries {
+	if g.maxDeliveries > 0 && int(info.delivered-unseen) > g.maxDeliveries {
 		// JetStream redelivered it by itself (the node that held it went away) past
 		// max_deliveries: it is dead.
 		h.attempt--
@@ -302,6 +312,7 @@ func (g *group) ack(pref *member, seqs []uint64) (unknown int) {
 		} else if msg := g.waiting[seq]; msg != nil {
 			delete(g.waiting, seq)
 			delete(g.delayed, seq)
+			delete(g.unseen, seq)
 			g.acked++
 			g.releaseLocked(msgCost(msg), false)
 			_ = g.e.nc.Publish(ackSubject(g.stream, g.consumer, seq, 0), []byte("+ACK"))
@@ -568,7 +579,10 @@ func (g *group) deadLetter(h *held, code, reason string) {
 	g.deadLettered++
 	name, dlq := g.name, g.dlq
 	if g.breaker.Note(time.Now().UnixNano(), g.limits) && !g.paused {
-		g.paused = true // here at once; on every node once PauseGroup has told them
+		// Paused here at once: this node asks JetStream for nothing more and hands back,
+		// unseen, what a request made before brings (onMsg). The other nodes of a cluster
+		// deliver until JetStream's pause, which PauseGroup sets, reaches their requests.
+		g.paused = true
 		limits := g.limits
 		g.e.wg.Go(func() {
 			g.e.log.Warn("dead-letter breaker tripped: consumer group paused; find why its messages fail, then resume it (tinybroker groups resume)",
