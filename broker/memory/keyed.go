@@ -424,9 +424,10 @@ func (k *keyed) checkNoisy(t *tenant) {
 	}
 }
 
-// victim returns the queued entry a full group with overflow "drop_oldest" drops: the
-// oldest queued of the tenant that holds the most (of its free lane, or else of its next
-// ready lane), or nil if that tenant has none ready.
+// victim returns the queued entry a full group with overflow "drop_oldest" drops: of the
+// tenant that holds the most, the oldest queued of its lowest priority level (of its free
+// lane, or else of its ready lane of that level that comes first), or nil if that tenant has
+// none ready.
 func (k *keyed) victim() *entry {
 	var busiest *tenant
 	for _, t := range k.tenants {
@@ -445,14 +446,15 @@ func (k *keyed) victim() *entry {
 		}
 		return nil
 	}
-	if l := busiest.freeQueued(); l != nil {
-		return first(l)
-	}
 	var v *entry
-	busiest.ready.levels(func(r *ring[*lane]) {
+	if l := busiest.freeQueued(); l != nil {
+		v = first(l)
+	}
+	busiest.ready.levels(func(r *ring[*lane]) { // highest level first: a lower one replaces v
 		for i := range r.len() {
-			if v == nil {
-				v = first(r.peek(i))
+			if e := first(r.peek(i)); e != nil && (v == nil || e.lvl < v.lvl) {
+				v = e
+				return
 			}
 		}
 	})

@@ -173,3 +173,12 @@ func TestPriorityDropOldest(t *testing.T) {
 		t.Fatalf("dropped %d, want 3", st.Dropped)
 	}
 }
+
+// In a keyed group with priorities, drop_oldest drops the oldest message of the lowest level
+// of the tenant that holds the most, whether it waits in an ordered lane or not.
+func TestPriorityDropOldestKeyed(t *testing.T) {
+	gt := newGroupTest(t, Options{Limits: broker.Limits{GroupMaxQueued: 3, GroupOverflow: broker.OverflowDropOldest}})
+	join := gt.queueFor(maxPriority(9), ordering(broker.OrderingKey))
+	gt.publishPrio("k:a@9", "free-b@5", "j:c@0", "m:d@7")
+	want(t, "kept", join(100), "a", "d", "free-b")
+}
