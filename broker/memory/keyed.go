@@ -227,7 +227,7 @@ func (k *keyed) readied(l *lane) {
 		return
 	}
 	l.inReady = true
-	if l.ordered { // ready at the level of its head, the first not settled
+	if l.ordered && k.d.MaxPriority > 0 { // ready at the level of its head, the first not settled (a read of a cold entry: only with priorities)
 		for i := range l.q.len() {
 			if e := l.q.peek(i); !e.settled {
 				l.lvl = e.lvl
