@@ -309,10 +309,11 @@ func docConsts() string {
 	return b.String()
 }
 
-// watFiles are the hand-written WAT plugins whose import lines gen rewrites.
+// watFiles are the hand-written WAT plugins whose import lines gen rewrites, `plugin new`'s
+// WAT template among them.
 func watFiles() ([]string, error) {
 	var out []string
-	for _, pat := range []string{"sdk/wat/*.wat", "sdk/conformance/wat/*.wat", "bench/plugins/*/*.wat", "examples/plugins/*/*.wat", "plugins/testdata/*.wat"} {
+	for _, pat := range []string{"sdk/wat/*.wat", "sdk/conformance/wat/*.wat", "bench/plugins/*/*.wat", "examples/plugins/*/*.wat", "plugins/testdata/*.wat", "cmd/tinybroker/templates/wat/*.wat.tmpl"} {
 		m, err := filepath.Glob(pat)
 		if err != nil {
 			return nil, err
