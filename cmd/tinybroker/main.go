@@ -6,7 +6,7 @@
 //	tinybroker groups ls|show|rm|purge, dlq ls|replay|purge, streams ls, stats, top
 //	tinybroker bench [--addr ADDR] [-w W1,W2,W3,W5] ...
 //	tinybroker plugin test [--config key=value]... [--hook HOOK] PLUGIN.wasm < messages
-//	tinybroker plugin new  --lang go|rust|c|assemblyscript|zig [--dir DIR] [--sdk TREE] NAME
+//	tinybroker plugin new  --lang go|rust|c|assemblyscript|zig|wat [--dir DIR] [--sdk TREE] NAME
 //	tinybroker passwd < TOKEN
 //	tinybroker certs init|server|client --dir DIR ...
 //	tinybroker version, completion bash|zsh|fish|powershell

@@ -61,10 +61,13 @@ var pluginLangs = map[string]pluginLang{
 		SDK:      "sdk/zig/tinybroker.zig of your tinybroker tree",
 		Needs:    "Building needs Zig 0.11.0 (`npm ci` in sdk/zig of your tinybroker tree installs it).",
 		sdkFiles: []string{"sdk/zig/tinybroker.zig"}},
+	"wat": {Lang: "wat", LangName: "WebAssembly text (WAT)", Source: "`NAME.wat`",
+		SDK:   "none: the module imports the host functions itself, as the ABI gives them (docs/ABI.md)",
+		Needs: "Building needs wat2wasm (Debian: `apt-get install wabt`)."},
 }
 
 // langNames lists the languages in the order the usage gives them.
-var langNames = []string{"go", "rust", "c", "assemblyscript", "zig"}
+var langNames = []string{"go", "rust", "c", "assemblyscript", "zig", "wat"}
 
 // projectData is what the templates see.
 type projectData struct {
@@ -89,7 +92,7 @@ func goLine(root string) string {
 }
 
 const pluginNewUsage = `Creates the folder DIR (default: ./NAME) with a tinybroker plugin named NAME in LANG (go, rust,
-c, assemblyscript or zig): a tenant filter to change into your own, a Makefile, test messages
+c, assemblyscript, zig or wat): a tenant filter to change into your own, a Makefile, test messages
 with the output they should give, and a broker configuration that loads it:
 
   cd NAME && make && make test && make serve

@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,6 +11,11 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/tinybroker/tinybroker/broker"
+	"github.com/tinybroker/tinybroker/plugins"
 )
 
 // pluginNew runs `tinybroker plugin new args...`.
@@ -40,7 +47,7 @@ func TestPluginNewRefuses(t *testing.T) {
 		{[]string{"--lang", "c"}, "needs one NAME"},
 		{[]string{"--lang", "c", "a", "b"}, "needs one NAME"},
 		{[]string{"x"}, "--lang is missing"},
-		{[]string{"--lang", "cobol", "x"}, `--lang "cobol": choose one of go, rust, c, assemblyscript, zig`},
+		{[]string{"--lang", "cobol", "x"}, `--lang "cobol": choose one of go, rust, c, assemblyscript, zig, wat`},
 		{[]string{"--lang", "c", "bad name"}, "use letters, digits"},
 		{[]string{"--lang", "c", "--sdk", root, "--dir", full, "x"}, "already exists and is not empty"},
 		{[]string{"--lang", "c", "--sdk", t.TempDir(), "x"}, "not a tinybroker source tree"},
@@ -133,6 +140,8 @@ func toolchain(t *testing.T, lang, root string) (missing string) {
 			return ""
 		}
 		return look("zig")
+	case "wat":
+		return look("wat2wasm")
 	}
 	return ""
 }
@@ -219,5 +228,73 @@ func TestPluginNewMakefileFindsTinybroker(t *testing.T) {
 		if want := filepath.Join(root, ".bin/tinybroker") + " plugin test"; !strings.Contains(string(out), want) {
 			t.Errorf("%s: make test without tinybroker on PATH runs\n%s\nwant %q", lang, out, want)
 		}
+	}
+}
+
+// The WAT project's batch export, which make test does not reach (plugin test calls
+// tb_v1_on_publish a message at a time): a frame takes one call and decides each message as
+// it alone is decided, with tenants long enough to grow the inbox and the memory for reasons.
+func TestPluginNewWATFrame(t *testing.T) {
+	if _, err := exec.LookPath("wat2wasm"); err != nil {
+		t.Skip("wat2wasm is not installed")
+	}
+	dir := filepath.Join(t.TempDir(), "p")
+	if _, _, err := pluginNew("--lang", "wat", "--dir", dir, "--sdk", repoRoot(t), "tenants"); err != nil {
+		t.Fatal(err)
+	}
+	wasm := filepath.Join(dir, "tenants.wasm")
+	if out, err := exec.Command("wat2wasm", filepath.Join(dir, "tenants.wat"), "-o", wasm).CombinedOutput(); err != nil {
+		t.Fatalf("wat2wasm: %v\n%s", err, out)
+	}
+	h, err := plugins.NewHost(plugins.HostOptions{Logger: hclog.NewNullLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close(context.Background())
+	long := strings.Repeat("x", 20000)
+	c, err := h.Load(context.Background(), []plugins.Spec{{Name: "tenants", Path: wasm, Config: map[string]string{"allow": " acme, globex ," + long}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+
+	tenants := []string{"acme", "", "globex", "evil", long, long + "y", "acm", "none"}
+	var frame []broker.Draft
+	for i := range 200 {
+		d := broker.Draft{Topic: "orders." + strconv.Itoa(i), Payload: []byte("p")}
+		if tenant := tenants[i%len(tenants)]; tenant != "none" {
+			d.Headers = broker.MakeHeaders(map[string]string{"tenant": tenant, "z": "after"})
+		}
+		frame = append(frame, d)
+	}
+	want := make([]broker.PublishVerdict, len(frame))
+	for i := range frame {
+		d := frame[i]
+		v, err := c.OnPublish(&d)
+		if err != nil {
+			t.Fatalf("message %d alone: %v", i, err)
+		}
+		want[i] = v
+	}
+	if want[0].Drop || !want[1].Drop || want[4].Drop || want[3].Reason != "tenant evil is not allowed" ||
+		want[7].Reason != "no tenant header" || want[5].Reason != "tenant "+long+"y is not allowed" {
+		t.Fatalf("alone: %+v", []broker.PublishVerdict{want[0], want[1], want[3], want[4], want[7]})
+	}
+	before := c.Stats()[0]
+	got, errs := make([]broker.PublishVerdict, len(frame)), make([]error, len(frame))
+	c.OnPublishBatch(frame, got, errs)
+	short := func(v broker.PublishVerdict) string { // the long tenant's reason, cut
+		if len(v.Reason) > 40 {
+			v.Reason = v.Reason[:40] + "..."
+		}
+		return fmt.Sprintf("drop %v %q", v.Drop, v.Reason)
+	}
+	for i := range frame {
+		if errs[i] != nil || got[i].Drop != want[i].Drop || got[i].Reason != want[i].Reason {
+			t.Errorf("message %d in the frame: %s, %v; alone %s", i, short(got[i]), errs[i], short(want[i]))
+		}
+	}
+	if st := c.Stats()[0]; st.Batched-before.Batched != uint64(len(frame)) || st.Calls-before.Calls != uint64(len(frame)) {
+		t.Errorf("of %d calls, %d batched; want every message of the frame in one batch", st.Calls-before.Calls, st.Batched-before.Batched)
 	}
 }

@@ -5,7 +5,8 @@ package abi
 // constants: the host registers its functions and checks exports from it (package plugins),
 // the Go guest SDK uses the constants above, and `make generate` (internal/abi/gen) writes
 // from it the declarations of the C, Rust, Zig and AssemblyScript SDKs, the WAT examples'
-// import lines and docs/ABI.md's reference. A host function or export is added here first.
+// import lines, docs/ABI.md's reference and the WIT rendering (sdk/wit/tinybroker.wit). A host
+// function or export is added here first.
 
 // HostModule is the module the guest imports the host functions from.
 const HostModule = "tinybroker"
@@ -34,13 +35,29 @@ const (
 type Param struct {
 	Name string
 	Kind Kind
+	// Bytes marks an In or Out value that is any bytes, not UTF-8 text (a payload): the WIT
+	// rendering gives it as list<u8>, and text as string.
+	Bytes bool
 }
+
+// Ret is what a function's i32 result means beyond its type. The core signature is the same
+// whatever it is; the WIT rendering, which has types for these meanings, needs it.
+type Ret uint8
+
+const (
+	Number Ret = iota // a number: a count, an attempt, an address
+	Length            // a reader's: the value's full length, whatever the buffer's capacity
+	Absent            // a reader's length, or -1: the value is absent
+	Status            // STATUS_OK or an error status
+	Handle            // a handle (>= 0), or an error status
+)
 
 // Func is one function crossing the ABI.
 type Func struct {
 	Name   string
 	Params []Param
 	Result Kind
+	Ret    Ret    // what an I32 Result means
 	Group  string // the section of docs/ABI.md it is listed in
 	Hooks  string // the hooks it acts in, for the docs ("all", "publish", ...; "" for everywhere)
 	Doc    string // what it does, one sentence or two, for the docs and the generated comments
@@ -54,7 +71,10 @@ const (
 	GroupEmit       = "Emitting messages"
 )
 
-func p(name string, k Kind) Param { return Param{name, k} }
+func p(name string, k Kind) Param { return Param{Name: name, Kind: k} }
+
+// bin is p for a value of any bytes.
+func bin(name string, k Kind) Param { return Param{Name: name, Kind: k, Bytes: true} }
 
 // HostFuncs are the functions of HostModule, in the order the docs list them.
 var HostFuncs = []Func{
@@ -62,54 +82,54 @@ var HostFuncs = []Func{
 		Doc: "log a line through the broker's logger, tagged with the plugin's name. Levels: 0 trace, 1 debug, 2 info, 3 warn, 4 error"},
 	{Name: "v1_now", Result: I64, Group: GroupEverywhere,
 		Doc: "wall-clock time, nanoseconds since the Unix epoch"},
-	{Name: "v1_config", Params: []Param{p("buf", Out), p("cap", Len)}, Result: I32, Group: GroupEverywhere,
+	{Name: "v1_config", Params: []Param{p("buf", Out), p("cap", Len)}, Result: I32, Ret: Length, Group: GroupEverywhere,
 		Doc: "the plugin's whole configuration text, \"key=value\" lines (see Configuration)"},
-	{Name: "v1_config_get", Params: []Param{p("key", In), p("key_len", Len), p("buf", Out), p("cap", Len)}, Result: I32, Group: GroupEverywhere,
+	{Name: "v1_config_get", Params: []Param{p("key", In), p("key_len", Len), p("buf", Out), p("cap", Len)}, Result: I32, Ret: Absent, Group: GroupEverywhere,
 		Doc: "one configuration value by key, or -1"},
 	{Name: "v1_set_reason", Params: []Param{p("ptr", In), p("len", Len)}, Group: GroupEverywhere,
 		Doc: "the reason for the verdict of this call: why a message is dropped, rejected or dead-lettered, or why the init hook failed. The last call wins"},
 
-	{Name: "v1_msg_topic", Params: []Param{p("buf", Out), p("cap", Len)}, Result: I32, Group: GroupMessage, Hooks: "all",
+	{Name: "v1_msg_topic", Params: []Param{p("buf", Out), p("cap", Len)}, Result: I32, Ret: Length, Group: GroupMessage, Hooks: "all",
 		Doc: "the topic"},
-	{Name: "v1_msg_payload", Params: []Param{p("buf", Out), p("cap", Len)}, Result: I32, Group: GroupMessage, Hooks: "all",
+	{Name: "v1_msg_payload", Params: []Param{bin("buf", Out), p("cap", Len)}, Result: I32, Ret: Length, Group: GroupMessage, Hooks: "all",
 		Doc: "the payload"},
-	{Name: "v1_msg_header", Params: []Param{p("key", In), p("key_len", Len), p("buf", Out), p("cap", Len)}, Result: I32, Group: GroupMessage, Hooks: "all",
+	{Name: "v1_msg_header", Params: []Param{p("key", In), p("key_len", Len), p("buf", Out), p("cap", Len)}, Result: I32, Ret: Absent, Group: GroupMessage, Hooks: "all",
 		Doc: "one header's value, or -1"},
 	{Name: "v1_msg_header_count", Result: I32, Group: GroupMessage, Hooks: "all",
 		Doc: "how many headers"},
-	{Name: "v1_msg_header_name", Params: []Param{p("index", I32), p("buf", Out), p("cap", Len)}, Result: I32, Group: GroupMessage, Hooks: "all",
+	{Name: "v1_msg_header_name", Params: []Param{p("index", I32), p("buf", Out), p("cap", Len)}, Result: I32, Ret: Absent, Group: GroupMessage, Hooks: "all",
 		Doc: "the name of header index (0-based, sorted by name), or -1 past the end"},
-	{Name: "v1_msg_id", Params: []Param{p("buf", Out), p("cap", Len)}, Result: I32, Group: GroupMessage, Hooks: "ack, redeliver",
+	{Name: "v1_msg_id", Params: []Param{p("buf", Out), p("cap", Len)}, Result: I32, Ret: Absent, Group: GroupMessage, Hooks: "ack, redeliver",
 		Doc: "the message's system_id; -1 (absent) in on_publish: none is assigned yet"},
-	{Name: "v1_msg_set_topic", Params: []Param{p("ptr", In), p("len", Len)}, Result: I32, Group: GroupMessage, Hooks: "publish",
+	{Name: "v1_msg_set_topic", Params: []Param{p("ptr", In), p("len", Len)}, Result: I32, Ret: Status, Group: GroupMessage, Hooks: "publish",
 		Doc: "route the message to this topic instead"},
-	{Name: "v1_msg_set_payload", Params: []Param{p("ptr", In), p("len", Len)}, Result: I32, Group: GroupMessage, Hooks: "publish",
+	{Name: "v1_msg_set_payload", Params: []Param{bin("ptr", In), p("len", Len)}, Result: I32, Ret: Status, Group: GroupMessage, Hooks: "publish",
 		Doc: "replace the payload"},
-	{Name: "v1_msg_set_header", Params: []Param{p("key", In), p("key_len", Len), p("val", In), p("val_len", Len)}, Result: I32, Group: GroupMessage, Hooks: "publish, redeliver",
+	{Name: "v1_msg_set_header", Params: []Param{p("key", In), p("key_len", Len), p("val", In), p("val_len", Len)}, Result: I32, Ret: Status, Group: GroupMessage, Hooks: "publish, redeliver",
 		Doc: "add or replace a header"},
-	{Name: "v1_msg_del_header", Params: []Param{p("key", In), p("key_len", Len)}, Result: I32, Group: GroupMessage, Hooks: "publish, redeliver",
+	{Name: "v1_msg_del_header", Params: []Param{p("key", In), p("key_len", Len)}, Result: I32, Ret: Status, Group: GroupMessage, Hooks: "publish, redeliver",
 		Doc: "remove a header (OK if absent)"},
-	{Name: "v1_msg_key", Params: []Param{p("buf", Out), p("cap", Len)}, Result: I32, Group: GroupMessage, Hooks: "all",
+	{Name: "v1_msg_key", Params: []Param{p("buf", Out), p("cap", Len)}, Result: I32, Ret: Length, Group: GroupMessage, Hooks: "all",
 		Doc: "the message's ordering key; 0 (empty) if it has none. Not in the inbox: read it with this call"},
-	{Name: "v1_msg_set_key", Params: []Param{p("ptr", In), p("len", Len)}, Result: I32, Group: GroupMessage, Hooks: "publish",
+	{Name: "v1_msg_set_key", Params: []Param{p("ptr", In), p("len", Len)}, Result: I32, Ret: Status, Group: GroupMessage, Hooks: "publish",
 		Doc: "set the message's ordering key, or remove it (len 0): at most MAX_KEY_BYTES (ERR_TOO_LARGE) of UTF-8 without control characters (ERR_INVALID)"},
 
-	{Name: "v1_event_subscription", Params: []Param{p("buf", Out), p("cap", Len)}, Result: I32, Group: GroupEvent, Hooks: "ack, redeliver",
+	{Name: "v1_event_subscription", Params: []Param{p("buf", Out), p("cap", Len)}, Result: I32, Ret: Length, Group: GroupEvent, Hooks: "ack, redeliver",
 		Doc: "the subscription_id of the consumer group"},
-	{Name: "v1_event_group", Params: []Param{p("buf", Out), p("cap", Len)}, Result: I32, Group: GroupEvent, Hooks: "ack, redeliver",
+	{Name: "v1_event_group", Params: []Param{p("buf", Out), p("cap", Len)}, Result: I32, Ret: Length, Group: GroupEvent, Hooks: "ack, redeliver",
 		Doc: "the consumer_group name"},
 	{Name: "v1_event_attempt", Result: I32, Group: GroupEvent, Hooks: "ack, redeliver",
 		Doc: "the delivery attempt that was acked, or that failed (1 = first)"},
 	{Name: "v1_event_in_flight_ns", Result: I64, Group: GroupEvent, Hooks: "ack",
 		Doc: "nanoseconds from that delivery to its ack"},
-	{Name: "v1_event_reason", Params: []Param{p("buf", Out), p("cap", Len)}, Result: I32, Group: GroupEvent, Hooks: "redeliver",
+	{Name: "v1_event_reason", Params: []Param{p("buf", Out), p("cap", Len)}, Result: I32, Ret: Length, Group: GroupEvent, Hooks: "redeliver",
 		Doc: "why: \"nack\" (or the nack's own reason), \"ack deadline exceeded\", \"member left\""},
 
-	{Name: "v1_emit", Params: []Param{p("topic", In), p("topic_len", Len), p("payload", In), p("payload_len", Len)}, Result: I32, Group: GroupEmit,
+	{Name: "v1_emit", Params: []Param{p("topic", In), p("topic_len", Len), bin("payload", In), p("payload_len", Len)}, Result: I32, Ret: Handle, Group: GroupEmit,
 		Doc: "emit a new message; returns a handle (>= 0) for v1_emit_header, or an error status"},
-	{Name: "v1_emit_header", Params: []Param{p("handle", I32), p("key", In), p("key_len", Len), p("val", In), p("val_len", Len)}, Result: I32, Group: GroupEmit,
+	{Name: "v1_emit_header", Params: []Param{p("handle", I32), p("key", In), p("key_len", Len), p("val", In), p("val_len", Len)}, Result: I32, Ret: Status, Group: GroupEmit,
 		Doc: "set a header of an emitted message"},
-	{Name: "v1_emit_key", Params: []Param{p("handle", I32), p("ptr", In), p("len", Len)}, Result: I32, Group: GroupEmit,
+	{Name: "v1_emit_key", Params: []Param{p("handle", I32), p("ptr", In), p("len", Len)}, Result: I32, Ret: Status, Group: GroupEmit,
 		Doc: "set the ordering key of an emitted message, checked as v1_msg_set_key's"},
 }
 

@@ -1,7 +1,8 @@
 // Command gen writes, from the ABI's table (internal/abi), the declarations every SDK and
 // document holds of it: the host functions and constants of the C, Rust, Zig and
-// AssemblyScript SDKs, the import lines of the hand-written WAT plugins, and docs/ABI.md's
-// reference tables. Each goes between a BEGIN and an END marker line in its file, so the
+// AssemblyScript SDKs, the import lines of the hand-written WAT plugins, docs/ABI.md's
+// reference tables, and the WIT rendering of the whole table (sdk/wit/tinybroker.wit). Each
+// but the WIT file goes between a BEGIN and an END marker line in its file, so the
 // hand-written code around it stays. `make generate` runs it from the repository's root;
 // `make check` fails if that changes a file.
 //
@@ -29,10 +30,10 @@ func main() {
 	var stale []string
 	write := func(path string, b []byte) {
 		old, err := os.ReadFile(path)
-		if err != nil {
+		if err != nil && !os.IsNotExist(err) { // a file gen writes whole may be new
 			fail(err)
 		}
-		if bytes.Equal(old, b) {
+		if err == nil && bytes.Equal(old, b) {
 			return
 		}
 		stale = append(stale, path)
@@ -68,6 +69,12 @@ func main() {
 		[3]string{"<!-- BEGIN ABI exports (" + generated + ") -->", "<!-- END ABI -->", docExports()},
 		[3]string{"<!-- BEGIN ABI constants (" + generated + ") -->", "<!-- END ABI -->", docConsts()})
 	blocks("docs/ABI.md", doc...)
+
+	wit, err := witFile()
+	if err != nil {
+		fail(err)
+	}
+	write(witPath, []byte(wit))
 
 	wats, err := watFiles()
 	if err != nil {
@@ -302,10 +309,11 @@ func docConsts() string {
 	return b.String()
 }
 
-// watFiles are the hand-written WAT plugins whose import lines gen rewrites.
+// watFiles are the hand-written WAT plugins whose import lines gen rewrites, `plugin new`'s
+// WAT template among them.
 func watFiles() ([]string, error) {
 	var out []string
-	for _, pat := range []string{"sdk/wat/*.wat", "sdk/conformance/wat/*.wat", "bench/plugins/*/*.wat", "examples/plugins/*/*.wat", "plugins/testdata/*.wat"} {
+	for _, pat := range []string{"sdk/wat/*.wat", "sdk/conformance/wat/*.wat", "bench/plugins/*/*.wat", "examples/plugins/*/*.wat", "plugins/testdata/*.wat", "cmd/tinybroker/templates/wat/*.wat.tmpl"} {
 		m, err := filepath.Glob(pat)
 		if err != nil {
 			return nil, err
