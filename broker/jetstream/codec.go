@@ -22,13 +22,14 @@ import (
 // with "Tb-" (capitalised): a message header of the client that does too is carried inside
 // hdrJSON instead, so the two never mix.
 const (
-	hdrTime = "Tb-Time" // when the engine accepted it, Unix nanoseconds
-	hdrFrom = "Tb-From" // the engine that announced a group's change (its self id)
-	hdrSkip = "Tb-Skip" // the consumers of the groups that refused a stored message (full), comma-separated
-	hdrJSON = "Tb-Hx"   // every header of the message, as JSON, when one cannot be a NATS header
-	hdrKey  = "Tb-Key"  // the message's key (broker.Message.Key), when it has one
-	hdrKeyQ = "Tb-Keyq" // the key, Go-quoted, when it cannot be a NATS header's value (natsValue)
-	hdrTTL  = "Tb-Ttl"  // the message's ttl (broker.Message.TTL), nanoseconds, when it has one
+	hdrTime = "Tb-Time"     // when the engine accepted it, Unix nanoseconds
+	hdrFrom = "Tb-From"     // the engine that announced a group's change (its self id)
+	hdrSkip = "Tb-Skip"     // the consumers of the groups that refused a stored message (full), comma-separated
+	hdrJSON = "Tb-Hx"       // every header of the message, as JSON, when one cannot be a NATS header
+	hdrKey  = "Tb-Key"      // the message's key (broker.Message.Key), when it has one
+	hdrKeyQ = "Tb-Keyq"     // the key, Go-quoted, when it cannot be a NATS header's value (natsValue)
+	hdrTTL  = "Tb-Ttl"      // the message's ttl (broker.Message.TTL), nanoseconds, when it has one
+	hdrPrio = "Tb-Priority" // the message's priority (broker.Message.Priority), when not 0
 )
 
 // setTTL adds a message's ttl to its NATS headers h: stored with the message (and its
@@ -44,6 +45,28 @@ func ttlOf(nh nats.Header) time.Duration {
 	if v := nh[hdrTTL]; len(v) > 0 {
 		if n, err := strconv.ParseInt(v[0], 10, 64); err == nil && n > 0 {
 			return time.Duration(n)
+		}
+	}
+	return 0
+}
+
+// setPriority adds a message's priority to its NATS headers h: stored with the message, so
+// that every node (and a restarted one) queues it at its level and delivers it with it.
+// Priority 0, the default, is not written: messages of groups without priorities cost
+// nothing more.
+func setPriority(h nats.Header, p uint8) {
+	if p > 0 {
+		h[hdrPrio] = []string{strconv.Itoa(int(p))}
+	}
+}
+
+// priorityOf returns the priority setPriority put in a NATS message's headers (0: none).
+// One past grouping.MaxPriority, which the gate refuses, could only come from another
+// writer of the stream: it counts as the highest.
+func priorityOf(nh nats.Header) uint8 {
+	if v := nh[hdrPrio]; len(v) > 0 {
+		if n, err := strconv.Atoi(v[0]); err == nil && n > 0 {
+			return uint8(min(n, grouping.MaxPriority))
 		}
 	}
 	return 0

@@ -146,7 +146,7 @@ func (e *Engine) routeBatch(ms []publishing.Msg, res []broker.PublishResult, err
 			continue
 		}
 		var h nats.Header
-		if len(m.Headers) == 0 && len(skip) == 0 && m.ID == "" && m.Key == "" && m.TTL == 0 {
+		if len(m.Headers) == 0 && len(skip) == 0 && m.ID == "" && m.Key == "" && m.TTL == 0 && m.Prio == 0 {
 			// The same for every such message of the frame (nats.go only reads it).
 			if plain == nil {
 				plain = encodeHeaders(nil, now)
@@ -156,6 +156,7 @@ func (e *Engine) routeBatch(ms []publishing.Msg, res []broker.PublishResult, err
 			h = encodeHeaders(m.Headers, now)
 			setKey(h, m.Key)
 			setTTL(h, m.TTL)
+			setPriority(h, m.Prio)
 			if len(skip) > 0 {
 				h[hdrSkip] = []string{strings.Join(skip, ",")}
 			}
@@ -555,7 +556,7 @@ func (e *Engine) dispatchFanout() {
 func (g *group) decode(m *nats.Msg, sseq uint64) *broker.Message {
 	h, at, hb := decodeHeaders(m.Header)
 	return &broker.Message{ID: sseq, SystemID: g.e.ids.format(sseq, g.secret), Topic: strings.TrimPrefix(m.Subject, g.subj),
-		Payload: m.Data, Headers: h, Key: keyOf(m.Header), TTL: ttlOf(m.Header), PublishedAt: at, HeaderBytes: hb, Targets: 1}
+		Payload: m.Data, Headers: h, Key: keyOf(m.Header), TTL: ttlOf(m.Header), Priority: priorityOf(m.Header), PublishedAt: at, HeaderBytes: hb, Targets: 1}
 }
 
 // maxPendingStores bounds the stores sent to JetStream and not yet acknowledged, over every
