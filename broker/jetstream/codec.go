@@ -322,18 +322,24 @@ func ackSubject(stream, consumer string, sseq, dseq uint64) string {
 //	uvarint headers | (uvarint len, key, uvarint len, value)... | payload
 //
 // Version 2, for a message with a key (broker.Message.Key), adds it after the system_id,
-// as uvarint len, key. A message without one keeps version 1, which nodes of an older
-// version read: in a rolling upgrade only keyed fanout messages need every node upgraded.
+// as uvarint len, key. Version 3, for a message with a priority (broker.Message.Priority),
+// adds the key (of length 0 if none) and a byte, the priority, after it. A message with
+// neither keeps version 1, which nodes of an older version read: in a rolling upgrade only
+// keyed or prioritized fanout messages need every node upgraded.
 const (
-	envMagic        = 'T'
-	envVersion      = 1
-	envVersionKeyed = 2
+	envMagic           = 'T'
+	envVersion         = 1
+	envVersionKeyed    = 2
+	envVersionPriority = 3
 )
 
 // appendEnvelope encodes a fanout message into dst.
-func appendEnvelope(dst []byte, seq uint64, publishedAt int64, id, key string, headers broker.Headers, payload []byte) []byte {
+func appendEnvelope(dst []byte, seq uint64, publishedAt int64, id, key string, prio uint8, headers broker.Headers, payload []byte) []byte {
 	version := byte(envVersion)
-	if key != "" {
+	switch {
+	case prio > 0:
+		version = envVersionPriority
+	case key != "":
 		version = envVersionKeyed
 	}
 	dst = append(dst, envMagic, version)
@@ -341,9 +347,12 @@ func appendEnvelope(dst []byte, seq uint64, publishedAt int64, id, key string, h
 	dst = binary.AppendVarint(dst, publishedAt)
 	dst = binary.AppendUvarint(dst, uint64(len(id)))
 	dst = append(dst, id...)
-	if key != "" {
+	if version != envVersion {
 		dst = binary.AppendUvarint(dst, uint64(len(key)))
 		dst = append(dst, key...)
+	}
+	if version == envVersionPriority {
+		dst = append(dst, prio)
 	}
 	dst = binary.AppendUvarint(dst, uint64(len(headers)))
 	for _, x := range headers {
@@ -357,7 +366,7 @@ func appendEnvelope(dst []byte, seq uint64, publishedAt int64, id, key string, h
 
 // envelopeSize bounds what appendEnvelope adds to a payload, for sizing its buffer.
 func envelopeSize(id, key string, headers broker.Headers) int {
-	n := 2 + 4*binary.MaxVarintLen64 + len(id) + len(key)
+	n := 3 + 4*binary.MaxVarintLen64 + len(id) + len(key)
 	for _, x := range headers {
 		n += 2*binary.MaxVarintLen64 + len(x.Key) + len(x.Value)
 	}
@@ -370,10 +379,10 @@ func parseEnvelope(topic string, data []byte) (*broker.Message, error) {
 	bad := func(what string) error {
 		return fmt.Errorf("fanout message on %q: %s; is every node the same tinybroker version?", topic, what)
 	}
-	if len(data) < 2 || data[0] != envMagic || data[1] != envVersion && data[1] != envVersionKeyed {
+	if len(data) < 2 || data[0] != envMagic || data[1] < envVersion || data[1] > envVersionPriority {
 		return nil, bad("not an envelope of this version")
 	}
-	keyed := data[1] == envVersionKeyed
+	version := data[1]
 	r := data[2:]
 	uv := func() (uint64, bool) {
 		v, n := binary.Uvarint(r)
@@ -405,10 +414,16 @@ func parseEnvelope(topic string, data []byte) (*broker.Message, error) {
 	if m.SystemID, ok = str(); !ok {
 		return nil, bad("bad system_id")
 	}
-	if keyed {
+	if version != envVersion {
 		if m.Key, ok = str(); !ok {
 			return nil, bad("bad key")
 		}
+	}
+	if version == envVersionPriority {
+		if len(r) == 0 {
+			return nil, bad("no priority")
+		}
+		m.Priority, r = min(r[0], grouping.MaxPriority), r[1:]
 	}
 	nh, ok := uv()
 	if !ok || nh > uint64(len(r)) {

@@ -302,10 +302,15 @@ func TestMemberPriority(t *testing.T) {
 }
 
 // Message.Priority is stored with the message: delivered as published, by the delayed
-// stream too, in a group with or without priorities.
+// stream too, in a group without priorities; and to a fanout subscription.
 func TestPriorityDelivered(t *testing.T) {
 	e := newEngine(t, Options{})
 	st, _ := joinGroup(t, e, broker.SubscribeOptions{ID: "p", Group: "p", Patterns: []string{"p"}, MaxInFlight: 10})
+	fan := e.NewStream(nil)
+	defer fan.Close()
+	if _, err := fan.Subscribe(broker.SubscribeOptions{Mode: broker.Fanout, Patterns: []string{"p"}}); err != nil {
+		t.Fatal(err)
+	}
 	publishAll(t, e, []broker.Draft{{Topic: "p", Payload: []byte("now"), Priority: 4},
 		{Topic: "p", Payload: []byte("later"), Priority: 8, DeliverAfter: 50 * time.Millisecond},
 		{Topic: "p", Payload: []byte("plain")}})
@@ -316,6 +321,9 @@ func TestPriorityDelivered(t *testing.T) {
 	}
 	if got["now"] != 4 || got["later"] != 8 || got["plain"] != 0 || len(got) != 3 {
 		t.Fatalf("priorities delivered: %v, want now 4, later 8, plain 0", got)
+	}
+	if d := nextOn(t, fan); string(d.Msg.Payload) != "now" || d.Msg.Priority != 4 {
+		t.Fatalf("fanout delivered %s with priority %d, want now with 4", d.Msg.Payload, d.Msg.Priority)
 	}
 }
 

@@ -457,7 +457,7 @@ func (e *Engine) publishFanout(m *publishing.Msg, seq uint64, id string, publish
 	if e.interest != nil && !e.interest(subj) {
 		return nil
 	}
-	data := appendEnvelope(make([]byte, 0, len(m.Payload)+envelopeSize(id, m.Key, m.Headers)), seq, publishedAt, id, m.Key, m.Headers, m.Payload)
+	data := appendEnvelope(make([]byte, 0, len(m.Payload)+envelopeSize(id, m.Key, m.Headers)), seq, publishedAt, id, m.Key, m.Prio, m.Headers, m.Payload)
 	return e.nc.Publish(subj, data)
 }
 
@@ -469,8 +469,8 @@ func (e *Engine) deliverLocal(m *publishing.Msg, subs []*Subscription, seq uint6
 	if len(subs) == 0 {
 		return
 	}
-	msg := &broker.Message{ID: seq, SystemID: id, Topic: m.Topic, Payload: m.Payload, Headers: m.Headers, Key: m.Key, PublishedAt: publishedAt,
-		HeaderBytes: m.HB, Targets: 1}
+	msg := &broker.Message{ID: seq, SystemID: id, Topic: m.Topic, Payload: m.Payload, Headers: m.Headers, Key: m.Key, Priority: m.Prio,
+		PublishedAt: publishedAt, HeaderBytes: m.HB, Targets: 1}
 	for _, s := range subs {
 		s.st.deliverFanout(s, msg)
 	}
