@@ -82,6 +82,7 @@ type group struct {
 	pin         string
 	pinChecking bool
 	graceUntil  time.Time
+	gatherUntil time.Time // a group with priorities: see gatheringLocked
 	pinGen      uint64
 	// policy is the priority policy of the consumer as last read or saved, or to be saved
 	// (Engine.mu): an unordered group's has none until a member with a priority joins.

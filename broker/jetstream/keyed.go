@@ -551,6 +551,7 @@ func (g *group) pullKeyedLocked() {
 	g.kreqSeq++
 	rid := g.kreqSeq
 	g.kreqID, g.kremaining, g.kreqPin = rid, room, g.pin
+	g.gatherLocked()
 	req := g.pullRequest(room, expires, g.topPriorityLocked())
 	subj := "$JS.API.CONSUMER.MSG.NEXT." + g.stream + "." + g.consumer
 	if err := g.e.nc.PublishRequest(subj, g.kinbox+"."+strconv.FormatUint(rid, 10), req); err != nil {
@@ -642,7 +643,7 @@ func (g *group) dispatchLocked() {
 		g.flushLocked("")
 		return
 	}
-	if !g.mayDispatchLocked() {
+	if !g.mayDispatchLocked() || g.gatheringLocked() {
 		return
 	}
 	var gone []takeItem // expired while parked: let go of, not handed out (expiry.go)

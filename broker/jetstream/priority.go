@@ -26,8 +26,10 @@ package jetstream
 // reaches it, as a FIFO queue would make it. Strictness over a deeper backlog would need the
 // level in the message's subject and a consumer per level (JetStream filters a consumer by
 // subject, and cannot skip ahead within one): ten consumers and pull loops per group, and a
-// layout of the stream that nodes of an older version would not read. A group with max_priority and no ordering
-// is not pinned: each node with members takes its own window, and priority holds per node.
+// layout of the stream that nodes of an older version would not read. When members come to
+// a backlog, the node gathers what its pull brings before it hands out (gatheringLocked). A
+// group with max_priority and no ordering is not pinned: each node with members takes its
+// own window, and priority holds per node.
 //
 // Member priority. A message goes to a member of the highest priority with room,
 // round-robin among those; a member of a lower priority gets nothing while a higher one has
@@ -54,6 +56,7 @@ package jetstream
 
 import (
 	"slices"
+	"time"
 
 	"github.com/tinybroker/tinybroker/broker"
 	"github.com/tinybroker/tinybroker/broker/internal/grouping"
@@ -115,6 +118,38 @@ func (k *keyq) relevel(l *klane) {
 	l.level = lv
 	ready, _ = l.t.at(lv)
 	*ready = append(*ready, l)
+}
+
+// gatherMax is how long a node with nothing out may wait for what its pull request is
+// bringing before it hands out (gatheringLocked).
+const gatherMax = 100 * time.Millisecond
+
+// gatherLocked notes that g's node sent a pull request: while nothing of the group is out
+// and JetStream holds messages for it, the node first gathers what the request brings, for
+// gatherMax at most. g.mu must be held.
+func (g *group) gatherLocked() {
+	if g.dispatch.MaxPriority == 0 || g.queued == 0 || g.kq.flying > 0 {
+		return
+	}
+	g.gatherUntil = time.Now().Add(gatherMax)
+	time.AfterFunc(gatherMax, func() { // the request may bring less than counted
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if !g.removed && !g.e.closing.Load() {
+			g.pumpAllLocked()
+		}
+	})
+}
+
+// gatheringLocked says whether g's node holds back what it parked to let its open pull
+// request bring the rest of what JetStream holds: without it, members that join a group
+// with a backlog would get the oldest message first, the first to arrive, whatever its
+// priority. It holds back while the request is open and may still bring messages
+// JetStream holds (the group's queued count, exact on one node), until gatherMax after the
+// request: in a cluster the count may be too high (other nodes' members took messages),
+// and the members then wait that long once. g.mu must be held.
+func (g *group) gatheringLocked() bool {
+	return g.kreqID != 0 && g.queued > 0 && g.kq.flying == 0 && !g.kq.full() && time.Now().Before(g.gatherUntil)
 }
 
 // pullPriority is the priority of a pull request (0 first) for members of priority p.

@@ -86,14 +86,14 @@ func holdFirst(t *testing.T, e *Engine, st broker.Stream, topic string) broker.D
 	return d
 }
 
-// drainInOrder acks held, then each next delivery, and returns the n payloads after it in
-// the order they came; each delivery's Priority must be the one its payload names
-// ("name/priority").
+// drainInOrder acks held (if any), then each next delivery, and returns the n payloads
+// after it in the order they came; each delivery's Priority must be the one its payload
+// names ("name/priority").
 func drainInOrder(t *testing.T, st broker.Stream, sub broker.Subscription, held broker.Delivery, n int) string {
 	t.Helper()
 	var got []string
 	for range n {
-		if sub.Ack([]string{held.Msg.SystemID}) != 0 {
+		if held.Msg != nil && sub.Ack([]string{held.Msg.SystemID}) != 0 {
 			t.Fatalf("ack of %s skipped", held.Msg.Payload)
 		}
 		held = nextOn(t, st)
@@ -106,17 +106,35 @@ func drainInOrder(t *testing.T, st broker.Stream, sub broker.Subscription, held 
 	return strings.Join(got, " ")
 }
 
-// Messages of mixed priorities queued while the member is full go highest level first,
-// FIFO within a level, a priority above max_priority counting as max_priority; in a group
-// with max_priority 0, in publish order.
+// Messages of mixed priorities queued while the member is full, or before it joins, go
+// highest level first, FIFO within a level, a priority above max_priority counting as
+// max_priority; in a group with max_priority 0, in publish order.
 func TestPrioritiesServedStrictly(t *testing.T) {
 	prios := []uint8{1, 7, 0, 5, 9, 2, 5, 0, 7, 1, 3}
-	for _, maxPrio := range []uint8{9, 5, 0} {
-		t.Run("max_priority_"+strconv.Itoa(int(maxPrio)), func(t *testing.T) {
+	for _, c := range []struct {
+		maxPrio uint8
+		before  bool // published before the member joins, else while it is full
+	}{{9, false}, {5, false}, {0, false}, {9, true}, {0, true}} {
+		name := "max_priority_" + strconv.Itoa(int(c.maxPrio))
+		if c.before {
+			name += "_before_member"
+		}
+		t.Run(name, func(t *testing.T) {
+			maxPrio := c.maxPrio
 			e := newEngine(t, Options{})
 			d := broker.Dispatch{MaxPriority: maxPrio}
-			st, sub := joinGroup(t, e, broker.SubscribeOptions{ID: "p", Group: "p", Patterns: []string{"p"}, MaxInFlight: 1, Dispatch: d})
-			held := holdFirst(t, e, st, "p")
+			o := broker.SubscribeOptions{ID: "p", Group: "p", Patterns: []string{"p"}, MaxInFlight: 1, Dispatch: d}
+			var st broker.Stream
+			var sub broker.Subscription
+			var held broker.Delivery
+			if c.before {
+				if err := e.Declare(broker.GroupConfig{ID: "p", Name: "p", Patterns: o.Patterns, Dispatch: d}); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				st, sub = joinGroup(t, e, o)
+				held = holdFirst(t, e, st, "p")
+			}
 			var drafts []broker.Draft
 			type queued struct {
 				name  string
@@ -129,7 +147,10 @@ func TestPrioritiesServedStrictly(t *testing.T) {
 				want = append(want, queued{name, d.Level(p)})
 			}
 			publishAll(t, e, drafts)
-			if maxPrio > 0 {
+			switch {
+			case c.before:
+				st, sub = joinGroup(t, e, o)
+			case maxPrio > 0:
 				eventually(t, "the node to hold every message", func() bool { return parkedIn(groupOf(e, "p")) == len(drafts) })
 			}
 			slices.SortStableFunc(want, func(a, b queued) int { return int(b.level) - int(a.level) })
