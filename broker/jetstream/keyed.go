@@ -641,6 +641,7 @@ func (g *group) dispatchLocked() {
 	}
 	if len(g.members) == 0 || g.draining || g.removed {
 		g.flushLocked("")
+		g.endPullLocked()
 		return
 	}
 	if !g.mayDispatchLocked() || g.gatheringLocked() {
@@ -758,6 +759,24 @@ func (g *group) flushLocked(why string) {
 		g.pin, g.pinChecking, g.graceUntil = "", false, time.Time{}
 		g.pinGen++
 	}
+}
+
+// endPullLocked stops the node's open pull request once no member is left here, on one
+// node, by letting go of its inbox: JetStream skips a request that nobody listens to, and
+// the next member pulls with a new one. Otherwise each message the request brings would go
+// back at once (flushLocked) and come again, a round trip each until the request's batch
+// ran out, every one a delivery that counts toward max_deliveries (a group of max_deliveries
+// 2 dead-lettered what was published while it had no member). In a cluster the inbox stays,
+// as a member's does (inboxDoneLocked): a delivery replicated before the inbox went would be
+// sent to nobody and wait for AckWait. g.mu must be held.
+func (g *group) endPullLocked() {
+	if !g.e.solo || g.ksub == nil || len(g.members) > 0 || g.draining || g.removed {
+		return
+	}
+	if err := g.ksub.Drain(); err != nil {
+		_ = g.ksub.Unsubscribe()
+	}
+	g.ksub, g.kinbox, g.kreqID = nil, "", 0
 }
 
 // acquireLocked notes that JetStream gave this node the pin p, and checks whether another

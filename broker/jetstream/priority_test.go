@@ -348,6 +348,32 @@ func TestPriorityDelivered(t *testing.T) {
 	}
 }
 
+// A node whose members all left stops pulling for the group: what is published meanwhile
+// waits in JetStream, unseen, and goes to the next member by priority, each message at its
+// first attempt. Before, the node's open pull brought each message back as soon as it gave
+// it back, and a group of max_deliveries 2 dead-lettered them.
+func TestMemberlessNodeStopsPulling(t *testing.T) {
+	e := newEngine(t, Options{})
+	o := broker.SubscribeOptions{ID: "p", Group: "p", Patterns: []string{"p"}, MaxInFlight: 1, MaxDeliveries: 2, Dispatch: broker.Dispatch{MaxPriority: 5}}
+	_, first := joinGroup(t, e, o)
+	first.Close()
+	g := groupOf(e, "p")
+	eventually(t, "the group without members", func() bool { return g.memberCount() == 0 })
+	for _, p := range []uint8{0, 9, 3} {
+		publishAll(t, e, []broker.Draft{{Topic: "p", Payload: []byte("m/" + strconv.Itoa(int(p))), Priority: p}})
+	}
+	st, sub := joinGroup(t, e, o)
+	var got []string
+	for range 3 {
+		d := nextOn(t, st)
+		got = append(got, string(d.Msg.Payload)+" attempt "+strconv.Itoa(int(d.Attempt)))
+		sub.Ack([]string{d.Msg.SystemID})
+	}
+	if want := "m/9 attempt 1, m/3 attempt 1, m/0 attempt 1"; strings.Join(got, ", ") != want {
+		t.Fatalf("got %s, want %s", strings.Join(got, ", "), want)
+	}
+}
+
 // A ready lane waits at its head's level: when an older message of its key comes (JetStream
 // redelivers it after a failover) or its head is taken out (a purge), the lane moves.
 func TestKeyqRelevel(t *testing.T) {
