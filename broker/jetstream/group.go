@@ -2,7 +2,6 @@ package jetstream
 
 import (
 	"encoding/json"
-	"fmt"
 	"reflect"
 	"strconv"
 	"sync/atomic"
@@ -321,17 +320,9 @@ func (g *group) sameDefinition(o broker.SubscribeOptions, patterns []string) boo
 	return g.checkMember(o, patterns) == nil
 }
 
-// checkMember says why a member asking for o may not join g, or nil: CheckMember, and
-// max_priority, which a member leaves 0 or repeats.
+// checkMember says why a member asking for o may not join g, or nil (CheckMember).
 func (g *group) checkMember(o broker.SubscribeOptions, patterns []string) error {
-	gc := g.config()
-	if err := gc.CheckMember(&o, patterns); err != nil {
-		return err
-	}
-	if p := o.Dispatch.MaxPriority; p != 0 && p != gc.Dispatch.MaxPriority {
-		return fmt.Errorf("%w: consumer group %q has max_priority %d, this member asked for %d; leave it 0 to take the group's", broker.ErrGroupMismatch, gc.Name, gc.Dispatch.MaxPriority, p)
-	}
-	return nil
+	return g.config().CheckMember(&o, patterns)
 }
 
 func (g *group) memberCount() int {
