@@ -108,8 +108,9 @@ type group struct {
 	memberSeq uint64
 	// waiting holds what this node took back from its members until JetStream redelivers
 	// it, so that a late ack settles it; delayed, when the nacked ones' delays end (stats);
-	// unseen, how many of JetStream's deliveries of each this node handed back while the
-	// group was paused, no member having seen them (onMsg): they are no attempts.
+	// unseen, how many of JetStream's deliveries of each this node handed back without a
+	// member having seen them — the group paused (onMsg), or a keyed group's node left
+	// without members (flushLocked): they are no attempts.
 	waiting           map[uint64]*broker.Message
 	delayed           map[uint64]time.Time
 	unseen            map[uint64]uint32

@@ -449,6 +449,28 @@ func (g *group) chargeLocked(n int64) {
 	g.quota.AddBytes(n)
 }
 
+// maxUnseen bounds group.unseen: an entry goes when its message comes back to this node,
+// but one another node of a cluster took stays. Past the bound the map starts again, and a
+// message handed back unseen before may count one attempt too many (as one another node
+// takes does anyway).
+const maxUnseen = 4096
+
+// noteUnseenLocked records that this node hands back JetStream's delivery of seq without a
+// member having seen it. g.mu must be held.
+func (g *group) noteUnseenLocked(seq uint64) {
+	if len(g.unseen) >= maxUnseen {
+		clear(g.unseen)
+	}
+	g.unseen[seq]++
+}
+
+// unseenLocked returns how many of JetStream's deliveries of the message info describes
+// were handed back by this node unseen (group.unseen): they are no attempts. g.mu must be
+// held.
+func (g *group) unseenLocked(info ackInfo) uint32 {
+	return min(g.unseen[info.sseq], info.delivered-1)
+}
+
 // keyedArrivalLocked takes a message JetStream delivered to an ordered group: it parks it,
 // hands out what may go, and pulls again. It lets go of g.mu.
 func (g *group) keyedArrivalLocked(msg *nats.Msg, info ackInfo) {
@@ -464,7 +486,7 @@ func (g *group) keyedArrivalLocked(msg *nats.Msg, info ackInfo) {
 		g.queued--
 	}
 	bm := g.decode(msg, info.sseq)
-	if g.maxDeliveries > 0 && int(info.delivered) > g.maxDeliveries && g.kq.bySeq[info.sseq] == nil {
+	if g.maxDeliveries > 0 && int(info.delivered-g.unseenLocked(info)) > g.maxDeliveries && g.kq.bySeq[info.sseq] == nil {
 		// JetStream redelivered it by itself (the node that held it went away) past
 		// max_deliveries: it is dead.
 		h := &held{msg: bm, reply: msg.Reply, info: info, attempt: g.markLocked(info.sseq, info.delivered) - 1, sentAt: time.Now()}
@@ -673,7 +695,8 @@ func (g *group) dispatchLocked() {
 		}
 		attempt := e.attempt + 1
 		if e.attempt == 0 {
-			attempt = g.markLocked(e.info.sseq, e.info.delivered)
+			attempt = g.markLocked(e.info.sseq, e.info.delivered) - g.unseenLocked(e.info)
+			delete(g.unseen, e.info.sseq)
 		}
 		e.attempt = attempt
 		if time.Since(e.touched) > keyTick { // parked a while: JetStream's AckWait starts again
@@ -750,6 +773,13 @@ func (g *group) flushLocked(why string) {
 		delete(g.delayed, e.info.sseq)
 		g.chargeLocked(-g.kq.release(e))
 		g.waiting[e.info.sseq] = e.msg // as any message given back, until JetStream redelivers it
+		if e.attempt == 0 {
+			// Parked, never handed to a member: JetStream's delivery is no attempt. In a
+			// cluster a node without members keeps its open pull (endPullLocked), which
+			// brings each message back at once, as often as its batch allows: counted, they
+			// dead-lettered what no member had seen.
+			g.noteUnseenLocked(e.info.sseq)
+		}
 		_ = g.e.nc.Publish(e.reply, []byte("-NAK"))
 	}
 	if why != "" {

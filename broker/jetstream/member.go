@@ -213,7 +213,7 @@ func (m *member) onMsg(msg *nats.Msg) {
 			// Sent before JetStream's pause landed, to a pull request made before this node
 			// paused the group: no member saw it, so the delivery JetStream counted is no
 			// attempt (against max_deliveries) when it comes again.
-			g.unseen[info.sseq]++
+			g.noteUnseenLocked(info.sseq)
 		}
 		g.mu.Unlock()
 		_ = e.nc.Publish(msg.Reply, []byte("-NAK"))

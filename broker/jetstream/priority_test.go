@@ -435,3 +435,40 @@ func BenchmarkKeyqLevels(b *testing.B) {
 		})
 	}
 }
+
+// In a cluster a node without members keeps its open pull (endPullLocked), which brings
+// each message back as soon as the node hands it back: those deliveries, which no member
+// saw, are no attempts. A group of max_deliveries 2 dead-letters nothing, and the next
+// member gets each message at attempt 1. (One node, told it is in a cluster.)
+func TestMemberlessPullInClusterCountsNoAttempts(t *testing.T) {
+	e := newEngine(t, Options{})
+	e.solo = false // before any group: as a node of a cluster, it keeps a memberless pull open
+	o := broker.SubscribeOptions{ID: "p", Group: "p", Patterns: []string{"p"}, MaxInFlight: 1, MaxDeliveries: 2, Dispatch: broker.Dispatch{MaxPriority: 5}}
+	_, first := joinGroup(t, e, o)
+	first.Close()
+	g := groupOf(e, "p")
+	eventually(t, "the group without members", func() bool { return g.memberCount() == 0 })
+	for _, p := range []uint8{0, 9, 3} {
+		publishAll(t, e, []broker.Draft{{Topic: "p", Payload: []byte("m/" + strconv.Itoa(int(p))), Priority: p}})
+	}
+	eventually(t, "the messages brought back and handed back a few times", func() bool {
+		infos, err := e.refreshGroups()
+		ci := infos[g.consumer]
+		return err == nil && ci != nil && ci.Delivered.Consumer >= 9
+	})
+	st, sub := joinGroup(t, e, o)
+	got := map[string]bool{}
+	for range 3 {
+		d := nextOn(t, st)
+		got[string(d.Msg.Payload)+" attempt "+strconv.Itoa(int(d.Attempt))] = true
+		sub.Ack([]string{d.Msg.SystemID})
+	}
+	for _, w := range []string{"m/9 attempt 1", "m/3 attempt 1", "m/0 attempt 1"} {
+		if !got[w] {
+			t.Fatalf("got %v, want %s among them", got, w)
+		}
+	}
+	if gs, err := e.Group("p"); err != nil || gs.DeadLettered != 0 {
+		t.Fatalf("group: %+v, %v; want nothing dead-lettered", gs.GroupStats, err)
+	}
+}
