@@ -381,3 +381,21 @@ func startPython(t *testing.T, addr string) *driver {
 	cmd.Env = append(os.Environ(), "PYTHONPATH="+sdk, "PYTHONUNBUFFERED=1")
 	return startDriver(t, cmd)
 }
+
+// TestPythonTypes holds the Python client to its type hints (it ships py.typed): mypy --strict,
+// configured by sdk/python/mypy.ini. Debian's mypy; skipped without it, except under CI.
+func TestPythonTypes(t *testing.T) {
+	py := python(t)
+	if err := exec.Command(py, "-m", "mypy", "--version").Run(); err != nil {
+		msg := fmt.Sprintf("%s -m mypy: %v; apt-get install mypy", py, err)
+		if ci, _ := strconv.ParseBool(os.Getenv("CI")); ci {
+			t.Fatalf("%s; under CI it must run (.ci/run installs it)", msg)
+		}
+		t.Skip(msg)
+	}
+	cmd := exec.Command(py, "-m", "mypy", "tinybroker")
+	cmd.Dir = "../../sdk/python"
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("mypy: %v\n%s", err, out)
+	}
+}

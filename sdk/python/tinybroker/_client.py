@@ -7,7 +7,7 @@ import dataclasses
 import os
 import threading
 import time
-from typing import Any, Callable, Mapping, Optional, Sequence, TypeVar, Union
+from typing import Any, Callable, Mapping, Optional, Sequence, TypeVar, Union, cast
 
 import grpc
 from tinybroker._common import BrokerError, ClosedError, duration
@@ -106,7 +106,7 @@ class Client:
                 else:
                     ch = grpc.insecure_channel(addr, self._options)
                 self._channels[i] = ch
-            return i, broker_pb2_grpc.BrokerStub(ch)
+            return i, broker_pb2_grpc.BrokerStub(ch)  # type: ignore[no-untyped-call]  # generated, untyped
 
     def _unavailable(self, i: int) -> None:
         """Node i did not answer: the next call goes to the next node, unless another caller
@@ -133,9 +133,9 @@ class Client:
         raise AssertionError("unreachable")
 
     def _error(self, what: str, e: grpc.RpcError) -> BrokerError:
-        code = e.code()  # type: ignore[attr-defined]
-        msg = f"tinybroker: {what}: {code.name}: {e.details()}"  # type: ignore[attr-defined]
-        if code == grpc.StatusCode.UNAVAILABLE and "shutting down" not in (e.details() or ""):  # type: ignore[attr-defined]
+        code = e.code()
+        msg = f"tinybroker: {what}: {code.name}: {e.details()}"
+        if code == grpc.StatusCode.UNAVAILABLE and "shutting down" not in (e.details() or ""):
             msg += f" (is a broker running at {','.join(self._addrs)}? `tinybroker serve` starts one)"
         return BrokerError(msg, code)
 
@@ -163,9 +163,10 @@ class Client:
             message_id=message_id or new_message_id(), key=key or "", priority=max(priority or 0, 0))
         if ttl is not None:
             req.ttl.CopyFrom(duration(ttl))
-        resp = self._call(f"publish to {topic!r}",
-                          lambda s: s.Publish(req, timeout=timeout, metadata=self._metadata),
-                          _PUBLISH_ATTEMPTS)
+        def call(stub: broker_pb2_grpc.BrokerStub) -> broker_pb2.PublishResponse:
+            return cast(broker_pb2.PublishResponse, stub.Publish(req, timeout=timeout, metadata=self._metadata))
+
+        resp = self._call(f"publish to {topic!r}", call, _PUBLISH_ATTEMPTS)
         return PublishResult(resp.system_id, resp.routed, resp.dropped_by, resp.drop_reason, resp.duplicate)
 
     def subscribe(self, patterns: Union[str, Sequence[str]], handler: Handler, group: Optional[str] = None,

@@ -6,7 +6,7 @@ import dataclasses
 import queue
 import random
 import threading
-from typing import TYPE_CHECKING, Callable, Iterator, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence, Union, cast
 
 import grpc
 
@@ -252,14 +252,14 @@ class Subscription:
         reconnecting, for _run to judge)."""
         gen = self._settler.new_stream()
         i, stub = self._client._stub()
-        call = stub.Subscribe(self._requests(gen), metadata=self._client._metadata)
+        call: Any = stub.Subscribe(self._requests(gen), metadata=self._client._metadata)
         with self._lock:
             self._call = call
             self._gen = gen
         try:
             first = next(call)
         except grpc.RpcError as e:
-            if e.code() == grpc.StatusCode.UNAVAILABLE:  # type: ignore[attr-defined]
+            if e.code() == grpc.StatusCode.UNAVAILABLE:
                 self._client._unavailable(i)
             if reconnect:
                 raise
@@ -275,7 +275,7 @@ class Subscription:
         s = first.subscribed
         self.subscription_id, self.member_id = s.subscription_id, s.member_id
         self.ack_deadline = s.ack_deadline.ToNanoseconds() / 1e9
-        return call
+        return cast(Iterator[broker_pb2.SubscribeResponse], call)
 
     def _run(self, responses: Iterator[broker_pb2.SubscribeResponse]) -> None:
         """The reader: hands messages to the workers, and re-opens the stream when it breaks."""
@@ -297,8 +297,8 @@ class Subscription:
                         wait = self._client._backoff[0]
                         break
                     except grpc.RpcError as e:
-                        if e.code() in _FATAL and not self._closing.is_set():  # type: ignore[attr-defined]
-                            return self._fail(e.code(), e.details())  # type: ignore[attr-defined]
+                        if e.code() in _FATAL and not self._closing.is_set():
+                            return self._fail(e.code(), e.details())
                     except BrokerError as e:
                         return self._fail(e.code, str(e))
                     except ClosedError:
@@ -325,7 +325,7 @@ class Subscription:
                         return grpc.StatusCode.CANCELLED, "closed"
             return grpc.StatusCode.UNAVAILABLE, "the broker ended the stream"
         except grpc.RpcError as e:
-            return e.code(), e.details()  # type: ignore[attr-defined]
+            return e.code(), e.details()
 
     def _fail(self, code: grpc.StatusCode, details: str) -> None:
         """Ends the subscription with an error that re-opening cannot fix."""
@@ -392,21 +392,18 @@ class Subscription:
         except ClosedError:
             return
         md, sid = self._client._metadata, self.subscription_id
-        calls: list[Callable[[], object]] = [
-            lambda a=a: stub.Ack(broker_pb2.Ack(subscription_id=sid, system_id=a), timeout=5, metadata=md) for a in again]
+        calls: list[tuple[str, Any]] = [("Ack", broker_pb2.Ack(subscription_id=sid, system_id=a)) for a in again]
         for x in left:
             if x.kind == "ack":
-                calls.append(lambda x=x: stub.Ack(broker_pb2.Ack(subscription_id=sid, system_id=x.system_id),
-                                                  timeout=5, metadata=md))
+                calls.append(("Ack", broker_pb2.Ack(subscription_id=sid, system_id=x.system_id)))
             else:
-                calls.append(lambda x=x: stub.Nack(broker_pb2.Nack(subscription_id=sid, system_id=x.system_id,
-                                                                   delay=duration(x.delay), reason=x.reason),
-                                                   timeout=5, metadata=md))
-        for call in calls:
+                calls.append(("Nack", broker_pb2.Nack(subscription_id=sid, system_id=x.system_id,
+                                                      delay=duration(x.delay), reason=x.reason)))
+        for method, req in calls:
             try:
-                call()
+                getattr(stub, method)(req, timeout=5, metadata=md)
             except grpc.RpcError as e:
-                if e.code() != grpc.StatusCode.NOT_FOUND:  # type: ignore[attr-defined]  # NOT_FOUND: settled already
+                if e.code() != grpc.StatusCode.NOT_FOUND:  # NOT_FOUND: settled already
                     return
 
     def wait(self, timeout: Optional[float] = None) -> bool:
