@@ -42,9 +42,10 @@ test: ## the whole suite, under the race detector; then the engines' lock order,
 	$(GO) test -tags lockrank -count=1 -timeout 10m $(TESTFLAGS) ./broker/...
 
 # The client conformance scenarios (internal/clientconf) against a real broker, for the Go and
-# Python clients, each through its driver program; seconds. PYTHON is passed on as TB_PYTHON.
+# Python clients, each through its driver program; seconds, and not part of `make test`, which
+# skips them (the -clients flag). PYTHON is passed on as TB_PYTHON.
 test-clients: ## the client conformance harness: the scenarios every client library passes
-	TB_PYTHON=$(PYTHON) $(GO) test -count=1 -timeout 5m $(TESTFLAGS) ./internal/clientconf
+	TB_PYTHON=$(PYTHON) $(GO) test -count=1 -timeout 5m $(TESTFLAGS) ./internal/clientconf -args -clients
 
 # Every `func FuzzXxx` of every _test.go file in the repository, FUZZTIME each: a new fuzz
 # target runs without being listed here. CI runs it with FUZZTIME=10s. Go 1.26's fuzzing

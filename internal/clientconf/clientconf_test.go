@@ -6,6 +6,7 @@ package clientconf
 import (
 	"bufio"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -18,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tinybroker/tinybroker/internal/testing/brokertest"
 	"github.com/tinybroker/tinybroker/internal/testing/servertest"
 )
 
@@ -35,20 +37,28 @@ var clients = []clientKind{
 // scenarios are run for every client, each against a broker of its own.
 var scenarios = []struct {
 	name string
-	run  func(t *testing.T, k clientKind, addr string)
+	run  func(t *testing.T, k clientKind, b *servertest.Broker)
 }{
 	{"fanout-order-per-publisher", fanoutOrder},
 	{"balanced-group-of-3", balancedGroup},
 	{"nack-with-delay", nackWithDelay},
+	{"reconnect-after-restart", reconnect},
 }
 
+// runClients is set by make test-clients: the scenarios start a driver process per client and
+// member and take seconds, so make test (go test ./...) leaves them to their own target.
+var runClients = flag.Bool("clients", false, "run the client conformance scenarios (make test-clients)")
+
 func TestClients(t *testing.T) {
+	if !*runClients {
+		t.Skip("the client conformance scenarios run with -clients: make test-clients")
+	}
 	for _, k := range clients {
 		t.Run(k.name, func(t *testing.T) {
 			for _, sc := range scenarios {
 				t.Run(sc.name, func(t *testing.T) {
 					b := servertest.Start(t, servertest.Options{})
-					sc.run(t, k, b.Addr)
+					sc.run(t, k, b)
 				})
 			}
 		})
@@ -57,7 +67,8 @@ func TestClients(t *testing.T) {
 
 // fanoutOrder: a fanout subscriber gets every message of two concurrent publishers, each
 // publisher's in the order it published them.
-func fanoutOrder(t *testing.T, k clientKind, addr string) {
+func fanoutOrder(t *testing.T, k clientKind, b *servertest.Broker) {
+	addr := b.Addr
 	const n = 50
 	sub := k.start(t, addr)
 	// A slow handler lets messages pile up into batches, whose order matters too.
@@ -83,7 +94,8 @@ func fanoutOrder(t *testing.T, k clientKind, addr string) {
 // balancedGroup: three members of a group with acks share the messages; each is delivered
 // once (acks reach the broker: none is redelivered after the 1s ack deadline), and every
 // member gets some.
-func balancedGroup(t *testing.T, k clientKind, addr string) {
+func balancedGroup(t *testing.T, k clientKind, b *servertest.Broker) {
+	addr := b.Addr
 	const n = 60
 	var members []*driver
 	for i := range 3 {
@@ -131,7 +143,8 @@ func balancedGroup(t *testing.T, k clientKind, addr string) {
 
 // nackWithDelay: a message whose handler fails is nacked with the subscription's nack delay
 // and comes again, attempt 2, no sooner than the delay.
-func nackWithDelay(t *testing.T, k clientKind, addr string) {
+func nackWithDelay(t *testing.T, k clientKind, b *servertest.Broker) {
+	addr := b.Addr
 	const delay = 600 * time.Millisecond
 	d := k.start(t, addr)
 	d.do(t, map[string]any{"op": "subscribe", "name": "s", "patterns": []string{"conf.nack"}, "group": "conf-nack",
@@ -147,6 +160,22 @@ func nackWithDelay(t *testing.T, k clientKind, addr string) {
 		t.Errorf("redelivered %v after the first attempt, want at least the nack delay %v", gap, delay)
 	}
 	d.quiet(t, 200*time.Millisecond)
+}
+
+// reconnect: when the broker restarts (on the same address; the memory engine forgets the
+// group), a member's subscription re-opens by itself and gets what is published after.
+func reconnect(t *testing.T, k clientKind, b *servertest.Broker) {
+	d := k.start(t, b.Addr)
+	d.do(t, map[string]any{"op": "subscribe", "name": "s", "patterns": []string{"conf.re"}, "group": "conf-re"})
+	d.do(t, map[string]any{"op": "publish", "topic": "conf.re", "payload": "before"})
+	d.events(t, 1)
+	b.Stop()
+	b = servertest.Start(t, servertest.Options{Addr: b.Addr})
+	brokertest.Eventually(t, "the subscription re-opened on the restarted broker", func() bool { return b.Group("conf-re").Members == 1 })
+	d.do(t, map[string]any{"op": "publish", "topic": "conf.re", "payload": "after"})
+	if e := d.events(t, 1)[0]; e.Payload != "after:0" {
+		t.Errorf("after the restart got %q, want after:0", e.Payload)
+	}
 }
 
 // driver is a client's driver process: commands go to its stdin, its answers and deliveries
