@@ -27,11 +27,12 @@ import (
 type clientKind struct {
 	name  string
 	start func(t *testing.T, addr string) *driver
+	touch bool // its messages can be touched (the Go client's cannot yet)
 }
 
 var clients = []clientKind{
-	{"go", startGo},
-	{"python", startPython},
+	{"go", startGo, false},
+	{"python", startPython, true},
 }
 
 // scenarios are run for every client, each against a broker of its own.
@@ -43,6 +44,7 @@ var scenarios = []struct {
 	{"balanced-group-of-3", balancedGroup},
 	{"nack-with-delay", nackWithDelay},
 	{"reconnect-after-restart", reconnect},
+	{"touch-past-the-deadline", touch},
 }
 
 // runClients is set by make test-clients: the scenarios start a driver process per client and
@@ -175,6 +177,23 @@ func reconnect(t *testing.T, k clientKind, b *servertest.Broker) {
 	d.do(t, map[string]any{"op": "publish", "topic": "conf.re", "payload": "after"})
 	if e := d.events(t, 1)[0]; e.Payload != "after:0" {
 		t.Errorf("after the restart got %q, want after:0", e.Payload)
+	}
+}
+
+// touch: a handler that works 3 times the ack deadline, touching its message every 2/5 of
+// it, keeps the message: it is not redelivered, and is acked when the handler returns.
+func touch(t *testing.T, k clientKind, b *servertest.Broker) {
+	if !k.touch {
+		t.Skipf("the %s client cannot touch a message", k.name)
+	}
+	d := k.start(t, b.Addr)
+	d.do(t, map[string]any{"op": "subscribe", "name": "s", "patterns": []string{"conf.touch"}, "group": "conf-touch",
+		"ack_deadline_ms": 500, "sleep_ms": 1500, "touch_ms": 200})
+	d.do(t, map[string]any{"op": "publish", "topic": "conf.touch", "payload": "long"})
+	d.events(t, 1)
+	d.quiet(t, 2*time.Second) // the work's 1.5s, and past the deadline after it
+	if g := b.Group("conf-touch"); g.Acked != 1 {
+		t.Errorf("group acked %d messages, want 1", g.Acked)
 	}
 }
 

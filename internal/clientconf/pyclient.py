@@ -26,11 +26,18 @@ def run(c: tinybroker.Client, subs: dict, cmd: dict) -> None:
             c.publish(cmd["topic"], f"{cmd.get('payload', '')}:{i}".encode())
     elif op == "subscribe":
         name, mode, sleep = cmd["name"], cmd.get("mode", "ack"), cmd.get("sleep_ms", 0) / 1000
+        touch = cmd.get("touch_ms", 0) / 1000
 
         def handler(m: tinybroker.Message) -> None:
             write({"event": "message", "sub": name, "topic": m.topic, "payload": m.payload.decode(),
                    "attempt": m.attempt, "system_id": m.system_id})
-            time.sleep(sleep)
+            if touch:
+                end = time.monotonic() + sleep
+                while time.monotonic() < end:
+                    time.sleep(min(touch, end - time.monotonic()))
+                    m.touch()
+            else:
+                time.sleep(sleep)
             if mode == "nack-first" and m.attempt == 1:
                 raise RuntimeError("nack-first: failing the first attempt")
 

@@ -32,6 +32,7 @@ type command struct {
 	Mode        string   `json:"mode"` // "ack", or "nack-first": fail the first attempt
 	NackDelay   int      `json:"nack_delay_ms"`
 	SleepMS     int      `json:"sleep_ms"`
+	TouchMS     int      `json:"touch_ms"`
 }
 
 // out writes the JSON lines: the client's handler goroutines and main share stdout.
@@ -91,6 +92,9 @@ func run(c *client.Client, o *out, subs map[string]*client.Subscription, cmd com
 		}
 		return nil
 	case "subscribe":
+		if cmd.TouchMS > 0 {
+			return errors.New("touch_ms: the Go client cannot touch a message")
+		}
 		opts := client.SubscribeOptions{ID: cmd.Group, Patterns: cmd.Patterns, Group: cmd.Group, Concurrency: cmd.Concurrency,
 			NackDelay: time.Duration(cmd.NackDelay) * time.Millisecond}
 		if cmd.Group != "" {
