@@ -169,12 +169,25 @@ class Client:
         resp = self._call(f"publish to {topic!r}", call, _PUBLISH_ATTEMPTS)
         return PublishResult(resp.system_id, resp.routed, resp.dropped_by, resp.drop_reason, resp.duplicate)
 
-    def subscribe(self, patterns: Union[str, Sequence[str]], handler: Handler, group: Optional[str] = None,
-                  **options: Any) -> Subscription:
-        """Opens a subscription that runs ``handler`` on each message; see Subscription for the
-        options. Returns once the broker confirmed it: a bad pattern or an unreachable broker
-        raises BrokerError here."""
-        return Subscription(self, patterns, handler, group=group, **options)
+    def subscribe(
+        self,
+        patterns: Union[str, Sequence[str]],
+        handler: Handler,
+        group: Optional[str] = None,
+        id: Optional[str] = None,
+        max_in_flight: Optional[int] = None,
+        concurrency: int = 1,
+        ack_deadline: Optional[float] = None,
+        nack_delay: float = 0.0,
+        max_deliveries: int = 0,
+        dead_letter_topic: str = "",
+    ) -> Subscription:
+        """Opens a subscription that runs ``handler`` on each message (see Subscription for the
+        parameters). Returns once the broker confirmed it: a bad pattern or an unreachable
+        broker raises BrokerError here, a bad parameter ValueError."""
+        return Subscription(self, patterns, handler, group=group, id=id, max_in_flight=max_in_flight,
+                            concurrency=concurrency, ack_deadline=ack_deadline, nack_delay=nack_delay,
+                            max_deliveries=max_deliveries, dead_letter_topic=dead_letter_topic)
 
     def _track(self, close: Callable[[], None]) -> None:
         with self._lock:

@@ -227,8 +227,20 @@ class Subscription:
         self.member_id = ""
         self.ack_deadline = 0.0
 
-        responses = self._open_stream(reconnect=False)
-        client._track(self.close)
+        # As the Go client, the first open tries each node in turn until one answers.
+        for attempt in range(len(client._addrs)):
+            try:
+                responses = self._open_stream()
+                break
+            except grpc.RpcError as e:
+                if e.code() != grpc.StatusCode.UNAVAILABLE or attempt == len(client._addrs) - 1:
+                    raise client._error(f"subscribe to {list(self._open.topic_patterns)}", e) from None
+        try:
+            client._track(self.close)
+        except ClosedError:
+            if self._call is not None:
+                self._call.cancel()
+            raise
         self._workers = [threading.Thread(target=self._worker, name=f"tinybroker-handler-{i}", daemon=True)
                          for i in range(concurrency)]
         for w in self._workers:
@@ -247,9 +259,9 @@ class Subscription:
                     self._last_acks = list(f.ack.system_ids)
                 yield f
 
-    def _open_stream(self, reconnect: bool) -> Iterator[broker_pb2.SubscribeResponse]:
-        """Opens a stream and waits for `subscribed`; raises BrokerError (or grpc.RpcError when
-        reconnecting, for _run to judge)."""
+    def _open_stream(self) -> Iterator[broker_pb2.SubscribeResponse]:
+        """Opens a stream and waits for `subscribed`; raises grpc.RpcError if the call failed,
+        BrokerError if the broker refused the subscription."""
         gen = self._settler.new_stream()
         i, stub = self._client._stub()
         call: Any = stub.Subscribe(self._requests(gen), metadata=self._client._metadata)
@@ -261,9 +273,7 @@ class Subscription:
         except grpc.RpcError as e:
             if e.code() == grpc.StatusCode.UNAVAILABLE:
                 self._client._unavailable(i)
-            if reconnect:
-                raise
-            raise self._client._error(f"subscribe to {list(self._open.topic_patterns)}", e) from None
+            raise
         if first.HasField("refused"):
             call.cancel()
             raise BrokerError(f"tinybroker: subscribe to {list(self._open.topic_patterns)}: refused: {first.refused.error}",
@@ -293,7 +303,7 @@ class Subscription:
                         return
                     wait = min(2 * wait, self._client._backoff[1])
                     try:
-                        responses = self._open_stream(reconnect=True)
+                        responses = self._open_stream()
                         wait = self._client._backoff[0]
                         break
                     except grpc.RpcError as e:
