@@ -133,9 +133,14 @@ class Client:
         raise AssertionError("unreachable")
 
     def _error(self, what: str, e: grpc.RpcError) -> BrokerError:
-        code = e.code()
-        msg = f"tinybroker: {what}: {code.name}: {e.details()}"
-        if code == grpc.StatusCode.UNAVAILABLE and "shutting down" not in (e.details() or ""):
+        """e as a BrokerError saying what was being done, with a hint at the usual cause of
+        UNAVAILABLE: no broker there, or TLS settings that do not match the broker's."""
+        code, details = e.code(), e.details() or ""
+        msg = f"tinybroker: {what}: {code.name}: {details}"
+        if code == grpc.StatusCode.UNAVAILABLE and "handshake" in details:
+            msg += (" (the TLS handshake failed: check tls= against the broker's tls block: plaintext against a TLS "
+                    "broker, a root certificate that is not its CA's, or server_name)")
+        elif code == grpc.StatusCode.UNAVAILABLE and "shutting down" not in details:
             msg += f" (is a broker running at {','.join(self._addrs)}? `tinybroker serve` starts one)"
         return BrokerError(msg, code)
 
