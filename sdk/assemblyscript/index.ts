@@ -81,6 +81,14 @@
 @external("tinybroker", "v1_emit_header") declare function v1_emit_header(handle: i32, key: usize, keyLen: usize, val: usize, valLen: usize): i32;
 // @ts-ignore: decorator
 @external("tinybroker", "v1_emit_key") declare function v1_emit_key(handle: i32, ptr: usize, len: usize): i32;
+// @ts-ignore: decorator
+@external("tinybroker", "v1_metric_define") declare function v1_metric_define(kind: i32, name: usize, nameLen: usize, help: usize, helpLen: usize, label: usize, labelLen: usize, buckets: usize, bucketsLen: usize): i32;
+// @ts-ignore: decorator
+@external("tinybroker", "v1_metric_add") declare function v1_metric_add(id: i32, value: i64, labelValue: usize, labelValueLen: usize): i32;
+// @ts-ignore: decorator
+@external("tinybroker", "v1_metric_set") declare function v1_metric_set(id: i32, value: i64, labelValue: usize, labelValueLen: usize): i32;
+// @ts-ignore: decorator
+@external("tinybroker", "v1_metric_observe") declare function v1_metric_observe(id: i32, value: i64, labelValue: usize, labelValueLen: usize): i32;
 
 // The numbers of the ABI (docs/ABI.md).
 const ABI_STATUS_OK: i32 = 0; // status: done
@@ -130,6 +138,15 @@ const ABI_BATCH_ENTRY: i32 = 16; // batch: bytes of one entry
 const ABI_ENTRY_OFFSET: i32 = 0; // batch: u32: record offset
 const ABI_ENTRY_LENGTH: i32 = 4; // batch: u32: record length
 const ABI_ENTRY_VERDICT: i32 = 8; // batch: u64: the guest's verdict
+const ABI_METRIC_COUNTER: i32 = 1; // metric: v1_metric_define's kind: a counter (v1_metric_add, value >= 0)
+const ABI_METRIC_GAUGE: i32 = 2; // metric: a gauge (v1_metric_add, v1_metric_set)
+const ABI_METRIC_HISTOGRAM: i32 = 3; // metric: a histogram (v1_metric_observe)
+const ABI_MAX_METRICS: i32 = 32; // metric: the most metrics one plugin defines
+const ABI_MAX_METRIC_SERIES: i32 = 100; // metric: the most label values one metric has; past them values count under "_other"
+const ABI_MAX_METRIC_NAME: i32 = 64; // metric: the longest metric or label name, in bytes
+const ABI_MAX_METRIC_HELP: i32 = 256; // metric: the longest help text, in bytes
+const ABI_MAX_METRIC_LABEL_VALUE: i32 = 64; // metric: the longest label value, in bytes
+const ABI_MAX_METRIC_BUCKETS: i32 = 32; // metric: the most bucket bounds of a histogram
 // END ABI
 
 // Whether abort() is logging, declared before any global that allocates (and might abort).
