@@ -324,6 +324,17 @@ static inline int32_t tb_emit_to(tb_str topic, tb_str payload) { return tb_emit(
 static inline int32_t tb_emit_set_header(int32_t handle, tb_str k, tb_str v) { return tb_emit_header(handle, k.ptr, k.len, v.ptr, v.len); }
 static inline int32_t tb_emit_set_key(int32_t handle, tb_str k) { return tb_emit_key(handle, k.ptr, k.len); } /* checked as tb_set_key */
 
+/* Metrics (docs/ABI.md, "Metrics"): tb_new_metric returns an id (>= 0) or TB_ERR_*; kind is
+ * TB_ABI_METRIC_COUNTER, _GAUGE or _HISTOGRAM; label (a label's name) and buckets ("10,100")
+ * may be TB_NONE. The others take the label's value, TB_NONE for a metric without a label, and
+ * return TB_OK or TB_ERR_* (TB_ERR_LIMIT: counted under "_other"). */
+static inline int32_t tb_new_metric(int32_t kind, tb_str name, tb_str help, tb_str label, tb_str buckets) {
+	return tb_metric_define(kind, name.ptr, name.len, help.ptr, help.len, label.ptr, label.len, buckets.ptr, buckets.len);
+}
+static inline int32_t tb_add_metric(int32_t id, int64_t v, tb_str label_value) { return tb_metric_add(id, v, label_value.ptr, label_value.len); }
+static inline int32_t tb_set_metric(int32_t id, int64_t v, tb_str label_value) { return tb_metric_set(id, v, label_value.ptr, label_value.len); }
+static inline int32_t tb_observe_metric(int32_t id, int64_t v, tb_str label_value) { return tb_metric_observe(id, v, label_value.ptr, label_value.len); }
+
 /* Logging. */
 static inline void tb_log_str(int32_t level, tb_str msg) { tb_log(level, msg.ptr, msg.len); }
 
