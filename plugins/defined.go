@@ -18,13 +18,13 @@ import (
 // configuration takes them away once its last load is closed. Everything a plugin can make
 // the broker hold for them is bounded by internal/abi's MaxMetric* constants.
 
-// OtherLabelValue is the label value under which a metric's values past
+// otherLabelValue is the label value under which a metric's values past
 // abi.MaxMetricSeries - 1 distinct label values are counted.
-const OtherLabelValue = "_other"
+const otherLabelValue = "_other"
 
-// DefaultBuckets are the upper bounds of a histogram defined without buckets: a 1-2-5 series
+// defaultBuckets are the upper bounds of a histogram defined without buckets: a 1-2-5 series
 // over six decades, unit-free since the plugin chooses the unit (microseconds, bytes...).
-var DefaultBuckets = []int64{1, 2, 5, 10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000,
+var defaultBuckets = []int64{1, 2, 5, 10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000,
 	20_000, 50_000, 100_000, 200_000, 500_000, 1_000_000}
 
 // maxBucketsText is the longest buckets text v1_metric_define reads: MaxMetricBuckets
@@ -49,7 +49,7 @@ type definedMetric struct {
 
 	plain  *series // the series of a metric without a label
 	mu     sync.Mutex
-	series map[string]*series // with a label: at most abi.MaxMetricSeries, OtherLabelValue included
+	series map[string]*series // with a label: at most abi.MaxMetricSeries, otherLabelValue included
 }
 
 // series is one series' value: a counter's or gauge's in value, a histogram's in buckets
@@ -143,7 +143,7 @@ func validMetricName(s string) bool {
 // default for none.
 func parseBuckets(s string) ([]int64, int32) {
 	if s == "" {
-		return DefaultBuckets, abi.StatusOK
+		return defaultBuckets, abi.StatusOK
 	}
 	fields := strings.Split(s, ",")
 	if len(fields) > abi.MaxMetricBuckets {
@@ -168,7 +168,7 @@ func (m *definedMetric) newSeries() *series {
 	return s
 }
 
-// seriesOf returns the series of label value v, and StatusLimit with the OtherLabelValue
+// seriesOf returns the series of label value v, and StatusLimit with the otherLabelValue
 // series when the metric has all the series it may have.
 func (m *definedMetric) seriesOf(v string) (*series, int32) {
 	if m.label == "" {
@@ -189,9 +189,9 @@ func (m *definedMetric) seriesOf(v string) (*series, int32) {
 		return nil, abi.StatusInvalid
 	}
 	rc := int32(abi.StatusOK)
-	if len(m.series) >= abi.MaxMetricSeries-1 && v != OtherLabelValue {
-		// The last place is kept for OtherLabelValue.
-		v, rc = OtherLabelValue, abi.StatusLimit
+	if len(m.series) >= abi.MaxMetricSeries-1 && v != otherLabelValue {
+		// The last place is kept for otherLabelValue.
+		v, rc = otherLabelValue, abi.StatusLimit
 		if s := m.series[v]; s != nil {
 			return s, rc
 		}

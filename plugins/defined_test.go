@@ -122,7 +122,7 @@ func TestDefinedMetricsBounded(t *testing.T) {
 		t.Fatalf("by_payload has %d series, want %d", len(series), abi.MaxMetricSeries)
 	}
 	other := series[0] // sorted: "_other" before "v..."
-	if want := n - (abi.MaxMetricSeries - 1); other.LabelValue != OtherLabelValue || other.Value != int64(want) || dropped != want {
+	if want := n - (abi.MaxMetricSeries - 1); other.LabelValue != otherLabelValue || other.Value != int64(want) || dropped != want {
 		t.Errorf("_other = %+v and %d dropped (ERR_LIMIT), want both %d", other, dropped, want)
 	}
 	if got := definedOf(t, c, "counting")["messages_total"].Series[0].Value; got != n {
