@@ -31,3 +31,18 @@ func TestMetricsDefinedByPlugins(t *testing.T) {
 	}
 	s.waitMetric(t, "tinybroker_plugin_hostile_m_A", eq(0))
 }
+
+// A plugin named so that one of its metrics takes the name of one of the broker's
+// ("dropped" + "messages_total") does not replace it, nor fail the scrape.
+func TestMetricsDefinedNotOverBuiltins(t *testing.T) {
+	s := start(t, stackOptions{plugins: []plugins.Spec{
+		{Name: "dropped", Wasm: wasm(t, "metrics")},
+	}})
+	s.publish(t, "t", "p")
+	s.publish(t, "t", "q")
+	s.waitMetric(t, "tinybroker_plugin_dropped_payload_bytes", eq(2))
+	mf := s.scrape(t)["tinybroker_plugin_dropped_messages_total"]
+	if mf == nil || len(mf.GetMetric()) != 1 || mf.GetMetric()[0].GetCounter().GetValue() != 0 || mf.GetHelp() == "Messages seen." {
+		t.Fatalf("tinybroker_plugin_dropped_messages_total = %v: want the broker's own (0 dropped), not the plugin's (2)", mf)
+	}
+}
