@@ -920,6 +920,71 @@ export function setReason(reason: string): void {
   v1_set_reason(encPtr, encLen);
 }
 
+// ---- metrics ----
+
+/** A metric the plugin defined (docs/ABI.md, "Metrics"), exported on the broker's /metrics as
+ *  tinybroker_plugin_<plugin>_<name>: id is its id (>= 0) or why it was refused (< 0). Each
+ *  call returns a Status; past 100 label values a value is counted under "_other" and the
+ *  call returns LIMIT. */
+export class Metric {
+  constructor(public id: i32) {}
+
+  /** Whether the broker defined it. */
+  get ok(): bool { return this.id >= 0; }
+
+  /** Adds v to a counter (v >= 0) or a gauge, in the series of labelValue ("" for a metric
+   *  without a label). */
+  add(v: i64, labelValue: string = ""): i32 {
+    if (this.id < 0) return this.id;
+    encode(labelValue, encodeVal, false);
+    return v1_metric_add(this.id, v, encPtr, encLen);
+  }
+
+  /** Sets a gauge, as add adds. */
+  set(v: i64, labelValue: string = ""): i32 {
+    if (this.id < 0) return this.id;
+    encode(labelValue, encodeVal, false);
+    return v1_metric_set(this.id, v, encPtr, encLen);
+  }
+
+  /** Records v in a histogram, as add adds. */
+  observe(v: i64, labelValue: string = ""): i32 {
+    if (this.id < 0) return this.id;
+    encode(labelValue, encodeVal, false);
+    return v1_metric_observe(this.id, v, encPtr, encLen);
+  }
+}
+
+/** Defining metrics: do it in init. Every instance does, and a name defined again with the
+ *  same kind, help, label and buckets is the same metric, shared by the instances and kept
+ *  across a reload. Values are i64: choose a unit that makes them integers. */
+export namespace metric {
+  /** A counter; label names its one label, or is "" for none. */
+  export function counter(name: string, help: string, label: string = ""): Metric {
+    return define(ABI_METRIC_COUNTER, name, help, label, "");
+  }
+
+  /** A gauge. */
+  export function gauge(name: string, help: string, label: string = ""): Metric {
+    return define(ABI_METRIC_GAUGE, name, help, label, "");
+  }
+
+  /** A histogram with these increasing bucket bounds (none: the default, 1, 2, 5, 10 ...
+   *  1,000,000). */
+  export function histogram(name: string, help: string, label: string = "", buckets: i64[] = []): Metric {
+    return define(ABI_METRIC_HISTOGRAM, name, help, label, buckets.join(","));
+  }
+
+  // define encodes each string into a buffer of its own (the encoder's two areas would not
+  // hold four): a define is rare, an allocation there is fine.
+  function define(kind: i32, name: string, help: string, label: string, buckets: string): Metric {
+    const n = String.UTF8.encode(name), h = String.UTF8.encode(help);
+    const l = String.UTF8.encode(label), b = String.UTF8.encode(buckets);
+    return new Metric(v1_metric_define(kind, changetype<usize>(n), <usize>n.byteLength, changetype<usize>(h), <usize>h.byteLength,
+      changetype<usize>(l), <usize>l.byteLength, changetype<usize>(b), <usize>b.byteLength));
+  }
+}
+
 // ---- emitting ----
 
 /** A message emitted by emit(): status is its handle (>= 0) or why it was refused (< 0). */
