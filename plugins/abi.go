@@ -394,6 +394,11 @@ var hostImpls = map[string]api.GoFunction{
 	"v1_msg_key":            new(hostMsgKey),
 	"v1_msg_set_key":        new(hostMsgSetKey),
 	"v1_emit_key":           new(hostEmitKey),
+
+	"v1_metric_define":  new(hostMetricDefine),
+	"v1_metric_add":     new(hostMetricAdd),
+	"v1_metric_set":     new(hostMetricSet),
+	"v1_metric_observe": new(hostMetricObserve),
 }
 
 // hostFuncs lists the ABI v1 host functions, from internal/abi's table and hostImpls; a
@@ -453,6 +458,11 @@ type (
 	hostMsgKey            struct{}
 	hostMsgSetKey         struct{}
 	hostEmitKey           struct{}
+
+	hostMetricDefine  struct{}
+	hostMetricAdd     struct{}
+	hostMetricSet     struct{}
+	hostMetricObserve struct{}
 )
 
 func (*hostLog) Call(ctx context.Context, s []uint64) {

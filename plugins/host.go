@@ -47,6 +47,9 @@ type Host struct {
 	log   hclog.Logger
 	cache wazero.CompilationCache
 	cores *cores // the goroutines guest code may run on at once (bounds.go)
+
+	mu      sync.Mutex
+	defined map[string]*definedMetrics // by plugin name, while a loaded plugin holds them (defined.go)
 }
 
 // NewHost returns a Host. Close it when done.
@@ -59,7 +62,7 @@ func NewHost(opts HostOptions) (*Host, error) {
 	if opts.MaxPluginBytes <= 0 {
 		opts.MaxPluginBytes = DefaultMaxPluginBytes
 	}
-	h := &Host{opts: opts, log: opts.Logger, cores: newCores()}
+	h := &Host{opts: opts, log: opts.Logger, cores: newCores(), defined: map[string]*definedMetrics{}}
 	if opts.CacheDir != "" {
 		c, err := wazero.NewCompilationCacheWithDir(opts.CacheDir)
 		if err != nil {
@@ -120,6 +123,8 @@ type plugin struct {
 	skipped     atomic.Uint64 // calls not made because the breaker was open
 	metrics     callMetrics   // per hook, for Chain.Metrics (metrics.go)
 
+	defined *definedMetrics // the host's, for this plugin's name (defined.go)
+
 	// base is the parent of every instance's context: cancelled when the plugin is closed,
 	// it stops the calls still running (bounds.go).
 	base       context.Context
@@ -154,9 +159,11 @@ func (h *Host) load(ctx context.Context, s Spec) (*plugin, error) {
 	p := &plugin{spec: s, host: h, log: h.log.Named(s.Name), rt: wazero.NewRuntimeWithConfig(ctx, cfg),
 		topics: compilePatterns(s.Topics), configText: configText(s.Config)}
 	p.base, p.cancelBase = context.WithCancel(context.Background())
+	p.defined = h.acquireMetrics(s.Name)
 	p.anyTopic = slices.ContainsFunc(p.topics, func(tp topicPattern) bool { return tp.kind == kindAny })
 	fail := func(err error) (*plugin, error) {
 		p.cancelBase()
+		h.releaseMetrics(s.Name)
 		_ = p.rt.Close(ctx)
 		return nil, s.located(fmt.Errorf("plugin %q refused: %w", s.Name, err))
 	}
@@ -568,6 +575,7 @@ func (p *plugin) close(ctx context.Context) error {
 	p.pool.close(ctx)
 	p.cancelBase()
 	p.stopWatchdog()
+	p.host.releaseMetrics(p.spec.Name)
 	return p.rt.Close(ctx)
 }
 

@@ -61,6 +61,10 @@ const host = struct {
     extern "tinybroker" fn v1_emit(topic: [*]const u8, topic_len: usize, payload: [*]const u8, payload_len: usize) i32;
     extern "tinybroker" fn v1_emit_header(handle: i32, key: [*]const u8, key_len: usize, val: [*]const u8, val_len: usize) i32;
     extern "tinybroker" fn v1_emit_key(handle: i32, ptr: [*]const u8, len: usize) i32;
+    extern "tinybroker" fn v1_metric_define(kind: i32, name: [*]const u8, name_len: usize, help: [*]const u8, help_len: usize, label: [*]const u8, label_len: usize, buckets: [*]const u8, buckets_len: usize) i32;
+    extern "tinybroker" fn v1_metric_add(id: i32, value: i64, label_value: [*]const u8, label_value_len: usize) i32;
+    extern "tinybroker" fn v1_metric_set(id: i32, value: i64, label_value: [*]const u8, label_value_len: usize) i32;
+    extern "tinybroker" fn v1_metric_observe(id: i32, value: i64, label_value: [*]const u8, label_value_len: usize) i32;
 };
 
 /// The numbers of the ABI (docs/ABI.md).
@@ -159,6 +163,24 @@ pub const abi = struct {
     pub const ENTRY_LENGTH = 4;
     /// batch: u64: the guest's verdict
     pub const ENTRY_VERDICT = 8;
+    /// metric: v1_metric_define's kind: a counter (v1_metric_add, value >= 0)
+    pub const METRIC_COUNTER = 1;
+    /// metric: a gauge (v1_metric_add, v1_metric_set)
+    pub const METRIC_GAUGE = 2;
+    /// metric: a histogram (v1_metric_observe)
+    pub const METRIC_HISTOGRAM = 3;
+    /// metric: the most metrics one plugin defines
+    pub const MAX_METRICS = 32;
+    /// metric: the most label values one metric has; past them values count under "_other"
+    pub const MAX_METRIC_SERIES = 100;
+    /// metric: the longest metric or label name, in bytes
+    pub const MAX_METRIC_NAME = 64;
+    /// metric: the longest help text, in bytes
+    pub const MAX_METRIC_HELP = 256;
+    /// metric: the longest label value, in bytes
+    pub const MAX_METRIC_LABEL_VALUE = 64;
+    /// metric: the most bucket bounds of a histogram
+    pub const MAX_METRIC_BUCKETS = 32;
 };
 // END ABI
 

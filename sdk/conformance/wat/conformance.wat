@@ -38,6 +38,9 @@
   (import "tinybroker" "v1_event_attempt" (func $event_attempt (result i32)))
   (import "tinybroker" "v1_event_in_flight_ns" (func $event_in_flight_ns (result i64)))
   (import "tinybroker" "v1_event_reason" (func $event_reason (param i32 i32) (result i32)))
+  (import "tinybroker" "v1_metric_define" (func $metric_define (param i32 i32 i32 i32 i32 i32 i32 i32 i32) (result i32)))
+  (import "tinybroker" "v1_metric_add" (func $metric_add (param i32 i64 i32 i32) (result i32)))
+  (import "tinybroker" "v1_metric_observe" (func $metric_observe (param i32 i64 i32 i32) (result i32)))
   (import "tinybroker" "v1_emit" (func $emit (param i32 i32 i32 i32) (result i32)))
   (import "tinybroker" "v1_emit_header" (func $emit_header (param i32 i32 i32 i32 i32) (result i32)))
   (import "tinybroker" "v1_msg_key" (func $msg_key (param i32 i32) (result i32)))
@@ -92,6 +95,13 @@
   (data (i32.const 1376) "key-was")                ;; 7
   (data (i32.const 1408) "key refused")            ;; 11
   (data (i32.const 1440) "c.key.emitted")          ;; 13
+  (data (i32.const 1472) "c.metric")               ;; 8
+  (data (i32.const 1504) "c_metric_total")         ;; 14
+  (data (i32.const 1536) "Messages on c.metric.")  ;; 21
+  (data (i32.const 1568) "c_metric_bytes")         ;; 14
+  (data (i32.const 1600) "Payload bytes on c.metric.") ;; 26
+  (data (i32.const 1632) "10,100")                 ;; 6
+  (data (i32.const 1664) "metric refused")         ;; 14
   ;; Prefixes placed right before the buffer their value is read into, so that prefix and
   ;; value are one string without a copy.
   (data (i32.const 3072) "refused: ")              ;; 9, value at 3081
@@ -339,6 +349,27 @@
         (if (i32.lt_s (local.get $h) (i32.const 0)) (then unreachable))
         (drop (call $emit_key (local.get $h) (i32.const 7168) (i32.add (i32.const 2) (local.get $m))))
         (return (i64.const 0))))
+
+    ;; c.metric: define the counter c_metric_total (label tenant) and the histogram
+    ;; c_metric_bytes (buckets 10,100) on every call, which finds them defined before; add 1
+    ;; for header tenant (empty if absent), observe the payload's length; REJECT
+    ;; (INVALID_ARGUMENT) "metric refused" if a call is refused. $h and $m hold the ids.
+    (if (call $eq (global.get $topic) (local.get $t) (i32.const 1472) (i32.const 8))
+      (then
+        (local.set $h (call $metric_define (i32.const 1) (i32.const 1504) (i32.const 14) (i32.const 1536) (i32.const 21)
+          (i32.const 896) (i32.const 6) (i32.const 0) (i32.const 0)))
+        (local.set $m (call $metric_define (i32.const 3) (i32.const 1568) (i32.const 14) (i32.const 1600) (i32.const 26)
+          (i32.const 0) (i32.const 0) (i32.const 1632) (i32.const 6)))
+        (local.set $n (call $msg_header (i32.const 896) (i32.const 6) (global.get $hval) (i32.const 256)))
+        (if (i32.lt_s (local.get $n) (i32.const 0)) (then (local.set $n (i32.const 0))))
+        (block $refused
+          (br_if $refused (i32.lt_s (i32.or (local.get $h) (local.get $m)) (i32.const 0)))
+          (br_if $refused (call $metric_add (local.get $h) (i64.const 1) (global.get $hval) (local.get $n)))
+          (br_if $refused (call $metric_observe (local.get $m)
+            (i64.extend_i32_u (call $msg_payload (i32.const 0) (i32.const 0))) (i32.const 0) (i32.const 0)))
+          (return (i64.const 0)))
+        (call $set_reason (i32.const 1664) (i32.const 14))
+        (return (i64.const 0x300000002))))  ;; action 2 | 3 << 32
 
     ;; c.trap: trap.
     (if (call $eq (global.get $topic) (local.get $t) (i32.const 480) (i32.const 6))

@@ -40,3 +40,8 @@ func hostEmitHeader(handle int32, key, value string) int32            { noHost()
 func hostMsgKey(buf unsafe.Pointer, capacity uint32) int32            { noHost(); return 0 }
 func hostMsgSetKey(key string) int32                                  { noHost(); return 0 }
 func hostEmitKey(handle int32, key string) int32                      { noHost(); return 0 }
+
+func hostMetricDefine(kind int32, name, help, label, buckets string) int32 { noHost(); return 0 }
+func hostMetricAdd(id int32, value int64, labelValue string) int32         { noHost(); return 0 }
+func hostMetricSet(id int32, value int64, labelValue string) int32         { noHost(); return 0 }
+func hostMetricObserve(id int32, value int64, labelValue string) int32     { noHost(); return 0 }

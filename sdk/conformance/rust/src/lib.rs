@@ -1,6 +1,6 @@
 //! The conformance plugin (sdk/conformance/SPEC.md) written with the Rust SDK.
 
-use tinybroker::{code, config, emit, emit_with, event, log, msg, Error, Level, Publish, Redeliver};
+use tinybroker::{code, config, emit, emit_with, event, log, metric, msg, Error, Level, Publish, Redeliver};
 
 fn init() -> Result<(), String> {
     match config::get("refuse") {
@@ -50,6 +50,19 @@ fn on_publish() -> Result<Publish, Error> {
                 return Ok(Publish::reject(code::INVALID_ARGUMENT, "key refused"));
             }
             emit("c.key.emitted", b"")?.key(&format!("e-{}", tenant))?;
+            Publish::Pass
+        }
+        "c.metric" => {
+            // Defined on every call, which finds the metrics defined before, as SPEC.md says;
+            // a plugin would define them once, in init.
+            let counted = metric::counter("c_metric_total", "Messages on c.metric.", "tenant").and_then(|m| {
+                m.add(1, &msg::header("tenant").unwrap_or_default())?;
+                let size = metric::histogram("c_metric_bytes", "Payload bytes on c.metric.", "", &[10, 100])?;
+                size.observe(msg::payload().len() as i64, "")
+            });
+            if counted.is_err() {
+                return Ok(Publish::reject(code::INVALID_ARGUMENT, "metric refused"));
+            }
             Publish::Pass
         }
         "c.emit" => {
