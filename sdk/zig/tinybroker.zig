@@ -874,6 +874,42 @@ fn check(status: i32) Error!i32 {
     };
 }
 
+// ---- metrics the plugin defines ----
+
+/// Metrics the plugin defines (docs/ABI.md, "Metrics"), exported on the broker's /metrics as
+/// tinybroker_plugin_<plugin>_<name>. `define` returns the metric's id; defining it again
+/// with the same definition (every instance of a pool does, in its init) returns the same id,
+/// and a different one is refused (error.NotAllowed). `label` "" is none; `buckets`, for a
+/// histogram, bounds as text ("10,100"; "" the default ones). Values are whole numbers.
+pub const metric = struct {
+    pub const Kind = enum(i32) {
+        counter = abi.METRIC_COUNTER,
+        gauge = abi.METRIC_GAUGE,
+        histogram = abi.METRIC_HISTOGRAM,
+    };
+
+    pub fn define(kind: Kind, name: []const u8, help: []const u8, label: []const u8, buckets: []const u8) Error!i32 {
+        return check(host.v1_metric_define(@intFromEnum(kind), name.ptr, name.len, help.ptr, help.len, label.ptr, label.len, buckets.ptr, buckets.len));
+    }
+
+    /// Adds value to a counter (value >= 0) or a gauge, in the series of label_value ("" for a
+    /// metric without a label). Past the metric's label values, the value counts under
+    /// "_other" and the call says error.Limit.
+    pub fn add(id: i32, value: i64, label_value: []const u8) Error!void {
+        _ = try check(host.v1_metric_add(id, value, label_value.ptr, label_value.len));
+    }
+
+    /// Sets a gauge.
+    pub fn set(id: i32, value: i64, label_value: []const u8) Error!void {
+        _ = try check(host.v1_metric_set(id, value, label_value.ptr, label_value.len));
+    }
+
+    /// Observes value in a histogram.
+    pub fn observe(id: i32, value: i64, label_value: []const u8) Error!void {
+        _ = try check(host.v1_metric_observe(id, value, label_value.ptr, label_value.len));
+    }
+};
+
 // ---- the message ----
 
 /// The message of the hook, as it entered the call. The readers a filter uses are inline: with
