@@ -274,3 +274,21 @@ func TestSDKRefusesUnregisteredHook(t *testing.T) {
 		t.Errorf("Load = %v", err)
 	}
 }
+
+// Plugin metrics (issue 30): a gauge set and added to, a labelled one set per label value,
+// a name defined again as another kind refused; the broker exports the values.
+func TestSDKMetrics(t *testing.T) {
+	e := sdkcheck(t, nil)
+	s := e.fanout(t, "sdk.metric")
+	e.publish(t, "sdk.metric", "", map[string]string{"tenant": "acme"})
+	wantReport(t, report(t, s.Next(t)), "define=nil", "add=nil", "set=nil", "definelabelled=nil", "setlabelled=nil", "redefine=not_allowed")
+	got := map[string]int64{}
+	for _, m := range e.chain.Metrics()[0].Defined {
+		for _, sr := range m.Series {
+			got[m.Name+"/"+sr.LabelValue] = sr.Value
+		}
+	}
+	if got["sdk_gauge/"] != 7 || got["sdk_gauge_by_tenant/acme"] != 4 {
+		t.Fatalf("defined metrics %v, want sdk_gauge 7 (added 5, then set to 7) and sdk_gauge_by_tenant{acme} 4", got)
+	}
+}

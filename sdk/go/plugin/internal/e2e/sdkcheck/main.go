@@ -111,6 +111,17 @@ func publish(m *plugin.Message) plugin.Verdict {
 		report("after=" + m.Key())
 		report("emit=" + errName(plugin.EmitKeyed("sdk.emitted", "e-"+tenant, []byte(tenant), nil)))
 		report("emitbad=" + errName(plugin.EmitKeyed("sdk.emitted", "a\x00", nil, nil)))
+	case "sdk.metric":
+		g, err := plugin.NewGauge("sdk_gauge", "A gauge sdkcheck sets.", "")
+		report("define=" + errName(err))
+		report("add=" + errName(g.Add(5)))
+		report("set=" + errName(g.Set(7)))
+		tenant, _ := m.Header("tenant")
+		l, err := plugin.NewGauge("sdk_gauge_by_tenant", "A labelled gauge sdkcheck sets.", "tenant")
+		report("definelabelled=" + errName(err))
+		report("setlabelled=" + errName(l.With(tenant).Set(int64(len(tenant)))))
+		_, err = plugin.NewCounter("sdk_gauge", "A gauge sdkcheck sets.", "")
+		report("redefine=" + errName(err))
 	case "sdk.config":
 		report("config=" + strings.NewReplacer("\n", `\n`, "\\", `\\`).Replace(render(plugin.Config())))
 		v, ok := plugin.ConfigValue("multi")
