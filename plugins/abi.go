@@ -394,6 +394,10 @@ var hostImpls = map[string]api.GoFunction{
 	"v1_msg_key":            new(hostMsgKey),
 	"v1_msg_set_key":        new(hostMsgSetKey),
 	"v1_emit_key":           new(hostEmitKey),
+	"v1_kv_get":             new(hostKVGet),
+	"v1_kv_set":             new(hostKVSet),
+	"v1_kv_cas":             new(hostKVCas),
+	"v1_kv_delete":          new(hostKVDelete),
 }
 
 // hostFuncs lists the ABI v1 host functions, from internal/abi's table and hostImpls; a

@@ -69,6 +69,7 @@ const (
 	GroupMessage    = "The message of the hook"
 	GroupEvent      = "The event of the hook"
 	GroupEmit       = "Emitting messages"
+	GroupState      = "State"
 )
 
 func p(name string, k Kind) Param { return Param{Name: name, Kind: k} }
@@ -131,6 +132,15 @@ var HostFuncs = []Func{
 		Doc: "set a header of an emitted message"},
 	{Name: "v1_emit_key", Params: []Param{p("handle", I32), p("ptr", In), p("len", Len)}, Result: I32, Ret: Status, Group: GroupEmit,
 		Doc: "set the ordering key of an emitted message, checked as v1_msg_set_key's"},
+
+	{Name: "v1_kv_get", Params: []Param{p("key", In), p("key_len", Len), bin("buf", Out), p("cap", Len)}, Result: I32, Ret: Absent, Group: GroupState, Hooks: "all",
+		Doc: "the value of key in the plugin's store, or -1: absent, expired, or a key no write could have made (empty, over KV_MAX_KEY_BYTES)"},
+	{Name: "v1_kv_set", Params: []Param{p("key", In), p("key_len", Len), bin("val", In), p("val_len", Len), p("ttl_ms", I64)}, Result: I32, Ret: Status, Group: GroupState, Hooks: "all",
+		Doc: "set key to the value, expiring after ttl_ms milliseconds (0: never). ERR_INVALID: an empty key or a negative ttl_ms; ERR_TOO_LARGE: a key over KV_MAX_KEY_BYTES or a value over the plugin's kv_max_value_bytes; ERR_LIMIT: the store would pass the plugin's kv_max_bytes"},
+	{Name: "v1_kv_cas", Params: []Param{p("key", In), p("key_len", Len), bin("old", In), p("old_len", Len), bin("new", In), p("new_len", Len), p("ttl_ms", I64)}, Result: I32, Ret: Status, Group: GroupState, Hooks: "all",
+		Doc: "compare-and-set: set key to new (as v1_kv_set) only if its value is old now; an empty old means the key must be absent. ERR_CONFLICT: it is not, and nothing changed; other errors as v1_kv_set's"},
+	{Name: "v1_kv_delete", Params: []Param{p("key", In), p("key_len", Len)}, Result: I32, Ret: Status, Group: GroupState, Hooks: "all",
+		Doc: "remove key from the plugin's store (OK if absent)"},
 }
 
 // Export is a function the guest exports for the host to call.
@@ -183,7 +193,8 @@ var Consts = []Const{
 	{"STATUS_INVALID", StatusInvalid, "status", "a malformed value"},
 	{"STATUS_TOO_LARGE", StatusTooLarge, "status", "over a broker limit"},
 	{"STATUS_NOT_ALLOWED", StatusNotAllowed, "status", "not in this hook"},
-	{"STATUS_LIMIT", StatusLimit, "status", "too many emits"},
+	{"STATUS_LIMIT", StatusLimit, "status", "too many emits, or the plugin's store is full"},
+	{"STATUS_CONFLICT", StatusConflict, "status", "a compare-and-set whose old value is not the current one"},
 
 	{"ACT_PASS", ActPass, "on_publish action", "continue with the message as changed"},
 	{"ACT_DROP", ActDrop, "on_publish action", "drop the message (counted)"},
@@ -218,6 +229,7 @@ var Consts = []Const{
 	{"ABSENT_LEN", AbsentLen, "inbox", "the length of an absent value"},
 
 	{"MAX_KEY_BYTES", MaxKeyBytes, "limit", "the longest message key, in bytes (v1_msg_set_key, v1_emit_key)"},
+	{"KV_MAX_KEY_BYTES", KVMaxKeyBytes, "limit", "the longest key of the plugin's store, in bytes (v1_kv_*)"},
 
 	{"WRITE_SIZE", WriteSize, "write list", "bytes of one record"},
 	{"OP_SET_PAYLOAD", OpSetPayload, "write list", "a: the payload"},

@@ -81,13 +81,22 @@
 @external("tinybroker", "v1_emit_header") declare function v1_emit_header(handle: i32, key: usize, keyLen: usize, val: usize, valLen: usize): i32;
 // @ts-ignore: decorator
 @external("tinybroker", "v1_emit_key") declare function v1_emit_key(handle: i32, ptr: usize, len: usize): i32;
+// @ts-ignore: decorator
+@external("tinybroker", "v1_kv_get") declare function v1_kv_get(key: usize, keyLen: usize, buf: usize, cap: usize): i32;
+// @ts-ignore: decorator
+@external("tinybroker", "v1_kv_set") declare function v1_kv_set(key: usize, keyLen: usize, val: usize, valLen: usize, ttlMs: i64): i32;
+// @ts-ignore: decorator
+@external("tinybroker", "v1_kv_cas") declare function v1_kv_cas(key: usize, keyLen: usize, old: usize, oldLen: usize, new: usize, newLen: usize, ttlMs: i64): i32;
+// @ts-ignore: decorator
+@external("tinybroker", "v1_kv_delete") declare function v1_kv_delete(key: usize, keyLen: usize): i32;
 
 // The numbers of the ABI (docs/ABI.md).
 const ABI_STATUS_OK: i32 = 0; // status: done
 const ABI_STATUS_INVALID: i32 = -1; // status: a malformed value
 const ABI_STATUS_TOO_LARGE: i32 = -2; // status: over a broker limit
 const ABI_STATUS_NOT_ALLOWED: i32 = -3; // status: not in this hook
-const ABI_STATUS_LIMIT: i32 = -4; // status: too many emits
+const ABI_STATUS_LIMIT: i32 = -4; // status: too many emits, or the plugin's store is full
+const ABI_STATUS_CONFLICT: i32 = -5; // status: a compare-and-set whose old value is not the current one
 const ABI_ACT_PASS: i32 = 0; // on_publish action: continue with the message as changed
 const ABI_ACT_DROP: i32 = 1; // on_publish action: drop the message (counted)
 const ABI_ACT_REJECT: i32 = 2; // on_publish action: refuse the publish; argument: a gRPC status code
@@ -118,6 +127,7 @@ const ABI_IN_HEADERS: i32 = 88; // inbox: the header table
 const ABI_IN_ENTRY: i32 = 16; // inbox: bytes of one header entry
 const ABI_ABSENT_LEN: u32 = 4294967295; // inbox: the length of an absent value
 const ABI_MAX_KEY_BYTES: i32 = 256; // limit: the longest message key, in bytes (v1_msg_set_key, v1_emit_key)
+const ABI_KV_MAX_KEY_BYTES: i32 = 256; // limit: the longest key of the plugin's store, in bytes (v1_kv_*)
 const ABI_WRITE_SIZE: i32 = 20; // write list: bytes of one record
 const ABI_OP_SET_PAYLOAD: i32 = 1; // write list: a: the payload
 const ABI_OP_SET_HEADER: i32 = 2; // write list: a: name, b: value

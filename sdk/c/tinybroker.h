@@ -129,7 +129,8 @@ enum {
 #define TB_ABI_STATUS_INVALID (-1) /* status: a malformed value */
 #define TB_ABI_STATUS_TOO_LARGE (-2) /* status: over a broker limit */
 #define TB_ABI_STATUS_NOT_ALLOWED (-3) /* status: not in this hook */
-#define TB_ABI_STATUS_LIMIT (-4) /* status: too many emits */
+#define TB_ABI_STATUS_LIMIT (-4) /* status: too many emits, or the plugin's store is full */
+#define TB_ABI_STATUS_CONFLICT (-5) /* status: a compare-and-set whose old value is not the current one */
 #define TB_ABI_ACT_PASS 0 /* on_publish action: continue with the message as changed */
 #define TB_ABI_ACT_DROP 1 /* on_publish action: drop the message (counted) */
 #define TB_ABI_ACT_REJECT 2 /* on_publish action: refuse the publish; argument: a gRPC status code */
@@ -160,6 +161,7 @@ enum {
 #define TB_ABI_IN_ENTRY 16 /* inbox: bytes of one header entry */
 #define TB_ABI_ABSENT_LEN 0xffffffffu /* inbox: the length of an absent value */
 #define TB_ABI_MAX_KEY_BYTES 256 /* limit: the longest message key, in bytes (v1_msg_set_key, v1_emit_key) */
+#define TB_ABI_KV_MAX_KEY_BYTES 256 /* limit: the longest key of the plugin's store, in bytes (v1_kv_*) */
 #define TB_ABI_WRITE_SIZE 20 /* write list: bytes of one record */
 #define TB_ABI_OP_SET_PAYLOAD 1 /* write list: a: the payload */
 #define TB_ABI_OP_SET_HEADER 2 /* write list: a: name, b: value */
@@ -203,6 +205,11 @@ TB_IMPORT(v1_event_reason) int32_t tb_event_reason(char *buf, uint32_t cap); /* 
 TB_IMPORT(v1_emit) int32_t tb_emit(const char *topic, uint32_t topic_len, const char *payload, uint32_t payload_len);
 TB_IMPORT(v1_emit_header) int32_t tb_emit_header(int32_t handle, const char *key, uint32_t key_len, const char *val, uint32_t val_len);
 TB_IMPORT(v1_emit_key) int32_t tb_emit_key(int32_t handle, const char *ptr, uint32_t len);
+/* State. */
+TB_IMPORT(v1_kv_get) int32_t tb_kv_get(const char *key, uint32_t key_len, char *buf, uint32_t cap);
+TB_IMPORT(v1_kv_set) int32_t tb_kv_set(const char *key, uint32_t key_len, const char *val, uint32_t val_len, int64_t ttl_ms);
+TB_IMPORT(v1_kv_cas) int32_t tb_kv_cas(const char *key, uint32_t key_len, const char *old, uint32_t old_len, const char *new, uint32_t new_len, int64_t ttl_ms);
+TB_IMPORT(v1_kv_delete) int32_t tb_kv_delete(const char *key, uint32_t key_len);
 /* END ABI */
 
 /* TB_STR("literal") expands to the literal and its length, for the functions above. */

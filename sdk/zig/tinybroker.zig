@@ -61,6 +61,10 @@ const host = struct {
     extern "tinybroker" fn v1_emit(topic: [*]const u8, topic_len: usize, payload: [*]const u8, payload_len: usize) i32;
     extern "tinybroker" fn v1_emit_header(handle: i32, key: [*]const u8, key_len: usize, val: [*]const u8, val_len: usize) i32;
     extern "tinybroker" fn v1_emit_key(handle: i32, ptr: [*]const u8, len: usize) i32;
+    extern "tinybroker" fn v1_kv_get(key: [*]const u8, key_len: usize, buf: [*]u8, cap: usize) i32;
+    extern "tinybroker" fn v1_kv_set(key: [*]const u8, key_len: usize, val: [*]const u8, val_len: usize, ttl_ms: i64) i32;
+    extern "tinybroker" fn v1_kv_cas(key: [*]const u8, key_len: usize, old: [*]const u8, old_len: usize, new: [*]const u8, new_len: usize, ttl_ms: i64) i32;
+    extern "tinybroker" fn v1_kv_delete(key: [*]const u8, key_len: usize) i32;
 };
 
 /// The numbers of the ABI (docs/ABI.md).
@@ -73,8 +77,10 @@ pub const abi = struct {
     pub const STATUS_TOO_LARGE = -2;
     /// status: not in this hook
     pub const STATUS_NOT_ALLOWED = -3;
-    /// status: too many emits
+    /// status: too many emits, or the plugin's store is full
     pub const STATUS_LIMIT = -4;
+    /// status: a compare-and-set whose old value is not the current one
+    pub const STATUS_CONFLICT = -5;
     /// on_publish action: continue with the message as changed
     pub const ACT_PASS = 0;
     /// on_publish action: drop the message (counted)
@@ -135,6 +141,8 @@ pub const abi = struct {
     pub const ABSENT_LEN = 4294967295;
     /// limit: the longest message key, in bytes (v1_msg_set_key, v1_emit_key)
     pub const MAX_KEY_BYTES = 256;
+    /// limit: the longest key of the plugin's store, in bytes (v1_kv_*)
+    pub const KV_MAX_KEY_BYTES = 256;
     /// write list: bytes of one record
     pub const WRITE_SIZE = 20;
     /// write list: a: the payload
