@@ -240,6 +240,12 @@ tb_str tb_config_text(void) { return tb__read(tb__config, 0); }
 /* The key is not in the inbox: always a host call. */
 tb_str tb_key(void) { return tb__read(tb__key, 0); }
 
+static int32_t tb__kv(const void *arg, char *buf, uint32_t cap) {
+	const tb_str *k = arg;
+	return tb_kv_get(k->ptr, k->len, buf, cap);
+}
+tb_str tb_kv_read(tb_str key) { return tb__read(tb__kv, &key); }
+
 int32_t tb_header_count(void) { return tb__state.inbox ? (int32_t)tb__u32(TB__HEADER_COUNT) : tb_msg_header_count(); }
 int32_t tb_attempt(void) { return tb__state.inbox ? (int32_t)tb__u32(TB__ATTEMPT) : tb_event_attempt(); }
 int64_t tb_in_flight_ns(void) {

@@ -93,7 +93,8 @@
 #define TB_ERR_INVALID TB_ABI_STATUS_INVALID     /* malformed: a bad topic, an empty or non-UTF-8 header */
 #define TB_ERR_TOO_LARGE TB_ABI_STATUS_TOO_LARGE   /* over max_message_bytes / max_header_bytes */
 #define TB_ERR_NOT_ALLOWED TB_ABI_STATUS_NOT_ALLOWED /* not in this hook */
-#define TB_ERR_LIMIT TB_ABI_STATUS_LIMIT       /* max_emits used up */
+#define TB_ERR_LIMIT TB_ABI_STATUS_LIMIT       /* max_emits used up, or the key-value store full */
+#define TB_ERR_CONFLICT TB_ABI_STATUS_CONFLICT /* tb_kv_swap: the value was not the old one */
 
 /* Verdicts: action | argument << 32. */
 #define TB_VERDICT(action, arg) ((int64_t)(uint32_t)(action) | ((int64_t)(uint32_t)(arg) << 32))
@@ -316,6 +317,20 @@ void tb_reason(tb_str why); /* the reason of the verdict: the last one given win
 static inline int32_t tb_emit_to(tb_str topic, tb_str payload) { return tb_emit(topic.ptr, topic.len, payload.ptr, payload.len); }
 static inline int32_t tb_emit_set_header(int32_t handle, tb_str k, tb_str v) { return tb_emit_header(handle, k.ptr, k.len, v.ptr, v.len); }
 static inline int32_t tb_emit_set_key(int32_t handle, tb_str k) { return tb_emit_key(handle, k.ptr, k.len); } /* checked as tb_set_key */
+
+/* The plugin's key-value store (docs/ABI.md, "State"), shared by every instance of the plugin
+ * and usable in every hook; each is a host call, inbox or not, and a write takes effect at once.
+ * ttl_ms 0: never expires. TB_OK or TB_ERR_*: TB_ERR_INVALID an empty key or a negative ttl,
+ * TB_ERR_TOO_LARGE a key over TB_ABI_KV_MAX_KEY_BYTES or a value over kv_max_value_bytes,
+ * TB_ERR_LIMIT the store's kv_max_bytes reached. */
+tb_str tb_kv_read(tb_str key); /* the value, in the arena; TB_NONE if absent or expired */
+static inline int32_t tb_kv_write(tb_str k, tb_str v, int64_t ttl_ms) { return tb_kv_set(k.ptr, k.len, v.ptr, v.len, ttl_ms); }
+/* Compare-and-set: k := v only if its value is old now (an empty old: if it is absent), else
+ * TB_ERR_CONFLICT and nothing changes (read it again and retry). */
+static inline int32_t tb_kv_swap(tb_str k, tb_str old, tb_str v, int64_t ttl_ms) {
+	return tb_kv_cas(k.ptr, k.len, old.ptr, old.len, v.ptr, v.len, ttl_ms);
+}
+static inline int32_t tb_kv_remove(tb_str k) { return tb_kv_delete(k.ptr, k.len); } /* TB_OK if absent too */
 
 /* Logging. */
 static inline void tb_log_str(int32_t level, tb_str msg) { tb_log(level, msg.ptr, msg.len); }
