@@ -137,8 +137,8 @@ var HostFuncs = []Func{
 		Doc: "the value of key in the plugin's store, or -1: absent, expired, or a key no write could have made (empty, over KV_MAX_KEY_BYTES)"},
 	{Name: "v1_kv_set", Params: []Param{p("key", In), p("key_len", Len), bin("val", In), p("val_len", Len), p("ttl_ms", I64)}, Result: I32, Ret: Status, Group: GroupState, Hooks: "all",
 		Doc: "set key to the value, expiring after ttl_ms milliseconds (0: never). ERR_INVALID: an empty key or a negative ttl_ms; ERR_TOO_LARGE: a key over KV_MAX_KEY_BYTES or a value over the plugin's kv_max_value_bytes; ERR_LIMIT: the store would pass the plugin's kv_max_bytes"},
-	{Name: "v1_kv_cas", Params: []Param{p("key", In), p("key_len", Len), bin("old", In), p("old_len", Len), bin("new", In), p("new_len", Len), p("ttl_ms", I64)}, Result: I32, Ret: Status, Group: GroupState, Hooks: "all",
-		Doc: "compare-and-set: set key to new (as v1_kv_set) only if its value is old now; an empty old means the key must be absent. ERR_CONFLICT: it is not, and nothing changed; other errors as v1_kv_set's"},
+	{Name: "v1_kv_cas", Params: []Param{p("key", In), p("key_len", Len), bin("old", In), p("old_len", Len), bin("val", In), p("val_len", Len), p("ttl_ms", I64)}, Result: I32, Ret: Status, Group: GroupState, Hooks: "all",
+		Doc: "compare-and-set: set key to val (as v1_kv_set) only if its value is old now; an empty old means the key must be absent. ERR_CONFLICT: it is not, and nothing changed; other errors as v1_kv_set's"},
 	{Name: "v1_kv_delete", Params: []Param{p("key", In), p("key_len", Len)}, Result: I32, Ret: Status, Group: GroupState, Hooks: "all",
 		Doc: "remove key from the plugin's store (OK if absent)"},
 }

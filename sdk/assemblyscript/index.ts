@@ -86,7 +86,7 @@
 // @ts-ignore: decorator
 @external("tinybroker", "v1_kv_set") declare function v1_kv_set(key: usize, keyLen: usize, val: usize, valLen: usize, ttlMs: i64): i32;
 // @ts-ignore: decorator
-@external("tinybroker", "v1_kv_cas") declare function v1_kv_cas(key: usize, keyLen: usize, old: usize, oldLen: usize, new: usize, newLen: usize, ttlMs: i64): i32;
+@external("tinybroker", "v1_kv_cas") declare function v1_kv_cas(key: usize, keyLen: usize, old: usize, oldLen: usize, val: usize, valLen: usize, ttlMs: i64): i32;
 // @ts-ignore: decorator
 @external("tinybroker", "v1_kv_delete") declare function v1_kv_delete(key: usize, keyLen: usize): i32;
 
@@ -187,7 +187,7 @@ let readPtr: usize = 0;
 
 // The reader kinds, so that read can call the right host function without a closure.
 const R_TOPIC = 0, R_PAYLOAD = 1, R_HEADER = 2, R_HEADER_NAME = 3, R_ID = 4, R_CONFIG = 5,
-  R_CONFIG_GET = 6, R_SUBSCRIPTION = 7, R_GROUP = 8, R_REASON = 9, R_KEY = 10;
+  R_CONFIG_GET = 6, R_SUBSCRIPTION = 7, R_GROUP = 8, R_REASON = 9, R_KEY = 10, R_KV_GET = 11;
 
 function call(kind: i32, a: usize, b: usize, buf: usize, cap: usize): i32 {
   switch (kind) {
@@ -201,6 +201,7 @@ function call(kind: i32, a: usize, b: usize, buf: usize, cap: usize): i32 {
     case R_SUBSCRIPTION: return v1_event_subscription(buf, cap);
     case R_GROUP: return v1_event_group(buf, cap);
     case R_KEY: return v1_msg_key(buf, cap);
+    case R_KV_GET: return v1_kv_get(a, b, buf, cap);
     default: return v1_event_reason(buf, cap);
   }
 }
@@ -634,8 +635,10 @@ export namespace Status {
   export const TOO_LARGE: i32 = -2;
   /** Not available in this hook. */
   export const NOT_ALLOWED: i32 = -3;
-  /** max_emits for this call used up. */
+  /** max_emits for this call used up, or the plugin's key-value store full (kv_max_bytes). */
   export const LIMIT: i32 = -4;
+  /** A compare-and-set (kv.cas) found another value than the old one. */
+  export const CONFLICT: i32 = -5;
 
   /** A status's name, for logs. */
   export function name(status: i32): string {
@@ -645,6 +648,7 @@ export namespace Status {
       case TOO_LARGE: return "ERR_TOO_LARGE";
       case NOT_ALLOWED: return "ERR_NOT_ALLOWED";
       case LIMIT: return "ERR_LIMIT";
+      case CONFLICT: return "ERR_CONFLICT";
       default: return "status " + status.toString();
     }
   }
@@ -786,6 +790,46 @@ function bytesEqualLen(n: i32, s: string): bool {
   const p = readPtr;
   encode(s, encodeVal, false);
   return <usize>n == encLen && memory.compare(p, encPtr, encLen) == 0;
+}
+
+// ---- the plugin's key-value store ----
+
+/** The plugin's key-value store (docs/ABI.md, "State"): shared by every instance of the
+ *  plugin, where a global is the instance's own. Each function is a host call, in any hook,
+ *  and a write takes effect at once, whatever the hook then returns. The writers return a
+ *  Status: INVALID an empty key or a negative ttl, TOO_LARGE a key over ABI_KV_MAX_KEY_BYTES
+ *  or a value over kv_max_value_bytes, LIMIT the store's kv_max_bytes reached. `ttlMs` 0:
+ *  never expires. */
+export namespace kv {
+  /** The value of `key`, or null if it is absent or expired. */
+  export function get(key: string): Uint8Array | null {
+    encode(key, encodeKey, true);
+    const n = read(R_KV_GET, encPtr, encLen);
+    if (n < 0) return null;
+    const out = new Uint8Array(n);
+    if (n > 0) memory.copy(out.dataStart, readPtr, <usize>n);
+    readBuf = null;
+    return out;
+  }
+
+  /** Sets `key` to `value`. */
+  export function set(key: string, value: Uint8Array, ttlMs: i64 = 0): i32 {
+    encode(key, encodeKey, true);
+    return v1_kv_set(encPtr, encLen, value.dataStart, <usize>value.byteLength, ttlMs);
+  }
+
+  /** Compare-and-set: sets `key` to `value` only if its value is `old` now (an empty `old`:
+   *  if it is absent); else Status.CONFLICT, and nothing changed: read it again and retry. */
+  export function cas(key: string, old: Uint8Array, value: Uint8Array, ttlMs: i64 = 0): i32 {
+    encode(key, encodeKey, true);
+    return v1_kv_cas(encPtr, encLen, old.dataStart, <usize>old.byteLength, value.dataStart, <usize>value.byteLength, ttlMs);
+  }
+
+  /** Removes `key`; OK if it is absent. */
+  export function remove(key: string): i32 {
+    encode(key, encodeKey, true);
+    return v1_kv_delete(encPtr, encLen);
+  }
 }
 
 // ---- the event of on_ack and on_redeliver ----

@@ -209,7 +209,7 @@ TB_IMPORT(v1_emit_key) int32_t tb_emit_key(int32_t handle, const char *ptr, uint
 /* State. */
 TB_IMPORT(v1_kv_get) int32_t tb_kv_get(const char *key, uint32_t key_len, char *buf, uint32_t cap);
 TB_IMPORT(v1_kv_set) int32_t tb_kv_set(const char *key, uint32_t key_len, const char *val, uint32_t val_len, int64_t ttl_ms);
-TB_IMPORT(v1_kv_cas) int32_t tb_kv_cas(const char *key, uint32_t key_len, const char *old, uint32_t old_len, const char *new, uint32_t new_len, int64_t ttl_ms);
+TB_IMPORT(v1_kv_cas) int32_t tb_kv_cas(const char *key, uint32_t key_len, const char *old, uint32_t old_len, const char *val, uint32_t val_len, int64_t ttl_ms);
 TB_IMPORT(v1_kv_delete) int32_t tb_kv_delete(const char *key, uint32_t key_len);
 /* END ABI */
 

@@ -49,7 +49,7 @@ imports! {
     fn emit_key = "v1_emit_key" (handle: i32, ptr: *const u8, len: usize) -> i32;
     fn kv_get = "v1_kv_get" (key: *const u8, key_len: usize, buf: *mut u8, cap: usize) -> i32;
     fn kv_set = "v1_kv_set" (key: *const u8, key_len: usize, val: *const u8, val_len: usize, ttl_ms: i64) -> i32;
-    fn kv_cas = "v1_kv_cas" (key: *const u8, key_len: usize, old: *const u8, old_len: usize, new: *const u8, new_len: usize, ttl_ms: i64) -> i32;
+    fn kv_cas = "v1_kv_cas" (key: *const u8, key_len: usize, old: *const u8, old_len: usize, val: *const u8, val_len: usize, ttl_ms: i64) -> i32;
     fn kv_delete = "v1_kv_delete" (key: *const u8, key_len: usize) -> i32;
 }
 
