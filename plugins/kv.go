@@ -65,7 +65,7 @@ func NewMemoryKV() KVBackend { return memoryKV{} }
 type memoryKV struct{}
 
 func (memoryKV) Open(_ string, maxBytes int64) (KVStore, func(), error) {
-	return &memStore{max: maxBytes, m: map[string]kvEntry{}}, func() {}, nil
+	return &memStore{max: maxBytes, m: map[string]*kvEntry{}}, func() {}, nil
 }
 
 // memStore is a KVStore in memory: a map under one mutex. Plugin calls are short and the host
@@ -74,12 +74,12 @@ func (memoryKV) Open(_ string, maxBytes int64) (KVStore, func(), error) {
 type memStore struct {
 	mu    sync.Mutex
 	max   int64
-	m     map[string]kvEntry
+	m     map[string]*kvEntry // by pointer: overwriting a key changes its entry, with no new key string
 	bytes int64 // counted as kvCost
 }
 
 type kvEntry struct {
-	value   []byte // never changed once stored: Get hands it out
+	value   []byte // its bytes never changed once stored: Get hands them out, and a write replaces the slice
 	expires int64  // Unix ns; 0: never
 }
 
@@ -151,9 +151,9 @@ func (s *memStore) Bytes() int64 {
 func (s *memStore) setLocked(key, value []byte, ttl time.Duration, now int64) int32 {
 	s.sweep(now, kvSweepSample)
 	var freed int64
-	old, had := s.m[string(key)]
-	if had {
-		freed = kvCost(string(key), old.value)
+	e := s.m[string(key)]
+	if e != nil {
+		freed = kvCost(string(key), e.value)
 	}
 	grow := kvCost(string(key), value) - freed
 	if grow > 0 && s.bytes+grow > s.max {
@@ -162,11 +162,15 @@ func (s *memStore) setLocked(key, value []byte, ttl time.Duration, now int64) in
 			return abi.StatusLimit
 		}
 	}
-	e := kvEntry{value: append([]byte(nil), value...)}
+	if e == nil {
+		e = &kvEntry{}
+		s.m[string(key)] = e
+	}
+	e.value = append([]byte(nil), value...)
+	e.expires = 0
 	if ttl > 0 {
 		e.expires = now + int64(ttl)
 	}
-	s.m[string(key)] = e
 	s.bytes += grow
 	return abi.StatusOK
 }
@@ -185,7 +189,7 @@ func (s *memStore) sweep(now int64, n int) {
 }
 
 // remove deletes key, whose entry is e. s.mu is held.
-func (s *memStore) remove(key string, e kvEntry) {
+func (s *memStore) remove(key string, e *kvEntry) {
 	delete(s.m, key)
 	s.bytes -= kvCost(key, e.value)
 }

@@ -835,7 +835,7 @@ fn giveLists(whole: []align(8) u8, n: usize) void {
 
 // ---- statuses ----
 
-/// Why the broker refused a write or an emit: the ABI's statuses -1 to -4.
+/// Why the broker refused a write or an emit: the ABI's statuses -1 to -5.
 pub const Error = error{
     /// ERR_INVALID: a topic that is not a valid topic, an empty header name, a header name or
     /// value that is not UTF-8.
@@ -844,8 +844,11 @@ pub const Error = error{
     TooLarge,
     /// ERR_NOT_ALLOWED: not in this hook.
     NotAllowed,
-    /// ERR_LIMIT: max_emits for this call used up.
+    /// ERR_LIMIT: max_emits for this call used up, or the plugin's key-value store full
+    /// (kv_max_bytes).
     Limit,
+    /// ERR_CONFLICT: a compare-and-set (kv.cas) found another value than the old one.
+    Conflict,
     /// A status this version of the SDK does not know.
     UnknownStatus,
 };
@@ -856,6 +859,7 @@ fn check(status: i32) Error!i32 {
         -2 => error.TooLarge,
         -3 => error.NotAllowed,
         -4 => error.Limit,
+        -5 => error.Conflict,
         else => if (status < 0) error.UnknownStatus else status,
     };
 }
@@ -1180,6 +1184,37 @@ pub fn setReason(reason: []const u8) void {
     host.v1_set_reason(p(reason), reason.len);
 }
 
+// ---- the plugin's key-value store ----
+
+/// The plugin's key-value store (docs/ABI.md, "State"): shared by every instance of the
+/// plugin, where a global is the instance's own. Each function is a host call, in any hook,
+/// and a write takes effect at once, whatever the hook then returns. The writers' errors:
+/// error.Invalid an empty key or a negative ttl, error.TooLarge a key over
+/// abi.KV_MAX_KEY_BYTES or a value over kv_max_value_bytes, error.Limit the store's
+/// kv_max_bytes reached. ttl_ms 0: never expires.
+pub const kv = struct {
+    /// The value of key, in the arena, or null if it is absent or expired.
+    pub fn get(key: []const u8) !?[]const u8 {
+        return read(host.v1_kv_get, .{ p(key), key.len });
+    }
+
+    /// Sets key to value.
+    pub fn set(key: []const u8, value: []const u8, ttl_ms: i64) Error!void {
+        _ = try check(host.v1_kv_set(p(key), key.len, p(value), value.len, ttl_ms));
+    }
+
+    /// Compare-and-set: sets key to value only if its value is old now (an empty old: if it
+    /// is absent); else error.Conflict, and nothing changed: read it again and retry.
+    pub fn cas(key: []const u8, old: []const u8, value: []const u8, ttl_ms: i64) Error!void {
+        _ = try check(host.v1_kv_cas(p(key), key.len, p(old), old.len, p(value), value.len, ttl_ms));
+    }
+
+    /// Removes key; absent is not an error.
+    pub fn delete(key: []const u8) Error!void {
+        _ = try check(host.v1_kv_delete(p(key), key.len));
+    }
+};
+
 // ---- emitting ----
 
 /// A message emitted by emit(), whose headers can still be set.
@@ -1398,6 +1433,7 @@ test "statuses map to errors" {
     try std.testing.expectEqual(@as(i32, 2), try check(2));
     try std.testing.expectError(error.Invalid, check(-1));
     try std.testing.expectError(error.Limit, check(-4));
+    try std.testing.expectError(error.Conflict, check(-5));
     try std.testing.expectError(error.UnknownStatus, check(-9));
 }
 
