@@ -169,6 +169,14 @@ func TestKVBounds(t *testing.T) {
 	}
 }
 
+// A value bound over the store's could never be stored: the load says so.
+func TestKVBoundsChecked(t *testing.T) {
+	_, err := newHost(t).Load(context.Background(), []Spec{{Name: "p", Wasm: fixture(t, "kvset"), KVMaxBytes: 1000, KVMaxValueBytes: 1001}})
+	if err == nil || !strings.Contains(err.Error(), "kv_max_value_bytes 1001 is over kv_max_bytes 1000") {
+		t.Fatalf("load: %v, want kv_max_value_bytes refused", err)
+	}
+}
+
 // The store's semantics, below the ABI: TTL, compare-and-set, delete, the bound.
 func TestMemoryStore(t *testing.T) {
 	st, closeFn, err := NewMemoryKV().Open("p", 1000)
