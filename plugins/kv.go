@@ -75,7 +75,7 @@ type memStore struct {
 	mu    sync.Mutex
 	max   int64
 	m     map[string]*kvEntry // by pointer: overwriting a key changes its entry, with no new key string
-	bytes int64 // counted as kvCost
+	bytes int64               // counted as kvCost
 }
 
 type kvEntry struct {
