@@ -122,6 +122,9 @@ func (s *Spec) validate() error {
 			return fmt.Errorf("plugin %q: emit_topics: %w", s.Name, err)
 		}
 	}
+	if s.KVMaxValueBytes > 1<<30 {
+		return fmt.Errorf("plugin %q: kv_max_value_bytes %d is over its limit of 1 GiB (a length v1_kv_get returns must fit an i32)", s.Name, s.KVMaxValueBytes)
+	}
 	if s.KVMaxValueBytes > s.KVMaxBytes {
 		return fmt.Errorf("plugin %q: kv_max_value_bytes %d is over kv_max_bytes %d: no such value could be stored", s.Name, s.KVMaxValueBytes, s.KVMaxBytes)
 	}
