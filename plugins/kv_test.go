@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/binary"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -68,6 +70,49 @@ func TestKVCountsWithPool8(t *testing.T) {
 	}
 	if st := c.Stats()[0]; st.Failures != 0 {
 		t.Errorf("%d calls failed", st.Failures)
+	}
+}
+
+// The same through a broker: eight members of one group each ack what they are given, from
+// their own goroutines, and the engine runs the on_ack hook in each member's Ack.
+func TestKVCountsAcksOfEightMembers(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(8)) // as in TestKVCountsWithPool8
+	h := newHost(t)
+	c := load(t, h, Spec{Name: "counter", Wasm: fixture(t, "kvcount"), PoolSize: 8, Groups: []string{"workers"}})
+	b := brokertest.Start(t, brokertest.Options{Hooks: c})
+	const members, n = 8, 800
+	subs := make([]*brokertest.Sub, members)
+	for i := range subs {
+		subs[i] = brokertest.Subscribe(t, b, broker.SubscribeOptions{ID: "jobs", Group: "workers", Patterns: []string{"jobs.*"}, Mode: broker.Balanced})
+	}
+	for i := range n {
+		if _, err := b.Publish("jobs."+strconv.Itoa(i%10), []byte("job"), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var acked atomic.Int64
+	deadline := time.Now().Add(brokertest.Patience)
+	var wg sync.WaitGroup
+	for _, m := range subs {
+		wg.Go(func() {
+			for acked.Load() < n && time.Now().Before(deadline) {
+				d, ok := m.Poll()
+				if !ok {
+					time.Sleep(time.Millisecond)
+					continue
+				}
+				if m.Ack([]string{d.Msg.SystemID}) == 0 {
+					acked.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if got := acked.Load(); got != n {
+		t.Fatalf("%d of %d messages acked", got, n)
+	}
+	if got := kvNumber(t, h, "counter", "count"); got != n {
+		t.Errorf("count %d after %d acks from %d members, want exactly %d", got, n, members, n)
 	}
 }
 
