@@ -76,6 +76,8 @@ type memStore struct {
 	max   int64
 	m     map[string]*kvEntry // by pointer: overwriting a key changes its entry, with no new key string
 	bytes int64               // counted as kvCost
+	// expiring counts the entries with a TTL: a store without any is never swept.
+	expiring int
 }
 
 type kvEntry struct {
@@ -89,7 +91,8 @@ func kvCost(key string, value []byte) int64 {
 
 // kvSweepSample is how many entries a write looks at for expired ones: with Go's random map
 // iteration, a store whose entries expire is swept a little on every write, and a full sweep
-// is left for a write that would pass the bound.
+// is left for a write that would pass the bound. A store with no entry that expires is not
+// swept at all (memStore.expiring).
 const kvSweepSample = 4
 
 func (s *memStore) Get(key []byte) ([]byte, bool) {
@@ -167,9 +170,13 @@ func (s *memStore) setLocked(key, value []byte, ttl time.Duration, now int64) in
 		s.m[string(key)] = e
 	}
 	e.value = append([]byte(nil), value...)
+	if e.expires != 0 {
+		s.expiring--
+	}
 	e.expires = 0
 	if ttl > 0 {
 		e.expires = now + int64(ttl)
+		s.expiring++
 	}
 	s.bytes += grow
 	return abi.StatusOK
@@ -178,6 +185,9 @@ func (s *memStore) setLocked(key, value []byte, ttl time.Duration, now int64) in
 // sweep removes the expired entries among the first n of the map's (random) iteration order.
 // s.mu is held.
 func (s *memStore) sweep(now int64, n int) {
+	if s.expiring == 0 {
+		return
+	}
 	for k, e := range s.m {
 		if n--; n < 0 {
 			return
@@ -192,6 +202,9 @@ func (s *memStore) sweep(now int64, n int) {
 func (s *memStore) remove(key string, e *kvEntry) {
 	delete(s.m, key)
 	s.bytes -= kvCost(key, e.value)
+	if e.expires != 0 {
+		s.expiring--
+	}
 }
 
 // kvStores are a Host's open stores, by plugin name, with how many loaded plugins use each.

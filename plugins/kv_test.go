@@ -264,6 +264,9 @@ func TestMemoryStore(t *testing.T) {
 	if st.Bytes() != 0 {
 		t.Errorf("%d bytes held after the only entry expired", st.Bytes())
 	}
+	if n := st.(*memStore).expiring; n != 0 {
+		t.Errorf("%d entries counted as expiring in an empty store", n)
+	}
 
 	// The bound counts expired entries only until a write needs their room.
 	big := make([]byte, 1000-kvEntryOverhead-2)
