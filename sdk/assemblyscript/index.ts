@@ -187,7 +187,7 @@ let readPtr: usize = 0;
 
 // The reader kinds, so that read can call the right host function without a closure.
 const R_TOPIC = 0, R_PAYLOAD = 1, R_HEADER = 2, R_HEADER_NAME = 3, R_ID = 4, R_CONFIG = 5,
-  R_CONFIG_GET = 6, R_SUBSCRIPTION = 7, R_GROUP = 8, R_REASON = 9, R_KEY = 10, R_KV_GET = 11;
+  R_CONFIG_GET = 6, R_SUBSCRIPTION = 7, R_GROUP = 8, R_REASON = 9, R_KEY = 10;
 
 function call(kind: i32, a: usize, b: usize, buf: usize, cap: usize): i32 {
   switch (kind) {
@@ -201,7 +201,6 @@ function call(kind: i32, a: usize, b: usize, buf: usize, cap: usize): i32 {
     case R_SUBSCRIPTION: return v1_event_subscription(buf, cap);
     case R_GROUP: return v1_event_group(buf, cap);
     case R_KEY: return v1_msg_key(buf, cap);
-    case R_KV_GET: return v1_kv_get(a, b, buf, cap);
     default: return v1_event_reason(buf, cap);
   }
 }
@@ -804,12 +803,16 @@ export namespace kv {
   /** The value of `key`, or null if it is absent or expired. */
   export function get(key: string): Uint8Array | null {
     encode(key, encodeKey, true);
-    const n = read(R_KV_GET, encPtr, encLen);
+    // Unlike the message's values, a stored value may change between two reads (another
+    // instance writes it): read until it fits.
+    let out = new Uint8Array(256);
+    let n = v1_kv_get(encPtr, encLen, out.dataStart, <usize>out.length);
+    while (n > out.length) {
+      out = new Uint8Array(n);
+      n = v1_kv_get(encPtr, encLen, out.dataStart, <usize>out.length);
+    }
     if (n < 0) return null;
-    const out = new Uint8Array(n);
-    if (n > 0) memory.copy(out.dataStart, readPtr, <usize>n);
-    readBuf = null;
-    return out;
+    return n == out.length ? out : out.subarray(0, n);
   }
 
   /** Sets `key` to `value`. */

@@ -1195,7 +1195,16 @@ pub fn setReason(reason: []const u8) void {
 pub const kv = struct {
     /// The value of key, in the arena, or null if it is absent or expired.
     pub fn get(key: []const u8) !?[]const u8 {
-        return read(host.v1_kv_get, .{ p(key), key.len });
+        // Unlike the message's values, a stored value may change between two reads (another
+        // instance writes it): read until it fits.
+        var buf = try allocator().alloc(u8, 256);
+        while (true) {
+            const n = host.v1_kv_get(p(key), key.len, buf.ptr, buf.len);
+            if (n < 0) return null;
+            const len: usize = @intCast(n);
+            if (len <= buf.len) return buf[0..len];
+            buf = try allocator().alloc(u8, len);
+        }
     }
 
     /// Sets key to value.

@@ -332,7 +332,22 @@ pub mod kv {
     /// The value of `key`, or None if it is absent or expired.
     pub fn get(key: &str) -> Option<Vec<u8>> {
         let (k, kl) = ptr(key.as_bytes());
-        read(|b, c| unsafe { sys::kv_get(k, kl, b, c) })
+        // Unlike the message's values, a stored value may change between two reads (another
+        // instance writes it): read until it fits.
+        let mut v: Vec<u8> = Vec::with_capacity(256);
+        loop {
+            let n = unsafe { sys::kv_get(k, kl, v.as_mut_ptr(), v.capacity()) };
+            if n < 0 {
+                return None;
+            }
+            let n = n as usize;
+            if n <= v.capacity() {
+                // SAFETY: the host wrote n bytes at v's start.
+                unsafe { v.set_len(n) };
+                return Some(v);
+            }
+            v = Vec::with_capacity(n);
+        }
     }
 
     /// Sets `key` to `value`. [`Error::Invalid`]: an empty key or a negative ttl;
