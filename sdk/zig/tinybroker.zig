@@ -1031,13 +1031,13 @@ pub const config = struct {
         fetched = try read(host.v1_config_get, .{ p(key), key.len });
         if (cached < cache_keys) {
             const k = backing.dupe(u8, key) catch return;
-            const kv = if (fetched) |x| (backing.dupe(u8, x) catch {
+            const value = if (fetched) |x| (backing.dupe(u8, x) catch {
                 backing.free(k);
                 return;
             }) else null;
-            cache[cached] = .{ .key = k, .value = kv };
+            cache[cached] = .{ .key = k, .value = value };
             cached += 1;
-            fetched = kv;
+            fetched = value;
         }
     }
     var fetched: ?[]const u8 = null;
