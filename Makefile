@@ -1,5 +1,7 @@
 # tinybroker — see README.md. Every target works from a fresh clone with Go installed;
-# `generate` and `check` also need protoc (Debian: protobuf-compiler libprotobuf-dev).
+# `generate` and `check` also need protoc (Debian: protobuf-compiler libprotobuf-dev) and, for
+# the Python client's stubs, Debian's python3-grpc-tools; `test-clients` python3-grpcio and
+# python3-protobuf.
 GO       ?= go
 BIN      := $(CURDIR)/.bin
 PROTOC   ?= protoc
@@ -14,6 +16,8 @@ GUEST_PKGS := ./sdk/go/plugin ./sdk/go/plugin/onack ./sdk/go/plugin/onpublish ./
 	./sdk/go/plugin/internal/bridge ./sdk/go/plugin/internal/e2e/nohandle ./sdk/go/plugin/internal/e2e/sdkcheck \
 	./examples/plugins/... ./bench/plugins/...
 PROTO_INCLUDE ?= /usr/include
+# The interpreter with Debian's python3-grpc-tools, python3-grpcio and python3-protobuf.
+PYTHON ?= /usr/bin/python3
 # The version and commit stamped into the binary (tinybroker version, tinybroker_build_info),
 # from git when there is a checkout; a build without them says "devel".
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
@@ -21,7 +25,7 @@ COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null)
 LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 TESTFLAGS ?=
 
-.PHONY: run run-plugins build release test test-short fuzz chaos chaos-cluster generate tools lint check bench bench-peers bench-cluster bench-w4 bench-w6 wasm-fixtures screenshots
+.PHONY: run run-plugins build release test test-clients test-short fuzz chaos chaos-cluster generate tools lint check bench bench-peers bench-cluster bench-w4 bench-w6 wasm-fixtures screenshots
 
 run: ## start the broker on its embedded in-memory default (127.0.0.1:7878)
 	$(GO) run -ldflags "$(LDFLAGS)" ./cmd/tinybroker serve
@@ -36,6 +40,12 @@ build:
 test: ## the whole suite, under the race detector; then the engines' lock order, checked
 	$(GO) test -race -count=1 -timeout 15m $(TESTFLAGS) ./...
 	$(GO) test -tags lockrank -count=1 -timeout 10m $(TESTFLAGS) ./broker/...
+
+# The client conformance scenarios (internal/clientconf) against a real broker, for the Go and
+# Python clients, each through its driver program; seconds, and not part of `make test`, which
+# skips them (the -clients flag). PYTHON is passed on as TB_PYTHON.
+test-clients: ## the client conformance harness: the scenarios every client library passes
+	TB_PYTHON=$(PYTHON) $(GO) test -count=1 -timeout 5m $(TESTFLAGS) ./internal/clientconf -args -clients
 
 # Every `func FuzzXxx` of every _test.go file in the repository, FUZZTIME each: a new fuzz
 # target runs without being listed here. CI runs it with FUZZTIME=10s. Go 1.26's fuzzing
@@ -99,6 +109,10 @@ generate: tools
 		--go-grpc_out=proto --go-grpc_opt=paths=source_relative \
 		proto/tinybroker/v1/broker.proto proto/tinybroker/admin/v1/admin.proto
 	$(GO) run ./internal/abi/gen
+	@# The Python client's messages from Debian's protoc (grpc_tools bundles an older one), its
+	@# service stub from grpc_tools: protoc has no gRPC plugin for Python.
+	$(PROTOC) -I proto -I $(PROTO_INCLUDE) --python_out=sdk/python --pyi_out=sdk/python proto/tinybroker/v1/broker.proto
+	$(PYTHON) -m grpc_tools.protoc -I proto -I $(PROTO_INCLUDE) --grpc_python_out=sdk/python proto/tinybroker/v1/broker.proto
 
 check: generate ## build, vet, lint, gofmt, go mod tidy, regenerate; fails on any diff
 	$(GO) build ./...

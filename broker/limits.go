@@ -521,7 +521,8 @@ func draw(seed uint64, attempt uint32) float64 {
 // CheckMember says why a member asking for o (its patterns checked and sorted by
 // Limits.CheckSubscribe) may not join the group gc defines (gc.DeadLetterTopic after its
 // default), or nil: members share the group's name and patterns, and may leave
-// max_deliveries and the dead-letter topic unset or repeat them, not change them.
+// max_deliveries, the dead-letter topic, ordering, fair_by and max_priority unset or repeat
+// them, not change them.
 func (gc GroupConfig) CheckMember(o *SubscribeOptions, patterns []string) error {
 	switch {
 	case gc.Name != o.Group:
@@ -536,6 +537,8 @@ func (gc GroupConfig) CheckMember(o *SubscribeOptions, patterns []string) error 
 		return fmt.Errorf("%w: consumer group %q has ordering %q, this member asked for %q; leave it unset to take the group's", ErrGroupMismatch, gc.Name, gc.Dispatch.Ordering, o.Dispatch.Ordering)
 	case o.Dispatch.FairBy != "" && o.Dispatch.FairBy != gc.Dispatch.FairBy:
 		return fmt.Errorf("%w: consumer group %q has fair_by %q, this member asked for %q; leave it empty to take the group's", ErrGroupMismatch, gc.Name, gc.Dispatch.FairBy, o.Dispatch.FairBy)
+	case o.Dispatch.MaxPriority != 0 && o.Dispatch.MaxPriority != gc.Dispatch.MaxPriority:
+		return fmt.Errorf("%w: consumer group %q has max_priority %d, this member asked for %d; leave it 0 to take the group's", ErrGroupMismatch, gc.Name, gc.Dispatch.MaxPriority, o.Dispatch.MaxPriority)
 	}
 	return nil
 }

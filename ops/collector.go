@@ -36,8 +36,13 @@ type sources struct {
 const otherGroups = "_other"
 
 func desc(name, help string, labels ...string) *prometheus.Desc {
+	builtinNames["tinybroker_"+name] = true
 	return prometheus.NewDesc("tinybroker_"+name, help, labels, nil)
 }
+
+// builtinNames are the names of collector's metrics, which no plugin's may take
+// (definedCollector).
+var builtinNames = map[string]bool{}
 
 var (
 	dPublished    = desc("published_messages_total", "Messages accepted by the engine (emitted by plugins and dead letters included).")

@@ -138,6 +138,7 @@ func New(opts Options) *Ops {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
 		&collector{src: o.snaps.src, maxGroups: opts.MaxGroupSeries},
+		definedCollector{plugins: opts.Plugins},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		collectors.NewBuildInfoCollector(),

@@ -398,6 +398,11 @@ var hostImpls = map[string]api.GoFunction{
 	"v1_kv_set":             new(hostKVSet),
 	"v1_kv_cas":             new(hostKVCas),
 	"v1_kv_delete":          new(hostKVDelete),
+
+	"v1_metric_define":  new(hostMetricDefine),
+	"v1_metric_add":     new(hostMetricAdd),
+	"v1_metric_set":     new(hostMetricSet),
+	"v1_metric_observe": new(hostMetricObserve),
 }
 
 // hostFuncs lists the ABI v1 host functions, from internal/abi's table and hostImpls; a
@@ -457,6 +462,11 @@ type (
 	hostMsgKey            struct{}
 	hostMsgSetKey         struct{}
 	hostEmitKey           struct{}
+
+	hostMetricDefine  struct{}
+	hostMetricAdd     struct{}
+	hostMetricSet     struct{}
+	hostMetricObserve struct{}
 )
 
 func (*hostLog) Call(ctx context.Context, s []uint64) {

@@ -50,6 +50,9 @@ type Host struct {
 	cache wazero.CompilationCache
 	cores *cores // the goroutines guest code may run on at once (bounds.go)
 	kv    kvStores
+
+	mu      sync.Mutex
+	defined map[string]*definedMetrics // by plugin name, while a loaded plugin holds them (defined.go)
 }
 
 // NewHost returns a Host. Close it when done.
@@ -65,7 +68,8 @@ func NewHost(opts HostOptions) (*Host, error) {
 	if opts.KV == nil {
 		opts.KV = NewMemoryKV()
 	}
-	h := &Host{opts: opts, log: opts.Logger, cores: newCores(), kv: kvStores{backend: opts.KV, open: map[string]*kvRef{}}}
+	h := &Host{opts: opts, log: opts.Logger, cores: newCores(), kv: kvStores{backend: opts.KV, open: map[string]*kvRef{}},
+		defined: map[string]*definedMetrics{}}
 	if opts.CacheDir != "" {
 		c, err := wazero.NewCompilationCacheWithDir(opts.CacheDir)
 		if err != nil {
@@ -127,6 +131,8 @@ type plugin struct {
 	skipped     atomic.Uint64 // calls not made because the breaker was open
 	metrics     callMetrics   // per hook, for Chain.Metrics (metrics.go)
 
+	defined *definedMetrics // the host's, for this plugin's name (defined.go)
+
 	// base is the parent of every instance's context: cancelled when the plugin is closed,
 	// it stops the calls still running (bounds.go).
 	base       context.Context
@@ -161,14 +167,17 @@ func (h *Host) load(ctx context.Context, s Spec) (*plugin, error) {
 	p := &plugin{spec: s, host: h, log: h.log.Named(s.Name), rt: wazero.NewRuntimeWithConfig(ctx, cfg),
 		topics: compilePatterns(s.Topics), configText: configText(s.Config)}
 	p.base, p.cancelBase = context.WithCancel(context.Background())
+	p.defined = h.acquireMetrics(s.Name)
 	p.anyTopic = slices.ContainsFunc(p.topics, func(tp topicPattern) bool { return tp.kind == kindAny })
 	if p.kv, err = h.kv.acquire(s.Name, int64(s.KVMaxBytes)); err != nil {
 		p.cancelBase()
+		h.releaseMetrics(s.Name)
 		_ = p.rt.Close(ctx)
 		return nil, s.located(fmt.Errorf("plugin %q: its key-value store: %w", s.Name, err))
 	}
 	fail := func(err error) (*plugin, error) {
 		p.cancelBase()
+		h.releaseMetrics(s.Name)
 		_ = p.rt.Close(ctx)
 		h.kv.release(s.Name)
 		return nil, s.located(fmt.Errorf("plugin %q refused: %w", s.Name, err))
@@ -582,6 +591,7 @@ func (p *plugin) close(ctx context.Context) error {
 	p.cancelBase()
 	p.stopWatchdog()
 	p.host.kv.release(p.spec.Name) // after its calls; a reload's plugin of this name, loaded before, keeps the store
+	p.host.releaseMetrics(p.spec.Name)
 	return p.rt.Close(ctx)
 }
 

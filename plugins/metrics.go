@@ -114,6 +114,8 @@ type PluginMetrics struct {
 	PluginStats
 	Instances int           // instances alive: idle, busy or being created
 	Hooks     []HookMetrics // one per hook the plugin exports, in ABI order
+
+	Defined []DefinedMetric // the metrics the plugin defined (v1_metric_define), in that order
 }
 
 // HookMetrics counts the calls of one hook of a plugin.
@@ -134,7 +136,7 @@ func (c *Chain) Metrics() []PluginMetrics {
 	st := c.Stats()
 	out := make([]PluginMetrics, len(c.all))
 	for i, p := range c.all {
-		pm := PluginMetrics{PluginStats: st[i]}
+		pm := PluginMetrics{PluginStats: st[i], Defined: p.defined.read()}
 		p.pool.mu.Lock()
 		pm.Instances = p.pool.alive
 		p.pool.mu.Unlock()

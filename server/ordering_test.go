@@ -71,7 +71,7 @@ func TestOrderingKeysOverGRPC(t *testing.T) {
 	fo := fanout("f", "o.>")
 	fo.FairBy = "key"
 	_, err = openOn(t, tb.c, fo)
-	wantCode(t, err, codes.InvalidArgument, "ordering and fair_by are for DELIVERY_MODE_BALANCED")
+	wantCode(t, err, codes.InvalidArgument, "ordering, fair_by, max_priority and priority are for DELIVERY_MODE_BALANCED")
 	bad := balanced("bad", "bad", 1, "o.>")
 	bad.FairBy = "tenant"
 	_, err = openOn(t, tb.c, bad)

@@ -102,3 +102,14 @@ func withPriority(o *pb.OpenSubscription, maxPriority, priority uint32) *pb.Open
 	o.MaxPriority, o.Priority = maxPriority, priority
 	return o
 }
+
+// A later member may leave max_priority unset or repeat the group's; another value is refused
+// with what the group has (on every engine).
+func TestMaxPriorityMismatch(t *testing.T) {
+	tb := start(t, brokertest.Options{})
+	tb.open(t, withPriority(balanced("mm", "mm", 1, "mm.>"), 3, 0))
+	tb.open(t, withPriority(balanced("mm", "mm", 1, "mm.>"), 0, 0))
+	tb.open(t, withPriority(balanced("mm", "mm", 1, "mm.>"), 3, 0))
+	_, err := openOn(t, tb.c, withPriority(balanced("mm", "mm", 1, "mm.>"), 4, 0))
+	wantCode(t, err, codes.FailedPrecondition, `consumer group "mm" has max_priority 3, this member asked for 4`)
+}

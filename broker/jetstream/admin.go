@@ -150,8 +150,8 @@ func (e *Engine) Declare(gc broker.GroupConfig) error {
 	g.mu.Unlock()
 	if !g.sameDefinition(o, patterns) || (gc.DeadLetterTopic == "" && g.dlq != deadletter.DefaultTopic(gc.ID)) || gc.MaxDeliveries != g.maxDeliveries || gc.Dispatch != dispatch {
 		if g.declared || g.memberCount() > 0 {
-			return fmt.Errorf("%w: consumer group %q exists with other settings (patterns %q, max_deliveries %d, dead-letter topic %q, ordering %q, fair_by %q)",
-				broker.ErrGroupMismatch, g.id, g.patterns, g.maxDeliveries, g.dlq, dispatch.Ordering, dispatch.FairBy)
+			return fmt.Errorf("%w: consumer group %q exists with other settings (patterns %q, max_deliveries %d, dead-letter topic %q, ordering %q, fair_by %q, max_priority %d)",
+				broker.ErrGroupMismatch, g.id, g.patterns, g.maxDeliveries, g.dlq, dispatch.Ordering, dispatch.FairBy, dispatch.MaxPriority)
 		}
 	}
 	g.mu.Lock()
@@ -306,7 +306,7 @@ func (e *Engine) Group(id string) (broker.GroupInfo, error) {
 	gi.MaxDeliveries, gi.DeadLetterTopic, gi.Limits, gi.Dispatch = g.maxDeliveries, g.dlq, g.limits, g.dispatch
 	for _, m := range g.members {
 		gi.MemberList = append(gi.MemberList, broker.MemberInfo{ID: m.s.set.MemberID, Peer: m.peer, InFlight: len(m.held),
-			MaxInFlight: m.maxInFlight, AckDeadline: m.ackDeadline, Joined: m.joined})
+			MaxInFlight: m.maxInFlight, AckDeadline: m.ackDeadline, Joined: m.joined, Priority: m.priority})
 	}
 	g.mu.Unlock()
 	return gi, nil
@@ -387,6 +387,10 @@ func (e *Engine) takeQueued(g *group, limit int) (int, error) {
 			return 0, fmt.Errorf("consumer group %q is ordered and this node does not dispatch it now: do this on the node its members pull from", g.id)
 		}
 		prio = fmt.Sprintf(`,"group":%q,"id":%q`, pinGroup, pin)
+	} else {
+		// A prioritized consumer refuses a request without its group; at priority 0 this
+		// one goes before the members' (grouping.MaxPriority-p for a member of priority p).
+		prio = fmt.Sprintf(`,"group":%q,"priority":0`, pinGroup)
 	}
 	n := 0
 	if keyed && limit == 0 { // a purge: what this node parked goes too

@@ -22,13 +22,14 @@ import (
 // with "Tb-" (capitalised): a message header of the client that does too is carried inside
 // hdrJSON instead, so the two never mix.
 const (
-	hdrTime = "Tb-Time" // when the engine accepted it, Unix nanoseconds
-	hdrFrom = "Tb-From" // the engine that announced a group's change (its self id)
-	hdrSkip = "Tb-Skip" // the consumers of the groups that refused a stored message (full), comma-separated
-	hdrJSON = "Tb-Hx"   // every header of the message, as JSON, when one cannot be a NATS header
-	hdrKey  = "Tb-Key"  // the message's key (broker.Message.Key), when it has one
-	hdrKeyQ = "Tb-Keyq" // the key, Go-quoted, when it cannot be a NATS header's value (natsValue)
-	hdrTTL  = "Tb-Ttl"  // the message's ttl (broker.Message.TTL), nanoseconds, when it has one
+	hdrTime = "Tb-Time"     // when the engine accepted it, Unix nanoseconds
+	hdrFrom = "Tb-From"     // the engine that announced a group's change (its self id)
+	hdrSkip = "Tb-Skip"     // the consumers of the groups that refused a stored message (full), comma-separated
+	hdrJSON = "Tb-Hx"       // every header of the message, as JSON, when one cannot be a NATS header
+	hdrKey  = "Tb-Key"      // the message's key (broker.Message.Key), when it has one
+	hdrKeyQ = "Tb-Keyq"     // the key, Go-quoted, when it cannot be a NATS header's value (natsValue)
+	hdrTTL  = "Tb-Ttl"      // the message's ttl (broker.Message.TTL), nanoseconds, when it has one
+	hdrPrio = "Tb-Priority" // the message's priority (broker.Message.Priority), when not 0
 )
 
 // setTTL adds a message's ttl to its NATS headers h: stored with the message (and its
@@ -44,6 +45,28 @@ func ttlOf(nh nats.Header) time.Duration {
 	if v := nh[hdrTTL]; len(v) > 0 {
 		if n, err := strconv.ParseInt(v[0], 10, 64); err == nil && n > 0 {
 			return time.Duration(n)
+		}
+	}
+	return 0
+}
+
+// setPriority adds a message's priority to its NATS headers h: stored with the message, so
+// that every node (and a restarted one) queues it at its level and delivers it with it.
+// Priority 0, the default, is not written: messages of groups without priorities cost
+// nothing more.
+func setPriority(h nats.Header, p uint8) {
+	if p > 0 {
+		h[hdrPrio] = []string{strconv.Itoa(int(p))}
+	}
+}
+
+// priorityOf returns the priority setPriority put in a NATS message's headers (0: none).
+// One past grouping.MaxPriority, which the gate refuses, could only come from another
+// writer of the stream: it counts as the highest.
+func priorityOf(nh nats.Header) uint8 {
+	if v := nh[hdrPrio]; len(v) > 0 {
+		if n, err := strconv.Atoi(v[0]); err == nil && n > 0 {
+			return uint8(min(n, grouping.MaxPriority))
 		}
 	}
 	return 0
@@ -299,18 +322,24 @@ func ackSubject(stream, consumer string, sseq, dseq uint64) string {
 //	uvarint headers | (uvarint len, key, uvarint len, value)... | payload
 //
 // Version 2, for a message with a key (broker.Message.Key), adds it after the system_id,
-// as uvarint len, key. A message without one keeps version 1, which nodes of an older
-// version read: in a rolling upgrade only keyed fanout messages need every node upgraded.
+// as uvarint len, key. Version 3, for a message with a priority (broker.Message.Priority),
+// adds the key (of length 0 if none) and a byte, the priority, after it. A message with
+// neither keeps version 1, which nodes of an older version read: in a rolling upgrade only
+// keyed or prioritized fanout messages need every node upgraded.
 const (
-	envMagic        = 'T'
-	envVersion      = 1
-	envVersionKeyed = 2
+	envMagic           = 'T'
+	envVersion         = 1
+	envVersionKeyed    = 2
+	envVersionPriority = 3
 )
 
 // appendEnvelope encodes a fanout message into dst.
-func appendEnvelope(dst []byte, seq uint64, publishedAt int64, id, key string, headers broker.Headers, payload []byte) []byte {
+func appendEnvelope(dst []byte, seq uint64, publishedAt int64, id, key string, prio uint8, headers broker.Headers, payload []byte) []byte {
 	version := byte(envVersion)
-	if key != "" {
+	switch {
+	case prio > 0:
+		version = envVersionPriority
+	case key != "":
 		version = envVersionKeyed
 	}
 	dst = append(dst, envMagic, version)
@@ -318,9 +347,12 @@ func appendEnvelope(dst []byte, seq uint64, publishedAt int64, id, key string, h
 	dst = binary.AppendVarint(dst, publishedAt)
 	dst = binary.AppendUvarint(dst, uint64(len(id)))
 	dst = append(dst, id...)
-	if key != "" {
+	if version != envVersion {
 		dst = binary.AppendUvarint(dst, uint64(len(key)))
 		dst = append(dst, key...)
+	}
+	if version == envVersionPriority {
+		dst = append(dst, prio)
 	}
 	dst = binary.AppendUvarint(dst, uint64(len(headers)))
 	for _, x := range headers {
@@ -334,7 +366,7 @@ func appendEnvelope(dst []byte, seq uint64, publishedAt int64, id, key string, h
 
 // envelopeSize bounds what appendEnvelope adds to a payload, for sizing its buffer.
 func envelopeSize(id, key string, headers broker.Headers) int {
-	n := 2 + 4*binary.MaxVarintLen64 + len(id) + len(key)
+	n := 3 + 4*binary.MaxVarintLen64 + len(id) + len(key)
 	for _, x := range headers {
 		n += 2*binary.MaxVarintLen64 + len(x.Key) + len(x.Value)
 	}
@@ -347,10 +379,10 @@ func parseEnvelope(topic string, data []byte) (*broker.Message, error) {
 	bad := func(what string) error {
 		return fmt.Errorf("fanout message on %q: %s; is every node the same tinybroker version?", topic, what)
 	}
-	if len(data) < 2 || data[0] != envMagic || data[1] != envVersion && data[1] != envVersionKeyed {
+	if len(data) < 2 || data[0] != envMagic || data[1] < envVersion || data[1] > envVersionPriority {
 		return nil, bad("not an envelope of this version")
 	}
-	keyed := data[1] == envVersionKeyed
+	version := data[1]
 	r := data[2:]
 	uv := func() (uint64, bool) {
 		v, n := binary.Uvarint(r)
@@ -382,10 +414,16 @@ func parseEnvelope(topic string, data []byte) (*broker.Message, error) {
 	if m.SystemID, ok = str(); !ok {
 		return nil, bad("bad system_id")
 	}
-	if keyed {
+	if version != envVersion {
 		if m.Key, ok = str(); !ok {
 			return nil, bad("bad key")
 		}
+	}
+	if version == envVersionPriority {
+		if len(r) == 0 {
+			return nil, bad("no priority")
+		}
+		m.Priority, r = min(r[0], grouping.MaxPriority), r[1:]
 	}
 	nh, ok := uv()
 	if !ok || nh > uint64(len(r)) {

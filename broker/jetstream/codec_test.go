@@ -20,20 +20,31 @@ func TestEnvelope(t *testing.T) {
 	h := map[string]string{"a": "1", "key: with\nline": " spaces ", "": "empty key", "Tb-Id": "x"}
 	payload := []byte("payload\x00bytes")
 	var data []byte
-	for _, key := range []string{"order-7", ""} { // without a key, version 1: older nodes read it
-		data = appendEnvelope(nil, 42, -7, "system-id", key, broker.MakeHeaders(h), payload)
-		if n := envelopeSize("system-id", key, broker.MakeHeaders(h)) + len(payload); len(data) > n {
+	for _, c := range []struct { // with neither key nor priority, version 1: older nodes read it
+		key     string
+		prio    uint8
+		version byte
+	}{{"order-7", 9, envVersionPriority}, {"", 3, envVersionPriority}, {"order-7", 0, envVersionKeyed}, {"", 0, envVersion}} {
+		data = appendEnvelope(nil, 42, -7, "system-id", c.key, c.prio, broker.MakeHeaders(h), payload)
+		if n := envelopeSize("system-id", c.key, broker.MakeHeaders(h)) + len(payload); len(data) > n {
 			t.Fatalf("envelope of %d bytes, sized %d", len(data), n)
 		}
-		if v := data[1]; key == "" && v != envVersion || key != "" && v != envVersionKeyed {
-			t.Fatalf("key %q: envelope version %d", key, v)
+		if v := data[1]; v != c.version {
+			t.Fatalf("key %q, priority %d: envelope version %d, want %d", c.key, c.prio, v, c.version)
 		}
 		m, err := parseEnvelope("a.b", data)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if m.ID != 42 || m.PublishedAt != -7 || m.SystemID != "system-id" || m.Key != key || m.Topic != "a.b" || !bytes.Equal(m.Payload, payload) || !maps.Equal(m.Headers.Map(), h) {
+		if m.ID != 42 || m.PublishedAt != -7 || m.SystemID != "system-id" || m.Key != c.key || m.Priority != c.prio || m.Topic != "a.b" ||
+			!bytes.Equal(m.Payload, payload) || !maps.Equal(m.Headers.Map(), h) {
 			t.Fatalf("got %+v", m)
+		}
+		// Every proper prefix that cuts into the fields is refused.
+		for i := range len(data) - len(payload) {
+			if _, err := parseEnvelope("t", data[:i]); err == nil {
+				t.Fatalf("version %d: a prefix of %d bytes parsed", c.version, i)
+			}
 		}
 	}
 	m, _ := parseEnvelope("a.b", data)
@@ -44,15 +55,8 @@ func TestEnvelope(t *testing.T) {
 	if m.HeaderBytes != hb {
 		t.Fatalf("HeaderBytes %d, want %d", m.HeaderBytes, hb)
 	}
-	if m, err := parseEnvelope("t", appendEnvelope(nil, 1, 1, "id", "", nil, nil)); err != nil || m.Headers != nil || len(m.Payload) != 0 {
+	if m, err := parseEnvelope("t", appendEnvelope(nil, 1, 1, "id", "", 0, nil, nil)); err != nil || m.Headers != nil || len(m.Payload) != 0 {
 		t.Fatalf("empty: %+v, %v", m, err)
-	}
-	// Every proper prefix that cuts into the fields is refused.
-	fields := len(data) - len(payload)
-	for i := range fields {
-		if _, err := parseEnvelope("t", data[:i]); err == nil {
-			t.Fatalf("a prefix of %d bytes parsed", i)
-		}
 	}
 	if _, err := parseEnvelope("t", []byte("plain payload")); err == nil || !strings.Contains(err.Error(), "version") {
 		t.Fatalf("foreign payload: %v", err)

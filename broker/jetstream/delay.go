@@ -119,6 +119,7 @@ func (e *Engine) storeDelayed(b *storeBatch, i int, m *publishing.Msg, now int64
 	h := encodeHeaders(m.Headers, now)
 	setKey(h, m.Key)
 	setTTL(h, m.TTL)
+	setPriority(h, m.Prio)
 	h["Nats-Schedule"] = []string{"@at " + time.Unix(0, now+int64(m.Delay)).UTC().Format(time.RFC3339Nano)}
 	h["Nats-Schedule-Target"] = []string{d.subjT + m.Topic}
 	if m.ID != "" { // a retry is stored once, on every node
@@ -248,7 +249,7 @@ func (e *Engine) fire(got []jetstream.Msg) {
 	for i, jm := range got {
 		nh := jm.Headers()
 		h, _, hb := decodeHeaders(nh)
-		ms[i] = publishing.Msg{Topic: strings.TrimPrefix(jm.Subject(), d.subjT), Payload: jm.Data(), Headers: h, HB: hb, Key: keyOf(nh), TTL: ttlOf(nh)}
+		ms[i] = publishing.Msg{Topic: strings.TrimPrefix(jm.Subject(), d.subjT), Payload: jm.Data(), Headers: h, HB: hb, Key: keyOf(nh), TTL: ttlOf(nh), Prio: priorityOf(nh)}
 		if meta, err := jm.Metadata(); err == nil {
 			ms[i].ID = d.idPrefix + strconv.FormatUint(meta.Sequence.Stream, 10)
 		}

@@ -21,11 +21,12 @@ import (
 // whose metadata holds the group's definition, so that every node (and a restarted one)
 // reads it. Each member on this node pulls for itself: it asks JetStream for as many
 // messages as it has room for (max_in_flight minus what it holds and has asked for), so
-// JetStream hands messages to members in the order they asked, and a member never holds
-// more than its max_in_flight. Ack deadlines, nacks, touches and members leaving are
-// applied here (with the hooks) and passed to JetStream as +ACK, -NAK (with a delay),
-// +WPI and +TERM; the consumer's own AckWait, longer than every member's deadline, only
-// redelivers what a node that died held.
+// JetStream hands messages to members by their priority, then in the order they asked
+// (priority.go), and a member never holds more than its max_in_flight. (A group with
+// ordering, fair_by or max_priority is dispatched by its node instead: keyed.go.) Ack
+// deadlines, nacks, touches and members leaving are applied here (with the hooks) and
+// passed to JetStream as +ACK, -NAK (with a delay), +WPI and +TERM; the consumer's own
+// AckWait, longer than every member's deadline, only redelivers what a node that died held.
 
 const (
 	metaID            = "tinybroker-subscription-id"
@@ -80,8 +81,15 @@ type group struct {
 	pin         string
 	pinChecking bool
 	graceUntil  time.Time
+	gatherUntil time.Time // a group with priorities: see gatheringLocked
 	pinGen      uint64
-	keepPin     string // the pin of the last keepalive
+	// policy is the priority policy of the consumer as last read or saved, or to be saved
+	// (Engine.mu): an unordered group's has none until a member with a priority joins.
+	policy jetstream.PriorityPolicy
+	// turn is where the choice of a member on this node starts (takerLocked), for
+	// round-robin among those of the same priority. Under g.mu.
+	turn    int
+	keepPin string // the pin of the last keepalive
 	// An ordered group's node pulls for its members together (pullKeyedLocked): ksub is
 	// the subscription of kinbox, its requests' inbox; kreqID names the open request (0:
 	// none), kremaining what it may still bring, kreqPin the pin it carries.
@@ -100,8 +108,9 @@ type group struct {
 	memberSeq uint64
 	// waiting holds what this node took back from its members until JetStream redelivers
 	// it, so that a late ack settles it; delayed, when the nacked ones' delays end (stats);
-	// unseen, how many of JetStream's deliveries of each this node handed back while the
-	// group was paused, no member having seen them (onMsg): they are no attempts.
+	// unseen, how many of JetStream's deliveries of each this node handed back without a
+	// member having seen them — the group paused (onMsg), or a keyed group's node left
+	// without members (flushLocked): they are no attempts.
 	waiting           map[uint64]*broker.Message
 	delayed           map[uint64]time.Time
 	unseen            map[uint64]uint32
@@ -148,6 +157,7 @@ type member struct {
 	s           *Subscription
 	maxInFlight int
 	ackDeadline time.Duration
+	priority    uint8 // broker.SubscribeOptions.Priority
 	peer        string
 	joined      int64
 	inbox       string
@@ -221,9 +231,17 @@ func (e *Engine) consumerConfig(g *group) jetstream.ConsumerConfig {
 		cc.Metadata[metaOrdering] = g.dispatch.Ordering.String()
 		// One node dispatches at a time: the one JetStream pins (keyed.go).
 		cc.PriorityPolicy, cc.PriorityGroups, cc.PinnedTTL = jetstream.PriorityPolicyPinned, []string{pinGroup}, pinnedTTL
+	} else if g.policy == jetstream.PriorityPolicyPrioritized {
+		// A member with a priority joined (Engine.join): JetStream serves the waiting pull
+		// requests by their priority, so a member of a lower priority gets a message only
+		// while every higher one is full (priority.go).
+		cc.PriorityPolicy, cc.PriorityGroups = jetstream.PriorityPolicyPrioritized, []string{pinGroup}
 	}
 	if g.dispatch.FairBy != "" {
 		cc.Metadata[metaFairBy] = g.dispatch.FairBy
+	}
+	if g.dispatch.MaxPriority > 0 {
+		cc.Metadata[metaMaxPriority] = strconv.Itoa(int(g.dispatch.MaxPriority))
 	}
 	if !g.declared && e.opts.GroupExpireAfter > 0 {
 		cc.InactiveThreshold = e.opts.GroupExpireAfter
@@ -266,6 +284,10 @@ func (e *Engine) groupFromInfo(ci *jetstream.ConsumerInfo) *group {
 	var d broker.Dispatch
 	d.Ordering, _ = broker.ParseOrdering(md[metaOrdering])
 	d.FairBy = md[metaFairBy]
+	if p, err := strconv.Atoi(md[metaMaxPriority]); err == nil && p > 0 {
+		d.MaxPriority = uint8(min(p, grouping.MaxPriority))
+	}
+	g.policy = ci.Config.PriorityPolicy
 	g.setDispatchLocked(d)
 	if lj := md[metaLimits]; lj != "" {
 		_ = json.Unmarshal([]byte(lj), &g.own)
@@ -296,7 +318,12 @@ func (g *group) config() broker.GroupConfig {
 }
 
 func (g *group) sameDefinition(o broker.SubscribeOptions, patterns []string) bool {
-	return g.config().CheckMember(&o, patterns) == nil
+	return g.checkMember(o, patterns) == nil
+}
+
+// checkMember says why a member asking for o may not join g, or nil (CheckMember).
+func (g *group) checkMember(o broker.SubscribeOptions, patterns []string) error {
+	return g.config().CheckMember(&o, patterns)
 }
 
 func (g *group) memberCount() int {

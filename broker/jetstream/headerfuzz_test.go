@@ -77,7 +77,7 @@ func FuzzHeaderCodec(f *testing.F) {
 		if !maps.Equal(got.Map(), h.Map()) || !got.Equal(h) || at != 42 || gotHB != hb {
 			t.Fatalf("headers %q came back from JetStream as %q (published at %d, %d bytes; want %d)", h, got, at, gotHB, hb)
 		}
-		m, err := parseEnvelope("t", appendEnvelope(nil, 1, 42, "id", "", h, nil))
+		m, err := parseEnvelope("t", appendEnvelope(nil, 1, 42, "id", "", 0, h, nil))
 		if err != nil || !m.Headers.Equal(h) || m.HeaderBytes != hb {
 			t.Fatalf("headers %q came back from a fanout envelope as %q (%v)", h, m.Headers, err)
 		}

@@ -37,6 +37,8 @@ package jetstream
 // tenth of its members' room for the tenants that are not noisy (keyq.pop); a group with
 // fair_by alone is not pinned: each node takes turns among what it pulled. See RATIONALE.md,
 // "How do ordering keys and fair dispatch hold on the JetStream engine, and in a cluster?".
+// A group with max_priority uses the same queue, and chooses by level within a tenant's turn
+// (priority.go, which writes the precedence down).
 
 import (
 	"cmp"
@@ -53,17 +55,18 @@ import (
 )
 
 const (
-	keyTick      = time.Second   // keepalive of the pin, +WPI of what is parked, the grace's end
-	pinnedTTL    = 5 * keyTick   // the consumer's PinnedTTL: a pin not renewed for this long moves
-	keyParkMax   = 1024          // messages a node parks for a keyed group
-	keyParkBytes = 8 << 20       // bytes a node parks for a keyed group
-	pinGroup     = "tinybroker"  // the consumer's one priority group
-	hdrPin       = "Nats-Pin-Id" // the pin a message was delivered under
-	keyLaneCost  = 160           // what a lane costs besides its key
-	tenantCost   = 192           // what a tenant costs besides its name
-	fairWindow   = 256           // with fair_by, a node pulls ahead this many messages to take turns among (keyParkMax while a tenant is noisy)
-	metaOrdering = "tinybroker-ordering"
-	metaFairBy   = "tinybroker-fair-by"
+	keyTick         = time.Second   // keepalive of the pin, +WPI of what is parked, the grace's end
+	pinnedTTL       = 5 * keyTick   // the consumer's PinnedTTL: a pin not renewed for this long moves
+	keyParkMax      = 1024          // messages a node parks for a keyed group
+	keyParkBytes    = 8 << 20       // bytes a node parks for a keyed group
+	pinGroup        = "tinybroker"  // the consumer's one priority group
+	hdrPin          = "Nats-Pin-Id" // the pin a message was delivered under
+	keyLaneCost     = 160           // what a lane costs besides its key
+	tenantCost      = 192           // what a tenant costs besides its name
+	fairWindow      = 256           // with fair_by, a node pulls ahead this many messages to take turns among (keyParkMax while a tenant is noisy)
+	metaOrdering    = "tinybroker-ordering"
+	metaFairBy      = "tinybroker-fair-by"
+	metaMaxPriority = "tinybroker-max-priority"
 )
 
 // kentry is a message a keyed group's node pulled and has not settled.
@@ -78,6 +81,7 @@ type kentry struct {
 	gone    bool     // settled, or given back to JetStream
 	flying  bool     // handed out by pop and not back (keyq.landed)
 	quiet   bool     // flying, handed out while its tenant was not noisy
+	level   uint8    // the level it waits at (Dispatch.Level of its priority)
 	touched time.Time
 	timer   *time.Timer // a nack's delay
 }
@@ -88,15 +92,18 @@ type klane struct {
 	t     *ktenant
 	q     []*kentry
 	busy  *kentry // its message out, if any
-	ready bool    // in t.ready
+	ready bool    // among t's ready lanes, at level
+	level uint8   // its head's level when it was put there (relevel)
 }
 
 // ktenant is fair_by's tenant (one, "", without fair_by): its ready lanes in turn, and its
-// waiting messages without an order key.
+// waiting messages without an order key, by level (priority.go): ready and free hold level
+// 0, every message of a group without priorities.
 type ktenant struct {
 	name    string
 	ready   []*klane
 	free    []*kentry // by stream sequence
+	above   *tlevels  // levels 1 and up, made when a message of one parks
 	inReady bool      // in keyq.ready
 	held    int       // its messages this node holds
 	noisy   bool
@@ -178,6 +185,7 @@ func (k *keyq) add(e *kentry) int64 {
 func (k *keyq) park(e *kentry) {
 	k.landed(e)
 	e.out = false
+	e.level = k.d.Level(e.msg.Priority)
 	k.parked++
 	k.pbytes += msgCost(e.msg)
 	if l := e.lane; l != nil {
@@ -185,23 +193,29 @@ func (k *keyq) park(e *kentry) {
 			l.busy = nil
 		}
 		l.q = insert(l.q, e)
-		k.readied(l)
+		if l.ready {
+			k.relevel(l)
+		} else {
+			k.readied(l)
+		}
 		return
 	}
-	e.tn.free = insert(e.tn.free, e)
+	_, free := e.tn.at(e.level)
+	*free = insert(*free, e)
 	k.tenantReady(e.tn)
 }
 
 func (k *keyq) readied(l *klane) {
 	if !l.ready && l.busy == nil && len(l.q) > 0 {
-		l.ready = true
-		l.t.ready = append(l.t.ready, l)
+		l.ready, l.level = true, k.d.Level(l.q[0].msg.Priority)
+		ready, _ := l.t.at(l.level)
+		*ready = append(*ready, l)
 		k.tenantReady(l.t)
 	}
 }
 
 func (k *keyq) tenantReady(t *ktenant) {
-	if !t.inReady && (len(t.ready) > 0 || len(t.free) > 0) {
+	if !t.inReady && t.waiting() {
 		t.inReady = true
 		k.ready = append(k.ready, t)
 	}
@@ -254,25 +268,40 @@ func (k *keyq) landed(e *kentry) {
 	}
 }
 
-// popTenant takes t's next message: the older of its first ready lane's head and its first
-// message without a key.
+// popTenant takes t's next message: at its highest level with one (priority.go), the older
+// of its first ready lane's head and its first message without a key.
 func (k *keyq) popTenant(t *ktenant) *kentry {
-	for len(t.ready) > 0 && (len(t.ready[0].q) == 0 || t.ready[0].busy != nil) {
-		t.ready[0].ready = false
-		t.ready = t.ready[1:]
+	if t.above != nil {
+		for lv := len(t.above) - 1; lv >= 0; lv-- {
+			if e := popLevel(&t.above[lv].ready, &t.above[lv].free); e != nil {
+				return e
+			}
+		}
 	}
+	return popLevel(&t.ready, &t.free)
+}
+
+// popLevel takes the next message of one level of a tenant: the older of the first ready
+// lane's head and the first message without a key.
+func popLevel(ready *[]*klane, free *[]*kentry) *kentry {
+	r := *ready
+	for len(r) > 0 && (len(r[0].q) == 0 || r[0].busy != nil) {
+		r[0].ready = false
+		r = r[1:]
+	}
+	*ready = r
 	switch {
-	case len(t.ready) > 0 && (len(t.free) == 0 || t.ready[0].q[0].info.sseq < t.free[0].info.sseq):
-		l := t.ready[0]
+	case len(r) > 0 && (len(*free) == 0 || r[0].q[0].info.sseq < (*free)[0].info.sseq):
+		l := r[0]
 		l.ready = false
-		t.ready = t.ready[1:]
+		*ready = r[1:]
 		e := l.q[0]
 		l.q = l.q[1:]
 		l.busy = e
 		return e
-	case len(t.free) > 0:
-		e := t.free[0]
-		t.free = t.free[1:]
+	case len(*free) > 0:
+		e := (*free)[0]
+		*free = (*free)[1:]
 		return e
 	}
 	return nil
@@ -286,9 +315,15 @@ func (k *keyq) unpark(e *kentry) {
 	if l := e.lane; l != nil {
 		if i := slices.Index(l.q, e); i >= 0 {
 			l.q = slices.Delete(l.q, i, i+1)
+			if i == 0 && l.ready && len(l.q) > 0 {
+				k.relevel(l)
+			}
 		}
-	} else if i := slices.Index(e.tn.free, e); i >= 0 {
-		e.tn.free = slices.Delete(e.tn.free, i, i+1)
+	} else {
+		_, free := e.tn.at(e.level)
+		if i := slices.Index(*free, e); i >= 0 {
+			*free = slices.Delete(*free, i, i+1)
+		}
 	}
 	e.out = true
 	k.parked--
@@ -391,9 +426,9 @@ func (g *group) ordered() bool { return g.dispatch.Ordering != broker.OrderingNo
 // shared).
 func (g *group) setDispatchLocked(d broker.Dispatch) {
 	g.dispatch = d
-	if !d.Keyed() {
+	if !localDispatch(d) {
 		if g.kq != nil {
-			g.flushLocked("ordering turned off")
+			g.flushLocked("ordering, fair_by and max_priority turned off")
 			g.kq = nil
 		}
 		return
@@ -414,6 +449,28 @@ func (g *group) chargeLocked(n int64) {
 	g.quota.AddBytes(n)
 }
 
+// maxUnseen bounds group.unseen: an entry goes when its message comes back to this node,
+// but one another node of a cluster took stays. Past the bound the map starts again, and a
+// message handed back unseen before may count one attempt too many (as one another node
+// takes does anyway).
+const maxUnseen = 4096
+
+// noteUnseenLocked records that this node hands back JetStream's delivery of seq without a
+// member having seen it. g.mu must be held.
+func (g *group) noteUnseenLocked(seq uint64) {
+	if len(g.unseen) >= maxUnseen {
+		clear(g.unseen)
+	}
+	g.unseen[seq]++
+}
+
+// unseenLocked returns how many of JetStream's deliveries of the message info describes
+// were handed back by this node unseen (group.unseen): they are no attempts. g.mu must be
+// held.
+func (g *group) unseenLocked(info ackInfo) uint32 {
+	return min(g.unseen[info.sseq], info.delivered-1)
+}
+
 // keyedArrivalLocked takes a message JetStream delivered to an ordered group: it parks it,
 // hands out what may go, and pulls again. It lets go of g.mu.
 func (g *group) keyedArrivalLocked(msg *nats.Msg, info ackInfo) {
@@ -429,7 +486,7 @@ func (g *group) keyedArrivalLocked(msg *nats.Msg, info ackInfo) {
 		g.queued--
 	}
 	bm := g.decode(msg, info.sseq)
-	if g.maxDeliveries > 0 && int(info.delivered) > g.maxDeliveries && g.kq.bySeq[info.sseq] == nil {
+	if g.maxDeliveries > 0 && int(info.delivered-g.unseenLocked(info)) > g.maxDeliveries && g.kq.bySeq[info.sseq] == nil {
 		// JetStream redelivered it by itself (the node that held it went away) past
 		// max_deliveries: it is dead.
 		h := &held{msg: bm, reply: msg.Reply, info: info, attempt: g.markLocked(info.sseq, info.delivered) - 1, sentAt: time.Now()}
@@ -494,12 +551,13 @@ func (g *group) pullKeyedLocked() {
 	for _, m := range g.members {
 		room += max(0, m.maxInFlight-len(m.held))
 	}
-	if g.dispatch.FairBy != "" { // a window to take turns among (RATIONALE.md)
-		window := fairWindow
-		if g.kq.noisyN > 0 { // to find the quiet tenants' messages behind a flood
-			window = keyParkMax
-		}
-		room = max(room, window-g.kq.parked)
+	switch {
+	case g.dispatch.MaxPriority > 0 || g.kq.noisyN > 0:
+		// Priorities are strict among what the node holds (priority.go); a flood's quiet
+		// tenants are found behind it (RATIONALE.md).
+		room = max(room, keyParkMax-g.kq.parked)
+	case g.dispatch.FairBy != "": // a window to take turns among
+		room = max(room, fairWindow-g.kq.parked)
 	}
 	room = min(room, keyParkMax-g.kq.parked)
 	if room <= 0 {
@@ -515,7 +573,8 @@ func (g *group) pullKeyedLocked() {
 	g.kreqSeq++
 	rid := g.kreqSeq
 	g.kreqID, g.kremaining, g.kreqPin = rid, room, g.pin
-	req := g.pullRequest(room, expires)
+	g.gatherLocked()
+	req := g.pullRequest(room, expires, g.topPriorityLocked())
 	subj := "$JS.API.CONSUMER.MSG.NEXT." + g.stream + "." + g.consumer
 	if err := g.e.nc.PublishRequest(subj, g.kinbox+"."+strconv.FormatUint(rid, 10), req); err != nil {
 		g.e.log.Warn("pull request failed", "group", g.id, "error", err)
@@ -604,9 +663,10 @@ func (g *group) dispatchLocked() {
 	}
 	if len(g.members) == 0 || g.draining || g.removed {
 		g.flushLocked("")
+		g.endPullLocked()
 		return
 	}
-	if !g.mayDispatchLocked() {
+	if !g.mayDispatchLocked() || g.gatheringLocked() {
 		return
 	}
 	var gone []takeItem // expired while parked: let go of, not handed out (expiry.go)
@@ -635,7 +695,8 @@ func (g *group) dispatchLocked() {
 		}
 		attempt := e.attempt + 1
 		if e.attempt == 0 {
-			attempt = g.markLocked(e.info.sseq, e.info.delivered)
+			attempt = g.markLocked(e.info.sseq, e.info.delivered) - g.unseenLocked(e.info)
+			delete(g.unseen, e.info.sseq)
 		}
 		e.attempt = attempt
 		if time.Since(e.touched) > keyTick { // parked a while: JetStream's AckWait starts again
@@ -644,6 +705,7 @@ func (g *group) dispatchLocked() {
 		}
 		delete(g.delayed, e.info.sseq)
 		g.handLocked(t, &held{msg: e.msg, reply: e.reply, info: e.info, attempt: attempt, sentAt: time.Now(), e: e})
+		g.turn = slices.Index(g.members, t) + 1 // the next of its priority comes next
 	}
 }
 
@@ -711,6 +773,13 @@ func (g *group) flushLocked(why string) {
 		delete(g.delayed, e.info.sseq)
 		g.chargeLocked(-g.kq.release(e))
 		g.waiting[e.info.sseq] = e.msg // as any message given back, until JetStream redelivers it
+		if e.attempt == 0 {
+			// Parked, never handed to a member: JetStream's delivery is no attempt. In a
+			// cluster a node without members keeps its open pull (endPullLocked), which
+			// brings each message back at once, as often as its batch allows: counted, they
+			// dead-lettered what no member had seen.
+			g.noteUnseenLocked(e.info.sseq)
+		}
 		_ = g.e.nc.Publish(e.reply, []byte("-NAK"))
 	}
 	if why != "" {
@@ -720,6 +789,24 @@ func (g *group) flushLocked(why string) {
 		g.pin, g.pinChecking, g.graceUntil = "", false, time.Time{}
 		g.pinGen++
 	}
+}
+
+// endPullLocked stops the node's open pull request once no member is left here, on one
+// node, by letting go of its inbox: JetStream skips a request that nobody listens to, and
+// the next member pulls with a new one. Otherwise each message the request brings would go
+// back at once (flushLocked) and come again, a round trip each until the request's batch
+// ran out, every one a delivery that counts toward max_deliveries (a group of max_deliveries
+// 2 dead-lettered what was published while it had no member). In a cluster the inbox stays,
+// as a member's does (inboxDoneLocked): a delivery replicated before the inbox went would be
+// sent to nobody and wait for AckWait. g.mu must be held.
+func (g *group) endPullLocked() {
+	if !g.e.solo || g.ksub == nil || len(g.members) > 0 || g.draining || g.removed {
+		return
+	}
+	if err := g.ksub.Drain(); err != nil {
+		_ = g.ksub.Unsubscribe()
+	}
+	g.ksub, g.kinbox, g.kreqID = nil, "", 0
 }
 
 // acquireLocked notes that JetStream gave this node the pin p, and checks whether another
@@ -839,10 +926,11 @@ func (g *group) lostPinLocked() {
 	}
 }
 
-// pullRequest is the pull request m sends for room messages, expiring after expires.
-func (g *group) pullRequest(room int, expires time.Duration) []byte {
-	if !g.ordered() {
-		return fmt.Appendf(nil, `{"batch":%d,"expires":%d}`, room, int64(expires))
+// pullRequest is the pull request for room messages, expiring after expires, of members of
+// priority prio. g.mu must be held.
+func (g *group) pullRequest(room int, expires time.Duration, prio uint8) []byte {
+	if !g.ordered() { // a prioritized consumer needs the group, one without a policy ignores it (priority.go)
+		return fmt.Appendf(nil, `{"batch":%d,"expires":%d,"group":%q,"priority":%d}`, room, int64(expires), pinGroup, pullPriority(prio))
 	}
 	if g.pin == "" {
 		return fmt.Appendf(nil, `{"batch":1,"expires":%d,"group":%q}`, int64(min(expires, keyTick)), pinGroup)

@@ -40,7 +40,7 @@ func (g *group) pumpLocked(m *member) {
 		// must lapse well within the group's expiry.
 		expires = min(expires, after/2)
 	}
-	req := g.pullRequest(room, expires)
+	req := g.pullRequest(room, expires, m.priority)
 	subj := "$JS.API.CONSUMER.MSG.NEXT." + g.stream + "." + g.consumer
 	if err := g.e.nc.PublishRequest(subj, m.inbox+"."+strconv.FormatUint(rid, 10), req); err != nil {
 		g.e.log.Warn("pull request failed", "group", g.id, "error", err)
@@ -86,19 +86,24 @@ func (m *member) closeInbox() {
 	}
 }
 
-// takerLocked returns a member on this node with room for one more message beyond what its
-// open pull request may still bring, or nil. g.mu must be held.
+// takerLocked returns the member on this node to take the next message: of those with room
+// for one more beyond what their open pull requests may still bring, one of the highest
+// priority, the first from g.turn on (round-robin among them: dispatchLocked moves g.turn
+// past the member it handed to); nil if none has room. g.mu must be held.
 func (g *group) takerLocked() *member {
-	for _, t := range g.members {
+	var best *member
+	n := len(g.members)
+	for j := range n {
+		t := g.members[(g.turn+j)%n]
 		pending := 0
 		if t.reqID != 0 {
 			pending = t.remaining
 		}
-		if t.maxInFlight-len(t.held)-pending > 0 {
-			return t
+		if t.maxInFlight-len(t.held)-pending > 0 && (best == nil || t.priority > best.priority) {
+			best = t
 		}
 	}
-	return nil
+	return best
 }
 
 func (g *group) pumpAllLocked() {
@@ -208,7 +213,7 @@ func (m *member) onMsg(msg *nats.Msg) {
 			// Sent before JetStream's pause landed, to a pull request made before this node
 			// paused the group: no member saw it, so the delivery JetStream counted is no
 			// attempt (against max_deliveries) when it comes again.
-			g.unseen[info.sseq]++
+			g.noteUnseenLocked(info.sseq)
 		}
 		g.mu.Unlock()
 		_ = e.nc.Publish(msg.Reply, []byte("-NAK"))

@@ -146,7 +146,7 @@ func (e *Engine) routeBatch(ms []publishing.Msg, res []broker.PublishResult, err
 			continue
 		}
 		var h nats.Header
-		if len(m.Headers) == 0 && len(skip) == 0 && m.ID == "" && m.Key == "" && m.TTL == 0 {
+		if len(m.Headers) == 0 && len(skip) == 0 && m.ID == "" && m.Key == "" && m.TTL == 0 && m.Prio == 0 {
 			// The same for every such message of the frame (nats.go only reads it).
 			if plain == nil {
 				plain = encodeHeaders(nil, now)
@@ -156,6 +156,7 @@ func (e *Engine) routeBatch(ms []publishing.Msg, res []broker.PublishResult, err
 			h = encodeHeaders(m.Headers, now)
 			setKey(h, m.Key)
 			setTTL(h, m.TTL)
+			setPriority(h, m.Prio)
 			if len(skip) > 0 {
 				h[hdrSkip] = []string{strings.Join(skip, ",")}
 			}
@@ -456,7 +457,7 @@ func (e *Engine) publishFanout(m *publishing.Msg, seq uint64, id string, publish
 	if e.interest != nil && !e.interest(subj) {
 		return nil
 	}
-	data := appendEnvelope(make([]byte, 0, len(m.Payload)+envelopeSize(id, m.Key, m.Headers)), seq, publishedAt, id, m.Key, m.Headers, m.Payload)
+	data := appendEnvelope(make([]byte, 0, len(m.Payload)+envelopeSize(id, m.Key, m.Headers)), seq, publishedAt, id, m.Key, m.Prio, m.Headers, m.Payload)
 	return e.nc.Publish(subj, data)
 }
 
@@ -468,8 +469,8 @@ func (e *Engine) deliverLocal(m *publishing.Msg, subs []*Subscription, seq uint6
 	if len(subs) == 0 {
 		return
 	}
-	msg := &broker.Message{ID: seq, SystemID: id, Topic: m.Topic, Payload: m.Payload, Headers: m.Headers, Key: m.Key, PublishedAt: publishedAt,
-		HeaderBytes: m.HB, Targets: 1}
+	msg := &broker.Message{ID: seq, SystemID: id, Topic: m.Topic, Payload: m.Payload, Headers: m.Headers, Key: m.Key, Priority: m.Prio,
+		PublishedAt: publishedAt, HeaderBytes: m.HB, Targets: 1}
 	for _, s := range subs {
 		s.st.deliverFanout(s, msg)
 	}
@@ -555,7 +556,7 @@ func (e *Engine) dispatchFanout() {
 func (g *group) decode(m *nats.Msg, sseq uint64) *broker.Message {
 	h, at, hb := decodeHeaders(m.Header)
 	return &broker.Message{ID: sseq, SystemID: g.e.ids.format(sseq, g.secret), Topic: strings.TrimPrefix(m.Subject, g.subj),
-		Payload: m.Data, Headers: h, Key: keyOf(m.Header), TTL: ttlOf(m.Header), PublishedAt: at, HeaderBytes: hb, Targets: 1}
+		Payload: m.Data, Headers: h, Key: keyOf(m.Header), TTL: ttlOf(m.Header), Priority: priorityOf(m.Header), PublishedAt: at, HeaderBytes: hb, Targets: 1}
 }
 
 // maxPendingStores bounds the stores sent to JetStream and not yet acknowledged, over every

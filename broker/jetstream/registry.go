@@ -57,7 +57,7 @@ func (e *Engine) saveLocked(g *group) error {
 	if err != nil {
 		return fmt.Errorf("%w: JetStream refused consumer group %q: %v", broker.ErrUnavailable, g.id, err)
 	}
-	g.created = c.CachedInfo().Created
+	g.created, g.policy = c.CachedInfo().Created, c.CachedInfo().Config.PriorityPolicy
 	e.announce(g.consumer)
 	return nil
 }
@@ -208,7 +208,7 @@ func (e *Engine) learn(ci *jetstream.ConsumerInfo) *group {
 		e.groupNames[ng.name] = g.id
 	}
 	g.name, g.patterns, g.maxDeliveries, g.dlq, g.declared, g.ackWait = ng.name, ng.patterns, ng.maxDeliveries, ng.dlq, ng.declared, ng.ackWait
-	g.own, g.limits = ng.own, ng.limits
+	g.own, g.limits, g.policy = ng.own, ng.limits, ng.policy
 	if g.dispatch != ng.dispatch {
 		g.setDispatchLocked(ng.dispatch)
 	}
@@ -298,11 +298,19 @@ func (e *Engine) join(o broker.SubscribeOptions, patterns []string, s *Subscript
 			return nil, err
 		}
 	}
-	if err := g.config().CheckMember(&o, patterns); err != nil {
+	if err := g.checkMember(o, patterns); err != nil {
 		return nil, err
 	}
-	if need := o.AckDeadline + ackWaitPad; need > g.ackWait { // JetStream must not redeliver before the member's deadline
-		g.ackWait = need
+	// JetStream must not redeliver before the member's deadline; and an unordered group's
+	// consumer takes the prioritized policy once a member with a priority comes (until
+	// then its members' priorities, all 0, would change nothing; and a node of an older
+	// version, which pulls without the priority group, keeps working: priority.go).
+	need := o.AckDeadline + ackWaitPad
+	if prioritize := o.Priority > 0 && !g.ordered() && g.policy != jetstream.PriorityPolicyPrioritized; need > g.ackWait || prioritize {
+		if prioritize {
+			g.policy = jetstream.PriorityPolicyPrioritized
+		}
+		g.ackWait = max(g.ackWait, need)
 		if err := e.saveLocked(g); err != nil {
 			return nil, err
 		}
@@ -315,12 +323,12 @@ func (e *Engine) join(o broker.SubscribeOptions, patterns []string, s *Subscript
 		memberID = g.name + "-" + e.nc.ConnectedServerName() + "-" + strconv.FormatUint(g.memberSeq, 10)
 	}
 	s.set = broker.Settings{ID: o.ID, MemberID: memberID, Mode: broker.Balanced, Group: g.name, Patterns: s.patterns,
-		MaxInFlight: o.MaxInFlight, AckDeadline: o.AckDeadline, MaxDeliveries: g.maxDeliveries, DeadLetterTopic: g.dlq, Dispatch: g.dispatch}
+		MaxInFlight: o.MaxInFlight, AckDeadline: o.AckDeadline, MaxDeliveries: g.maxDeliveries, DeadLetterTopic: g.dlq, Dispatch: g.dispatch, Priority: o.Priority}
 	g.mu.Unlock()
 	if err := s.st.register(s, o.Peer); err != nil {
 		return nil, err
 	}
-	m := &member{g: g, s: s, maxInFlight: o.MaxInFlight, ackDeadline: o.AckDeadline, peer: o.Peer, joined: time.Now().UnixNano(),
+	m := &member{g: g, s: s, maxInFlight: o.MaxInFlight, ackDeadline: o.AckDeadline, priority: o.Priority, peer: o.Peer, joined: time.Now().UnixNano(),
 		inbox: nats.NewInbox(), held: make(map[uint64]*held)}
 	g.mu.Lock()
 	ordered := g.kq != nil

@@ -118,3 +118,18 @@ const (
 	EntryLength  = 4
 	EntryVerdict = 8
 )
+
+// The metrics a plugin defines (docs/ABI.md, "Metrics"): their kinds, v1_metric_define's kind
+// argument, and the bounds on what a plugin can make the broker hold for them.
+const (
+	MetricCounter   = 1
+	MetricGauge     = 2
+	MetricHistogram = 3
+
+	MaxMetrics          = 32  // per plugin, across its instances and reloads
+	MaxMetricSeries     = 100 // label values per metric, "_other" included
+	MaxMetricName       = 64  // bytes of a metric's name or its label's
+	MaxMetricHelp       = 256 // bytes of its help
+	MaxMetricLabelValue = 64  // bytes of a label value
+	MaxMetricBuckets    = 32  // bucket bounds of a histogram
+)

@@ -72,6 +72,9 @@ const (
 	GroupState      = "State"
 )
 
+// GroupMetrics lists the host functions of the metrics a plugin defines.
+const GroupMetrics = "Metrics"
+
 func p(name string, k Kind) Param { return Param{Name: name, Kind: k} }
 
 // bin is p for a value of any bytes.
@@ -141,6 +144,15 @@ var HostFuncs = []Func{
 		Doc: "compare-and-set: set key to val (as v1_kv_set) only if its value is old now; an empty old means the key must be absent. ERR_CONFLICT: it is not, and nothing changed; other errors as v1_kv_set's"},
 	{Name: "v1_kv_delete", Params: []Param{p("key", In), p("key_len", Len)}, Result: I32, Ret: Status, Group: GroupState, Hooks: "all",
 		Doc: "remove key from the plugin's store (OK if absent)"},
+
+	{Name: "v1_metric_define", Params: []Param{p("kind", I32), p("name", In), p("name_len", Len), p("help", In), p("help_len", Len), p("label", In), p("label_len", Len), p("buckets", In), p("buckets_len", Len)}, Result: I32, Ret: Handle, Group: GroupMetrics,
+		Doc: "define a metric of the plugin, or find the one defined under that name (any instance, any load of the plugin): its id (>= 0), or an error status. kind: METRIC_COUNTER, METRIC_GAUGE or METRIC_HISTOGRAM; name: [a-zA-Z_][a-zA-Z0-9_]*, at most MAX_METRIC_NAME bytes, exported as tinybroker_plugin_<plugin>_<name>; help: UTF-8 text; label: one label name, or none (len 0); buckets: a histogram's increasing upper bounds, integers separated by commas, at most MAX_METRIC_BUCKETS, or none (len 0) for the default. ERR_INVALID for a malformed value, ERR_TOO_LARGE for one too long, ERR_LIMIT past MAX_METRICS, ERR_NOT_ALLOWED for a name defined with another kind, help, label or buckets"},
+	{Name: "v1_metric_add", Params: []Param{p("id", I32), p("value", I64), p("label_value", In), p("label_value_len", Len)}, Result: I32, Ret: Status, Group: GroupMetrics,
+		Doc: "add value to a counter (value >= 0) or a gauge, in the series of label_value (len 0 for a metric without a label). Past MAX_METRIC_SERIES label values, the value is counted under \"_other\" and the call returns ERR_LIMIT"},
+	{Name: "v1_metric_set", Params: []Param{p("id", I32), p("value", I64), p("label_value", In), p("label_value_len", Len)}, Result: I32, Ret: Status, Group: GroupMetrics,
+		Doc: "set a gauge, as v1_metric_add adds"},
+	{Name: "v1_metric_observe", Params: []Param{p("id", I32), p("value", I64), p("label_value", In), p("label_value_len", Len)}, Result: I32, Ret: Status, Group: GroupMetrics,
+		Doc: "record value in a histogram, as v1_metric_add adds"},
 }
 
 // Export is a function the guest exports for the host to call.
@@ -244,4 +256,14 @@ var Consts = []Const{
 	{"ENTRY_OFFSET", EntryOffset, "batch", "u32: record offset"},
 	{"ENTRY_LENGTH", EntryLength, "batch", "u32: record length"},
 	{"ENTRY_VERDICT", EntryVerdict, "batch", "u64: the guest's verdict"},
+
+	{"METRIC_COUNTER", MetricCounter, "metric", "v1_metric_define's kind: a counter (v1_metric_add, value >= 0)"},
+	{"METRIC_GAUGE", MetricGauge, "metric", "a gauge (v1_metric_add, v1_metric_set)"},
+	{"METRIC_HISTOGRAM", MetricHistogram, "metric", "a histogram (v1_metric_observe)"},
+	{"MAX_METRICS", MaxMetrics, "metric", "the most metrics one plugin defines"},
+	{"MAX_METRIC_SERIES", MaxMetricSeries, "metric", "the most label values one metric has; past them values count under \"_other\""},
+	{"MAX_METRIC_NAME", MaxMetricName, "metric", "the longest metric or label name, in bytes"},
+	{"MAX_METRIC_HELP", MaxMetricHelp, "metric", "the longest help text, in bytes"},
+	{"MAX_METRIC_LABEL_VALUE", MaxMetricLabelValue, "metric", "the longest label value, in bytes"},
+	{"MAX_METRIC_BUCKETS", MaxMetricBuckets, "metric", "the most bucket bounds of a histogram"},
 }

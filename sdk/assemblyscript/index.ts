@@ -89,6 +89,14 @@
 @external("tinybroker", "v1_kv_cas") declare function v1_kv_cas(key: usize, keyLen: usize, old: usize, oldLen: usize, val: usize, valLen: usize, ttlMs: i64): i32;
 // @ts-ignore: decorator
 @external("tinybroker", "v1_kv_delete") declare function v1_kv_delete(key: usize, keyLen: usize): i32;
+// @ts-ignore: decorator
+@external("tinybroker", "v1_metric_define") declare function v1_metric_define(kind: i32, name: usize, nameLen: usize, help: usize, helpLen: usize, label: usize, labelLen: usize, buckets: usize, bucketsLen: usize): i32;
+// @ts-ignore: decorator
+@external("tinybroker", "v1_metric_add") declare function v1_metric_add(id: i32, value: i64, labelValue: usize, labelValueLen: usize): i32;
+// @ts-ignore: decorator
+@external("tinybroker", "v1_metric_set") declare function v1_metric_set(id: i32, value: i64, labelValue: usize, labelValueLen: usize): i32;
+// @ts-ignore: decorator
+@external("tinybroker", "v1_metric_observe") declare function v1_metric_observe(id: i32, value: i64, labelValue: usize, labelValueLen: usize): i32;
 
 // The numbers of the ABI (docs/ABI.md).
 const ABI_STATUS_OK: i32 = 0; // status: done
@@ -140,6 +148,15 @@ const ABI_BATCH_ENTRY: i32 = 16; // batch: bytes of one entry
 const ABI_ENTRY_OFFSET: i32 = 0; // batch: u32: record offset
 const ABI_ENTRY_LENGTH: i32 = 4; // batch: u32: record length
 const ABI_ENTRY_VERDICT: i32 = 8; // batch: u64: the guest's verdict
+const ABI_METRIC_COUNTER: i32 = 1; // metric: v1_metric_define's kind: a counter (v1_metric_add, value >= 0)
+const ABI_METRIC_GAUGE: i32 = 2; // metric: a gauge (v1_metric_add, v1_metric_set)
+const ABI_METRIC_HISTOGRAM: i32 = 3; // metric: a histogram (v1_metric_observe)
+const ABI_MAX_METRICS: i32 = 32; // metric: the most metrics one plugin defines
+const ABI_MAX_METRIC_SERIES: i32 = 100; // metric: the most label values one metric has; past them values count under "_other"
+const ABI_MAX_METRIC_NAME: i32 = 64; // metric: the longest metric or label name, in bytes
+const ABI_MAX_METRIC_HELP: i32 = 256; // metric: the longest help text, in bytes
+const ABI_MAX_METRIC_LABEL_VALUE: i32 = 64; // metric: the longest label value, in bytes
+const ABI_MAX_METRIC_BUCKETS: i32 = 32; // metric: the most bucket bounds of a histogram
 // END ABI
 
 // Whether abort() is logging, declared before any global that allocates (and might abort).
@@ -958,6 +975,71 @@ export function setReason(reason: string): void {
   }
   encode(reason, encodeVal, false);
   v1_set_reason(encPtr, encLen);
+}
+
+// ---- metrics ----
+
+/** A metric the plugin defined (docs/ABI.md, "Metrics"), exported on the broker's /metrics as
+ *  tinybroker_plugin_<plugin>_<name>: id is its id (>= 0) or why it was refused (< 0). Each
+ *  call returns a Status; past 100 label values a value is counted under "_other" and the
+ *  call returns LIMIT. */
+export class Metric {
+  constructor(public id: i32) {}
+
+  /** Whether the broker defined it. */
+  get ok(): bool { return this.id >= 0; }
+
+  /** Adds v to a counter (v >= 0) or a gauge, in the series of labelValue ("" for a metric
+   *  without a label). */
+  add(v: i64, labelValue: string = ""): i32 {
+    if (this.id < 0) return this.id;
+    encode(labelValue, encodeVal, false);
+    return v1_metric_add(this.id, v, encPtr, encLen);
+  }
+
+  /** Sets a gauge, as add adds. */
+  set(v: i64, labelValue: string = ""): i32 {
+    if (this.id < 0) return this.id;
+    encode(labelValue, encodeVal, false);
+    return v1_metric_set(this.id, v, encPtr, encLen);
+  }
+
+  /** Records v in a histogram, as add adds. */
+  observe(v: i64, labelValue: string = ""): i32 {
+    if (this.id < 0) return this.id;
+    encode(labelValue, encodeVal, false);
+    return v1_metric_observe(this.id, v, encPtr, encLen);
+  }
+}
+
+/** Defining metrics: do it in init. Every instance does, and a name defined again with the
+ *  same kind, help, label and buckets is the same metric, shared by the instances and kept
+ *  across a reload. Values are i64: choose a unit that makes them integers. */
+export namespace metric {
+  /** A counter; label names its one label, or is "" for none. */
+  export function counter(name: string, help: string, label: string = ""): Metric {
+    return define(ABI_METRIC_COUNTER, name, help, label, "");
+  }
+
+  /** A gauge. */
+  export function gauge(name: string, help: string, label: string = ""): Metric {
+    return define(ABI_METRIC_GAUGE, name, help, label, "");
+  }
+
+  /** A histogram with these increasing bucket bounds (none: the default, 1, 2, 5, 10 ...
+   *  1,000,000). */
+  export function histogram(name: string, help: string, label: string = "", buckets: i64[] = []): Metric {
+    return define(ABI_METRIC_HISTOGRAM, name, help, label, buckets.join(","));
+  }
+
+  // define encodes each string into a buffer of its own (the encoder's two areas would not
+  // hold four): a define is rare, an allocation there is fine.
+  function define(kind: i32, name: string, help: string, label: string, buckets: string): Metric {
+    const n = String.UTF8.encode(name), h = String.UTF8.encode(help);
+    const l = String.UTF8.encode(label), b = String.UTF8.encode(buckets);
+    return new Metric(v1_metric_define(kind, changetype<usize>(n), <usize>n.byteLength, changetype<usize>(h), <usize>h.byteLength,
+      changetype<usize>(l), <usize>l.byteLength, changetype<usize>(b), <usize>b.byteLength));
+  }
 }
 
 // ---- emitting ----

@@ -175,6 +175,15 @@ enum {
 #define TB_ABI_ENTRY_OFFSET 0 /* batch: u32: record offset */
 #define TB_ABI_ENTRY_LENGTH 4 /* batch: u32: record length */
 #define TB_ABI_ENTRY_VERDICT 8 /* batch: u64: the guest's verdict */
+#define TB_ABI_METRIC_COUNTER 1 /* metric: v1_metric_define's kind: a counter (v1_metric_add, value >= 0) */
+#define TB_ABI_METRIC_GAUGE 2 /* metric: a gauge (v1_metric_add, v1_metric_set) */
+#define TB_ABI_METRIC_HISTOGRAM 3 /* metric: a histogram (v1_metric_observe) */
+#define TB_ABI_MAX_METRICS 32 /* metric: the most metrics one plugin defines */
+#define TB_ABI_MAX_METRIC_SERIES 100 /* metric: the most label values one metric has; past them values count under "_other" */
+#define TB_ABI_MAX_METRIC_NAME 64 /* metric: the longest metric or label name, in bytes */
+#define TB_ABI_MAX_METRIC_HELP 256 /* metric: the longest help text, in bytes */
+#define TB_ABI_MAX_METRIC_LABEL_VALUE 64 /* metric: the longest label value, in bytes */
+#define TB_ABI_MAX_METRIC_BUCKETS 32 /* metric: the most bucket bounds of a histogram */
 
 /* The host functions (module "tinybroker"), one for one. */
 /* Everywhere. */
@@ -211,6 +220,11 @@ TB_IMPORT(v1_kv_get) int32_t tb_kv_get(const char *key, uint32_t key_len, char *
 TB_IMPORT(v1_kv_set) int32_t tb_kv_set(const char *key, uint32_t key_len, const char *val, uint32_t val_len, int64_t ttl_ms);
 TB_IMPORT(v1_kv_cas) int32_t tb_kv_cas(const char *key, uint32_t key_len, const char *old, uint32_t old_len, const char *val, uint32_t val_len, int64_t ttl_ms);
 TB_IMPORT(v1_kv_delete) int32_t tb_kv_delete(const char *key, uint32_t key_len);
+/* Metrics. */
+TB_IMPORT(v1_metric_define) int32_t tb_metric_define(int32_t kind, const char *name, uint32_t name_len, const char *help, uint32_t help_len, const char *label, uint32_t label_len, const char *buckets, uint32_t buckets_len);
+TB_IMPORT(v1_metric_add) int32_t tb_metric_add(int32_t id, int64_t value, const char *label_value, uint32_t label_value_len);
+TB_IMPORT(v1_metric_set) int32_t tb_metric_set(int32_t id, int64_t value, const char *label_value, uint32_t label_value_len);
+TB_IMPORT(v1_metric_observe) int32_t tb_metric_observe(int32_t id, int64_t value, const char *label_value, uint32_t label_value_len);
 /* END ABI */
 
 /* TB_STR("literal") expands to the literal and its length, for the functions above. */
@@ -331,6 +345,17 @@ static inline int32_t tb_kv_swap(tb_str k, tb_str old, tb_str v, int64_t ttl_ms)
 	return tb_kv_cas(k.ptr, k.len, old.ptr, old.len, v.ptr, v.len, ttl_ms);
 }
 static inline int32_t tb_kv_remove(tb_str k) { return tb_kv_delete(k.ptr, k.len); } /* TB_OK if absent too */
+
+/* Metrics (docs/ABI.md, "Metrics"): tb_new_metric returns an id (>= 0) or TB_ERR_*; kind is
+ * TB_ABI_METRIC_COUNTER, _GAUGE or _HISTOGRAM; label (a label's name) and buckets ("10,100")
+ * may be TB_NONE. The others take the label's value, TB_NONE for a metric without a label, and
+ * return TB_OK or TB_ERR_* (TB_ERR_LIMIT: counted under "_other"). */
+static inline int32_t tb_new_metric(int32_t kind, tb_str name, tb_str help, tb_str label, tb_str buckets) {
+	return tb_metric_define(kind, name.ptr, name.len, help.ptr, help.len, label.ptr, label.len, buckets.ptr, buckets.len);
+}
+static inline int32_t tb_add_metric(int32_t id, int64_t v, tb_str label_value) { return tb_metric_add(id, v, label_value.ptr, label_value.len); }
+static inline int32_t tb_set_metric(int32_t id, int64_t v, tb_str label_value) { return tb_metric_set(id, v, label_value.ptr, label_value.len); }
+static inline int32_t tb_observe_metric(int32_t id, int64_t v, tb_str label_value) { return tb_metric_observe(id, v, label_value.ptr, label_value.len); }
 
 /* Logging. */
 static inline void tb_log_str(int32_t level, tb_str msg) { tb_log(level, msg.ptr, msg.len); }

@@ -65,6 +65,10 @@ const host = struct {
     extern "tinybroker" fn v1_kv_set(key: [*]const u8, key_len: usize, val: [*]const u8, val_len: usize, ttl_ms: i64) i32;
     extern "tinybroker" fn v1_kv_cas(key: [*]const u8, key_len: usize, old: [*]const u8, old_len: usize, val: [*]const u8, val_len: usize, ttl_ms: i64) i32;
     extern "tinybroker" fn v1_kv_delete(key: [*]const u8, key_len: usize) i32;
+    extern "tinybroker" fn v1_metric_define(kind: i32, name: [*]const u8, name_len: usize, help: [*]const u8, help_len: usize, label: [*]const u8, label_len: usize, buckets: [*]const u8, buckets_len: usize) i32;
+    extern "tinybroker" fn v1_metric_add(id: i32, value: i64, label_value: [*]const u8, label_value_len: usize) i32;
+    extern "tinybroker" fn v1_metric_set(id: i32, value: i64, label_value: [*]const u8, label_value_len: usize) i32;
+    extern "tinybroker" fn v1_metric_observe(id: i32, value: i64, label_value: [*]const u8, label_value_len: usize) i32;
 };
 
 /// The numbers of the ABI (docs/ABI.md).
@@ -167,6 +171,24 @@ pub const abi = struct {
     pub const ENTRY_LENGTH = 4;
     /// batch: u64: the guest's verdict
     pub const ENTRY_VERDICT = 8;
+    /// metric: v1_metric_define's kind: a counter (v1_metric_add, value >= 0)
+    pub const METRIC_COUNTER = 1;
+    /// metric: a gauge (v1_metric_add, v1_metric_set)
+    pub const METRIC_GAUGE = 2;
+    /// metric: a histogram (v1_metric_observe)
+    pub const METRIC_HISTOGRAM = 3;
+    /// metric: the most metrics one plugin defines
+    pub const MAX_METRICS = 32;
+    /// metric: the most label values one metric has; past them values count under "_other"
+    pub const MAX_METRIC_SERIES = 100;
+    /// metric: the longest metric or label name, in bytes
+    pub const MAX_METRIC_NAME = 64;
+    /// metric: the longest help text, in bytes
+    pub const MAX_METRIC_HELP = 256;
+    /// metric: the longest label value, in bytes
+    pub const MAX_METRIC_LABEL_VALUE = 64;
+    /// metric: the most bucket bounds of a histogram
+    pub const MAX_METRIC_BUCKETS = 32;
 };
 // END ABI
 
@@ -863,6 +885,42 @@ fn check(status: i32) Error!i32 {
         else => if (status < 0) error.UnknownStatus else status,
     };
 }
+
+// ---- metrics the plugin defines ----
+
+/// Metrics the plugin defines (docs/ABI.md, "Metrics"), exported on the broker's /metrics as
+/// tinybroker_plugin_<plugin>_<name>. `define` returns the metric's id; defining it again
+/// with the same definition (every instance of a pool does, in its init) returns the same id,
+/// and a different one is refused (error.NotAllowed). `label` "" is none; `buckets`, for a
+/// histogram, bounds as text ("10,100"; "" the default ones). Values are whole numbers.
+pub const metric = struct {
+    pub const Kind = enum(i32) {
+        counter = abi.METRIC_COUNTER,
+        gauge = abi.METRIC_GAUGE,
+        histogram = abi.METRIC_HISTOGRAM,
+    };
+
+    pub fn define(kind: Kind, name: []const u8, help: []const u8, label: []const u8, buckets: []const u8) Error!i32 {
+        return check(host.v1_metric_define(@intFromEnum(kind), name.ptr, name.len, help.ptr, help.len, label.ptr, label.len, buckets.ptr, buckets.len));
+    }
+
+    /// Adds value to a counter (value >= 0) or a gauge, in the series of label_value ("" for a
+    /// metric without a label). Past the metric's label values, the value counts under
+    /// "_other" and the call says error.Limit.
+    pub fn add(id: i32, value: i64, label_value: []const u8) Error!void {
+        _ = try check(host.v1_metric_add(id, value, label_value.ptr, label_value.len));
+    }
+
+    /// Sets a gauge.
+    pub fn set(id: i32, value: i64, label_value: []const u8) Error!void {
+        _ = try check(host.v1_metric_set(id, value, label_value.ptr, label_value.len));
+    }
+
+    /// Observes value in a histogram.
+    pub fn observe(id: i32, value: i64, label_value: []const u8) Error!void {
+        _ = try check(host.v1_metric_observe(id, value, label_value.ptr, label_value.len));
+    }
+};
 
 // ---- the message ----
 

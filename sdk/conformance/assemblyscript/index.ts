@@ -1,6 +1,6 @@
 // The conformance plugin (sdk/conformance/SPEC.md) written with the AssemblyScript SDK,
 // with the inbox and batches (docs/ABI.md): the test also runs it with them hidden.
-import { config, emit, emitString, event, kv, log, msg, publishBatch, Code, Init, Level, Publish, Redeliver } from "tinybroker";
+import { config, emit, emitString, event, kv, log, metric, msg, publishBatch, Code, Init, Level, Publish, Redeliver } from "tinybroker";
 export { tinybroker_abi_v1, tb_v1_inbox } from "tinybroker";
 
 export function tb_v1_init(): i32 {
@@ -66,6 +66,13 @@ export function tb_v1_on_publish(): i64 {
   else if (topic == "c.tenant") {
     const want = config.get("tenant");
     if (want == null || !msg.headerIs("tenant", want)) return Publish.drop("wrong tenant");
+  } else if (topic == "c.metric") {
+    // Defined on every call, which finds the metrics defined before, as SPEC.md says; a
+    // plugin would define them once, in init.
+    const h = msg.header("tenant");
+    const size = metric.histogram("c_metric_bytes", "Payload bytes on c.metric.", "", [10, 100]);
+    if (metric.counter("c_metric_total", "Messages on c.metric.", "tenant").add(1, h == null ? "" : h) != 0 ||
+      size.observe(<i64>msg.payload().byteLength) != 0) return Publish.reject(Code.INVALID_ARGUMENT, "metric refused");
   } else if (topic == "c.trap") throw new Error("conformance trap");
   return Publish.pass();
 }

@@ -105,6 +105,16 @@ TB_ON_PUBLISH(on_publish) {
 			return tb_drop(TB_S("wrong tenant"));
 		return TB_PASS;
 	}
+	if (tb_eq(topic, TB_S("c.metric"))) {
+		/* Defined on every call, which finds the metric defined before, as SPEC.md says; a
+		 * plugin would define them once, in its init. */
+		int32_t messages = tb_new_metric(TB_ABI_METRIC_COUNTER, TB_S("c_metric_total"), TB_S("Messages on c.metric."), TB_S("tenant"), TB_NONE);
+		int32_t size = tb_new_metric(TB_ABI_METRIC_HISTOGRAM, TB_S("c_metric_bytes"), TB_S("Payload bytes on c.metric."), TB_NONE, TB_S("10,100"));
+		if (messages < 0 || size < 0 || tb_add_metric(messages, 1, tb_header(TB_S("tenant"))) != TB_OK ||
+		    tb_observe_metric(size, tb_payload().len, TB_NONE) != TB_OK)
+			return tb_reject(TB_CODE_INVALID_ARGUMENT, TB_S("metric refused"));
+		return TB_PASS;
+	}
 	if (tb_eq(topic, TB_S("c.trap")))
 		__builtin_trap();
 	return TB_PASS;

@@ -94,10 +94,32 @@ func onPublish(m *plugin.Message) plugin.Verdict {
 		if got, ok := m.Header("tenant"); !ok || got != want {
 			return plugin.Drop("wrong tenant")
 		}
+	case "c.metric":
+		if countMetric(m) != nil {
+			return plugin.Reject(plugin.InvalidArgument, "metric refused")
+		}
 	case "c.trap":
 		panic("conformance: c.trap")
 	}
 	return plugin.Pass()
+}
+
+// countMetric is the row metric: defined on every call (which finds the metric defined
+// before), as SPEC.md says; a plugin would define them once, in Init.
+func countMetric(m *plugin.Message) error {
+	messages, err := plugin.NewCounter("c_metric_total", "Messages on c.metric.", "tenant")
+	if err != nil {
+		return err
+	}
+	tenant, _ := m.Header("tenant")
+	if err := messages.With(tenant).Add(1); err != nil {
+		return err
+	}
+	size, err := plugin.NewHistogram("c_metric_bytes", "Payload bytes on c.metric.", "", 10, 100)
+	if err != nil {
+		return err
+	}
+	return size.Observe(int64(len(m.Payload())))
 }
 
 func onAck(m *plugin.Message, ev plugin.Event) {

@@ -38,6 +38,9 @@
   (import "tinybroker" "v1_event_attempt" (func $event_attempt (result i32)))
   (import "tinybroker" "v1_event_in_flight_ns" (func $event_in_flight_ns (result i64)))
   (import "tinybroker" "v1_event_reason" (func $event_reason (param i32 i32) (result i32)))
+  (import "tinybroker" "v1_metric_define" (func $metric_define (param i32 i32 i32 i32 i32 i32 i32 i32 i32) (result i32)))
+  (import "tinybroker" "v1_metric_add" (func $metric_add (param i32 i64 i32 i32) (result i32)))
+  (import "tinybroker" "v1_metric_observe" (func $metric_observe (param i32 i64 i32 i32) (result i32)))
   (import "tinybroker" "v1_emit" (func $emit (param i32 i32 i32 i32) (result i32)))
   (import "tinybroker" "v1_emit_header" (func $emit_header (param i32 i32 i32 i32 i32) (result i32)))
   (import "tinybroker" "v1_msg_key" (func $msg_key (param i32 i32) (result i32)))
@@ -96,12 +99,19 @@
   (data (i32.const 1376) "key-was")                ;; 7
   (data (i32.const 1408) "key refused")            ;; 11
   (data (i32.const 1440) "c.key.emitted")          ;; 13
-  (data (i32.const 1472) "c.kv")                   ;; 4
-  (data (i32.const 1504) "c.kv.del")               ;; 8
-  (data (i32.const 1536) "k")                      ;; 1
-  (data (i32.const 1568) "old")                    ;; 3
-  (data (i32.const 1600) "kv refused")             ;; 10
-  (data (i32.const 1632) "kv not deleted")         ;; 14
+  (data (i32.const 1472) "c.metric")               ;; 8
+  (data (i32.const 1504) "c_metric_total")         ;; 14
+  (data (i32.const 1536) "Messages on c.metric.")  ;; 21
+  (data (i32.const 1568) "c_metric_bytes")         ;; 14
+  (data (i32.const 1600) "Payload bytes on c.metric.") ;; 26
+  (data (i32.const 1632) "10,100")                 ;; 6
+  (data (i32.const 1664) "metric refused")         ;; 14
+  (data (i32.const 1696) "c.kv")                   ;; 4
+  (data (i32.const 1728) "c.kv.del")               ;; 8
+  (data (i32.const 1760) "k")                      ;; 1
+  (data (i32.const 1792) "old")                    ;; 3
+  (data (i32.const 1824) "kv refused")             ;; 10
+  (data (i32.const 1856) "kv not deleted")         ;; 14
   ;; Prefixes placed right before the buffer their value is read into, so that prefix and
   ;; value are one string without a copy.
   (data (i32.const 3072) "refused: ")              ;; 9, value at 3081
@@ -353,17 +363,17 @@
     ;; c.kv: compare-and-set header k from header old (absent: empty) to the payload, or DROP
     ;; "kv refused"; then the payload := the value read back. The key is read into $hval, old
     ;; into $cval: a key over their 256 bytes is over KV_MAX_KEY_BYTES, refused unread.
-    (if (call $eq (global.get $topic) (local.get $t) (i32.const 1472) (i32.const 4))
+    (if (call $eq (global.get $topic) (local.get $t) (i32.const 1696) (i32.const 4))
       (then
-        (local.set $h (call $msg_header (i32.const 1536) (i32.const 1) (global.get $hval) (i32.const 256)))
+        (local.set $h (call $msg_header (i32.const 1760) (i32.const 1) (global.get $hval) (i32.const 256)))
         (if (i32.lt_s (local.get $h) (i32.const 0)) (then (local.set $h (i32.const 0))))
-        (local.set $m (call $msg_header (i32.const 1568) (i32.const 3) (global.get $cval) (i32.const 256)))
+        (local.set $m (call $msg_header (i32.const 1792) (i32.const 3) (global.get $cval) (i32.const 256)))
         (if (i32.lt_s (local.get $m) (i32.const 0)) (then (local.set $m (i32.const 0))))
         (if (i32.gt_u (local.get $m) (i32.const 256)) (then unreachable))
         (local.set $n (call $payload))
         (if (call $kv_cas (global.get $hval) (local.get $h) (global.get $cval) (local.get $m) (global.get $big) (local.get $n) (i64.const 0))
           (then
-            (call $set_reason (i32.const 1600) (i32.const 10))
+            (call $set_reason (i32.const 1824) (i32.const 10))
             (return (i64.const 1))))
         (local.set $n (call $kv_get (global.get $hval) (local.get $h) (global.get $big) (call $room (global.get $big))))
         (if (i32.gt_u (local.get $n) (call $room (global.get $big)))  ;; -1 (absent) too: it was just set
@@ -375,9 +385,9 @@
 
     ;; c.kv.del: set header k to the payload, delete it; DROP "kv not deleted" if it still
     ;; reads (a read with no buffer: its length, or -1).
-    (if (call $eq (global.get $topic) (local.get $t) (i32.const 1504) (i32.const 8))
+    (if (call $eq (global.get $topic) (local.get $t) (i32.const 1728) (i32.const 8))
       (then
-        (local.set $h (call $msg_header (i32.const 1536) (i32.const 1) (global.get $hval) (i32.const 256)))
+        (local.set $h (call $msg_header (i32.const 1760) (i32.const 1) (global.get $hval) (i32.const 256)))
         (if (i32.lt_s (local.get $h) (i32.const 0)) (then (local.set $h (i32.const 0))))
         (local.set $n (call $payload))
         (if (call $kv_set (global.get $hval) (local.get $h) (global.get $big) (local.get $n) (i64.const 0))
@@ -385,9 +395,30 @@
         (if (call $kv_delete (global.get $hval) (local.get $h)) (then unreachable))
         (if (i32.ge_s (call $kv_get (global.get $hval) (local.get $h) (i32.const 0) (i32.const 0)) (i32.const 0))
           (then
-            (call $set_reason (i32.const 1632) (i32.const 14))
+            (call $set_reason (i32.const 1856) (i32.const 14))
             (return (i64.const 1))))
         (return (i64.const 0))))
+
+    ;; c.metric: define the counter c_metric_total (label tenant) and the histogram
+    ;; c_metric_bytes (buckets 10,100) on every call, which finds them defined before; add 1
+    ;; for header tenant (empty if absent), observe the payload's length; REJECT
+    ;; (INVALID_ARGUMENT) "metric refused" if a call is refused. $h and $m hold the ids.
+    (if (call $eq (global.get $topic) (local.get $t) (i32.const 1472) (i32.const 8))
+      (then
+        (local.set $h (call $metric_define (i32.const 1) (i32.const 1504) (i32.const 14) (i32.const 1536) (i32.const 21)
+          (i32.const 896) (i32.const 6) (i32.const 0) (i32.const 0)))
+        (local.set $m (call $metric_define (i32.const 3) (i32.const 1568) (i32.const 14) (i32.const 1600) (i32.const 26)
+          (i32.const 0) (i32.const 0) (i32.const 1632) (i32.const 6)))
+        (local.set $n (call $msg_header (i32.const 896) (i32.const 6) (global.get $hval) (i32.const 256)))
+        (if (i32.lt_s (local.get $n) (i32.const 0)) (then (local.set $n (i32.const 0))))
+        (block $refused
+          (br_if $refused (i32.lt_s (i32.or (local.get $h) (local.get $m)) (i32.const 0)))
+          (br_if $refused (call $metric_add (local.get $h) (i64.const 1) (global.get $hval) (local.get $n)))
+          (br_if $refused (call $metric_observe (local.get $m)
+            (i64.extend_i32_u (call $msg_payload (i32.const 0) (i32.const 0))) (i32.const 0) (i32.const 0)))
+          (return (i64.const 0)))
+        (call $set_reason (i32.const 1664) (i32.const 14))
+        (return (i64.const 0x300000002))))  ;; action 2 | 3 << 32
 
     ;; c.trap: trap.
     (if (call $eq (global.get $topic) (local.get $t) (i32.const 480) (i32.const 6))

@@ -88,6 +88,11 @@ fn onPublish() !tb.Publish {
         const want = try tb.config.get("tenant") orelse "";
         if (!tb.msg.headerIs("tenant", want)) return tb.Publish.drop("wrong tenant");
     }
+    if (is(topic, "c.metric")) {
+        // Defined on every call, which finds the metric defined before, as SPEC.md says; a
+        // plugin would define them once, in its init.
+        metric() catch return tb.Publish.reject(tb.code.invalid_argument, "metric refused");
+    }
     if (is(topic, "c.trap")) @panic("conformance trap");
     return tb.Publish.pass;
 }
@@ -112,4 +117,11 @@ fn onRedeliver() !tb.Redeliver {
     const attempt = try std.fmt.allocPrint(tb.allocator(), "{d}", .{tb.event.attempt()});
     try tb.msg.setHeader("attempt-seen", attempt);
     return tb.Redeliver.redeliver;
+}
+
+fn metric() !void {
+    const messages = try tb.metric.define(.counter, "c_metric_total", "Messages on c.metric.", "tenant", "");
+    const size = try tb.metric.define(.histogram, "c_metric_bytes", "Payload bytes on c.metric.", "", "10,100");
+    try tb.metric.add(messages, 1, try tb.msg.header("tenant") orelse "");
+    try tb.metric.observe(size, @intCast((try tb.msg.payload()).len), "");
 }

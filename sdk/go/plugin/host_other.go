@@ -50,3 +50,8 @@ func hostKVCas(key string, old unsafe.Pointer, oldN uint32, value unsafe.Pointer
 	return 0
 }
 func hostKVDelete(key string) int32 { noHost(); return 0 }
+
+func hostMetricDefine(kind int32, name, help, label, buckets string) int32 { noHost(); return 0 }
+func hostMetricAdd(id int32, value int64, labelValue string) int32         { noHost(); return 0 }
+func hostMetricSet(id int32, value int64, labelValue string) int32         { noHost(); return 0 }
+func hostMetricObserve(id int32, value int64, labelValue string) int32     { noHost(); return 0 }

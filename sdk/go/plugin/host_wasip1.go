@@ -95,6 +95,18 @@ func hostKVCas(key string, old unsafe.Pointer, oldN uint32, value unsafe.Pointer
 //go:wasmimport tinybroker v1_kv_delete
 func hostKVDelete(key string) int32
 
+//go:wasmimport tinybroker v1_metric_define
+func hostMetricDefine(kind int32, name, help, label, buckets string) int32
+
+//go:wasmimport tinybroker v1_metric_add
+func hostMetricAdd(id int32, value int64, labelValue string) int32
+
+//go:wasmimport tinybroker v1_metric_set
+func hostMetricSet(id int32, value int64, labelValue string) int32
+
+//go:wasmimport tinybroker v1_metric_observe
+func hostMetricObserve(id int32, value int64, labelValue string) int32
+
 // abiV1 is the ABI version marker. The broker never calls it.
 //
 //lint:ignore U1000 the host calls it: exported by go:wasmexport, which staticcheck does not read

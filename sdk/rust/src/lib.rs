@@ -490,6 +490,66 @@ pub fn set_reason(reason: &str) {
     unsafe { sys::set_reason(p, l) }
 }
 
+/// Metrics the plugin defines, exported on the broker's `/metrics` as
+/// `tinybroker_plugin_<plugin>_<name>` (docs/ABI.md, "Metrics"). Define them in init: every
+/// instance runs it, and defining a name again with the same kind, help, label and buckets
+/// returns the same metric, shared by the instances and kept across a reload. Values are
+/// `i64`: choose a unit that makes them integers (microseconds, bytes).
+pub mod metric {
+    use super::*;
+
+    /// A metric: its id.
+    #[derive(Debug, Clone, Copy)]
+    pub struct Metric(i32);
+
+    fn define(kind: i32, name: &str, help: &str, label: &str, buckets: &str) -> Result<Metric, Error> {
+        let (n, nl) = ptr(name.as_bytes());
+        let (h, hl) = ptr(help.as_bytes());
+        let (l, ll) = ptr(label.as_bytes());
+        let (b, bl) = ptr(buckets.as_bytes());
+        Error::check(unsafe { sys::metric_define(kind, n, nl, h, hl, l, ll, b, bl) }).map(Metric)
+    }
+
+    /// Defines a counter; `label` names its one label, or is `""` for none.
+    pub fn counter(name: &str, help: &str, label: &str) -> Result<Metric, Error> {
+        define(sys::consts::METRIC_COUNTER, name, help, label, "")
+    }
+
+    /// Defines a gauge.
+    pub fn gauge(name: &str, help: &str, label: &str) -> Result<Metric, Error> {
+        define(sys::consts::METRIC_GAUGE, name, help, label, "")
+    }
+
+    /// Defines a histogram with these increasing bucket bounds (none: the default, 1, 2, 5,
+    /// 10 ... 1,000,000).
+    pub fn histogram(name: &str, help: &str, label: &str, buckets: &[i64]) -> Result<Metric, Error> {
+        let text: Vec<String> = buckets.iter().map(|b| b.to_string()).collect();
+        define(sys::consts::METRIC_HISTOGRAM, name, help, label, &text.join(","))
+    }
+
+    impl Metric {
+        /// Adds `v` to a counter (`v >= 0`) or a gauge, in the series of `label_value` (`""`
+        /// for a metric without a label). Past 100 label values it is counted under
+        /// `"_other"`, and the result is [`Error::Limit`].
+        pub fn add(self, v: i64, label_value: &str) -> Result<(), Error> {
+            let (p, l) = ptr(label_value.as_bytes());
+            Error::check(unsafe { sys::metric_add(self.0, v, p, l) }).map(|_| ())
+        }
+
+        /// Sets a gauge, as [`Metric::add`] adds.
+        pub fn set(self, v: i64, label_value: &str) -> Result<(), Error> {
+            let (p, l) = ptr(label_value.as_bytes());
+            Error::check(unsafe { sys::metric_set(self.0, v, p, l) }).map(|_| ())
+        }
+
+        /// Records `v` in a histogram, as [`Metric::add`] adds.
+        pub fn observe(self, v: i64, label_value: &str) -> Result<(), Error> {
+            let (p, l) = ptr(label_value.as_bytes());
+            Error::check(unsafe { sys::metric_observe(self.0, v, p, l) }).map(|_| ())
+        }
+    }
+}
+
 /// A message emitted by [`emit`], whose headers can still be set.
 #[derive(Debug, Clone, Copy)]
 pub struct Emitted(i32);

@@ -51,6 +51,10 @@ imports! {
     fn kv_set = "v1_kv_set" (key: *const u8, key_len: usize, val: *const u8, val_len: usize, ttl_ms: i64) -> i32;
     fn kv_cas = "v1_kv_cas" (key: *const u8, key_len: usize, old: *const u8, old_len: usize, val: *const u8, val_len: usize, ttl_ms: i64) -> i32;
     fn kv_delete = "v1_kv_delete" (key: *const u8, key_len: usize) -> i32;
+    fn metric_define = "v1_metric_define" (kind: i32, name: *const u8, name_len: usize, help: *const u8, help_len: usize, label: *const u8, label_len: usize, buckets: *const u8, buckets_len: usize) -> i32;
+    fn metric_add = "v1_metric_add" (id: i32, value: i64, label_value: *const u8, label_value_len: usize) -> i32;
+    fn metric_set = "v1_metric_set" (id: i32, value: i64, label_value: *const u8, label_value_len: usize) -> i32;
+    fn metric_observe = "v1_metric_observe" (id: i32, value: i64, label_value: *const u8, label_value_len: usize) -> i32;
 }
 
 /// The numbers of the ABI (docs/ABI.md).
@@ -154,5 +158,23 @@ pub mod consts {
     pub const ENTRY_LENGTH: i32 = 4;
     /// batch: u64: the guest's verdict
     pub const ENTRY_VERDICT: i32 = 8;
+    /// metric: v1_metric_define's kind: a counter (v1_metric_add, value >= 0)
+    pub const METRIC_COUNTER: i32 = 1;
+    /// metric: a gauge (v1_metric_add, v1_metric_set)
+    pub const METRIC_GAUGE: i32 = 2;
+    /// metric: a histogram (v1_metric_observe)
+    pub const METRIC_HISTOGRAM: i32 = 3;
+    /// metric: the most metrics one plugin defines
+    pub const MAX_METRICS: i32 = 32;
+    /// metric: the most label values one metric has; past them values count under "_other"
+    pub const MAX_METRIC_SERIES: i32 = 100;
+    /// metric: the longest metric or label name, in bytes
+    pub const MAX_METRIC_NAME: i32 = 64;
+    /// metric: the longest help text, in bytes
+    pub const MAX_METRIC_HELP: i32 = 256;
+    /// metric: the longest label value, in bytes
+    pub const MAX_METRIC_LABEL_VALUE: i32 = 64;
+    /// metric: the most bucket bounds of a histogram
+    pub const MAX_METRIC_BUCKETS: i32 = 32;
 }
 // END ABI

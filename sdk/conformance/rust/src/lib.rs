@@ -1,6 +1,6 @@
 //! The conformance plugin (sdk/conformance/SPEC.md) written with the Rust SDK.
 
-use tinybroker::{code, config, emit, emit_with, event, kv, log, msg, Error, Level, Publish, Redeliver};
+use tinybroker::{code, config, emit, emit_with, event, kv, log, metric, msg, Error, Level, Publish, Redeliver};
 
 fn init() -> Result<(), String> {
     match config::get("refuse") {
@@ -67,6 +67,19 @@ fn on_publish() -> Result<Publish, Error> {
             kv::delete(&k)?;
             if kv::get(&k).is_some() {
                 return Ok(Publish::drop("kv not deleted"));
+            }
+            Publish::Pass
+        }
+        "c.metric" => {
+            // Defined on every call, which finds the metrics defined before, as SPEC.md says;
+            // a plugin would define them once, in init.
+            let counted = metric::counter("c_metric_total", "Messages on c.metric.", "tenant").and_then(|m| {
+                m.add(1, &msg::header("tenant").unwrap_or_default())?;
+                let size = metric::histogram("c_metric_bytes", "Payload bytes on c.metric.", "", &[10, 100])?;
+                size.observe(msg::payload().len() as i64, "")
+            });
+            if counted.is_err() {
+                return Ok(Publish::reject(code::INVALID_ARGUMENT, "metric refused"));
             }
             Publish::Pass
         }

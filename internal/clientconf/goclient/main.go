@@ -1,0 +1,127 @@
+// Command goclient is the Go client's driver for the client conformance harness
+// (internal/clientconf): it reads commands as JSON lines on stdin, runs them with
+// sdk/go/client against the broker named by its argument, and writes answers and deliveries
+// as JSON lines on stdout. PROTOCOL.md in the parent directory describes the lines.
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/tinybroker/tinybroker/sdk/go/client"
+)
+
+// command is one line of stdin; each op reads the fields it needs.
+type command struct {
+	Op          string   `json:"op"`
+	Topic       string   `json:"topic"`
+	Payload     string   `json:"payload"`
+	Count       int      `json:"count"`
+	Name        string   `json:"name"`
+	Patterns    []string `json:"patterns"`
+	Group       string   `json:"group"`
+	Concurrency int      `json:"concurrency"`
+	AckDeadline int      `json:"ack_deadline_ms"`
+	Mode        string   `json:"mode"` // "ack", or "nack-first": fail the first attempt
+	NackDelay   int      `json:"nack_delay_ms"`
+	SleepMS     int      `json:"sleep_ms"`
+	TouchMS     int      `json:"touch_ms"`
+}
+
+// out writes the JSON lines: the client's handler goroutines and main share stdout.
+type out struct {
+	mu  sync.Mutex
+	enc *json.Encoder
+}
+
+func (o *out) write(v map[string]any) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	_ = o.enc.Encode(v) // stdout closed: the harness is gone
+}
+
+func main() {
+	if len(os.Args) != 2 {
+		fmt.Fprintln(os.Stderr, "usage: goclient HOST:PORT (commands as JSON lines on stdin)")
+		os.Exit(2)
+	}
+	c, err := client.Dial(os.Args[1])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	defer c.Close()
+	o := &out{enc: json.NewEncoder(os.Stdout)}
+	subs := map[string]*client.Subscription{}
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() {
+		var cmd command
+		if err := json.Unmarshal(in.Bytes(), &cmd); err != nil {
+			o.write(map[string]any{"error": "bad command: " + err.Error()})
+			continue
+		}
+		if cmd.Op == "exit" {
+			break
+		}
+		if err := run(c, o, subs, cmd); err != nil {
+			o.write(map[string]any{"error": err.Error()})
+			continue
+		}
+		o.write(map[string]any{"ok": cmd.Op})
+	}
+	for _, s := range subs {
+		_ = s.Close() // what it could not ack is redelivered
+	}
+}
+
+func run(c *client.Client, o *out, subs map[string]*client.Subscription, cmd command) error {
+	ctx := context.Background()
+	switch cmd.Op {
+	case "publish":
+		for i := range max(cmd.Count, 1) {
+			if _, err := c.Publish(ctx, cmd.Topic, []byte(cmd.Payload+":"+strconv.Itoa(i)), nil); err != nil {
+				return err
+			}
+		}
+		return nil
+	case "subscribe":
+		if cmd.TouchMS > 0 {
+			return errors.New("touch_ms: the Go client cannot touch a message")
+		}
+		opts := client.SubscribeOptions{ID: cmd.Group, Patterns: cmd.Patterns, Group: cmd.Group, Concurrency: cmd.Concurrency,
+			NackDelay: time.Duration(cmd.NackDelay) * time.Millisecond}
+		if cmd.Group != "" {
+			opts.Mode = client.Balanced
+			opts.AckDeadline = time.Duration(cmd.AckDeadline) * time.Millisecond
+		}
+		s, err := c.Subscribe(ctx, opts, func(_ context.Context, m *client.Message) error {
+			o.write(map[string]any{"event": "message", "sub": cmd.Name, "topic": m.Topic, "payload": string(m.Payload),
+				"attempt": m.Attempt, "system_id": m.SystemID})
+			time.Sleep(time.Duration(cmd.SleepMS) * time.Millisecond)
+			if cmd.Mode == "nack-first" && m.Attempt == 1 {
+				return errors.New("nack-first: failing the first attempt")
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		subs[cmd.Name] = s
+		return nil
+	case "close":
+		s, ok := subs[cmd.Name]
+		if !ok {
+			return fmt.Errorf("no subscription %q", cmd.Name)
+		}
+		delete(subs, cmd.Name)
+		return s.Close()
+	}
+	return fmt.Errorf("unknown op %q", cmd.Op)
+}
