@@ -394,6 +394,10 @@ var hostImpls = map[string]api.GoFunction{
 	"v1_msg_key":            new(hostMsgKey),
 	"v1_msg_set_key":        new(hostMsgSetKey),
 	"v1_emit_key":           new(hostEmitKey),
+	"v1_kv_get":             new(hostKVGet),
+	"v1_kv_set":             new(hostKVSet),
+	"v1_kv_cas":             new(hostKVCas),
+	"v1_kv_delete":          new(hostKVDelete),
 
 	"v1_metric_define":  new(hostMetricDefine),
 	"v1_metric_add":     new(hostMetricAdd),

@@ -39,6 +39,8 @@ type HostOptions struct {
 	// CountHostCalls counts the host calls plugins make, in PluginStats.HostCalls: for
 	// `tinybroker plugin test --bench` and benchmarks. Off, calls skip one atomic add.
 	CountHostCalls bool
+	// KV keeps the plugins' key-value stores (kv.go); nil: NewMemoryKV, in this process.
+	KV KVBackend
 }
 
 // Host loads plugins. One Host serves every reload: they share its compilation cache.
@@ -47,6 +49,7 @@ type Host struct {
 	log   hclog.Logger
 	cache wazero.CompilationCache
 	cores *cores // the goroutines guest code may run on at once (bounds.go)
+	kv    kvStores
 
 	mu      sync.Mutex
 	defined map[string]*definedMetrics // by plugin name, while a loaded plugin holds them (defined.go)
@@ -62,7 +65,11 @@ func NewHost(opts HostOptions) (*Host, error) {
 	if opts.MaxPluginBytes <= 0 {
 		opts.MaxPluginBytes = DefaultMaxPluginBytes
 	}
-	h := &Host{opts: opts, log: opts.Logger, cores: newCores(), defined: map[string]*definedMetrics{}}
+	if opts.KV == nil {
+		opts.KV = NewMemoryKV()
+	}
+	h := &Host{opts: opts, log: opts.Logger, cores: newCores(), kv: kvStores{backend: opts.KV, open: map[string]*kvRef{}},
+		defined: map[string]*definedMetrics{}}
 	if opts.CacheDir != "" {
 		c, err := wazero.NewCompilationCacheWithDir(opts.CacheDir)
 		if err != nil {
@@ -114,6 +121,7 @@ type plugin struct {
 	anyTopic   bool                 // one of them is ">"
 	configText string
 	pool       pool
+	kv         KVStore // the store of its name, shared with every plugin loaded with that name (kv.go)
 
 	consecutive atomic.Int32
 	openUntil   atomic.Int64  // circuit breaker open until (Unix ns); 0: closed
@@ -161,10 +169,17 @@ func (h *Host) load(ctx context.Context, s Spec) (*plugin, error) {
 	p.base, p.cancelBase = context.WithCancel(context.Background())
 	p.defined = h.acquireMetrics(s.Name)
 	p.anyTopic = slices.ContainsFunc(p.topics, func(tp topicPattern) bool { return tp.kind == kindAny })
+	if p.kv, err = h.kv.acquire(s.Name, int64(s.KVMaxBytes)); err != nil {
+		p.cancelBase()
+		h.releaseMetrics(s.Name)
+		_ = p.rt.Close(ctx)
+		return nil, s.located(fmt.Errorf("plugin %q: its key-value store: %w", s.Name, err))
+	}
 	fail := func(err error) (*plugin, error) {
 		p.cancelBase()
 		h.releaseMetrics(s.Name)
 		_ = p.rt.Close(ctx)
+		h.kv.release(s.Name)
 		return nil, s.located(fmt.Errorf("plugin %q refused: %w", s.Name, err))
 	}
 	if p.compiled, err = p.rt.CompileModule(ctx, metered); err != nil {
@@ -575,6 +590,7 @@ func (p *plugin) close(ctx context.Context) error {
 	p.pool.close(ctx)
 	p.cancelBase()
 	p.stopWatchdog()
+	p.host.kv.release(p.spec.Name) // after its calls; a reload's plugin of this name, loaded before, keeps the store
 	p.host.releaseMetrics(p.spec.Name)
 	return p.rt.Close(ctx)
 }

@@ -12,7 +12,7 @@ import (
 // tb_v1_on_publish; one host call costs (call=count − call=none) / 100, reported as
 // ns/hostcall by the sub-benchmarks that make calls.
 func BenchmarkHostCall(b *testing.B) {
-	for _, mode := range []string{"none", "count", "header", "add", "labelled"} {
+	for _, mode := range []string{"none", "count", "header", "get", "set", "add", "labelled"} {
 		b.Run(mode, func(b *testing.B) {
 			benchmarkOnPublish(b, Spec{Name: "hostcalls", Wasm: fixture(b, "hostcalls"), Config: map[string]string{"call": mode}})
 		})

@@ -319,6 +319,8 @@ func statusName(rc int32) string {
 		return "ERR_NOT_ALLOWED"
 	case abi.StatusLimit:
 		return "ERR_LIMIT"
+	case abi.StatusConflict:
+		return "ERR_CONFLICT"
 	}
 	return "OK"
 }

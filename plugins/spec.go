@@ -56,6 +56,11 @@ type Spec struct {
 	MaxEmits         int           // messages one call may emit (16)
 	BreakerFailures  int           // failures in a row that open the circuit breaker (5)
 	BreakerCooldown  time.Duration // how long it stays open (30s)
+	// The bounds of the plugin's key-value store (kv.go): the bytes it holds, keys and values
+	// and 64 per entry (DefaultKVMaxBytes, 4 MiB), and the largest value (DefaultKVMaxValueBytes,
+	// 64 KiB).
+	KVMaxBytes      int
+	KVMaxValueBytes int
 }
 
 func (s *Spec) setDefaults() {
@@ -68,6 +73,8 @@ func (s *Spec) setDefaults() {
 	def(&s.PoolSize, 4)
 	def(&s.MaxEmits, 16)
 	def(&s.BreakerFailures, 5)
+	def(&s.KVMaxBytes, DefaultKVMaxBytes)
+	def(&s.KVMaxValueBytes, DefaultKVMaxValueBytes)
 	if s.CallTimeout == 0 {
 		s.CallTimeout = DefaultCallTimeout
 	}
@@ -114,6 +121,12 @@ func (s *Spec) validate() error {
 		if err := broker.Pattern(t).Validate(); err != nil {
 			return fmt.Errorf("plugin %q: emit_topics: %w", s.Name, err)
 		}
+	}
+	if s.KVMaxValueBytes > 1<<30 {
+		return fmt.Errorf("plugin %q: kv_max_value_bytes %d is over its limit of 1 GiB (a length v1_kv_get returns must fit an i32)", s.Name, s.KVMaxValueBytes)
+	}
+	if s.KVMaxValueBytes > s.KVMaxBytes {
+		return fmt.Errorf("plugin %q: kv_max_value_bytes %d is over kv_max_bytes %d: no such value could be stored", s.Name, s.KVMaxValueBytes, s.KVMaxBytes)
 	}
 	if s.MemoryLimitBytes < 64<<10 {
 		return fmt.Errorf("plugin %q: memory limit %d is under one 64 KiB page", s.Name, s.MemoryLimitBytes)

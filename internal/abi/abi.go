@@ -10,12 +10,17 @@ const (
 	StatusInvalid    = -1 // a malformed value
 	StatusTooLarge   = -2 // over a broker limit
 	StatusNotAllowed = -3 // not in this hook
-	StatusLimit      = -4 // too many emits, or the like
+	StatusLimit      = -4 // too many emits, a full store, or the like
+	StatusConflict   = -5 // a compare-and-set whose old value is not the current one
 )
 
 // MaxKeyBytes is the longest message key, in bytes: the broker's limit (broker.ValidateKey),
 // which a test holds equal (package plugins).
 const MaxKeyBytes = 256
+
+// KVMaxKeyBytes is the longest key of a plugin's key-value store (v1_kv_*), in bytes. Fixed,
+// not configured: keys name things, and a plugin that needs a longer one can hash it.
+const KVMaxKeyBytes = 256
 
 // Verdict actions: the low 32 bits of the i64 a hook returns; the high 32 bits are the
 // action's argument.

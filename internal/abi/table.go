@@ -69,6 +69,7 @@ const (
 	GroupMessage    = "The message of the hook"
 	GroupEvent      = "The event of the hook"
 	GroupEmit       = "Emitting messages"
+	GroupState      = "State"
 )
 
 // GroupMetrics lists the host functions of the metrics a plugin defines.
@@ -135,6 +136,15 @@ var HostFuncs = []Func{
 	{Name: "v1_emit_key", Params: []Param{p("handle", I32), p("ptr", In), p("len", Len)}, Result: I32, Ret: Status, Group: GroupEmit,
 		Doc: "set the ordering key of an emitted message, checked as v1_msg_set_key's"},
 
+	{Name: "v1_kv_get", Params: []Param{p("key", In), p("key_len", Len), bin("buf", Out), p("cap", Len)}, Result: I32, Ret: Absent, Group: GroupState, Hooks: "all",
+		Doc: "the value of key in the plugin's store, or -1: absent, expired, or a key no write could have made (empty, over KV_MAX_KEY_BYTES)"},
+	{Name: "v1_kv_set", Params: []Param{p("key", In), p("key_len", Len), bin("val", In), p("val_len", Len), p("ttl_ms", I64)}, Result: I32, Ret: Status, Group: GroupState, Hooks: "all",
+		Doc: "set key to the value, expiring after ttl_ms milliseconds (0: never). ERR_INVALID: an empty key or a negative ttl_ms; ERR_TOO_LARGE: a key over KV_MAX_KEY_BYTES or a value over the plugin's kv_max_value_bytes; ERR_LIMIT: the store would pass the plugin's kv_max_bytes"},
+	{Name: "v1_kv_cas", Params: []Param{p("key", In), p("key_len", Len), bin("old", In), p("old_len", Len), bin("val", In), p("val_len", Len), p("ttl_ms", I64)}, Result: I32, Ret: Status, Group: GroupState, Hooks: "all",
+		Doc: "compare-and-set: set key to val (as v1_kv_set) only if its value is old now; an empty old means the key must be absent. ERR_CONFLICT: it is not, and nothing changed; other errors as v1_kv_set's"},
+	{Name: "v1_kv_delete", Params: []Param{p("key", In), p("key_len", Len)}, Result: I32, Ret: Status, Group: GroupState, Hooks: "all",
+		Doc: "remove key from the plugin's store (OK if absent)"},
+
 	{Name: "v1_metric_define", Params: []Param{p("kind", I32), p("name", In), p("name_len", Len), p("help", In), p("help_len", Len), p("label", In), p("label_len", Len), p("buckets", In), p("buckets_len", Len)}, Result: I32, Ret: Handle, Group: GroupMetrics,
 		Doc: "define a metric of the plugin, or find the one defined under that name (any instance, any load of the plugin): its id (>= 0), or an error status. kind: METRIC_COUNTER, METRIC_GAUGE or METRIC_HISTOGRAM; name: [a-zA-Z_][a-zA-Z0-9_]*, at most MAX_METRIC_NAME bytes, exported as tinybroker_plugin_<plugin>_<name>; help: UTF-8 text; label: one label name, or none (len 0); buckets: a histogram's increasing upper bounds, integers separated by commas, at most MAX_METRIC_BUCKETS, or none (len 0) for the default. ERR_INVALID for a malformed value, ERR_TOO_LARGE for one too long, ERR_LIMIT past MAX_METRICS, ERR_NOT_ALLOWED for a name defined with another kind, help, label or buckets"},
 	{Name: "v1_metric_add", Params: []Param{p("id", I32), p("value", I64), p("label_value", In), p("label_value_len", Len)}, Result: I32, Ret: Status, Group: GroupMetrics,
@@ -195,7 +205,8 @@ var Consts = []Const{
 	{"STATUS_INVALID", StatusInvalid, "status", "a malformed value"},
 	{"STATUS_TOO_LARGE", StatusTooLarge, "status", "over a broker limit"},
 	{"STATUS_NOT_ALLOWED", StatusNotAllowed, "status", "not in this hook"},
-	{"STATUS_LIMIT", StatusLimit, "status", "too many emits"},
+	{"STATUS_LIMIT", StatusLimit, "status", "too many emits, or the plugin's store is full"},
+	{"STATUS_CONFLICT", StatusConflict, "status", "a compare-and-set whose old value is not the current one"},
 
 	{"ACT_PASS", ActPass, "on_publish action", "continue with the message as changed"},
 	{"ACT_DROP", ActDrop, "on_publish action", "drop the message (counted)"},
@@ -230,6 +241,7 @@ var Consts = []Const{
 	{"ABSENT_LEN", AbsentLen, "inbox", "the length of an absent value"},
 
 	{"MAX_KEY_BYTES", MaxKeyBytes, "limit", "the longest message key, in bytes (v1_msg_set_key, v1_emit_key)"},
+	{"KV_MAX_KEY_BYTES", KVMaxKeyBytes, "limit", "the longest key of the plugin's store, in bytes (v1_kv_*)"},
 
 	{"WRITE_SIZE", WriteSize, "write list", "bytes of one record"},
 	{"OP_SET_PAYLOAD", OpSetPayload, "write list", "a: the payload"},

@@ -82,6 +82,14 @@
 // @ts-ignore: decorator
 @external("tinybroker", "v1_emit_key") declare function v1_emit_key(handle: i32, ptr: usize, len: usize): i32;
 // @ts-ignore: decorator
+@external("tinybroker", "v1_kv_get") declare function v1_kv_get(key: usize, keyLen: usize, buf: usize, cap: usize): i32;
+// @ts-ignore: decorator
+@external("tinybroker", "v1_kv_set") declare function v1_kv_set(key: usize, keyLen: usize, val: usize, valLen: usize, ttlMs: i64): i32;
+// @ts-ignore: decorator
+@external("tinybroker", "v1_kv_cas") declare function v1_kv_cas(key: usize, keyLen: usize, old: usize, oldLen: usize, val: usize, valLen: usize, ttlMs: i64): i32;
+// @ts-ignore: decorator
+@external("tinybroker", "v1_kv_delete") declare function v1_kv_delete(key: usize, keyLen: usize): i32;
+// @ts-ignore: decorator
 @external("tinybroker", "v1_metric_define") declare function v1_metric_define(kind: i32, name: usize, nameLen: usize, help: usize, helpLen: usize, label: usize, labelLen: usize, buckets: usize, bucketsLen: usize): i32;
 // @ts-ignore: decorator
 @external("tinybroker", "v1_metric_add") declare function v1_metric_add(id: i32, value: i64, labelValue: usize, labelValueLen: usize): i32;
@@ -95,7 +103,8 @@ const ABI_STATUS_OK: i32 = 0; // status: done
 const ABI_STATUS_INVALID: i32 = -1; // status: a malformed value
 const ABI_STATUS_TOO_LARGE: i32 = -2; // status: over a broker limit
 const ABI_STATUS_NOT_ALLOWED: i32 = -3; // status: not in this hook
-const ABI_STATUS_LIMIT: i32 = -4; // status: too many emits
+const ABI_STATUS_LIMIT: i32 = -4; // status: too many emits, or the plugin's store is full
+const ABI_STATUS_CONFLICT: i32 = -5; // status: a compare-and-set whose old value is not the current one
 const ABI_ACT_PASS: i32 = 0; // on_publish action: continue with the message as changed
 const ABI_ACT_DROP: i32 = 1; // on_publish action: drop the message (counted)
 const ABI_ACT_REJECT: i32 = 2; // on_publish action: refuse the publish; argument: a gRPC status code
@@ -126,6 +135,7 @@ const ABI_IN_HEADERS: i32 = 88; // inbox: the header table
 const ABI_IN_ENTRY: i32 = 16; // inbox: bytes of one header entry
 const ABI_ABSENT_LEN: u32 = 4294967295; // inbox: the length of an absent value
 const ABI_MAX_KEY_BYTES: i32 = 256; // limit: the longest message key, in bytes (v1_msg_set_key, v1_emit_key)
+const ABI_KV_MAX_KEY_BYTES: i32 = 256; // limit: the longest key of the plugin's store, in bytes (v1_kv_*)
 const ABI_WRITE_SIZE: i32 = 20; // write list: bytes of one record
 const ABI_OP_SET_PAYLOAD: i32 = 1; // write list: a: the payload
 const ABI_OP_SET_HEADER: i32 = 2; // write list: a: name, b: value
@@ -641,8 +651,10 @@ export namespace Status {
   export const TOO_LARGE: i32 = -2;
   /** Not available in this hook. */
   export const NOT_ALLOWED: i32 = -3;
-  /** max_emits for this call used up. */
+  /** max_emits for this call used up, or the plugin's key-value store full (kv_max_bytes). */
   export const LIMIT: i32 = -4;
+  /** A compare-and-set (kv.cas) found another value than the old one. */
+  export const CONFLICT: i32 = -5;
 
   /** A status's name, for logs. */
   export function name(status: i32): string {
@@ -652,6 +664,7 @@ export namespace Status {
       case TOO_LARGE: return "ERR_TOO_LARGE";
       case NOT_ALLOWED: return "ERR_NOT_ALLOWED";
       case LIMIT: return "ERR_LIMIT";
+      case CONFLICT: return "ERR_CONFLICT";
       default: return "status " + status.toString();
     }
   }
@@ -793,6 +806,50 @@ function bytesEqualLen(n: i32, s: string): bool {
   const p = readPtr;
   encode(s, encodeVal, false);
   return <usize>n == encLen && memory.compare(p, encPtr, encLen) == 0;
+}
+
+// ---- the plugin's key-value store ----
+
+/** The plugin's key-value store (docs/ABI.md, "State"): shared by every instance of the
+ *  plugin, where a global is the instance's own. Each function is a host call, in any hook,
+ *  and a write takes effect at once, whatever the hook then returns. The writers return a
+ *  Status: INVALID an empty key or a negative ttl, TOO_LARGE a key over ABI_KV_MAX_KEY_BYTES
+ *  or a value over kv_max_value_bytes, LIMIT the store's kv_max_bytes reached. `ttlMs` 0:
+ *  never expires. */
+export namespace kv {
+  /** The value of `key`, or null if it is absent or expired. */
+  export function get(key: string): Uint8Array | null {
+    encode(key, encodeKey, true);
+    // Unlike the message's values, a stored value may change between two reads (another
+    // instance writes it): read until it fits.
+    let out = new Uint8Array(256);
+    let n = v1_kv_get(encPtr, encLen, out.dataStart, <usize>out.length);
+    while (n > out.length) {
+      out = new Uint8Array(n);
+      n = v1_kv_get(encPtr, encLen, out.dataStart, <usize>out.length);
+    }
+    if (n < 0) return null;
+    return n == out.length ? out : out.subarray(0, n);
+  }
+
+  /** Sets `key` to `value`. */
+  export function set(key: string, value: Uint8Array, ttlMs: i64 = 0): i32 {
+    encode(key, encodeKey, true);
+    return v1_kv_set(encPtr, encLen, value.dataStart, <usize>value.byteLength, ttlMs);
+  }
+
+  /** Compare-and-set: sets `key` to `value` only if its value is `old` now (an empty `old`:
+   *  if it is absent); else Status.CONFLICT, and nothing changed: read it again and retry. */
+  export function cas(key: string, old: Uint8Array, value: Uint8Array, ttlMs: i64 = 0): i32 {
+    encode(key, encodeKey, true);
+    return v1_kv_cas(encPtr, encLen, old.dataStart, <usize>old.byteLength, value.dataStart, <usize>value.byteLength, ttlMs);
+  }
+
+  /** Removes `key`; OK if it is absent. */
+  export function remove(key: string): i32 {
+    encode(key, encodeKey, true);
+    return v1_kv_delete(encPtr, encLen);
+  }
 }
 
 // ---- the event of on_ack and on_redeliver ----

@@ -240,6 +240,22 @@ tb_str tb_config_text(void) { return tb__read(tb__config, 0); }
 /* The key is not in the inbox: always a host call. */
 tb_str tb_key(void) { return tb__read(tb__key, 0); }
 
+/* Unlike the message's values, a stored value may change between two reads (another instance
+ * writes it): read until it fits, or the second read could be cut short, or end early. */
+tb_str tb_kv_read(tb_str key) {
+	char *buf = (char *)(uintptr_t)tb__state.top;
+	uint32_t room = tb__room();
+	int32_t n;
+	while ((n = tb_kv_get(key.ptr, key.len, buf, room)) > 0 && (uint32_t)n > room) {
+		buf = tb__reserve((uint32_t)n);
+		room = (uint32_t)n;
+	}
+	if (n < 0)
+		return TB_NONE;
+	tb__state.top += (uint32_t)n;
+	return (tb_str){buf, (uint32_t)n};
+}
+
 int32_t tb_header_count(void) { return tb__state.inbox ? (int32_t)tb__u32(TB__HEADER_COUNT) : tb_msg_header_count(); }
 int32_t tb_attempt(void) { return tb__state.inbox ? (int32_t)tb__u32(TB__ATTEMPT) : tb_event_attempt(); }
 int64_t tb_in_flight_ns(void) {

@@ -93,7 +93,8 @@
 #define TB_ERR_INVALID TB_ABI_STATUS_INVALID     /* malformed: a bad topic, an empty or non-UTF-8 header */
 #define TB_ERR_TOO_LARGE TB_ABI_STATUS_TOO_LARGE   /* over max_message_bytes / max_header_bytes */
 #define TB_ERR_NOT_ALLOWED TB_ABI_STATUS_NOT_ALLOWED /* not in this hook */
-#define TB_ERR_LIMIT TB_ABI_STATUS_LIMIT       /* max_emits used up */
+#define TB_ERR_LIMIT TB_ABI_STATUS_LIMIT       /* max_emits used up, or the key-value store full */
+#define TB_ERR_CONFLICT TB_ABI_STATUS_CONFLICT /* tb_kv_swap: the value was not the old one */
 
 /* Verdicts: action | argument << 32. */
 #define TB_VERDICT(action, arg) ((int64_t)(uint32_t)(action) | ((int64_t)(uint32_t)(arg) << 32))
@@ -129,7 +130,8 @@ enum {
 #define TB_ABI_STATUS_INVALID (-1) /* status: a malformed value */
 #define TB_ABI_STATUS_TOO_LARGE (-2) /* status: over a broker limit */
 #define TB_ABI_STATUS_NOT_ALLOWED (-3) /* status: not in this hook */
-#define TB_ABI_STATUS_LIMIT (-4) /* status: too many emits */
+#define TB_ABI_STATUS_LIMIT (-4) /* status: too many emits, or the plugin's store is full */
+#define TB_ABI_STATUS_CONFLICT (-5) /* status: a compare-and-set whose old value is not the current one */
 #define TB_ABI_ACT_PASS 0 /* on_publish action: continue with the message as changed */
 #define TB_ABI_ACT_DROP 1 /* on_publish action: drop the message (counted) */
 #define TB_ABI_ACT_REJECT 2 /* on_publish action: refuse the publish; argument: a gRPC status code */
@@ -160,6 +162,7 @@ enum {
 #define TB_ABI_IN_ENTRY 16 /* inbox: bytes of one header entry */
 #define TB_ABI_ABSENT_LEN 0xffffffffu /* inbox: the length of an absent value */
 #define TB_ABI_MAX_KEY_BYTES 256 /* limit: the longest message key, in bytes (v1_msg_set_key, v1_emit_key) */
+#define TB_ABI_KV_MAX_KEY_BYTES 256 /* limit: the longest key of the plugin's store, in bytes (v1_kv_*) */
 #define TB_ABI_WRITE_SIZE 20 /* write list: bytes of one record */
 #define TB_ABI_OP_SET_PAYLOAD 1 /* write list: a: the payload */
 #define TB_ABI_OP_SET_HEADER 2 /* write list: a: name, b: value */
@@ -212,6 +215,11 @@ TB_IMPORT(v1_event_reason) int32_t tb_event_reason(char *buf, uint32_t cap); /* 
 TB_IMPORT(v1_emit) int32_t tb_emit(const char *topic, uint32_t topic_len, const char *payload, uint32_t payload_len);
 TB_IMPORT(v1_emit_header) int32_t tb_emit_header(int32_t handle, const char *key, uint32_t key_len, const char *val, uint32_t val_len);
 TB_IMPORT(v1_emit_key) int32_t tb_emit_key(int32_t handle, const char *ptr, uint32_t len);
+/* State. */
+TB_IMPORT(v1_kv_get) int32_t tb_kv_get(const char *key, uint32_t key_len, char *buf, uint32_t cap);
+TB_IMPORT(v1_kv_set) int32_t tb_kv_set(const char *key, uint32_t key_len, const char *val, uint32_t val_len, int64_t ttl_ms);
+TB_IMPORT(v1_kv_cas) int32_t tb_kv_cas(const char *key, uint32_t key_len, const char *old, uint32_t old_len, const char *val, uint32_t val_len, int64_t ttl_ms);
+TB_IMPORT(v1_kv_delete) int32_t tb_kv_delete(const char *key, uint32_t key_len);
 /* Metrics. */
 TB_IMPORT(v1_metric_define) int32_t tb_metric_define(int32_t kind, const char *name, uint32_t name_len, const char *help, uint32_t help_len, const char *label, uint32_t label_len, const char *buckets, uint32_t buckets_len);
 TB_IMPORT(v1_metric_add) int32_t tb_metric_add(int32_t id, int64_t value, const char *label_value, uint32_t label_value_len);
@@ -323,6 +331,20 @@ void tb_reason(tb_str why); /* the reason of the verdict: the last one given win
 static inline int32_t tb_emit_to(tb_str topic, tb_str payload) { return tb_emit(topic.ptr, topic.len, payload.ptr, payload.len); }
 static inline int32_t tb_emit_set_header(int32_t handle, tb_str k, tb_str v) { return tb_emit_header(handle, k.ptr, k.len, v.ptr, v.len); }
 static inline int32_t tb_emit_set_key(int32_t handle, tb_str k) { return tb_emit_key(handle, k.ptr, k.len); } /* checked as tb_set_key */
+
+/* The plugin's key-value store (docs/ABI.md, "State"), shared by every instance of the plugin
+ * and usable in every hook; each is a host call, inbox or not, and a write takes effect at once.
+ * ttl_ms 0: never expires. TB_OK or TB_ERR_*: TB_ERR_INVALID an empty key or a negative ttl,
+ * TB_ERR_TOO_LARGE a key over TB_ABI_KV_MAX_KEY_BYTES or a value over kv_max_value_bytes,
+ * TB_ERR_LIMIT the store's kv_max_bytes reached. */
+tb_str tb_kv_read(tb_str key); /* the value, in the arena; TB_NONE if absent or expired */
+static inline int32_t tb_kv_write(tb_str k, tb_str v, int64_t ttl_ms) { return tb_kv_set(k.ptr, k.len, v.ptr, v.len, ttl_ms); }
+/* Compare-and-set: k := v only if its value is old now (an empty old: if it is absent), else
+ * TB_ERR_CONFLICT and nothing changes (read it again and retry). */
+static inline int32_t tb_kv_swap(tb_str k, tb_str old, tb_str v, int64_t ttl_ms) {
+	return tb_kv_cas(k.ptr, k.len, old.ptr, old.len, v.ptr, v.len, ttl_ms);
+}
+static inline int32_t tb_kv_remove(tb_str k) { return tb_kv_delete(k.ptr, k.len); } /* TB_OK if absent too */
 
 /* Metrics (docs/ABI.md, "Metrics"): tb_new_metric returns an id (>= 0) or TB_ERR_*; kind is
  * TB_ABI_METRIC_COUNTER, _GAUGE or _HISTOGRAM; label (a label's name) and buckets ("10,100")

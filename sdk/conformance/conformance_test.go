@@ -372,7 +372,7 @@ type row struct {
 
 // since are the rows added to SPEC.md after 5bfe240, by the change that added them: the
 // plugins built then (TestBuiltAt5bfe240) do not have them.
-var since = map[string]string{"key": "ordering keys (issue 27)", "metric": "plugin metrics (issue 30)"}
+var since = map[string]string{"key": "ordering keys (issue 27)", "kv": "plugin state (issue 30)", "metric": "plugin metrics (issue 30)"}
 
 // rows are SPEC.md's rows, by the names it gives them.
 var rows = []row{
@@ -463,6 +463,7 @@ var rows = []row{
 		expect(t, s.Next(t), "c.pass", "after", nil)
 	}},
 	{"key", keyRow},
+	{"kv", kvRow},
 	{"metric", metricRow},
 	{"other", publishUnchanged("c.pass.x")},
 	{"init_refuse", func(t *testing.T, e *env) {
@@ -603,4 +604,27 @@ func keyRow(t *testing.T, e *env) {
 		}
 	}
 	nothing(t, s, "after the rejected keys")
+}
+
+// kvRow is SPEC.md's row kv: compare-and-set, get, set and delete in the plugin's store.
+func kvRow(t *testing.T, e *env) {
+	s := e.fanout(t, ">")
+	k := map[string]string{"k": "a"}
+	withOld := map[string]string{"k": "a", "old": "1"}
+	e.publish(t, "c.kv.del", "gone", k) // set, then deleted: absent
+	expect(t, s.Next(t), "c.kv.del", "gone", k)
+	e.publish(t, "c.kv", "1", k) // absent: created
+	expect(t, s.Next(t), "c.kv", "1", k)
+	dropped(t, e, s, "c.kv", k, "kv refused") // present: an empty old refused
+	big := make([]byte, 40000)                // more than any SDK's first buffer
+	for i := range big {
+		big[i] = byte('a' + i%26 + i/1000%2*('A'-'a'))
+	}
+	e.publish(t, "c.kv", string(big), withOld) // 1 -> big, read back whole
+	expect(t, s.Next(t), "c.kv", string(big), withOld)
+	dropped(t, e, s, "c.kv", withOld, "kv refused") // no longer 1
+	e.publish(t, "c.kv.del", "x", k)
+	expect(t, s.Next(t), "c.kv.del", "x", k)
+	e.publish(t, "c.kv", "4", k) // deleted: created again
+	expect(t, s.Next(t), "c.kv", "4", k)
 }

@@ -61,6 +61,10 @@ const host = struct {
     extern "tinybroker" fn v1_emit(topic: [*]const u8, topic_len: usize, payload: [*]const u8, payload_len: usize) i32;
     extern "tinybroker" fn v1_emit_header(handle: i32, key: [*]const u8, key_len: usize, val: [*]const u8, val_len: usize) i32;
     extern "tinybroker" fn v1_emit_key(handle: i32, ptr: [*]const u8, len: usize) i32;
+    extern "tinybroker" fn v1_kv_get(key: [*]const u8, key_len: usize, buf: [*]u8, cap: usize) i32;
+    extern "tinybroker" fn v1_kv_set(key: [*]const u8, key_len: usize, val: [*]const u8, val_len: usize, ttl_ms: i64) i32;
+    extern "tinybroker" fn v1_kv_cas(key: [*]const u8, key_len: usize, old: [*]const u8, old_len: usize, val: [*]const u8, val_len: usize, ttl_ms: i64) i32;
+    extern "tinybroker" fn v1_kv_delete(key: [*]const u8, key_len: usize) i32;
     extern "tinybroker" fn v1_metric_define(kind: i32, name: [*]const u8, name_len: usize, help: [*]const u8, help_len: usize, label: [*]const u8, label_len: usize, buckets: [*]const u8, buckets_len: usize) i32;
     extern "tinybroker" fn v1_metric_add(id: i32, value: i64, label_value: [*]const u8, label_value_len: usize) i32;
     extern "tinybroker" fn v1_metric_set(id: i32, value: i64, label_value: [*]const u8, label_value_len: usize) i32;
@@ -77,8 +81,10 @@ pub const abi = struct {
     pub const STATUS_TOO_LARGE = -2;
     /// status: not in this hook
     pub const STATUS_NOT_ALLOWED = -3;
-    /// status: too many emits
+    /// status: too many emits, or the plugin's store is full
     pub const STATUS_LIMIT = -4;
+    /// status: a compare-and-set whose old value is not the current one
+    pub const STATUS_CONFLICT = -5;
     /// on_publish action: continue with the message as changed
     pub const ACT_PASS = 0;
     /// on_publish action: drop the message (counted)
@@ -139,6 +145,8 @@ pub const abi = struct {
     pub const ABSENT_LEN = 4294967295;
     /// limit: the longest message key, in bytes (v1_msg_set_key, v1_emit_key)
     pub const MAX_KEY_BYTES = 256;
+    /// limit: the longest key of the plugin's store, in bytes (v1_kv_*)
+    pub const KV_MAX_KEY_BYTES = 256;
     /// write list: bytes of one record
     pub const WRITE_SIZE = 20;
     /// write list: a: the payload
@@ -849,7 +857,7 @@ fn giveLists(whole: []align(8) u8, n: usize) void {
 
 // ---- statuses ----
 
-/// Why the broker refused a write or an emit: the ABI's statuses -1 to -4.
+/// Why the broker refused a write or an emit: the ABI's statuses -1 to -5.
 pub const Error = error{
     /// ERR_INVALID: a topic that is not a valid topic, an empty header name, a header name or
     /// value that is not UTF-8.
@@ -858,8 +866,11 @@ pub const Error = error{
     TooLarge,
     /// ERR_NOT_ALLOWED: not in this hook.
     NotAllowed,
-    /// ERR_LIMIT: max_emits for this call used up.
+    /// ERR_LIMIT: max_emits for this call used up, or the plugin's key-value store full
+    /// (kv_max_bytes).
     Limit,
+    /// ERR_CONFLICT: a compare-and-set (kv.cas) found another value than the old one.
+    Conflict,
     /// A status this version of the SDK does not know.
     UnknownStatus,
 };
@@ -870,6 +881,7 @@ fn check(status: i32) Error!i32 {
         -2 => error.TooLarge,
         -3 => error.NotAllowed,
         -4 => error.Limit,
+        -5 => error.Conflict,
         else => if (status < 0) error.UnknownStatus else status,
     };
 }
@@ -1077,13 +1089,13 @@ pub const config = struct {
         fetched = try read(host.v1_config_get, .{ p(key), key.len });
         if (cached < cache_keys) {
             const k = backing.dupe(u8, key) catch return;
-            const kv = if (fetched) |x| (backing.dupe(u8, x) catch {
+            const value = if (fetched) |x| (backing.dupe(u8, x) catch {
                 backing.free(k);
                 return;
             }) else null;
-            cache[cached] = .{ .key = k, .value = kv };
+            cache[cached] = .{ .key = k, .value = value };
             cached += 1;
-            fetched = kv;
+            fetched = value;
         }
     }
     var fetched: ?[]const u8 = null;
@@ -1229,6 +1241,46 @@ pub fn setReason(reason: []const u8) void {
     if (active()) return write(.set_reason, reason, "");
     host.v1_set_reason(p(reason), reason.len);
 }
+
+// ---- the plugin's key-value store ----
+
+/// The plugin's key-value store (docs/ABI.md, "State"): shared by every instance of the
+/// plugin, where a global is the instance's own. Each function is a host call, in any hook,
+/// and a write takes effect at once, whatever the hook then returns. The writers' errors:
+/// error.Invalid an empty key or a negative ttl, error.TooLarge a key over
+/// abi.KV_MAX_KEY_BYTES or a value over kv_max_value_bytes, error.Limit the store's
+/// kv_max_bytes reached. ttl_ms 0: never expires.
+pub const kv = struct {
+    /// The value of key, in the arena, or null if it is absent or expired.
+    pub fn get(key: []const u8) !?[]const u8 {
+        // Unlike the message's values, a stored value may change between two reads (another
+        // instance writes it): read until it fits.
+        var buf = try allocator().alloc(u8, 256);
+        while (true) {
+            const n = host.v1_kv_get(p(key), key.len, buf.ptr, buf.len);
+            if (n < 0) return null;
+            const len: usize = @intCast(n);
+            if (len <= buf.len) return buf[0..len];
+            buf = try allocator().alloc(u8, len);
+        }
+    }
+
+    /// Sets key to value.
+    pub fn set(key: []const u8, value: []const u8, ttl_ms: i64) Error!void {
+        _ = try check(host.v1_kv_set(p(key), key.len, p(value), value.len, ttl_ms));
+    }
+
+    /// Compare-and-set: sets key to value only if its value is old now (an empty old: if it
+    /// is absent); else error.Conflict, and nothing changed: read it again and retry.
+    pub fn cas(key: []const u8, old: []const u8, value: []const u8, ttl_ms: i64) Error!void {
+        _ = try check(host.v1_kv_cas(p(key), key.len, p(old), old.len, p(value), value.len, ttl_ms));
+    }
+
+    /// Removes key; absent is not an error.
+    pub fn delete(key: []const u8) Error!void {
+        _ = try check(host.v1_kv_delete(p(key), key.len));
+    }
+};
 
 // ---- emitting ----
 
@@ -1448,6 +1500,7 @@ test "statuses map to errors" {
     try std.testing.expectEqual(@as(i32, 2), try check(2));
     try std.testing.expectError(error.Invalid, check(-1));
     try std.testing.expectError(error.Limit, check(-4));
+    try std.testing.expectError(error.Conflict, check(-5));
     try std.testing.expectError(error.UnknownStatus, check(-9));
 }
 

@@ -131,6 +131,8 @@
 //	  emit_topics    = ["audit.>"]      # topics it may emit to or re-route to (default: any)
 //	  breaker_failures = 5
 //	  breaker_cooldown = "30s"
+//	  kv_max_bytes       = 4194304      # its key-value store (docs/ABI.md, "State"): bytes held
+//	  kv_max_value_bytes = 65536        # and the largest value
 //	}
 //
 // Errors name the file, line and column of the offending text.

@@ -43,6 +43,8 @@ var pluginSection = section{
 		positiveIntAttr("max_emits", func(c *Config) *int { return &lastPlugin(c).MaxEmits }),
 		positiveIntAttr("breaker_failures", func(c *Config) *int { return &lastPlugin(c).BreakerFailures }),
 		durationAttr("breaker_cooldown", func(c *Config) *time.Duration { return &lastPlugin(c).BreakerCooldown }),
+		positiveIntAttr("kv_max_bytes", func(c *Config) *int { return &lastPlugin(c).KVMaxBytes }),
+		positiveIntAttr("kv_max_value_bytes", func(c *Config) *int { return &lastPlugin(c).KVMaxValueBytes }),
 	},
 }
 

@@ -26,6 +26,8 @@ plugin "tenant-filter" {
   max_emits      = 3
   breaker_failures = 7
   breaker_cooldown = "1m"
+  kv_max_bytes     = 1048576
+  kv_max_value_bytes = 1024
 }
 
 plugin "audit" {
@@ -41,8 +43,9 @@ plugin "audit" {
 		Config:           map[string]string{"allow": "acme,globex", "max-size": "10", "strict": "true"},
 		MemoryLimitBytes: 16 << 20, CallTimeout: 50 * time.Millisecond, PoolSize: 2,
 		FailurePolicy: plugins.FailDeadLetter, MaxEmits: 3, BreakerFailures: 7, BreakerCooldown: time.Minute,
+		KVMaxBytes: 1 << 20, KVMaxValueBytes: 1024,
 	}, {
-		Name: "audit", Path: "/abs/audit.wasm", Source: "/etc/tinybroker/tb.hcl:19,18-35", Groups: []string{"billing"}, CallTimeout: plugins.NoCallTimeout,
+		Name: "audit", Path: "/abs/audit.wasm", Source: "/etc/tinybroker/tb.hcl:21,18-35", Groups: []string{"billing"}, CallTimeout: plugins.NoCallTimeout,
 	}}
 	if !reflect.DeepEqual(c.Plugins, want) {
 		t.Fatalf("plugins\n got %+v\nwant %+v", c.Plugins, want)

@@ -62,7 +62,7 @@ func main() {
 	blocks("sdk/zig/tinybroker.zig", [3]string{"// BEGIN ABI: " + generated, "// END ABI", zigDecls()})
 	blocks("sdk/assemblyscript/index.ts", [3]string{"// BEGIN ABI: " + generated, "// END ABI", asDecls()})
 	var doc [][3]string
-	for _, sec := range []string{abi.GroupEverywhere, abi.GroupMessage, abi.GroupEvent, abi.GroupEmit, abi.GroupMetrics} {
+	for _, sec := range []string{abi.GroupEverywhere, abi.GroupMessage, abi.GroupEvent, abi.GroupEmit, abi.GroupState, abi.GroupMetrics} {
 		doc = append(doc, [3]string{"<!-- BEGIN ABI host functions: " + sec + " (" + generated + ") -->", "<!-- END ABI -->", docHostTable(sec)})
 	}
 	doc = append(doc,

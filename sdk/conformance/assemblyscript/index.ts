@@ -1,6 +1,6 @@
 // The conformance plugin (sdk/conformance/SPEC.md) written with the AssemblyScript SDK,
 // with the inbox and batches (docs/ABI.md): the test also runs it with them hidden.
-import { config, emit, emitString, event, log, metric, msg, publishBatch, Code, Init, Level, Publish, Redeliver } from "tinybroker";
+import { config, emit, emitString, event, kv, log, metric, msg, publishBatch, Code, Init, Level, Publish, Redeliver } from "tinybroker";
 export { tinybroker_abi_v1, tb_v1_inbox } from "tinybroker";
 
 export function tb_v1_init(): i32 {
@@ -41,6 +41,19 @@ export function tb_v1_on_publish(): i64 {
     const tenant = h == null ? "" : h;
     if (msg.setKey(tenant) != 0) return Publish.reject(Code.INVALID_ARGUMENT, "key refused");
     check(emitString("c.key.emitted", "").key("e-" + tenant));
+  } else if (topic == "c.kv") {
+    const k = msg.header("k"), old = msg.header("old");
+    const key = k == null ? "" : k;
+    const oldBytes = Uint8Array.wrap(String.UTF8.encode(old == null ? "" : old));
+    if (kv.cas(key, oldBytes, msg.payload()) != 0) return Publish.drop("kv refused");
+    const v = kv.get(key);
+    check(msg.setPayload(v == null ? new Uint8Array(0) : v));
+  } else if (topic == "c.kv.del") {
+    const k = msg.header("k");
+    const key = k == null ? "" : k;
+    check(kv.set(key, msg.payload()));
+    check(kv.remove(key));
+    if (kv.get(key) != null) return Publish.drop("kv not deleted");
   } else if (topic == "c.emit") {
     const to = config.get("emit_topic");
     const first = emit(to == null ? "" : to, msg.payload());

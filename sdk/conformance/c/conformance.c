@@ -64,6 +64,27 @@ TB_ON_PUBLISH(on_publish) {
 		tb_emit_set_key(tb_emit_to(TB_S("c.key.emitted"), TB_S("")), tb_concat(TB_S("e-"), tenant));
 		return TB_PASS;
 	}
+	if (tb_eq(topic, TB_S("c.kv"))) {
+		tb_str k = tb_header(TB_S("k")), old = tb_header(TB_S("old"));
+		if (TB_ABSENT(k))
+			k = TB_S("");
+		if (TB_ABSENT(old))
+			old = TB_S("");
+		if (tb_kv_swap(k, old, tb_payload(), 0) != TB_OK)
+			return tb_drop(TB_S("kv refused"));
+		tb_set_payload(tb_kv_read(k));
+		return TB_PASS;
+	}
+	if (tb_eq(topic, TB_S("c.kv.del"))) {
+		tb_str k = tb_header(TB_S("k"));
+		if (TB_ABSENT(k))
+			k = TB_S("");
+		if (tb_kv_write(k, tb_payload(), 0) != TB_OK || tb_kv_remove(k) != TB_OK)
+			__builtin_trap();
+		if (!TB_ABSENT(tb_kv_read(k)))
+			return tb_drop(TB_S("kv not deleted"));
+		return TB_PASS;
+	}
 	if (tb_eq(topic, TB_S("c.emit"))) {
 		int32_t h = tb_emit_to(tb_config_value(TB_S("emit_topic")), tb_payload());
 		tb_emit_set_header(h, TB_S("origin"), topic);

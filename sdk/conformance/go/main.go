@@ -72,6 +72,21 @@ func onPublish(m *plugin.Message) plugin.Verdict {
 	case "c.config":
 		tenant, _ := plugin.ConfigValue("tenant")
 		must(m.SetPayload([]byte(tenant + "|" + plugin.ConfigText())))
+	case "c.kv":
+		k, _ := m.Header("k")
+		old, _ := m.Header("old")
+		if plugin.KVCompareAndSet(k, []byte(old), m.Payload(), 0) != nil {
+			return plugin.Drop("kv refused")
+		}
+		v, _ := plugin.KVGet(k)
+		must(m.SetPayload(v))
+	case "c.kv.del":
+		k, _ := m.Header("k")
+		must(plugin.KVSet(k, m.Payload(), 0))
+		must(plugin.KVDelete(k))
+		if _, ok := plugin.KVGet(k); ok {
+			return plugin.Drop("kv not deleted")
+		}
 	case "c.log":
 		plugin.Log(plugin.LevelWarn, "conformance log: "+string(m.Payload()))
 	case "c.tenant":

@@ -46,6 +46,10 @@
   (import "tinybroker" "v1_msg_key" (func $msg_key (param i32 i32) (result i32)))
   (import "tinybroker" "v1_msg_set_key" (func $set_key (param i32 i32) (result i32)))
   (import "tinybroker" "v1_emit_key" (func $emit_key (param i32 i32 i32) (result i32)))
+  (import "tinybroker" "v1_kv_get" (func $kv_get (param i32 i32 i32 i32) (result i32)))
+  (import "tinybroker" "v1_kv_set" (func $kv_set (param i32 i32 i32 i32 i64) (result i32)))
+  (import "tinybroker" "v1_kv_cas" (func $kv_cas (param i32 i32 i32 i32 i32 i32 i64) (result i32)))
+  (import "tinybroker" "v1_kv_delete" (func $kv_delete (param i32 i32) (result i32)))
 
   (memory (export "memory") 2)
 
@@ -102,6 +106,12 @@
   (data (i32.const 1600) "Payload bytes on c.metric.") ;; 26
   (data (i32.const 1632) "10,100")                 ;; 6
   (data (i32.const 1664) "metric refused")         ;; 14
+  (data (i32.const 1696) "c.kv")                   ;; 4
+  (data (i32.const 1728) "c.kv.del")               ;; 8
+  (data (i32.const 1760) "k")                      ;; 1
+  (data (i32.const 1792) "old")                    ;; 3
+  (data (i32.const 1824) "kv refused")             ;; 10
+  (data (i32.const 1856) "kv not deleted")         ;; 14
   ;; Prefixes placed right before the buffer their value is read into, so that prefix and
   ;; value are one string without a copy.
   (data (i32.const 3072) "refused: ")              ;; 9, value at 3081
@@ -348,6 +358,45 @@
         (local.set $h (call $emit (i32.const 1440) (i32.const 13) (i32.const 0) (i32.const 0)))
         (if (i32.lt_s (local.get $h) (i32.const 0)) (then unreachable))
         (drop (call $emit_key (local.get $h) (i32.const 7168) (i32.add (i32.const 2) (local.get $m))))
+        (return (i64.const 0))))
+
+    ;; c.kv: compare-and-set header k from header old (absent: empty) to the payload, or DROP
+    ;; "kv refused"; then the payload := the value read back. The key is read into $hval, old
+    ;; into $cval: a key over their 256 bytes is over KV_MAX_KEY_BYTES, refused unread.
+    (if (call $eq (global.get $topic) (local.get $t) (i32.const 1696) (i32.const 4))
+      (then
+        (local.set $h (call $msg_header (i32.const 1760) (i32.const 1) (global.get $hval) (i32.const 256)))
+        (if (i32.lt_s (local.get $h) (i32.const 0)) (then (local.set $h (i32.const 0))))
+        (local.set $m (call $msg_header (i32.const 1792) (i32.const 3) (global.get $cval) (i32.const 256)))
+        (if (i32.lt_s (local.get $m) (i32.const 0)) (then (local.set $m (i32.const 0))))
+        (if (i32.gt_u (local.get $m) (i32.const 256)) (then unreachable))
+        (local.set $n (call $payload))
+        (if (call $kv_cas (global.get $hval) (local.get $h) (global.get $cval) (local.get $m) (global.get $big) (local.get $n) (i64.const 0))
+          (then
+            (call $set_reason (i32.const 1824) (i32.const 10))
+            (return (i64.const 1))))
+        (local.set $n (call $kv_get (global.get $hval) (local.get $h) (global.get $big) (call $room (global.get $big))))
+        (if (i32.gt_u (local.get $n) (call $room (global.get $big)))  ;; -1 (absent) too: it was just set
+          (then
+            (call $ensure (i32.add (global.get $big) (local.get $n)))
+            (drop (call $kv_get (global.get $hval) (local.get $h) (global.get $big) (local.get $n)))))
+        (drop (call $set_payload (global.get $big) (local.get $n)))
+        (return (i64.const 0))))
+
+    ;; c.kv.del: set header k to the payload, delete it; DROP "kv not deleted" if it still
+    ;; reads (a read with no buffer: its length, or -1).
+    (if (call $eq (global.get $topic) (local.get $t) (i32.const 1728) (i32.const 8))
+      (then
+        (local.set $h (call $msg_header (i32.const 1760) (i32.const 1) (global.get $hval) (i32.const 256)))
+        (if (i32.lt_s (local.get $h) (i32.const 0)) (then (local.set $h (i32.const 0))))
+        (local.set $n (call $payload))
+        (if (call $kv_set (global.get $hval) (local.get $h) (global.get $big) (local.get $n) (i64.const 0))
+          (then unreachable))
+        (if (call $kv_delete (global.get $hval) (local.get $h)) (then unreachable))
+        (if (i32.ge_s (call $kv_get (global.get $hval) (local.get $h) (i32.const 0) (i32.const 0)) (i32.const 0))
+          (then
+            (call $set_reason (i32.const 1856) (i32.const 14))
+            (return (i64.const 1))))
         (return (i64.const 0))))
 
     ;; c.metric: define the counter c_metric_total (label tenant) and the histogram

@@ -62,6 +62,18 @@ fn onPublish() !tb.Publish {
         tb.msg.setKey(tenant) catch return tb.Publish.reject(tb.code.invalid_argument, "key refused");
         try (try tb.emit("c.key.emitted", "")).key(try std.mem.concat(a, u8, &.{ "e-", tenant }));
     }
+    if (is(topic, "c.kv")) {
+        const k = try tb.msg.header("k") orelse "";
+        const old = try tb.msg.header("old") orelse "";
+        tb.kv.cas(k, old, try tb.msg.payload(), 0) catch return tb.Publish.drop("kv refused");
+        try tb.msg.setPayload(try tb.kv.get(k) orelse "");
+    }
+    if (is(topic, "c.kv.del")) {
+        const k = try tb.msg.header("k") orelse "";
+        try tb.kv.set(k, try tb.msg.payload(), 0);
+        try tb.kv.delete(k);
+        if (try tb.kv.get(k) != null) return tb.Publish.drop("kv not deleted");
+    }
     if (is(topic, "c.emit")) {
         const to = try tb.config.get("emit_topic") orelse "";
         try tb.emitWith(to, try tb.msg.payload(), &.{.{ "origin", topic }});

@@ -127,7 +127,7 @@ func TestStatusError(t *testing.T) {
 	if got, want := err.Error(), `tinybroker: SetTopic "a..b": invalid value`; got != want {
 		t.Errorf("Error() = %q, want %q", got, want)
 	}
-	for st, want := range map[int32]error{-1: ErrInvalid, -2: ErrTooLarge, -3: ErrNotAllowed, -4: ErrLimit, -9: nil} {
+	for st, want := range map[int32]error{-1: ErrInvalid, -2: ErrTooLarge, -3: ErrNotAllowed, -4: ErrLimit, -5: ErrConflict, -9: nil} {
 		if got := (&StatusError{Status: st}).Unwrap(); got != want {
 			t.Errorf("status %d unwraps to %v, want %v", st, got, want)
 		}

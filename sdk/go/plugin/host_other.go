@@ -40,6 +40,16 @@ func hostEmitHeader(handle int32, key, value string) int32            { noHost()
 func hostMsgKey(buf unsafe.Pointer, capacity uint32) int32            { noHost(); return 0 }
 func hostMsgSetKey(key string) int32                                  { noHost(); return 0 }
 func hostEmitKey(handle int32, key string) int32                      { noHost(); return 0 }
+func hostKVGet(key string, buf unsafe.Pointer, capacity uint32) int32 { noHost(); return 0 }
+func hostKVSet(key string, value unsafe.Pointer, n uint32, ttlMS int64) int32 {
+	noHost()
+	return 0
+}
+func hostKVCas(key string, old unsafe.Pointer, oldN uint32, value unsafe.Pointer, n uint32, ttlMS int64) int32 {
+	noHost()
+	return 0
+}
+func hostKVDelete(key string) int32 { noHost(); return 0 }
 
 func hostMetricDefine(kind int32, name, help, label, buckets string) int32 { noHost(); return 0 }
 func hostMetricAdd(id int32, value int64, labelValue string) int32         { noHost(); return 0 }

@@ -83,6 +83,18 @@ func hostMsgSetKey(key string) int32
 //go:wasmimport tinybroker v1_emit_key
 func hostEmitKey(handle int32, key string) int32
 
+//go:wasmimport tinybroker v1_kv_get
+func hostKVGet(key string, buf unsafe.Pointer, capacity uint32) int32
+
+//go:wasmimport tinybroker v1_kv_set
+func hostKVSet(key string, value unsafe.Pointer, n uint32, ttlMS int64) int32
+
+//go:wasmimport tinybroker v1_kv_cas
+func hostKVCas(key string, old unsafe.Pointer, oldN uint32, value unsafe.Pointer, n uint32, ttlMS int64) int32
+
+//go:wasmimport tinybroker v1_kv_delete
+func hostKVDelete(key string) int32
+
 //go:wasmimport tinybroker v1_metric_define
 func hostMetricDefine(kind int32, name, help, label, buckets string) int32
 

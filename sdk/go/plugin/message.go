@@ -489,11 +489,13 @@ var (
 	// ErrNotAllowed: not available in this hook, e.g. changing the payload in on_redeliver.
 	ErrNotAllowed = errors.New("not allowed in this hook")
 	// ErrLimit: the plugin's max_emits for this call is used up.
-	ErrLimit = errors.New("max_emits for this call used up")
+	ErrLimit = errors.New("max_emits for this call used up, or the plugin's store is full")
+	// ErrConflict: a compare-and-set (KVCompareAndSet) found another value than the old one.
+	ErrConflict = errors.New("compare-and-set: the value changed")
 )
 
 // A StatusError is a write the broker refused. It wraps ErrInvalid, ErrTooLarge,
-// ErrNotAllowed or ErrLimit, according to its Status.
+// ErrNotAllowed, ErrLimit or ErrConflict, according to its Status.
 type StatusError struct {
 	Op     string // what was refused, e.g. `SetTopic "orders..x"`
 	Status int32  // the broker's status code, e.g. -1 for ErrInvalid
@@ -517,6 +519,8 @@ func (e *StatusError) Unwrap() error {
 		return ErrNotAllowed
 	case abi.StatusLimit:
 		return ErrLimit
+	case abi.StatusConflict:
+		return ErrConflict
 	}
 	return nil
 }

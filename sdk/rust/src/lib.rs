@@ -115,8 +115,11 @@ pub enum Error {
     TooLarge,
     /// `ERR_NOT_ALLOWED` (-3): not in this hook (e.g. changing the payload in on_redeliver).
     NotAllowed,
-    /// `ERR_LIMIT` (-4): the plugin's `max_emits` for this call is used up.
+    /// `ERR_LIMIT` (-4): the plugin's `max_emits` for this call is used up, or its key-value
+    /// store is full (`kv_max_bytes`).
     Limit,
+    /// `ERR_CONFLICT` (-5): a compare-and-set ([`kv::cas`]) found another value than the old one.
+    Conflict,
     /// A status this version of the crate does not know.
     Other(i32),
 }
@@ -129,6 +132,7 @@ impl Error {
             -2 => Err(Error::TooLarge),
             -3 => Err(Error::NotAllowed),
             -4 => Err(Error::Limit),
+            -5 => Err(Error::Conflict),
             s => Err(Error::Other(s)),
         }
     }
@@ -140,7 +144,8 @@ impl fmt::Display for Error {
             Error::Invalid => f.write_str("tinybroker: invalid value (a bad topic or an empty header name)"),
             Error::TooLarge => f.write_str("tinybroker: over the broker's max_message_bytes or max_header_bytes"),
             Error::NotAllowed => f.write_str("tinybroker: not allowed in this hook"),
-            Error::Limit => f.write_str("tinybroker: max_emits for this call used up"),
+            Error::Limit => f.write_str("tinybroker: max_emits for this call used up, or the plugin's store is full"),
+            Error::Conflict => f.write_str("tinybroker: compare-and-set: the value changed"),
             Error::Other(s) => write!(f, "tinybroker: unknown status {}", s),
         }
     }
@@ -315,6 +320,56 @@ pub mod event {
             return string(inbox::field(inbox::REASON).unwrap_or_default().to_vec());
         }
         string(read(|b, c| unsafe { sys::event_reason(b, c) }).unwrap_or_default())
+    }
+}
+
+/// The plugin's key-value store (docs/ABI.md, "State"): shared by every instance of the
+/// plugin, where a `static` is the instance's own. Each function is a host call, in any hook,
+/// and a write takes effect at once, whatever the hook then returns. `ttl_ms` 0: never expires.
+pub mod kv {
+    use super::*;
+
+    /// The value of `key`, or None if it is absent or expired.
+    pub fn get(key: &str) -> Option<Vec<u8>> {
+        let (k, kl) = ptr(key.as_bytes());
+        // Unlike the message's values, a stored value may change between two reads (another
+        // instance writes it): read until it fits.
+        let mut v: Vec<u8> = Vec::with_capacity(256);
+        loop {
+            let n = unsafe { sys::kv_get(k, kl, v.as_mut_ptr(), v.capacity()) };
+            if n < 0 {
+                return None;
+            }
+            let n = n as usize;
+            if n <= v.capacity() {
+                // SAFETY: the host wrote n bytes at v's start.
+                unsafe { v.set_len(n) };
+                return Some(v);
+            }
+            v = Vec::with_capacity(n);
+        }
+    }
+
+    /// Sets `key` to `value`. [`Error::Invalid`]: an empty key or a negative ttl;
+    /// [`Error::TooLarge`]: a key over 256 bytes or a value over `kv_max_value_bytes`;
+    /// [`Error::Limit`]: the store would pass `kv_max_bytes`.
+    pub fn set(key: &str, value: &[u8], ttl_ms: i64) -> Result<(), Error> {
+        let ((k, kl), (v, vl)) = (ptr(key.as_bytes()), ptr(value));
+        Error::check(unsafe { sys::kv_set(k, kl, v, vl, ttl_ms) }).map(|_| ())
+    }
+
+    /// Compare-and-set: sets `key` to `value`, as [`set`] does, only if its value is `old`
+    /// now (an empty `old`: if it is absent); else [`Error::Conflict`], and nothing changed:
+    /// read it again and retry.
+    pub fn cas(key: &str, old: &[u8], value: &[u8], ttl_ms: i64) -> Result<(), Error> {
+        let ((k, kl), (o, ol), (v, vl)) = (ptr(key.as_bytes()), ptr(old), ptr(value));
+        Error::check(unsafe { sys::kv_cas(k, kl, o, ol, v, vl, ttl_ms) }).map(|_| ())
+    }
+
+    /// Removes `key`; a key that is absent is not an error.
+    pub fn delete(key: &str) -> Result<(), Error> {
+        let (k, kl) = ptr(key.as_bytes());
+        Error::check(unsafe { sys::kv_delete(k, kl) }).map(|_| ())
     }
 }
 

@@ -47,6 +47,10 @@ imports! {
     fn emit = "v1_emit" (topic: *const u8, topic_len: usize, payload: *const u8, payload_len: usize) -> i32;
     fn emit_header = "v1_emit_header" (handle: i32, key: *const u8, key_len: usize, val: *const u8, val_len: usize) -> i32;
     fn emit_key = "v1_emit_key" (handle: i32, ptr: *const u8, len: usize) -> i32;
+    fn kv_get = "v1_kv_get" (key: *const u8, key_len: usize, buf: *mut u8, cap: usize) -> i32;
+    fn kv_set = "v1_kv_set" (key: *const u8, key_len: usize, val: *const u8, val_len: usize, ttl_ms: i64) -> i32;
+    fn kv_cas = "v1_kv_cas" (key: *const u8, key_len: usize, old: *const u8, old_len: usize, val: *const u8, val_len: usize, ttl_ms: i64) -> i32;
+    fn kv_delete = "v1_kv_delete" (key: *const u8, key_len: usize) -> i32;
     fn metric_define = "v1_metric_define" (kind: i32, name: *const u8, name_len: usize, help: *const u8, help_len: usize, label: *const u8, label_len: usize, buckets: *const u8, buckets_len: usize) -> i32;
     fn metric_add = "v1_metric_add" (id: i32, value: i64, label_value: *const u8, label_value_len: usize) -> i32;
     fn metric_set = "v1_metric_set" (id: i32, value: i64, label_value: *const u8, label_value_len: usize) -> i32;
@@ -64,8 +68,10 @@ pub mod consts {
     pub const STATUS_TOO_LARGE: i32 = -2;
     /// status: not in this hook
     pub const STATUS_NOT_ALLOWED: i32 = -3;
-    /// status: too many emits
+    /// status: too many emits, or the plugin's store is full
     pub const STATUS_LIMIT: i32 = -4;
+    /// status: a compare-and-set whose old value is not the current one
+    pub const STATUS_CONFLICT: i32 = -5;
     /// on_publish action: continue with the message as changed
     pub const ACT_PASS: i32 = 0;
     /// on_publish action: drop the message (counted)
@@ -126,6 +132,8 @@ pub mod consts {
     pub const ABSENT_LEN: u32 = 4294967295;
     /// limit: the longest message key, in bytes (v1_msg_set_key, v1_emit_key)
     pub const MAX_KEY_BYTES: i32 = 256;
+    /// limit: the longest key of the plugin's store, in bytes (v1_kv_*)
+    pub const KV_MAX_KEY_BYTES: i32 = 256;
     /// write list: bytes of one record
     pub const WRITE_SIZE: i32 = 20;
     /// write list: a: the payload

@@ -1,6 +1,6 @@
 //! The conformance plugin (sdk/conformance/SPEC.md) written with the Rust SDK.
 
-use tinybroker::{code, config, emit, emit_with, event, log, metric, msg, Error, Level, Publish, Redeliver};
+use tinybroker::{code, config, emit, emit_with, event, kv, log, metric, msg, Error, Level, Publish, Redeliver};
 
 fn init() -> Result<(), String> {
     match config::get("refuse") {
@@ -50,6 +50,24 @@ fn on_publish() -> Result<Publish, Error> {
                 return Ok(Publish::reject(code::INVALID_ARGUMENT, "key refused"));
             }
             emit("c.key.emitted", b"")?.key(&format!("e-{}", tenant))?;
+            Publish::Pass
+        }
+        "c.kv" => {
+            let k = msg::header("k").unwrap_or_default();
+            let old = msg::header("old").unwrap_or_default();
+            if kv::cas(&k, old.as_bytes(), &msg::payload(), 0).is_err() {
+                return Ok(Publish::drop("kv refused"));
+            }
+            msg::set_payload(&kv::get(&k).unwrap_or_default())?;
+            Publish::Pass
+        }
+        "c.kv.del" => {
+            let k = msg::header("k").unwrap_or_default();
+            kv::set(&k, &msg::payload(), 0)?;
+            kv::delete(&k)?;
+            if kv::get(&k).is_some() {
+                return Ok(Publish::drop("kv not deleted"));
+            }
             Publish::Pass
         }
         "c.metric" => {

@@ -1,0 +1,20 @@
+;; Stores each published message's payload in its key-value store under the message's topic,
+;; and sets header kv-status to the status of the write as one digit: "0" OK, "2" ERR_TOO_LARGE,
+;; "4" ERR_LIMIT. (TestKVBounds)
+(module
+  (import "tinybroker" "v1_msg_topic" (func $topic (param i32 i32) (result i32)))
+  (import "tinybroker" "v1_msg_payload" (func $payload (param i32 i32) (result i32)))
+  (import "tinybroker" "v1_msg_set_header" (func $set_header (param i32 i32 i32 i32) (result i32)))
+  (import "tinybroker" "v1_kv_set" (func $kv_set (param i32 i32 i32 i32 i64) (result i32)))
+  (memory (export "memory") 3)
+  (data (i32.const 16) "kv-status")
+  (func (export "tinybroker_abi_v1"))
+  (func (export "tb_v1_on_publish") (result i64)
+    (local $t i32) (local $p i32)
+    (local.set $t (call $topic (i32.const 1024) (i32.const 256)))
+    (local.set $p (call $payload (i32.const 65536) (i32.const 131072)))
+    (if (i32.gt_u (local.get $p) (i32.const 131072)) (then unreachable))
+    (i32.store8 (i32.const 512)
+      (i32.sub (i32.const 48) (call $kv_set (i32.const 1024) (local.get $t) (i32.const 65536) (local.get $p) (i64.const 0))))
+    (drop (call $set_header (i32.const 16) (i32.const 9) (i32.const 512) (i32.const 1)))
+    (i64.const 0)))
