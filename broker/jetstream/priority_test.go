@@ -26,10 +26,10 @@ func publishAll(t *testing.T, e *Engine, drafts []broker.Draft) {
 	}
 }
 
-// nextOn waits for the next message delivered on st.
+// nextOn waits for the next message delivered on st (up to 40 s: a takeover waits out a pin).
 func nextOn(t *testing.T, st broker.Stream) broker.Delivery {
 	t.Helper()
-	deadline := time.After(20 * time.Second)
+	deadline := time.After(40 * time.Second)
 	for {
 		for _, d := range st.Next(nil, 1, math.MaxInt) {
 			if d.Msg != nil {
@@ -354,14 +354,7 @@ func TestPriorityDelivered(t *testing.T) {
 // it back, and a group of max_deliveries 2 dead-lettered them.
 func TestMemberlessNodeStopsPulling(t *testing.T) {
 	e := newEngine(t, Options{})
-	o := broker.SubscribeOptions{ID: "p", Group: "p", Patterns: []string{"p"}, MaxInFlight: 1, MaxDeliveries: 2, Dispatch: broker.Dispatch{MaxPriority: 5}}
-	_, first := joinGroup(t, e, o)
-	first.Close()
-	g := groupOf(e, "p")
-	eventually(t, "the group without members", func() bool { return g.memberCount() == 0 })
-	for _, p := range []uint8{0, 9, 3} {
-		publishAll(t, e, []broker.Draft{{Topic: "p", Payload: []byte("m/" + strconv.Itoa(int(p))), Priority: p}})
-	}
+	o, _ := backlogWithoutMembers(t, e)
 	st, sub := joinGroup(t, e, o)
 	var got []string
 	for range 3 {
@@ -443,14 +436,7 @@ func BenchmarkKeyqLevels(b *testing.B) {
 func TestMemberlessPullInClusterCountsNoAttempts(t *testing.T) {
 	e := newEngine(t, Options{})
 	e.solo = false // before any group: as a node of a cluster, it keeps a memberless pull open
-	o := broker.SubscribeOptions{ID: "p", Group: "p", Patterns: []string{"p"}, MaxInFlight: 1, MaxDeliveries: 2, Dispatch: broker.Dispatch{MaxPriority: 5}}
-	_, first := joinGroup(t, e, o)
-	first.Close()
-	g := groupOf(e, "p")
-	eventually(t, "the group without members", func() bool { return g.memberCount() == 0 })
-	for _, p := range []uint8{0, 9, 3} {
-		publishAll(t, e, []broker.Draft{{Topic: "p", Payload: []byte("m/" + strconv.Itoa(int(p))), Priority: p}})
-	}
+	o, g := backlogWithoutMembers(t, e)
 	eventually(t, "the messages brought back and handed back a few times", func() bool {
 		infos, err := e.refreshGroups()
 		ci := infos[g.consumer]
@@ -471,4 +457,19 @@ func TestMemberlessPullInClusterCountsNoAttempts(t *testing.T) {
 	if gs, err := e.Group("p"); err != nil || gs.DeadLettered != 0 {
 		t.Fatalf("group: %+v, %v; want nothing dead-lettered", gs.GroupStats, err)
 	}
+}
+
+// backlogWithoutMembers makes group "p" (max_priority 5, max_deliveries 2), lets its only
+// member go, and publishes m/0, m/9 and m/3 (priorities 0, 9, 3) while it has none.
+func backlogWithoutMembers(t *testing.T, e *Engine) (broker.SubscribeOptions, *group) {
+	t.Helper()
+	o := broker.SubscribeOptions{ID: "p", Group: "p", Patterns: []string{"p"}, MaxInFlight: 1, MaxDeliveries: 2, Dispatch: broker.Dispatch{MaxPriority: 5}}
+	_, first := joinGroup(t, e, o)
+	first.Close()
+	g := groupOf(e, "p")
+	eventually(t, "the group without members", func() bool { return g.memberCount() == 0 })
+	for _, p := range []uint8{0, 9, 3} {
+		publishAll(t, e, []broker.Draft{{Topic: "p", Payload: []byte("m/" + strconv.Itoa(int(p))), Priority: p}})
+	}
+	return o, g
 }

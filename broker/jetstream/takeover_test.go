@@ -1,7 +1,6 @@
 package jetstream
 
 import (
-	"math"
 	"testing"
 	"time"
 
@@ -59,22 +58,7 @@ func TestOrderedTakeoverWaitsForAnotherNodesMessages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	next := func() broker.Delivery {
-		t.Helper()
-		deadline := time.After(40 * time.Second)
-		for {
-			for _, d := range st.Next(nil, 1, math.MaxInt) {
-				if d.Msg != nil {
-					return d
-				}
-			}
-			select {
-			case <-st.Ready():
-			case <-deadline:
-				t.Fatal("no delivery")
-			}
-		}
-	}
+	next := func() broker.Delivery { t.Helper(); return nextOn(t, st) }
 	d := next()
 	if string(d.Msg.Payload) != "k/0" || d.Attempt != 2 {
 		t.Fatalf("first delivery here: %s attempt %d, want k/0 attempt 2", d.Msg.Payload, d.Attempt)
