@@ -66,6 +66,8 @@ type PluginStats struct {
 	HostCalls                uint64 // host functions called in those calls, if HostOptions.CountHostCalls
 	Batched                  uint64 // of the on_publish calls, those made in batches that did not fail as a whole (docs/ABI.md, "Batches")
 	BreakerOpen              bool
+	Hash                     string          // the module's content hash (Spec.Hash)
+	Candidate                *CandidateStats // a second version run beside it, if any (candidate.go)
 }
 
 // Stats reports every plugin's counters, in chain order.

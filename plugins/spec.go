@@ -61,6 +61,12 @@ type Spec struct {
 	// 64 KiB).
 	KVMaxBytes      int
 	KVMaxValueBytes int
+
+	// Hash is the module's content hash, "sha256:<hex>", computed by Load if empty; every log
+	// line and metric about the plugin carries it.
+	Hash string
+	// Candidate, if set, is a second version of the plugin run beside this one (candidate.go).
+	Candidate *Candidate
 }
 
 func (s *Spec) setDefaults() {
