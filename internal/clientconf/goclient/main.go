@@ -7,6 +7,8 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -24,6 +26,7 @@ type command struct {
 	Topic       string   `json:"topic"`
 	Payload     string   `json:"payload"`
 	Count       int      `json:"count"`
+	MsgID       string   `json:"msg_id"` // message i gets the id MSG_ID:i
 	Name        string   `json:"name"`
 	Patterns    []string `json:"patterns"`
 	Group       string   `json:"group"`
@@ -52,7 +55,12 @@ func main() {
 		fmt.Fprintln(os.Stderr, "usage: goclient HOST:PORT (commands as JSON lines on stdin)")
 		os.Exit(2)
 	}
-	c, err := client.Dial(os.Args[1])
+	opts, err := options()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	c, err := client.Dial(os.Args[1], opts...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -81,20 +89,42 @@ func main() {
 	}
 }
 
+// options reads the environment PROTOCOL.md names: TB_CA_FILE (connect with TLS, trusting that
+// CA) and TB_TOKEN (the bearer token).
+func options() ([]client.Option, error) {
+	var opts []client.Option
+	if ca := os.Getenv("TB_CA_FILE"); ca != "" {
+		pem, err := os.ReadFile(ca)
+		if err != nil {
+			return nil, err
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("TB_CA_FILE %s: no PEM certificate in it", ca)
+		}
+		opts = append(opts, client.WithTLS(&tls.Config{RootCAs: pool}))
+	}
+	if tok := os.Getenv("TB_TOKEN"); tok != "" {
+		opts = append(opts, client.WithToken(tok))
+	}
+	return opts, nil
+}
+
 func run(c *client.Client, o *out, subs map[string]*client.Subscription, cmd command) error {
 	ctx := context.Background()
 	switch cmd.Op {
 	case "publish":
 		for i := range max(cmd.Count, 1) {
-			if _, err := c.Publish(ctx, cmd.Topic, []byte(cmd.Payload+":"+strconv.Itoa(i)), nil); err != nil {
+			var opts []client.PublishOption
+			if cmd.MsgID != "" {
+				opts = append(opts, client.WithMessageID(cmd.MsgID+":"+strconv.Itoa(i)))
+			}
+			if _, err := c.Publish(ctx, cmd.Topic, []byte(cmd.Payload+":"+strconv.Itoa(i)), nil, opts...); err != nil {
 				return err
 			}
 		}
 		return nil
 	case "subscribe":
-		if cmd.TouchMS > 0 {
-			return errors.New("touch_ms: the Go client cannot touch a message")
-		}
 		opts := client.SubscribeOptions{ID: cmd.Group, Patterns: cmd.Patterns, Group: cmd.Group, Concurrency: cmd.Concurrency,
 			NackDelay: time.Duration(cmd.NackDelay) * time.Millisecond}
 		if cmd.Group != "" {
@@ -104,7 +134,9 @@ func run(c *client.Client, o *out, subs map[string]*client.Subscription, cmd com
 		s, err := c.Subscribe(ctx, opts, func(_ context.Context, m *client.Message) error {
 			o.write(map[string]any{"event": "message", "sub": cmd.Name, "topic": m.Topic, "payload": string(m.Payload),
 				"attempt": m.Attempt, "system_id": m.SystemID})
-			time.Sleep(time.Duration(cmd.SleepMS) * time.Millisecond)
+			if err := work(m, time.Duration(cmd.SleepMS)*time.Millisecond, time.Duration(cmd.TouchMS)*time.Millisecond); err != nil {
+				return err
+			}
 			if cmd.Mode == "nack-first" && m.Attempt == 1 {
 				return errors.New("nack-first: failing the first attempt")
 			}
@@ -124,4 +156,19 @@ func run(c *client.Client, o *out, subs map[string]*client.Subscription, cmd com
 		return s.Close()
 	}
 	return fmt.Errorf("unknown op %q", cmd.Op)
+}
+
+// work sleeps for d, touching m every touch if it is not 0.
+func work(m *client.Message, d, touch time.Duration) error {
+	if touch <= 0 {
+		time.Sleep(d)
+		return nil
+	}
+	for end := time.Now().Add(d); time.Now().Before(end); {
+		time.Sleep(min(touch, time.Until(end)))
+		if err := m.Touch(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
