@@ -81,8 +81,10 @@ func fanoutOrder(t *testing.T, k clientKind, b *servertest.Broker) {
 	addr := b.Addr
 	const n = 50
 	sub := k.start(t, addr)
-	// A slow handler lets messages pile up into batches, whose order matters too.
-	sub.do(t, map[string]any{"op": "subscribe", "name": "s", "patterns": []string{"conf.fan.>"}, "sleep_ms": 2})
+	// A slow handler lets messages pile up into batches, whose order matters too; the jitter
+	// before each delivery line puts them out of order if the client runs handlers
+	// concurrently (the subscription asks for one at a time).
+	sub.do(t, map[string]any{"op": "subscribe", "name": "s", "patterns": []string{"conf.fan.>"}, "sleep_ms": 2, "jitter_ms": 3, "concurrency": 1})
 	pubs := []*driver{k.start(t, addr), k.start(t, addr)}
 	for i, p := range pubs {
 		p.send(t, map[string]any{"op": "publish", "topic": fmt.Sprintf("conf.fan.p%d", i), "payload": fmt.Sprintf("p%d", i), "count": n})

@@ -4,6 +4,7 @@ by its argument, and writes answers and deliveries as JSON lines on stdout (PROT
 
 import json
 import os
+import random
 import sys
 import threading
 import time
@@ -33,7 +34,11 @@ def run(c: tinybroker.Client, subs: dict, cmd: dict) -> None:
         name, mode, sleep = cmd["name"], cmd.get("mode", "ack"), cmd.get("sleep_ms", 0) / 1000
         touch = cmd.get("touch_ms", 0) / 1000
 
+        jitter = cmd.get("jitter_ms", 0) / 1000
+
         def handler(m: tinybroker.Message) -> None:
+            if jitter:
+                time.sleep(random.uniform(0, jitter))
             write({"event": "message", "sub": name, "topic": m.topic, "payload": m.payload.decode(),
                    "attempt": m.attempt, "system_id": m.system_id})
             if touch:

@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"strconv"
 	"sync"
@@ -36,6 +37,7 @@ type command struct {
 	NackDelay   int      `json:"nack_delay_ms"`
 	SleepMS     int      `json:"sleep_ms"`
 	TouchMS     int      `json:"touch_ms"`
+	JitterMS    int      `json:"jitter_ms"` // sleep up to this long before writing the delivery line
 }
 
 // out writes the JSON lines: the client's handler goroutines and main share stdout.
@@ -132,6 +134,9 @@ func run(c *client.Client, o *out, subs map[string]*client.Subscription, cmd com
 			opts.AckDeadline = time.Duration(cmd.AckDeadline) * time.Millisecond
 		}
 		s, err := c.Subscribe(ctx, opts, func(_ context.Context, m *client.Message) error {
+			if cmd.JitterMS > 0 {
+				time.Sleep(rand.N(time.Duration(cmd.JitterMS) * time.Millisecond))
+			}
 			o.write(map[string]any{"event": "message", "sub": cmd.Name, "topic": m.Topic, "payload": string(m.Payload),
 				"attempt": m.Attempt, "system_id": m.SystemID})
 			if err := work(m, time.Duration(cmd.SleepMS)*time.Millisecond, time.Duration(cmd.TouchMS)*time.Millisecond); err != nil {
