@@ -87,7 +87,8 @@ func fanoutOrder(t *testing.T, k clientKind, b *servertest.Broker) {
 	sub.do(t, map[string]any{"op": "subscribe", "name": "s", "patterns": []string{"conf.fan.>"}, "sleep_ms": 2, "jitter_ms": 3, "concurrency": 1})
 	pubs := []*driver{k.start(t, addr), k.start(t, addr)}
 	for i, p := range pubs {
-		p.send(t, map[string]any{"op": "publish", "topic": fmt.Sprintf("conf.fan.p%d", i), "payload": fmt.Sprintf("p%d", i), "count": n})
+		// p1 publishes through the client's pipelined publisher, which must keep its order too.
+		p.send(t, map[string]any{"op": "publish", "topic": fmt.Sprintf("conf.fan.p%d", i), "payload": fmt.Sprintf("p%d", i), "count": n, "pipelined": i == 1})
 	}
 	for _, p := range pubs {
 		p.answer(t)
@@ -285,13 +286,14 @@ func tlsAndToken(t *testing.T, k clientKind, _ *servertest.Broker) {
 }
 
 // idempotentPublish: the same publishes sent twice with the same message ids (a publisher
-// retrying after lost answers) are delivered once.
+// retrying after lost answers), once one by one and once pipelined, are delivered once.
 func idempotentPublish(t *testing.T, k clientKind, b *servertest.Broker) {
 	const n = 5
 	d := k.start(t, b.Addr)
 	d.do(t, map[string]any{"op": "subscribe", "name": "s", "patterns": []string{"conf.idem"}})
 	cmd := map[string]any{"op": "publish", "topic": "conf.idem", "payload": "once", "count": n, "msg_id": "idem-" + k.name}
 	d.do(t, cmd)
+	cmd["pipelined"] = true // the retry through the pipelined publisher: its ids must be kept too
 	d.do(t, cmd)
 	got := map[string]bool{}
 	for _, e := range d.events(t, n) {

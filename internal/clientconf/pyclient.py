@@ -27,7 +27,15 @@ def run(c: tinybroker.Client, subs: dict, cmd: dict) -> None:
     op = cmd.get("op")
     if op == "publish":
         msg_id = cmd.get("msg_id")
-        for i in range(max(cmd.get("count", 0), 1)):
+        n = max(cmd.get("count", 0), 1)
+        if cmd.get("pipelined"):
+            with c.publisher() as p:
+                futs = [p.publish(cmd["topic"], f"{cmd.get('payload', '')}:{i}".encode(),
+                                  message_id=f"{msg_id}:{i}" if msg_id else None) for i in range(n)]
+                for f in futs:
+                    f.result(timeout=30)
+            return
+        for i in range(n):
             c.publish(cmd["topic"], f"{cmd.get('payload', '')}:{i}".encode(),
                       message_id=f"{msg_id}:{i}" if msg_id else None)
     elif op == "subscribe":

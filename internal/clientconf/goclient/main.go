@@ -27,7 +27,8 @@ type command struct {
 	Topic       string   `json:"topic"`
 	Payload     string   `json:"payload"`
 	Count       int      `json:"count"`
-	MsgID       string   `json:"msg_id"` // message i gets the id MSG_ID:i
+	MsgID       string   `json:"msg_id"`    // message i gets the id MSG_ID:i
+	Pipelined   bool     `json:"pipelined"` // through the client's pipelined publisher
 	Name        string   `json:"name"`
 	Patterns    []string `json:"patterns"`
 	Group       string   `json:"group"`
@@ -116,6 +117,9 @@ func run(c *client.Client, o *out, subs map[string]*client.Subscription, cmd com
 	ctx := context.Background()
 	switch cmd.Op {
 	case "publish":
+		if cmd.Pipelined {
+			return publishPipelined(ctx, c, cmd)
+		}
 		for i := range max(cmd.Count, 1) {
 			var opts []client.PublishOption
 			if cmd.MsgID != "" {
@@ -176,4 +180,27 @@ func work(m *client.Message, d, touch time.Duration) error {
 		}
 	}
 	return nil
+}
+
+// publishPipelined publishes cmd's messages through a Publisher and waits for every confirm.
+func publishPipelined(ctx context.Context, c *client.Client, cmd command) error {
+	p, err := c.NewPublisher(ctx, client.PublisherOptions{})
+	if err != nil {
+		return err
+	}
+	for i := range max(cmd.Count, 1) {
+		var opts []client.PublishOption
+		if cmd.MsgID != "" {
+			opts = append(opts, client.WithMessageID(cmd.MsgID+":"+strconv.Itoa(i)))
+		}
+		if err := p.Publish(ctx, cmd.Topic, []byte(cmd.Payload+":"+strconv.Itoa(i)), nil, opts...); err != nil {
+			_ = p.Close()
+			return err
+		}
+	}
+	if err := p.Flush(ctx); err != nil {
+		_ = p.Close()
+		return err
+	}
+	return p.Close()
 }
