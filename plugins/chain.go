@@ -584,7 +584,9 @@ func (c *Chain) WantsRedeliver(group string) bool {
 	return false
 }
 
-// OnAck runs the on_ack plugins of the event's group and returns what they emitted.
+// OnAck runs the on_ack plugins of the event's group and returns what they emitted. A
+// plugin's canary never sees acks (the current version does); its shadow runs on each after
+// the current version (plugin.shadow).
 func (c *Chain) OnAck(e *broker.AckEvent) []broker.Draft {
 	var emits []broker.Draft
 	for _, p := range c.ack {
@@ -607,7 +609,8 @@ func (c *Chain) OnAck(e *broker.AckEvent) []broker.Draft {
 }
 
 // OnRedeliver runs the on_redeliver plugins of the event's group in order; header changes
-// accumulate, and the first verdict other than REDELIVER decides.
+// accumulate, and the first verdict other than REDELIVER decides. As with OnAck, a plugin's
+// canary never sees redeliveries, and its shadow runs on each after the current version.
 func (c *Chain) OnRedeliver(e *broker.RedeliverEvent) broker.RedeliverVerdict {
 	var out broker.RedeliverVerdict
 	headers := e.Msg.Headers
