@@ -519,3 +519,11 @@ func (p *plugin) releaseMetrics() {
 		p.host.releaseMetrics(p.spec.Name)
 	}
 }
+
+// policy names, for p's log lines, what becomes of a message when p fails on it.
+func (p *plugin) policy() string {
+	if p.role == Shadow {
+		return "none (a shadow's failures are counted, never applied)"
+	}
+	return p.spec.FailurePolicy.String()
+}

@@ -239,3 +239,38 @@ func TestCanaryRollsBack(t *testing.T) {
 		t.Errorf("the canary made %d calls after its rollback", after.Calls-st.Calls)
 	}
 }
+
+// A shadow sees acks and redeliveries too: an identical one differs on none, and one that
+// traps changes no verdict, even under fail_closed.
+func TestShadowAckAndRedeliver(t *testing.T) {
+	msg := &broker.Message{Topic: "jobs.1", Payload: []byte("job")}
+	events := func(c *Chain) []broker.RedeliverVerdict {
+		c.OnAck(&broker.AckEvent{Msg: msg, SystemID: "id1", SubscriptionID: "jobs", Group: "workers", Attempt: 1})
+		var vs []broker.RedeliverVerdict
+		for attempt := uint32(1); attempt <= 2; attempt++ {
+			vs = append(vs, c.OnRedeliver(&broker.RedeliverEvent{Msg: msg, SystemID: "id1", SubscriptionID: "jobs", Group: "workers", Attempt: attempt}))
+		}
+		return vs
+	}
+	h := newHost(t)
+	want := events(load(t, h, Spec{Name: "alone", Wasm: fixture(t, "good"), Topics: []string{"nothing"}}))
+	if want[0].Action != broker.RedeliverDelay || want[1].Action != broker.RedeliverDeadLetter {
+		t.Fatalf("good.wat's redelivery verdicts %+v", want)
+	}
+	c := load(t, h, Spec{Name: "same", Wasm: fixture(t, "good"), Topics: []string{"nothing"}, Candidate: &Candidate{Mode: Shadow, Wasm: fixture(t, "good")}})
+	events(c)
+	if st := candidateStats(t, c); st.Calls != 3 || st.Differences != 0 || st.Failures != 0 {
+		t.Errorf("identical shadow %+v, want 3 calls (an ack, two redeliveries), no difference", st)
+	}
+	c = load(t, h, Spec{Name: "trapping", Wasm: fixture(t, "good"), Topics: []string{"nothing"}, FailurePolicy: FailClosed,
+		Candidate: &Candidate{Mode: Shadow, Wasm: fixture(t, "trap")}})
+	got := events(c)
+	for i := range want {
+		if got[i].Action != want[i].Action || got[i].Delay != want[i].Delay || got[i].Reason != want[i].Reason {
+			t.Errorf("redelivery %d with a trapping shadow: %+v, want %+v", i+1, got[i], want[i])
+		}
+	}
+	if st := candidateStats(t, c); st.Calls != 2 || st.Failures != 2 || st.Differences != 2 {
+		t.Errorf("trapping shadow %+v, want 2 calls (trap.wat has no on_ack), failed and different", st)
+	}
+}

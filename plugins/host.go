@@ -615,11 +615,11 @@ func (p *plugin) failed(k abi.Hook, err error) {
 	p.failures.Add(1)
 	p.metrics.failed(k, err)
 	n := p.consecutive.Add(1)
-	p.log.Warn("plugin call failed; instance discarded", "hook", abi.Names[k], "policy", p.spec.FailurePolicy.String(), "error", err)
+	p.log.Warn("plugin call failed; instance discarded", "hook", abi.Names[k], "policy", p.policy(), "error", err)
 	if int(n) >= p.spec.BreakerFailures && p.openUntil.Load() == 0 {
 		p.openUntil.Store(nowNanos() + int64(p.spec.BreakerCooldown))
 		p.log.Error("CIRCUIT BREAKER OPEN: plugin failed too often; applying its failure policy without calling it",
-			"failures_in_a_row", n, "cooldown", p.spec.BreakerCooldown, "policy", p.spec.FailurePolicy.String())
+			"failures_in_a_row", n, "cooldown", p.spec.BreakerCooldown, "policy", p.policy())
 	}
 }
 
