@@ -1,12 +1,15 @@
 package plugins
 
 import (
+	"bytes"
 	"context"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/hashicorp/go-hclog"
 
 	"github.com/tinybroker/tinybroker/broker"
 )
@@ -209,7 +212,13 @@ func TestCanaryShare(t *testing.T) {
 func TestCanaryRollsBack(t *testing.T) {
 	var rollbacks atomic.Int32
 	var reason atomic.Value
-	c := load(t, newHost(t), Spec{Name: "p", Wasm: fixture(t, "pass"), FailurePolicy: FailOpen,
+	var logs bytes.Buffer // hclog serializes its writes
+	h, err := NewHost(HostOptions{Logger: hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Info})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close(context.Background())
+	c := load(t, h, Spec{Name: "p", Wasm: fixture(t, "pass"), FailurePolicy: FailOpen,
 		Candidate: &Candidate{Mode: Canary, Wasm: fixture(t, "trap"), Percent: 50, OnRollback: func(why string) {
 			rollbacks.Add(1)
 			reason.Store(why)
@@ -237,6 +246,26 @@ func TestCanaryRollsBack(t *testing.T) {
 	publishEach(t, c, 200, false, noKey)
 	if after := candidateStats(t, c); after.Calls != st.Calls {
 		t.Errorf("the canary made %d calls after its rollback", after.Calls-st.Calls)
+	}
+	// Every line about either version names it by its hash; the rollback's, both.
+	cur, cand := "hash="+moduleHash(fixture(t, "pass")), "hash="+moduleHash(fixture(t, "trap"))
+	var rolled int
+	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+		if line == "" || line[0] < '0' || line[0] > '9' {
+			continue // a multi-line value's continuation; an entry starts with its time
+		}
+		if !strings.Contains(line, cur) && !strings.Contains(line, cand) {
+			t.Errorf("a log line without a hash: %s", line)
+		}
+		if strings.Contains(line, "rolled back") {
+			rolled++
+			if !strings.Contains(line, "[WARN]") || !strings.Contains(line, cur) || !strings.Contains(line, "candidate_"+cand) {
+				t.Errorf("the rollback's log line does not have both hashes: %s", line)
+			}
+		}
+	}
+	if rolled != 1 {
+		t.Errorf("%d log lines of a rollback, want 1", rolled)
 	}
 }
 
