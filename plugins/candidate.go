@@ -31,9 +31,10 @@ const (
 	// version; its verdicts, emits, header changes, KV writes and hook decisions are compared
 	// with the current version's and counted, never applied.
 	Shadow CandidateMode = iota + 1
-	// Canary runs the candidate instead of the current version for a share of the messages
-	// (Percent, Keys); over MaxErrorRate it is rolled back: the current version takes
-	// everything again.
+	// Canary runs the candidate instead of the current version for a share of the published
+	// messages (Percent, Keys), applied as the current version's would be, its failures under
+	// the plugin's failure policy; over MaxErrorRate it is rolled back: the current version
+	// takes everything again. Acks and redeliveries go to the current version only.
 	Canary
 )
 
@@ -42,7 +43,7 @@ const (
 type Candidate struct {
 	Mode CandidateMode
 	Wasm []byte // the candidate's module
-	Hash string // its content hash ("sha256:<hex>"); computed from Wasm if empty
+	Hash string // its content hash ("sha256:<hex>"); computed from Wasm if empty, checked against it if not
 
 	// Canary only. Percent (0-100) is the share of messages sent to the candidate, chosen by a
 	// hash of the message's ordering key, or of its message id, or at random when it has
@@ -64,7 +65,9 @@ type CandidateStats struct {
 	Hash  string
 	Mode  CandidateMode
 	Calls uint64 // calls made to the candidate
-	// Failures: the candidate's failed calls (a trap, a timeout, a malformed verdict).
+	// Failures: the candidate's failed calls (a trap, a timeout, a malformed verdict); a
+	// canary's include the messages sent to it while its circuit breaker was open, counted in
+	// Calls too.
 	Failures uint64
 	// Differences (shadow): calls whose results differed from the current version's, in any
 	// of the verdict, the message's topic, key, payload or headers, the emits, the KV writes
