@@ -69,7 +69,8 @@ export function brokerError(what: string, e: Partial<ServiceError>, addrs: reado
       " (the TLS handshake failed: check the tls option against the broker's tls block: plaintext against a TLS " +
       "broker, a CA that is not the one that signed its certificate, or serverName)";
   } else if (code === status.UNAVAILABLE && !details.includes("shutting down")) {
-    msg += ` (is a broker running at ${addrs.join(",")}? \`tinybroker serve\` starts one)`;
+    // grpc-js reports a plaintext client against a TLS broker as a failed connection too.
+    msg += ` (is a broker running at ${addrs.join(",")}? \`tinybroker serve\` starts one; a broker with a tls block needs the tls option, one without refuses it)`;
   }
   return new BrokerError(msg, code);
 }
