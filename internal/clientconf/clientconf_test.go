@@ -38,6 +38,7 @@ type clientKind struct {
 var clients = []clientKind{
 	{"go", startGo},
 	{"python", startPython},
+	{"typescript", startTS},
 }
 
 // scenarios are run for every client, each against a broker of its own.
@@ -565,6 +566,53 @@ func startPython(t *testing.T, addr string, env ...string) *driver {
 		t.Fatal(err)
 	}
 	cmd.Env = append(append(os.Environ(), "PYTHONPATH="+sdk, "PYTHONUNBUFFERED=1"), env...)
+	return startDriver(t, cmd)
+}
+
+// tsBuild compiles sdk/typescript (strict tsc, into its dist/) once for the test binary: the
+// driver, tsclient.mjs, runs the compiled client.
+var tsBuild struct {
+	once    sync.Once
+	missing error // no Node.js 20 or no node_modules: skipped, except under CI
+	err     error // tsc failed
+}
+
+// node is Node.js (20 or later), once sdk/typescript's packages are installed (npm ci) and the
+// client is compiled; skipped without Node.js or the packages, except under CI.
+func node(t *testing.T) string {
+	t.Helper()
+	tsBuild.once.Do(func() {
+		out, err := exec.Command("node", "-e", "process.exit(+process.versions.node.split('.')[0] >= 20 ? 0 : 1)").CombinedOutput()
+		if err != nil {
+			tsBuild.missing = fmt.Errorf("node 20 or later: %v %s", err, out)
+			return
+		}
+		if _, err := os.Stat("../../sdk/typescript/node_modules/.bin/tsc"); err != nil {
+			tsBuild.missing = fmt.Errorf("sdk/typescript has no node_modules: run npm ci there (%v)", err)
+			return
+		}
+		cmd := exec.Command("node_modules/.bin/tsc", "-p", "tsconfig.json")
+		cmd.Dir = "../../sdk/typescript"
+		if out, err := cmd.CombinedOutput(); err != nil {
+			tsBuild.err = fmt.Errorf("tsc in sdk/typescript: %v\n%s", err, out)
+		}
+	})
+	if tsBuild.missing != nil {
+		if ci, _ := strconv.ParseBool(os.Getenv("CI")); ci {
+			t.Fatalf("%v; under CI every client must run (.ci/run installs them)", tsBuild.missing)
+		}
+		t.Skip(tsBuild.missing)
+	}
+	if tsBuild.err != nil {
+		t.Fatal(tsBuild.err)
+	}
+	return "node"
+}
+
+func startTS(t *testing.T, addr string, env ...string) *driver {
+	t.Helper()
+	cmd := exec.Command(node(t), "tsclient.mjs", addr)
+	cmd.Env = append(os.Environ(), env...)
 	return startDriver(t, cmd)
 }
 
