@@ -49,7 +49,7 @@ test: ## the whole suite, under the race detector; then the engines' lock order,
 # `make test`, which skips them (the -clients flag). PYTHON is passed on as TB_PYTHON; the
 # TypeScript client's packages come from npm, pinned by its lockfile; the harness compiles it.
 test-clients: $(TS_MODULES) ## the client conformance harness: the scenarios every client library passes
-	TB_PYTHON=$(PYTHON) $(GO) test -count=1 -timeout 5m $(TESTFLAGS) ./internal/clientconf -args -clients
+	TB_PYTHON=$(PYTHON) $(GO) test -count=1 -timeout 10m $(TESTFLAGS) ./internal/clientconf -args -clients
 
 # Every `func FuzzXxx` of every _test.go file in the repository, FUZZTIME each: a new fuzz
 # target runs without being listed here. CI runs it with FUZZTIME=10s. Go 1.26's fuzzing
@@ -88,10 +88,11 @@ chaos: ## hostile clients against a real server: memory budget, canary latency, 
 # CHAOSCLUSTERFLAGS passes flags, e.g. CHAOSCLUSTERFLAGS='-scale 0.1'.
 CHAOSCLUSTERFLAGS ?=
 # The clients beyond Go whose members join the chaos cluster's group (chaos/cluster/drivers.go).
-CHAOSCLUSTERCLIENTS ?= python
-chaos-cluster: ## kill -9 and SIGSTOP in a three-node cluster: nothing confirmed lost or stored twice
+CHAOSCLUSTERCLIENTS ?= python,typescript
+chaos-cluster: $(TS_MODULES) ## kill -9 and SIGSTOP in a three-node cluster: nothing confirmed lost or stored twice
 	$(GO) build -o $(BIN)/tinybroker ./cmd/tinybroker
-	$(GO) run ./chaos/cluster -bin $(BIN)/tinybroker -clients "$(CHAOSCLUSTERCLIENTS)" $(CHAOSCLUSTERFLAGS)
+	cd sdk/typescript && $(NPM) run --silent build
+	TB_PYTHON=$(PYTHON) $(GO) run ./chaos/cluster -bin $(BIN)/tinybroker -clients "$(CHAOSCLUSTERCLIENTS)" $(CHAOSCLUSTERFLAGS)
 
 tools:
 	GOBIN=$(BIN) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)

@@ -35,6 +35,10 @@ var driverCommands = map[string]func(addrs string) (*exec.Cmd, error){
 		cmd.Env = append(os.Environ(), "PYTHONPATH="+sdk, "PYTHONUNBUFFERED=1")
 		return cmd, nil
 	},
+	// The driver runs sdk/typescript's dist/: make chaos-cluster builds it first.
+	"typescript": func(addrs string) (*exec.Cmd, error) {
+		return exec.Command("node", "internal/clientconf/tsclient.mjs", addrs), nil
+	},
 }
 
 // driverMember is a driver process, a member of the group "work".
@@ -51,7 +55,7 @@ type driverMember struct {
 func startDriverMember(name, addrs string, rec *recorder, deadline time.Time) (*driverMember, error) {
 	mk, ok := driverCommands[name]
 	if !ok {
-		return nil, fmt.Errorf("-clients: no driver for %q (python)", name)
+		return nil, fmt.Errorf("-clients: no driver for %q (python, typescript)", name)
 	}
 	cmd, err := mk(addrs)
 	if err != nil {

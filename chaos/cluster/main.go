@@ -39,7 +39,7 @@ var (
 	stopFor   = flag.Duration("stop", 20*time.Second, "how long one node is stopped with SIGSTOP, once (0: never)")
 	maxStall  = flag.Duration("max-stall", 10*time.Second, "the longest publish stall allowed after a node is killed (the store timeout, 5 s, and a leader election)")
 	verbose   = flag.Bool("v", false, "log the nodes' output")
-	others    = flag.String("clients", "", "clients beyond Go whose members join the group through their conformance drivers: python (comma-separated)")
+	others    = flag.String("clients", "", "clients beyond Go whose members join the group through their conformance drivers: python, typescript (comma-separated)")
 )
 
 var addrs = []string{"127.0.0.1:7881", "127.0.0.1:7882", "127.0.0.1:7883"}
