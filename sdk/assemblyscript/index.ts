@@ -116,6 +116,7 @@ const ABI_HOOK_INIT: i32 = 1; // hook: the init hook (the inbox's hook field)
 const ABI_HOOK_PUBLISH: i32 = 2; // hook: on_publish
 const ABI_HOOK_ACK: i32 = 3; // hook: on_ack
 const ABI_HOOK_REDELIVER: i32 = 4; // hook: on_redeliver
+const ABI_HOOK_TICK: i32 = 5; // hook: on_tick
 const ABI_IN_WRITES_PTR: i32 = 0; // inbox: u32: the write list the guest leaves
 const ABI_IN_WRITES_COUNT: i32 = 4; // inbox: u32: its records
 const ABI_IN_HOOK: i32 = 8; // inbox: u32: the hook called

@@ -143,6 +143,7 @@ enum {
 #define TB_ABI_HOOK_PUBLISH 2 /* hook: on_publish */
 #define TB_ABI_HOOK_ACK 3 /* hook: on_ack */
 #define TB_ABI_HOOK_REDELIVER 4 /* hook: on_redeliver */
+#define TB_ABI_HOOK_TICK 5 /* hook: on_tick */
 #define TB_ABI_IN_WRITES_PTR 0 /* inbox: u32: the write list the guest leaves */
 #define TB_ABI_IN_WRITES_COUNT 4 /* inbox: u32: its records */
 #define TB_ABI_IN_HOOK 8 /* inbox: u32: the hook called */

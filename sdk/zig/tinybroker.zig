@@ -107,6 +107,8 @@ pub const abi = struct {
     pub const HOOK_ACK = 3;
     /// hook: on_redeliver
     pub const HOOK_REDELIVER = 4;
+    /// hook: on_tick
+    pub const HOOK_TICK = 5;
     /// inbox: u32: the write list the guest leaves
     pub const IN_WRITES_PTR = 0;
     /// inbox: u32: its records
