@@ -14,6 +14,12 @@
 //
 //   export function tb_v1_on_publish_batch(): i32 { return publishBatch(tb_v1_on_publish); }
 //
+// The other hooks are exported the same way: tb_v1_on_ack(): i64 and tb_v1_on_redeliver(): i64
+// (a Redeliver verdict), and tb_v1_on_tick(): i64, which the broker calls every tick_interval
+// of the plugin's block with no message (return 0; it may emit, use kv and metrics, and log).
+// Every broker node ticks: for work done once per cluster, take a lease with kv.cas and a TTL
+// (docs/ABI.md, "Ticks").
+//
 // Build with the incremental runtime (a garbage collector: what a call allocates is freed)
 // and this package's abort, which logs the message and traps:
 //

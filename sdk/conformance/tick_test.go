@@ -14,7 +14,7 @@ import (
 )
 
 // tickLanguages are the languages whose conformance plugin has the row tick.
-var tickLanguages = []string{"go", "c", "wat", "rust"}
+var tickLanguages = []string{"go", "c", "wat", "rust", "assemblyscript"}
 
 // tickRow is SPEC.md's row tick: the plugin loaded again with tick_topic in its config and
 // tick_interval 20ms emits tick to that topic on every tick, and nothing once its chain is
