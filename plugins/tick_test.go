@@ -42,7 +42,7 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 }
 
 func tickSpec(mode string, every time.Duration) Spec {
-	return Spec{Name: "ticker", Config: map[string]string{"mode": mode}, TickInterval: every}
+	return Spec{Name: "ticker", Config: map[string]string{"mode": mode, "topic": "ticked"}, TickInterval: every}
 }
 
 func statsOf(c *Chain) PluginStats { return c.Stats()[0] }
