@@ -91,7 +91,7 @@ func (c *Chain) Stats() []PluginStats {
 			calls += p.metrics.hooks[k].calls.Load()
 		}
 		st = append(st, PluginStats{Name: p.spec.Name, Calls: calls, Failures: p.failures.Load(), Batched: p.batched.Load(),
-			Skipped: p.skipped.Load(), HostCalls: p.hostCalls.Load(), BreakerOpen: p.openUntil.Load() != 0, TicksSkipped: p.ticks.skipped.Load()})
+			Skipped: p.skipped.Load(), HostCalls: p.hostCalls.Load(), BreakerOpen: p.openUntil.Load() != 0, TicksSkipped: p.ticksSkipped.Load()})
 	}
 	return st
 }

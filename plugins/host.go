@@ -123,14 +123,14 @@ type plugin struct {
 	pool       pool
 	kv         KVStore // the store of its name, shared with every plugin loaded with that name (kv.go)
 
-	consecutive atomic.Int32
-	openUntil   atomic.Int64  // circuit breaker open until (Unix ns); 0: closed
-	hostCalls   atomic.Uint64 // with HostOptions.CountHostCalls
-	batched     atomic.Uint64 // on_publish calls made in batches that succeeded
-	failures    atomic.Uint64
-	skipped     atomic.Uint64 // calls not made because the breaker was open
-	ticks       ticks         // its on_tick loop, with the hook (tick.go)
-	metrics     callMetrics   // per hook, for Chain.Metrics (metrics.go)
+	consecutive  atomic.Int32
+	openUntil    atomic.Int64  // circuit breaker open until (Unix ns); 0: closed
+	hostCalls    atomic.Uint64 // with HostOptions.CountHostCalls
+	batched      atomic.Uint64 // on_publish calls made in batches that succeeded
+	failures     atomic.Uint64
+	skipped      atomic.Uint64 // calls not made because the breaker was open
+	ticksSkipped atomic.Uint64 // ticks due while the one before still ran (tick.go)
+	metrics      callMetrics   // per hook, for Chain.Metrics (metrics.go)
 
 	defined *definedMetrics // the host's, for this plugin's name (defined.go)
 

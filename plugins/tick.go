@@ -14,15 +14,11 @@ import (
 // Ticks (on_tick, Spec.TickInterval): each plugin with the hook has one goroutine that calls
 // it every tick_interval on an instance of its pool, under its call timeout and circuit
 // breaker, as any hook. The period is the operator's, in the plugin's block, not the
-// plugin's (RATIONALE.md, "Plugin ticks"). The loops start when an engine installs the chain
-// (its SetHooks calls Start), which gives them the engine's way to publish what a tick emits, and
-// stop when the chain is closed. Every engine that installs a chain ticks it: on the
-// JetStream engine every node does, as proxy-wasm ticks in every worker.
-
-// ticks is one plugin's tick counters.
-type ticks struct {
-	skipped atomic.Uint64 // ticks whose time came while the tick before still ran
-}
+// plugin's (RATIONALE.md, "Why are plugin ticks set by tick_interval..."). The loops start
+// when an engine installs the chain (its SetHooks calls Start), which gives them the
+// engine's way to publish what a tick emits, and stop when the chain is closed. Every engine
+// that installs a chain ticks it: on the JetStream engine every node does, as proxy-wasm
+// ticks in every worker.
 
 // ticking is a chain's tick loops.
 type ticking struct {
@@ -113,7 +109,7 @@ func (p *plugin) tickLoop(t *ticking) {
 		next = next.Add(every)
 		if late := now.Sub(next); late >= 0 {
 			n := late/every + 1 // the ticks whose time has come
-			p.ticks.skipped.Add(uint64(n))
+			p.ticksSkipped.Add(uint64(n))
 			next = next.Add(n * every)
 		}
 		timer.Reset(next.Sub(now))
