@@ -83,9 +83,11 @@ chaos: ## hostile clients against a real server: memory budget, canary latency, 
 # SIGSTOP (chaos/cluster). Uses ports 7881-7883 and 6221-6223. Not part of `make test`;
 # CHAOSCLUSTERFLAGS passes flags, e.g. CHAOSCLUSTERFLAGS='-scale 0.1'.
 CHAOSCLUSTERFLAGS ?=
+# The clients beyond Go whose members join the chaos cluster's group (chaos/cluster/drivers.go).
+CHAOSCLUSTERCLIENTS ?= python
 chaos-cluster: ## kill -9 and SIGSTOP in a three-node cluster: nothing confirmed lost or stored twice
 	$(GO) build -o $(BIN)/tinybroker ./cmd/tinybroker
-	$(GO) run ./chaos/cluster -bin $(BIN)/tinybroker $(CHAOSCLUSTERFLAGS)
+	$(GO) run ./chaos/cluster -bin $(BIN)/tinybroker -clients "$(CHAOSCLUSTERCLIENTS)" $(CHAOSCLUSTERFLAGS)
 
 tools:
 	GOBIN=$(BIN) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)

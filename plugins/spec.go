@@ -71,8 +71,9 @@ type Spec struct {
 	// least MinTickInterval; 0 (the default): never, even if the module exports it.
 	TickInterval time.Duration
 
-	// Hash is the module's content hash, "sha256:<hex>", computed by Load if empty; every log
-	// line and metric about the plugin carries it.
+	// Hash is the module's content hash, "sha256:<hex>", computed by Load if empty; if not,
+	// a pin: Load refuses a module with another hash. Every log line and metric about the
+	// plugin carries it.
 	Hash string
 	// Candidate, if set, is a second version of the plugin run beside this one (candidate.go).
 	Candidate *Candidate
