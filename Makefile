@@ -12,7 +12,7 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 STATICCHECK_VERSION := v0.8.2
 DEADCODE_VERSION    := v0.52.0
 # The Go SDK's guest packages, which build only for GOOS=wasip1 (lint's second pass).
-GUEST_PKGS := ./sdk/go/plugin ./sdk/go/plugin/onack ./sdk/go/plugin/onpublish ./sdk/go/plugin/onredeliver \
+GUEST_PKGS := ./sdk/go/plugin ./sdk/go/plugin/onack ./sdk/go/plugin/onpublish ./sdk/go/plugin/onredeliver ./sdk/go/plugin/ontick \
 	./sdk/go/plugin/internal/bridge ./sdk/go/plugin/internal/e2e/nohandle ./sdk/go/plugin/internal/e2e/sdkcheck \
 	./examples/plugins/... ./bench/plugins/...
 PROTO_INCLUDE ?= /usr/include

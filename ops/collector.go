@@ -113,6 +113,7 @@ var (
 	dPCalls      = desc("plugin_calls_total", "Calls of a plugin's hook.", "plugin", "hook")
 	dPFailures   = desc("plugin_failures_total", "Failed calls of a plugin's hook, by kind: timeout, memory_limit, malformed_verdict, no_instance, trap.", "plugin", "hook", "kind")
 	dPSkipped    = desc("plugin_skipped_calls_total", "Calls not made because the plugin's circuit breaker was open (its failure policy applied).", "plugin")
+	dPTicks      = desc("plugin_skipped_ticks_total", "Ticks of a plugin's on_tick not run because the tick before was still running at their time.", "plugin")
 	dPBreaker    = desc("plugin_breaker_open", "1 while the plugin's circuit breaker is open.", "plugin")
 	dPInstances  = desc("plugin_instances", "Instances of the plugin alive (idle, busy or being created).", "plugin")
 	dPLatency    = desc("plugin_call_duration_seconds", "Duration of a sample of a hook's calls: the first and one in 64 after it.", "plugin", "hook")
@@ -129,7 +130,7 @@ var allDescs = []*prometheus.Desc{dPublished, dDelivered, dAcked, dRedelivered, 
 	dGMembers, dGHeld, dGOldest, dGPaused, dGStuck, dGUnacked, dGBreaker, dGPublished, dGDelivered, dGAcked, dGRedeliv, dGTakenBack, dGDead, dGDropped,
 	dGExpired, dGRejected, dGDLKept, dGDLKeptBytes, dGDLDiscarded, dGDelivLat, dGAckLat, dGKeys, dGKeyHeld, dLabelled,
 	dOldGBytes, dOldGDelivered, dOldGAcked, dOldGRedeliv, dOldGTakenBack, dOldGDead, dOldGDropped, dOldGRejected, dOldGroupSeries,
-	dPCalls, dPFailures, dPSkipped, dPBreaker, dPInstances, dPLatency, dPInfo, dPCandCalls, dPCandFails, dPCandDiffs, dPCandRolled}
+	dPCalls, dPFailures, dPSkipped, dPTicks, dPBreaker, dPInstances, dPLatency, dPInfo, dPCandCalls, dPCandFails, dPCandDiffs, dPCandRolled}
 
 // deprecated describes the old name of the metric now named renamed.
 func deprecated(old, renamed string, labels ...string) *prometheus.Desc {
@@ -235,6 +236,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			gauge(dPCandRolled, b2f(cd.RolledBack), p.Name, mode)
 		}
 		for _, h := range p.Hooks {
+			if h.Hook == plugins.HookTick {
+				counter(dPTicks, p.TicksSkipped, p.Name)
+			}
 			counter(dPCalls, h.Calls, p.Name, h.Hook)
 			for k, n := range h.Failures {
 				counter(dPFailures, n, p.Name, h.Hook, plugins.FailureKinds[k])

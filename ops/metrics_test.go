@@ -263,3 +263,12 @@ func TestMetricsPluginCandidate(t *testing.T) {
 	s.waitMetric(t, "tinybroker_plugin_candidate_failures_total", eq(0), "plugin=pass", "mode=shadow")
 	s.waitMetric(t, "tinybroker_plugin_candidate_rolled_back", eq(0), "plugin=pass", "mode=shadow")
 }
+
+// A plugin's ticks skipped behind a slow tick are counted, and its on_tick calls.
+func TestMetricsTicks(t *testing.T) {
+	s := start(t, stackOptions{plugins: []plugins.Spec{
+		{Name: "slowtick", Wasm: wasm(t, "tick"), Config: map[string]string{"mode": "slow"}, TickInterval: 10 * time.Millisecond},
+	}})
+	s.waitMetric(t, "tinybroker_plugin_skipped_ticks_total", atLeast(1), "plugin=slowtick")
+	s.waitMetric(t, "tinybroker_plugin_calls_total", atLeast(1), "plugin=slowtick", "hook=on_tick")
+}

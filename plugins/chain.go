@@ -24,6 +24,8 @@ type Chain struct {
 	publish   []*plugin
 	ack       []*plugin
 	redeliver []*plugin
+	tick      []*plugin
+	ticking   ticking // the on_tick loops (tick.go)
 }
 
 var _ broker.Hooks = (*Chain)(nil)
@@ -39,14 +41,20 @@ func (c *Chain) add(p *plugin) {
 	if p.has[abi.HookRedeliver] {
 		c.redeliver = append(c.redeliver, p)
 	}
+	if p.has[abi.HookTick] {
+		c.tick = append(c.tick, p)
+	}
 }
 
 // Close unloads every plugin, waiting until ctx is done for calls in progress to finish.
 func (c *Chain) Close(ctx context.Context) error {
+	c.ticking.stop() // no tick starts from now on
+	c.ticking.waitUntil(ctx)
 	var errs []error
 	for _, p := range c.all {
-		errs = append(errs, p.close(ctx))
+		errs = append(errs, p.close(ctx)) // stops a tick still running past ctx, with the other calls
 	}
+	c.ticking.wait()
 	return errors.Join(errs...)
 }
 
@@ -65,9 +73,12 @@ type PluginStats struct {
 	Calls, Failures, Skipped uint64 // Skipped: not called because the circuit breaker was open
 	HostCalls                uint64 // host functions called in those calls, if HostOptions.CountHostCalls
 	Batched                  uint64 // of the on_publish calls, those made in batches that did not fail as a whole (docs/ABI.md, "Batches")
-	BreakerOpen              bool
-	Hash                     string          // the module's content hash (Spec.Hash)
-	Candidate                *CandidateStats // a second version run beside it, if any (candidate.go)
+	// TicksSkipped counts the ticks not run because the one before was still running at
+	// their time (tick.go); ticks skipped while the breaker was open are in Skipped.
+	TicksSkipped uint64
+	BreakerOpen  bool
+	Hash         string          // the module's content hash (Spec.Hash)
+	Candidate    *CandidateStats // a second version run beside it, if any (candidate.go)
 }
 
 // Stats reports every plugin's counters, in chain order.
@@ -80,7 +91,8 @@ func (c *Chain) Stats() []PluginStats {
 			calls += p.metrics.hooks[k].calls.Load()
 		}
 		ps := PluginStats{Name: p.spec.Name, Calls: calls, Failures: p.failures.Load(), Batched: p.batched.Load(),
-			Skipped: p.skipped.Load(), HostCalls: p.hostCalls.Load(), BreakerOpen: p.openUntil.Load() != 0, Hash: p.spec.Hash}
+			Skipped: p.skipped.Load(), HostCalls: p.hostCalls.Load(), BreakerOpen: p.openUntil.Load() != 0, Hash: p.spec.Hash,
+			TicksSkipped: p.ticksSkipped.Load()}
 		if p.cand != nil {
 			ps.Candidate = p.cand.stats()
 		}
@@ -263,6 +275,8 @@ func validEvent(k abi.Hook, v uint64) bool {
 		return validAck(uint32(v), uint32(v>>32))
 	case abi.HookRedeliver:
 		return validRedeliver(uint32(v), uint32(v>>32))
+	case abi.HookTick:
+		return v == 0
 	}
 	return false
 }

@@ -135,13 +135,14 @@ type plugin struct {
 	cand     *candidate
 	recordKV bool
 
-	consecutive atomic.Int32
-	openUntil   atomic.Int64  // circuit breaker open until (Unix ns); 0: closed
-	hostCalls   atomic.Uint64 // with HostOptions.CountHostCalls
-	batched     atomic.Uint64 // on_publish calls made in batches that succeeded
-	failures    atomic.Uint64
-	skipped     atomic.Uint64 // calls not made because the breaker was open
-	metrics     callMetrics   // per hook, for Chain.Metrics (metrics.go)
+	consecutive  atomic.Int32
+	openUntil    atomic.Int64  // circuit breaker open until (Unix ns); 0: closed
+	hostCalls    atomic.Uint64 // with HostOptions.CountHostCalls
+	batched      atomic.Uint64 // on_publish calls made in batches that succeeded
+	failures     atomic.Uint64
+	skipped      atomic.Uint64 // calls not made because the breaker was open
+	ticksSkipped atomic.Uint64 // ticks due while the one before still ran (tick.go)
+	metrics      callMetrics   // per hook, for Chain.Metrics (metrics.go)
 
 	defined *definedMetrics // the host's, for this plugin's name (defined.go)
 
@@ -248,7 +249,11 @@ func (h *Host) load(ctx context.Context, s Spec, role CandidateMode) (*plugin, e
 	if s.CallTimeout > 0 {
 		limit = s.CallTimeout.String()
 	}
-	p.log.Info("plugin loaded", "hooks", hooks, "pool_size", s.PoolSize, "memory_limit", s.MemoryLimitBytes, "call_timeout", limit)
+	args := []any{"hooks", hooks, "pool_size", s.PoolSize, "memory_limit", s.MemoryLimitBytes, "call_timeout", limit}
+	if p.has[abi.HookTick] {
+		args = append(args, "tick_interval", s.TickInterval)
+	}
+	p.log.Info("plugin loaded", args...)
 	return p, nil
 }
 
@@ -307,10 +312,22 @@ func (p *plugin) check() error {
 			}
 		}
 	}
+	// on_tick runs only at the plugin's tick_interval: without one, an export of it is left
+	// alone (a plugin built for ticks may be loaded without them).
+	switch {
+	case p.spec.TickInterval == 0:
+		p.has[abi.HookTick] = false
+	case !p.has[abi.HookTick]:
+		name, _ := abi.HookExport(abi.HookTick)
+		if p.exportName[abi.HookTick] == "" {
+			return fmt.Errorf("tick_interval is set but the module does not export %s", name)
+		}
+		return fmt.Errorf("tick_interval is set but hooks leaves out %s", abi.NameTick)
+	}
 	if err := p.checkBatch(exports); err != nil {
 		return err
 	}
-	if !p.has[abi.HookPublish] && !p.has[abi.HookAck] && !p.has[abi.HookRedeliver] {
+	if !p.has[abi.HookPublish] && !p.has[abi.HookAck] && !p.has[abi.HookRedeliver] && !p.has[abi.HookTick] {
 		var names []string
 		for k := abi.HookPublish; k < abi.NumHooks; k++ {
 			name, _ := abi.HookExport(k)
