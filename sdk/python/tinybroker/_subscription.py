@@ -26,6 +26,11 @@ _FATAL = {
     grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.OUT_OF_RANGE,
 }
 
+# How long a stream's sender waits for more acks to send in one frame, while the handlers
+# hold more messages, unless _LINGER_ITEMS are waiting already.
+_LINGER = 0.001
+_LINGER_ITEMS = 64
+
 # How many times the first open is tried while the broker answers UNAVAILABLE.
 _OPEN_ATTEMPTS = 4
 
@@ -106,6 +111,9 @@ class _Settler:
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._items: list[_Settlement] = []
+        # Messages handed to the handlers and not acked or nacked yet: while there are some,
+        # more acks are on their way, and take lingers for them (_LINGER).
+        self._held = 0
         self._gen = 0  # the current stream's generation; an older stream's iterator stops
         self._closed = False
 
@@ -114,7 +122,14 @@ class _Settler:
             if self._closed:
                 raise ClosedError("tinybroker: subscription closed")
             self._items.append(x)
+            if x.kind != "touch":
+                self._held -= 1
             self._cond.notify_all()
+
+    def expect(self) -> None:
+        """A message goes to the handlers: its ack or nack will come."""
+        with self._cond:
+            self._held += 1
 
     def new_stream(self) -> int:
         with self._cond:
@@ -129,6 +144,13 @@ class _Settler:
         with self._cond:
             while not self._items and self._gen == gen and not self._closed:
                 self._cond.wait()
+            if self._gen != gen or self._closed:
+                return None
+            # One frame per ack costs the Python side far more than the ack (a trip through
+            # gRPC's request iterator each): while handlers hold more messages, wait a moment
+            # for their acks to join this frame. A member holding one message never waits.
+            self._cond.wait_for(lambda: len(self._items) >= _LINGER_ITEMS or self._held <= 0 or self._gen != gen
+                                or self._closed, _LINGER)
             if self._gen != gen or self._closed:
                 return None
             items, self._items = self._items, []
@@ -334,6 +356,8 @@ class Subscription:
                     return _code(resp.ended.code), resp.ended.error
                 for m in resp.messages.messages:
                     msg = Message(self, gen, m)
+                    if self._balanced:
+                        self._settler.expect()
                     while not self._closing.is_set():
                         try:
                             self._work.put(msg, timeout=0.1)
