@@ -448,3 +448,59 @@ user "bob" {
 		t.Fatalf("bob's rm: %v; want PERMISSION_DENIED", err)
 	}
 }
+
+// On a three-node JetStream cluster a plugin deployed through node A is listed by node B and
+// runs in B's chain (B watches the set in NATS); v2 deployed through A replaces it on B under
+// load with nothing lost; B restarted reads the set from NATS.
+func TestPluginDeployCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("three JetStream nodes")
+	}
+	before := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, before) }) // registered first, runs last
+	nodes := writeClusterConfigs(t, t.TempDir(), brokertest.FreeAddrs(t, 3))
+	for _, n := range nodes {
+		n.start(t)
+	}
+	for _, n := range nodes {
+		n.waitListening(t, 60*time.Second)
+	}
+	a, b := nodes[0], nodes[1]
+	ctx := context.Background()
+	aAdmin, closeA := adminClient(t, a.grpc)
+	defer closeA()
+	_, v1, h1 := versionModule(t, 1)
+	_, v2, h2 := versionModule(t, 2)
+	waitFor(t, a, 60*time.Second, "a deploy through A", func() bool {
+		_, err := aAdmin.DeployPlugin(ctx, &adminpb.DeployPluginRequest{Name: "ver", Module: v1, Settings: onPublish})
+		return err == nil // UNAVAILABLE while the cluster elects its leaders
+	})
+	bAdmin, closeB := adminClient(t, b.grpc)
+	waitFor(t, b, 30*time.Second, "B to list version 1", func() bool {
+		ls, err := bAdmin.ListPlugins(ctx, &adminpb.ListPluginsRequest{})
+		return err == nil && len(ls.GetPlugins()) == 1 && ls.GetPlugins()[0].GetHash() == h1
+	})
+	l := startLoad(t, b.grpc, 2000)
+	l.waitVersion("1") // B's chain runs it
+	l.waitMore(1000)
+	if _, err := aAdmin.DeployPlugin(ctx, &adminpb.DeployPluginRequest{Name: "ver", Module: v2}); err != nil {
+		t.Fatal(err)
+	}
+	l.waitVersion("2")
+	l.waitMore(1000)
+	l.stop()
+	closeB()
+
+	b.stop(t)
+	b.start(t)
+	b.waitListening(t, 60*time.Second)
+	bAdmin, closeB = adminClient(t, b.grpc)
+	defer closeB()
+	waitFor(t, b, 60*time.Second, "B, restarted, to list version 2", func() bool {
+		ls, err := bAdmin.ListPlugins(ctx, &adminpb.ListPluginsRequest{})
+		return err == nil && len(ls.GetPlugins()) == 1 && ls.GetPlugins()[0].GetHash() == h2 && len(ls.GetPlugins()[0].GetHistory()) == 2
+	})
+	l = startLoad(t, b.grpc, 200)
+	l.waitVersion("2")
+	l.stop()
+}

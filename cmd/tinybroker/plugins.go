@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -66,13 +65,14 @@ func newPluginManager(cfg config.Config, b broker.Engine, log hclog.Logger) (*pl
 	pm := &pluginManager{host: host, b: b, log: log, store: store, maxBytes: int64(cfg.Limits.MaxPluginBytes),
 		cfgSpecs: cfg.Plugins, modules: map[string][]byte{}}
 	pm.stopping, pm.stop = context.WithCancel(context.Background())
-	set, rev, err := store.load(context.Background())
-	switch {
-	case errors.Is(err, broker.ErrUnavailable):
-		log.Warn("the deployed plugins are not read yet: the engine is starting; they will be loaded once it has", "error", err)
-	case err != nil:
-		_ = host.Close(context.Background())
-		return nil, err
+	// NATS may not answer yet (a cluster electing its leaders, an engine still starting):
+	// the config's plugins run meanwhile, and the watch below installs the stored set once
+	// it can read it, as it does every change.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	set, rev, err := store.load(ctx)
+	cancel()
+	if err != nil {
+		log.Warn("the deployed plugins cannot be read yet: the config file's run until they can", "error", err)
 	}
 	if err := pm.apply(context.Background(), set, rev); err != nil {
 		_ = host.Close(context.Background())
@@ -193,23 +193,19 @@ func (pm *pluginManager) reload(ctx context.Context, specs []plugins.Spec) ([]st
 	return names, nil
 }
 
-// refresh installs the deployed set as stored, if it changed (another node changed it).
-func (pm *pluginManager) refresh() {
+// refresh installs the deployed set as stored at revision rev, if it is newer than the one
+// running (another node changed it).
+func (pm *pluginManager) refresh(set pluginSet, rev uint64) {
 	ctx, cancel := context.WithTimeout(pm.stopping, time.Minute)
 	defer cancel()
 	pm.mu.Lock()
 	defer pm.mu.Unlock()
-	set, rev, err := pm.store.load(ctx)
-	if err != nil {
-		pm.log.Error("the deployed plugins changed, and cannot be read", "error", err)
-		return
-	}
-	if rev == pm.rev {
+	if rev <= pm.rev {
 		return
 	}
 	next, err := pm.load(ctx, pm.cfgSpecs, set)
 	if err != nil {
-		pm.log.Error("the deployed plugins changed, and do not load here: the running ones stay", "error", err)
+		pm.log.Error("the deployed plugins changed, and do not load here: the running ones stay", "revision", rev, "error", err)
 		return
 	}
 	pm.install(next, set, rev)

@@ -34,9 +34,9 @@ type pluginStore interface {
 	// save stores the set if the stored one is still at revision rev (errSetChanged if
 	// not: another node changed it), and returns the new revision.
 	save(ctx context.Context, set pluginSet, rev uint64) (uint64, error)
-	// watch calls changed whenever the set is changed elsewhere (another node), until ctx is
-	// done; it returns at once where nobody else can change it.
-	watch(ctx context.Context, changed func())
+	// watch calls changed with the set and its revision whenever it is stored (by another
+	// node too), until ctx is done; it returns at once where nobody else can change it.
+	watch(ctx context.Context, changed func(set pluginSet, rev uint64))
 	// where names the store for the log ("" : memory only, forgotten at restart).
 	where() string
 }
@@ -226,7 +226,7 @@ func (s *localStore) save(_ context.Context, set pluginSet, rev uint64) (uint64,
 	return s.rev, nil
 }
 
-func (s *localStore) watch(context.Context, func()) {}
+func (s *localStore) watch(context.Context, func(pluginSet, uint64)) {}
 
 // writeAtomic writes b to path through a temporary file in the same folder, synced and
 // renamed over it.
@@ -375,8 +375,9 @@ func isWrongSequence(err error) bool {
 }
 
 // watch waits for the buckets (the engine may still be starting), then calls changed on
-// every update of the set until ctx is done.
-func (s *natsStore) watch(ctx context.Context, changed func()) {
+// every update of the set until ctx is done. It passes the update's own value: reading the
+// key again could be answered by a replica that does not have the update yet.
+func (s *natsStore) watch(ctx context.Context, changed func(pluginSet, uint64)) {
 	var kv jetstream.KeyValue
 	for kv == nil {
 		if _, k, err := s.buckets(ctx); err == nil {
@@ -390,7 +391,9 @@ func (s *natsStore) watch(ctx context.Context, changed func()) {
 		}
 	}
 	for ctx.Err() == nil {
-		w, err := kv.Watch(ctx, pluginSetKey, jetstream.UpdatesOnly())
+		// Not UpdatesOnly: the set stored before the watch began (between the first load
+		// and now) comes first.
+		w, err := kv.Watch(ctx, pluginSetKey)
 		if err != nil {
 			select {
 			case <-ctx.Done():
@@ -400,9 +403,14 @@ func (s *natsStore) watch(ctx context.Context, changed func()) {
 			}
 		}
 		for e := range w.Updates() {
-			if e != nil {
-				changed()
+			if e == nil || e.Operation() != jetstream.KeyValuePut {
+				continue
 			}
+			var set pluginSet
+			if err := json.Unmarshal(e.Value(), &set); err != nil {
+				continue // load reports it, where it can be acted on
+			}
+			changed(set, e.Revision())
 		}
 		_ = w.Stop()
 	}
