@@ -313,16 +313,22 @@ func TestPluginDeployUnderLoad(t *testing.T) {
 	}
 }
 
-// Without state_dir the broker says, at startup, that a restart forgets what is deployed.
+// Without state_dir, a deploy says in the log that a restart forgets it.
 func TestPluginDeployForgottenWithoutStateDir(t *testing.T) {
 	cfg := filepath.Join(t.TempDir(), "tb.hcl")
 	writeConfig(t, cfg, "")
-	_, logs, done, cancel := startServe(t, "--config", cfg)
+	addr, logs, done, cancel := startServe(t, "--config", cfg)
+	ac, closeAdmin := adminClient(t, addr.String())
+	_, v1, _ := versionModule(t, 1)
+	if _, err := ac.DeployPlugin(context.Background(), &adminpb.DeployPluginRequest{Name: "ver", Module: v1, Settings: onPublish}); err != nil {
+		t.Fatal(err)
+	}
+	closeAdmin()
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(logs.String(), "a restart forgets them") {
+	if !strings.Contains(logs.String(), "a restart forgets it") {
 		t.Fatalf("no word of it in the log:\n%s", logs)
 	}
 }

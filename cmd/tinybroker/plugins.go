@@ -78,9 +78,8 @@ func newPluginManager(cfg config.Config, b broker.Engine, log hclog.Logger) (*pl
 		_ = host.Close(context.Background())
 		return nil, err
 	}
-	if store.where() == "" {
-		log.Info("deployed plugins are kept in memory only: a restart forgets them (memory { state_dir } keeps them)")
-	} else if len(set.Plugins) > 0 {
+	// Without state_dir, each deploy warns that a restart forgets it (lifecycle.go).
+	if len(set.Plugins) > 0 {
 		log.Info("deployed plugins loaded", "from", store.where(), "plugins", len(set.Plugins))
 	}
 	pm.background(func() { store.watch(pm.stopping, pm.refresh) })
