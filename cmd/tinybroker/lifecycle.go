@@ -285,7 +285,9 @@ func (pm *pluginManager) changeOne(ctx context.Context, req *adminpb.PluginReque
 // wait for the store.
 func (pm *pluginManager) rolledBack(name string, version int) func(reason string) {
 	return func(reason string) {
-		pm.background(func() { pm.storeRollback(name, version, reason) })
+		if !pm.background(func() { pm.storeRollback(name, version, reason) }) {
+			pm.log.Warn("canary rolled back while the broker stops: not stored, it is deployed again at the next start", "plugin", name, "version", version, "reason", reason)
+		}
 	}
 }
 

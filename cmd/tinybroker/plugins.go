@@ -107,13 +107,16 @@ func newPluginStoreFor(cfg config.Config, b broker.Engine) (pluginStore, error) 
 	return &natsStore{engine: engine, prefix: prefix, replicas: max(cfg.JetStream.Replicas, 1)}, nil
 }
 
-// background runs f on a goroutine close waits for; none starts once close has begun.
-func (pm *pluginManager) background(f func()) {
+// background runs f on a goroutine close waits for, and reports whether it did: none
+// starts once close has begun.
+func (pm *pluginManager) background(f func()) bool {
 	pm.bgMu.Lock()
 	defer pm.bgMu.Unlock()
-	if !pm.closing {
-		pm.wg.Go(f)
+	if pm.closing {
+		return false
 	}
+	pm.wg.Go(f)
+	return true
 }
 
 // pluginCacheDir is where compiled plugins are kept across restarts: plugin_cache_dir, by
@@ -155,8 +158,15 @@ func (pm *pluginManager) load(ctx context.Context, cfgSpecs []plugins.Spec, set 
 }
 
 // install puts next in the broker, and closes the chain it replaces once its calls are done.
-// pm.mu must be held.
+// Once close has begun (it cancels stopping before it takes pm.mu) next is closed instead:
+// close would not see it. pm.mu must be held.
 func (pm *pluginManager) install(next *plugins.Chain, set pluginSet, rev uint64) {
+	if pm.stopping.Err() != nil {
+		if next != nil {
+			_ = next.Close(pm.stopping)
+		}
+		return
+	}
 	if next != nil {
 		pm.b.SetHooks(next)
 	} else {
@@ -165,11 +175,14 @@ func (pm *pluginManager) install(next *plugins.Chain, set pluginSet, rev uint64)
 	old := pm.chain
 	pm.chain, pm.set, pm.rev = next, set, rev
 	if old != nil {
-		pm.background(func() {
+		closeOld := func() {
 			ctx, cancel := context.WithTimeout(pm.stopping, 30*time.Second)
 			defer cancel()
 			_ = old.Close(ctx)
-		})
+		}
+		if !pm.background(closeOld) {
+			closeOld() // close has begun: stopping is done, so this is quick
+		}
 	}
 }
 
