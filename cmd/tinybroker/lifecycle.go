@@ -348,6 +348,9 @@ func (pm *pluginManager) describe(name string) *adminpb.Plugin {
 	}
 	if sp != nil {
 		p.Paused, p.Version, p.LastRollback = sp.Paused, uint32(sp.Current), sp.LastRollback
+		if cfgIdx < 0 {
+			p.Settings = sp.Settings.message()
+		}
 		if sp.Current > 0 {
 			p.Hash = sp.version(sp.Current)
 		}

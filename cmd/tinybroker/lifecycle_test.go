@@ -242,7 +242,7 @@ func TestPluginDeployUnderLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	l.waitVersion("1")
-	if p := listPlugin(t, ac, "ver"); p.GetVersion() != 1 || p.GetHash() != h1 || p.GetSource() != "deployed" {
+	if p := listPlugin(t, ac, "ver"); p.GetVersion() != 1 || p.GetHash() != h1 || p.GetSource() != "deployed" || strings.Join(p.GetSettings().GetTopics(), ",") != "load.>" {
 		t.Fatalf("after deploying v1: %v", p)
 	}
 	l.waitMore(1000)

@@ -2862,8 +2862,11 @@ type Plugin struct {
 	// Why the last candidate was rolled back by itself (a canary over its error rate).
 	LastRollback string `protobuf:"bytes,8,opt,name=last_rollback,json=lastRollback,proto3" json:"last_rollback,omitempty"`
 	// The chain's counters for it (absent while paused).
-	Calls         uint64 `protobuf:"varint,9,opt,name=calls,proto3" json:"calls,omitempty"`
-	Failures      uint64 `protobuf:"varint,10,opt,name=failures,proto3" json:"failures,omitempty"`
+	Calls    uint64 `protobuf:"varint,9,opt,name=calls,proto3" json:"calls,omitempty"`
+	Failures uint64 `protobuf:"varint,10,opt,name=failures,proto3" json:"failures,omitempty"`
+	// A deployed plugin's settings, the latest deploy's (unset for the config file's plugins,
+	// whose settings are the file's).
+	Settings      *PluginSettings `protobuf:"bytes,11,opt,name=settings,proto3" json:"settings,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2966,6 +2969,13 @@ func (x *Plugin) GetFailures() uint64 {
 		return x.Failures
 	}
 	return 0
+}
+
+func (x *Plugin) GetSettings() *PluginSettings {
+	if x != nil {
+		return x.Settings
+	}
+	return nil
 }
 
 type PluginVersion struct {
@@ -3376,7 +3386,7 @@ const file_tinybroker_admin_v1_admin_proto_rawDesc = "" +
 	"\rPluginRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"E\n" +
 	"\x0ePluginResponse\x123\n" +
-	"\x06plugin\x18\x01 \x01(\v2\x1b.tinybroker.admin.v1.PluginR\x06plugin\"\xd3\x02\n" +
+	"\x06plugin\x18\x01 \x01(\v2\x1b.tinybroker.admin.v1.PluginR\x06plugin\"\x94\x03\n" +
 	"\x06Plugin\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06source\x18\x02 \x01(\tR\x06source\x12\x12\n" +
@@ -3388,7 +3398,8 @@ const file_tinybroker_admin_v1_admin_proto_rawDesc = "" +
 	"\rlast_rollback\x18\b \x01(\tR\flastRollback\x12\x14\n" +
 	"\x05calls\x18\t \x01(\x04R\x05calls\x12\x1a\n" +
 	"\bfailures\x18\n" +
-	" \x01(\x04R\bfailures\"k\n" +
+	" \x01(\x04R\bfailures\x12?\n" +
+	"\bsettings\x18\v \x01(\v2#.tinybroker.admin.v1.PluginSettingsR\bsettings\"k\n" +
 	"\rPluginVersion\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x12\n" +
 	"\x04hash\x18\x02 \x01(\tR\x04hash\x12,\n" +
@@ -3534,48 +3545,49 @@ var file_tinybroker_admin_v1_admin_proto_depIdxs = []int32{
 	41, // 29: tinybroker.admin.v1.PluginResponse.plugin:type_name -> tinybroker.admin.v1.Plugin
 	42, // 30: tinybroker.admin.v1.Plugin.history:type_name -> tinybroker.admin.v1.PluginVersion
 	43, // 31: tinybroker.admin.v1.Plugin.candidate:type_name -> tinybroker.admin.v1.PluginCandidate
-	0,  // 32: tinybroker.admin.v1.PluginCandidate.mode:type_name -> tinybroker.admin.v1.DeployMode
-	7,  // 33: tinybroker.admin.v1.Admin.ListGroups:input_type -> tinybroker.admin.v1.ListGroupsRequest
-	9,  // 34: tinybroker.admin.v1.Admin.DescribeGroup:input_type -> tinybroker.admin.v1.DescribeGroupRequest
-	14, // 35: tinybroker.admin.v1.Admin.DeleteGroup:input_type -> tinybroker.admin.v1.DeleteGroupRequest
-	16, // 36: tinybroker.admin.v1.Admin.PurgeGroup:input_type -> tinybroker.admin.v1.PurgeGroupRequest
-	18, // 37: tinybroker.admin.v1.Admin.PauseGroup:input_type -> tinybroker.admin.v1.PauseGroupRequest
-	20, // 38: tinybroker.admin.v1.Admin.ResumeGroup:input_type -> tinybroker.admin.v1.ResumeGroupRequest
-	22, // 39: tinybroker.admin.v1.Admin.ListStreams:input_type -> tinybroker.admin.v1.ListStreamsRequest
-	26, // 40: tinybroker.admin.v1.Admin.ListDeadLetters:input_type -> tinybroker.admin.v1.ListDeadLettersRequest
-	29, // 41: tinybroker.admin.v1.Admin.ReplayDeadLetters:input_type -> tinybroker.admin.v1.ReplayDeadLettersRequest
-	32, // 42: tinybroker.admin.v1.Admin.PurgeDeadLetters:input_type -> tinybroker.admin.v1.PurgeDeadLettersRequest
-	1,  // 43: tinybroker.admin.v1.Admin.ListUsers:input_type -> tinybroker.admin.v1.ListUsersRequest
-	34, // 44: tinybroker.admin.v1.Admin.DeployPlugin:input_type -> tinybroker.admin.v1.DeployPluginRequest
-	37, // 45: tinybroker.admin.v1.Admin.ListPlugins:input_type -> tinybroker.admin.v1.ListPluginsRequest
-	39, // 46: tinybroker.admin.v1.Admin.PausePlugin:input_type -> tinybroker.admin.v1.PluginRequest
-	39, // 47: tinybroker.admin.v1.Admin.ResumePlugin:input_type -> tinybroker.admin.v1.PluginRequest
-	39, // 48: tinybroker.admin.v1.Admin.RollbackPlugin:input_type -> tinybroker.admin.v1.PluginRequest
-	39, // 49: tinybroker.admin.v1.Admin.RemovePlugin:input_type -> tinybroker.admin.v1.PluginRequest
-	39, // 50: tinybroker.admin.v1.Admin.PromotePlugin:input_type -> tinybroker.admin.v1.PluginRequest
-	8,  // 51: tinybroker.admin.v1.Admin.ListGroups:output_type -> tinybroker.admin.v1.ListGroupsResponse
-	10, // 52: tinybroker.admin.v1.Admin.DescribeGroup:output_type -> tinybroker.admin.v1.Group
-	15, // 53: tinybroker.admin.v1.Admin.DeleteGroup:output_type -> tinybroker.admin.v1.DeleteGroupResponse
-	17, // 54: tinybroker.admin.v1.Admin.PurgeGroup:output_type -> tinybroker.admin.v1.PurgeGroupResponse
-	19, // 55: tinybroker.admin.v1.Admin.PauseGroup:output_type -> tinybroker.admin.v1.PauseGroupResponse
-	21, // 56: tinybroker.admin.v1.Admin.ResumeGroup:output_type -> tinybroker.admin.v1.ResumeGroupResponse
-	23, // 57: tinybroker.admin.v1.Admin.ListStreams:output_type -> tinybroker.admin.v1.ListStreamsResponse
-	27, // 58: tinybroker.admin.v1.Admin.ListDeadLetters:output_type -> tinybroker.admin.v1.ListDeadLettersResponse
-	30, // 59: tinybroker.admin.v1.Admin.ReplayDeadLetters:output_type -> tinybroker.admin.v1.ReplayDeadLettersResponse
-	33, // 60: tinybroker.admin.v1.Admin.PurgeDeadLetters:output_type -> tinybroker.admin.v1.PurgeDeadLettersResponse
-	2,  // 61: tinybroker.admin.v1.Admin.ListUsers:output_type -> tinybroker.admin.v1.ListUsersResponse
-	36, // 62: tinybroker.admin.v1.Admin.DeployPlugin:output_type -> tinybroker.admin.v1.DeployPluginResponse
-	38, // 63: tinybroker.admin.v1.Admin.ListPlugins:output_type -> tinybroker.admin.v1.ListPluginsResponse
-	40, // 64: tinybroker.admin.v1.Admin.PausePlugin:output_type -> tinybroker.admin.v1.PluginResponse
-	40, // 65: tinybroker.admin.v1.Admin.ResumePlugin:output_type -> tinybroker.admin.v1.PluginResponse
-	40, // 66: tinybroker.admin.v1.Admin.RollbackPlugin:output_type -> tinybroker.admin.v1.PluginResponse
-	40, // 67: tinybroker.admin.v1.Admin.RemovePlugin:output_type -> tinybroker.admin.v1.PluginResponse
-	40, // 68: tinybroker.admin.v1.Admin.PromotePlugin:output_type -> tinybroker.admin.v1.PluginResponse
-	51, // [51:69] is the sub-list for method output_type
-	33, // [33:51] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	35, // 32: tinybroker.admin.v1.Plugin.settings:type_name -> tinybroker.admin.v1.PluginSettings
+	0,  // 33: tinybroker.admin.v1.PluginCandidate.mode:type_name -> tinybroker.admin.v1.DeployMode
+	7,  // 34: tinybroker.admin.v1.Admin.ListGroups:input_type -> tinybroker.admin.v1.ListGroupsRequest
+	9,  // 35: tinybroker.admin.v1.Admin.DescribeGroup:input_type -> tinybroker.admin.v1.DescribeGroupRequest
+	14, // 36: tinybroker.admin.v1.Admin.DeleteGroup:input_type -> tinybroker.admin.v1.DeleteGroupRequest
+	16, // 37: tinybroker.admin.v1.Admin.PurgeGroup:input_type -> tinybroker.admin.v1.PurgeGroupRequest
+	18, // 38: tinybroker.admin.v1.Admin.PauseGroup:input_type -> tinybroker.admin.v1.PauseGroupRequest
+	20, // 39: tinybroker.admin.v1.Admin.ResumeGroup:input_type -> tinybroker.admin.v1.ResumeGroupRequest
+	22, // 40: tinybroker.admin.v1.Admin.ListStreams:input_type -> tinybroker.admin.v1.ListStreamsRequest
+	26, // 41: tinybroker.admin.v1.Admin.ListDeadLetters:input_type -> tinybroker.admin.v1.ListDeadLettersRequest
+	29, // 42: tinybroker.admin.v1.Admin.ReplayDeadLetters:input_type -> tinybroker.admin.v1.ReplayDeadLettersRequest
+	32, // 43: tinybroker.admin.v1.Admin.PurgeDeadLetters:input_type -> tinybroker.admin.v1.PurgeDeadLettersRequest
+	1,  // 44: tinybroker.admin.v1.Admin.ListUsers:input_type -> tinybroker.admin.v1.ListUsersRequest
+	34, // 45: tinybroker.admin.v1.Admin.DeployPlugin:input_type -> tinybroker.admin.v1.DeployPluginRequest
+	37, // 46: tinybroker.admin.v1.Admin.ListPlugins:input_type -> tinybroker.admin.v1.ListPluginsRequest
+	39, // 47: tinybroker.admin.v1.Admin.PausePlugin:input_type -> tinybroker.admin.v1.PluginRequest
+	39, // 48: tinybroker.admin.v1.Admin.ResumePlugin:input_type -> tinybroker.admin.v1.PluginRequest
+	39, // 49: tinybroker.admin.v1.Admin.RollbackPlugin:input_type -> tinybroker.admin.v1.PluginRequest
+	39, // 50: tinybroker.admin.v1.Admin.RemovePlugin:input_type -> tinybroker.admin.v1.PluginRequest
+	39, // 51: tinybroker.admin.v1.Admin.PromotePlugin:input_type -> tinybroker.admin.v1.PluginRequest
+	8,  // 52: tinybroker.admin.v1.Admin.ListGroups:output_type -> tinybroker.admin.v1.ListGroupsResponse
+	10, // 53: tinybroker.admin.v1.Admin.DescribeGroup:output_type -> tinybroker.admin.v1.Group
+	15, // 54: tinybroker.admin.v1.Admin.DeleteGroup:output_type -> tinybroker.admin.v1.DeleteGroupResponse
+	17, // 55: tinybroker.admin.v1.Admin.PurgeGroup:output_type -> tinybroker.admin.v1.PurgeGroupResponse
+	19, // 56: tinybroker.admin.v1.Admin.PauseGroup:output_type -> tinybroker.admin.v1.PauseGroupResponse
+	21, // 57: tinybroker.admin.v1.Admin.ResumeGroup:output_type -> tinybroker.admin.v1.ResumeGroupResponse
+	23, // 58: tinybroker.admin.v1.Admin.ListStreams:output_type -> tinybroker.admin.v1.ListStreamsResponse
+	27, // 59: tinybroker.admin.v1.Admin.ListDeadLetters:output_type -> tinybroker.admin.v1.ListDeadLettersResponse
+	30, // 60: tinybroker.admin.v1.Admin.ReplayDeadLetters:output_type -> tinybroker.admin.v1.ReplayDeadLettersResponse
+	33, // 61: tinybroker.admin.v1.Admin.PurgeDeadLetters:output_type -> tinybroker.admin.v1.PurgeDeadLettersResponse
+	2,  // 62: tinybroker.admin.v1.Admin.ListUsers:output_type -> tinybroker.admin.v1.ListUsersResponse
+	36, // 63: tinybroker.admin.v1.Admin.DeployPlugin:output_type -> tinybroker.admin.v1.DeployPluginResponse
+	38, // 64: tinybroker.admin.v1.Admin.ListPlugins:output_type -> tinybroker.admin.v1.ListPluginsResponse
+	40, // 65: tinybroker.admin.v1.Admin.PausePlugin:output_type -> tinybroker.admin.v1.PluginResponse
+	40, // 66: tinybroker.admin.v1.Admin.ResumePlugin:output_type -> tinybroker.admin.v1.PluginResponse
+	40, // 67: tinybroker.admin.v1.Admin.RollbackPlugin:output_type -> tinybroker.admin.v1.PluginResponse
+	40, // 68: tinybroker.admin.v1.Admin.RemovePlugin:output_type -> tinybroker.admin.v1.PluginResponse
+	40, // 69: tinybroker.admin.v1.Admin.PromotePlugin:output_type -> tinybroker.admin.v1.PluginResponse
+	52, // [52:70] is the sub-list for method output_type
+	34, // [34:52] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_tinybroker_admin_v1_admin_proto_init() }
