@@ -343,8 +343,11 @@ func (pm *pluginManager) describe(name string) *adminpb.Plugin {
 		p.Hash = pm.cfgSpecs[cfgIdx].Hash
 	}
 	sp := pm.set.find(name)
-	if sp == nil && cfgIdx < 0 {
+	switch {
+	case sp == nil && cfgIdx < 0:
 		return nil
+	case cfgIdx < 0 && sp.Settings == nil:
+		p.Source = "dormant"
 	}
 	if sp != nil {
 		p.Paused, p.Version, p.LastRollback = sp.Paused, uint32(sp.Current), sp.LastRollback

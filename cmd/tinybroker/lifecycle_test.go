@@ -25,6 +25,7 @@ import (
 	"github.com/tinybroker/tinybroker/broker/memory"
 	"github.com/tinybroker/tinybroker/cmd/tinybroker/config"
 	"github.com/tinybroker/tinybroker/internal/testing/brokertest"
+	"github.com/tinybroker/tinybroker/plugins"
 	adminpb "github.com/tinybroker/tinybroker/proto/tinybroker/admin/v1"
 	"github.com/tinybroker/tinybroker/sdk/go/client"
 )
@@ -655,5 +656,42 @@ func TestPluginCanaryRollbackStored(t *testing.T) {
 	pm.rolledBack("ver", 2)("again") // stale: nothing happens
 	if _, err := pm.RollbackPlugin(ctx, &adminpb.PluginRequest{Name: "ver"}); status.Code(err) != codes.FailedPrecondition {
 		t.Fatalf("rollback of a first version: %v", err)
+	}
+}
+
+// A plugin the file declared, with a deployed module, that the file no longer declares is
+// dormant: the reload is not refused, it does not run, and it runs its deployed version
+// again once the file declares it again.
+func TestPluginDormantAfterReload(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	v1path, _, _ := versionModule(t, 1)
+	_, v2, h2 := versionModule(t, 2)
+	cfg := config.Default()
+	cfg.PluginCacheDir = "none"
+	cfg.Plugins = []plugins.Spec{{Name: "ver", Path: v1path, Hooks: []string{"on_publish"}}}
+	b := memory.New(cfg.Broker)
+	defer func() { _ = b.Shutdown(context.Background()) }()
+	pm, err := newPluginManager(cfg, b, hclog.NewNullLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pm.close(context.Background())
+	ctx := context.Background()
+	if _, err := pm.DeployPlugin(ctx, &adminpb.DeployPluginRequest{Name: "ver", Module: v2}); err != nil {
+		t.Fatal(err)
+	}
+	if names, err := pm.reload(ctx, nil); err != nil || len(names) != 0 || pm.current() != nil {
+		t.Fatalf("reload without the plugin: %v %v", names, err)
+	}
+	ls, _ := pm.ListPlugins(ctx, nil)
+	if len(ls.GetPlugins()) != 1 || ls.GetPlugins()[0].GetSource() != "dormant" {
+		t.Fatalf("after the file dropped it: %v", ls)
+	}
+	if _, err := pm.reload(ctx, cfg.Plugins); err != nil {
+		t.Fatal(err)
+	}
+	ls, _ = pm.ListPlugins(ctx, nil)
+	if p := ls.GetPlugins()[0]; p.GetSource() != "config" || p.GetHash() != h2 || pm.current() == nil {
+		t.Fatalf("declared again: %v", p)
 	}
 }

@@ -287,8 +287,10 @@ func (pm *pluginManager) compose(ctx context.Context, cfgSpecs []plugins.Spec, s
 	}
 	for i := range set.Plugins {
 		sp := &set.Plugins[i]
-		if inConfig[sp.Name] || sp.Paused || sp.Current == 0 {
-			continue // a config plugin's state, kept after the file dropped it, or paused
+		if inConfig[sp.Name] || sp.Paused || sp.Current == 0 || sp.Settings == nil {
+			// Paused; or the state of a plugin the file declared and no longer does, which
+			// has no settings of its own: dormant until the file declares it again.
+			continue
 		}
 		s, err := sp.Settings.spec(sp.Name)
 		if err != nil {

@@ -2850,7 +2850,9 @@ func (x *PluginResponse) GetPlugin() *Plugin {
 type Plugin struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	// "config" (declared by the config file, perhaps with a deployed module) or "deployed".
+	// "config" (declared by the config file, perhaps with a deployed module), "deployed", or
+	// "dormant": deployed over a config file's plugin that the file no longer declares; it
+	// does not run until the file declares it again (RemovePlugin drops it).
 	Source string `protobuf:"bytes,2,opt,name=source,proto3" json:"source,omitempty"`
 	// The module running now: its hash and version (0: the config file's module).
 	Hash    string `protobuf:"bytes,3,opt,name=hash,proto3" json:"hash,omitempty"`
