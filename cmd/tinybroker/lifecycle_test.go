@@ -695,3 +695,61 @@ func TestPluginDormantAfterReload(t *testing.T) {
 		t.Fatalf("declared again: %v", p)
 	}
 }
+
+// The plugin commands: deploy as a canary and in shadow, ls (table and JSON), promote,
+// pause, resume, rm.
+func TestPluginCommands(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "tb.hcl")
+	writeConfig(t, cfg, "")
+	addr, _, done, cancel := startServe(t, "--config", cfg)
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	at := []string{"--addr", addr.String()}
+	v1path, _, h1 := versionModule(t, 1)
+	v2path, _, h2 := versionModule(t, 2)
+	_, errOut, code := cli(t, append([]string{"plugin", "deploy", v1path, "--name", "ver"}, at...)...)
+	if code == 0 || !strings.Contains(errOut, "settings") {
+		t.Fatalf("a new plugin without settings: exit %d\n%s", code, errOut)
+	}
+	ok(t, append([]string{"plugin", "deploy", v1path, "--name", "ver", "--hooks", "on_publish", "--topics", "a.>,b.>", "--config", "k=v", "--pool-size", "2"}, at...)...)
+	out := ok(t, append([]string{"plugin", "deploy", v2path, "--name", "ver", "--canary", "10", "--canary-keys", "k1,k2", "--max-error-rate", "0.2"}, at...)...)
+	if !strings.Contains(out, "deployed as canary beside version 1") {
+		t.Fatalf("canary deploy said %q", out)
+	}
+	var ls adminpb.ListPluginsResponse
+	fromJSON(t, ok(t, append([]string{"plugin", "ls", "--json"}, at...)...), &ls)
+	p := ls.GetPlugins()[0]
+	c := p.GetCandidate()
+	if p.GetHash() != h1 || c.GetHash() != h2 || c.GetMode() != adminpb.DeployMode_DEPLOY_MODE_CANARY || c.GetCanaryPercent() != 10 ||
+		strings.Join(c.GetCanaryKeys(), ",") != "k1,k2" || c.GetMaxErrorRate() != 0.2 {
+		t.Fatalf("after the canary deploy: %v", p)
+	}
+	if s := p.GetSettings(); strings.Join(s.GetTopics(), ",") != "a.>,b.>" || s.GetConfig()["k"] != "v" || s.GetPoolSize() != 2 {
+		t.Fatalf("settings: %v", s)
+	}
+	if table := ok(t, append([]string{"plugin", "ls"}, at...)...); !strings.Contains(table, "v2 canary") {
+		t.Fatalf("plugin ls:\n%s", table)
+	}
+	if out := ok(t, append([]string{"plugin", "promote", "ver"}, at...)...); !strings.Contains(out, "version 2") {
+		t.Fatalf("promote said %q", out)
+	}
+	ok(t, append([]string{"plugin", "deploy", v1path, "--name", "ver", "--shadow"}, at...)...)
+	if out := ok(t, append([]string{"plugin", "pause", "ver"}, at...)...); !strings.Contains(out, "paused") {
+		t.Fatalf("pause said %q", out)
+	}
+	fromJSON(t, ok(t, append([]string{"plugin", "ls", "--json"}, at...)...), &ls)
+	if p := ls.GetPlugins()[0]; !p.GetPaused() || p.GetVersion() != 2 || p.GetCandidate().GetMode() != adminpb.DeployMode_DEPLOY_MODE_SHADOW || len(p.GetHistory()) != 3 {
+		t.Fatalf("after promote, shadow deploy and pause: %v", p)
+	}
+	ok(t, append([]string{"plugin", "resume", "ver"}, at...)...)
+	if out := ok(t, append([]string{"plugin", "rm", "ver"}, at...)...); !strings.Contains(out, "removed") {
+		t.Fatalf("rm said %q", out)
+	}
+	if out := ok(t, append([]string{"plugin", "ls"}, at...)...); !strings.Contains(out, "no plugins") {
+		t.Fatalf("after rm: %q", out)
+	}
+}
