@@ -1,7 +1,7 @@
 # tinybroker — see README.md. Every target works from a fresh clone with Go installed;
-# `generate` and `check` also need protoc (Debian: protobuf-compiler libprotobuf-dev) and, for
-# the Python client's stubs, Debian's python3-grpc-tools; `test-clients` python3-grpcio and
-# python3-protobuf.
+# `generate` and `check` also need protoc (Debian: protobuf-compiler libprotobuf-dev), for
+# the Python client's stubs Debian's python3-grpc-tools, and for the TypeScript client's Node.js
+# 20 and npm; `test-clients` python3-grpcio, python3-protobuf, Node.js 20 and npm.
 GO       ?= go
 BIN      := $(CURDIR)/.bin
 PROTOC   ?= protoc
@@ -12,12 +12,15 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 STATICCHECK_VERSION := v0.8.2
 DEADCODE_VERSION    := v0.52.0
 # The Go SDK's guest packages, which build only for GOOS=wasip1 (lint's second pass).
-GUEST_PKGS := ./sdk/go/plugin ./sdk/go/plugin/onack ./sdk/go/plugin/onpublish ./sdk/go/plugin/onredeliver \
+GUEST_PKGS := ./sdk/go/plugin ./sdk/go/plugin/onack ./sdk/go/plugin/onpublish ./sdk/go/plugin/onredeliver ./sdk/go/plugin/ontick \
 	./sdk/go/plugin/internal/bridge ./sdk/go/plugin/internal/e2e/nohandle ./sdk/go/plugin/internal/e2e/sdkcheck \
 	./examples/plugins/... ./bench/plugins/...
 PROTO_INCLUDE ?= /usr/include
 # The interpreter with Debian's python3-grpc-tools, python3-grpcio and python3-protobuf.
 PYTHON ?= /usr/bin/python3
+# npm of Node.js 20 or later: the TypeScript client's packages and its generator (sdk/typescript).
+NPM ?= npm
+TS_MODULES := sdk/typescript/node_modules/.package-lock.json
 # The version and commit stamped into the binary (tinybroker version, tinybroker_build_info),
 # from git when there is a checkout; a build without them says "devel".
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
@@ -41,11 +44,12 @@ test: ## the whole suite, under the race detector; then the engines' lock order,
 	$(GO) test -race -count=1 -timeout 15m $(TESTFLAGS) ./...
 	$(GO) test -tags lockrank -count=1 -timeout 10m $(TESTFLAGS) ./broker/...
 
-# The client conformance scenarios (internal/clientconf) against a real broker, for the Go and
-# Python clients, each through its driver program; seconds, and not part of `make test`, which
-# skips them (the -clients flag). PYTHON is passed on as TB_PYTHON.
-test-clients: ## the client conformance harness: the scenarios every client library passes
-	TB_PYTHON=$(PYTHON) $(GO) test -count=1 -timeout 5m $(TESTFLAGS) ./internal/clientconf -args -clients
+# The client conformance scenarios (internal/clientconf) against a real broker, for the Go,
+# Python and TypeScript clients, each through its driver program; seconds, and not part of
+# `make test`, which skips them (the -clients flag). PYTHON is passed on as TB_PYTHON; the
+# TypeScript client's packages come from npm, pinned by its lockfile; the harness compiles it.
+test-clients: $(TS_MODULES) ## the client conformance harness: the scenarios every client library passes
+	TB_PYTHON=$(PYTHON) $(GO) test -count=1 -timeout 10m $(TESTFLAGS) ./internal/clientconf -args -clients
 
 # Every `func FuzzXxx` of every _test.go file in the repository, FUZZTIME each: a new fuzz
 # target runs without being listed here. CI runs it with FUZZTIME=10s. Go 1.26's fuzzing
@@ -83,9 +87,12 @@ chaos: ## hostile clients against a real server: memory budget, canary latency, 
 # SIGSTOP (chaos/cluster). Uses ports 7881-7883 and 6221-6223. Not part of `make test`;
 # CHAOSCLUSTERFLAGS passes flags, e.g. CHAOSCLUSTERFLAGS='-scale 0.1'.
 CHAOSCLUSTERFLAGS ?=
-chaos-cluster: ## kill -9 and SIGSTOP in a three-node cluster: nothing confirmed lost or stored twice
+# The clients beyond Go whose members join the chaos cluster's group (chaos/cluster/drivers.go).
+CHAOSCLUSTERCLIENTS ?= python,typescript
+chaos-cluster: $(TS_MODULES) ## kill -9 and SIGSTOP in a three-node cluster: nothing confirmed lost or stored twice
 	$(GO) build -o $(BIN)/tinybroker ./cmd/tinybroker
-	$(GO) run ./chaos/cluster -bin $(BIN)/tinybroker $(CHAOSCLUSTERFLAGS)
+	cd sdk/typescript && $(NPM) run --silent build
+	TB_PYTHON=$(PYTHON) $(GO) run ./chaos/cluster -bin $(BIN)/tinybroker -clients "$(CHAOSCLUSTERCLIENTS)" $(CHAOSCLUSTERFLAGS)
 
 tools:
 	GOBIN=$(BIN) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
@@ -103,7 +110,12 @@ lint: tools ## staticcheck (host and wasip1) and deadcode, pinned versions
 	out=$$($(BIN)/deadcode -test ./... | grep -v -E -f "$$allow"); \
 	if [ -n "$$out" ]; then echo "$$out"; echo "deadcode: unreachable functions above: remove them, or add a line that says why to .lint/deadcode.allow"; exit 1; fi
 
-generate: tools
+# The TypeScript client's packages, as its lockfile pins them: npm ci (which starts from an empty
+# node_modules) runs again only when the lockfile changed since, npm's own copy of it telling.
+$(TS_MODULES): sdk/typescript/package-lock.json
+	cd sdk/typescript && $(NPM) ci --no-audit --no-fund --loglevel=error
+
+generate: tools $(TS_MODULES)
 	PATH="$(BIN):$$PATH" $(PROTOC) -I proto -I $(PROTO_INCLUDE) \
 		--go_out=proto --go_opt=paths=source_relative \
 		--go-grpc_out=proto --go-grpc_opt=paths=source_relative \
@@ -113,6 +125,9 @@ generate: tools
 	@# service stub from grpc_tools: protoc has no gRPC plugin for Python.
 	$(PROTOC) -I proto -I $(PROTO_INCLUDE) --python_out=sdk/python --pyi_out=sdk/python proto/tinybroker/v1/broker.proto
 	$(PYTHON) -m grpc_tools.protoc -I proto -I $(PROTO_INCLUDE) --grpc_python_out=sdk/python proto/tinybroker/v1/broker.proto
+	@# The TypeScript client's messages, from protoc-gen-es as pinned by sdk/typescript's lockfile;
+	@# its gRPC calls are written by hand on @grpc/grpc-js (RATIONALE.md).
+	cd sdk/typescript && PROTOC=$(PROTOC) PROTO_INCLUDE=$(PROTO_INCLUDE) $(NPM) run --silent generate
 
 check: generate ## build, vet, lint, gofmt, go mod tidy, regenerate; fails on any diff
 	$(GO) build ./...

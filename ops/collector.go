@@ -110,12 +110,18 @@ var (
 	dOldGRejected   = deprecated("group_rejected_total", "group_rejected_messages_total", "group")
 	dOldGroupSeries = deprecated("group_series_groups", "metrics_labelled_groups")
 
-	dPCalls     = desc("plugin_calls_total", "Calls of a plugin's hook.", "plugin", "hook")
-	dPFailures  = desc("plugin_failures_total", "Failed calls of a plugin's hook, by kind: timeout, memory_limit, malformed_verdict, no_instance, trap.", "plugin", "hook", "kind")
-	dPSkipped   = desc("plugin_skipped_calls_total", "Calls not made because the plugin's circuit breaker was open (its failure policy applied).", "plugin")
-	dPBreaker   = desc("plugin_breaker_open", "1 while the plugin's circuit breaker is open.", "plugin")
-	dPInstances = desc("plugin_instances", "Instances of the plugin alive (idle, busy or being created).", "plugin")
-	dPLatency   = desc("plugin_call_duration_seconds", "Duration of a sample of a hook's calls: the first and one in 64 after it.", "plugin", "hook")
+	dPCalls      = desc("plugin_calls_total", "Calls of a plugin's hook.", "plugin", "hook")
+	dPFailures   = desc("plugin_failures_total", "Failed calls of a plugin's hook, by kind: timeout, memory_limit, malformed_verdict, no_instance, trap.", "plugin", "hook", "kind")
+	dPSkipped    = desc("plugin_skipped_calls_total", "Calls not made because the plugin's circuit breaker was open (its failure policy applied).", "plugin")
+	dPTicks      = desc("plugin_skipped_ticks_total", "Ticks of a plugin's on_tick not run because the tick before was still running at their time.", "plugin")
+	dPBreaker    = desc("plugin_breaker_open", "1 while the plugin's circuit breaker is open.", "plugin")
+	dPInstances  = desc("plugin_instances", "Instances of the plugin alive (idle, busy or being created).", "plugin")
+	dPLatency    = desc("plugin_call_duration_seconds", "Duration of a sample of a hook's calls: the first and one in 64 after it.", "plugin", "hook")
+	dPInfo       = desc("plugin_info", "A constant 1 per version of a plugin loaded: its module's content hash, and version current, or the candidate's mode (shadow, canary).", "plugin", "hash", "version")
+	dPCandCalls  = desc("plugin_candidate_calls_total", "Calls of the candidate version of a plugin (shadow or canary).", "plugin", "mode")
+	dPCandFails  = desc("plugin_candidate_failures_total", "Failed calls of a plugin's candidate version (a canary's messages sent to it while its circuit breaker was open included).", "plugin", "mode")
+	dPCandDiffs  = desc("plugin_candidate_differences_total", "Calls of a plugin's shadow candidate whose result differed from the current version's.", "plugin", "mode")
+	dPCandRolled = desc("plugin_candidate_rolled_back", "1 once a plugin's canary has been rolled back for its error rate.", "plugin", "mode")
 )
 
 var allDescs = []*prometheus.Desc{dPublished, dDelivered, dAcked, dRedelivered, dDeadLettered, dUnrouted,
@@ -124,7 +130,7 @@ var allDescs = []*prometheus.Desc{dPublished, dDelivered, dAcked, dRedelivered, 
 	dGMembers, dGHeld, dGOldest, dGPaused, dGStuck, dGUnacked, dGBreaker, dGPublished, dGDelivered, dGAcked, dGRedeliv, dGTakenBack, dGDead, dGDropped,
 	dGExpired, dGRejected, dGDLKept, dGDLKeptBytes, dGDLDiscarded, dGDelivLat, dGAckLat, dGKeys, dGKeyHeld, dLabelled,
 	dOldGBytes, dOldGDelivered, dOldGAcked, dOldGRedeliv, dOldGTakenBack, dOldGDead, dOldGDropped, dOldGRejected, dOldGroupSeries,
-	dPCalls, dPFailures, dPSkipped, dPBreaker, dPInstances, dPLatency}
+	dPCalls, dPFailures, dPSkipped, dPTicks, dPBreaker, dPInstances, dPLatency, dPInfo, dPCandCalls, dPCandFails, dPCandDiffs, dPCandRolled}
 
 // deprecated describes the old name of the metric now named renamed.
 func deprecated(old, renamed string, labels ...string) *prometheus.Desc {
@@ -220,7 +226,19 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(dPSkipped, p.Skipped, p.Name)
 		gauge(dPBreaker, b2f(p.BreakerOpen), p.Name)
 		gauge(dPInstances, float64(p.Instances), p.Name)
+		gauge(dPInfo, 1, p.Name, p.Hash, "current")
+		if cd := p.Candidate; cd != nil {
+			mode := cd.Mode.String()
+			gauge(dPInfo, 1, p.Name, cd.Hash, mode)
+			counter(dPCandCalls, cd.Calls, p.Name, mode)
+			counter(dPCandFails, cd.Failures, p.Name, mode)
+			counter(dPCandDiffs, cd.Differences, p.Name, mode)
+			gauge(dPCandRolled, b2f(cd.RolledBack), p.Name, mode)
+		}
 		for _, h := range p.Hooks {
+			if h.Hook == plugins.HookTick {
+				counter(dPTicks, p.TicksSkipped, p.Name)
+			}
 			counter(dPCalls, h.Calls, p.Name, h.Hook)
 			for k, n := range h.Failures {
 				counter(dPFailures, n, p.Name, h.Hook, plugins.FailureKinds[k])

@@ -2,6 +2,8 @@ package ops_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"strings"
 	"testing"
 	"time"
@@ -244,4 +246,29 @@ func TestMetricsBoundedGroupsAndRuntime(t *testing.T) {
 			t.Errorf("%s has no help", name)
 		}
 	}
+}
+
+// A plugin's versions are named by their hashes, and its shadow's calls and differences
+// counted.
+func TestMetricsPluginCandidate(t *testing.T) {
+	cur, cand := wasm(t, "pass"), wasm(t, "v2payload")
+	s := start(t, stackOptions{plugins: []plugins.Spec{{Name: "pass", Wasm: cur, Topics: []string{"good.>"},
+		Candidate: &plugins.Candidate{Mode: plugins.Shadow, Wasm: cand}}}})
+	sum := func(b []byte) string { h := sha256.Sum256(b); return "sha256:" + hex.EncodeToString(h[:]) }
+	s.waitMetric(t, "tinybroker_plugin_info", eq(1), "plugin=pass", "hash="+sum(cur), "version=current")
+	s.waitMetric(t, "tinybroker_plugin_info", eq(1), "plugin=pass", "hash="+sum(cand), "version=shadow")
+	s.publish(t, "good.1", "x")
+	s.waitMetric(t, "tinybroker_plugin_candidate_calls_total", eq(1), "plugin=pass", "mode=shadow")
+	s.waitMetric(t, "tinybroker_plugin_candidate_differences_total", eq(1), "plugin=pass", "mode=shadow")
+	s.waitMetric(t, "tinybroker_plugin_candidate_failures_total", eq(0), "plugin=pass", "mode=shadow")
+	s.waitMetric(t, "tinybroker_plugin_candidate_rolled_back", eq(0), "plugin=pass", "mode=shadow")
+}
+
+// A plugin's ticks skipped behind a slow tick are counted, and its on_tick calls.
+func TestMetricsTicks(t *testing.T) {
+	s := start(t, stackOptions{plugins: []plugins.Spec{
+		{Name: "slowtick", Wasm: wasm(t, "tick"), Config: map[string]string{"mode": "slow"}, TickInterval: 10 * time.Millisecond},
+	}})
+	s.waitMetric(t, "tinybroker_plugin_skipped_ticks_total", atLeast(1), "plugin=slowtick")
+	s.waitMetric(t, "tinybroker_plugin_calls_total", atLeast(1), "plugin=slowtick", "hook=on_tick")
 }

@@ -557,7 +557,8 @@ func (*hostMsgHeaderName) Call(ctx context.Context, s []uint64) {
 
 func (*hostMsgID) Call(ctx context.Context, s []uint64) {
 	inst := enter(ctx)
-	if inst.st.hook == abi.HookPublish { // absent: a message being published has no id yet
+	// Absent: a message being published has no id yet, and a tick has no message.
+	if h := inst.st.hook; h == abi.HookPublish || h == abi.HookTick {
 		putI32(s, -1)
 		return
 	}

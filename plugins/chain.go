@@ -24,6 +24,8 @@ type Chain struct {
 	publish   []*plugin
 	ack       []*plugin
 	redeliver []*plugin
+	tick      []*plugin
+	ticking   ticking // the on_tick loops (tick.go)
 }
 
 var _ broker.Hooks = (*Chain)(nil)
@@ -39,14 +41,20 @@ func (c *Chain) add(p *plugin) {
 	if p.has[abi.HookRedeliver] {
 		c.redeliver = append(c.redeliver, p)
 	}
+	if p.has[abi.HookTick] {
+		c.tick = append(c.tick, p)
+	}
 }
 
 // Close unloads every plugin, waiting until ctx is done for calls in progress to finish.
 func (c *Chain) Close(ctx context.Context) error {
+	c.ticking.stop() // no tick starts from now on
+	c.ticking.waitUntil(ctx)
 	var errs []error
 	for _, p := range c.all {
-		errs = append(errs, p.close(ctx))
+		errs = append(errs, p.close(ctx)) // stops a tick still running past ctx, with the other calls
 	}
+	c.ticking.wait()
 	return errors.Join(errs...)
 }
 
@@ -65,9 +73,12 @@ type PluginStats struct {
 	Calls, Failures, Skipped uint64 // Skipped: not called because the circuit breaker was open
 	HostCalls                uint64 // host functions called in those calls, if HostOptions.CountHostCalls
 	Batched                  uint64 // of the on_publish calls, those made in batches that did not fail as a whole (docs/ABI.md, "Batches")
-	BreakerOpen              bool
-	Hash                     string          // the module's content hash (Spec.Hash)
-	Candidate                *CandidateStats // a second version run beside it, if any (candidate.go)
+	// TicksSkipped counts the ticks not run because the one before was still running at
+	// their time (tick.go); ticks skipped while the breaker was open are in Skipped.
+	TicksSkipped uint64
+	BreakerOpen  bool
+	Hash         string          // the module's content hash (Spec.Hash)
+	Candidate    *CandidateStats // a second version run beside it, if any (candidate.go)
 }
 
 // Stats reports every plugin's counters, in chain order.
@@ -79,8 +90,13 @@ func (c *Chain) Stats() []PluginStats {
 		for k := range p.metrics.hooks {
 			calls += p.metrics.hooks[k].calls.Load()
 		}
-		st = append(st, PluginStats{Name: p.spec.Name, Calls: calls, Failures: p.failures.Load(), Batched: p.batched.Load(),
-			Skipped: p.skipped.Load(), HostCalls: p.hostCalls.Load(), BreakerOpen: p.openUntil.Load() != 0})
+		ps := PluginStats{Name: p.spec.Name, Calls: calls, Failures: p.failures.Load(), Batched: p.batched.Load(),
+			Skipped: p.skipped.Load(), HostCalls: p.hostCalls.Load(), BreakerOpen: p.openUntil.Load() != 0, Hash: p.spec.Hash,
+			TicksSkipped: p.ticksSkipped.Load()}
+		if p.cand != nil {
+			ps.Candidate = p.cand.stats()
+		}
+		st = append(st, ps)
 	}
 	return st
 }
@@ -215,7 +231,11 @@ func (p *plugin) run(inst *instance, k abi.Hook) (v uint64, alive bool, err erro
 // breaker is open or no instance can be had (counted as a failure). It returns the instance,
 // whose call state holds the call's outcome, to give to done once that is taken; or, with no
 // verdict, why there is none (after a failure of run the instance is gone).
-func (p *plugin) call(in *callInput) (*instance, uint64, error) {
+func (p *plugin) call(in *callInput) (*instance, uint64, error) { return p.callWith(in, nil) }
+
+// callWith is call; a shadow candidate's call reads, for the keys in before, the values given
+// there rather than the store's (nil: absent).
+func (p *plugin) callWith(in *callInput, before map[string]*string) (*instance, uint64, error) {
 	if p.breakerOpen() {
 		return nil, 0, errBreakerOpen
 	}
@@ -225,6 +245,12 @@ func (p *plugin) call(in *callInput) (*instance, uint64, error) {
 		return nil, 0, err
 	}
 	inst.st.callInput = *in
+	if inst.kvLog != nil {
+		inst.resetKV()
+		for k, v := range before {
+			inst.overlay.put([]byte(k), v)
+		}
+	}
 	v, alive, err := p.run(inst, in.hook)
 	if err != nil {
 		if alive {
@@ -249,6 +275,8 @@ func validEvent(k abi.Hook, v uint64) bool {
 		return validAck(uint32(v), uint32(v>>32))
 	case abi.HookRedeliver:
 		return validRedeliver(uint32(v), uint32(v>>32))
+	case abi.HookTick:
+		return v == 0
 	}
 	return false
 }
@@ -287,6 +315,12 @@ func (c *Chain) OnPublish(d *broker.Draft) (broker.PublishVerdict, error) {
 		if !p.matchesTopic(d.Topic) {
 			continue
 		}
+		if p.cand != nil {
+			if stop, err := p.publishVersions(d, &out, &owned); stop {
+				return out, err
+			}
+			continue
+		}
 		var inst *instance
 		stop, err := p.publish(&inst, d, &out, &owned)
 		if inst != nil {
@@ -303,7 +337,8 @@ func (c *Chain) OnPublish(d *broker.Draft) (broker.PublishVerdict, error) {
 // message still going, on one instance taken from the pool for the whole batch rather than
 // one per message. Each message sees the plugins in chain order, as with OnPublish; only the
 // interleaving of calls differs, which no plugin can rely on (an instance never sees every
-// message). Implements broker.BatchHooks.
+// message). A plugin with a candidate version is called one message at a time
+// (plugin.publishVersions), not in batches. Implements broker.BatchHooks.
 func (c *Chain) OnPublishBatch(ds []broker.Draft, vs []broker.PublishVerdict, errs []error) {
 	var stopped, owned []bool
 	var small [2][128]bool // the flags of a usual frame, without an allocation
@@ -315,6 +350,14 @@ func (c *Chain) OnPublishBatch(ds []broker.Draft, vs []broker.PublishVerdict, er
 	var idx []int         // with batches: the messages p is called on
 	var smallIdx [128]int // a usual frame's (bench and the Go SDK batch 128)
 	for _, p := range c.publish {
+		if p.cand != nil {
+			for i := range ds {
+				if !stopped[i] && p.matchesTopic(ds[i].Topic) {
+					stopped[i], errs[i] = p.publishVersions(&ds[i], &vs[i], &owned[i])
+				}
+			}
+			continue
+		}
 		var inst *instance
 		if p.hasBatch && len(ds) > 1 {
 			idx = smallIdx[:0]
@@ -555,15 +598,21 @@ func (c *Chain) WantsRedeliver(group string) bool {
 	return false
 }
 
-// OnAck runs the on_ack plugins of the event's group and returns what they emitted.
+// OnAck runs the on_ack plugins of the event's group and returns what they emitted. A
+// plugin's canary never sees acks (the current version does); its shadow runs on each after
+// the current version (plugin.shadow).
 func (c *Chain) OnAck(e *broker.AckEvent) []broker.Draft {
 	var emits []broker.Draft
 	for _, p := range c.ack {
 		if !p.matchesGroup(e.Group) {
 			continue
 		}
-		inst, _, err := p.call(&callInput{hook: abi.HookAck, topic: e.Msg.Topic, payload: e.Msg.Payload, headers: e.Msg.Headers, key: e.Msg.Key, id: e.SystemID,
-			sub: e.SubscriptionID, group: e.Group, attempt: e.Attempt, inFlight: int64(e.InFlight)})
+		in := callInput{hook: abi.HookAck, topic: e.Msg.Topic, payload: e.Msg.Payload, headers: e.Msg.Headers, key: e.Msg.Key, id: e.SystemID,
+			sub: e.SubscriptionID, group: e.Group, attempt: e.Attempt, inFlight: int64(e.InFlight)}
+		inst, v, err := p.call(&in)
+		if p.cand != nil {
+			p.shadow(&in, inst, v, err)
+		}
 		if err != nil {
 			continue // nothing to undo: the ack was applied
 		}
@@ -574,7 +623,8 @@ func (c *Chain) OnAck(e *broker.AckEvent) []broker.Draft {
 }
 
 // OnRedeliver runs the on_redeliver plugins of the event's group in order; header changes
-// accumulate, and the first verdict other than REDELIVER decides.
+// accumulate, and the first verdict other than REDELIVER decides. As with OnAck, a plugin's
+// canary never sees redeliveries, and its shadow runs on each after the current version.
 func (c *Chain) OnRedeliver(e *broker.RedeliverEvent) broker.RedeliverVerdict {
 	var out broker.RedeliverVerdict
 	headers := e.Msg.Headers
@@ -582,8 +632,12 @@ func (c *Chain) OnRedeliver(e *broker.RedeliverEvent) broker.RedeliverVerdict {
 		if !p.matchesGroup(e.Group) {
 			continue
 		}
-		inst, v, err := p.call(&callInput{hook: abi.HookRedeliver, topic: e.Msg.Topic, payload: e.Msg.Payload, headers: headers, key: e.Msg.Key, id: e.SystemID,
-			sub: e.SubscriptionID, group: e.Group, attempt: e.Attempt, reason: e.Reason})
+		in := callInput{hook: abi.HookRedeliver, topic: e.Msg.Topic, payload: e.Msg.Payload, headers: headers, key: e.Msg.Key, id: e.SystemID,
+			sub: e.SubscriptionID, group: e.Group, attempt: e.Attempt, reason: e.Reason}
+		inst, v, err := p.call(&in)
+		if p.cand != nil {
+			p.shadow(&in, inst, v, err)
+		}
 		if err != nil {
 			switch p.spec.FailurePolicy {
 			case FailClosed:

@@ -96,7 +96,12 @@ func (h *Host) Load(ctx context.Context, specs []Spec) (*Chain, error) {
 			return nil, errors.Join(fmt.Errorf("plugin %q is declared twice", s.Name), c.Close(ctx))
 		}
 		names[s.Name] = true
-		p, err := h.load(ctx, s)
+		p, err := h.load(ctx, s, 0)
+		if err == nil && s.Candidate != nil {
+			if p.cand, err = h.loadCandidate(ctx, p, p.spec); err != nil {
+				err = errors.Join(err, p.close(ctx))
+			}
+		}
 		if err != nil {
 			return nil, errors.Join(err, c.Close(ctx))
 		}
@@ -123,13 +128,21 @@ type plugin struct {
 	pool       pool
 	kv         KVStore // the store of its name, shared with every plugin loaded with that name (kv.go)
 
-	consecutive atomic.Int32
-	openUntil   atomic.Int64  // circuit breaker open until (Unix ns); 0: closed
-	hostCalls   atomic.Uint64 // with HostOptions.CountHostCalls
-	batched     atomic.Uint64 // on_publish calls made in batches that succeeded
-	failures    atomic.Uint64
-	skipped     atomic.Uint64 // calls not made because the breaker was open
-	metrics     callMetrics   // per hook, for Chain.Metrics (metrics.go)
+	// role is Shadow or Canary for a candidate version (candidate.go), 0 for a plugin's
+	// current version, which has its candidate, if any, in cand. recordKV: its instances
+	// record their key-value writes, to compare with a shadow candidate's.
+	role     CandidateMode
+	cand     *candidate
+	recordKV bool
+
+	consecutive  atomic.Int32
+	openUntil    atomic.Int64  // circuit breaker open until (Unix ns); 0: closed
+	hostCalls    atomic.Uint64 // with HostOptions.CountHostCalls
+	batched      atomic.Uint64 // on_publish calls made in batches that succeeded
+	failures     atomic.Uint64
+	skipped      atomic.Uint64 // calls not made because the breaker was open
+	ticksSkipped atomic.Uint64 // ticks due while the one before still ran (tick.go)
+	metrics      callMetrics   // per hook, for Chain.Metrics (metrics.go)
 
 	defined *definedMetrics // the host's, for this plugin's name (defined.go)
 
@@ -140,7 +153,9 @@ type plugin struct {
 	watch      watch
 }
 
-func (h *Host) load(ctx context.Context, s Spec) (*plugin, error) {
+// load loads the plugin of s, as a plugin's current version (role 0) or as its candidate (role
+// Shadow or Canary).
+func (h *Host) load(ctx context.Context, s Spec, role CandidateMode) (*plugin, error) {
 	s.setDefaults()
 	if err := s.validate(); err != nil {
 		return nil, s.located(err)
@@ -151,6 +166,17 @@ func (h *Host) load(ctx context.Context, s Spec) (*plugin, error) {
 		if bin, err = readModule(ctx, s.Path, h.opts.MaxPluginBytes); err != nil {
 			return nil, s.located(fmt.Errorf("plugin %q: %w", s.Name, err))
 		}
+	}
+	// The hash names the version in every log line and metric about it; a hash given is a pin,
+	// checked against the module.
+	if hash := moduleHash(bin); s.Hash == "" {
+		s.Hash = hash
+	} else if s.Hash != hash {
+		return nil, s.located(fmt.Errorf("plugin %q: its module's hash is %s, not the %s it is pinned to", s.Name, hash, s.Hash))
+	}
+	log := h.log.Named(s.Name).With("hash", s.Hash)
+	if role != 0 {
+		log = log.With("candidate", role.String())
 	}
 	// The module runs metered: its loops and calls come back to the host (meterYield) every
 	// meter.Fuel turns, where a call can be stopped and the Go runtime can stop the guest for
@@ -164,20 +190,21 @@ func (h *Host) load(ctx context.Context, s Spec) (*plugin, error) {
 	// past it without telling the host. Each instance's memory is a guardedMemory instead,
 	// which refuses it and notes it, so that the call fails with the reason.
 	cfg := wazero.NewRuntimeConfig().WithCompilationCache(h.cache)
-	p := &plugin{spec: s, host: h, log: h.log.Named(s.Name), rt: wazero.NewRuntimeWithConfig(ctx, cfg),
-		topics: compilePatterns(s.Topics), configText: configText(s.Config)}
+	p := &plugin{spec: s, host: h, log: log, rt: wazero.NewRuntimeWithConfig(ctx, cfg),
+		topics: compilePatterns(s.Topics), configText: configText(s.Config), role: role,
+		recordKV: role == 0 && s.Candidate != nil && s.Candidate.Mode == Shadow}
 	p.base, p.cancelBase = context.WithCancel(context.Background())
-	p.defined = h.acquireMetrics(s.Name)
+	p.acquireMetrics()
 	p.anyTopic = slices.ContainsFunc(p.topics, func(tp topicPattern) bool { return tp.kind == kindAny })
 	if p.kv, err = h.kv.acquire(s.Name, int64(s.KVMaxBytes)); err != nil {
 		p.cancelBase()
-		h.releaseMetrics(s.Name)
+		p.releaseMetrics()
 		_ = p.rt.Close(ctx)
 		return nil, s.located(fmt.Errorf("plugin %q: its key-value store: %w", s.Name, err))
 	}
 	fail := func(err error) (*plugin, error) {
 		p.cancelBase()
-		h.releaseMetrics(s.Name)
+		p.releaseMetrics()
 		_ = p.rt.Close(ctx)
 		h.kv.release(s.Name)
 		return nil, s.located(fmt.Errorf("plugin %q refused: %w", s.Name, err))
@@ -222,7 +249,11 @@ func (h *Host) load(ctx context.Context, s Spec) (*plugin, error) {
 	if s.CallTimeout > 0 {
 		limit = s.CallTimeout.String()
 	}
-	p.log.Info("plugin loaded", "hooks", hooks, "pool_size", s.PoolSize, "memory_limit", s.MemoryLimitBytes, "call_timeout", limit)
+	args := []any{"hooks", hooks, "pool_size", s.PoolSize, "memory_limit", s.MemoryLimitBytes, "call_timeout", limit}
+	if p.has[abi.HookTick] {
+		args = append(args, "tick_interval", s.TickInterval)
+	}
+	p.log.Info("plugin loaded", args...)
 	return p, nil
 }
 
@@ -281,10 +312,22 @@ func (p *plugin) check() error {
 			}
 		}
 	}
+	// on_tick runs only at the plugin's tick_interval: without one, an export of it is left
+	// alone (a plugin built for ticks may be loaded without them).
+	switch {
+	case p.spec.TickInterval == 0:
+		p.has[abi.HookTick] = false
+	case !p.has[abi.HookTick]:
+		name, _ := abi.HookExport(abi.HookTick)
+		if p.exportName[abi.HookTick] == "" {
+			return fmt.Errorf("tick_interval is set but the module does not export %s", name)
+		}
+		return fmt.Errorf("tick_interval is set but hooks leaves out %s", abi.NameTick)
+	}
 	if err := p.checkBatch(exports); err != nil {
 		return err
 	}
-	if !p.has[abi.HookPublish] && !p.has[abi.HookAck] && !p.has[abi.HookRedeliver] {
+	if !p.has[abi.HookPublish] && !p.has[abi.HookAck] && !p.has[abi.HookRedeliver] && !p.has[abi.HookTick] {
 		var names []string
 		for k := abi.HookPublish; k < abi.NumHooks; k++ {
 			name, _ := abi.HookExport(k)
@@ -325,6 +368,12 @@ type instance struct {
 	own   callState  // the state of a call of one message, reset after each call
 	box   inbox      // with the plugin's hasInbox
 	batch batchState // with the plugin's hasBatch
+	// kv is the plugin's store (host functions v1_kv_*), or with a shadow candidate a
+	// kvRecorder of it (the current version's) or a kvOverlay over it (the candidate's), whose
+	// log of writes is kvLog, and overlay the candidate's (candidate.go).
+	kv      KVStore
+	kvLog   *kvLog
+	overlay *kvOverlay
 
 	// The instance counts its calls (per hook) and the host calls they made itself, without
 	// an atomic operation per call; the plugin adds them to its counters when it collects
@@ -352,6 +401,15 @@ type instance struct {
 func (p *plugin) newInstance(ctx context.Context) (*instance, error) {
 	inst := &instance{p: p, stack: make([]uint64, 1)}
 	inst.st = &inst.own
+	inst.kv = p.kv
+	switch {
+	case p.role == Shadow:
+		inst.overlay = &kvOverlay{base: p.kv}
+		inst.kv, inst.kvLog = inst.overlay, &inst.overlay.log
+	case p.recordKV:
+		r := &kvRecorder{KVStore: p.kv}
+		inst.kv, inst.kvLog = r, &r.log
+	}
 	inst.ictx, inst.cancel = context.WithCancelCause(p.base)
 	inst.ctx = callCtx{Context: inst.ictx, inst: inst, bare: true}
 	inst.st.hook = abi.HookInit
@@ -422,6 +480,9 @@ func (p *plugin) newInstance(ctx context.Context) (*instance, error) {
 	}
 	inst.st.reset()
 	inst.hostCalls = 0
+	if inst.kvLog != nil {
+		inst.resetKV() // tb_v1_init's writes are no message's
+	}
 	p.track(inst)
 	return inst, nil
 }
@@ -571,11 +632,11 @@ func (p *plugin) failed(k abi.Hook, err error) {
 	p.failures.Add(1)
 	p.metrics.failed(k, err)
 	n := p.consecutive.Add(1)
-	p.log.Warn("plugin call failed; instance discarded", "hook", abi.Names[k], "policy", p.spec.FailurePolicy.String(), "error", err)
+	p.log.Warn("plugin call failed; instance discarded", "hook", abi.Names[k], "policy", p.policy(), "error", err)
 	if int(n) >= p.spec.BreakerFailures && p.openUntil.Load() == 0 {
 		p.openUntil.Store(nowNanos() + int64(p.spec.BreakerCooldown))
 		p.log.Error("CIRCUIT BREAKER OPEN: plugin failed too often; applying its failure policy without calling it",
-			"failures_in_a_row", n, "cooldown", p.spec.BreakerCooldown, "policy", p.spec.FailurePolicy.String())
+			"failures_in_a_row", n, "cooldown", p.spec.BreakerCooldown, "policy", p.policy())
 	}
 }
 
@@ -591,8 +652,12 @@ func (p *plugin) close(ctx context.Context) error {
 	p.cancelBase()
 	p.stopWatchdog()
 	p.host.kv.release(p.spec.Name) // after its calls; a reload's plugin of this name, loaded before, keeps the store
-	p.host.releaseMetrics(p.spec.Name)
-	return p.rt.Close(ctx)
+	p.releaseMetrics()
+	err := p.rt.Close(ctx)
+	if p.cand != nil {
+		err = errors.Join(err, p.cand.p.close(ctx))
+	}
+	return err
 }
 
 func (f FailurePolicy) String() string {

@@ -151,7 +151,7 @@ func (inst *instance) writeRecord(r unsafe.Pointer, size int, st *callState) (in
 		put64(r, abi.InGroup, 0)
 		put64(r, abi.InReason, 0)
 	} else {
-		if st.hook == abi.HookInit {
+		if st.hook == abi.HookInit || st.hook == abi.HookTick { // no message: no id
 			put64(r, abi.InID, abi.AbsentLen<<32)
 		} else {
 			pos = putValue(r, abi.InID, pos, st.id)

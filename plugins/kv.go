@@ -303,7 +303,7 @@ func (*hostKVGet) Call(ctx context.Context, s []uint64) {
 		putI32(s, -1)
 		return
 	}
-	v, ok := inst.p.kv.Get(inst.read(u32(s[0]), n))
+	v, ok := inst.kv.Get(inst.read(u32(s[0]), n))
 	if !ok {
 		putI32(s, -1)
 		return
@@ -315,7 +315,7 @@ func (*hostKVSet) Call(ctx context.Context, s []uint64) {
 	inst := enter(ctx)
 	ttl, rc := inst.kvWriteStatus(u32(s[1]), u32(s[3]), int64(s[4])) // first: a length over the limit is refused, not trapped
 	if rc == abi.StatusOK {
-		rc = inst.p.kv.Set(inst.read(u32(s[0]), u32(s[1])), inst.read(u32(s[2]), u32(s[3])), ttl)
+		rc = inst.kv.Set(inst.read(u32(s[0]), u32(s[1])), inst.read(u32(s[2]), u32(s[3])), ttl)
 	}
 	putI32(s, rc)
 }
@@ -326,7 +326,7 @@ func (*hostKVCas) Call(ctx context.Context, s []uint64) {
 	if rc == abi.StatusOK {
 		key := inst.read(u32(s[0]), u32(s[1]))
 		old := inst.read(u32(s[2]), u32(s[3]))
-		rc = inst.p.kv.CompareAndSet(key, old, inst.read(u32(s[4]), u32(s[5])), ttl)
+		rc = inst.kv.CompareAndSet(key, old, inst.read(u32(s[4]), u32(s[5])), ttl)
 	}
 	putI32(s, rc)
 }
@@ -336,7 +336,7 @@ func (*hostKVDelete) Call(ctx context.Context, s []uint64) {
 	n := u32(s[1])
 	rc := kvKeyStatus(n)
 	if rc == abi.StatusOK {
-		inst.p.kv.Delete(inst.read(u32(s[0]), n))
+		inst.kv.Delete(inst.read(u32(s[0]), n))
 	}
 	putI32(s, rc)
 }

@@ -5,6 +5,7 @@ package plugins
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/tinybroker/tinybroker/broker"
@@ -29,7 +30,12 @@ const (
 	HookPublish   = abi.NamePublish
 	HookAck       = abi.NameAck
 	HookRedeliver = abi.NameRedeliver
+	HookTick      = abi.NameTick
 )
+
+// MinTickInterval is the shortest tick_interval: a tick is a pooled call with its own
+// goroutine and timer, not a busy loop.
+const MinTickInterval = 10 * time.Millisecond
 
 // Spec declares one plugin, as the config file's plugin block does. Zero values take the
 // defaults shown.
@@ -61,9 +67,13 @@ type Spec struct {
 	// 64 KiB).
 	KVMaxBytes      int
 	KVMaxValueBytes int
+	// TickInterval is how often the broker calls the plugin's on_tick hook (tick.go), at
+	// least MinTickInterval; 0 (the default): never, even if the module exports it.
+	TickInterval time.Duration
 
-	// Hash is the module's content hash, "sha256:<hex>", computed by Load if empty; every log
-	// line and metric about the plugin carries it.
+	// Hash is the module's content hash, "sha256:<hex>", computed by Load if empty; if not,
+	// a pin: Load refuses a module with another hash. Every log line and metric about the
+	// plugin carries it.
 	Hash string
 	// Candidate, if set, is a second version of the plugin run beside this one (candidate.go).
 	Candidate *Candidate
@@ -114,8 +124,8 @@ func (s *Spec) validate() error {
 		return fmt.Errorf("plugin %q: path to the .wasm file is missing", s.Name)
 	}
 	for _, h := range s.Hooks {
-		if h != HookPublish && h != HookAck && h != HookRedeliver {
-			return fmt.Errorf("plugin %q: unknown hook %q; use %s, %s or %s", s.Name, h, HookPublish, HookAck, HookRedeliver)
+		if h != HookPublish && h != HookAck && h != HookRedeliver && h != HookTick {
+			return fmt.Errorf("plugin %q: unknown hook %q; use %s, %s, %s or %s", s.Name, h, HookPublish, HookAck, HookRedeliver, HookTick)
 		}
 	}
 	for _, t := range s.Topics {
@@ -133,6 +143,12 @@ func (s *Spec) validate() error {
 	}
 	if s.KVMaxValueBytes > s.KVMaxBytes {
 		return fmt.Errorf("plugin %q: kv_max_value_bytes %d is over kv_max_bytes %d: no such value could be stored", s.Name, s.KVMaxValueBytes, s.KVMaxBytes)
+	}
+	if s.TickInterval < 0 || s.TickInterval > 0 && s.TickInterval < MinTickInterval {
+		return fmt.Errorf("plugin %q: tick_interval %v is under its minimum of %v (0: no ticks)", s.Name, s.TickInterval, MinTickInterval)
+	}
+	if s.TickInterval == 0 && slices.Contains(s.Hooks, HookTick) {
+		return fmt.Errorf("plugin %q: hooks lists %s but tick_interval is not set: say how often it runs", s.Name, HookTick)
 	}
 	if s.MemoryLimitBytes < 64<<10 {
 		return fmt.Errorf("plugin %q: memory limit %d is under one 64 KiB page", s.Name, s.MemoryLimitBytes)

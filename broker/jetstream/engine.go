@@ -428,7 +428,18 @@ func (e *Engine) close() {
 func (e *Engine) Server() *natsserver.Server { return e.srv }
 
 // SetHooks installs h (nil removes the hooks).
-func (e *Engine) SetHooks(h broker.Hooks) { e.hooks.Set(h) }
+func (e *Engine) SetHooks(h broker.Hooks) {
+	e.hooks.Set(h)
+	publishing.Start(h, e.emitTicked) // on every node that installs it: each node's chain ticks
+}
+
+// emitTicked publishes what hooks emitted on their own time (publishing.Start), unless the
+// engine is shutting down: a chain still ticking then has nowhere to publish.
+func (e *Engine) emitTicked(ds []broker.Draft) {
+	if !e.closing.Load() {
+		e.emit(ds)
+	}
+}
 
 func (e *Engine) currentHooks() broker.Hooks { return e.hooks.Load() }
 

@@ -2,6 +2,7 @@
 // at a steady rate through all three (idempotent ids, the Go client's retries), a balanced
 // group with members on two nodes and members that come and go, kill -9 of a node every
 // ~10 s (the publisher's first node included, each restarted at once) and one 20 s SIGSTOP.
+// With -clients, members written with the other client libraries join the group (drivers.go).
 // It asserts that no confirmed message is lost, that none is stored twice, that every
 // delivery after a message's first is marked (attempt >= 2), that what a departing member
 // held reaches the others within a second at the 95th percentile, and that the publish stall
@@ -38,6 +39,7 @@ var (
 	stopFor   = flag.Duration("stop", 20*time.Second, "how long one node is stopped with SIGSTOP, once (0: never)")
 	maxStall  = flag.Duration("max-stall", 10*time.Second, "the longest publish stall allowed after a node is killed (the store timeout, 5 s, and a leader election)")
 	verbose   = flag.Bool("v", false, "log the nodes' output")
+	others    = flag.String("clients", "", "clients beyond Go whose members join the group through their conformance drivers: python, typescript (comma-separated)")
 )
 
 var addrs = []string{"127.0.0.1:7881", "127.0.0.1:7882", "127.0.0.1:7883"}
@@ -202,6 +204,17 @@ func run() error {
 		if err != nil {
 			return fmt.Errorf("the cluster did not form: %v", err)
 		}
+	}
+	// A member per other client, on node 3 first.
+	var drivers []*driverMember
+	for _, name := range clientNames(*others) {
+		d, err := startDriverMember(name, order(2), rec, deadline)
+		if err != nil {
+			return err
+		}
+		defer d.stop()
+		drivers = append(drivers, d)
+		fmt.Printf("a %s member joined\n", name)
 	}
 	fmt.Printf("cluster up; publishing %d messages at %d/s\n", total, *rate)
 
@@ -482,6 +495,12 @@ func run() error {
 	}
 	if departures < 20 {
 		fmt.Printf("(fewer than 20 departures: the give-back bound is not asserted; run longer)\n")
+	}
+	for _, d := range drivers {
+		fmt.Printf("the %s member got %d deliveries\n", d.name, d.got.Load())
+		if d.got.Load() == 0 {
+			failed = append(failed, fmt.Sprintf("the %s member got nothing", d.name))
+		}
 	}
 	if worst > *maxStall {
 		failed = append(failed, fmt.Sprintf("publish stall %v > %v", worst.Round(time.Millisecond), *maxStall))

@@ -574,6 +574,7 @@ func TestPluginShadowAndCanary(t *testing.T) {
 	if shadow["2"] > 0 || shadow[""] > 0 {
 		t.Errorf("in shadow, messages by version: %v; want version 1 alone", shadow)
 	}
+	t.Logf("shadow: delivered by version %v; candidate %d calls, %d differences", shadow, c.GetCalls(), c.GetDifferences())
 	if c.GetDifferences() == 0 || c.GetDifferences() != c.GetCalls() {
 		t.Errorf("shadow: %d calls, %d differences; want every call to differ (v2 sets another header)", c.GetCalls(), c.GetDifferences())
 	}
@@ -583,7 +584,9 @@ func TestPluginShadowAndCanary(t *testing.T) {
 	before = l.counts()
 	l.waitMore(4000)
 	canary := since(before, l.counts())
-	if share := float64(canary["2"]) / float64(canary["1"]+canary["2"]); share < 0.06 || share > 0.14 || canary[""] > 0 {
+	share := float64(canary["2"]) / float64(canary["1"]+canary["2"])
+	t.Logf("canary at 10 %%: delivered by version %v (%.1f %% of version 2)", canary, 100*share)
+	if share < 0.06 || share > 0.14 || canary[""] > 0 {
 		t.Errorf("canary at 10 %%: messages by version %v (%.1f %% of version 2)", canary, 100*share)
 	}
 
@@ -592,6 +595,7 @@ func TestPluginShadowAndCanary(t *testing.T) {
 		p := listPlugin(t, ac, "ver")
 		return p.GetCandidate() == nil && strings.Contains(p.GetLastRollback(), "rolled back")
 	})
+	t.Logf("the trapping canary: %s", listPlugin(t, ac, "ver").GetLastRollback())
 	before = l.counts()
 	l.waitMore(1000)
 	if after := since(before, l.counts()); after["1"] == 0 || after["2"] > 0 || after[""] > 0 {

@@ -47,6 +47,7 @@ const (
 	HookPublish        // on a message being published
 	HookAck            // after an ack
 	HookRedeliver      // before a message taken back from a member is redelivered
+	HookTick           // every tick_interval, with no message (Spec.TickInterval)
 	NumHooks
 )
 
@@ -55,11 +56,12 @@ const (
 	NamePublish   = "on_publish"
 	NameAck       = "on_ack"
 	NameRedeliver = "on_redeliver"
+	NameTick      = "on_tick"
 )
 
 // Names are the hooks' names in the configuration and in logs; their exports are in Exports
 // (table.go).
-var Names = [NumHooks]string{HookInit: "init", HookPublish: NamePublish, HookAck: NameAck, HookRedeliver: NameRedeliver}
+var Names = [NumHooks]string{HookInit: "init", HookPublish: NamePublish, HookAck: NameAck, HookRedeliver: NameRedeliver, HookTick: NameTick}
 
 // InboxExport is the optional export through which the host asks a plugin for its inbox
 // (docs/ABI.md, "The inbox"): the message and event written into the plugin's memory before
@@ -71,7 +73,7 @@ const InboxExport = "tb_v1_inbox"
 const (
 	InWritesPtr   = 0  // the guest's: the write list it leaves, zeroed before every call
 	InWritesCount = 4  //
-	InHook        = 8  // Hook: 1 init, 2 on_publish, 3 on_ack, 4 on_redeliver
+	InHook        = 8  // Hook: 1 init, 2 on_publish, 3 on_ack, 4 on_redeliver, 5 on_tick
 	InMaxMessage  = 12 // the limits the host checks the writes against
 	InMaxHeader   = 16 //
 	InAttempt     = 20 // the event's delivery attempt

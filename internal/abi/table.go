@@ -176,6 +176,8 @@ var Exports = []Export{
 		Old: "tb_on_ack", Hook: HookAck},
 	{Func: Func{Name: "tb_v1_on_redeliver", Result: I64, Doc: "before an unacked message is redelivered: the on_redeliver verdict"},
 		Old: "tb_on_redeliver", Hook: HookRedeliver},
+	{Func: Func{Name: "tb_v1_on_tick", Result: I64, Doc: "every tick_interval, with no message: 0. It may emit, use its store and metrics, and log"},
+		Hook: HookTick},
 	{Func: Func{Name: InboxExport, Params: []Param{p("size", I32)}, Result: I32, Doc: "the address of a buffer of at least size bytes, a multiple of 8, where the broker writes each call's message (The inbox)"}},
 	{Func: Func{Name: BatchExport, Result: I32, Doc: "runs on_publish over the messages of a publish frame, in the inbox (Batches)"}},
 }
@@ -220,6 +222,7 @@ var Consts = []Const{
 	{"HOOK_PUBLISH", int64(HookPublish), "hook", "on_publish"},
 	{"HOOK_ACK", int64(HookAck), "hook", "on_ack"},
 	{"HOOK_REDELIVER", int64(HookRedeliver), "hook", "on_redeliver"},
+	{"HOOK_TICK", int64(HookTick), "hook", "on_tick"},
 
 	{"IN_WRITES_PTR", InWritesPtr, "inbox", "u32: the write list the guest leaves"},
 	{"IN_WRITES_COUNT", InWritesCount, "inbox", "u32: its records"},

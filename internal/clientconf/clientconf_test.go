@@ -19,20 +19,26 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/crypto/bcrypt"
+
 	"github.com/tinybroker/tinybroker/internal/testing/brokertest"
 	"github.com/tinybroker/tinybroker/internal/testing/servertest"
+	"github.com/tinybroker/tinybroker/internal/testing/testcerts"
+	"github.com/tinybroker/tinybroker/server"
+	"github.com/tinybroker/tinybroker/server/auth"
 )
 
-// A clientKind starts its driver against addr.
+// A clientKind starts its driver against addr, with env added to its environment
+// (PROTOCOL.md: TB_CA_FILE, TB_TOKEN).
 type clientKind struct {
 	name  string
-	start func(t *testing.T, addr string) *driver
-	touch bool // its messages can be touched (the Go client's cannot yet)
+	start func(t *testing.T, addr string, env ...string) *driver
 }
 
 var clients = []clientKind{
-	{"go", startGo, false},
-	{"python", startPython, true},
+	{"go", startGo},
+	{"python", startPython},
+	{"typescript", startTS},
 }
 
 // scenarios are run for every client, each against a broker of its own.
@@ -45,6 +51,9 @@ var scenarios = []struct {
 	{"nack-with-delay", nackWithDelay},
 	{"reconnect-after-restart", reconnect},
 	{"touch-past-the-deadline", touch},
+	{"member-killed-mid-work", memberKilled},
+	{"tls-and-token", tlsAndToken},
+	{"idempotent-publish", idempotentPublish},
 }
 
 // runClients is set by make test-clients: the scenarios start a driver process per client and
@@ -73,11 +82,14 @@ func fanoutOrder(t *testing.T, k clientKind, b *servertest.Broker) {
 	addr := b.Addr
 	const n = 50
 	sub := k.start(t, addr)
-	// A slow handler lets messages pile up into batches, whose order matters too.
-	sub.do(t, map[string]any{"op": "subscribe", "name": "s", "patterns": []string{"conf.fan.>"}, "sleep_ms": 2})
+	// A slow handler lets messages pile up into batches, whose order matters too; the jitter
+	// before each delivery line puts them out of order if the client runs handlers
+	// concurrently (the subscription asks for one at a time).
+	sub.do(t, map[string]any{"op": "subscribe", "name": "s", "patterns": []string{"conf.fan.>"}, "sleep_ms": 2, "jitter_ms": 3, "concurrency": 1})
 	pubs := []*driver{k.start(t, addr), k.start(t, addr)}
 	for i, p := range pubs {
-		p.send(t, map[string]any{"op": "publish", "topic": fmt.Sprintf("conf.fan.p%d", i), "payload": fmt.Sprintf("p%d", i), "count": n})
+		// p1 publishes through the client's pipelined publisher, which must keep its order too.
+		p.send(t, map[string]any{"op": "publish", "topic": fmt.Sprintf("conf.fan.p%d", i), "payload": fmt.Sprintf("p%d", i), "count": n, "pipelined": i == 1})
 	}
 	for _, p := range pubs {
 		p.answer(t)
@@ -183,9 +195,6 @@ func reconnect(t *testing.T, k clientKind, b *servertest.Broker) {
 // touch: a handler that works 3 times the ack deadline, touching its message every 2/5 of
 // it, keeps the message: it is not redelivered, and is acked when the handler returns.
 func touch(t *testing.T, k clientKind, b *servertest.Broker) {
-	if !k.touch {
-		t.Skipf("the %s client cannot touch a message", k.name)
-	}
 	d := k.start(t, b.Addr)
 	d.do(t, map[string]any{"op": "subscribe", "name": "s", "patterns": []string{"conf.touch"}, "group": "conf-touch",
 		"ack_deadline_ms": 500, "sleep_ms": 1500, "touch_ms": 200})
@@ -197,9 +206,110 @@ func touch(t *testing.T, k clientKind, b *servertest.Broker) {
 	}
 }
 
+// memberKilled: a member of a group of two is killed (SIGKILL: no goodbye, no last acks) while
+// its handlers hold messages; they go at once to the other member (the ack deadline is far
+// off), which gets them as later attempts, and every message is acked.
+func memberKilled(t *testing.T, k clientKind, b *servertest.Broker) {
+	const n = 20
+	sub := func(d *driver, name string) {
+		d.do(t, map[string]any{"op": "subscribe", "name": name, "patterns": []string{"conf.kill"}, "group": "conf-kill",
+			"ack_deadline_ms": 60000, "concurrency": 4, "sleep_ms": 200})
+	}
+	victim := k.start(t, b.Addr)
+	sub(victim, "victim")
+	victim.do(t, map[string]any{"op": "publish", "topic": "conf.kill", "payload": "job", "count": n})
+	var held []line // the victim is at work (4 handlers): kill it before it can ack
+	brokertest.Eventually(t, "the victim at work", func() bool { held = append(held, victim.take()...); return len(held) > 0 })
+	victim.kill(t)
+	if g := b.Group("conf-kill"); g.Acked != 0 {
+		t.Fatalf("%d messages acked before the kill, want 0 (the handler sleeps 200ms)", g.Acked)
+	}
+	survivor := k.start(t, b.Addr)
+	sub(survivor, "survivor")
+	got := map[string]int{}
+	var again bool
+	for _, e := range survivor.events(t, n) {
+		got[e.Payload]++
+		if e.Payload == held[0].Payload && e.Attempt > 1 {
+			again = true
+		}
+	}
+	if len(got) != n {
+		t.Errorf("the survivor got %d distinct messages, want all %d: %v", len(got), n, got)
+	}
+	if !again {
+		t.Errorf("the message the victim held (%s) did not come to the survivor as a later attempt", held[0].Payload)
+	}
+	brokertest.Eventually(t, "every message acked", func() bool { return b.Group("conf-kill").Acked == n })
+}
+
+// tlsAndToken: over TLS, with a user's token, a client publishes and consumes; with a wrong
+// token its publish fails, and nothing of it is delivered.
+func tlsAndToken(t *testing.T, k clientKind, _ *servertest.Broker) {
+	ca, err := testcerts.NewCA("clientconf CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	srv, err := ca.Server()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, key, err := srv.Write(dir, "server")
+	if err != nil {
+		t.Fatal(err)
+	}
+	caFile := filepath.Join(dir, "ca.pem")
+	if err := os.WriteFile(caFile, ca.PEM, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	hash, err := bcrypt.GenerateFromPassword([]byte("s3cret"), bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := auth.Rules{Allow: []string{">"}}
+	guard, err := auth.New(auth.Options{TLS: &auth.TLSFiles{CertFile: cert, KeyFile: key},
+		Users: []auth.User{{Name: "alice", TokenHash: string(hash), Publish: all, Subscribe: all, Groups: all}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := servertest.Start(t, servertest.Options{Server: server.Options{Auth: guard}})
+	d := k.start(t, b.Addr, "TB_CA_FILE="+caFile, "TB_TOKEN=alice:s3cret")
+	d.do(t, map[string]any{"op": "subscribe", "name": "s", "patterns": []string{"conf.tls"}, "group": "conf-tls"})
+	d.do(t, map[string]any{"op": "publish", "topic": "conf.tls", "payload": "secret", "count": 3})
+	d.events(t, 3)
+	brokertest.Eventually(t, "the 3 messages acked", func() bool { return b.Group("conf-tls").Acked == 3 })
+	intruder := k.start(t, b.Addr, "TB_CA_FILE="+caFile, "TB_TOKEN=alice:wrong")
+	if msg := intruder.fails(t, map[string]any{"op": "publish", "topic": "conf.tls", "payload": "forged"}); !strings.Contains(strings.ToLower(msg), "unauthenticated") && !strings.Contains(strings.ToLower(msg), "token") {
+		t.Errorf("a publish with a wrong token failed with %q, want it to say unauthenticated", msg)
+	}
+	d.quiet(t, 300*time.Millisecond)
+}
+
+// idempotentPublish: the same publishes sent twice with the same message ids (a publisher
+// retrying after lost answers), once one by one and once pipelined, are delivered once.
+func idempotentPublish(t *testing.T, k clientKind, b *servertest.Broker) {
+	const n = 5
+	d := k.start(t, b.Addr)
+	d.do(t, map[string]any{"op": "subscribe", "name": "s", "patterns": []string{"conf.idem"}})
+	cmd := map[string]any{"op": "publish", "topic": "conf.idem", "payload": "once", "count": n, "msg_id": "idem-" + k.name}
+	d.do(t, cmd)
+	cmd["pipelined"] = true // the retry through the pipelined publisher: its ids must be kept too
+	d.do(t, cmd)
+	got := map[string]bool{}
+	for _, e := range d.events(t, n) {
+		got[e.Payload] = true
+	}
+	if len(got) != n {
+		t.Errorf("%d distinct messages, want %d: %v", len(got), n, got)
+	}
+	d.quiet(t, 300*time.Millisecond)
+}
+
 // driver is a client's driver process: commands go to its stdin, its answers and deliveries
 // come from its stdout.
 type driver struct {
+	cmd     *exec.Cmd
 	stdin   io.WriteCloser
 	answers chan line
 	mu      sync.Mutex
@@ -248,7 +358,7 @@ func startDriver(t *testing.T, cmd *exec.Cmd) *driver {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	d := &driver{stdin: stdin, answers: make(chan line, 16), arrived: make(chan struct{}, 1)}
+	d := &driver{cmd: cmd, stdin: stdin, answers: make(chan line, 16), arrived: make(chan struct{}, 1)}
 	var reading sync.WaitGroup
 	reading.Go(func() { d.read(stdout) })
 	t.Cleanup(func() {
@@ -308,6 +418,33 @@ func (d *driver) answer(t *testing.T) {
 		}
 	case <-time.After(15 * time.Second):
 		t.Fatal("no answer from the driver in 15s")
+	}
+}
+
+// fails sends a command that must fail, and returns its error.
+func (d *driver) fails(t *testing.T, cmd map[string]any) string {
+	t.Helper()
+	d.send(t, cmd)
+	select {
+	case l, ok := <-d.answers:
+		switch {
+		case !ok:
+			t.Fatal("the driver exited (its stderr is above)")
+		case l.Error == "":
+			t.Fatalf("%v succeeded, want an error", cmd)
+		}
+		return l.Error
+	case <-time.After(15 * time.Second):
+		t.Fatal("no answer from the driver in 15s")
+	}
+	return ""
+}
+
+// kill ends the driver's process at once (SIGKILL): its client says no goodbye.
+func (d *driver) kill(t *testing.T) {
+	t.Helper()
+	if err := d.cmd.Process.Kill(); err != nil {
+		t.Fatalf("killing the driver: %v", err)
 	}
 }
 
@@ -373,7 +510,7 @@ var goBuild struct {
 	dir  string
 }
 
-func startGo(t *testing.T, addr string) *driver {
+func startGo(t *testing.T, addr string, env ...string) *driver {
 	t.Helper()
 	goBuild.once.Do(func() {
 		goBuild.dir, goBuild.err = os.MkdirTemp("", "clientconf")
@@ -388,7 +525,9 @@ func startGo(t *testing.T, addr string) *driver {
 	if goBuild.err != nil {
 		t.Fatal(goBuild.err)
 	}
-	return startDriver(t, exec.Command(goBuild.bin, addr))
+	cmd := exec.Command(goBuild.bin, addr)
+	cmd.Env = append(os.Environ(), env...)
+	return startDriver(t, cmd)
 }
 
 func TestMain(m *testing.M) {
@@ -419,14 +558,61 @@ func python(t *testing.T) string {
 	return py
 }
 
-func startPython(t *testing.T, addr string) *driver {
+func startPython(t *testing.T, addr string, env ...string) *driver {
 	t.Helper()
 	cmd := exec.Command(python(t), "pyclient.py", addr)
 	sdk, err := filepath.Abs("../../sdk/python")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd.Env = append(os.Environ(), "PYTHONPATH="+sdk, "PYTHONUNBUFFERED=1")
+	cmd.Env = append(append(os.Environ(), "PYTHONPATH="+sdk, "PYTHONUNBUFFERED=1"), env...)
+	return startDriver(t, cmd)
+}
+
+// tsBuild compiles sdk/typescript (strict tsc, into its dist/) once for the test binary: the
+// driver, tsclient.mjs, runs the compiled client.
+var tsBuild struct {
+	once    sync.Once
+	missing error // no Node.js 20 or no node_modules: skipped, except under CI
+	err     error // tsc failed
+}
+
+// node is Node.js (20 or later), once sdk/typescript's packages are installed (npm ci) and the
+// client is compiled; skipped without Node.js or the packages, except under CI.
+func node(t *testing.T) string {
+	t.Helper()
+	tsBuild.once.Do(func() {
+		out, err := exec.Command("node", "-e", "process.exit(+process.versions.node.split('.')[0] >= 20 ? 0 : 1)").CombinedOutput()
+		if err != nil {
+			tsBuild.missing = fmt.Errorf("node 20 or later: %v %s", err, out)
+			return
+		}
+		if _, err := os.Stat("../../sdk/typescript/node_modules/.bin/tsc"); err != nil {
+			tsBuild.missing = fmt.Errorf("sdk/typescript has no node_modules: run npm ci there (%v)", err)
+			return
+		}
+		cmd := exec.Command("node_modules/.bin/tsc", "-p", "tsconfig.json")
+		cmd.Dir = "../../sdk/typescript"
+		if out, err := cmd.CombinedOutput(); err != nil {
+			tsBuild.err = fmt.Errorf("tsc in sdk/typescript: %v\n%s", err, out)
+		}
+	})
+	if tsBuild.missing != nil {
+		if ci, _ := strconv.ParseBool(os.Getenv("CI")); ci {
+			t.Fatalf("%v; under CI every client must run (.ci/run installs them)", tsBuild.missing)
+		}
+		t.Skip(tsBuild.missing)
+	}
+	if tsBuild.err != nil {
+		t.Fatal(tsBuild.err)
+	}
+	return "node"
+}
+
+func startTS(t *testing.T, addr string, env ...string) *driver {
+	t.Helper()
+	cmd := exec.Command(node(t), "tsclient.mjs", addr)
+	cmd.Env = append(os.Environ(), env...)
 	return startDriver(t, cmd)
 }
 

@@ -3,9 +3,13 @@ commands as JSON lines on stdin, runs them with sdk/python's tinybroker against 
 by its argument, and writes answers and deliveries as JSON lines on stdout (PROTOCOL.md)."""
 
 import json
+import os
+import random
 import sys
 import threading
 import time
+
+import grpc
 
 import tinybroker
 
@@ -22,13 +26,27 @@ def write(v: dict) -> None:
 def run(c: tinybroker.Client, subs: dict, cmd: dict) -> None:
     op = cmd.get("op")
     if op == "publish":
-        for i in range(max(cmd.get("count", 0), 1)):
-            c.publish(cmd["topic"], f"{cmd.get('payload', '')}:{i}".encode())
+        msg_id = cmd.get("msg_id")
+        n = max(cmd.get("count", 0), 1)
+        if cmd.get("pipelined"):
+            with c.publisher() as p:
+                futs = [p.publish(cmd["topic"], f"{cmd.get('payload', '')}:{i}".encode(),
+                                  message_id=f"{msg_id}:{i}" if msg_id else None) for i in range(n)]
+                for f in futs:
+                    f.result(timeout=30)
+            return
+        for i in range(n):
+            c.publish(cmd["topic"], f"{cmd.get('payload', '')}:{i}".encode(),
+                      message_id=f"{msg_id}:{i}" if msg_id else None)
     elif op == "subscribe":
         name, mode, sleep = cmd["name"], cmd.get("mode", "ack"), cmd.get("sleep_ms", 0) / 1000
         touch = cmd.get("touch_ms", 0) / 1000
 
+        jitter = cmd.get("jitter_ms", 0) / 1000
+
         def handler(m: tinybroker.Message) -> None:
+            if jitter:
+                time.sleep(random.uniform(0, jitter))
             write({"event": "message", "sub": name, "topic": m.topic, "payload": m.payload.decode(),
                    "attempt": m.attempt, "system_id": m.system_id})
             if touch:
@@ -58,7 +76,12 @@ def main() -> None:
     if len(sys.argv) != 2:
         sys.exit("usage: pyclient.py HOST:PORT (commands as JSON lines on stdin)")
     subs: dict = {}
-    with tinybroker.Client(sys.argv[1]) as c:
+    # PROTOCOL.md: TB_CA_FILE, connect with TLS trusting that CA; TB_TOKEN, the bearer token.
+    tls = None
+    if os.environ.get("TB_CA_FILE"):
+        with open(os.environ["TB_CA_FILE"], "rb") as f:
+            tls = grpc.ssl_channel_credentials(root_certificates=f.read())
+    with tinybroker.Client(sys.argv[1], token=os.environ.get("TB_TOKEN") or None, tls=tls) as c:
         for line in sys.stdin:
             try:
                 cmd = json.loads(line)

@@ -14,6 +14,12 @@
 //
 //   export function tb_v1_on_publish_batch(): i32 { return publishBatch(tb_v1_on_publish); }
 //
+// The other hooks are exported the same way: tb_v1_on_ack(): i64 and tb_v1_on_redeliver(): i64
+// (a Redeliver verdict), and tb_v1_on_tick(): i64, which the broker calls every tick_interval
+// of the plugin's block with no message (return 0; it may emit, use kv and metrics, and log).
+// Every broker node ticks: for work done once per cluster, take a lease with kv.cas and a TTL
+// (docs/ABI.md, "Ticks").
+//
 // Build with the incremental runtime (a garbage collector: what a call allocates is freed)
 // and this package's abort, which logs the message and traps:
 //
@@ -116,6 +122,7 @@ const ABI_HOOK_INIT: i32 = 1; // hook: the init hook (the inbox's hook field)
 const ABI_HOOK_PUBLISH: i32 = 2; // hook: on_publish
 const ABI_HOOK_ACK: i32 = 3; // hook: on_ack
 const ABI_HOOK_REDELIVER: i32 = 4; // hook: on_redeliver
+const ABI_HOOK_TICK: i32 = 5; // hook: on_tick
 const ABI_IN_WRITES_PTR: i32 = 0; // inbox: u32: the write list the guest leaves
 const ABI_IN_WRITES_COUNT: i32 = 4; // inbox: u32: its records
 const ABI_IN_HOOK: i32 = 8; // inbox: u32: the hook called

@@ -61,6 +61,10 @@
  *   TB_ON_ACK(fn)         void fn(void): after an ack
  *   TB_ON_REDELIVER(fn)   int64_t fn(void): before a redelivery; TB_REDELIVER, TB_DELAY(ms),
  *                         tb_dead_letter(reason), tb_drop_message(reason)
+ *   TB_ON_TICK(fn)        void fn(void): every tick_interval of the plugin's block, with no
+ *                         message; it may emit, use the store and metrics, and log. Every
+ *                         broker node ticks: for once-per-cluster work, take a lease with
+ *                         tb_kv_swap and a TTL (docs/ABI.md, "Ticks")
  *
  * Export at least one hook; the broker calls only the hooks exported. Each instance serves one
  * call at a time, so static variables need no locking; they persist between the calls of an
@@ -143,6 +147,7 @@ enum {
 #define TB_ABI_HOOK_PUBLISH 2 /* hook: on_publish */
 #define TB_ABI_HOOK_ACK 3 /* hook: on_ack */
 #define TB_ABI_HOOK_REDELIVER 4 /* hook: on_redeliver */
+#define TB_ABI_HOOK_TICK 5 /* hook: on_tick */
 #define TB_ABI_IN_WRITES_PTR 0 /* inbox: u32: the write list the guest leaves */
 #define TB_ABI_IN_WRITES_COUNT 4 /* inbox: u32: its records */
 #define TB_ABI_IN_HOOK 8 /* inbox: u32: the hook called */
@@ -256,6 +261,10 @@ typedef struct {
 #define TB_ON_ACK(fn)                                                                            \
 	static void fn(void);                                                                    \
 	TB_EXPORT(tb_v1_on_ack) int64_t tb_v1_on_ack(void) { tb_reset(); fn(); return 0; }              \
+	static void fn(void)
+#define TB_ON_TICK(fn)                                                                           \
+	static void fn(void);                                                                    \
+	TB_EXPORT(tb_v1_on_tick) int64_t tb_v1_on_tick(void) { tb_reset(); fn(); return 0; }            \
 	static void fn(void)
 #define TB__HOOK(export, type, fn)                                                               \
 	static type fn(void);                                                                    \

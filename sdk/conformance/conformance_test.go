@@ -372,7 +372,7 @@ type row struct {
 
 // since are the rows added to SPEC.md after 5bfe240, by the change that added them: the
 // plugins built then (TestBuiltAt5bfe240) do not have them.
-var since = map[string]string{"key": "ordering keys (issue 27)", "kv": "plugin state (issue 30)", "metric": "plugin metrics (issue 30)"}
+var since = map[string]string{"key": "ordering keys (issue 27)", "kv": "plugin state (issue 30)", "metric": "plugin metrics (issue 30)", "tick": "plugin ticks (issue 30)"}
 
 // rows are SPEC.md's rows, by the names it gives them.
 var rows = []row{
@@ -465,6 +465,7 @@ var rows = []row{
 	{"key", keyRow},
 	{"kv", kvRow},
 	{"metric", metricRow},
+	{"tick", tickRow},
 	{"other", publishUnchanged("c.pass.x")},
 	{"init_refuse", func(t *testing.T, e *env) {
 		cfg := maps.Clone(pluginConfig)

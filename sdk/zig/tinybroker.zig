@@ -1,7 +1,7 @@
 //! tinybroker plugin ABI v1 for Zig 0.11 (docs/ABI.md is the contract).
 //!
 //! A plugin is a freestanding wasm32 library. It writes its hooks as ordinary functions and
-//! exports them with `onPublish`, `onAck`, `onRedeliver` and `onInit` in a comptime block;
+//! exports them with `onPublish`, `onAck`, `onRedeliver`, `onTick` and `onInit` in a comptime block;
 //! this module exports the version marker. A tenant filter:
 //!
 //!     const tb = @import("tinybroker");
@@ -107,6 +107,8 @@ pub const abi = struct {
     pub const HOOK_ACK = 3;
     /// hook: on_redeliver
     pub const HOOK_REDELIVER = 4;
+    /// hook: on_tick
+    pub const HOOK_TICK = 5;
     /// inbox: u32: the write list the guest leaves
     pub const IN_WRITES_PTR = 0;
     /// inbox: u32: its records
@@ -1437,6 +1439,14 @@ pub fn onAck(comptime f: anytype) void {
 /// Exports f, a `fn () Redeliver` or `fn () !Redeliver`, as tb_v1_on_redeliver.
 pub fn onRedeliver(comptime f: anytype) void {
     exportHook(Redeliver, f, "tb_v1_on_redeliver");
+}
+
+/// Exports f, a `fn () void` or `fn () !void`, as tb_v1_on_tick: the broker calls it every
+/// tick_interval of the plugin's block, with no message; it may emit, use kv and metrics, and
+/// log. Every broker node ticks: for work done once per cluster, take a lease with kv.cas and
+/// a TTL (docs/ABI.md, "Ticks").
+pub fn onTick(comptime f: anytype) void {
+    exportHook(void, f, "tb_v1_on_tick");
 }
 
 /// Exports f, whose result is a V (or an error union of one), as the hook name: it returns

@@ -40,6 +40,17 @@ func (s *HookSlot) Load() broker.Hooks {
 	return nil
 }
 
+// Start gives hooks that also run on their own time, outside any publish (the plugin chain's
+// on_tick hook: plugins.Chain.Start), the function through which what they emit is
+// published: emit, the engine's, routes it as what OnAck returns, without OnPublish, so
+// that no plugin loops. Every engine's SetHooks calls it; hooks installed in one engine
+// after another publish through the last. Such hooks' Start must not block.
+func Start(h broker.Hooks, emit func([]broker.Draft)) {
+	if t, ok := h.(interface{ Start(func([]broker.Draft)) }); ok {
+		t.Start(emit)
+	}
+}
+
 // Gate is an engine's side of the steps before routing. Its fields are the engine's own.
 type Gate struct {
 	Limits  *broker.Limits

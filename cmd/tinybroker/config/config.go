@@ -133,6 +133,7 @@
 //	  breaker_cooldown = "30s"
 //	  kv_max_bytes       = 4194304      # its key-value store (docs/ABI.md, "State"): bytes held
 //	  kv_max_value_bytes = 65536        # and the largest value
+//	  tick_interval  = "1s"             # call on_tick this often (at least 10ms; default: never)
 //	}
 //
 // Errors name the file, line and column of the offending text.

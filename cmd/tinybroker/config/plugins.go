@@ -28,10 +28,10 @@ var pluginSection = section{
 	attrs: []attribute{
 		pathAttr("path", func(c *Config) *string { return &lastPlugin(c).Path }),
 		stringListAttr("hooks", func(s string) string {
-			if s == plugins.HookPublish || s == plugins.HookAck || s == plugins.HookRedeliver {
+			if s == plugins.HookPublish || s == plugins.HookAck || s == plugins.HookRedeliver || s == plugins.HookTick {
 				return ""
 			}
-			return fmt.Sprintf("%q is not a hook; use %q, %q or %q", s, plugins.HookPublish, plugins.HookAck, plugins.HookRedeliver)
+			return fmt.Sprintf("%q is not a hook; use %q, %q, %q or %q", s, plugins.HookPublish, plugins.HookAck, plugins.HookRedeliver, plugins.HookTick)
 		}, func(c *Config) *[]string { return &lastPlugin(c).Hooks }),
 		stringListAttr("topics", patternProblem, func(c *Config) *[]string { return &lastPlugin(c).Topics }),
 		stringListAttr("groups", func(string) string { return "" }, func(c *Config) *[]string { return &lastPlugin(c).Groups }),
@@ -51,6 +51,7 @@ var pluginSection = section{
 		positiveIntAttr("kv_max_bytes", func(c *Config) *int { return &lastPlugin(c).KVMaxBytes }),
 		positiveIntAttr("kv_max_value_bytes", func(c *Config) *int { return &lastPlugin(c).KVMaxValueBytes }),
 		hashAttr("hash", func(c *Config) *string { return &lastPlugin(c).Hash }),
+		durationAttr("tick_interval", func(c *Config) *time.Duration { return &lastPlugin(c).TickInterval }), // its minimum checked at load
 	},
 }
 

@@ -37,6 +37,7 @@ plugin "audit" {
   path         = "/abs/audit.wasm"
   groups       = ["billing"]
   call_timeout = "none"
+  tick_interval = "250ms"
 }
 `
 	c := mustParse(t, src, "/etc/tinybroker/tb.hcl")
@@ -49,6 +50,7 @@ plugin "audit" {
 		KVMaxBytes: 1 << 20, KVMaxValueBytes: 1024,
 	}, {
 		Name: "audit", Path: "/abs/audit.wasm", Source: "/etc/tinybroker/tb.hcl:21,18-35", Groups: []string{"billing"}, CallTimeout: plugins.NoCallTimeout,
+		TickInterval: 250 * time.Millisecond,
 	}}
 	if !reflect.DeepEqual(c.Plugins, want) {
 		t.Fatalf("plugins\n got %+v\nwant %+v", c.Plugins, want)

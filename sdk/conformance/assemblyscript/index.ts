@@ -89,6 +89,12 @@ export function tb_v1_on_ack(): i64 {
   return 0;
 }
 
+export function tb_v1_on_tick(): i64 {
+  const topic = config.get("tick_topic");
+  if (topic != null) check(emitString(topic, "tick").status);
+  return 0;
+}
+
 export function tb_v1_on_redeliver(): i64 {
   check(msg.setHeader("reason", event.reason()));
   const retry = msg.header("retry");

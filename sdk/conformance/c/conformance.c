@@ -129,6 +129,12 @@ TB_ON_ACK(on_ack) {
 	tb_emit_set_header(h, TB_S("in_flight"), tb_in_flight_ns() > 0 ? TB_S("yes") : TB_S("no"));
 }
 
+TB_ON_TICK(on_tick) {
+	tb_str topic = tb_config_value(TB_S("tick_topic"));
+	if (!TB_ABSENT(topic))
+		tb_emit_to(topic, TB_S("tick"));
+}
+
 TB_ON_REDELIVER(on_redeliver) {
 	tb_set_header(TB_S("reason"), tb_redeliver_reason());
 	tb_str retry = tb_header(TB_S("retry"));

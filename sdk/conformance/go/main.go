@@ -16,6 +16,7 @@ import (
 	"github.com/tinybroker/tinybroker/sdk/go/plugin/onack"
 	"github.com/tinybroker/tinybroker/sdk/go/plugin/onpublish"
 	"github.com/tinybroker/tinybroker/sdk/go/plugin/onredeliver"
+	"github.com/tinybroker/tinybroker/sdk/go/plugin/ontick"
 )
 
 func init() {
@@ -28,6 +29,14 @@ func init() {
 	onpublish.Handle(onPublish)
 	onack.Handle(onAck)
 	onredeliver.Handle(onRedeliver)
+	ontick.Handle(onTick)
+}
+
+// onTick emits tick to the config's tick_topic, if it has one.
+func onTick() {
+	if topic, ok := plugin.ConfigValue("tick_topic"); ok {
+		must(plugin.Emit(topic, []byte("tick"), nil))
+	}
 }
 
 func onPublish(m *plugin.Message) plugin.Verdict {

@@ -10,7 +10,7 @@
 ;;   3072  .. 4105   "refused: " then the value of config key refuse (cap 1024)
 ;;   4352  .. 5386   "rejected: " then the value of header why (cap 1024)
 ;;   5632  .. 6655   $rbuf:    the event's reason           (cap 1024)
-;;   6912  .. 7167   $etopic:  config emit_topic            (cap 256)
+;;   6912  .. 7167   $etopic:  config emit_topic, or tick_topic in a tick (cap 256)
 ;;   7168  .. 8193   "e-" then the value of header tenant (cap 1024)
 ;;   65519 .. 65535  "conformance log: ", right before
 ;;   65536 ..        $big:     payloads and built values, up to the end of memory
@@ -112,6 +112,8 @@
   (data (i32.const 1792) "old")                    ;; 3
   (data (i32.const 1824) "kv refused")             ;; 10
   (data (i32.const 1856) "kv not deleted")         ;; 14
+  (data (i32.const 1888) "tick_topic")             ;; 10
+  (data (i32.const 1920) "tick")                   ;; 4
   ;; Prefixes placed right before the buffer their value is read into, so that prefix and
   ;; value are one string without a copy.
   (data (i32.const 3072) "refused: ")              ;; 9, value at 3081
@@ -433,6 +435,18 @@
   (func $fits (param $n i32) (result i32)
     (if (i32.gt_u (local.get $n) (i32.const 1024)) (then unreachable))
     (local.get $n))
+
+  ;; tb_v1_on_tick emits tick to the config's tick_topic, if it has one.
+  (func (export "tb_v1_on_tick") (result i64)
+    (local $m i32)
+    (local.set $m (call $config_get (i32.const 1888) (i32.const 10) (global.get $etopic) (i32.const 256)))
+    (if (i32.ge_s (local.get $m) (i32.const 0))
+      (then
+        (if (i32.gt_s (local.get $m) (i32.const 256))
+          (then unreachable)) ;; longer than any topic
+        (if (i32.lt_s (call $emit (global.get $etopic) (local.get $m) (i32.const 1920) (i32.const 4)) (i32.const 0))
+          (then unreachable))))
+    (i64.const 0))
 
   ;; tb_v1_on_ack emits <subscription>|<group>|<attempt>|<system_id> to c.acked.
   (func (export "tb_v1_on_ack") (result i64)

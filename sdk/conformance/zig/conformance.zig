@@ -12,6 +12,7 @@ comptime {
     tb.onPublish(onPublish);
     tb.onAck(onAck);
     tb.onRedeliver(onRedeliver);
+    tb.onTick(onTick);
 }
 
 fn init() !?[]const u8 {
@@ -103,6 +104,11 @@ fn onAck() !void {
     });
     const in_flight: []const u8 = if (tb.event.inFlightNs() > 0) "yes" else "no";
     try tb.emitWith("c.acked", payload, &.{.{ "in_flight", in_flight }});
+}
+
+fn onTick() !void {
+    const topic = try tb.config.get("tick_topic") orelse return;
+    _ = try tb.emit(topic, "tick");
 }
 
 fn onRedeliver() !tb.Redeliver {

@@ -87,6 +87,23 @@ func (m *Message) Nack(delay time.Duration) error {
 	return m.settle(settlement{id: m.SystemID, gen: m.gen, nack: true, delay: max(delay, 0)})
 }
 
+// Touch tells the broker the handler is still working on the message: its ack deadline starts
+// again (a full SubscribeOptions.AckDeadline from when the broker gets the touch), so a handler
+// whose work takes longer than the deadline keeps the message by touching it more often than
+// that. Touches are sent asynchronously, batched with acks. It returns ErrAlreadySettled once
+// the message is acked or nacked and ErrClosed once the subscription is closed; for a fanout
+// delivery it does nothing. A touch of a message that came on a stream which has since broken
+// is dropped: the broker gave that message back to the group when the stream ended.
+func (m *Message) Touch() error {
+	if m.settled.Load() {
+		return ErrAlreadySettled
+	}
+	if m.sub == nil || !m.sub.balanced {
+		return nil
+	}
+	return m.sub.settle.add(settlement{id: m.SystemID, gen: m.gen, touch: true})
+}
+
 func (m *Message) settle(x settlement) error {
 	if !m.settled.CompareAndSwap(false, true) {
 		return ErrAlreadySettled

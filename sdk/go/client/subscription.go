@@ -463,6 +463,9 @@ func (s *Subscription) flushUnary(acks []string, left []settlement) {
 	}
 	for _, x := range left {
 		var err error
+		if x.touch {
+			continue // the stream is closing: the broker takes the message back anyway
+		}
 		if x.nack {
 			_, err = s.c.api.Nack(ctx, &pb.Nack{SubscriptionId: id, SystemId: x.id, Delay: durationpb.New(x.delay), Reason: x.reason})
 		} else {
@@ -581,11 +584,12 @@ func (s *Subscription) send(st *stream) {
 	}
 }
 
-// dropStaleNacks removes from items the nacks of messages that came on a stream other than
-// generation gen: when that stream broke, the broker gave them back to the group, maybe to
-// another member, and a nack now would take them away from it. Acks stay: the work is done.
+// dropStaleNacks removes from items the nacks and touches of messages that came on a stream
+// other than generation gen: when that stream broke, the broker gave them back to the group,
+// maybe to another member, and a nack now would take them away from it. Acks stay: the work is
+// done.
 func dropStaleNacks(items []settlement, gen uint64) []settlement {
-	return slices.DeleteFunc(items, func(x settlement) bool { return x.nack && x.gen != gen })
+	return slices.DeleteFunc(items, func(x settlement) bool { return (x.nack || x.touch) && x.gen != gen })
 }
 
 // settleFrame is a frame of acks or nacks and the settlements it carries.
@@ -594,17 +598,21 @@ type settleFrame struct {
 	items []settlement
 }
 
-// settlementFrames turns items into one AckBatch frame (first, if there are acks) and one
-// NackBatch frame per distinct delay and reason.
+// settlementFrames turns items into one AckBatch frame (first, if there are acks), one
+// TouchBatch frame (if there are touches) and one NackBatch frame per distinct delay and reason.
 func settlementFrames(items []settlement) []settleFrame {
 	type key struct {
 		delay  time.Duration
 		reason string
 	}
-	var acks []settlement
+	var acks, touches []settlement
 	var keys []key
 	nacks := map[key][]settlement{}
 	for _, x := range items {
+		if x.touch {
+			touches = append(touches, x)
+			continue
+		}
 		if !x.nack {
 			acks = append(acks, x)
 			continue
@@ -627,6 +635,10 @@ func settlementFrames(items []settlement) []settleFrame {
 		req := &pb.SubscribeRequest{Frame: &pb.SubscribeRequest_Ack{Ack: &pb.AckBatch{SystemIds: ids(acks)}}}
 		frames = append(frames, settleFrame{req, acks})
 	}
+	if len(touches) > 0 {
+		req := &pb.SubscribeRequest{Frame: &pb.SubscribeRequest_Touch{Touch: &pb.TouchBatch{SystemIds: ids(touches)}}}
+		frames = append(frames, settleFrame{req, touches})
+	}
 	for _, k := range keys {
 		nb := &pb.NackBatch{SystemIds: ids(nacks[k]), Reason: k.reason}
 		if k.delay > 0 {
@@ -637,11 +649,12 @@ func settlementFrames(items []settlement) []settleFrame {
 	return frames
 }
 
-// settlement is an ack or a nack waiting to be sent.
+// settlement is an ack, a nack or a touch waiting to be sent.
 type settlement struct {
 	id     string
-	gen    uint64 // for a nack, the generation of the stream the message came on
+	gen    uint64 // for a nack or a touch, the generation of the stream the message came on
 	nack   bool
+	touch  bool
 	delay  time.Duration
 	reason string
 }

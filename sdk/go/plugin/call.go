@@ -40,6 +40,15 @@ func init() {
 		f, _ := fn.(func(*Message, Event) RedeliverVerdict)
 		return runRedeliver(f)
 	}
+	bridge.Run[bridge.Tick] = func(fn any) int64 {
+		f, _ := fn.(func())
+		return run(abi.HookTick, func(uint32) int64 {
+			if f != nil {
+				f()
+			}
+			return 0
+		})
+	}
 }
 
 // messages are the Messages of the three hooks, reused from call to call: a heap allocation

@@ -11,9 +11,10 @@ pool of threads that acks what it handled, nacks what failed and re-opens broken
 
 from tinybroker._client import Client, PublishResult, new_message_id
 from tinybroker._common import BrokerError, ClosedError
+from tinybroker._publisher import Publisher
 from tinybroker._subscription import AlreadySettledError, Handler, Message, Subscription
 
 __all__ = [
     "AlreadySettledError", "BrokerError", "Client", "ClosedError", "Handler", "Message", "PublishResult",
-    "Subscription", "new_message_id",
+    "Publisher", "Subscription", "new_message_id",
 ]

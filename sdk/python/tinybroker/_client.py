@@ -11,6 +11,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence, TypeVar, Union, c
 
 import grpc
 from tinybroker._common import BrokerError, ClosedError, duration
+from tinybroker._publisher import Publisher
 from tinybroker._subscription import Handler, Subscription
 from tinybroker.v1 import broker_pb2, broker_pb2_grpc
 
@@ -173,6 +174,11 @@ class Client:
 
         resp = self._call(f"publish to {topic!r}", call, _PUBLISH_ATTEMPTS)
         return PublishResult(resp.system_id, resp.routed, resp.dropped_by, resp.drop_reason, resp.duplicate)
+
+    def publisher(self, max_in_flight: int = 1024, max_batch: int = 256) -> Publisher:
+        """A pipelined Publisher on this client: many messages in flight, each confirmed by a
+        Future (see Publisher)."""
+        return Publisher(self, max_in_flight=max_in_flight, max_batch=max_batch)
 
     def subscribe(
         self,

@@ -6,6 +6,7 @@ import dataclasses
 import queue
 import random
 import threading
+import time
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence, Union, cast
 
 import grpc
@@ -24,6 +25,9 @@ _FATAL = {
     grpc.StatusCode.NOT_FOUND, grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED,
     grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.OUT_OF_RANGE,
 }
+
+# How many times the first open is tried while the broker answers UNAVAILABLE.
+_OPEN_ATTEMPTS = 4
 
 # Bounds the ids of one AckBatch, NackBatch or TouchBatch frame.
 _MAX_IDS_PER_FRAME = 4096
@@ -227,14 +231,19 @@ class Subscription:
         self.member_id = ""
         self.ack_deadline = 0.0
 
-        # As the Go client, the first open tries each node in turn until one answers.
-        for attempt in range(len(client._addrs)):
+        # As the Go client, the first open tries each node in turn until one answers; a
+        # connection that fails as it is made (UNAVAILABLE) is tried again, as publish does,
+        # 4 times at least, with back-off.
+        attempts, wait = max(len(client._addrs), _OPEN_ATTEMPTS), client._backoff[0]
+        for attempt in range(attempts):
             try:
                 responses = self._open_stream()
                 break
             except grpc.RpcError as e:
-                if e.code() != grpc.StatusCode.UNAVAILABLE or attempt == len(client._addrs) - 1:
+                if e.code() != grpc.StatusCode.UNAVAILABLE or attempt == attempts - 1:
                     raise client._error(f"subscribe to {list(self._open.topic_patterns)}", e) from None
+            time.sleep(wait)
+            wait = min(2 * wait, client._backoff[1])
         try:
             client._track(self.close)
         except ClosedError:

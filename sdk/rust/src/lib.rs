@@ -3,7 +3,7 @@
 //!
 //! A plugin is a `cdylib` crate built for `wasm32-unknown-unknown`. It defines its hooks as
 //! ordinary functions and exports them with the macros [`on_publish!`], [`on_ack!`],
-//! [`on_redeliver!`] and [`init!`]; this crate exports the version marker
+//! [`on_redeliver!`], [`on_tick!`] and [`init!`]; this crate exports the version marker
 //! `tinybroker_abi_v1` itself. A tenant filter:
 //!
 //! ```ignore
@@ -860,6 +860,17 @@ macro_rules! on_ack {
 macro_rules! on_redeliver {
     ($f:path) => {
         $crate::__export_hook!(tb_v1_on_redeliver, $crate::Redeliver, $f);
+    };
+}
+
+/// Exports `fn()` (or `-> Result<(), E>`) as the plugin's `tb_v1_on_tick` hook, which the
+/// broker calls every `tick_interval` of the plugin's block, with no message: it may emit
+/// ([`emit`]), use the store ([`kv`]) and metrics, and log. Every broker node ticks; for work
+/// done once per cluster, take a lease with [`kv::cas`] and a TTL (docs/ABI.md, "Ticks").
+#[macro_export]
+macro_rules! on_tick {
+    ($f:path) => {
+        $crate::__export_hook!(tb_v1_on_tick, (), $f);
     };
 }
 

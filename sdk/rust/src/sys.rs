@@ -94,6 +94,8 @@ pub mod consts {
     pub const HOOK_ACK: i32 = 3;
     /// hook: on_redeliver
     pub const HOOK_REDELIVER: i32 = 4;
+    /// hook: on_tick
+    pub const HOOK_TICK: i32 = 5;
     /// inbox: u32: the write list the guest leaves
     pub const IN_WRITES_PTR: i32 = 0;
     /// inbox: u32: its records

@@ -142,3 +142,11 @@ fn on_redeliver() -> Result<Redeliver, Error> {
     })
 }
 tinybroker::on_redeliver!(on_redeliver);
+
+fn on_tick() -> Result<(), Error> {
+    match config::get("tick_topic") {
+        Some(topic) => emit(&topic, b"tick").map(|_| ()),
+        None => Ok(()),
+    }
+}
+tinybroker::on_tick!(on_tick);

@@ -1,5 +1,5 @@
 // Package bridge connects package plugin to the hook packages (onpublish, onack,
-// onredeliver). Each hook package holds its own //go:wasmexport, so that a plugin exports a
+// onredeliver, ontick). Each hook package holds its own //go:wasmexport, so that a plugin exports a
 // hook exactly when it imports that hook's package; this package is how those exports reach
 // the SDK's call machinery, which lives in package plugin, without an import cycle.
 package bridge
@@ -11,11 +11,12 @@ const (
 	Publish   = abi.HookPublish
 	Ack       = abi.HookAck
 	Redeliver = abi.HookRedeliver
+	Tick      = abi.HookTick
 	NumHooks  = abi.NumHooks
 )
 
 // Packages are the names of the hooks' packages.
-var Packages = [NumHooks]string{Publish: "onpublish", Ack: "onack", Redeliver: "onredeliver"}
+var Packages = [NumHooks]string{Publish: "onpublish", Ack: "onack", Redeliver: "onredeliver", Tick: "ontick"}
 
 var (
 	// Linked[h] is set by hook h's package when it is initialised, i.e. when the plugin
