@@ -273,11 +273,6 @@ func (pm *pluginManager) compose(ctx context.Context, cfgSpecs []plugins.Spec, s
 		if sp != nil && sp.Paused {
 			continue
 		}
-		if s.Hash != "" && (sp == nil || sp.Current == 0) {
-			if err := pm.readPinned(&s); err != nil {
-				return nil, err
-			}
-		}
 		if sp != nil {
 			if err := pm.deployed(ctx, &s, sp); err != nil {
 				return nil, err
@@ -341,26 +336,4 @@ func (pm *pluginManager) module(ctx context.Context, hash string) ([]byte, error
 	}
 	pm.modules[hash] = b
 	return b, nil
-}
-
-// readPinned reads the file of a config plugin that pins its hash, and refuses it if its
-// hash differs: what is checked is what is loaded (the config package checked it when
-// the file was read; it may have changed since).
-func (pm *pluginManager) readPinned(s *plugins.Spec) error {
-	fi, err := os.Stat(s.Path)
-	if err != nil {
-		return fmt.Errorf("%s: plugin %q: %w", s.Source, s.Name, err)
-	}
-	if fi.Size() > pm.maxBytes {
-		return fmt.Errorf("%s: plugin %q: %s is %d bytes, over the limit of %d (limits { max_plugin_bytes })", s.Source, s.Name, s.Path, fi.Size(), pm.maxBytes)
-	}
-	b, err := os.ReadFile(s.Path)
-	if err != nil {
-		return fmt.Errorf("%s: plugin %q: %w", s.Source, s.Name, err)
-	}
-	if got := moduleHash(b); got != s.Hash {
-		return fmt.Errorf("%s: plugin %q pins hash %s, but %s has hash %s now", s.Source, s.Name, s.Hash, s.Path, got)
-	}
-	s.Wasm = b
-	return nil
 }
