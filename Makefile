@@ -168,5 +168,6 @@ screenshots: ## screenshots of the web dashboard (ops/) into docs/dashboard
 wasm-fixtures: ## rebuild the hand-written WAT plugin fixtures (needs wat2wasm, Debian: wabt)
 	for f in plugins/testdata/*.wat; do wat2wasm "$$f" -o "$${f%.wat}.wasm"; done
 	for f in plugins/internal/meter/testdata/*.wat; do wat2wasm --debug-names "$$f" -o "$${f%.wat}.wasm"; done
+	for f in cmd/tinybroker/testdata/*.wat; do wat2wasm "$$f" -o "$${f%.wat}.wasm"; done
 
 include examples/plugins/plugins.mk

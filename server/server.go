@@ -83,6 +83,8 @@ type Options struct {
 	// default, with Auth's users, only admins may call it (auth.Authenticator.AdminCall);
 	// without users every admin call is allowed.
 	AdminAuthorize func(ctx context.Context, fullMethod string) error
+	// PluginLifecycle backs the admin service's plugin RPCs (nil: UNIMPLEMENTED).
+	PluginLifecycle PluginLifecycle
 }
 
 // Server serves the tinybroker.v1.Broker service over gRPC.

@@ -517,3 +517,7 @@ func (e *Engine) drain(ctx context.Context, groups []*group) error {
 		return busy
 	})
 }
+
+// JetStream returns the engine's JetStream context, for what the program keeps in NATS
+// beside the messages (the deployed plugins, cmd/tinybroker).
+func (e *Engine) JetStream() jetstream.JetStream { return e.js }

@@ -240,6 +240,7 @@ func runServe(ctx context.Context, o serveOptions, stdout, stderr io.Writer, lis
 		HandshakeTimeout:        cfg.Limits.HandshakeTimeout,
 		Logger:                  log.Named("server"),
 		Plugins:                 pm.stats,
+		PluginLifecycle:         pm,
 		Auth:                    guard,
 	}
 	// A reload re-reads the configuration: the TLS files and users, then the plugins. One

@@ -88,7 +88,9 @@ func (a *app) versionCmd() *cobra.Command {
 }
 
 func (a *app) pluginCmd() *cobra.Command {
-	return a.parent("plugin", "Test a plugin, or start a plugin project",
-		"WebAssembly routing plugins: test runs one on messages without a broker, new starts a project.",
-		a.pluginTestCmd(), a.pluginNewCmd())
+	return a.parent("plugin", "Test, start, deploy and list plugins",
+		`WebAssembly routing plugins: test runs one on messages without a broker, new starts a project;
+deploy, ls, pause, resume, rollback, rm and promote manage a running broker's plugins (admins
+only).`,
+		append([]*cobra.Command{a.pluginTestCmd(), a.pluginNewCmd()}, a.pluginLifecycleCmds()...)...)
 }

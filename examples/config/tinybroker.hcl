@@ -36,6 +36,10 @@ memory {
   # limit (GOMEMLIMIT), which serve sets to 3/4 of the machine's memory unless it is set.
   # A whole number of bytes or a size such as "4GiB".
   # max_bytes = "4GiB"
+  # Where the plugins deployed through the admin API (tinybroker plugin deploy) are kept:
+  # modules by hash, and the set. Default: none, so a restart forgets them (the JetStream
+  # engine keeps them in NATS). Relative to this file.
+  # state_dir = "/var/lib/tinybroker"
 }
 
 # Balanced consumer groups.
@@ -181,8 +185,8 @@ limits {
 #   metrics_max_groups = 1000
 # }
 
-# Where compiled plugins are kept, so that a restart does not compile them again: the only
-# thing the broker writes to disk. Default: the user's cache folder, ~/.cache/tinybroker/wazero
+# Where compiled plugins are kept, so that a restart does not compile them again: with
+# memory.state_dir, the only thing the broker writes to disk. Default: the user's cache folder, ~/.cache/tinybroker/wazero
 # ($XDG_CACHE_HOME/tinybroker/wazero). "none" keeps them nowhere: every start compiles.
 # plugin_cache_dir = "/var/cache/tinybroker"
 

@@ -169,6 +169,9 @@ type Config struct {
 	// PluginCacheDir keeps compiled plugins across restarts ("" : the user cache folder,
 	// e.g. ~/.cache/tinybroker/wazero; "none": nowhere, every start compiles them).
 	PluginCacheDir string
+	// StateDir (memory { state_dir }) keeps the memory engine's deployed plugins across
+	// restarts; made relative to the file's folder. Empty: a restart forgets them.
+	StateDir string
 	// TLS serves TLS from these files (nil: plaintext); paths made relative to the file's
 	// folder.
 	TLS *auth.TLSFiles
@@ -249,6 +252,9 @@ func Parse(src []byte, filename string) (Config, error) {
 	diags = append(diags, d.check()...)
 	if diags.HasErrors() {
 		return Config{}, newError(diags, filename)
+	}
+	if d.cfg.StateDir != "" && !filepath.IsAbs(d.cfg.StateDir) {
+		d.cfg.StateDir = filepath.Join(d.dir, d.cfg.StateDir)
 	}
 	return d.cfg, nil
 }

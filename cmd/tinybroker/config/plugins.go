@@ -1,8 +1,13 @@
 package config
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"io"
+	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/hcl/v2"
@@ -45,6 +50,7 @@ var pluginSection = section{
 		durationAttr("breaker_cooldown", func(c *Config) *time.Duration { return &lastPlugin(c).BreakerCooldown }),
 		positiveIntAttr("kv_max_bytes", func(c *Config) *int { return &lastPlugin(c).KVMaxBytes }),
 		positiveIntAttr("kv_max_value_bytes", func(c *Config) *int { return &lastPlugin(c).KVMaxValueBytes }),
+		hashAttr("hash", func(c *Config) *string { return &lastPlugin(c).Hash }),
 		durationAttr("tick_interval", func(c *Config) *time.Duration { return &lastPlugin(c).TickInterval }), // its minimum checked at load
 	},
 }
@@ -71,7 +77,47 @@ func decodePlugin(d *decoder, b *hcl.Block, path string) hcl.Diagnostics {
 		p.Source = r.String() // errors loading the file name where it is declared
 	}
 	p.MemoryLimitBytes *= 1 << 20
+	if p.Hash != "" && p.Path != "" && !diags.HasErrors() {
+		diags = append(diags, checkPin(p, d.rangeOf(path+"."+name+".hash"))...)
+	}
 	return diags
+}
+
+// checkPin refuses a plugin whose file's content hash is not the one its hash setting pins
+// (at r). The broker reads the file again when it loads it, and checks once more there.
+func checkPin(p *plugins.Spec, r *hcl.Range) hcl.Diagnostics {
+	f, err := os.Open(p.Path)
+	if err != nil {
+		return hcl.Diagnostics{{Severity: hcl.DiagError, Summary: "Pinned plugin unreadable",
+			Detail: fmt.Sprintf("plugin %q pins hash %s, and its file cannot be read to check it: %v.", p.Name, p.Hash, err), Subject: r}}
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return hcl.Diagnostics{{Severity: hcl.DiagError, Summary: "Pinned plugin unreadable",
+			Detail: fmt.Sprintf("plugin %q pins hash %s, and its file cannot be read to check it: %v.", p.Name, p.Hash, err), Subject: r}}
+	}
+	if got := "sha256:" + hex.EncodeToString(h.Sum(nil)); got != p.Hash {
+		return hcl.Diagnostics{{Severity: hcl.DiagError, Summary: "Plugin hash mismatch",
+			Detail: fmt.Sprintf("plugin %q pins hash %s, but %s has hash %s: it is not the module pinned (update hash if the new file is meant).", p.Name, p.Hash, p.Path, got), Subject: r}}
+	}
+	return nil
+}
+
+// hashAttr is a module's content hash, "sha256:" and 64 lowercase hex digits.
+func hashAttr(name string, field func(*Config) *string) attribute {
+	return attribute{name: name, decode: func(c *Config, name string, expr hcl.Expression) hcl.Diagnostics {
+		var s string
+		if diags := decodeString(name, `a content hash such as "sha256:9f86d0…"`, expr, &s); diags.HasErrors() {
+			return diags
+		}
+		hexPart, ok := strings.CutPrefix(s, "sha256:")
+		if _, err := hex.DecodeString(hexPart); !ok || err != nil || len(hexPart) != 64 || strings.ToLower(hexPart) != hexPart {
+			return invalid(expr, "Invalid "+name, `%q is not a content hash: write "sha256:" and the 64 lowercase hex digits of the module's SHA-256 (sha256sum FILE, or tinybroker plugin ls).`, s)
+		}
+		*field(c) = s
+		return nil
+	}}
 }
 
 // pathAttr is a non-empty string.

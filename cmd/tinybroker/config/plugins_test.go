@@ -1,6 +1,9 @@
 package config
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -96,5 +99,34 @@ func TestExamplePluginsConfig(t *testing.T) {
 	}
 	if strings.Join(names, ",") != "tenant-filter,content-router,redact,retry-backoff,audit" {
 		t.Fatalf("plugins %v", names)
+	}
+}
+
+// hash pins a plugin's module: the file must have it; a malformed one is refused where it
+// is written. memory { state_dir } is made relative to the file's folder.
+func TestPluginHashPinAndStateDir(t *testing.T) {
+	dir := t.TempDir()
+	wasm := filepath.Join(dir, "p.wasm")
+	if err := os.WriteFile(wasm, []byte("\x00asm\x01\x00\x00\x00"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256([]byte("\x00asm\x01\x00\x00\x00"))
+	good := "sha256:" + hex.EncodeToString(sum[:])
+	file := filepath.Join(dir, "tb.hcl")
+	parse := func(hash string) (Config, error) {
+		return Parse([]byte("memory {\n  state_dir = \"state\"\n}\nplugin \"p\" {\n  path = \"p.wasm\"\n  hash = \""+hash+"\"\n}\n"), file)
+	}
+	c, err := parse(good)
+	if err != nil || c.Plugins[0].Hash != good || c.StateDir != filepath.Join(dir, "state") {
+		t.Fatalf("a good pin: %+v, %v", c, err)
+	}
+	for hash, want := range map[string]string{
+		"sha256:" + strings.Repeat("0", 64): "Plugin hash mismatch",
+		"sha256:" + strings.Repeat("A", 64): "is not a content hash",
+		"md5:00":                            "is not a content hash",
+	} {
+		if _, err := parse(hash); err == nil || !strings.Contains(err.Error(), file+":6,10") || !strings.Contains(err.Error(), want) {
+			t.Errorf("hash %q: %v; want %q at %s:6,10", hash, err, want, file)
+		}
 	}
 }

@@ -68,6 +68,7 @@ var groupsSection = section{
 var memorySection = section{
 	attrs: []attribute{
 		sizeAttr("max_bytes", func(c *Config) *int64 { return &c.Broker.MaxMemoryBytes }),
+		pathAttr("state_dir", func(c *Config) *string { return &c.StateDir }),
 	},
 }
 
