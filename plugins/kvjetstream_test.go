@@ -50,7 +50,33 @@ func TestJetStreamStore(t *testing.T) {
 	}
 	storeSemantics(t, st)
 
+	// Two stores of one bucket, as two nodes have: each compares with the key's value now,
+	// not with what it last read itself, and by value, as the memory store does.
 	ctx := context.Background()
+	other, err := e.PluginStore("semantics", 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := []byte("shared")
+	step := func(what string, st *jetstream.PluginStore, old, val string, want int32) {
+		t.Helper()
+		if rc, err := st.CompareAndSet(ctx, k, []byte(old), []byte(val), 0); err != nil || rc != want {
+			t.Fatalf("%s: cas %q -> %q: status %d, %v; want %d", what, old, val, rc, err, want)
+		}
+	}
+	step("a creates", st, "", "1", abi.StatusOK)
+	if v, ok, err := other.Get(ctx, k); err != nil || !ok || string(v) != "1" {
+		t.Fatalf("b reads %q %v %v, want 1", v, ok, err)
+	}
+	step("a", st, "1", "2", abi.StatusOK)
+	step("b, from what it read", other, "1", "3", abi.StatusConflict)
+	step("b, from the value now", other, "2", "3", abi.StatusOK)
+	step("b", other, "3", "2", abi.StatusOK) // back to the value a wrote last
+	step("a, from the same value at another revision", st, "2", "4", abi.StatusOK)
+	if v, ok, err := other.Get(ctx, k); err != nil || !ok || string(v) != "4" {
+		t.Fatalf("b reads %q %v %v, want 4", v, ok, err)
+	}
+
 	small, err := e.PluginStore("small", 4096)
 	if err != nil {
 		t.Fatal(err)
@@ -222,9 +248,15 @@ func BenchmarkJetStreamStore(b *testing.B) {
 			}
 		}
 	})
-	b.Run("cas", func(b *testing.B) { // one writer: every compare-and-set succeeds
+	// An increment as the ack-counting hook makes it, with no other writer: a read, then a
+	// compare-and-set from what was read (one round trip each).
+	b.Run("get+cas", func(b *testing.B) {
 		for b.Loop() {
-			if rc, err := st.CompareAndSet(ctx, key, val, val, 0); err != nil || rc != abi.StatusOK {
+			v, _, err := st.Get(ctx, key)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if rc, err := st.CompareAndSet(ctx, key, v, val, 0); err != nil || rc != abi.StatusOK {
 				b.Fatal(rc, err)
 			}
 		}
