@@ -3,6 +3,7 @@ package plugins
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"runtime"
 	"strconv"
 	"strings"
@@ -10,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/go-hclog"
 
 	"github.com/tinybroker/tinybroker/broker"
 	"github.com/tinybroker/tinybroker/internal/abi"
@@ -388,4 +391,52 @@ func BenchmarkMemoryStore(b *testing.B) {
 			}
 		})
 	})
+}
+
+// failingKV's stores fail every call once down is set, as a store in NATS does without a
+// quorum.
+type failingKV struct{ down *atomic.Bool }
+
+func (f failingKV) Open(string, int64) (KVStore, func(), error) {
+	return failingStore{memStore: &memStore{max: DefaultKVMaxBytes, m: map[string]*kvEntry{}}, down: f.down}, func() {}, nil
+}
+
+type failingStore struct {
+	*memStore
+	down *atomic.Bool
+}
+
+var errStoreDown = errors.New("no quorum")
+
+func (f failingStore) Get(ctx context.Context, key []byte) ([]byte, bool, error) {
+	if f.down.Load() {
+		return nil, false, errStoreDown
+	}
+	return f.memStore.Get(ctx, key)
+}
+
+// A store that cannot be reached fails the plugin's call, naming why: a read does not pass
+// it off as an absent key (the counter would start again from 1).
+func TestKVStoreErrorFailsTheCall(t *testing.T) {
+	var down atomic.Bool
+	var logs brokertest.Log
+	h, err := NewHost(HostOptions{KV: failingKV{&down}, Logger: hclog.New(&hclog.LoggerOptions{Output: &logs})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close(context.Background()) })
+	c := load(t, h, Spec{Name: "counter", Wasm: fixture(t, "kvcount")})
+	acks(c, 1, 1)
+	down.Store(true)
+	acks(c, 1, 1)
+	if st := c.Stats()[0]; st.Calls != 2 || st.Failures != 1 {
+		t.Errorf("%d calls, %d failed; want 2 and 1 (the call with the store down)", st.Calls, st.Failures)
+	}
+	if !strings.Contains(logs.String(), "v1_kv_get: the plugin's store: no quorum") {
+		t.Errorf("log: %s\nwant the call's failure naming the store's error", logs.String())
+	}
+	down.Store(false)
+	if got := kvNumber(t, h, "counter", "count"); got != 1 {
+		t.Errorf("count %d, want 1: the failed call wrote nothing", got)
+	}
 }
