@@ -394,12 +394,16 @@ type kvRecorder struct {
 }
 
 // saw notes the value key had before the call's first write of it, v if known.
-func (r *kvRecorder) saw(key []byte, v *string, known bool) {
+func (r *kvRecorder) saw(ctx context.Context, key []byte, v *string, known bool) error {
 	if _, ok := r.log.before[string(key)]; ok {
-		return
+		return nil
 	}
 	if !known {
-		if b, ok := r.KVStore.Get(key); ok {
+		b, ok, err := r.KVStore.Get(ctx, key)
+		if err != nil {
+			return err
+		}
+		if ok {
 			s := string(b)
 			v = &s
 		}
@@ -408,35 +412,43 @@ func (r *kvRecorder) saw(key []byte, v *string, known bool) {
 		r.log.before = map[string]*string{}
 	}
 	r.log.before[string(key)] = v
+	return nil
 }
 
-func (r *kvRecorder) Set(key, value []byte, ttl time.Duration) int32 {
-	r.saw(key, nil, false)
-	rc := r.KVStore.Set(key, value, ttl)
-	if rc == abi.StatusOK {
+func (r *kvRecorder) Set(ctx context.Context, key, value []byte, ttl time.Duration) (int32, error) {
+	if err := r.saw(ctx, key, nil, false); err != nil {
+		return 0, err
+	}
+	rc, err := r.KVStore.Set(ctx, key, value, ttl)
+	if err == nil && rc == abi.StatusOK {
 		r.log.add(kvWrite{op: 's', key: string(key), value: string(value), ttl: ttl})
 	}
-	return rc
+	return rc, err
 }
 
-func (r *kvRecorder) CompareAndSet(key, old, value []byte, ttl time.Duration) int32 {
-	rc := r.KVStore.CompareAndSet(key, old, value, ttl)
-	if rc == abi.StatusOK {
+func (r *kvRecorder) CompareAndSet(ctx context.Context, key, old, value []byte, ttl time.Duration) (int32, error) {
+	rc, err := r.KVStore.CompareAndSet(ctx, key, old, value, ttl)
+	if err == nil && rc == abi.StatusOK {
 		var prev *string // the value it replaced: old, or none
 		if len(old) > 0 {
 			s := string(old)
 			prev = &s
 		}
-		r.saw(key, prev, true)
+		_ = r.saw(ctx, key, prev, true) // known: no read, no error
 		r.log.add(kvWrite{op: 'c', key: string(key), old: string(old), value: string(value), ttl: ttl})
 	}
-	return rc
+	return rc, err
 }
 
-func (r *kvRecorder) Delete(key []byte) {
-	r.saw(key, nil, false)
-	r.KVStore.Delete(key)
+func (r *kvRecorder) Delete(ctx context.Context, key []byte) error {
+	if err := r.saw(ctx, key, nil, false); err != nil {
+		return err
+	}
+	if err := r.KVStore.Delete(ctx, key); err != nil {
+		return err
+	}
 	r.log.add(kvWrite{op: 'd', key: string(key)})
+	return nil
 }
 
 // kvOverlay is the store of a shadow candidate's instances: it reads the plugin's store, and
@@ -461,14 +473,14 @@ func (inst *instance) resetKV() {
 	}
 }
 
-func (o *kvOverlay) Get(key []byte) ([]byte, bool) {
+func (o *kvOverlay) Get(ctx context.Context, key []byte) ([]byte, bool, error) {
 	if v, ok := o.m[string(key)]; ok {
 		if v == nil {
-			return nil, false
+			return nil, false, nil
 		}
-		return []byte(*v), true
+		return []byte(*v), true, nil
 	}
-	return o.base.Get(key)
+	return o.base.Get(ctx, key)
 }
 
 func (o *kvOverlay) put(key []byte, value *string) {
@@ -478,33 +490,35 @@ func (o *kvOverlay) put(key []byte, value *string) {
 	o.m[string(key)] = value
 }
 
-func (o *kvOverlay) Set(key, value []byte, ttl time.Duration) int32 {
+func (o *kvOverlay) Set(_ context.Context, key, value []byte, ttl time.Duration) (int32, error) {
 	v := string(value)
 	o.put(key, &v)
 	o.log.add(kvWrite{op: 's', key: string(key), value: v, ttl: ttl})
-	return abi.StatusOK
+	return abi.StatusOK, nil
 }
 
-func (o *kvOverlay) CompareAndSet(key, old, value []byte, ttl time.Duration) int32 {
-	cur, ok := o.Get(key)
+func (o *kvOverlay) CompareAndSet(ctx context.Context, key, old, value []byte, ttl time.Duration) (int32, error) {
+	cur, ok, err := o.Get(ctx, key)
+	if err != nil {
+		return 0, err
+	}
 	if len(old) == 0 && ok || len(old) > 0 && (!ok || string(cur) != string(old)) {
-		return abi.StatusConflict
+		return abi.StatusConflict, nil
 	}
 	v := string(value)
 	o.put(key, &v)
 	o.log.add(kvWrite{op: 'c', key: string(key), old: string(old), value: v, ttl: ttl})
-	return abi.StatusOK
+	return abi.StatusOK, nil
 }
 
-func (o *kvOverlay) Delete(key []byte) {
+func (o *kvOverlay) Delete(_ context.Context, key []byte) error {
 	o.put(key, nil)
 	o.log.add(kvWrite{op: 'd', key: string(key)})
+	return nil
 }
 
-func (o *kvOverlay) Bytes() int64 { return o.base.Bytes() }
-
 // SetMaxBytes does nothing: the store's bound is the current version's to set.
-func (o *kvOverlay) SetMaxBytes(int64) {}
+func (o *kvOverlay) SetMaxBytes(int64) error { return nil }
 
 // acquireMetrics gives p the metrics its plugin defines: shared by name with every load of
 // it, a canary's included (it is live for its share). A shadow candidate's are its own and

@@ -119,10 +119,10 @@ func TestShadowKVWritesNotApplied(t *testing.T) {
 	h.kv.mu.Lock()
 	store := h.kv.open["p"].store
 	h.kv.mu.Unlock()
-	if n := store.Bytes(); n != 0 {
+	if n := store.(*memStore).Bytes(); n != 0 {
 		t.Errorf("the store holds %d bytes after a shadow's writes", n)
 	}
-	if _, ok := store.Get([]byte("orders.1")); ok {
+	if _, ok, _ := store.Get(context.Background(), []byte("orders.1")); ok {
 		t.Error("the shadow's write of orders.1 is in the store")
 	}
 	if st := candidateStats(t, c); st.Calls != 50 || st.Differences != 50 {

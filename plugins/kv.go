@@ -2,6 +2,7 @@ package plugins
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -25,37 +26,37 @@ const kvEntryOverhead = 64
 
 // KVStore is one plugin's key-value store, shared by its instances and safe for concurrent
 // use. Keys are checked by the host (1 to abi.KVMaxKeyBytes bytes) and values against the
-// plugin's kv_max_value_bytes before they reach it; the store checks its total bound, which
-// counts keys, values and 64 bytes per entry (kvEntryOverhead). The int32 results are
-// ABI statuses (abi.StatusOK, abi.StatusLimit, abi.StatusConflict), the plugin's answer.
+// plugin's kv_max_value_bytes before they reach it; the store checks its total bound. The
+// int32 results are ABI statuses (abi.StatusOK, abi.StatusLimit, abi.StatusConflict), the
+// plugin's answer; an error is a store that could not be reached (the JetStream engine's
+// bucket: no quorum, a timeout), and fails the plugin's call. ctx is the call's: its time
+// limit bounds a store elsewhere than in this process.
 type KVStore interface {
 	// Get returns the value of key, if present and not expired. The slice is the store's: the
 	// caller copies it out and never changes it.
-	Get(key []byte) ([]byte, bool)
+	Get(ctx context.Context, key []byte) ([]byte, bool, error)
 	// Set sets key to a copy of value, expiring after ttl (0: never).
-	Set(key, value []byte, ttl time.Duration) int32
+	Set(ctx context.Context, key, value []byte, ttl time.Duration) (int32, error)
 	// CompareAndSet sets key as Set does only if its value is old now (an empty old: if it is
 	// absent), else returns abi.StatusConflict.
-	CompareAndSet(key, old, value []byte, ttl time.Duration) int32
+	CompareAndSet(ctx context.Context, key, old, value []byte, ttl time.Duration) (int32, error)
 	// Delete removes key, if present.
-	Delete(key []byte)
-	// Bytes is what the store holds, as counted against its bound.
-	Bytes() int64
+	Delete(ctx context.Context, key []byte) error
 	// SetMaxBytes changes the bound, when a reload changes kv_max_bytes. Entries over a
 	// lowered bound stay until deleted or expired; writes that grow the store are refused
 	// until it is under it.
-	SetMaxBytes(n int64)
+	SetMaxBytes(n int64) error
 }
 
 // KVBackend makes the plugins' stores: HostOptions.KV. An interface so that an engine can keep
-// them elsewhere than in the broker's process, as the JetStream engine will, in a NATS KV
-// bucket shared by every node (today every engine uses NewMemoryKV: on JetStream a plugin's
-// store is per node).
+// them elsewhere than in the broker's process: the JetStream engine keeps them in NATS KV
+// buckets shared by every node (cmd/tinybroker passes its backend; RATIONALE.md, "Why is a
+// plugin's store a NATS KV bucket on JetStream?").
 type KVBackend interface {
 	// Open returns the store of plugin name, bounded to maxBytes, made empty if it does not
 	// exist. The plugin host opens a name once while a chain loaded by it has the name, and
 	// calls the store's close function when the last such chain is closed; a store opened
-	// again after that may be empty.
+	// again after that may be empty (in memory) or hold what it held (in NATS).
 	Open(name string, maxBytes int64) (store KVStore, close func(), err error)
 }
 
@@ -68,7 +69,8 @@ func (memoryKV) Open(_ string, maxBytes int64) (KVStore, func(), error) {
 	return &memStore{max: maxBytes, m: map[string]*kvEntry{}}, func() {}, nil
 }
 
-// memStore is a KVStore in memory: a map under one mutex. Plugin calls are short and the host
+// memStore is a KVStore in memory: a map under one mutex; it counts keys, values and 64 bytes
+// per entry (kvEntryOverhead) against its bound, and never returns an error. Plugin calls are short and the host
 // call costs far more than the lock; a store hot enough for the lock to matter is one key
 // under compare-and-set, which no sharding would help.
 type memStore struct {
@@ -95,27 +97,27 @@ func kvCost(key string, value []byte) int64 {
 // swept at all (memStore.expiring).
 const kvSweepSample = 4
 
-func (s *memStore) Get(key []byte) ([]byte, bool) {
+func (s *memStore) Get(_ context.Context, key []byte) ([]byte, bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e, ok := s.m[string(key)] // looked up without a copy
 	if !ok {
-		return nil, false
+		return nil, false, nil
 	}
 	if e.expires != 0 && e.expires <= nowNanos() {
 		s.remove(string(key), e)
-		return nil, false
+		return nil, false, nil
 	}
-	return e.value, true
+	return e.value, true, nil
 }
 
-func (s *memStore) Set(key, value []byte, ttl time.Duration) int32 {
+func (s *memStore) Set(_ context.Context, key, value []byte, ttl time.Duration) (int32, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.setLocked(key, value, ttl, nowNanos())
+	return s.setLocked(key, value, ttl, nowNanos()), nil
 }
 
-func (s *memStore) CompareAndSet(key, old, value []byte, ttl time.Duration) int32 {
+func (s *memStore) CompareAndSet(_ context.Context, key, old, value []byte, ttl time.Duration) (int32, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := nowNanos()
@@ -125,25 +127,28 @@ func (s *memStore) CompareAndSet(key, old, value []byte, ttl time.Duration) int3
 		ok = false
 	}
 	if len(old) == 0 && ok || len(old) > 0 && (!ok || string(e.value) != string(old)) {
-		return abi.StatusConflict
+		return abi.StatusConflict, nil
 	}
-	return s.setLocked(key, value, ttl, now)
+	return s.setLocked(key, value, ttl, now), nil
 }
 
-func (s *memStore) Delete(key []byte) {
+func (s *memStore) Delete(_ context.Context, key []byte) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if e, ok := s.m[string(key)]; ok {
 		s.remove(string(key), e)
 	}
+	return nil
 }
 
-func (s *memStore) SetMaxBytes(n int64) {
+func (s *memStore) SetMaxBytes(n int64) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.max = n
+	return nil
 }
 
+// Bytes is what the store holds, as counted against its bound.
 func (s *memStore) Bytes() int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -226,8 +231,10 @@ func (ks *kvStores) acquire(name string, maxBytes int64) (KVStore, error) {
 	ks.mu.Lock()
 	defer ks.mu.Unlock()
 	if r := ks.open[name]; r != nil {
+		if err := r.store.SetMaxBytes(maxBytes); err != nil { // the newest load's
+			return nil, fmt.Errorf("kv_max_bytes: %w", err)
+		}
 		r.refs++
-		r.store.SetMaxBytes(maxBytes) // the newest load's
 		return r.store, nil
 	}
 	store, closeFn, err := ks.backend.Open(name, maxBytes)
@@ -287,6 +294,20 @@ func (inst *instance) kvWriteStatus(n, v uint32, ttlMS int64) (time.Duration, in
 	return ttl, abi.StatusOK
 }
 
+// kvError traps a call whose store could not be reached: the call fails, as its failure
+// policy says, rather than read a value as absent or report a write as refused that may yet
+// have been made.
+type kvError struct {
+	fn  string
+	err error
+}
+
+func (e kvError) Error() string {
+	return "tinybroker ABI: " + e.fn + ": the plugin's store: " + e.err.Error()
+}
+
+func (e kvError) Unwrap() error { return e.err }
+
 // The host functions of the store. A write takes effect at once, whatever becomes of the
 // call (docs/ABI.md, "State").
 type (
@@ -303,7 +324,10 @@ func (*hostKVGet) Call(ctx context.Context, s []uint64) {
 		putI32(s, -1)
 		return
 	}
-	v, ok := inst.kv.Get(inst.read(u32(s[0]), n))
+	v, ok, err := inst.kv.Get(ctx, inst.read(u32(s[0]), n))
+	if err != nil {
+		panic(kvError{"v1_kv_get", err})
+	}
 	if !ok {
 		putI32(s, -1)
 		return
@@ -315,7 +339,10 @@ func (*hostKVSet) Call(ctx context.Context, s []uint64) {
 	inst := enter(ctx)
 	ttl, rc := inst.kvWriteStatus(u32(s[1]), u32(s[3]), int64(s[4])) // first: a length over the limit is refused, not trapped
 	if rc == abi.StatusOK {
-		rc = inst.kv.Set(inst.read(u32(s[0]), u32(s[1])), inst.read(u32(s[2]), u32(s[3])), ttl)
+		var err error
+		if rc, err = inst.kv.Set(ctx, inst.read(u32(s[0]), u32(s[1])), inst.read(u32(s[2]), u32(s[3])), ttl); err != nil {
+			panic(kvError{"v1_kv_set", err})
+		}
 	}
 	putI32(s, rc)
 }
@@ -326,7 +353,10 @@ func (*hostKVCas) Call(ctx context.Context, s []uint64) {
 	if rc == abi.StatusOK {
 		key := inst.read(u32(s[0]), u32(s[1]))
 		old := inst.read(u32(s[2]), u32(s[3]))
-		rc = inst.kv.CompareAndSet(key, old, inst.read(u32(s[4]), u32(s[5])), ttl)
+		var err error
+		if rc, err = inst.kv.CompareAndSet(ctx, key, old, inst.read(u32(s[4]), u32(s[5])), ttl); err != nil {
+			panic(kvError{"v1_kv_cas", err})
+		}
 	}
 	putI32(s, rc)
 }
@@ -336,7 +366,9 @@ func (*hostKVDelete) Call(ctx context.Context, s []uint64) {
 	n := u32(s[1])
 	rc := kvKeyStatus(n)
 	if rc == abi.StatusOK {
-		inst.kv.Delete(inst.read(u32(s[0]), n))
+		if err := inst.kv.Delete(ctx, inst.read(u32(s[0]), n)); err != nil {
+			panic(kvError{"v1_kv_delete", err})
+		}
 	}
 	putI32(s, rc)
 }

@@ -3,6 +3,7 @@ package plugins
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"runtime"
 	"strconv"
 	"strings"
@@ -10,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/go-hclog"
 
 	"github.com/tinybroker/tinybroker/broker"
 	"github.com/tinybroker/tinybroker/internal/abi"
@@ -25,7 +28,10 @@ func kvNumber(t *testing.T, h *Host, name, key string) uint64 {
 	if r == nil {
 		t.Fatalf("plugin %q has no store open", name)
 	}
-	v, ok := r.store.Get([]byte(key))
+	v, ok, err := r.store.Get(context.Background(), []byte(key))
+	if err != nil {
+		t.Fatal(err)
+	}
 	if !ok {
 		return 0
 	}
@@ -198,7 +204,7 @@ func TestKVBounds(t *testing.T) {
 	if got := status("k.z", 2049); got != "2" {
 		t.Errorf("a value over kv_max_value_bytes: status %q, want 2 (ERR_TOO_LARGE)", got)
 	}
-	if n := full.all[0].kv.Bytes(); n > maxBytes {
+	if n := full.all[0].kv.(*memStore).Bytes(); n > maxBytes {
 		t.Errorf("the store holds %d bytes, over its bound of %d", n, maxBytes)
 	}
 	// The other plugin's store, with the default bound, still takes what the full one refused.
@@ -222,62 +228,121 @@ func TestKVBoundsChecked(t *testing.T) {
 	}
 }
 
-// The store's semantics, below the ABI: TTL, compare-and-set, delete, the bound.
-func TestMemoryStore(t *testing.T) {
-	st, closeFn, err := NewMemoryKV().Open("p", 1000)
-	if err != nil {
-		t.Fatal(err)
+// storeSemantics checks what every KVStore does, whatever keeps it (st is empty, bounded to
+// at least 1,000 bytes): compare-and-set, get, delete, and an entry that reads as absent once
+// its TTL has passed and may be created again.
+func storeSemantics(t *testing.T, st KVStore) {
+	t.Helper()
+	ctx := context.Background()
+	rc := func(rc int32, err error) int32 {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rc
 	}
-	defer closeFn()
+	get := func(k string) ([]byte, bool) {
+		t.Helper()
+		v, ok, err := st.Get(ctx, []byte(k))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v, ok
+	}
 	k := []byte("k")
-	if rc := st.CompareAndSet(k, []byte("x"), []byte("1"), 0); rc != abi.StatusConflict {
+	if rc := rc(st.CompareAndSet(ctx, k, []byte("x"), []byte("1"), 0)); rc != abi.StatusConflict {
 		t.Errorf("cas on an absent key with an old value: %d, want ERR_CONFLICT", rc)
 	}
-	if rc := st.CompareAndSet(k, nil, []byte("1"), 0); rc != abi.StatusOK {
+	if rc := rc(st.CompareAndSet(ctx, k, nil, []byte("1"), 0)); rc != abi.StatusOK {
 		t.Errorf("cas creating the key: %d", rc)
 	}
-	if rc := st.CompareAndSet(k, nil, []byte("2"), 0); rc != abi.StatusConflict {
+	if rc := rc(st.CompareAndSet(ctx, k, nil, []byte("2"), 0)); rc != abi.StatusConflict {
 		t.Errorf("cas with empty old on a present key: %d, want ERR_CONFLICT", rc)
 	}
-	if rc := st.CompareAndSet(k, []byte("1"), []byte("2"), 0); rc != abi.StatusOK {
+	if rc := rc(st.CompareAndSet(ctx, k, []byte("1"), []byte("2"), 0)); rc != abi.StatusOK {
 		t.Errorf("cas 1 -> 2: %d", rc)
 	}
-	if v, ok := st.Get(k); !ok || string(v) != "2" {
+	if rc := rc(st.CompareAndSet(ctx, k, []byte("1"), []byte("3"), 0)); rc != abi.StatusConflict {
+		t.Errorf("cas from a value no longer current: %d, want ERR_CONFLICT", rc)
+	}
+	if v, ok := get("k"); !ok || string(v) != "2" {
 		t.Errorf("get %q %v, want 2", v, ok)
 	}
-	st.Delete(k)
-	if _, ok := st.Get(k); ok || st.Bytes() != 0 {
-		t.Errorf("after delete: present %v, %d bytes held", ok, st.Bytes())
+	if err := st.Delete(ctx, k); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := get("k"); ok {
+		t.Error("present after delete")
+	}
+	if rc := rc(st.CompareAndSet(ctx, k, nil, []byte("4"), 0)); rc != abi.StatusOK {
+		t.Errorf("cas creating a deleted key again: %d", rc)
+	}
+	// Any bytes make a key, and an empty value is a value.
+	odd := []byte{0, '.', '*', '>', ' ', 0xff, '/'}
+	if rc := rc(st.Set(ctx, odd, nil, 0)); rc != abi.StatusOK {
+		t.Errorf("set of key %q: %d", odd, rc)
+	}
+	if v, ok := get(string(odd)); !ok || len(v) != 0 {
+		t.Errorf("key %q: %q %v, want an empty value", odd, v, ok)
 	}
 
-	// An expired entry reads as absent, may be created again, and frees its bytes.
-	if rc := st.Set([]byte("ttl"), []byte("v"), time.Millisecond); rc != abi.StatusOK {
+	// An expired entry reads as absent at once, and may be created again. (The JetStream
+	// store's NATS removes it only after a whole second.)
+	if rc := rc(st.Set(ctx, []byte("ttl"), []byte("v"), 50*time.Millisecond)); rc != abi.StatusOK {
 		t.Fatalf("set with ttl: %d", rc)
 	}
-	if _, ok := st.Get([]byte("ttl")); !ok {
-		t.Error("an entry is gone before its ttl")
+	time.Sleep(100 * time.Millisecond) // the clock is what the test waits for
+	if _, ok := get("ttl"); ok {
+		t.Error("an entry read 100ms after it was written with a ttl of 50ms")
+	}
+	if rc := rc(st.CompareAndSet(ctx, []byte("ttl"), nil, []byte("again"), 0)); rc != abi.StatusOK {
+		t.Errorf("cas creating an expired key again: %d", rc)
+	}
+}
+
+// The memory store's semantics, below the ABI, and its bound: TTL frees bytes, writes past
+// the bound are refused.
+func TestMemoryStore(t *testing.T) {
+	open := func() *memStore {
+		st, closeFn, err := NewMemoryKV().Open("p", 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(closeFn)
+		return st.(*memStore)
+	}
+	storeSemantics(t, open())
+
+	ctx := context.Background()
+	st := open()
+	set := func(k string, v []byte, ttl time.Duration) int32 {
+		rc, _ := st.Set(ctx, []byte(k), v, ttl) // the memory store returns no error
+		return rc
+	}
+	if rc := set("ttl", []byte("v"), time.Millisecond); rc != abi.StatusOK {
+		t.Fatalf("set with ttl: %d", rc)
 	}
 	time.Sleep(5 * time.Millisecond)
-	if _, ok := st.Get([]byte("ttl")); ok {
+	if _, ok, _ := st.Get(ctx, []byte("ttl")); ok {
 		t.Error("an expired entry is returned")
 	}
 	if st.Bytes() != 0 {
 		t.Errorf("%d bytes held after the only entry expired", st.Bytes())
 	}
-	if n := st.(*memStore).expiring; n != 0 {
-		t.Errorf("%d entries counted as expiring in an empty store", n)
+	if st.expiring != 0 {
+		t.Errorf("%d entries counted as expiring in an empty store", st.expiring)
 	}
 
 	// The bound counts expired entries only until a write needs their room.
 	big := make([]byte, 1000-kvEntryOverhead-2)
-	if rc := st.Set([]byte("b1"), big, time.Millisecond); rc != abi.StatusOK {
+	if rc := set("b1", big, time.Millisecond); rc != abi.StatusOK {
 		t.Fatalf("set filling the store: %d", rc)
 	}
-	if rc := st.Set([]byte("b2"), []byte("v"), 0); rc != abi.StatusLimit {
+	if rc := set("b2", []byte("v"), 0); rc != abi.StatusLimit {
 		t.Errorf("set past the bound: %d, want ERR_LIMIT", rc)
 	}
 	time.Sleep(5 * time.Millisecond)
-	if rc := st.Set([]byte("b2"), []byte("v"), 0); rc != abi.StatusOK {
+	if rc := set("b2", []byte("v"), 0); rc != abi.StatusOK {
 		t.Errorf("set once the entry filling the store expired: %d, want OK", rc)
 	}
 }
@@ -311,19 +376,67 @@ func TestKVStatuses(t *testing.T) {
 func BenchmarkMemoryStore(b *testing.B) {
 	st, closeFn, _ := NewMemoryKV().Open("p", DefaultKVMaxBytes)
 	defer closeFn()
-	key, val := []byte("count"), []byte("12345678")
-	st.Set(key, val, 0)
+	ctx, key, val := context.Background(), []byte("count"), []byte("12345678")
+	st.Set(ctx, key, val, 0)
 	b.Run("get", func(b *testing.B) {
 		for b.Loop() {
-			st.Get(key)
+			st.Get(ctx, key)
 		}
 	})
 	b.Run("cas-contended", func(b *testing.B) {
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
-				v, _ := st.Get(key)
-				st.CompareAndSet(key, v, val, 0)
+				v, _, _ := st.Get(ctx, key)
+				st.CompareAndSet(ctx, key, v, val, 0)
 			}
 		})
 	})
+}
+
+// failingKV's stores fail every call once down is set, as a store in NATS does without a
+// quorum.
+type failingKV struct{ down *atomic.Bool }
+
+func (f failingKV) Open(string, int64) (KVStore, func(), error) {
+	return failingStore{memStore: &memStore{max: DefaultKVMaxBytes, m: map[string]*kvEntry{}}, down: f.down}, func() {}, nil
+}
+
+type failingStore struct {
+	*memStore
+	down *atomic.Bool
+}
+
+var errStoreDown = errors.New("no quorum")
+
+func (f failingStore) Get(ctx context.Context, key []byte) ([]byte, bool, error) {
+	if f.down.Load() {
+		return nil, false, errStoreDown
+	}
+	return f.memStore.Get(ctx, key)
+}
+
+// A store that cannot be reached fails the plugin's call, naming why: a read does not pass
+// it off as an absent key (the counter would start again from 1).
+func TestKVStoreErrorFailsTheCall(t *testing.T) {
+	var down atomic.Bool
+	var logs brokertest.Log
+	h, err := NewHost(HostOptions{KV: failingKV{&down}, Logger: hclog.New(&hclog.LoggerOptions{Output: &logs})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close(context.Background()) })
+	c := load(t, h, Spec{Name: "counter", Wasm: fixture(t, "kvcount")})
+	acks(c, 1, 1)
+	down.Store(true)
+	acks(c, 1, 1)
+	if st := c.Stats()[0]; st.Calls != 2 || st.Failures != 1 {
+		t.Errorf("%d calls, %d failed; want 2 and 1 (the call with the store down)", st.Calls, st.Failures)
+	}
+	if !strings.Contains(logs.String(), "v1_kv_get: the plugin's store: no quorum") {
+		t.Errorf("log: %s\nwant the call's failure naming the store's error", logs.String())
+	}
+	down.Store(false)
+	if got := kvNumber(t, h, "counter", "count"); got != 1 {
+		t.Errorf("count %d, want 1: the failed call wrote nothing", got)
+	}
 }

@@ -61,8 +61,8 @@ type Options struct {
 	// store, goes on. 0: JetStream's own limits only (the server's max_file_store or
 	// max_memory_store, by default most of the disk or of the memory).
 	MaxBytes int64
-	// DeleteStreamOnShutdown removes the stream and its consumers when the engine stops
-	// (tests, on a shared server).
+	// DeleteStreamOnShutdown removes the stream and its consumers, and the plugins' stores,
+	// when the engine stops (tests, on a shared server).
 	DeleteStreamOnShutdown bool
 
 	// RequestTimeout bounds each call to JetStream: a publish's store, a consumer's
@@ -481,6 +481,11 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 			_ = e.js.DeleteStream(c, e.opts.Stream+"_DLQ")
 			_ = e.js.DeleteStream(c, e.opts.Stream+"_DELAYED")
 			if own, err := e.groupStreams(c); err == nil {
+				for _, name := range own {
+					_ = e.js.DeleteStream(c, name)
+				}
+			}
+			if own, err := e.streamsNamed(c, "KV_"+e.opts.Stream+pluginStoreInfix); err == nil { // the plugins' stores
 				for _, name := range own {
 					_ = e.js.DeleteStream(c, name)
 				}

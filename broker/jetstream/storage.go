@@ -117,10 +117,15 @@ func (e *Engine) consumerByName(ctx context.Context, name string) (jetstream.Con
 
 // groupStreams lists the engine's group streams.
 func (e *Engine) groupStreams(ctx context.Context) ([]string, error) {
+	return e.streamsNamed(ctx, e.opts.Stream+"_G_")
+}
+
+// streamsNamed lists the streams whose names start with prefix.
+func (e *Engine) streamsNamed(ctx context.Context, prefix string) ([]string, error) {
 	var out []string
 	l := e.js.StreamNames(ctx)
 	for name := range l.Name() {
-		if strings.HasPrefix(name, e.opts.Stream+"_G_") {
+		if strings.HasPrefix(name, prefix) {
 			out = append(out, name)
 		}
 	}

@@ -53,7 +53,7 @@ func newPluginManager(cfg config.Config, b broker.Engine, log hclog.Logger) (*pl
 	dir := pluginCacheDir(cfg)
 	host, err := plugins.NewHost(plugins.HostOptions{CacheDir: dir, Logger: log,
 		MaxMessageBytes: cfg.Broker.MaxMessageBytes, MaxHeaderBytes: cfg.Broker.MaxHeaderBytes, MaxHeaders: cfg.Broker.MaxHeaders,
-		MaxPluginBytes: int64(cfg.Limits.MaxPluginBytes)})
+		MaxPluginBytes: int64(cfg.Limits.MaxPluginBytes), KV: pluginKV(b)})
 	if err != nil {
 		return nil, err
 	}
