@@ -8,7 +8,8 @@
 # Each figure is the median of REPS (3) repetitions after one warm-up; a line per median:
 #   client=python workload=W1 delivered_msgs_per_s=... redelivered=0 client_cpu_pct=...
 # client_cpu_pct is the client process's CPU time over the run, % of one core: near 100 for a
-# client bound to one core (Python's GIL, Node's event loop), the broker is not the limit then.
+# client bound to one core (Python's GIL, Node's event loop), the broker is not the limit then;
+# server_cpu_pct is the broker's over the repetitions (the gaps between them included).
 set -euo pipefail
 cd "$(dirname "$0")"
 N=${N:-50000}
@@ -34,6 +35,9 @@ start_server() {
   exit 1
 }
 
+# srv_ticks is the broker's CPU time so far, in clock ticks (user and system).
+srv_ticks() { awk '{print $14 + $15}' "/proc/$srv_pid/stat"; }
+
 client_cmd() {
   case "$1" in
     go) echo "bin/goclient" ;;
@@ -51,14 +55,19 @@ for c in $CLIENTS; do
     cmd=$(client_cmd "$c")
     echo "== $c $w N=$N against $srv_addr" >&2
     $cmd "$w" "$srv_addr" "$N" >/dev/null # warm-up
+    t0=$(date +%s.%N); c0=$(srv_ticks)
     for _ in $(seq "$REPS"); do $cmd "$w" "$srv_addr" "$N"; done >"$tmpdir/reps"
+    t1=$(date +%s.%N); c1=$(srv_ticks)
     cat "$tmpdir/reps" >&2
-    python3 - "$tmpdir/reps" <<'PY'
+    python3 - "$tmpdir/reps" "$t0" "$t1" "$c0" "$c1" "$(getconf CLK_TCK)" <<'PY'
 import json, statistics, sys
 reps = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+t0, t1, c0, c1, hz = (float(x) for x in sys.argv[2:7])
+server = round(100 * (c1 - c0) / hz / (t1 - t0))
 fig = next(k for k in reps[0] if k.endswith("_per_s"))
 print(f"client={reps[0]['client']} workload={reps[0]['workload']} {fig}={int(statistics.median(r[fig] for r in reps))} "
       f"redelivered={sum(r['redelivered'] for r in reps)} client_cpu_pct={int(statistics.median(r['client_cpu_pct'] for r in reps))} "
+      f"server_cpu_pct={server} "
       f"reps={len(reps)}")
 PY
     kill -TERM "$srv_pid"; wait "$srv_pid" 2>/dev/null || true; srv_pid=""
