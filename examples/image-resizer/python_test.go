@@ -1,14 +1,11 @@
 package main
 
 import (
-	"fmt"
-	"os"
 	"os/exec"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/tinybroker/tinybroker/internal/testing/pytest"
 	"github.com/tinybroker/tinybroker/internal/testing/servertest"
 )
 
@@ -17,24 +14,9 @@ import (
 // Debian's python3 with python3-grpcio and python3-protobuf; skipped without them, except
 // under CI.
 func TestPythonResizesEveryJobOnce(t *testing.T) {
-	py := os.Getenv("TB_PYTHON")
-	if py == "" {
-		py = "/usr/bin/python3"
-	}
-	if out, err := exec.Command(py, "-c", "import grpc, google.protobuf").CombinedOutput(); err != nil {
-		msg := fmt.Sprintf("%s cannot import grpc and google.protobuf (%v: %s); apt-get install python3-grpcio python3-protobuf", py, err, strings.TrimSpace(string(out)))
-		if ci, _ := strconv.ParseBool(os.Getenv("CI")); ci {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	sdk, err := filepath.Abs("../../sdk/python")
-	if err != nil {
-		t.Fatal(err)
-	}
 	b := servertest.Start(t, servertest.Options{})
-	cmd := exec.Command(py, "resizer.py", b.Addr)
-	cmd.Env = append(os.Environ(), "PYTHONPATH="+sdk)
+	cmd := exec.Command(pytest.Interpreter(t), "resizer.py", b.Addr)
+	cmd.Env = pytest.Env()
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("resizer.py: %v\n%s", err, out)

@@ -11,13 +11,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
+	"github.com/tinybroker/tinybroker/internal/testing/pytest"
 	"github.com/tinybroker/tinybroker/internal/testing/servertest"
 )
 
@@ -137,26 +137,10 @@ func goBinary(t *testing.T, name string) string {
 	return bin
 }
 
-// pythonCmd runs a program with Debian's python3 (or TB_PYTHON) and sdk/python on its path;
-// skipped if it lacks python3-grpcio and python3-protobuf, except under CI.
+// pythonCmd runs a program with the Python client (pytest).
 func pythonCmd(t *testing.T, file string) *exec.Cmd {
 	t.Helper()
-	py := os.Getenv("TB_PYTHON")
-	if py == "" {
-		py = "/usr/bin/python3"
-	}
-	if out, err := exec.Command(py, "-c", "import grpc, google.protobuf").CombinedOutput(); err != nil {
-		msg := fmt.Sprintf("%s cannot import grpc and google.protobuf (%v: %s); apt-get install python3-grpcio python3-protobuf", py, err, strings.TrimSpace(string(out)))
-		if ci, _ := strconv.ParseBool(os.Getenv("CI")); ci {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	sdk, err := filepath.Abs("../../sdk/python")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(py, file)
-	cmd.Env = []string{"PYTHONPATH=" + sdk, "PYTHONUNBUFFERED=1"}
+	cmd := exec.Command(pytest.Interpreter(t), file)
+	cmd.Env = pytest.Env()
 	return cmd
 }

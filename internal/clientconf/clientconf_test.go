@@ -22,6 +22,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/tinybroker/tinybroker/internal/testing/brokertest"
+	"github.com/tinybroker/tinybroker/internal/testing/pytest"
 	"github.com/tinybroker/tinybroker/internal/testing/servertest"
 	"github.com/tinybroker/tinybroker/internal/testing/testcerts"
 	"github.com/tinybroker/tinybroker/server"
@@ -538,34 +539,10 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// python is the interpreter with Debian's python3-grpcio and python3-protobuf: /usr/bin/python3,
-// where Debian installs them (a python3 first on PATH, a pyenv's say, may lack them), unless
-// TB_PYTHON names another.
-func python(t *testing.T) string {
-	t.Helper()
-	py := os.Getenv("TB_PYTHON")
-	if py == "" {
-		py = "/usr/bin/python3"
-	}
-	out, err := exec.Command(py, "-c", "import grpc, google.protobuf").CombinedOutput()
-	if err != nil {
-		msg := fmt.Sprintf("%s cannot import grpc and google.protobuf (%v: %s); apt-get install python3-grpcio python3-protobuf", py, err, strings.TrimSpace(string(out)))
-		if ci, _ := strconv.ParseBool(os.Getenv("CI")); ci {
-			t.Fatalf("%s; under CI every client must run (.ci/run installs them)", msg)
-		}
-		t.Skip(msg)
-	}
-	return py
-}
-
 func startPython(t *testing.T, addr string, env ...string) *driver {
 	t.Helper()
-	cmd := exec.Command(python(t), "pyclient.py", addr)
-	sdk, err := filepath.Abs("../../sdk/python")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Env = append(append(os.Environ(), "PYTHONPATH="+sdk, "PYTHONUNBUFFERED=1"), env...)
+	cmd := exec.Command(pytest.Interpreter(t), "pyclient.py", addr)
+	cmd.Env = append(pytest.Env(), env...)
 	return startDriver(t, cmd)
 }
 
@@ -619,7 +596,7 @@ func startTS(t *testing.T, addr string, env ...string) *driver {
 // TestPythonTypes holds the Python client to its type hints (it ships py.typed): mypy --strict,
 // configured by sdk/python/mypy.ini. Debian's mypy; skipped without it, except under CI.
 func TestPythonTypes(t *testing.T) {
-	py := python(t)
+	py := pytest.Interpreter(t)
 	if err := exec.Command(py, "-m", "mypy", "--version").Run(); err != nil {
 		msg := fmt.Sprintf("%s -m mypy: %v; apt-get install mypy", py, err)
 		if ci, _ := strconv.ParseBool(os.Getenv("CI")); ci {

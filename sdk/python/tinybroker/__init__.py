@@ -9,8 +9,8 @@ pool of threads that acks what it handled, nacks what failed and re-opens broken
         ...
 """
 
-from tinybroker._client import Client, PublishResult, new_message_id
-from tinybroker._common import BrokerError, ClosedError
+from tinybroker._client import Client, PublishResult
+from tinybroker._common import BrokerError, ClosedError, new_message_id
 from tinybroker._publisher import Publisher
 from tinybroker._subscription import AlreadySettledError, Handler, Message, Subscription
 

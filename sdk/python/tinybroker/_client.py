@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import base64
 import dataclasses
-import os
 import threading
 import time
 from typing import Any, Callable, Mapping, Optional, Sequence, TypeVar, Union, cast
 
 import grpc
-from tinybroker._common import BrokerError, ClosedError, duration
+from tinybroker._common import BrokerError, ClosedError, publish_request
 from tinybroker._publisher import Publisher
 from tinybroker._subscription import Handler, Subscription
 from tinybroker.v1 import broker_pb2, broker_pb2_grpc
@@ -35,11 +33,6 @@ class PublishResult:
     duplicate: bool = False
     """The broker had the message already (its message id, within the dedupe window): nothing
     was published again; the rest is the first publish's result."""
-
-
-def new_message_id() -> str:
-    """A random message id: 16 bytes in unpadded base64url, as the Go client's."""
-    return base64.urlsafe_b64encode(os.urandom(16)).rstrip(b"=").decode()
 
 
 class Client:
@@ -164,11 +157,7 @@ class Client:
         retry found it published). ``key`` is the ordering and fairness key, ``ttl`` seconds
         until it expires, ``priority`` 0 to 9. Raises BrokerError.
         """
-        req = broker_pb2.PublishRequest(
-            topic=topic, payload=payload, headers=dict(headers or {}),
-            message_id=message_id or new_message_id(), key=key or "", priority=max(priority or 0, 0))
-        if ttl is not None:
-            req.ttl.CopyFrom(duration(ttl))
+        req = publish_request(topic, payload, headers, key, message_id, ttl, priority)
         def call(stub: broker_pb2_grpc.BrokerStub) -> broker_pb2.PublishResponse:
             return cast(broker_pb2.PublishResponse, stub.Publish(req, timeout=timeout, metadata=self._metadata))
 

@@ -9,7 +9,7 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING, Iterator, Mapping, Optional
 
 import grpc
-from tinybroker._common import BrokerError, ClosedError, duration
+from tinybroker._common import BrokerError, ClosedError, publish_request
 from tinybroker.v1 import broker_pb2
 
 if TYPE_CHECKING:
@@ -68,13 +68,7 @@ class Publisher:
     ) -> "Future[PublishResult]":
         """Queues one message (the arguments are Client.publish's) and returns its Future.
         Raises ClosedError after close, or the BrokerError that failed the publisher."""
-        from tinybroker._client import new_message_id  # the client module imports this one
-
-        req = broker_pb2.PublishRequest(
-            topic=topic, payload=payload, headers=dict(headers or {}),
-            message_id=message_id or new_message_id(), key=key or "", priority=max(priority or 0, 0))
-        if ttl is not None:
-            req.ttl.CopyFrom(duration(ttl))
+        req = publish_request(topic, payload, headers, key, message_id, ttl, priority)
         self._slots.acquire()
         fut: Future[PublishResult] = Future()
         with self._cv:
