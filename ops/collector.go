@@ -114,6 +114,7 @@ var (
 	dPFailures   = desc("plugin_failures_total", "Failed calls of a plugin's hook, by kind: timeout, memory_limit, malformed_verdict, no_instance, trap.", "plugin", "hook", "kind")
 	dPSkipped    = desc("plugin_skipped_calls_total", "Calls not made because the plugin's circuit breaker was open (its failure policy applied).", "plugin")
 	dPTicks      = desc("plugin_skipped_ticks_total", "Ticks of a plugin's on_tick not run because the tick before was still running at their time.", "plugin")
+	dPLogDropped = desc("plugin_log_dropped_total", "Lines a plugin with a log_topic logged that were not published there: over its log_topic_rate, or with the queue full.", "plugin")
 	dPBreaker    = desc("plugin_breaker_open", "1 while the plugin's circuit breaker is open.", "plugin")
 	dPInstances  = desc("plugin_instances", "Instances of the plugin alive (idle, busy or being created).", "plugin")
 	dPLatency    = desc("plugin_call_duration_seconds", "Duration of a sample of a hook's calls: the first and one in 64 after it.", "plugin", "hook")
@@ -130,7 +131,7 @@ var allDescs = []*prometheus.Desc{dPublished, dDelivered, dAcked, dRedelivered, 
 	dGMembers, dGHeld, dGOldest, dGPaused, dGStuck, dGUnacked, dGBreaker, dGPublished, dGDelivered, dGAcked, dGRedeliv, dGTakenBack, dGDead, dGDropped,
 	dGExpired, dGRejected, dGDLKept, dGDLKeptBytes, dGDLDiscarded, dGDelivLat, dGAckLat, dGKeys, dGKeyHeld, dLabelled,
 	dOldGBytes, dOldGDelivered, dOldGAcked, dOldGRedeliv, dOldGTakenBack, dOldGDead, dOldGDropped, dOldGRejected, dOldGroupSeries,
-	dPCalls, dPFailures, dPSkipped, dPTicks, dPBreaker, dPInstances, dPLatency, dPInfo, dPCandCalls, dPCandFails, dPCandDiffs, dPCandRolled}
+	dPCalls, dPFailures, dPSkipped, dPTicks, dPLogDropped, dPBreaker, dPInstances, dPLatency, dPInfo, dPCandCalls, dPCandFails, dPCandDiffs, dPCandRolled}
 
 // deprecated describes the old name of the metric now named renamed.
 func deprecated(old, renamed string, labels ...string) *prometheus.Desc {
@@ -227,6 +228,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(dPBreaker, b2f(p.BreakerOpen), p.Name)
 		gauge(dPInstances, float64(p.Instances), p.Name)
 		gauge(dPInfo, 1, p.Name, p.Hash, "current")
+		if p.LogTopic != "" {
+			counter(dPLogDropped, p.LogDropped, p.Name)
+		}
 		if cd := p.Candidate; cd != nil {
 			mode := cd.Mode.String()
 			gauge(dPInfo, 1, p.Name, cd.Hash, mode)

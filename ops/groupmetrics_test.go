@@ -174,12 +174,13 @@ func TestMetricsLint(t *testing.T) {
 }
 
 // richStack is a broker whose /metrics has every family of tinybroker's: a plugin, one
-// with ticks (which never come in the test's time), and a consumer group.
+// with ticks (which never come in the test's time) and a log_topic, and a consumer group.
 func richStack(t *testing.T) *stack {
 	t.Helper()
 	s := start(t, stackOptions{plugins: []plugins.Spec{{Name: "pass", Wasm: wasm(t, "pass"),
 		Candidate: &plugins.Candidate{Mode: plugins.Shadow, Wasm: wasm(t, "v2payload")}},
-		{Name: "tick", Wasm: wasm(t, "tick"), Hooks: []string{plugins.HookTick}, TickInterval: time.Hour}}})
+		{Name: "tick", Wasm: wasm(t, "tick"), Hooks: []string{plugins.HookTick}, TickInterval: time.Hour,
+			LogTopic: "logs.tick"}}})
 	if err := s.b.Declare(broker.GroupConfig{Name: "g", Patterns: []string{"g"}}); err != nil {
 		t.Fatal(err)
 	}

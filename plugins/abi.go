@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"unsafe"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 
@@ -473,24 +474,16 @@ func (*hostLog) Call(ctx context.Context, s []uint64) {
 	inst := enter(ctx)
 	b := inst.read(u32(s[1]), u32(s[2])) // bounds-checked even when the level is off
 	log := inst.p.log
+	level := hclog.Error // and any level past 4
 	switch lvl := int32(u32(s[0])); {
-	case lvl == 0:
-		if log.IsTrace() {
-			log.Trace(string(b))
-		}
-	case lvl == 1:
-		if log.IsDebug() {
-			log.Debug(string(b))
-		}
-	case lvl == 2:
-		if log.IsInfo() {
-			log.Info(string(b))
-		}
-	case lvl == 3:
-		log.Warn(string(b))
-	default:
-		log.Error(string(b))
+	case lvl == 0 && !log.IsTrace(), lvl == 1 && !log.IsDebug(), lvl == 2 && !log.IsInfo():
+		return // a level the broker's log leaves out: the log topic does too
+	case lvl >= 0 && lvl <= 3:
+		level = hclog.Level(lvl + 1) // hclog's levels start at Trace = 1
 	}
+	line := string(b)
+	log.Log(level, line)
+	inst.p.logToTopic(level, line)
 }
 
 func (*hostNow) Call(ctx context.Context, s []uint64) {

@@ -25,7 +25,8 @@ type Chain struct {
 	ack       []*plugin
 	redeliver []*plugin
 	tick      []*plugin
-	ticking   ticking // the on_tick loops (tick.go)
+	ticking   ticking    // the on_tick loops (tick.go)
+	logs      *logTopics // the lines for log topics; nil: no plugin has one (logtopic.go)
 }
 
 var _ broker.Hooks = (*Chain)(nil)
@@ -44,11 +45,23 @@ func (c *Chain) add(p *plugin) {
 	if p.has[abi.HookTick] {
 		c.tick = append(c.tick, p)
 	}
+	if p.spec.LogTopic != "" {
+		if c.logs == nil {
+			c.logs = &logTopics{lines: make(chan broker.Draft, logQueueLen)}
+		}
+		p.logs = c.logs
+		if p.cand != nil {
+			p.cand.p.logs = c.logs
+		}
+	}
 }
 
 // Close unloads every plugin, waiting until ctx is done for calls in progress to finish.
 func (c *Chain) Close(ctx context.Context) error {
-	c.ticking.stop() // no tick starts from now on
+	c.ticking.stop() // no tick starts from now on, and no log line is published
+	if c.logs != nil {
+		c.logs.open.Store(false)
+	}
 	c.ticking.waitUntil(ctx)
 	var errs []error
 	for _, p := range c.all {
@@ -76,9 +89,14 @@ type PluginStats struct {
 	// TicksSkipped counts the ticks not run because the one before was still running at
 	// their time (tick.go); ticks skipped while the breaker was open are in Skipped.
 	TicksSkipped uint64
-	BreakerOpen  bool
-	Hash         string          // the module's content hash (Spec.Hash)
-	Candidate    *CandidateStats // a second version run beside it, if any (candidate.go)
+	// LogDropped counts the lines the plugin (and its candidate) logged that were not
+	// published to its log_topic: over its log_topic_rate, or with the queue full
+	// (logtopic.go).
+	LogDropped  uint64
+	LogTopic    string // Spec.LogTopic: "" if none
+	BreakerOpen bool
+	Hash        string          // the module's content hash (Spec.Hash)
+	Candidate   *CandidateStats // a second version run beside it, if any (candidate.go)
 }
 
 // Stats reports every plugin's counters, in chain order.
@@ -92,9 +110,10 @@ func (c *Chain) Stats() []PluginStats {
 		}
 		ps := PluginStats{Name: p.spec.Name, Calls: calls, Failures: p.failures.Load(), Batched: p.batched.Load(),
 			Skipped: p.skipped.Load(), HostCalls: p.hostCalls.Load(), BreakerOpen: p.openUntil.Load() != 0, Hash: p.spec.Hash,
-			TicksSkipped: p.ticksSkipped.Load()}
+			TicksSkipped: p.ticksSkipped.Load(), LogDropped: p.logDropped.Load(), LogTopic: p.spec.LogTopic}
 		if p.cand != nil {
 			ps.Candidate = p.cand.stats()
+			ps.LogDropped += p.cand.p.logDropped.Load()
 		}
 		st = append(st, ps)
 	}

@@ -144,6 +144,12 @@ type plugin struct {
 	ticksSkipped atomic.Uint64 // ticks due while the one before still ran (tick.go)
 	metrics      callMetrics   // per hook, for Chain.Metrics (metrics.go)
 
+	// logs is its chain's queue of lines for log topics, with a log_topic (logtopic.go);
+	// logBucket bounds the lines it publishes, and logDropped counts those over the bound.
+	logs       *logTopics
+	logBucket  tokenBucket
+	logDropped atomic.Uint64
+
 	defined *definedMetrics // the host's, for this plugin's name (defined.go)
 
 	// base is the parent of every instance's context: cancelled when the plugin is closed,
@@ -415,7 +421,7 @@ func (p *plugin) newInstance(ctx context.Context) (*instance, error) {
 	inst.st.hook = abi.HookInit
 	mcfg := wazero.NewModuleConfig().WithName("").WithStartFunctions("_initialize").
 		WithSysWalltime().WithSysNanotime().WithRandSource(rand.Reader).
-		WithStderr(stderrLog{p.log}) // a Go guest's fatal errors ("out of memory") land here
+		WithStderr(stderrLog{p}) // a Go guest's fatal errors ("out of memory") land here
 	limit := uint64(p.spec.MemoryLimitBytes)
 	ictx := experimental.WithMemoryAllocator(inst.ictx, experimental.MemoryAllocatorFunc(func(_, _ uint64) experimental.LinearMemory {
 		inst.gmem = &guardedMemory{limit: limit}
@@ -835,12 +841,14 @@ func configText(cfg map[string]string) string {
 
 func nowNanos() int64 { return time.Now().UnixNano() }
 
-// stderrLog logs what a plugin writes to stderr, one entry per write.
-type stderrLog struct{ log hclog.Logger }
+// stderrLog logs what a plugin writes to stderr, one entry per write, and publishes it to
+// the plugin's log topic, if it has one, as a line at level warn.
+type stderrLog struct{ p *plugin }
 
 func (w stderrLog) Write(b []byte) (int, error) {
 	if msg := strings.TrimSpace(string(b)); msg != "" {
-		w.log.Warn("plugin stderr", "output", msg)
+		w.p.log.Warn("plugin stderr", "output", msg)
+		w.p.logToTopic(hclog.Warn, msg)
 	}
 	return len(b), nil
 }

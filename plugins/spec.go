@@ -70,6 +70,11 @@ type Spec struct {
 	// TickInterval is how often the broker calls the plugin's on_tick hook (tick.go), at
 	// least MinTickInterval; 0 (the default): never, even if the module exports it.
 	TickInterval time.Duration
+	// LogTopic, if set, is a topic to which every line the plugin logs is also published,
+	// with the headers plugin, hash and level (logtopic.go); at most LogTopicRate lines a
+	// second (DefaultLogTopicRate), the rest dropped and counted.
+	LogTopic     string
+	LogTopicRate int
 
 	// Hash is the module's content hash, "sha256:<hex>", computed by Load if empty; if not,
 	// a pin: Load refuses a module with another hash. Every log line and metric about the
@@ -91,6 +96,7 @@ func (s *Spec) setDefaults() {
 	def(&s.BreakerFailures, 5)
 	def(&s.KVMaxBytes, DefaultKVMaxBytes)
 	def(&s.KVMaxValueBytes, DefaultKVMaxValueBytes)
+	def(&s.LogTopicRate, DefaultLogTopicRate)
 	if s.CallTimeout == 0 {
 		s.CallTimeout = DefaultCallTimeout
 	}
@@ -136,6 +142,11 @@ func (s *Spec) validate() error {
 	for _, t := range s.EmitTopics {
 		if err := broker.Pattern(t).Validate(); err != nil {
 			return fmt.Errorf("plugin %q: emit_topics: %w", s.Name, err)
+		}
+	}
+	if s.LogTopic != "" {
+		if err := broker.ValidateTopic(s.LogTopic); err != nil {
+			return fmt.Errorf("plugin %q: log_topic: %w", s.Name, err)
 		}
 	}
 	if s.KVMaxValueBytes > 1<<30 {

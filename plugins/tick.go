@@ -47,6 +47,10 @@ func (c *Chain) Start(emit func([]broker.Draft)) {
 	}
 	t.started = true
 	t.done = make(chan struct{})
+	if c.logs != nil { // the lines for log topics: published from now on (logtopic.go)
+		c.logs.open.Store(true)
+		t.wg.Go(func() { c.logs.forward(t) })
+	}
 	if len(c.tick) == 0 {
 		return
 	}

@@ -36,12 +36,13 @@ func TestABIConfigExample(t *testing.T) {
 		Topics: []string{"orders.>"}, Groups: []string{"billing", "shipping"}, Hooks: []string{"on_publish"},
 		Config:           map[string]string{"allow": "acme,globex", "max": "3"},
 		MemoryLimitBytes: 64 << 20, PoolSize: 4, FailurePolicy: plugins.FailOpen, MaxEmits: 16,
-		BreakerFailures: 5, BreakerCooldown: 30 * time.Second, KVMaxBytes: plugins.DefaultKVMaxBytes, KVMaxValueBytes: plugins.DefaultKVMaxValueBytes}
+		BreakerFailures: 5, BreakerCooldown: 30 * time.Second, KVMaxBytes: plugins.DefaultKVMaxBytes, KVMaxValueBytes: plugins.DefaultKVMaxValueBytes,
+		LogTopicRate: plugins.DefaultLogTopicRate}
 	if p.Name != want.Name || p.Path != want.Path || !slices.Equal(p.Topics, want.Topics) || !slices.Equal(p.Groups, want.Groups) ||
 		!slices.Equal(p.Hooks, want.Hooks) || !maps.Equal(p.Config, want.Config) || p.MemoryLimitBytes != want.MemoryLimitBytes ||
 		p.PoolSize != want.PoolSize || p.CallTimeout != time.Second || p.FailurePolicy != want.FailurePolicy || p.MaxEmits != want.MaxEmits ||
 		p.BreakerFailures != want.BreakerFailures || p.BreakerCooldown != want.BreakerCooldown ||
-		p.KVMaxBytes != want.KVMaxBytes || p.KVMaxValueBytes != want.KVMaxValueBytes {
+		p.KVMaxBytes != want.KVMaxBytes || p.KVMaxValueBytes != want.KVMaxValueBytes || p.LogTopicRate != want.LogTopicRate {
 		t.Errorf("docs/ABI.md's plugin block parses as\n%+v\nwant\n%+v", p, want)
 	}
 }

@@ -134,6 +134,8 @@
 //	  kv_max_bytes       = 4194304      # its key-value store (docs/ABI.md, "State"): bytes held
 //	  kv_max_value_bytes = 65536        # and the largest value
 //	  tick_interval  = "1s"             # call on_tick this often (at least 10ms; default: never)
+//	  log_topic      = "logs.audit"     # also publish every line it logs there (default: none)
+//	  log_topic_rate = 100              # at most this many lines a second; the rest dropped
 //	}
 //
 // Errors name the file, line and column of the offending text.

@@ -52,6 +52,8 @@ var pluginSection = section{
 		positiveIntAttr("kv_max_value_bytes", func(c *Config) *int { return &lastPlugin(c).KVMaxValueBytes }),
 		hashAttr("hash", func(c *Config) *string { return &lastPlugin(c).Hash }),
 		durationAttr("tick_interval", func(c *Config) *time.Duration { return &lastPlugin(c).TickInterval }), // its minimum checked at load
+		stringAttr("log_topic", "a topic", func(c *Config) *string { return &lastPlugin(c).LogTopic }),       // checked at load
+		positiveIntAttr("log_topic_rate", func(c *Config) *int { return &lastPlugin(c).LogTopicRate }),
 	},
 }
 

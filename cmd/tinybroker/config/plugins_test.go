@@ -38,6 +38,8 @@ plugin "audit" {
   groups       = ["billing"]
   call_timeout = "none"
   tick_interval = "250ms"
+  log_topic = "logs.audit"
+  log_topic_rate = 20
 }
 `
 	c := mustParse(t, src, "/etc/tinybroker/tb.hcl")
@@ -50,7 +52,7 @@ plugin "audit" {
 		KVMaxBytes: 1 << 20, KVMaxValueBytes: 1024,
 	}, {
 		Name: "audit", Path: "/abs/audit.wasm", Source: "/etc/tinybroker/tb.hcl:21,18-35", Groups: []string{"billing"}, CallTimeout: plugins.NoCallTimeout,
-		TickInterval: 250 * time.Millisecond,
+		TickInterval: 250 * time.Millisecond, LogTopic: "logs.audit", LogTopicRate: 20,
 	}}
 	if !reflect.DeepEqual(c.Plugins, want) {
 		t.Fatalf("plugins\n got %+v\nwant %+v", c.Plugins, want)
