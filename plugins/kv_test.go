@@ -96,10 +96,22 @@ func TestKVCountsAcksOfEightMembers(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	ackAll(t, subs, n, brokertest.Patience)
+	if got := kvNumber(t, h, "counter", "count"); got != n {
+		t.Errorf("count %d after %d acks from %d members, want exactly %d", got, n, members, n)
+	}
+}
+
+// ackAll has the members subs poll and ack, each on a goroutine of its own, until n messages
+// are acked or patience has passed (then it fails the test); it returns how many each member
+// acked.
+func ackAll(t *testing.T, subs []*brokertest.Sub, n int64, patience time.Duration) []int64 {
+	t.Helper()
 	var acked atomic.Int64
-	deadline := time.Now().Add(brokertest.Patience)
+	per := make([]atomic.Int64, len(subs))
+	deadline := time.Now().Add(patience)
 	var wg sync.WaitGroup
-	for _, m := range subs {
+	for i, m := range subs {
 		wg.Go(func() {
 			for acked.Load() < n && time.Now().Before(deadline) {
 				d, ok := m.Poll()
@@ -109,6 +121,7 @@ func TestKVCountsAcksOfEightMembers(t *testing.T) {
 				}
 				if m.Ack([]string{d.Msg.SystemID}) == 0 {
 					acked.Add(1)
+					per[i].Add(1)
 				}
 			}
 		})
@@ -117,9 +130,11 @@ func TestKVCountsAcksOfEightMembers(t *testing.T) {
 	if got := acked.Load(); got != n {
 		t.Fatalf("%d of %d messages acked", got, n)
 	}
-	if got := kvNumber(t, h, "counter", "count"); got != n {
-		t.Errorf("count %d after %d acks from %d members, want exactly %d", got, n, members, n)
+	counts := make([]int64, len(subs))
+	for i := range per {
+		counts[i] = per[i].Load()
 	}
+	return counts
 }
 
 // A plugin's store belongs to its name: a reload that keeps the name keeps it, one that

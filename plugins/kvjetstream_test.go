@@ -5,7 +5,6 @@ import (
 	"runtime"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -142,31 +141,13 @@ func TestKVCountsAcrossClusterNodes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var acked atomic.Int64
-	ackedOn := make([]atomic.Int64, 2)
-	deadline := time.Now().Add(2 * brokertest.Patience)
-	var wg sync.WaitGroup
-	for i, m := range subs {
-		wg.Go(func() {
-			for acked.Load() < n && time.Now().Before(deadline) {
-				d, ok := m.Poll()
-				if !ok {
-					time.Sleep(time.Millisecond)
-					continue
-				}
-				if m.Ack([]string{d.Msg.SystemID}) == 0 {
-					acked.Add(1)
-					ackedOn[i/perNode].Add(1)
-				}
-			}
-		})
+	perSub := ackAll(t, subs, n, 2*brokertest.Patience)
+	ackedOn := make([]int64, 2)
+	for i, c := range perSub {
+		ackedOn[i/perNode] += c
 	}
-	wg.Wait()
-	if got := acked.Load(); got != n {
-		t.Fatalf("%d of %d messages acked", got, n)
-	}
-	if ackedOn[0].Load() == 0 || ackedOn[1].Load() == 0 {
-		t.Fatalf("acks by node: %d and %d; the test wants both nodes' hooks counting", ackedOn[0].Load(), ackedOn[1].Load())
+	if ackedOn[0] == 0 || ackedOn[1] == 0 {
+		t.Fatalf("acks by node: %d and %d; the test wants both nodes' hooks counting", ackedOn[0], ackedOn[1])
 	}
 	for i, c := range chains {
 		if st := c.Stats()[0]; st.Failures != 0 {
