@@ -109,9 +109,10 @@ type entry struct {
 	// delayed, with a hook), and tn is the tenant it counts for while the group holds it.
 	out    bool
 	tn     *tenant
-	ol     *lane // its ordered lane while it is queued or out (nil for one not ordered)
-	flying bool  // handed to a member and not back (keyed.landed)
-	quiet  bool  // flying, handed out while its tenant was not noisy
+	ol     *lane  // its ordered lane while it is queued or out (nil for one not ordered)
+	next   *entry // the next in its lane's queue (entryList)
+	flying bool   // handed to a member and not back (keyed.landed)
+	quiet  bool   // flying, handed out while its tenant was not noisy
 	// expires is when it expires (Broker.now clock; 0: never), from its ttl and the group's
 	// max_age; expIdx and expPos are its place in group.expiry (expiry.drop). held is set
 	// while a member holds it.
@@ -330,6 +331,15 @@ func (g *group) holdLocked(e *entry) {
 
 // forgetLocked lets go of e for good: acked, dropped, dead-lettered or expired.
 func (g *group) forgetLocked(e *entry) {
+	g.dropLocked(e)
+	g.b.release(e.msg, groupEntryOverhead)
+}
+
+// dropLocked is forgetLocked but for giving e's message back to the broker's budget, which
+// its caller does (Engine.releaseAll), once g.mu is released: that is an atomic operation on
+// the message, cold by then, and one on the budget, which every publish touches too, and the
+// members' acks wait for g.mu (see ack).
+func (g *group) dropLocked(e *entry) {
 	e.held = false
 	g.expiry.drop(e)
 	g.bytes -= e.msg.cost + groupEntryOverhead
@@ -339,7 +349,6 @@ func (g *group) forgetLocked(e *entry) {
 	if g.keys != nil {
 		g.keysCostLocked(-g.keys.release(e))
 	}
-	g.b.release(e.msg, groupEntryOverhead)
 	if e.attempt > 0 {
 		delete(g.waiting, e.msg.ID)
 	}
@@ -539,6 +548,8 @@ func (g *group) ack(pref *member, seqs []uint64) (unknown int) {
 		h = nil
 	}
 	var events []broker.AckEvent
+	var buf [256]*message // a frame's worth of acks without an allocation
+	acked := buf[:0]
 	g.mu.Lock()
 	now := g.b.now()
 	for _, seq := range seqs {
@@ -546,7 +557,8 @@ func (g *group) ack(pref *member, seqs []uint64) (unknown int) {
 			delete(m.owned, seq)
 			g.acked++
 			g.ackLatency.Observe(time.Duration(now - e.sentAt))
-			g.forgetLocked(e)
+			g.dropLocked(e)
+			acked = append(acked, e.msg)
 			if h != nil {
 				events = append(events, g.ackEvent(e, time.Duration(now-e.sentAt)))
 			}
@@ -565,6 +577,7 @@ func (g *group) ack(pref *member, seqs []uint64) (unknown int) {
 	}
 	g.dispatchLocked(now)
 	g.mu.Unlock()
+	g.b.releaseAll(acked, groupEntryOverhead)
 	for i := range events {
 		events[i].SystemID = events[i].Msg.SystemID
 		g.b.emit(h.OnAck(&events[i]))

@@ -2,6 +2,7 @@ package memory
 
 import (
 	"cmp"
+	"iter"
 	"slices"
 
 	"github.com/tinybroker/tinybroker/broker"
@@ -25,7 +26,7 @@ import (
 // cost more than it saved. See RATIONALE.md, "Ordering keys and fair dispatch".
 type keyed struct {
 	d       broker.Dispatch
-	lanes   map[string]*lane   // ordered lanes, by order key
+	lanes   laneIndex          // ordered lanes, by order key
 	tenants map[string]*tenant // by tenant
 	ready   ring[*tenant]      // tenants with a ready lane, in turn
 	held    int                // messages the group holds, over every tenant
@@ -38,11 +39,12 @@ type keyed struct {
 	// (W2 with 10,000 keys made and dropped one per message), and a spare costs no bytes.
 	spareLanes   []*lane
 	spareTenants []*tenant
-	// The most entries lanes and tenants have had since they were made (shrunk): a Go map
-	// never shrinks, and after a backlog over many keys drains, a lane made and let go of per
-	// message probed a map sized for all of them and full of deleted slots (W2 over 10,000
-	// keys behind a backlog of 60,000: the lanes' lookups took 5× their time without it).
-	lanesPeak, tenantsPeak int
+	// The most entries tenants has had since it was made (shrunk): a Go map never shrinks,
+	// and after a backlog over many tenants drains, a tenant made and let go of per message
+	// probed a map sized for all of them and full of deleted slots (lanes, which churn the
+	// most, are in a laneIndex, which shrinks by itself and leaves no deleted slots).
+	tenantsPeak int
+	last        *tenant // the tenant laneFor found or made last: most messages are of it
 }
 
 // maxSpares bounds the spare lanes and tenants kept.
@@ -73,14 +75,15 @@ type tenant struct {
 
 type lane struct {
 	key     string // the order key ("" for a free lane)
+	h       uint64 // an ordered lane's key's hash in keyed.lanes
 	t       *tenant
 	home    *keyed // the keyed queue it was made in (the group's dispatch may have changed since)
 	ordered bool
-	lvl     uint8        // a free lane's priority level; an ordered lane's, while in t.ready
-	q       ring[*entry] // queued, settled ones included (skipped)
-	queued  int          // unsettled entries in q
-	out     bool         // ordered: its head is out
-	inReady bool         // in t.ready
+	lvl     uint8     // a free lane's priority level; an ordered lane's, while in t.ready
+	q       entryList // queued, settled ones included (skipped)
+	queued  int       // unsettled entries in q
+	out     bool      // ordered: its head is out
+	inReady bool      // in t.ready
 }
 
 // What a lane and a tenant cost besides their name: the struct, a map entry, the ring.
@@ -90,7 +93,7 @@ const (
 )
 
 func newKeyed(d broker.Dispatch) *keyed {
-	return &keyed{d: d, lanes: make(map[string]*lane), tenants: make(map[string]*tenant)}
+	return &keyed{d: d, lanes: newLaneIndex(), tenants: make(map[string]*tenant)}
 }
 
 // freeLane returns t's free lane of priority level l, or nil.
@@ -134,14 +137,19 @@ func (t *tenant) eachFree(f func(*lane)) {
 func (k *keyed) laneFor(e *entry) (*lane, int64) {
 	m := e.msg
 	okey, ordered := k.d.OrderKey(m.Key)
+	var h uint64
 	if ordered {
-		if l := k.lanes[okey]; l != nil {
+		h = k.lanes.hash(okey)
+		if l := k.lanes.get(okey, h); l != nil {
 			return l, 0
 		}
 	}
 	name := k.d.Tenant(m.Key, m.Headers)
 	var cost int64
-	t := k.tenants[name]
+	t := k.last
+	if t == nil || t.home != k || t.name != name { // gone (tidyTenant), or another's
+		t = k.tenants[name]
+	}
 	if t == nil {
 		if n := len(k.spareTenants); n > 0 {
 			t, k.spareTenants = k.spareTenants[n-1], k.spareTenants[:n-1]
@@ -153,6 +161,7 @@ func (k *keyed) laneFor(e *entry) (*lane, int64) {
 		k.tenantsPeak = max(k.tenantsPeak, len(k.tenants))
 		cost += tenantCost + int64(len(name))
 	}
+	k.last = t
 	if l := t.freeLane(e.lvl); !ordered && l != nil { // a new tenant has no free lane
 		k.bytes += cost
 		return l, cost
@@ -168,8 +177,7 @@ func (k *keyed) laneFor(e *entry) (*lane, int64) {
 	t.lanes++
 	cost += laneCost + int64(len(okey))
 	if ordered {
-		k.lanes[okey] = l
-		k.lanesPeak = max(k.lanesPeak, len(k.lanes))
+		k.lanes.add(l, h)
 	} else {
 		t.setFree(e.lvl, l)
 	}
@@ -228,8 +236,8 @@ func (k *keyed) readied(l *lane) {
 	}
 	l.inReady = true
 	if l.ordered && k.d.MaxPriority > 0 { // ready at the level of its head, the first not settled (a read of a cold entry: only with priorities)
-		for i := range l.q.len() {
-			if e := l.q.peek(i); !e.settled {
+		for e := range l.q.all() {
+			if !e.settled {
 				l.lvl = e.lvl
 				break
 			}
@@ -364,8 +372,7 @@ func (k *keyed) tidyLane(l *lane) int64 {
 		return 0
 	}
 	if l.ordered {
-		delete(k.lanes, l.key)
-		k.lanes, k.lanesPeak = shrunk(k.lanes, k.lanesPeak)
+		k.lanes.remove(l)
 	} else {
 		if l.t.freeLane(l.lvl) != l {
 			return 0
@@ -375,9 +382,7 @@ func (k *keyed) tidyLane(l *lane) int64 {
 	l.t.lanes--
 	cost := laneCost + int64(len(l.key))
 	k.bytes -= cost
-	q := l.q
-	q.reuse()
-	*l = lane{q: q}
+	*l = lane{} // its settled entries, if any, are let go of with it
 	if len(k.spareLanes) < maxSpares {
 		k.spareLanes = append(k.spareLanes, l)
 	}
@@ -439,8 +444,8 @@ func (k *keyed) victim() *entry {
 		return nil
 	}
 	first := func(l *lane) *entry {
-		for i := range l.q.len() {
-			if e := l.q.peek(i); !e.settled {
+		for e := range l.q.all() {
+			if !e.settled {
 				return e
 			}
 		}
@@ -476,14 +481,14 @@ func (t *tenant) freeQueued() (q *lane) {
 func (k *keyed) each(f func(*entry)) {
 	var es []*entry
 	gather := func(l *lane) {
-		for i := range l.q.len() {
-			es = append(es, l.q.at(i))
+		for e := range l.q.all() {
+			es = append(es, e)
 		}
 	}
 	for _, t := range k.tenants {
 		t.eachFree(gather)
 	}
-	for _, l := range k.lanes {
+	for l := range k.lanes.all() {
 		gather(l)
 	}
 	for _, e := range es {
@@ -496,8 +501,8 @@ func (k *keyed) each(f func(*entry)) {
 func (k *keyed) oldestQueued() *entry {
 	var oldest *entry
 	head := func(l *lane) {
-		for i := range l.q.len() {
-			if e := l.q.peek(i); !e.settled {
+		for e := range l.q.all() {
+			if !e.settled {
 				if oldest == nil || e.msg.ID < oldest.msg.ID {
 					oldest = e
 				}
@@ -508,7 +513,7 @@ func (k *keyed) oldestQueued() *entry {
 	for _, t := range k.tenants {
 		t.eachFree(head)
 	}
-	for _, l := range k.lanes {
+	for l := range k.lanes.all() {
 		head(l)
 	}
 	return oldest
@@ -518,14 +523,14 @@ func (k *keyed) oldestQueued() *entry {
 // at most grouping.BusiestKeys, most first, and how many there are.
 func (k *keyed) busiest() (n int, top []broker.KeyLoad) {
 	if k.d.FairBy == "" { // one tenant: list the keys, by what they have queued and out
-		for key, l := range k.lanes {
+		for l := range k.lanes.all() {
 			held := l.queued
 			if l.out {
 				held++
 			}
-			top = keepBusiest(top, broker.KeyLoad{Key: key, Held: held})
+			top = keepBusiest(top, broker.KeyLoad{Key: l.key, Held: held})
 		}
-		return len(k.lanes), top
+		return k.lanes.len(), top
 	}
 	for name, t := range k.tenants {
 		top = keepBusiest(top, broker.KeyLoad{Key: name, Held: t.held, Noisy: t.noisy})
@@ -551,4 +556,58 @@ func keepBusiest(top []broker.KeyLoad, x broker.KeyLoad) []broker.KeyLoad {
 		top = top[:grouping.BusiestKeys]
 	}
 	return top
+}
+
+// entryList is a lane's queue: a list of entries linked through entry.next. A lane holds a
+// few messages at a time, often one, and is reached cold (W2 over 10,000 keys comes back to a
+// lane 10,000 messages later): a list takes its head entry, which dispatch reads anyway,
+// where a ring would read its buffer first, a cache miss more per message; and a lane costs
+// no buffer of its own.
+type entryList struct {
+	head, tail *entry
+	n          int
+}
+
+func (q *entryList) len() int { return q.n }
+
+func (q *entryList) pushBack(e *entry) {
+	e.next = nil
+	if q.tail != nil {
+		q.tail.next = e
+	} else {
+		q.head = e
+	}
+	q.tail = e
+	q.n++
+}
+
+func (q *entryList) pushFront(e *entry) {
+	e.next = q.head
+	q.head = e
+	if q.tail == nil {
+		q.tail = e
+	}
+	q.n++
+}
+
+// popFront takes the first entry; q must not be empty.
+func (q *entryList) popFront() *entry {
+	e := q.head
+	q.head, e.next = e.next, nil
+	if q.head == nil {
+		q.tail = nil
+	}
+	q.n--
+	return e
+}
+
+// all yields q's entries, first to last; f must not change q.
+func (q *entryList) all() iter.Seq[*entry] {
+	return func(yield func(*entry) bool) {
+		for e := q.head; e != nil; e = e.next {
+			if !yield(e) {
+				return
+			}
+		}
+	}
 }

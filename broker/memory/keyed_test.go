@@ -233,7 +233,7 @@ func TestKeysBounded(t *testing.T) {
 		a.Ack(ids(next(a)))
 	}
 	gt.settled("g")
-	if st := gt.stats("g"); st.Keys != 0 || len(gt.group("g").keys.lanes) != 0 || len(gt.group("g").keys.tenants) != 0 {
+	if st := gt.stats("g"); st.Keys != 0 || gt.group("g").keys.lanes.len() != 0 || len(gt.group("g").keys.tenants) != 0 {
 		t.Fatalf("keys left after every message was acked: %+v", st)
 	}
 
@@ -263,10 +263,10 @@ func TestKeysBounded(t *testing.T) {
 	}
 }
 
-// A backlog over many keys leaves the maps of lanes and tenants sized for it (a Go map never
-// shrinks), and every lane made and let go of after it touched that big map: once they hold
-// a sixteenth of their peak they are made anew, with the lanes of the keys still held, and
-// the keys stay ordered and their bytes counted across it.
+// A backlog over many keys leaves the tables of lanes and tenants sized for it, and every lane
+// made and let go of after it would touch that big table: the tenants' map is made anew once
+// it holds a sixteenth of its peak (a Go map never shrinks), the lanes' index shrinks as it
+// empties, and the keys stay ordered and their bytes counted across it.
 func TestKeyMapsShrinkAfterBacklog(t *testing.T) {
 	gt := newGroupTest(t, Options{})
 	a := gt.member("g", 100, ordering(broker.OrderingKey), fairBy("key"))
@@ -278,11 +278,11 @@ func TestKeyMapsShrinkAfterBacklog(t *testing.T) {
 	gt.publishKeyed(pairs...)
 	gt.publishKeyed("key-0:0-2", "key-2999:2999-2") // behind their keys' first, across the shrink
 	g.mu.Lock()
-	lanes, tenants := reflect.ValueOf(g.keys.lanes).Pointer(), reflect.ValueOf(g.keys.tenants).Pointer()
-	lanesPeak, tenantsPeak := g.keys.lanesPeak, g.keys.tenantsPeak
+	tenants := reflect.ValueOf(g.keys.tenants).Pointer()
+	lanes, tenantsPeak := len(g.keys.lanes.slots), g.keys.tenantsPeak
 	g.mu.Unlock()
-	if lanesPeak != 3000 || tenantsPeak != 3000 {
-		t.Fatalf("peaks of %d lanes and %d tenants, want 3000 of each", lanesPeak, tenantsPeak)
+	if lanes < 6000 || tenantsPeak != 3000 {
+		t.Fatalf("%d slots for 3000 lanes (want at least 6000) and a peak of %d tenants (want 3000)", lanes, tenantsPeak)
 	}
 	acked := map[string]bool{}
 	for range 100 {
@@ -307,11 +307,11 @@ func TestKeyMapsShrinkAfterBacklog(t *testing.T) {
 	gt.settled("g")
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if reflect.ValueOf(g.keys.lanes).Pointer() == lanes || reflect.ValueOf(g.keys.tenants).Pointer() == tenants {
-		t.Fatalf("the maps of lanes and tenants are the ones sized for 3,000 keys: not made anew")
+	if reflect.ValueOf(g.keys.tenants).Pointer() == tenants {
+		t.Fatalf("the map of tenants is the one sized for 3,000 keys: not made anew")
 	}
-	if g.keys.lanesPeak > shrinkMin || g.keys.tenantsPeak > shrinkMin {
-		t.Fatalf("peaks of %d lanes and %d tenants after the backlog drained, want at most %d", g.keys.lanesPeak, g.keys.tenantsPeak, shrinkMin)
+	if n := len(g.keys.lanes.slots); n > laneIndexKeep || g.keys.tenantsPeak > shrinkMin {
+		t.Fatalf("%d slots of lanes (want at most %d) and a peak of %d tenants (want at most %d) after the backlog drained", n, laneIndexKeep, g.keys.tenantsPeak, shrinkMin)
 	}
 }
 

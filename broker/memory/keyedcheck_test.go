@@ -25,8 +25,8 @@ func checkKeyed(t *testing.T, g *group) {
 		lanes[l] = true
 		keysBytes += laneCost + int64(len(l.key))
 		n := 0
-		for i := range l.q.len() {
-			if e := l.q.peek(i); !e.settled {
+		for e := range l.q.all() {
+			if !e.settled {
 				n++
 				if e.out {
 					t.Fatalf("lane %q: a queued message is marked out", l.key)
@@ -41,7 +41,7 @@ func checkKeyed(t *testing.T, g *group) {
 			t.Fatalf("lane %q has %d queued, is not busy and not in turn", l.key, n)
 		}
 	}
-	for _, l := range k.lanes {
+	for l := range k.lanes.all() {
 		checkLane(l)
 	}
 	heldBy := map[*tenant]int{}
@@ -102,8 +102,8 @@ func checkKeyed(t *testing.T, g *group) {
 		}
 	}
 	for l := range lanes {
-		for i := range l.q.len() {
-			if e := l.q.peek(i); !e.settled {
+		for e := range l.q.all() {
+			if !e.settled {
 				heldBy[e.tn]++
 				bytes += e.msg.cost + groupEntryOverhead
 			}
@@ -113,12 +113,12 @@ func checkKeyed(t *testing.T, g *group) {
 		if n > 1 {
 			t.Fatalf("key %q has %d messages out", key, n)
 		}
-		if l := k.lanes[key]; l == nil || !l.out {
+		if l := k.lanes.get(key, k.lanes.hash(key)); l == nil || !l.out {
 			t.Fatalf("key %q has a message out and its lane is not busy", key)
 		}
 	}
-	for key, l := range k.lanes {
-		if l.out && out[key] == 0 {
+	for l := range k.lanes.all() {
+		if key := l.key; l.out && out[key] == 0 {
 			t.Fatalf("lane %q is busy with nothing out", key)
 		}
 	}
@@ -239,7 +239,7 @@ func keyedRun(t *testing.T, d broker.Dispatch, seed uint64) {
 	}
 	checkKeyed(t, g)
 	gt.settled("g")
-	if len(g.keys.lanes) != 0 || len(g.keys.tenants) != 0 || g.keys.bytes != 0 {
-		t.Fatalf("seed %d: %d lanes and %d tenants left", seed, len(g.keys.lanes), len(g.keys.tenants))
+	if g.keys.lanes.len() != 0 || len(g.keys.tenants) != 0 || g.keys.bytes != 0 {
+		t.Fatalf("seed %d: %d lanes and %d tenants left", seed, g.keys.lanes.len(), len(g.keys.tenants))
 	}
 }

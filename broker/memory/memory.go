@@ -198,6 +198,18 @@ func (b *Engine) release(m *message, overhead int64) {
 	b.mem.add(-overhead - unheld(m))
 }
 
+// releaseAll is release of each of ms, with one change to the budget.
+func (b *Engine) releaseAll(ms []*message, overhead int64) {
+	if len(ms) == 0 {
+		return
+	}
+	n := int64(len(ms)) * overhead
+	for _, m := range ms {
+		n += unheld(m)
+	}
+	b.mem.add(-n)
+}
+
 // unheld drops one hold on m and returns what the budget gets back if it was the last.
 func unheld(m *message) int64 {
 	if m.holders.Add(-1) == 0 {
