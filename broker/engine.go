@@ -421,7 +421,10 @@ type GroupStats struct {
 	DeliveryLatency, AckLatency latency.Histogram
 	// Keys is how many keys (or tenants, with fair_by) the group holds messages of, in a
 	// group with ordering or fair_by; Busiest the ones that hold the most (at most 5), most
-	// first.
+	// first. What counts as held is what the group tracks by key: a group with ordering and
+	// neither fair_by nor priorities tracks a key while a message of it is out or waits
+	// behind one (the memory engine), or is in the node's window (JetStream), and its
+	// other queued messages wait as in a group without keys.
 	Keys    int
 	Busiest []KeyLoad
 }

@@ -417,7 +417,7 @@ func (g *group) dispatchLocked(now int64) {
 	if g.keys != nil && g.keys.d.FairBy != "" { // only a noisy tenant is held to room (keyed.pop)
 		room = g.roomLocked()
 	}
-	for g.queue.len() > 0 || g.keys != nil && g.keys.ready.len() > 0 {
+	for g.queue.len() > 0 || g.keys != nil && g.keys.waiting() {
 		m := g.nextMemberLocked()
 		if m == nil {
 			return

@@ -23,7 +23,16 @@ import (
 // A key's messages count for the tenant of the first one queued while the key has a lane.
 // Keys that come one message at a time (W2 over 10,000 keys) have a lane made and let go of
 // per message, from the spares; keeping an emptied lane for its key's return was tried and
-// cost more than it saved. See RATIONALE.md, "Ordering keys and fair dispatch".
+// cost more than it saved.
+//
+// A group with ordering and neither fair_by nor priorities has one tenant and no turns to
+// take, and its queue is lazy: messages wait in arrivals, in the order they came, as in a
+// group without keys, and pop takes the first whose key has no lane, making one (out) for
+// it; one whose key has a lane (a message of it out, or waiting behind one) is parked on that
+// lane on the way, and lanes with parked messages ready go before arrivals (theirs are the
+// older). So a key has a lane only while it holds a message back, lanes number at most what
+// the members hold plus what waits behind them, and a publish costs no lookup at all. See
+// RATIONALE.md, "Ordering keys and fair dispatch".
 type keyed struct {
 	d       broker.Dispatch
 	lanes   laneIndex          // ordered lanes, by order key
@@ -45,6 +54,13 @@ type keyed struct {
 	// most, are in a laneIndex, which shrinks by itself and leaves no deleted slots).
 	tenantsPeak int
 	last        *tenant // the tenant laneFor found or made last: most messages are of it
+	// lazy is set in a group with ordering and neither fair_by nor priorities. Its messages
+	// queue in arrivals, in the order they came, and a key has a lane only while one of its
+	// messages is out or waits behind one: a message is parked on its key's lane when it
+	// comes up in arrivals and finds one. See RATIONALE.md, "Ordering keys and fair
+	// dispatch".
+	lazy     bool
+	arrivals ring[*entry]
 }
 
 // maxSpares bounds the spare lanes and tenants kept.
@@ -93,7 +109,8 @@ const (
 )
 
 func newKeyed(d broker.Dispatch) *keyed {
-	return &keyed{d: d, lanes: newLaneIndex(), tenants: make(map[string]*tenant)}
+	return &keyed{d: d, lanes: newLaneIndex(), tenants: make(map[string]*tenant),
+		lazy: d.Ordering != broker.OrderingNone && d.FairBy == "" && d.MaxPriority == 0}
 }
 
 // freeLane returns t's free lane of priority level l, or nil.
@@ -144,12 +161,22 @@ func (k *keyed) laneFor(e *entry) (*lane, int64) {
 			return l, 0
 		}
 	}
-	name := k.d.Tenant(m.Key, m.Headers)
-	var cost int64
+	t, cost := k.tenantFor(k.d.Tenant(m.Key, m.Headers))
+	if l := t.freeLane(e.lvl); !ordered && l != nil { // a new tenant has no free lane
+		return l, cost
+	}
+	l, lcost := k.newLane(t, okey, h, ordered, e.lvl)
+	return l, cost + lcost
+}
+
+// tenantFor returns the tenant name, creating it if need be; the bytes that costs are added
+// to k.bytes and returned.
+func (k *keyed) tenantFor(name string) (*tenant, int64) {
 	t := k.last
 	if t == nil || t.home != k || t.name != name { // gone (tidyTenant), or another's
 		t = k.tenants[name]
 	}
+	var cost int64
 	if t == nil {
 		if n := len(k.spareTenants); n > 0 {
 			t, k.spareTenants = k.spareTenants[n-1], k.spareTenants[:n-1]
@@ -159,13 +186,16 @@ func (k *keyed) laneFor(e *entry) (*lane, int64) {
 		}
 		k.tenants[name] = t
 		k.tenantsPeak = max(k.tenantsPeak, len(k.tenants))
-		cost += tenantCost + int64(len(name))
+		cost = tenantCost + int64(len(name))
+		k.bytes += cost
 	}
 	k.last = t
-	if l := t.freeLane(e.lvl); !ordered && l != nil { // a new tenant has no free lane
-		k.bytes += cost
-		return l, cost
-	}
+	return t, cost
+}
+
+// newLane makes a lane of t: an ordered one for okey (whose hash is h), or t's free lane of
+// priority level lvl. The bytes that costs are added to k.bytes and returned.
+func (k *keyed) newLane(t *tenant, okey string, h uint64, ordered bool, lvl uint8) (*lane, int64) {
 	var l *lane
 	if n := len(k.spareLanes); n > 0 {
 		l, k.spareLanes = k.spareLanes[n-1], k.spareLanes[:n-1]
@@ -173,21 +203,29 @@ func (k *keyed) laneFor(e *entry) (*lane, int64) {
 	} else {
 		l = &lane{key: okey, t: t, ordered: ordered, home: k}
 	}
-	l.lvl = e.lvl
+	l.lvl = lvl
 	t.lanes++
-	cost += laneCost + int64(len(okey))
 	if ordered {
 		k.lanes.add(l, h)
 	} else {
-		t.setFree(e.lvl, l)
+		t.setFree(lvl, l)
 	}
+	cost := laneCost + int64(len(okey))
 	k.bytes += cost
 	return l, cost
 }
 
-// push queues a new message at the back of its lane and returns what that cost in lanes and
-// tenants.
+// push queues a new message at the back of its lane (of the arrivals, in a lazy keyed queue)
+// and returns what that cost in lanes and tenants.
 func (k *keyed) push(e *entry) int64 {
+	if k.lazy {
+		t, cost := k.tenantFor("")
+		e.tn = t
+		t.held++
+		k.held++
+		k.arrivals.pushBack(e)
+		return cost
+	}
 	l, cost := k.laneFor(e)
 	l.q.pushBack(e)
 	l.queued++
@@ -214,6 +252,11 @@ func (k *keyed) requeue(e *entry) int64 {
 	// Its lane without a lookup: an ordered one lives while its message is out; a tenant
 	// lives while it holds a message.
 	l, cost := e.ol, int64(0)
+	if l == nil && k.lazy { // not ordered: the front of the arrivals
+		e.out = false
+		k.arrivals.pushFront(e)
+		return 0
+	}
 	if l == nil {
 		if l = e.tn.freeLane(e.lvl); l == nil {
 			l, cost = k.laneFor(e)
@@ -259,6 +302,16 @@ func (k *keyed) readied(l *lane) {
 // that a message of a quiet tenant finds a member with room the moment it comes instead of
 // waiting for the flood's next ack. room is what the members can hold together.
 func (k *keyed) pop(room int) (e *entry, freed int64) {
+	if e, freed = k.popReady(room); e == nil && k.lazy {
+		var cost int64
+		e, cost = k.popArrival()
+		freed -= cost
+	}
+	return e, freed
+}
+
+// popReady is pop of the lanes in turn.
+func (k *keyed) popReady(room int) (e *entry, freed int64) {
 	noisyCap := max(1, room-k.quietFlying-max(1, room/10))
 	for turns := k.ready.len(); turns > 0 && k.ready.len() > 0; turns-- {
 		t := k.ready.popFront()
@@ -293,17 +346,57 @@ func (k *keyed) pop(room int) (e *entry, freed int64) {
 			freed += k.tidyTenant(t)
 		}
 		if e != nil {
-			e.flying, e.quiet = true, !t.noisy
-			t.flying++
-			k.flying++
-			if e.quiet {
-				k.quietFlying++
-			}
+			k.takeOff(e)
 			return e, freed
 		}
 	}
 	return nil, freed
 }
+
+// popArrival returns the first of the arrivals (a lazy keyed queue's) that may go now, or
+// nil; and what the lane made for it costs, in bytes. Arrivals of a key that has a lane (a
+// message out, or waiting behind one) are parked on it on the way, in turn behind it.
+func (k *keyed) popArrival() (*entry, int64) {
+	for k.arrivals.len() > 0 {
+		e := k.arrivals.popFront()
+		if e.settled {
+			continue
+		}
+		okey, ordered := k.d.OrderKey(e.msg.Key)
+		if !ordered { // no key: nothing to wait for
+			k.takeOff(e)
+			return e, 0
+		}
+		h := k.lanes.hash(okey)
+		if l := k.lanes.get(okey, h); l != nil {
+			l.q.pushBack(e)
+			l.queued++
+			e.ol = l
+			k.readied(l)
+			continue
+		}
+		l, cost := k.newLane(e.tn, okey, h, true, e.lvl)
+		l.out, e.out, e.ol = true, true, l
+		k.takeOff(e)
+		return e, cost
+	}
+	return nil, 0
+}
+
+// takeOff records that e, popped, goes to a member.
+func (k *keyed) takeOff(e *entry) {
+	t := e.tn
+	e.flying, e.quiet = true, !t.noisy
+	t.flying++
+	k.flying++
+	if e.quiet {
+		k.quietFlying++
+	}
+}
+
+// waiting says whether k may have a message to hand out (pop may still find none: every one
+// waiting behind one of its key).
+func (k *keyed) waiting() bool { return k.ready.len() > 0 || k.arrivals.len() > 0 }
 
 // landed records that e, handed to a member, is back from it (or gone).
 func (k *keyed) landed(e *entry) {
@@ -434,6 +527,9 @@ func (k *keyed) checkNoisy(t *tenant) {
 // lane, or else of its ready lane of that level that comes first), or nil if that tenant has
 // none ready.
 func (k *keyed) victim() *entry {
+	if k.lazy { // one tenant: its oldest
+		return k.oldestQueued()
+	}
 	var busiest *tenant
 	for _, t := range k.tenants {
 		if (t.freeQueued() != nil || t.ready.len() > 0) && (busiest == nil || t.held > busiest.held) {
@@ -491,6 +587,9 @@ func (k *keyed) each(f func(*entry)) {
 	for l := range k.lanes.all() {
 		gather(l)
 	}
+	for i := range k.arrivals.len() {
+		es = append(es, k.arrivals.at(i))
+	}
 	for _, e := range es {
 		f(e)
 	}
@@ -515,6 +614,14 @@ func (k *keyed) oldestQueued() *entry {
 	}
 	for l := range k.lanes.all() {
 		head(l)
+	}
+	for i := range k.arrivals.len() {
+		if e := k.arrivals.peek(i); !e.settled {
+			if oldest == nil || e.msg.ID < oldest.msg.ID {
+				oldest = e
+			}
+			break
+		}
 	}
 	return oldest
 }

@@ -263,6 +263,71 @@ func TestKeysBounded(t *testing.T) {
 	}
 }
 
+// In a group with ordering and neither fair_by nor priorities (a lazy keyed queue), messages
+// wait in the order they came and a key has a lane only while one of its messages is out or
+// waits behind one: a backlog of 10,000 keys costs lanes for what the members hold, and a
+// message whose key is busy is set aside on its key's lane, in order, while the others pass.
+func TestLazyOrderedLanes(t *testing.T) {
+	gt := newGroupTest(t, Options{})
+	a := gt.member("g", 2, ordering(broker.OrderingKey))
+	g := gt.group("g")
+	if !g.keys.lazy {
+		t.Fatal("a group with ordering alone is not lazy")
+	}
+	gt.publishKeyed("k1:1", "k1:2", "k2:1", "k3:1", "k1:3", "k3:2")
+	if got := payloads(next(a)); !slices.Equal(got, []string{"1", "1"}) {
+		t.Fatalf("first delivered %v, want k1's and k2's first (k1:2 waits behind k1:1)", got)
+	}
+	st := gt.stats("g")
+	if st.Keys != 2 || len(st.Busiest) != 2 || st.Busiest[0].Key != "k1" || st.Busiest[0].Held != 2 {
+		t.Fatalf("keys %d, busiest %+v: want k1 (one out, one waiting) and k2; k3 not yet come up", st.Keys, st.Busiest)
+	}
+	checkKeyed(t, g)
+	var order []string
+	for range 10 {
+		ds := next(a)
+		if len(ds) == 0 {
+			break
+		}
+		for _, d := range ds {
+			order = append(order, d.Msg.Key+":"+string(d.Msg.Payload))
+		}
+		a.Ack(ids(ds[:1])) // one at a time: each ack lets the next of some key go
+		checkKeyed(t, g)
+	}
+	for _, key := range []string{"k1", "k3"} {
+		var seq []string
+		for _, o := range order {
+			if k, p, _ := strings.Cut(o, ":"); k == key {
+				seq = append(seq, p)
+			}
+		}
+		if !slices.IsSorted(seq) {
+			t.Fatalf("%s delivered out of order: %v (all: %v)", key, seq, order)
+		}
+	}
+
+	// 10,000 keys queued behind members that hold 10: lanes for those 10 (and nothing for
+	// the rest but the messages' own bytes).
+	gt2 := newGroupTest(t, Options{})
+	b := gt2.member("h", 10, ordering(broker.OrderingKey))
+	var pairs []string
+	for i := range 10_000 {
+		pairs = append(pairs, fmt.Sprintf("key-%d:%d", i, i))
+	}
+	gt2.publishKeyed(pairs...)
+	h := gt2.group("h")
+	h.mu.Lock()
+	lanes, bytes := h.keys.lanes.len(), h.keys.bytes
+	h.mu.Unlock()
+	if lanes != 10 || bytes > tenantCost+10*(laneCost+int64(len("key-9"))) {
+		t.Fatalf("%d lanes costing %d bytes for 10 messages out of 10,000 queued, want 10 lanes", lanes, bytes)
+	}
+	checkKeyed(t, h)
+	b.Ack(ids(next(b)))
+	checkKeyed(t, h)
+}
+
 // A backlog over many keys leaves the tables of lanes and tenants sized for it, and every lane
 // made and let go of after it would touch that big table: the tenants' map is made anew once
 // it holds a sixteenth of its peak (a Go map never shrinks), the lanes' index shrinks as it

@@ -44,6 +44,20 @@ func checkKeyed(t *testing.T, g *group) {
 	for l := range k.lanes.all() {
 		checkLane(l)
 	}
+	// A lazy keyed queue's arrivals: queued, not parked on a lane (nor marked out).
+	arrived := 0
+	for i := range k.arrivals.len() {
+		if e := k.arrivals.peek(i); !e.settled {
+			arrived++
+			if e.out || e.ol != nil {
+				t.Fatalf("an arrival is marked out or parked")
+			}
+		}
+	}
+	if arrived > 0 && !k.lazy {
+		t.Fatalf("%d arrivals in a keyed queue that is not lazy", arrived)
+	}
+	queued += arrived
 	heldBy := map[*tenant]int{}
 	for name, tn := range k.tenants {
 		keysBytes += tenantCost + int64(len(name))
@@ -107,6 +121,12 @@ func checkKeyed(t *testing.T, g *group) {
 				heldBy[e.tn]++
 				bytes += e.msg.cost + groupEntryOverhead
 			}
+		}
+	}
+	for i := range k.arrivals.len() {
+		if e := k.arrivals.peek(i); !e.settled {
+			heldBy[e.tn]++
+			bytes += e.msg.cost + groupEntryOverhead
 		}
 	}
 	for key, n := range out {

@@ -674,7 +674,8 @@ type Group struct {
 	Settings   *GroupSettings `protobuf:"bytes,20,opt,name=settings,proto3" json:"settings,omitempty"`
 	MemberList []*Member      `protobuf:"bytes,21,rep,name=member_list,json=memberList,proto3" json:"member_list,omitempty"`
 	// With ordering or fair_by: the keys (or tenants) it holds messages of now, and the
-	// busiest of them (at most 5), most held first.
+	// busiest of them (at most 5), most held first. With ordering alone, the keys it tracks:
+	// those with a message out or waiting behind one (on JetStream, in the node's window).
 	Keys        uint32     `protobuf:"varint,22,opt,name=keys,proto3" json:"keys,omitempty"`
 	BusiestKeys []*KeyLoad `protobuf:"bytes,23,rep,name=busiest_keys,json=busiestKeys,proto3" json:"busiest_keys,omitempty"`
 	// Paused by PauseGroup: it hands nothing to its members until ResumeGroup.
