@@ -527,8 +527,8 @@ func (k *keyed) checkNoisy(t *tenant) {
 // lane, or else of its ready lane of that level that comes first), or nil if that tenant has
 // none ready.
 func (k *keyed) victim() *entry {
-	if k.lazy { // one tenant: its oldest
-		return k.oldestQueued()
+	if k.lazy {
+		return k.lazyVictim()
 	}
 	var busiest *tenant
 	for _, t := range k.tenants {
@@ -560,6 +560,35 @@ func (k *keyed) victim() *entry {
 		}
 	})
 	return v
+}
+
+// lazyVictim is victim in a lazy keyed queue, without a walk of every lane: the head of the
+// first lane in turn (parked messages ready to go, older than the arrivals), else the first
+// of the arrivals, else, when every queued message waits behind one of its key, the oldest
+// of them.
+func (k *keyed) lazyVictim() *entry {
+	if t := k.tenants[""]; t != nil {
+		var v *entry
+		t.ready.levels(func(r *ring[*lane]) { // one level: a lazy queue has no priorities
+			for i := range r.len() {
+				for e := range r.peek(i).q.all() {
+					if !e.settled {
+						v = e
+						return
+					}
+				}
+			}
+		})
+		if v != nil {
+			return v
+		}
+	}
+	for i := range k.arrivals.len() {
+		if e := k.arrivals.peek(i); !e.settled {
+			return e
+		}
+	}
+	return k.oldestQueued()
 }
 
 // freeQueued returns t's free lane of the lowest level that has a message queued, or nil.

@@ -326,6 +326,27 @@ func TestLazyOrderedLanes(t *testing.T) {
 	checkKeyed(t, h)
 	b.Ack(ids(next(b)))
 	checkKeyed(t, h)
+
+	// drop_oldest drops the first of the arrivals when nothing parked is ready.
+	gt3 := newGroupTest(t, Options{Limits: broker.Limits{GroupMaxQueued: 3, GroupOverflow: broker.OverflowDropOldest}})
+	c := gt3.member("d", 1, ordering(broker.OrderingKey))
+	gt3.publishKeyed("k1:1", "k1:2", "k2:1", "k3:1", "k4:1") // k1:1 out, then 3 queued: k4:1 drops k1:2
+	if st := gt3.stats("d"); st.Dropped != 1 {
+		t.Fatalf("dropped %d, want 1", st.Dropped)
+	}
+	var got []string
+	for range 10 {
+		ds := next(c)
+		if len(ds) == 0 {
+			break
+		}
+		got = append(got, ds[0].Msg.Key+":"+string(ds[0].Msg.Payload))
+		c.Ack(ids(ds))
+		checkKeyed(t, gt3.group("d"))
+	}
+	if want := []string{"k1:1", "k2:1", "k3:1", "k4:1"}; !slices.Equal(got, want) {
+		t.Fatalf("delivered %v, want %v (k1:2, the oldest queued, dropped)", got, want)
+	}
 }
 
 // A backlog over many keys leaves the tables of lanes and tenants sized for it, and every lane
