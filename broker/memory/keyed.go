@@ -53,7 +53,7 @@ type keyed struct {
 	// probed a map sized for all of them and full of deleted slots (lanes, which churn the
 	// most, are in a laneIndex, which shrinks by itself and leaves no deleted slots).
 	tenantsPeak int
-	last        *tenant // the tenant laneFor found or made last: most messages are of it
+	last        *tenant // the tenant tenantFor found or made last: most messages are of it
 	// lazy is set in a group with ordering and neither fair_by nor priorities. Its messages
 	// queue in arrivals, in the order they came, and a key has a lane only while one of its
 	// messages is out or waits behind one: a message is parked on its key's lane when it
@@ -102,7 +102,8 @@ type lane struct {
 	inReady bool      // in t.ready
 }
 
-// What a lane and a tenant cost besides their name: the struct, a map entry, the ring.
+// What a lane and a tenant cost besides their name: the struct and its place in the lane
+// table, or the struct, its map entry and its ring of lanes.
 const (
 	laneCost   = 160
 	tenantCost = 192
