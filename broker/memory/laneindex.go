@@ -16,7 +16,9 @@ import (
 // was 0.36 s of the 1.5 s more that W2 ordered cost the server than W2 with the same keys
 // unordered). Backward-shift deletion leaves no tombstone, so an absent key costs what it
 // would in a fresh table: a probe of a slot or two, four slots to a cache line. A slot keeps
-// the key's hash, so a probe reads a lane's key only when the hashes match. See RATIONALE.md,
+// the key's hash, so a probe reads a lane's key only when the hashes match. The hash is
+// hash/maphash's with a seed of each table's own, so a client cannot choose keys that
+// collide (and make every probe walk a long run). See RATIONALE.md,
 // "Ordering keys and fair dispatch".
 type laneIndex struct {
 	slots []laneSlot // a power of two long (or empty); a slot with a nil lane is empty
