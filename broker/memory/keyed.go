@@ -157,8 +157,8 @@ func (k *keyed) laneFor(e *entry) (*lane, int64) {
 	okey, ordered := k.d.OrderKey(m.Key)
 	var h uint64
 	if ordered {
-		h = k.lanes.hash(okey)
-		if l := k.lanes.get(okey, h); l != nil {
+		var l *lane
+		if l, h = k.lanes.find(okey); l != nil {
 			return l, 0
 		}
 	}
@@ -323,7 +323,7 @@ func (k *keyed) popReady(room int) (e *entry, freed int64) {
 		for t.ready.len() > 0 && e == nil {
 			l := t.ready.popFront()
 			l.inReady = false
-			for l.q.len() > 0 {
+			for !l.q.empty() {
 				if x := l.q.popFront(); !x.settled {
 					e = x
 					break
@@ -368,8 +368,8 @@ func (k *keyed) popArrival() (*entry, int64) {
 			k.takeOff(e)
 			return e, 0
 		}
-		h := k.lanes.hash(okey)
-		if l := k.lanes.get(okey, h); l != nil {
+		l, h := k.lanes.find(okey)
+		if l != nil {
 			l.q.pushBack(e)
 			l.queued++
 			e.ol = l
@@ -700,12 +700,9 @@ func keepBusiest(top []broker.KeyLoad, x broker.KeyLoad) []broker.KeyLoad {
 // lane 10,000 messages later): a list takes its head entry, which dispatch reads anyway,
 // where a ring would read its buffer first, a cache miss more per message; and a lane costs
 // no buffer of its own.
-type entryList struct {
-	head, tail *entry
-	n          int
-}
+type entryList struct{ head, tail *entry }
 
-func (q *entryList) len() int { return q.n }
+func (q *entryList) empty() bool { return q.head == nil }
 
 func (q *entryList) pushBack(e *entry) {
 	e.next = nil
@@ -715,7 +712,6 @@ func (q *entryList) pushBack(e *entry) {
 		q.head = e
 	}
 	q.tail = e
-	q.n++
 }
 
 func (q *entryList) pushFront(e *entry) {
@@ -724,7 +720,6 @@ func (q *entryList) pushFront(e *entry) {
 	if q.tail == nil {
 		q.tail = e
 	}
-	q.n++
 }
 
 // popFront takes the first entry; q must not be empty.
@@ -734,7 +729,6 @@ func (q *entryList) popFront() *entry {
 	if q.head == nil {
 		q.tail = nil
 	}
-	q.n--
 	return e
 }
 

@@ -46,6 +46,12 @@ func newLaneIndex() laneIndex { return laneIndex{seed: maphash.MakeSeed()} }
 // hash returns the hash by which key is found.
 func (x *laneIndex) hash(key string) uint64 { return maphash.String(x.seed, key) }
 
+// find returns the lane of key, or nil, and key's hash (for add).
+func (x *laneIndex) find(key string) (*lane, uint64) {
+	h := x.hash(key)
+	return x.get(key, h), h
+}
+
 // get returns the lane of key, whose hash is h, or nil.
 func (x *laneIndex) get(key string, h uint64) *lane {
 	if len(x.slots) == 0 {
