@@ -122,7 +122,7 @@ func newEngine(cfg config.Config, configPath string, log hclog.Logger) (broker.E
 			// elected, another node is down) waits for it, answering NOT_SERVING meanwhile.
 			log.Warn("the cluster cannot be reached yet: serving NOT_SERVING and retrying", "error", err)
 			start := func() (broker.Engine, error) { return jetstream.New(opts) }
-			declare := func(b broker.Engine) error { return declareGroups(b, cfg, configPath) }
+			declare := func(b broker.Engine) error { return declareGroups(b, cfg, configPath, log) }
 			return newStartingEngine(err, start, declare, log.Named("engine")), nil
 		}
 		if err != nil {
@@ -133,7 +133,7 @@ func newEngine(cfg config.Config, configPath string, log hclog.Logger) (broker.E
 		cfg.Broker.Logger = log.Named("broker")
 		b = memory.New(cfg.Broker)
 	}
-	if err := declareGroups(b, cfg, configPath); err != nil {
+	if err := declareGroups(b, cfg, configPath, log); err != nil {
 		_ = b.Shutdown(context.Background())
 		return nil, err
 	}
@@ -141,13 +141,32 @@ func newEngine(cfg config.Config, configPath string, log hclog.Logger) (broker.E
 }
 
 // declareGroups declares the configuration's groups on b.
-func declareGroups(b broker.Engine, cfg config.Config, configPath string) error {
+func declareGroups(b broker.Engine, cfg config.Config, configPath string, log hclog.Logger) error {
 	for _, g := range cfg.Groups {
-		if err := b.Declare(g); err != nil {
+		if err := declareAgain(b, g, log); err != nil {
 			return fmt.Errorf("%s: group %q: %w", cfgName(configPath), g.Name, err)
 		}
 	}
 	return nil
+}
+
+// declareAgainFor is how long declareAgain keeps asking.
+var declareAgainFor = 30 * time.Second
+
+// declareAgain declares g on b, and asks again while b answers that it is unavailable, for
+// up to declareAgainFor: a JetStream cluster that has just formed can leave a first request
+// unanswered while a peer catches up or leadership moves (a node whose read of a group timed
+// out so exited at start before). Any other refusal is returned at once.
+func declareAgain(b broker.Engine, g broker.GroupConfig, log hclog.Logger) error {
+	deadline := time.Now().Add(declareAgainFor)
+	for pause := 100 * time.Millisecond; ; pause = min(2*pause, 2*time.Second) {
+		err := b.Declare(g)
+		if err == nil || !errors.Is(err, broker.ErrUnavailable) || time.Now().Add(pause).After(deadline) {
+			return err
+		}
+		log.Warn("declaring a group from the configuration: the engine is unavailable; asking again", "group", g.Name, "error", err, "next_attempt_in", pause)
+		time.Sleep(pause)
+	}
 }
 
 // newAuth checks that the broker is not exposed without users and builds its authenticator.
