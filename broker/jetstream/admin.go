@@ -19,10 +19,10 @@ import (
 // lookup returns the consumer group of subscription id (read from JetStream if another node
 // made it) and the stream sequence of systemID, for the unary Ack and Nack.
 func (e *Engine) lookup(id, systemID string) (*group, uint64, error) {
-	e.mu.Lock()
+	e.mu.RLock()
 	isFanout := e.fanouts[id] != nil
-	g, err := e.groupLocked(id)
-	e.mu.Unlock()
+	e.mu.RUnlock()
+	g, err := e.findGroup(id)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -461,9 +461,7 @@ func skips(m *nats.Msg, g *group) bool {
 
 // knownGroup returns the group of subscription_id id, or ErrUnknownSubscription.
 func (e *Engine) knownGroup(id string) (*group, error) {
-	e.mu.Lock()
-	g, err := e.groupLocked(id)
-	e.mu.Unlock()
+	g, err := e.findGroup(id)
 	if err == nil && g == nil {
 		err = fmt.Errorf("%w %q: no consumer group has this subscription_id", broker.ErrUnknownSubscription, id)
 	}

@@ -146,9 +146,7 @@ func (e *Engine) countDeadLettersLocked(ctx context.Context, g *group) (int, err
 
 // deadGroup returns the consumer group of subscription id for the dead-letter calls.
 func (e *Engine) deadGroup(id string) (*group, error) {
-	e.mu.Lock()
-	g, err := e.groupLocked(id)
-	e.mu.Unlock()
+	g, err := e.findGroup(id)
 	if err != nil {
 		return nil, err
 	}

@@ -18,7 +18,9 @@ import (
 )
 
 // groupLocked returns the group of subscription_id id, reading it from JetStream if another
-// node (or an earlier run) made it; nil if there is none. Engine.mu must be held.
+// node (or an earlier run) made it; nil if there is none. Engine.mu must be held, and stays
+// held for the read (Declare, which creates or checks the group under the same hold).
+// Otherwise use findGroup, which reads without it.
 func (e *Engine) groupLocked(id string) (*group, error) {
 	if g := e.groups[id]; g != nil {
 		return g, nil
@@ -26,6 +28,36 @@ func (e *Engine) groupLocked(id string) (*group, error) {
 	if e.fanouts[id] != nil {
 		return nil, nil
 	}
+	ci, err := e.readGroup(id)
+	if ci == nil {
+		return nil, err
+	}
+	return e.adoptLocked(ci), nil
+}
+
+// findGroup returns the group of subscription_id id as groupLocked does, reading JetStream
+// without holding Engine.mu. A read is a round trip or two, up to RequestTimeout while the
+// cluster is slow; Engine.mu guards the routing of new topics and the fanout dispatch, which
+// a client acking or subscribing with made-up subscription_ids stalled while it was held so.
+func (e *Engine) findGroup(id string) (*group, error) {
+	e.mu.RLock()
+	g, fanout := e.groups[id], e.fanouts[id] != nil
+	e.mu.RUnlock()
+	if g != nil || fanout {
+		return g, nil
+	}
+	ci, err := e.readGroup(id)
+	if ci == nil {
+		return nil, err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.adoptLocked(ci), nil
+}
+
+// readGroup reads the consumer of subscription_id id from JetStream: nil, nil if there is
+// none.
+func (e *Engine) readGroup(id string) (*jetstream.ConsumerInfo, error) {
 	ctx, cancel := e.ctx()
 	defer cancel()
 	c, err := e.consumerByName(ctx, encodeName(id))
@@ -35,12 +67,25 @@ func (e *Engine) groupLocked(id string) (*group, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: reading consumer group %q from JetStream: %v", broker.ErrUnavailable, id, err)
 	}
-	g := e.groupFromInfo(c.CachedInfo())
-	if g == nil || e.goneLocked(g) {
-		return nil, nil
+	return c.CachedInfo(), nil
+}
+
+// adoptLocked makes the group ci describes known to the engine and returns it, or the group
+// the engine learned of meanwhile; nil if ci is no group of ours, was deleted since it was
+// read, or its id is now a fanout subscription's. Engine.mu must be held.
+func (e *Engine) adoptLocked(ci *jetstream.ConsumerInfo) *group {
+	g := e.groupFromInfo(ci)
+	if g == nil {
+		return nil
+	}
+	if known := e.groups[g.id]; known != nil {
+		return known
+	}
+	if e.fanouts[g.id] != nil || e.goneLocked(g) {
+		return nil
 	}
 	e.addGroupLocked(g)
-	return g, nil
+	return g
 }
 
 func (e *Engine) addGroupLocked(g *group) {
@@ -260,16 +305,19 @@ func (e *Engine) createLocked(gc broker.GroupConfig, patterns []string, declared
 // join makes s a member of the group o names, creating or redefining the group as the
 // memory engine does.
 func (e *Engine) join(o broker.SubscribeOptions, patterns []string, s *Subscription) (*Subscription, error) {
+	// A group another node made is read from JetStream before Engine.mu is taken (findGroup
+	// says why); one it does not find is made below.
+	if _, err := e.findGroup(o.ID); err != nil {
+		return nil, err
+	}
 	e.mu.Lock()
 	defer e.awaitAnnounces() // after the unlock
 	defer e.mu.Unlock()
 	if _, ok := e.fanouts[o.ID]; ok {
 		return nil, fmt.Errorf("%w: subscription_id %q is an open fanout subscription; choose another id for the consumer group", broker.ErrGroupMismatch, o.ID)
 	}
-	g, err := e.groupLocked(o.ID)
-	if err != nil {
-		return nil, err
-	}
+	g := e.groups[o.ID]
+	var err error
 	if g != nil && !g.declared && g.memberCount() == 0 && !g.sameDefinition(o, patterns) {
 		// A group without members is redefined by its next member (RATIONALE.md, "Why do
 		// groups outlive their members").
