@@ -19,8 +19,13 @@ type Limits struct {
 	// within MaxHeaderBytes made one message cost milliseconds of CPU.
 	MaxHeaders int
 
-	AckDeadline    time.Duration // default ack deadline of balanced subscriptions
-	MaxInFlightCap int           // largest max_in_flight a member may ask for
+	AckDeadline time.Duration // default ack deadline of balanced subscriptions
+	// MaxAckDeadline is the longest ack_deadline a member may ask for (12h, as SQS's longest
+	// visibility timeout; never under AckDeadline): a member that needs longer touches its
+	// messages. On JetStream the group's consumer waits the longest member deadline before
+	// it redelivers what a crashed node held, for every member of the group.
+	MaxAckDeadline time.Duration
+	MaxInFlightCap int // largest max_in_flight a member may ask for
 	// MaxDeliveriesCap is the largest max_deliveries a group may have (0, unlimited, is
 	// always allowed): a larger one is a mistake for "unlimited", or a poison message kept
 	// in circulation for days.
@@ -139,6 +144,10 @@ func (l Limits) WithDefaults() Limits {
 	if l.AckDeadline <= 0 {
 		l.AckDeadline = 30 * time.Second
 	}
+	if l.MaxAckDeadline <= 0 {
+		l.MaxAckDeadline = 12 * time.Hour
+	}
+	l.MaxAckDeadline = max(l.MaxAckDeadline, l.AckDeadline)
 	if l.DedupeWindow <= 0 {
 		l.DedupeWindow = 2 * time.Minute
 	}
@@ -293,6 +302,8 @@ func (l Limits) CheckSubscribe(o *SubscribeOptions) ([]string, error) {
 		o.AckDeadline = l.AckDeadline
 	case o.AckDeadline < time.Millisecond:
 		return nil, bad("ack_deadline %v is under the 1ms minimum", o.AckDeadline)
+	case o.AckDeadline > l.MaxAckDeadline:
+		return nil, bad("ack_deadline %v is over the limit of %v (groups { max_ack_deadline }); set at most %v, and touch a message that needs longer", o.AckDeadline, l.MaxAckDeadline, l.MaxAckDeadline)
 	}
 	switch {
 	case o.MaxDeliveries < 0:

@@ -138,3 +138,32 @@ func TestMaxDeliveriesCap(t *testing.T) {
 		t.Fatalf("a declaration is held to the configuration's cap, not the default: %v", err)
 	}
 }
+
+// ack_deadline above groups { max_ack_deadline } (12h) is refused, naming the setting; the
+// limit itself is not; the limit is never under the default ack deadline.
+func TestMaxAckDeadline(t *testing.T) {
+	l := Limits{}.WithDefaults()
+	if l.MaxAckDeadline != 12*time.Hour {
+		t.Fatalf("default max_ack_deadline %v, want 12h", l.MaxAckDeadline)
+	}
+	open := func(l Limits, d time.Duration) error {
+		o := SubscribeOptions{ID: "g", Group: "g", Patterns: []string{"a"}, Mode: Balanced, AckDeadline: d}
+		_, err := l.CheckSubscribe(&o)
+		return err
+	}
+	for _, d := range []time.Duration{0, time.Millisecond, 12 * time.Hour} {
+		if err := open(l, d); err != nil {
+			t.Errorf("ack_deadline %v: %v", d, err)
+		}
+	}
+	for _, d := range []time.Duration{12*time.Hour + time.Millisecond, math.MaxInt64} {
+		err := open(l, d)
+		if !errors.Is(err, ErrInvalidSubscription) || !strings.Contains(err.Error(), "over the limit of 12h0m0s (groups { max_ack_deadline })") {
+			t.Errorf("ack_deadline %v: %v, want refused naming groups { max_ack_deadline }", d, err)
+		}
+	}
+	l = Limits{AckDeadline: 24 * time.Hour}.WithDefaults()
+	if l.MaxAckDeadline != 24*time.Hour || open(l, 0) != nil {
+		t.Fatalf("with groups { ack_deadline = \"24h\" }: max_ack_deadline %v, the default refused: %v", l.MaxAckDeadline, open(l, 0))
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/tinybroker/tinybroker/broker"
 	"github.com/tinybroker/tinybroker/internal/testing/brokertest"
@@ -28,6 +29,25 @@ func TestMaxDeliveriesOverTheCap(t *testing.T) {
 	o.MaxDeliveries = uint32(capN)
 	if got := tb.open(t, o).subscribed.GetMaxDeliveries(); int(got) != capN {
 		t.Fatalf("max_deliveries in force %d", got)
+	}
+}
+
+// An ack_deadline over groups { max_ack_deadline } (12h) is refused with INVALID_ARGUMENT
+// naming the limit, before any group is made; the limit itself opens. On JetStream the group's
+// consumer would otherwise wait that long before redelivering what a crashed node held, for
+// every member.
+func TestAckDeadlineOverTheLimit(t *testing.T) {
+	tb := start(t, brokertest.Options{})
+	o := balanced("slow", "slow", 1, "slow.>")
+	o.AckDeadline = durationpb.New(100 * 365 * 24 * time.Hour)
+	_, err := openOn(t, tb.c, o)
+	wantCode(t, err, codes.InvalidArgument, "(groups { max_ack_deadline }); set at most 12h0m0s")
+	if g := tb.group(t, "slow"); g.GetSubscriptionId() != "" {
+		t.Fatalf("a refused open made group %v", g)
+	}
+	o.AckDeadline = durationpb.New(12 * time.Hour)
+	if got := tb.open(t, o).subscribed.GetAckDeadline().AsDuration(); got != 12*time.Hour {
+		t.Fatalf("ack_deadline in force %v, want 12h", got)
 	}
 }
 

@@ -2,6 +2,7 @@ package jetstream
 
 import (
 	"encoding/json"
+	"math"
 	"reflect"
 	"strconv"
 	"sync/atomic"
@@ -44,6 +45,20 @@ const (
 	pullExpires = 10 * time.Second // a member's pull request waits this long for messages
 	ackWaitPad  = 5 * time.Second  // the consumer's AckWait: the longest member deadline plus this
 )
+
+// ackWaitFor is the consumer's AckWait that a member deadline (plus ackWaitPad) of need
+// raises it to: ackWaitPad doubled until it is at least need. Members joining with ever
+// longer deadlines, up to Limits.MaxAckDeadline, so update the consumer (a JetStream call
+// under Engine.mu) a dozen times at most rather than once a millisecond of deadline, at the
+// cost of waiting up to twice as long as needed before JetStream redelivers what a crashed
+// node held.
+func ackWaitFor(need time.Duration) time.Duration {
+	w := ackWaitPad
+	for w < need && w <= math.MaxInt64/2 {
+		w *= 2
+	}
+	return max(w, need)
+}
 
 type group struct {
 	e        *Engine

@@ -358,7 +358,7 @@ func (e *Engine) join(o broker.SubscribeOptions, patterns []string, s *Subscript
 		if prioritize {
 			g.policy = jetstream.PriorityPolicyPrioritized
 		}
-		g.ackWait = max(g.ackWait, need)
+		g.ackWait = max(g.ackWait, ackWaitFor(need))
 		if err := e.saveLocked(g); err != nil {
 			return nil, err
 		}

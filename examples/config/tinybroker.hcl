@@ -59,6 +59,11 @@ groups {
   # Default ack deadline: an unacked message is redelivered after this long.
   ack_deadline = "30s"
 
+  # Longest ack_deadline a group member may ask for (never under ack_deadline); a member
+  # that needs longer touches its messages. On JetStream the group waits this long at most
+  # (rounded up to a doubling of 5s) before redelivering what a crashed node held.
+  max_ack_deadline = "12h"
+
   # Largest max_in_flight a group member may ask for.
   max_in_flight_cap = 65536
 

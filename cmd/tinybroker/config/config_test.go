@@ -32,6 +32,7 @@ func TestDefault(t *testing.T) {
 				MaxHeaderBytes:             64 << 10,
 				MaxHeaders:                 1024,
 				AckDeadline:                30 * time.Second,
+				MaxAckDeadline:             12 * time.Hour,
 				MaxInFlightCap:             65536,
 				MaxDeliveriesCap:           1000,
 				MaxSubscriptionsPerStream:  65536,
@@ -92,6 +93,7 @@ groups {
   max_queued        = 10
   overflow          = "drop_oldest"
   ack_deadline      = "250ms"
+  max_ack_deadline  = "2h"
   max_in_flight_cap = 32
 }
 
@@ -135,6 +137,7 @@ func TestParseFull(t *testing.T) {
 		{"GroupMaxQueued", c.Broker.GroupMaxQueued, 10},
 		{"GroupOverflow", c.Broker.GroupOverflow, broker.OverflowDropOldest},
 		{"AckDeadline", c.Broker.AckDeadline, 250 * time.Millisecond},
+		{"MaxAckDeadline", c.Broker.MaxAckDeadline, 2 * time.Hour},
 		{"MaxInFlightCap", c.Broker.MaxInFlightCap, 32},
 		{"FanoutBufferMessages", c.Broker.FanoutBufferMessages, 7},
 		{"FanoutBufferBytes", c.Broker.FanoutBufferBytes, 4096},

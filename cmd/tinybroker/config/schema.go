@@ -49,6 +49,7 @@ var groupsSection = section{
 		sizeAttr("max_queued_bytes", func(c *Config) *int64 { return &c.Broker.GroupMaxQueuedBytes }),
 		enumAttr("overflow", overflowChoices, func(c *Config) *broker.Overflow { return &c.Broker.GroupOverflow }),
 		durationAttr("ack_deadline", func(c *Config) *time.Duration { return &c.Broker.AckDeadline }),
+		durationAttr("max_ack_deadline", func(c *Config) *time.Duration { return &c.Broker.MaxAckDeadline }),
 		positiveIntAttr("max_in_flight_cap", func(c *Config) *int { return &c.Broker.MaxInFlightCap }),
 		timeoutAttr("expire_after", 0, func(c *Config) *time.Duration { return &c.Broker.GroupExpireAfter }),
 		positiveIntAttr("dead_letters_max", func(c *Config) *int { return &c.Broker.GroupDeadLetterMax }),
