@@ -19,16 +19,17 @@ import (
 // lookup returns the consumer group of subscription id (read from JetStream if another node
 // made it) and the stream sequence of systemID, for the unary Ack and Nack.
 func (e *Engine) lookup(id, systemID string) (*group, uint64, error) {
-	e.mu.RLock()
-	isFanout := e.fanouts[id] != nil
-	e.mu.RUnlock()
 	g, err := e.findGroup(id)
 	if err != nil {
 		return nil, 0, err
 	}
-	parse := e.ids.parse
+	parse, isFanout := e.ids.parse, false
 	if g != nil {
 		parse = g.parseID
+	} else { // an id is a group's or a fanout subscription's, never both
+		e.mu.RLock()
+		isFanout = e.fanouts[id] != nil
+		e.mu.RUnlock()
 	}
 	return grouping.AckTarget(id, systemID, isFanout, g, parse)
 }
