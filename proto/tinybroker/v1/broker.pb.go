@@ -694,7 +694,9 @@ type OpenSubscription struct {
 	ConsumerGroup string `protobuf:"bytes,4,opt,name=consumer_group,json=consumerGroup,proto3" json:"consumer_group,omitempty"`
 	// Balanced only: how many unacked messages this member may hold (default 1).
 	MaxInFlight uint32 `protobuf:"varint,5,opt,name=max_in_flight,json=maxInFlight,proto3" json:"max_in_flight,omitempty"`
-	// Balanced only: an unacked message is redelivered after this long (default 30s).
+	// Balanced only: an unacked message is redelivered after this long (default 30s; at most
+	// 12h, the broker's groups { max_ack_deadline }, or the open is refused INVALID_ARGUMENT;
+	// touch a message that needs longer).
 	AckDeadline *durationpb.Duration `protobuf:"bytes,6,opt,name=ack_deadline,json=ackDeadline,proto3" json:"ack_deadline,omitempty"`
 	// Balanced only: after this many delivery attempts a message that is nacked, times out or
 	// is left behind goes to the dead-letter topic (0: unlimited). Set by the group's first member.

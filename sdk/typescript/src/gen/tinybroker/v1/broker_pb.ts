@@ -381,7 +381,9 @@ export type OpenSubscription = Message$1<"tinybroker.v1.OpenSubscription"> & {
   maxInFlight: number;
 
   /**
-   * Balanced only: an unacked message is redelivered after this long (default 30s).
+   * Balanced only: an unacked message is redelivered after this long (default 30s; at most
+   * 12h, the broker's groups { max_ack_deadline }, or the open is refused INVALID_ARGUMENT;
+   * touch a message that needs longer).
    *
    * @generated from field: google.protobuf.Duration ack_deadline = 6;
    */
